@@ -1,0 +1,118 @@
+"""Trace-time validation of loss inputs and hyper-parameters.
+
+Every check here runs while JAX traces a function (on static shapes and dtypes),
+so it costs nothing at run time and a bad call fails before any compilation or
+long work, with a message that names the offending argument.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+def _describe(x: Any) -> str:
+  return f"shape {tuple(jnp.shape(x))} and dtype {jnp.result_type(x)}"
+
+
+def check_floating(name: str, x: Any) -> None:
+  """Raises TypeError unless `x` has a floating-point dtype."""
+  if not jnp.issubdtype(jnp.result_type(x), jnp.floating):
+    raise TypeError(
+        f"`{name}` must have a floating-point dtype, got {_describe(x)}.")
+
+
+def check_integer(name: str, x: Any) -> None:
+  """Raises TypeError unless `x` has an integer dtype (action indices)."""
+  if not jnp.issubdtype(jnp.result_type(x), jnp.integer):
+    raise TypeError(f"`{name}` must have an integer dtype, got {_describe(x)}.")
+
+
+def check_bool(name: str, x: Any) -> None:
+  """Raises TypeError unless `x` is boolean (masks)."""
+  if jnp.result_type(x) != jnp.bool_:
+    raise TypeError(f"`{name}` must be a boolean array, got {_describe(x)}.")
+
+
+def check_min_rank(name: str, x: Any, min_rank: int, what: str) -> None:
+  """Raises ValueError if `x` has fewer than `min_rank` dimensions."""
+  if jnp.ndim(x) < min_rank:
+    raise ValueError(
+        f"`{name}` must have rank >= {min_rank} ({what}), got {_describe(x)}.")
+
+
+def check_shape(name: str, x: Any, expected: tuple[int, ...], ref: str) -> None:
+  """Raises ValueError unless `x.shape == expected` (the shape of `ref`)."""
+  if tuple(jnp.shape(x)) != tuple(expected):
+    raise ValueError(
+        f"`{name}` must have shape {tuple(expected)} (matching {ref}), got "
+        f"{_describe(x)}.")
+
+
+def check_same_shape(names_and_arrays: list[tuple[str, Any]]) -> tuple[int, ...]:
+  """Checks that all arrays have the shape of the first; returns that shape."""
+  ref_name, ref = names_and_arrays[0]
+  shape = tuple(jnp.shape(ref))
+  for name, x in names_and_arrays[1:]:
+    check_shape(name, x, shape, f"`{ref_name}`")
+  return shape
+
+
+def check_time_major(name: str, x: Any) -> None:
+  """Inputs carry a leading time axis: rank >= 1 and T >= 1."""
+  check_min_rank(name, x, 1, "a leading time axis [T, ...]")
+  if jnp.shape(x)[0] < 1:
+    raise ValueError(f"`{name}` has an empty time axis: {_describe(x)}.")
+
+
+def check_mask(mask: Any, shape: tuple[int, ...]) -> jax.Array:
+  """Validates an optional mask and returns a boolean array of `shape`."""
+  if mask is None:
+    return jnp.ones(shape, dtype=jnp.bool_)
+  check_bool("mask", mask)
+  check_shape("mask", mask, shape, "`r_t`")
+  return jnp.asarray(mask)
+
+
+def _concrete_values(x: Any) -> np.ndarray | None:
+  """Returns the value of `x` as NumPy if it is known at trace time."""
+  if isinstance(x, jax.core.Tracer):
+    return None
+  try:
+    return np.asarray(x, dtype=np.float64)
+  except (TypeError, jax.errors.ConcretizationTypeError):
+    return None
+
+
+def check_in_unit_interval(name: str, x: Any) -> None:
+  """ValueError unless every (concrete) value of `x` lies in [0, 1].
+
+  Traced values (for example a hyper-parameter `vmap`-ed over a sweep) cannot be
+  inspected at trace time and are accepted.
+  """
+  v = _concrete_values(x)
+  if v is not None and (np.any(np.isnan(v)) or np.any(v < 0) or np.any(v > 1)):
+    raise ValueError(f"`{name}` must lie in [0, 1], got {v if v.ndim == 0 else v.tolist()}.")
+
+
+def check_positive(name: str, x: Any) -> None:
+  """ValueError unless every (concrete) value of `x` is > 0."""
+  v = _concrete_values(x)
+  if v is not None and (np.any(np.isnan(v)) or np.any(v <= 0)):
+    raise ValueError(f"`{name}` must be > 0, got {v if v.ndim == 0 else v.tolist()}.")
+
+
+def check_non_negative(name: str, x: Any) -> None:
+  """ValueError unless every (concrete) value of `x` is >= 0."""
+  v = _concrete_values(x)
+  if v is not None and (np.any(np.isnan(v)) or np.any(v < 0)):
+    raise ValueError(f"`{name}` must be >= 0, got {v if v.ndim == 0 else v.tolist()}.")
+
+
+def check_method(method: str) -> None:
+  if method not in ("scan", "associative"):
+    raise ValueError(
+        f"`method` must be 'scan' or 'associative', got {method!r}.")

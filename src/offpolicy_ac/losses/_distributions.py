@@ -1,0 +1,152 @@
+"""Log-probabilities, importance ratios and entropies, computed in log space.
+
+Ratios rho = pi/mu are formed as exp(log pi - log mu) with the log-ratio clamped
+to the range whose exponential is finite in the input dtype, so any finite
+logits give a finite rho; an action with log-probability -inf (masked out by
+-inf logits) gives rho = 0, finite values and finite gradients.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from offpolicy_ac.losses import _checks
+from offpolicy_ac.losses._retrace import take_action
+
+
+class ImportanceRatios(NamedTuple):
+  """rho = pi/mu and its clamped logarithm, both shaped like the actions."""
+  rho: jax.Array
+  log_rho: jax.Array
+
+
+def _max_log(dtype) -> float:
+  # exp(_max_log) is finite and leaves headroom for products with thresholds.
+  return float(np.log(np.finfo(dtype).max)) - 1.0
+
+
+def categorical_log_prob(logits: jax.Array, actions: jax.Array) -> jax.Array:
+  """log softmax(logits)[action], shape logits.shape[:-1].
+
+  Args:
+    logits: [..., A] (entries may be -inf for illegal actions).
+    actions: int [...].
+  """
+  _checks.check_floating("logits", logits)
+  _checks.check_integer("actions", actions)
+  _checks.check_min_rank("logits", logits, 1, "a trailing action axis")
+  _checks.check_shape("actions", actions, jnp.shape(logits)[:-1],
+                      "`logits` without its action axis")
+  return take_action(jax.nn.log_softmax(logits, axis=-1), actions)
+
+
+def importance_ratios_from_log_probs(
+    log_pi: jax.Array, log_mu: jax.Array, *, stop_gradient: bool = True
+) -> ImportanceRatios:
+  """rho = exp(log_pi - log_mu), computed safely (any action space).
+
+  Args:
+    log_pi: target-policy log-probabilities of the taken actions [T, ...].
+    log_mu: behaviour-policy log-probabilities of the same actions [T, ...].
+    stop_gradient: return ratios with gradients stopped (as the estimators
+      treat them as constants).
+
+  Returns:
+    `ImportanceRatios`; both -inf gives log_rho = 0 (the action is impossible
+    under both policies), log_pi = -inf alone gives rho = 0.
+  """
+  _checks.check_floating("log_pi", log_pi)
+  _checks.check_floating("log_mu", log_mu)
+  _checks.check_shape("log_mu", log_mu, jnp.shape(log_pi), "`log_pi`")
+  dtype = jnp.result_type(log_pi)
+  both_impossible = jnp.isneginf(log_pi) & jnp.isneginf(log_mu)
+  safe_pi = jnp.where(both_impossible, jnp.zeros((), dtype), log_pi)
+  safe_mu = jnp.where(both_impossible, jnp.zeros((), dtype), log_mu)
+  bound = _max_log(dtype)
+  log_rho = jnp.clip(safe_pi - safe_mu, -bound, bound)
+  if stop_gradient:
+    log_rho = jax.lax.stop_gradient(log_rho)
+  return ImportanceRatios(rho=jnp.exp(log_rho), log_rho=log_rho)
+
+
+def categorical_importance_ratios(
+    pi_logits: jax.Array,
+    mu_logits: jax.Array,
+    actions: jax.Array,
+    *,
+    stop_gradient: bool = True,
+) -> ImportanceRatios:
+  """Importance ratios of categorical policies from logits, in log space.
+
+  Args:
+    pi_logits: target-policy logits [T, ..., A].
+    mu_logits: behaviour-policy logits [T, ..., A].
+    actions: taken actions, int [T, ...].
+    stop_gradient: stop gradients through the ratios.
+  """
+  _checks.check_shape("mu_logits", mu_logits, jnp.shape(pi_logits),
+                      "`pi_logits`")
+  return importance_ratios_from_log_probs(
+      categorical_log_prob(pi_logits, actions),
+      categorical_log_prob(mu_logits, actions), stop_gradient=stop_gradient)
+
+
+def categorical_entropy(logits: jax.Array) -> jax.Array:
+  """Entropy -sum_a p log p over the last axis; -inf logits contribute 0.
+
+  Safe for -inf logits in value and gradient (the p log p term of an
+  impossible action is 0, with a zero gradient, not NaN).
+  """
+  _checks.check_floating("logits", logits)
+  log_p = jax.nn.log_softmax(logits, axis=-1)
+  possible = jnp.isfinite(log_p)
+  safe_log_p = jnp.where(possible, log_p, jnp.zeros((), log_p.dtype))
+  p = jnp.exp(safe_log_p) * possible
+  return -jnp.sum(p * safe_log_p, axis=-1)
+
+
+def categorical_kl(p_logits: jax.Array, q_logits: jax.Array) -> jax.Array:
+  """KL(p || q) over the last axis of two logits arrays [..., A]."""
+  _checks.check_shape("q_logits", q_logits, jnp.shape(p_logits), "`p_logits`")
+  log_p = jax.nn.log_softmax(p_logits, axis=-1)
+  log_q = jax.nn.log_softmax(q_logits, axis=-1)
+  possible = jnp.isfinite(log_p)
+  zero = jnp.zeros((), log_p.dtype)
+  p = jnp.exp(jnp.where(possible, log_p, zero)) * possible
+  diff = jnp.where(possible, log_p - log_q, zero)
+  return jnp.sum(p * diff, axis=-1)
+
+
+def gaussian_log_prob(mean: jax.Array, log_std: jax.Array,
+                      actions: jax.Array) -> jax.Array:
+  """Log-density of a diagonal Gaussian, summed over the last (action) axis.
+
+  Args:
+    mean: [..., D]; log_std: [..., D] (or broadcastable [D]); actions: [..., D].
+  """
+  _checks.check_floating("mean", mean)
+  _checks.check_floating("actions", actions)
+  _checks.check_shape("actions", actions, jnp.shape(mean), "`mean`")
+  log_std = jnp.broadcast_to(log_std, jnp.shape(mean))
+  z = (actions - mean) * jnp.exp(-log_std)
+  return jnp.sum(-0.5 * jnp.square(z) - log_std - 0.5 * np.log(2 * np.pi),
+                 axis=-1)
+
+
+def gaussian_entropy(log_std: jax.Array) -> jax.Array:
+  """Entropy of a diagonal Gaussian, summed over the last axis."""
+  _checks.check_floating("log_std", log_std)
+  return jnp.sum(log_std + 0.5 * (1.0 + np.log(2 * np.pi)), axis=-1)
+
+
+def gaussian_kl(mean_p, log_std_p, mean_q, log_std_q) -> jax.Array:
+  """KL(p || q) of diagonal Gaussians, summed over the last axis."""
+  var_p = jnp.exp(2 * log_std_p)
+  var_q = jnp.exp(2 * log_std_q)
+  return jnp.sum(log_std_q - log_std_p
+                 + (var_p + jnp.square(mean_p - mean_q)) / (2 * var_q) - 0.5,
+                 axis=-1)

@@ -1,0 +1,173 @@
+"""The IMPALA loss: V-trace policy gradient + value regression - entropy bonus.
+
+See "IMPALA: Scalable Distributed Deep-RL with Importance Weighted
+Actor-Learner Architectures" by Espeholt et al. (https://arxiv.org/abs/1802.01561).
+
+Per step s (a real transition, weight w_s):
+
+    l_s = -stop_grad(pg_advantage_s) * log pi(a_s|x_s)
+          + w_v * (v_s - V(x_s))^2
+          - w_e * H(pi(.|x_s))
+
+loss = sum_s w_s l_s / sum_s w_s with w = weights * mask (0 if no real step).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from offpolicy_ac.losses import _checks
+from offpolicy_ac.losses import _distributions
+from offpolicy_ac.losses._vtrace import vtrace
+
+
+class ImpalaLossOutput(NamedTuple):
+  """Scalar loss terms (weighted means over real steps) and diagnostics."""
+  loss: jax.Array
+  policy_loss: jax.Array
+  value_loss: jax.Array
+  entropy: jax.Array
+  mean_rho: jax.Array
+  clipped_rho_fraction: jax.Array
+  pg_advantage: jax.Array  # [T, ...]
+  vtrace_errors: jax.Array  # [T, ...]
+
+
+def weighted_mean(x: jax.Array, weights: jax.Array) -> jax.Array:
+  """sum(w x) / sum(w), and 0 where all weights are 0."""
+  total = jnp.sum(weights)
+  return jnp.sum(weights * x) / jnp.where(total > 0, total, 1.0)
+
+
+def step_weights(shape, mask, weights, dtype) -> jax.Array:
+  """Combines an optional bool mask and optional float weights into [T, ...]."""
+  mask = _checks.check_mask(mask, shape)
+  if weights is None:
+    return mask.astype(dtype)
+  _checks.check_floating("weights", weights)
+  _checks.check_shape("weights", weights, shape, "`r_t`")
+  return jnp.where(mask, weights, jnp.zeros((), dtype)).astype(dtype)
+
+
+def impala_loss(
+    v_tm1: jax.Array,
+    v_t: jax.Array,
+    r_t: jax.Array,
+    discount_t: jax.Array,
+    log_pi_tm1: jax.Array,
+    log_mu_tm1: jax.Array,
+    entropy_tm1: jax.Array,
+    *,
+    mask: jax.Array | None = None,
+    weights: jax.Array | None = None,
+    value_weight=0.5,
+    entropy_weight=0.01,
+    lambda_=1.0,
+    clip_rho_threshold=1.0,
+    clip_c_threshold=1.0,
+    clip_pg_rho_threshold=1.0,
+    method: str = "scan",
+) -> ImpalaLossOutput:
+  """IMPALA loss for any policy given log-probabilities and entropies.
+
+  Gradients flow into `v_tm1` (value loss), `log_pi_tm1` (policy gradient) and
+  `entropy_tm1` (bonus); the V-trace targets, advantages and the ratios are
+  constants.
+
+  Args:
+    v_tm1: V(x_s) at times [0, T-1], [T, ...].
+    v_t: V(x_{s+1}) at times [1, T], [T, ...].
+    r_t: rewards at times [1, T].
+    discount_t: gamma times environment discount at times [1, T].
+    log_pi_tm1: log pi(a_s|x_s) of the learner's policy, times [0, T-1].
+    log_mu_tm1: log mu(a_s|x_s) of the behaviour policy, times [0, T-1].
+    entropy_tm1: H(pi(.|x_s)) at times [0, T-1].
+    mask: optional bool [T, ...], False where step s is not a real transition.
+    weights: optional float [T, ...] per-step weights (e.g. padding, priority).
+    value_weight: w_v >= 0.
+    entropy_weight: w_e >= 0.
+    lambda_, clip_rho_threshold, clip_c_threshold, clip_pg_rho_threshold,
+      method: as in `vtrace`.
+  """
+  for name, x in [("log_pi_tm1", log_pi_tm1), ("log_mu_tm1", log_mu_tm1),
+                  ("entropy_tm1", entropy_tm1)]:
+    _checks.check_floating(name, x)
+    _checks.check_shape(name, x, jnp.shape(r_t), "`r_t`")
+  _checks.check_non_negative("value_weight", value_weight)
+  _checks.check_non_negative("entropy_weight", entropy_weight)
+  ratios = _distributions.importance_ratios_from_log_probs(
+      log_pi_tm1, log_mu_tm1, stop_gradient=True)
+  out = vtrace(v_tm1, v_t, r_t, discount_t, ratios.rho, mask=mask,
+               lambda_=lambda_, clip_rho_threshold=clip_rho_threshold,
+               clip_c_threshold=clip_c_threshold,
+               clip_pg_rho_threshold=clip_pg_rho_threshold,
+               stop_target_gradients=True, method=method)
+  w = step_weights(jnp.shape(r_t), mask, weights, jnp.result_type(v_tm1))
+  pg_adv = jax.lax.stop_gradient(out.pg_advantage)
+  safe_log_pi = jnp.where(w > 0, log_pi_tm1, jnp.zeros((), log_pi_tm1.dtype))
+  policy_loss = weighted_mean(-pg_adv * safe_log_pi, w)
+  value_loss = weighted_mean(jnp.square(out.errors), w)
+  entropy = weighted_mean(entropy_tm1, w)
+  loss = policy_loss + value_weight * value_loss - entropy_weight * entropy
+  clipped = (ratios.rho > clip_rho_threshold).astype(w.dtype)
+  return ImpalaLossOutput(
+      loss=loss, policy_loss=policy_loss, value_loss=value_loss,
+      entropy=entropy, mean_rho=weighted_mean(ratios.rho, w),
+      clipped_rho_fraction=weighted_mean(clipped, w),
+      pg_advantage=out.pg_advantage, vtrace_errors=out.errors)
+
+
+def impala_loss_categorical(
+    logits_tm1: jax.Array,
+    mu_logits_tm1: jax.Array,
+    a_tm1: jax.Array,
+    v_tm1: jax.Array,
+    v_t: jax.Array,
+    r_t: jax.Array,
+    discount_t: jax.Array,
+    **kwargs,
+) -> ImpalaLossOutput:
+  """IMPALA loss for a categorical policy.
+
+  Args:
+    logits_tm1: learner logits [T, ..., A] at times [0, T-1].
+    mu_logits_tm1: behaviour logits [T, ..., A] recorded by the actors.
+    a_tm1: actions int [T, ...].
+    v_tm1, v_t, r_t, discount_t, **kwargs: as in `impala_loss`.
+  """
+  _checks.check_shape("mu_logits_tm1", mu_logits_tm1, jnp.shape(logits_tm1),
+                      "`logits_tm1`")
+  log_pi = _distributions.categorical_log_prob(logits_tm1, a_tm1)
+  log_mu = _distributions.categorical_log_prob(mu_logits_tm1, a_tm1)
+  entropy = _distributions.categorical_entropy(logits_tm1)
+  return impala_loss(v_tm1, v_t, r_t, discount_t, log_pi, log_mu, entropy,
+                     **kwargs)
+
+
+def impala_loss_gaussian(
+    mean_tm1: jax.Array,
+    log_std_tm1: jax.Array,
+    log_mu_tm1: jax.Array,
+    a_tm1: jax.Array,
+    v_tm1: jax.Array,
+    v_t: jax.Array,
+    r_t: jax.Array,
+    discount_t: jax.Array,
+    **kwargs,
+) -> ImpalaLossOutput:
+  """IMPALA loss for a diagonal Gaussian policy.
+
+  Args:
+    mean_tm1: learner means [T, ..., D]; log_std_tm1: [T, ..., D] or [D].
+    log_mu_tm1: behaviour log-densities of the taken actions [T, ...].
+    a_tm1: actions [T, ..., D] (unclipped samples, as the actors drew them).
+    v_tm1, v_t, r_t, discount_t, **kwargs: as in `impala_loss`.
+  """
+  log_pi = _distributions.gaussian_log_prob(mean_tm1, log_std_tm1, a_tm1)
+  entropy = _distributions.gaussian_entropy(
+      jnp.broadcast_to(log_std_tm1, jnp.shape(mean_tm1)))
+  return impala_loss(v_tm1, v_t, r_t, discount_t, log_pi, log_mu_tm1, entropy,
+                     **kwargs)

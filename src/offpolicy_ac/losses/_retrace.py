@@ -1,0 +1,176 @@
+"""General off-policy returns: Retrace, Q(lambda), tree-backup, ACER's Q^ret.
+
+One return with different trace coefficients c_t (see "Safe and Efficient
+Off-Policy Reinforcement Learning" by Munos et al.,
+https://arxiv.org/abs/1606.02647):
+
+    G_s = r_{s+1} + gamma_{s+1} [ V(x_{s+1}) - c_{s+1} Q(x_{s+1}, a_{s+1})
+                                  + c_{s+1} G_{s+1} ]
+
+Retrace: c = lambda min(1, pi/mu); Q(lambda): c = lambda; tree-backup:
+c = lambda pi. ACER's Q^ret is Retrace with lambda = 1 and V = sum_a pi Q;
+its continuous Q^opc uses c = 1.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from offpolicy_ac.losses import _checks
+from offpolicy_ac.losses._recurrence import reverse_linear_recurrence
+from offpolicy_ac.losses._recurrence import shift_to_previous
+
+
+def take_action(values: jax.Array, actions: jax.Array) -> jax.Array:
+  """values[..., a] for integer `actions` of shape values.shape[:-1]."""
+  return jnp.take_along_axis(values, actions[..., None], axis=-1)[..., 0]
+
+
+def general_off_policy_returns(
+    q_a_t: jax.Array,
+    v_t: jax.Array,
+    r_t: jax.Array,
+    discount_t: jax.Array,
+    c_t: jax.Array,
+    *,
+    mask: jax.Array | None = None,
+    stop_target_gradients: bool = True,
+    method: str = "scan",
+) -> jax.Array:
+  """Off-policy return targets G_s for any trace coefficients c.
+
+  All arrays [T, ...] (time-major, any trailing batch axes).
+
+  Args:
+    q_a_t: Q(x_{s+1}, a_{s+1}) at times [1, T] (only used where a trace continues).
+    v_t: V(x_{s+1}) at times [1, T] (e.g. sum_a pi(a|x_{s+1}) Q(x_{s+1}, a)).
+    r_t: rewards at times [1, T].
+    discount_t: gamma times environment discount at times [1, T].
+    c_t: trace coefficients c_{s+1} at times [1, T]; the last is unused.
+    mask: optional bool, False where step s is not a real transition; such a
+      step's target is 0 and nothing after it flows into earlier targets.
+    stop_target_gradients: stop gradients through the targets.
+    method: "scan" or "associative".
+
+  Returns:
+    targets G_s at times [0, T-1], shape [T, ...].
+  """
+  names = [("q_a_t", q_a_t), ("v_t", v_t), ("r_t", r_t),
+           ("discount_t", discount_t), ("c_t", c_t)]
+  for name, x in names:
+    _checks.check_floating(name, x)
+  _checks.check_time_major("r_t", r_t)
+  shape = _checks.check_same_shape([names[2]] + names[:2] + names[3:])
+  mask = _checks.check_mask(mask, shape)
+  mask_next = shift_to_previous(mask, False)
+  zero = jnp.zeros((), jnp.result_type(r_t))
+
+  c = jnp.where(mask_next, c_t, zero)
+  b = jnp.where(mask, r_t + discount_t * (v_t - c * q_a_t), zero)
+  a = jnp.where(mask, discount_t * c, zero)
+  targets = reverse_linear_recurrence(a, b, method=method)
+  if stop_target_gradients:
+    targets = jax.lax.stop_gradient(targets)
+  return targets
+
+
+def _check_q_inputs(q_tm1, q_t, a_tm1, a_t, r_t, discount_t, pi_t, mu_t):
+  for name, x in [("q_tm1", q_tm1), ("q_t", q_t), ("r_t", r_t),
+                  ("discount_t", discount_t), ("pi_t", pi_t), ("mu_t", mu_t)]:
+    _checks.check_floating(name, x)
+  _checks.check_integer("a_tm1", a_tm1)
+  _checks.check_integer("a_t", a_t)
+  _checks.check_time_major("r_t", r_t)
+  _checks.check_min_rank("q_tm1", q_tm1, 2, "[T, ..., A]")
+  shape = tuple(jnp.shape(r_t))
+  q_shape = shape + (jnp.shape(q_tm1)[-1],)
+  _checks.check_shape("q_tm1", q_tm1, q_shape, "`r_t` plus an action axis")
+  _checks.check_shape("q_t", q_t, q_shape, "`q_tm1`")
+  _checks.check_shape("pi_t", pi_t, q_shape, "`q_tm1`")
+  for name, x in [("a_tm1", a_tm1), ("a_t", a_t), ("discount_t", discount_t),
+                  ("mu_t", mu_t)]:
+    _checks.check_shape(name, x, shape, "`r_t`")
+  return shape
+
+
+def retrace_targets(
+    q_t: jax.Array,
+    a_t: jax.Array,
+    r_t: jax.Array,
+    discount_t: jax.Array,
+    pi_t: jax.Array,
+    mu_t: jax.Array,
+    *,
+    mask: jax.Array | None = None,
+    lambda_=1.0,
+    eps: float = 1e-8,
+    stop_target_gradients: bool = True,
+    method: str = "scan",
+) -> jax.Array:
+  """Retrace targets Q^ret(x_s, a_s), shape [T, ...] (ACER's Q^ret at lambda=1).
+
+  Args:
+    q_t: Q(x_{s+1}, .) at times [1, T], shape [T, ..., A].
+    a_t: actions a_{s+1} at times [1, T], int [T, ...].
+    r_t: rewards at times [1, T], [T, ...].
+    discount_t: gamma times environment discount at times [1, T].
+    pi_t: target-policy probabilities pi(.|x_{s+1}) at times [1, T], [T, ..., A].
+    mu_t: behaviour probability mu(a_{s+1}|x_{s+1}) at times [1, T], [T, ...].
+    mask, lambda_, eps, stop_target_gradients, method: as in `retrace`.
+  """
+  _check_q_inputs(q_t, q_t, a_t, a_t, r_t, discount_t, pi_t, mu_t)
+  _checks.check_in_unit_interval("lambda_", lambda_)
+  _checks.check_non_negative("eps", eps)
+  pi_a_t = take_action(pi_t, a_t)
+  c_t = (lambda_ * jnp.minimum(1.0, pi_a_t / (mu_t + eps))).astype(r_t.dtype)
+  v_t = jnp.sum(pi_t * q_t, axis=-1)
+  return general_off_policy_returns(
+      take_action(q_t, a_t), v_t, r_t, discount_t, c_t, mask=mask,
+      stop_target_gradients=stop_target_gradients, method=method)
+
+
+def retrace(
+    q_tm1: jax.Array,
+    q_t: jax.Array,
+    a_tm1: jax.Array,
+    a_t: jax.Array,
+    r_t: jax.Array,
+    discount_t: jax.Array,
+    pi_t: jax.Array,
+    mu_t: jax.Array,
+    *,
+    mask: jax.Array | None = None,
+    lambda_=1.0,
+    eps: float = 1e-8,
+    stop_target_gradients: bool = True,
+    method: str = "scan",
+) -> jax.Array:
+  """Retrace errors Q^ret(x_s, a_s) - Q(x_s, a_s), shape [T, ...].
+
+  c_{s+1} = lambda min(1, pi(a_{s+1}|x_{s+1}) / mu(a_{s+1}|x_{s+1})). Equals
+  `rlax.retrace` without a mask. A step with `mask=False` has zero error and
+  cuts the trace (see `general_off_policy_returns`).
+
+  Args:
+    q_tm1: Q(x_s, .) at times [0, T-1], [T, ..., A].
+    q_t: Q(x_{s+1}, .) at times [1, T], [T, ..., A] (target network).
+    a_tm1: actions a_s at times [0, T-1], int [T, ...].
+    a_t: actions a_{s+1} at times [1, T], int [T, ...].
+    r_t: rewards at times [1, T], [T, ...].
+    discount_t: gamma times environment discount at times [1, T].
+    pi_t: target-policy probabilities at times [1, T], [T, ..., A].
+    mu_t: behaviour probability of a_t at times [1, T], [T, ...].
+    mask: optional bool [T, ...], False where step s is not a real transition.
+    lambda_: trace mixing in [0, 1].
+    eps: added to mu_t before dividing.
+    stop_target_gradients: stop gradients through the targets.
+    method: "scan" or "associative".
+  """
+  shape = _check_q_inputs(q_tm1, q_t, a_tm1, a_t, r_t, discount_t, pi_t, mu_t)
+  mask = _checks.check_mask(mask, shape)
+  targets = retrace_targets(
+      q_t, a_t, r_t, discount_t, pi_t, mu_t, mask=mask, lambda_=lambda_,
+      eps=eps, stop_target_gradients=stop_target_gradients, method=method)
+  q_a_tm1 = take_action(q_tm1, a_tm1)
+  return jnp.where(mask, targets - q_a_tm1, jnp.zeros((), q_a_tm1.dtype))

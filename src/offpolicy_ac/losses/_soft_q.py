@@ -1,0 +1,220 @@
+"""Soft Q-learning targets (SQL) and SQIL's reward relabelling.
+
+See "Reinforcement Learning with Deep Energy-Based Policies" by Haarnoja et al.
+(https://arxiv.org/abs/1702.08165) and "SQIL: Imitation Learning via
+Reinforcement Learning with Sparse Rewards" by Reddy et al.
+(https://arxiv.org/abs/1905.11108).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from offpolicy_ac.losses import _checks
+from offpolicy_ac.losses._recurrence import reverse_linear_recurrence
+from offpolicy_ac.losses._recurrence import shift_to_previous
+from offpolicy_ac.losses._retrace import take_action
+
+
+def _per_action(alpha: jax.Array) -> jax.Array:
+  """A scalar stays a scalar; an array [...] becomes [..., 1] to meet [..., A]."""
+  return alpha if alpha.ndim == 0 else alpha[..., None]
+
+
+def soft_value(q: jax.Array, alpha) -> jax.Array:
+  """Soft state value V = alpha * logsumexp(Q / alpha) over the last axis.
+
+  Stable for any finite `q` and alpha > 0 (tested down to alpha = 1e-4 with
+  |q| up to 1e4): the maximum is subtracted inside `logsumexp`, so nothing is
+  clamped. Entries of -inf (illegal actions) are ignored; all -inf gives -inf.
+
+  Args:
+    q: action values [..., A].
+    alpha: temperature > 0 (scalar, or broadcastable to q.shape[:-1]).
+
+  Returns:
+    soft values of shape q.shape[:-1]. As alpha -> 0 this tends to max_a Q.
+  """
+  _checks.check_floating("q", q)
+  _checks.check_min_rank("q", q, 1, "a trailing action axis [..., A]")
+  _checks.check_positive("alpha", alpha)
+  alpha = jnp.asarray(alpha, dtype=jnp.result_type(q))
+  return alpha * jax.nn.logsumexp(q / _per_action(alpha), axis=-1)
+
+
+def soft_policy(q: jax.Array, alpha) -> jax.Array:
+  """Boltzmann policy pi(a|x) = softmax(Q / alpha) over the last axis, [..., A]."""
+  _checks.check_floating("q", q)
+  _checks.check_positive("alpha", alpha)
+  alpha = jnp.asarray(alpha, dtype=jnp.result_type(q))
+  return jax.nn.softmax(q / _per_action(alpha), axis=-1)
+
+
+def soft_q_targets(
+    r_t: jax.Array,
+    discount_t: jax.Array,
+    q_t: jax.Array,
+    *,
+    alpha,
+    lambda_=0.0,
+    mask: jax.Array | None = None,
+    stop_target_gradients: bool = True,
+    method: str = "scan",
+) -> jax.Array:
+  """Soft lambda-returns, computed with one reverse linear recurrence.
+
+      G_s = r_{s+1} + gamma_{s+1} ((1 - lambda) V_soft(x_{s+1}) + lambda G_{s+1})
+
+  with V_soft = soft_value(q_t, alpha); the recursion bootstraps fully from
+  V_soft at the end of the sequence and where the trace is cut (the next step
+  is masked). lambda = 0 gives the one-step soft Bellman target.
+
+  Args:
+    r_t: rewards at times [1, T], [T, ...].
+    discount_t: gamma times environment discount at times [1, T], [T, ...].
+    q_t: Q(x_{s+1}, .) at times [1, T] (usually a target network), [T, ..., A].
+    alpha: temperature > 0.
+    lambda_: in [0, 1].
+    mask: optional bool [T, ...]; False where step s is not a real
+      transition. Its target is 0 and must not be learned from.
+    stop_target_gradients: stop gradients through the targets.
+    method: "scan" or "associative".
+
+  Returns:
+    targets G_s at times [0, T-1], shape [T, ...].
+  """
+  for name, x in [("r_t", r_t), ("discount_t", discount_t), ("q_t", q_t)]:
+    _checks.check_floating(name, x)
+  _checks.check_time_major("r_t", r_t)
+  shape = tuple(jnp.shape(r_t))
+  _checks.check_shape("discount_t", discount_t, shape, "`r_t`")
+  _checks.check_min_rank("q_t", q_t, 2, "[T, ..., A]")
+  _checks.check_shape("q_t", q_t, shape + (jnp.shape(q_t)[-1],),
+                      "`r_t` plus an action axis")
+  _checks.check_in_unit_interval("lambda_", lambda_)
+  mask = _checks.check_mask(mask, shape)
+  mask_next = shift_to_previous(mask, False)
+  zero = jnp.zeros((), jnp.result_type(r_t))
+
+  v_t = soft_value(q_t, alpha)
+  lam = jnp.where(mask_next, jnp.asarray(lambda_, r_t.dtype), zero)
+  b = jnp.where(mask, r_t + discount_t * (1.0 - lam) * v_t, zero)
+  a = jnp.where(mask, discount_t * lam, zero)
+  targets = reverse_linear_recurrence(a, b, method=method)
+  if stop_target_gradients:
+    targets = jax.lax.stop_gradient(targets)
+  return targets
+
+
+def soft_nstep_targets(
+    r_t: jax.Array,
+    discount_t: jax.Array,
+    q_t: jax.Array,
+    *,
+    alpha,
+    n: int,
+    mask: jax.Array | None = None,
+    stop_target_gradients: bool = True,
+) -> jax.Array:
+  """n-step soft targets, truncated at the sequence end and at trace cuts.
+
+      G^(n)_s = sum_{k<m} (prod_{j<k} gamma_{s+1+j}) r_{s+1+k}
+                + (prod_{j<m} gamma_{s+1+j}) V_soft(x_{s+m}),
+
+  with m = min(n, steps until the sequence ends or the next masked step).
+  Computed with n-1 fused elementwise passes (n is static), not a loop over time.
+
+  Args:
+    r_t, discount_t, q_t, alpha, mask, stop_target_gradients: as in
+      `soft_q_targets`.
+    n: number of steps >= 1 (static Python int).
+
+  Returns:
+    targets at times [0, T-1], shape [T, ...] (0 at masked steps).
+  """
+  if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+    raise ValueError(f"`n` must be a Python int >= 1, got {n!r}.")
+  one_step = soft_q_targets(r_t, discount_t, q_t, alpha=alpha, lambda_=0.0,
+                            mask=mask, stop_target_gradients=False)
+  shape = tuple(jnp.shape(r_t))
+  mask = _checks.check_mask(mask, shape)
+  mask_next = shift_to_previous(mask, False)
+  targets = one_step
+  for _ in range(n - 1):
+    longer = r_t + discount_t * shift_to_previous(targets, 0.0)
+    targets = jnp.where(mask_next, longer, one_step)
+  if stop_target_gradients:
+    targets = jax.lax.stop_gradient(targets)
+  return targets
+
+
+def sql_nstep_td_error(
+    q_tm1: jax.Array,
+    a_tm1: jax.Array,
+    r_t: jax.Array,
+    discount_t: jax.Array,
+    q_t: jax.Array,
+    *,
+    alpha,
+    n: int = 1,
+    mask: jax.Array | None = None,
+    stop_target_gradients: bool = True,
+) -> jax.Array:
+  """SQL's n-step soft TD error G^(n)_s - Q(x_s, a_s), shape [T, ...].
+
+  The semantics of DI-engine's `q_nstep_sql_td_error` (n-step return
+  bootstrapped from alpha * logsumexp(Q_target / alpha)) made stable: no clamping
+  of infinities to +-20, a stable logsumexp instead, and episode junctions
+  handled by `mask` (0 error at masked steps; no return crosses them).
+
+  Args:
+    q_tm1: Q(x_s, .) at times [0, T-1], [T, ..., A] (online network).
+    a_tm1: actions a_s at times [0, T-1], int [T, ...].
+    r_t: rewards at times [1, T].
+    discount_t: gamma times environment discount at times [1, T].
+    q_t: Q(x_{s+1}, .) at times [1, T], [T, ..., A] (target network).
+    alpha: temperature > 0.
+    n: steps of the return (static int >= 1).
+    mask: optional bool [T, ...].
+    stop_target_gradients: stop gradients through the targets.
+  """
+  _checks.check_floating("q_tm1", q_tm1)
+  _checks.check_integer("a_tm1", a_tm1)
+  _checks.check_time_major("r_t", r_t)
+  shape = tuple(jnp.shape(r_t))
+  _checks.check_min_rank("q_tm1", q_tm1, 2, "[T, ..., A]")
+  _checks.check_shape("q_tm1", q_tm1, shape + (jnp.shape(q_tm1)[-1],),
+                      "`r_t` plus an action axis")
+  _checks.check_shape("a_tm1", a_tm1, shape, "`r_t`")
+  mask = _checks.check_mask(mask, shape)
+  targets = soft_nstep_targets(r_t, discount_t, q_t, alpha=alpha, n=n,
+                               mask=mask,
+                               stop_target_gradients=stop_target_gradients)
+  q_a_tm1 = take_action(q_tm1, a_tm1)
+  return jnp.where(mask, targets - q_a_tm1, jnp.zeros((), q_a_tm1.dtype))
+
+
+def sqil_rewards(is_demonstration: jax.Array, dtype=jnp.float32) -> jax.Array:
+  """SQIL's relabelled rewards: 1 for demonstration data, 0 for agent data.
+
+  Args:
+    is_demonstration: bool array of any shape (e.g. [T, B]).
+    dtype: floating dtype of the result.
+  """
+  _checks.check_bool("is_demonstration", is_demonstration)
+  return jnp.asarray(is_demonstration).astype(dtype)
+
+
+def sqil_relabel(r_t: jax.Array, is_demonstration) -> jax.Array:
+  """Replaces environment rewards by SQIL's: 1 on demonstrations, 0 otherwise.
+
+  Args:
+    r_t: rewards [T, ...] (only the shape and dtype are used: SQIL discards them).
+    is_demonstration: bool, broadcastable to r_t (e.g. [B] for whole sequences,
+      or a Python bool for a whole batch).
+  """
+  _checks.check_floating("r_t", r_t)
+  is_demo = jnp.asarray(is_demonstration)
+  _checks.check_bool("is_demonstration", is_demo)
+  return jnp.broadcast_to(is_demo, jnp.shape(r_t)).astype(jnp.result_type(r_t))
