@@ -38,7 +38,7 @@ from offpolicy_ac.losses._recurrence import reverse_linear_recurrence
 from offpolicy_ac.losses._retrace import general_off_policy_returns
 from offpolicy_ac.losses._retrace import retrace
 from offpolicy_ac.losses._retrace import retrace_targets
-from offpolicy_ac.losses._retrace import take_action
+from offpolicy_ac.losses._actions import take_action
 from offpolicy_ac.losses._soft_q import soft_nstep_targets
 from offpolicy_ac.losses._soft_q import soft_policy
 from offpolicy_ac.losses._soft_q import soft_q_targets

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from offpolicy_ac.losses import _checks
 from offpolicy_ac.losses._retrace import general_off_policy_returns
 from offpolicy_ac.losses._retrace import retrace_targets
-from offpolicy_ac.losses._retrace import take_action
+from offpolicy_ac.losses._actions import take_action
 
 
 def acer_q_ret(

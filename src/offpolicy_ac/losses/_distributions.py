@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from offpolicy_ac.losses import _checks
-from offpolicy_ac.losses._retrace import take_action
+from offpolicy_ac.losses._actions import take_action
 
 
 class ImportanceRatios(NamedTuple):

@@ -18,13 +18,10 @@ import jax
 import jax.numpy as jnp
 
 from offpolicy_ac.losses import _checks
+from offpolicy_ac.losses._actions import sum_actions
+from offpolicy_ac.losses._actions import take_action
 from offpolicy_ac.losses._recurrence import reverse_linear_recurrence
 from offpolicy_ac.losses._recurrence import shift_to_previous
-
-
-def take_action(values: jax.Array, actions: jax.Array) -> jax.Array:
-  """values[..., a] for integer `actions` of shape values.shape[:-1]."""
-  return jnp.take_along_axis(values, actions[..., None], axis=-1)[..., 0]
 
 
 def general_off_policy_returns(
@@ -124,7 +121,7 @@ def retrace_targets(
   _checks.check_non_negative("eps", eps)
   pi_a_t = take_action(pi_t, a_t)
   c_t = (lambda_ * jnp.minimum(1.0, pi_a_t / (mu_t + eps))).astype(r_t.dtype)
-  v_t = jnp.sum(pi_t * q_t, axis=-1)
+  v_t = sum_actions(pi_t * q_t)
   return general_off_policy_returns(
       take_action(q_t, a_t), v_t, r_t, discount_t, c_t, mask=mask,
       stop_target_gradients=stop_target_gradients, method=method)

@@ -14,7 +14,8 @@ import jax.numpy as jnp
 from offpolicy_ac.losses import _checks
 from offpolicy_ac.losses._recurrence import reverse_linear_recurrence
 from offpolicy_ac.losses._recurrence import shift_to_previous
-from offpolicy_ac.losses._retrace import take_action
+from offpolicy_ac.losses._actions import logsumexp_actions
+from offpolicy_ac.losses._actions import take_action
 
 
 def _per_action(alpha: jax.Array) -> jax.Array:
@@ -40,7 +41,7 @@ def soft_value(q: jax.Array, alpha) -> jax.Array:
   _checks.check_min_rank("q", q, 1, "a trailing action axis [..., A]")
   _checks.check_positive("alpha", alpha)
   alpha = jnp.asarray(alpha, dtype=jnp.result_type(q))
-  return alpha * jax.nn.logsumexp(q / _per_action(alpha), axis=-1)
+  return alpha * logsumexp_actions(q / _per_action(alpha))
 
 
 def soft_policy(q: jax.Array, alpha) -> jax.Array:
