@@ -39,8 +39,8 @@ class Args:
   """Time-major shapes TxB to time."""
   num_actions: int = 4
   """Action-axis size A for Retrace and soft-Q ([T, B, A] Q-values)."""
-  methods: tuple[str, ...] = ("scan",)
-  """Recurrence implementations of ours to time ('scan', 'associative')."""
+  methods: tuple[str, ...] = ("auto",)
+  """Recurrence implementations of ours to time (auto, scan, associative)."""
   estimators: tuple[str, ...] = ("vtrace", "retrace", "soft_q")
   """Which estimators to time."""
   repeats: int = 30

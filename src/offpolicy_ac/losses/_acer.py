@@ -30,7 +30,7 @@ def acer_q_ret(
     *,
     mask: jax.Array | None = None,
     eps: float = 1e-8,
-    method: str = "scan",
+    method: str = "auto",
 ) -> jax.Array:
   """ACER's Q^ret targets (discrete): Retrace with lambda = 1, V = sum_a pi Q.
 
@@ -236,7 +236,7 @@ def acer_continuous_targets(
     *,
     action_dim: int,
     mask: jax.Array | None = None,
-    method: str = "scan",
+    method: str = "auto",
 ) -> AcerContinuousTargets:
   """Continuous ACER's Q^ret (c = min(1, rho^(1/d))) and Q^opc (c = 1).
 
@@ -248,7 +248,7 @@ def acer_continuous_targets(
     log_rho_t: log pi(a_{s+1}|x_{s+1}) - log mu(a_{s+1}|x_{s+1}), times [1, T].
     action_dim: d >= 1, the action dimension.
     mask: optional bool [T, ...], False where step s is not a real transition.
-    method: "scan" or "associative".
+    method: "auto", "scan" or "associative" (see `reverse_linear_recurrence`).
   """
   if not isinstance(action_dim, int) or action_dim < 1:
     raise ValueError(f"`action_dim` must be an int >= 1, got {action_dim!r}.")

@@ -113,6 +113,6 @@ def check_non_negative(name: str, x: Any) -> None:
 
 
 def check_method(method: str) -> None:
-  if method not in ("scan", "associative"):
+  if method not in ("auto", "scan", "associative"):
     raise ValueError(
-        f"`method` must be 'scan' or 'associative', got {method!r}.")
+        f"`method` must be 'auto', 'scan' or 'associative', got {method!r}.")

@@ -69,7 +69,7 @@ def impala_loss(
     clip_rho_threshold=1.0,
     clip_c_threshold=1.0,
     clip_pg_rho_threshold=1.0,
-    method: str = "scan",
+    method: str = "auto",
 ) -> ImpalaLossOutput:
   """IMPALA loss for any policy given log-probabilities and entropies.
 

@@ -6,7 +6,9 @@ V-trace, Retrace (and every general off-policy return), Q^ret / Q^opc and soft
 lambda-returns differ only in how they build the coefficients `a` and `b`
 elementwise before this call and what they read off `acc` after it.
 
-Two interchangeable implementations, selected with `method`:
+Two interchangeable implementations, selected with `method` ("auto", the
+default everywhere, lowers to "scan" on CPU and "associative" on GPU/TPU via
+`lax.platform_dependent`):
 
 * ``"scan"`` -- a reverse `lax.scan` over the leading time axis whose body is a
   single fused multiply-add on one time-major row `[...]`. On the time-major
@@ -45,7 +47,7 @@ def reverse_linear_recurrence(
     b: jax.Array,
     init: jax.Array | None = None,
     *,
-    method: str = "scan",
+    method: str = "auto",
     unroll: int = 1,
 ) -> jax.Array:
   """Computes acc_t = b_t + a_t * acc_{t+1} backwards in time.
@@ -54,7 +56,8 @@ def reverse_linear_recurrence(
     a: multiplicative coefficients, shape [T, ...], times [0, T-1].
     b: additive terms, same shape and dtype as `a`.
     init: acc_T, shape `a.shape[1:]`; zeros if None.
-    method: "scan" (reverse `lax.scan`) or "associative" (`associative_scan`).
+    method: "scan" (reverse `lax.scan`), "associative" (`associative_scan`)
+      or "auto" (scan on CPU, associative elsewhere; decided at lowering).
     unroll: `lax.scan` unroll factor (method="scan" only).
 
   Returns:
@@ -68,15 +71,25 @@ def reverse_linear_recurrence(
   else:
     _checks.check_shape("init", init, jnp.shape(b)[1:], "`b[0]`")
 
+  scan = lambda a, b, init: _scan(a, b, init, unroll)
   if method == "scan":
-    def step(acc, a_and_b):
-      a_t, b_t = a_and_b
-      acc = b_t + a_t * acc
-      return acc, acc
+    return scan(a, b, init)
+  if method == "associative":
+    return _associative(a, b, init)
+  return jax.lax.platform_dependent(a, b, init, cpu=scan, default=_associative)
 
-    _, acc = jax.lax.scan(step, init, (a, b), reverse=True, unroll=unroll)
-    return acc
 
+def _scan(a, b, init, unroll):
+  def step(acc, a_and_b):
+    a_t, b_t = a_and_b
+    acc = b_t + a_t * acc
+    return acc, acc
+
+  _, acc = jax.lax.scan(step, init, (a, b), reverse=True, unroll=unroll)
+  return acc
+
+
+def _associative(a, b, init):
   # Fold `init` into the last step: b_{T-1} + a_{T-1} * init.
   b = b.at[-1].add(a[-1] * init)
   _, acc = jax.lax.associative_scan(_compose, (a, b), reverse=True, axis=0)

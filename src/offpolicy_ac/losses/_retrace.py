@@ -33,7 +33,7 @@ def general_off_policy_returns(
     *,
     mask: jax.Array | None = None,
     stop_target_gradients: bool = True,
-    method: str = "scan",
+    method: str = "auto",
 ) -> jax.Array:
   """Off-policy return targets G_s for any trace coefficients c.
 
@@ -48,7 +48,7 @@ def general_off_policy_returns(
     mask: optional bool, False where step s is not a real transition; such a
       step's target is 0 and nothing after it flows into earlier targets.
     stop_target_gradients: stop gradients through the targets.
-    method: "scan" or "associative".
+    method: "auto", "scan" or "associative" (see `reverse_linear_recurrence`).
 
   Returns:
     targets G_s at times [0, T-1], shape [T, ...].
@@ -103,7 +103,7 @@ def retrace_targets(
     lambda_=1.0,
     eps: float = 1e-8,
     stop_target_gradients: bool = True,
-    method: str = "scan",
+    method: str = "auto",
 ) -> jax.Array:
   """Retrace targets Q^ret(x_s, a_s), shape [T, ...] (ACER's Q^ret at lambda=1).
 
@@ -141,7 +141,7 @@ def retrace(
     lambda_=1.0,
     eps: float = 1e-8,
     stop_target_gradients: bool = True,
-    method: str = "scan",
+    method: str = "auto",
 ) -> jax.Array:
   """Retrace errors Q^ret(x_s, a_s) - Q(x_s, a_s), shape [T, ...].
 
@@ -162,7 +162,7 @@ def retrace(
     lambda_: trace mixing in [0, 1].
     eps: added to mu_t before dividing.
     stop_target_gradients: stop gradients through the targets.
-    method: "scan" or "associative".
+    method: "auto", "scan" or "associative" (see `reverse_linear_recurrence`).
   """
   shape = _check_q_inputs(q_tm1, q_t, a_tm1, a_t, r_t, discount_t, pi_t, mu_t)
   mask = _checks.check_mask(mask, shape)

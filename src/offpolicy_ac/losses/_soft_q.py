@@ -61,7 +61,7 @@ def soft_q_targets(
     lambda_=0.0,
     mask: jax.Array | None = None,
     stop_target_gradients: bool = True,
-    method: str = "scan",
+    method: str = "auto",
 ) -> jax.Array:
   """Soft lambda-returns, computed with one reverse linear recurrence.
 
@@ -80,7 +80,7 @@ def soft_q_targets(
     mask: optional bool [T, ...]; False where step s is not a real
       transition. Its target is 0 and must not be learned from.
     stop_target_gradients: stop gradients through the targets.
-    method: "scan" or "associative".
+    method: "auto", "scan" or "associative" (see `reverse_linear_recurrence`).
 
   Returns:
     targets G_s at times [0, T-1], shape [T, ...].

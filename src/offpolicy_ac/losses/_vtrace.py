@@ -44,7 +44,7 @@ def vtrace(
     clip_c_threshold=1.0,
     clip_pg_rho_threshold=1.0,
     stop_target_gradients: bool = True,
-    method: str = "scan",
+    method: str = "auto",
 ) -> VTraceOutput:
   """V-trace errors, policy-gradient advantages and Q estimates.
 
@@ -74,7 +74,7 @@ def vtrace(
     clip_c_threshold: c_bar > 0, truncation of the trace coefficients.
     clip_pg_rho_threshold: rho_bar_pg > 0, truncation of the pg weights.
     stop_target_gradients: stop gradients through v_s and q_estimate.
-    method: "scan" or "associative" (see `reverse_linear_recurrence`).
+    method: "auto", "scan" or "associative" (see `reverse_linear_recurrence`).
 
   Returns:
     A `VTraceOutput` of [T, ...] arrays. With lambda = 1, c_bar = 1 and no mask

@@ -1,0 +1,438 @@
+"""envpool environments with ALF's TimeStep semantics (DESIGN.md, Contract 2).
+
+Built on envpool's *gymnasium* API: its dm_env API reports a time-limit end as discount 0,
+which would stop bootstrapping at truncations.
+
+What envpool 1.2.5 does (checked empirically, see tests/test_envs_envpool.py and
+docs/envs_notes.md), and what this module turns it into:
+
+* `reset()` returns the reset observations with `info["elapsed_step"] == 0`: FIRST.
+* A step that ends an episode returns the true final observation with `terminated` or
+  `truncated` set: LAST, discount 0 if terminated, 1 if truncated (only `truncated` is set
+  when an episode both hits a terminal state and the time limit on the same step).
+* The *next* step of that environment ignores its action and returns the reset observation
+  with reward 0 (`elapsed_step` 0, or unchanged after an Atari life loss): FIRST, reward 0,
+  discount 1. FIRST is detected from the previous step of the same `env_id`, not from
+  `elapsed_step`, so life-loss resets of episodic-life Atari are FIRST too.
+* Atari `info` carries `reward` (the unclipped game reward, even with `reward_clip=True`),
+  `lives` and `terminated` (1 only when the whole game is over). A life loss with
+  `episodic_life=True` is a LAST step with discount 0 whose next step is FIRST, but the game
+  goes on; after a game over or a time-limit truncation the game restarts. Episode
+  statistics for Atari follow the game, not the life.
+
+All per-environment state (whether the next step is FIRST, episode statistics, which
+environments have an action in flight) lives in arrays indexed by `env_id`, so asynchronous
+stepping (`batch_size < num_envs`) never mixes environments.
+"""
+
+from __future__ import annotations
+
+import difflib
+import warnings
+from typing import Any
+
+import numpy as np
+
+from offpolicy_ac.envs.timestep import (
+    ENV_ID_DTYPE,
+    FIRST,
+    LAST,
+    MID,
+    STEP_TYPE_DTYPE,
+    EnvSpec,
+    EpisodeStats,
+    TimeStep,
+)
+
+__all__ = ["EnvPoolEnv", "make", "make_atari", "ATARI_TRAIN_KWARGS", "ATARI_EVAL_KWARGS"]
+
+# envpool's standard Atari preprocessing: 84x84 grey, frame stack 4, frame skip 4, up to 30
+# no-op starts, fire on reset, no sticky actions; plus, for training, episodic life and
+# reward clipping.
+ATARI_EVAL_KWARGS: dict[str, Any] = dict(
+    img_height=84,
+    img_width=84,
+    gray_scale=True,
+    stack_num=4,
+    frame_skip=4,
+    noop_max=30,
+    episodic_life=False,
+    reward_clip=False,
+)
+ATARI_TRAIN_KWARGS: dict[str, Any] = {**ATARI_EVAL_KWARGS, "episodic_life": True, "reward_clip": True}
+
+_RESERVED_KWARGS = ("num_envs", "seed", "gym_reset_return_info")
+
+
+def _envpool():
+    import envpool  # local import: importing envpool is slow and only needed to make envs
+
+    return envpool
+
+
+class EnvPoolEnv:
+    """A pool of `num_envs` environments returning batched `TimeStep`s.
+
+    Stateful by nature (it owns the simulators). Use `reset()` then `step(action)`, or,
+    asynchronously, `send(action, env_id)` and `recv()`. Actions are validated before
+    anything is sent: wrong shape, wrong dtype kind, out-of-range discrete actions and
+    non-finite continuous actions raise `ValueError`; continuous actions are clipped to
+    their bounds.
+
+    Attributes:
+      spec: the `EnvSpec`.
+      num_envs, batch_size, is_async: the pool's layout.
+    """
+
+    def __init__(self, pool: Any, spec: EnvSpec, *, game_episodes: bool):
+        self._pool = pool
+        self.spec = spec
+        self.num_envs = spec.num_envs
+        self.batch_size = spec.batch_size
+        self.is_async = spec.is_async
+        self._game_episodes = game_episodes  # Atari: raw score over whole games
+        n = self.num_envs
+        self._all_env_ids = np.arange(n, dtype=ENV_ID_DTYPE)
+        self._last_env_id = self._all_env_ids
+        self._in_flight = np.zeros((n,), bool)
+        self._num_in_flight = 0
+        self._next_is_first = np.ones((n,), bool)
+        self._next_starts_episode = np.ones((n,), bool)
+        self._episode_return = np.zeros((n,), np.float64)
+        self._episode_length = np.zeros((n,), np.int64)
+        self._finished: list[EpisodeStats] = []
+        self._was_reset = False
+        self._convert_obs = spec.observation_dtype != str(pool.observation_space.dtype)
+        if spec.is_discrete:
+            self._num_actions = spec.num_actions
+        else:
+            self._low = np.asarray(spec.action_low, np.float32).reshape(spec.action_shape)
+            self._high = np.asarray(spec.action_high, np.float32).reshape(spec.action_shape)
+            self._pool_action_dtype = pool.action_space.dtype
+
+    # ------------------------------------------------------------------ stepping
+
+    def reset(self) -> TimeStep:
+        """Resets every environment; returns FIRST steps.
+
+        Sync mode: all `num_envs` environments. Async mode: the first `batch_size` of them
+        to finish resetting; the others come out of later `recv()` calls, also as FIRST.
+        Statistics of unfinished episodes are dropped. Raises RuntimeError if an action is
+        still in flight (receive it first).
+        """
+        if self._num_in_flight:
+            raise RuntimeError(
+                f"reset() with {self._num_in_flight} environment(s) still stepping; call "
+                "recv() until none is in flight first"
+            )
+        self.async_reset()
+        return self.recv()
+
+    def async_reset(self) -> None:
+        """Starts resetting every environment without waiting: their FIRST steps come out
+        of the following `recv()` calls. Same preconditions as `reset()`."""
+        if self._num_in_flight:
+            raise RuntimeError(
+                f"async_reset() with {self._num_in_flight} environment(s) still stepping; "
+                "call recv() until none is in flight first"
+            )
+        self._next_is_first[:] = True
+        self._next_starts_episode[:] = True
+        self._episode_return[:] = 0.0
+        self._episode_length[:] = 0
+        self._finished = []
+        self._pool.async_reset()
+        self._in_flight[:] = True
+        self._num_in_flight = self.num_envs
+        self._last_env_id = None
+        self._was_reset = True
+
+    def step(self, action: Any, env_id: Any = None) -> TimeStep:
+        """`send(action, env_id)` then `recv()`."""
+        self.send(action, env_id)
+        return self.recv()
+
+    def send(self, action: Any, env_id: Any = None) -> None:
+        """Validates `action` [k, *action_shape] and sends it to environments `env_id` [k].
+
+        `env_id` defaults to the environments of the last `recv()`/`reset()` (all of them in
+        sync mode). Raises ValueError for a bad action or env_id, or an env that already has
+        an action in flight, before anything is sent.
+        """
+        if not self._was_reset:
+            raise RuntimeError("call reset() before the first send()/step()")
+        env_id = self._check_env_id(env_id)
+        action = self._check_action(action, env_id.shape[0])
+        self._pool.send(action, env_id)
+        self._in_flight[env_id] = True
+        self._num_in_flight += env_id.shape[0]
+        self._last_env_id = None
+
+    def recv(self) -> TimeStep:
+        """Receives the next `batch_size` steps (whichever environments are ready)."""
+        if self._num_in_flight < self.batch_size:
+            raise RuntimeError(
+                f"recv() would block forever: {self._num_in_flight} environment(s) in flight "
+                f"but a batch is {self.batch_size}; send() actions first"
+            )
+        obs, reward, terminated, truncated, info = self._pool.recv()
+        env_id = info["env_id"]
+        self._in_flight[env_id] = False
+        self._num_in_flight -= env_id.shape[0]
+        self._last_env_id = env_id
+
+        first = self._next_is_first[env_id]
+        done = terminated | truncated
+        not_first = ~first
+        step_type = (MID + done.astype(STEP_TYPE_DTYPE)) * not_first  # FIRST=0, MID=1, LAST=2
+        reward = np.where(first, np.float32(0.0), reward).astype(np.float32, copy=False)
+        discount = (not_first & ~terminated | first).astype(np.float32)
+        self._next_is_first[env_id] = done
+        if self._convert_obs:
+            obs = obs.astype(self.spec.observation_dtype)
+
+        # Episode statistics, per env_id. For Atari an episode is a whole game.
+        if self._game_episodes:
+            raw_reward = np.where(first, 0.0, info["reward"])
+            episode_over = done & (truncated | info["terminated"].astype(bool))
+        else:
+            raw_reward = reward
+            episode_over = done
+        starts = self._next_starts_episode[env_id]
+        ret = np.where(starts, 0.0, self._episode_return[env_id]) + raw_reward
+        length = np.where(starts, 0, self._episode_length[env_id]) + not_first
+        self._episode_return[env_id] = ret
+        self._episode_length[env_id] = length
+        self._next_starts_episode[env_id] = episode_over
+        if episode_over.any():
+            self._finished.append(
+                EpisodeStats(env_id[episode_over].copy(), ret[episode_over], length[episode_over])
+            )
+        return TimeStep(step_type.astype(STEP_TYPE_DTYPE, copy=False), reward, discount, obs, env_id)
+
+    def pop_episode_stats(self) -> EpisodeStats:
+        """Episodes finished since the last call, in the order they finished."""
+        stats = EpisodeStats.concatenate(self._finished)
+        self._finished = []
+        return stats
+
+    def close(self) -> None:
+        """Releases the simulators."""
+        close = getattr(self._pool, "close", None)
+        if close is not None:
+            close()
+
+    def __enter__(self) -> EnvPoolEnv:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"EnvPoolEnv({self.spec.task_id!r}, num_envs={self.num_envs}, "
+            f"batch_size={self.batch_size})"
+        )
+
+    @property
+    def num_in_flight(self) -> int:
+        """How many environments have an action sent and not yet received."""
+        return self._num_in_flight
+
+    @property
+    def pool(self) -> Any:
+        """The underlying envpool gymnasium environment (for its XLA interface)."""
+        return self._pool
+
+    # ------------------------------------------------------------------ validation
+
+    def _check_env_id(self, env_id: Any) -> np.ndarray:
+        if env_id is None:
+            if self._last_env_id is None:
+                raise ValueError("send() needs env_id: no recv() since the last send()")
+            return self._last_env_id
+        env_id = np.asarray(env_id)
+        if env_id.ndim != 1 or env_id.dtype.kind not in "iu":
+            raise ValueError(
+                f"env_id must be a 1-D integer array, got shape {env_id.shape} dtype {env_id.dtype}"
+            )
+        if env_id.size == 0:
+            raise ValueError("env_id is empty")
+        if env_id.min() < 0 or env_id.max() >= self.num_envs:
+            raise ValueError(f"env_id out of range [0, {self.num_envs}): {env_id}")
+        env_id = env_id.astype(ENV_ID_DTYPE, copy=False)
+        if np.unique(env_id).shape[0] != env_id.shape[0]:
+            raise ValueError(f"env_id has duplicates: {env_id}")
+        if self._in_flight[env_id].any():
+            raise ValueError(
+                f"env_id {env_id[self._in_flight[env_id]]} already have an action in flight"
+            )
+        return env_id
+
+    def _check_action(self, action: Any, k: int) -> np.ndarray:
+        action = np.asarray(action)
+        spec = self.spec
+        expected = (k, *spec.action_shape)
+        if spec.is_discrete:
+            if action.dtype.kind not in "iu":
+                raise ValueError(
+                    f"{spec.task_id}: discrete actions must have an integer dtype, "
+                    f"got {action.dtype}"
+                )
+            if action.shape != expected:
+                raise ValueError(
+                    f"{spec.task_id}: action shape {action.shape}, expected {expected} "
+                    f"(one action per environment sent to)"
+                )
+            if action.min() < 0 or action.max() >= self._num_actions:
+                bad = action[(action < 0) | (action >= self._num_actions)]
+                raise ValueError(
+                    f"{spec.task_id}: discrete actions must be in [0, {self._num_actions}), "
+                    f"got {bad}"
+                )
+            return action.astype(np.int32, copy=False)
+        if action.dtype.kind != "f":
+            raise ValueError(
+                f"{spec.task_id}: continuous actions must have a floating dtype, got {action.dtype}"
+            )
+        if action.shape != expected:
+            raise ValueError(
+                f"{spec.task_id}: action shape {action.shape}, expected {expected} "
+                f"(one action per environment sent to)"
+            )
+        if not np.isfinite(action).all():
+            raise ValueError(f"{spec.task_id}: continuous actions must be finite, got {action}")
+        return np.clip(action, self._low, self._high).astype(self._pool_action_dtype, copy=False)
+
+
+# ---------------------------------------------------------------------- factories
+
+
+def _spec_from_pool(task_id: str, pool: Any, num_envs: int, batch_size: int) -> EnvSpec:
+    import gymnasium
+
+    obs_space, act_space = pool.observation_space, pool.action_space
+    if not isinstance(obs_space, gymnasium.spaces.Box):
+        raise ValueError(f"{task_id}: only Box observation spaces are supported, got {obs_space}")
+    obs_dtype = np.dtype(obs_space.dtype)
+    if obs_dtype == np.float64:
+        obs_dtype = np.dtype(np.float32)
+    if isinstance(act_space, gymnasium.spaces.Discrete):
+        if int(act_space.start) != 0:
+            raise ValueError(f"{task_id}: Discrete action spaces must start at 0, got {act_space}")
+        return EnvSpec(
+            task_id, tuple(obs_space.shape), obs_dtype.name, True, int(act_space.n), (),
+            "int32", None, None, num_envs, batch_size,
+        )  # fmt: skip
+    if isinstance(act_space, gymnasium.spaces.Box):
+        low = np.broadcast_to(act_space.low, act_space.shape).astype(np.float64).ravel()
+        high = np.broadcast_to(act_space.high, act_space.shape).astype(np.float64).ravel()
+        if not (np.isfinite(low).all() and np.isfinite(high).all()):
+            raise ValueError(f"{task_id}: continuous action bounds must be finite, got {act_space}")
+        return EnvSpec(
+            task_id, tuple(obs_space.shape), obs_dtype.name, False, None,
+            tuple(act_space.shape), "float32", tuple(low.tolist()), tuple(high.tolist()),
+            num_envs, batch_size,
+        )  # fmt: skip
+    raise ValueError(f"{task_id}: unsupported action space {act_space}")
+
+
+def _check_positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{name} must be an int, got {value!r}")
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}")
+    return int(value)
+
+
+def _check_task_id(task_id: Any) -> Any:
+    envpool = _envpool()
+    if not isinstance(task_id, str):
+        raise ValueError(f"task_id must be a str, got {task_id!r}")
+    all_ids = envpool.list_all_envs()
+    if task_id not in all_ids:
+        close = difflib.get_close_matches(task_id, all_ids, n=5)
+        hint = f"; did you mean one of {close}?" if close else "; see envpool.list_all_envs()"
+        raise ValueError(f"unknown task id {task_id!r}{hint}")
+    return envpool
+
+
+def _is_atari(envpool: Any, task_id: str) -> bool:
+    """Atari-like: life-based episodes, a raw reward and a game-over flag in info."""
+    spec = envpool.make_spec(task_id)
+    keys = set(spec.state_array_spec)
+    return "episodic_life" in spec.config._fields and {"info:reward", "info:terminated"} <= keys
+
+
+def make(task_id: str, num_envs: int, seed: int, **envpool_kwargs: Any) -> EnvPoolEnv:
+    """Makes `num_envs` envpool environments with ALF's TimeStep semantics.
+
+    Args:
+      task_id: an envpool task id ("CartPole-v1", "Pendulum-v1", "Pong-v5", "Hopper-v4").
+      num_envs: number of environments, >= 1.
+      seed: base seed; envpool seeds environment i with `seed + i`.
+      **envpool_kwargs: passed to `envpool.make_gymnasium`, e.g. `batch_size` (< num_envs
+        for asynchronous stepping), `num_threads`, `max_episode_steps`, Atari options.
+
+    Returns:
+      An `EnvPoolEnv`. Call `reset()` before stepping.
+
+    Raises:
+      ValueError: unknown task id, bad num_envs / seed / batch_size, unknown envpool option,
+        or an unsupported observation or action space.
+    """
+    envpool = _check_task_id(task_id)
+    num_envs = _check_positive_int("num_envs", num_envs)
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    for key in _RESERVED_KWARGS[:2]:
+        if key in envpool_kwargs:
+            raise ValueError(f"pass {key} as an argument of make(), not in envpool_kwargs")
+    if envpool_kwargs.pop("gym_reset_return_info", True) is not True:
+        raise ValueError("gym_reset_return_info=False is not supported (env_id comes from info)")
+    valid = set(envpool.make_spec(task_id).config._fields) - set(_RESERVED_KWARGS)
+    unknown = sorted(set(envpool_kwargs) - valid)
+    if unknown:
+        raise ValueError(f"unknown envpool option(s) {unknown} for {task_id}; valid: {sorted(valid)}")
+    batch_size = envpool_kwargs.pop("batch_size", num_envs)
+    batch_size = _check_positive_int("batch_size", batch_size)
+    if batch_size > num_envs:
+        raise ValueError(f"batch_size ({batch_size}) must be <= num_envs ({num_envs})")
+    if "max_episode_steps" in envpool_kwargs:
+        _check_positive_int("max_episode_steps", envpool_kwargs["max_episode_steps"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # gymnasium's float64 Box casting notes
+        pool = envpool.make_gymnasium(
+            task_id,
+            num_envs=num_envs,
+            batch_size=batch_size,
+            seed=int(seed),
+            gym_reset_return_info=True,
+            **envpool_kwargs,
+        )
+        spec = _spec_from_pool(task_id, pool, num_envs, batch_size)
+    return EnvPoolEnv(pool, spec, game_episodes=_is_atari(envpool, task_id))
+
+
+def make_atari(
+    task_id: str, num_envs: int, seed: int, *, train: bool = True, **envpool_kwargs: Any
+) -> EnvPoolEnv:
+    """Makes Atari environments with envpool's standard preprocessing.
+
+    Observations are [4, 84, 84] uint8 (grey, frame stack 4, frame skip 4), with up to 30
+    no-op starts. With `train=True` a life loss ends an episode (LAST, discount 0; the game
+    goes on after the FIRST step that follows) and rewards are clipped to {-1, 0, 1}; with
+    `train=False` neither. Either way `pop_episode_stats()` reports the raw game score and
+    length of whole games.
+
+    Args:
+      task_id: an envpool Atari id, e.g. "Pong-v5", "Breakout-v5".
+      num_envs, seed: as in `make`.
+      train: episodic life and reward clipping on (training) or off (evaluation).
+      **envpool_kwargs: override any preset option, or add others (batch_size, ...).
+    """
+    envpool = _check_task_id(task_id)
+    if not _is_atari(envpool, task_id):
+        raise ValueError(f"make_atari expects an envpool Atari id such as 'Pong-v5', got {task_id!r}")
+    preset = ATARI_TRAIN_KWARGS if train else ATARI_EVAL_KWARGS
+    return make(task_id, num_envs, seed, **{**preset, **envpool_kwargs})
