@@ -1,0 +1,99 @@
+"""What every agent is: pure init / act / greedy_act / update functions.
+
+    agent = make_impala(spec, config)          # validates, binds static settings
+    state = agent.init(key)                     # AgentState (NamedTuple of arrays)
+    action, extras = agent.act(state.params, obs, key)
+    action = agent.greedy_act(state.params, obs)
+    state, metrics = agent.update(state, batch) # batch: a time-major Trajectory
+
+All functions are jit-compatible; `update` is jitted by the factory. Keys are
+split, never reused: `update` draws from and advances `state.key`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import jax
+import optax
+
+
+class AgentState(NamedTuple):
+  """params: online network; target_params: target network (SQL) or average
+  policy network (ACER), () when unused; opt_state: optax state; key: PRNG key;
+  num_updates: int32 counter."""
+  params: Any
+  target_params: Any
+  opt_state: Any
+  key: jax.Array
+  num_updates: jax.Array
+
+
+class Agent(NamedTuple):
+  """An agent's pure functions and the static facts the training loop needs.
+
+  off_policy: whether `update` wants replayed sequences (True) or each fresh
+    unroll (False); replay_batch_kind names what the replay stores.
+  """
+  name: str
+  init: Callable[[jax.Array], AgentState]
+  act: Callable[[Any, jax.Array, jax.Array], tuple[jax.Array, Any]]
+  greedy_act: Callable[[Any, jax.Array], jax.Array]
+  update: Callable[[AgentState, Any], tuple[AgentState, dict]]
+  off_policy: bool
+  spec: Any
+  config: Any
+
+
+def make_optimizer(name: str, learning_rate: float, max_grad_norm: float, *,
+                   eps: float = 1e-5, decay: float = 0.99) -> optax.GradientTransformation:
+  """Global-norm clipping followed by Adam or RMSProp (IMPALA's)."""
+  if learning_rate <= 0:
+    raise ValueError(f"learning_rate must be > 0, got {learning_rate}")
+  if max_grad_norm <= 0:
+    raise ValueError(f"max_grad_norm must be > 0, got {max_grad_norm}")
+  if name == "adam":
+    opt = optax.adam(learning_rate, eps=eps)
+  elif name == "rmsprop":
+    opt = optax.rmsprop(learning_rate, decay=decay, eps=eps)
+  else:
+    raise ValueError(f"optimizer must be 'adam' or 'rmsprop', got {name!r}")
+  return optax.chain(optax.clip_by_global_norm(max_grad_norm), opt)
+
+
+def apply_batched(apply_fn: Callable, params: Any, obs: jax.Array,
+                  lead_dims: int = 2) -> Any:
+  """Applies a batch-major network to [T, B, ...] observations (flattens T, B)."""
+  lead = obs.shape[:lead_dims]
+  flat = obs.reshape((-1,) + obs.shape[lead_dims:])
+  out = apply_fn(params, flat)
+  return jax.tree.map(lambda x: x.reshape(lead + x.shape[1:]), out)
+
+
+def check_in(name: str, value: float, low: float, high: float) -> None:
+  if not (low <= value <= high):
+    raise ValueError(f"{name} must lie in [{low}, {high}], got {value}")
+
+
+def check_positive(name: str, value: float) -> None:
+  if not value > 0:
+    raise ValueError(f"{name} must be > 0, got {value}")
+
+
+def check_non_negative(name: str, value: float) -> None:
+  if not value >= 0:
+    raise ValueError(f"{name} must be >= 0, got {value}")
+
+
+def check_discrete(spec: Any, agent: str) -> None:
+  if not spec.is_discrete:
+    raise ValueError(
+        f"{agent} needs a discrete action space, but {spec.task_id} has continuous "
+        f"actions of shape {spec.action_shape}")
+
+
+def check_continuous(spec: Any, agent: str) -> None:
+  if spec.is_discrete:
+    raise ValueError(
+        f"{agent} needs a continuous action space, but {spec.task_id} has "
+        f"{spec.num_actions} discrete actions")

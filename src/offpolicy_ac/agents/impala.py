@@ -1,0 +1,147 @@
+"""IMPALA: a V-trace actor-critic (Espeholt et al. 2018, arXiv:1802.01561).
+
+Discrete (categorical) and continuous (diagonal Gaussian) policies. The loss is
+`offpolicy_ac.losses.impala_loss` on a time-major Trajectory [T+1, B]; it works
+on fresh unrolls (the classic on-policy learner, with actor lag corrected by
+V-trace) and on replayed sequences alike.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+
+from offpolicy_ac import losses
+from offpolicy_ac import networks
+from offpolicy_ac.agents import base
+from offpolicy_ac.envs import loss_inputs
+
+
+@dataclasses.dataclass(frozen=True)
+class ImpalaConfig:
+  gamma: float = 0.99
+  """Discount factor."""
+  lambda_: float = 1.0
+  """V-trace lambda (AlphaStar's mixing); 1 is the paper's V-trace."""
+  clip_rho_threshold: float = 1.0
+  """rho-bar: truncation of the value-target importance weights."""
+  clip_c_threshold: float = 1.0
+  """c-bar: truncation of the trace coefficients (must be <= rho-bar)."""
+  clip_pg_rho_threshold: float = 1.0
+  """rho-bar for the policy-gradient weights."""
+  value_weight: float = 0.5
+  """w_v, weight of the value loss."""
+  entropy_weight: float = 0.01
+  """w_e, weight of the entropy bonus."""
+  learning_rate: float = 3e-3
+  """Optimizer step size."""
+  optimizer: str = "adam"
+  """'adam' or 'rmsprop'."""
+  optimizer_eps: float = 1e-5
+  """Epsilon of Adam / RMSProp."""
+  max_grad_norm: float = 0.5
+  """Global-norm gradient clipping."""
+  torso: str = "auto"
+  """'auto', 'mlp', 'nature_cnn' or 'impala_resnet'."""
+  hidden_sizes: Sequence[int] = (64, 64)
+  """MLP torso layer sizes."""
+  init_log_std: float = 0.0
+  """Initial log standard deviation of a Gaussian policy."""
+  reward_scale: float = 0.1
+  """Rewards are multiplied by this before the loss."""
+
+  def validate(self) -> None:
+    base.check_in("gamma", self.gamma, 0.0, 1.0)
+    base.check_in("lambda_", self.lambda_, 0.0, 1.0)
+    for name in ("clip_rho_threshold", "clip_c_threshold", "clip_pg_rho_threshold",
+                 "learning_rate", "max_grad_norm", "optimizer_eps"):
+      base.check_positive(name, getattr(self, name))
+    if self.clip_rho_threshold < self.clip_c_threshold:
+      raise ValueError(
+          f"rho-bar ({self.clip_rho_threshold}) < c-bar ({self.clip_c_threshold}): "
+          "V-trace needs clip_rho_threshold >= clip_c_threshold (Espeholt et al. 2018, "
+          "Remark 1)")
+    base.check_non_negative("value_weight", self.value_weight)
+    base.check_non_negative("entropy_weight", self.entropy_weight)
+
+
+def make_impala(spec, config: ImpalaConfig = ImpalaConfig()) -> base.Agent:
+  """Builds the IMPALA agent for an environment spec (discrete or continuous)."""
+  config.validate()
+  torso = networks.make_torso(config.torso, spec.observation_shape, config.hidden_sizes)
+  discrete = spec.is_discrete
+  if discrete:
+    net = networks.CategoricalActorCritic(torso, spec.num_actions)
+  else:
+    net = networks.GaussianActorCritic(torso, int(jnp.prod(jnp.array(spec.action_shape))),
+                                       config.init_log_std)
+  optimizer = base.make_optimizer(config.optimizer, config.learning_rate,
+                                  config.max_grad_norm, eps=config.optimizer_eps)
+  obs_dtype = jnp.dtype(spec.observation_dtype)
+
+  def init(key):
+    init_key, key = jax.random.split(key)
+    dummy = jnp.zeros((1,) + tuple(spec.observation_shape), obs_dtype)
+    params = net.init(init_key, dummy)
+    return base.AgentState(params, (), optimizer.init(params), key,
+                           jnp.zeros((), jnp.int32))
+
+  def act(params, obs, key):
+    if discrete:
+      logits, _ = net.apply(params, obs)
+      action = jax.random.categorical(key, logits).astype(jnp.int32)
+      return action, {"logits": logits}
+    mean, log_std, _ = net.apply(params, obs)
+    action = mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape)
+    return action, {"log_prob": losses.gaussian_log_prob(mean, log_std, action)}
+
+  def greedy_act(params, obs):
+    if discrete:
+      logits, _ = net.apply(params, obs)
+      return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    return net.apply(params, obs)[0]
+
+  def loss_fn(params, traj):
+    li = loss_inputs(traj, config.gamma)
+    out = base.apply_batched(net.apply, params, traj.observation)
+    kwargs = dict(
+        mask=li.mask, value_weight=config.value_weight,
+        entropy_weight=config.entropy_weight, lambda_=config.lambda_,
+        clip_rho_threshold=config.clip_rho_threshold,
+        clip_c_threshold=config.clip_c_threshold,
+        clip_pg_rho_threshold=config.clip_pg_rho_threshold)
+    r_t = li.r_t * config.reward_scale
+    if discrete:
+      logits, values = out
+      res = losses.impala_loss_categorical(
+          logits[:-1], traj.extras["logits"][:-1], traj.action[:-1], values[:-1],
+          values[1:], r_t, li.discount_t, **kwargs)
+    else:
+      mean, log_std, values = out
+      res = losses.impala_loss_gaussian(
+          mean[:-1], log_std[:-1], traj.extras["log_prob"][:-1],
+          traj.action[:-1].reshape(mean[:-1].shape), values[:-1], values[1:], r_t,
+          li.discount_t, **kwargs)
+    metrics = dict(loss=res.loss, policy_loss=res.policy_loss,
+                   value_loss=res.value_loss, entropy=res.entropy,
+                   mean_rho=res.mean_rho, clipped_rho_fraction=res.clipped_rho_fraction)
+    return res.loss, metrics
+
+  @jax.jit
+  def update(state, traj):
+    grads, metrics = jax.grad(loss_fn, has_aux=True)(state.params, traj)
+    updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+    params = jax.tree.map(lambda p, u: p + u, state.params, updates)
+    metrics["grad_norm"] = _global_norm(grads)
+    return state._replace(params=params, opt_state=opt_state,
+                          num_updates=state.num_updates + 1), metrics
+
+  return base.Agent("impala", init, act, greedy_act, update, off_policy=False,
+                    spec=spec, config=config)
+
+
+def _global_norm(tree) -> jax.Array:
+  return jnp.sqrt(sum(jnp.sum(jnp.square(x)) for x in jax.tree.leaves(tree)))

@@ -1,0 +1,101 @@
+"""Networks with heads for each agent (flax.linen), all batch-major [B, ...].
+
+* `CategoricalActorCritic`: logits [B, A] and V [B] (IMPALA, discrete).
+* `GaussianActorCritic`: mean [B, D], log_std [B, D] (a state-independent
+  parameter, broadcast) and V [B].
+* `QNetwork`: Q [B, A] (SQL / SQIL).
+* `ActorQCritic`: logits [B, A] and Q [B, A] (discrete ACER).
+* `StochasticDuelingNetwork`: Gaussian policy, V(x) and A(x, a) (continuous
+  ACER, Wang et al. 2016): Q~(x, a) = V(x) + A(x, a) - mean_i A(x, u_i).
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+
+def _dense(features: int, scale: float) -> nn.Dense:
+  return nn.Dense(features, kernel_init=nn.initializers.orthogonal(scale))
+
+
+class CategoricalActorCritic(nn.Module):
+  torso: nn.Module
+  num_actions: int
+
+  @nn.compact
+  def __call__(self, obs):
+    h = self.torso(obs)
+    logits = _dense(self.num_actions, 0.01)(h)
+    value = _dense(1, 1.0)(h)[..., 0]
+    return logits, value
+
+
+class GaussianActorCritic(nn.Module):
+  torso: nn.Module
+  action_dim: int
+  init_log_std: float = 0.0
+
+  @nn.compact
+  def __call__(self, obs):
+    h = self.torso(obs)
+    mean = _dense(self.action_dim, 0.01)(h)
+    log_std = self.param("log_std", nn.initializers.constant(self.init_log_std),
+                         (self.action_dim,))
+    value = _dense(1, 1.0)(h)[..., 0]
+    return mean, jnp.broadcast_to(log_std, mean.shape), value
+
+
+class QNetwork(nn.Module):
+  torso: nn.Module
+  num_actions: int
+
+  @nn.compact
+  def __call__(self, obs):
+    return _dense(self.num_actions, 1.0)(self.torso(obs))
+
+
+class ActorQCritic(nn.Module):
+  """Shared torso; a policy head and a Q head (ACER, discrete)."""
+  torso: nn.Module
+  num_actions: int
+
+  @nn.compact
+  def __call__(self, obs):
+    h = self.torso(obs)
+    logits = _dense(self.num_actions, 0.01)(h)
+    q = _dense(self.num_actions, 1.0)(h)
+    return logits, q
+
+
+class StochasticDuelingNetwork(nn.Module):
+  """Continuous ACER's network.
+
+  `__call__(obs)` -> (mean [B, D], log_std [B, D], V [B], features [B, H]);
+  `advantage(features, actions [B, ..., D])` -> A(x, a) [B, ...].
+  """
+  torso: nn.Module
+  action_dim: int
+  hidden_size: int = 64
+  init_log_std: float = 0.0
+
+  def setup(self):
+    self.mean_head = _dense(self.action_dim, 0.01)
+    self.value_head = _dense(1, 1.0)
+    self.adv_hidden = _dense(self.hidden_size, jnp.sqrt(2.0))
+    self.adv_out = _dense(1, 1.0)
+    self.log_std = self.param("log_std", nn.initializers.constant(self.init_log_std),
+                              (self.action_dim,))
+
+  def __call__(self, obs):
+    h = self.torso(obs)
+    mean = self.mean_head(h)
+    return (mean, jnp.broadcast_to(self.log_std, mean.shape),
+            self.value_head(h)[..., 0], h)
+
+  def advantage(self, features, actions):
+    extra = actions.ndim - features.ndim
+    f = features.reshape(features.shape[:1] + (1,) * extra + features.shape[1:])
+    f = jnp.broadcast_to(f, actions.shape[:-1] + features.shape[-1:])
+    x = jnp.concatenate([f, actions], axis=-1)
+    return self.adv_out(nn.tanh(self.adv_hidden(x)))[..., 0]

@@ -1,0 +1,103 @@
+"""Feature extractors (flax.linen): an MLP for vectors, Nature-CNN and IMPALA-ResNet for pixels.
+
+Pixel torsos take envpool's channels-first uint8 frames [B, C, H, W] (C = frame
+stack), scale them to [0, 1] and work in NHWC internally.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+
+class MLPTorso(nn.Module):
+  """Fully connected torso: [B, D] (or [B, ...], flattened) -> [B, hidden_sizes[-1]]."""
+  hidden_sizes: Sequence[int] = (64, 64)
+  activation: str = "tanh"
+
+  @nn.compact
+  def __call__(self, obs: jnp.ndarray) -> jnp.ndarray:
+    act = getattr(nn, self.activation)
+    x = obs.reshape(obs.shape[0], -1).astype(jnp.float32)
+    for size in self.hidden_sizes:
+      x = act(nn.Dense(size, kernel_init=nn.initializers.orthogonal(jnp.sqrt(2.0)))(x))
+    return x
+
+
+def _to_nhwc(obs: jnp.ndarray) -> jnp.ndarray:
+  x = obs.astype(jnp.float32) / 255.0
+  return jnp.transpose(x, (0, 2, 3, 1))
+
+
+class NatureCNN(nn.Module):
+  """Mnih et al. 2015: 32x8x8/4, 64x4x4/2, 64x3x3/1, dense 512. [B, C, H, W] -> [B, 512]."""
+  dense_size: int = 512
+
+  @nn.compact
+  def __call__(self, obs: jnp.ndarray) -> jnp.ndarray:
+    x = _to_nhwc(obs)
+    for features, kernel, stride in ((32, 8, 4), (64, 4, 2), (64, 3, 1)):
+      x = nn.relu(nn.Conv(features, (kernel, kernel), (stride, stride),
+                          padding="VALID")(x))
+    x = x.reshape(x.shape[0], -1)
+    return nn.relu(nn.Dense(self.dense_size)(x))
+
+
+class _ResidualBlock(nn.Module):
+  channels: int
+
+  @nn.compact
+  def __call__(self, x):
+    y = nn.Conv(self.channels, (3, 3))(nn.relu(x))
+    y = nn.Conv(self.channels, (3, 3))(nn.relu(y))
+    return x + y
+
+
+class ImpalaResNet(nn.Module):
+  """Espeholt et al. 2018's deep torso: per stage conv, max-pool/2, two residual blocks.
+
+  [B, C, H, W] -> [B, dense_size].
+  """
+  channels: Sequence[int] = (16, 32, 32)
+  dense_size: int = 256
+
+  @nn.compact
+  def __call__(self, obs: jnp.ndarray) -> jnp.ndarray:
+    x = _to_nhwc(obs)
+    for channels in self.channels:
+      x = nn.Conv(channels, (3, 3))(x)
+      x = nn.max_pool(x, (3, 3), strides=(2, 2), padding="SAME")
+      x = _ResidualBlock(channels)(x)
+      x = _ResidualBlock(channels)(x)
+    x = nn.relu(x).reshape(x.shape[0], -1)
+    return nn.relu(nn.Dense(self.dense_size)(x))
+
+
+TORSOS = ("mlp", "nature_cnn", "impala_resnet")
+
+
+def make_torso(kind: str, observation_shape: tuple[int, ...],
+               hidden_sizes: Sequence[int] = (64, 64)) -> nn.Module:
+  """Builds a torso, checking that it fits the observation shape.
+
+  Args:
+    kind: "mlp" (vector observations), "nature_cnn" or "impala_resnet" (frames
+      [C, H, W]), or "auto" (mlp for rank-1 observations, nature_cnn for rank 3).
+    observation_shape: one observation's shape.
+    hidden_sizes: MLP layer sizes.
+  """
+  rank = len(observation_shape)
+  if kind == "auto":
+    kind = "mlp" if rank == 1 else "nature_cnn" if rank == 3 else ""
+    if not kind:
+      raise ValueError(f"no torso fits observations of shape {observation_shape}")
+  if kind not in TORSOS:
+    raise ValueError(f"unknown torso {kind!r}; choose one of {TORSOS} or 'auto'")
+  if kind == "mlp":
+    return MLPTorso(tuple(hidden_sizes))
+  if rank != 3:
+    raise ValueError(f"torso {kind!r} needs [C, H, W] frames, got observation shape "
+                     f"{observation_shape}")
+  return NatureCNN() if kind == "nature_cnn" else ImpalaResNet()

@@ -1,0 +1,131 @@
+"""A sequence replay buffer as pure functions (flashbax's shape, our semantics).
+
+Raw trajectories are stored as rows of fixed-length sequences, `[capacity, L, ...]`
+(batch-major inside the buffer so a row is one contiguous sequence). Samples come
+out time-major, `[length, batch, ...]`, ready for the losses. Sequences are
+stored raw: data transformers are applied after sampling, the same way as to
+fresh data. A sampled window may cross an episode junction; the losses' `mask`
+(derived from step types) handles that.
+
+    replay = make_sequence_replay(capacity=1000, sequence_length=T + 1,
+                                  sample_length=9, batch_size=64)
+    state = replay.init(example_traj)         # example: [L, B, ...] time-major
+    state = replay.add(state, traj)           # traj: [L, B, ...]
+    batch = replay.sample(state, key)         # [sample_length, batch_size, ...]
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+
+class ReplayState(NamedTuple):
+  """data: pytree of [capacity, L, ...]; insert_index and size: int32 scalars."""
+  data: Any
+  insert_index: jax.Array
+  size: jax.Array
+
+
+def replay_init(example: Any, capacity: int) -> ReplayState:
+  """An empty buffer for sequences shaped like `example` ([L, B, ...] time-major)."""
+  data = jax.tree.map(
+      lambda x: jnp.zeros((capacity, x.shape[0]) + x.shape[2:], x.dtype), example)
+  return ReplayState(data, jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32))
+
+
+def replay_add(state: ReplayState, sequences: Any, *, capacity: int) -> ReplayState:
+  """Writes the B sequences of `sequences` ([L, B, ...]) as rows, oldest overwritten."""
+  batch = jax.tree.leaves(sequences)[0].shape[1]
+  rows = (state.insert_index + jnp.arange(batch)) % capacity
+  data = jax.tree.map(lambda buf, x: buf.at[rows].set(jnp.swapaxes(x, 0, 1)),
+                      state.data, sequences)
+  return ReplayState(data, (state.insert_index + batch) % capacity,
+                     jnp.minimum(state.size + batch, capacity))
+
+
+def replay_sample(state: ReplayState, key: jax.Array, *, batch_size: int,
+                  length: int) -> Any:
+  """Uniform windows of `length` steps: [length, batch_size, ...] time-major.
+
+  Rows are drawn uniformly among the filled ones, each window's start uniformly
+  in [0, L - length]. Sampling an empty buffer returns zeros (guard with size).
+  """
+  seq_len = jax.tree.leaves(state.data)[0].shape[1]
+  row_key, start_key = jax.random.split(key)
+  rows = jax.random.randint(row_key, (batch_size,), 0, jnp.maximum(state.size, 1))
+  starts = jax.random.randint(start_key, (batch_size,), 0, seq_len - length + 1)
+  idx = starts[:, None] + jnp.arange(length)[None, :]  # [batch, length]
+
+  def gather(buf):
+    seqs = buf[rows]  # [batch, L, ...]
+    expand = (slice(None), slice(None)) + (None,) * (buf.ndim - 2)
+    window = jnp.take_along_axis(
+        seqs, jnp.broadcast_to(idx[expand], idx.shape + buf.shape[2:]), axis=1)
+    return jnp.swapaxes(window, 0, 1)
+
+  return jax.tree.map(gather, state.data)
+
+
+def replay_epoch(state: ReplayState, key: jax.Array, *, batch_size: int) -> Any:
+  """Whole-buffer training: all filled rows shuffled along the batch axis (time
+  order kept), as [num_batches, L, batch_size, ...]; the remainder is dropped.
+
+  Needs a concrete `state.size` (call outside `jit`, or with a full buffer).
+  """
+  size = int(state.size)
+  num_batches = size // batch_size
+  if num_batches == 0:
+    raise ValueError(f"the buffer holds {size} sequences, fewer than one batch of "
+                     f"{batch_size}")
+  perm = jax.random.permutation(key, size)[: num_batches * batch_size]
+  perm = perm.reshape(num_batches, batch_size)
+  return jax.tree.map(lambda buf: jnp.moveaxis(buf[perm], 2, 1), state.data)
+
+
+class SequenceReplay(NamedTuple):
+  """Pure functions with static settings bound; see the module docstring."""
+  init: Callable[[Any], ReplayState]
+  add: Callable[[ReplayState, Any], ReplayState]
+  sample: Callable[[ReplayState, jax.Array], Any]
+  epoch: Callable[[ReplayState, jax.Array], Any]
+  capacity: int
+  sequence_length: int
+  sample_length: int
+  batch_size: int
+
+
+def make_sequence_replay(*, capacity: int, sequence_length: int,
+                         sample_length: int, batch_size: int) -> SequenceReplay:
+  """Validates settings and binds them.
+
+  Args:
+    capacity: number of stored sequences (rows), >= batch_size.
+    sequence_length: L, steps per stored sequence (an unroll's T + 1).
+    sample_length: steps per sampled window, 2 <= sample_length <= L.
+    batch_size: windows per sample.
+  """
+  for name, value in [("capacity", capacity), ("sequence_length", sequence_length),
+                      ("sample_length", sample_length), ("batch_size", batch_size)]:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+      raise ValueError(f"`{name}` must be a positive int, got {value!r}")
+  if sample_length > sequence_length:
+    raise ValueError(
+        f"sample_length={sample_length} (mini_batch_length + 1) is longer than the "
+        f"stored sequences (unroll_length + 1 = {sequence_length}); use a shorter "
+        f"mini-batch length or a longer unroll")
+  if sample_length < 2:
+    raise ValueError(f"sample_length must be >= 2 (one transition), got {sample_length}")
+  if batch_size > capacity:
+    raise ValueError(f"batch_size={batch_size} exceeds the replay capacity {capacity}")
+  return SequenceReplay(
+      init=functools.partial(replay_init, capacity=capacity),
+      add=functools.partial(replay_add, capacity=capacity),
+      sample=functools.partial(replay_sample, batch_size=batch_size,
+                               length=sample_length),
+      epoch=functools.partial(replay_epoch, batch_size=batch_size),
+      capacity=capacity, sequence_length=sequence_length,
+      sample_length=sample_length, batch_size=batch_size)

@@ -1,0 +1,18 @@
+"""The training loop, evaluation, and the run directory (logging, plots)."""
+
+from offpolicy_ac.training.clock import seconds_since_launch
+from offpolicy_ac.training.evaluation import evaluate
+from offpolicy_ac.training.logger import RunLogger
+from offpolicy_ac.training.logger import read_metrics
+from offpolicy_ac.training.logger import write_config
+from offpolicy_ac.training.loop import LoopConfig
+from offpolicy_ac.training.loop import RunResult
+from offpolicy_ac.training.loop import train
+from offpolicy_ac.training.plotting import plot_runs
+
+__all__ = ["LoopConfig", "RunLogger", "RunResult", "evaluate", "plot_runs",
+           "read_metrics", "seconds_since_launch", "train", "write_config"]
+
+from offpolicy_ac.training.experiment import run_experiment  # noqa: E402
+
+__all__ += ["run_experiment"]

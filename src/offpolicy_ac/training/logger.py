@@ -1,0 +1,163 @@
+"""A run directory: config.json, metrics.jsonl, TensorBoard events, a learning-curve PNG.
+
+DESIGN.md Contract 3. `RunLogger.log(record)` appends one JSON object per line
+to metrics.jsonl (at least `env_steps`, `wall_time_s`, `episode_return`), writes
+the same scalars to TensorBoard, and prints a progress line (a tqdm bar on a
+terminal, plain lines otherwise).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import pathlib
+import platform
+import subprocess
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+
+def package_versions() -> dict[str, str]:
+  versions = {"python": platform.python_version()}
+  for name in ("jax", "jaxlib", "flax", "optax", "chex", "rlax", "envpool", "numpy",
+               "offpolicy_ac"):
+    try:
+      from importlib import metadata
+      versions[name] = metadata.version(name)
+    except Exception:  # pylint: disable=broad-except
+      versions[name] = "not installed"
+  return versions
+
+
+def git_revision() -> str:
+  """The git revision of the checkout holding this package ('unknown' outside one)."""
+  here = pathlib.Path(__file__).resolve().parent
+  try:
+    rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True,
+                         text=True, timeout=10, check=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                           cwd=here, capture_output=True, text=True, timeout=10).stdout
+    return rev + ("+dirty" if dirty.strip() else "")
+  except (OSError, subprocess.SubprocessError):
+    return "unknown"
+
+
+def _jsonable(x: Any) -> Any:
+  if dataclasses.is_dataclass(x) and not isinstance(x, type):
+    return {f.name: _jsonable(getattr(x, f.name)) for f in dataclasses.fields(x)}
+  if isinstance(x, dict):
+    return {str(k): _jsonable(v) for k, v in x.items()}
+  if isinstance(x, (list, tuple)):
+    return [_jsonable(v) for v in x]
+  if isinstance(x, (np.floating, np.integer)):
+    return x.item()
+  if isinstance(x, float) and not math.isfinite(x):
+    return None
+  if isinstance(x, (str, int, float, bool)) or x is None:
+    return x
+  return str(x)
+
+
+def write_config(run_dir: pathlib.Path, config: Any, extra: dict | None = None) -> dict:
+  """Writes config.json: the full config, git revision, package versions."""
+  record = {"config": _jsonable(config), "git_revision": git_revision(),
+            "versions": package_versions(), "command": sys.argv,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+  if extra:
+    record.update(_jsonable(extra))
+  tmp = run_dir / "config.json.tmp"
+  tmp.write_text(json.dumps(record, indent=2))
+  os.replace(tmp, run_dir / "config.json")
+  return record
+
+
+class RunLogger:
+  """Writes metrics.jsonl, TensorBoard scalars, a PNG, and shows progress."""
+
+  def __init__(self, run_dir: str | os.PathLike, *, total_env_steps: int,
+               title: str = "", plot_every_s: float = 30.0,
+               progress: bool | None = None, tensorboard: bool = True):
+    self.run_dir = pathlib.Path(run_dir)
+    self.run_dir.mkdir(parents=True, exist_ok=True)
+    self.metrics_path = self.run_dir / "metrics.jsonl"
+    self._file = open(self.metrics_path, "a", buffering=1)
+    self._title = title
+    self._plot_every_s = plot_every_s
+    self._last_plot = time.monotonic()
+    self._writer = None
+    if tensorboard:
+      try:
+        from tensorboardX import SummaryWriter
+        self._writer = SummaryWriter(str(self.run_dir / "tensorboard"))
+      except ImportError:  # pragma: no cover
+        self._writer = None
+    use_bar = sys.stderr.isatty() if progress is None else progress
+    self._bar = None
+    if use_bar:
+      from tqdm import tqdm
+      self._bar = tqdm(total=total_env_steps, unit="step", unit_scale=True,
+                       dynamic_ncols=True)
+    self._steps_shown = 0
+
+  def log(self, record: dict) -> None:
+    record = _jsonable(record)
+    self._file.write(json.dumps(record) + "\n")
+    step = int(record["env_steps"])
+    if self._writer is not None:
+      for key, value in record.items():
+        if key != "env_steps" and isinstance(value, (int, float)) and not isinstance(value, bool):
+          self._writer.add_scalar(key, value, step)
+    ret = record.get("episode_return")
+    ev = record.get("eval_return")
+    sps = record.get("env_steps_per_s")
+    text = (f"return {ret:8.2f}" if ret is not None else "return      n/a")
+    if ev is not None:
+      text += f" | eval {ev:8.2f}"
+    if sps is not None:
+      text += f" | {sps:9.0f} steps/s"
+    if self._bar is not None:
+      self._bar.update(step - self._steps_shown)
+      self._bar.set_postfix_str(text)
+    else:
+      print(f"[{self._title}] steps {step:>9d} | {record['wall_time_s']:7.1f}s | {text}",
+            flush=True)
+    self._steps_shown = step
+    if time.monotonic() - self._last_plot > self._plot_every_s:
+      self.plot()
+
+  def plot(self) -> pathlib.Path | None:
+    """Writes learning_curve.png from metrics.jsonl (episode and eval returns)."""
+    from offpolicy_ac.training.plotting import plot_runs
+    self._last_plot = time.monotonic()
+    try:
+      return plot_runs([self.run_dir], self.run_dir / "learning_curve.png",
+                       title=self._title)
+    except Exception as e:  # plotting must never kill a run
+      print(f"warning: could not plot: {e}", file=sys.stderr)
+      return None
+
+  def close(self) -> None:
+    self.plot()
+    if self._bar is not None:
+      self._bar.close()
+    if self._writer is not None:
+      self._writer.close()
+    self._file.close()
+
+
+def read_metrics(run_dir: str | os.PathLike) -> list[dict]:
+  path = pathlib.Path(run_dir) / "metrics.jsonl"
+  if not path.exists():
+    return []
+  lines = []
+  for line in path.read_text().splitlines():
+    try:
+      lines.append(json.loads(line))
+    except json.JSONDecodeError:  # a line cut by a kill
+      continue
+  return lines
