@@ -13,6 +13,8 @@ from offpolicy_ac.training.plotting import plot_runs
 __all__ = ["LoopConfig", "RunLogger", "RunResult", "evaluate", "plot_runs",
            "read_metrics", "seconds_since_launch", "train", "write_config"]
 
+from offpolicy_ac.training.experiment import load_params  # noqa: E402
 from offpolicy_ac.training.experiment import run_experiment  # noqa: E402
+from offpolicy_ac.training.experiment import save_params  # noqa: E402
 
-__all__ += ["run_experiment"]
+__all__ += ["load_params", "run_experiment", "save_params"]

@@ -9,11 +9,26 @@ import pathlib
 import time
 from typing import Any, Callable, Optional
 
+import flax.serialization
+import jax
+
 from offpolicy_ac.training.logger import RunLogger
 from offpolicy_ac.training.logger import write_config
 from offpolicy_ac.training.loop import LoopConfig
 from offpolicy_ac.training.loop import RunResult
 from offpolicy_ac.training.loop import train
+
+
+def save_params(path: pathlib.Path, params: Any) -> None:
+  """Writes parameters (flax msgpack) atomically."""
+  tmp = path.with_suffix(".tmp")
+  tmp.write_bytes(flax.serialization.to_bytes(jax.device_get(params)))
+  os.replace(tmp, path)
+
+
+def load_params(path: str | os.PathLike, template: Any) -> Any:
+  """Reads parameters written by `save_params` into the structure of `template`."""
+  return flax.serialization.from_bytes(template, pathlib.Path(path).read_bytes())
 
 
 def default_run_dir(name: str, loop: LoopConfig) -> str:
@@ -40,6 +55,7 @@ def run_experiment(name: str, args: Any, agent_factory: Callable, *,
     result = train(agent_factory, loop, logger, batch_fn=batch_fn)
   finally:
     logger.close()
+  save_params(run_dir / "final_params.msgpack", result.agent_state.params)
   summary = {k: v for k, v in dataclasses.asdict(result).items() if k != "agent_state"}
   summary["run_dir"] = str(run_dir)
   (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))

@@ -1,0 +1,53 @@
+"""SQIL on an envpool task from recorded demonstrations.
+
+    python experiments/record_demos.py --run-dir runs/sql-cartpole --episodes 10 --out demos.npz
+    python experiments/sqil.py --demos demos.npz --env-id CartPole-v1 --run-dir runs/sqil
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Optional
+
+import tyro
+
+from offpolicy_ac import demos as demos_lib
+from offpolicy_ac.agents import SqlConfig
+from offpolicy_ac.agents import make_sqil
+from offpolicy_ac.agents import make_sqil_batch_fn
+from offpolicy_ac.training import LoopConfig
+from offpolicy_ac.training import run_experiment
+
+
+@dataclasses.dataclass(frozen=True)
+class Args:
+  demos: str
+  """Demonstrations (.npz from experiments/record_demos.py)."""
+  loop: LoopConfig = LoopConfig(
+      env_id="CartPole-v1", total_env_steps=200_000, num_envs=4, unroll_length=8,
+      replay_capacity=5_000, min_replay_size=32, num_updates_per_train_iter=4,
+      mini_batch_size=32, mini_batch_length=4)
+  """mini_batch_size is each half: agent windows, and as many demonstration windows."""
+  agent: SqlConfig = SqlConfig()
+  cut_mode: str = "last"
+  """How demonstration episodes are cut into sequences: drop, last, null_padding."""
+  run_dir: Optional[str] = None
+  """Run directory (default: runs/sqil-<env>-seed<seed>-<time>)."""
+
+
+def main(args: Args):
+  demos = demos_lib.load_demos(args.demos)
+  if demos["env_id"] != args.loop.env_id:
+    raise ValueError(f"the demonstrations are of {demos['env_id']}, the run is on "
+                     f"{args.loop.env_id}")
+  length = args.loop.mini_batch_length + 1
+  sequences = demos_lib.cut_episodes(demos, length, args.cut_mode)
+  batch_fn = make_sqil_batch_fn(sequences, batch_size=args.loop.mini_batch_size,
+                                length=length)
+  return run_experiment("sqil", args, functools.partial(make_sqil, config=args.agent),
+                        batch_fn=batch_fn)
+
+
+if __name__ == "__main__":
+  main(tyro.cli(Args, config=(tyro.conf.OmitArgPrefixes,)))

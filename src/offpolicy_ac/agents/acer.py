@@ -1,0 +1,360 @@
+"""ACER: actor-critic with experience replay (Wang et al. 2016, arXiv:1611.01224).
+
+See "Sample Efficient Actor-Critic with Experience Replay" by Wang et al.
+(https://arxiv.org/abs/1611.01224).
+
+* Discrete actions (`ActorQCritic`: policy logits and Q(x, .) on a shared
+  torso): Retrace targets Q^ret (c = min(1, rho)), truncated importance
+  sampling with bias correction (`clip_c`), ACER's trust region against an
+  average policy network on the probabilities, critic loss
+  1/2 (Q^ret - Q(x, a))^2.
+* Continuous actions (`StochasticDuelingNetwork`: diagonal Gaussian policy,
+  V(x) and A(x, a)): Q~(x, a) = V(x) + A(x, a) - mean_i A(x, u_i) with
+  `sdn_samples` draws u_i ~ pi, Q^ret (c = min(1, rho^(1/d))) for the critic,
+  Q^opc (c = 1) for the policy gradient, and the trust region on the Gaussian
+  statistics (mean, log_std).
+
+The average policy network lives in `AgentState.target_params` and follows the
+parameters as an exponential moving average after every update:
+theta_avg <- avg_decay * theta_avg + (1 - avg_decay) * theta.
+
+`update` works on any time-major Trajectory batch [T+1, B] whose extras hold
+the behaviour policy (as written by `act`): discrete `logits` [B, A];
+continuous `log_prob` [B] of the taken action, `mean` [B, D] and `log_std`
+[B, D]. So it serves both ACER's on-policy update (a fresh unroll, where
+pi = mu at the first update) and its replayed updates.
+
+ACER's scheme is one on-policy update on each fresh unroll followed by
+`replay_ratio` updates on replayed sequences. The agent asks the training
+loop for it with `fresh_update_first=True` when `base.Agent` has that field;
+without it the loop's plain replay path runs `num_updates_per_train_iter`
+replayed updates per unroll (the fresh unroll is added to the buffer first).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+
+from offpolicy_ac import losses
+from offpolicy_ac import networks
+from offpolicy_ac.agents import base
+from offpolicy_ac.envs import loss_inputs
+
+
+@dataclasses.dataclass(frozen=True)
+class AcerConfig:
+  gamma: float = 0.99
+  """Discount factor."""
+  learning_rate: float = 1e-3
+  """Optimizer step size."""
+  optimizer: str = "adam"
+  """'adam' or 'rmsprop'."""
+  optimizer_eps: float = 1e-5
+  """Epsilon of Adam / RMSProp."""
+  max_grad_norm: float = 10.0
+  """Global-norm gradient clipping."""
+  clip_c: float = 10.0
+  """c: truncation of the importance weights in the policy gradient (the bias
+  correction term takes the rest)."""
+  trust_region_delta: float = 1.0
+  """delta: size of the linearised trust region KL(average || pi) <= delta."""
+  use_trust_region: bool = True
+  """Project the policy gradient onto the trust region around the average policy."""
+  avg_decay: float = 0.99
+  """alpha: the average network follows theta_avg <- alpha theta_avg + (1 - alpha) theta."""
+  value_weight: float = 0.5
+  """Weight of the critic loss."""
+  entropy_weight: float = 0.01
+  """Weight of the entropy bonus."""
+  replay_ratio: int = 4
+  """Replayed updates per unroll (after the on-policy update when the loop supports
+  `fresh_update_first`); experiments/acer.py passes it to the loop as
+  `num_updates_per_train_iter`."""
+  sdn_samples: int = 5
+  """Continuous: n, actions u_i ~ pi sampled for the stochastic dueling network."""
+  sdn_hidden_size: int = 64
+  """Continuous: hidden units of the SDN's advantage head A(x, a)."""
+  torso: str = "auto"
+  """'auto', 'mlp', 'nature_cnn' or 'impala_resnet'."""
+  hidden_sizes: Sequence[int] = (64, 64)
+  """MLP torso layer sizes."""
+  reward_scale: float = 0.1
+  """Rewards are multiplied by this before the loss."""
+  init_log_std: float = 0.0
+  """Continuous: initial log standard deviation of the Gaussian policy."""
+
+  def validate(self) -> None:
+    base.check_in("gamma", self.gamma, 0.0, 1.0)
+    for name in ("learning_rate", "max_grad_norm", "optimizer_eps", "clip_c",
+                 "reward_scale"):
+      base.check_positive(name, getattr(self, name))
+    if self.optimizer not in ("adam", "rmsprop"):
+      raise ValueError(f"optimizer must be 'adam' or 'rmsprop', got {self.optimizer!r}")
+    base.check_non_negative("trust_region_delta", self.trust_region_delta)
+    if not 0.0 <= self.avg_decay < 1.0:
+      raise ValueError(
+          f"avg_decay must lie in [0, 1) (0: the average network is the current one; "
+          f"1 would freeze it), got {self.avg_decay}")
+    base.check_non_negative("value_weight", self.value_weight)
+    base.check_non_negative("entropy_weight", self.entropy_weight)
+    for name, low in (("replay_ratio", 0), ("sdn_samples", 1), ("sdn_hidden_size", 1)):
+      value = getattr(self, name)
+      if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+    if not self.hidden_sizes or any(
+        isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in self.hidden_sizes):
+      raise ValueError(f"hidden_sizes must be positive ints, got {self.hidden_sizes!r}")
+    if not math.isfinite(self.init_log_std):
+      raise ValueError(f"init_log_std must be finite, got {self.init_log_std}")
+
+
+def make_acer(spec, config: AcerConfig = AcerConfig()) -> base.Agent:
+  """Builds ACER for an environment spec: discrete or continuous by `spec.is_discrete`."""
+  if spec.is_discrete:
+    return make_acer_discrete(spec, config)
+  return make_acer_continuous(spec, config)
+
+
+def _agent(name, init, act, greedy_act, update, spec, config) -> base.Agent:
+  extra = {}
+  if "fresh_update_first" in base.Agent._fields:
+    extra["fresh_update_first"] = True
+  return base.Agent(name, init, act, greedy_act, update, off_policy=True, spec=spec,
+                    config=config, **extra)
+
+
+def _ema(avg, params, decay):
+  return jax.tree.map(lambda a, p: decay * a + (1.0 - decay) * p, avg, params)
+
+
+def _global_norm(tree) -> jax.Array:
+  return jnp.sqrt(sum(jnp.sum(jnp.square(x)) for x in jax.tree.leaves(tree)))
+
+
+def _make_update(loss_fn, optimizer, config: AcerConfig):
+  """update(state, traj): one gradient step, then the average network's EMA step."""
+
+  @jax.jit
+  def update(state, traj):
+    key, loss_key = jax.random.split(state.key)
+    grads, metrics = jax.grad(loss_fn, has_aux=True)(
+        state.params, state.target_params, traj, loss_key)
+    updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+    params = jax.tree.map(lambda p, u: p + u, state.params, updates)
+    avg_params = _ema(state.target_params, params, config.avg_decay)
+    metrics["grad_norm"] = _global_norm(grads)
+    return base.AgentState(params, avg_params, opt_state, key,
+                           state.num_updates + 1), metrics
+
+  return update
+
+
+def _make_init(net, optimizer, spec, method=None):
+  obs_dtype = jnp.dtype(spec.observation_dtype)
+
+  def init(key):
+    init_key, key = jax.random.split(key)
+    dummy = jnp.zeros((1,) + tuple(spec.observation_shape), obs_dtype)
+    params = net.init(init_key, dummy, method=method)
+    # The average policy network starts as a copy of the online one.
+    avg_params = jax.tree.map(jnp.array, params)
+    return base.AgentState(params, avg_params, optimizer.init(params), key,
+                           jnp.zeros((), jnp.int32))
+
+  return init
+
+
+def make_acer_discrete(spec, config: AcerConfig = AcerConfig()) -> base.Agent:
+  """Discrete ACER (categorical policy + Q head, Q^ret, trust region)."""
+  base.check_discrete(spec, "discrete ACER (make_acer_discrete)")
+  config.validate()
+  torso = networks.make_torso(config.torso, spec.observation_shape, config.hidden_sizes)
+  net = networks.ActorQCritic(torso, spec.num_actions)
+  optimizer = base.make_optimizer(config.optimizer, config.learning_rate,
+                                  config.max_grad_norm, eps=config.optimizer_eps)
+
+  def act(params, obs, key):
+    logits, _ = net.apply(params, obs)
+    action = jax.random.categorical(key, logits).astype(jnp.int32)
+    return action, {"logits": logits}
+
+  def greedy_act(params, obs):
+    logits, _ = net.apply(params, obs)
+    return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+
+  def loss_fn(params, avg_params, traj, key):
+    del key  # discrete ACER draws no samples
+    sg = jax.lax.stop_gradient
+    li = loss_inputs(traj, config.gamma)
+    r_t = li.r_t * config.reward_scale
+    logits, q = base.apply_batched(net.apply, params, traj.observation)  # [T+1, B, A]
+    avg_logits, _ = base.apply_batched(net.apply, avg_params, traj.observation[:-1])
+    avg_logits = sg(avg_logits)
+    a = traj.action.astype(jnp.int32)
+    mu = jax.nn.softmax(traj.extras["logits"].astype(logits.dtype), axis=-1)
+    pi = jax.nn.softmax(logits, axis=-1)
+
+    q_ret = losses.acer_q_ret(
+        sg(q[1:]), a[1:], r_t, li.discount_t, sg(pi[1:]),
+        losses.take_action(mu[1:], a[1:]), mask=li.mask)
+    if config.use_trust_region:
+      tr = losses.acer_trust_region_policy_loss(
+          logits[:-1], avg_logits, mu[:-1], a[:-1], q[:-1], q_ret,
+          clip_c=config.clip_c, delta=config.trust_region_delta)
+      policy_per_step, tr_active = tr.surrogate, tr.active.astype(r_t.dtype)
+    else:
+      policy_per_step = losses.acer_policy_loss(
+          pi[:-1], mu[:-1], a[:-1], q[:-1], q_ret, clip_c=config.clip_c)
+      tr_active = jnp.zeros_like(r_t)
+    value_per_step = losses.acer_value_loss(q[:-1], a[:-1], q_ret)
+    entropy_per_step = losses.categorical_entropy(logits[:-1])
+
+    w = li.mask.astype(r_t.dtype)
+    mean = functools.partial(losses.weighted_mean, weights=w)
+    policy_loss = mean(policy_per_step)
+    value_loss = mean(value_per_step)
+    entropy = mean(entropy_per_step)
+    loss = policy_loss + config.value_weight * value_loss - config.entropy_weight * entropy
+    rho = sg(losses.take_action(pi[:-1], a[:-1])
+             / (losses.take_action(mu[:-1], a[:-1]) + 1e-8))
+    metrics = dict(
+        loss=loss, policy_loss=policy_loss, value_loss=value_loss, entropy=entropy,
+        mean_rho=mean(rho),
+        clipped_rho_fraction=mean((rho > config.clip_c).astype(w.dtype)),
+        kl_avg=mean(losses.categorical_kl(avg_logits, sg(logits[:-1]))),
+        trust_region_active=mean(tr_active), q_ret=mean(q_ret),
+        q_taken=mean(sg(losses.take_action(q[:-1], a[:-1]))))
+    return loss, metrics
+
+  update = _make_update(loss_fn, optimizer, config)
+  return _agent("acer", _make_init(net, optimizer, spec), act, greedy_act,
+                update, spec, config)
+
+
+def _init_sdn(module, obs):
+  """Creates every SDN parameter: the policy / value heads and A(x, a)."""
+  mean, log_std, value, features = module(obs)
+  return (mean, log_std, value), module.advantage(features, jnp.zeros_like(mean))
+
+
+def make_acer_continuous(spec, config: AcerConfig = AcerConfig()) -> base.Agent:
+  """Continuous ACER (stochastic dueling network, Q^ret / Q^opc, trust region)."""
+  base.check_continuous(spec, "continuous ACER (make_acer_continuous)")
+  config.validate()
+  torso = networks.make_torso(config.torso, spec.observation_shape, config.hidden_sizes)
+  action_shape = tuple(spec.action_shape)
+  action_dim = int(math.prod(action_shape))
+  net = networks.StochasticDuelingNetwork(torso, action_dim, config.sdn_hidden_size,
+                                          config.init_log_std)
+  optimizer = base.make_optimizer(config.optimizer, config.learning_rate,
+                                  config.max_grad_norm, eps=config.optimizer_eps)
+  n = config.sdn_samples
+
+  def policy(params, obs):
+    mean, log_std, _, _ = net.apply(params, obs)
+    return mean, log_std
+
+  def act(params, obs, key):
+    mean, log_std = policy(params, obs)
+    action = mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape, mean.dtype)
+    extras = {"log_prob": losses.gaussian_log_prob(mean, log_std, action),
+              "mean": mean, "log_std": log_std}
+    return action.reshape(action.shape[:1] + action_shape), extras
+
+  def greedy_act(params, obs):
+    mean, _ = policy(params, obs)
+    return mean.reshape(mean.shape[:1] + action_shape)
+
+  def advantage(params, features, actions):
+    """A(x, a) for features [T+1, B, H] and actions [T+1, B, K, D] -> [T+1, B, K]."""
+    lead = features.shape[:2]
+    flat_f = features.reshape((-1,) + features.shape[2:])
+    flat_a = actions.reshape((flat_f.shape[0],) + actions.shape[2:])
+    adv = net.apply(params, flat_f, flat_a, method=net.advantage)
+    return adv.reshape(lead + adv.shape[1:])
+
+  def loss_fn(params, avg_params, traj, key):
+    sg = jax.lax.stop_gradient
+    li = loss_inputs(traj, config.gamma)
+    r_t = li.r_t * config.reward_scale
+    mean, log_std, v, h = base.apply_batched(net.apply, params, traj.observation)
+    avg_mean, avg_log_std, _, _ = base.apply_batched(
+        net.apply, avg_params, traj.observation[:-1])
+    avg_mean, avg_log_std = sg(avg_mean), sg(avg_log_std)
+    steps = mean.shape[:2]  # (T+1, B)
+    a = traj.action.reshape(steps + (action_dim,)).astype(mean.dtype)
+    mu_mean = traj.extras["mean"].reshape(mean.shape).astype(mean.dtype)
+    mu_log_std = traj.extras["log_std"].reshape(mean.shape).astype(mean.dtype)
+    log_mu_a = traj.extras["log_prob"].astype(mean.dtype)
+
+    # Actions drawn from the current policy (constants): a' for the bias
+    # correction term, u_1..u_n for the SDN's advantage baseline.
+    noise = jax.random.normal(key, steps + (n + 1, action_dim), mean.dtype)
+    samples = sg(mean[:, :, None] + jnp.exp(log_std)[:, :, None] * noise)
+    adv = advantage(params, h, jnp.concatenate([a[:, :, None], samples], axis=2))
+    adv_a, adv_prime, adv_u = adv[..., 0], adv[..., 1], adv[..., 2:]
+    q_tilde_a = losses.sdn_q_value(v, adv_a, adv_u)  # [T+1, B]
+    q_tilde_prime = losses.sdn_q_value(v, adv_prime, adv_u)
+    a_prime = samples[:, :, 0]
+
+    log_rho_a = losses.importance_ratios_from_log_probs(
+        losses.gaussian_log_prob(mean, log_std, a), log_mu_a).log_rho
+    targets = losses.acer_continuous_targets(
+        sg(q_tilde_a[1:]), sg(v[1:]), r_t, li.discount_t, log_rho_a[1:],
+        action_dim=action_dim, mask=li.mask)
+    value_per_step = losses.acer_continuous_value_losses(
+        q_tilde_a[:-1], v[:-1], targets.q_ret, log_rho_a[:-1])
+
+    # Policy: the objective as a function of the Gaussian statistics.
+    a_tm1, a_prime_tm1 = a[:-1], a_prime[:-1]
+    log_rho_prime = losses.importance_ratios_from_log_probs(
+        losses.gaussian_log_prob(mean[:-1], log_std[:-1], a_prime_tm1),
+        losses.gaussian_log_prob(mu_mean[:-1], mu_log_std[:-1], a_prime_tm1)).log_rho
+
+    def objective_fn(stats):
+      m, ls = stats[..., :action_dim], stats[..., action_dim:]
+      return losses.acer_continuous_policy_objective(
+          losses.gaussian_log_prob(m, ls, a_tm1),
+          losses.gaussian_log_prob(m, ls, a_prime_tm1),
+          log_rho_a[:-1], log_rho_prime, targets.q_opc, sg(q_tilde_prime[:-1]),
+          sg(v[:-1]), clip_c=config.clip_c)
+
+    def kl_fn(stats):
+      m, ls = stats[..., :action_dim], stats[..., action_dim:]
+      return losses.gaussian_kl(avg_mean, avg_log_std, m, ls)
+
+    stats = jnp.concatenate([mean[:-1], log_std[:-1]], axis=-1)
+    if config.use_trust_region:
+      tr = losses.trust_region_surrogate(objective_fn, kl_fn, stats,
+                                         delta=config.trust_region_delta)
+      policy_per_step, tr_active = tr.surrogate, tr.active.astype(r_t.dtype)
+    else:
+      policy_per_step = -objective_fn(stats)
+      tr_active = jnp.zeros_like(r_t)
+    entropy_per_step = losses.gaussian_entropy(log_std[:-1])
+
+    w = li.mask.astype(r_t.dtype)
+    wmean = functools.partial(losses.weighted_mean, weights=w)
+    policy_loss = wmean(policy_per_step)
+    value_loss = wmean(value_per_step)
+    entropy = wmean(entropy_per_step)
+    loss = policy_loss + config.value_weight * value_loss - config.entropy_weight * entropy
+    rho = jnp.exp(log_rho_a[:-1])
+    metrics = dict(
+        loss=loss, policy_loss=policy_loss, value_loss=value_loss, entropy=entropy,
+        mean_rho=wmean(rho),
+        clipped_rho_fraction=wmean((rho > config.clip_c).astype(w.dtype)),
+        kl_avg=wmean(sg(kl_fn(stats))), trust_region_active=wmean(tr_active),
+        q_ret=wmean(targets.q_ret), q_opc=wmean(targets.q_opc),
+        v=wmean(sg(v[:-1])), log_std=jnp.mean(sg(log_std)))
+    return loss, metrics
+
+  update = _make_update(loss_fn, optimizer, config)
+  return _agent("acer", _make_init(net, optimizer, spec, _init_sdn), act, greedy_act,
+                update, spec, config)

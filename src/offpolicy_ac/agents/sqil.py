@@ -1,0 +1,65 @@
+"""SQIL: imitation by soft Q-learning with sparse rewards (Reddy et al. 2019,
+arXiv:1905.11108).
+
+The agent is SQL (`make_sql`); what makes it SQIL is the data: each update's
+batch is half demonstrations, relabelled with reward 1, and half the agent's own
+replayed experience, relabelled with reward 0, drawn from two replay buffers.
+`make_sqil_batch_fn` builds the batch transform the training loop applies to
+each sampled agent batch.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+
+from offpolicy_ac import losses
+from offpolicy_ac import replay as replay_lib
+from offpolicy_ac.agents.sql import SqlConfig
+from offpolicy_ac.agents.sql import make_sql
+from offpolicy_ac.envs import Trajectory
+
+SqilConfig = SqlConfig
+
+
+def make_sqil(spec, config: SqlConfig = SqlConfig()):
+  """SQIL's learner: SQL on relabelled batches (see `make_sqil_batch_fn`)."""
+  return make_sql(spec, config, name="sqil")
+
+
+def _relabel(batch: Trajectory, is_demonstration: bool) -> Trajectory:
+  return batch._replace(reward=losses.sqil_relabel(batch.reward, jnp.asarray(is_demonstration)))
+
+
+def make_sqil_batch_fn(demo_sequences: Trajectory, *, batch_size: int,
+                       length: int) -> Callable[[Any, jax.Array], Trajectory]:
+  """Returns batch_fn(agent_batch [length, batch_size], key) -> [length, 2 * batch_size].
+
+  Args:
+    demo_sequences: demonstrations cut into sequences, Trajectory [L, S, ...]
+      (see `offpolicy_ac.demos.cut_episodes`), L >= length.
+    batch_size: demonstration windows per batch (= the agent's half).
+    length: steps per window.
+  """
+  num_sequences = demo_sequences.step_type.shape[1]
+  seq_len = demo_sequences.step_type.shape[0]
+  if seq_len < length:
+    raise ValueError(f"demonstration sequences have {seq_len} steps, fewer than the "
+                     f"sampled windows' {length}")
+  demo = jax.tree.map(jnp.asarray, demo_sequences)
+  state = replay_lib.replay_add(replay_lib.replay_init(demo, num_sequences), demo,
+                                capacity=num_sequences)
+
+  def batch_fn(agent_batch: Trajectory, key: jax.Array) -> Trajectory:
+    demo_batch = replay_lib.replay_sample(state, key, batch_size=batch_size, length=length)
+    demo_batch = demo_batch._replace(
+        action=demo_batch.action.astype(agent_batch.action.dtype),
+        observation=demo_batch.observation.astype(agent_batch.observation.dtype),
+        env_id=jnp.full_like(agent_batch.env_id, -1),
+        extras=agent_batch.extras)
+    halves = (_relabel(agent_batch, False), _relabel(demo_batch, True))
+    return jax.tree.map(lambda a, d: jnp.concatenate([a, d], axis=1), *halves)
+
+  return batch_fn

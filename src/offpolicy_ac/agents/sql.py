@@ -1,0 +1,123 @@
+"""Soft Q-learning (Haarnoja et al. 2017, arXiv:1702.08165) for discrete actions.
+
+Q-network with a target network (Polyak averaging), Boltzmann acting with
+temperature alpha mixed with epsilon-greedy, and soft n-step or lambda targets
+bootstrapped from V = alpha * logsumexp(Q_target / alpha), learned from
+replayed sequences (windows may cross episode junctions: the mask cuts them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+
+from offpolicy_ac import losses
+from offpolicy_ac import networks
+from offpolicy_ac.agents import base
+from offpolicy_ac.envs import loss_inputs
+
+
+@dataclasses.dataclass(frozen=True)
+class SqlConfig:
+  gamma: float = 0.99
+  """Discount factor."""
+  alpha: float = 0.05
+  """Temperature of the soft value and of the Boltzmann policy (> 0)."""
+  epsilon: float = 0.01
+  """Probability of a uniformly random action on top of Boltzmann acting."""
+  n_step: int = 3
+  """n of the soft n-step targets (used when lambda_ == 0)."""
+  lambda_: float = 0.0
+  """If > 0, soft lambda-returns over the sampled window instead of n-step."""
+  learning_rate: float = 1e-3
+  """Adam step size."""
+  optimizer: str = "adam"
+  """'adam' or 'rmsprop'."""
+  max_grad_norm: float = 10.0
+  """Global-norm gradient clipping."""
+  target_update_tau: float = 0.05
+  """Polyak step of the target network after each update (1: hard copy)."""
+  torso: str = "auto"
+  """'auto', 'mlp', 'nature_cnn' or 'impala_resnet'."""
+  hidden_sizes: Sequence[int] = (128, 128)
+  """MLP torso layer sizes."""
+  reward_scale: float = 1.0
+  """Rewards are multiplied by this before the loss."""
+
+  def validate(self) -> None:
+    base.check_in("gamma", self.gamma, 0.0, 1.0)
+    base.check_positive("alpha", self.alpha)
+    base.check_in("epsilon", self.epsilon, 0.0, 1.0)
+    base.check_in("lambda_", self.lambda_, 0.0, 1.0)
+    base.check_in("target_update_tau", self.target_update_tau, 1e-9, 1.0)
+    if not isinstance(self.n_step, int) or self.n_step < 1:
+      raise ValueError(f"n_step must be an int >= 1, got {self.n_step!r}")
+
+
+def make_sql(spec, config: SqlConfig = SqlConfig(), *, name: str = "sql",
+             reward_fn=None) -> base.Agent:
+  """Builds the SQL agent (discrete actions only).
+
+  `reward_fn(batch) -> r_t [T, B]` replaces the environment reward (SQIL).
+  """
+  config.validate()
+  base.check_discrete(spec, name.upper())
+  torso = networks.make_torso(config.torso, spec.observation_shape, config.hidden_sizes)
+  net = networks.QNetwork(torso, spec.num_actions)
+  optimizer = base.make_optimizer(config.optimizer, config.learning_rate,
+                                  config.max_grad_norm)
+  obs_dtype = jnp.dtype(spec.observation_dtype)
+  num_actions = spec.num_actions
+
+  def init(key):
+    init_key, key = jax.random.split(key)
+    params = net.init(init_key, jnp.zeros((1,) + tuple(spec.observation_shape), obs_dtype))
+    return base.AgentState(params, params, optimizer.init(params), key,
+                           jnp.zeros((), jnp.int32))
+
+  def act(params, obs, key):
+    q = net.apply(params, obs)
+    boltzmann_key, explore_key, uniform_key = jax.random.split(key, 3)
+    action = jax.random.categorical(boltzmann_key, q / config.alpha)
+    explore = jax.random.uniform(explore_key, action.shape) < config.epsilon
+    uniform = jax.random.randint(uniform_key, action.shape, 0, num_actions)
+    return jnp.where(explore, uniform, action).astype(jnp.int32), {}
+
+  def greedy_act(params, obs):
+    return jnp.argmax(net.apply(params, obs), axis=-1).astype(jnp.int32)
+
+  def loss_fn(params, target_params, batch):
+    li = loss_inputs(batch, config.gamma)
+    r_t = (li.r_t if reward_fn is None else reward_fn(batch)) * config.reward_scale
+    q = base.apply_batched(net.apply, params, batch.observation)
+    q_target = base.apply_batched(net.apply, target_params, batch.observation[1:])
+    a_tm1 = batch.action[:-1]
+    if config.lambda_ > 0:
+      targets = losses.soft_q_targets(r_t, li.discount_t, q_target, alpha=config.alpha,
+                                      lambda_=config.lambda_, mask=li.mask)
+      errors = jnp.where(li.mask, targets - losses.take_action(q[:-1], a_tm1), 0.0)
+    else:
+      errors = losses.sql_nstep_td_error(q[:-1], a_tm1, r_t, li.discount_t, q_target,
+                                         alpha=config.alpha, n=config.n_step, mask=li.mask)
+    w = li.mask.astype(jnp.float32)
+    loss = losses.weighted_mean(jnp.square(errors), w)
+    return loss, {"loss": loss, "q_mean": losses.weighted_mean(
+        losses.take_action(q[:-1], a_tm1), w), "abs_td_error": losses.weighted_mean(
+            jnp.abs(errors), w)}
+
+  @jax.jit
+  def update(state, batch):
+    grads, metrics = jax.grad(loss_fn, has_aux=True)(state.params, state.target_params,
+                                                     batch)
+    updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+    params = jax.tree.map(lambda p, u: p + u, state.params, updates)
+    tau = config.target_update_tau
+    target = jax.tree.map(lambda t, p: (1 - tau) * t + tau * p, state.target_params, params)
+    return state._replace(params=params, target_params=target, opt_state=opt_state,
+                          num_updates=state.num_updates + 1), metrics
+
+  return base.Agent(name, init, act, greedy_act, update, off_policy=True, spec=spec,
+                    config=config)

@@ -1,0 +1,146 @@
+"""Demonstrations: recording episodes, saving them, and cutting them into sequences.
+
+A demonstration file (`.npz`) holds whole episodes back to back, each as the
+TimeSteps FIRST, MID, ..., LAST with the action taken at each step:
+`observation [N, ...]`, `action [N, ...]`, `reward [N]`, `discount [N]`,
+`step_type [N]`, and `episode_lengths [E]` (steps per episode, FIRST and LAST
+included), plus `env_id` (the task) as metadata.
+
+Episodes of varying length are cut into fixed-length sequences of L steps
+(L - 1 transitions; consecutive pieces share one step) with the three modes of
+the IMPALA document for the residual piece shorter than L:
+
+* `drop`: discard it;
+* `last` (default): take the last L steps of the episode instead (the residual
+  is padded with the steps just before it);
+* `null_padding`: pad it after the episode's LAST step with steps of type LAST,
+  reward 0 and discount 0, whose outgoing transitions are masked out.
+
+Episodes shorter than L steps cannot be filled from before: `last` pads them
+like `null_padding`, `drop` drops them.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+import numpy as np
+
+from offpolicy_ac.envs import LAST
+from offpolicy_ac.envs import Trajectory
+
+CUT_MODES = ("drop", "last", "null_padding")
+_FIELDS = ("step_type", "reward", "discount", "observation", "action")
+
+
+def record_episodes(env: Any, policy: Callable[[np.ndarray], np.ndarray],
+                    num_episodes: int, max_steps: int = 10_000_000) -> dict[str, np.ndarray]:
+  """Runs `policy(obs [B, ...]) -> action [B, ...]` and returns the first episode
+  of each of `env.num_envs == num_episodes` environments (so no episode is
+  chosen for being short), in the file layout above."""
+  if env.num_envs != num_episodes:
+    raise ValueError(f"use a pool of num_episodes={num_episodes} envs, got {env.num_envs}")
+  ts = env.reset()
+  current: list[list[tuple]] = [[] for _ in range(num_episodes)]
+  done: list[list[tuple] | None] = [None] * num_episodes
+  for _ in range(max_steps):
+    action = np.asarray(policy(ts.observation))
+    for i, env_id in enumerate(ts.env_id):
+      if done[env_id] is not None:
+        continue
+      step = (ts.step_type[i], ts.reward[i], ts.discount[i], ts.observation[i], action[i])
+      current[env_id].append(step)
+      if ts.step_type[i] == LAST:
+        done[env_id] = current[env_id]
+    if all(d is not None for d in done):
+      break
+    ts = env.step(action)
+  else:
+    raise RuntimeError(f"{num_episodes} episodes did not finish in {max_steps} steps")
+  steps = [s for episode in done for s in episode]
+  out = {name: np.stack([s[k] for s in steps]) for k, name in enumerate(_FIELDS)}
+  out["episode_lengths"] = np.array([len(e) for e in done], np.int64)
+  return out
+
+
+def save_demos(path: str | os.PathLike, demos: dict[str, np.ndarray], *, env_id: str) -> None:
+  tmp = str(path) + ".tmp.npz"
+  np.savez_compressed(tmp, env_id=np.array(env_id), **demos)
+  os.replace(tmp, path)
+
+
+def load_demos(path: str | os.PathLike) -> dict[str, Any]:
+  """Loads and validates a demonstration file."""
+  with np.load(path, allow_pickle=False) as f:
+    demos = {k: f[k] for k in f.files}
+  missing = [k for k in (*_FIELDS, "episode_lengths", "env_id") if k not in demos]
+  if missing:
+    raise ValueError(f"{path} is not a demonstration file: missing {missing}")
+  n = int(demos["episode_lengths"].sum())
+  for name in _FIELDS:
+    if demos[name].shape[0] != n:
+      raise ValueError(f"{path}: `{name}` has {demos[name].shape[0]} steps, episode "
+                       f"lengths add up to {n}")
+  demos["env_id"] = str(demos["env_id"])
+  return demos
+
+
+def _pieces(n: int, length: int, mode: str) -> list[tuple[int, int]]:
+  """(start, stop) of the pieces of an episode of n steps; stop - start <= length."""
+  stride = length - 1
+  pieces = []
+  start = 0
+  while start + length <= n:
+    pieces.append((start, start + length))
+    start += stride
+  covered = pieces[-1][1] if pieces else (1 if n >= 1 else 0)
+  if covered < n:  # a residual of transitions remains
+    if mode == "drop":
+      pass
+    elif mode == "last" and n >= length:
+      pieces.append((n - length, n))
+    else:  # null_padding, or `last` on an episode shorter than one piece
+      begin = pieces[-1][1] - 1 if pieces else 0
+      pieces.append((begin, n))
+  return pieces
+
+
+def cut_episodes(demos: dict[str, Any], length: int, mode: str = "last") -> Trajectory:
+  """Cuts episodes into sequences of `length` steps: a Trajectory [length, S, ...].
+
+  Args:
+    demos: as returned by `load_demos` / `record_episodes`.
+    length: L >= 2 steps per sequence (mini_batch_length + 1).
+    mode: "drop", "last" or "null_padding" (see the module docstring).
+  """
+  if mode not in CUT_MODES:
+    raise ValueError(f"mode must be one of {CUT_MODES}, got {mode!r}")
+  if not isinstance(length, int) or length < 2:
+    raise ValueError(f"length must be an int >= 2, got {length!r}")
+  offsets = np.concatenate([[0], np.cumsum(demos["episode_lengths"])])
+  sequences = {name: [] for name in _FIELDS}
+  for e, n in enumerate(demos["episode_lengths"]):
+    n = int(n)
+    for start, stop in _pieces(n, length, mode):
+      lo, hi = offsets[e] + start, offsets[e] + stop
+      pad = length - (stop - start)
+      for name in _FIELDS:
+        x = demos[name][lo:hi]
+        if pad:
+          if name == "step_type":
+            filler = np.full((pad,), LAST, x.dtype)
+          elif name == "observation":
+            filler = np.repeat(x[-1:], pad, axis=0)
+          else:
+            filler = np.zeros((pad,) + x.shape[1:], x.dtype)
+          x = np.concatenate([x, filler])
+        sequences[name].append(x)
+  if not sequences["step_type"]:
+    raise ValueError(f"no sequence of {length} steps could be cut with mode {mode!r}")
+  stacked = {name: np.stack(v, axis=1) for name, v in sequences.items()}
+  s = stacked["step_type"].shape[1]
+  return Trajectory(step_type=stacked["step_type"], reward=stacked["reward"],
+                    discount=stacked["discount"], observation=stacked["observation"],
+                    env_id=np.zeros((length, s), np.int32), action=stacked["action"],
+                    extras={})
