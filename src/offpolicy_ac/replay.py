@@ -103,10 +103,11 @@ def make_sequence_replay(*, capacity: int, sequence_length: int,
   """Validates settings and binds them.
 
   Args:
-    capacity: number of stored sequences (rows), >= batch_size.
+    capacity: number of stored sequences (rows).
     sequence_length: L, steps per stored sequence (an unroll's T + 1).
     sample_length: steps per sampled window, 2 <= sample_length <= L.
-    batch_size: windows per sample.
+    batch_size: windows per sample (drawn with replacement; whole-buffer
+      sweeps need at least this many stored sequences).
   """
   for name, value in [("capacity", capacity), ("sequence_length", sequence_length),
                       ("sample_length", sample_length), ("batch_size", batch_size)]:
@@ -119,8 +120,6 @@ def make_sequence_replay(*, capacity: int, sequence_length: int,
         f"mini-batch length or a longer unroll")
   if sample_length < 2:
     raise ValueError(f"sample_length must be >= 2 (one transition), got {sample_length}")
-  if batch_size > capacity:
-    raise ValueError(f"batch_size={batch_size} exceeds the replay capacity {capacity}")
   return SequenceReplay(
       init=functools.partial(replay_init, capacity=capacity),
       add=functools.partial(replay_add, capacity=capacity),

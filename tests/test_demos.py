@@ -1,0 +1,99 @@
+"""Demonstrations: cutting episodes into sequences with drop / last / null_padding."""
+
+import numpy as np
+import pytest
+
+from offpolicy_ac import demos as demos_lib
+from offpolicy_ac import envs
+from offpolicy_ac.envs import FIRST, LAST, MID
+
+
+def _episodes(lengths):
+  """Episodes of the given step counts; observation = (episode, step)."""
+  fields = {k: [] for k in ("step_type", "reward", "discount", "observation", "action")}
+  for e, n in enumerate(lengths):
+    for t in range(n):
+      fields["step_type"].append(FIRST if t == 0 else LAST if t == n - 1 else MID)
+      fields["reward"].append(0.0 if t == 0 else 1.0)
+      fields["discount"].append(0.0 if t == n - 1 else 1.0)
+      fields["observation"].append([e, t])
+      fields["action"].append(t % 2)
+  out = {k: np.asarray(v) for k, v in fields.items()}
+  out["observation"] = out["observation"].astype(np.float32)
+  out["reward"] = out["reward"].astype(np.float32)
+  out["discount"] = out["discount"].astype(np.float32)
+  out["step_type"] = out["step_type"].astype(np.int32)
+  out["episode_lengths"] = np.asarray(lengths)
+  return out
+
+
+def _pieces(traj):
+  obs = traj.observation  # [L, S, 2]
+  return [(int(obs[0, s, 0]), obs[:, s, 1].astype(int).tolist()) for s in range(obs.shape[1])]
+
+
+def test_drop_keeps_only_full_pieces_sharing_one_step():
+  # episode 0: 9 steps (8 transitions), L = 4 -> pieces of 3 transitions: [0..3], [3..6]
+  traj = demos_lib.cut_episodes(_episodes([9, 7]), 4, "drop")
+  assert _pieces(traj) == [(0, [0, 1, 2, 3]), (0, [3, 4, 5, 6]),
+                           (1, [0, 1, 2, 3]), (1, [3, 4, 5, 6])]
+
+
+def test_last_pads_the_residual_with_the_steps_before_it():
+  traj = demos_lib.cut_episodes(_episodes([9, 7]), 4, "last")
+  assert _pieces(traj) == [(0, [0, 1, 2, 3]), (0, [3, 4, 5, 6]), (0, [5, 6, 7, 8]),
+                           (1, [0, 1, 2, 3]), (1, [3, 4, 5, 6])]
+
+
+def test_null_padding_masks_every_padded_transition():
+  traj = demos_lib.cut_episodes(_episodes([9, 2]), 4, "null_padding")
+  assert _pieces(traj) == [(0, [0, 1, 2, 3]), (0, [3, 4, 5, 6]), (0, [6, 7, 8, 8]),
+                           (1, [0, 1, 1, 1])]
+  mask = np.asarray(envs.loss_inputs(traj, 0.99).mask)  # [3, S]
+  # piece (0, [6, 7, 8, pad]): transitions 6->7, 7->8 real; 8 (LAST) -> pad masked.
+  np.testing.assert_array_equal(mask[:, 2], [True, True, False])
+  np.testing.assert_array_equal(mask[:, 3], [True, False, False])
+  assert traj.reward[3, 2] == 0 and traj.step_type[3, 2] == LAST
+
+
+def test_every_real_transition_is_kept_by_last_and_null_padding():
+  lengths = [5, 13, 2, 8]
+  for mode in ("last", "null_padding"):
+    traj = demos_lib.cut_episodes(_episodes(lengths), 5, mode)
+    mask = np.asarray(envs.loss_inputs(traj, 1.0).mask)
+    obs = traj.observation
+    seen = {(int(obs[t, s, 0]), int(obs[t, s, 1]))
+            for t in range(4) for s in range(obs.shape[1]) if mask[t, s]}
+    expected = {(e, t) for e, n in enumerate(lengths) for t in range(n - 1)}
+    assert seen == expected, mode
+
+
+def test_bad_mode_and_length():
+  with pytest.raises(ValueError, match="mode"):
+    demos_lib.cut_episodes(_episodes([5]), 3, "pad")
+  with pytest.raises(ValueError, match="length"):
+    demos_lib.cut_episodes(_episodes([5]), 1)
+  with pytest.raises(ValueError, match="no sequence"):
+    demos_lib.cut_episodes(_episodes([3]), 5, "drop")
+
+
+def heuristic_cartpole_policy(obs):
+  """A PD controller on the pole: a decent CartPole demonstrator."""
+  return (obs[:, 2] + 0.5 * obs[:, 3] > 0).astype(np.int32)
+
+
+def test_record_save_load_roundtrip(tmp_path):
+  env = envs.make("CartPole-v1", 3, 0, max_episode_steps=60)
+  demos = demos_lib.record_episodes(env, heuristic_cartpole_policy, 3)
+  env.close()
+  lengths = demos["episode_lengths"]
+  assert lengths.shape == (3,) and lengths.sum() == demos["step_type"].shape[0]
+  starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+  assert np.all(demos["step_type"][starts] == FIRST)
+  assert np.all(demos["step_type"][starts + lengths - 1] == LAST)
+  assert np.all(lengths == 61)  # the heuristic balances until the 60-step limit
+  path = tmp_path / "demos.npz"
+  demos_lib.save_demos(path, demos, env_id="CartPole-v1")
+  loaded = demos_lib.load_demos(path)
+  assert loaded["env_id"] == "CartPole-v1"
+  np.testing.assert_array_equal(loaded["observation"], demos["observation"])

@@ -1,0 +1,64 @@
+"""The sequence replay buffer: contents, windows, overwrite order, whole-buffer sweeps."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from offpolicy_ac import replay as replay_lib
+
+
+def _sequences(start, num, length=5):
+  """[length, num] sequences whose values encode (sequence id, step)."""
+  ids = np.arange(start, start + num)
+  value = ids[None, :] * 100 + np.arange(length)[:, None]
+  return {"x": jnp.asarray(value, jnp.float32),
+          "obs": jnp.asarray(np.stack([value, -value], -1), jnp.int32)}
+
+
+def test_add_then_sample_returns_contiguous_windows_of_stored_sequences():
+  replay = replay_lib.make_sequence_replay(capacity=8, sequence_length=5,
+                                           sample_length=3, batch_size=16)
+  state = replay.add(replay.init(_sequences(0, 4)), _sequences(0, 4))
+  assert int(state.size) == 4
+  batch = jax.jit(replay.sample)(state, jax.random.PRNGKey(0))
+  assert batch["x"].shape == (3, 16) and batch["obs"].shape == (3, 16, 2)
+  x = np.asarray(batch["x"])
+  ids, steps = x // 100, x % 100
+  assert np.all(ids == ids[0]) and set(ids[0]) <= {0, 1, 2, 3}
+  np.testing.assert_array_equal(np.diff(steps, axis=0), 1)  # time order kept
+  assert steps.min() >= 0 and steps.max() <= 4
+  np.testing.assert_array_equal(np.asarray(batch["obs"])[..., 1], -x)
+
+
+def test_overwrites_oldest_rows_when_full():
+  replay = replay_lib.make_sequence_replay(capacity=6, sequence_length=5,
+                                           sample_length=5, batch_size=64)
+  state = replay.init(_sequences(0, 4))
+  for start in (0, 4, 8):
+    state = replay.add(state, _sequences(start, 4))
+  assert int(state.size) == 6
+  stored = set((np.asarray(state.data["x"])[:, 0] // 100).astype(int))
+  assert stored == {6, 7, 8, 9, 10, 11}
+
+
+def test_epoch_visits_every_row_once_in_time_order():
+  replay = replay_lib.make_sequence_replay(capacity=12, sequence_length=5,
+                                           sample_length=5, batch_size=4)
+  state = replay.add(replay.init(_sequences(0, 12)), _sequences(0, 12))
+  batches = replay.epoch(state, jax.random.PRNGKey(3))
+  x = np.asarray(batches["x"])  # [num_batches, L, batch]
+  assert x.shape == (3, 5, 4)
+  assert sorted((x[:, 0, :] // 100).ravel().tolist()) == list(range(12))
+  np.testing.assert_array_equal(np.diff(x % 100, axis=1), 1)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(capacity=8, sequence_length=5, sample_length=6, batch_size=4), "longer than"),
+    (dict(capacity=8, sequence_length=5, sample_length=1, batch_size=4), ">= 2"),
+    (dict(capacity=8, sequence_length=0, sample_length=3, batch_size=4), "sequence_length"),
+    (dict(capacity=0, sequence_length=5, sample_length=3, batch_size=4), "capacity"),
+])
+def test_bad_settings_raise(kwargs, message):
+  with pytest.raises(ValueError, match=message):
+    replay_lib.make_sequence_replay(**kwargs)
