@@ -32,8 +32,10 @@ class AgentState(NamedTuple):
 class Agent(NamedTuple):
   """An agent's pure functions and the static facts the training loop needs.
 
-  off_policy: whether `update` wants replayed sequences (True) or each fresh
-    unroll (False); replay_batch_kind names what the replay stores.
+  off_policy: whether `update` learns from replayed sequences (True) or only
+    from each fresh unroll (False).
+  fresh_update_first: for off-policy agents, also update on each fresh unroll
+    before the replayed updates (ACER's on-policy step + replay ratio).
   """
   name: str
   init: Callable[[jax.Array], AgentState]
@@ -43,6 +45,7 @@ class Agent(NamedTuple):
   off_policy: bool
   spec: Any
   config: Any
+  fresh_update_first: bool = False
 
 
 def make_optimizer(name: str, learning_rate: float, max_grad_norm: float, *,

@@ -52,6 +52,9 @@ class ImpalaConfig:
   """Initial log standard deviation of a Gaussian policy."""
   reward_scale: float = 0.1
   """Rewards are multiplied by this before the loss."""
+  use_replay: bool = False
+  """Learn from replayed sequences (V-trace corrects the policy lag) instead of
+  only from each fresh unroll; see the loop's replay settings."""
 
   def validate(self) -> None:
     base.check_in("gamma", self.gamma, 0.0, 1.0)
@@ -139,8 +142,8 @@ def make_impala(spec, config: ImpalaConfig = ImpalaConfig()) -> base.Agent:
     return state._replace(params=params, opt_state=opt_state,
                           num_updates=state.num_updates + 1), metrics
 
-  return base.Agent("impala", init, act, greedy_act, update, off_policy=False,
-                    spec=spec, config=config)
+  return base.Agent("impala", init, act, greedy_act, update,
+                    off_policy=config.use_replay, spec=spec, config=config)
 
 
 def _global_norm(tree) -> jax.Array:

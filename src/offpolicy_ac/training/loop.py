@@ -6,7 +6,8 @@ store raw unrolls in a sequence replay buffer and run
 mini_batch_length)` windows per iteration, or, with
 `whole_replay_buffer_training`, sweep the whole buffer shuffled along the batch
 axis in mini-batches. Every `log_every` env steps a line goes to metrics.jsonl;
-every `eval_every` env steps the greedy policy is evaluated on a separate env
+Agents with `fresh_update_first` (ACER) also update once on each fresh
+unroll before the replayed updates. Every `eval_every` env steps the greedy policy is evaluated on a separate env
 pool, and the run stops once the mean evaluation return reaches
 `target_return`.
 """
@@ -213,8 +214,11 @@ def _make_train_iter(agent: Agent, replay, config: LoopConfig, batch_fn):
 
   def train_iter(state, replay_state, traj, key):
     replay_state = add(replay_state, traj)
+    fresh_metrics = None
+    if agent.fresh_update_first:
+      state, fresh_metrics = agent.update(state, traj)
     if int(replay_state.size) < min_size:
-      return state, replay_state, None
+      return state, replay_state, fresh_metrics
     if config.whole_replay_buffer_training:
       epoch_key, key = jax.random.split(key)
       batches = replay.epoch(replay_state, epoch_key)
@@ -223,6 +227,9 @@ def _make_train_iter(agent: Agent, replay, config: LoopConfig, batch_fn):
       state, metrics = sweep(state, batches)
     else:
       state, metrics = sample_and_update(state, replay_state, key)
+    if fresh_metrics is not None:  # average the fresh update in with equal weight
+      n = config.num_updates_per_train_iter
+      metrics = jax.tree.map(lambda f, m: (f + n * m) / (n + 1), fresh_metrics, metrics)
     return state, replay_state, metrics
 
   return train_iter
