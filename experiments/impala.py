@@ -25,6 +25,8 @@ class Args:
   loop: LoopConfig = LoopConfig(env_id="CartPole-v1", total_env_steps=500_000,
                                 num_envs=16, unroll_length=16)
   agent: ImpalaConfig = ImpalaConfig()
+  resume: bool = False
+  """Continue the run in --run-dir from its last checkpoint."""
   run_dir: Optional[str] = None
   """Run directory (default: runs/impala-<env>-seed<seed>-<time>)."""
 

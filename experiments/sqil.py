@@ -32,6 +32,8 @@ class Args:
   agent: SqlConfig = SqlConfig()
   cut_mode: str = "last"
   """How demonstration episodes are cut into sequences: drop, last, null_padding."""
+  resume: bool = False
+  """Continue the run in --run-dir from its last checkpoint."""
   run_dir: Optional[str] = None
   """Run directory (default: runs/sqil-<env>-seed<seed>-<time>)."""
 

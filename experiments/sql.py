@@ -25,6 +25,8 @@ class Args:
       replay_capacity=5_000, min_replay_size=32, num_updates_per_train_iter=4,
       mini_batch_size=64, mini_batch_length=4)
   agent: SqlConfig = SqlConfig()
+  resume: bool = False
+  """Continue the run in --run-dir from its last checkpoint."""
   run_dir: Optional[str] = None
   """Run directory (default: runs/sql-<env>-seed<seed>-<time>)."""
 

@@ -1,11 +1,27 @@
-"""Shared plumbing of the experiment scripts: run dir, config.json, logger, summary."""
+"""Shared plumbing of the experiment scripts (one piece of library code, not copied).
+
+`run_experiment(name, args, agent_factory)` takes a script's frozen args
+(fields `loop: LoopConfig`, `agent: <agent config>`, `run_dir`, `resume`) and:
+
+* creates the run directory (refusing to overwrite a run unless `resume`),
+  writes config.json (full config, git revision, package versions);
+* on `resume`, refuses a config that differs from the run's in anything but the
+  step budget, and continues from the newest readable checkpoint;
+* installs SIGTERM/SIGINT handlers that save a checkpoint and stop cleanly;
+* trains, logging to metrics.jsonl / TensorBoard / a PNG, checkpointing with
+  orbax every `checkpoint_every` env steps and at the end;
+* writes final_params.msgpack and summary.json.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import pathlib
+import signal
+import threading
 import time
 from typing import Any, Callable, Optional
 
@@ -13,10 +29,14 @@ import flax.serialization
 import jax
 
 from offpolicy_ac.training.logger import RunLogger
+from offpolicy_ac.training.logger import _jsonable
 from offpolicy_ac.training.logger import write_config
 from offpolicy_ac.training.loop import LoopConfig
 from offpolicy_ac.training.loop import RunResult
 from offpolicy_ac.training.loop import train
+
+# Config fields that may change when a run is resumed.
+RESUMABLE_CHANGES = ("loop.total_env_steps", "resume", "run_dir")
 
 
 def save_params(path: pathlib.Path, params: Any) -> None:
@@ -36,28 +56,99 @@ def default_run_dir(name: str, loop: LoopConfig) -> str:
   return os.path.join("runs", f"{name}-{loop.env_id}-seed{loop.seed}-{stamp}")
 
 
+def _flatten(d: Any, prefix: str = "") -> dict:
+  if isinstance(d, dict):
+    out = {}
+    for k, v in d.items():
+      out.update(_flatten(v, f"{prefix}{k}."))
+    return out
+  return {prefix[:-1]: d}
+
+
+def config_differences(old: dict, new: dict) -> list[str]:
+  """Fields (dotted) whose values differ, ignoring RESUMABLE_CHANGES."""
+  a, b = _flatten(old), _flatten(new)
+  return sorted(k for k in set(a) | set(b)
+                if k not in RESUMABLE_CHANGES and a.get(k) != b.get(k))
+
+
+class _StopFlag:
+  """Set by SIGTERM/SIGINT; the loop saves a checkpoint and returns."""
+
+  def __init__(self):
+    self.signal_name: Optional[str] = None
+
+  def __call__(self) -> bool:
+    return self.signal_name is not None
+
+
+@contextlib.contextmanager
+def _stop_on_signals(flag: _StopFlag):
+  if threading.current_thread() is not threading.main_thread():
+    yield
+    return
+  previous = {}
+
+  def handler(signum, frame):
+    if flag.signal_name is not None:  # a second signal: stop now
+      raise KeyboardInterrupt
+    flag.signal_name = signal.Signals(signum).name
+    print(f"received {flag.signal_name}: saving a checkpoint and stopping", flush=True)
+
+  for sig in (signal.SIGTERM, signal.SIGINT):
+    previous[sig] = signal.signal(sig, handler)
+  try:
+    yield
+  finally:
+    for sig, old in previous.items():
+      signal.signal(sig, old)
+
+
 def run_experiment(name: str, args: Any, agent_factory: Callable, *,
                    batch_fn: Optional[Callable] = None,
                    progress: Optional[bool] = None) -> RunResult:
-  """Runs `train` for a script's args (fields `loop`, `agent`, `run_dir`).
-
-  Writes config.json first, then metrics.jsonl / TensorBoard / PNG as it goes,
-  and summary.json at the end (env steps, wall time, whether the target was
-  reached, last evaluation).
-  """
+  """Runs `train` for a script's args; see the module docstring."""
   loop: LoopConfig = args.loop
+  loop.validate()
+  resume = bool(getattr(args, "resume", False))
   run_dir = pathlib.Path(args.run_dir or default_run_dir(name, loop))
+  config_path = run_dir / "config.json"
+  if resume:
+    if not config_path.exists():
+      raise FileNotFoundError(f"--resume: {run_dir} holds no run (no config.json)")
+    old = json.loads(config_path.read_text())
+    diffs = config_differences(old["config"], _jsonable(args))
+    if old.get("algorithm") != name:
+      diffs.insert(0, f"algorithm ({old.get('algorithm')} -> {name})")
+    if diffs:
+      raise ValueError(f"--resume: the config differs from the run's in {diffs}; only the "
+                       "step budget (--total-env-steps) may change")
+  elif (run_dir / "metrics.jsonl").exists() or (run_dir / "checkpoints").exists():
+    raise FileExistsError(f"{run_dir} already holds a run: pass --resume to continue it, "
+                          "or choose another --run-dir")
   run_dir.mkdir(parents=True, exist_ok=True)
   write_config(run_dir, args, extra={"algorithm": name})
+
+  checkpointer = None
+  if loop.checkpoint_every:
+    from offpolicy_ac.training.checkpoint import Checkpointer
+    checkpointer = Checkpointer(run_dir / "checkpoints", max_to_keep=loop.keep_checkpoints)
   logger = RunLogger(run_dir, total_env_steps=loop.total_env_steps,
                      title=f"{name} {loop.env_id} seed {loop.seed}", progress=progress)
+  flag = _StopFlag()
   try:
-    result = train(agent_factory, loop, logger, batch_fn=batch_fn)
+    with _stop_on_signals(flag):
+      result = train(agent_factory, loop, logger, batch_fn=batch_fn,
+                     checkpointer=checkpointer, resume=resume, should_stop=flag)
   finally:
     logger.close()
+    if checkpointer is not None:
+      checkpointer.close()
   save_params(run_dir / "final_params.msgpack", result.agent_state.params)
   summary = {k: v for k, v in dataclasses.asdict(result).items() if k != "agent_state"}
   summary["run_dir"] = str(run_dir)
+  if flag.signal_name:
+    summary["stopped_by"] = flag.signal_name
   (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
   print(f"[{name}] done: {summary}", flush=True)
   return result

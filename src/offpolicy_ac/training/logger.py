@@ -130,6 +130,23 @@ class RunLogger:
     if time.monotonic() - self._last_plot > self._plot_every_s:
       self.plot()
 
+  def truncate(self, num_lines: int) -> None:
+    """Keeps the first `num_lines` lines of metrics.jsonl (resuming drops what was
+    logged after the checkpoint, including a cut-off last line)."""
+    self._file.close()
+    lines = self.metrics_path.read_text().splitlines(keepends=True) if \
+        self.metrics_path.exists() else []
+    kept = [line for line in lines if line.endswith("\n")][:num_lines]
+    if len(kept) < num_lines:
+      raise ValueError(f"{self.metrics_path} has {len(kept)} complete lines, the checkpoint "
+                       f"expects {num_lines}")
+    tmp = self.metrics_path.with_suffix(".jsonl.tmp")
+    tmp.write_text("".join(kept))
+    os.replace(tmp, self.metrics_path)
+    self._file = open(self.metrics_path, "a", buffering=1)
+    if kept:
+      self._steps_shown = int(json.loads(kept[-1])["env_steps"])
+
   def plot(self) -> pathlib.Path | None:
     """Writes learning_curve.png from metrics.jsonl (episode and eval returns)."""
     from offpolicy_ac.training.plotting import plot_runs

@@ -5,11 +5,20 @@ store raw unrolls in a sequence replay buffer and run
 `num_updates_per_train_iter` updates on sampled `(mini_batch_size,
 mini_batch_length)` windows per iteration, or, with
 `whole_replay_buffer_training`, sweep the whole buffer shuffled along the batch
-axis in mini-batches. Every `log_every` env steps a line goes to metrics.jsonl;
-Agents with `fresh_update_first` (ACER) also update once on each fresh
-unroll before the replayed updates. Every `eval_every` env steps the greedy policy is evaluated on a separate env
-pool, and the run stops once the mean evaluation return reaches
-`target_return`.
+axis in mini-batches. Agents with `fresh_update_first` (ACER) also update once
+on each fresh unroll before the replayed updates. Every `log_every` env steps a
+line goes to metrics.jsonl; every `eval_every` env steps the greedy policy is
+evaluated on a separate env pool, and the run stops once the mean evaluation
+return reaches `target_return`.
+
+Checkpoints and exact resume. Environments cannot be snapshotted, so the run is
+cut into *segments* at checkpoint points (every `checkpoint_every` env steps):
+at a cut the last step of the unroll is recorded as a time-limit truncation
+(LAST with discount 1, so its value is still bootstrapped and learning is not
+biased), the whole state is checkpointed, and every environment is re-created
+with a seed derived from (seed, segment). An uninterrupted run does exactly the
+same, so a run stopped at a checkpoint point and resumed logs exactly what the
+uninterrupted run logs (every number of metrics.jsonl but the wall-clock ones).
 """
 
 from __future__ import annotations
@@ -28,6 +37,9 @@ from offpolicy_ac.agents.base import Agent
 from offpolicy_ac.training.clock import seconds_since_launch
 from offpolicy_ac.training.evaluation import evaluate
 from offpolicy_ac.training.logger import RunLogger
+
+# Fields of a metrics line that depend on the wall clock (excluded from exact resume).
+WALL_CLOCK_FIELDS = ("wall_time_s", "env_steps_per_s")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +64,10 @@ class LoopConfig:
   """Episodes per evaluation, each on its own environment."""
   target_return: Optional[float] = None
   """Stop once an evaluation's mean return reaches this."""
+  checkpoint_every: int = 10_000
+  """Env steps between checkpoints (0: none, not even at the end)."""
+  keep_checkpoints: int = 3
+  """How many of the newest checkpoints are kept."""
   replay_capacity: int = 2_000
   """Off-policy: stored sequences (each unroll adds num_envs of them)."""
   min_replay_size: int = 64
@@ -68,16 +84,20 @@ class LoopConfig:
   def validate(self) -> None:
     for name in ("total_env_steps", "num_envs", "unroll_length", "log_every",
                  "eval_episodes", "replay_capacity", "num_updates_per_train_iter",
-                 "mini_batch_size", "mini_batch_length"):
+                 "mini_batch_size", "mini_batch_length", "keep_checkpoints"):
       value = getattr(self, name)
       if not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
-    if self.eval_every < 0:
-      raise ValueError(f"eval_every must be >= 0, got {self.eval_every}")
+    for name in ("eval_every", "checkpoint_every"):
+      if getattr(self, name) < 0:
+        raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
     if self.target_return is not None and self.eval_every == 0:
       raise ValueError("target_return needs evaluations: set eval_every > 0")
     if self.max_episode_steps is not None and self.max_episode_steps < 1:
       raise ValueError(f"max_episode_steps must be >= 1, got {self.max_episode_steps}")
+    if self.min_replay_size > self.replay_capacity:
+      raise ValueError(f"min_replay_size ({self.min_replay_size}) exceeds "
+                       f"replay_capacity ({self.replay_capacity})")
 
 
 @dataclasses.dataclass
@@ -87,7 +107,12 @@ class RunResult:
   wall_time_s: float
   reached_target: bool
   last_eval_return: Optional[float]
+  interrupted: bool
   agent_state: Any
+
+
+class NonFiniteError(FloatingPointError):
+  """A loss or gradient became NaN or infinite."""
 
 
 def env_kwargs(config: LoopConfig) -> dict:
@@ -95,96 +120,221 @@ def env_kwargs(config: LoopConfig) -> dict:
       "max_episode_steps": config.max_episode_steps}
 
 
-def make_replay(agent: Agent, config: LoopConfig) -> replay_lib.SequenceReplay:
+def segment_seed(seed: int, segment: int) -> int:
+  """Environment seed of a segment (segment 0 uses `seed` itself)."""
+  return (seed + 1_000_003 * segment) % (2**31 - 1)
+
+
+def make_replay(config: LoopConfig) -> replay_lib.SequenceReplay:
   return replay_lib.make_sequence_replay(
       capacity=config.replay_capacity, sequence_length=config.unroll_length + 1,
       sample_length=config.mini_batch_length + 1, batch_size=config.mini_batch_size)
 
 
+def example_trajectory(agent: Agent, params: Any, config: LoopConfig) -> envs.Trajectory:
+  """Zeros shaped like the rollout's trajectories [T+1, num_envs, ...]."""
+  spec = agent.spec
+  lead = (config.unroll_length + 1, config.num_envs)
+  obs = jax.ShapeDtypeStruct((config.num_envs,) + tuple(spec.observation_shape),
+                             jnp.dtype(spec.observation_dtype))
+  action, extras = jax.eval_shape(agent.act, params, obs, jax.random.PRNGKey(0))
+  zeros = lambda s: jnp.zeros(lead + tuple(s.shape[1:]), s.dtype)
+  return envs.Trajectory(
+      step_type=jnp.zeros(lead, jnp.int32), reward=jnp.zeros(lead, jnp.float32),
+      discount=jnp.zeros(lead, jnp.float32),
+      observation=jnp.zeros(lead + tuple(spec.observation_shape), obs.dtype),
+      env_id=jnp.zeros(lead, jnp.int32), action=zeros(action),
+      extras=jax.tree.map(zeros, extras))
+
+
+def mark_cut(traj: envs.Trajectory) -> envs.Trajectory:
+  """Records the end of an unroll as a time-limit truncation: LAST, discount 1.
+
+  A step that already is a termination (LAST, discount 0) stays one.
+  """
+  last_is_termination = (traj.step_type[-1] == envs.LAST) & (traj.discount[-1] == 0)
+  return traj._replace(
+      step_type=traj.step_type.at[-1].set(envs.LAST),
+      discount=traj.discount.at[-1].set(jnp.where(last_is_termination, 0.0, 1.0)))
+
+
+class _Envs:
+  """The training and evaluation pools of one segment, and the rollout over them."""
+
+  def __init__(self, agent: Agent, config: LoopConfig, segment: int):
+    seed = segment_seed(config.seed, segment)
+    self.env = envs.make(config.env_id, config.num_envs, seed, **env_kwargs(config))
+    self.eval_env = (envs.make(config.env_id, config.eval_episodes,
+                               segment_seed(config.seed + 7, segment), **env_kwargs(config))
+                     if config.eval_every else None)
+    self.rollout = envs.make_rollout(self.env, agent.act, config.unroll_length)
+    key = jax.random.fold_in(jax.random.PRNGKey(config.seed), segment)
+    self.rollout_state = self.rollout.init(key)
+
+  def close(self) -> None:
+    self.env.close()
+    if self.eval_env is not None:
+      self.eval_env.close()
+
+
+def _fresh_counters(config: LoopConfig) -> dict:
+  return {"env_steps": 0, "segment": 0, "log_lines": 0, "wall_time_s": 0.0,
+          "next_log": config.log_every,
+          "next_eval": config.eval_every if config.eval_every else None,
+          "next_checkpoint": config.checkpoint_every if config.checkpoint_every else None,
+          "returns": [], "lengths": [], "metric_sums": {}, "metric_count": 0,
+          "last_eval": None, "reached": False}
+
+
 def train(agent_factory: Callable[[Any], Agent], config: LoopConfig, logger: RunLogger,
-          *, batch_fn: Optional[Callable] = None) -> RunResult:
+          *, batch_fn: Optional[Callable] = None, checkpointer: Any = None,
+          resume: bool = False, should_stop: Callable[[], bool] = lambda: False) -> RunResult:
   """Runs the loop. `agent_factory(spec) -> Agent` is called once the env exists.
 
-  `batch_fn(batch, key) -> batch` (optional) transforms each sampled replay batch
-  before the update (e.g. SQIL mixes in demonstrations).
+  Args:
+    agent_factory: builds the agent from the environment spec.
+    config: the loop settings.
+    logger: where metrics lines go.
+    batch_fn: `batch_fn(batch, key) -> batch` applied to each sampled replay
+      batch before the update (e.g. SQIL mixes in demonstrations).
+    checkpointer: a `Checkpointer` (None: no checkpoints).
+    resume: continue from the newest readable checkpoint.
+    should_stop: polled each iteration (signal handlers); when it returns True a
+      checkpoint is saved and the loop returns with `interrupted=True`.
   """
   config.validate()
-  env = envs.make(config.env_id, config.num_envs, config.seed, **env_kwargs(config))
-  agent = agent_factory(env.spec)
-  replay = make_replay(agent, config) if agent.off_policy else None
-  if agent.off_policy and config.min_replay_size > config.replay_capacity:
-    raise ValueError(f"min_replay_size ({config.min_replay_size}) exceeds "
-                     f"replay_capacity ({config.replay_capacity})")
-  eval_env = (envs.make(config.env_id, config.eval_episodes, config.seed + 1_000_003,
-                        **env_kwargs(config)) if config.eval_every else None)
-  greedy = jax.jit(agent.greedy_act)
+  probe = envs.make(config.env_id, 1, config.seed, **env_kwargs(config))
+  spec = probe.spec._replace(num_envs=config.num_envs, batch_size=config.num_envs)
+  probe.close()
+  agent = agent_factory(spec)
+  replay = make_replay(config) if agent.off_policy else None
 
-  key = jax.random.PRNGKey(config.seed)
-  agent_key, rollout_key, replay_key = jax.random.split(key, 3)
+  agent_key, replay_key = jax.random.split(jax.random.PRNGKey(config.seed))
   state = agent.init(agent_key)
-  rollout = envs.make_rollout(env, agent.act, config.unroll_length)
-  rollout_state = rollout.init(rollout_key)
+  replay_state = replay.init(example_trajectory(agent, state.params, config)) if replay else None
+  counters = _fresh_counters(config)
+  wall_offset = 0.0
+  if resume:
+    if checkpointer is None:
+      raise ValueError("resume needs checkpoints (checkpoint_every > 0)")
+    restored = checkpointer.restore_latest(
+        {"agent": state, "replay": replay_state, "replay_key": replay_key})
+    if restored is None:
+      raise FileNotFoundError(f"no readable checkpoint in {checkpointer.directory}")
+    _, arrays, record = restored
+    state = jax.tree.map(jnp.asarray, arrays["agent"])
+    replay_state = (jax.tree.map(jnp.asarray, arrays["replay"])
+                    if replay_state is not None else None)
+    replay_key = jnp.asarray(arrays["replay_key"])
+    counters = record["counters"]
+    logger.truncate(counters["log_lines"])
+    wall_offset = counters["wall_time_s"] - seconds_since_launch()
 
   train_iter = _make_train_iter(agent, replay, config, batch_fn)
-  replay_state = None
-  env_steps, iteration = 0, 0
+  greedy = jax.jit(agent.greedy_act)
+  pools = _Envs(agent, config, counters["segment"])
   steps_per_iter = config.unroll_length * config.num_envs
-  next_log, next_eval = config.log_every, (config.eval_every or math.inf)
-  returns, lengths, metric_sums, metric_count = [], [], {}, 0
-  last_log_time, last_log_steps = seconds_since_launch(), 0
-  last_eval, reached = None, False
+  c = counters
+  last_log_time, last_log_steps = seconds_since_launch(), c["env_steps"]
+  interrupted = False
 
-  while env_steps < config.total_env_steps:
-    rollout_state, traj, stats = rollout.unroll(state.params, rollout_state)
-    env_steps += steps_per_iter
-    iteration += 1
-    returns.extend(stats.episode_return.tolist())
-    lengths.extend(stats.episode_length.tolist())
-    if agent.off_policy:
-      if replay_state is None:
-        replay_state = replay.init(traj)
-      replay_key, sub = jax.random.split(replay_key)
-      state, replay_state, metrics = train_iter(state, replay_state, traj, sub)
-    else:
-      state, metrics = train_iter(state, traj)
-    if metrics is not None:
-      metric_count += 1
-      for k, v in metrics.items():
-        metric_sums[k] = metric_sums.get(k, 0.0) + v
+  def save(env_steps: int) -> None:
+    if checkpointer is not None:
+      c["wall_time_s"] = wall_offset + seconds_since_launch()
+      checkpointer.save(env_steps, {"agent": state, "replay": replay_state,
+                                    "replay_key": replay_key}, {"counters": c})
 
-    eval_now = env_steps >= next_eval
-    if env_steps >= next_log or eval_now or env_steps >= config.total_env_steps:
-      now = seconds_since_launch()
-      record = {"env_steps": env_steps, "wall_time_s": now,
-                "episode_return": float(np.mean(returns)) if returns else None,
-                "episode_length": float(np.mean(lengths)) if lengths else None,
-                "episodes": len(returns), "num_updates": int(state.num_updates),
-                "env_steps_per_s": (env_steps - last_log_steps) / max(now - last_log_time, 1e-9)}
-      if metric_count:
-        host = jax.device_get(metric_sums)
-        record.update({k: float(v) / metric_count for k, v in host.items()})
-      if eval_now:
-        eval_returns = evaluate(eval_env, greedy, state.params, config.eval_episodes)
-        last_eval = float(np.mean(eval_returns))
-        record["eval_return"] = last_eval
-        record["eval_return_min"] = float(np.min(eval_returns))
-        reached = config.target_return is not None and last_eval >= config.target_return
-        while next_eval <= env_steps:
-          next_eval += config.eval_every
-      logger.log(record)
-      while next_log <= env_steps:
-        next_log += config.log_every
-      returns, lengths, metric_sums, metric_count = [], [], {}, 0
-      last_log_time, last_log_steps = now, env_steps
-      if reached:
+  try:
+    while c["env_steps"] < config.total_env_steps and not c["reached"]:
+      if should_stop():
+        c["segment"] += 1
+        save(c["env_steps"])
+        interrupted = True
         break
+      pools.rollout_state, traj, stats = pools.rollout.unroll(state.params, pools.rollout_state)
+      c["env_steps"] += steps_per_iter
+      env_steps = c["env_steps"]
+      cut = ((c["next_checkpoint"] is not None and env_steps >= c["next_checkpoint"])
+             or env_steps >= config.total_env_steps)
+      if cut:
+        traj = mark_cut(traj)
+      c["returns"].extend(stats.episode_return.tolist())
+      c["lengths"].extend(stats.episode_length.tolist())
+      if agent.off_policy:
+        replay_key, sub = jax.random.split(replay_key)
+        state, replay_state, metrics = train_iter(state, replay_state, traj, sub)
+      else:
+        state, metrics = train_iter(state, traj)
+      if metrics is not None:
+        host = jax.device_get(metrics)
+        for name, value in host.items():
+          if not np.all(np.isfinite(value)):
+            raise NonFiniteError(
+                f"non-finite {name} = {value} at env step {env_steps} (update "
+                f"{int(state.num_updates)}); stopping. The last good checkpoint is kept"
+                + (f" in {checkpointer.directory}" if checkpointer is not None else "") + ".")
+          c["metric_sums"][name] = c["metric_sums"].get(name, 0.0) + float(value)
+        c["metric_count"] += 1
 
-  env.close()
-  if eval_env is not None:
-    eval_env.close()
-  return RunResult(env_steps=env_steps, num_updates=int(state.num_updates),
-                   wall_time_s=seconds_since_launch(), reached_target=reached,
-                   last_eval_return=last_eval, agent_state=state)
+      logged = False
+      eval_now = c["next_eval"] is not None and env_steps >= c["next_eval"]
+      if env_steps >= c["next_log"] or eval_now:
+        record = _flush(c, env_steps, wall_offset, last_log_time, last_log_steps,
+                        int(state.num_updates))
+        if eval_now:
+          eval_returns = evaluate(pools.eval_env, greedy, state.params, config.eval_episodes)
+          c["last_eval"] = float(np.mean(eval_returns))
+          record["eval_return"] = c["last_eval"]
+          record["eval_return_min"] = float(np.min(eval_returns))
+          c["reached"] = (config.target_return is not None
+                          and c["last_eval"] >= config.target_return)
+          while c["next_eval"] <= env_steps:
+            c["next_eval"] += config.eval_every
+        logger.log(record)
+        c["log_lines"] += 1
+        logged = True
+        while c["next_log"] <= env_steps:
+          c["next_log"] += config.log_every
+        last_log_time, last_log_steps = seconds_since_launch(), env_steps
+
+      end = env_steps >= config.total_env_steps or c["reached"]
+      if cut or end:
+        c["segment"] += 1
+        if c["next_checkpoint"] is not None:
+          while c["next_checkpoint"] <= env_steps:
+            c["next_checkpoint"] += config.checkpoint_every
+        save(env_steps)
+        if not end:
+          pools.close()
+          pools = _Envs(agent, config, c["segment"])
+      if end and not logged and (c["returns"] or c["metric_count"]):
+        # A final line for the partial interval; a resumed run drops it (it is
+        # after the checkpoint's log_lines) and logs the interval in full.
+        record = _flush(c, env_steps, wall_offset, last_log_time, last_log_steps,
+                        int(state.num_updates))
+        record["final"] = True
+        logger.log(record)
+  finally:
+    pools.close()
+  return RunResult(env_steps=c["env_steps"], num_updates=int(state.num_updates),
+                   wall_time_s=wall_offset + seconds_since_launch(),
+                   reached_target=bool(c["reached"]), last_eval_return=c["last_eval"],
+                   interrupted=interrupted, agent_state=state)
+
+
+def _flush(c: dict, env_steps: int, wall_offset: float, last_time: float,
+           last_steps: int, num_updates: int) -> dict:
+  """A metrics line from the accumulators, which it then empties."""
+  now = seconds_since_launch()
+  record = {"env_steps": env_steps, "wall_time_s": wall_offset + now,
+            "episode_return": float(np.mean(c["returns"])) if c["returns"] else None,
+            "episode_length": float(np.mean(c["lengths"])) if c["lengths"] else None,
+            "episodes": len(c["returns"]), "num_updates": num_updates,
+            "env_steps_per_s": (env_steps - last_steps) / max(now - last_time, 1e-9)}
+  if c["metric_count"]:
+    record.update({k: v / c["metric_count"] for k, v in c["metric_sums"].items()})
+  c["returns"], c["lengths"], c["metric_sums"], c["metric_count"] = [], [], {}, 0
+  return record
 
 
 def _make_train_iter(agent: Agent, replay, config: LoopConfig, batch_fn):
@@ -223,7 +373,8 @@ def _make_train_iter(agent: Agent, replay, config: LoopConfig, batch_fn):
       epoch_key, key = jax.random.split(key)
       batches = replay.epoch(replay_state, epoch_key)
       if batch_fn is not None:
-        batches = jax.vmap(batch_fn)(batches, jax.random.split(key, jax.tree.leaves(batches)[0].shape[0]))
+        num_batches = jax.tree.leaves(batches)[0].shape[0]
+        batches = jax.vmap(batch_fn)(batches, jax.random.split(key, num_batches))
       state, metrics = sweep(state, batches)
     else:
       state, metrics = sample_and_update(state, replay_state, key)

@@ -1,0 +1,77 @@
+"""Checkpoints of the whole training state with orbax, written atomically.
+
+A checkpoint holds a pytree of arrays (agent state: parameters, target/average
+parameters, optimizer state, RNG keys, counters; replay buffers; loop counters
+and keys) and a JSON record (log accumulators, metadata). Orbax writes each
+step into a temporary directory and renames it when complete, so a kill during
+a save leaves the previous checkpoints untouched; the last `max_to_keep` are
+kept. `restore_latest` falls back to older checkpoints, with a warning, when
+the newest cannot be read.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import warnings
+from typing import Any, Optional
+
+import jax
+import numpy as np
+
+
+def _ocp():
+  import orbax.checkpoint as ocp  # slow to import: only when checkpointing
+  return ocp
+
+
+def _to_savable(tree: Any) -> Any:
+  """Orbax stores arrays: typed PRNG keys become raw key data, scalars arrays."""
+  def convert(x):
+    if isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+      return jax.random.key_data(x)
+    return np.asarray(x) if not isinstance(x, jax.Array) else x
+  return jax.tree.map(convert, tree)
+
+
+class Checkpointer:
+  """Saves and restores `(arrays pytree, json dict)` pairs under `directory`."""
+
+  def __init__(self, directory: str | pathlib.Path, max_to_keep: int = 3):
+    if max_to_keep < 1:
+      raise ValueError(f"max_to_keep must be >= 1, got {max_to_keep}")
+    ocp = _ocp()
+    self.directory = pathlib.Path(directory).absolute()
+    options = ocp.CheckpointManagerOptions(
+        max_to_keep=max_to_keep, create=True, enable_async_checkpointing=False)
+    self._manager = ocp.CheckpointManager(self.directory, options=options)
+
+  def save(self, step: int, arrays: Any, record: dict) -> None:
+    ocp = _ocp()
+    self._manager.save(step, args=ocp.args.Composite(
+        arrays=ocp.args.StandardSave(_to_savable(arrays)),
+        record=ocp.args.JsonSave(record)), force=True)
+    self._manager.wait_until_finished()
+
+  def steps(self) -> list[int]:
+    self._manager.reload()
+    return sorted(self._manager.all_steps())
+
+  def restore_latest(self, template: Any) -> Optional[tuple[int, Any, dict]]:
+    """(step, arrays, record) of the newest readable checkpoint, or None.
+
+    `template` gives the pytree structure, shapes and dtypes of `arrays`.
+    """
+    ocp = _ocp()
+    template = _to_savable(template)
+    for step in reversed(self.steps()):
+      try:
+        restored = self._manager.restore(step, args=ocp.args.Composite(
+            arrays=ocp.args.StandardRestore(template), record=ocp.args.JsonRestore()))
+        return step, restored["arrays"], dict(restored["record"])
+      except Exception as e:  # pylint: disable=broad-except
+        warnings.warn(f"checkpoint {step} in {self.directory} could not be read ({e!r}); "
+                      "falling back to the previous one", RuntimeWarning)
+    return None
+
+  def close(self) -> None:
+    self._manager.close()
