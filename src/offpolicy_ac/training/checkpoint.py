@@ -6,12 +6,14 @@ and keys) and a JSON record (log accumulators, metadata). Orbax writes each
 step into a temporary directory and renames it when complete, so a kill during
 a save leaves the previous checkpoints untouched; the last `max_to_keep` are
 kept. `restore_latest` falls back to older checkpoints, with a warning, when
-the newest cannot be read.
+the newest cannot be read (the unreadable one is renamed aside, not deleted).
 """
 
 from __future__ import annotations
 
+import os
 import pathlib
+import time
 import warnings
 from typing import Any, Optional
 
@@ -47,6 +49,8 @@ class Checkpointer:
 
   def save(self, step: int, arrays: Any, record: dict) -> None:
     ocp = _ocp()
+    if step in self.steps():  # e.g. redoing steps after a fall-back
+      self._manager.delete(step)
     self._manager.save(step, args=ocp.args.Composite(
         arrays=ocp.args.StandardSave(_to_savable(arrays)),
         record=ocp.args.JsonSave(record)), force=True)
@@ -69,8 +73,12 @@ class Checkpointer:
             arrays=ocp.args.StandardRestore(template), record=ocp.args.JsonRestore()))
         return step, restored["arrays"], dict(restored["record"])
       except Exception as e:  # pylint: disable=broad-except
+        quarantine = self.directory / f"{step}.unreadable-{int(time.time())}"
         warnings.warn(f"checkpoint {step} in {self.directory} could not be read ({e!r}); "
-                      "falling back to the previous one", RuntimeWarning)
+                      f"moved it to {quarantine.name} and falling back to the previous one",
+                      RuntimeWarning)
+        os.replace(self.directory / str(step), quarantine)
+        self._manager.reload()
     return None
 
   def close(self) -> None:

@@ -1,0 +1,130 @@
+"""Runs researchers can trust: exact resume, kills, corrupt checkpoints, signals, NaN guard.
+
+Each test drives experiments/impala.py (or sql.py) in a subprocess, as a user would.
+"""
+
+import json
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = pathlib.Path(__file__).parents[1]
+WALL_CLOCK = ("wall_time_s", "env_steps_per_s")
+# 256 env steps per iteration (16 envs x 16 steps); checkpoints every 10 iterations.
+FLAGS = ["--checkpoint-every", "2560", "--log-every", "1280", "--eval-every", "2560",
+         "--eval-episodes", "2"]
+
+
+def _run(script, run_dir, steps, *extra, check=True, **kwargs):
+  cmd = [sys.executable, str(ROOT / "experiments" / f"{script}.py"), "--run-dir", str(run_dir),
+         "--total-env-steps", str(steps), *FLAGS, *extra]
+  proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, **kwargs)
+  if check and proc.returncode != 0:
+    raise AssertionError(f"{cmd} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+  return proc
+
+
+def _metrics(run_dir):
+  lines = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
+  return [{k: v for k, v in l.items() if k not in WALL_CLOCK} for l in lines]
+
+
+@pytest.fixture(scope="module")
+def straight_run(tmp_path_factory):
+  run_dir = tmp_path_factory.mktemp("straight") / "run"
+  _run("impala", run_dir, 7680)
+  return run_dir
+
+
+def test_stop_and_resume_logs_exactly_the_straight_run(tmp_path, straight_run):
+  _run("impala", tmp_path / "run", 5120)
+  _run("impala", tmp_path / "run", 7680, "--resume")
+  assert _metrics(tmp_path / "run") == _metrics(straight_run)
+  summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+  assert summary["env_steps"] == 7680
+
+
+def test_resume_drops_a_final_partial_line(tmp_path, straight_run):
+  # 5120 + 256 is not a log point: the run ends with a "final" partial line.
+  _run("impala", tmp_path / "run", 5120 + 256)
+  assert _metrics(tmp_path / "run")[-1].get("final") is True
+  shutil.rmtree(tmp_path / "run" / "checkpoints" / "5376")  # back to the 5120 point
+  _run("impala", tmp_path / "run", 7680, "--resume")
+  assert _metrics(tmp_path / "run") == _metrics(straight_run)
+
+
+def test_kill_9_during_training_then_resume(tmp_path, straight_run):
+  run_dir = tmp_path / "run"
+  cmd = [sys.executable, str(ROOT / "experiments" / "impala.py"), "--run-dir", str(run_dir),
+         "--total-env-steps", "7680", *FLAGS]
+  proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  ckpts = run_dir / "checkpoints"
+  deadline = time.time() + 300
+  while time.time() < deadline and not (ckpts.exists() and any(
+      p.name.isdigit() for p in ckpts.iterdir())):
+    time.sleep(0.05)
+  time.sleep(0.3)
+  proc.send_signal(signal.SIGKILL)
+  proc.wait()
+  assert proc.returncode == -signal.SIGKILL
+  _run("impala", run_dir, 7680, "--resume")
+  lines = _metrics(run_dir)
+  assert [l["env_steps"] for l in lines] == [l["env_steps"] for l in _metrics(straight_run)]
+
+
+def test_corrupt_latest_checkpoint_falls_back_with_a_warning(tmp_path, straight_run):
+  run_dir = tmp_path / "run"
+  _run("impala", run_dir, 5120)
+  latest = run_dir / "checkpoints" / "5120"
+  for path in latest.rglob("*"):
+    if path.is_file() and path.stat().st_size > 0 and "arrays" in str(path):
+      path.write_bytes(b"\x00garbage")
+  proc = _run("impala", run_dir, 7680, "--resume")
+  assert "could not be read" in proc.stderr
+  assert "falling back" in proc.stderr
+  summary = json.loads((run_dir / "summary.json").read_text())
+  assert summary["env_steps"] == 7680
+
+
+def test_resume_refuses_a_different_config(tmp_path):
+  run_dir = tmp_path / "run"
+  _run("impala", run_dir, 2560)
+  proc = _run("impala", run_dir, 5120, "--resume", "--learning-rate", "0.1", check=False)
+  assert proc.returncode != 0
+  assert "agent.learning_rate" in proc.stderr and "differs" in proc.stderr
+  proc = _run("impala", run_dir, 5120, check=False)
+  assert proc.returncode != 0 and "--resume" in proc.stderr  # never overwrites a run
+
+
+def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path):
+  run_dir = tmp_path / "run"
+  cmd = [sys.executable, str(ROOT / "experiments" / "impala.py"), "--run-dir", str(run_dir),
+         "--total-env-steps", "10000000", *FLAGS]
+  proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  deadline = time.time() + 300
+  while time.time() < deadline and not ((run_dir / "metrics.jsonl").exists() and
+                                        (run_dir / "metrics.jsonl").read_text().count("\n") >= 2):
+    time.sleep(0.05)
+  proc.send_signal(signal.SIGTERM)
+  out, err = proc.communicate(timeout=120)
+  assert proc.returncode == 0, err[-3000:]
+  summary = json.loads((run_dir / "summary.json").read_text())
+  assert summary["interrupted"] and summary["stopped_by"] == "SIGTERM"
+  steps = sorted(int(p.name) for p in (run_dir / "checkpoints").iterdir() if p.name.isdigit())
+  assert steps and steps[-1] == summary["env_steps"]
+  _run("impala", run_dir, summary["env_steps"] + 512, "--resume")
+
+
+def test_non_finite_loss_stops_with_a_clear_message(tmp_path):
+  run_dir = tmp_path / "run"
+  # A huge learning rate makes the network's outputs (and the loss) overflow.
+  proc = _run("impala", run_dir, 100_000, "--learning-rate", "1e30", "--max-grad-norm", "1e30",
+              check=False)
+  assert proc.returncode != 0
+  assert "non-finite" in proc.stderr and "at env step" in proc.stderr
