@@ -2,6 +2,8 @@
 
     python experiments/impala.py --env-id CartPole-v1 --seed 0 \
         --total-env-steps 500000 --run-dir runs/impala-cartpole
+    python experiments/impala.py --preset pendulum      # Gaussian policy
+    python experiments/impala.py --preset atari --env-id Pong-v5
 
 Defaults learn CartPole-v1 on a 2-core CPU. See `--help` for every field.
 """
@@ -12,11 +14,10 @@ import dataclasses
 import functools
 from typing import Optional
 
-import tyro
-
 from offpolicy_ac.agents import ImpalaConfig
 from offpolicy_ac.agents import make_impala
 from offpolicy_ac.training import LoopConfig
+from offpolicy_ac.training import parse_args
 from offpolicy_ac.training import run_experiment
 
 
@@ -31,9 +32,23 @@ class Args:
   """Run directory (default: runs/impala-<env>-seed<seed>-<time>)."""
 
 
+PRESETS = {
+    "cartpole": Args(),
+    "pendulum": Args(
+        loop=LoopConfig(env_id="Pendulum-v1", total_env_steps=1_000_000, num_envs=16,
+                        unroll_length=16, log_every=20_000)),
+    "atari": Args(
+        loop=LoopConfig(env_id="Pong-v5", atari=True, total_env_steps=10_000_000,
+                        num_envs=16, unroll_length=20, log_every=20_000,
+                        checkpoint_every=200_000),
+        agent=ImpalaConfig(torso="nature_cnn", optimizer="rmsprop", learning_rate=6e-4,
+                           optimizer_eps=0.01, max_grad_norm=40.0, reward_scale=1.0)),
+}
+
+
 def main(args: Args):
   return run_experiment("impala", args, functools.partial(make_impala, config=args.agent))
 
 
 if __name__ == "__main__":
-  main(tyro.cli(Args, config=(tyro.conf.OmitArgPrefixes,)))
+  main(parse_args(Args, PRESETS, description=__doc__))

@@ -15,9 +15,11 @@ import numpy as np
 import tyro
 
 from offpolicy_ac import demos as demos_lib
-from offpolicy_ac import envs
+from offpolicy_ac.agents.registry import config_from_dict
 from offpolicy_ac.agents.registry import make_agent
+from offpolicy_ac.training import LoopConfig
 from offpolicy_ac.training import load_params
+from offpolicy_ac.training.loop import make_env
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,21 +40,19 @@ def main(args: Args) -> dict:
   params_path = run_dir / "final_params.msgpack"
   if not params_path.exists():
     raise FileNotFoundError(f"{params_path} not found: is {run_dir} a finished run?")
-  loop = config["config"]["loop"]
-  kwargs = {} if loop.get("max_episode_steps") is None else {
-      "max_episode_steps": loop["max_episode_steps"]}
-  env = envs.make(loop["env_id"], args.episodes, args.seed, **kwargs)
+  loop = config_from_dict(LoopConfig, config["config"]["loop"])
+  env = make_env(loop, args.episodes, args.seed, train=False)
   agent = make_agent(config["algorithm"], env.spec, config["config"]["agent"])
   params = load_params(params_path, agent.init(jax.random.PRNGKey(0)).params)
   greedy = jax.jit(agent.greedy_act)
   demos = demos_lib.record_episodes(env, lambda obs: greedy(params, obs), args.episodes)
   env.close()
   pathlib.Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-  demos_lib.save_demos(args.out, demos, env_id=loop["env_id"])
+  demos_lib.save_demos(args.out, demos, env_id=loop.env_id)
   ends = np.cumsum(demos["episode_lengths"])
   starts = np.concatenate([[0], ends[:-1]])
   returns = [float(demos["reward"][s + 1:e].sum()) for s, e in zip(starts, ends)]
-  print(f"recorded {args.episodes} episodes of {loop['env_id']} to {args.out}: "
+  print(f"recorded {args.episodes} episodes of {loop.env_id} to {args.out}: "
         f"returns {returns} (mean {np.mean(returns):.1f})")
   return demos
 

@@ -10,13 +10,12 @@ import dataclasses
 import functools
 from typing import Optional
 
-import tyro
-
 from offpolicy_ac import demos as demos_lib
 from offpolicy_ac.agents import SqlConfig
 from offpolicy_ac.agents import make_sqil
 from offpolicy_ac.agents import make_sqil_batch_fn
 from offpolicy_ac.training import LoopConfig
+from offpolicy_ac.training import parse_args
 from offpolicy_ac.training import run_experiment
 
 
@@ -38,7 +37,20 @@ class Args:
   """Run directory (default: runs/sqil-<env>-seed<seed>-<time>)."""
 
 
+PRESETS = {
+    "cartpole": Args(demos=""),
+    "atari": Args(demos="", loop=LoopConfig(env_id="Pong-v5", atari=True, total_env_steps=5_000_000, num_envs=8,
+                        unroll_length=8, replay_capacity=4_000, min_replay_size=500,
+                        num_updates_per_train_iter=1, mini_batch_size=16, mini_batch_length=4,
+                        log_every=20_000, checkpoint_every=200_000),
+                  agent=SqlConfig(torso="nature_cnn", alpha=0.01, learning_rate=1e-4,
+                        target_update_tau=0.005, max_grad_norm=10.0)),
+}
+
+
 def main(args: Args):
+  if not args.demos:
+    raise ValueError("--demos FILE is required (record one with experiments/record_demos.py)")
   demos = demos_lib.load_demos(args.demos)
   if demos["env_id"] != args.loop.env_id:
     raise ValueError(f"the demonstrations are of {demos['env_id']}, the run is on "
@@ -52,4 +64,4 @@ def main(args: Args):
 
 
 if __name__ == "__main__":
-  main(tyro.cli(Args, config=(tyro.conf.OmitArgPrefixes,)))
+  main(parse_args(Args, PRESETS, description=__doc__))

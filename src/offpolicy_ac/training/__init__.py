@@ -18,3 +18,6 @@ from offpolicy_ac.training.experiment import run_experiment  # noqa: E402
 from offpolicy_ac.training.experiment import save_params  # noqa: E402
 
 __all__ += ["load_params", "run_experiment", "save_params"]
+from offpolicy_ac.training.cli import parse_args  # noqa: E402
+
+__all__ += ["parse_args"]

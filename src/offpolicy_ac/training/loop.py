@@ -56,6 +56,9 @@ class LoopConfig:
   """T: steps per environment per unroll (trajectories are [T+1, num_envs])."""
   max_episode_steps: Optional[int] = None
   """Override the task's time limit (envpool's max_episode_steps)."""
+  atari: bool = False
+  """Atari preprocessing (84x84 grey, frame stack 4, no-op starts; episodic life and
+  reward clipping for training only); returns are raw game scores."""
   log_every: int = 5_000
   """Env steps between metrics.jsonl lines."""
   eval_every: int = 0
@@ -120,6 +123,13 @@ def env_kwargs(config: LoopConfig) -> dict:
       "max_episode_steps": config.max_episode_steps}
 
 
+def make_env(config: LoopConfig, num_envs: int, seed: int, *, train: bool = True):
+  """A training (or evaluation) pool for the config's task."""
+  if config.atari:
+    return envs.make_atari(config.env_id, num_envs, seed, train=train, **env_kwargs(config))
+  return envs.make(config.env_id, num_envs, seed, **env_kwargs(config))
+
+
 def segment_seed(seed: int, segment: int) -> int:
   """Environment seed of a segment (segment 0 uses `seed` itself)."""
   return (seed + 1_000_003 * segment) % (2**31 - 1)
@@ -163,9 +173,9 @@ class _Envs:
 
   def __init__(self, agent: Agent, config: LoopConfig, segment: int):
     seed = segment_seed(config.seed, segment)
-    self.env = envs.make(config.env_id, config.num_envs, seed, **env_kwargs(config))
-    self.eval_env = (envs.make(config.env_id, config.eval_episodes,
-                               segment_seed(config.seed + 7, segment), **env_kwargs(config))
+    self.env = make_env(config, config.num_envs, seed)
+    self.eval_env = (make_env(config, config.eval_episodes,
+                              segment_seed(config.seed + 7, segment), train=False)
                      if config.eval_every else None)
     self.rollout = envs.make_rollout(self.env, agent.act, config.unroll_length)
     key = jax.random.fold_in(jax.random.PRNGKey(config.seed), segment)
@@ -203,7 +213,7 @@ def train(agent_factory: Callable[[Any], Agent], config: LoopConfig, logger: Run
       checkpoint is saved and the loop returns with `interrupted=True`.
   """
   config.validate()
-  probe = envs.make(config.env_id, 1, config.seed, **env_kwargs(config))
+  probe = make_env(config, 1, config.seed)
   spec = probe.spec._replace(num_envs=config.num_envs, batch_size=config.num_envs)
   probe.close()
   agent = agent_factory(spec)
