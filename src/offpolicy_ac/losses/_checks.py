@@ -31,6 +31,13 @@ def check_integer(name: str, x: Any) -> None:
     raise TypeError(f"`{name}` must have an integer dtype, got {_describe(x)}.")
 
 
+def check_dtype(name: str, x: Any, dtype: Any, ref: str) -> None:
+  """Raises TypeError unless `x` has exactly `dtype` (the dtype of `ref`)."""
+  if jnp.result_type(x) != jnp.dtype(dtype):
+    raise TypeError(
+        f"`{name}` must have dtype {jnp.dtype(dtype)} (matching {ref}), got {_describe(x)}.")
+
+
 def check_bool(name: str, x: Any) -> None:
   """Raises TypeError unless `x` is boolean (masks)."""
   if jnp.result_type(x) != jnp.bool_:

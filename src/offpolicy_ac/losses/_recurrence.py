@@ -23,6 +23,8 @@ Both agree to floating-point rounding (tests check it).
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
@@ -54,7 +56,7 @@ def reverse_linear_recurrence(
 
   Args:
     a: multiplicative coefficients, shape [T, ...], times [0, T-1].
-    b: additive terms, same shape and dtype as `a`.
+    b: additive terms, same shape and (floating) dtype as `a`.
     init: acc_T, shape `a.shape[1:]`; zeros if None.
     method: "scan" (reverse `lax.scan`), "associative" (`associative_scan`)
       or "auto" (scan on CPU, associative elsewhere; decided at lowering).
@@ -65,13 +67,18 @@ def reverse_linear_recurrence(
   """
   _checks.check_method(method)
   _checks.check_time_major("b", b)
+  _checks.check_floating("b", b)
   _checks.check_shape("a", a, jnp.shape(b), "`b`")
+  _checks.check_dtype("a", a, jnp.result_type(b), "`b`")
+  a, b = jnp.asarray(a), jnp.asarray(b)
   if init is None:
-    init = jnp.zeros(jnp.shape(b)[1:], dtype=jnp.result_type(b))
+    init = jnp.zeros(jnp.shape(b)[1:], dtype=b.dtype)
   else:
     _checks.check_shape("init", init, jnp.shape(b)[1:], "`b[0]`")
+    _checks.check_dtype("init", init, b.dtype, "`b`")
+    init = jnp.asarray(init)
 
-  scan = lambda a, b, init: _scan(a, b, init, unroll)
+  scan = _scan if unroll == 1 else functools.partial(_scan, unroll=unroll)
   if method == "scan":
     return scan(a, b, init)
   if method == "associative":
@@ -79,13 +86,16 @@ def reverse_linear_recurrence(
   return jax.lax.platform_dependent(a, b, init, cpu=scan, default=_associative)
 
 
-def _scan(a, b, init, unroll):
-  def step(acc, a_and_b):
-    a_t, b_t = a_and_b
-    acc = b_t + a_t * acc
-    return acc, acc
+def _step(acc, a_and_b):
+  a_t, b_t = a_and_b
+  acc = b_t + a_t * acc
+  return acc, acc
 
-  _, acc = jax.lax.scan(step, init, (a, b), reverse=True, unroll=unroll)
+
+def _scan(a, b, init, unroll=1):
+  # `_step` is a module-level function, so repeated eager calls hit JAX's
+  # tracing cache instead of re-tracing a fresh closure.
+  _, acc = jax.lax.scan(_step, init, (a, b), reverse=True, unroll=unroll)
   return acc
 
 

@@ -116,9 +116,21 @@ def retrace_targets(
     mu_t: behaviour probability mu(a_{s+1}|x_{s+1}) at times [1, T], [T, ...].
     mask, lambda_, eps, stop_target_gradients, method: as in `retrace`.
   """
-  _check_q_inputs(q_t, q_t, a_t, a_t, r_t, discount_t, pi_t, mu_t)
+  for name, x in [("q_t", q_t), ("r_t", r_t), ("discount_t", discount_t),
+                  ("pi_t", pi_t), ("mu_t", mu_t)]:
+    _checks.check_floating(name, x)
+  _checks.check_integer("a_t", a_t)
+  _checks.check_time_major("r_t", r_t)
+  _checks.check_min_rank("q_t", q_t, 2, "[T, ..., A]")
+  shape = tuple(jnp.shape(r_t))
+  q_shape = shape + (jnp.shape(q_t)[-1],)
+  _checks.check_shape("q_t", q_t, q_shape, "`r_t` plus an action axis")
+  _checks.check_shape("pi_t", pi_t, q_shape, "`q_t`")
+  for name, x in [("a_t", a_t), ("discount_t", discount_t), ("mu_t", mu_t)]:
+    _checks.check_shape(name, x, shape, "`r_t`")
   _checks.check_in_unit_interval("lambda_", lambda_)
   _checks.check_non_negative("eps", eps)
+  q_t, pi_t = jnp.asarray(q_t), jnp.asarray(pi_t)
   pi_a_t = take_action(pi_t, a_t)
   c_t = (lambda_ * jnp.minimum(1.0, pi_a_t / (mu_t + eps))).astype(r_t.dtype)
   v_t = sum_actions(pi_t * q_t)
