@@ -102,6 +102,7 @@ def categorical_entropy(logits: jax.Array) -> jax.Array:
   impossible action is 0, with a zero gradient, not NaN).
   """
   _checks.check_floating("logits", logits)
+  _checks.check_min_rank("logits", logits, 1, "a trailing action axis [..., A]")
   log_p = jax.nn.log_softmax(logits, axis=-1)
   possible = jnp.isfinite(log_p)
   safe_log_p = jnp.where(possible, log_p, jnp.zeros((), log_p.dtype))
@@ -111,6 +112,9 @@ def categorical_entropy(logits: jax.Array) -> jax.Array:
 
 def categorical_kl(p_logits: jax.Array, q_logits: jax.Array) -> jax.Array:
   """KL(p || q) over the last axis of two logits arrays [..., A]."""
+  _checks.check_floating("p_logits", p_logits)
+  _checks.check_floating("q_logits", q_logits)
+  _checks.check_min_rank("p_logits", p_logits, 1, "a trailing action axis [..., A]")
   _checks.check_shape("q_logits", q_logits, jnp.shape(p_logits), "`p_logits`")
   log_p = jax.nn.log_softmax(p_logits, axis=-1)
   log_q = jax.nn.log_softmax(q_logits, axis=-1)
@@ -129,22 +133,44 @@ def gaussian_log_prob(mean: jax.Array, log_std: jax.Array,
     mean: [..., D]; log_std: [..., D] (or broadcastable [D]); actions: [..., D].
   """
   _checks.check_floating("mean", mean)
+  _checks.check_floating("log_std", log_std)
   _checks.check_floating("actions", actions)
+  _checks.check_min_rank("mean", mean, 1, "a trailing action axis [..., D]")
   _checks.check_shape("actions", actions, jnp.shape(mean), "`mean`")
-  log_std = jnp.broadcast_to(log_std, jnp.shape(mean))
+  log_std = _broadcast_log_std(log_std, mean)
   z = (actions - mean) * jnp.exp(-log_std)
   return jnp.sum(-0.5 * jnp.square(z) - log_std - 0.5 * np.log(2 * np.pi),
                  axis=-1)
 
 
+def _broadcast_log_std(log_std, mean, name: str = "log_std"):
+  """log_std of shape mean.shape or [D] (state-independent), broadcast to mean's."""
+  if tuple(jnp.shape(log_std)) not in (tuple(jnp.shape(mean)), tuple(jnp.shape(mean)[-1:])):
+    raise ValueError(f"`{name}` must have shape {tuple(jnp.shape(mean))} or "
+                     f"{tuple(jnp.shape(mean)[-1:])} (matching the mean), got "
+                     f"{tuple(jnp.shape(log_std))}.")
+  return jnp.broadcast_to(log_std, jnp.shape(mean))
+
+
 def gaussian_entropy(log_std: jax.Array) -> jax.Array:
   """Entropy of a diagonal Gaussian, summed over the last axis."""
   _checks.check_floating("log_std", log_std)
+  _checks.check_min_rank("log_std", log_std, 1, "a trailing action axis [..., D]")
   return jnp.sum(log_std + 0.5 * (1.0 + np.log(2 * np.pi)), axis=-1)
 
 
 def gaussian_kl(mean_p, log_std_p, mean_q, log_std_q) -> jax.Array:
-  """KL(p || q) of diagonal Gaussians, summed over the last axis."""
+  """KL(p || q) of diagonal Gaussians, summed over the last axis.
+
+  Means are [..., D]; log-stds are [..., D] or [D].
+  """
+  for name, x in [("mean_p", mean_p), ("log_std_p", log_std_p), ("mean_q", mean_q),
+                  ("log_std_q", log_std_q)]:
+    _checks.check_floating(name, x)
+  _checks.check_min_rank("mean_p", mean_p, 1, "a trailing action axis [..., D]")
+  _checks.check_shape("mean_q", mean_q, jnp.shape(mean_p), "`mean_p`")
+  log_std_p = _broadcast_log_std(log_std_p, mean_p, "log_std_p")
+  log_std_q = _broadcast_log_std(log_std_q, mean_p, "log_std_q")
   var_p = jnp.exp(2 * log_std_p)
   var_q = jnp.exp(2 * log_std_q)
   return jnp.sum(log_std_q - log_std_p

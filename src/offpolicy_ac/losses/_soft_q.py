@@ -142,9 +142,10 @@ def soft_nstep_targets(
   mask = _checks.check_mask(mask, shape)
   mask_next = shift_to_previous(mask, False)
   targets = one_step
+  zero = jnp.zeros((), one_step.dtype)
   for _ in range(n - 1):
     longer = r_t + discount_t * shift_to_previous(targets, 0.0)
-    targets = jnp.where(mask_next, longer, one_step)
+    targets = jnp.where(mask & mask_next, longer, jnp.where(mask, one_step, zero))
   if stop_target_gradients:
     targets = jax.lax.stop_gradient(targets)
   return targets
