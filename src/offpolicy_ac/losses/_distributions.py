@@ -70,7 +70,10 @@ def importance_ratios_from_log_probs(
   log_rho = jnp.clip(safe_pi - safe_mu, -bound, bound)
   if stop_gradient:
     log_rho = jax.lax.stop_gradient(log_rho)
-  return ImportanceRatios(rho=jnp.exp(log_rho), log_rho=log_rho)
+  # At the lower clamp (log pi = -inf) rho is exactly 0 on every backend, not a
+  # denormal that some backends keep and others flush.
+  rho = jnp.where(log_rho <= -bound, jnp.zeros((), dtype), jnp.exp(log_rho))
+  return ImportanceRatios(rho=rho, log_rho=log_rho)
 
 
 def categorical_importance_ratios(

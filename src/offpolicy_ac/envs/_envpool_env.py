@@ -29,14 +29,13 @@ from __future__ import annotations
 
 import difflib
 import warnings
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from offpolicy_ac.envs.timestep import (
+from offpolicy_ac.envs._timestep import (
     ENV_ID_DTYPE,
     FIRST,
-    LAST,
     MID,
     STEP_TYPE_DTYPE,
     EnvSpec,
@@ -59,7 +58,11 @@ ATARI_EVAL_KWARGS: dict[str, Any] = dict(
     episodic_life=False,
     reward_clip=False,
 )
-ATARI_TRAIN_KWARGS: dict[str, Any] = {**ATARI_EVAL_KWARGS, "episodic_life": True, "reward_clip": True}
+ATARI_TRAIN_KWARGS: dict[str, Any] = {
+    **ATARI_EVAL_KWARGS,
+    "episodic_life": True,
+    "reward_clip": True,
+}
 
 _RESERVED_KWARGS = ("num_envs", "seed", "gym_reset_return_info")
 
@@ -68,6 +71,109 @@ def _envpool():
     import envpool  # local import: importing envpool is slow and only needed to make envs
 
     return envpool
+
+
+class _RawStep(NamedTuple):
+    """What one envpool `recv` gives, before conversion to a TimeStep."""
+
+    obs: np.ndarray
+    reward: np.ndarray
+    terminated: np.ndarray  # bool, done and not truncated
+    truncated: np.ndarray
+    env_id: np.ndarray
+    game_reward: np.ndarray | None  # Atari: info["reward"], the unclipped reward
+    game_over: np.ndarray | None  # Atari: info["terminated"], the whole game is over
+
+
+class _PublicPoolIO:
+    """send/recv through envpool's public gymnasium API."""
+
+    def __init__(self, pool: Any, atari: bool):
+        self._pool, self._atari = pool, atari
+
+    def send(self, action: np.ndarray, env_id: np.ndarray) -> None:
+        self._pool.send(action, env_id)
+
+    def recv(self) -> _RawStep:
+        obs, reward, terminated, truncated, info = self._pool.recv()
+        if self._atari:
+            return _RawStep(
+                obs,
+                reward,
+                terminated,
+                truncated,
+                info["env_id"],
+                info["reward"],
+                info["terminated"],
+            )
+        return _RawStep(obs, reward, terminated, truncated, info["env_id"], None, None)
+
+
+class _FastPoolIO:
+    """send/recv through envpool's `_send`/`_recv`, skipping its per-call Python wrappers.
+
+    Those wrappers (dict building, `config` rebuilt on every send, optree unflatten) cost
+    more than stepping a batch of CartPoles. Field positions are looked up once; this is
+    used only when the pool has the layout checked in `try_make` (single player, one
+    array observation, actions `env_id, players.env_id, action`), and
+    tests/test_envs_envpool.py checks it returns exactly what the public API does.
+    """
+
+    def __init__(self, pool: Any, atari: bool, index: dict[str, int], action_dtype: np.dtype):
+        self._send_fn, self._recv_fn = pool._send, pool._recv
+        self._atari = atari
+        self._i = index
+        self._action_dtype = action_dtype
+
+    @staticmethod
+    def try_make(pool: Any, atari: bool) -> _FastPoolIO | None:
+        try:
+            state_keys = list(pool._state_keys)
+            action_keys = list(pool._action_keys)
+            action_dtype = np.dtype(pool._spec._action_spec[-1][0])
+            single_player = pool.config["max_num_players"] == 1
+            callable_ = callable(pool._send) and callable(pool._recv)
+        except (AttributeError, KeyError, IndexError, TypeError):
+            return None
+        needed = ["info:env_id", "done", "trunc", "reward", "obs"]
+        if atari:
+            needed += ["info:reward", "info:terminated"]
+        if (
+            not callable_
+            or not single_player
+            or action_keys != ["env_id", "players.env_id", "action"]
+            or any(k not in state_keys for k in needed)
+        ):
+            return None
+        index = {k: state_keys.index(k) for k in needed}
+        return _FastPoolIO(pool, atari, index, action_dtype)
+
+    def send(self, action: np.ndarray, env_id: np.ndarray) -> None:
+        if action.dtype != self._action_dtype or not (
+            action.flags.writeable and action.flags.c_contiguous
+        ):
+            action = np.array(action, self._action_dtype, order="C")  # envpool writes into it
+        self._send_fn([env_id, env_id, action])
+
+    def recv(self) -> _RawStep:
+        state = self._recv_fn()
+        i = self._i
+        truncated = state[i["trunc"]]
+        terminated = state[i["done"]] & ~truncated
+        if self._atari:
+            return _RawStep(
+                state[i["obs"]], state[i["reward"]], terminated, truncated, state[i["info:env_id"]],
+                state[i["info:reward"]], state[i["info:terminated"]],
+            )  # fmt: skip
+        return _RawStep(
+            state[i["obs"]],
+            state[i["reward"]],
+            terminated,
+            truncated,
+            state[i["info:env_id"]],
+            None,
+            None,
+        )
 
 
 class EnvPoolEnv:
@@ -84,16 +190,19 @@ class EnvPoolEnv:
       num_envs, batch_size, is_async: the pool's layout.
     """
 
-    def __init__(self, pool: Any, spec: EnvSpec, *, game_episodes: bool):
+    def __init__(self, pool: Any, spec: EnvSpec, *, atari: bool, fast_io: bool = True):
         self._pool = pool
         self.spec = spec
         self.num_envs = spec.num_envs
         self.batch_size = spec.batch_size
         self.is_async = spec.is_async
-        self._game_episodes = game_episodes  # Atari: raw score over whole games
+        self._atari = atari  # episodes are whole games, scored with the raw reward
+        self._io = (_FastPoolIO.try_make(pool, atari) if fast_io else None) or _PublicPoolIO(
+            pool, atari
+        )
         n = self.num_envs
         self._all_env_ids = np.arange(n, dtype=ENV_ID_DTYPE)
-        self._last_env_id = self._all_env_ids
+        self._last_env_id: np.ndarray | None = None
         self._in_flight = np.zeros((n,), bool)
         self._num_in_flight = 0
         self._next_is_first = np.ones((n,), bool)
@@ -102,13 +211,13 @@ class EnvPoolEnv:
         self._episode_length = np.zeros((n,), np.int64)
         self._finished: list[EpisodeStats] = []
         self._was_reset = False
-        self._convert_obs = spec.observation_dtype != str(pool.observation_space.dtype)
+        self._obs_dtype = np.dtype(spec.observation_dtype)
+        self._convert_obs = self._obs_dtype != np.dtype(pool.observation_space.dtype)
         if spec.is_discrete:
             self._num_actions = spec.num_actions
         else:
             self._low = np.asarray(spec.action_low, np.float32).reshape(spec.action_shape)
             self._high = np.asarray(spec.action_high, np.float32).reshape(spec.action_shape)
-            self._pool_action_dtype = pool.action_space.dtype
 
     # ------------------------------------------------------------------ stepping
 
@@ -120,11 +229,6 @@ class EnvPoolEnv:
         Statistics of unfinished episodes are dropped. Raises RuntimeError if an action is
         still in flight (receive it first).
         """
-        if self._num_in_flight:
-            raise RuntimeError(
-                f"reset() with {self._num_in_flight} environment(s) still stepping; call "
-                "recv() until none is in flight first"
-            )
         self.async_reset()
         return self.recv()
 
@@ -133,8 +237,8 @@ class EnvPoolEnv:
         of the following `recv()` calls. Same preconditions as `reset()`."""
         if self._num_in_flight:
             raise RuntimeError(
-                f"async_reset() with {self._num_in_flight} environment(s) still stepping; "
-                "call recv() until none is in flight first"
+                f"reset with {self._num_in_flight} environment(s) still stepping; call "
+                "recv() until none is in flight first"
             )
         self._next_is_first[:] = True
         self._next_starts_episode[:] = True
@@ -157,58 +261,125 @@ class EnvPoolEnv:
 
         `env_id` defaults to the environments of the last `recv()`/`reset()` (all of them in
         sync mode). Raises ValueError for a bad action or env_id, or an env that already has
-        an action in flight, before anything is sent.
+        an action in flight, before anything is sent. Continuous actions are clipped to
+        their bounds.
         """
         if not self._was_reset:
             raise RuntimeError("call reset() before the first send()/step()")
         env_id = self._check_env_id(env_id)
         action = self._check_action(action, env_id.shape[0])
-        self._pool.send(action, env_id)
+        self._io.send(action, env_id)
         self._in_flight[env_id] = True
         self._num_in_flight += env_id.shape[0]
         self._last_env_id = None
 
     def recv(self) -> TimeStep:
         """Receives the next `batch_size` steps (whichever environments are ready)."""
+        raw = self._recv_raw()
+        lo, hi = np.zeros_like(raw.env_id), np.ones_like(raw.env_id)
+        step_type, reward, discount = self._convert_block(
+            raw.env_id, lo, hi, *(None if x is None else x[None] for x in raw[1:4] + raw[5:])
+        )
+        return TimeStep(step_type[0], reward[0], discount[0], raw.obs, raw.env_id)
+
+    def _recv_raw(self) -> _RawStep:
+        """envpool's recv and the in-flight bookkeeping, no conversion (see `_convert_block`)."""
         if self._num_in_flight < self.batch_size:
             raise RuntimeError(
                 f"recv() would block forever: {self._num_in_flight} environment(s) in flight "
                 f"but a batch is {self.batch_size}; send() actions first"
             )
-        obs, reward, terminated, truncated, info = self._pool.recv()
-        env_id = info["env_id"]
-        self._in_flight[env_id] = False
-        self._num_in_flight -= env_id.shape[0]
-        self._last_env_id = env_id
-
-        first = self._next_is_first[env_id]
-        done = terminated | truncated
-        not_first = ~first
-        step_type = (MID + done.astype(STEP_TYPE_DTYPE)) * not_first  # FIRST=0, MID=1, LAST=2
-        reward = np.where(first, np.float32(0.0), reward).astype(np.float32, copy=False)
-        discount = (not_first & ~terminated | first).astype(np.float32)
-        self._next_is_first[env_id] = done
+        raw = self._io.recv()
+        self._in_flight[raw.env_id] = False
+        self._num_in_flight -= raw.env_id.shape[0]
+        self._last_env_id = raw.env_id
         if self._convert_obs:
-            obs = obs.astype(self.spec.observation_dtype)
+            raw = raw._replace(obs=raw.obs.astype(self._obs_dtype))
+        return raw
 
-        # Episode statistics, per env_id. For Atari an episode is a whole game.
-        if self._game_episodes:
-            raw_reward = np.where(first, 0.0, info["reward"])
-            episode_over = done & (truncated | info["terminated"].astype(bool))
+    def _convert_block(
+        self,
+        env_id: np.ndarray,
+        lo: np.ndarray,
+        hi: np.ndarray,
+        reward: np.ndarray,
+        terminated: np.ndarray,
+        truncated: np.ndarray,
+        game_reward: np.ndarray | None,
+        game_over: np.ndarray | None,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Converts raw envpool steps to (step_type, reward, discount), in time-major blocks.
+
+        Column j holds consecutive steps of environment `env_id[j]`, rows `lo[j] <= r <
+        hi[j]` in time order, following on from that environment's previous step; other rows
+        are ignored (their outputs are meaningless). One vectorised pass over the block also
+        advances the per-environment state (is the next step FIRST, episode statistics).
+        `recv()` calls it with one row, the rollout once per unroll with T rows.
+
+        Args:
+          env_id: [B] distinct environment ids.
+          lo, hi: [B] int, the valid rows of each column.
+          reward, terminated, truncated: [R, B] as envpool gives them.
+          game_reward, game_over: [R, B] Atari `info["reward"]`, `info["terminated"]`.
+
+        Returns:
+          step_type [R, B] int32, reward [R, B] float32 (0 at FIRST), discount [R, B] float32.
+        """
+        rows = np.arange(terminated.shape[0])[:, None]
+        valid = (rows >= lo) & (rows < hi)
+        at_lo = rows == lo
+        done = terminated | truncated
+        # FIRST: the previous step of the same environment ended its episode.
+        first = np.empty_like(done)
+        first[1:] = done[:-1]
+        first[0] = False
+        first = np.where(at_lo, self._next_is_first[env_id], first)
+        step_type = done.astype(STEP_TYPE_DTYPE)
+        step_type += MID
+        step_type[first] = FIRST
+        reward = np.where(first, np.float32(0.0), reward.astype(np.float32, copy=False))
+        discount = (~terminated).astype(np.float32)  # a reset step is never terminated
+
+        # Episode statistics. For Atari an episode is a whole game scored with raw rewards.
+        if self._atari:
+            assert game_reward is not None and game_over is not None
+            score = np.where(first, 0.0, game_reward)
+            over = done & (truncated | game_over.astype(bool))
         else:
-            raw_reward = reward
-            episode_over = done
-        starts = self._next_starts_episode[env_id]
-        ret = np.where(starts, 0.0, self._episode_return[env_id]) + raw_reward
-        length = np.where(starts, 0, self._episode_length[env_id]) + not_first
-        self._episode_return[env_id] = ret
-        self._episode_length[env_id] = length
-        self._next_starts_episode[env_id] = episode_over
-        if episode_over.any():
-            self._finished.append(
-                EpisodeStats(env_id[episode_over].copy(), ret[episode_over], length[episode_over])
+            score, over = reward, done
+        starts = np.empty_like(over)
+        starts[1:] = over[:-1]
+        starts[0] = False
+        starts = np.where(at_lo, self._next_starts_episode[env_id], starts) & valid
+        score = np.where(valid, score, 0.0)
+        counted = valid & ~first
+        # Sums since the latest episode start (inclusive), else carried sums plus all rows.
+        last_start = np.maximum.accumulate(np.where(starts, rows, -1), axis=0)
+        from_start = last_start >= 0
+        start_row = np.maximum(last_start, 0)
+        returns, lengths = [], []
+        for x, carried in ((score, self._episode_return), (counted, self._episode_length)):
+            cum = np.cumsum(x, axis=0, dtype=carried.dtype)
+            before = np.take_along_axis(cum, start_row, axis=0) - np.take_along_axis(
+                x, start_row, axis=0
             )
-        return TimeStep(step_type.astype(STEP_TYPE_DTYPE, copy=False), reward, discount, obs, env_id)
+            (returns if x is score else lengths).append(
+                np.where(from_start, cum - before, cum + carried[env_id])
+            )
+        ret, length = returns[0], lengths[0]
+        finished = over & valid
+        if finished.any():
+            r, c = np.nonzero(finished)
+            self._finished.append(EpisodeStats(env_id[c].copy(), ret[r, c], length[r, c]))
+        # Carry the state of each column's newest valid step.
+        has = hi > lo
+        if has.any():
+            last, cols, ids = (hi - 1)[has], np.flatnonzero(has), env_id[has]
+            self._next_is_first[ids] = done[last, cols]
+            self._next_starts_episode[ids] = over[last, cols]
+            self._episode_return[ids] = ret[last, cols]
+            self._episode_length[ids] = length[last, cols]
+        return step_type, reward, discount
 
     def pop_episode_stats(self) -> EpisodeStats:
         """Episodes finished since the last call, in the order they finished."""
@@ -290,7 +461,7 @@ class EnvPoolEnv:
                     f"{spec.task_id}: discrete actions must be in [0, {self._num_actions}), "
                     f"got {bad}"
                 )
-            return action.astype(np.int32, copy=False)
+            return np.array(action, np.int32)  # a private, writeable copy (envpool writes into it)
         if action.dtype.kind != "f":
             raise ValueError(
                 f"{spec.task_id}: continuous actions must have a floating dtype, got {action.dtype}"
@@ -302,7 +473,7 @@ class EnvPoolEnv:
             )
         if not np.isfinite(action).all():
             raise ValueError(f"{spec.task_id}: continuous actions must be finite, got {action}")
-        return np.clip(action, self._low, self._high).astype(self._pool_action_dtype, copy=False)
+        return np.clip(action, self._low, self._high)
 
 
 # ---------------------------------------------------------------------- factories
@@ -393,7 +564,9 @@ def make(task_id: str, num_envs: int, seed: int, **envpool_kwargs: Any) -> EnvPo
     valid = set(envpool.make_spec(task_id).config._fields) - set(_RESERVED_KWARGS)
     unknown = sorted(set(envpool_kwargs) - valid)
     if unknown:
-        raise ValueError(f"unknown envpool option(s) {unknown} for {task_id}; valid: {sorted(valid)}")
+        raise ValueError(
+            f"unknown envpool option(s) {unknown} for {task_id}; valid: {sorted(valid)}"
+        )
     batch_size = envpool_kwargs.pop("batch_size", num_envs)
     batch_size = _check_positive_int("batch_size", batch_size)
     if batch_size > num_envs:
@@ -411,7 +584,7 @@ def make(task_id: str, num_envs: int, seed: int, **envpool_kwargs: Any) -> EnvPo
             **envpool_kwargs,
         )
         spec = _spec_from_pool(task_id, pool, num_envs, batch_size)
-    return EnvPoolEnv(pool, spec, game_episodes=_is_atari(envpool, task_id))
+    return EnvPoolEnv(pool, spec, atari=_is_atari(envpool, task_id))
 
 
 def make_atari(
@@ -433,6 +606,8 @@ def make_atari(
     """
     envpool = _check_task_id(task_id)
     if not _is_atari(envpool, task_id):
-        raise ValueError(f"make_atari expects an envpool Atari id such as 'Pong-v5', got {task_id!r}")
+        raise ValueError(
+            f"make_atari expects an envpool Atari id such as 'Pong-v5', got {task_id!r}"
+        )
     preset = ATARI_TRAIN_KWARGS if train else ATARI_EVAL_KWARGS
     return make(task_id, num_envs, seed, **{**preset, **envpool_kwargs})

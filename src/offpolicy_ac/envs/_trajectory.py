@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 
 import jax.numpy as jnp
 
-from offpolicy_ac.envs.timestep import LAST
+from offpolicy_ac.envs._timestep import LAST
 
 __all__ = ["Trajectory", "TransformedTrajectory", "LossInputs", "loss_inputs"]
 
@@ -96,12 +96,16 @@ def loss_inputs(traj: Trajectory | TransformedTrajectory, gamma: float = 1.0) ->
 
     Args:
       traj: a Trajectory or TransformedTrajectory with at least 2 time steps.
-      gamma: discount factor in [0, 1].
+      gamma: discount factor in [0, 1] (a Python number, checked, or a scalar array, e.g.
+        a traced hyper-parameter).
     """
     if not isinstance(traj, (Trajectory, TransformedTrajectory)):
         raise ValueError(f"loss_inputs expects a Trajectory, got {type(traj).__name__}")
-    if not isinstance(gamma, (int, float)) or not 0.0 <= gamma <= 1.0:
-        raise ValueError(f"gamma must be a float in [0, 1], got {gamma!r}")
+    if isinstance(gamma, (int, float)):
+        if not 0.0 <= gamma <= 1.0:
+            raise ValueError(f"gamma must be in [0, 1], got {gamma!r}")
+    elif jnp.ndim(gamma) != 0:
+        raise ValueError(f"gamma must be a scalar, got shape {jnp.shape(gamma)}")
     if traj.step_type.ndim < 1 or traj.step_type.shape[0] < 2:
         raise ValueError(
             f"a trajectory needs T+1 >= 2 time steps, got step_type shape {traj.step_type.shape}"

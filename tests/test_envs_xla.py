@@ -1,0 +1,116 @@
+"""The fully jitted rollout (envpool's XLA interface in `lax.scan`), behind its switch.
+
+Everything that runs envpool's XLA custom calls runs in a subprocess, so that a crash of
+the custom call (the segfault reported for some jax/envpool builds) fails this test with
+its signal instead of killing the test worker.
+"""
+
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from offpolicy_ac import envs
+
+jax.config.update("jax_numpy_rank_promotion", "raise")
+
+SCRIPT = textwrap.dedent(
+    """
+    import jax, jax.numpy as jnp, numpy as np
+    jax.config.update("jax_numpy_rank_promotion", "raise")
+    from offpolicy_ac import envs
+
+    def same(a, b):
+        la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
+        assert len(la) == len(lb)
+        for x, y in zip(la, lb):
+            np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-6)
+
+    def det_act(params, obs, key):
+        action = (params * (obs[:, 2] + 0.5 * obs[:, 3]) > 0).astype(jnp.int32)
+        return action, {"s": obs[:, 2] * 10.0, "pair": (obs[:, :2], action + 1)}
+
+    # 1. CartPole: identical to the host loop, unroll by unroll (terminations, truncations).
+    T = 6
+    xr = envs.make_xla_rollout(envs.make("CartPole-v1", 3, 4, max_episode_steps=12), det_act, T)
+    hr = envs.make_rollout(envs.make("CartPole-v1", 3, 4, max_episode_steps=12), det_act, T)
+    p = jnp.float32(-1.0)
+    xs, hs = xr.init(p, jax.random.PRNGKey(0)), hr.init(jax.random.PRNGKey(0))
+    saw_last = False
+    prev = None
+    for _ in range(5):
+        xs, xt, xst = xr.unroll(p, xs)
+        hs, ht, hst = hr.unroll(p, hs)
+        same((xt, xst), (ht, hst))
+        saw_last |= bool((np.asarray(xt.step_type) == envs.LAST).any())
+        if prev is not None:
+            same(jax.tree.map(lambda x: x[-1], prev), jax.tree.map(lambda x: x[0], xt))
+        prev = xt
+    assert saw_last and isinstance(xt, envs.Trajectory)
+
+    # 2. Pendulum (float32 continuous): clipped for the env, stored as produced.
+    def cont(params, obs, key):
+        return jnp.full((obs.shape[0], 1), 5.0), {"mean": jnp.zeros((obs.shape[0], 1))}
+    xr = envs.make_xla_rollout(envs.make("Pendulum-v1", 2, 3), cont, 4)
+    hr = envs.make_rollout(envs.make("Pendulum-v1", 2, 3), cont, 4)
+    xs, hs = xr.init(None, jax.random.PRNGKey(0)), hr.init(jax.random.PRNGKey(0))
+    same(xr.unroll(None, xs)[1:], hr.unroll(None, hs)[1:])
+
+    # 3. Atari preset with a random policy: shapes; same seed twice gives the same data.
+    def rand(params, obs, key):
+        logits = jnp.zeros((obs.shape[0], 6))
+        return jax.random.categorical(key, logits).astype(jnp.int32), {"logits": logits}
+    outs = []
+    for _ in range(2):
+        xr = envs.make_xla_rollout(envs.make_atari("Pong-v5", 2, 0), rand, 3)
+        xs = xr.init(None, jax.random.PRNGKey(1))
+        xs, xt, _ = xr.unroll(None, xs)
+        assert xt.observation.shape == (4, 2, 4, 84, 84) and xt.observation.dtype == jnp.uint8
+        outs.append(xt)
+    same(outs[0], outs[1])
+
+    # 4. An out-of-range discrete action is reported (after the compiled unroll).
+    def bad(params, obs, key):
+        return jnp.full((obs.shape[0],), 7, jnp.int32), {}
+    xr = envs.make_xla_rollout(envs.make("CartPole-v1", 2, 0), bad, 3)
+    try:
+        xr.init(None, jax.random.PRNGKey(0))
+    except ValueError as e:
+        assert "out-of-range" in str(e), e
+    else:
+        raise AssertionError("no error for out-of-range actions")
+    print("XLA-OK")
+    """
+)
+
+
+def test_xla_rollout_matches_host_rollout_in_subprocess():
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0 and "XLA-OK" in proc.stdout, (
+        f"returncode {proc.returncode} (negative: killed by that signal)\n"
+        f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}"
+    )
+
+
+def test_xla_rollout_rejects_unsupported_setups_before_stepping():
+    def act(params, obs, key):
+        return jnp.zeros((obs.shape[0],), jnp.int32), {}
+
+    with pytest.raises(ValueError, match="sync environments only"):
+        envs.make_xla_rollout(envs.make("CartPole-v1", 4, 0, batch_size=2), act, 3)
+    with pytest.raises(ValueError, match="float64 actions"):
+        envs.make_xla_rollout(envs.make("Hopper-v4", 2, 0), act, 3)
+    with pytest.raises(ValueError, match="unroll_length"):
+        envs.make_xla_rollout(envs.make("CartPole-v1", 2, 0), act, 0)
+
+    def float_action(params, obs, key):
+        return jnp.zeros((obs.shape[0],)), {}
+
+    rollout = envs.make_xla_rollout(envs.make("CartPole-v1", 2, 0), float_action, 3)
+    with pytest.raises(ValueError, match="integer dtype"):  # at trace time: before any step
+        rollout.init(None, jax.random.PRNGKey(0))
