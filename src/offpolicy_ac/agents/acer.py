@@ -3,17 +3,21 @@
 See "Sample Efficient Actor-Critic with Experience Replay" by Wang et al.
 (https://arxiv.org/abs/1611.01224).
 
-* Discrete actions (`ActorQCritic`: policy logits and Q(x, .) on a shared
-  torso): Retrace targets Q^ret (c = min(1, rho)), truncated importance
-  sampling with bias correction (`clip_c`), ACER's trust region against an
-  average policy network on the probabilities, critic loss
-  1/2 (Q^ret - Q(x, a))^2.
+* Discrete actions (`ActorQCritic`: policy logits and Q(x, .)): Retrace
+  targets Q^ret (c = min(1, rho)), truncated importance sampling with bias
+  correction (`clip_c`), ACER's trust region against an average policy network
+  on the probabilities, critic loss 1/2 (Q^ret - Q(x, a))^2.
 * Continuous actions (`StochasticDuelingNetwork`: diagonal Gaussian policy,
   V(x) and A(x, a)): Q~(x, a) = V(x) + A(x, a) - mean_i A(x, u_i) with
   `sdn_samples` draws u_i ~ pi, Q^ret (c = min(1, rho^(1/d))) for the critic,
   Q^opc (c = 1) for the policy gradient, and the trust region on the Gaussian
   statistics (mean, log_std).
 
+Loss = policy surrogate + value_weight * critic loss - entropy_weight * entropy,
+each a mean over the real transitions of the batch (`mask` from
+`envs.loss_inputs`); the entropy bonus is added outside the trust region. With
+`shared_torso=False` (the default) the policy and the critic are two copies of
+the network, each with its own torso (see `AcerConfig.shared_torso`).
 The average policy network lives in `AgentState.target_params` and follows the
 parameters as an exponential moving average after every update:
 theta_avg <- avg_decay * theta_avg + (1 - avg_decay) * theta.
@@ -25,10 +29,9 @@ continuous `log_prob` [B] of the taken action, `mean` [B, D] and `log_std`
 pi = mu at the first update) and its replayed updates.
 
 ACER's scheme is one on-policy update on each fresh unroll followed by
-`replay_ratio` updates on replayed sequences. The agent asks the training
-loop for it with `fresh_update_first=True` when `base.Agent` has that field;
-without it the loop's plain replay path runs `num_updates_per_train_iter`
-replayed updates per unroll (the fresh unroll is added to the buffer first).
+`replay_ratio` updates on replayed sequences: the agent sets
+`fresh_update_first=True`, and the loop's `num_updates_per_train_iter` is the
+replay ratio (experiments/acer.py derives it from `AcerConfig.replay_ratio`).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ import functools
 import math
 from typing import Sequence
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
@@ -73,15 +77,19 @@ class AcerConfig:
   entropy_weight: float = 0.01
   """Weight of the entropy bonus."""
   replay_ratio: int = 4
-  """Replayed updates per unroll (after the on-policy update when the loop supports
-  `fresh_update_first`); experiments/acer.py passes it to the loop as
-  `num_updates_per_train_iter`."""
+  """Replayed updates after each on-policy update; experiments/acer.py passes it to
+  the loop as `num_updates_per_train_iter` (which must be >= 1 today)."""
   sdn_samples: int = 5
   """Continuous: n, actions u_i ~ pi sampled for the stochastic dueling network."""
   sdn_hidden_size: int = 64
   """Continuous: hidden units of the SDN's advantage head A(x, a)."""
   torso: str = "auto"
   """'auto', 'mlp', 'nature_cnn' or 'impala_resnet'."""
+  shared_torso: bool = False
+  """True: policy and critic share one torso (the paper's Atari network). False (the
+  default) gives the critic (Q, or V and A) a torso of its own, so critic updates
+  cannot move the policy past the trust region: on Pendulum-v1 the shared torso learnt
+  about 3x slower and fell back after learning."""
   hidden_sizes: Sequence[int] = (64, 64)
   """MLP torso layer sizes."""
   reward_scale: float = 0.1
@@ -121,12 +129,19 @@ def make_acer(spec, config: AcerConfig = AcerConfig()) -> base.Agent:
   return make_acer_continuous(spec, config)
 
 
-def _agent(name, init, act, greedy_act, update, spec, config) -> base.Agent:
-  extra = {}
-  if "fresh_update_first" in base.Agent._fields:
-    extra["fresh_update_first"] = True
-  return base.Agent(name, init, act, greedy_act, update, off_policy=True, spec=spec,
-                    config=config, **extra)
+def _agent(init, act, greedy_act, update, spec, config) -> base.Agent:
+  return base.Agent("acer", init, act, greedy_act, update, off_policy=True, spec=spec,
+                    config=config, fresh_update_first=True)
+
+
+def _check_extras(traj, keys, kind: str) -> None:
+  """Names what the update needs when the behaviour policy's outputs are missing."""
+  extras = traj.extras if isinstance(traj.extras, dict) else {}
+  missing = [k for k in keys if k not in extras]
+  if missing:
+    raise ValueError(
+        f"{kind} ACER's update needs the behaviour policy in traj.extras {list(keys)} "
+        f"(as written by its act); missing {missing}, got keys {sorted(extras)}")
 
 
 def _ema(avg, params, decay):
@@ -155,6 +170,34 @@ def _make_update(loss_fn, optimizer, config: AcerConfig):
   return update
 
 
+class _SplitTorsos(nn.Module):
+  """Two copies of one network (each with its own torso): the first `num_policy`
+  outputs come from `actor`, the rest (and `advantage`) from `critic`. The heads
+  each copy does not use get zero gradients."""
+  actor: nn.Module
+  critic: nn.Module
+  num_policy: int
+
+  def __call__(self, obs):
+    return (tuple(self.actor(obs)[:self.num_policy])
+            + tuple(self.critic(obs)[self.num_policy:]))
+
+  def policy(self, obs):
+    return tuple(self.actor(obs)[:self.num_policy])
+
+  def advantage(self, features, actions):
+    return self.critic.advantage(features, actions)
+
+
+def _build_network(make_net, config: AcerConfig, num_policy: int):
+  """(net, policy_fn): policy_fn(params, obs) -> the policy outputs only."""
+  if config.shared_torso:
+    net = make_net()
+    return net, lambda params, obs: tuple(net.apply(params, obs)[:num_policy])
+  net = _SplitTorsos(make_net(), make_net(), num_policy)
+  return net, lambda params, obs: net.apply(params, obs, method=net.policy)
+
+
 def _make_init(net, optimizer, spec, method=None):
   obs_dtype = jnp.dtype(spec.observation_dtype)
 
@@ -174,27 +217,30 @@ def make_acer_discrete(spec, config: AcerConfig = AcerConfig()) -> base.Agent:
   """Discrete ACER (categorical policy + Q head, Q^ret, trust region)."""
   base.check_discrete(spec, "discrete ACER (make_acer_discrete)")
   config.validate()
-  torso = networks.make_torso(config.torso, spec.observation_shape, config.hidden_sizes)
-  net = networks.ActorQCritic(torso, spec.num_actions)
+  net, policy = _build_network(
+      lambda: networks.ActorQCritic(
+          networks.make_torso(config.torso, spec.observation_shape, config.hidden_sizes),
+          spec.num_actions), config, num_policy=1)
   optimizer = base.make_optimizer(config.optimizer, config.learning_rate,
                                   config.max_grad_norm, eps=config.optimizer_eps)
 
   def act(params, obs, key):
-    logits, _ = net.apply(params, obs)
+    logits, = policy(params, obs)
     action = jax.random.categorical(key, logits).astype(jnp.int32)
     return action, {"logits": logits}
 
   def greedy_act(params, obs):
-    logits, _ = net.apply(params, obs)
+    logits, = policy(params, obs)
     return jnp.argmax(logits, axis=-1).astype(jnp.int32)
 
   def loss_fn(params, avg_params, traj, key):
     del key  # discrete ACER draws no samples
+    _check_extras(traj, ("logits",), "discrete")
     sg = jax.lax.stop_gradient
     li = loss_inputs(traj, config.gamma)
     r_t = li.r_t * config.reward_scale
     logits, q = base.apply_batched(net.apply, params, traj.observation)  # [T+1, B, A]
-    avg_logits, _ = base.apply_batched(net.apply, avg_params, traj.observation[:-1])
+    avg_logits, = base.apply_batched(policy, avg_params, traj.observation[:-1])
     avg_logits = sg(avg_logits)
     a = traj.action.astype(jnp.int32)
     mu = jax.nn.softmax(traj.extras["logits"].astype(logits.dtype), axis=-1)
@@ -233,8 +279,7 @@ def make_acer_discrete(spec, config: AcerConfig = AcerConfig()) -> base.Agent:
     return loss, metrics
 
   update = _make_update(loss_fn, optimizer, config)
-  return _agent("acer", _make_init(net, optimizer, spec), act, greedy_act,
-                update, spec, config)
+  return _agent(_make_init(net, optimizer, spec), act, greedy_act, update, spec, config)
 
 
 def _init_sdn(module, obs):
@@ -247,18 +292,16 @@ def make_acer_continuous(spec, config: AcerConfig = AcerConfig()) -> base.Agent:
   """Continuous ACER (stochastic dueling network, Q^ret / Q^opc, trust region)."""
   base.check_continuous(spec, "continuous ACER (make_acer_continuous)")
   config.validate()
-  torso = networks.make_torso(config.torso, spec.observation_shape, config.hidden_sizes)
   action_shape = tuple(spec.action_shape)
   action_dim = int(math.prod(action_shape))
-  net = networks.StochasticDuelingNetwork(torso, action_dim, config.sdn_hidden_size,
-                                          config.init_log_std)
+  net, policy = _build_network(
+      lambda: networks.StochasticDuelingNetwork(
+          networks.make_torso(config.torso, spec.observation_shape, config.hidden_sizes),
+          action_dim, config.sdn_hidden_size, config.init_log_std),
+      config, num_policy=2)
   optimizer = base.make_optimizer(config.optimizer, config.learning_rate,
                                   config.max_grad_norm, eps=config.optimizer_eps)
   n = config.sdn_samples
-
-  def policy(params, obs):
-    mean, log_std, _, _ = net.apply(params, obs)
-    return mean, log_std
 
   def act(params, obs, key):
     mean, log_std = policy(params, obs)
@@ -280,12 +323,13 @@ def make_acer_continuous(spec, config: AcerConfig = AcerConfig()) -> base.Agent:
     return adv.reshape(lead + adv.shape[1:])
 
   def loss_fn(params, avg_params, traj, key):
+    _check_extras(traj, ("log_prob", "mean", "log_std"), "continuous")
     sg = jax.lax.stop_gradient
     li = loss_inputs(traj, config.gamma)
     r_t = li.r_t * config.reward_scale
     mean, log_std, v, h = base.apply_batched(net.apply, params, traj.observation)
-    avg_mean, avg_log_std, _, _ = base.apply_batched(
-        net.apply, avg_params, traj.observation[:-1])
+    avg_mean, avg_log_std = base.apply_batched(policy, avg_params,
+                                               traj.observation[:-1])
     avg_mean, avg_log_std = sg(avg_mean), sg(avg_log_std)
     steps = mean.shape[:2]  # (T+1, B)
     a = traj.action.reshape(steps + (action_dim,)).astype(mean.dtype)
@@ -356,5 +400,5 @@ def make_acer_continuous(spec, config: AcerConfig = AcerConfig()) -> base.Agent:
     return loss, metrics
 
   update = _make_update(loss_fn, optimizer, config)
-  return _agent("acer", _make_init(net, optimizer, spec, _init_sdn), act, greedy_act,
-                update, spec, config)
+  return _agent(_make_init(net, optimizer, spec, _init_sdn), act, greedy_act, update,
+                spec, config)

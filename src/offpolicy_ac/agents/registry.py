@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from offpolicy_ac.agents.acer import AcerConfig
+from offpolicy_ac.agents.acer import make_acer
 from offpolicy_ac.agents.impala import ImpalaConfig
 from offpolicy_ac.agents.impala import make_impala
 from offpolicy_ac.agents.sql import SqlConfig
@@ -13,6 +15,7 @@ from offpolicy_ac.agents.sqil import make_sqil
 
 AGENTS: dict[str, tuple[Any, type]] = {
     "impala": (make_impala, ImpalaConfig),
+    "acer": (make_acer, AcerConfig),
     "sql": (make_sql, SqlConfig),
     "sqil": (make_sqil, SqlConfig),
 }
