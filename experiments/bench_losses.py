@@ -101,10 +101,12 @@ def _cases(x: dict[str, jax.Array], method: str):
     td = jnp.minimum(1.0, rho) * (r_t + d * v_t - v_tm1)
     return td, td + v_tm1, r_t + d * td
 
-  def retrace_bound(q_tm1, q_t, a_tm1, a_t, r_t, d, pi_t, mu_t):
-    q_a = losses.take_action(q_tm1, a_tm1)
-    v = jnp.sum(pi_t * q_t, axis=-1)
-    return r_t + d * (v - losses.take_action(q_t, a_t) * mu_t) - q_a
+  def retrace_bound(q_tm1, q_t, a_tm1, a_t, r_t, d, pi_t, mu_t):  # 8 inputs -> 1 output
+    qs = q_tm1 + q_t * pi_t
+    total = qs[..., 0]
+    for k in range(1, qs.shape[-1]):
+      total = total + qs[..., k]
+    return total + r_t + d * mu_t + (a_tm1 + a_t).astype(r_t.dtype)
 
   def soft_bound(r_t, d, q_t):
     return r_t + d * losses.soft_value(q_t, soft_alpha)

@@ -129,6 +129,12 @@ def run_experiment(name: str, args: Any, agent_factory: Callable, *,
   run_dir.mkdir(parents=True, exist_ok=True)
   write_config(run_dir, args, extra={"algorithm": name})
 
+  if jax.default_backend() == "cpu":
+    # The actors call a tiny jitted policy once per step; synchronous CPU dispatch
+    # cuts that call from ~90 us to ~15 us (docs/envs_notes.md). The loop syncs on
+    # every update anyway, so nothing is lost. Process-wide: set by the script's
+    # runner, never by the library's modules.
+    jax.config.update("jax_cpu_enable_async_dispatch", False)
   checkpointer = None
   if loop.checkpoint_every:
     from offpolicy_ac.training.checkpoint import Checkpointer
