@@ -41,11 +41,19 @@ class Checkpointer:
   def __init__(self, directory: str | pathlib.Path, max_to_keep: int = 3):
     if max_to_keep < 1:
       raise ValueError(f"max_to_keep must be >= 1, got {max_to_keep}")
-    ocp = _ocp()
     self.directory = pathlib.Path(directory).absolute()
-    options = ocp.CheckpointManagerOptions(
-        max_to_keep=max_to_keep, create=True, enable_async_checkpointing=False)
-    self._manager = ocp.CheckpointManager(self.directory, options=options)
+    self._max_to_keep = max_to_keep
+    self._manager_or_none = None
+
+  @property
+  def _manager(self):
+    """Created on first use, so orbax's slow import overlaps with compilation."""
+    if self._manager_or_none is None:
+      ocp = _ocp()
+      options = ocp.CheckpointManagerOptions(
+          max_to_keep=self._max_to_keep, create=True, enable_async_checkpointing=False)
+      self._manager_or_none = ocp.CheckpointManager(self.directory, options=options)
+    return self._manager_or_none
 
   def save(self, step: int, arrays: Any, record: dict) -> None:
     ocp = _ocp()
@@ -82,4 +90,5 @@ class Checkpointer:
     return None
 
   def close(self) -> None:
-    self._manager.close()
+    if self._manager_or_none is not None:
+      self._manager_or_none.close()

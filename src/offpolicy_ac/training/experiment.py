@@ -104,6 +104,18 @@ def _stop_on_signals(flag: _StopFlag):
       signal.signal(sig, old)
 
 
+def _preload_slow_imports(checkpoints: bool) -> None:
+  """Imports what the end of a run needs (plotting, orbax) while JAX compiles."""
+  try:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot  # noqa: F401
+    if checkpoints:
+      import orbax.checkpoint  # noqa: F401
+  except Exception:  # pylint: disable=broad-except
+    pass
+
+
 def run_experiment(name: str, args: Any, agent_factory: Callable, *,
                    batch_fn: Optional[Callable] = None,
                    progress: Optional[bool] = None) -> RunResult:
@@ -135,6 +147,8 @@ def run_experiment(name: str, args: Any, agent_factory: Callable, *,
     # every update anyway, so nothing is lost. Process-wide: set by the script's
     # runner, never by the library's modules.
     jax.config.update("jax_cpu_enable_async_dispatch", False)
+  threading.Thread(target=_preload_slow_imports, args=(bool(loop.checkpoint_every),),
+                   daemon=True).start()
   checkpointer = None
   if loop.checkpoint_every:
     from offpolicy_ac.training.checkpoint import Checkpointer

@@ -24,7 +24,7 @@ uninterrupted run logs (every number of metrics.jsonl but the wall-clock ones).
 from __future__ import annotations
 
 import dataclasses
-import math
+import threading
 from typing import Any, Callable, Optional
 
 import jax
@@ -240,8 +240,13 @@ def train(agent_factory: Callable[[Any], Agent], config: LoopConfig, logger: Run
     logger.truncate(counters["log_lines"])
     wall_offset = counters["wall_time_s"] - seconds_since_launch()
 
-  train_iter = _make_train_iter(agent, replay, config, batch_fn)
+  train_iter, warmup = _make_train_iter(agent, replay, config, batch_fn)
   greedy = jax.jit(agent.greedy_act)
+  # Compile the learner (and the greedy policy) on dummy inputs in a background
+  # thread while the first unrolls run: the functions are pure, so the warm-up
+  # results are simply dropped. Joined before the first update.
+  warm = _Background(warmup, state, replay_state,
+                     example_trajectory(agent, state.params, config), greedy)
   pools = _Envs(agent, config, counters["segment"])
   steps_per_iter = config.unroll_length * config.num_envs
   c = counters
@@ -270,6 +275,7 @@ def train(agent_factory: Callable[[Any], Agent], config: LoopConfig, logger: Run
         traj = mark_cut(traj)
       c["returns"].extend(stats.episode_return.tolist())
       c["lengths"].extend(stats.episode_length.tolist())
+      warm.join()
       if agent.off_policy:
         replay_key, sub = jax.random.split(replay_key)
         state, replay_state, metrics = train_iter(state, replay_state, traj, sub)
@@ -347,9 +353,34 @@ def _flush(c: dict, env_steps: int, wall_offset: float, last_time: float,
   return record
 
 
+class _Background:
+  """Runs fn(*args) in a daemon thread; `join` waits (errors surface in the real call)."""
+
+  def __init__(self, fn, *args):
+    self._thread = threading.Thread(target=self._run, args=(fn, args), daemon=True)
+    self._thread.start()
+
+  @staticmethod
+  def _run(fn, args):
+    try:
+      fn(*args)
+    except Exception:  # pylint: disable=broad-except
+      pass  # the same call on real data raises the error where it can be handled
+
+  def join(self) -> None:
+    self._thread.join()
+
+
 def _make_train_iter(agent: Agent, replay, config: LoopConfig, batch_fn):
+  """(train_iter, warmup): one training iteration, and its compile-only warm-up."""
+  def warm_greedy(state, greedy, traj):
+    jax.block_until_ready(greedy(state.params, traj.observation[0]))
+
   if not agent.off_policy:
-    return agent.update
+    def warmup_on_policy(state, replay_state, traj, greedy):
+      jax.block_until_ready(agent.update(state, traj))
+      warm_greedy(state, greedy, traj)
+    return agent.update, warmup_on_policy
 
   num_updates = config.num_updates_per_train_iter
   min_size = config.min_replay_size
@@ -393,4 +424,12 @@ def _make_train_iter(agent: Agent, replay, config: LoopConfig, batch_fn):
       metrics = jax.tree.map(lambda f, m: (f + n * m) / (n + 1), fresh_metrics, metrics)
     return state, replay_state, metrics
 
-  return train_iter
+  def warmup(state, replay_state, traj, greedy):
+    replay_state = add(replay_state, traj)
+    if agent.fresh_update_first:
+      jax.block_until_ready(agent.update(state, traj))
+    if not config.whole_replay_buffer_training:
+      jax.block_until_ready(sample_and_update(state, replay_state, jax.random.PRNGKey(0)))
+    warm_greedy(state, greedy, traj)
+
+  return train_iter, warmup
