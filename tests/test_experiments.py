@@ -63,6 +63,22 @@ def test_impala_run_directory_has_everything(tmp_path):
   assert summary["env_steps"] == result.env_steps >= 3000
 
 
+def test_num_seeds_runs_and_logs_each_seed(tmp_path):
+  module = _script("sql")
+  results = module.main(_args(module, tmp_path / "run", total_env_steps=640, log_every=320,
+                              num_seeds=2, seed=3, checkpoint_every=0))
+  assert len(results) == 2
+  for seed in (3, 4):
+    run = tmp_path / "run" / f"seed{seed}"
+    config = json.loads((run / "config.json").read_text())
+    assert config["config"]["loop"]["seed"] == seed
+    assert len(read_metrics(run)) == 2
+  first = [l["episode_return"] for l in read_metrics(tmp_path / "run" / "seed3")]
+  second = [l["episode_return"] for l in read_metrics(tmp_path / "run" / "seed4")]
+  assert first != second  # different seeds, different data
+  assert (tmp_path / "run" / "learning_curves.png").stat().st_size > 1000
+
+
 @pytest.mark.parametrize("script, overrides, message", [
     ("impala", dict(env_id="NoSuchEnv-v0"), "NoSuchEnv"),
     ("sql", dict(env_id="Pendulum-v1"), "discrete action space"),

@@ -116,12 +116,34 @@ def _preload_slow_imports(checkpoints: bool) -> None:
     pass
 
 
+def _run_seeds(name: str, args: Any, agent_factory: Callable, **kwargs) -> list[RunResult]:
+  """`--num-seeds N`: seeds seed..seed+N-1 one after the other, each a complete run
+  (own env pools, checkpoints, logs) in <run_dir>/seed<k>; then a plot of their mean
+  and spread in <run_dir>/learning_curves.png. `--resume` resumes each."""
+  from offpolicy_ac.training.plotting import plot_runs
+  loop = args.loop
+  root = pathlib.Path(args.run_dir or default_run_dir(name, loop))
+  results, dirs = [], []
+  for k in range(loop.num_seeds):
+    seed = loop.seed + k
+    run_dir = root / f"seed{seed}"
+    seed_args = dataclasses.replace(
+        args, loop=dataclasses.replace(loop, seed=seed, num_seeds=1), run_dir=str(run_dir))
+    results.append(run_experiment(name, seed_args, agent_factory, **kwargs))
+    dirs.append(run_dir)
+  plot_runs(dirs, root / "learning_curves.png", group=True,
+            title=f"{name} {loop.env_id}, {loop.num_seeds} seeds")
+  return results
+
+
 def run_experiment(name: str, args: Any, agent_factory: Callable, *,
                    batch_fn: Optional[Callable] = None,
                    progress: Optional[bool] = None) -> RunResult:
   """Runs `train` for a script's args; see the module docstring."""
   loop: LoopConfig = args.loop
   loop.validate()
+  if loop.num_seeds > 1:
+    return _run_seeds(name, args, agent_factory, batch_fn=batch_fn, progress=progress)
   resume = bool(getattr(args, "resume", False))
   run_dir = pathlib.Path(args.run_dir or default_run_dir(name, loop))
   config_path = run_dir / "config.json"

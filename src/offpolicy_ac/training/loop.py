@@ -71,6 +71,9 @@ class LoopConfig:
   """Env steps between checkpoints (0: none, not even at the end)."""
   keep_checkpoints: int = 3
   """How many of the newest checkpoints are kept."""
+  num_seeds: int = 1
+  """Run this many seeds (seed, seed + 1, ...), each with its own env pools, run
+  directory <run-dir>/seed<k> and logs, one after the other; plus a plot of all."""
   replay_capacity: int = 2_000
   """Off-policy: stored sequences (each unroll adds num_envs of them)."""
   min_replay_size: int = 64
@@ -87,7 +90,7 @@ class LoopConfig:
   def validate(self) -> None:
     for name in ("total_env_steps", "num_envs", "unroll_length", "log_every",
                  "eval_episodes", "replay_capacity", "num_updates_per_train_iter",
-                 "mini_batch_size", "mini_batch_length", "keep_checkpoints"):
+                 "mini_batch_size", "mini_batch_length", "keep_checkpoints", "num_seeds"):
       value = getattr(self, name)
       if not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
