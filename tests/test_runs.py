@@ -78,6 +78,15 @@ def test_kill_9_during_training_then_resume(tmp_path, straight_run):
   assert [l["env_steps"] for l in lines] == [l["env_steps"] for l in _metrics(straight_run)]
 
 
+def test_resume_before_the_first_checkpoint_starts_over(tmp_path, straight_run):
+  run_dir = tmp_path / "run"
+  _run("impala", run_dir, 1280)  # ends with a checkpoint at 1280; drop it, as if
+  shutil.rmtree(run_dir / "checkpoints")  # killed before any checkpoint was written
+  proc = _run("impala", run_dir, 7680, "--resume")
+  assert "starts again from the beginning" in proc.stderr
+  assert _metrics(run_dir) == _metrics(straight_run)
+
+
 def test_corrupt_latest_checkpoint_falls_back_with_a_warning(tmp_path, straight_run):
   run_dir = tmp_path / "run"
   _run("impala", run_dir, 5120)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import warnings
 from typing import Any, Callable, Optional
 
 import jax
@@ -232,16 +233,19 @@ def train(agent_factory: Callable[[Any], Agent], config: LoopConfig, logger: Run
       raise ValueError("resume needs checkpoints (checkpoint_every > 0)")
     restored = checkpointer.restore_latest(
         {"agent": state, "replay": replay_state, "replay_key": replay_key})
-    if restored is None:
-      raise FileNotFoundError(f"no readable checkpoint in {checkpointer.directory}")
-    _, arrays, record = restored
-    state = jax.tree.map(jnp.asarray, arrays["agent"])
-    replay_state = (jax.tree.map(jnp.asarray, arrays["replay"])
-                    if replay_state is not None else None)
-    replay_key = jnp.asarray(arrays["replay_key"])
-    counters = record["counters"]
-    logger.truncate(counters["log_lines"])
-    wall_offset = counters["wall_time_s"] - seconds_since_launch()
+    if restored is None:  # killed before its first checkpoint: start over
+      warnings.warn(f"no readable checkpoint in {checkpointer.directory}: the run starts "
+                    "again from the beginning", RuntimeWarning)
+      logger.truncate(0)
+    else:
+      _, arrays, record = restored
+      state = jax.tree.map(jnp.asarray, arrays["agent"])
+      replay_state = (jax.tree.map(jnp.asarray, arrays["replay"])
+                      if replay_state is not None else None)
+      replay_key = jnp.asarray(arrays["replay_key"])
+      counters = record["counters"]
+      logger.truncate(counters["log_lines"])
+      wall_offset = counters["wall_time_s"] - seconds_since_launch()
 
   train_iter, warmup = _make_train_iter(agent, replay, config, batch_fn)
   greedy = jax.jit(agent.greedy_act)
