@@ -144,14 +144,6 @@ def _check_extras(traj, keys, kind: str) -> None:
         f"(as written by its act); missing {missing}, got keys {sorted(extras)}")
 
 
-def _ema(avg, params, decay):
-  return jax.tree.map(lambda a, p: decay * a + (1.0 - decay) * p, avg, params)
-
-
-def _global_norm(tree) -> jax.Array:
-  return jnp.sqrt(sum(jnp.sum(jnp.square(x)) for x in jax.tree.leaves(tree)))
-
-
 def _make_update(loss_fn, optimizer, config: AcerConfig):
   """update(state, traj): one gradient step, then the average network's EMA step."""
 
@@ -160,10 +152,9 @@ def _make_update(loss_fn, optimizer, config: AcerConfig):
     key, loss_key = jax.random.split(state.key)
     grads, metrics = jax.grad(loss_fn, has_aux=True)(
         state.params, state.target_params, traj, loss_key)
-    updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-    params = jax.tree.map(lambda p, u: p + u, state.params, updates)
-    avg_params = _ema(state.target_params, params, config.avg_decay)
-    metrics["grad_norm"] = _global_norm(grads)
+    params, opt_state, metrics["grad_norm"] = base.gradient_step(
+        optimizer, state.params, state.opt_state, grads)
+    avg_params = base.polyak(state.target_params, params, 1.0 - config.avg_decay)
     return base.AgentState(params, avg_params, opt_state, key,
                            state.num_updates + 1), metrics
 

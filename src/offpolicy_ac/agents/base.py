@@ -64,6 +64,18 @@ def make_optimizer(name: str, learning_rate: float, max_grad_norm: float, *,
   return optax.chain(optax.clip_by_global_norm(max_grad_norm), opt)
 
 
+def gradient_step(optimizer: optax.GradientTransformation, params: Any, opt_state: Any,
+                  grads: Any) -> tuple[Any, Any, jax.Array]:
+  """One optimizer step: (new params, new optimizer state, global norm of grads)."""
+  updates, opt_state = optimizer.update(grads, opt_state, params)
+  return optax.apply_updates(params, updates), opt_state, optax.global_norm(grads)
+
+
+def polyak(target: Any, params: Any, tau) -> Any:
+  """target <- (1 - tau) target + tau params (target networks, ACER's average network)."""
+  return jax.tree.map(lambda t, p: (1.0 - tau) * t + tau * p, target, params)
+
+
 def apply_batched(apply_fn: Callable, params: Any, obs: jax.Array,
                   lead_dims: int = 2) -> Any:
   """Applies a batch-major network to [T, B, ...] observations (flattens T, B)."""

@@ -136,15 +136,10 @@ def make_impala(spec, config: ImpalaConfig = ImpalaConfig()) -> base.Agent:
   @jax.jit
   def update(state, traj):
     grads, metrics = jax.grad(loss_fn, has_aux=True)(state.params, traj)
-    updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-    params = jax.tree.map(lambda p, u: p + u, state.params, updates)
-    metrics["grad_norm"] = _global_norm(grads)
+    params, opt_state, metrics["grad_norm"] = base.gradient_step(
+        optimizer, state.params, state.opt_state, grads)
     return state._replace(params=params, opt_state=opt_state,
                           num_updates=state.num_updates + 1), metrics
 
   return base.Agent("impala", init, act, greedy_act, update,
                     off_policy=config.use_replay, spec=spec, config=config)
-
-
-def _global_norm(tree) -> jax.Array:
-  return jnp.sqrt(sum(jnp.sum(jnp.square(x)) for x in jax.tree.leaves(tree)))

@@ -112,10 +112,9 @@ def make_sql(spec, config: SqlConfig = SqlConfig(), *, name: str = "sql",
   def update(state, batch):
     grads, metrics = jax.grad(loss_fn, has_aux=True)(state.params, state.target_params,
                                                      batch)
-    updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-    params = jax.tree.map(lambda p, u: p + u, state.params, updates)
-    tau = config.target_update_tau
-    target = jax.tree.map(lambda t, p: (1 - tau) * t + tau * p, state.target_params, params)
+    params, opt_state, metrics["grad_norm"] = base.gradient_step(
+        optimizer, state.params, state.opt_state, grads)
+    target = base.polyak(state.target_params, params, config.target_update_tau)
     return state._replace(params=params, target_params=target, opt_state=opt_state,
                           num_updates=state.num_updates + 1), metrics
 

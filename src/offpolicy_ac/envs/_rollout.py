@@ -126,6 +126,19 @@ def _alloc_like(arrays: list[np.ndarray], rows: int) -> list[np.ndarray]:
     return bufs
 
 
+def check_rollout_args(env: Any, act_fn: Any, unroll_length: Any) -> int:
+    """Validates the arguments shared by both rollouts; returns T as an int."""
+    if not isinstance(env, EnvPoolEnv):
+        raise ValueError(f"env must be an EnvPoolEnv (from envs.make), got {type(env).__name__}")
+    if not callable(act_fn):
+        raise ValueError("act_fn must be callable: act(params, obs, key) -> (action, extras)")
+    if isinstance(unroll_length, bool) or not isinstance(unroll_length, (int, np.integer)):
+        raise ValueError(f"unroll_length must be an int, got {unroll_length!r}")
+    if unroll_length < 1:
+        raise ValueError(f"unroll_length must be >= 1, got {unroll_length}")
+    return int(unroll_length)
+
+
 def make_rollout(
     env: EnvPoolEnv, act_fn: ActFn, unroll_length: int, *, to_device: bool = True
 ) -> Rollout:
@@ -143,15 +156,7 @@ def make_rollout(
     Raises:
       ValueError: bad arguments.
     """
-    if not isinstance(env, EnvPoolEnv):
-        raise ValueError(f"env must be an EnvPoolEnv (from envs.make), got {type(env).__name__}")
-    if not callable(act_fn):
-        raise ValueError("act_fn must be callable: act(params, obs, key) -> (action, extras)")
-    if isinstance(unroll_length, bool) or not isinstance(unroll_length, (int, np.integer)):
-        raise ValueError(f"unroll_length must be an int, got {unroll_length!r}")
-    if unroll_length < 1:
-        raise ValueError(f"unroll_length must be >= 1, got {unroll_length}")
-    T = int(unroll_length)
+    T = check_rollout_args(env, act_fn, unroll_length)
     spec = env.spec
     n, b = spec.num_envs, spec.batch_size
     sync = not spec.is_async

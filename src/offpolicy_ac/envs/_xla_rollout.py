@@ -38,7 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from offpolicy_ac.envs._envpool_env import EnvPoolEnv
-from offpolicy_ac.envs._rollout import ActFn
+from offpolicy_ac.envs._rollout import ActFn, check_rollout_args
 from offpolicy_ac.envs._timestep import FIRST, LAST, MID, EpisodeStats
 from offpolicy_ac.envs._trajectory import Trajectory
 
@@ -92,14 +92,7 @@ def make_xla_rollout(env: EnvPoolEnv, act_fn: ActFn, unroll_length: int) -> XlaR
     Raises:
       ValueError: bad arguments or an unsupported environment.
     """
-    if not isinstance(env, EnvPoolEnv):
-        raise ValueError(f"env must be an EnvPoolEnv (from envs.make), got {type(env).__name__}")
-    if not callable(act_fn):
-        raise ValueError("act_fn must be callable: act(params, obs, key) -> (action, extras)")
-    if isinstance(unroll_length, bool) or not isinstance(unroll_length, (int, np.integer)):
-        raise ValueError(f"unroll_length must be an int, got {unroll_length!r}")
-    if unroll_length < 1:
-        raise ValueError(f"unroll_length must be >= 1, got {unroll_length}")
+    T = check_rollout_args(env, act_fn, unroll_length)
     spec = env.spec
     if spec.is_async:
         raise ValueError(
@@ -113,7 +106,7 @@ def make_xla_rollout(env: EnvPoolEnv, act_fn: ActFn, unroll_length: int) -> XlaR
             f"{spec.task_id} takes float64 actions, which envpool's XLA interface can only "
             "receive with jax_enable_x64; use make_rollout"
         )
-    T, n = int(unroll_length), spec.num_envs
+    n = spec.num_envs
     atari = env._atari
     obs_dtype = jnp.dtype(spec.observation_dtype)
     handle0, xla_recv, xla_send, _ = pool.xla()

@@ -225,7 +225,8 @@ def train(agent_factory: Callable[[Any], Agent], config: LoopConfig, logger: Run
 
   agent_key, replay_key = jax.random.split(jax.random.PRNGKey(config.seed))
   state = agent.init(agent_key)
-  replay_state = replay.init(example_trajectory(agent, state.params, config)) if replay else None
+  example = example_trajectory(agent, state.params, config)
+  replay_state = replay.init(example) if replay else None
   counters = _fresh_counters(config)
   wall_offset = 0.0
   if resume:
@@ -252,8 +253,7 @@ def train(agent_factory: Callable[[Any], Agent], config: LoopConfig, logger: Run
   # Compile the learner (and the greedy policy) on dummy inputs in a background
   # thread while the first unrolls run: the functions are pure, so the warm-up
   # results are simply dropped. Joined before the first update.
-  warm = _Background(warmup, state, replay_state,
-                     example_trajectory(agent, state.params, config), greedy)
+  warm = _Background(warmup, state, replay_state, example, greedy)
   pools = _Envs(agent, config, counters["segment"])
   steps_per_iter = config.unroll_length * config.num_envs
   c = counters
