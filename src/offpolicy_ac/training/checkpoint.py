@@ -7,6 +7,10 @@ step into a temporary directory and renames it when complete, so a kill during
 a save leaves the previous checkpoints untouched; the last `max_to_keep` are
 kept. `restore_latest` falls back to older checkpoints, with a warning, when
 the newest cannot be read (the unreadable one is renamed aside, not deleted).
+
+Multi-host jobs: the learner state is replicated, so process 0 alone writes
+(`read_only=False`); the other processes open the same directory read-only
+(a shared filesystem, as jax.distributed jobs have) and restore from it.
 """
 
 from __future__ import annotations
@@ -31,18 +35,22 @@ def _to_savable(tree: Any) -> Any:
   def convert(x):
     if isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
       return jax.random.key_data(x)
-    return np.asarray(x) if not isinstance(x, jax.Array) else x
+    if not isinstance(x, jax.Array) or jax.process_count() > 1:
+      return np.asarray(x)  # multi-host orbax only writes global arrays; ours are local
+    return x
   return jax.tree.map(convert, tree)
 
 
 class Checkpointer:
   """Saves and restores `(arrays pytree, json dict)` pairs under `directory`."""
 
-  def __init__(self, directory: str | pathlib.Path, max_to_keep: int = 3):
+  def __init__(self, directory: str | pathlib.Path, max_to_keep: int = 3,
+               read_only: bool = False):
     if max_to_keep < 1:
       raise ValueError(f"max_to_keep must be >= 1, got {max_to_keep}")
     self.directory = pathlib.Path(directory).absolute()
     self._max_to_keep = max_to_keep
+    self.read_only = read_only
     self._manager_or_none = None
 
   @property
@@ -50,12 +58,24 @@ class Checkpointer:
     """Created on first use, so orbax's slow import overlaps with compilation."""
     if self._manager_or_none is None:
       ocp = _ocp()
+      kwargs = {}
+      if jax.process_count() > 1:
+        # Multi-host: one process writes (see the module docstring); no process
+        # waits for the others inside orbax.
+        pid = jax.process_index()
+        kwargs["multiprocessing_options"] = ocp.options.MultiprocessingOptions(
+            primary_host=pid, active_processes={pid},
+            barrier_sync_key_prefix=f"offpolicy_ac_process{pid}")
+      self.directory.mkdir(parents=True, exist_ok=True)
       options = ocp.CheckpointManagerOptions(
-          max_to_keep=self._max_to_keep, create=True, enable_async_checkpointing=False)
+          max_to_keep=self._max_to_keep, create=not kwargs,
+          enable_async_checkpointing=False, **kwargs)
       self._manager_or_none = ocp.CheckpointManager(self.directory, options=options)
     return self._manager_or_none
 
   def save(self, step: int, arrays: Any, record: dict) -> None:
+    if self.read_only:
+      return
     ocp = _ocp()
     if step in self.steps():  # e.g. redoing steps after a fall-back
       self._manager.delete(step)
@@ -81,6 +101,10 @@ class Checkpointer:
             arrays=ocp.args.StandardRestore(template), record=ocp.args.JsonRestore()))
         return step, restored["arrays"], dict(restored["record"])
       except Exception as e:  # pylint: disable=broad-except
+        if self.read_only:
+          warnings.warn(f"checkpoint {step} in {self.directory} could not be read "
+                        f"({e!r}); trying the previous one", RuntimeWarning)
+          continue
         quarantine = self.directory / f"{step}.unreadable-{int(time.time())}"
         warnings.warn(f"checkpoint {step} in {self.directory} could not be read ({e!r}); "
                       f"moved it to {quarantine.name} and falling back to the previous one",

@@ -34,9 +34,11 @@ from offpolicy_ac.training.logger import write_config
 from offpolicy_ac.training.loop import LoopConfig
 from offpolicy_ac.training.loop import RunResult
 from offpolicy_ac.training.loop import train
+from offpolicy_ac.training.parallel import ensure_cpu_devices
+from offpolicy_ac.training.parallel import initialize_distributed
 
 # Config fields that may change when a run is resumed.
-RESUMABLE_CHANGES = ("loop.total_env_steps", "resume", "run_dir")
+RESUMABLE_CHANGES = ("loop.total_env_steps", "loop.coordinator_address", "resume", "run_dir")
 
 
 def save_params(path: pathlib.Path, params: Any) -> None:
@@ -145,7 +147,16 @@ def run_experiment(name: str, args: Any, agent_factory: Callable, *,
   if loop.num_seeds > 1:
     return _run_seeds(name, args, agent_factory, batch_fn=batch_fn, progress=progress)
   resume = bool(getattr(args, "resume", False))
-  run_dir = pathlib.Path(args.run_dir or default_run_dir(name, loop))
+  # Before any JAX computation: join the multi-host job, and on CPU create the host
+  # devices the learner needs.
+  initialize_distributed(loop.num_processes, loop.process_id, loop.coordinator_address)
+  ensure_cpu_devices(loop.learner_devices)
+  run_dir = root_dir = pathlib.Path(args.run_dir or default_run_dir(name, loop))
+  if loop.num_processes > 1 and loop.process_id > 0:
+    # Multi-host: process 0's directory is the run's (and holds the checkpoints of
+    # the replicated learner state); every other process logs its own actors'
+    # episodes in a directory nested inside it and restores from process 0's.
+    run_dir = root_dir / f"process{loop.process_id}"
   config_path = run_dir / "config.json"
   if resume:
     if not config_path.exists():
@@ -174,7 +185,8 @@ def run_experiment(name: str, args: Any, agent_factory: Callable, *,
   checkpointer = None
   if loop.checkpoint_every:
     from offpolicy_ac.training.checkpoint import Checkpointer
-    checkpointer = Checkpointer(run_dir / "checkpoints", max_to_keep=loop.keep_checkpoints)
+    checkpointer = Checkpointer(root_dir / "checkpoints", max_to_keep=loop.keep_checkpoints,
+                                read_only=loop.process_id > 0)
   logger = RunLogger(run_dir, total_env_steps=loop.total_env_steps,
                      title=f"{name} {loop.env_id} seed {loop.seed}", progress=progress)
   flag = _StopFlag()

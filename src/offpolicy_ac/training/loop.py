@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 import warnings
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -38,6 +39,8 @@ from offpolicy_ac.agents.base import Agent
 from offpolicy_ac.training.clock import seconds_since_launch
 from offpolicy_ac.training.evaluation import evaluate
 from offpolicy_ac.training.logger import RunLogger
+from offpolicy_ac.training.parallel import DataParallel
+from offpolicy_ac.training.actors import Actors
 
 # Fields of a metrics line that depend on the wall clock (excluded from exact resume).
 WALL_CLOCK_FIELDS = ("wall_time_s", "env_steps_per_s")
@@ -87,6 +90,36 @@ class LoopConfig:
   """Off-policy: transitions per sampled sequence (windows of length + 1 steps)."""
   whole_replay_buffer_training: bool = False
   """Off-policy: sweep the whole shuffled buffer each iteration instead of sampling."""
+  async_actors: int = 0
+  """Asynchronous actor-learner with K actor threads, each stepping its own pool of
+  num_envs environments with the newest parameters it has; the learner updates on each
+  trajectory as it arrives (0: the synchronous loop)."""
+  max_policy_lag: Optional[int] = None
+  """Async: drop trajectories from parameters more than L updates old (counted as
+  dropped_trajectories in the metrics). None: use every trajectory."""
+  actor_queue_size: int = 0
+  """Async / several pools: trajectories waiting for the learner before actors block
+  (back-pressure). 0: one per actor."""
+  actor_pools: int = 1
+  """Synchronous mode: pools of num_envs environments stepped in parallel threads, all
+  with the same parameters; an iteration updates on the trajectories of the pools that
+  reported (see min_pools)."""
+  min_pools: int = 0
+  """Synchronous mode with several pools (MARO's slow-worker tolerance): go on once this
+  many pools reported, waiting at most grace_period_s for the others; a late trajectory
+  (older parameters) is dropped and counted. 0: wait for every pool."""
+  grace_period_s: float = 0.5
+  """Synchronous mode: how long to wait for the remaining pools once min_pools reported."""
+  learner_devices: int = 1
+  """Local devices the learner splits each batch over (data parallel, gradients
+  all-reduced). On CPU the scripts create that many host devices."""
+  num_processes: int = 1
+  """Processes of a multi-host job (jax.distributed); each runs its own actors and a
+  learner shard, and learners all-reduce gradients every update."""
+  process_id: int = 0
+  """This process's index in [0, num_processes)."""
+  coordinator_address: Optional[str] = None
+  """HOST:PORT of process 0 (multi-host only)."""
 
   def validate(self) -> None:
     for name in ("total_env_steps", "num_envs", "unroll_length", "log_every",
@@ -105,6 +138,40 @@ class LoopConfig:
     if self.min_replay_size > self.replay_capacity:
       raise ValueError(f"min_replay_size ({self.min_replay_size}) exceeds "
                        f"replay_capacity ({self.replay_capacity})")
+    for name in ("async_actors", "actor_queue_size", "min_pools"):
+      value = getattr(self, name)
+      if not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+    for name in ("actor_pools", "learner_devices"):
+      value = getattr(self, name)
+      if not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if self.async_actors and self.actor_pools > 1:
+      raise ValueError("choose one: async_actors (asynchronous) or actor_pools > 1 "
+                       "(synchronous with several pools)")
+    if self.min_pools > self.actor_pools:
+      raise ValueError(f"min_pools ({self.min_pools}) exceeds actor_pools "
+                       f"({self.actor_pools})")
+    if not self.grace_period_s >= 0:
+      raise ValueError(f"grace_period_s must be >= 0, got {self.grace_period_s}")
+    if self.max_policy_lag is not None:
+      if not self.async_actors:
+        raise ValueError("max_policy_lag applies to the asynchronous mode: set "
+                         "async_actors >= 1")
+      if not isinstance(self.max_policy_lag, int) or self.max_policy_lag < 0:
+        raise ValueError(f"max_policy_lag must be an int >= 0, got {self.max_policy_lag!r}")
+    if self.num_envs % self.learner_devices:
+      raise ValueError(f"num_envs ({self.num_envs}) must divide evenly over "
+                       f"learner_devices ({self.learner_devices})")
+    from offpolicy_ac.training.parallel import check_distributed_args
+    check_distributed_args(self.num_processes, self.process_id, self.coordinator_address)
+    if self.num_processes > 1 and self.min_pools and self.min_pools < self.actor_pools:
+      raise ValueError("min_pools < actor_pools gives batches of varying size, which "
+                       "processes of a multi-host job cannot agree on; use all pools")
+
+  @property
+  def uses_actor_threads(self) -> bool:
+    return bool(self.async_actors) or self.actor_pools > 1
 
 
 @dataclasses.dataclass
@@ -164,31 +231,152 @@ def example_trajectory(agent: Agent, params: Any, config: LoopConfig) -> envs.Tr
 def mark_cut(traj: envs.Trajectory) -> envs.Trajectory:
   """Records the end of an unroll as a time-limit truncation: LAST, discount 1.
 
-  A step that already is a termination (LAST, discount 0) stays one.
+  A step that already is a termination (LAST, discount 0) stays one. Works on
+  device (JAX) and host (NumPy) trajectories.
   """
   last_is_termination = (traj.step_type[-1] == envs.LAST) & (traj.discount[-1] == 0)
+  if isinstance(traj.step_type, np.ndarray):
+    step_type, discount = traj.step_type.copy(), traj.discount.copy()
+    step_type[-1] = envs.LAST
+    discount[-1] = np.where(last_is_termination, 0.0, 1.0)
+    return traj._replace(step_type=step_type, discount=discount)
   return traj._replace(
       step_type=traj.step_type.at[-1].set(envs.LAST),
       discount=traj.discount.at[-1].set(jnp.where(last_is_termination, 0.0, 1.0)))
 
 
-class _Envs:
-  """The training and evaluation pools of one segment, and the rollout over them."""
+def process_seed(seed: int, process_index: int) -> int:
+  """Environment seed of a process of a multi-host job (process 0 keeps `seed`)."""
+  return (seed + 7_919 * process_index) % (2**31 - 1)
 
-  def __init__(self, agent: Agent, config: LoopConfig, segment: int):
-    seed = segment_seed(config.seed, segment)
-    self.env = make_env(config, config.num_envs, seed)
-    self.eval_env = (make_env(config, config.eval_episodes,
-                              segment_seed(config.seed + 7, segment), train=False)
-                     if config.eval_every else None)
-    self.rollout = envs.make_rollout(self.env, agent.act, config.unroll_length)
-    key = jax.random.fold_in(jax.random.PRNGKey(config.seed), segment)
+
+class _Collected(NamedTuple):
+  """What a source hands the learner: one trajectory [T+1, B_local] (or None when
+  asked to stop), the episodes finished, and the env steps it took, including those
+  of discarded trajectories."""
+  traj: Any
+  stats: list
+  env_steps: int
+  discarded: int = 0
+  policy_lag: float = 0.0
+
+
+class _InlineSource:
+  """The synchronous loop with one pool: unroll, then update, in this thread.
+
+  `exact`: cut into segments at checkpoints (pools re-created with seeds derived from
+  the segment) so a resumed run repeats the uninterrupted one exactly.
+  """
+  exact = True
+
+  def __init__(self, agent: Agent, config: LoopConfig, segment: int, process: int,
+               to_device: bool):
+    seed = process_seed(config.seed, process)
+    self.env = make_env(config, config.num_envs, segment_seed(seed, segment))
+    self.rollout = envs.make_rollout(self.env, agent.act, config.unroll_length,
+                                     to_device=to_device)
+    key = jax.random.fold_in(jax.random.PRNGKey(seed), segment)
     self.rollout_state = self.rollout.init(key)
+    self._steps = config.unroll_length * config.num_envs
+
+  def collect(self, params: Any, version: int, should_stop: Callable) -> _Collected:
+    del version, should_stop
+    self.rollout_state, traj, stats = self.rollout.unroll(params, self.rollout_state)
+    return _Collected(traj, [stats], self._steps)
 
   def close(self) -> None:
     self.env.close()
-    if self.eval_env is not None:
-      self.eval_env.close()
+
+
+class _ActorSource:
+  """Actor threads (training/actors.py) feeding the learner.
+
+  Asynchronous (`config.async_actors` = K): the learner takes each trajectory as
+  it arrives, dropping those more than `max_policy_lag` updates old.
+  Synchronous with several pools (`config.actor_pools` = K): every pool unrolls
+  once per parameter version; the learner waits for `min_pools` of them, then at
+  most `grace_period_s` for the rest, and updates on their concatenation (batch
+  axis); trajectories of older versions arriving late are dropped.
+  """
+  exact = False
+
+  def __init__(self, agent: Agent, config: LoopConfig, segment: int, process: int,
+               params: Any, version: int):
+    self.config = config
+    self.asynchronous = bool(config.async_actors)
+    k = config.async_actors or config.actor_pools
+    self.num_actors = k
+    self.min_pools = config.min_pools or k
+    self._steps = config.unroll_length * config.num_envs
+    rollouts, keys = [], []
+    base = process_seed(config.seed, process)
+    try:
+      for i in range(k):
+        seed = segment_seed(base + 104_729 * (i + 1), segment)
+        env = make_env(config, config.num_envs, seed)
+        rollouts.append(envs.make_rollout(env, agent.act, config.unroll_length,
+                                          to_device=False))
+        keys.append(jax.random.fold_in(jax.random.PRNGKey(seed), segment))
+    except Exception:
+      for r in rollouts:
+        r.env.close()
+      raise
+    self.actors = Actors(rollouts, keys, params, version=version,
+                         queue_size=config.actor_queue_size or k,
+                         gated=not self.asynchronous)
+    self._published = version
+
+  def collect(self, params: Any, version: int, should_stop: Callable) -> _Collected:
+    if version != self._published:
+      self.actors.publish(params, version)
+      self._published = version
+    if self.asynchronous:
+      return self._collect_async(version, should_stop)
+    return self._collect_sync(version, should_stop)
+
+  def _collect_async(self, version: int, should_stop: Callable) -> _Collected:
+    stats, steps, dropped = [], 0, 0
+    lag_limit = self.config.max_policy_lag
+    while True:
+      item = self.actors.get(timeout=0.05)
+      if item is None:
+        if should_stop():
+          return _Collected(None, stats, steps, dropped)
+        continue
+      stats.append(item.stats)
+      steps += self._steps
+      lag = version - item.version
+      if lag_limit is not None and lag > lag_limit:
+        dropped += 1
+        continue
+      return _Collected(item.traj, stats, steps, dropped, float(lag))
+
+  def _collect_sync(self, version: int, should_stop: Callable) -> _Collected:
+    stats, steps, late, fresh = [], 0, 0, []
+    deadline = None
+    while len(fresh) < self.num_actors:
+      wait = 0.05 if deadline is None else min(0.05, max(deadline - time.monotonic(), 0.0))
+      item = self.actors.get(timeout=wait)
+      if item is None:
+        if should_stop():
+          return _Collected(None, stats, steps, late)
+        if deadline is not None and time.monotonic() >= deadline:
+          break
+        continue
+      stats.append(item.stats)
+      steps += self._steps
+      if item.version != version:
+        late += 1
+        continue
+      fresh.append(item)
+      if deadline is None and len(fresh) >= self.min_pools:
+        deadline = time.monotonic() + self.config.grace_period_s
+    fresh.sort(key=lambda it: it.actor_id)
+    traj = jax.tree.map(lambda *xs: np.concatenate(xs, axis=1), *[it.traj for it in fresh])
+    return _Collected(traj, stats, steps, late)
+
+  def close(self) -> None:
+    self.actors.close()
 
 
 def _fresh_counters(config: LoopConfig) -> dict:
@@ -197,13 +385,20 @@ def _fresh_counters(config: LoopConfig) -> dict:
           "next_eval": config.eval_every if config.eval_every else None,
           "next_checkpoint": config.checkpoint_every if config.checkpoint_every else None,
           "returns": [], "lengths": [], "metric_sums": {}, "metric_count": 0,
-          "last_eval": None, "reached": False}
+          "last_eval": None, "reached": False, "discarded": 0, "lag_sum": 0.0,
+          "lag_count": 0}
 
 
 def train(agent_factory: Callable[[Any], Agent], config: LoopConfig, logger: RunLogger,
           *, batch_fn: Optional[Callable] = None, checkpointer: Any = None,
           resume: bool = False, should_stop: Callable[[], bool] = lambda: False) -> RunResult:
   """Runs the loop. `agent_factory(spec) -> Agent` is called once the env exists.
+
+  Workflows (see LoopConfig): the synchronous loop (one pool, unroll then
+  update), synchronous with several pools in actor threads, or asynchronous
+  actors; the learner on `learner_devices` devices of each of `num_processes`
+  processes (the caller joins the `jax.distributed` job first, see
+  `parallel.initialize_distributed`).
 
   Args:
     agent_factory: builds the agent from the environment spec.
@@ -217,11 +412,20 @@ def train(agent_factory: Callable[[Any], Agent], config: LoopConfig, logger: Run
       checkpoint is saved and the loop returns with `interrupted=True`.
   """
   config.validate()
+  dp = DataParallel.create(config.learner_devices)
+  if dp.num_processes != config.num_processes:
+    raise ValueError(f"num_processes={config.num_processes} but this JAX job has "
+                     f"{dp.num_processes} process(es): call "
+                     "parallel.initialize_distributed first")
+  process = dp.process_index
   probe = make_env(config, 1, config.seed)
   spec = probe.spec._replace(num_envs=config.num_envs, batch_size=config.num_envs)
   probe.close()
   agent = agent_factory(spec)
   replay = make_replay(config) if agent.off_policy else None
+  if agent.off_policy and config.mini_batch_size % dp.num_devices:
+    raise ValueError(f"mini_batch_size ({config.mini_batch_size}) must divide evenly over "
+                     f"the {dp.num_devices} learner devices")
 
   agent_key, replay_key = jax.random.split(jax.random.PRNGKey(config.seed))
   state = agent.init(agent_key)
@@ -234,6 +438,11 @@ def train(agent_factory: Callable[[Any], Agent], config: LoopConfig, logger: Run
       raise ValueError("resume needs checkpoints (checkpoint_every > 0)")
     restored = checkpointer.restore_latest(
         {"agent": state, "replay": replay_state, "replay_key": replay_key})
+    step = -1 if restored is None else restored[0]
+    steps = dp.gather_processes(np.array(step, np.int64))
+    if (steps != step).any():
+      raise RuntimeError(f"the processes restored different checkpoints (env steps "
+                         f"{steps.tolist()}); resume each from the same step")
     if restored is None:  # killed before its first checkpoint: start over
       warnings.warn(f"no readable checkpoint in {checkpointer.directory}: the run starts "
                     "again from the beginning", RuntimeWarning)
@@ -244,57 +453,92 @@ def train(agent_factory: Callable[[Any], Agent], config: LoopConfig, logger: Run
       replay_state = (jax.tree.map(jnp.asarray, arrays["replay"])
                       if replay_state is not None else None)
       replay_key = jnp.asarray(arrays["replay_key"])
-      counters = record["counters"]
+      counters = {**_fresh_counters(config), **record["counters"]}
       logger.truncate(counters["log_lines"])
       wall_offset = counters["wall_time_s"] - seconds_since_launch()
+  state, replay_state = dp.replicate(state), dp.replicate(replay_state)
 
-  train_iter, warmup = _make_train_iter(agent, replay, config, batch_fn)
+  train_iter, warmup = _make_train_iter(agent, replay, config, batch_fn, dp)
   greedy = jax.jit(agent.greedy_act)
   # Compile the learner (and the greedy policy) on dummy inputs in a background
   # thread while the first unrolls run: the functions are pure, so the warm-up
   # results are simply dropped. Joined before the first update.
-  warm = _Background(warmup, state, replay_state, example, greedy)
-  pools = _Envs(agent, config, counters["segment"])
-  steps_per_iter = config.unroll_length * config.num_envs
+  warm = _Background(warmup, state, replay_state, dp.shard(jax.device_get(example)), greedy,
+                     dp.local(state.params))
   c = counters
+  version = int(dp.local(state.num_updates))
+  local_params = dp.local(state.params)
+
+  def make_sources(segment):
+    if config.uses_actor_threads:
+      source = _ActorSource(agent, config, segment, process, local_params, version)
+    else:
+      source = _InlineSource(agent, config, segment, process, to_device=dp.trivial)
+    eval_env = None
+    if config.eval_every:
+      eval_seed = segment_seed(process_seed(config.seed + 7, process), segment)
+      eval_env = make_env(config, config.eval_episodes, eval_seed, train=False)
+    return source, eval_env
+
+  source, eval_env = make_sources(c["segment"])
   last_log_time, last_log_steps = seconds_since_launch(), c["env_steps"]
   interrupted = False
 
   def save(env_steps: int) -> None:
     if checkpointer is not None:
       c["wall_time_s"] = wall_offset + seconds_since_launch()
-      checkpointer.save(env_steps, {"agent": state, "replay": replay_state,
+      checkpointer.save(env_steps, {"agent": dp.local(state),
+                                    "replay": dp.local(replay_state),
                                     "replay_key": replay_key}, {"counters": c})
+
+  def agree(local_steps: int, stop: bool) -> tuple[int, bool]:
+    """Env steps of every process together, and whether any process must stop."""
+    if dp.num_processes == 1:
+      return local_steps, stop
+    both = dp.gather_processes(np.array([local_steps, int(stop)], np.int64))
+    return int(both[:, 0].sum()), bool(both[:, 1].any())
 
   try:
     while c["env_steps"] < config.total_env_steps and not c["reached"]:
-      if should_stop():
+      stop = should_stop()
+      got = None if stop else source.collect(local_params, version, should_stop)
+      stop = stop or got.traj is None
+      new_steps, stop = agree(0 if stop else got.env_steps, stop)
+      if stop:
         c["segment"] += 1
         save(c["env_steps"])
         interrupted = True
         break
-      pools.rollout_state, traj, stats = pools.rollout.unroll(state.params, pools.rollout_state)
-      c["env_steps"] += steps_per_iter
+      c["env_steps"] += new_steps
       env_steps = c["env_steps"]
-      cut = ((c["next_checkpoint"] is not None and env_steps >= c["next_checkpoint"])
-             or env_steps >= config.total_env_steps)
-      if cut:
+      end = env_steps >= config.total_env_steps
+      due = c["next_checkpoint"] is not None and env_steps >= c["next_checkpoint"]
+      traj = got.traj
+      if source.exact and (due or end):
         traj = mark_cut(traj)
-      c["returns"].extend(stats.episode_return.tolist())
-      c["lengths"].extend(stats.episode_length.tolist())
+      for stats in got.stats:
+        c["returns"].extend(stats.episode_return.tolist())
+        c["lengths"].extend(stats.episode_length.tolist())
+      if config.uses_actor_threads:
+        c["discarded"] += got.discarded
+        c["lag_sum"] += got.policy_lag
+        c["lag_count"] += 1
+      batch = dp.shard(traj)
       warm.join()
       if agent.off_policy:
         replay_key, sub = jax.random.split(replay_key)
-        state, replay_state, metrics = train_iter(state, replay_state, traj, sub)
+        state, replay_state, metrics = train_iter(state, replay_state, batch, sub)
       else:
-        state, metrics = train_iter(state, traj)
+        state, metrics = train_iter(state, batch)
+      version = int(dp.local(state.num_updates))
+      local_params = dp.local(state.params)
       if metrics is not None:
-        host = jax.device_get(metrics)
+        host = jax.device_get(dp.local(metrics))
         for name, value in host.items():
           if not np.all(np.isfinite(value)):
             raise NonFiniteError(
                 f"non-finite {name} = {value} at env step {env_steps} (update "
-                f"{int(state.num_updates)}); stopping. The last good checkpoint is kept"
+                f"{version}); stopping. The last good checkpoint is kept"
                 + (f" in {checkpointer.directory}" if checkpointer is not None else "") + ".")
           c["metric_sums"][name] = c["metric_sums"].get(name, 0.0) + float(value)
         c["metric_count"] += 1
@@ -302,13 +546,14 @@ def train(agent_factory: Callable[[Any], Agent], config: LoopConfig, logger: Run
       logged = False
       eval_now = c["next_eval"] is not None and env_steps >= c["next_eval"]
       if env_steps >= c["next_log"] or eval_now:
-        record = _flush(c, env_steps, wall_offset, last_log_time, last_log_steps,
-                        int(state.num_updates))
+        record = _flush(c, env_steps, wall_offset, last_log_time, last_log_steps, version)
         if eval_now:
-          eval_returns = evaluate(pools.eval_env, greedy, state.params, config.eval_episodes)
-          c["last_eval"] = float(np.mean(eval_returns))
+          eval_returns = evaluate(eval_env, greedy, local_params, config.eval_episodes)
+          means = dp.gather_processes(np.array(
+              [np.mean(eval_returns), np.min(eval_returns)], np.float64))
+          c["last_eval"] = float(np.mean(means[:, 0]))
           record["eval_return"] = c["last_eval"]
-          record["eval_return_min"] = float(np.min(eval_returns))
+          record["eval_return_min"] = float(np.min(means[:, 1]))
           c["reached"] = (config.target_return is not None
                           and c["last_eval"] >= config.target_return)
           while c["next_eval"] <= env_steps:
@@ -320,29 +565,32 @@ def train(agent_factory: Callable[[Any], Agent], config: LoopConfig, logger: Run
           c["next_log"] += config.log_every
         last_log_time, last_log_steps = seconds_since_launch(), env_steps
 
-      end = env_steps >= config.total_env_steps or c["reached"]
-      if cut or end:
+      end = end or c["reached"]
+      if due or end:
         c["segment"] += 1
         if c["next_checkpoint"] is not None:
           while c["next_checkpoint"] <= env_steps:
             c["next_checkpoint"] += config.checkpoint_every
         save(env_steps)
-        if not end:
-          pools.close()
-          pools = _Envs(agent, config, c["segment"])
+        if source.exact and not end:
+          source.close()
+          if eval_env is not None:
+            eval_env.close()
+          source, eval_env = make_sources(c["segment"])
       if end and not logged and (c["returns"] or c["metric_count"]):
         # A final line for the partial interval; a resumed run drops it (it is
         # after the checkpoint's log_lines) and logs the interval in full.
-        record = _flush(c, env_steps, wall_offset, last_log_time, last_log_steps,
-                        int(state.num_updates))
+        record = _flush(c, env_steps, wall_offset, last_log_time, last_log_steps, version)
         record["final"] = True
         logger.log(record)
   finally:
-    pools.close()
-  return RunResult(env_steps=c["env_steps"], num_updates=int(state.num_updates),
+    source.close()
+    if eval_env is not None:
+      eval_env.close()
+  return RunResult(env_steps=c["env_steps"], num_updates=version,
                    wall_time_s=wall_offset + seconds_since_launch(),
                    reached_target=bool(c["reached"]), last_eval_return=c["last_eval"],
-                   interrupted=interrupted, agent_state=state)
+                   interrupted=interrupted, agent_state=dp.local(state))
 
 
 def _flush(c: dict, env_steps: int, wall_offset: float, last_time: float,
@@ -356,7 +604,11 @@ def _flush(c: dict, env_steps: int, wall_offset: float, last_time: float,
             "env_steps_per_s": (env_steps - last_steps) / max(now - last_time, 1e-9)}
   if c["metric_count"]:
     record.update({k: v / c["metric_count"] for k, v in c["metric_sums"].items()})
+  if c["lag_count"]:  # actor threads: trajectories dropped, lag of those used
+    record["dropped_trajectories"] = c["discarded"]
+    record["policy_lag"] = c["lag_sum"] / c["lag_count"]
   c["returns"], c["lengths"], c["metric_sums"], c["metric_count"] = [], [], {}, 0
+  c["discarded"], c["lag_sum"], c["lag_count"] = 0, 0.0, 0
   return record
 
 
@@ -378,52 +630,61 @@ class _Background:
     self._thread.join()
 
 
-def _make_train_iter(agent: Agent, replay, config: LoopConfig, batch_fn):
-  """(train_iter, warmup): one training iteration, and its compile-only warm-up."""
-  def warm_greedy(state, greedy, traj):
-    jax.block_until_ready(greedy(state.params, traj.observation[0]))
+def _make_train_iter(agent: Agent, replay, config: LoopConfig, batch_fn, dp: DataParallel):
+  """(train_iter, warmup): one training iteration, and its compile-only warm-up.
+
+  Every jitted piece lays batches out over the learner mesh (`dp.constrain`) and
+  returns replicated state, so on several devices XLA all-reduces the gradients.
+  """
+  def warm_greedy(greedy, local_params, traj):
+    jax.block_until_ready(greedy(local_params, dp.local(traj.observation[0])))
+
+  update = (agent.update if dp.trivial
+            else dp.jit(lambda state, batch: agent.update(state, dp.constrain(batch))))
 
   if not agent.off_policy:
-    def warmup_on_policy(state, replay_state, traj, greedy):
-      jax.block_until_ready(agent.update(state, traj))
-      warm_greedy(state, greedy, traj)
-    return agent.update, warmup_on_policy
+    def warmup_on_policy(state, replay_state, traj, greedy, local_params):
+      jax.block_until_ready(update(state, traj))
+      warm_greedy(greedy, local_params, traj)
+    return update, warmup_on_policy
 
   num_updates = config.num_updates_per_train_iter
   min_size = config.min_replay_size
 
-  @jax.jit
+  @dp.jit
   def sample_and_update(state, replay_state, key):
     def body(state, key):
       batch_key, fn_key = jax.random.split(key)
       batch = replay.sample(replay_state, batch_key)
       if batch_fn is not None:
         batch = batch_fn(batch, fn_key)
-      return agent.update(state, batch)
+      return agent.update(state, dp.constrain(batch))
     state, metrics = jax.lax.scan(body, state, jax.random.split(key, num_updates))
     return state, jax.tree.map(jnp.mean, metrics)
 
-  @jax.jit
+  @dp.jit
   def sweep(state, batches):
-    state, metrics = jax.lax.scan(agent.update, state, batches)
+    def body(state, batch):
+      return agent.update(state, dp.constrain(batch))
+    state, metrics = jax.lax.scan(body, state, batches)
     return state, jax.tree.map(jnp.mean, metrics)
 
-  add = jax.jit(replay.add)
+  add = dp.jit(replay.add)
 
   def train_iter(state, replay_state, traj, key):
     replay_state = add(replay_state, traj)
     fresh_metrics = None
     if agent.fresh_update_first:
-      state, fresh_metrics = agent.update(state, traj)
-    if int(replay_state.size) < min_size:
+      state, fresh_metrics = update(state, traj)
+    if int(dp.local(replay_state.size)) < min_size:
       return state, replay_state, fresh_metrics
     if config.whole_replay_buffer_training:
       epoch_key, key = jax.random.split(key)
-      batches = replay.epoch(replay_state, epoch_key)
+      batches = replay.epoch(dp.local(replay_state), epoch_key)
       if batch_fn is not None:
         num_batches = jax.tree.leaves(batches)[0].shape[0]
         batches = jax.vmap(batch_fn)(batches, jax.random.split(key, num_batches))
-      state, metrics = sweep(state, batches)
+      state, metrics = sweep(state, dp.replicate(batches))
     else:
       state, metrics = sample_and_update(state, replay_state, key)
     if fresh_metrics is not None:  # average the fresh update in with equal weight
@@ -431,12 +692,12 @@ def _make_train_iter(agent: Agent, replay, config: LoopConfig, batch_fn):
       metrics = jax.tree.map(lambda f, m: (f + n * m) / (n + 1), fresh_metrics, metrics)
     return state, replay_state, metrics
 
-  def warmup(state, replay_state, traj, greedy):
+  def warmup(state, replay_state, traj, greedy, local_params):
     replay_state = add(replay_state, traj)
     if agent.fresh_update_first:
-      jax.block_until_ready(agent.update(state, traj))
+      jax.block_until_ready(update(state, traj))
     if not config.whole_replay_buffer_training:
       jax.block_until_ready(sample_and_update(state, replay_state, jax.random.PRNGKey(0)))
-    warm_greedy(state, greedy, traj)
+    warm_greedy(greedy, local_params, traj)
 
   return train_iter, warmup

@@ -1,0 +1,193 @@
+"""Data-parallel learners over devices and hosts, on JAX's own runtime.
+
+    initialize_distributed(num_processes=2, process_id=i, coordinator_address="host:1234")
+    dp = DataParallel.create(learner_devices=2)      # 2 local devices per process
+    state = dp.replicate(state)                      # identical on every device
+    batch = dp.shard(local_traj)                     # [T+1, B_local] -> global [T+1, B]
+    update = dp.jit(lambda s, b: agent.update(s, dp.constrain(b)))
+    state, metrics = update(state, batch)            # gradients all-reduced by XLA
+
+One mesh axis, "data", spans `learner_devices` devices of every process. The
+learner state (parameters, optimizer state, keys, replay) is replicated; a batch
+is split along its batch axis (axis 1 of time-major [T+1, B, ...] data). Under
+`jit`, XLA's SPMD partitioner runs the update on each shard and all-reduces
+wherever the math needs the whole batch (the mean of the loss, hence the
+gradients), so an update on N devices computes the single-device update, to
+float reassociation, and leaves parameters identical everywhere. Each process
+feeds its own actors' data (`jax.make_array_from_process_local_data`); the
+global batch is the concatenation over processes in process order.
+
+With one device and one process every method is the identity (or a
+`device_put`), so the single-device path pays nothing.
+
+On CPU, `ensure_cpu_devices(n)` asks for n host devices before JAX starts its
+backend (same effect as XLA_FLAGS=--xla_force_host_platform_device_count=n), and
+processes exchange collectives with gloo.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable, Optional
+
+import jax
+import numpy as np
+from jax.sharding import Mesh
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+AXIS = "data"
+_ADDRESS = re.compile(r"^[^:\s]+:\d{1,5}$")
+
+
+def _backend_started() -> bool:
+  try:
+    from jax._src import xla_bridge  # pylint: disable=import-outside-toplevel
+    return bool(xla_bridge._backends)  # pylint: disable=protected-access
+  except Exception:  # pylint: disable=broad-except
+    return True  # cannot tell: assume it has (and set nothing)
+
+
+def check_distributed_args(num_processes: int, process_id: int,
+                           coordinator_address: Optional[str]) -> None:
+  """Raises ValueError for an inconsistent multi-process setting."""
+  if not isinstance(num_processes, int) or num_processes < 1:
+    raise ValueError(f"num_processes must be a positive int, got {num_processes!r}")
+  if not isinstance(process_id, int) or not 0 <= process_id < num_processes:
+    raise ValueError(f"process_id must lie in [0, {num_processes}), got {process_id!r}")
+  if num_processes > 1:
+    if not coordinator_address or not _ADDRESS.match(coordinator_address):
+      raise ValueError("num_processes > 1 needs coordinator_address HOST:PORT (process "
+                       f"0's address), got {coordinator_address!r}")
+  elif process_id != 0:
+    raise ValueError("process_id must be 0 with one process")
+
+
+def initialize_distributed(num_processes: int, process_id: int,
+                           coordinator_address: Optional[str],
+                           timeout_s: int = 120) -> None:
+  """Joins a `jax.distributed` job (nothing to do for one process).
+
+  Must run before any JAX computation. Every process calls it with the same
+  `num_processes` and `coordinator_address` and its own `process_id`; process 0
+  hosts the coordinator. On CPU, collectives go through gloo.
+  """
+  check_distributed_args(num_processes, process_id, coordinator_address)
+  if num_processes == 1:
+    return
+  if jax.distributed.is_initialized():
+    return  # already joined (e.g. a second run in the same process)
+  if _backend_started():
+    raise RuntimeError("initialize_distributed must run before any JAX computation "
+                       "(a JAX backend is already running in this process)")
+  jax.config.update("jax_cpu_collectives_implementation", "gloo")
+  jax.distributed.initialize(coordinator_address=coordinator_address,
+                             num_processes=num_processes, process_id=process_id,
+                             initialization_timeout=timeout_s)
+
+
+def ensure_cpu_devices(num_devices: int) -> None:
+  """Asks for `num_devices` CPU devices if JAX's backend has not started yet.
+
+  Harmless on GPU/TPU (only the CPU backend's device count changes). After the
+  backend started it does nothing; `DataParallel.create` then reports a shortage.
+  """
+  if num_devices > 1 and not _backend_started():
+    if jax.config.jax_num_cpu_devices < num_devices:
+      jax.config.update("jax_num_cpu_devices", num_devices)
+
+
+class DataParallel:
+  """A learner mesh: `devices_per_process` local devices of every process."""
+
+  def __init__(self, mesh: Mesh, devices_per_process: int):
+    self.mesh = mesh
+    self.devices_per_process = devices_per_process
+    self.num_devices = mesh.devices.size
+    self.num_processes = jax.process_count()
+    self.process_index = jax.process_index()
+    self.trivial = self.num_devices == 1
+    self.replicated = NamedSharding(mesh, P())
+    self._local_device = jax.local_devices()[0]
+
+  @classmethod
+  def create(cls, learner_devices: int = 1) -> "DataParallel":
+    if not isinstance(learner_devices, int) or learner_devices < 1:
+      raise ValueError(f"learner_devices must be a positive int, got {learner_devices!r}")
+    local = jax.local_devices()
+    if learner_devices > len(local):
+      hint = ("; on CPU start with XLA_FLAGS=--xla_force_host_platform_device_count="
+              f"{learner_devices} (the experiment scripts do this themselves)"
+              if local[0].platform == "cpu" else "")
+      raise ValueError(f"learner_devices={learner_devices} but this process has "
+                       f"{len(local)} {local[0].platform} device(s){hint}")
+    by_process = {}
+    for d in jax.devices():
+      by_process.setdefault(d.process_index, []).append(d)
+    devices = [d for p in sorted(by_process) for d in by_process[p][:learner_devices]]
+    return cls(Mesh(np.array(devices), (AXIS,)), learner_devices)
+
+  # -- placing data ----------------------------------------------------------
+
+  def batch_sharding(self, ndim: int) -> NamedSharding:
+    """Splits axis 1 (the batch axis of time-major data) over the mesh."""
+    return NamedSharding(self.mesh, P(None, AXIS) if ndim >= 2 else P())
+
+  def check_batch(self, local_batch: int, what: str = "the batch") -> None:
+    if local_batch % self.devices_per_process:
+      raise ValueError(f"{what} ({local_batch} per process) must divide evenly over "
+                       f"{self.devices_per_process} learner devices")
+
+  def replicate(self, tree: Any) -> Any:
+    """Every leaf on every device of the mesh (values must agree across processes)."""
+    if self.trivial:
+      return tree
+    return jax.device_put(tree, self.replicated)
+
+  def shard(self, tree: Any) -> Any:
+    """Process-local [T+1, B_local, ...] data -> global [T+1, B_local * P, ...] arrays
+    split along axis 1 (on one device: `device_put`)."""
+    if self.trivial:
+      return jax.device_put(tree)
+
+    def put(x):
+      x = np.asarray(x)
+      return jax.make_array_from_process_local_data(self.batch_sharding(x.ndim), x)
+    return jax.tree.map(put, tree)
+
+  def constrain(self, tree: Any) -> Any:
+    """Inside `jit`: lay a batch ([T, B, ...]) out split along axis 1."""
+    if self.trivial:
+      return tree
+    return jax.tree.map(
+        lambda x: jax.lax.with_sharding_constraint(x, self.batch_sharding(x.ndim)), tree)
+
+  def jit(self, fn: Callable, **kwargs) -> Callable:
+    """`jax.jit` whose outputs are replicated (learner state, metrics)."""
+    if self.trivial:
+      return jax.jit(fn, **kwargs)
+    return jax.jit(fn, out_shardings=self.replicated, **kwargs)
+
+  # -- reading back ----------------------------------------------------------
+
+  def local(self, tree: Any) -> Any:
+    """A replicated tree as arrays on this process's first device (no copy): what
+    actors act with and what checkpoints store."""
+    if self.trivial:
+      return tree
+
+    def one(x):
+      if isinstance(x, jax.Array) and len(x.sharding.device_set) > 1:
+        return x.addressable_data(0)
+      return x
+    return jax.tree.map(one, tree)
+
+  # -- agreeing across processes ----------------------------------------------
+
+  def gather_processes(self, values: np.ndarray) -> np.ndarray:
+    """[num_processes, ...]: every process's `values`, on every process."""
+    values = np.asarray(values)
+    if self.num_processes == 1:
+      return values[None]
+    from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
+    return np.asarray(multihost_utils.process_allgather(values, tiled=False))
