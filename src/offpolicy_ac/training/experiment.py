@@ -10,7 +10,9 @@
 * installs SIGTERM/SIGINT handlers that save a checkpoint and stop cleanly;
 * trains, logging to metrics.jsonl / TensorBoard / a PNG, checkpointing with
   orbax every `checkpoint_every` env steps and at the end;
-* writes final_params.msgpack and summary.json.
+* writes final_params.msgpack and summary.json;
+* `--num-seeds N`: N seeds with one vmapped learner (or one after the other);
+* multi-host (`--num-processes`): joins the jax.distributed job first.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import pathlib
 import signal
 import threading
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import flax.serialization
 import jax
@@ -119,7 +121,8 @@ def _preload_slow_imports(checkpoints: bool) -> None:
 
 
 def _run_seeds(name: str, args: Any, agent_factory: Callable, **kwargs) -> list[RunResult]:
-  """`--num-seeds N`: seeds seed..seed+N-1 one after the other, each a complete run
+  """`--num-seeds N` where a vmapped learner cannot serve (or `--no-vmap-seeds`):
+  seeds seed..seed+N-1 one after the other, each a complete run
   (own env pools, checkpoints, logs) in <run_dir>/seed<k>; then a plot of their mean
   and spread in <run_dir>/learning_curves.png. `--resume` resumes each."""
   from offpolicy_ac.training.plotting import plot_runs
@@ -138,25 +141,10 @@ def _run_seeds(name: str, args: Any, agent_factory: Callable, **kwargs) -> list[
   return results
 
 
-def run_experiment(name: str, args: Any, agent_factory: Callable, *,
-                   batch_fn: Optional[Callable] = None,
-                   progress: Optional[bool] = None) -> RunResult:
-  """Runs `train` for a script's args; see the module docstring."""
-  loop: LoopConfig = args.loop
-  loop.validate()
-  if loop.num_seeds > 1:
-    return _run_seeds(name, args, agent_factory, batch_fn=batch_fn, progress=progress)
-  resume = bool(getattr(args, "resume", False))
-  # Before any JAX computation: join the multi-host job, and on CPU create the host
-  # devices the learner needs.
-  initialize_distributed(loop.num_processes, loop.process_id, loop.coordinator_address)
-  ensure_cpu_devices(loop.learner_devices)
-  run_dir = root_dir = pathlib.Path(args.run_dir or default_run_dir(name, loop))
-  if loop.num_processes > 1 and loop.process_id > 0:
-    # Multi-host: process 0's directory is the run's (and holds the checkpoints of
-    # the replicated learner state); every other process logs its own actors'
-    # episodes in a directory nested inside it and restores from process 0's.
-    run_dir = root_dir / f"process{loop.process_id}"
+def _check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: bool,
+                          others: Sequence[pathlib.Path] = ()) -> None:
+  """On resume, refuses a changed config; otherwise refuses to overwrite a run (in
+  `run_dir` or any of `others`). Then writes config.json."""
   config_path = run_dir / "config.json"
   if resume:
     if not config_path.exists():
@@ -168,12 +156,23 @@ def run_experiment(name: str, args: Any, agent_factory: Callable, *,
     if diffs:
       raise ValueError(f"--resume: the config differs from the run's in {diffs}; only the "
                        "step budget (--total-env-steps) may change")
-  elif (run_dir / "metrics.jsonl").exists() or (run_dir / "checkpoints").exists():
-    raise FileExistsError(f"{run_dir} already holds a run: pass --resume to continue it, "
-                          "or choose another --run-dir")
+  else:
+    for d in (run_dir, *others):
+      if (d / "metrics.jsonl").exists() or (d / "checkpoints").exists():
+        raise FileExistsError(f"{d} already holds a run: pass --resume to continue it, "
+                              "or choose another --run-dir")
   run_dir.mkdir(parents=True, exist_ok=True)
   write_config(run_dir, args, extra={"algorithm": name})
 
+
+def _prepare_process(loop: LoopConfig) -> None:
+  """Process-wide settings, before any JAX computation."""
+  # Join the multi-host job, and on CPU create the host devices the learner needs.
+  initialize_distributed(loop.num_processes, loop.process_id, loop.coordinator_address)
+  ensure_cpu_devices(loop.learner_devices)
+
+
+def _after_backend_start(loop: LoopConfig) -> None:
   if jax.default_backend() == "cpu":
     # The actors call a tiny jitted policy once per step; synchronous CPU dispatch
     # cuts that call from ~90 us to ~15 us (docs/envs_notes.md). The loop syncs on
@@ -182,6 +181,87 @@ def run_experiment(name: str, args: Any, agent_factory: Callable, *,
     jax.config.update("jax_cpu_enable_async_dispatch", False)
   threading.Thread(target=_preload_slow_imports, args=(bool(loop.checkpoint_every),),
                    daemon=True).start()
+
+
+def _finish(name: str, run_dir: pathlib.Path, result: RunResult, flag: "_StopFlag") -> None:
+  save_params(run_dir / "final_params.msgpack", result.agent_state.params)
+  summary = {k: v for k, v in dataclasses.asdict(result).items() if k != "agent_state"}
+  summary["run_dir"] = str(run_dir)
+  if flag.signal_name:
+    summary["stopped_by"] = flag.signal_name
+  (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+  print(f"[{name}] done: {summary}", flush=True)
+
+
+def _run_seeds_vmapped(name: str, args: Any, agent_factory: Callable, *,
+                       batch_fn: Optional[Callable], progress: Optional[bool]
+                       ) -> list[RunResult]:
+  """`--num-seeds N` with one vmapped learner (training/multi_seed.py): seed k logs
+  in <run_dir>/seed<k> as a single run would; <run_dir> holds the whole config and
+  the checkpoints of all seeds together."""
+  from offpolicy_ac.training.multi_seed import train_seeds
+  from offpolicy_ac.training.plotting import plot_runs
+  loop = args.loop
+  resume = bool(getattr(args, "resume", False))
+  root = pathlib.Path(args.run_dir or default_run_dir(name, loop))
+  seeds = [loop.seed + k for k in range(loop.num_seeds)]
+  dirs = [root / f"seed{s}" for s in seeds]
+  _prepare_process(loop)
+  _check_or_write_config(name, args, root, resume, others=dirs)
+  for s, d in zip(seeds, dirs):
+    d.mkdir(parents=True, exist_ok=True)
+    seed_args = dataclasses.replace(
+        args, loop=dataclasses.replace(loop, seed=s, num_seeds=1), run_dir=str(d))
+    write_config(d, seed_args, extra={"algorithm": name, "vmapped_seeds_of": str(root)})
+  _after_backend_start(loop)
+  checkpointer = None
+  if loop.checkpoint_every:
+    from offpolicy_ac.training.checkpoint import Checkpointer
+    checkpointer = Checkpointer(root / "checkpoints", max_to_keep=loop.keep_checkpoints)
+  loggers = [RunLogger(d, total_env_steps=loop.total_env_steps,
+                       title=f"{name} {loop.env_id} seed {s}",
+                       progress=progress if k == 0 else False)
+             for k, (s, d) in enumerate(zip(seeds, dirs))]
+  flag = _StopFlag()
+  try:
+    with _stop_on_signals(flag):
+      results = train_seeds(agent_factory, loop, loggers, batch_fn=batch_fn,
+                            checkpointer=checkpointer, resume=resume, should_stop=flag)
+  finally:
+    for logger in loggers:
+      logger.close()
+    if checkpointer is not None:
+      checkpointer.close()
+  for d, result in zip(dirs, results):
+    _finish(name, d, result, flag)
+  plot_runs(dirs, root / "learning_curves.png", group=True,
+            title=f"{name} {loop.env_id}, {loop.num_seeds} seeds (vmapped)")
+  return results
+
+
+def run_experiment(name: str, args: Any, agent_factory: Callable, *,
+                   batch_fn: Optional[Callable] = None,
+                   progress: Optional[bool] = None) -> RunResult | list[RunResult]:
+  """Runs `train` for a script's args; see the module docstring. With
+  `--num-seeds N` > 1 it returns one RunResult per seed."""
+  loop: LoopConfig = args.loop
+  loop.validate()
+  if loop.num_seeds > 1:
+    from offpolicy_ac.training.multi_seed import vmap_unsupported_reason
+    if loop.vmap_seeds and vmap_unsupported_reason(loop) is None:
+      return _run_seeds_vmapped(name, args, agent_factory, batch_fn=batch_fn,
+                                progress=progress)
+    return _run_seeds(name, args, agent_factory, batch_fn=batch_fn, progress=progress)
+  resume = bool(getattr(args, "resume", False))
+  _prepare_process(loop)
+  run_dir = root_dir = pathlib.Path(args.run_dir or default_run_dir(name, loop))
+  if loop.num_processes > 1 and loop.process_id > 0:
+    # Multi-host: process 0's directory is the run's (and holds the checkpoints of
+    # the replicated learner state); every other process logs its own actors'
+    # episodes in a directory nested inside it and restores from process 0's.
+    run_dir = root_dir / f"process{loop.process_id}"
+  _check_or_write_config(name, args, run_dir, resume)
+  _after_backend_start(loop)
   checkpointer = None
   if loop.checkpoint_every:
     from offpolicy_ac.training.checkpoint import Checkpointer
@@ -198,11 +278,5 @@ def run_experiment(name: str, args: Any, agent_factory: Callable, *,
     logger.close()
     if checkpointer is not None:
       checkpointer.close()
-  save_params(run_dir / "final_params.msgpack", result.agent_state.params)
-  summary = {k: v for k, v in dataclasses.asdict(result).items() if k != "agent_state"}
-  summary["run_dir"] = str(run_dir)
-  if flag.signal_name:
-    summary["stopped_by"] = flag.signal_name
-  (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-  print(f"[{name}] done: {summary}", flush=True)
+  _finish(name, run_dir, result, flag)
   return result

@@ -77,7 +77,12 @@ class LoopConfig:
   """How many of the newest checkpoints are kept."""
   num_seeds: int = 1
   """Run this many seeds (seed, seed + 1, ...), each with its own env pools, run
-  directory <run-dir>/seed<k> and logs, one after the other; plus a plot of all."""
+  directory <run-dir>/seed<k> and logs; plus a plot of all. The learners are one
+  vmapped computation (training/multi_seed.py) unless vmap_seeds is off or the
+  config needs actor threads, several learner devices/processes or whole-buffer
+  training; then the seeds run one after the other."""
+  vmap_seeds: bool = True
+  """With num_seeds > 1: vmap the seeds' learners in one process (see num_seeds)."""
   replay_capacity: int = 2_000
   """Off-policy: stored sequences (each unroll adds num_envs of them)."""
   min_replay_size: int = 64
@@ -321,18 +326,27 @@ class _ActorSource:
       for r in rollouts:
         r.env.close()
       raise
-    self.actors = Actors(rollouts, keys, params, version=version,
+    # Synchronous mode tags trajectories with a round (one per `collect`), not the
+    # update count: an iteration that makes no update (off-policy before
+    # min_replay_size) must still let the gated actors unroll again.
+    self._published = version if self.asynchronous else 0
+    self._round = None
+    self.actors = Actors(rollouts, keys, params, version=self._published,
                          queue_size=config.actor_queue_size or k,
                          gated=not self.asynchronous)
-    self._published = version
 
   def collect(self, params: Any, version: int, should_stop: Callable) -> _Collected:
-    if version != self._published:
-      self.actors.publish(params, version)
-      self._published = version
     if self.asynchronous:
+      if version != self._published:
+        self.actors.publish(params, version)
+        self._published = version
       return self._collect_async(version, should_stop)
-    return self._collect_sync(version, should_stop)
+    if self._round is None:  # the actors already unroll the initial parameters
+      self._round = self._published
+    else:
+      self._round += 1
+      self.actors.publish(params, self._round)
+    return self._collect_sync(self._round, should_stop)
 
   def _collect_async(self, version: int, should_stop: Callable) -> _Collected:
     stats, steps, dropped = [], 0, 0

@@ -1,0 +1,125 @@
+"""`--num-seeds N` with one vmapped learner: each seed is the single run of that seed.
+
+Seed k of a vmapped run gets the keys, env seeds and evaluation pools of a single
+run with seed k, so its metrics match that run's (losses to float tolerance, the
+episodes exactly, over a short horizon where float differences cannot yet flip an
+action); a resumed vmapped run logs exactly what the uninterrupted one logs.
+"""
+
+import dataclasses
+import importlib.util
+import json
+import pathlib
+import shutil
+import sys
+
+import numpy as np
+import pytest
+
+from offpolicy_ac.training import read_metrics
+from offpolicy_ac.training.loop import LoopConfig
+from offpolicy_ac.training.multi_seed import vmap_unsupported_reason
+
+EXPERIMENTS = pathlib.Path(__file__).parents[1] / "experiments"
+WALL_CLOCK = ("wall_time_s", "env_steps_per_s")
+
+
+def _script(name):
+  spec = importlib.util.spec_from_file_location(f"ms_{name}", EXPERIMENTS / f"{name}.py")
+  module = importlib.util.module_from_spec(spec)
+  sys.modules[spec.name] = module
+  spec.loader.exec_module(module)
+  return module
+
+
+def _main(name, run_dir, resume=False, **loop):
+  module = _script(name)
+  args = module.Args()
+  args = dataclasses.replace(args, run_dir=str(run_dir), resume=resume,
+                             loop=dataclasses.replace(args.loop, **loop))
+  return module.main(args)
+
+
+def _lines(run_dir):
+  return [{k: v for k, v in l.items() if k not in WALL_CLOCK} for l in read_metrics(run_dir)]
+
+
+def _assert_same_run(single, vmapped, loss_keys):
+  assert len(single) == len(vmapped) > 0
+  for a, b in zip(single, vmapped):
+    assert a["env_steps"] == b["env_steps"]
+    assert a["episodes"] == b["episodes"]
+    if a["episode_return"] is None:
+      assert b["episode_return"] is None
+    else:
+      assert a["episode_return"] == pytest.approx(b["episode_return"], rel=1e-9)
+    for key in loss_keys:
+      assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), key
+
+
+@pytest.mark.parametrize("script,steps,keys", [
+    ("impala", 5120, ["loss", "grad_norm", "entropy", "value_loss"]),
+    ("sql", 3000, ["loss", "grad_norm"]),
+    ("acer", 3072, ["loss", "grad_norm"]),
+])
+def test_each_vmapped_seed_is_the_single_run_of_that_seed(tmp_path, script, steps, keys):
+  common = dict(total_env_steps=steps, checkpoint_every=0)
+  module = _script(script)
+  common["log_every"] = max(steps // 4, module.Args().loop.num_envs
+                            * module.Args().loop.unroll_length)
+  _main(script, tmp_path / "single", seed=4, **common)
+  results = _main(script, tmp_path / "vmapped", seed=3, num_seeds=2, **common)
+  assert isinstance(results, list) and len(results) == 2
+  _assert_same_run(_lines(tmp_path / "single"), _lines(tmp_path / "vmapped" / "seed4"), keys)
+  first = [l["episode_return"] for l in _lines(tmp_path / "vmapped" / "seed3")]
+  second = [l["episode_return"] for l in _lines(tmp_path / "vmapped" / "seed4")]
+  assert first != second  # the seeds really differ
+
+
+def test_vmapped_seeds_resume_exactly(tmp_path):
+  flags = dict(num_seeds=2, log_every=1280, checkpoint_every=2560, eval_every=2560,
+               eval_episodes=2)
+  _main("impala", tmp_path / "straight", total_env_steps=7680, **flags)
+  _main("impala", tmp_path / "resumed", total_env_steps=5120, **flags)
+  _main("impala", tmp_path / "resumed", resume=True, total_env_steps=7680, **flags)
+  for seed in (0, 1):
+    straight = _lines(tmp_path / "straight" / f"seed{seed}")
+    assert straight[-1]["env_steps"] == 7680 and "eval_return" in straight[-1]
+    assert _lines(tmp_path / "resumed" / f"seed{seed}") == straight
+  summary = json.loads((tmp_path / "resumed" / "seed1" / "summary.json").read_text())
+  assert summary["env_steps"] == 7680
+
+
+def test_vmapped_seeds_resume_from_an_older_checkpoint(tmp_path):
+  flags = dict(num_seeds=2, log_every=1280, checkpoint_every=2560)
+  _main("impala", tmp_path / "straight", total_env_steps=7680, **flags)
+  _main("impala", tmp_path / "run", total_env_steps=7680, **flags)
+  shutil.rmtree(tmp_path / "run" / "checkpoints" / "7680")  # back to 5120
+  _main("impala", tmp_path / "run", resume=True, total_env_steps=7680, **flags)
+  for seed in (0, 1):
+    assert _lines(tmp_path / "run" / f"seed{seed}") == _lines(
+        tmp_path / "straight" / f"seed{seed}")
+
+
+def test_vmapped_seeds_refuse_to_overwrite_and_a_changed_config(tmp_path):
+  _main("impala", tmp_path / "run", num_seeds=2, total_env_steps=512, log_every=256,
+        checkpoint_every=512)
+  with pytest.raises(FileExistsError):
+    _main("impala", tmp_path / "run", num_seeds=2, total_env_steps=512)
+  with pytest.raises(ValueError, match="num_envs"):
+    _main("impala", tmp_path / "run", resume=True, num_seeds=2, total_env_steps=1024,
+          log_every=256, checkpoint_every=512, num_envs=8)
+
+
+def test_configs_a_vmapped_learner_cannot_serve_run_seeds_one_after_the_other(tmp_path):
+  assert vmap_unsupported_reason(LoopConfig()) is None
+  assert "actor threads" in vmap_unsupported_reason(LoopConfig(async_actors=2))
+  assert "whole-replay" in vmap_unsupported_reason(
+      LoopConfig(whole_replay_buffer_training=True))
+  results = _main("impala", tmp_path / "run", num_seeds=2, vmap_seeds=False,
+                  total_env_steps=512, log_every=256, checkpoint_every=0)
+  assert len(results) == 2
+  config = json.loads((tmp_path / "run" / "seed1" / "config.json").read_text())
+  assert "vmapped_seeds_of" not in config
+  assert (tmp_path / "run" / "learning_curves.png").exists()
+  assert np.isfinite([l["loss"] for l in read_metrics(tmp_path / "run" / "seed0")]).all()
