@@ -299,9 +299,10 @@ class _ActorSource:
   Asynchronous (`config.async_actors` = K): the learner takes each trajectory as
   it arrives, dropping those more than `max_policy_lag` updates old.
   Synchronous with several pools (`config.actor_pools` = K): every pool unrolls
-  once per parameter version; the learner waits for `min_pools` of them, then at
-  most `grace_period_s` for the rest, and updates on their concatenation (batch
-  axis); trajectories of older versions arriving late are dropped.
+  once per iteration with that iteration's parameters; the learner waits for
+  `min_pools` of them, then at most `grace_period_s` for the rest, and updates on
+  their concatenation (batch axis); trajectories of earlier iterations arriving
+  late are dropped.
   """
   exact = False
 
@@ -477,8 +478,11 @@ def train(agent_factory: Callable[[Any], Agent], config: LoopConfig, logger: Run
   # Compile the learner (and the greedy policy) on dummy inputs in a background
   # thread while the first unrolls run: the functions are pure, so the warm-up
   # results are simply dropped. Joined before the first update.
-  warm = _Background(warmup, state, replay_state, dp.shard(jax.device_get(example)), greedy,
-                     dp.local(state.params))
+  # Several synchronous pools: a full round's batch is every pool's columns.
+  warm_example = jax.tree.map(lambda x: jnp.concatenate([x] * config.actor_pools, axis=1),
+                              example) if config.actor_pools > 1 else example
+  warm = _Background(warmup, state, replay_state, dp.shard(jax.device_get(warm_example)),
+                     greedy, dp.local(state.params))
   c = counters
   version = int(dp.local(state.num_updates))
   local_params = dp.local(state.params)
@@ -517,24 +521,27 @@ def train(agent_factory: Callable[[Any], Agent], config: LoopConfig, logger: Run
       stop = should_stop()
       got = None if stop else source.collect(local_params, version, should_stop)
       stop = stop or got.traj is None
-      new_steps, stop = agree(0 if stop else got.env_steps, stop)
+      new_steps, stop = agree(0 if got is None else got.env_steps, stop)
+      # Steps taken are counted even when a stop request leaves them unlearned
+      # (trajectories an actor source collected or dropped before the request).
+      c["env_steps"] += new_steps
+      if got is not None:
+        for stats in got.stats:
+          c["returns"].extend(stats.episode_return.tolist())
+          c["lengths"].extend(stats.episode_length.tolist())
+        c["discarded"] += got.discarded
       if stop:
         c["segment"] += 1
         save(c["env_steps"])
         interrupted = True
         break
-      c["env_steps"] += new_steps
       env_steps = c["env_steps"]
       end = env_steps >= config.total_env_steps
       due = c["next_checkpoint"] is not None and env_steps >= c["next_checkpoint"]
       traj = got.traj
       if source.exact and (due or end):
         traj = mark_cut(traj)
-      for stats in got.stats:
-        c["returns"].extend(stats.episode_return.tolist())
-        c["lengths"].extend(stats.episode_length.tolist())
       if config.uses_actor_threads:
-        c["discarded"] += got.discarded
         c["lag_sum"] += got.policy_lag
         c["lag_count"] += 1
       batch = dp.shard(traj)
