@@ -123,3 +123,16 @@ def test_configs_a_vmapped_learner_cannot_serve_run_seeds_one_after_the_other(tm
   assert "vmapped_seeds_of" not in config
   assert (tmp_path / "run" / "learning_curves.png").exists()
   assert np.isfinite([l["loss"] for l in read_metrics(tmp_path / "run" / "seed0")]).all()
+
+
+def test_vmapped_seeds_non_finite_loss_names_the_seed(tmp_path):
+  module = _script("impala")
+  args = module.Args()
+  args = dataclasses.replace(
+      args, run_dir=str(tmp_path / "run"),
+      loop=dataclasses.replace(args.loop, num_seeds=2, total_env_steps=100_000,
+                               checkpoint_every=2560),
+      agent=dataclasses.replace(args.agent, learning_rate=1e30, max_grad_norm=1e30))
+  from offpolicy_ac.training.loop import NonFiniteError
+  with pytest.raises(NonFiniteError, match=r"for seed [01] at env step"):
+    module.main(args)
