@@ -212,3 +212,21 @@ def test_full_budget_impala_two_learner_devices_reaches_475(tmp_path):
   _run_impala_subprocess(tmp_path, "--learner-devices", "2", "--total-env-steps", "500000",
                          "--log-every", "10000")
   assert _max_smoothed_return(tmp_path) >= 475
+
+
+def test_a_run_refused_before_its_first_step_does_not_block_the_corrected_rerun(tmp_path):
+  module = _script("impala")
+  with pytest.raises(ValueError):
+    module.main(_args(module, tmp_path / "run", env_id="NoSuchTask-v0"))
+  module.main(_args(module, tmp_path / "run", total_env_steps=512, log_every=256))
+  assert read_metrics(tmp_path / "run")[-1]["env_steps"] == 512
+
+
+def test_whole_buffer_training_waits_for_one_full_batch(tmp_path):
+  # min_replay_size (32) < mini_batch_size (64): the sweep starts once a batch fits.
+  module = _script("sql")
+  module.main(_args(module, tmp_path, total_env_steps=1024, log_every=256,
+                    whole_replay_buffer_training=True, min_replay_size=32,
+                    checkpoint_every=0))
+  lines = read_metrics(tmp_path)
+  assert lines[-1]["num_updates"] > 0 and np.isfinite(lines[-1]["loss"])

@@ -141,6 +141,15 @@ def _run_seeds(name: str, args: Any, agent_factory: Callable, **kwargs) -> list[
   return results
 
 
+def _holds_run(run_dir: pathlib.Path) -> bool:
+  """Whether a run logged or checkpointed anything there (a run refused before its
+  first step leaves only config.json and an empty metrics.jsonl: not a run)."""
+  metrics = run_dir / "metrics.jsonl"
+  checkpoints = run_dir / "checkpoints"
+  return ((metrics.exists() and metrics.stat().st_size > 0)
+          or (checkpoints.exists() and any(checkpoints.iterdir())))
+
+
 def _check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: bool,
                           others: Sequence[pathlib.Path] = ()) -> None:
   """On resume, refuses a changed config; otherwise refuses to overwrite a run (in
@@ -158,7 +167,7 @@ def _check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: 
                        "step budget (--total-env-steps) may change")
   else:
     for d in (run_dir, *others):
-      if (d / "metrics.jsonl").exists() or (d / "checkpoints").exists():
+      if _holds_run(d):
         raise FileExistsError(f"{d} already holds a run: pass --resume to continue it, "
                               "or choose another --run-dir")
   run_dir.mkdir(parents=True, exist_ok=True)

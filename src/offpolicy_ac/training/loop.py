@@ -697,7 +697,9 @@ def _make_train_iter(agent: Agent, replay, config: LoopConfig, batch_fn, dp: Dat
     fresh_metrics = None
     if agent.fresh_update_first:
       state, fresh_metrics = update(state, traj)
-    if int(dp.local(replay_state.size)) < min_size:
+    size = int(dp.local(replay_state.size))
+    if size < min_size or (config.whole_replay_buffer_training
+                           and size < config.mini_batch_size):
       return state, replay_state, fresh_metrics
     if config.whole_replay_buffer_training:
       epoch_key, key = jax.random.split(key)

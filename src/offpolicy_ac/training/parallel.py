@@ -27,6 +27,7 @@ processes exchange collectives with gloo.
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any, Callable, Optional
 
@@ -93,6 +94,10 @@ def ensure_cpu_devices(num_devices: int) -> None:
   backend started it does nothing; `DataParallel.create` then reports a shortage.
   """
   if num_devices > 1 and not _backend_started():
+    forced = re.search(r"--xla_force_host_platform_device_count=(\d+)",
+                       os.environ.get("XLA_FLAGS", ""))
+    if forced and int(forced.group(1)) >= num_devices:
+      return  # XLA_FLAGS already asks for enough (and perhaps more)
     if jax.config.jax_num_cpu_devices < num_devices:
       jax.config.update("jax_num_cpu_devices", num_devices)
 
@@ -142,7 +147,20 @@ class DataParallel:
     """Every leaf on every device of the mesh (values must agree across processes)."""
     if self.trivial:
       return tree
-    return jax.device_put(tree, self.replicated)
+    if self.num_processes == 1:
+      return jax.device_put(tree, self.replicated)
+    mine = [d for d in self.mesh.devices.flat if d.process_index == self.process_index]
+
+    def put(x):
+      if isinstance(x, jax.Array) and not x.is_fully_addressable:
+        return x if x.sharding == self.replicated else jax.device_put(x, self.replicated)
+      # Multi-host: every process holds the value, so the global array is assembled
+      # from copies on this process's devices. (`device_put` would treat a committed
+      # array, e.g. one computed from `local`, as a cross-host transfer, which the
+      # CPU backend refuses.)
+      return jax.make_array_from_single_device_arrays(
+          np.shape(x), self.replicated, [jax.device_put(x, d) for d in mine])
+    return jax.tree.map(put, tree)
 
   def shard(self, tree: Any) -> Any:
     """Process-local [T+1, B_local, ...] data -> global [T+1, B_local * P, ...] arrays
