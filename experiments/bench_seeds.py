@@ -1,0 +1,78 @@
+"""Benchmark: `--num-seeds N` with one vmapped learner vs the seeds one after the other.
+
+Each variant is one process of an experiment script (`--num-seeds N --vmap-seeds` and
+`--no-vmap-seeds`), timed from launch to exit (imports, compilation and environment
+creation included), interleaved over `repeats` rounds; prints medians and the ratio.
+Both variants train the same seeds on the same data (tests/test_multi_seed.py checks
+that each vmapped seed is its single run), so only the time differs.
+
+    python experiments/bench_seeds.py --script impala --num-seeds 4 --total-env-steps 50000
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import tyro
+
+EXPERIMENTS = pathlib.Path(__file__).resolve().parent
+
+
+@dataclasses.dataclass(frozen=True)
+class Args:
+  script: str = "impala"
+  """Experiment script (impala, acer, sql)."""
+  env_id: str = "CartPole-v1"
+  num_seeds: int = 4
+  total_env_steps: int = 50_000
+  repeats: int = 3
+  out: str = ""
+  """Also write the report to this file."""
+
+
+def _run(args: Args, vmap: bool, run_dir: pathlib.Path) -> float:
+  cmd = [sys.executable, str(EXPERIMENTS / f"{args.script}.py"), "--env-id", args.env_id,
+         "--num-seeds", str(args.num_seeds), "--total-env-steps", str(args.total_env_steps),
+         "--checkpoint-every", "0", "--log-every", str(args.total_env_steps // 4),
+         "--run-dir", str(run_dir), "--vmap-seeds" if vmap else "--no-vmap-seeds"]
+  start = time.perf_counter()
+  subprocess.run(cmd, check=True, capture_output=True, text=True)
+  return time.perf_counter() - start
+
+
+def main(args: Args) -> dict:
+  times = {"vmapped": [], "sequential": []}
+  returns = {}
+  with tempfile.TemporaryDirectory() as tmp:
+    for r in range(args.repeats):
+      for name in times:
+        run_dir = pathlib.Path(tmp) / f"{name}{r}"
+        times[name].append(_run(args, name == "vmapped", run_dir))
+        finals = []
+        for k in range(args.num_seeds):
+          lines = (run_dir / f"seed{k}" / "metrics.jsonl").read_text().splitlines()
+          finals.append(json.loads(lines[-1])["episode_return"])
+        returns[name] = finals
+  med = {k: statistics.median(v) for k, v in times.items()}
+  report = (f"{args.script} {args.env_id}: {args.num_seeds} seeds x {args.total_env_steps} "
+            f"env steps, medians of {args.repeats} (launch to exit)\n"
+            f"  vmapped learner : {med['vmapped']:7.1f} s  {times['vmapped']}\n"
+            f"  one after other : {med['sequential']:7.1f} s  {times['sequential']}\n"
+            f"  speed-up        : {med['sequential'] / med['vmapped']:.2f}x\n"
+            f"  final returns (vmapped)   : {returns['vmapped']}\n"
+            f"  final returns (sequential): {returns['sequential']}\n")
+  print(report)
+  if args.out:
+    pathlib.Path(args.out).write_text(report)
+  return {"times": times, "median": med}
+
+
+if __name__ == "__main__":
+  main(tyro.cli(Args, description=__doc__))
