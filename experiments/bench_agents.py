@@ -61,8 +61,12 @@ def _case_flags(case: str, args: Args, algo: str = "") -> list[str]:
     return ["--env-id", "CartPole-v1", "--eval-episodes", "5", "--eval-every", "5000",
             "--target-return", "450", "--total-env-steps", "200000", "--log-every", "5000"]
   if case == "v0":
-    return ["--env-id", "CartPole-v0", "--eval-episodes", "5", "--eval-every", "500",
-            "--target-return", "195", "--total-env-steps", str(args.max_steps_v0)]
+    # SQL and SQIL start from their scripts' cartpole-v0 presets (high replay ratio,
+    # alpha 0.12, step size 3e-3); the protocol flags below are the same for all.
+    preset = ["--preset", "cartpole-v0"] if algo in ("sql", "sqil") else []
+    return preset + ["--env-id", "CartPole-v0", "--eval-episodes", "5", "--eval-every",
+                     "500", "--target-return", "195", "--total-env-steps",
+                     str(args.max_steps_v0)]
   return ["--env-id", "CartPole-v1", "--eval-episodes", "5", "--eval-every", "5000",
           "--target-return", "475", "--total-env-steps", str(args.max_steps_v1),
           "--log-every", "5000"]

@@ -2,6 +2,12 @@
 
     python experiments/sql.py --env-id CartPole-v1 --seed 0 \
         --total-env-steps 500000 --run-dir runs/sql-cartpole
+    python experiments/sql.py --preset cartpole-v0 --seed 0  # DI-engine's v0 protocol
+
+Preset cartpole-v0: DI-engine's CartPole-v0 protocol (stop when 5 greedy episodes
+average 195, evaluating every 500 env steps), tuned for few env steps: a high
+replay ratio (16 updates of 128 windows per 32 env steps, training from 8 stored
+sequences on), temperature 0.12 and step size 3e-3.
 """
 
 from __future__ import annotations
@@ -32,6 +38,11 @@ class Args:
 
 PRESETS = {
     "cartpole": Args(),
+    "cartpole-v0": Args(loop=LoopConfig(
+        env_id="CartPole-v0", total_env_steps=100_000, num_envs=4, unroll_length=8,
+        replay_capacity=5_000, min_replay_size=8, num_updates_per_train_iter=16,
+        mini_batch_size=128, mini_batch_length=4, eval_every=500, eval_episodes=5,
+        target_return=195.0), agent=SqlConfig(alpha=0.12, learning_rate=3e-3)),
     "atari": Args(loop=LoopConfig(env_id="Pong-v5", atari=True, total_env_steps=5_000_000, num_envs=8,
                         unroll_length=8, replay_capacity=4_000, min_replay_size=500,
                         num_updates_per_train_iter=1, mini_batch_size=32, mini_batch_length=4,

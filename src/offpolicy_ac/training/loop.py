@@ -443,7 +443,7 @@ def train(agent_factory: Callable[[Any], Agent], config: LoopConfig, logger: Run
                      f"the {dp.num_devices} learner devices")
 
   agent_key, replay_key = jax.random.split(jax.random.PRNGKey(config.seed))
-  state = agent.init(agent_key)
+  state = jax.jit(agent.init)(agent_key)  # one compiled program, not op-by-op
   example = example_trajectory(agent, state.params, config)
   replay_state = replay.init(example) if replay else None
   counters = _fresh_counters(config)

@@ -145,6 +145,7 @@ def train_seeds(agent_factory: Callable[[Any], Agent], config: LoopConfig,
   replay = make_replay(config) if agent.off_policy else None
 
   keys = [jax.random.split(jax.random.PRNGKey(s)) for s in seeds]
+  # Eager vmap: jit(vmap(init)) of ACER deadlocks XLA:CPU (jax 0.10.2).
   state = jax.vmap(agent.init)(jnp.stack([k[0] for k in keys]))
   replay_key = jnp.stack([k[1] for k in keys])
   example = example_trajectory(agent, _index(state.params, 0), config)
