@@ -40,11 +40,11 @@ and learner on different cores, so on a loaded machine they shrink. `--out PATH`
 writes PATH.txt (the printed report) and PATH.json (every repeat).
 
 Networks: CartPole uses IMPALA's default MLP (64, 64). Pong uses the Atari preset's agent
-(`experiments/impala.py --preset atari`: RMSProp etc.) with a SMALL torso by default: the
-library's torsos are mlp / nature_cnn / impala_resnet, and a Nature CNN update on a
-[21, 8] batch takes over a second on 2 CPU cores (the learner could never keep up), so the
-default is the MLP torso on the flattened 4x84x84 frames with one hidden layer of 32
-(`--pong-torso nature_cnn` for the real thing).
+(`experiments/impala.py --preset atari`: RMSProp etc.) with the library's SMALL pixel torso
+by default (`small_cnn`: 4x4 average pooling, two small convs, dense 128): a Nature CNN
+update on a [21, 8] batch takes over a second on 2 CPU cores (the learner could never keep
+up), and an MLP on the raw 4x84x84 frames costs the actors more per step than the small
+CNN (`--pong-torso nature_cnn` / `mlp` for those).
 
 `jax_cpu_enable_async_dispatch` is turned off at start, as `run_experiment` does on CPU.
 """
@@ -97,8 +97,9 @@ class Args:
   """T, non-Atari tasks."""
   pong_unroll: int = 20
   """T, Atari tasks."""
-  pong_torso: str = "mlp"
-  """Torso of the Atari agent: 'mlp' (on flattened frames), 'nature_cnn', 'impala_resnet'."""
+  pong_torso: str = "small_cnn"
+  """Torso of the Atari agent: 'small_cnn', 'mlp' (on flattened frames), 'nature_cnn',
+  'impala_resnet'."""
   pong_hidden_sizes: tuple[int, ...] = (32,)
   """MLP layer sizes of the Atari agent (with --pong-torso mlp)."""
   warmup_fraction: float = 0.3

@@ -125,3 +125,18 @@ def test_sql_config_validation(cartpole_spec):
   for bad in (dict(alpha=0.0), dict(epsilon=2.0), dict(n_step=0), dict(lambda_=-0.1)):
     with pytest.raises(ValueError):
       make_sql(cartpole_spec, dataclasses.replace(SqlConfig(), **bad))
+
+
+@pytest.mark.parametrize("kind,features", [("nature_cnn", 512), ("impala_resnet", 256),
+                                           ("small_cnn", 128)])
+def test_pixel_torsos_map_frames_to_features(kind, features):
+  from offpolicy_ac import networks
+  torso = networks.make_torso(kind, (4, 84, 84))
+  frames = jax.random.randint(jax.random.PRNGKey(0), (3, 4, 84, 84), 0, 256).astype(jnp.uint8)
+  params = torso.init(jax.random.PRNGKey(1), frames)
+  out = torso.apply(params, frames)
+  assert out.shape == (3, features) and bool(jnp.all(jnp.isfinite(out)))
+  # Each frame is processed on its own: a batch of one gives the same features.
+  np.testing.assert_allclose(torso.apply(params, frames[1:2])[0], out[1], rtol=1e-5, atol=1e-6)
+  with pytest.raises(ValueError, match="frames"):
+    networks.make_torso(kind, (4,))
