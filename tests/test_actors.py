@@ -8,7 +8,6 @@ the signal test in a subprocess, as a user would).
 """
 
 import dataclasses
-import importlib.util
 import json
 import pathlib
 import signal
@@ -31,6 +30,7 @@ from offpolicy_ac.training.actors import ActorError
 from offpolicy_ac.training.actors import Actors
 from offpolicy_ac.training.actors import ParamStore
 from offpolicy_ac.training.loop import LoopConfig
+from scripts import load_script
 
 ROOT = pathlib.Path(__file__).parents[1]
 EXPERIMENTS = ROOT / "experiments"
@@ -325,11 +325,7 @@ def test_sync_source_does_not_wait_for_a_slow_pool_beyond_the_grace_period(monke
 # -- loop level ---------------------------------------------------------------
 
 def _script(name):
-  spec = importlib.util.spec_from_file_location(f"exp_actors_{name}", EXPERIMENTS / f"{name}.py")
-  module = importlib.util.module_from_spec(spec)
-  sys.modules[spec.name] = module
-  spec.loader.exec_module(module)
-  return module
+  return load_script(name)
 
 
 def _args(module, run_dir, demos=None, **loop_overrides):

@@ -7,10 +7,7 @@ The issue's full targets (CartPole-v1 >= 475 within 500k steps, Pendulum-v1
 """
 
 import dataclasses
-import importlib.util
 import json
-import pathlib
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -25,8 +22,8 @@ from offpolicy_ac.agents import make_acer_continuous
 from offpolicy_ac.agents import make_acer_discrete
 from offpolicy_ac.envs import FIRST, LAST, MID, Trajectory
 from offpolicy_ac.training import read_metrics
+from scripts import load_script
 
-EXPERIMENTS = pathlib.Path(__file__).parents[1] / "experiments"
 
 
 @pytest.fixture(scope="module")
@@ -299,11 +296,7 @@ def test_update_names_missing_behaviour_extras(cartpole_spec, pendulum_spec, age
 
 
 def _script():
-  spec = importlib.util.spec_from_file_location("exp_acer", EXPERIMENTS / "acer.py")
-  module = importlib.util.module_from_spec(spec)
-  sys.modules[spec.name] = module
-  spec.loader.exec_module(module)
-  return module
+  return load_script("acer")
 
 
 def _args(module, run_dir, agent=None, preset="cartpole", **loop_overrides):

@@ -5,7 +5,6 @@ The reduced-budget learning tests run in CI; the issue's full targets are marked
 """
 
 import dataclasses
-import importlib.util
 import json
 import pathlib
 import subprocess
@@ -17,16 +16,13 @@ import pytest
 from offpolicy_ac import demos as demos_lib
 from offpolicy_ac import envs
 from offpolicy_ac.training import read_metrics
+from scripts import load_script
 
 EXPERIMENTS = pathlib.Path(__file__).parents[1] / "experiments"
 
 
 def _script(name):
-  spec = importlib.util.spec_from_file_location(f"exp_{name}", EXPERIMENTS / f"{name}.py")
-  module = importlib.util.module_from_spec(spec)
-  sys.modules[spec.name] = module
-  spec.loader.exec_module(module)
-  return module
+  return load_script(name)
 
 
 def _args(module, run_dir, **loop_overrides):

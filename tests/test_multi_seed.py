@@ -7,11 +7,8 @@ action); a resumed vmapped run logs exactly what the uninterrupted one logs.
 """
 
 import dataclasses
-import importlib.util
 import json
-import pathlib
 import shutil
-import sys
 
 import numpy as np
 import pytest
@@ -19,17 +16,13 @@ import pytest
 from offpolicy_ac.training import read_metrics
 from offpolicy_ac.training.loop import LoopConfig
 from offpolicy_ac.training.multi_seed import vmap_unsupported_reason
+from scripts import load_script
 
-EXPERIMENTS = pathlib.Path(__file__).parents[1] / "experiments"
 WALL_CLOCK = ("wall_time_s", "env_steps_per_s")
 
 
 def _script(name):
-  spec = importlib.util.spec_from_file_location(f"ms_{name}", EXPERIMENTS / f"{name}.py")
-  module = importlib.util.module_from_spec(spec)
-  sys.modules[spec.name] = module
-  spec.loader.exec_module(module)
-  return module
+  return load_script(name)
 
 
 def _main(name, run_dir, resume=False, **loop):

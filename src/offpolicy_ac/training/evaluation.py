@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-import jax
 import numpy as np
 
 

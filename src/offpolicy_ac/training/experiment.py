@@ -192,6 +192,15 @@ def _after_backend_start(loop: LoopConfig) -> None:
                    daemon=True).start()
 
 
+def _make_checkpointer(loop: LoopConfig, root: pathlib.Path) -> Any:
+  """<root>/checkpoints (None without checkpoints); multi-host: only process 0 writes."""
+  if not loop.checkpoint_every:
+    return None
+  from offpolicy_ac.training.checkpoint import Checkpointer
+  return Checkpointer(root / "checkpoints", max_to_keep=loop.keep_checkpoints,
+                      read_only=loop.process_id > 0)
+
+
 def _finish(name: str, run_dir: pathlib.Path, result: RunResult, flag: "_StopFlag") -> None:
   save_params(run_dir / "final_params.msgpack", result.agent_state.params)
   summary = {k: v for k, v in dataclasses.asdict(result).items() if k != "agent_state"}
@@ -223,10 +232,7 @@ def _run_seeds_vmapped(name: str, args: Any, agent_factory: Callable, *,
         args, loop=dataclasses.replace(loop, seed=s, num_seeds=1), run_dir=str(d))
     write_config(d, seed_args, extra={"algorithm": name, "vmapped_seeds_of": str(root)})
   _after_backend_start(loop)
-  checkpointer = None
-  if loop.checkpoint_every:
-    from offpolicy_ac.training.checkpoint import Checkpointer
-    checkpointer = Checkpointer(root / "checkpoints", max_to_keep=loop.keep_checkpoints)
+  checkpointer = _make_checkpointer(loop, root)
   loggers = [RunLogger(d, total_env_steps=loop.total_env_steps,
                        title=f"{name} {loop.env_id} seed {s}",
                        progress=progress if k == 0 else False)
@@ -271,11 +277,7 @@ def run_experiment(name: str, args: Any, agent_factory: Callable, *,
     run_dir = root_dir / f"process{loop.process_id}"
   _check_or_write_config(name, args, run_dir, resume)
   _after_backend_start(loop)
-  checkpointer = None
-  if loop.checkpoint_every:
-    from offpolicy_ac.training.checkpoint import Checkpointer
-    checkpointer = Checkpointer(root_dir / "checkpoints", max_to_keep=loop.keep_checkpoints,
-                                read_only=loop.process_id > 0)
+  checkpointer = _make_checkpointer(loop, root_dir)
   logger = RunLogger(run_dir, total_env_steps=loop.total_env_steps,
                      title=f"{name} {loop.env_id} seed {loop.seed}", progress=progress)
   flag = _StopFlag()

@@ -394,6 +394,41 @@ class _ActorSource:
     self.actors.close()
 
 
+class Restored(NamedTuple):
+  """The training state of a checkpoint (host arrays as JAX arrays) and its record."""
+  step: int
+  state: Any
+  replay_state: Any
+  replay_key: jax.Array
+  record: dict
+
+
+def restore_training_state(checkpointer: Any, state: Any, replay_state: Any,
+                           replay_key: jax.Array) -> Optional[Restored]:
+  """The newest readable checkpoint, shaped like the given (template) state, or
+  None, with a warning, when there is none (the run starts over)."""
+  if checkpointer is None:
+    raise ValueError("resume needs checkpoints (checkpoint_every > 0)")
+  restored = checkpointer.restore_latest(
+      {"agent": state, "replay": replay_state, "replay_key": replay_key})
+  if restored is None:
+    warnings.warn(f"no readable checkpoint in {checkpointer.directory}: the run starts "
+                  "again from the beginning", RuntimeWarning)
+    return None
+  step, arrays, record = restored
+  return Restored(step, jax.tree.map(jnp.asarray, arrays["agent"]),
+                  (jax.tree.map(jnp.asarray, arrays["replay"])
+                   if replay_state is not None else None),
+                  jnp.asarray(arrays["replay_key"]), record)
+
+
+def next_point(point: int, every: int, env_steps: int) -> int:
+  """A schedule point (log, eval, checkpoint) moved past `env_steps` in `every` steps."""
+  while point <= env_steps:
+    point += every
+  return point
+
+
 def _fresh_counters(config: LoopConfig) -> dict:
   return {"env_steps": 0, "segment": 0, "log_lines": 0, "wall_time_s": 0.0,
           "next_log": config.log_every,
@@ -449,26 +484,17 @@ def train(agent_factory: Callable[[Any], Agent], config: LoopConfig, logger: Run
   counters = _fresh_counters(config)
   wall_offset = 0.0
   if resume:
-    if checkpointer is None:
-      raise ValueError("resume needs checkpoints (checkpoint_every > 0)")
-    restored = checkpointer.restore_latest(
-        {"agent": state, "replay": replay_state, "replay_key": replay_key})
-    step = -1 if restored is None else restored[0]
+    restored = restore_training_state(checkpointer, state, replay_state, replay_key)
+    step = -1 if restored is None else restored.step
     steps = dp.gather_processes(np.array(step, np.int64))
     if (steps != step).any():
       raise RuntimeError(f"the processes restored different checkpoints (env steps "
                          f"{steps.tolist()}); resume each from the same step")
     if restored is None:  # killed before its first checkpoint: start over
-      warnings.warn(f"no readable checkpoint in {checkpointer.directory}: the run starts "
-                    "again from the beginning", RuntimeWarning)
       logger.truncate(0)
     else:
-      _, arrays, record = restored
-      state = jax.tree.map(jnp.asarray, arrays["agent"])
-      replay_state = (jax.tree.map(jnp.asarray, arrays["replay"])
-                      if replay_state is not None else None)
-      replay_key = jnp.asarray(arrays["replay_key"])
-      counters = {**_fresh_counters(config), **record["counters"]}
+      state, replay_state, replay_key = restored.state, restored.replay_state, restored.replay_key
+      counters = {**_fresh_counters(config), **restored.record["counters"]}
       logger.truncate(counters["log_lines"])
       wall_offset = counters["wall_time_s"] - seconds_since_launch()
   state, replay_state = dp.replicate(state), dp.replicate(replay_state)
@@ -577,21 +603,19 @@ def train(agent_factory: Callable[[Any], Agent], config: LoopConfig, logger: Run
           record["eval_return_min"] = float(np.min(means[:, 1]))
           c["reached"] = (config.target_return is not None
                           and c["last_eval"] >= config.target_return)
-          while c["next_eval"] <= env_steps:
-            c["next_eval"] += config.eval_every
+          c["next_eval"] = next_point(c["next_eval"], config.eval_every, env_steps)
         logger.log(record)
         c["log_lines"] += 1
         logged = True
-        while c["next_log"] <= env_steps:
-          c["next_log"] += config.log_every
+        c["next_log"] = next_point(c["next_log"], config.log_every, env_steps)
         last_log_time, last_log_steps = seconds_since_launch(), env_steps
 
       end = end or c["reached"]
       if due or end:
         c["segment"] += 1
         if c["next_checkpoint"] is not None:
-          while c["next_checkpoint"] <= env_steps:
-            c["next_checkpoint"] += config.checkpoint_every
+          c["next_checkpoint"] = next_point(c["next_checkpoint"], config.checkpoint_every,
+                                            env_steps)
         save(env_steps)
         if source.exact and not end:
           source.close()
@@ -651,6 +675,23 @@ class _Background:
     self._thread.join()
 
 
+def make_sample_and_update(agent: Agent, replay, num_updates: int, batch_fn,
+                           constrain: Callable = lambda batch: batch) -> Callable:
+  """`(state, replay_state, key) -> (state, mean metrics)`: `num_updates` updates, each
+  on a fresh replay sample (passed through `batch_fn`, then laid out by `constrain`).
+  Pure and unjitted: the single, data-parallel and vmapped learners wrap it."""
+  def sample_and_update(state, replay_state, key):
+    def body(state, key):
+      batch_key, fn_key = jax.random.split(key)
+      batch = replay.sample(replay_state, batch_key)
+      if batch_fn is not None:
+        batch = batch_fn(batch, fn_key)
+      return agent.update(state, constrain(batch))
+    state, metrics = jax.lax.scan(body, state, jax.random.split(key, num_updates))
+    return state, jax.tree.map(jnp.mean, metrics)
+  return sample_and_update
+
+
 def _make_train_iter(agent: Agent, replay, config: LoopConfig, batch_fn, dp: DataParallel):
   """(train_iter, warmup): one training iteration, and its compile-only warm-up.
 
@@ -672,16 +713,8 @@ def _make_train_iter(agent: Agent, replay, config: LoopConfig, batch_fn, dp: Dat
   num_updates = config.num_updates_per_train_iter
   min_size = config.min_replay_size
 
-  @dp.jit
-  def sample_and_update(state, replay_state, key):
-    def body(state, key):
-      batch_key, fn_key = jax.random.split(key)
-      batch = replay.sample(replay_state, batch_key)
-      if batch_fn is not None:
-        batch = batch_fn(batch, fn_key)
-      return agent.update(state, dp.constrain(batch))
-    state, metrics = jax.lax.scan(body, state, jax.random.split(key, num_updates))
-    return state, jax.tree.map(jnp.mean, metrics)
+  sample_and_update = dp.jit(make_sample_and_update(agent, replay, num_updates, batch_fn,
+                                                    dp.constrain))
 
   @dp.jit
   def sweep(state, batches):

@@ -21,7 +21,6 @@ threads, several learner devices or processes, whole-replay-buffer training.
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from typing import Any, Callable, Optional, Sequence
 
 import jax
@@ -42,7 +41,10 @@ from offpolicy_ac.training.loop import _InlineSource
 from offpolicy_ac.training.loop import example_trajectory
 from offpolicy_ac.training.loop import make_env
 from offpolicy_ac.training.loop import make_replay
+from offpolicy_ac.training.loop import make_sample_and_update
 from offpolicy_ac.training.loop import mark_cut
+from offpolicy_ac.training.loop import next_point
+from offpolicy_ac.training.loop import restore_training_state
 from offpolicy_ac.training.loop import segment_seed
 
 # Counter fields shared by every seed (the seeds advance in lockstep).
@@ -83,18 +85,8 @@ def _make_vmapped_train_iter(agent: Agent, replay, config: LoopConfig, batch_fn)
     return train_on_policy, warmup_on_policy
 
   num_updates = config.num_updates_per_train_iter
-
-  def sample_and_update(state, replay_state, key):
-    def body(state, key):
-      batch_key, fn_key = jax.random.split(key)
-      batch = replay.sample(replay_state, batch_key)
-      if batch_fn is not None:
-        batch = batch_fn(batch, fn_key)
-      return agent.update(state, batch)
-    state, metrics = jax.lax.scan(body, state, jax.random.split(key, num_updates))
-    return state, jax.tree.map(jnp.mean, metrics)
-
-  sample_and_update = jax.jit(jax.vmap(sample_and_update))
+  sample_and_update = jax.jit(jax.vmap(
+      make_sample_and_update(agent, replay, num_updates, batch_fn)))
   add = jax.jit(jax.vmap(replay.add))
 
   def train_iter(state, replay_state, traj, key, size):
@@ -154,35 +146,30 @@ def train_seeds(agent_factory: Callable[[Any], Agent], config: LoopConfig,
   cs = [_fresh_counters(config) for _ in seeds]
   wall_offset = 0.0
   if resume:
-    if checkpointer is None:
-      raise ValueError("resume needs checkpoints (checkpoint_every > 0)")
-    restored = checkpointer.restore_latest(
-        {"agent": state, "replay": replay_state, "replay_key": replay_key})
+    restored = restore_training_state(checkpointer, state, replay_state, replay_key)
     if restored is None:
-      warnings.warn(f"no readable checkpoint in {checkpointer.directory}: the run starts "
-                    "again from the beginning", RuntimeWarning)
       for logger in loggers:
         logger.truncate(0)
     else:
-      _, arrays, record = restored
-      state = jax.tree.map(jnp.asarray, arrays["agent"])
-      replay_state = (jax.tree.map(jnp.asarray, arrays["replay"])
-                      if replay_state is not None else None)
-      replay_key = jnp.asarray(arrays["replay_key"])
-      cs = [{**_fresh_counters(config), **c} for c in record["counters"]]
+      state, replay_state, replay_key = restored.state, restored.replay_state, restored.replay_key
+      cs = [{**_fresh_counters(config), **c} for c in restored.record["counters"]]
       for logger, c in zip(loggers, cs):
         logger.truncate(c["log_lines"])
       wall_offset = cs[0]["wall_time_s"] - seconds_since_launch()
   stored = int(replay_state.size[0]) if replay_state is not None else 0
 
   train_iter, warmup = _make_vmapped_train_iter(agent, replay, config, batch_fn)
+  # Each seed's parameters for acting, split off in one compiled call per iteration.
+  unstack = jax.jit(lambda tree: [_index(tree, k) for k in range(num)])
   greedy = jax.jit(agent.greedy_act)
   batch_example = _stack([example] * num)
   warm = _Background(warmup, state, replay_state, batch_example)
   shared = cs[0]
 
   def make_pools(segment):
-    sources = [_InlineSource(agent, c, segment, 0, to_device=True) for c in seed_configs]
+    # Host trajectories: the seeds' unrolls are stacked on the host and copied to the
+    # device once per iteration.
+    sources = [_InlineSource(agent, c, segment, 0, to_device=False) for c in seed_configs]
     evals = ([make_env(config, config.eval_episodes, segment_seed(s + 7, segment),
                        train=False) for s in seeds] if config.eval_every else [None] * num)
     return sources, evals
@@ -218,8 +205,9 @@ def train_seeds(agent_factory: Callable[[Any], Agent], config: LoopConfig,
         interrupted = True
         break
       trajs = []
+      seed_params = unstack(state.params)
       for k, source in enumerate(sources):
-        got = source.collect(_index(state.params, k), 0, should_stop)
+        got = source.collect(seed_params[k], 0, should_stop)
         trajs.append(got.traj)
         for stats in got.stats:
           cs[k]["returns"].extend(stats.episode_return.tolist())
@@ -230,7 +218,7 @@ def train_seeds(agent_factory: Callable[[Any], Agent], config: LoopConfig,
       due = shared["next_checkpoint"] is not None and env_steps >= shared["next_checkpoint"]
       if due or end:
         trajs = [mark_cut(t) for t in trajs]
-      traj = _stack(trajs)
+      traj = jax.device_put(jax.tree.map(lambda *xs: np.stack(xs), *trajs))
       warm.join()
       if agent.off_policy:
         split = jax.vmap(jax.random.split)(replay_key)
@@ -257,12 +245,12 @@ def train_seeds(agent_factory: Callable[[Any], Agent], config: LoopConfig,
       logged = False
       eval_now = shared["next_eval"] is not None and env_steps >= shared["next_eval"]
       if env_steps >= shared["next_log"] or eval_now:
+        eval_params = unstack(state.params) if eval_now else None
         for k, (c, logger) in enumerate(zip(cs, loggers)):
           record = _flush(c, env_steps, wall_offset, last_log_time, last_log_steps,
                           int(num_updates[k]))
           if eval_now:
-            returns = evaluate(evals[k], greedy, _index(state.params, k),
-                               config.eval_episodes)
+            returns = evaluate(evals[k], greedy, eval_params[k], config.eval_episodes)
             c["last_eval"] = float(np.mean(returns))
             record["eval_return"] = c["last_eval"]
             record["eval_return_min"] = float(np.min(returns))
@@ -271,26 +259,18 @@ def train_seeds(agent_factory: Callable[[Any], Agent], config: LoopConfig,
             ever_reached[k] = ever_reached[k] or c["reached"]
           logger.log(record)
         if eval_now:
-          next_eval = shared["next_eval"]
-          while next_eval <= env_steps:
-            next_eval += config.eval_every
-          advance("next_eval", next_eval)
+          advance("next_eval", next_point(shared["next_eval"], config.eval_every, env_steps))
         advance("log_lines", shared["log_lines"] + 1)
         logged = True
-        next_log = shared["next_log"]
-        while next_log <= env_steps:
-          next_log += config.log_every
-        advance("next_log", next_log)
+        advance("next_log", next_point(shared["next_log"], config.log_every, env_steps))
         last_log_time, last_log_steps = seconds_since_launch(), env_steps
 
       end = end or all(ever_reached)
       if due or end:
         advance("segment", shared["segment"] + 1)
         if shared["next_checkpoint"] is not None:
-          next_checkpoint = shared["next_checkpoint"]
-          while next_checkpoint <= env_steps:
-            next_checkpoint += config.checkpoint_every
-          advance("next_checkpoint", next_checkpoint)
+          advance("next_checkpoint", next_point(shared["next_checkpoint"],
+                                                config.checkpoint_every, env_steps))
         save(env_steps)
         if not end:
           close(sources, evals)
