@@ -187,3 +187,35 @@ def test_impala_atari_preset_learns_from_small_advantages():
       preset.agent, optimizer="rmsprop", optimizer_eps=0.01, max_grad_norm=40.0))
   assert preset_gain > 0.01, preset_gain
   assert preset_gain > 10 * abs(old_gain), (preset_gain, old_gain)
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_sqil_batch_fn_halves_agent_and_demonstration_windows(jit):
+  from offpolicy_ac.agents import make_sqil_batch_fn
+  seq_len, num_seq, length, b = 6, 5, 3, 4
+  obs = np.arange(seq_len * num_seq * 2, dtype=np.float32).reshape(seq_len, num_seq, 2)
+  step_type = np.full((seq_len, num_seq), MID, np.int32)
+  step_type[0] = FIRST
+  demos = Trajectory(step_type, np.full((seq_len, num_seq), 7.0, np.float32),
+                     np.ones((seq_len, num_seq), np.float32), obs,
+                     np.tile(np.arange(num_seq, dtype=np.int32), (seq_len, 1)),
+                     (obs[..., 0] % 2).astype(np.int32), {})
+  agent_batch = Trajectory(
+      jnp.full((length, b), MID, jnp.int32), jnp.full((length, b), 3.0), jnp.ones((length, b)),
+      -jnp.ones((length, b, 2)), jnp.arange(b, dtype=jnp.int32)[None].repeat(length, 0),
+      jnp.zeros((length, b), jnp.int32), {"logits": jnp.zeros((length, b, 2))})
+  batch_fn = make_sqil_batch_fn(demos, batch_size=b, length=length)
+  fn = jax.jit(batch_fn) if jit else batch_fn
+  out = fn(agent_batch, jax.random.PRNGKey(0))
+  assert out.observation.shape == (length, 2 * b, 2) and out.extras["logits"].shape[1] == 2 * b
+  np.testing.assert_array_equal(out.reward[:, :b], 0.0)  # agent half relabelled 0
+  np.testing.assert_array_equal(out.observation[:, :b], agent_batch.observation)
+  np.testing.assert_array_equal(out.reward[1:, b:], 1.0)  # demo half relabelled 1 (not at FIRST)
+  np.testing.assert_array_equal(out.env_id[:, b:], -1)
+  for j in range(b, 2 * b):  # each demo column is a contiguous window of one sequence
+    first = np.asarray(out.observation[0, j, 0])
+    t0, s = np.argwhere(obs[..., 0] == first)[0]
+    np.testing.assert_array_equal(out.observation[:, j], obs[t0:t0 + length, s])
+    np.testing.assert_array_equal(out.action[:, j], (obs[t0:t0 + length, s, 0] % 2))
+  with pytest.raises(ValueError, match="fewer than"):
+    make_sqil_batch_fn(demos, batch_size=b, length=seq_len + 1)

@@ -137,3 +137,22 @@ def test_non_finite_loss_stops_with_a_clear_message(tmp_path):
               check=False)
   assert proc.returncode != 0
   assert "non-finite" in proc.stderr and "at env step" in proc.stderr
+
+
+def test_exit_process_flushes_runs_atexit_handlers_and_keeps_the_exit_code(tmp_path):
+  """The scripts end with exit_process(): buffered output and atexit handlers must
+  survive it, and the exit code must be the one asked for."""
+  marker = tmp_path / "atexit.txt"
+  code = (
+      "import atexit, pathlib, sys\n"
+      "from offpolicy_ac.training import exit_process\n"
+      f"atexit.register(lambda: pathlib.Path({str(marker)!r}).write_text('ran'))\n"
+      "sys.stdout.write('buffered out')\n"
+      "sys.stderr.write('buffered err')\n"
+      "exit_process(3)\n"
+      "print('never')\n")
+  proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                        timeout=120)
+  assert proc.returncode == 3
+  assert proc.stdout == "buffered out" and "buffered err" in proc.stderr
+  assert marker.read_text() == "ran"

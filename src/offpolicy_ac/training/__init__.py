@@ -13,11 +13,12 @@ from offpolicy_ac.training.plotting import plot_runs
 __all__ = ["LoopConfig", "RunLogger", "RunResult", "evaluate", "plot_runs",
            "read_metrics", "seconds_since_launch", "train", "write_config"]
 
+from offpolicy_ac.training.experiment import exit_process  # noqa: E402
 from offpolicy_ac.training.experiment import load_params  # noqa: E402
 from offpolicy_ac.training.experiment import run_experiment  # noqa: E402
 from offpolicy_ac.training.experiment import save_params  # noqa: E402
 
-__all__ += ["load_params", "run_experiment", "save_params"]
+__all__ += ["exit_process", "load_params", "run_experiment", "save_params"]
 from offpolicy_ac.training.cli import parse_args  # noqa: E402
 
 __all__ += ["parse_args"]

@@ -23,6 +23,7 @@ import json
 import os
 import pathlib
 import signal
+import sys
 import threading
 import time
 from typing import Any, Callable, Optional, Sequence
@@ -199,6 +200,28 @@ def _make_checkpointer(loop: LoopConfig, root: pathlib.Path) -> Any:
   from offpolicy_ac.training.checkpoint import Checkpointer
   return Checkpointer(root / "checkpoints", max_to_keep=loop.keep_checkpoints,
                       read_only=loop.process_id > 0)
+
+
+def exit_process(code: int = 0) -> None:
+  """Ends a finished script's process at once: flushes stdout and stderr, runs the
+  `atexit` handlers, then `os._exit(code)`.
+
+  For the `__main__` block of a script whose `main` has returned: every file is closed
+  and every checkpoint written by then. What it skips is the interpreter's own
+  finalization (module teardown, the C++ destructors of envpool's and XLA's libraries),
+  which took 0.6-0.9 s of a CartPole run's launch-to-stop time on this 2-core machine
+  and does nothing a finished run needs. Never call it from library code or tests: it
+  ends the calling process.
+  """
+  import atexit
+  try:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    atexit._run_exitfuncs()  # pylint: disable=protected-access
+    sys.stdout.flush()
+    sys.stderr.flush()
+  finally:
+    os._exit(code)
 
 
 def _finish(name: str, run_dir: pathlib.Path, result: RunResult, flag: "_StopFlag") -> None:
