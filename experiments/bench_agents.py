@@ -26,7 +26,6 @@ import pathlib
 import subprocess
 import sys
 import time
-from typing import Optional
 
 import numpy as np
 import tyro

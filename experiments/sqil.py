@@ -6,7 +6,7 @@
 
 Preset cartpole-v0: DI-engine's CartPole-v0 protocol (stop when 5 greedy episodes
 average 195, evaluating every 500 env steps), tuned for few agent env steps: a high
-replay ratio (32 updates of 64 + 64 windows per 32 env steps, training from 8
+replay ratio (16 updates of 64 + 64 windows per 32 env steps, training from 8
 stored sequences on), temperature 0.12 and step size 3e-3.
 """
 
@@ -48,7 +48,7 @@ PRESETS = {
     "cartpole": Args(demos=""),
     "cartpole-v0": Args(demos="", loop=LoopConfig(
         env_id="CartPole-v0", total_env_steps=100_000, num_envs=4, unroll_length=8,
-        replay_capacity=5_000, min_replay_size=8, num_updates_per_train_iter=32,
+        replay_capacity=5_000, min_replay_size=8, num_updates_per_train_iter=16,
         mini_batch_size=64, mini_batch_length=4, eval_every=500, eval_episodes=5,
         target_return=195.0), agent=SqlConfig(alpha=0.12, learning_rate=3e-3)),
     "atari": Args(demos="", loop=LoopConfig(env_id="Pong-v5", atari=True, total_env_steps=5_000_000, num_envs=8,

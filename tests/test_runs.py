@@ -4,7 +4,6 @@ Each test drives experiments/impala.py (or sql.py) in a subprocess, as a user wo
 """
 
 import json
-import os
 import pathlib
 import shutil
 import signal
