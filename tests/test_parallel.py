@@ -321,6 +321,10 @@ def _distributed_main(address, pid, out_dir):
   parallel.initialize_distributed(2, pid, address, timeout_s=120)
   parallel.initialize_distributed(2, pid, address)  # joined already: nothing to do
   dp = DataParallel.create(1)
+  if pid == 1:
+    # Process 0 reaches the first collective below 35 s before process 1. gloo gives
+    # up on a group that is still forming after 30 s; `create` formed them already.
+    time.sleep(35)
   committed = jax.device_put(jnp.arange(4.0) + 1.0, jax.local_devices()[0])
   assert committed.committed
   tree = dp.replicate({"committed": committed, "uncommitted": jnp.arange(3.0),
@@ -461,6 +465,54 @@ def _check_two_process_resume(straight_run, run):
     assert summary["env_steps"] == 61440 and summary["num_updates"] == 120
   assert sorted(int(p.name) for p in (run / "checkpoints").iterdir()
                 if p.name.isdigit()) == [20480, 40960, 61440]
+
+
+def test_a_killed_process_ends_the_job_at_once_and_it_resumes_from_the_checkpoint(tmp_path):
+  """Process 1 is killed (SIGKILL) after the first checkpoint. Process 0 must stop
+  within seconds with exit code 1 and a message saying where to resume (not wait for
+  the distributed runtime's 100 s heartbeat timeout and abort); the checkpoint stays
+  whole, and the job restarted with --resume continues from it to the end."""
+  run = tmp_path / "run"
+  address = f"localhost:{_free_port()}"
+  procs, logs = [], []
+  try:
+    for pid in (0, 1):
+      logs.append(open(tmp_path / f"process{pid}.log", "w+"))
+      cmd = [sys.executable, str(EXPERIMENTS / "impala.py"), "--run-dir", str(run),
+             "--num-processes", "2", "--process-id", str(pid), "--coordinator-address",
+             address, "--total-env-steps", "10000000", *MULTI_HOST_FLAGS]
+      procs.append(subprocess.Popen(cmd, stdout=logs[-1], stderr=subprocess.STDOUT, cwd=ROOT))
+    deadline = time.monotonic() + 240
+    while not (run / "checkpoints" / "20480").exists():
+      assert time.monotonic() < deadline and procs[0].poll() is None, "no checkpoint"
+      time.sleep(0.1)
+    procs[1].kill()
+    procs[1].wait()
+    killed = time.monotonic()
+    procs[0].wait(timeout=60)
+    took = time.monotonic() - killed
+  finally:
+    for proc in procs:
+      if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+  logs[0].seek(0)
+  out = logs[0].read()
+  for log in logs:
+    log.close()
+  assert procs[0].returncode == 1, out[-3000:]
+  assert took < 30, took
+  assert "process 0 of 2 stopped" in out and "--resume" in out, out[-3000:]
+  saved = sorted(int(p.name) for p in (run / "checkpoints").iterdir() if p.name.isdigit())
+  assert saved and saved[0] >= 20480
+  end = saved[-1] + 20480
+  _two_processes(run, "--total-env-steps", str(end), "--resume", *MULTI_HOST_FLAGS)
+  assert (run / "final_params.msgpack").read_bytes() == (
+      run / "process1" / "final_params.msgpack").read_bytes()
+  for d in (run, run / "process1"):
+    steps = [l["env_steps"] for l in _lines(d)]
+    assert steps == list(range(10240, end + 1, 10240)), steps  # no line lost or repeated
+    assert json.loads((d / "summary.json").read_text())["env_steps"] == end
 
 
 def test_two_processes_with_two_learner_devices_each(tmp_path):

@@ -305,12 +305,41 @@ def run_experiment(name: str, args: Any, agent_factory: Callable, *,
                      title=f"{name} {loop.env_id} seed {loop.seed}", progress=progress)
   flag = _StopFlag()
   try:
-    with _stop_on_signals(flag):
-      result = train(agent_factory, loop, logger, batch_fn=batch_fn,
-                     checkpointer=checkpointer, resume=resume, should_stop=flag)
-  finally:
-    logger.close()
-    if checkpointer is not None:
-      checkpointer.close()
+    try:
+      with _stop_on_signals(flag):
+        result = train(agent_factory, loop, logger, batch_fn=batch_fn,
+                       checkpointer=checkpointer, resume=resume, should_stop=flag)
+    finally:
+      logger.close()
+      if checkpointer is not None:
+        checkpointer.close()  # waits for a save in flight: the checkpoint stays whole
+  except Exception as error:
+    if loop.num_processes > 1:
+      _abandon_distributed_job(name, loop, root_dir, error)
+    raise
   _finish(name, run_dir, result, flag)
   return result
+
+
+def _abandon_distributed_job(name: str, loop: LoopConfig, root_dir: pathlib.Path,
+                             error: Exception) -> None:
+  """Ends this process of a multi-process job after an error (exit code 1).
+
+  Usually the error is a collective that failed because another process died (gloo:
+  "Connection closed by peer"). Nothing can go on after that, and exiting normally
+  would not end the process either: JAX's exit handler enters the distributed
+  runtime's shutdown barrier, which waits for the dead process until the heartbeat
+  timeout (100 s) and then aborts. So: report the error and where to resume from, and
+  leave at once. The logs and the checkpointer are closed by then, so the last
+  checkpoint is whole.
+  """
+  import traceback
+  traceback.print_exception(error)
+  print(f"[{name}] process {loop.process_id} of {loop.num_processes} stopped: "
+        f"{type(error).__name__}: {error}\n[{name}] a multi-process job cannot go on "
+        "once one of its processes has failed (a collective failing with 'Connection "
+        "closed by peer' means another process died: see its log). The last checkpoint "
+        f"in {root_dir / 'checkpoints'} is intact: start every process again with "
+        "--resume.", file=sys.stderr, flush=True)
+  sys.stdout.flush()
+  os._exit(1)

@@ -32,6 +32,7 @@ import re
 from typing import Any, Callable, Optional
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 from jax.sharding import NamedSharding
@@ -130,7 +131,29 @@ class DataParallel:
     for d in jax.devices():
       by_process.setdefault(d.process_index, []).append(d)
     devices = [d for p in sorted(by_process) for d in by_process[p][:learner_devices]]
-    return cls(Mesh(np.array(devices), (AXIS,)), learner_devices)
+    dp = cls(Mesh(np.array(devices), (AXIS,)), learner_devices)
+    if dp.num_processes > 1:
+      dp.connect_collectives()
+    return dp
+
+  def connect_collectives(self) -> None:
+    """Multi-host: one tiny collective over each device group a run uses (one device
+    per process for `gather_processes`, and the learner mesh), at once.
+
+    gloo sets a group up on its first use and fails ("Gloo context initialization
+    failed ... GetKeyValue() timed out") if a peer has not arrived within 30 s; a
+    group once set up waits as long as it must (measured: 45 s). Created here, right
+    after the processes joined, the groups form while the processes are in step, so
+    a process that compiles or steps more slowly than the others (a loaded machine)
+    cannot make the run's first collectives fail. Every process must call it
+    (`create` does).
+    """
+    self.gather_processes(np.zeros((1,), np.int32))
+    ones = self.shard(np.ones((1, self.devices_per_process), np.float32))
+    total = self.jit(jnp.sum)(ones)  # an all-reduce over the whole mesh
+    if int(self.local(total)) != self.num_devices:
+      raise RuntimeError(f"the learner mesh's all-reduce gave {total}, expected "
+                         f"{self.num_devices}")
 
   # -- placing data ----------------------------------------------------------
 
