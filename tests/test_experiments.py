@@ -107,6 +107,34 @@ def test_impala_learns_cartpole_reduced_budget(tmp_path):
   assert _trailing_return(tmp_path) > 80
 
 
+def _preset_args(module, preset, run_dir, **loop_overrides):
+  args = module.PRESETS[preset]
+  return dataclasses.replace(args, run_dir=str(run_dir),
+                             loop=dataclasses.replace(args.loop, **loop_overrides))
+
+
+def _best_trailing_return(run_dir, lines):
+  returns = [r["episode_return"] for r in read_metrics(run_dir)
+             if r["episode_return"] is not None]
+  return max(np.convolve(returns, np.ones(lines) / lines, mode="valid"))
+
+
+# A random Pendulum policy returns about -1200 (the first lines of a run: ~-1300).
+
+def test_impala_gaussian_learns_pendulum_reduced_budget(tmp_path):
+  module = _script("impala")
+  module.main(_preset_args(module, "pendulum", tmp_path, total_env_steps=300_000,
+                           checkpoint_every=0))
+  assert _best_trailing_return(tmp_path, 3) > -900
+
+
+@pytest.mark.slow
+def test_full_budget_impala_gaussian_pendulum_reaches_minus_400(tmp_path):
+  module = _script("impala")
+  module.main(_preset_args(module, "pendulum", tmp_path, checkpoint_every=0))
+  assert _best_trailing_return(tmp_path, 5) >= -400
+
+
 def test_sql_learns_cartpole_reduced_budget(tmp_path):
   module = _script("sql")
   module.main(_args(module, tmp_path, total_env_steps=20_000, log_every=2_000))
