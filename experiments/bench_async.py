@@ -52,6 +52,7 @@ CNN (`--pong-torso nature_cnn` / `mlp` for those).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.util
 import json
 import os
@@ -119,8 +120,10 @@ class Args:
 # ---------------------------------------------------------------------------- set-up
 
 
-def _load_impala_script():
-  spec = importlib.util.spec_from_file_location("bench_async_impala", EXPERIMENTS / "impala.py")
+@functools.lru_cache(maxsize=None)
+def _load_script(name: str):
+  """experiments/<name>.py as a module, loaded once (registered: dataclasses need it)."""
+  spec = importlib.util.spec_from_file_location(f"bench_async_{name}", EXPERIMENTS / f"{name}.py")
   module = importlib.util.module_from_spec(spec)
   sys.modules[spec.name] = module
   spec.loader.exec_module(module)
@@ -193,19 +196,12 @@ class _Agents:
 # ---------------------------------------------------------------------------- raw envpool
 
 
-def _random_actions(spec: Any, count: int, batch: int, rng: np.random.Generator) -> np.ndarray:
-  if spec.is_discrete:
-    return rng.integers(0, spec.num_actions, size=(count, batch), dtype=np.int32)
-  low = np.asarray(spec.action_low, np.float32).reshape(spec.action_shape)
-  high = np.asarray(spec.action_high, np.float32).reshape(spec.action_shape)
-  return rng.uniform(low, high, size=(count, batch, *spec.action_shape)).astype(np.float32)
-
-
 def raw_rate(task: Task, pools: int, envs_per_pool: int, seconds: float, seed: int) -> dict:
   """Env steps/s of `pools` envpool pools of `envs_per_pool` envs (built as the loop builds
   them), each stepped in its own thread with envpool's gymnasium `step` and pre-drawn
   random actions."""
   from offpolicy_ac.training.loop import make_env
+  random_actions = _load_script("bench_envs")._random_actions  # the same raw baseline
   envs_ = [make_env(task.loop, envs_per_pool, seed + 1009 * i) for i in range(pools)]
   try:
     counts = [0] * pools
@@ -216,8 +212,8 @@ def raw_rate(task: Task, pools: int, envs_per_pool: int, seconds: float, seed: i
     def run(i: int) -> None:
       try:
         pool = envs_[i].pool
-        actions = _random_actions(envs_[i].spec, 1024, envs_per_pool,
-                                  np.random.default_rng(seed + i))
+        actions = random_actions(envs_[i].spec, 1024, envs_per_pool,
+                                 np.random.default_rng(seed + i))
         pool.reset()
         for j in range(20):  # warm up
           pool.step(actions[j])
@@ -465,7 +461,7 @@ def main(args: Args) -> dict:
   if not 0 <= args.warmup_fraction < 1:
     raise ValueError("--warmup-fraction must lie in [0, 1)")
   import envpool
-  presets = _load_impala_script().PRESETS
+  presets = _load_script("impala").PRESETS
   header = (f"jax {jax.__version__}, envpool {envpool.__version__}, {jax.devices()}, "
             f"{os.cpu_count()} CPU cores, {platform.processor() or platform.machine()}, "
             f"cpu_async_dispatch=False, load average at start "

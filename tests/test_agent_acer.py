@@ -25,7 +25,6 @@ from offpolicy_ac.training import read_metrics
 from scripts import load_script
 
 
-
 @pytest.fixture(scope="module")
 def cartpole_spec():
   env = envs.make("CartPole-v1", 2, 0)

@@ -25,11 +25,13 @@ def _script(name):
   return load_script(name)
 
 
-def _args(module, run_dir, **loop_overrides):
-  args = module.Args() if "demos" not in loop_overrides else None
+def _args(module, run_dir, preset=None, **loop_overrides):
+  """The script's defaults (or a preset's) with the given loop settings (and demos)."""
   demos = loop_overrides.pop("demos", None)
-  if args is None:
-    args = module.Args(demos=demos)
+  if preset is not None:
+    args = module.PRESETS[preset]
+  else:
+    args = module.Args() if demos is None else module.Args(demos=demos)
   return dataclasses.replace(args, run_dir=str(run_dir),
                              loop=dataclasses.replace(args.loop, **loop_overrides))
 
@@ -107,32 +109,27 @@ def test_impala_learns_cartpole_reduced_budget(tmp_path):
   assert _trailing_return(tmp_path) > 80
 
 
-def _preset_args(module, preset, run_dir, **loop_overrides):
-  args = module.PRESETS[preset]
-  return dataclasses.replace(args, run_dir=str(run_dir),
-                             loop=dataclasses.replace(args.loop, **loop_overrides))
-
-
-def _best_trailing_return(run_dir, lines):
+def _max_smoothed_return(run_dir, window=5):
+  """The best mean of `window` consecutive metrics lines' returns."""
   returns = [r["episode_return"] for r in read_metrics(run_dir)
              if r["episode_return"] is not None]
-  return max(np.convolve(returns, np.ones(lines) / lines, mode="valid"))
+  return max(np.convolve(returns, np.ones(window) / window, mode="valid"))
 
 
 # A random Pendulum policy returns about -1200 (the first lines of a run: ~-1300).
 
 def test_impala_gaussian_learns_pendulum_reduced_budget(tmp_path):
   module = _script("impala")
-  module.main(_preset_args(module, "pendulum", tmp_path, total_env_steps=300_000,
-                           checkpoint_every=0))
-  assert _best_trailing_return(tmp_path, 3) > -900
+  module.main(_args(module, tmp_path, preset="pendulum", total_env_steps=300_000,
+                    checkpoint_every=0))
+  assert _max_smoothed_return(tmp_path, 3) > -900
 
 
 @pytest.mark.slow
 def test_full_budget_impala_gaussian_pendulum_reaches_minus_400(tmp_path):
   module = _script("impala")
-  module.main(_preset_args(module, "pendulum", tmp_path, checkpoint_every=0))
-  assert _best_trailing_return(tmp_path, 5) >= -400
+  module.main(_args(module, tmp_path, preset="pendulum", checkpoint_every=0))
+  assert _max_smoothed_return(tmp_path) >= -400
 
 
 def test_sql_learns_cartpole_reduced_budget(tmp_path):
@@ -173,9 +170,7 @@ def test_sqil_refuses_demos_of_another_task(tmp_path, heuristic_demos):
 def test_full_budget_cartpole_v1_reaches_475(tmp_path, script):
   module = _script(script)
   module.main(_args(module, tmp_path, total_env_steps=500_000, log_every=10_000))
-  returns = [r["episode_return"] for r in read_metrics(tmp_path)
-             if r["episode_return"] is not None]
-  assert max(np.convolve(returns, np.ones(5) / 5, mode="valid")) >= 475
+  assert _max_smoothed_return(tmp_path) >= 475
 
 
 @pytest.mark.slow
@@ -187,18 +182,10 @@ def test_full_budget_sqil_from_sql_expert(tmp_path):
   sqil = _script("sqil")
   sqil.main(_args(sqil, tmp_path / "sqil", demos=str(tmp_path / "demos.npz"),
                   total_env_steps=200_000, log_every=10_000))
-  returns = [r["episode_return"] for r in read_metrics(tmp_path / "sqil")
-             if r["episode_return"] is not None]
-  assert max(np.convolve(returns, np.ones(5) / 5, mode="valid")) >= 450
+  assert _max_smoothed_return(tmp_path / "sqil") >= 450
 
 
 # Issue #6: IMPALA with asynchronous actors and with a learner on two devices.
-
-def _max_smoothed_return(run_dir, window=5):
-  returns = [r["episode_return"] for r in read_metrics(run_dir)
-             if r["episode_return"] is not None]
-  return max(np.convolve(returns, np.ones(window) / window, mode="valid"))
-
 
 def _run_impala_subprocess(run_dir, *flags):
   # Two learner devices need host devices created before JAX starts: a fresh process

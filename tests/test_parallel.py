@@ -370,31 +370,43 @@ def test_data_parallel_methods_across_two_processes(tmp_path):
     assert report["gathered"] == [[0, 10], [1, 11]]
 
 
-def _two_processes(run_dir, *flags, timeout=300):
-  """Runs experiments/impala.py as processes 0 and 1 of one job; both must exit 0."""
+def _start_two_processes(run_dir, flags, procs, logs):
+  """Starts experiments/impala.py as processes 0 and 1 of one job (appending to
+  `procs` and to `logs`, their output files, so the caller can always clean up)."""
   address = f"localhost:{_free_port()}"
-  procs, logs = [], []
-  try:
-    for pid in (0, 1):
-      log = open(run_dir.parent / f"{run_dir.name}-process{pid}-{time.time_ns()}.log", "w+")
-      logs.append(log)
-      cmd = [sys.executable, str(EXPERIMENTS / "impala.py"), "--run-dir", str(run_dir),
-             "--num-processes", "2", "--process-id", str(pid), "--coordinator-address",
-             address, *flags]
-      procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT))
-    deadline = time.monotonic() + timeout
-    for proc in procs:
-      proc.wait(timeout=max(deadline - time.monotonic(), 1))
-  finally:
-    for proc in procs:
-      if proc.poll() is None:
-        proc.kill()
-        proc.wait()
+  for pid in (0, 1):
+    logs.append(open(run_dir.parent / f"{run_dir.name}-process{pid}-{time.time_ns()}.log",
+                     "w+"))
+    cmd = [sys.executable, str(EXPERIMENTS / "impala.py"), "--run-dir", str(run_dir),
+           "--num-processes", "2", "--process-id", str(pid), "--coordinator-address",
+           address, *flags]
+    procs.append(subprocess.Popen(cmd, stdout=logs[-1], stderr=subprocess.STDOUT, cwd=ROOT))
+
+
+def _stop_and_read(procs, logs):
+  """Kills what still runs; the logs' contents."""
+  for proc in procs:
+    if proc.poll() is None:
+      proc.kill()
+      proc.wait()
   outputs = []
   for log in logs:
     log.seek(0)
     outputs.append(log.read())
     log.close()
+  return outputs
+
+
+def _two_processes(run_dir, *flags, timeout=300):
+  """Runs experiments/impala.py as processes 0 and 1 of one job; both must exit 0."""
+  procs, logs = [], []
+  try:
+    _start_two_processes(run_dir, flags, procs, logs)
+    deadline = time.monotonic() + timeout
+    for proc in procs:
+      proc.wait(timeout=max(deadline - time.monotonic(), 1))
+  finally:
+    outputs = _stop_and_read(procs, logs)
   for pid, (proc, out) in enumerate(zip(procs, outputs)):
     assert proc.returncode == 0, f"process {pid} failed:\n{out[-4000:]}"
   return outputs
@@ -473,15 +485,10 @@ def test_a_killed_process_ends_the_job_at_once_and_it_resumes_from_the_checkpoin
   the distributed runtime's 100 s heartbeat timeout and abort); the checkpoint stays
   whole, and the job restarted with --resume continues from it to the end."""
   run = tmp_path / "run"
-  address = f"localhost:{_free_port()}"
   procs, logs = [], []
   try:
-    for pid in (0, 1):
-      logs.append(open(tmp_path / f"process{pid}.log", "w+"))
-      cmd = [sys.executable, str(EXPERIMENTS / "impala.py"), "--run-dir", str(run),
-             "--num-processes", "2", "--process-id", str(pid), "--coordinator-address",
-             address, "--total-env-steps", "10000000", *MULTI_HOST_FLAGS]
-      procs.append(subprocess.Popen(cmd, stdout=logs[-1], stderr=subprocess.STDOUT, cwd=ROOT))
+    _start_two_processes(run, ["--total-env-steps", "10000000", *MULTI_HOST_FLAGS],
+                         procs, logs)
     deadline = time.monotonic() + 240
     while not (run / "checkpoints" / "20480").exists():
       assert time.monotonic() < deadline and procs[0].poll() is None, "no checkpoint"
@@ -492,14 +499,7 @@ def test_a_killed_process_ends_the_job_at_once_and_it_resumes_from_the_checkpoin
     procs[0].wait(timeout=60)
     took = time.monotonic() - killed
   finally:
-    for proc in procs:
-      if proc.poll() is None:
-        proc.kill()
-        proc.wait()
-  logs[0].seek(0)
-  out = logs[0].read()
-  for log in logs:
-    log.close()
+    out = _stop_and_read(procs, logs)[0]
   assert procs[0].returncode == 1, out[-3000:]
   assert took < 30, took
   assert "process 0 of 2 stopped" in out and "--resume" in out, out[-3000:]

@@ -62,3 +62,15 @@ def test_epoch_visits_every_row_once_in_time_order():
 def test_bad_settings_raise(kwargs, message):
   with pytest.raises(ValueError, match=message):
     replay_lib.make_sequence_replay(**kwargs)
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_replay_full_equals_init_then_add(jit):
+  seqs = _sequences(3, 5)
+  add = lambda s: replay_lib.replay_add(replay_lib.replay_init(s, 5), s, capacity=5)
+  expected = jax.jit(add)(seqs) if jit else add(seqs)
+  full = replay_lib.replay_full(seqs)
+  assert jax.tree.structure(full) == jax.tree.structure(expected)
+  for got, want in zip(jax.tree.leaves(full), jax.tree.leaves(expected)):
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)

@@ -21,6 +21,7 @@ from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 
 class ReplayState(NamedTuple):
@@ -45,6 +46,16 @@ def replay_add(state: ReplayState, sequences: Any, *, capacity: int) -> ReplaySt
                       state.data, sequences)
   return ReplayState(data, (state.insert_index + batch) % capacity,
                      jnp.minimum(state.size + batch, capacity))
+
+
+def replay_full(sequences: Any) -> ReplayState:
+  """A buffer holding exactly the B sequences of `sequences` ([L, B, ...]), capacity B:
+  what `replay_add(replay_init(sequences, B), sequences, capacity=B)` builds, laid out
+  on the host and copied once (no JAX op runs, so nothing compiles). For fixed data
+  such as demonstrations."""
+  batch = jax.tree.leaves(sequences)[0].shape[1]
+  data = jax.tree.map(lambda x: jnp.asarray(np.swapaxes(np.asarray(x), 0, 1)), sequences)
+  return ReplayState(data, jnp.zeros((), jnp.int32), jnp.asarray(batch, jnp.int32))
 
 
 def replay_sample(state: ReplayState, key: jax.Array, *, batch_size: int,

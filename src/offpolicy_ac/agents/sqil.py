@@ -14,7 +14,6 @@ from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from offpolicy_ac import losses
 from offpolicy_ac import replay as replay_lib
@@ -44,17 +43,13 @@ def make_sqil_batch_fn(demo_sequences: Trajectory, *, batch_size: int,
     batch_size: demonstration windows per batch (= the agent's half).
     length: steps per window.
   """
-  num_sequences = demo_sequences.step_type.shape[1]
   seq_len = demo_sequences.step_type.shape[0]
   if seq_len < length:
     raise ValueError(f"demonstration sequences have {seq_len} steps, fewer than the "
                      f"sampled windows' {length}")
-  # The buffer holds exactly the demonstrations: what replay_add(replay_init(demo, S),
-  # demo, capacity=S) builds, laid out on the host (eager JAX ops would compile each
-  # primitive: ~1 s of a CartPole run's start-up).
-  state = replay_lib.ReplayState(
-      jax.tree.map(lambda x: jnp.asarray(np.swapaxes(np.asarray(x), 0, 1)), demo_sequences),
-      jnp.zeros((), jnp.int32), jnp.asarray(num_sequences, jnp.int32))
+  # Built on the host: eager replay_init + replay_add would compile each primitive
+  # (~1 s of a CartPole run's start-up).
+  state = replay_lib.replay_full(demo_sequences)
 
   def batch_fn(agent_batch: Trajectory, key: jax.Array) -> Trajectory:
     demo_batch = replay_lib.replay_sample(state, key, batch_size=batch_size, length=length)

@@ -91,7 +91,8 @@ class SmallCNN(nn.Module):
     return nn.relu(nn.Dense(self.dense_size)(x))
 
 
-TORSOS = ("mlp", "nature_cnn", "impala_resnet", "small_cnn")
+_PIXEL_TORSOS = {"nature_cnn": NatureCNN, "impala_resnet": ImpalaResNet, "small_cnn": SmallCNN}
+TORSOS = ("mlp", *_PIXEL_TORSOS)
 
 
 def make_torso(kind: str, observation_shape: tuple[int, ...],
@@ -116,6 +117,4 @@ def make_torso(kind: str, observation_shape: tuple[int, ...],
   if rank != 3:
     raise ValueError(f"torso {kind!r} needs [C, H, W] frames, got observation shape "
                      f"{observation_shape}")
-  if kind == "small_cnn":
-    return SmallCNN()
-  return NatureCNN() if kind == "nature_cnn" else ImpalaResNet()
+  return _PIXEL_TORSOS[kind]()

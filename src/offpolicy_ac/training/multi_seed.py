@@ -64,7 +64,9 @@ def vmap_unsupported_reason(config: LoopConfig) -> Optional[str]:
 
 
 def _stack(trees: Sequence[Any]) -> Any:
-  return jax.tree.map(lambda *xs: jnp.stack(xs), *trees)
+  """Stacks the trees along a new seed axis on the host, then copies the result to the
+  device once."""
+  return jax.device_put(jax.tree.map(lambda *xs: np.stack(xs), *trees))
 
 
 def _index(tree: Any, k: int) -> Any:
@@ -218,7 +220,7 @@ def train_seeds(agent_factory: Callable[[Any], Agent], config: LoopConfig,
       due = shared["next_checkpoint"] is not None and env_steps >= shared["next_checkpoint"]
       if due or end:
         trajs = [mark_cut(t) for t in trajs]
-      traj = jax.device_put(jax.tree.map(lambda *xs: np.stack(xs), *trajs))
+      traj = _stack(trajs)
       warm.join()
       if agent.off_policy:
         split = jax.vmap(jax.random.split)(replay_key)
