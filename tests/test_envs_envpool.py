@@ -226,3 +226,24 @@ def test_atari_preset_life_loss_and_raw_game_score():
         assert all(g[1] == 4 for g in games[e])  # 5 lives: 4 life losses, then game over
     eval_env = envs.make_atari("Breakout-v5", 1, seed, train=False)
     assert not eval_env.pool.config["episodic_life"] and not eval_env.pool.config["reward_clip"]
+
+
+def test_received_arrays_are_never_written_again():
+    # make_rollout keeps every step's arrays as envpool returned them and copies them into
+    # the unroll's buffers only after the loop; that needs envpool to hand out new arrays
+    # on every recv, not views of a buffer it later refills.
+    for env in (
+        envs.make("CartPole-v1", 6, 0, batch_size=3),
+        envs.make_atari("Pong-v5", 4, 0, batch_size=2),
+    ):
+        rng = np.random.default_rng(0)
+        env.async_reset()
+        kept, copies = [], []
+        for _ in range(60):
+            raw = env._recv_raw()
+            kept.append(raw)
+            copies.append([None if x is None else x.copy() for x in raw])
+            env.send(rng.integers(0, env.spec.num_actions, env.batch_size).astype(np.int32))
+        for raw, copy in zip(kept, copies, strict=True):
+            for x, y in zip(raw, copy, strict=True):
+                assert (x is None and y is None) or np.array_equal(x, y)

@@ -15,16 +15,18 @@ asynchronous mode too.
 How it runs. Every environment always has exactly one action in flight between calls: the
 action at its newest collected step. `unroll` repeats: `recv()` -> one jitted call that
 splits the key and runs `act(params, obs, key)` -> the action and behaviour outputs to host
-(`np.asarray`) -> `send()` (validate, clip, hand to envpool) -> store the step in
-preallocated NumPy buffers while the environments step. FIRST/MID/LAST, reward 0 at FIRST,
-discounts and episode statistics are computed once per unroll, vectorised over the
-`[T+1, num_envs]` block (`EnvPoolEnv._convert_block`, the same code `recv()` uses), not per
-step. In sync mode that is exactly T iterations (T+1 after `init`). In async mode
-(`batch_size < num_envs`) environments progress at different speeds; the ones that get
-ahead keep stepping (never parked: parking could leave fewer than `batch_size` environments
-in flight and `recv` would block forever), and their extra steps are carried in the state as
-the beginning of the next unroll, keyed by env_id. The trajectory is copied to the device
-once per unroll.
+(`np.asarray`) -> `send()` (validate, clip, hand to envpool) -> keep the step's arrays in a
+list while the environments step. Nothing else happens per step: envpool hands out new
+arrays on every `recv` and the policy's outputs are immutable, so they are kept as they are
+and placed into `[rows, num_envs, ...]` buffers once, after the loop (one copy per field,
+a scatter keyed by env_id in async mode). FIRST/MID/LAST, reward 0 at FIRST, discounts and
+episode statistics are then computed once per unroll, vectorised over the block
+(`EnvPoolEnv._convert_block`, the same code `recv()` uses). In sync mode that is exactly T
+iterations (T+1 after `init`). In async mode (`batch_size < num_envs`) environments progress
+at different speeds; the ones that get ahead keep stepping (never parked: parking could
+leave fewer than `batch_size` environments in flight and `recv` would block forever), and
+their extra steps are carried in the state as the beginning of the next unroll, keyed by
+env_id. The trajectory is copied to the device once per unroll.
 
 The policy's action is stored as returned by `act` (continuous actions before clipping: the
 environment receives them clipped to bounds), so behaviour log-probabilities in `extras`
@@ -60,7 +62,7 @@ import jax
 import numpy as np
 
 from offpolicy_ac.envs._envpool_env import EnvPoolEnv
-from offpolicy_ac.envs._timestep import ENV_ID_DTYPE, STEP_TYPE_DTYPE, EpisodeStats
+from offpolicy_ac.envs._timestep import ENV_ID_DTYPE, EpisodeStats
 from offpolicy_ac.envs._trajectory import Trajectory
 
 __all__ = ["ActFn", "RolloutState", "Rollout", "make_rollout"]
@@ -70,12 +72,6 @@ ActFn = Callable[[Any, jax.Array, jax.Array], tuple[jax.Array, Any]]
 pytree of [B, ...] arrays (behaviour-policy outputs)."""
 
 _generation = itertools.count(1)
-
-# Async buffers start with T extra rows per environment for steps of environments that got
-# ahead (they grow, by doubling, if one gets further ahead). Tests set it to 0 to exercise
-# the growth path.
-_ASYNC_EXTRA_ROWS_PER_STEP = 1
-
 
 class RolloutState(NamedTuple):
     """What carries over between unrolls (NumPy arrays on the host, and the key).
@@ -116,14 +112,6 @@ def _check_batch_leaf(name: str, leaf: np.ndarray, batch: int) -> None:
             f"act must return arrays with a leading batch axis of {batch}; {name} has shape "
             f"{leaf.shape}"
         )
-
-
-def _alloc_like(arrays: list[np.ndarray], rows: int) -> list[np.ndarray]:
-    """Buffers of `rows` rows whose first rows are copies of `arrays`."""
-    bufs = [np.zeros((rows, *x.shape[1:]), x.dtype) for x in arrays]
-    for buf, x in zip(bufs, arrays, strict=True):
-        buf[: x.shape[0]] = x
-    return bufs
 
 
 def check_rollout_args(env: Any, act_fn: Any, unroll_length: Any) -> int:
@@ -178,6 +166,15 @@ def make_rollout(
         live["generation"] = next(_generation)
         return RolloutState(key, None, np.zeros((n,), np.int64), live["generation"])
 
+    def check_outputs(action: np.ndarray, extras: list[np.ndarray], pending: Any) -> None:
+        """act's outputs at the first step of an unroll: batch axes, and the same extras
+        structure as the steps carried over (`pending`)."""
+        if pending is None:
+            for name, leaf in (("action", action), *(("an extras leaf", x) for x in extras)):
+                _check_batch_leaf(name, leaf, b)
+        elif len(jax.tree.leaves(pending.extras)) != len(extras):
+            raise ValueError("act returned extras with a different structure than before")
+
     def unroll(params: Any, state: RolloutState) -> tuple[RolloutState, Trajectory, EpisodeStats]:
         if not isinstance(state, RolloutState):
             raise ValueError(f"unroll expects a RolloutState, got {type(state).__name__}")
@@ -187,90 +184,91 @@ def make_rollout(
                 "moved on); use the state returned by the last unroll, or init() again"
             )
         live["generation"] = next(_generation)
-        key = state.key
+        key, pending = state.key, state.pending
         lo = state.num_pending  # rows [0, lo) of each column were collected before
-        count = lo.copy()
-        extra = 0 if sync else _ASYNC_EXTRA_ROWS_PER_STEP * T
-        capacity = max(T + 1 + extra, int(count.max()) + 1)
-        # Buffers [capacity, n, ...]. Written every step, in this order: observation, the raw
-        # envpool fields (converted after the loop), action, *extras. Filled after the loop:
-        # step_type, reward, discount. Pending rows are copied in first; buffers are new
-        # for every unroll, so returned trajectories are never written again.
-        step_bufs: list[np.ndarray] | None = None
-        done_bufs: list[np.ndarray] | None = None
-        if state.pending is not None:
-            p = state.pending
-            done_bufs = _alloc_like([p.step_type, p.reward, p.discount], capacity)
-            kept = _alloc_like([p.observation, p.action, *jax.tree.leaves(p.extras)], capacity)
-        flat_views: list[np.ndarray] = []  # async: [capacity * n, ...] views, one-index writes
-        row = int(count[0])
-        while (row < T + 1) if sync else (count.min() < T + 1):
+        # The loop only collects. Each step's arrays are kept as they are (envpool hands out
+        # new arrays on every recv, and the policy's outputs are immutable) and placed into
+        # the [rows, num_envs, ...] buffers once, after the loop.
+        steps: list[tuple[np.ndarray, ...]] = []  # (env_id, observation, raw..., action, *extras)
+        remaining = T + 1 - int(lo[0])  # sync: steps still to collect
+        count = lo.copy()  # async: steps collected per environment
+        checked = False
+        while (remaining > 0) if sync else (count.min() < T + 1):
             raw = env._recv_raw()
             key, action, extras = policy_step(params, raw.obs, key)
             action = np.asarray(action)
             extras = [np.asarray(x) for x in extras]
-            # Hand the actions to envpool first; store while the environments step.
+            if not checked:
+                check_outputs(action, extras, pending)
+                checked = True
+            # Hand the actions to envpool first; keep the step while the environments step.
             env.send(action)  # validates and clips; env_id = the batch just received
-            values = (raw.obs, raw.reward, raw.terminated, raw.truncated)
             if atari:
-                values += (raw.game_reward, raw.game_over)
-            values += (action, *extras)
-            if step_bufs is None:  # the first step of this unroll
-                if done_bufs is None:  # ... and of the rollout: allocate from the outputs
-                    for name, leaf in (
-                        ("action", action),
-                        *(("an extras leaf", x) for x in extras),
-                    ):
-                        _check_batch_leaf(name, leaf, b)
-                    done_bufs = [
-                        np.zeros((capacity, n), STEP_TYPE_DTYPE),
-                        np.zeros((capacity, n), np.float32),
-                        np.zeros((capacity, n), np.float32),
-                    ]
-                    kept = [
-                        np.zeros((capacity, n, *x.shape[1:]), x.dtype)
-                        for x in (raw.obs, action, *extras)
-                    ]
-                elif len(kept) != 2 + len(extras):
-                    raise ValueError("act returned extras with a different structure than before")
-                num_raw = len(values) - 2 - len(extras)
-                raw_bufs = [
-                    np.zeros((capacity, n, *x.shape[1:]), x.dtype) for x in values[1 : 1 + num_raw]
-                ]
-                step_bufs = [kept[0], *raw_bufs, *kept[1:]]
-            env_id = raw.env_id
-            if sync:
-                # envpool returns sync batches in env_id order; checked anyway.
-                index: Any = row if (env_id == all_ids).all() else (row, env_id)
-                for buf, value in zip(step_bufs, values, strict=True):
-                    buf[index] = value
-                row += 1
+                steps.append((raw.env_id, *raw[:4], raw.game_reward, raw.game_over, action, *extras))
             else:
-                pos = count[env_id]
-                if pos.max() >= capacity:  # an environment got far ahead: grow the buffers
-                    capacity *= 2
-                    step_bufs = _alloc_like(step_bufs, capacity)
-                    done_bufs = _alloc_like(done_bufs, capacity)
-                    flat_views = []
-                if not flat_views:
-                    flat_views = [x.reshape(capacity * n, *x.shape[2:]) for x in step_bufs]
-                index = pos * n + env_id
-                for view, value in zip(flat_views, values, strict=True):
-                    view[index] = value
-                count[env_id] = pos + 1
-        if sync:
-            count[:] = row
-        assert step_bufs is not None and done_bufs is not None
+                steps.append((raw.env_id, *raw[:4], action, *extras))
+            if sync:
+                remaining -= 1
+            else:
+                count[raw.env_id] += 1
+
+        # Where every collected step goes: row lo[e] + (its rank among env e's new steps) of
+        # column e, as an index into the buffers flattened to [rows * num_envs, ...].
+        columns = list(zip(*steps, strict=True))
+        env_id = np.concatenate(columns[0])
+        k = len(steps)
+        start = int(lo[0]) * n
+        # Sync batches come in env_id order (checked): the steps fill rows [lo, lo + k).
+        contiguous = sync and np.array_equal(env_id.reshape(k, n), np.broadcast_to(all_ids, (k, n)))
+        if contiguous:
+            count = lo + k
+        else:
+            new = np.bincount(env_id, minlength=n)
+            count = lo + new
+            order = np.argsort(env_id, kind="stable")
+            sorted_id = env_id[order]
+            row = np.empty(env_id.shape, np.int64)
+            row[order] = lo[sorted_id] + np.arange(env_id.size) - (np.cumsum(new) - new)[sorted_id]
+            flat = row * n + env_id
+        capacity = max(T + 1, int(count.max()))
+
+        def place(parts: tuple[np.ndarray, ...], carried: np.ndarray | None) -> np.ndarray:
+            """[capacity, n, ...]: the rows carried over, then this unroll's steps."""
+            buf = np.zeros((capacity, n, *parts[0].shape[1:]), parts[0].dtype)
+            if carried is not None:
+                buf[: carried.shape[0]] = carried
+            view = buf.reshape(capacity * n, *buf.shape[2:])
+            if contiguous:
+                np.concatenate(parts, out=view[start : start + k * n])
+            else:
+                view[flat] = np.concatenate(parts)
+            return buf
+
+        num_raw = 5 if atari else 3  # reward, terminated, truncated[, game_reward, game_over]
+        carried = [None] * (len(columns) - 1)
+        if pending is not None:
+            carried[0] = pending.observation
+            carried[1 + num_raw :] = [pending.action, *jax.tree.leaves(pending.extras)]
+        observation, *placed = (place(c, p) for c, p in zip(columns[1:], carried, strict=True))
+        raw_fields, action_and_extras = placed[:num_raw], placed[num_raw:]
+        if not atari:
+            raw_fields += [None, None]
 
         # Convert the new rows [lo, count) of every column in one vectorised pass.
-        raw_end = 6 if atari else 4  # step_bufs: observation, raw fields, action, *extras
-        raw_fields = step_bufs[1:raw_end] + ([] if atari else [None, None])
-        step_type, reward, discount = env._convert_block(all_ids, lo, count, *raw_fields)
+        converted = env._convert_block(all_ids, lo, count, *raw_fields)
         rows = np.arange(capacity)[:, None]
         new_rows = (rows >= lo) & (rows < count)
-        for buf, value in zip(done_bufs, (step_type, reward, discount), strict=True):
+        done_bufs = []
+        for value, old in zip(
+            converted,
+            (None,) * 3 if pending is None else pending[:3],
+            strict=True,
+        ):
+            buf = np.zeros((capacity, n), value.dtype)
+            if old is not None:
+                buf[: old.shape[0]] = old
             np.copyto(buf, value, where=new_rows)
-        observation, action_and_extras = step_bufs[0], step_bufs[raw_end:]
+            done_bufs.append(buf)
         env_ids = np.broadcast_to(all_ids, (capacity, n))  # column j is environment j
         fields = [*done_bufs, observation, env_ids, *action_and_extras]
 
