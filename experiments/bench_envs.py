@@ -9,7 +9,8 @@ For each task and mode it times, alternately, `repeats` runs of
   rollout: `make_rollout(env, act, T).unroll` with a trivial jitted policy (uniform
            categorical or Gaussian sample plus its logits / mean as extras) on a fresh
            environment of the same size;
-  xla:     `make_xla_rollout(env, act, T).unroll` with the same policy (sync mode only),
+  xla:     `make_xla_rollout(env, act, T).unroll` with the same policy (sync and async;
+           tasks whose actions are int32 or float32),
 and prints the median steps/s of each, their ratios to raw, and steps per CPU-second of
 the process (all threads): on a shared, loaded machine wall-clock ratios swing with the
 scheduler, CPU-time ratios show what each loop costs. Steps are environment steps: one per
@@ -53,7 +54,7 @@ class Args:
     seed: int = 0
     """Seed of environments and policy."""
     xla: bool = True
-    """Also time `make_xla_rollout` (sync mode, tasks with int32/float32 actions)."""
+    """Also time `make_xla_rollout` (tasks with int32/float32 actions)."""
     cpu_async_dispatch: bool = False
     """JAX's `jax_cpu_enable_async_dispatch`. Off runs each tiny policy call inline on the
     calling thread instead of handing it to a worker thread, which is several times faster
@@ -185,7 +186,7 @@ def main(args: Args) -> None:
             if mode not in ("sync", "async"):
                 raise ValueError(f"mode must be 'sync' or 'async', got {mode!r}")
             batch = num_envs if mode == "sync" else max(1, num_envs // 2)
-            use_xla = args.xla and mode == "sync" and _xla_supported(task)
+            use_xla = args.xla and _xla_supported(task)
             timers = {
                 "raw": raw_timer(task, num_envs, batch, args),
                 "rollout": rollout_timer(task, num_envs, batch, args),

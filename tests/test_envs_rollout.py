@@ -7,6 +7,7 @@ import pytest
 
 from offpolicy_ac import envs
 from offpolicy_ac.envs import FIRST, LAST, MID
+from offpolicy_ac.envs import _rollout as rollout_module
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
@@ -102,27 +103,12 @@ def test_same_seed_same_data_sync():
     assert not np.array_equal(stream(a).action, stream(c).action)
 
 
-@pytest.mark.parametrize(
-    "num_envs, batch_size, T", [(6, 2, 7), (5, 3, 7), (5, 3, 1)], ids=["6x2", "5x3", "5x3-T1"]
-)
-def test_async_rollout_columns_are_environments(num_envs, batch_size, T):
-    # With 5 envs in batches of 3 some environments get ahead (the steps carried over to the
-    # next unroll), then start the next unroll's buffers; T = 1 is the shortest unroll.
-    k = 6 if T > 1 else 30
-    env = envs.make("CartPole-v1", num_envs, 2, batch_size=batch_size, max_episode_steps=10)
-    rollout = envs.make_rollout(env, random_act, T)
-    state, trajs, stats, ahead = rollout.init(jax.random.PRNGKey(3)), [], [], 0
-    for _ in range(k):
-        state, traj, st = rollout.unroll(jnp.float32(0), state)
-        trajs.append(np_tree(traj))
-        stats.append(st)
-        ahead = max(ahead, int(state.num_pending.max()) - 1)
-    stats = envs.EpisodeStats.concatenate(stats)
-    if num_envs % batch_size:
-        assert ahead >= 1  # the carry-over path ran
+def assert_async_columns(trajs, stats, num_pending, num_envs, T):
+    """Checks unrolls of an async rollout of CartPole with `random_act`: column b is
+    environment b, steps follow each other, FIRST after LAST, statistics per env_id."""
     assert_boundaries_shared(trajs)
     s = stream(trajs)
-    assert s.observation.shape == (k * T + 1, num_envs, 4)
+    assert s.observation.shape == (len(trajs) * T + 1, num_envs, 4)
     np.testing.assert_array_equal(s.env_id, np.broadcast_to(np.arange(num_envs), s.env_id.shape))
     # Action and behaviour outputs stay aligned through the per-env scatter.
     np.testing.assert_array_equal(s.action, (s.extras["u"] > 0.5).astype(np.int32))
@@ -143,7 +129,43 @@ def test_async_rollout_columns_are_environments(num_envs, batch_size, T):
         got = stats.episode_length[stats.env_id == e]
         np.testing.assert_array_equal(got[: len(lengths)], lengths)
         assert len(got) in (len(lengths), len(lengths) + 1)  # + one finished in the overflow
-    assert state.num_pending.min() >= 1 and state.pending.observation.shape[1] == num_envs
+    assert num_pending.min() >= 1
+
+
+@pytest.mark.parametrize(
+    "num_envs, batch_size, T, lead",
+    [(6, 2, 7, 1), (5, 3, 7, 1), (5, 3, 1, 1), (6, 2, 7, 0), (5, 3, 7, 0)],
+    ids=["6x2", "5x3", "5x3-T1", "6x2-park", "5x3-park"],
+)
+def test_async_rollout_columns_are_environments(num_envs, batch_size, T, lead, monkeypatch):
+    # With 5 envs in batches of 3 some environments get ahead (the steps carried over to the
+    # next unroll), then start the next unroll's buffers; T = 1 is the shortest unroll.
+    # lead 0 parks every environment that has its T+1 rows, whenever a batch stays in flight.
+    monkeypatch.setattr(rollout_module, "_MAX_LEAD_ROWS_PER_STEP", lead)
+    k = 6 if T > 1 else 30
+    env = envs.make("CartPole-v1", num_envs, 2, batch_size=batch_size, max_episode_steps=10)
+    rollout = envs.make_rollout(env, random_act, T)
+    state, trajs, stats, ahead, parked = rollout.init(jax.random.PRNGKey(3)), [], [], 0, 0
+    for _ in range(k):
+        state, traj, st = rollout.unroll(jnp.float32(0), state)
+        trajs.append(np_tree(traj))
+        stats.append(st)
+        ahead = max(ahead, int(state.num_pending.max()) - 1)
+        if state.parked is not None:
+            parked += 1
+            ids, action = state.parked
+            # A parked action is the stored action of that environment's newest step.
+            newest = state.num_pending[ids] - 1
+            np.testing.assert_array_equal(action, state.pending.action[newest, ids])
+            assert env.num_in_flight == num_envs - ids.shape[0]
+        if lead == 0:  # parked at T+1 unless a batch had to stay in flight
+            assert int(state.num_pending.max()) <= 1 + -(-num_envs // batch_size)
+    if num_envs % batch_size and lead:
+        assert ahead >= 1  # the carry-over path ran
+    if lead == 0:
+        assert parked >= k // 2  # the parking path ran
+    assert state.pending.observation.shape[1] == num_envs
+    assert_async_columns(trajs, envs.EpisodeStats.concatenate(stats), state.num_pending, num_envs, T)
 
 
 def test_async_deterministic_policy_is_reproducible():

@@ -5,6 +5,8 @@ the custom call (the segfault reported for some jax/envpool builds) fails this t
 its signal instead of killing the test worker.
 """
 
+import pathlib
+import pickle
 import subprocess
 import sys
 import textwrap
@@ -12,6 +14,7 @@ import textwrap
 import jax
 import jax.numpy as jnp
 import pytest
+from test_envs_rollout import assert_async_columns
 
 from offpolicy_ac import envs
 
@@ -97,12 +100,90 @@ def test_xla_rollout_matches_host_rollout_in_subprocess():
     )
 
 
+ASYNC_SCRIPT = textwrap.dedent(
+    """
+    import pickle, sys
+    import jax, jax.numpy as jnp, numpy as np
+    jax.config.update("jax_numpy_rank_promotion", "raise")
+    sys.path.insert(0, sys.argv[2])
+    from test_envs_rollout import random_act
+    from offpolicy_ac import envs
+    from offpolicy_ac.envs import _xla_rollout as xla_module
+
+    out = {}
+    for num_envs, batch_size, T, slack in [(6, 2, 7, 1), (5, 3, 7, 1), (5, 3, 1, 1), (5, 3, 7, 0)]:
+        # slack 0: the column buffers start with T+1 rows, so they must grow.
+        xla_module._ASYNC_EXTRA_ROWS_PER_STEP = slack
+        env = envs.make("CartPole-v1", num_envs, 2, batch_size=batch_size, max_episode_steps=10)
+        rollout = envs.make_xla_rollout(env, random_act, T)
+        state = rollout.init(jnp.float32(0), jax.random.PRNGKey(3))
+        rows0 = state.pending.step_type.shape[0]
+        trajs, stats, ahead = [], [], 0
+        for _ in range(6 if T > 1 else 30):
+            state, traj, st = rollout.unroll(jnp.float32(0), state)
+            assert isinstance(traj, envs.Trajectory) and isinstance(traj.step_type, jax.Array)
+            trajs.append(jax.tree.map(np.asarray, traj))
+            stats.append(st)
+            ahead = max(ahead, int(state.num_pending.max()) - 1)
+        if slack == 0:
+            assert rows0 == T + 1 < state.pending.step_type.shape[0], "the growth path ran"
+        out[(num_envs, batch_size, T, slack)] = (
+            trajs, envs.EpisodeStats.concatenate(stats), state.num_pending, ahead
+        )
+
+    # Atari preset, async: shapes and dtypes.
+    def rand(params, obs, key):
+        logits = jnp.zeros((obs.shape[0], 6))
+        return jax.random.categorical(key, logits).astype(jnp.int32), {"logits": logits}
+    rollout = envs.make_xla_rollout(envs.make_atari("Pong-v5", 4, 0, batch_size=2), rand, 3)
+    state = rollout.init(None, jax.random.PRNGKey(1))
+    state, traj, _ = rollout.unroll(None, state)
+    assert traj.observation.shape == (4, 4, 4, 84, 84) and traj.observation.dtype == jnp.uint8
+    assert traj.extras["logits"].shape == (4, 4, 6)
+    assert (np.asarray(traj.step_type)[0] == envs.FIRST).all()
+
+    # An out-of-range action is reported after the unroll.
+    def bad(params, obs, key):
+        return jnp.full((obs.shape[0],), 7, jnp.int32), {}
+    rollout = envs.make_xla_rollout(envs.make("CartPole-v1", 4, 0, batch_size=2), bad, 3)
+    try:
+        rollout.unroll(None, rollout.init(None, jax.random.PRNGKey(0)))
+    except ValueError as e:
+        assert "out-of-range" in str(e), e
+    else:
+        raise AssertionError("no error for out-of-range actions")
+    with open(sys.argv[1], "wb") as f:
+        pickle.dump(out, f)
+    print("XLA-ASYNC-OK")
+    """
+)
+
+
+def test_xla_async_rollout_columns_are_environments_in_subprocess(tmp_path):
+    # The checks of the host loop's async test (test_envs_rollout.py), on the compiled loop.
+    result = tmp_path / "unrolls.pkl"
+    proc = subprocess.run(
+        [sys.executable, "-c", ASYNC_SCRIPT, str(result), str(pathlib.Path(__file__).parent)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0 and "XLA-ASYNC-OK" in proc.stdout, (
+        f"returncode {proc.returncode} (negative: killed by that signal)\n"
+        f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}"
+    )
+    with open(result, "rb") as f:
+        out = pickle.load(f)
+    for (num_envs, batch_size, T, _), (trajs, stats, num_pending, ahead) in out.items():
+        if num_envs % batch_size:
+            assert ahead >= 1  # the carry-over path ran
+        assert_async_columns(trajs, stats, num_pending, num_envs, T)
+
+
 def test_xla_rollout_rejects_unsupported_setups_before_stepping():
     def act(params, obs, key):
         return jnp.zeros((obs.shape[0],), jnp.int32), {}
 
-    with pytest.raises(ValueError, match="sync environments only"):
-        envs.make_xla_rollout(envs.make("CartPole-v1", 4, 0, batch_size=2), act, 3)
     with pytest.raises(ValueError, match="float64 actions"):
         envs.make_xla_rollout(envs.make("Hopper-v4", 2, 0), act, 3)
     with pytest.raises(ValueError, match="unroll_length"):

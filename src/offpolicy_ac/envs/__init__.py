@@ -22,7 +22,12 @@ from offpolicy_ac.envs._envpool_env import (
 from offpolicy_ac.envs._rollout import ActFn, Rollout, RolloutState, make_rollout
 from offpolicy_ac.envs._timestep import FIRST, LAST, MID, EnvSpec, EpisodeStats, TimeStep
 from offpolicy_ac.envs._trajectory import LossInputs, Trajectory, TransformedTrajectory, loss_inputs
-from offpolicy_ac.envs._xla_rollout import XlaRollout, XlaRolloutState, make_xla_rollout
+from offpolicy_ac.envs._xla_rollout import (
+    XlaAsyncRolloutState,
+    XlaRollout,
+    XlaRolloutState,
+    make_xla_rollout,
+)
 from offpolicy_ac.envs._transformers import (
     DataTransformer,
     RunningStats,
@@ -65,6 +70,7 @@ __all__ = [
     "Trajectory",
     "TransformedTrajectory",
     "TransformerState",
+    "XlaAsyncRolloutState",
     "XlaRollout",
     "XlaRolloutState",
 ]

@@ -12,8 +12,8 @@ index 0 of the next, and transitions [0, T) of consecutive unrolls tile the stre
 step lost or counted twice. Column b of every unroll is environment `env_id == b`, in
 asynchronous mode too.
 
-How it runs. Every environment always has exactly one action in flight between calls: the
-action at its newest collected step. `unroll` repeats: `recv()` -> one jitted call that
+How it runs. Between calls every environment has exactly one action in flight (or parked,
+below): the action at its newest collected step. `unroll` repeats: `recv()` -> one jitted call that
 splits the key and runs `act(params, obs, key)` -> the action and behaviour outputs to host
 (`np.asarray`) -> `send()` (validate, clip, hand to envpool) -> keep the step's arrays in a
 list while the environments step. Nothing else happens per step: envpool hands out new
@@ -22,11 +22,13 @@ and placed into `[rows, num_envs, ...]` buffers once, after the loop (one copy p
 a scatter keyed by env_id in async mode). FIRST/MID/LAST, reward 0 at FIRST, discounts and
 episode statistics are then computed once per unroll, vectorised over the block
 (`EnvPoolEnv._convert_block`, the same code `recv()` uses). In sync mode that is exactly T
-iterations (T+1 after `init`). In async mode (`batch_size < num_envs`) environments progress
-at different speeds; the ones that get ahead keep stepping (never parked: parking could
-leave fewer than `batch_size` environments in flight and `recv` would block forever), and
-their extra steps are carried in the state as the beginning of the next unroll, keyed by
-env_id. The trajectory is copied to the device once per unroll.
+iterations (T+1 after `init`). In async mode (`batch_size < num_envs`) environments progress at
+different speeds; the ones that get ahead keep stepping, and their extra steps are carried
+in the state as the beginning of the next unroll, keyed by env_id. Some environments step
+faster steadily (on Pong 8 x 4 the lead grew by about a quarter of a row per unroll), so an
+environment more than T rows ahead is parked: its action is held back (and sent first by the
+next unroll) while enough others stay in flight to fill a batch (fewer, and `recv` would
+block forever). The trajectory is copied to the device once per unroll.
 
 The policy's action is stored as returned by `act` (continuous actions before clipping: the
 environment receives them clipped to bounds), so behaviour log-probabilities in `extras`
@@ -55,7 +57,7 @@ Passing a stale state (one already consumed by `unroll`, or from before `init`) 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -65,13 +67,17 @@ from offpolicy_ac.envs._envpool_env import EnvPoolEnv
 from offpolicy_ac.envs._timestep import ENV_ID_DTYPE, EpisodeStats
 from offpolicy_ac.envs._trajectory import Trajectory
 
-__all__ = ["ActFn", "RolloutState", "Rollout", "make_rollout"]
+__all__ = ["ActFn", "RolloutState", "Rollout", "make_rollout", "place_steps", "split_unroll"]
 
 ActFn = Callable[[Any, jax.Array, jax.Array], tuple[jax.Array, Any]]
 """`act(params, obs [B, *obs_shape], key) -> (action [B, *action_shape], extras)`, extras a
 pytree of [B, ...] arrays (behaviour-policy outputs)."""
 
 _generation = itertools.count(1)
+
+# Async: an environment is parked once it has this many rows per step of the unroll beyond
+# the unroll's T+1 (the carried steps and their age stay bounded). Tests set 0.
+_MAX_LEAD_ROWS_PER_STEP = 1
 
 class RolloutState(NamedTuple):
     """What carries over between unrolls (NumPy arrays on the host, and the key).
@@ -83,14 +89,18 @@ class RolloutState(NamedTuple):
         previous unroll), later rows exist only in async mode for environments that got
         ahead. Empty (P = 0) right after `init`.
       num_pending: [num_envs] int, how many rows of `pending` are valid per environment.
-        The action of the newest one is in flight.
+        The action of the newest one is in flight, or parked.
       generation: identifies the live state; a stale one is rejected.
+      parked: async mode: (env_id [p], action [p, ...]) of environments whose newest
+        action was held back because they were too far ahead; the next unroll sends them
+        first. None when nothing is parked.
     """
 
     key: jax.Array
     pending: Trajectory | None
     num_pending: np.ndarray
     generation: int
+    parked: tuple[np.ndarray, np.ndarray] | None = None
 
 
 class Rollout(NamedTuple):
@@ -112,6 +122,86 @@ def _check_batch_leaf(name: str, leaf: np.ndarray, batch: int) -> None:
             f"act must return arrays with a leading batch axis of {batch}; {name} has shape "
             f"{leaf.shape}"
         )
+
+
+def place_steps(
+    fields: list[Sequence[np.ndarray]],
+    env_id: np.ndarray,
+    lo: np.ndarray,
+    min_rows: int,
+    carried: list[np.ndarray | None],
+) -> tuple[list[np.ndarray], np.ndarray]:
+    """Places steps collected in any environment order into per-environment columns.
+
+    Step j (row j of the concatenated fields) is the next step of environment `env_id[j]`;
+    the steps of one environment are in time order. Environment e's steps go to rows
+    lo[e], lo[e] + 1, ... of column e, after the rows carried over.
+
+    Args:
+      fields: per field, a sequence of arrays whose concatenation along axis 0 is [K, ...].
+      env_id: [K] int, the environment of each step.
+      lo: [num_envs] int, how many rows of each column are carried over.
+      min_rows: the buffers have at least this many rows.
+      carried: per field, None or [P, num_envs, ...] with rows [0, lo[e]) of column e valid.
+
+    Returns:
+      (per field a new [R, num_envs, ...] buffer, zero where nothing was placed;
+      count [num_envs] = lo + the number of steps of each environment),
+      R = max(min_rows, count.max()).
+    """
+    n = lo.shape[0]
+    k = env_id.shape[0]
+    start = int(lo[0]) * n
+    # Sync batches in env_id order fill rows [lo, lo + K / n) of every column: one copy.
+    contiguous = (
+        k % n == 0
+        and (lo == lo[0]).all()
+        and np.array_equal(env_id.reshape(k // n, n), np.broadcast_to(np.arange(n), (k // n, n)))
+    )
+    if contiguous:
+        count = lo + k // n
+    else:
+        new = np.bincount(env_id, minlength=n)
+        count = lo + new
+        order = np.argsort(env_id, kind="stable")
+        sorted_id = env_id[order]
+        row = np.empty((k,), np.int64)
+        row[order] = lo[sorted_id] + np.arange(k) - (np.cumsum(new) - new)[sorted_id]
+        flat = row * n + env_id
+    rows = max(min_rows, int(count.max()))
+    bufs = []
+    for parts, old in zip(fields, carried, strict=True):
+        buf = np.zeros((rows, n, *parts[0].shape[1:]), parts[0].dtype)
+        if old is not None:
+            buf[: old.shape[0]] = old
+        view = buf.reshape(rows * n, *buf.shape[2:])
+        if contiguous:
+            np.concatenate(parts, out=view[start : start + k])
+        else:
+            view[flat] = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        bufs.append(buf)
+    return bufs, count
+
+
+def split_unroll(
+    columns: list[np.ndarray], extras_tree: Any, count: np.ndarray, unroll_length: int
+) -> tuple[Trajectory, Trajectory]:
+    """(rows [0, T] as the unroll's Trajectory, rows [T, count.max()) as the steps carried
+    into the next unroll), from [R, num_envs, ...] columns ordered as `Trajectory`'s fields
+    without env_id: step_type, reward, discount, observation, action, *extras leaves."""
+    T = unroll_length
+    n = count.shape[0]
+    env_ids = np.broadcast_to(np.arange(n, dtype=ENV_ID_DTYPE), (columns[0].shape[0], n))
+    fields = [*columns[:4], env_ids, *columns[4:]]
+
+    def as_traj(arrays: list[np.ndarray]) -> Trajectory:
+        return Trajectory(*arrays[:6], extras=jax.tree.unflatten(extras_tree, arrays[6:]))
+
+    extra_rows = int(count.max()) - T  # >= 1: row T is the shared boundary
+    unroll = as_traj(
+        [np.ascontiguousarray(x[: T + 1]) if x is env_ids else x[: T + 1] for x in fields]
+    )
+    return unroll, as_traj([x[T : T + extra_rows].copy() for x in fields])
 
 
 def check_rollout_args(env: Any, act_fn: Any, unroll_length: Any) -> int:
@@ -150,6 +240,7 @@ def make_rollout(
     sync = not spec.is_async
     atari = env._atari
     all_ids = np.arange(n, dtype=ENV_ID_DTYPE)
+    max_lead = int(_MAX_LEAD_ROWS_PER_STEP * T)
     live = {"generation": 0}
     extras_def: list[Any] = []  # the treedef of act's extras, found when tracing
 
@@ -175,6 +266,39 @@ def make_rollout(
         elif len(jax.tree.leaves(pending.extras)) != len(extras):
             raise ValueError("act returned extras with a different structure than before")
 
+    def park(
+        env_id: np.ndarray,
+        action: np.ndarray,
+        count: np.ndarray,
+        parked_ids: list[np.ndarray],
+        parked_actions: list[np.ndarray],
+    ) -> None:
+        """Async: sends the batch's actions, except those of environments more than
+        `max_lead` rows ahead of the unroll's T+1, which are parked (sent by the next unroll)
+        as long as the environments left in flight still fill a batch. Environments that
+        happen to step faster (on Pong some do, steadily) would otherwise collect ever more
+        rows ahead: memory and the age of carried steps would grow without bound."""
+        complete = count[env_id] >= T + 1 + max_lead
+        if not complete.any():
+            env.send(action)
+            return
+        if count.min() >= T + 1:  # the unroll is complete: nothing more to receive
+            budget = env_id.shape[0]
+        else:  # keep at least a batch in flight, or the next recv would never return
+            budget = env.num_in_flight + env_id.shape[0] - b
+        if budget <= 0:
+            env.send(action)
+            return
+        # Park the environments furthest ahead first.
+        candidates = np.flatnonzero(complete)
+        held = candidates[np.argsort(-count[env_id[candidates]], kind="stable")[:budget]]
+        keep = np.ones(env_id.shape, bool)
+        keep[held] = False
+        if keep.any():
+            env.send(action[keep], env_id[keep])
+        parked_ids.append(env_id[held])
+        parked_actions.append(action[held])
+
     def unroll(params: Any, state: RolloutState) -> tuple[RolloutState, Trajectory, EpisodeStats]:
         if not isinstance(state, RolloutState):
             raise ValueError(f"unroll expects a RolloutState, got {type(state).__name__}")
@@ -193,6 +317,9 @@ def make_rollout(
         remaining = T + 1 - int(lo[0])  # sync: steps still to collect
         count = lo.copy()  # async: steps collected per environment
         checked = False
+        parked_ids, parked_actions = [], []
+        if state.parked is not None:
+            env.send(state.parked[1], state.parked[0])
         while (remaining > 0) if sync else (count.min() < T + 1):
             raw = env._recv_raw()
             key, action, extras = policy_step(params, raw.obs, key)
@@ -202,87 +329,49 @@ def make_rollout(
                 check_outputs(action, extras, pending)
                 checked = True
             # Hand the actions to envpool first; keep the step while the environments step.
-            env.send(action)  # validates and clips; env_id = the batch just received
+            if sync:
+                env.send(action)  # validates and clips; env_id = the batch just received
+                remaining -= 1
+            else:
+                count[raw.env_id] += 1
+                park(raw.env_id, action, count, parked_ids, parked_actions)
             if atari:
                 steps.append((raw.env_id, *raw[:4], raw.game_reward, raw.game_over, action, *extras))
             else:
                 steps.append((raw.env_id, *raw[:4], action, *extras))
-            if sync:
-                remaining -= 1
-            else:
-                count[raw.env_id] += 1
 
-        # Where every collected step goes: row lo[e] + (its rank among env e's new steps) of
-        # column e, as an index into the buffers flattened to [rows * num_envs, ...].
         columns = list(zip(*steps, strict=True))
-        env_id = np.concatenate(columns[0])
-        k = len(steps)
-        start = int(lo[0]) * n
-        # Sync batches come in env_id order (checked): the steps fill rows [lo, lo + k).
-        contiguous = sync and np.array_equal(env_id.reshape(k, n), np.broadcast_to(all_ids, (k, n)))
-        if contiguous:
-            count = lo + k
-        else:
-            new = np.bincount(env_id, minlength=n)
-            count = lo + new
-            order = np.argsort(env_id, kind="stable")
-            sorted_id = env_id[order]
-            row = np.empty(env_id.shape, np.int64)
-            row[order] = lo[sorted_id] + np.arange(env_id.size) - (np.cumsum(new) - new)[sorted_id]
-            flat = row * n + env_id
-        capacity = max(T + 1, int(count.max()))
-
-        def place(parts: tuple[np.ndarray, ...], carried: np.ndarray | None) -> np.ndarray:
-            """[capacity, n, ...]: the rows carried over, then this unroll's steps."""
-            buf = np.zeros((capacity, n, *parts[0].shape[1:]), parts[0].dtype)
-            if carried is not None:
-                buf[: carried.shape[0]] = carried
-            view = buf.reshape(capacity * n, *buf.shape[2:])
-            if contiguous:
-                np.concatenate(parts, out=view[start : start + k * n])
-            else:
-                view[flat] = np.concatenate(parts)
-            return buf
-
         num_raw = 5 if atari else 3  # reward, terminated, truncated[, game_reward, game_over]
-        carried = [None] * (len(columns) - 1)
+        carried: list[np.ndarray | None] = [None] * (len(columns) - 1)
         if pending is not None:
             carried[0] = pending.observation
             carried[1 + num_raw :] = [pending.action, *jax.tree.leaves(pending.extras)]
-        observation, *placed = (place(c, p) for c, p in zip(columns[1:], carried, strict=True))
+        (observation, *placed), count = place_steps(
+            columns[1:], np.concatenate(columns[0]), lo, T + 1, carried
+        )
         raw_fields, action_and_extras = placed[:num_raw], placed[num_raw:]
         if not atari:
             raw_fields += [None, None]
 
         # Convert the new rows [lo, count) of every column in one vectorised pass.
         converted = env._convert_block(all_ids, lo, count, *raw_fields)
-        rows = np.arange(capacity)[:, None]
+        rows = np.arange(observation.shape[0])[:, None]
         new_rows = (rows >= lo) & (rows < count)
         done_bufs = []
-        for value, old in zip(
-            converted,
-            (None,) * 3 if pending is None else pending[:3],
-            strict=True,
-        ):
-            buf = np.zeros((capacity, n), value.dtype)
+        for value, old in zip(converted, (None,) * 3 if pending is None else pending[:3], strict=True):
+            buf = np.zeros(value.shape, value.dtype)
             if old is not None:
                 buf[: old.shape[0]] = old
             np.copyto(buf, value, where=new_rows)
             done_bufs.append(buf)
-        env_ids = np.broadcast_to(all_ids, (capacity, n))  # column j is environment j
-        fields = [*done_bufs, observation, env_ids, *action_and_extras]
 
-        extras_tree = extras_def[0]
-
-        def as_traj(arrays: list[np.ndarray]) -> Trajectory:
-            return Trajectory(*arrays[:6], extras=jax.tree.unflatten(extras_tree, arrays[6:]))
-
-        extra_rows = int(count.max()) - T  # >= 1: row T is the shared boundary
-        traj_np = as_traj(
-            [np.ascontiguousarray(x[: T + 1]) if x is env_ids else x[: T + 1] for x in fields]
+        traj_np, pending = split_unroll(
+            [*done_bufs, observation, *action_and_extras], extras_def[0], count, T
         )
-        pending = as_traj([x[T : T + extra_rows].copy() for x in fields])
-        new_state = RolloutState(key, pending, count - T, live["generation"])
+        parked = None
+        if parked_ids:
+            parked = (np.concatenate(parked_ids), np.concatenate(parked_actions))
+        new_state = RolloutState(key, pending, count - T, live["generation"], parked)
         traj = jax.device_put(traj_np) if to_device else traj_np
         return new_state, traj, env.pop_episode_stats()
 

@@ -1,18 +1,27 @@
 """Fully jitted rollouts through envpool's XLA interface (`env.xla()` inside `lax.scan`).
 
 The switch next to the host loop of `_rollout.py`: same `Trajectory` and indexing, same
-TimeStep semantics, same `(init, unroll)` interface, but one compiled `lax.scan` per unroll
-in which envpool's recv/send run as XLA custom calls, so there is no Python per step.
+TimeStep semantics, same `(init, unroll)` interface, but the steps run inside one compiled
+loop in which envpool's recv/send are XLA custom calls, so there is no Python per step.
 
     rollout = make_xla_rollout(env, act_fn, unroll_length=T)
     state = rollout.init(params, key)
     state, traj, stats = rollout.unroll(params, state)   # traj [T+1, num_envs, ...] on device
 
+Sync environments (`batch_size == num_envs`): one `lax.scan` of exactly T steps per unroll,
+the trajectory is built on the device. Asynchronous environments (`batch_size < num_envs`):
+each recv returns whichever `batch_size` environments are ready, so how many steps an unroll
+takes is data-dependent. One `lax.while_loop` steps until every environment has its T+1
+rows (or a fixed step budget is spent, and the host calls it again), writing each batch
+with its env ids into a step buffer; the host then places the steps into columns by env_id
+(`place_steps`, the code the host loop uses) and carries the steps of environments that got
+ahead into the next unroll, exactly as `make_rollout` does. Per-environment TimeStep and
+episode state is gathered and scattered by env_id inside the loop.
+
 Limits (each raises ValueError in `make_xla_rollout`):
-  * sync environments only (`batch_size == num_envs`): async batches have data-dependent
-    env ids, which the scan would have to scatter; use `make_rollout` for async;
   * actions must have the dtype envpool wants: int32 (discrete) or float32 (Pendulum, ...);
-    MuJoCo tasks want float64 actions, which JAX only has with `jax_enable_x64`.
+    MuJoCo tasks want float64 actions, which JAX only has with `jax_enable_x64`;
+  * envpool's custom calls run on the CPU: the policy runs in the same CPU computation.
 Action checks: dtype and shape at trace time, i.e. before any step; continuous actions are
 clipped in the graph; an out-of-range discrete action cannot raise inside the compiled loop,
 so it is clipped for envpool and reported by a ValueError after the unroll (the stored
@@ -30,6 +39,7 @@ handle, `xla()` called twice); no segfault reproduced.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -42,7 +52,13 @@ from offpolicy_ac.envs._rollout import ActFn, check_rollout_args
 from offpolicy_ac.envs._timestep import FIRST, LAST, MID, EpisodeStats
 from offpolicy_ac.envs._trajectory import Trajectory
 
-__all__ = ["XlaRollout", "XlaRolloutState", "make_xla_rollout"]
+__all__ = ["XlaAsyncRolloutState", "XlaRollout", "XlaRolloutState", "make_xla_rollout"]
+
+
+# Async: room in the column buffers, beyond T+1 rows, for environments that get ahead: this
+# many rows per step of the unroll (growing recompiles the loop, so start with plenty).
+# Tests set 0 to exercise the growth path.
+_ASYNC_EXTRA_ROWS_PER_STEP = 1
 
 
 class _EnvCarry(NamedTuple):
@@ -71,21 +87,43 @@ class XlaRolloutState(NamedTuple):
     env_carry: _EnvCarry
 
 
+class XlaAsyncRolloutState(NamedTuple):
+    """Carried between unrolls of asynchronous environments.
+
+    Attributes:
+      handle: envpool's XLA handle.
+      key: PRNG key for the next policy call.
+      env_carry: per-environment TimeStep and episode-statistics state (device).
+      pending: Trajectory of [R, num_envs, ...] device buffers, R > T+1; rows [0,
+        num_pending[e]) of column e are the steps already collected for the next unroll
+        (as `RolloutState.pending`), later rows are room. Donated to the next unroll: a
+        state can be unrolled once.
+      num_pending: [num_envs] int, the valid rows of `pending` per environment.
+    """
+
+    handle: jax.Array
+    key: jax.Array
+    env_carry: _EnvCarry
+    pending: Trajectory
+    num_pending: np.ndarray
+
+
 class XlaRollout(NamedTuple):
     """`init(params, key) -> state`;
     `unroll(params, state) -> (state, Trajectory, EpisodeStats)`."""
 
-    init: Callable[[Any, jax.Array], XlaRolloutState]
-    unroll: Callable[[Any, XlaRolloutState], tuple[XlaRolloutState, Trajectory, EpisodeStats]]
+    init: Callable[[Any, jax.Array], Any]
+    unroll: Callable[[Any, Any], tuple[Any, Trajectory, EpisodeStats]]
     env: EnvPoolEnv
     unroll_length: int
 
 
 def make_xla_rollout(env: EnvPoolEnv, act_fn: ActFn, unroll_length: int) -> XlaRollout:
-    """Makes a fully jitted rollout of `unroll_length` steps (sync environments only).
+    """Makes a fully jitted rollout of `unroll_length` steps.
 
     Args:
-      env: a sync `EnvPoolEnv` whose actions are int32 or float32 (see module docstring).
+      env: an `EnvPoolEnv`, sync or async, whose actions are int32 or float32 (see the
+        module docstring).
       act_fn: `act(params, obs, key) -> (action, extras)`, jittable.
       unroll_length: T >= 1.
 
@@ -94,11 +132,6 @@ def make_xla_rollout(env: EnvPoolEnv, act_fn: ActFn, unroll_length: int) -> XlaR
     """
     T = check_rollout_args(env, act_fn, unroll_length)
     spec = env.spec
-    if spec.is_async:
-        raise ValueError(
-            "make_xla_rollout supports sync environments only (batch_size == num_envs); "
-            "use make_rollout for asynchronous stepping"
-        )
     pool = env.pool
     pool_action_dtype = np.dtype(pool._spec._action_spec[-1][0])
     if pool_action_dtype == np.float64 and not jax.config.jax_enable_x64:
@@ -106,7 +139,7 @@ def make_xla_rollout(env: EnvPoolEnv, act_fn: ActFn, unroll_length: int) -> XlaR
             f"{spec.task_id} takes float64 actions, which envpool's XLA interface can only "
             "receive with jax_enable_x64; use make_rollout"
         )
-    n = spec.num_envs
+    n, b = spec.num_envs, spec.batch_size
     atari = env._atari
     obs_dtype = jnp.dtype(spec.observation_dtype)
     handle0, xla_recv, xla_send, _ = pool.xla()
@@ -117,7 +150,7 @@ def make_xla_rollout(env: EnvPoolEnv, act_fn: ActFn, unroll_length: int) -> XlaR
         high = jnp.asarray(np.asarray(spec.action_high, np.float32).reshape(spec.action_shape))
 
     def check_action(action: jax.Array) -> None:
-        expected = (n, *spec.action_shape)
+        expected = (b, *spec.action_shape)
         if tuple(action.shape) != expected:
             raise ValueError(f"{spec.task_id}: action shape {action.shape}, expected {expected}")
         kind = jnp.dtype(action.dtype).kind
@@ -140,9 +173,10 @@ def make_xla_rollout(env: EnvPoolEnv, act_fn: ActFn, unroll_length: int) -> XlaR
         return jnp.where(jnp.isfinite(clipped), clipped, 0.0).astype(pool_action_dtype), bad
 
     def env_step(handle, carry: _EnvCarry):
-        """recv one step of every env and convert it (ALF semantics, per env_id)."""
+        """recv one batch and convert it (ALF semantics, per-env state indexed by env_id)."""
         handle, (obs, reward, terminated, truncated, info) = xla_recv(handle)
-        first = carry.next_is_first
+        env_id = info["env_id"].astype(jnp.int32)
+        first = carry.next_is_first[env_id]
         done = terminated | truncated
         step_type = jnp.where(first, FIRST, jnp.where(done, LAST, MID)).astype(jnp.int32)
         reward = jnp.where(first, 0.0, reward).astype(jnp.float32)
@@ -152,18 +186,23 @@ def make_xla_rollout(env: EnvPoolEnv, act_fn: ActFn, unroll_length: int) -> XlaR
             over = done & (truncated | info["terminated"].astype(bool))
         else:
             score, over = reward, done
-        starts = carry.next_starts_episode
-        ret = jnp.where(starts, 0.0, carry.episode_return) + score
-        length = jnp.where(starts, 0, carry.episode_length) + (~first).astype(jnp.int32)
-        in_order = jnp.all(info["env_id"] == jnp.arange(n, dtype=info["env_id"].dtype))
-        fields = (
-            step_type,
-            reward,
-            discount,
-            obs.astype(obs_dtype),
-            info["env_id"].astype(jnp.int32),
+        starts = carry.next_starts_episode[env_id]
+        ret = jnp.where(starts, 0.0, carry.episode_return[env_id]) + score
+        length = jnp.where(starts, 0, carry.episode_length[env_id]) + (~first).astype(jnp.int32)
+        carry = _EnvCarry(
+            carry.next_is_first.at[env_id].set(done),
+            carry.next_starts_episode.at[env_id].set(over),
+            carry.episode_return.at[env_id].set(ret),
+            carry.episode_length.at[env_id].set(length),
         )
-        return handle, _EnvCarry(done, over, ret, length), fields, (over, ret, length, in_order)
+        in_order = jnp.all(env_id == jnp.arange(b, dtype=jnp.int32))
+        fields = (step_type, reward, discount, obs.astype(obs_dtype), env_id)
+        return handle, carry, fields, (over, ret, length, in_order)
+
+    bad_action_message = (
+        f"{spec.task_id}: the policy produced an out-of-range or non-finite action "
+        "(clipped for the environment; stored as produced)"
+    )
 
     def policy(params, obs, key):
         key, sub = jax.random.split(key)
@@ -175,17 +214,23 @@ def make_xla_rollout(env: EnvPoolEnv, act_fn: ActFn, unroll_length: int) -> XlaR
         handle, carry, fields, stats = env_step(handle, carry)
         key, action, extras = policy(params, fields[3], key)
         env_action, bad = to_env(action)
-        handle = xla_send(handle, env_action)
+        handle = xla_send(handle, env_action, fields[4])
         return handle, key, carry, Trajectory(*fields, action=action, extras=extras), stats, bad
 
-    @jax.jit
-    def init_step(params, handle, key):
-        carry = _EnvCarry(
+    def initial_carry() -> _EnvCarry:
+        return _EnvCarry(
             jnp.ones((n,), bool),
             jnp.ones((n,), bool),
             jnp.zeros((n,), jnp.float32),
             jnp.zeros((n,), jnp.int32),
         )
+
+    if spec.is_async:
+        return _async_rollout(env, T, one_step, initial_carry, handle0, bad_action_message)
+
+    @jax.jit
+    def init_step(params, handle, key):
+        carry = initial_carry()
         handle, key, carry, step, _, bad = one_step(params, handle, key, carry)
         return XlaRolloutState(handle, key, step, carry), jnp.any(bad)
 
@@ -207,9 +252,7 @@ def make_xla_rollout(env: EnvPoolEnv, act_fn: ActFn, unroll_length: int) -> XlaR
         env.async_reset()
         state, bad = init_step(params, jnp.asarray(handle0), key)
         if bool(bad):
-            raise ValueError(
-                f"{spec.task_id}: the policy produced an out-of-range or non-finite action"
-            )
+            raise ValueError(bad_action_message)
         return state
 
     def unroll(
@@ -222,14 +265,118 @@ def make_xla_rollout(env: EnvPoolEnv, act_fn: ActFn, unroll_length: int) -> XlaR
         if not in_order.all():
             raise RuntimeError("envpool returned sync steps out of env_id order")
         if bad:
-            raise ValueError(
-                f"{spec.task_id}: the policy produced an out-of-range or non-finite action "
-                "(clipped for the environment; stored as produced)"
-            )
+            raise ValueError(bad_action_message)
         r, c = np.nonzero(over)
         stats = EpisodeStats(
             c.astype(np.int32), ret[r, c].astype(np.float64), length[r, c].astype(np.int64)
         )
         return state, traj, stats
+
+    return XlaRollout(init=init, unroll=unroll, env=env, unroll_length=T)
+
+
+def _async_rollout(
+    env: EnvPoolEnv,
+    T: int,
+    one_step: Callable,
+    initial_carry: Callable[[], _EnvCarry],
+    handle0: np.ndarray,
+    bad_action_message: str,
+) -> XlaRollout:
+    """The asynchronous variant of `make_xla_rollout` (see the module docstring)."""
+    n = env.spec.num_envs
+    # Rows of the column buffers beyond T+1: room for environments that get ahead. When one
+    # would overflow, the compiled loop stops, the host doubles the room and goes on.
+    slack = {"rows": int(_ASYNC_EXTRA_ROWS_PER_STEP * T)}
+    extras_def: list[Any] = []
+
+    @functools.partial(jax.jit, donate_argnums=(4,))
+    def collect(params, handle, key, carry, buf, count):
+        """Steps until every environment has T+1 rows (`count`), writing each step at row
+        count[env_id] of column env_id of `buf` [R, n, ...]; stops early rather than let a
+        column overflow. Also returns (over, return, length) of each step, [R, n]."""
+        rows = buf.step_type.shape[0]
+
+        def step(c):
+            handle, key, carry, buf, count, stats, bad = c
+            handle, key, carry, traj, step_stats, bad_now = one_step(params, handle, key, carry)
+            row, env_id = count[traj.env_id], traj.env_id
+            buf = jax.tree.map(lambda x, v: x.at[row, env_id].set(v), buf, traj)
+            stats = jax.tree.map(lambda x, v: x.at[row, env_id].set(v), stats, step_stats[:3])
+            count = count.at[env_id].add(1)
+            return handle, key, carry, buf, count, stats, bad | jnp.any(bad_now)
+
+        stats = (
+            jnp.zeros((rows, n), bool),
+            jnp.zeros((rows, n), jnp.float32),
+            jnp.zeros((rows, n), jnp.int32),
+        )
+        init = (handle, key, carry, buf, count, stats, jnp.bool_(False))
+        handle, key, carry, buf, count, stats, bad = jax.lax.while_loop(
+            lambda c: (jnp.min(c[4]) < T + 1) & (jnp.max(c[4]) < rows), step, init
+        )
+        return handle, key, carry, buf, count, stats, bad
+
+    @functools.partial(jax.jit, static_argnums=(2,))
+    def empty_columns(params, state_parts, rows):
+        """Zero [rows, n, ...] buffers shaped like one step of every environment."""
+        traj = jax.eval_shape(lambda *c: one_step(params, *c)[3], *state_parts)
+        extras_def[:] = [jax.tree.structure(traj.extras)]
+        shape = lambda x: jnp.zeros((rows, n, *x.shape[1:]), x.dtype)  # noqa: E731
+        return jax.tree.map(shape, traj)
+
+    @functools.partial(jax.jit, static_argnums=(1,))
+    def grow(buf, rows):
+        def pad(x):
+            return jnp.concatenate([x, jnp.zeros((rows - x.shape[0], *x.shape[1:]), x.dtype)])
+
+        return jax.tree.map(pad, buf)
+
+    @functools.partial(jax.jit, donate_argnums=(0,))
+    def split(buf):
+        """(rows [0, T] as the unroll, the buffer with rows [T, R) moved to the top: the
+        steps carried into the next unroll; rows below each column's count are never read)."""
+        traj = jax.tree.map(lambda x: x[: T + 1], buf)
+        rows = buf.step_type.shape[0]
+        carried = jax.tree.map(lambda x: x.at[: rows - T].set(x[T:]), buf)
+        return traj, carried
+
+    def init(params: Any, key: jax.Array) -> XlaAsyncRolloutState:
+        env.async_reset()
+        handle, carry = jnp.asarray(handle0), initial_carry()
+        buf = empty_columns(params, (handle, key, carry), T + 1 + slack["rows"])
+        return XlaAsyncRolloutState(handle, key, carry, buf, np.zeros((n,), np.int64))
+
+    def unroll(
+        params: Any, state: XlaAsyncRolloutState
+    ) -> tuple[XlaAsyncRolloutState, Trajectory, EpisodeStats]:
+        if not isinstance(state, XlaAsyncRolloutState):
+            raise ValueError(
+                f"unroll expects an XlaAsyncRolloutState, got {type(state).__name__}"
+            )
+        handle, key, carry, buf = state.handle, state.key, state.env_carry, state.pending
+        count, bad, finished = state.num_pending, False, []
+        while True:
+            before = count
+            handle, key, carry, buf, count, (over, ret, length), bad_now = collect(
+                params, handle, key, carry, buf, jnp.asarray(count, jnp.int32)
+            )
+            count = np.asarray(count).astype(np.int64)
+            bad |= bool(bad_now)
+            over, ret, length = jax.device_get((over, ret, length))
+            rows = np.arange(over.shape[0])[:, None]
+            r, c = np.nonzero(over & (rows >= before) & (rows < count))
+            finished.append(EpisodeStats(c.astype(np.int32), ret[r, c].astype(np.float64),
+                                         length[r, c].astype(np.int64)))
+            if count.min() >= T + 1:
+                break
+            # An environment got further ahead than the buffers have room for: grow them.
+            slack["rows"] = max(1, 2 * slack["rows"])
+            buf = grow(buf, T + 1 + slack["rows"])
+        if bad:
+            raise ValueError(bad_action_message)
+        traj, buf = split(buf)
+        new_state = XlaAsyncRolloutState(handle, key, carry, buf, count - T)
+        return new_state, traj, EpisodeStats.concatenate(finished)
 
     return XlaRollout(init=init, unroll=unroll, env=env, unroll_length=T)
