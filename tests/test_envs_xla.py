@@ -108,28 +108,45 @@ ASYNC_SCRIPT = textwrap.dedent(
     sys.path.insert(0, sys.argv[2])
     from test_envs_rollout import random_act
     from offpolicy_ac import envs
+    from offpolicy_ac.envs import _rollout as rollout_module
     from offpolicy_ac.envs import _xla_rollout as xla_module
 
     out = {}
-    for num_envs, batch_size, T, slack in [(6, 2, 7, 1), (5, 3, 7, 1), (5, 3, 1, 1), (5, 3, 7, 0)]:
+    cases = [(6, 2, 7, 1, 1), (5, 3, 7, 1, 1), (5, 3, 1, 1, 1), (5, 3, 7, 0, 1), (6, 2, 7, 1, 0),
+             (5, 3, 7, 1, 0)]  # fmt: skip
+    for num_envs, batch_size, T, slack, lead in cases:
         # slack 0: the column buffers start with T+1 rows, so they must grow.
+        # lead 0: environments with their T+1 rows are parked while a batch stays in flight.
         xla_module._ASYNC_EXTRA_ROWS_PER_STEP = slack
+        rollout_module._MAX_LEAD_ROWS_PER_STEP = lead
         env = envs.make("CartPole-v1", num_envs, 2, batch_size=batch_size, max_episode_steps=10)
         rollout = envs.make_xla_rollout(env, random_act, T)
         state = rollout.init(jnp.float32(0), jax.random.PRNGKey(3))
         rows0 = state.pending.step_type.shape[0]
-        trajs, stats, ahead = [], [], 0
+        trajs, stats, ahead, parked = [], [], 0, 0
         for _ in range(6 if T > 1 else 30):
             state, traj, st = rollout.unroll(jnp.float32(0), state)
             assert isinstance(traj, envs.Trajectory) and isinstance(traj.step_type, jax.Array)
             trajs.append(jax.tree.map(np.asarray, traj))
             stats.append(st)
             ahead = max(ahead, int(state.num_pending.max()) - 1)
+            if state.parked is not None:
+                parked += 1
+                ids, action = state.parked
+                newest = state.num_pending[ids] - 1
+                stored = np.asarray(state.pending.action)[newest, ids]
+                np.testing.assert_array_equal(action, stored)
+            if lead == 0:
+                assert int(state.num_pending.max()) <= 1 + -(-num_envs // batch_size)
         if slack == 0:
             assert rows0 == T + 1 < state.pending.step_type.shape[0], "the growth path ran"
-        out[(num_envs, batch_size, T, slack)] = (
+        if lead == 0:
+            assert parked >= 3, "the parking path ran"
+        out[(num_envs, batch_size, T, slack, lead)] = (
             trajs, envs.EpisodeStats.concatenate(stats), state.num_pending, ahead
         )
+    xla_module._ASYNC_EXTRA_ROWS_PER_STEP = 1
+    rollout_module._MAX_LEAD_ROWS_PER_STEP = 1
 
     # Atari preset, async: shapes and dtypes.
     def rand(params, obs, key):
@@ -174,8 +191,8 @@ def test_xla_async_rollout_columns_are_environments_in_subprocess(tmp_path):
     )
     with open(result, "rb") as f:
         out = pickle.load(f)
-    for (num_envs, batch_size, T, _), (trajs, stats, num_pending, ahead) in out.items():
-        if num_envs % batch_size:
+    for (num_envs, batch_size, T, _, lead), (trajs, stats, num_pending, ahead) in out.items():
+        if num_envs % batch_size and lead:
             assert ahead >= 1  # the carry-over path ran
         assert_async_columns(trajs, stats, num_pending, num_envs, T)
 

@@ -48,6 +48,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from offpolicy_ac.envs._envpool_env import EnvPoolEnv
+from offpolicy_ac.envs import _rollout
 from offpolicy_ac.envs._rollout import ActFn, check_rollout_args
 from offpolicy_ac.envs._timestep import FIRST, LAST, MID, EpisodeStats
 from offpolicy_ac.envs._trajectory import Trajectory
@@ -99,6 +100,8 @@ class XlaAsyncRolloutState(NamedTuple):
         (as `RolloutState.pending`), later rows are room. Donated to the next unroll: a
         state can be unrolled once.
       num_pending: [num_envs] int, the valid rows of `pending` per environment.
+      parked: (env_id [p], action [p, ...] as envpool takes it) of environments held back
+        for being too far ahead (as in `RolloutState`); sent first by the next unroll.
     """
 
     handle: jax.Array
@@ -106,6 +109,7 @@ class XlaAsyncRolloutState(NamedTuple):
     env_carry: _EnvCarry
     pending: Trajectory
     num_pending: np.ndarray
+    parked: tuple[np.ndarray, np.ndarray] | None = None
 
 
 class XlaRollout(NamedTuple):
@@ -210,12 +214,17 @@ def make_xla_rollout(env: EnvPoolEnv, act_fn: ActFn, unroll_length: int) -> XlaR
         check_action(action)
         return key, action, extras
 
-    def one_step(params, handle, key, carry):
+    def one_step(params, handle, key, carry, send=True):
+        """recv, convert, act and (unless `send` is False) send. Without the send, the
+        action as envpool takes it is returned as well, for the caller to send."""
         handle, carry, fields, stats = env_step(handle, carry)
         key, action, extras = policy(params, fields[3], key)
         env_action, bad = to_env(action)
+        step = Trajectory(*fields, action=action, extras=extras)
+        if not send:
+            return handle, key, carry, step, stats, bad, env_action
         handle = xla_send(handle, env_action, fields[4])
-        return handle, key, carry, Trajectory(*fields, action=action, extras=extras), stats, bad
+        return handle, key, carry, step, stats, bad
 
     def initial_carry() -> _EnvCarry:
         return _EnvCarry(
@@ -226,7 +235,7 @@ def make_xla_rollout(env: EnvPoolEnv, act_fn: ActFn, unroll_length: int) -> XlaR
         )
 
     if spec.is_async:
-        return _async_rollout(env, T, one_step, initial_carry, handle0, bad_action_message)
+        return _async_rollout(env, T, one_step, xla_send, initial_carry, handle0, bad_action_message)
 
     @jax.jit
     def init_step(params, handle, key):
@@ -279,43 +288,69 @@ def _async_rollout(
     env: EnvPoolEnv,
     T: int,
     one_step: Callable,
+    xla_send: Callable,
     initial_carry: Callable[[], _EnvCarry],
     handle0: np.ndarray,
     bad_action_message: str,
 ) -> XlaRollout:
     """The asynchronous variant of `make_xla_rollout` (see the module docstring)."""
-    n = env.spec.num_envs
+    n, b = env.spec.num_envs, env.spec.batch_size
     # Rows of the column buffers beyond T+1: room for environments that get ahead. When one
     # would overflow, the compiled loop stops, the host doubles the room and goes on.
     slack = {"rows": int(_ASYNC_EXTRA_ROWS_PER_STEP * T)}
+    # Environments more than max_lead rows beyond T+1 are parked, as in the host loop.
+    max_lead = int(_rollout._MAX_LEAD_ROWS_PER_STEP * T)
     extras_def: list[Any] = []
 
     @functools.partial(jax.jit, donate_argnums=(4,))
-    def collect(params, handle, key, carry, buf, count):
+    def collect(params, handle, key, carry, buf, count, in_flight):
         """Steps until every environment has T+1 rows (`count`), writing each step at row
-        count[env_id] of column env_id of `buf` [R, n, ...]; stops early rather than let a
-        column overflow. Also returns (over, return, length) of each step, [R, n]."""
+        count[env_id] of column env_id of `buf` [R, n, ...]. Stops early, rather than let a
+        column overflow, or without sending a batch in which an environment got more than
+        max_lead rows ahead (the host parks it and sends the others). Also returns (over,
+        return, length) of each step, [R, n], and the unsent batch (env_id, action)."""
         rows = buf.step_type.shape[0]
 
         def step(c):
-            handle, key, carry, buf, count, stats, bad = c
-            handle, key, carry, traj, step_stats, bad_now = one_step(params, handle, key, carry)
+            handle, key, carry, buf, count, stats, bad, in_flight, _, unsent = c
+            handle, key, carry, traj, step_stats, bad_now, action = one_step(
+                params, handle, key, carry, send=False
+            )
             row, env_id = count[traj.env_id], traj.env_id
             buf = jax.tree.map(lambda x, v: x.at[row, env_id].set(v), buf, traj)
             stats = jax.tree.map(lambda x, v: x.at[row, env_id].set(v), stats, step_stats[:3])
             count = count.at[env_id].add(1)
-            return handle, key, carry, buf, count, stats, bad | jnp.any(bad_now)
+            in_flight = in_flight - b
+            # Park only while other environments still need steps and some stay in flight.
+            hold = (
+                jnp.any(count[env_id] >= T + 1 + max_lead)
+                & (jnp.min(count) < T + 1)
+                & (in_flight > 0)
+            )
+            handle = jax.lax.cond(hold, lambda h: h, lambda h: xla_send(h, action, env_id), handle)
+            in_flight = in_flight + jnp.where(hold, 0, b)
+            return handle, key, carry, buf, count, stats, bad | jnp.any(bad_now), in_flight, hold, (env_id, action)
 
         stats = (
             jnp.zeros((rows, n), bool),
             jnp.zeros((rows, n), jnp.float32),
             jnp.zeros((rows, n), jnp.int32),
         )
-        init = (handle, key, carry, buf, count, stats, jnp.bool_(False))
-        handle, key, carry, buf, count, stats, bad = jax.lax.while_loop(
-            lambda c: (jnp.min(c[4]) < T + 1) & (jnp.max(c[4]) < rows), step, init
+        action_shape = jax.eval_shape(
+            lambda *c: one_step(params, *c, send=False)[6], handle, key, carry
         )
-        return handle, key, carry, buf, count, stats, bad
+        unsent = (jnp.zeros((b,), jnp.int32), jnp.zeros(action_shape.shape, action_shape.dtype))
+        init = (handle, key, carry, buf, count, stats, jnp.bool_(False), in_flight,
+                jnp.bool_(False), unsent)  # fmt: skip
+
+        def more(c):
+            count, held = c[4], c[8]
+            return (jnp.min(count) < T + 1) & (jnp.max(count) < rows) & ~held
+
+        handle, key, carry, buf, count, stats, bad, _, held, unsent = jax.lax.while_loop(
+            more, step, init
+        )
+        return handle, key, carry, buf, count, stats, bad, held, unsent
 
     @functools.partial(jax.jit, static_argnums=(2,))
     def empty_columns(params, state_parts, rows):
@@ -341,6 +376,10 @@ def _async_rollout(
         carried = jax.tree.map(lambda x: x.at[: rows - T].set(x[T:]), buf)
         return traj, carried
 
+    def send_on_host(action: np.ndarray, env_id: np.ndarray) -> None:
+        """Sends through envpool's Python API (the same pool the custom calls step)."""
+        env.pool.send(np.array(action), np.array(env_id, np.int32))
+
     def init(params: Any, key: jax.Array) -> XlaAsyncRolloutState:
         env.async_reset()
         handle, carry = jnp.asarray(handle0), initial_carry()
@@ -356,10 +395,13 @@ def _async_rollout(
             )
         handle, key, carry, buf = state.handle, state.key, state.env_carry, state.pending
         count, bad, finished = state.num_pending, False, []
+        if state.parked is not None:
+            send_on_host(state.parked[1], state.parked[0])
+        in_flight, parked_ids, parked_actions = n, [], []
         while True:
             before = count
-            handle, key, carry, buf, count, (over, ret, length), bad_now = collect(
-                params, handle, key, carry, buf, jnp.asarray(count, jnp.int32)
+            handle, key, carry, buf, count, (over, ret, length), bad_now, held, unsent = collect(
+                params, handle, key, carry, buf, jnp.asarray(count, jnp.int32), in_flight
             )
             count = np.asarray(count).astype(np.int64)
             bad |= bool(bad_now)
@@ -368,15 +410,35 @@ def _async_rollout(
             r, c = np.nonzero(over & (rows >= before) & (rows < count))
             finished.append(EpisodeStats(c.astype(np.int32), ret[r, c].astype(np.float64),
                                          length[r, c].astype(np.int64)))
+            if bool(held):
+                # Park the environments furthest ahead (as many as leave a batch in flight)
+                # and send the rest of the batch.
+                env_id, action = (np.asarray(x) for x in unsent)
+                in_flight = n - sum(x.shape[0] for x in parked_ids) - b
+                ahead = np.flatnonzero(count[env_id] >= T + 1 + max_lead)
+                order = np.argsort(-count[env_id[ahead]], kind="stable")
+                park = ahead[order[:in_flight]]
+                keep = np.ones((b,), bool)
+                keep[park] = False
+                if keep.any():
+                    send_on_host(action[keep], env_id[keep])
+                parked_ids.append(env_id[park])
+                parked_actions.append(action[park])
+                in_flight += int(keep.sum())
+                continue
             if count.min() >= T + 1:
                 break
             # An environment got further ahead than the buffers have room for: grow them.
             slack["rows"] = max(1, 2 * slack["rows"])
             buf = grow(buf, T + 1 + slack["rows"])
+            in_flight = n - sum(x.shape[0] for x in parked_ids)
         if bad:
             raise ValueError(bad_action_message)
         traj, buf = split(buf)
-        new_state = XlaAsyncRolloutState(handle, key, carry, buf, count - T)
+        parked = None
+        if parked_ids:
+            parked = (np.concatenate(parked_ids), np.concatenate(parked_actions))
+        new_state = XlaAsyncRolloutState(handle, key, carry, buf, count - T, parked)
         return new_state, traj, EpisodeStats.concatenate(finished)
 
     return XlaRollout(init=init, unroll=unroll, env=env, unroll_length=T)
