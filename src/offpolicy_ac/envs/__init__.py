@@ -6,8 +6,8 @@ DESIGN.md Contract 2. Public API:
     ts = env.reset(); ts = env.step(action)                # TimeStep, batched
     rollout = make_rollout(env, act_fn, unroll_length)
     state = rollout.init(key); state, traj, stats = rollout.unroll(params, state)
-    rollout = make_xla_rollout(env, act_fn, unroll_length)  # switch: one lax.scan per unroll;
-                                                            # its init takes (params, key)
+    rollout = make_xla_rollout(env, act_fn, unroll_length)  # switch: one compiled loop per
+                                                            # unroll; init takes (params, key)
     inputs = loss_inputs(traj, gamma)                      # r_t, discount_t, mask: [T, B]
     transformer = make_data_transformer(obs_shape, normalize_observations=True)
 """

@@ -40,15 +40,15 @@ mostly JAX handing the computation to a worker thread; starting the process with
 process-wide setting this library does not touch) runs it inline and is several times
 faster per call.
 
-Why a host loop by default, and not envpool's XLA interface (`env.xla()` in `lax.scan`):
-the segfault reported for threading the handle through `lax.scan` / `fori_loop` did not
-reproduce on jax 0.10.2 / envpool 1.2.5 CPU in any variant probed (docs/envs_notes.md), and
-`make_xla_rollout` (`_xla_rollout.py`) is that fully jitted rollout, behind its own switch
-(faster on CartPole-sized tasks, about equal on Atari, where stepping dominates). The host
-loop stays the default because only it does asynchronous stepping (async batches have
-data-dependent env ids), sends the float64 actions MuJoCo tasks take without enabling x64,
-and rejects a bad action before it is stepped (the compiled loop can only report it after
-the unroll).
+Why a host loop by default, and not envpool's XLA interface (`env.xla()` in a compiled
+loop): the segfault reported for threading the handle through `lax.scan` / `fori_loop` did
+not reproduce on jax 0.10.2 / envpool 1.2.5 CPU in any variant probed
+(docs/envs_notes.md), and `make_xla_rollout` (`_xla_rollout.py`) is that fully jitted
+rollout, sync and async, behind its own switch as issue 3 asks (faster: see the README).
+The host loop stays the default because it sends the float64 actions MuJoCo tasks take
+without enabling x64, rejects a bad action before it is stepped (the compiled loop can only
+report it after the unroll), and runs the policy wherever JAX puts it (envpool's custom
+calls are CPU code, so the compiled loop keeps the policy on the CPU).
 
 State is explicit (`RolloutState`) but the environments are not: a state may be used once.
 Passing a stale state (one already consumed by `unroll`, or from before `init`) raises.
