@@ -165,7 +165,8 @@ def test_async_rollout_columns_are_environments(num_envs, batch_size, T, lead, m
     if lead == 0:
         assert parked >= k // 2  # the parking path ran
     assert state.pending.observation.shape[1] == num_envs
-    assert_async_columns(trajs, envs.EpisodeStats.concatenate(stats), state.num_pending, num_envs, T)
+    stats = envs.EpisodeStats.concatenate(stats)
+    assert_async_columns(trajs, stats, state.num_pending, num_envs, T)
 
 
 def test_async_deterministic_policy_is_reproducible():

@@ -13,22 +13,23 @@ step lost or counted twice. Column b of every unroll is environment `env_id == b
 asynchronous mode too.
 
 How it runs. Between calls every environment has exactly one action in flight (or parked,
-below): the action at its newest collected step. `unroll` repeats: `recv()` -> one jitted call that
-splits the key and runs `act(params, obs, key)` -> the action and behaviour outputs to host
-(`np.asarray`) -> `send()` (validate, clip, hand to envpool) -> keep the step's arrays in a
-list while the environments step. Nothing else happens per step: envpool hands out new
-arrays on every `recv` and the policy's outputs are immutable, so they are kept as they are
-and placed into `[rows, num_envs, ...]` buffers once, after the loop (one copy per field,
-a scatter keyed by env_id in async mode). FIRST/MID/LAST, reward 0 at FIRST, discounts and
-episode statistics are then computed once per unroll, vectorised over the block
-(`EnvPoolEnv._convert_block`, the same code `recv()` uses). In sync mode that is exactly T
-iterations (T+1 after `init`). In async mode (`batch_size < num_envs`) environments progress at
-different speeds; the ones that get ahead keep stepping, and their extra steps are carried
-in the state as the beginning of the next unroll, keyed by env_id. Some environments step
-faster steadily (on Pong 8 x 4 the lead grew by about a quarter of a row per unroll), so an
-environment more than T rows ahead is parked: its action is held back (and sent first by the
-next unroll) while enough others stay in flight to fill a batch (fewer, and `recv` would
-block forever). The trajectory is copied to the device once per unroll.
+below): the action at its newest collected step. `unroll` repeats: `recv()` -> one jitted
+call that splits the key and runs `act(params, obs, key)` -> the action and behaviour
+outputs to host (`np.asarray`) -> `send()` (validate, clip, hand to envpool) -> keep the
+step's arrays in a list while the environments step. Nothing else happens per step: envpool
+hands out new arrays on every `recv` and the policy's outputs are immutable, so they are
+kept as they are and placed into `[rows, num_envs, ...]` buffers once, after the loop (one
+copy per field, a scatter keyed by env_id in async mode). FIRST/MID/LAST, reward 0 at FIRST,
+discounts and episode statistics are then computed once per unroll, vectorised over the
+block (`EnvPoolEnv._convert_block`, the same code `recv()` uses). In sync mode that is
+exactly T iterations (T+1 after `init`). In async mode (`batch_size < num_envs`)
+environments progress at different speeds; the ones that get ahead keep stepping, and their
+extra steps are carried in the state as the beginning of the next unroll, keyed by env_id.
+Some environments step faster steadily (on Pong 8 x 4 the lead grew by about a quarter of a
+row per unroll), so an environment more than T rows ahead is parked: its action is held back
+(and sent first by the next unroll) while enough others stay in flight to fill a batch
+(fewer, and `recv` would block forever). The trajectory is copied to the device once per
+unroll.
 
 The policy's action is stored as returned by `act` (continuous actions before clipping: the
 environment receives them clipped to bounds), so behaviour log-probabilities in `extras`
@@ -78,6 +79,7 @@ _generation = itertools.count(1)
 # Async: an environment is parked once it has this many rows per step of the unroll beyond
 # the unroll's T+1 (the carried steps and their age stay bounded). Tests set 0.
 _MAX_LEAD_ROWS_PER_STEP = 1
+
 
 class RolloutState(NamedTuple):
     """What carries over between unrolls (NumPy arrays on the host, and the key).
@@ -336,7 +338,8 @@ def make_rollout(
                 count[raw.env_id] += 1
                 park(raw.env_id, action, count, parked_ids, parked_actions)
             if atari:
-                steps.append((raw.env_id, *raw[:4], raw.game_reward, raw.game_over, action, *extras))
+                game = (raw.game_reward, raw.game_over)
+                steps.append((raw.env_id, *raw[:4], *game, action, *extras))
             else:
                 steps.append((raw.env_id, *raw[:4], action, *extras))
 
@@ -358,7 +361,8 @@ def make_rollout(
         rows = np.arange(observation.shape[0])[:, None]
         new_rows = (rows >= lo) & (rows < count)
         done_bufs = []
-        for value, old in zip(converted, (None,) * 3 if pending is None else pending[:3], strict=True):
+        old_rows = (None,) * 3 if pending is None else pending[:3]
+        for value, old in zip(converted, old_rows, strict=True):
             buf = np.zeros(value.shape, value.dtype)
             if old is not None:
                 buf[: old.shape[0]] = old

@@ -1,4 +1,4 @@
-"""Fully jitted rollouts through envpool's XLA interface (`env.xla()` inside `lax.scan`).
+"""Fully jitted rollouts through envpool's XLA interface (`env.xla()` in a compiled loop).
 
 The switch next to the host loop of `_rollout.py`: same `Trajectory` and indexing, same
 TimeStep semantics, same `(init, unroll)` interface, but the steps run inside one compiled
@@ -12,11 +12,13 @@ Sync environments (`batch_size == num_envs`): one `lax.scan` of exactly T steps 
 the trajectory is built on the device. Asynchronous environments (`batch_size < num_envs`):
 each recv returns whichever `batch_size` environments are ready, so how many steps an unroll
 takes is data-dependent. One `lax.while_loop` steps until every environment has its T+1
-rows (or a fixed step budget is spent, and the host calls it again), writing each batch
-with its env ids into a step buffer; the host then places the steps into columns by env_id
-(`place_steps`, the code the host loop uses) and carries the steps of environments that got
-ahead into the next unroll, exactly as `make_rollout` does. Per-environment TimeStep and
-episode state is gathered and scattered by env_id inside the loop.
+rows, writing each step at row count[env_id] of column env_id of device buffers [R, n, ...]
+(R > T+1: room for environments that get ahead, grown by doubling, i.e. a recompile, when
+one would overflow); rows [T, R) are carried into the next unroll, as `make_rollout` does.
+Per-environment TimeStep and episode state is gathered and scattered by env_id inside the
+loop. An environment more than T rows ahead is parked as in the host loop: the compiled
+loop stops before sending a batch that holds one, the host holds its action back and sends
+the others through envpool's Python API (the same pool), and the next unroll sends it first.
 
 Limits (each raises ValueError in `make_xla_rollout`):
   * actions must have the dtype envpool wants: int32 (discrete) or float32 (Pendulum, ...);
@@ -27,8 +29,9 @@ clipped in the graph; an out-of-range discrete action cannot raise inside the co
 so it is clipped for envpool and reported by a ValueError after the unroll (the stored
 trajectory keeps the policy's action).
 
-`init` needs `params`: it receives the reset step and takes its action inside one jitted
-call, so that every unroll is one scan of exactly T steps (row 0 is carried in the state).
+`init` needs `params`: for sync environments it receives the reset step and takes its action
+inside one jitted call, so that every unroll is one scan of exactly T steps (row 0 is
+carried in the state); for async ones it only shapes the column buffers.
 While this rollout owns an `EnvPoolEnv`, do not step it through its host methods.
 
 Investigation (docs/envs_notes.md): on jax 0.10.2 / envpool 1.2.5 CPU, threading the handle
@@ -47,8 +50,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from offpolicy_ac.envs._envpool_env import EnvPoolEnv
 from offpolicy_ac.envs import _rollout
+from offpolicy_ac.envs._envpool_env import EnvPoolEnv
 from offpolicy_ac.envs._rollout import ActFn, check_rollout_args
 from offpolicy_ac.envs._timestep import FIRST, LAST, MID, EpisodeStats
 from offpolicy_ac.envs._trajectory import Trajectory
@@ -168,7 +171,7 @@ def make_xla_rollout(env: EnvPoolEnv, act_fn: ActFn, unroll_length: int) -> XlaR
             )
 
     def to_env(action: jax.Array) -> tuple[jax.Array, jax.Array]:
-        """(action as envpool wants it, [n] bool out of range)."""
+        """(action as envpool wants it, [batch] bool: out of range or not finite)."""
         if spec.is_discrete:
             bad = (action < 0) | (action >= num_actions)
             return jnp.clip(action, 0, num_actions - 1).astype(pool_action_dtype), bad
@@ -235,7 +238,9 @@ def make_xla_rollout(env: EnvPoolEnv, act_fn: ActFn, unroll_length: int) -> XlaR
         )
 
     if spec.is_async:
-        return _async_rollout(env, T, one_step, xla_send, initial_carry, handle0, bad_action_message)
+        return _async_rollout(
+            env, T, one_step, xla_send, initial_carry, handle0, bad_action_message
+        )
 
     @jax.jit
     def init_step(params, handle, key):
@@ -329,7 +334,8 @@ def _async_rollout(
             )
             handle = jax.lax.cond(hold, lambda h: h, lambda h: xla_send(h, action, env_id), handle)
             in_flight = in_flight + jnp.where(hold, 0, b)
-            return handle, key, carry, buf, count, stats, bad | jnp.any(bad_now), in_flight, hold, (env_id, action)
+            bad = bad | jnp.any(bad_now)
+            return handle, key, carry, buf, count, stats, bad, in_flight, hold, (env_id, action)
 
         stats = (
             jnp.zeros((rows, n), bool),
