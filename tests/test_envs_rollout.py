@@ -103,6 +103,32 @@ def test_same_seed_same_data_sync():
     assert not np.array_equal(stream(a).action, stream(c).action)
 
 
+def run_async_unrolls(rollout, state, params, k, park_at_boundary, env=None):
+    """Runs k unrolls of an async rollout (host loop or jitted). Checks after each one that
+    a parked action is the stored action of that environment's newest step (and, given the
+    env of a host loop, that parked environments are not in flight), and with
+    `park_at_boundary` (lead 0) that no column carries more than a round of batches.
+    Returns (trajs, EpisodeStats, state, largest lead, number of unrolls that parked)."""
+    num_envs = state.num_pending.shape[0]
+    trajs, stats, ahead, parked = [], [], 0, 0
+    for _ in range(k):
+        state, traj, st = rollout.unroll(params, state)
+        trajs.append(np_tree(traj))
+        stats.append(st)
+        ahead = max(ahead, int(state.num_pending.max()) - 1)
+        if state.parked is not None:
+            parked += 1
+            ids, action = state.parked
+            newest = state.num_pending[ids] - 1
+            np.testing.assert_array_equal(action, np.asarray(state.pending.action)[newest, ids])
+            if env is not None:
+                assert env.num_in_flight == num_envs - ids.shape[0]
+        if park_at_boundary:  # parked at T+1 unless a batch had to stay in flight
+            batch_size = rollout.env.spec.batch_size
+            assert int(state.num_pending.max()) <= 1 + -(-num_envs // batch_size)
+    return trajs, envs.EpisodeStats.concatenate(stats), state, ahead, parked
+
+
 def assert_async_columns(trajs, stats, num_pending, num_envs, T):
     """Checks unrolls of an async rollout of CartPole with `random_act`: column b is
     environment b, steps follow each other, FIRST after LAST, statistics per env_id."""
@@ -145,27 +171,15 @@ def test_async_rollout_columns_are_environments(num_envs, batch_size, T, lead, m
     k = 6 if T > 1 else 30
     env = envs.make("CartPole-v1", num_envs, 2, batch_size=batch_size, max_episode_steps=10)
     rollout = envs.make_rollout(env, random_act, T)
-    state, trajs, stats, ahead, parked = rollout.init(jax.random.PRNGKey(3)), [], [], 0, 0
-    for _ in range(k):
-        state, traj, st = rollout.unroll(jnp.float32(0), state)
-        trajs.append(np_tree(traj))
-        stats.append(st)
-        ahead = max(ahead, int(state.num_pending.max()) - 1)
-        if state.parked is not None:
-            parked += 1
-            ids, action = state.parked
-            # A parked action is the stored action of that environment's newest step.
-            newest = state.num_pending[ids] - 1
-            np.testing.assert_array_equal(action, state.pending.action[newest, ids])
-            assert env.num_in_flight == num_envs - ids.shape[0]
-        if lead == 0:  # parked at T+1 unless a batch had to stay in flight
-            assert int(state.num_pending.max()) <= 1 + -(-num_envs // batch_size)
+    state = rollout.init(jax.random.PRNGKey(3))
+    trajs, stats, state, ahead, parked = run_async_unrolls(
+        rollout, state, jnp.float32(0), k, lead == 0, env
+    )
     if num_envs % batch_size and lead:
         assert ahead >= 1  # the carry-over path ran
     if lead == 0:
         assert parked >= k // 2  # the parking path ran
     assert state.pending.observation.shape[1] == num_envs
-    stats = envs.EpisodeStats.concatenate(stats)
     assert_async_columns(trajs, stats, state.num_pending, num_envs, T)
 
 

@@ -106,7 +106,7 @@ ASYNC_SCRIPT = textwrap.dedent(
     import jax, jax.numpy as jnp, numpy as np
     jax.config.update("jax_numpy_rank_promotion", "raise")
     sys.path.insert(0, sys.argv[2])
-    from test_envs_rollout import random_act
+    from test_envs_rollout import random_act, run_async_unrolls
     from offpolicy_ac import envs
     from offpolicy_ac.envs import _rollout as rollout_module
     from offpolicy_ac.envs import _xla_rollout as xla_module
@@ -123,28 +123,17 @@ ASYNC_SCRIPT = textwrap.dedent(
         rollout = envs.make_xla_rollout(env, random_act, T)
         state = rollout.init(jnp.float32(0), jax.random.PRNGKey(3))
         rows0 = state.pending.step_type.shape[0]
-        trajs, stats, ahead, parked = [], [], 0, 0
-        for _ in range(6 if T > 1 else 30):
-            state, traj, st = rollout.unroll(jnp.float32(0), state)
-            assert isinstance(traj, envs.Trajectory) and isinstance(traj.step_type, jax.Array)
-            trajs.append(jax.tree.map(np.asarray, traj))
-            stats.append(st)
-            ahead = max(ahead, int(state.num_pending.max()) - 1)
-            if state.parked is not None:
-                parked += 1
-                ids, action = state.parked
-                newest = state.num_pending[ids] - 1
-                stored = np.asarray(state.pending.action)[newest, ids]
-                np.testing.assert_array_equal(action, stored)
-            if lead == 0:
-                assert int(state.num_pending.max()) <= 1 + -(-num_envs // batch_size)
+        trajs, stats, state, ahead, parked = run_async_unrolls(
+            rollout, state, jnp.float32(0), 6 if T > 1 else 30, lead == 0
+        )
+        assert isinstance(state.pending.step_type, jax.Array)
+        state, traj, _ = rollout.unroll(jnp.float32(0), state)
+        assert isinstance(traj, envs.Trajectory) and isinstance(traj.step_type, jax.Array)
         if slack == 0:
             assert rows0 == T + 1 < state.pending.step_type.shape[0], "the growth path ran"
         if lead == 0:
             assert parked >= 3, "the parking path ran"
-        out[(num_envs, batch_size, T, slack, lead)] = (
-            trajs, envs.EpisodeStats.concatenate(stats), state.num_pending, ahead
-        )
+        out[(num_envs, batch_size, T, slack, lead)] = (trajs, stats, state.num_pending, ahead)
     xla_module._ASYNC_EXTRA_ROWS_PER_STEP = 1
     rollout_module._MAX_LEAD_ROWS_PER_STEP = 1
 
