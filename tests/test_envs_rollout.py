@@ -293,3 +293,13 @@ def test_bad_rollout_use_raises():
     bad = envs.make_rollout(envs.make("CartPole-v1", 2, 0), bad_extras, 3)
     with pytest.raises(ValueError, match="leading batch axis of 2"):
         bad.unroll(None, bad.init(jax.random.PRNGKey(0)))
+
+
+def test_furthest_ahead_holds_the_leaders_within_the_budget():
+    count = np.array([3, 9, 5, 12, 9])
+    batch = np.array([1, 2, 3, 4])
+    # Envs 1, 3, 4 have >= 9 rows; furthest first (env 3), ties in batch order (1 before 4).
+    np.testing.assert_array_equal(rollout_module.furthest_ahead(batch, count, 9, 5), [2, 0, 3])
+    np.testing.assert_array_equal(rollout_module.furthest_ahead(batch, count, 9, 2), [2, 0])
+    assert rollout_module.furthest_ahead(batch, count, 9, 0).size == 0
+    assert rollout_module.furthest_ahead(batch, count, 13, 4).size == 0

@@ -68,7 +68,7 @@ from offpolicy_ac.envs._envpool_env import EnvPoolEnv
 from offpolicy_ac.envs._timestep import ENV_ID_DTYPE, EpisodeStats
 from offpolicy_ac.envs._trajectory import Trajectory
 
-__all__ = ["ActFn", "RolloutState", "Rollout", "make_rollout", "place_steps", "split_unroll"]
+__all__ = ["ActFn", "RolloutState", "Rollout", "make_rollout"]
 
 ActFn = Callable[[Any, jax.Array, jax.Array], tuple[jax.Array, Any]]
 """`act(params, obs [B, *obs_shape], key) -> (action [B, *action_shape], extras)`, extras a
@@ -126,7 +126,7 @@ def _check_batch_leaf(name: str, leaf: np.ndarray, batch: int) -> None:
         )
 
 
-def place_steps(
+def _place_steps(
     fields: list[Sequence[np.ndarray]],
     env_id: np.ndarray,
     lo: np.ndarray,
@@ -185,7 +185,7 @@ def place_steps(
     return bufs, count
 
 
-def split_unroll(
+def _split_unroll(
     columns: list[np.ndarray], extras_tree: Any, count: np.ndarray, unroll_length: int
 ) -> tuple[Trajectory, Trajectory]:
     """(rows [0, T] as the unroll's Trajectory, rows [T, count.max()) as the steps carried
@@ -204,6 +204,18 @@ def split_unroll(
         [np.ascontiguousarray(x[: T + 1]) if x is env_ids else x[: T + 1] for x in fields]
     )
     return unroll, as_traj([x[T : T + extra_rows].copy() for x in fields])
+
+
+def furthest_ahead(
+    env_id: np.ndarray, count: np.ndarray, threshold: int, budget: int
+) -> np.ndarray:
+    """Async parking: positions in the batch `env_id` of the environments to hold back,
+    those with at least `threshold` rows (`count` [num_envs]), furthest ahead first, at
+    most `budget` of them (the rest must be sent to keep a batch in flight)."""
+    ahead = np.flatnonzero(count[env_id] >= threshold)
+    if budget <= 0 or not ahead.size:
+        return ahead[:0]
+    return ahead[np.argsort(-count[env_id[ahead]], kind="stable")[:budget]]
 
 
 def check_rollout_args(env: Any, act_fn: Any, unroll_length: Any) -> int:
@@ -280,20 +292,17 @@ def make_rollout(
         as long as the environments left in flight still fill a batch. Environments that
         happen to step faster (on Pong some do, steadily) would otherwise collect ever more
         rows ahead: memory and the age of carried steps would grow without bound."""
-        complete = count[env_id] >= T + 1 + max_lead
-        if not complete.any():
+        if count[env_id].max() < T + 1 + max_lead:  # the usual case: nobody too far ahead
             env.send(action)
             return
         if count.min() >= T + 1:  # the unroll is complete: nothing more to receive
             budget = env_id.shape[0]
         else:  # keep at least a batch in flight, or the next recv would never return
             budget = env.num_in_flight + env_id.shape[0] - b
-        if budget <= 0:
+        held = furthest_ahead(env_id, count, T + 1 + max_lead, budget)
+        if not held.size:
             env.send(action)
             return
-        # Park the environments furthest ahead first.
-        candidates = np.flatnonzero(complete)
-        held = candidates[np.argsort(-count[env_id[candidates]], kind="stable")[:budget]]
         keep = np.ones(env_id.shape, bool)
         keep[held] = False
         if keep.any():
@@ -349,7 +358,7 @@ def make_rollout(
         if pending is not None:
             carried[0] = pending.observation
             carried[1 + num_raw :] = [pending.action, *jax.tree.leaves(pending.extras)]
-        (observation, *placed), count = place_steps(
+        (observation, *placed), count = _place_steps(
             columns[1:], np.concatenate(columns[0]), lo, T + 1, carried
         )
         raw_fields, action_and_extras = placed[:num_raw], placed[num_raw:]
@@ -369,7 +378,7 @@ def make_rollout(
             np.copyto(buf, value, where=new_rows)
             done_bufs.append(buf)
 
-        traj_np, pending = split_unroll(
+        traj_np, pending = _split_unroll(
             [*done_bufs, observation, *action_and_extras], extras_def[0], count, T
         )
         parked = None

@@ -52,7 +52,7 @@ import numpy as np
 
 from offpolicy_ac.envs import _rollout
 from offpolicy_ac.envs._envpool_env import EnvPoolEnv
-from offpolicy_ac.envs._rollout import ActFn, check_rollout_args
+from offpolicy_ac.envs._rollout import ActFn, check_rollout_args, furthest_ahead
 from offpolicy_ac.envs._timestep import FIRST, LAST, MID, EpisodeStats
 from offpolicy_ac.envs._trajectory import Trajectory
 
@@ -403,9 +403,11 @@ def _async_rollout(
         count, bad, finished = state.num_pending, False, []
         if state.parked is not None:
             send_on_host(state.parked[1], state.parked[0])
-        in_flight, parked_ids, parked_actions = n, [], []
+        parked_ids, parked_actions = [], []
         while True:
             before = count
+            # Every environment not parked is in flight when the loop starts.
+            in_flight = n - sum(x.shape[0] for x in parked_ids)
             handle, key, carry, buf, count, (over, ret, length), bad_now, held, unsent = collect(
                 params, handle, key, carry, buf, jnp.asarray(count, jnp.int32), in_flight
             )
@@ -417,27 +419,22 @@ def _async_rollout(
             finished.append(EpisodeStats(c.astype(np.int32), ret[r, c].astype(np.float64),
                                          length[r, c].astype(np.int64)))
             if bool(held):
-                # Park the environments furthest ahead (as many as leave a batch in flight)
-                # and send the rest of the batch.
+                # Park the environments furthest ahead (as many as leave a batch in flight:
+                # the received batch is not) and send the rest of the batch.
                 env_id, action = (np.asarray(x) for x in unsent)
-                in_flight = n - sum(x.shape[0] for x in parked_ids) - b
-                ahead = np.flatnonzero(count[env_id] >= T + 1 + max_lead)
-                order = np.argsort(-count[env_id[ahead]], kind="stable")
-                park = ahead[order[:in_flight]]
+                park = furthest_ahead(env_id, count, T + 1 + max_lead, in_flight - b)
                 keep = np.ones((b,), bool)
                 keep[park] = False
                 if keep.any():
                     send_on_host(action[keep], env_id[keep])
                 parked_ids.append(env_id[park])
                 parked_actions.append(action[park])
-                in_flight += int(keep.sum())
                 continue
             if count.min() >= T + 1:
                 break
             # An environment got further ahead than the buffers have room for: grow them.
             slack["rows"] = max(1, 2 * slack["rows"])
             buf = grow(buf, T + 1 + slack["rows"])
-            in_flight = n - sum(x.shape[0] for x in parked_ids)
         if bad:
             raise ValueError(bad_action_message)
         traj, buf = split(buf)
