@@ -120,7 +120,10 @@ def run_async_unrolls(rollout, state, params, k, park_at_boundary, env=None):
             parked += 1
             ids, action = state.parked
             newest = state.num_pending[ids] - 1
-            np.testing.assert_array_equal(action, np.asarray(state.pending.action)[newest, ids])
+            pending_action = np.asarray(state.pending.action)
+            # The jitted rollout keeps its pending rows in a ring buffer.
+            slot = (getattr(state, "pending_offset", 0) + newest) % pending_action.shape[0]
+            np.testing.assert_array_equal(action, pending_action[slot, ids])
             if env is not None:
                 assert env.num_in_flight == num_envs - ids.shape[0]
         if park_at_boundary:  # parked at T+1 unless a batch had to stay in flight

@@ -12,9 +12,11 @@ Sync environments (`batch_size == num_envs`): one `lax.scan` of exactly T steps 
 the trajectory is built on the device. Asynchronous environments (`batch_size < num_envs`):
 each recv returns whichever `batch_size` environments are ready, so how many steps an unroll
 takes is data-dependent. One `lax.while_loop` steps until every environment has its T+1
-rows, writing each step at row count[env_id] of column env_id of device buffers [R, n, ...]
-(R > T+1: room for environments that get ahead, grown by doubling, i.e. a recompile, when
-one would overflow); rows [T, R) are carried into the next unroll, as `make_rollout` does.
+rows, writing the step at row count[env_id] of column env_id into device ring buffers
+[R, n, ...] (R > T+1: room for environments that get ahead, grown by doubling, i.e. a
+recompile, when one would overflow). Row r lives at (offset + r) % R; the trajectory is
+gathered from rows [0, T], and advancing the offset by T carries rows [T, count) into the
+next unroll, as `make_rollout` does, without moving them.
 Per-environment TimeStep and episode state is gathered and scattered by env_id inside the
 loop. An environment more than T rows ahead is parked as in the host loop: the compiled
 loop stops before sending a batch that holds one, the host holds its action back and sends
@@ -98,11 +100,12 @@ class XlaAsyncRolloutState(NamedTuple):
       handle: envpool's XLA handle.
       key: PRNG key for the next policy call.
       env_carry: per-environment TimeStep and episode-statistics state (device).
-      pending: Trajectory of [R, num_envs, ...] device buffers, R > T+1; rows [0,
-        num_pending[e]) of column e are the steps already collected for the next unroll
-        (as `RolloutState.pending`), later rows are room. Donated to the next unroll: a
-        state can be unrolled once.
+      pending: Trajectory of [R, num_envs, ...] device ring buffers, R > T+1; rows [0,
+        num_pending[e]) of column e, stored at (pending_offset + row) % R, are the steps
+        already collected for the next unroll (as `RolloutState.pending`), later rows are
+        room. Donated to the next unroll: a state can be unrolled once.
       num_pending: [num_envs] int, the valid rows of `pending` per environment.
+      pending_offset: where row 0 of `pending` is stored, in [0, R).
       parked: (env_id [p], action [p, ...] as envpool takes it) of environments held back
         for being too far ahead (as in `RolloutState`); sent first by the next unroll.
     """
@@ -112,6 +115,7 @@ class XlaAsyncRolloutState(NamedTuple):
     env_carry: _EnvCarry
     pending: Trajectory
     num_pending: np.ndarray
+    pending_offset: int = 0
     parked: tuple[np.ndarray, np.ndarray] | None = None
 
 
@@ -308,9 +312,10 @@ def _async_rollout(
     extras_def: list[Any] = []
 
     @functools.partial(jax.jit, donate_argnums=(4,))
-    def collect(params, handle, key, carry, buf, count, in_flight):
+    def collect(params, handle, key, carry, buf, offset, count, in_flight):
         """Steps until every environment has T+1 rows (`count`), writing each step at row
-        count[env_id] of column env_id of `buf` [R, n, ...]. Stops early, rather than let a
+        count[env_id] of column env_id of the ring buffers `buf` [R, n, ...] (stored at
+        (offset + row) % R). Stops early, rather than let a
         column overflow, or without sending a batch in which an environment got more than
         max_lead rows ahead (the host parks it and sends the others). Also returns (over,
         return, length) of each step, [R, n], and the unsent batch (env_id, action)."""
@@ -322,7 +327,8 @@ def _async_rollout(
                 params, handle, key, carry, send=False
             )
             row, env_id = count[traj.env_id], traj.env_id
-            buf = jax.tree.map(lambda x, v: x.at[row, env_id].set(v), buf, traj)
+            slot = (offset + row) % rows
+            buf = jax.tree.map(lambda x, v: x.at[slot, env_id].set(v), buf, traj)
             stats = jax.tree.map(lambda x, v: x.at[row, env_id].set(v), stats, step_stats[:3])
             count = count.at[env_id].add(1)
             in_flight = in_flight - b
@@ -366,21 +372,24 @@ def _async_rollout(
         shape = lambda x: jnp.zeros((rows, n, *x.shape[1:]), x.dtype)  # noqa: E731
         return jax.tree.map(shape, traj)
 
-    @functools.partial(jax.jit, static_argnums=(1,))
-    def grow(buf, rows):
+    def ring_take(x, offset, count):
+        """Rows [0, count) of the ring buffer x [R, ...] whose row 0 is at slot `offset`."""
+        return jnp.take(x, offset + jnp.arange(count), axis=0, mode="wrap")
+
+    @functools.partial(jax.jit, static_argnums=(2,))
+    def grow(buf, offset, rows):
+        """The ring buffers `buf` with row 0 moved to slot 0 and room up to `rows` rows."""
+
         def pad(x):
+            x = ring_take(x, offset, x.shape[0])
             return jnp.concatenate([x, jnp.zeros((rows - x.shape[0], *x.shape[1:]), x.dtype)])
 
         return jax.tree.map(pad, buf)
 
-    @functools.partial(jax.jit, donate_argnums=(0,))
-    def split(buf):
-        """(rows [0, T] as the unroll, the buffer with rows [T, R) moved to the top: the
-        steps carried into the next unroll; rows below each column's count are never read)."""
-        traj = jax.tree.map(lambda x: x[: T + 1], buf)
-        rows = buf.step_type.shape[0]
-        carried = jax.tree.map(lambda x: x.at[: rows - T].set(x[T:]), buf)
-        return traj, carried
+    @jax.jit
+    def unroll_rows(buf, offset):
+        """Rows [0, T] of the ring buffers: the unroll (a copy; `buf` stays as it is)."""
+        return jax.tree.map(lambda x: ring_take(x, offset, T + 1), buf)
 
     def send_on_host(action: np.ndarray, env_id: np.ndarray) -> None:
         """Sends through envpool's Python API (the same pool the custom calls step)."""
@@ -400,7 +409,7 @@ def _async_rollout(
                 f"unroll expects an XlaAsyncRolloutState, got {type(state).__name__}"
             )
         handle, key, carry, buf = state.handle, state.key, state.env_carry, state.pending
-        count, bad, finished = state.num_pending, False, []
+        count, offset, bad, finished = state.num_pending, state.pending_offset, False, []
         if state.parked is not None:
             send_on_host(state.parked[1], state.parked[0])
         parked_ids, parked_actions = [], []
@@ -409,7 +418,7 @@ def _async_rollout(
             # Every environment not parked is in flight when the loop starts.
             in_flight = n - sum(x.shape[0] for x in parked_ids)
             handle, key, carry, buf, count, (over, ret, length), bad_now, held, unsent = collect(
-                params, handle, key, carry, buf, jnp.asarray(count, jnp.int32), in_flight
+                params, handle, key, carry, buf, offset, jnp.asarray(count, jnp.int32), in_flight
             )
             count = np.asarray(count).astype(np.int64)
             bad |= bool(bad_now)
@@ -434,14 +443,15 @@ def _async_rollout(
                 break
             # An environment got further ahead than the buffers have room for: grow them.
             slack["rows"] = max(1, 2 * slack["rows"])
-            buf = grow(buf, T + 1 + slack["rows"])
+            buf, offset = grow(buf, offset, T + 1 + slack["rows"]), 0
         if bad:
             raise ValueError(bad_action_message)
-        traj, buf = split(buf)
+        traj = unroll_rows(buf, offset)
+        offset = (offset + T) % buf.step_type.shape[0]
         parked = None
         if parked_ids:
             parked = (np.concatenate(parked_ids), np.concatenate(parked_actions))
-        new_state = XlaAsyncRolloutState(handle, key, carry, buf, count - T, parked)
+        new_state = XlaAsyncRolloutState(handle, key, carry, buf, count - T, offset, parked)
         return new_state, traj, EpisodeStats.concatenate(finished)
 
     return XlaRollout(init=init, unroll=unroll, env=env, unroll_length=T)
