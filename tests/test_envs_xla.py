@@ -5,6 +5,7 @@ the custom call (the segfault reported for some jax/envpool builds) fails this t
 its signal instead of killing the test worker.
 """
 
+import os
 import pathlib
 import pickle
 import subprocess
@@ -201,3 +202,52 @@ def test_xla_rollout_rejects_unsupported_setups_before_stepping():
     rollout = envs.make_xla_rollout(envs.make("CartPole-v1", 2, 0), float_action, 3)
     with pytest.raises(ValueError, match="integer dtype"):  # at trace time: before any step
         rollout.init(None, jax.random.PRNGKey(0))
+
+
+PLACEMENT_SCRIPT = textwrap.dedent(
+    """
+    import jax, jax.numpy as jnp, numpy as np
+    from offpolicy_ac import envs
+
+    # The learner's device is not the first CPU device (as a GPU would not be): the
+    # compiled loop still runs on the first CPU device, with the parameters copied there.
+    other = jax.devices()[1]
+    jax.config.update("jax_default_device", other)
+    first_cpu = jax.local_devices(backend="cpu")[0]
+    assert other != first_cpu
+
+    def act(params, obs, key):
+        action = (params["w"] * obs[:, 2] > 0).astype(jnp.int32)
+        return action, {"v": params["w"] * obs[:, 0]}
+
+    params = jax.device_put({"w": jnp.float32(1.0)}, other)
+    for batch_size in (4, 2):  # sync, async
+        env = envs.make("CartPole-v1", 4, 0, batch_size=batch_size, max_episode_steps=9)
+        host = envs.make_rollout(envs.make("CartPole-v1", 4, 0, batch_size=batch_size,
+                                           max_episode_steps=9), act, 5)
+        rollout = envs.make_xla_rollout(env, act, 5)
+        state = rollout.init(params, jax.device_put(jax.random.PRNGKey(0), other))
+        hstate = host.init(jax.random.PRNGKey(0))
+        for _ in range(3):
+            state, traj, _ = rollout.unroll(params, state)
+            hstate, htraj, _ = host.unroll(params, hstate)
+            for leaf in jax.tree.leaves(traj):
+                assert leaf.devices() == {first_cpu}, leaf.devices()
+            if batch_size == 4:  # sync: identical to the host loop
+                for x, y in zip(jax.tree.leaves(traj), jax.tree.leaves(htraj)):
+                    np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-6)
+    print("XLA-PLACEMENT-OK")
+    """
+)
+
+
+def test_xla_rollout_runs_on_the_cpu_when_the_default_device_is_another():
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    proc = subprocess.run(
+        [sys.executable, "-c", PLACEMENT_SCRIPT], capture_output=True, text=True, timeout=300,
+        env=env,
+    )
+    assert proc.returncode == 0 and "XLA-PLACEMENT-OK" in proc.stdout, (
+        f"returncode {proc.returncode} (negative: killed by that signal)\n"
+        f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}"
+    )

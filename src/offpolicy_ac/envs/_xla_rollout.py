@@ -24,8 +24,10 @@ the others through envpool's Python API (the same pool), and the next unroll sen
 
 Limits (each raises ValueError in `make_xla_rollout`):
   * actions must have the dtype envpool wants: int32 (discrete) or float32 (Pendulum, ...);
-    MuJoCo tasks want float64 actions, which JAX only has with `jax_enable_x64`;
-  * envpool's custom calls run on the CPU: the policy runs in the same CPU computation.
+    MuJoCo tasks want float64 actions, which JAX only has with `jax_enable_x64`.
+Placement: envpool's custom calls are CPU code, so the whole loop, policy included, runs on
+this process's first CPU device whatever the default device is: `params` and `key` are
+copied there (a no-op when they are there already) and the trajectory is returned there.
 Action checks: dtype and shape at trace time, i.e. before any step; continuous actions are
 clipped in the graph; an out-of-range discrete action cannot raise inside the compiled loop,
 so it is clipped for envpool and reported by a ValueError after the unroll (the stored
@@ -151,6 +153,7 @@ def make_xla_rollout(env: EnvPoolEnv, act_fn: ActFn, unroll_length: int) -> XlaR
             "receive with jax_enable_x64; use make_rollout"
         )
     n, b = spec.num_envs, spec.batch_size
+    cpu = jax.local_devices(backend="cpu")[0]
     atari = env._atari
     obs_dtype = jnp.dtype(spec.observation_dtype)
     handle0, xla_recv, xla_send, _ = pool.xla()
@@ -243,7 +246,7 @@ def make_xla_rollout(env: EnvPoolEnv, act_fn: ActFn, unroll_length: int) -> XlaR
 
     if spec.is_async:
         return _async_rollout(
-            env, T, one_step, xla_send, initial_carry, handle0, bad_action_message
+            env, T, one_step, xla_send, initial_carry, handle0, bad_action_message, cpu
         )
 
     @jax.jit
@@ -268,7 +271,8 @@ def make_xla_rollout(env: EnvPoolEnv, act_fn: ActFn, unroll_length: int) -> XlaR
 
     def init(params: Any, key: jax.Array) -> XlaRolloutState:
         env.async_reset()
-        state, bad = init_step(params, jnp.asarray(handle0), key)
+        params, handle, key = jax.device_put((params, handle0, key), cpu)
+        state, bad = init_step(params, handle, key)
         if bool(bad):
             raise ValueError(bad_action_message)
         return state
@@ -278,6 +282,7 @@ def make_xla_rollout(env: EnvPoolEnv, act_fn: ActFn, unroll_length: int) -> XlaR
     ) -> tuple[XlaRolloutState, Trajectory, EpisodeStats]:
         if not isinstance(state, XlaRolloutState):
             raise ValueError(f"unroll expects an XlaRolloutState, got {type(state).__name__}")
+        params = jax.device_put(params, cpu)
         state, traj, (over, ret, length, in_order), bad = unroll_core(params, state)
         over, ret, length, in_order, bad = jax.device_get((over, ret, length, in_order, bad))
         if not in_order.all():
@@ -301,6 +306,7 @@ def _async_rollout(
     initial_carry: Callable[[], _EnvCarry],
     handle0: np.ndarray,
     bad_action_message: str,
+    cpu: jax.Device,
 ) -> XlaRollout:
     """The asynchronous variant of `make_xla_rollout` (see the module docstring)."""
     n, b = env.spec.num_envs, env.spec.batch_size
@@ -397,7 +403,7 @@ def _async_rollout(
 
     def init(params: Any, key: jax.Array) -> XlaAsyncRolloutState:
         env.async_reset()
-        handle, carry = jnp.asarray(handle0), initial_carry()
+        params, handle, key, carry = jax.device_put((params, handle0, key, initial_carry()), cpu)
         buf = empty_columns(params, (handle, key, carry), T + 1 + slack["rows"])
         return XlaAsyncRolloutState(handle, key, carry, buf, np.zeros((n,), np.int64))
 
@@ -408,6 +414,7 @@ def _async_rollout(
             raise ValueError(
                 f"unroll expects an XlaAsyncRolloutState, got {type(state).__name__}"
             )
+        params = jax.device_put(params, cpu)
         handle, key, carry, buf = state.handle, state.key, state.env_carry, state.pending
         count, offset, bad, finished = state.num_pending, state.pending_offset, False, []
         if state.parked is not None:
