@@ -195,10 +195,11 @@ def _run_impala_subprocess(run_dir, *flags):
   assert proc.returncode == 0, proc.stderr[-3000:]
 
 
-def test_impala_async_actors_learn_cartpole_reduced_budget(tmp_path):
+@pytest.mark.parametrize("xla_rollout", [False, True])
+def test_impala_async_actors_learn_cartpole_reduced_budget(tmp_path, xla_rollout):
   module = _script("impala")
   module.main(_args(module, tmp_path, total_env_steps=100_000, log_every=5_000,
-                    async_actors=2, max_policy_lag=4))
+                    async_actors=2, max_policy_lag=4, xla_rollout=xla_rollout))
   assert _trailing_return(tmp_path) > 80
   lines = read_metrics(tmp_path)
   assert all(0 <= l["policy_lag"] <= 4 for l in lines)
@@ -216,6 +217,23 @@ def test_full_budget_impala_async_actors_reaches_475(tmp_path):
   module.main(_args(module, tmp_path, total_env_steps=500_000, log_every=10_000,
                     async_actors=2, max_policy_lag=4))
   assert _max_smoothed_return(tmp_path) >= 475
+
+
+@pytest.mark.slow
+def test_full_budget_impala_async_xla_actors_reaches_475(tmp_path):
+  module = _script("impala")
+  module.main(_args(module, tmp_path, total_env_steps=500_000, log_every=10_000,
+                    async_actors=2, max_policy_lag=4, xla_rollout=True))
+  assert _max_smoothed_return(tmp_path) >= 475
+
+
+def test_xla_rollout_refuses_float64_actions_before_training(tmp_path):
+  module = _script("impala")
+  with pytest.raises(ValueError, match="float64 actions"):
+    module.main(_args(module, tmp_path / "run", preset="pendulum", env_id="Hopper-v4",
+                      xla_rollout=True, total_env_steps=4096))
+  assert not (tmp_path / "run" / "metrics.jsonl").exists() or not read_metrics(
+      tmp_path / "run")
 
 
 @pytest.mark.slow

@@ -69,6 +69,14 @@ def test_each_vmapped_seed_is_the_single_run_of_that_seed(tmp_path, script, step
   assert first != second  # the seeds really differ
 
 
+def test_vmapped_seeds_with_the_xla_rollout_are_the_single_host_loop_runs(tmp_path):
+  common = dict(total_env_steps=3072, checkpoint_every=1536, log_every=768)
+  _main("impala", tmp_path / "single", seed=4, **common)
+  _main("impala", tmp_path / "vmapped", seed=3, num_seeds=2, xla_rollout=True, **common)
+  _assert_same_run(_lines(tmp_path / "single"), _lines(tmp_path / "vmapped" / "seed4"),
+                   ["loss", "grad_norm", "entropy", "value_loss"])
+
+
 def test_vmapped_seeds_resume_exactly(tmp_path):
   flags = dict(num_seeds=2, log_every=1280, checkpoint_every=2560, eval_every=2560,
                eval_episodes=2)

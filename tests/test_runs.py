@@ -49,6 +49,17 @@ def test_stop_and_resume_logs_exactly_the_straight_run(tmp_path, straight_run):
   assert summary["env_steps"] == 7680
 
 
+def test_xla_rollout_stops_resumes_and_logs_exactly_the_host_loop_run(tmp_path, straight_run):
+  # The compiled loop (envpool's XLA interface) steps the same environments with the same
+  # keys as the host loop: every logged number matches, across checkpoint segments,
+  # evaluations and a resume.
+  _run("impala", tmp_path / "run", 5120, "--xla-rollout")
+  _run("impala", tmp_path / "run", 7680, "--xla-rollout", "--resume")
+  assert _metrics(tmp_path / "run") == _metrics(straight_run)
+  config = json.loads((tmp_path / "run" / "config.json").read_text())
+  assert config["config"]["loop"]["xla_rollout"] is True
+
+
 def test_resume_drops_a_final_partial_line(tmp_path, straight_run):
   # 5120 + 256 is not a log point: the run ends with a "final" partial line.
   _run("impala", tmp_path / "run", 5120 + 256)

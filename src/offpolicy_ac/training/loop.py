@@ -41,6 +41,7 @@ from offpolicy_ac.training.evaluation import evaluate
 from offpolicy_ac.training.logger import RunLogger
 from offpolicy_ac.training.parallel import DataParallel
 from offpolicy_ac.training.actors import Actors
+from offpolicy_ac.training.rollouts import make_loop_rollout
 
 # Fields of a metrics line that depend on the wall clock (excluded from exact resume).
 WALL_CLOCK_FIELDS = ("wall_time_s", "env_steps_per_s")
@@ -60,6 +61,11 @@ class LoopConfig:
   """T: steps per environment per unroll (trajectories are [T+1, num_envs])."""
   max_episode_steps: Optional[int] = None
   """Override the task's time limit (envpool's max_episode_steps)."""
+  xla_rollout: bool = False
+  """Step the training environments in one compiled loop per unroll (envpool's XLA
+  interface, envs.make_xla_rollout) instead of the host loop: no Python per step, and an
+  actor thread holds the GIL only between unrolls. Needs int32/float32 actions (not the
+  MuJoCo tasks' float64); the policy runs on the CPU."""
   atari: bool = False
   """Atari preprocessing (84x84 grey, frame stack 4, no-op starts; episodic life and
   reward clipping for training only); returns are raw game scores."""
@@ -275,11 +281,15 @@ class _InlineSource:
   exact = True
 
   def __init__(self, agent: Agent, config: LoopConfig, segment: int, process: int,
-               to_device: bool):
+               to_device: bool, params: Any):
     seed = process_seed(config.seed, process)
     self.env = make_env(config, config.num_envs, segment_seed(seed, segment))
-    self.rollout = envs.make_rollout(self.env, agent.act, config.unroll_length,
-                                     to_device=to_device)
+    try:
+      self.rollout = make_loop_rollout(self.env, agent.act, config.unroll_length, params,
+                                       xla=config.xla_rollout, to_device=to_device)
+    except Exception:
+      self.env.close()
+      raise
     key = jax.random.fold_in(jax.random.PRNGKey(seed), segment)
     self.rollout_state = self.rollout.init(key)
     self._steps = config.unroll_length * config.num_envs
@@ -320,8 +330,12 @@ class _ActorSource:
       for i in range(k):
         seed = segment_seed(base + 104_729 * (i + 1), segment)
         env = make_env(config, config.num_envs, seed)
-        rollouts.append(envs.make_rollout(env, agent.act, config.unroll_length,
-                                          to_device=False))
+        try:
+          rollouts.append(make_loop_rollout(env, agent.act, config.unroll_length, params,
+                                            xla=config.xla_rollout, to_device=False))
+        except Exception:
+          env.close()
+          raise
         keys.append(jax.random.fold_in(jax.random.PRNGKey(seed), segment))
     except Exception:
       for r in rollouts:
@@ -517,7 +531,8 @@ def train(agent_factory: Callable[[Any], Agent], config: LoopConfig, logger: Run
     if config.uses_actor_threads:
       source = _ActorSource(agent, config, segment, process, local_params, version)
     else:
-      source = _InlineSource(agent, config, segment, process, to_device=dp.trivial)
+      source = _InlineSource(agent, config, segment, process, to_device=dp.trivial,
+                             params=local_params)
     eval_env = None
     if config.eval_every:
       eval_seed = segment_seed(process_seed(config.seed + 7, process), segment)
