@@ -24,6 +24,9 @@ learner keeps up. For each task, in one process, `repeats` rounds, each measurin
                   per trajectory, dropped if more than max_policy_lag updates old);
   async_nolearn:  the same with a no-op update (the learner always keeps up): the ceiling
                   of the asynchronous machinery itself.
+  *_xla:          the same loops with `--xla-rollout`: every unroll is one compiled loop
+                  (envpool's XLA interface), so an actor thread holds the GIL only
+                  between unrolls instead of at every step.
 
 Training runs use no checkpoints, no evaluation and a logger that only records each
 metrics line with its wall-clock and process CPU time (a line per iteration). Env steps per
@@ -70,7 +73,8 @@ import tyro
 
 EXPERIMENTS = pathlib.Path(__file__).resolve().parent
 
-Mode = Literal["sync", "sync_pools", "async", "async_nolearn"]
+Mode = Literal["sync", "sync_pools", "async", "async_nolearn", "sync_xla", "async_xla",
+               "async_xla_nolearn"]
 RAW_NAMES = ("raw_1xN", "raw_1xKN", "raw_KxN")
 
 
@@ -78,7 +82,8 @@ RAW_NAMES = ("raw_1xN", "raw_1xKN", "raw_KxN")
 class Args:
   tasks: tuple[str, ...] = ("CartPole-v1", "Pong-v5")
   """envpool task ids (Atari ids, `*-v5` but CartPole, get Atari preprocessing)."""
-  modes: tuple[Mode, ...] = ("sync", "sync_pools", "async", "async_nolearn")
+  modes: tuple[Mode, ...] = ("sync", "sync_pools", "async", "async_nolearn", "sync_xla",
+                             "async_xla", "async_xla_nolearn")
   """Training loops to time (raw envpool and the probe always run)."""
   actors: int = 2
   """K: actor threads of the async runs, pools of sync_pools, pools of raw K x N."""
@@ -164,11 +169,12 @@ def _task(task: str, args: Args, presets: dict) -> Task:
 
 def _loop_for(task: Task, mode: str, args: Args):
   k = args.actors
-  if mode == "sync":
-    return task.loop
+  loop = dataclasses.replace(task.loop, xla_rollout="xla" in mode)
+  if mode in ("sync", "sync_xla"):
+    return loop
   if mode == "sync_pools":
-    return dataclasses.replace(task.loop, actor_pools=k)
-  return dataclasses.replace(task.loop, async_actors=k, max_policy_lag=args.max_policy_lag,
+    return dataclasses.replace(loop, actor_pools=k)
+  return dataclasses.replace(loop, async_actors=k, max_policy_lag=args.max_policy_lag,
                              actor_queue_size=args.actor_queue_size)
 
 
@@ -327,7 +333,7 @@ def train_rate(task: Task, mode: str, agents: _Agents, args: Args) -> dict:
   """Runs `train` for one mode; env steps/s etc. over the steady part of the run."""
   from offpolicy_ac.training.loop import train
   config = _loop_for(task, mode, args)
-  nolearn = mode == "async_nolearn"
+  nolearn = mode.endswith("nolearn")
   recorder = _Recorder()
   t0 = time.perf_counter()
   result = train(lambda spec: agents.get(task, spec, nolearn), config, recorder)
@@ -384,7 +390,10 @@ def _report(task: Task, runs: dict, probes: list, args: Args) -> tuple[str, dict
             "raw_KxN": f"raw {k} pools x {n}, {k} threads *",
             "sync": f"sync (1 pool x {n})", "sync_pools": f"sync, {k} pools x {n}",
             "async": f"async, {k} actors x {n}",
-            "async_nolearn": f"async, {k} actors, no-op learner"}
+            "async_nolearn": f"async, {k} actors, no-op learner",
+            "sync_xla": f"sync, jitted rollout (1 pool x {n})",
+            "async_xla": f"async, jitted rollout, {k} actors x {n}",
+            "async_xla_nolearn": "async, jitted rollout, no-op learner"}
   torso = task.agent.torso if task.agent.torso != "auto" else ("nature_cnn" if task.atari
                                                                else "mlp")
   net = f"{torso} {tuple(task.agent.hidden_sizes)}" if torso == "mlp" else torso
@@ -394,11 +403,12 @@ def _report(task: Task, runs: dict, probes: list, args: Args) -> tuple[str, dict
            f"{'mode':<36}{'envs':>5}{'env steps/s':>13}{'/sync':>7}{'/raw*':>7}"
            f"{'updates/s':>11}{'steps/CPU-s':>13}{'cores':>7}{'dropped':>9}{'lag':>6}"]
   ratios: dict = {}
-  for name in (*RAW_NAMES, "sync", "sync_pools", "async", "async_nolearn"):
+  for name in (*RAW_NAMES, "sync", "sync_pools", "async", "async_nolearn", "sync_xla",
+               "async_xla", "async_xla_nolearn"):
     if name not in med:
       continue
     m = med[name]
-    envs_ = m.get("num_envs") or (n if name == "sync" else k * n)
+    envs_ = m.get("num_envs") or (n if name in ("sync", "sync_xla") else k * n)
     r_sync = sps[name] / sync if sync else None
     r_raw = sps[name] / base_raw
     ratios[name] = {"vs_sync": r_sync, "vs_raw_KxN": r_raw,
@@ -428,16 +438,17 @@ def _report(task: Task, runs: dict, probes: list, args: Args) -> tuple[str, dict
                  f"alone); env steps/s of the trajectories it used (not dropped): "
                  f"{med['async']['used_env_steps_per_s']:,.0f}")
   lines.append("'cores': CPU-seconds per second of the whole process (all threads)")
-  if "async" in med and "sync" in med:
-    r = sps["async"] / sps["sync"]
-    lines.append(f"goal async >= 1.5 x sync: {r:.2f} -> {'met' if r >= 1.5 else 'NOT met'}")
+  for name in ("async", "async_xla"):
+    if name in med and "sync" in med:
+      r = sps[name] / sps["sync"]
+      lines.append(f"goal {name} >= 1.5 x sync: {r:.2f} -> {'met' if r >= 1.5 else 'NOT met'}")
   if task.atari:
-    for name in ("async", "async_nolearn"):
+    for name in ("async", "async_nolearn", "async_xla", "async_xla_nolearn"):
       if name in sps:
         r = sps[name] / base_raw
         lines.append(f"goal {name} >= 0.8 x raw ({k} pools x {n}): {r:.2f} -> "
                      f"{'met' if r >= 0.8 else 'NOT met'}"
-                     + ("" if name == "async_nolearn" or keeps_up else
+                     + ("" if name.endswith("nolearn") or keeps_up else
                         " (the learner does not keep up here: see bottleneck)"))
   summary = {"config": {"num_envs": n, "actors": k, "unroll_length": task.unroll_length,
                         "total_env_steps": task.total_env_steps, "network": net,

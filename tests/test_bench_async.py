@@ -20,16 +20,19 @@ def test_bench_async_runs_with_tiny_budgets(tmp_path):
   proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
   assert "goal async >= 1.5 x sync" in proc.stdout
+  assert "goal async_xla >= 1.5 x sync" in proc.stdout
   text = (tmp_path / "async_cpu.txt").read_text()
   assert "CartPole-v1" in text and "raw 2 pools x 16" in text
   result = json.loads((tmp_path / "async_cpu.json").read_text())["tasks"]["CartPole-v1"]
   medians = result["medians"]
   for name in ("raw_1xN", "raw_1xKN", "raw_KxN", "sync", "sync_pools", "async",
-               "async_nolearn"):
+               "async_nolearn", "sync_xla", "async_xla", "async_xla_nolearn"):
     assert medians[name]["env_steps_per_s"] > 0, name
-  for name in ("sync", "sync_pools", "async", "async_nolearn"):
+  for name in ("sync", "sync_pools", "async", "async_nolearn", "sync_xla", "async_xla",
+               "async_xla_nolearn"):
     assert medians[name]["updates_per_s"] > 0, name
-  assert 0 <= medians["async"]["dropped_fraction"] <= 1
-  assert 0 <= medians["async"]["policy_lag"] <= 4  # max_policy_lag
+  for name in ("async", "async_xla"):
+    assert 0 <= medians[name]["dropped_fraction"] <= 1
+    assert 0 <= medians[name]["policy_lag"] <= 4  # max_policy_lag
   assert result["ratios"]["async"]["vs_sync"] > 0
   assert result["probe"]["unroll_s"] > 0 and result["probe"]["update_s"] > 0
