@@ -12,10 +12,11 @@ host loop's interface, which the inline source and the actor threads use:
 
 For sync environments the compiled loop takes its first action inside `init`, with the
 parameters given here (see `envs.make_xla_rollout`); the training loop makes a rollout
-right before its first unroll, with the parameters of that unroll. The trajectory is NumPy (`to_device`
-False; a view of the CPU buffer, no copy) or on the default device (True; no copy when that
-is the CPU the loop ran on). Both rollouts give the same TimeStep semantics, tested equal
-in `tests/test_envs_xla.py`.
+right before its first unroll, with the parameters of that unroll. The trajectory is
+NumPy (`to_device` False; a view of the CPU buffer, no copy) or on the default device
+(True; no copy when that is the CPU the loop ran on). Both rollouts give the same
+TimeStep semantics, tested equal in `tests/test_envs_xla.py`, and a training run logs
+the same numbers with either (`tests/test_runs.py`).
 
 Why it matters: an actor thread running the host loop holds the GIL for every step, so
 actors and the learner contend for it; the compiled loop releases it for the whole unroll
@@ -43,6 +44,9 @@ def default_device() -> jax.Device:
   return device
 
 
+_USED = object()  # CompiledRollout's parameters after init
+
+
 class CompiledRollout:
   """`envs.make_xla_rollout` with the host loop's `init(key)` (see the module docstring).
 
@@ -58,8 +62,8 @@ class CompiledRollout:
     self._init_params, self._to_device = params, to_device
 
   def init(self, key: jax.Array) -> Any:
-    params, self._init_params = self._init_params, None  # not kept alive after
-    if params is None:
+    params, self._init_params = self._init_params, _USED  # not kept alive after
+    if params is _USED:
       raise RuntimeError("CompiledRollout.init runs once (it takes the first action with "
                          "the parameters it was made with)")
     return self._rollout.init(params, key)
