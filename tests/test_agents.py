@@ -144,6 +144,19 @@ def test_pixel_torsos_map_frames_to_features(kind, features):
 
 
 
+@pytest.mark.parametrize("dtype,shape", [(jnp.uint8, (3, 4, 84, 84)), (jnp.uint8, (2, 2, 10, 7)),
+                                         (jnp.float32, (2, 3, 9, 12))])
+def test_small_cnn_pooling_is_flax_average_pooling(dtype, shape):
+  import flax.linen as nn
+
+  from offpolicy_ac.networks.torsos import _average_pool_to_nhwc, _to_nhwc
+  frames = jax.random.randint(jax.random.PRNGKey(3), shape, 0, 256).astype(dtype)
+  expected = nn.avg_pool(_to_nhwc(frames), (4, 4), strides=(4, 4))
+  got = jax.jit(_average_pool_to_nhwc, static_argnums=1)(frames, 4)
+  assert got.shape == expected.shape and got.dtype == jnp.float32
+  np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-7)
+
+
 def test_impala_atari_preset_learns_from_small_advantages():
   """Regression: the Atari preset once used RMSProp(eps=0.01) as in the paper, but optax
   puts eps inside the square root and our losses are means over [T, B], not sums, so

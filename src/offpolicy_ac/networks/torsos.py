@@ -75,6 +75,21 @@ class ImpalaResNet(nn.Module):
     return nn.relu(nn.Dense(self.dense_size)(x))
 
 
+def _average_pool_to_nhwc(obs: jnp.ndarray, size: int) -> jnp.ndarray:
+  """[B, C, H, W] frames -> [B, H // size, W // size, C] block means scaled to [0, 1] (as
+  `nn.avg_pool(_to_nhwc(obs), (size, size), strides=(size, size))`, trailing rows and
+  columns dropped). Integer frames are summed as int32 and converted once per block: on
+  CPU about 3x faster than pooling the float frames (4 x 84 x 84, 8 or 168 frames)."""
+  b, c, h, w = obs.shape
+  h, w = h // size, w // size
+  x = obs[:, :, :h * size, :w * size].reshape(b, c, h, size, w, size)
+  if jnp.issubdtype(obs.dtype, jnp.integer):
+    x = x.astype(jnp.int32).sum((3, 5)).astype(jnp.float32)
+  else:
+    x = x.astype(jnp.float32).sum((3, 5))
+  return jnp.transpose(x * (1.0 / (size * size * 255.0)), (0, 2, 3, 1))
+
+
 class SmallCNN(nn.Module):
   """A light pixel torso for CPU runs: 4x4 average pooling (84x84 -> 21x21), conv
   16x4x4/2, conv 32x3x3/2, dense 128. [B, C, H, W] -> [B, dense_size]; about 1/25 of
@@ -83,7 +98,7 @@ class SmallCNN(nn.Module):
 
   @nn.compact
   def __call__(self, obs: jnp.ndarray) -> jnp.ndarray:
-    x = nn.avg_pool(_to_nhwc(obs), (4, 4), strides=(4, 4))
+    x = _average_pool_to_nhwc(obs, 4)
     for features, kernel, stride in ((16, 4, 2), (32, 3, 2)):
       x = nn.relu(nn.Conv(features, (kernel, kernel), (stride, stride),
                           padding="VALID")(x))
