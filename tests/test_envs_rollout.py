@@ -306,3 +306,16 @@ def test_furthest_ahead_holds_the_leaders_within_the_budget():
     np.testing.assert_array_equal(rollout_module.furthest_ahead(batch, count, 9, 2), [2, 0])
     assert rollout_module.furthest_ahead(batch, count, 9, 0).size == 0
     assert rollout_module.furthest_ahead(batch, count, 13, 4).size == 0
+
+
+def test_parked_actions_send_the_rest_and_keep_the_held():
+    parked, sent = rollout_module.ParkedActions(), []
+    assert parked.state() is None and parked.count == 0
+    send = lambda action, env_id: sent.append((action.tolist(), env_id.tolist()))  # noqa: E731
+    parked.hold(np.array([1, 2, 3, 4]), np.array([10, 20, 30, 40]), np.array([2, 0]), send)
+    parked.hold(np.array([0, 5]), np.array([50, 60]), np.array([0, 1]), send)  # all held
+    assert sent == [([20, 40], [2, 4])]  # nothing sent when the whole batch is held
+    env_id, action = parked.state()
+    np.testing.assert_array_equal(env_id, [3, 1, 0, 5])
+    np.testing.assert_array_equal(action, [30, 10, 50, 60])
+    assert parked.count == 4

@@ -218,6 +218,40 @@ def furthest_ahead(
     return ahead[np.argsort(-count[env_id[ahead]], kind="stable")[:budget]]
 
 
+class ParkedActions:
+    """Async parking within one unroll: the actions held back (see `furthest_ahead`),
+    shared by the host loop and the jitted rollout's host side."""
+
+    def __init__(self) -> None:
+        self._ids: list[np.ndarray] = []
+        self._actions: list[np.ndarray] = []
+        self.count = 0  # environments parked so far
+
+    def hold(
+        self,
+        env_id: np.ndarray,
+        action: np.ndarray,
+        held: np.ndarray,
+        send: Callable[[np.ndarray, np.ndarray], None],
+    ) -> None:
+        """Sends the batch's actions (`send(action, env_id)`) except those at positions
+        `held`, which are kept."""
+        keep = np.ones(env_id.shape, bool)
+        keep[held] = False
+        if keep.any():
+            send(action[keep], env_id[keep])
+        self._ids.append(env_id[held])
+        self._actions.append(action[held])
+        self.count += held.shape[0]
+
+    def state(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """(env_id [p], action [p, ...]) of every parked environment (the `parked` field
+        of the rollout states), or None."""
+        if not self._ids:
+            return None
+        return np.concatenate(self._ids), np.concatenate(self._actions)
+
+
 def check_rollout_args(env: Any, act_fn: Any, unroll_length: Any) -> int:
     """Validates the arguments shared by both rollouts; returns T as an int."""
     if not isinstance(env, EnvPoolEnv):
@@ -281,11 +315,7 @@ def make_rollout(
             raise ValueError("act returned extras with a different structure than before")
 
     def park(
-        env_id: np.ndarray,
-        action: np.ndarray,
-        count: np.ndarray,
-        parked_ids: list[np.ndarray],
-        parked_actions: list[np.ndarray],
+        env_id: np.ndarray, action: np.ndarray, count: np.ndarray, parked: ParkedActions
     ) -> None:
         """Async: sends the batch's actions, except those of environments more than
         `max_lead` rows ahead of the unroll's T+1, which are parked (sent by the next unroll)
@@ -300,15 +330,10 @@ def make_rollout(
         else:  # keep at least a batch in flight, or the next recv would never return
             budget = env.num_in_flight + env_id.shape[0] - b
         held = furthest_ahead(env_id, count, T + 1 + max_lead, budget)
-        if not held.size:
+        if held.size:
+            parked.hold(env_id, action, held, env.send)
+        else:
             env.send(action)
-            return
-        keep = np.ones(env_id.shape, bool)
-        keep[held] = False
-        if keep.any():
-            env.send(action[keep], env_id[keep])
-        parked_ids.append(env_id[held])
-        parked_actions.append(action[held])
 
     def unroll(params: Any, state: RolloutState) -> tuple[RolloutState, Trajectory, EpisodeStats]:
         if not isinstance(state, RolloutState):
@@ -328,7 +353,7 @@ def make_rollout(
         remaining = T + 1 - int(lo[0])  # sync: steps still to collect
         count = lo.copy()  # async: steps collected per environment
         checked = False
-        parked_ids, parked_actions = [], []
+        parked = ParkedActions()
         if state.parked is not None:
             env.send(state.parked[1], state.parked[0])
         while (remaining > 0) if sync else (count.min() < T + 1):
@@ -345,7 +370,7 @@ def make_rollout(
                 remaining -= 1
             else:
                 count[raw.env_id] += 1
-                park(raw.env_id, action, count, parked_ids, parked_actions)
+                park(raw.env_id, action, count, parked)
             if atari:
                 game = (raw.game_reward, raw.game_over)
                 steps.append((raw.env_id, *raw[:4], *game, action, *extras))
@@ -381,10 +406,7 @@ def make_rollout(
         traj_np, pending = _split_unroll(
             [*done_bufs, observation, *action_and_extras], extras_def[0], count, T
         )
-        parked = None
-        if parked_ids:
-            parked = (np.concatenate(parked_ids), np.concatenate(parked_actions))
-        new_state = RolloutState(key, pending, count - T, live["generation"], parked)
+        new_state = RolloutState(key, pending, count - T, live["generation"], parked.state())
         traj = jax.device_put(traj_np) if to_device else traj_np
         return new_state, traj, env.pop_episode_stats()
 

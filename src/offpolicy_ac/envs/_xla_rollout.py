@@ -56,7 +56,7 @@ import numpy as np
 
 from offpolicy_ac.envs import _rollout
 from offpolicy_ac.envs._envpool_env import EnvPoolEnv
-from offpolicy_ac.envs._rollout import ActFn, check_rollout_args, furthest_ahead
+from offpolicy_ac.envs._rollout import ActFn, ParkedActions, check_rollout_args, furthest_ahead
 from offpolicy_ac.envs._timestep import FIRST, LAST, MID, EpisodeStats
 from offpolicy_ac.envs._trajectory import Trajectory
 
@@ -315,7 +315,6 @@ def _async_rollout(
     slack = {"rows": int(_ASYNC_EXTRA_ROWS_PER_STEP * T)}
     # Environments more than max_lead rows beyond T+1 are parked, as in the host loop.
     max_lead = int(_rollout._MAX_LEAD_ROWS_PER_STEP * T)
-    extras_def: list[Any] = []
 
     @functools.partial(jax.jit, donate_argnums=(4,))
     def collect(params, handle, key, carry, buf, offset, count, in_flight):
@@ -374,7 +373,6 @@ def _async_rollout(
     def empty_columns(params, state_parts, rows):
         """Zero [rows, n, ...] buffers shaped like one step of every environment."""
         traj = jax.eval_shape(lambda *c: one_step(params, *c)[3], *state_parts)
-        extras_def[:] = [jax.tree.structure(traj.extras)]
         shape = lambda x: jnp.zeros((rows, n, *x.shape[1:]), x.dtype)  # noqa: E731
         return jax.tree.map(shape, traj)
 
@@ -419,11 +417,11 @@ def _async_rollout(
         count, offset, bad, finished = state.num_pending, state.pending_offset, False, []
         if state.parked is not None:
             send_on_host(state.parked[1], state.parked[0])
-        parked_ids, parked_actions = [], []
+        parked = ParkedActions()
         while True:
             before = count
             # Every environment not parked is in flight when the loop starts.
-            in_flight = n - sum(x.shape[0] for x in parked_ids)
+            in_flight = n - parked.count
             handle, key, carry, buf, count, (over, ret, length), bad_now, held, unsent = collect(
                 params, handle, key, carry, buf, offset, jnp.asarray(count, jnp.int32), in_flight
             )
@@ -438,13 +436,8 @@ def _async_rollout(
                 # Park the environments furthest ahead (as many as leave a batch in flight:
                 # the received batch is not) and send the rest of the batch.
                 env_id, action = (np.asarray(x) for x in unsent)
-                park = furthest_ahead(env_id, count, T + 1 + max_lead, in_flight - b)
-                keep = np.ones((b,), bool)
-                keep[park] = False
-                if keep.any():
-                    send_on_host(action[keep], env_id[keep])
-                parked_ids.append(env_id[park])
-                parked_actions.append(action[park])
+                held_at = furthest_ahead(env_id, count, T + 1 + max_lead, in_flight - b)
+                parked.hold(env_id, action, held_at, send_on_host)
                 continue
             if count.min() >= T + 1:
                 break
@@ -455,10 +448,9 @@ def _async_rollout(
             raise ValueError(bad_action_message)
         traj = unroll_rows(buf, offset)
         offset = (offset + T) % buf.step_type.shape[0]
-        parked = None
-        if parked_ids:
-            parked = (np.concatenate(parked_ids), np.concatenate(parked_actions))
-        new_state = XlaAsyncRolloutState(handle, key, carry, buf, count - T, offset, parked)
+        new_state = XlaAsyncRolloutState(
+            handle, key, carry, buf, count - T, offset, parked.state()
+        )
         return new_state, traj, EpisodeStats.concatenate(finished)
 
     return XlaRollout(init=init, unroll=unroll, env=env, unroll_length=T)

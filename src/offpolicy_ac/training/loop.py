@@ -212,6 +212,20 @@ def make_env(config: LoopConfig, num_envs: int, seed: int, *, train: bool = True
   return envs.make(config.env_id, num_envs, seed, **env_kwargs(config))
 
 
+def make_training_rollout(agent: Agent, config: LoopConfig, seed: int, params: Any, *,
+                          to_device: bool) -> Any:
+  """A pool of `config.num_envs` training environments seeded `seed` and the config's
+  rollout over it (training/rollouts.py; the pool is `.env`). The pool is closed again if
+  the rollout cannot be made (e.g. the compiled loop refuses the task)."""
+  env = make_env(config, config.num_envs, seed)
+  try:
+    return make_loop_rollout(env, agent.act, config.unroll_length, params,
+                             xla=config.xla_rollout, to_device=to_device)
+  except Exception:
+    env.close()
+    raise
+
+
 def segment_seed(seed: int, segment: int) -> int:
   """Environment seed of a segment (segment 0 uses `seed` itself)."""
   return (seed + 1_000_003 * segment) % (2**31 - 1)
@@ -283,13 +297,9 @@ class _InlineSource:
   def __init__(self, agent: Agent, config: LoopConfig, segment: int, process: int,
                to_device: bool, params: Any):
     seed = process_seed(config.seed, process)
-    self.env = make_env(config, config.num_envs, segment_seed(seed, segment))
-    try:
-      self.rollout = make_loop_rollout(self.env, agent.act, config.unroll_length, params,
-                                       xla=config.xla_rollout, to_device=to_device)
-    except Exception:
-      self.env.close()
-      raise
+    self.rollout = make_training_rollout(agent, config, segment_seed(seed, segment), params,
+                                         to_device=to_device)
+    self.env = self.rollout.env
     key = jax.random.fold_in(jax.random.PRNGKey(seed), segment)
     self.rollout_state = self.rollout.init(key)
     self._steps = config.unroll_length * config.num_envs
@@ -329,13 +339,7 @@ class _ActorSource:
     try:
       for i in range(k):
         seed = segment_seed(base + 104_729 * (i + 1), segment)
-        env = make_env(config, config.num_envs, seed)
-        try:
-          rollouts.append(make_loop_rollout(env, agent.act, config.unroll_length, params,
-                                            xla=config.xla_rollout, to_device=False))
-        except Exception:
-          env.close()
-          raise
+        rollouts.append(make_training_rollout(agent, config, seed, params, to_device=False))
         keys.append(jax.random.fold_in(jax.random.PRNGKey(seed), segment))
     except Exception:
       for r in rollouts:

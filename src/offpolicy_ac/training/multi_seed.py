@@ -171,9 +171,8 @@ def train_seeds(agent_factory: Callable[[Any], Agent], config: LoopConfig,
   def make_pools(segment):
     # Host trajectories: the seeds' unrolls are stacked on the host and copied to the
     # device once per iteration.
-    params = unstack(state.params) if config.xla_rollout else [None] * num
     sources = [_InlineSource(agent, c, segment, 0, to_device=False, params=p)
-               for c, p in zip(seed_configs, params)]
+               for c, p in zip(seed_configs, unstack(state.params))]
     evals = ([make_env(config, config.eval_episodes, segment_seed(s + 7, segment),
                        train=False) for s in seeds] if config.eval_every else [None] * num)
     return sources, evals
