@@ -21,6 +21,20 @@ from offpolicy_ac import envs
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
+
+def run_script(script, marker, *args, env=None):
+    """Runs `script` in a fresh Python process (a crash shows as its signal) and checks
+    that it exited 0 and printed `marker`."""
+    proc = subprocess.run(
+        [sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=300,
+        env=env,
+    )
+    assert proc.returncode == 0 and marker in proc.stdout, (
+        f"returncode {proc.returncode} (negative: killed by that signal)\n"
+        f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}"
+    )
+
+
 SCRIPT = textwrap.dedent(
     """
     import jax, jax.numpy as jnp, numpy as np
@@ -92,13 +106,7 @@ SCRIPT = textwrap.dedent(
 
 
 def test_xla_rollout_matches_host_rollout_in_subprocess():
-    proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=300
-    )
-    assert proc.returncode == 0 and "XLA-OK" in proc.stdout, (
-        f"returncode {proc.returncode} (negative: killed by that signal)\n"
-        f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}"
-    )
+    run_script(SCRIPT, "XLA-OK")
 
 
 ASYNC_SCRIPT = textwrap.dedent(
@@ -169,16 +177,7 @@ ASYNC_SCRIPT = textwrap.dedent(
 def test_xla_async_rollout_columns_are_environments_in_subprocess(tmp_path):
     # The checks of the host loop's async test (test_envs_rollout.py), on the compiled loop.
     result = tmp_path / "unrolls.pkl"
-    proc = subprocess.run(
-        [sys.executable, "-c", ASYNC_SCRIPT, str(result), str(pathlib.Path(__file__).parent)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0 and "XLA-ASYNC-OK" in proc.stdout, (
-        f"returncode {proc.returncode} (negative: killed by that signal)\n"
-        f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}"
-    )
+    run_script(ASYNC_SCRIPT, "XLA-ASYNC-OK", str(result), str(pathlib.Path(__file__).parent))
     with open(result, "rb") as f:
         out = pickle.load(f)
     for (num_envs, batch_size, T, _, lead), (trajs, stats, num_pending, ahead) in out.items():
@@ -243,11 +242,4 @@ PLACEMENT_SCRIPT = textwrap.dedent(
 
 def test_xla_rollout_runs_on_the_cpu_when_the_default_device_is_another():
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
-    proc = subprocess.run(
-        [sys.executable, "-c", PLACEMENT_SCRIPT], capture_output=True, text=True, timeout=300,
-        env=env,
-    )
-    assert proc.returncode == 0 and "XLA-PLACEMENT-OK" in proc.stdout, (
-        f"returncode {proc.returncode} (negative: killed by that signal)\n"
-        f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}"
-    )
+    run_script(PLACEMENT_SCRIPT, "XLA-PLACEMENT-OK", env=env)
