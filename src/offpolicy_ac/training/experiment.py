@@ -109,18 +109,6 @@ def _stop_on_signals(flag: _StopFlag):
       signal.signal(sig, old)
 
 
-def _preload_slow_imports(checkpoints: bool) -> None:
-  """Imports what the end of a run needs (plotting, orbax) while JAX compiles."""
-  try:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot  # noqa: F401
-    if checkpoints:
-      import orbax.checkpoint  # noqa: F401
-  except Exception:  # pylint: disable=broad-except
-    pass
-
-
 def _run_seeds(name: str, args: Any, agent_factory: Callable, **kwargs) -> list[RunResult]:
   """`--num-seeds N` where a vmapped learner cannot serve (or `--no-vmap-seeds`):
   seeds seed..seed+N-1 one after the other, each a complete run
@@ -189,8 +177,10 @@ def _after_backend_start(loop: LoopConfig) -> None:
     # every update anyway, so nothing is lost. Process-wide: set by the script's
     # runner, never by the library's modules.
     jax.config.update("jax_cpu_enable_async_dispatch", False)
-  threading.Thread(target=_preload_slow_imports, args=(bool(loop.checkpoint_every),),
-                   daemon=True).start()
+  # Nothing is imported in a background thread: matplotlib's ft2font runs Python code in
+  # its C++ static initializer, i.e. inside dlopen, holding the dynamic loader's lock; if
+  # that code gives up the GIL while the main thread imports another extension module
+  # (envpool's optree), the two threads deadlock. A run once hung that way (py-spy/gdb).
 
 
 def _make_checkpointer(loop: LoopConfig, root: pathlib.Path) -> Any:
