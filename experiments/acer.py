@@ -31,8 +31,15 @@ _LOOP_DEFAULT_UPDATES = LoopConfig().num_updates_per_train_iter
 @dataclasses.dataclass(frozen=True)
 class Args:
   loop: LoopConfig = LoopConfig(
-      env_id="CartPole-v1", total_env_steps=500_000, num_envs=8, unroll_length=16,
-      replay_capacity=1_000, min_replay_size=64, mini_batch_size=32, mini_batch_length=16)
+      env_id="CartPole-v1",
+      total_env_steps=500_000,
+      num_envs=8,
+      unroll_length=16,
+      replay_capacity=1_000,
+      min_replay_size=64,
+      mini_batch_size=32,
+      mini_batch_length=16,
+  )
   agent: AcerConfig = AcerConfig()
   resume: bool = False
   """Continue the run in --run-dir from its last checkpoint."""
@@ -44,36 +51,56 @@ class Args:
       raise ValueError(
           f"replay_ratio={self.agent.replay_ratio}: the training loop runs "
           "num_updates_per_train_iter >= 1 replayed updates after each on-policy "
-          "update, so ACER needs --replay-ratio >= 1")
+          "update, so ACER needs --replay-ratio >= 1"
+      )
     n = self.loop.num_updates_per_train_iter
     if n not in (_LOOP_DEFAULT_UPDATES, self.agent.replay_ratio):
       raise ValueError(
           f"--num-updates-per-train-iter {n} conflicts with --replay-ratio "
           f"{self.agent.replay_ratio}: ACER derives the loop's updates per iteration "
-          "from the replay ratio; set --replay-ratio only")
+          "from the replay ratio; set --replay-ratio only"
+      )
 
   @property
   def train_loop(self) -> LoopConfig:
     """The loop config actually run: replayed updates per iteration = replay_ratio."""
-    return dataclasses.replace(self.loop,
-                               num_updates_per_train_iter=self.agent.replay_ratio)
+    return dataclasses.replace(self.loop, num_updates_per_train_iter=self.agent.replay_ratio)
 
 
 _DEFAULT_LOOP = Args().loop
 
 PRESETS = {
     "cartpole": Args(),
-    "pendulum": Args(loop=dataclasses.replace(
-        _DEFAULT_LOOP, env_id="Pendulum-v1", total_env_steps=300_000, log_every=10_000)),
+    "pendulum": Args(
+        loop=dataclasses.replace(
+            _DEFAULT_LOOP, env_id="Pendulum-v1", total_env_steps=300_000, log_every=10_000
+        )
+    ),
     # The paper's Atari network and the OpenAI-baselines ACER settings (16 envs,
     # 20-step unrolls, a 50k-step buffer, 10k steps before replay); not tuned here.
     "atari": Args(
-        loop=LoopConfig(env_id="Pong-v5", atari=True, total_env_steps=10_000_000,
-                        num_envs=16, unroll_length=20, replay_capacity=2_500,
-                        min_replay_size=500, mini_batch_size=16, mini_batch_length=20,
-                        log_every=20_000, checkpoint_every=200_000),
-        agent=AcerConfig(torso="nature_cnn", shared_torso=True, optimizer="rmsprop",
-                         learning_rate=7e-4, max_grad_norm=10.0, reward_scale=1.0)),
+        loop=LoopConfig(
+            env_id="Pong-v5",
+            atari=True,
+            total_env_steps=10_000_000,
+            num_envs=16,
+            unroll_length=20,
+            replay_capacity=2_500,
+            min_replay_size=500,
+            mini_batch_size=16,
+            mini_batch_length=20,
+            log_every=20_000,
+            checkpoint_every=200_000,
+        ),
+        agent=AcerConfig(
+            torso="nature_cnn",
+            shared_torso=True,
+            optimizer="rmsprop",
+            learning_rate=7e-4,
+            max_grad_norm=10.0,
+            reward_scale=1.0,
+        ),
+    ),
 }
 
 

@@ -33,8 +33,12 @@ import tyro
 EXPERIMENTS = pathlib.Path(__file__).resolve().parent
 
 # DI-engine 0.5.3 on this machine (CartPole-v0, stop at 195, medians of 5 seeds).
-PEER_V0 = {"impala": (22_800, 12.0), "acer": (39_400, 14.8), "sql": (1_800, 8.4),
-           "sqil": (600, 7.6)}
+PEER_V0 = {
+    "impala": (22_800, 12.0),
+    "acer": (39_400, 14.8),
+    "sql": (1_800, 8.4),
+    "sqil": (600, 7.6),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,18 +61,50 @@ class Args:
 
 def _case_flags(case: str, args: Args, algo: str = "") -> list[str]:
   if case == "v1" and algo == "sqil":  # the issue's SQIL goal: 450 within 200k steps
-    return ["--env-id", "CartPole-v1", "--eval-episodes", "5", "--eval-every", "5000",
-            "--target-return", "450", "--total-env-steps", "200000", "--log-every", "5000"]
+    return [
+        "--env-id",
+        "CartPole-v1",
+        "--eval-episodes",
+        "5",
+        "--eval-every",
+        "5000",
+        "--target-return",
+        "450",
+        "--total-env-steps",
+        "200000",
+        "--log-every",
+        "5000",
+    ]
   if case == "v0":
     # SQL and SQIL start from their scripts' cartpole-v0 presets (high replay ratio,
     # alpha 0.12, step size 3e-3); the protocol flags below are the same for all.
     preset = ["--preset", "cartpole-v0"] if algo in ("sql", "sqil") else []
-    return preset + ["--env-id", "CartPole-v0", "--eval-episodes", "5", "--eval-every",
-                     "500", "--target-return", "195", "--total-env-steps",
-                     str(args.max_steps_v0)]
-  return ["--env-id", "CartPole-v1", "--eval-episodes", "5", "--eval-every", "5000",
-          "--target-return", "475", "--total-env-steps", str(args.max_steps_v1),
-          "--log-every", "5000"]
+    return preset + [
+        "--env-id",
+        "CartPole-v0",
+        "--eval-episodes",
+        "5",
+        "--eval-every",
+        "500",
+        "--target-return",
+        "195",
+        "--total-env-steps",
+        str(args.max_steps_v0),
+    ]
+  return [
+      "--env-id",
+      "CartPole-v1",
+      "--eval-episodes",
+      "5",
+      "--eval-every",
+      "5000",
+      "--target-return",
+      "475",
+      "--total-env-steps",
+      str(args.max_steps_v1),
+      "--log-every",
+      "5000",
+  ]
 
 
 def _run(script: str, flags: list[str], run_dir: pathlib.Path) -> dict:
@@ -80,18 +116,24 @@ def _run(script: str, flags: list[str], run_dir: pathlib.Path) -> dict:
     raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
   summary = json.loads((run_dir / "summary.json").read_text())
   lines = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
-  returns = [(l["env_steps"], l["episode_return"]) for l in lines
-             if l["episode_return"] is not None]
+  returns = [
+      (l["env_steps"], l["episode_return"]) for l in lines if l["episode_return"] is not None
+  ]
   trailing = None
   for i in range(len(returns)):
-    window = [r for _, r in returns[max(0, i - 2): i + 1]]
+    window = [r for _, r in returns[max(0, i - 2) : i + 1]]
     if len(window) == 3 and np.mean(window) >= 475:
       trailing = returns[i][0]
       break
-  return {"env_steps": summary["env_steps"], "wall_s": wall,
-          "reached": summary["reached_target"], "num_updates": summary["num_updates"],
-          "updates_per_s": summary["num_updates"] / max(summary["wall_time_s"], 1e-9),
-          "train_return_475_at": trailing, "run_dir": str(run_dir)}
+  return {
+      "env_steps": summary["env_steps"],
+      "wall_s": wall,
+      "reached": summary["reached_target"],
+      "num_updates": summary["num_updates"],
+      "updates_per_s": summary["num_updates"] / max(summary["wall_time_s"], 1e-9),
+      "train_return_475_at": trailing,
+      "run_dir": str(run_dir),
+  }
 
 
 def _median(xs):
@@ -108,11 +150,22 @@ def main(args: Args) -> dict:
     for case in args.cases:
       env_id = "CartPole-v0" if case == "v0" else "CartPole-v1"
       expert_dir = out / f"expert-sql-{case}"
-      experts[case] = _run("sql", ["--env-id", env_id, "--total-env-steps",
-                                   str(args.expert_steps)], expert_dir)
-      subprocess.run([sys.executable, str(EXPERIMENTS / "record_demos.py"), "--run-dir",
-                      str(expert_dir), "--episodes", "10", "--out",
-                      str(out / f"demos-{case}.npz")], check=True)
+      experts[case] = _run(
+          "sql", ["--env-id", env_id, "--total-env-steps", str(args.expert_steps)], expert_dir
+      )
+      subprocess.run(
+          [
+              sys.executable,
+              str(EXPERIMENTS / "record_demos.py"),
+              "--run-dir",
+              str(expert_dir),
+              "--episodes",
+              "10",
+              "--out",
+              str(out / f"demos-{case}.npz"),
+          ],
+          check=True,
+      )
   for algo in args.algorithms:
     for case in args.cases:
       runs = []
@@ -122,17 +175,20 @@ def main(args: Args) -> dict:
           flags += ["--demos", str(out / f"demos-{case}.npz")]
         run = _run(algo, flags, out / f"{algo}-{case}-seed{seed}")
         runs.append(run)
-        print(f"{algo:6s} {case} seed {seed}: {run['env_steps']:>7d} steps "
-              f"{run['wall_s']:6.1f} s reached={run['reached']}", flush=True)
+        print(
+            f"{algo:6s} {case} seed {seed}: {run['env_steps']:>7d} steps "
+            f"{run['wall_s']:6.1f} s reached={run['reached']}",
+            flush=True,
+        )
       results[f"{algo}-{case}"] = {
-          "runs": runs, "reached": sum(r["reached"] for r in runs),
+          "runs": runs,
+          "reached": sum(r["reached"] for r in runs),
           "median_env_steps": _median([r["env_steps"] if r["reached"] else None for r in runs]),
           "median_wall_s": _median([r["wall_s"] if r["reached"] else None for r in runs]),
           "median_updates_per_s": _median([r["updates_per_s"] for r in runs]),
           "median_train_return_475_at": _median([r["train_return_475_at"] for r in runs]),
       }
-  (out / "results.json").write_text(json.dumps({"results": results, "experts": experts},
-                                               indent=1))
+  (out / "results.json").write_text(json.dumps({"results": results, "experts": experts}, indent=1))
   table = _table(results, len(args.seeds))
   (out / "results.md").write_text(table)
   print(table)
@@ -141,23 +197,30 @@ def main(args: Args) -> dict:
 
 
 def _table(results: dict, num_seeds: int) -> str:
-  rows = ["| agent | case | reached | median env steps | median wall s | peer steps | "
-          "peer wall s | updates/s |", "|---|---|---|---|---|---|---|---|"]
+  rows = [
+      "| agent | case | reached | median env steps | median wall s | peer steps | "
+      "peer wall s | updates/s |",
+      "|---|---|---|---|---|---|---|---|",
+  ]
   for name, r in results.items():
     algo, case = name.split("-")
     peer = PEER_V0.get(algo) if case == "v0" else None
     fmt = lambda x, f: "n/a" if x is None else f.format(x)
-    rows.append(f"| {algo} | {case} | {r['reached']}/{num_seeds} | "
-                f"{fmt(r['median_env_steps'], '{:,.0f}')} | {fmt(r['median_wall_s'], '{:.1f}')} | "
-                f"{fmt(peer and peer[0], '{:,}')} | {fmt(peer and peer[1], '{:.1f}')} | "
-                f"{fmt(r['median_updates_per_s'], '{:.0f}')} |")
+    rows.append(
+        f"| {algo} | {case} | {r['reached']}/{num_seeds} | "
+        f"{fmt(r['median_env_steps'], '{:,.0f}')} | {fmt(r['median_wall_s'], '{:.1f}')} | "
+        f"{fmt(peer and peer[0], '{:,}')} | {fmt(peer and peer[1], '{:.1f}')} | "
+        f"{fmt(r['median_updates_per_s'], '{:.0f}')} |"
+    )
   return "\n".join(rows) + "\n"
 
 
 def _plot(results: dict, path: pathlib.Path) -> None:
   import matplotlib
+
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
+
   cases = sorted({name.split("-")[1] for name in results})
   fig, axes = plt.subplots(1, len(cases), figsize=(6 * len(cases), 4), squeeze=False)
   for ax, case in zip(axes[0], cases):
@@ -167,8 +230,10 @@ def _plot(results: dict, path: pathlib.Path) -> None:
         continue
       curves = []
       for run in r["runs"]:
-        lines = [json.loads(l) for l in
-                 (pathlib.Path(run["run_dir"]) / "metrics.jsonl").read_text().splitlines()]
+        lines = [
+            json.loads(l)
+            for l in (pathlib.Path(run["run_dir"]) / "metrics.jsonl").read_text().splitlines()
+        ]
         pts = [(l["env_steps"], l["eval_return"]) for l in lines if "eval_return" in l]
         if pts:
           curves.append(np.asarray(pts, float))
@@ -178,7 +243,7 @@ def _plot(results: dict, path: pathlib.Path) -> None:
       grid = np.linspace(0, end, 100)
       # a run that stopped at the target holds its last evaluation
       ys = np.stack([np.interp(grid, c[:, 0], c[:, 1]) for c in curves])
-      line, = ax.plot(grid, np.median(ys, 0), label=f"{algo} (median of {len(curves)})")
+      (line,) = ax.plot(grid, np.median(ys, 0), label=f"{algo} (median of {len(curves)})")
       ax.fill_between(grid, ys.min(0), ys.max(0), alpha=0.15, color=line.get_color())
     ax.axhline(195 if case == "v0" else 475, color="k", ls="--", lw=0.8)
     ax.set_title(f"CartPole-{case}: greedy evaluation return")

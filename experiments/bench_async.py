@@ -65,7 +65,9 @@ import statistics
 import sys
 import threading
 import time
-from typing import Any, Literal, Optional
+from typing import Any
+from typing import Literal
+from typing import Optional
 
 import jax
 import numpy as np
@@ -73,8 +75,9 @@ import tyro
 
 EXPERIMENTS = pathlib.Path(__file__).resolve().parent
 
-Mode = Literal["sync", "sync_pools", "async", "async_nolearn", "sync_xla", "async_xla",
-               "async_xla_nolearn"]
+Mode = Literal[
+    "sync", "sync_pools", "async", "async_nolearn", "sync_xla", "async_xla", "async_xla_nolearn"
+]
 RAW_NAMES = ("raw_1xN", "raw_1xKN", "raw_KxN")
 
 
@@ -82,8 +85,15 @@ RAW_NAMES = ("raw_1xN", "raw_1xKN", "raw_KxN")
 class Args:
   tasks: tuple[str, ...] = ("CartPole-v1", "Pong-v5")
   """envpool task ids (Atari ids, `*-v5` but CartPole, get Atari preprocessing)."""
-  modes: tuple[Mode, ...] = ("sync", "sync_pools", "async", "async_nolearn", "sync_xla",
-                             "async_xla", "async_xla_nolearn")
+  modes: tuple[Mode, ...] = (
+      "sync",
+      "sync_pools",
+      "async",
+      "async_nolearn",
+      "sync_xla",
+      "async_xla",
+      "async_xla_nolearn",
+  )
   """Training loops to time (raw envpool and the probe always run)."""
   actors: int = 2
   """K: actor threads of the async runs, pools of sync_pools, pools of raw K x N."""
@@ -157,13 +167,24 @@ def _task(task: str, args: Args, presets: dict) -> Task:
   t = args.pong_unroll if atari else args.cartpole_unroll
   steps = args.pong_steps if atari else args.cartpole_steps
   loop = dataclasses.replace(
-      preset.loop, env_id=task, atari=atari, seed=args.seed, total_env_steps=steps,
-      num_envs=n, unroll_length=t, log_every=n * t, eval_every=0, checkpoint_every=0,
-      target_return=None, num_seeds=1)
+      preset.loop,
+      env_id=task,
+      atari=atari,
+      seed=args.seed,
+      total_env_steps=steps,
+      num_envs=n,
+      unroll_length=t,
+      log_every=n * t,
+      eval_every=0,
+      checkpoint_every=0,
+      target_return=None,
+      num_seeds=1,
+  )
   agent = preset.agent
   if atari:
-    agent = dataclasses.replace(agent, torso=args.pong_torso,
-                                hidden_sizes=tuple(args.pong_hidden_sizes))
+    agent = dataclasses.replace(
+        agent, torso=args.pong_torso, hidden_sizes=tuple(args.pong_hidden_sizes)
+    )
   return Task(task, atari, n, t, steps, loop, agent)
 
 
@@ -174,8 +195,12 @@ def _loop_for(task: Task, mode: str, args: Args):
     return loop
   if mode == "sync_pools":
     return dataclasses.replace(loop, actor_pools=k)
-  return dataclasses.replace(loop, async_actors=k, max_policy_lag=args.max_policy_lag,
-                             actor_queue_size=args.actor_queue_size)
+  return dataclasses.replace(
+      loop,
+      async_actors=k,
+      max_policy_lag=args.max_policy_lag,
+      actor_queue_size=args.actor_queue_size,
+  )
 
 
 class _Agents:
@@ -186,14 +211,17 @@ class _Agents:
 
   def get(self, task: Task, spec: Any, nolearn: bool = False):
     from offpolicy_ac.agents import make_impala
+
     key = (task.task, task.agent, nolearn)
     if key not in self._cache:
       agent = make_impala(spec, task.agent)
       if nolearn:
+
         @jax.jit
         def noop_update(state, traj):
           del traj
           return state._replace(num_updates=state.num_updates + 1), {}
+
         agent = agent._replace(update=noop_update)
       self._cache[key] = agent
     return self._cache[key]
@@ -207,6 +235,7 @@ def raw_rate(task: Task, pools: int, envs_per_pool: int, seconds: float, seed: i
   them), each stepped in its own thread with envpool's gymnasium `step` and pre-drawn
   random actions."""
   from offpolicy_ac.training.loop import make_env
+
   random_actions = _load_script("bench_envs")._random_actions  # the same raw baseline
   envs_ = [make_env(task.loop, envs_per_pool, seed + 1009 * i) for i in range(pools)]
   try:
@@ -218,8 +247,9 @@ def raw_rate(task: Task, pools: int, envs_per_pool: int, seconds: float, seed: i
     def run(i: int) -> None:
       try:
         pool = envs_[i].pool
-        actions = random_actions(envs_[i].spec, 1024, envs_per_pool,
-                                 np.random.default_rng(seed + i))
+        actions = random_actions(
+            envs_[i].spec, 1024, envs_per_pool, np.random.default_rng(seed + i)
+        )
         pool.reset()
         for j in range(20):  # warm up
           pool.step(actions[j])
@@ -254,8 +284,11 @@ def raw_rate(task: Task, pools: int, envs_per_pool: int, seconds: float, seed: i
   finally:
     for env in envs_:
       env.close()
-  return {"env_steps_per_s": steps / wall, "steps_per_cpu_s": steps / max(cpu, 1e-9),
-          "num_envs": pools * envs_per_pool}
+  return {
+      "env_steps_per_s": steps / wall,
+      "steps_per_cpu_s": steps / max(cpu, 1e-9),
+      "num_envs": pools * envs_per_pool,
+  }
 
 
 # ---------------------------------------------------------------------------- probe
@@ -277,6 +310,7 @@ def probe(task: Task, agents: _Agents, args: Args, modes) -> dict:
   the training runs find the update compiled)."""
   from offpolicy_ac import envs
   from offpolicy_ac.training.loop import make_env
+
   env = make_env(task.loop, task.num_envs, args.seed)
   try:
     agent = agents.get(task, env.spec._replace(batch_size=task.num_envs))
@@ -295,6 +329,7 @@ def probe(task: Task, agents: _Agents, args: Args, modes) -> dict:
       def call():
         _, metrics = agent.update(state, jax.device_put(batch))
         jax.device_get(metrics)
+
       return call
 
     update(traj)()  # compiles
@@ -307,9 +342,13 @@ def probe(task: Task, agents: _Agents, args: Args, modes) -> dict:
   finally:
     env.close()
   k = args.actors
-  return {"unroll_s": unroll_s, "update_s": update_s,
-          "actor_traj_per_s": 1.0 / unroll_s, "learner_traj_per_s": 1.0 / update_s,
-          "learner_keeps_up": bool(update_s <= unroll_s / k)}
+  return {
+      "unroll_s": unroll_s,
+      "update_s": update_s,
+      "actor_traj_per_s": 1.0 / unroll_s,
+      "learner_traj_per_s": 1.0 / update_s,
+      "learner_keeps_up": bool(update_s <= unroll_s / k),
+  }
 
 
 # ---------------------------------------------------------------------------- training runs
@@ -332,6 +371,7 @@ class _Recorder:
 def train_rate(task: Task, mode: str, agents: _Agents, args: Args) -> dict:
   """Runs `train` for one mode; env steps/s etc. over the steady part of the run."""
   from offpolicy_ac.training.loop import train
+
   config = _loop_for(task, mode, args)
   nolearn = mode.endswith("nolearn")
   recorder = _Recorder()
@@ -340,21 +380,28 @@ def train_rate(task: Task, mode: str, agents: _Agents, args: Args) -> dict:
   total_wall = time.perf_counter() - t0
   lines = recorder.lines
   if len(lines) < 2:
-    raise RuntimeError(f"{task.task} {mode}: only {len(lines)} metrics line(s); raise the "
-                       "step budget")
+    raise RuntimeError(
+        f"{task.task} {mode}: only {len(lines)} metrics line(s); raise the " "step budget"
+    )
   warm = args.warmup_fraction * task.total_env_steps
   first = next((i for i, (_, _, r) in enumerate(lines) if r["env_steps"] >= warm), 0)
   warmup_included = first >= len(lines) - 1
   if warmup_included:  # too few lines past the warm-up: use the whole run
     first = 0
   (ta, ca, ra), (tb, cb, rb) = lines[first], lines[-1]
-  window = [r for _, _, r in lines[first + 1:]]
+  window = [r for _, _, r in lines[first + 1 :]]
   steps, dt = rb["env_steps"] - ra["env_steps"], tb - ta
-  out = {"env_steps_per_s": steps / dt, "updates_per_s": (rb["num_updates"] -
-                                                           ra["num_updates"]) / dt,
-         "steps_per_cpu_s": steps / max(cb - ca, 1e-9), "window_env_steps": steps,
-         "window_s": dt, "run_wall_s": total_wall, "env_steps": result.env_steps,
-         "num_updates": result.num_updates, "warmup_included": warmup_included}
+  out = {
+      "env_steps_per_s": steps / dt,
+      "updates_per_s": (rb["num_updates"] - ra["num_updates"]) / dt,
+      "steps_per_cpu_s": steps / max(cb - ca, 1e-9),
+      "window_env_steps": steps,
+      "window_s": dt,
+      "run_wall_s": total_wall,
+      "env_steps": result.env_steps,
+      "num_updates": result.num_updates,
+      "warmup_included": warmup_included,
+  }
   if config.uses_actor_threads:
     per_traj = task.num_envs * task.unroll_length
     dropped = sum(r.get("dropped_trajectories", 0) for r in window)
@@ -380,63 +427,99 @@ def _fmt(x, spec: str, width: int) -> str:
 
 def _report(task: Task, runs: dict, probes: list, args: Args) -> tuple[str, dict]:
   k, n = args.actors, task.num_envs
-  med = {name: {key: (any(r[key] for r in rs) if isinstance(rs[0][key], bool)
-                     else _median([r.get(key) for r in rs])) for key in rs[0]}
-         for name, rs in runs.items()}
+  med = {
+      name: {
+          key: (
+              any(r[key] for r in rs)
+              if isinstance(rs[0][key], bool)
+              else _median([r.get(key) for r in rs])
+          )
+          for key in rs[0]
+      }
+      for name, rs in runs.items()
+  }
   sps = {name: m["env_steps_per_s"] for name, m in med.items()}
   base_raw = sps["raw_KxN"]
   sync = sps.get("sync")
-  labels = {"raw_1xN": f"raw 1 pool x {n}", "raw_1xKN": f"raw 1 pool x {k * n}",
-            "raw_KxN": f"raw {k} pools x {n}, {k} threads *",
-            "sync": f"sync (1 pool x {n})", "sync_pools": f"sync, {k} pools x {n}",
-            "async": f"async, {k} actors x {n}",
-            "async_nolearn": f"async, {k} actors, no-op learner",
-            "sync_xla": f"sync, jitted rollout (1 pool x {n})",
-            "async_xla": f"async, jitted rollout, {k} actors x {n}",
-            "async_xla_nolearn": "async, jitted rollout, no-op learner"}
-  torso = task.agent.torso if task.agent.torso != "auto" else ("nature_cnn" if task.atari
-                                                               else "mlp")
+  labels = {
+      "raw_1xN": f"raw 1 pool x {n}",
+      "raw_1xKN": f"raw 1 pool x {k * n}",
+      "raw_KxN": f"raw {k} pools x {n}, {k} threads *",
+      "sync": f"sync (1 pool x {n})",
+      "sync_pools": f"sync, {k} pools x {n}",
+      "async": f"async, {k} actors x {n}",
+      "async_nolearn": f"async, {k} actors, no-op learner",
+      "sync_xla": f"sync, jitted rollout (1 pool x {n})",
+      "async_xla": f"async, jitted rollout, {k} actors x {n}",
+      "async_xla_nolearn": "async, jitted rollout, no-op learner",
+  }
+  torso = (
+      task.agent.torso if task.agent.torso != "auto" else ("nature_cnn" if task.atari else "mlp")
+  )
   net = f"{torso} {tuple(task.agent.hidden_sizes)}" if torso == "mlp" else torso
-  lines = [f"{task.task}: N={n} envs per pool, K={k}, T={task.unroll_length}, network {net}, "
-           f"{task.total_env_steps:,} env steps per run (first {args.warmup_fraction:.0%} left "
-           f"out), max_policy_lag={args.max_policy_lag}, medians of {args.repeats}",
-           f"{'mode':<36}{'envs':>5}{'env steps/s':>13}{'/sync':>7}{'/raw*':>7}"
-           f"{'updates/s':>11}{'steps/CPU-s':>13}{'cores':>7}{'dropped':>9}{'lag':>6}"]
+  lines = [
+      f"{task.task}: N={n} envs per pool, K={k}, T={task.unroll_length}, network {net}, "
+      f"{task.total_env_steps:,} env steps per run (first {args.warmup_fraction:.0%} left "
+      f"out), max_policy_lag={args.max_policy_lag}, medians of {args.repeats}",
+      f"{'mode':<36}{'envs':>5}{'env steps/s':>13}{'/sync':>7}{'/raw*':>7}"
+      f"{'updates/s':>11}{'steps/CPU-s':>13}{'cores':>7}{'dropped':>9}{'lag':>6}",
+  ]
   ratios: dict = {}
-  for name in (*RAW_NAMES, "sync", "sync_pools", "async", "async_nolearn", "sync_xla",
-               "async_xla", "async_xla_nolearn"):
+  for name in (
+      *RAW_NAMES,
+      "sync",
+      "sync_pools",
+      "async",
+      "async_nolearn",
+      "sync_xla",
+      "async_xla",
+      "async_xla_nolearn",
+  ):
     if name not in med:
       continue
     m = med[name]
     envs_ = m.get("num_envs") or (n if name in ("sync", "sync_xla") else k * n)
     r_sync = sps[name] / sync if sync else None
     r_raw = sps[name] / base_raw
-    ratios[name] = {"vs_sync": r_sync, "vs_raw_KxN": r_raw,
-                    "vs_raw_1xKN": sps[name] / sps["raw_1xKN"]}
+    ratios[name] = {
+        "vs_sync": r_sync,
+        "vs_raw_KxN": r_raw,
+        "vs_raw_1xKN": sps[name] / sps["raw_1xKN"],
+    }
     lines.append(
         f"{labels[name]:<36}{int(envs_):>5}{sps[name]:>13,.0f}{_fmt(r_sync, '.2f', 7)}"
         f"{r_raw:>7.2f}{_fmt(m.get('updates_per_s'), ',.1f', 11)}"
         f"{m['steps_per_cpu_s']:>13,.0f}{sps[name] / m['steps_per_cpu_s']:>7.2f}"
         f"{_fmt(m.get('dropped_fraction'), '.1%', 9)}"
-        f"{_fmt(m.get('policy_lag'), '.2f', 6)}")
-  lines.append("* the /raw base: K pools of N envs stepped in K threads, the async run's "
-               f"layout (async / raw 1 pool x {k * n}: "
-               + (f"{sps['async'] / sps['raw_1xKN']:.2f})" if "async" in sps else "n/a)"))
+        f"{_fmt(m.get('policy_lag'), '.2f', 6)}"
+    )
+  lines.append(
+      "* the /raw base: K pools of N envs stepped in K threads, the async run's "
+      f"layout (async / raw 1 pool x {k * n}: "
+      + (f"{sps['async'] / sps['raw_1xKN']:.2f})" if "async" in sps else "n/a)")
+  )
   p = {key: _median([x[key] for x in probes]) for key in ("unroll_s", "update_s")}
   keeps_up = p["update_s"] <= p["unroll_s"] / k
   lines.append(
       f"bottleneck (timed alone): an actor unrolls [T+1={task.unroll_length + 1}, {n}] in "
       f"{p['unroll_s'] * 1e3:.1f} ms ({k} actors: {k / p['unroll_s']:.1f} traj/s), the "
       f"learner updates on one in {p['update_s'] * 1e3:.1f} ms ({1 / p['update_s']:.1f} "
-      f"traj/s): " + ("the learner keeps up" if keeps_up else
-                      f"LEARNER-BOUND (needs <= {p['unroll_s'] / k * 1e3:.1f} ms)")
-      + f"; {os.cpu_count()} CPU cores for {k} actors + their pools + the learner")
+      f"traj/s): "
+      + (
+          "the learner keeps up"
+          if keeps_up
+          else f"LEARNER-BOUND (needs <= {p['unroll_s'] / k * 1e3:.1f} ms)"
+      )
+      + f"; {os.cpu_count()} CPU cores for {k} actors + their pools + the learner"
+  )
   if "async" in med:
     busy = med["async"]["updates_per_s"] * p["update_s"]
-    lines.append(f"in the async run the learner updated {med['async']['updates_per_s']:.1f} "
-                 f"times/s: busy about {busy:.0%} of the time (at the update time timed "
-                 f"alone); env steps/s of the trajectories it used (not dropped): "
-                 f"{med['async']['used_env_steps_per_s']:,.0f}")
+    lines.append(
+        f"in the async run the learner updated {med['async']['updates_per_s']:.1f} "
+        f"times/s: busy about {busy:.0%} of the time (at the update time timed "
+        f"alone); env steps/s of the trajectories it used (not dropped): "
+        f"{med['async']['used_env_steps_per_s']:,.0f}"
+    )
   lines.append("'cores': CPU-seconds per second of the whole process (all threads)")
   for name in ("async", "async_xla"):
     if name in med and "sync" in med:
@@ -446,17 +529,30 @@ def _report(task: Task, runs: dict, probes: list, args: Args) -> tuple[str, dict
     for name in ("async", "async_nolearn", "async_xla", "async_xla_nolearn"):
       if name in sps:
         r = sps[name] / base_raw
-        lines.append(f"goal {name} >= 0.8 x raw ({k} pools x {n}): {r:.2f} -> "
-                     f"{'met' if r >= 0.8 else 'NOT met'}"
-                     + ("" if name.endswith("nolearn") or keeps_up else
-                        " (the learner does not keep up here: see bottleneck)"))
-  summary = {"config": {"num_envs": n, "actors": k, "unroll_length": task.unroll_length,
-                        "total_env_steps": task.total_env_steps, "network": net,
-                        "loop": dataclasses.asdict(task.loop),
-                        "agent": dataclasses.asdict(task.agent)},
-             "medians": med, "ratios": ratios,
-             "probe": {**p, "learner_keeps_up": keeps_up, "repeats": probes},
-             "repeats": runs}
+        lines.append(
+            f"goal {name} >= 0.8 x raw ({k} pools x {n}): {r:.2f} -> "
+            f"{'met' if r >= 0.8 else 'NOT met'}"
+            + (
+                ""
+                if name.endswith("nolearn") or keeps_up
+                else " (the learner does not keep up here: see bottleneck)"
+            )
+        )
+  summary = {
+      "config": {
+          "num_envs": n,
+          "actors": k,
+          "unroll_length": task.unroll_length,
+          "total_env_steps": task.total_env_steps,
+          "network": net,
+          "loop": dataclasses.asdict(task.loop),
+          "agent": dataclasses.asdict(task.agent),
+      },
+      "medians": med,
+      "ratios": ratios,
+      "probe": {**p, "learner_keeps_up": keeps_up, "repeats": probes},
+      "repeats": runs,
+  }
   return "\n".join(lines), summary
 
 
@@ -472,11 +568,14 @@ def main(args: Args) -> dict:
   if not 0 <= args.warmup_fraction < 1:
     raise ValueError("--warmup-fraction must lie in [0, 1)")
   import envpool
+
   presets = _load_script("impala").PRESETS
-  header = (f"jax {jax.__version__}, envpool {envpool.__version__}, {jax.devices()}, "
-            f"{os.cpu_count()} CPU cores, {platform.processor() or platform.machine()}, "
-            f"cpu_async_dispatch=False, load average at start "
-            f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+  header = (
+      f"jax {jax.__version__}, envpool {envpool.__version__}, {jax.devices()}, "
+      f"{os.cpu_count()} CPU cores, {platform.processor() or platform.machine()}, "
+      f"cpu_async_dispatch=False, load average at start "
+      f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}"
+  )
   print(header, flush=True)
   agents = _Agents()
   texts, results = [header], {}
@@ -488,8 +587,9 @@ def main(args: Args) -> dict:
     for rep in range(args.repeats):  # interleaved: drift hits every mode alike
       probes.append(probe(task, agents, args, args.modes))
       for raw_name, (pools, per) in zip(RAW_NAMES, ((1, n), (1, k * n), (k, n))):
-        runs.setdefault(raw_name, []).append(raw_rate(task, pools, per, args.raw_seconds,
-                                                      args.seed))
+        runs.setdefault(raw_name, []).append(
+            raw_rate(task, pools, per, args.raw_seconds, args.seed)
+        )
       for mode in args.modes:
         runs.setdefault(mode, []).append(train_rate(task, mode, agents, args))
       done = ", ".join(f"{m} {rs[-1]['env_steps_per_s']:,.0f}" for m, rs in runs.items())

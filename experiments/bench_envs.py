@@ -33,178 +33,178 @@ from offpolicy_ac import envs
 
 @dataclasses.dataclass(frozen=True)
 class Args:
-    tasks: tuple[str, ...] = ("CartPole-v1", "Pong-v5")
-    """envpool task ids to benchmark."""
-    modes: tuple[str, ...] = ("sync", "async")
-    """"sync" (batch_size = num_envs) and/or "async" (batch_size = num_envs // 2)."""
-    cartpole_envs: int = 32
-    """Number of environments for non-Atari tasks."""
-    atari_envs: int = 8
-    """Number of environments for Atari tasks."""
-    num_threads: int = 0
-    """envpool worker threads (0: envpool's default)."""
-    unroll_length: int = 32
-    """T of each unroll."""
-    cartpole_seconds: float = 1.0
-    """Approximate duration of one timed repeat, non-Atari."""
-    atari_seconds: float = 2.0
-    """Approximate duration of one timed repeat, Atari."""
-    repeats: int = 5
-    """Timed repeats per method (medians are reported)."""
-    seed: int = 0
-    """Seed of environments and policy."""
-    xla: bool = True
-    """Also time `make_xla_rollout` (tasks with int32/float32 actions)."""
-    cpu_async_dispatch: bool = False
-    """JAX's `jax_cpu_enable_async_dispatch`. Off runs each tiny policy call inline on the
+  tasks: tuple[str, ...] = ("CartPole-v1", "Pong-v5")
+  """envpool task ids to benchmark."""
+  modes: tuple[str, ...] = ("sync", "async")
+  """"sync" (batch_size = num_envs) and/or "async" (batch_size = num_envs // 2)."""
+  cartpole_envs: int = 32
+  """Number of environments for non-Atari tasks."""
+  atari_envs: int = 8
+  """Number of environments for Atari tasks."""
+  num_threads: int = 0
+  """envpool worker threads (0: envpool's default)."""
+  unroll_length: int = 32
+  """T of each unroll."""
+  cartpole_seconds: float = 1.0
+  """Approximate duration of one timed repeat, non-Atari."""
+  atari_seconds: float = 2.0
+  """Approximate duration of one timed repeat, Atari."""
+  repeats: int = 5
+  """Timed repeats per method (medians are reported)."""
+  seed: int = 0
+  """Seed of environments and policy."""
+  xla: bool = True
+  """Also time `make_xla_rollout` (tasks with int32/float32 actions)."""
+  cpu_async_dispatch: bool = False
+  """JAX's `jax_cpu_enable_async_dispatch`. Off runs each tiny policy call inline on the
     calling thread instead of handing it to a worker thread, which is several times faster
     for per-step actor calls on a small CPU; on is JAX's default."""
 
 
 def _make(task: str, num_envs: int, batch_size: int, args: Args) -> envs.EnvPoolEnv:
-    kwargs = dict(batch_size=batch_size, num_threads=args.num_threads)
-    if task.endswith("-v5") and "CartPole" not in task:
-        return envs.make_atari(task, num_envs, args.seed, train=True, **kwargs)
-    return envs.make(task, num_envs, args.seed, **kwargs)
+  kwargs = dict(batch_size=batch_size, num_threads=args.num_threads)
+  if task.endswith("-v5") and "CartPole" not in task:
+    return envs.make_atari(task, num_envs, args.seed, train=True, **kwargs)
+  return envs.make(task, num_envs, args.seed, **kwargs)
 
 
 def _xla_supported(task: str) -> bool:
-    import envpool
+  import envpool
 
-    return np.dtype(envpool.make_spec(task)._action_spec[-1][0]) != np.float64
+  return np.dtype(envpool.make_spec(task)._action_spec[-1][0]) != np.float64
 
 
 def _trivial_act(spec: envs.EnvSpec):
-    if spec.is_discrete:
+  if spec.is_discrete:
 
-        def act(params, obs, key):
-            logits = jnp.zeros((obs.shape[0], spec.num_actions), jnp.float32)
-            action = jax.random.categorical(key, logits).astype(jnp.int32)
-            return action, {"logits": logits}
+    def act(params, obs, key):
+      logits = jnp.zeros((obs.shape[0], spec.num_actions), jnp.float32)
+      action = jax.random.categorical(key, logits).astype(jnp.int32)
+      return action, {"logits": logits}
 
-    else:
-        low = jnp.asarray(spec.action_low, jnp.float32).reshape(spec.action_shape)
-        high = jnp.asarray(spec.action_high, jnp.float32).reshape(spec.action_shape)
+  else:
+    low = jnp.asarray(spec.action_low, jnp.float32).reshape(spec.action_shape)
+    high = jnp.asarray(spec.action_high, jnp.float32).reshape(spec.action_shape)
 
-        def act(params, obs, key):
-            mean = jnp.zeros((obs.shape[0], *spec.action_shape), jnp.float32)
-            action = mean + (high - low) / 4 * jax.random.normal(key, mean.shape)
-            return action, {"mean": mean}
+    def act(params, obs, key):
+      mean = jnp.zeros((obs.shape[0], *spec.action_shape), jnp.float32)
+      action = mean + (high - low) / 4 * jax.random.normal(key, mean.shape)
+      return action, {"mean": mean}
 
-    return act
+  return act
 
 
 def _random_actions(spec: envs.EnvSpec, count: int, batch: int, rng: np.random.Generator):
-    if spec.is_discrete:
-        return rng.integers(0, spec.num_actions, size=(count, batch), dtype=np.int32)
-    low = np.asarray(spec.action_low, np.float32).reshape(spec.action_shape)
-    high = np.asarray(spec.action_high, np.float32).reshape(spec.action_shape)
-    return rng.uniform(low, high, size=(count, batch, *spec.action_shape)).astype(np.float32)
+  if spec.is_discrete:
+    return rng.integers(0, spec.num_actions, size=(count, batch), dtype=np.int32)
+  low = np.asarray(spec.action_low, np.float32).reshape(spec.action_shape)
+  high = np.asarray(spec.action_high, np.float32).reshape(spec.action_shape)
+  return rng.uniform(low, high, size=(count, batch, *spec.action_shape)).astype(np.float32)
 
 
 def _timed(run_chunk, steps_per_chunk: int):
-    """A timer: `timer(seconds)` runs chunks until `seconds` passed and returns
-    (steps per wall-clock second, steps per CPU second of this process, all threads)."""
+  """A timer: `timer(seconds)` runs chunks until `seconds` passed and returns
+  (steps per wall-clock second, steps per CPU second of this process, all threads)."""
 
-    def timer(seconds: float) -> tuple[float, float]:
-        chunks, start, cpu_start = 0, time.perf_counter(), time.process_time()
-        while True:
-            run_chunk()
-            chunks += 1
-            elapsed = time.perf_counter() - start
-            if elapsed >= seconds:
-                cpu = time.process_time() - cpu_start
-                return chunks * steps_per_chunk / elapsed, chunks * steps_per_chunk / cpu
+  def timer(seconds: float) -> tuple[float, float]:
+    chunks, start, cpu_start = 0, time.perf_counter(), time.process_time()
+    while True:
+      run_chunk()
+      chunks += 1
+      elapsed = time.perf_counter() - start
+      if elapsed >= seconds:
+        cpu = time.process_time() - cpu_start
+        return chunks * steps_per_chunk / elapsed, chunks * steps_per_chunk / cpu
 
-    return timer
+  return timer
 
 
 def raw_timer(task: str, num_envs: int, batch_size: int, args: Args):
-    """Raw envpool: the gymnasium API with pre-drawn random actions, nothing else."""
-    env = _make(task, num_envs, batch_size, args)
-    pool = env.pool
-    actions = _random_actions(env.spec, 1024, batch_size, np.random.default_rng(args.seed))
-    counter = [0]
-    if batch_size == num_envs:
-        pool.reset()
+  """Raw envpool: the gymnasium API with pre-drawn random actions, nothing else."""
+  env = _make(task, num_envs, batch_size, args)
+  pool = env.pool
+  actions = _random_actions(env.spec, 1024, batch_size, np.random.default_rng(args.seed))
+  counter = [0]
+  if batch_size == num_envs:
+    pool.reset()
 
-        def chunk():
-            for _ in range(100):
-                pool.step(actions[counter[0] % 1024])
-                counter[0] += 1
+    def chunk():
+      for _ in range(100):
+        pool.step(actions[counter[0] % 1024])
+        counter[0] += 1
 
-    else:
-        pool.async_reset()
+  else:
+    pool.async_reset()
 
-        def chunk():
-            for _ in range(100):
-                info = pool.recv()[-1]
-                pool.send(actions[counter[0] % 1024], info["env_id"])
-                counter[0] += 1
+    def chunk():
+      for _ in range(100):
+        info = pool.recv()[-1]
+        pool.send(actions[counter[0] % 1024], info["env_id"])
+        counter[0] += 1
 
-    chunk()  # warm up
-    return _timed(chunk, 100 * batch_size)
+  chunk()  # warm up
+  return _timed(chunk, 100 * batch_size)
 
 
 def rollout_timer(task: str, num_envs: int, batch_size: int, args: Args, xla: bool = False):
-    """`make_rollout` (or `make_xla_rollout`) with a trivial jitted policy: steps/s of unroll."""
-    env = _make(task, num_envs, batch_size, args)
-    params = jnp.zeros(())
-    key = jax.random.PRNGKey(args.seed)
-    if xla:
-        rollout = envs.make_xla_rollout(env, _trivial_act(env.spec), args.unroll_length)
-        state = [rollout.init(params, key)]
-    else:
-        rollout = envs.make_rollout(env, _trivial_act(env.spec), args.unroll_length)
-        state = [rollout.init(key)]
+  """`make_rollout` (or `make_xla_rollout`) with a trivial jitted policy: steps/s of unroll."""
+  env = _make(task, num_envs, batch_size, args)
+  params = jnp.zeros(())
+  key = jax.random.PRNGKey(args.seed)
+  if xla:
+    rollout = envs.make_xla_rollout(env, _trivial_act(env.spec), args.unroll_length)
+    state = [rollout.init(params, key)]
+  else:
+    rollout = envs.make_rollout(env, _trivial_act(env.spec), args.unroll_length)
+    state = [rollout.init(key)]
 
-    def chunk():
-        state[0], traj, _ = rollout.unroll(params, state[0])
-        jax.block_until_ready(traj)
+  def chunk():
+    state[0], traj, _ = rollout.unroll(params, state[0])
+    jax.block_until_ready(traj)
 
-    for _ in range(3):  # compile and warm up
-        chunk()
-    return _timed(chunk, args.unroll_length * num_envs)
+  for _ in range(3):  # compile and warm up
+    chunk()
+  return _timed(chunk, args.unroll_length * num_envs)
 
 
 def main(args: Args) -> None:
-    # A process-wide setting, read when JAX's CPU client starts: set it before any JAX work.
-    jax.config.update("jax_cpu_enable_async_dispatch", args.cpu_async_dispatch)
-    print(
-        f"jax {jax.__version__}, devices {jax.devices()}, T={args.unroll_length}, "
-        f"cpu_async_dispatch={args.cpu_async_dispatch}"
-    )
-    print(
-        f"{'task':<14}{'mode':<7}{'envs':>5}{'batch':>6}{'raw steps/s':>14}{'rollout':>12}"
-        f"{'ratio':>7}{'xla rollout':>13}{'ratio':>7}   per CPU-second: raw, rollout, xla"
-    )
-    for task in args.tasks:
-        atari = task.endswith("-v5") and "CartPole" not in task
-        num_envs = args.atari_envs if atari else args.cartpole_envs
-        seconds = args.atari_seconds if atari else args.cartpole_seconds
-        for mode in args.modes:
-            if mode not in ("sync", "async"):
-                raise ValueError(f"mode must be 'sync' or 'async', got {mode!r}")
-            batch = num_envs if mode == "sync" else max(1, num_envs // 2)
-            use_xla = args.xla and _xla_supported(task)
-            timers = {
-                "raw": raw_timer(task, num_envs, batch, args),
-                "rollout": rollout_timer(task, num_envs, batch, args),
-            }
-            if use_xla:
-                timers["xla"] = rollout_timer(task, num_envs, batch, args, xla=True)
-            results: dict[str, list[tuple[float, float]]] = {name: [] for name in timers}
-            for _ in range(args.repeats):  # interleaved so drift hits all alike
-                for name, timer in timers.items():
-                    results[name].append(timer(seconds))
-            wall = {k: statistics.median(x[0] for x in v) for k, v in results.items()}
-            cpu = {k: statistics.median(x[1] for x in v) for k, v in results.items()}
-            r, o = wall["raw"], wall["rollout"]
-            line = f"{task:<14}{mode:<7}{num_envs:>5}{batch:>6}{r:>14,.0f}{o:>12,.0f}{o / r:>7.2f}"
-            line += f"{wall['xla']:>13,.0f}{wall['xla'] / r:>7.2f}" if use_xla else " " * 20
-            line += "   " + ", ".join(f"{v:,.0f}" for v in cpu.values())
-            print(line, flush=True)
+  # A process-wide setting, read when JAX's CPU client starts: set it before any JAX work.
+  jax.config.update("jax_cpu_enable_async_dispatch", args.cpu_async_dispatch)
+  print(
+      f"jax {jax.__version__}, devices {jax.devices()}, T={args.unroll_length}, "
+      f"cpu_async_dispatch={args.cpu_async_dispatch}"
+  )
+  print(
+      f"{'task':<14}{'mode':<7}{'envs':>5}{'batch':>6}{'raw steps/s':>14}{'rollout':>12}"
+      f"{'ratio':>7}{'xla rollout':>13}{'ratio':>7}   per CPU-second: raw, rollout, xla"
+  )
+  for task in args.tasks:
+    atari = task.endswith("-v5") and "CartPole" not in task
+    num_envs = args.atari_envs if atari else args.cartpole_envs
+    seconds = args.atari_seconds if atari else args.cartpole_seconds
+    for mode in args.modes:
+      if mode not in ("sync", "async"):
+        raise ValueError(f"mode must be 'sync' or 'async', got {mode!r}")
+      batch = num_envs if mode == "sync" else max(1, num_envs // 2)
+      use_xla = args.xla and _xla_supported(task)
+      timers = {
+          "raw": raw_timer(task, num_envs, batch, args),
+          "rollout": rollout_timer(task, num_envs, batch, args),
+      }
+      if use_xla:
+        timers["xla"] = rollout_timer(task, num_envs, batch, args, xla=True)
+      results: dict[str, list[tuple[float, float]]] = {name: [] for name in timers}
+      for _ in range(args.repeats):  # interleaved so drift hits all alike
+        for name, timer in timers.items():
+          results[name].append(timer(seconds))
+      wall = {k: statistics.median(x[0] for x in v) for k, v in results.items()}
+      cpu = {k: statistics.median(x[1] for x in v) for k, v in results.items()}
+      r, o = wall["raw"], wall["rollout"]
+      line = f"{task:<14}{mode:<7}{num_envs:>5}{batch:>6}{r:>14,.0f}{o:>12,.0f}{o / r:>7.2f}"
+      line += f"{wall['xla']:>13,.0f}{wall['xla'] / r:>7.2f}" if use_xla else " " * 20
+      line += "   " + ", ".join(f"{v:,.0f}" for v in cpu.values())
+      print(line, flush=True)
 
 
 if __name__ == "__main__":
-    main(tyro.cli(Args))
+  main(tyro.cli(Args))

@@ -93,8 +93,16 @@ def _cases(x: dict[str, jax.Array], method: str):
     return rlax.lambda_returns(r_t, discount_t, v_t, soft_lambda)
 
   vtrace_args = (x["v_tm1"], x["v_t"], x["r_t"], x["discount_t"], x["rho_tm1"])
-  retrace_args = (x["q_tm1"], x["q_t"], x["a_tm1"], x["a_t"], x["r_t"],
-                  x["discount_t"], x["pi_t"], x["mu_t"])
+  retrace_args = (
+      x["q_tm1"],
+      x["q_t"],
+      x["a_tm1"],
+      x["a_t"],
+      x["r_t"],
+      x["discount_t"],
+      x["pi_t"],
+      x["mu_t"],
+  )
   soft_args = (x["r_t"], x["discount_t"], x["q_t"])
 
   def vtrace_bound(v_tm1, v_t, r_t, d, rho):  # 5 inputs -> 3 outputs
@@ -115,26 +123,38 @@ def _cases(x: dict[str, jax.Array], method: str):
       "vtrace": (
           jax.jit(functools.partial(losses.vtrace, method=method)),
           jax.jit(vm(rlax.vtrace_td_error_and_advantage)),
-          jax.jit(vtrace_bound), vtrace_args),
+          jax.jit(vtrace_bound),
+          vtrace_args,
+      ),
       "retrace": (
-          jax.jit(functools.partial(losses.retrace, lambda_=0.9,
-                                    method=method)),
+          jax.jit(functools.partial(losses.retrace, lambda_=0.9, method=method)),
           jax.jit(vm(functools.partial(rlax.retrace, lambda_=0.9))),
-          jax.jit(retrace_bound), retrace_args),
+          jax.jit(retrace_bound),
+          retrace_args,
+      ),
       "soft_q": (
-          jax.jit(functools.partial(losses.soft_q_targets, alpha=soft_alpha,
-                                    lambda_=soft_lambda, method=method)),
+          jax.jit(
+              functools.partial(
+                  losses.soft_q_targets, alpha=soft_alpha, lambda_=soft_lambda, method=method
+              )
+          ),
           jax.jit(vm(rlax_soft)),
-          jax.jit(soft_bound), soft_args),
+          jax.jit(soft_bound),
+          soft_args,
+      ),
   }
 
 
 def main(args: Args) -> list[dict]:
-  print(f"jax {jax.__version__} on {jax.devices()[0].device_kind} "
-        f"({jax.default_backend()}), rlax {rlax.__version__}")
-  header = (f"{'estimator':9s} {'shape':>9s} {'method':>11s} {'ours ms':>8s} "
-            f"{'rlax ms':>8s} {'bound ms':>8s} {'rlax/ours':>9s} "
-            f"{'bound/ours':>10s}")
+  print(
+      f"jax {jax.__version__} on {jax.devices()[0].device_kind} "
+      f"({jax.default_backend()}), rlax {rlax.__version__}"
+  )
+  header = (
+      f"{'estimator':9s} {'shape':>9s} {'method':>11s} {'ours ms':>8s} "
+      f"{'rlax ms':>8s} {'bound ms':>8s} {'rlax/ours':>9s} "
+      f"{'bound/ours':>10s}"
+  )
   print(header)
   results = []
   for shape in args.shapes:
@@ -151,17 +171,25 @@ def main(args: Args) -> list[dict]:
           for key, fn in (("ours", ours), ("rlax", ref), ("bound", bound)):
             samples[key] += _median_ms(fn, fn_args, args.repeats)
         med = {k: float(np.median(v)) for k, v in samples.items()}
-        row = dict(estimator=name, T=t, B=b, method=method,
-                   ours_ms=med["ours"], rlax_ms=med["rlax"],
-                   bound_ms=med["bound"],
-                   speedup_vs_rlax=med["rlax"] / med["ours"],
-                   fraction_of_bound=med["bound"] / med["ours"],
-                   device=jax.devices()[0].device_kind)
+        row = dict(
+            estimator=name,
+            T=t,
+            B=b,
+            method=method,
+            ours_ms=med["ours"],
+            rlax_ms=med["rlax"],
+            bound_ms=med["bound"],
+            speedup_vs_rlax=med["rlax"] / med["ours"],
+            fraction_of_bound=med["bound"] / med["ours"],
+            device=jax.devices()[0].device_kind,
+        )
         results.append(row)
-        print(f"{name:9s} {shape:>9s} {method:>11s} {med['ours']:8.3f} "
-              f"{med['rlax']:8.3f} {med['bound']:8.3f} "
-              f"{row['speedup_vs_rlax']:9.2f} {row['fraction_of_bound']:10.2f}",
-              flush=True)
+        print(
+            f"{name:9s} {shape:>9s} {method:>11s} {med['ours']:8.3f} "
+            f"{med['rlax']:8.3f} {med['bound']:8.3f} "
+            f"{row['speedup_vs_rlax']:9.2f} {row['fraction_of_bound']:10.2f}",
+            flush=True,
+        )
   if args.json_out:
     with open(args.json_out, "w") as f:
       json.dump(results, f, indent=1)

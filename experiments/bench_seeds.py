@@ -38,10 +38,23 @@ class Args:
 
 
 def _run(args: Args, vmap: bool, run_dir: pathlib.Path) -> float:
-  cmd = [sys.executable, str(EXPERIMENTS / f"{args.script}.py"), "--env-id", args.env_id,
-         "--num-seeds", str(args.num_seeds), "--total-env-steps", str(args.total_env_steps),
-         "--checkpoint-every", "0", "--log-every", str(args.total_env_steps // 4),
-         "--run-dir", str(run_dir), "--vmap-seeds" if vmap else "--no-vmap-seeds"]
+  cmd = [
+      sys.executable,
+      str(EXPERIMENTS / f"{args.script}.py"),
+      "--env-id",
+      args.env_id,
+      "--num-seeds",
+      str(args.num_seeds),
+      "--total-env-steps",
+      str(args.total_env_steps),
+      "--checkpoint-every",
+      "0",
+      "--log-every",
+      str(args.total_env_steps // 4),
+      "--run-dir",
+      str(run_dir),
+      "--vmap-seeds" if vmap else "--no-vmap-seeds",
+  ]
   start = time.perf_counter()
   subprocess.run(cmd, check=True, capture_output=True, text=True)
   return time.perf_counter() - start
@@ -61,13 +74,15 @@ def main(args: Args) -> dict:
           finals.append(json.loads(lines[-1])["episode_return"])
         returns[name] = finals
   med = {k: statistics.median(v) for k, v in times.items()}
-  report = (f"{args.script} {args.env_id}: {args.num_seeds} seeds x {args.total_env_steps} "
-            f"env steps, medians of {args.repeats} (launch to exit)\n"
-            f"  vmapped learner : {med['vmapped']:7.1f} s  {times['vmapped']}\n"
-            f"  one after other : {med['sequential']:7.1f} s  {times['sequential']}\n"
-            f"  speed-up        : {med['sequential'] / med['vmapped']:.2f}x\n"
-            f"  final returns (vmapped)   : {returns['vmapped']}\n"
-            f"  final returns (sequential): {returns['sequential']}\n")
+  report = (
+      f"{args.script} {args.env_id}: {args.num_seeds} seeds x {args.total_env_steps} "
+      f"env steps, medians of {args.repeats} (launch to exit)\n"
+      f"  vmapped learner : {med['vmapped']:7.1f} s  {times['vmapped']}\n"
+      f"  one after other : {med['sequential']:7.1f} s  {times['sequential']}\n"
+      f"  speed-up        : {med['sequential'] / med['vmapped']:.2f}x\n"
+      f"  final returns (vmapped)   : {returns['vmapped']}\n"
+      f"  final returns (sequential): {returns['sequential']}\n"
+  )
   print(report)
   if args.out:
     pathlib.Path(args.out).write_text(report)

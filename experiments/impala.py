@@ -24,8 +24,9 @@ from offpolicy_ac.training import run_experiment
 
 @dataclasses.dataclass(frozen=True)
 class Args:
-  loop: LoopConfig = LoopConfig(env_id="CartPole-v1", total_env_steps=500_000,
-                                num_envs=16, unroll_length=16)
+  loop: LoopConfig = LoopConfig(
+      env_id="CartPole-v1", total_env_steps=500_000, num_envs=16, unroll_length=16
+  )
   agent: ImpalaConfig = ImpalaConfig()
   resume: bool = False
   """Continue the run in --run-dir from its last checkpoint."""
@@ -39,19 +40,38 @@ PRESETS = {
     # no entropy bonus (with it the Gaussian's std grew and 2 of 2 seeds stayed near
     # -1400 at 1M steps; with these 4 of 4 seeds pass -400 by 500k).
     "pendulum": Args(
-        loop=LoopConfig(env_id="Pendulum-v1", total_env_steps=1_000_000, num_envs=16,
-                        unroll_length=16, log_every=20_000),
-        agent=ImpalaConfig(gamma=0.9, lambda_=0.95, entropy_weight=0.0)),
+        loop=LoopConfig(
+            env_id="Pendulum-v1",
+            total_env_steps=1_000_000,
+            num_envs=16,
+            unroll_length=16,
+            log_every=20_000,
+        ),
+        agent=ImpalaConfig(gamma=0.9, lambda_=0.95, entropy_weight=0.0),
+    ),
     "atari": Args(
-        loop=LoopConfig(env_id="Pong-v5", atari=True, total_env_steps=10_000_000,
-                        num_envs=16, unroll_length=20, log_every=20_000,
-                        checkpoint_every=200_000),
+        loop=LoopConfig(
+            env_id="Pong-v5",
+            atari=True,
+            total_env_steps=10_000_000,
+            num_envs=16,
+            unroll_length=20,
+            log_every=20_000,
+            checkpoint_every=200_000,
+        ),
         # Adam, not the paper's RMSProp(eps=0.01): our losses are means over [T, B], not
         # sums, and optax's eps sits inside the square root, so RMSProp's steps would be
         # ~1e-2 x the gradient and the policy never leaves uniform (measured: entropy
         # ln 6 after 6.8M Pong steps on a GPU).
-        agent=ImpalaConfig(torso="nature_cnn", optimizer="adam", learning_rate=6e-4,
-                           optimizer_eps=1e-5, max_grad_norm=0.5, reward_scale=1.0)),
+        agent=ImpalaConfig(
+            torso="nature_cnn",
+            optimizer="adam",
+            learning_rate=6e-4,
+            optimizer_eps=1e-5,
+            max_grad_norm=0.5,
+            reward_scale=1.0,
+        ),
+    ),
 }
 
 

@@ -1,7 +1,7 @@
 """Overlays learning curves of several runs (mean and min-max spread over seeds).
 
-    python experiments/plot.py runs/impala-* --out impala.png
-    python experiments/plot.py runs/a runs/b --separate --out ab.png
+python experiments/plot.py runs/impala-* --out impala.png
+python experiments/plot.py runs/a runs/b --separate --out ab.png
 """
 
 from __future__ import annotations

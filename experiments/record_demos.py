@@ -51,9 +51,11 @@ def main(args: Args) -> dict:
   demos_lib.save_demos(args.out, demos, env_id=loop.env_id)
   ends = np.cumsum(demos["episode_lengths"])
   starts = np.concatenate([[0], ends[:-1]])
-  returns = [float(demos["reward"][s + 1:e].sum()) for s, e in zip(starts, ends)]
-  print(f"recorded {args.episodes} episodes of {loop.env_id} to {args.out}: "
-        f"returns {returns} (mean {np.mean(returns):.1f})")
+  returns = [float(demos["reward"][s + 1 : e].sum()) for s, e in zip(starts, ends)]
+  print(
+      f"recorded {args.episodes} episodes of {loop.env_id} to {args.out}: "
+      f"returns {returns} (mean {np.mean(returns):.1f})"
+  )
   return demos
 
 

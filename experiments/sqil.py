@@ -31,9 +31,16 @@ class Args:
   demos: str
   """Demonstrations (.npz from experiments/record_demos.py)."""
   loop: LoopConfig = LoopConfig(
-      env_id="CartPole-v1", total_env_steps=200_000, num_envs=4, unroll_length=8,
-      replay_capacity=5_000, min_replay_size=32, num_updates_per_train_iter=4,
-      mini_batch_size=32, mini_batch_length=4)
+      env_id="CartPole-v1",
+      total_env_steps=200_000,
+      num_envs=4,
+      unroll_length=8,
+      replay_capacity=5_000,
+      min_replay_size=32,
+      num_updates_per_train_iter=4,
+      mini_batch_size=32,
+      mini_batch_length=4,
+  )
   """mini_batch_size is each half: agent windows, and as many demonstration windows."""
   agent: SqlConfig = SqlConfig()
   cut_mode: str = "last"
@@ -46,17 +53,48 @@ class Args:
 
 PRESETS = {
     "cartpole": Args(demos=""),
-    "cartpole-v0": Args(demos="", loop=LoopConfig(
-        env_id="CartPole-v0", total_env_steps=100_000, num_envs=4, unroll_length=8,
-        replay_capacity=5_000, min_replay_size=8, num_updates_per_train_iter=16,
-        mini_batch_size=64, mini_batch_length=4, eval_every=500, eval_episodes=5,
-        target_return=195.0), agent=SqlConfig(alpha=0.12, learning_rate=3e-3)),
-    "atari": Args(demos="", loop=LoopConfig(env_id="Pong-v5", atari=True, total_env_steps=5_000_000, num_envs=8,
-                        unroll_length=8, replay_capacity=4_000, min_replay_size=500,
-                        num_updates_per_train_iter=1, mini_batch_size=16, mini_batch_length=4,
-                        log_every=20_000, checkpoint_every=200_000),
-                  agent=SqlConfig(torso="nature_cnn", alpha=0.01, learning_rate=1e-4,
-                        target_update_tau=0.005, max_grad_norm=10.0)),
+    "cartpole-v0": Args(
+        demos="",
+        loop=LoopConfig(
+            env_id="CartPole-v0",
+            total_env_steps=100_000,
+            num_envs=4,
+            unroll_length=8,
+            replay_capacity=5_000,
+            min_replay_size=8,
+            num_updates_per_train_iter=16,
+            mini_batch_size=64,
+            mini_batch_length=4,
+            eval_every=500,
+            eval_episodes=5,
+            target_return=195.0,
+        ),
+        agent=SqlConfig(alpha=0.12, learning_rate=3e-3),
+    ),
+    "atari": Args(
+        demos="",
+        loop=LoopConfig(
+            env_id="Pong-v5",
+            atari=True,
+            total_env_steps=5_000_000,
+            num_envs=8,
+            unroll_length=8,
+            replay_capacity=4_000,
+            min_replay_size=500,
+            num_updates_per_train_iter=1,
+            mini_batch_size=16,
+            mini_batch_length=4,
+            log_every=20_000,
+            checkpoint_every=200_000,
+        ),
+        agent=SqlConfig(
+            torso="nature_cnn",
+            alpha=0.01,
+            learning_rate=1e-4,
+            target_update_tau=0.005,
+            max_grad_norm=10.0,
+        ),
+    ),
 }
 
 
@@ -65,14 +103,15 @@ def main(args: Args):
     raise ValueError("--demos FILE is required (record one with experiments/record_demos.py)")
   demos = demos_lib.load_demos(args.demos)
   if demos["env_id"] != args.loop.env_id:
-    raise ValueError(f"the demonstrations are of {demos['env_id']}, the run is on "
-                     f"{args.loop.env_id}")
+    raise ValueError(
+        f"the demonstrations are of {demos['env_id']}, the run is on " f"{args.loop.env_id}"
+    )
   length = args.loop.mini_batch_length + 1
   sequences = demos_lib.cut_episodes(demos, length, args.cut_mode)
-  batch_fn = make_sqil_batch_fn(sequences, batch_size=args.loop.mini_batch_size,
-                                length=length)
-  return run_experiment("sqil", args, functools.partial(make_sqil, config=args.agent),
-                        batch_fn=batch_fn)
+  batch_fn = make_sqil_batch_fn(sequences, batch_size=args.loop.mini_batch_size, length=length)
+  return run_experiment(
+      "sqil", args, functools.partial(make_sqil, config=args.agent), batch_fn=batch_fn
+  )
 
 
 if __name__ == "__main__":

@@ -27,9 +27,16 @@ from offpolicy_ac.training import run_experiment
 @dataclasses.dataclass(frozen=True)
 class Args:
   loop: LoopConfig = LoopConfig(
-      env_id="CartPole-v1", total_env_steps=500_000, num_envs=4, unroll_length=8,
-      replay_capacity=5_000, min_replay_size=32, num_updates_per_train_iter=4,
-      mini_batch_size=64, mini_batch_length=4)
+      env_id="CartPole-v1",
+      total_env_steps=500_000,
+      num_envs=4,
+      unroll_length=8,
+      replay_capacity=5_000,
+      min_replay_size=32,
+      num_updates_per_train_iter=4,
+      mini_batch_size=64,
+      mini_batch_length=4,
+  )
   agent: SqlConfig = SqlConfig()
   resume: bool = False
   """Continue the run in --run-dir from its last checkpoint."""
@@ -39,17 +46,46 @@ class Args:
 
 PRESETS = {
     "cartpole": Args(),
-    "cartpole-v0": Args(loop=LoopConfig(
-        env_id="CartPole-v0", total_env_steps=100_000, num_envs=4, unroll_length=8,
-        replay_capacity=5_000, min_replay_size=8, num_updates_per_train_iter=16,
-        mini_batch_size=128, mini_batch_length=4, eval_every=500, eval_episodes=5,
-        target_return=195.0), agent=SqlConfig(alpha=0.12, learning_rate=3e-3)),
-    "atari": Args(loop=LoopConfig(env_id="Pong-v5", atari=True, total_env_steps=5_000_000, num_envs=8,
-                        unroll_length=8, replay_capacity=4_000, min_replay_size=500,
-                        num_updates_per_train_iter=1, mini_batch_size=32, mini_batch_length=4,
-                        log_every=20_000, checkpoint_every=200_000),
-                  agent=SqlConfig(torso="nature_cnn", alpha=0.01, learning_rate=1e-4,
-                        target_update_tau=0.005, max_grad_norm=10.0)),
+    "cartpole-v0": Args(
+        loop=LoopConfig(
+            env_id="CartPole-v0",
+            total_env_steps=100_000,
+            num_envs=4,
+            unroll_length=8,
+            replay_capacity=5_000,
+            min_replay_size=8,
+            num_updates_per_train_iter=16,
+            mini_batch_size=128,
+            mini_batch_length=4,
+            eval_every=500,
+            eval_episodes=5,
+            target_return=195.0,
+        ),
+        agent=SqlConfig(alpha=0.12, learning_rate=3e-3),
+    ),
+    "atari": Args(
+        loop=LoopConfig(
+            env_id="Pong-v5",
+            atari=True,
+            total_env_steps=5_000_000,
+            num_envs=8,
+            unroll_length=8,
+            replay_capacity=4_000,
+            min_replay_size=500,
+            num_updates_per_train_iter=1,
+            mini_batch_size=32,
+            mini_batch_length=4,
+            log_every=20_000,
+            checkpoint_every=200_000,
+        ),
+        agent=SqlConfig(
+            torso="nature_cnn",
+            alpha=0.01,
+            learning_rate=1e-4,
+            target_update_tau=0.005,
+            max_grad_norm=10.0,
+        ),
+    ),
 }
 
 

@@ -13,13 +13,19 @@ import pytest
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
 try:  # Hypothesis profile: bounded and deterministic in CI.
-  from hypothesis import HealthCheck, settings
+  from hypothesis import HealthCheck
+  from hypothesis import settings
 
   settings.register_profile(
-      "ci", max_examples=25, deadline=None, derandomize=True,
-      suppress_health_check=[HealthCheck.too_slow])
-  settings.register_profile("dev", max_examples=60, deadline=None,
-                            suppress_health_check=[HealthCheck.too_slow])
+      "ci",
+      max_examples=25,
+      deadline=None,
+      derandomize=True,
+      suppress_health_check=[HealthCheck.too_slow],
+  )
+  settings.register_profile(
+      "dev", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+  )
   settings.load_profile("ci" if os.environ.get("CI") else "dev")
 except ImportError:  # pragma: no cover
   pass

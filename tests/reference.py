@@ -16,8 +16,8 @@ def _sq_cols(x, trailing=0, dtype=_np.float64):
   if dtype is not None:
     x = x.astype(dtype)
   t = x.shape[0]
-  batch = x.shape[1:x.ndim - trailing]
-  tail = x.shape[x.ndim - trailing:]
+  batch = x.shape[1 : x.ndim - trailing]
+  tail = x.shape[x.ndim - trailing :]
   return x.reshape((t, -1) + tail), batch
 
 
@@ -25,8 +25,16 @@ def _sq_uncols(x, batch):
   return x.reshape((x.shape[0],) + tuple(batch) + x.shape[2:])
 
 
-def sq_random_layout(rng, t, batch_shape=(), *, p_term=0.15, p_trunc=0.15,
-                     p_start_masked=0.15, gamma_range=(0.5, 1.0)):
+def sq_random_layout(
+    rng,
+    t,
+    batch_shape=(),
+    *,
+    p_term=0.15,
+    p_trunc=0.15,
+    p_start_masked=0.15,
+    gamma_range=(0.5, 1.0),
+):
   """Random episode structure for [T, *batch] sequences.
 
   Returns (discount_t, mask, kind) with kind 0 = MID, 1 = termination (LAST,
@@ -73,6 +81,7 @@ def sq_garble(rng, x, mask, scale=1e3):
 # Soft values and soft-Q targets.
 # ----------------------------------------------------------------------------
 
+
 def np_logsumexp(x, axis=-1):
   x = _np.asarray(x, _np.float64)
   m = _np.max(x, axis=axis, keepdims=True)
@@ -110,16 +119,14 @@ def np_soft_q_targets(r_t, discount_t, q_t, alpha, lambda_=0.0, mask=None):
   r, batch = _sq_cols(r_t)
   d, _ = _sq_cols(discount_t)
   q, _ = _sq_cols(q_t, trailing=1)
-  m = (_np.ones(r.shape, bool) if mask is None
-       else _sq_cols(mask, dtype=bool)[0])
+  m = _np.ones(r.shape, bool) if mask is None else _sq_cols(mask, dtype=bool)[0]
   t, n = r.shape
   g = _np.zeros((t, n))
   for j in range(n):
     for s in reversed(range(t)):
       if not m[s, j]:
         continue
-      v = (_np.max(q[s, j]) if alpha is None
-           else np_soft_value(q[s, j], alpha))
+      v = _np.max(q[s, j]) if alpha is None else np_soft_value(q[s, j], alpha)
       lam = lambda_ if (s + 1 < t and m[s + 1, j]) else 0.0
       nxt = g[s + 1, j] if lam else 0.0
       g[s, j] = r[s, j] + d[s, j] * ((1.0 - lam) * v + lam * nxt)
@@ -131,8 +138,7 @@ def np_soft_nstep_targets(r_t, discount_t, q_t, alpha, n, mask=None):
   r, batch = _sq_cols(r_t)
   d, _ = _sq_cols(discount_t)
   q, _ = _sq_cols(q_t, trailing=1)
-  m = (_np.ones(r.shape, bool) if mask is None
-       else _sq_cols(mask, dtype=bool)[0])
+  m = _np.ones(r.shape, bool) if mask is None else _sq_cols(mask, dtype=bool)[0]
   t, cols = r.shape
   g = _np.zeros((t, cols))
   for j in range(cols):
@@ -154,6 +160,7 @@ def np_soft_nstep_targets(r_t, discount_t, q_t, alpha, n, mask=None):
 # ----------------------------------------------------------------------------
 # Distributions.
 # ----------------------------------------------------------------------------
+
 
 def np_log_softmax(x):
   x = _np.asarray(x, _np.float64)
@@ -178,8 +185,7 @@ def np_categorical_kl(p_logits, q_logits):
 
 def np_gaussian_kl(mean_p, log_std_p, mean_q, log_std_q):
   """Closed-form KL(N(mp, sp^2) || N(mq, sq^2)), summed over the last axis."""
-  mp, lsp, mq, lsq = (_np.asarray(x, _np.float64)
-                      for x in (mean_p, log_std_p, mean_q, log_std_q))
+  mp, lsp, mq, lsq = (_np.asarray(x, _np.float64) for x in (mean_p, log_std_p, mean_q, log_std_q))
   sp2, sq2 = _np.exp(2 * lsp), _np.exp(2 * lsq)
   return _np.sum(lsq - lsp + (sp2 + (mp - mq) ** 2) / (2 * sq2) - 0.5, -1)
 
@@ -188,8 +194,19 @@ def np_gaussian_kl(mean_p, log_std_p, mean_q, log_std_q):
 # V-trace (as used by the IMPALA loss) and the IMPALA loss.
 # ----------------------------------------------------------------------------
 
-def np_vtrace_for_impala(v_tm1, v_t, r_t, discount_t, rho_tm1, mask=None,
-                         lambda_=1.0, clip_rho=1.0, clip_c=1.0, clip_pg=1.0):
+
+def np_vtrace_for_impala(
+    v_tm1,
+    v_t,
+    r_t,
+    discount_t,
+    rho_tm1,
+    mask=None,
+    lambda_=1.0,
+    clip_rho=1.0,
+    clip_c=1.0,
+    clip_pg=1.0,
+):
   """Returns (errors, pg_advantage, q_estimate), each [T, ...].
 
   err_s = rho_v (r + d v_t - v_tm1) + d c err_{s+1}   (no trace into a masked
@@ -201,8 +218,7 @@ def np_vtrace_for_impala(v_tm1, v_t, r_t, discount_t, rho_tm1, mask=None,
   r = _sq_cols(r_t)[0]
   d = _sq_cols(discount_t)[0]
   rho = _sq_cols(rho_tm1)[0]
-  m = (_np.ones(r.shape, bool) if mask is None
-       else _sq_cols(mask, dtype=bool)[0])
+  m = _np.ones(r.shape, bool) if mask is None else _sq_cols(mask, dtype=bool)[0]
   t, n = r.shape
   err = _np.zeros((t, n))
   pg = _np.zeros((t, n))
@@ -226,24 +242,37 @@ def np_vtrace_for_impala(v_tm1, v_t, r_t, discount_t, rho_tm1, mask=None,
   return tuple(_sq_uncols(x, batch) for x in (err, pg, qe))
 
 
-def np_impala_loss(v_tm1, v_t, r_t, discount_t, log_pi_tm1, log_mu_tm1,
-                   entropy_tm1, mask=None, weights=None, value_weight=0.5,
-                   entropy_weight=0.01, lambda_=1.0, clip_rho=1.0, clip_c=1.0,
-                   clip_pg=1.0):
+def np_impala_loss(
+    v_tm1,
+    v_t,
+    r_t,
+    discount_t,
+    log_pi_tm1,
+    log_mu_tm1,
+    entropy_tm1,
+    mask=None,
+    weights=None,
+    value_weight=0.5,
+    entropy_weight=0.01,
+    lambda_=1.0,
+    clip_rho=1.0,
+    clip_c=1.0,
+    clip_pg=1.0,
+):
   """The IMPALA loss terms and their gradients, as a dict of float64 arrays."""
   log_pi = _np.asarray(log_pi_tm1, _np.float64)
   log_mu = _np.asarray(log_mu_tm1, _np.float64)
   ent = _np.asarray(entropy_tm1, _np.float64)
   shape = log_pi.shape
   rho = _np.exp(log_pi - log_mu)
-  err, pg, qe = np_vtrace_for_impala(v_tm1, v_t, r_t, discount_t, rho, mask,
-                                     lambda_, clip_rho, clip_c, clip_pg)
+  err, pg, qe = np_vtrace_for_impala(
+      v_tm1, v_t, r_t, discount_t, rho, mask, lambda_, clip_rho, clip_c, clip_pg
+  )
   m = _np.ones(shape, bool) if mask is None else _np.asarray(mask, bool)
   w = _np.ones(shape) if weights is None else _np.asarray(weights, _np.float64)
   w = _np.where(m, w, 0.0)
   # Loops, to keep the reference free of the library's masking tricks.
-  wf, pgf, lpf, errf, entf, rhof = (x.reshape(-1) for x in
-                                    (w, pg, log_pi, err, ent, rho))
+  wf, pgf, lpf, errf, entf, rhof = (x.reshape(-1) for x in (w, pg, log_pi, err, ent, rho))
   total = 0.0
   pol = val = en = mrho = clipped = 0.0
   for i in range(wf.size):
@@ -256,12 +285,19 @@ def np_impala_loss(v_tm1, v_t, r_t, discount_t, log_pi_tm1, log_mu_tm1,
     mrho += wf[i] * rhof[i]
     clipped += wf[i] * float(rhof[i] > clip_rho)
   denom = total if total > 0 else 1.0
-  out = dict(policy_loss=pol / denom, value_loss=val / denom,
-             entropy=en / denom, mean_rho=mrho / denom,
-             clipped_rho_fraction=clipped / denom, pg_advantage=pg,
-             vtrace_errors=err, q_estimate=qe)
-  out["loss"] = (out["policy_loss"] + value_weight * out["value_loss"]
-                 - entropy_weight * out["entropy"])
+  out = dict(
+      policy_loss=pol / denom,
+      value_loss=val / denom,
+      entropy=en / denom,
+      mean_rho=mrho / denom,
+      clipped_rho_fraction=clipped / denom,
+      pg_advantage=pg,
+      vtrace_errors=err,
+      q_estimate=qe,
+  )
+  out["loss"] = (
+      out["policy_loss"] + value_weight * out["value_loss"] - entropy_weight * out["entropy"]
+  )
   out["grad_log_pi"] = -w * pg / denom
   out["grad_v_tm1"] = -2.0 * value_weight * w * err / denom
   out["grad_entropy"] = -entropy_weight * w / denom
@@ -271,6 +307,7 @@ def np_impala_loss(v_tm1, v_t, r_t, discount_t, log_pi_tm1, log_mu_tm1,
 # ----------------------------------------------------------------------------
 # ACER.
 # ----------------------------------------------------------------------------
+
 
 def np_acer_returns(q_a_t, v_t, r_t, discount_t, c_t, mask=None):
   """ACER's Algorithm 2/3 recursion over [T, ...] arrays.
@@ -289,8 +326,7 @@ def np_acer_returns(q_a_t, v_t, r_t, discount_t, c_t, mask=None):
   r = _sq_cols(r_t)[0]
   d = _sq_cols(discount_t)[0]
   c = _sq_cols(c_t)[0]
-  m = (_np.ones(r.shape, bool) if mask is None
-       else _sq_cols(mask, dtype=bool)[0])
+  m = _np.ones(r.shape, bool) if mask is None else _sq_cols(mask, dtype=bool)[0]
   t, n = r.shape
   g = _np.zeros((t, n))
   for j in range(n):
@@ -320,14 +356,14 @@ def np_acer_q_ret(q_t, a_t, r_t, discount_t, pi_t, mu_t, mask=None, eps=1e-8):
   return np_acer_returns(q_a, v, r_t, discount_t, c, mask)
 
 
-def np_acer_continuous_targets(q_a_t, v_t, r_t, discount_t, log_rho_t,
-                               action_dim, mask=None):
+def np_acer_continuous_targets(q_a_t, v_t, r_t, discount_t, log_rho_t, action_dim, mask=None):
   """(Q^ret with c = min(1, rho^(1/d)), Q^opc with c = 1) (Algorithm 3)."""
   rho = _np.exp(_np.asarray(log_rho_t, _np.float64))
   c_ret = _np.minimum(1.0, rho ** (1.0 / action_dim))
-  return (np_acer_returns(q_a_t, v_t, r_t, discount_t, c_ret, mask),
-          np_acer_returns(q_a_t, v_t, r_t, discount_t, _np.ones_like(rho),
-                          mask))
+  return (
+      np_acer_returns(q_a_t, v_t, r_t, discount_t, c_ret, mask),
+      np_acer_returns(q_a_t, v_t, r_t, discount_t, _np.ones_like(rho), mask),
+  )
 
 
 def np_acer_policy_objective(pi, mu, a, q, q_ret, clip_c=10.0, eps=1e-8):
@@ -377,14 +413,14 @@ def np_trust_region_projection(g, k, delta):
   return z.reshape(g.shape)
 
 
-def np_acer_continuous_policy_objective(log_pi_a, log_pi_sample, log_rho_a,
-                                        log_rho_sample, q_opc, q_sample, v,
-                                        clip_c=10.0):
+def np_acer_continuous_policy_objective(
+    log_pi_a, log_pi_sample, log_rho_a, log_rho_sample, q_opc, q_sample, v, clip_c=10.0
+):
   """Returns (objective, d obj / d log_pi_a, d obj / d log_pi_sample)."""
-  lpa, lps, lra, lrs, qo, qs, vv = (_np.asarray(x, _np.float64).reshape(-1)
-                                    for x in (log_pi_a, log_pi_sample,
-                                              log_rho_a, log_rho_sample,
-                                              q_opc, q_sample, v))
+  lpa, lps, lra, lrs, qo, qs, vv = (
+      _np.asarray(x, _np.float64).reshape(-1)
+      for x in (log_pi_a, log_pi_sample, log_rho_a, log_rho_sample, q_opc, q_sample, v)
+  )
   obj, ga, gs = (_np.zeros(lpa.size) for _ in range(3))
   for i in range(lpa.size):
     rho_a, rho_s = _np.exp(lra[i]), _np.exp(lrs[i])
@@ -397,8 +433,7 @@ def np_acer_continuous_policy_objective(log_pi_a, log_pi_sample, log_rho_a,
 
 def np_acer_continuous_value_losses(q_tilde_a, v, q_ret, log_rho_a):
   """Returns (loss, d loss / d q_tilde_a, d loss / d v)."""
-  qt, vv, qr, lr = (_np.asarray(x, _np.float64) for x in
-                    (q_tilde_a, v, q_ret, log_rho_a))
+  qt, vv, qr, lr = (_np.asarray(x, _np.float64) for x in (q_tilde_a, v, q_ret, log_rho_a))
   v_target = _np.minimum(1.0, _np.exp(lr)) * (qr - qt) + vv
   loss = 0.5 * (qr - qt) ** 2 + 0.5 * (v_target - vv) ** 2
   return loss, -(qr - qt), -(v_target - vv)
@@ -436,7 +471,7 @@ def sq_junction_layout(lengths, lead_masked=False):
 # from s to end(s), the last index e >= s such that mask[s..e] are all True.
 # =============================================================================
 
-import numpy as _rnp
+_rnp = _np
 
 
 def _ref_f64(x):
@@ -447,8 +482,7 @@ def _ref_mask(mask, shape):
   if mask is None:
     return _rnp.ones(shape, dtype=bool)
   mask = _rnp.asarray(mask)
-  assert mask.dtype == bool and mask.shape == tuple(shape), (mask.dtype,
-                                                             mask.shape, shape)
+  assert mask.dtype == bool and mask.shape == tuple(shape), (mask.dtype, mask.shape, shape)
   return mask
 
 
@@ -470,8 +504,7 @@ def ref_reverse_linear_recurrence(a, b, init=None):
   a, b = _ref_f64(a), _ref_f64(b)
   assert a.shape == b.shape
   t_len = b.shape[0]
-  init = (_rnp.zeros(b.shape[1:]) if init is None
-          else _ref_f64(init).reshape(b.shape[1:]))
+  init = _rnp.zeros(b.shape[1:]) if init is None else _ref_f64(init).reshape(b.shape[1:])
   acc = _rnp.zeros(b.shape)
   for col in _ref_columns(b.shape):
     carry = init[col[1:]]
@@ -481,9 +514,18 @@ def ref_reverse_linear_recurrence(a, b, init=None):
   return acc
 
 
-def ref_vtrace(v_tm1, v_t, r_t, discount_t, rho_tm1, mask=None, lambda_=1.0,
-               clip_rho_threshold=1.0, clip_c_threshold=1.0,
-               clip_pg_rho_threshold=1.0):
+def ref_vtrace(
+    v_tm1,
+    v_t,
+    r_t,
+    discount_t,
+    rho_tm1,
+    mask=None,
+    lambda_=1.0,
+    clip_rho_threshold=1.0,
+    clip_c_threshold=1.0,
+    clip_pg_rho_threshold=1.0,
+):
   """V-trace from the explicit sum of Espeholt et al. (eq. 1), per column.
 
       v_s = V(x_s) + sum_{t=s}^{e} (prod_{i=s}^{t-1} d_i c_i) delta_t,
@@ -505,8 +547,7 @@ def ref_vtrace(v_tm1, v_t, r_t, discount_t, rho_tm1, mask=None, lambda_=1.0,
   q_est = _rnp.zeros(shape)
   t_len = shape[0]
   for col in _ref_columns(shape):
-    vm, vt, r, d, rho, m = (x[col] for x in
-                            (v_tm1, v_t, r_t, discount_t, rho_tm1, mask))
+    vm, vt, r, d, rho, m = (x[col] for x in (v_tm1, v_t, r_t, discount_t, rho_tm1, mask))
     err = [0.0] * t_len
     for s in range(t_len):
       if not m[s]:
@@ -558,8 +599,7 @@ def ref_nstep_bootstrapped_returns(v_t, r_t, discount_t, mask=None):
   return out
 
 
-def ref_general_off_policy_returns(q_a_t, v_t, r_t, discount_t, c_t,
-                                   mask=None):
+def ref_general_off_policy_returns(q_a_t, v_t, r_t, discount_t, c_t, mask=None):
   """G_s = r_s + d_s (v_t[s] - c'_s q_a_t[s] + c'_s G_{s+1}), backwards.
 
   c'_s = c_t[s] if s+1 < T and mask[s+1] else 0; G_s = 0 where mask[s] False.
@@ -571,8 +611,7 @@ def ref_general_off_policy_returns(q_a_t, v_t, r_t, discount_t, c_t,
   out = _rnp.zeros(shape)
   t_len = shape[0]
   for col in _ref_columns(shape):
-    qa, vt, r, d, c, m = (x[col] for x in
-                          (q_a_t, v_t, r_t, discount_t, c_t, mask))
+    qa, vt, r, d, c, m = (x[col] for x in (q_a_t, v_t, r_t, discount_t, c_t, mask))
     g_next = 0.0
     for s in reversed(range(t_len)):
       if not m[s]:
@@ -585,8 +624,9 @@ def ref_general_off_policy_returns(q_a_t, v_t, r_t, discount_t, c_t,
   return out
 
 
-def ref_retrace(q_tm1, q_t, a_tm1, a_t, r_t, discount_t, pi_t, mu_t,
-                mask=None, lambda_=1.0, eps=1e-8):
+def ref_retrace(
+    q_tm1, q_t, a_tm1, a_t, r_t, discount_t, pi_t, mu_t, mask=None, lambda_=1.0, eps=1e-8
+):
   """Retrace (Munos et al. 2016). Returns (errors, targets), float64.
 
   c_t = lambda min(1, pi_t[a_t] / (mu_t + eps)), V(x_{s+1}) = sum_a pi_t Q_t,
@@ -613,14 +653,12 @@ def ref_retrace(q_tm1, q_t, a_tm1, a_t, r_t, discount_t, pi_t, mu_t,
     with _rnp.errstate(divide="ignore", invalid="ignore"):
       ratio = pi_t[idx][a_t[idx]] / (mu_t[idx] + eps)
     c_t[idx] = lambda_ * min(1.0, ratio) if mask[idx] else 0.0
-  targets = ref_general_off_policy_returns(q_a_t, v_t, r_t, discount_t, c_t,
-                                           mask)
+  targets = ref_general_off_policy_returns(q_a_t, v_t, r_t, discount_t, c_t, mask)
   errors = _rnp.where(mask, targets - q_a_tm1, 0.0)
   return errors, targets
 
 
-def ref_q_lambda_errors(q_tm1, a_tm1, q_t, pi_t, r_t, discount_t, mask=None,
-                        lambda_=1.0):
+def ref_q_lambda_errors(q_tm1, a_tm1, q_t, pi_t, r_t, discount_t, mask=None, lambda_=1.0):
   """Q(lambda) (Harutyunyan et al. 2016) as a sum of expected-TD errors.
 
       G_s - Q(x_s, a_s) = sum_{t=s}^{e} (prod_{i=s}^{t-1} lambda d_i) delta_t,
@@ -658,8 +696,9 @@ def ref_q_lambda_errors(q_tm1, a_tm1, q_t, pi_t, r_t, discount_t, mask=None,
   return out
 
 
-def ref_episode_layout(rng, t_len, batch_shape=(), *, p_term=0.12,
-                       p_trunc=0.12, p_start_masked=0.15, gamma=None):
+def ref_episode_layout(
+    rng, t_len, batch_shape=(), *, p_term=0.12, p_trunc=0.12, p_start_masked=0.15, gamma=None
+):
   """Random episode structure for [T, *batch] sequences.
 
   Returns (discount_t, mask, kind), kind: 0 MID (discount gamma), 1 LAST by

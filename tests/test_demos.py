@@ -5,7 +5,9 @@ import pytest
 
 from offpolicy_ac import demos as demos_lib
 from offpolicy_ac import envs
-from offpolicy_ac.envs import FIRST, LAST, MID
+from offpolicy_ac.envs import FIRST
+from offpolicy_ac.envs import LAST
+from offpolicy_ac.envs import MID
 
 
 def _episodes(lengths):
@@ -35,20 +37,33 @@ def _pieces(traj):
 def test_drop_keeps_only_full_pieces_sharing_one_step():
   # episode 0: 9 steps (8 transitions), L = 4 -> pieces of 3 transitions: [0..3], [3..6]
   traj = demos_lib.cut_episodes(_episodes([9, 7]), 4, "drop")
-  assert _pieces(traj) == [(0, [0, 1, 2, 3]), (0, [3, 4, 5, 6]),
-                           (1, [0, 1, 2, 3]), (1, [3, 4, 5, 6])]
+  assert _pieces(traj) == [
+      (0, [0, 1, 2, 3]),
+      (0, [3, 4, 5, 6]),
+      (1, [0, 1, 2, 3]),
+      (1, [3, 4, 5, 6]),
+  ]
 
 
 def test_last_pads_the_residual_with_the_steps_before_it():
   traj = demos_lib.cut_episodes(_episodes([9, 7]), 4, "last")
-  assert _pieces(traj) == [(0, [0, 1, 2, 3]), (0, [3, 4, 5, 6]), (0, [5, 6, 7, 8]),
-                           (1, [0, 1, 2, 3]), (1, [3, 4, 5, 6])]
+  assert _pieces(traj) == [
+      (0, [0, 1, 2, 3]),
+      (0, [3, 4, 5, 6]),
+      (0, [5, 6, 7, 8]),
+      (1, [0, 1, 2, 3]),
+      (1, [3, 4, 5, 6]),
+  ]
 
 
 def test_null_padding_masks_every_padded_transition():
   traj = demos_lib.cut_episodes(_episodes([9, 2]), 4, "null_padding")
-  assert _pieces(traj) == [(0, [0, 1, 2, 3]), (0, [3, 4, 5, 6]), (0, [6, 7, 8, 8]),
-                           (1, [0, 1, 1, 1])]
+  assert _pieces(traj) == [
+      (0, [0, 1, 2, 3]),
+      (0, [3, 4, 5, 6]),
+      (0, [6, 7, 8, 8]),
+      (1, [0, 1, 1, 1]),
+  ]
   mask = np.asarray(envs.loss_inputs(traj, 0.99).mask)  # [3, S]
   # piece (0, [6, 7, 8, pad]): transitions 6->7, 7->8 real; 8 (LAST) -> pad masked.
   np.testing.assert_array_equal(mask[:, 2], [True, True, False])
@@ -62,8 +77,12 @@ def test_every_real_transition_is_kept_by_last_and_null_padding():
     traj = demos_lib.cut_episodes(_episodes(lengths), 5, mode)
     mask = np.asarray(envs.loss_inputs(traj, 1.0).mask)
     obs = traj.observation
-    seen = {(int(obs[t, s, 0]), int(obs[t, s, 1]))
-            for t in range(4) for s in range(obs.shape[1]) if mask[t, s]}
+    seen = {
+        (int(obs[t, s, 0]), int(obs[t, s, 1]))
+        for t in range(4)
+        for s in range(obs.shape[1])
+        if mask[t, s]
+    }
     expected = {(e, t) for e, n in enumerate(lengths) for t in range(n - 1)}
     assert seen == expected, mode
 

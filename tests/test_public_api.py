@@ -18,7 +18,11 @@ ALLOWED_THIRD_PARTY = {"jax", "chex", "numpy"}
 
 # Contract 1 names that other parts of the package rely on.
 CONTRACT_NAMES = {
-    "vtrace", "VTraceOutput", "retrace", "soft_value", "soft_q_targets",
+    "vtrace",
+    "VTraceOutput",
+    "retrace",
+    "soft_value",
+    "soft_q_targets",
 }
 
 
@@ -39,8 +43,7 @@ def test_every_exported_name_imports_and_is_callable_or_a_type(name):
 def test_all_is_complete_and_unique():
   assert len(set(losses.__all__)) == len(losses.__all__)
   assert CONTRACT_NAMES <= set(losses.__all__)
-  public = {n for n, v in vars(losses).items()
-            if not n.startswith("_") and not inspect.ismodule(v)}
+  public = {n for n, v in vars(losses).items() if not n.startswith("_") and not inspect.ismodule(v)}
   assert public == set(losses.__all__), public ^ set(losses.__all__)
 
 
@@ -51,8 +54,13 @@ def test_exported_functions_live_in_private_modules():
 
 
 def test_output_types_are_named_tuples():
-  for name in ("VTraceOutput", "ImpalaLossOutput", "ImportanceRatios",
-               "TrustRegionOutput", "AcerContinuousTargets"):
+  for name in (
+      "VTraceOutput",
+      "ImpalaLossOutput",
+      "ImportanceRatios",
+      "TrustRegionOutput",
+      "AcerContinuousTargets",
+  ):
     cls = getattr(losses, name)
     assert issubclass(cls, tuple) and hasattr(cls, "_fields"), name
 
@@ -67,8 +75,7 @@ def _imports(path):
       yield node.lineno, node.level, node.module or ""
 
 
-@pytest.mark.parametrize("path", sorted(LOSSES_DIR.glob("*.py")),
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted(LOSSES_DIR.glob("*.py")), ids=lambda p: p.name)
 def test_losses_imports_nothing_else_from_the_package(path):
   for lineno, level, module in _imports(path):
     where = f"{path.name}:{lineno}"
@@ -78,10 +85,12 @@ def test_losses_imports_nothing_else_from_the_package(path):
     top = module.split(".")[0]
     if top == "offpolicy_ac":
       assert module == "offpolicy_ac.losses" or module.startswith(
-          "offpolicy_ac.losses."), f"{where} imports {module}"
+          "offpolicy_ac.losses."
+      ), f"{where} imports {module}"
     else:
-      assert (top in ALLOWED_THIRD_PARTY or top in sys.stdlib_module_names
-              or top == "__future__"), f"{where} imports {module}"
+      assert (
+          top in ALLOWED_THIRD_PARTY or top in sys.stdlib_module_names or top == "__future__"
+      ), f"{where} imports {module}"
 
 
 def test_importing_losses_loads_no_other_subpackage():
@@ -96,7 +105,9 @@ def test_importing_losses_loads_no_other_subpackage():
       "sys.modules['offpolicy_ac'] = pkg\n"
       "import offpolicy_ac.losses\n"
       "print(sorted(m for m in sys.modules if m.startswith('offpolicy_ac.')\n"
-      "             and not m.startswith('offpolicy_ac.losses')))\n")
-  out = subprocess.run([sys.executable, "-c", script], capture_output=True,
-                       text=True, check=True, timeout=120)
+      "             and not m.startswith('offpolicy_ac.losses')))\n"
+  )
+  out = subprocess.run(
+      [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120
+  )
   assert out.stdout.strip() == "[]", out.stdout + out.stderr

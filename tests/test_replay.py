@@ -12,13 +12,16 @@ def _sequences(start, num, length=5):
   """[length, num] sequences whose values encode (sequence id, step)."""
   ids = np.arange(start, start + num)
   value = ids[None, :] * 100 + np.arange(length)[:, None]
-  return {"x": jnp.asarray(value, jnp.float32),
-          "obs": jnp.asarray(np.stack([value, -value], -1), jnp.int32)}
+  return {
+      "x": jnp.asarray(value, jnp.float32),
+      "obs": jnp.asarray(np.stack([value, -value], -1), jnp.int32),
+  }
 
 
 def test_add_then_sample_returns_contiguous_windows_of_stored_sequences():
-  replay = replay_lib.make_sequence_replay(capacity=8, sequence_length=5,
-                                           sample_length=3, batch_size=16)
+  replay = replay_lib.make_sequence_replay(
+      capacity=8, sequence_length=5, sample_length=3, batch_size=16
+  )
   state = replay.add(replay.init(_sequences(0, 4)), _sequences(0, 4))
   assert int(state.size) == 4
   batch = jax.jit(replay.sample)(state, jax.random.PRNGKey(0))
@@ -32,8 +35,9 @@ def test_add_then_sample_returns_contiguous_windows_of_stored_sequences():
 
 
 def test_overwrites_oldest_rows_when_full():
-  replay = replay_lib.make_sequence_replay(capacity=6, sequence_length=5,
-                                           sample_length=5, batch_size=64)
+  replay = replay_lib.make_sequence_replay(
+      capacity=6, sequence_length=5, sample_length=5, batch_size=64
+  )
   state = replay.init(_sequences(0, 4))
   for start in (0, 4, 8):
     state = replay.add(state, _sequences(start, 4))
@@ -43,8 +47,9 @@ def test_overwrites_oldest_rows_when_full():
 
 
 def test_epoch_visits_every_row_once_in_time_order():
-  replay = replay_lib.make_sequence_replay(capacity=12, sequence_length=5,
-                                           sample_length=5, batch_size=4)
+  replay = replay_lib.make_sequence_replay(
+      capacity=12, sequence_length=5, sample_length=5, batch_size=4
+  )
   state = replay.add(replay.init(_sequences(0, 12)), _sequences(0, 12))
   batches = replay.epoch(state, jax.random.PRNGKey(3))
   x = np.asarray(batches["x"])  # [num_batches, L, batch]
@@ -53,12 +58,15 @@ def test_epoch_visits_every_row_once_in_time_order():
   np.testing.assert_array_equal(np.diff(x % 100, axis=1), 1)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(capacity=8, sequence_length=5, sample_length=6, batch_size=4), "longer than"),
-    (dict(capacity=8, sequence_length=5, sample_length=1, batch_size=4), ">= 2"),
-    (dict(capacity=8, sequence_length=0, sample_length=3, batch_size=4), "sequence_length"),
-    (dict(capacity=0, sequence_length=5, sample_length=3, batch_size=4), "capacity"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(capacity=8, sequence_length=5, sample_length=6, batch_size=4), "longer than"),
+        (dict(capacity=8, sequence_length=5, sample_length=1, batch_size=4), ">= 2"),
+        (dict(capacity=8, sequence_length=0, sample_length=3, batch_size=4), "sequence_length"),
+        (dict(capacity=0, sequence_length=5, sample_length=3, batch_size=4), "capacity"),
+    ],
+)
 def test_bad_settings_raise(kwargs, message):
   with pytest.raises(ValueError, match=message):
     replay_lib.make_sequence_replay(**kwargs)

@@ -23,7 +23,8 @@ like `null_padding`, `drop` drops them.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from typing import Any
+from typing import Callable
 
 import numpy as np
 
@@ -34,8 +35,12 @@ CUT_MODES = ("drop", "last", "null_padding")
 _FIELDS = ("step_type", "reward", "discount", "observation", "action")
 
 
-def record_episodes(env: Any, policy: Callable[[np.ndarray], np.ndarray],
-                    num_episodes: int, max_steps: int = 10_000_000) -> dict[str, np.ndarray]:
+def record_episodes(
+    env: Any,
+    policy: Callable[[np.ndarray], np.ndarray],
+    num_episodes: int,
+    max_steps: int = 10_000_000,
+) -> dict[str, np.ndarray]:
   """Runs `policy(obs [B, ...]) -> action [B, ...]` and returns the first episode
   of each of `env.num_envs == num_episodes` environments (so no episode is
   chosen for being short), in the file layout above."""
@@ -80,8 +85,9 @@ def load_demos(path: str | os.PathLike) -> dict[str, Any]:
   n = int(demos["episode_lengths"].sum())
   for name in _FIELDS:
     if demos[name].shape[0] != n:
-      raise ValueError(f"{path}: `{name}` has {demos[name].shape[0]} steps, episode "
-                       f"lengths add up to {n}")
+      raise ValueError(
+          f"{path}: `{name}` has {demos[name].shape[0]} steps, episode " f"lengths add up to {n}"
+      )
   demos["env_id"] = str(demos["env_id"])
   return demos
 
@@ -140,7 +146,12 @@ def cut_episodes(demos: dict[str, Any], length: int, mode: str = "last") -> Traj
     raise ValueError(f"no sequence of {length} steps could be cut with mode {mode!r}")
   stacked = {name: np.stack(v, axis=1) for name, v in sequences.items()}
   s = stacked["step_type"].shape[1]
-  return Trajectory(step_type=stacked["step_type"], reward=stacked["reward"],
-                    discount=stacked["discount"], observation=stacked["observation"],
-                    env_id=np.zeros((length, s), np.int32), action=stacked["action"],
-                    extras={})
+  return Trajectory(
+      step_type=stacked["step_type"],
+      reward=stacked["reward"],
+      discount=stacked["discount"],
+      observation=stacked["observation"],
+      env_id=np.zeros((length, s), np.int32),
+      action=stacked["action"],
+      extras={},
+  )

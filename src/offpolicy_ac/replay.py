@@ -17,7 +17,9 @@ fresh data. A sampled window may cross an episode junction; the losses' `mask`
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, NamedTuple
+from typing import Any
+from typing import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -26,6 +28,7 @@ import numpy as np
 
 class ReplayState(NamedTuple):
   """data: pytree of [capacity, L, ...]; insert_index and size: int32 scalars."""
+
   data: Any
   insert_index: jax.Array
   size: jax.Array
@@ -33,8 +36,7 @@ class ReplayState(NamedTuple):
 
 def replay_init(example: Any, capacity: int) -> ReplayState:
   """An empty buffer for sequences shaped like `example` ([L, B, ...] time-major)."""
-  data = jax.tree.map(
-      lambda x: jnp.zeros((capacity, x.shape[0]) + x.shape[2:], x.dtype), example)
+  data = jax.tree.map(lambda x: jnp.zeros((capacity, x.shape[0]) + x.shape[2:], x.dtype), example)
   return ReplayState(data, jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32))
 
 
@@ -42,10 +44,10 @@ def replay_add(state: ReplayState, sequences: Any, *, capacity: int) -> ReplaySt
   """Writes the B sequences of `sequences` ([L, B, ...]) as rows, oldest overwritten."""
   batch = jax.tree.leaves(sequences)[0].shape[1]
   rows = (state.insert_index + jnp.arange(batch)) % capacity
-  data = jax.tree.map(lambda buf, x: buf.at[rows].set(jnp.swapaxes(x, 0, 1)),
-                      state.data, sequences)
-  return ReplayState(data, (state.insert_index + batch) % capacity,
-                     jnp.minimum(state.size + batch, capacity))
+  data = jax.tree.map(lambda buf, x: buf.at[rows].set(jnp.swapaxes(x, 0, 1)), state.data, sequences)
+  return ReplayState(
+      data, (state.insert_index + batch) % capacity, jnp.minimum(state.size + batch, capacity)
+  )
 
 
 def replay_full(sequences: Any) -> ReplayState:
@@ -58,8 +60,7 @@ def replay_full(sequences: Any) -> ReplayState:
   return ReplayState(data, jnp.zeros((), jnp.int32), jnp.asarray(batch, jnp.int32))
 
 
-def replay_sample(state: ReplayState, key: jax.Array, *, batch_size: int,
-                  length: int) -> Any:
+def replay_sample(state: ReplayState, key: jax.Array, *, batch_size: int, length: int) -> Any:
   """Uniform windows of `length` steps: [length, batch_size, ...] time-major.
 
   Rows are drawn uniformly among the filled ones, each window's start uniformly
@@ -75,7 +76,8 @@ def replay_sample(state: ReplayState, key: jax.Array, *, batch_size: int,
     seqs = buf[rows]  # [batch, L, ...]
     expand = (slice(None), slice(None)) + (None,) * (buf.ndim - 2)
     window = jnp.take_along_axis(
-        seqs, jnp.broadcast_to(idx[expand], idx.shape + buf.shape[2:]), axis=1)
+        seqs, jnp.broadcast_to(idx[expand], idx.shape + buf.shape[2:]), axis=1
+    )
     return jnp.swapaxes(window, 0, 1)
 
   return jax.tree.map(gather, state.data)
@@ -90,8 +92,7 @@ def replay_epoch(state: ReplayState, key: jax.Array, *, batch_size: int) -> Any:
   size = int(state.size)
   num_batches = size // batch_size
   if num_batches == 0:
-    raise ValueError(f"the buffer holds {size} sequences, fewer than one batch of "
-                     f"{batch_size}")
+    raise ValueError(f"the buffer holds {size} sequences, fewer than one batch of " f"{batch_size}")
   perm = jax.random.permutation(key, size)[: num_batches * batch_size]
   perm = perm.reshape(num_batches, batch_size)
   return jax.tree.map(lambda buf: jnp.moveaxis(buf[perm], 2, 1), state.data)
@@ -99,6 +100,7 @@ def replay_epoch(state: ReplayState, key: jax.Array, *, batch_size: int) -> Any:
 
 class SequenceReplay(NamedTuple):
   """Pure functions with static settings bound; see the module docstring."""
+
   init: Callable[[Any], ReplayState]
   add: Callable[[ReplayState, Any], ReplayState]
   sample: Callable[[ReplayState, jax.Array], Any]
@@ -109,8 +111,9 @@ class SequenceReplay(NamedTuple):
   batch_size: int
 
 
-def make_sequence_replay(*, capacity: int, sequence_length: int,
-                         sample_length: int, batch_size: int) -> SequenceReplay:
+def make_sequence_replay(
+    *, capacity: int, sequence_length: int, sample_length: int, batch_size: int
+) -> SequenceReplay:
   """Validates settings and binds them.
 
   Args:
@@ -120,22 +123,29 @@ def make_sequence_replay(*, capacity: int, sequence_length: int,
     batch_size: windows per sample (drawn with replacement; whole-buffer
       sweeps need at least this many stored sequences).
   """
-  for name, value in [("capacity", capacity), ("sequence_length", sequence_length),
-                      ("sample_length", sample_length), ("batch_size", batch_size)]:
+  for name, value in [
+      ("capacity", capacity),
+      ("sequence_length", sequence_length),
+      ("sample_length", sample_length),
+      ("batch_size", batch_size),
+  ]:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
       raise ValueError(f"`{name}` must be a positive int, got {value!r}")
   if sample_length > sequence_length:
     raise ValueError(
         f"sample_length={sample_length} (mini_batch_length + 1) is longer than the "
         f"stored sequences (unroll_length + 1 = {sequence_length}); use a shorter "
-        f"mini-batch length or a longer unroll")
+        f"mini-batch length or a longer unroll"
+    )
   if sample_length < 2:
     raise ValueError(f"sample_length must be >= 2 (one transition), got {sample_length}")
   return SequenceReplay(
       init=functools.partial(replay_init, capacity=capacity),
       add=functools.partial(replay_add, capacity=capacity),
-      sample=functools.partial(replay_sample, batch_size=batch_size,
-                               length=sample_length),
+      sample=functools.partial(replay_sample, batch_size=batch_size, length=sample_length),
       epoch=functools.partial(replay_epoch, batch_size=batch_size),
-      capacity=capacity, sequence_length=sequence_length,
-      sample_length=sample_length, batch_size=batch_size)
+      capacity=capacity,
+      sequence_length=sequence_length,
+      sample_length=sample_length,
+      batch_size=batch_size,
+  )

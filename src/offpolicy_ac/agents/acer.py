@@ -99,8 +99,7 @@ class AcerConfig:
 
   def validate(self) -> None:
     base.check_in("gamma", self.gamma, 0.0, 1.0)
-    for name in ("learning_rate", "max_grad_norm", "optimizer_eps", "clip_c",
-                 "reward_scale"):
+    for name in ("learning_rate", "max_grad_norm", "optimizer_eps", "clip_c", "reward_scale"):
       base.check_positive(name, getattr(self, name))
     if self.optimizer not in ("adam", "rmsprop"):
       raise ValueError(f"optimizer must be 'adam' or 'rmsprop', got {self.optimizer!r}")
@@ -108,7 +107,8 @@ class AcerConfig:
     if not 0.0 <= self.avg_decay < 1.0:
       raise ValueError(
           f"avg_decay must lie in [0, 1) (0: the average network is the current one; "
-          f"1 would freeze it), got {self.avg_decay}")
+          f"1 would freeze it), got {self.avg_decay}"
+      )
     base.check_non_negative("value_weight", self.value_weight)
     base.check_non_negative("entropy_weight", self.entropy_weight)
     for name, low in (("replay_ratio", 0), ("sdn_samples", 1), ("sdn_hidden_size", 1)):
@@ -116,7 +116,8 @@ class AcerConfig:
       if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
     if not self.hidden_sizes or any(
-        isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in self.hidden_sizes):
+        isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in self.hidden_sizes
+    ):
       raise ValueError(f"hidden_sizes must be positive ints, got {self.hidden_sizes!r}")
     if not math.isfinite(self.init_log_std):
       raise ValueError(f"init_log_std must be finite, got {self.init_log_std}")
@@ -130,8 +131,17 @@ def make_acer(spec, config: AcerConfig = AcerConfig()) -> base.Agent:
 
 
 def _agent(init, act, greedy_act, update, spec, config) -> base.Agent:
-  return base.Agent("acer", init, act, greedy_act, update, off_policy=True, spec=spec,
-                    config=config, fresh_update_first=True)
+  return base.Agent(
+      "acer",
+      init,
+      act,
+      greedy_act,
+      update,
+      off_policy=True,
+      spec=spec,
+      config=config,
+      fresh_update_first=True,
+  )
 
 
 def _check_extras(traj, keys, kind: str) -> None:
@@ -141,7 +151,8 @@ def _check_extras(traj, keys, kind: str) -> None:
   if missing:
     raise ValueError(
         f"{kind} ACER's update needs the behaviour policy in traj.extras {list(keys)} "
-        f"(as written by its act); missing {missing}, got keys {sorted(extras)}")
+        f"(as written by its act); missing {missing}, got keys {sorted(extras)}"
+    )
 
 
 def _make_update(loss_fn, optimizer, config: AcerConfig):
@@ -151,12 +162,13 @@ def _make_update(loss_fn, optimizer, config: AcerConfig):
   def update(state, traj):
     key, loss_key = jax.random.split(state.key)
     grads, metrics = jax.grad(loss_fn, has_aux=True)(
-        state.params, state.target_params, traj, loss_key)
+        state.params, state.target_params, traj, loss_key
+    )
     params, opt_state, metrics["grad_norm"] = base.gradient_step(
-        optimizer, state.params, state.opt_state, grads)
+        optimizer, state.params, state.opt_state, grads
+    )
     avg_params = base.polyak(state.target_params, params, 1.0 - config.avg_decay)
-    return base.AgentState(params, avg_params, opt_state, key,
-                           state.num_updates + 1), metrics
+    return base.AgentState(params, avg_params, opt_state, key, state.num_updates + 1), metrics
 
   return update
 
@@ -165,16 +177,16 @@ class _SplitTorsos(nn.Module):
   """Two copies of one network (each with its own torso): the first `num_policy`
   outputs come from `actor`, the rest (and `advantage`) from `critic`. The heads
   each copy does not use get zero gradients."""
+
   actor: nn.Module
   critic: nn.Module
   num_policy: int
 
   def __call__(self, obs):
-    return (tuple(self.actor(obs)[:self.num_policy])
-            + tuple(self.critic(obs)[self.num_policy:]))
+    return tuple(self.actor(obs)[: self.num_policy]) + tuple(self.critic(obs)[self.num_policy :])
 
   def policy(self, obs):
-    return tuple(self.actor(obs)[:self.num_policy])
+    return tuple(self.actor(obs)[: self.num_policy])
 
   def advantage(self, features, actions):
     return self.critic.advantage(features, actions)
@@ -198,8 +210,9 @@ def _make_init(net, optimizer, spec, method=None):
     params = net.init(init_key, dummy, method=method)
     # The average policy network starts as a copy of the online one.
     avg_params = jax.tree.map(jnp.array, params)
-    return base.AgentState(params, avg_params, optimizer.init(params), key,
-                           jnp.zeros((), jnp.int32))
+    return base.AgentState(
+        params, avg_params, optimizer.init(params), key, jnp.zeros((), jnp.int32)
+    )
 
   return init
 
@@ -211,17 +224,22 @@ def make_acer_discrete(spec, config: AcerConfig = AcerConfig()) -> base.Agent:
   net, policy = _build_network(
       lambda: networks.ActorQCritic(
           networks.make_torso(config.torso, spec.observation_shape, config.hidden_sizes),
-          spec.num_actions), config, num_policy=1)
-  optimizer = base.make_optimizer(config.optimizer, config.learning_rate,
-                                  config.max_grad_norm, eps=config.optimizer_eps)
+          spec.num_actions,
+      ),
+      config,
+      num_policy=1,
+  )
+  optimizer = base.make_optimizer(
+      config.optimizer, config.learning_rate, config.max_grad_norm, eps=config.optimizer_eps
+  )
 
   def act(params, obs, key):
-    logits, = policy(params, obs)
+    (logits,) = policy(params, obs)
     action = jax.random.categorical(key, logits).astype(jnp.int32)
     return action, {"logits": logits}
 
   def greedy_act(params, obs):
-    logits, = policy(params, obs)
+    (logits,) = policy(params, obs)
     return jnp.argmax(logits, axis=-1).astype(jnp.int32)
 
   def loss_fn(params, avg_params, traj, key):
@@ -231,23 +249,37 @@ def make_acer_discrete(spec, config: AcerConfig = AcerConfig()) -> base.Agent:
     li = loss_inputs(traj, config.gamma)
     r_t = li.r_t * config.reward_scale
     logits, q = base.apply_batched(net.apply, params, traj.observation)  # [T+1, B, A]
-    avg_logits, = base.apply_batched(policy, avg_params, traj.observation[:-1])
+    (avg_logits,) = base.apply_batched(policy, avg_params, traj.observation[:-1])
     avg_logits = sg(avg_logits)
     a = traj.action.astype(jnp.int32)
     mu = jax.nn.softmax(traj.extras["logits"].astype(logits.dtype), axis=-1)
     pi = jax.nn.softmax(logits, axis=-1)
 
     q_ret = losses.acer_q_ret(
-        sg(q[1:]), a[1:], r_t, li.discount_t, sg(pi[1:]),
-        losses.take_action(mu[1:], a[1:]), mask=li.mask)
+        sg(q[1:]),
+        a[1:],
+        r_t,
+        li.discount_t,
+        sg(pi[1:]),
+        losses.take_action(mu[1:], a[1:]),
+        mask=li.mask,
+    )
     if config.use_trust_region:
       tr = losses.acer_trust_region_policy_loss(
-          logits[:-1], avg_logits, mu[:-1], a[:-1], q[:-1], q_ret,
-          clip_c=config.clip_c, delta=config.trust_region_delta)
+          logits[:-1],
+          avg_logits,
+          mu[:-1],
+          a[:-1],
+          q[:-1],
+          q_ret,
+          clip_c=config.clip_c,
+          delta=config.trust_region_delta,
+      )
       policy_per_step, tr_active = tr.surrogate, tr.active.astype(r_t.dtype)
     else:
       policy_per_step = losses.acer_policy_loss(
-          pi[:-1], mu[:-1], a[:-1], q[:-1], q_ret, clip_c=config.clip_c)
+          pi[:-1], mu[:-1], a[:-1], q[:-1], q_ret, clip_c=config.clip_c
+      )
       tr_active = jnp.zeros_like(r_t)
     value_per_step = losses.acer_value_loss(q[:-1], a[:-1], q_ret)
     entropy_per_step = losses.categorical_entropy(logits[:-1])
@@ -258,15 +290,19 @@ def make_acer_discrete(spec, config: AcerConfig = AcerConfig()) -> base.Agent:
     value_loss = mean(value_per_step)
     entropy = mean(entropy_per_step)
     loss = policy_loss + config.value_weight * value_loss - config.entropy_weight * entropy
-    rho = sg(losses.take_action(pi[:-1], a[:-1])
-             / (losses.take_action(mu[:-1], a[:-1]) + 1e-8))
+    rho = sg(losses.take_action(pi[:-1], a[:-1]) / (losses.take_action(mu[:-1], a[:-1]) + 1e-8))
     metrics = dict(
-        loss=loss, policy_loss=policy_loss, value_loss=value_loss, entropy=entropy,
+        loss=loss,
+        policy_loss=policy_loss,
+        value_loss=value_loss,
+        entropy=entropy,
         mean_rho=mean(rho),
         clipped_rho_fraction=mean((rho > config.clip_c).astype(w.dtype)),
         kl_avg=mean(losses.categorical_kl(avg_logits, sg(logits[:-1]))),
-        trust_region_active=mean(tr_active), q_ret=mean(q_ret),
-        q_taken=mean(sg(losses.take_action(q[:-1], a[:-1]))))
+        trust_region_active=mean(tr_active),
+        q_ret=mean(q_ret),
+        q_taken=mean(sg(losses.take_action(q[:-1], a[:-1]))),
+    )
     return loss, metrics
 
   update = _make_update(loss_fn, optimizer, config)
@@ -288,17 +324,26 @@ def make_acer_continuous(spec, config: AcerConfig = AcerConfig()) -> base.Agent:
   net, policy = _build_network(
       lambda: networks.StochasticDuelingNetwork(
           networks.make_torso(config.torso, spec.observation_shape, config.hidden_sizes),
-          action_dim, config.sdn_hidden_size, config.init_log_std),
-      config, num_policy=2)
-  optimizer = base.make_optimizer(config.optimizer, config.learning_rate,
-                                  config.max_grad_norm, eps=config.optimizer_eps)
+          action_dim,
+          config.sdn_hidden_size,
+          config.init_log_std,
+      ),
+      config,
+      num_policy=2,
+  )
+  optimizer = base.make_optimizer(
+      config.optimizer, config.learning_rate, config.max_grad_norm, eps=config.optimizer_eps
+  )
   n = config.sdn_samples
 
   def act(params, obs, key):
     mean, log_std = policy(params, obs)
     action = mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape, mean.dtype)
-    extras = {"log_prob": losses.gaussian_log_prob(mean, log_std, action),
-              "mean": mean, "log_std": log_std}
+    extras = {
+        "log_prob": losses.gaussian_log_prob(mean, log_std, action),
+        "mean": mean,
+        "log_std": log_std,
+    }
     return action.reshape(action.shape[:1] + action_shape), extras
 
   def greedy_act(params, obs):
@@ -319,8 +364,7 @@ def make_acer_continuous(spec, config: AcerConfig = AcerConfig()) -> base.Agent:
     li = loss_inputs(traj, config.gamma)
     r_t = li.r_t * config.reward_scale
     mean, log_std, v, h = base.apply_batched(net.apply, params, traj.observation)
-    avg_mean, avg_log_std = base.apply_batched(policy, avg_params,
-                                               traj.observation[:-1])
+    avg_mean, avg_log_std = base.apply_batched(policy, avg_params, traj.observation[:-1])
     avg_mean, avg_log_std = sg(avg_mean), sg(avg_log_std)
     steps = mean.shape[:2]  # (T+1, B)
     a = traj.action.reshape(steps + (action_dim,)).astype(mean.dtype)
@@ -339,26 +383,40 @@ def make_acer_continuous(spec, config: AcerConfig = AcerConfig()) -> base.Agent:
     a_prime = samples[:, :, 0]
 
     log_rho_a = losses.importance_ratios_from_log_probs(
-        losses.gaussian_log_prob(mean, log_std, a), log_mu_a).log_rho
+        losses.gaussian_log_prob(mean, log_std, a), log_mu_a
+    ).log_rho
     targets = losses.acer_continuous_targets(
-        sg(q_tilde_a[1:]), sg(v[1:]), r_t, li.discount_t, log_rho_a[1:],
-        action_dim=action_dim, mask=li.mask)
+        sg(q_tilde_a[1:]),
+        sg(v[1:]),
+        r_t,
+        li.discount_t,
+        log_rho_a[1:],
+        action_dim=action_dim,
+        mask=li.mask,
+    )
     value_per_step = losses.acer_continuous_value_losses(
-        q_tilde_a[:-1], v[:-1], targets.q_ret, log_rho_a[:-1])
+        q_tilde_a[:-1], v[:-1], targets.q_ret, log_rho_a[:-1]
+    )
 
     # Policy: the objective as a function of the Gaussian statistics.
     a_tm1, a_prime_tm1 = a[:-1], a_prime[:-1]
     log_rho_prime = losses.importance_ratios_from_log_probs(
         losses.gaussian_log_prob(mean[:-1], log_std[:-1], a_prime_tm1),
-        losses.gaussian_log_prob(mu_mean[:-1], mu_log_std[:-1], a_prime_tm1)).log_rho
+        losses.gaussian_log_prob(mu_mean[:-1], mu_log_std[:-1], a_prime_tm1),
+    ).log_rho
 
     def objective_fn(stats):
       m, ls = stats[..., :action_dim], stats[..., action_dim:]
       return losses.acer_continuous_policy_objective(
           losses.gaussian_log_prob(m, ls, a_tm1),
           losses.gaussian_log_prob(m, ls, a_prime_tm1),
-          log_rho_a[:-1], log_rho_prime, targets.q_opc, sg(q_tilde_prime[:-1]),
-          sg(v[:-1]), clip_c=config.clip_c)
+          log_rho_a[:-1],
+          log_rho_prime,
+          targets.q_opc,
+          sg(q_tilde_prime[:-1]),
+          sg(v[:-1]),
+          clip_c=config.clip_c,
+      )
 
     def kl_fn(stats):
       m, ls = stats[..., :action_dim], stats[..., action_dim:]
@@ -366,8 +424,9 @@ def make_acer_continuous(spec, config: AcerConfig = AcerConfig()) -> base.Agent:
 
     stats = jnp.concatenate([mean[:-1], log_std[:-1]], axis=-1)
     if config.use_trust_region:
-      tr = losses.trust_region_surrogate(objective_fn, kl_fn, stats,
-                                         delta=config.trust_region_delta)
+      tr = losses.trust_region_surrogate(
+          objective_fn, kl_fn, stats, delta=config.trust_region_delta
+      )
       policy_per_step, tr_active = tr.surrogate, tr.active.astype(r_t.dtype)
     else:
       policy_per_step = -objective_fn(stats)
@@ -382,14 +441,20 @@ def make_acer_continuous(spec, config: AcerConfig = AcerConfig()) -> base.Agent:
     loss = policy_loss + config.value_weight * value_loss - config.entropy_weight * entropy
     rho = jnp.exp(log_rho_a[:-1])
     metrics = dict(
-        loss=loss, policy_loss=policy_loss, value_loss=value_loss, entropy=entropy,
+        loss=loss,
+        policy_loss=policy_loss,
+        value_loss=value_loss,
+        entropy=entropy,
         mean_rho=wmean(rho),
         clipped_rho_fraction=wmean((rho > config.clip_c).astype(w.dtype)),
-        kl_avg=wmean(sg(kl_fn(stats))), trust_region_active=wmean(tr_active),
-        q_ret=wmean(targets.q_ret), q_opc=wmean(targets.q_opc),
-        v=wmean(sg(v[:-1])), log_std=jnp.mean(sg(log_std)))
+        kl_avg=wmean(sg(kl_fn(stats))),
+        trust_region_active=wmean(tr_active),
+        q_ret=wmean(targets.q_ret),
+        q_opc=wmean(targets.q_opc),
+        v=wmean(sg(v[:-1])),
+        log_std=jnp.mean(sg(log_std)),
+    )
     return loss, metrics
 
   update = _make_update(loss_fn, optimizer, config)
-  return _agent(_make_init(net, optimizer, spec, _init_sdn), act, greedy_act, update,
-                spec, config)
+  return _agent(_make_init(net, optimizer, spec, _init_sdn), act, greedy_act, update, spec, config)

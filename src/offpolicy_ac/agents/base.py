@@ -12,7 +12,9 @@ split, never reused: `update` draws from and advances `state.key`.
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from typing import Any
+from typing import Callable
+from typing import NamedTuple
 
 import jax
 import optax
@@ -22,6 +24,7 @@ class AgentState(NamedTuple):
   """params: online network; target_params: target network (SQL) or average
   policy network (ACER), () when unused; opt_state: optax state; key: PRNG key;
   num_updates: int32 counter."""
+
   params: Any
   target_params: Any
   opt_state: Any
@@ -37,6 +40,7 @@ class Agent(NamedTuple):
   fresh_update_first: for off-policy agents, also update on each fresh unroll
     before the replayed updates (ACER's on-policy step + replay ratio).
   """
+
   name: str
   init: Callable[[jax.Array], AgentState]
   act: Callable[[Any, jax.Array, jax.Array], tuple[jax.Array, Any]]
@@ -48,8 +52,9 @@ class Agent(NamedTuple):
   fresh_update_first: bool = False
 
 
-def make_optimizer(name: str, learning_rate: float, max_grad_norm: float, *,
-                   eps: float = 1e-5, decay: float = 0.99) -> optax.GradientTransformation:
+def make_optimizer(
+    name: str, learning_rate: float, max_grad_norm: float, *, eps: float = 1e-5, decay: float = 0.99
+) -> optax.GradientTransformation:
   """Global-norm clipping followed by Adam or RMSProp (IMPALA's)."""
   if learning_rate <= 0:
     raise ValueError(f"learning_rate must be > 0, got {learning_rate}")
@@ -64,8 +69,9 @@ def make_optimizer(name: str, learning_rate: float, max_grad_norm: float, *,
   return optax.chain(optax.clip_by_global_norm(max_grad_norm), opt)
 
 
-def gradient_step(optimizer: optax.GradientTransformation, params: Any, opt_state: Any,
-                  grads: Any) -> tuple[Any, Any, jax.Array]:
+def gradient_step(
+    optimizer: optax.GradientTransformation, params: Any, opt_state: Any, grads: Any
+) -> tuple[Any, Any, jax.Array]:
   """One optimizer step: (new params, new optimizer state, global norm of grads)."""
   updates, opt_state = optimizer.update(grads, opt_state, params)
   return optax.apply_updates(params, updates), opt_state, optax.global_norm(grads)
@@ -76,8 +82,7 @@ def polyak(target: Any, params: Any, tau) -> Any:
   return jax.tree.map(lambda t, p: (1.0 - tau) * t + tau * p, target, params)
 
 
-def apply_batched(apply_fn: Callable, params: Any, obs: jax.Array,
-                  lead_dims: int = 2) -> Any:
+def apply_batched(apply_fn: Callable, params: Any, obs: jax.Array, lead_dims: int = 2) -> Any:
   """Applies a batch-major network to [T, B, ...] observations (flattens T, B)."""
   lead = obs.shape[:lead_dims]
   flat = obs.reshape((-1,) + obs.shape[lead_dims:])
@@ -104,11 +109,13 @@ def check_discrete(spec: Any, agent: str) -> None:
   if not spec.is_discrete:
     raise ValueError(
         f"{agent} needs a discrete action space, but {spec.task_id} has continuous "
-        f"actions of shape {spec.action_shape}")
+        f"actions of shape {spec.action_shape}"
+    )
 
 
 def check_continuous(spec: Any, agent: str) -> None:
   if spec.is_discrete:
     raise ValueError(
         f"{agent} needs a continuous action space, but {spec.task_id} has "
-        f"{spec.num_actions} discrete actions")
+        f"{spec.num_actions} discrete actions"
+    )

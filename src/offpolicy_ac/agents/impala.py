@@ -59,14 +59,21 @@ class ImpalaConfig:
   def validate(self) -> None:
     base.check_in("gamma", self.gamma, 0.0, 1.0)
     base.check_in("lambda_", self.lambda_, 0.0, 1.0)
-    for name in ("clip_rho_threshold", "clip_c_threshold", "clip_pg_rho_threshold",
-                 "learning_rate", "max_grad_norm", "optimizer_eps"):
+    for name in (
+        "clip_rho_threshold",
+        "clip_c_threshold",
+        "clip_pg_rho_threshold",
+        "learning_rate",
+        "max_grad_norm",
+        "optimizer_eps",
+    ):
       base.check_positive(name, getattr(self, name))
     if self.clip_rho_threshold < self.clip_c_threshold:
       raise ValueError(
           f"rho-bar ({self.clip_rho_threshold}) < c-bar ({self.clip_c_threshold}): "
           "V-trace needs clip_rho_threshold >= clip_c_threshold (Espeholt et al. 2018, "
-          "Remark 1)")
+          "Remark 1)"
+      )
     base.check_non_negative("value_weight", self.value_weight)
     base.check_non_negative("entropy_weight", self.entropy_weight)
 
@@ -79,18 +86,19 @@ def make_impala(spec, config: ImpalaConfig = ImpalaConfig()) -> base.Agent:
   if discrete:
     net = networks.CategoricalActorCritic(torso, spec.num_actions)
   else:
-    net = networks.GaussianActorCritic(torso, int(jnp.prod(jnp.array(spec.action_shape))),
-                                       config.init_log_std)
-  optimizer = base.make_optimizer(config.optimizer, config.learning_rate,
-                                  config.max_grad_norm, eps=config.optimizer_eps)
+    net = networks.GaussianActorCritic(
+        torso, int(jnp.prod(jnp.array(spec.action_shape))), config.init_log_std
+    )
+  optimizer = base.make_optimizer(
+      config.optimizer, config.learning_rate, config.max_grad_norm, eps=config.optimizer_eps
+  )
   obs_dtype = jnp.dtype(spec.observation_dtype)
 
   def init(key):
     init_key, key = jax.random.split(key)
     dummy = jnp.zeros((1,) + tuple(spec.observation_shape), obs_dtype)
     params = net.init(init_key, dummy)
-    return base.AgentState(params, (), optimizer.init(params), key,
-                           jnp.zeros((), jnp.int32))
+    return base.AgentState(params, (), optimizer.init(params), key, jnp.zeros((), jnp.int32))
 
   def act(params, obs, key):
     if discrete:
@@ -111,35 +119,68 @@ def make_impala(spec, config: ImpalaConfig = ImpalaConfig()) -> base.Agent:
     li = loss_inputs(traj, config.gamma)
     out = base.apply_batched(net.apply, params, traj.observation)
     kwargs = dict(
-        mask=li.mask, value_weight=config.value_weight,
-        entropy_weight=config.entropy_weight, lambda_=config.lambda_,
+        mask=li.mask,
+        value_weight=config.value_weight,
+        entropy_weight=config.entropy_weight,
+        lambda_=config.lambda_,
         clip_rho_threshold=config.clip_rho_threshold,
         clip_c_threshold=config.clip_c_threshold,
-        clip_pg_rho_threshold=config.clip_pg_rho_threshold)
+        clip_pg_rho_threshold=config.clip_pg_rho_threshold,
+    )
     r_t = li.r_t * config.reward_scale
     if discrete:
       logits, values = out
       res = losses.impala_loss_categorical(
-          logits[:-1], traj.extras["logits"][:-1], traj.action[:-1], values[:-1],
-          values[1:], r_t, li.discount_t, **kwargs)
+          logits[:-1],
+          traj.extras["logits"][:-1],
+          traj.action[:-1],
+          values[:-1],
+          values[1:],
+          r_t,
+          li.discount_t,
+          **kwargs,
+      )
     else:
       mean, log_std, values = out
       res = losses.impala_loss_gaussian(
-          mean[:-1], log_std[:-1], traj.extras["log_prob"][:-1],
-          traj.action[:-1].reshape(mean[:-1].shape), values[:-1], values[1:], r_t,
-          li.discount_t, **kwargs)
-    metrics = dict(loss=res.loss, policy_loss=res.policy_loss,
-                   value_loss=res.value_loss, entropy=res.entropy,
-                   mean_rho=res.mean_rho, clipped_rho_fraction=res.clipped_rho_fraction)
+          mean[:-1],
+          log_std[:-1],
+          traj.extras["log_prob"][:-1],
+          traj.action[:-1].reshape(mean[:-1].shape),
+          values[:-1],
+          values[1:],
+          r_t,
+          li.discount_t,
+          **kwargs,
+      )
+    metrics = dict(
+        loss=res.loss,
+        policy_loss=res.policy_loss,
+        value_loss=res.value_loss,
+        entropy=res.entropy,
+        mean_rho=res.mean_rho,
+        clipped_rho_fraction=res.clipped_rho_fraction,
+    )
     return res.loss, metrics
 
   @jax.jit
   def update(state, traj):
     grads, metrics = jax.grad(loss_fn, has_aux=True)(state.params, traj)
     params, opt_state, metrics["grad_norm"] = base.gradient_step(
-        optimizer, state.params, state.opt_state, grads)
-    return state._replace(params=params, opt_state=opt_state,
-                          num_updates=state.num_updates + 1), metrics
+        optimizer, state.params, state.opt_state, grads
+    )
+    return (
+        state._replace(params=params, opt_state=opt_state, num_updates=state.num_updates + 1),
+        metrics,
+    )
 
-  return base.Agent("impala", init, act, greedy_act, update,
-                    off_policy=config.use_replay, spec=spec, config=config)
+  return base.Agent(
+      "impala",
+      init,
+      act,
+      greedy_act,
+      update,
+      off_policy=config.use_replay,
+      spec=spec,
+      config=config,
+  )

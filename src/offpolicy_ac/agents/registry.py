@@ -9,9 +9,9 @@ from offpolicy_ac.agents.acer import AcerConfig
 from offpolicy_ac.agents.acer import make_acer
 from offpolicy_ac.agents.impala import ImpalaConfig
 from offpolicy_ac.agents.impala import make_impala
+from offpolicy_ac.agents.sqil import make_sqil
 from offpolicy_ac.agents.sql import SqlConfig
 from offpolicy_ac.agents.sql import make_sql
-from offpolicy_ac.agents.sqil import make_sqil
 
 AGENTS: dict[str, tuple[Any, type]] = {
     "impala": (make_impala, ImpalaConfig),

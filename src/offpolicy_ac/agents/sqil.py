@@ -10,7 +10,8 @@ each sampled agent batch.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
@@ -33,8 +34,9 @@ def _relabel(batch: Trajectory, is_demonstration: bool) -> Trajectory:
   return batch._replace(reward=losses.sqil_relabel(batch.reward, jnp.asarray(is_demonstration)))
 
 
-def make_sqil_batch_fn(demo_sequences: Trajectory, *, batch_size: int,
-                       length: int) -> Callable[[Any, jax.Array], Trajectory]:
+def make_sqil_batch_fn(
+    demo_sequences: Trajectory, *, batch_size: int, length: int
+) -> Callable[[Any, jax.Array], Trajectory]:
   """Returns batch_fn(agent_batch [length, batch_size], key) -> [length, 2 * batch_size].
 
   Args:
@@ -45,8 +47,10 @@ def make_sqil_batch_fn(demo_sequences: Trajectory, *, batch_size: int,
   """
   seq_len = demo_sequences.step_type.shape[0]
   if seq_len < length:
-    raise ValueError(f"demonstration sequences have {seq_len} steps, fewer than the "
-                     f"sampled windows' {length}")
+    raise ValueError(
+        f"demonstration sequences have {seq_len} steps, fewer than the "
+        f"sampled windows' {length}"
+    )
   # Built on the host: eager replay_init + replay_add would compile each primitive
   # (~1 s of a CartPole run's start-up).
   state = replay_lib.replay_full(demo_sequences)
@@ -57,7 +61,8 @@ def make_sqil_batch_fn(demo_sequences: Trajectory, *, batch_size: int,
         action=demo_batch.action.astype(agent_batch.action.dtype),
         observation=demo_batch.observation.astype(agent_batch.observation.dtype),
         env_id=jnp.full_like(agent_batch.env_id, -1),
-        extras=agent_batch.extras)
+        extras=agent_batch.extras,
+    )
     halves = (_relabel(agent_batch, False), _relabel(demo_batch, True))
     return jax.tree.map(lambda a, d: jnp.concatenate([a, d], axis=1), *halves)
 

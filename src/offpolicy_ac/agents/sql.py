@@ -57,8 +57,9 @@ class SqlConfig:
       raise ValueError(f"n_step must be an int >= 1, got {self.n_step!r}")
 
 
-def make_sql(spec, config: SqlConfig = SqlConfig(), *, name: str = "sql",
-             reward_fn=None) -> base.Agent:
+def make_sql(
+    spec, config: SqlConfig = SqlConfig(), *, name: str = "sql", reward_fn=None
+) -> base.Agent:
   """Builds the SQL agent (discrete actions only).
 
   `reward_fn(batch) -> r_t [T, B]` replaces the environment reward (SQIL).
@@ -67,16 +68,14 @@ def make_sql(spec, config: SqlConfig = SqlConfig(), *, name: str = "sql",
   base.check_discrete(spec, name.upper())
   torso = networks.make_torso(config.torso, spec.observation_shape, config.hidden_sizes)
   net = networks.QNetwork(torso, spec.num_actions)
-  optimizer = base.make_optimizer(config.optimizer, config.learning_rate,
-                                  config.max_grad_norm)
+  optimizer = base.make_optimizer(config.optimizer, config.learning_rate, config.max_grad_norm)
   obs_dtype = jnp.dtype(spec.observation_dtype)
   num_actions = spec.num_actions
 
   def init(key):
     init_key, key = jax.random.split(key)
     params = net.init(init_key, jnp.zeros((1,) + tuple(spec.observation_shape), obs_dtype))
-    return base.AgentState(params, params, optimizer.init(params), key,
-                           jnp.zeros((), jnp.int32))
+    return base.AgentState(params, params, optimizer.init(params), key, jnp.zeros((), jnp.int32))
 
   def act(params, obs, key):
     q = net.apply(params, obs)
@@ -96,27 +95,44 @@ def make_sql(spec, config: SqlConfig = SqlConfig(), *, name: str = "sql",
     q_target = base.apply_batched(net.apply, target_params, batch.observation[1:])
     a_tm1 = batch.action[:-1]
     if config.lambda_ > 0:
-      targets = losses.soft_q_targets(r_t, li.discount_t, q_target, alpha=config.alpha,
-                                      lambda_=config.lambda_, mask=li.mask)
+      targets = losses.soft_q_targets(
+          r_t, li.discount_t, q_target, alpha=config.alpha, lambda_=config.lambda_, mask=li.mask
+      )
       errors = jnp.where(li.mask, targets - losses.take_action(q[:-1], a_tm1), 0.0)
     else:
-      errors = losses.sql_nstep_td_error(q[:-1], a_tm1, r_t, li.discount_t, q_target,
-                                         alpha=config.alpha, n=config.n_step, mask=li.mask)
+      errors = losses.sql_nstep_td_error(
+          q[:-1],
+          a_tm1,
+          r_t,
+          li.discount_t,
+          q_target,
+          alpha=config.alpha,
+          n=config.n_step,
+          mask=li.mask,
+      )
     w = li.mask.astype(jnp.float32)
     loss = losses.weighted_mean(jnp.square(errors), w)
-    return loss, {"loss": loss, "q_mean": losses.weighted_mean(
-        losses.take_action(q[:-1], a_tm1), w), "abs_td_error": losses.weighted_mean(
-            jnp.abs(errors), w)}
+    return loss, {
+        "loss": loss,
+        "q_mean": losses.weighted_mean(losses.take_action(q[:-1], a_tm1), w),
+        "abs_td_error": losses.weighted_mean(jnp.abs(errors), w),
+    }
 
   @jax.jit
   def update(state, batch):
-    grads, metrics = jax.grad(loss_fn, has_aux=True)(state.params, state.target_params,
-                                                     batch)
+    grads, metrics = jax.grad(loss_fn, has_aux=True)(state.params, state.target_params, batch)
     params, opt_state, metrics["grad_norm"] = base.gradient_step(
-        optimizer, state.params, state.opt_state, grads)
+        optimizer, state.params, state.opt_state, grads
+    )
     target = base.polyak(state.target_params, params, config.target_update_tau)
-    return state._replace(params=params, target_params=target, opt_state=opt_state,
-                          num_updates=state.num_updates + 1), metrics
+    return (
+        state._replace(
+            params=params,
+            target_params=target,
+            opt_state=opt_state,
+            num_updates=state.num_updates + 1,
+        ),
+        metrics,
+    )
 
-  return base.Agent(name, init, act, greedy_act, update, off_policy=True, spec=spec,
-                    config=config)
+  return base.Agent(name, init, act, greedy_act, update, off_policy=True, spec=spec, config=config)

@@ -12,33 +12,38 @@ DESIGN.md Contract 2. Public API:
     transformer = make_data_transformer(obs_shape, normalize_observations=True)
 """
 
-from offpolicy_ac.envs._envpool_env import (
-    ATARI_EVAL_KWARGS,
-    ATARI_TRAIN_KWARGS,
-    EnvPoolEnv,
-    make,
-    make_atari,
-)
-from offpolicy_ac.envs._rollout import ActFn, Rollout, RolloutState, make_rollout
-from offpolicy_ac.envs._timestep import FIRST, LAST, MID, EnvSpec, EpisodeStats, TimeStep
-from offpolicy_ac.envs._trajectory import LossInputs, Trajectory, TransformedTrajectory, loss_inputs
-from offpolicy_ac.envs._xla_rollout import (
-    XlaAsyncRolloutState,
-    XlaRollout,
-    XlaRolloutState,
-    make_xla_rollout,
-)
-from offpolicy_ac.envs._transformers import (
-    DataTransformer,
-    RunningStats,
-    TransformerState,
-    clip_reward,
-    make_data_transformer,
-    normalize,
-    running_stats_init,
-    running_stats_update,
-    scale_reward,
-)
+from offpolicy_ac.envs._envpool_env import ATARI_EVAL_KWARGS
+from offpolicy_ac.envs._envpool_env import ATARI_TRAIN_KWARGS
+from offpolicy_ac.envs._envpool_env import EnvPoolEnv
+from offpolicy_ac.envs._envpool_env import make
+from offpolicy_ac.envs._envpool_env import make_atari
+from offpolicy_ac.envs._rollout import ActFn
+from offpolicy_ac.envs._rollout import Rollout
+from offpolicy_ac.envs._rollout import RolloutState
+from offpolicy_ac.envs._rollout import make_rollout
+from offpolicy_ac.envs._timestep import FIRST
+from offpolicy_ac.envs._timestep import LAST
+from offpolicy_ac.envs._timestep import MID
+from offpolicy_ac.envs._timestep import EnvSpec
+from offpolicy_ac.envs._timestep import EpisodeStats
+from offpolicy_ac.envs._timestep import TimeStep
+from offpolicy_ac.envs._trajectory import LossInputs
+from offpolicy_ac.envs._trajectory import Trajectory
+from offpolicy_ac.envs._trajectory import TransformedTrajectory
+from offpolicy_ac.envs._trajectory import loss_inputs
+from offpolicy_ac.envs._transformers import DataTransformer
+from offpolicy_ac.envs._transformers import RunningStats
+from offpolicy_ac.envs._transformers import TransformerState
+from offpolicy_ac.envs._transformers import clip_reward
+from offpolicy_ac.envs._transformers import make_data_transformer
+from offpolicy_ac.envs._transformers import normalize
+from offpolicy_ac.envs._transformers import running_stats_init
+from offpolicy_ac.envs._transformers import running_stats_update
+from offpolicy_ac.envs._transformers import scale_reward
+from offpolicy_ac.envs._xla_rollout import XlaAsyncRolloutState
+from offpolicy_ac.envs._xla_rollout import XlaRollout
+from offpolicy_ac.envs._xla_rollout import XlaRolloutState
+from offpolicy_ac.envs._xla_rollout import make_xla_rollout
 
 __all__ = [
     "ATARI_EVAL_KWARGS",

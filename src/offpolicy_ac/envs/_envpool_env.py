@@ -28,20 +28,19 @@ stepping (`batch_size < num_envs`) never mixes environments.
 from __future__ import annotations
 
 import difflib
+from typing import Any
+from typing import NamedTuple
 import warnings
-from typing import Any, NamedTuple
 
 import numpy as np
 
-from offpolicy_ac.envs._timestep import (
-    ENV_ID_DTYPE,
-    FIRST,
-    MID,
-    STEP_TYPE_DTYPE,
-    EnvSpec,
-    EpisodeStats,
-    TimeStep,
-)
+from offpolicy_ac.envs._timestep import ENV_ID_DTYPE
+from offpolicy_ac.envs._timestep import FIRST
+from offpolicy_ac.envs._timestep import MID
+from offpolicy_ac.envs._timestep import STEP_TYPE_DTYPE
+from offpolicy_ac.envs._timestep import EnvSpec
+from offpolicy_ac.envs._timestep import EpisodeStats
+from offpolicy_ac.envs._timestep import TimeStep
 
 __all__ = ["EnvPoolEnv", "make", "make_atari", "ATARI_TRAIN_KWARGS", "ATARI_EVAL_KWARGS"]
 
@@ -68,546 +67,536 @@ _RESERVED_KWARGS = ("num_envs", "seed", "gym_reset_return_info")
 
 
 def _envpool():
-    import envpool  # local import: importing envpool is slow and only needed to make envs
+  import envpool  # local import: importing envpool is slow and only needed to make envs
 
-    return envpool
+  return envpool
 
 
 class _RawStep(NamedTuple):
-    """What one envpool `recv` gives, before conversion to a TimeStep."""
+  """What one envpool `recv` gives, before conversion to a TimeStep."""
 
-    obs: np.ndarray
-    reward: np.ndarray
-    terminated: np.ndarray  # bool, done and not truncated
-    truncated: np.ndarray
-    env_id: np.ndarray
-    game_reward: np.ndarray | None  # Atari: info["reward"], the unclipped reward
-    game_over: np.ndarray | None  # Atari: info["terminated"], the whole game is over
+  obs: np.ndarray
+  reward: np.ndarray
+  terminated: np.ndarray  # bool, done and not truncated
+  truncated: np.ndarray
+  env_id: np.ndarray
+  game_reward: np.ndarray | None  # Atari: info["reward"], the unclipped reward
+  game_over: np.ndarray | None  # Atari: info["terminated"], the whole game is over
 
 
 class _PublicPoolIO:
-    """send/recv through envpool's public gymnasium API."""
+  """send/recv through envpool's public gymnasium API."""
 
-    def __init__(self, pool: Any, atari: bool):
-        self._pool, self._atari = pool, atari
+  def __init__(self, pool: Any, atari: bool):
+    self._pool, self._atari = pool, atari
 
-    def send(self, action: np.ndarray, env_id: np.ndarray) -> None:
-        self._pool.send(action, env_id)
+  def send(self, action: np.ndarray, env_id: np.ndarray) -> None:
+    self._pool.send(action, env_id)
 
-    def recv(self) -> _RawStep:
-        obs, reward, terminated, truncated, info = self._pool.recv()
-        if self._atari:
-            return _RawStep(
-                obs,
-                reward,
-                terminated,
-                truncated,
-                info["env_id"],
-                info["reward"],
-                info["terminated"],
-            )
-        return _RawStep(obs, reward, terminated, truncated, info["env_id"], None, None)
+  def recv(self) -> _RawStep:
+    obs, reward, terminated, truncated, info = self._pool.recv()
+    if self._atari:
+      return _RawStep(
+          obs,
+          reward,
+          terminated,
+          truncated,
+          info["env_id"],
+          info["reward"],
+          info["terminated"],
+      )
+    return _RawStep(obs, reward, terminated, truncated, info["env_id"], None, None)
 
 
 class _FastPoolIO:
-    """send/recv through envpool's `_send`/`_recv`, skipping its per-call Python wrappers.
+  """send/recv through envpool's `_send`/`_recv`, skipping its per-call Python wrappers.
 
-    Those wrappers (dict building, `config` rebuilt on every send, optree unflatten) cost
-    more than stepping a batch of CartPoles. Field positions are looked up once; this is
-    used only when the pool has the layout checked in `try_make` (single player, one
-    array observation, actions `env_id, players.env_id, action`), and
-    tests/test_envs_envpool.py checks it returns exactly what the public API does.
-    """
+  Those wrappers (dict building, `config` rebuilt on every send, optree unflatten) cost
+  more than stepping a batch of CartPoles. Field positions are looked up once; this is
+  used only when the pool has the layout checked in `try_make` (single player, one
+  array observation, actions `env_id, players.env_id, action`), and
+  tests/test_envs_envpool.py checks it returns exactly what the public API does.
+  """
 
-    def __init__(self, pool: Any, atari: bool, index: dict[str, int], action_dtype: np.dtype):
-        self._send_fn, self._recv_fn = pool._send, pool._recv
-        self._atari = atari
-        self._i = index
-        self._action_dtype = action_dtype
+  def __init__(self, pool: Any, atari: bool, index: dict[str, int], action_dtype: np.dtype):
+    self._send_fn, self._recv_fn = pool._send, pool._recv
+    self._atari = atari
+    self._i = index
+    self._action_dtype = action_dtype
 
-    @staticmethod
-    def try_make(pool: Any, atari: bool) -> _FastPoolIO | None:
-        try:
-            state_keys = list(pool._state_keys)
-            action_keys = list(pool._action_keys)
-            action_dtype = np.dtype(pool._spec._action_spec[-1][0])
-            single_player = pool.config["max_num_players"] == 1
-            callable_ = callable(pool._send) and callable(pool._recv)
-        except (AttributeError, KeyError, IndexError, TypeError):
-            return None
-        needed = ["info:env_id", "done", "trunc", "reward", "obs"]
-        if atari:
-            needed += ["info:reward", "info:terminated"]
-        if (
-            not callable_
-            or not single_player
-            or action_keys != ["env_id", "players.env_id", "action"]
-            or any(k not in state_keys for k in needed)
-        ):
-            return None
-        index = {k: state_keys.index(k) for k in needed}
-        return _FastPoolIO(pool, atari, index, action_dtype)
+  @staticmethod
+  def try_make(pool: Any, atari: bool) -> _FastPoolIO | None:
+    try:
+      state_keys = list(pool._state_keys)
+      action_keys = list(pool._action_keys)
+      action_dtype = np.dtype(pool._spec._action_spec[-1][0])
+      single_player = pool.config["max_num_players"] == 1
+      callable_ = callable(pool._send) and callable(pool._recv)
+    except (AttributeError, KeyError, IndexError, TypeError):
+      return None
+    needed = ["info:env_id", "done", "trunc", "reward", "obs"]
+    if atari:
+      needed += ["info:reward", "info:terminated"]
+    if (
+        not callable_
+        or not single_player
+        or action_keys != ["env_id", "players.env_id", "action"]
+        or any(k not in state_keys for k in needed)
+    ):
+      return None
+    index = {k: state_keys.index(k) for k in needed}
+    return _FastPoolIO(pool, atari, index, action_dtype)
 
-    def send(self, action: np.ndarray, env_id: np.ndarray) -> None:
-        if action.dtype != self._action_dtype or not (
-            action.flags.writeable and action.flags.c_contiguous
-        ):
-            action = np.array(action, self._action_dtype, order="C")  # envpool writes into it
-        self._send_fn([env_id, env_id, action])
+  def send(self, action: np.ndarray, env_id: np.ndarray) -> None:
+    if action.dtype != self._action_dtype or not (
+        action.flags.writeable and action.flags.c_contiguous
+    ):
+      action = np.array(action, self._action_dtype, order="C")  # envpool writes into it
+    self._send_fn([env_id, env_id, action])
 
-    def recv(self) -> _RawStep:
-        state = self._recv_fn()
-        i = self._i
-        truncated = state[i["trunc"]]
-        terminated = state[i["done"]] & ~truncated
-        if self._atari:
-            return _RawStep(
+  def recv(self) -> _RawStep:
+    state = self._recv_fn()
+    i = self._i
+    truncated = state[i["trunc"]]
+    terminated = state[i["done"]] & ~truncated
+    if self._atari:
+      return _RawStep(
                 state[i["obs"]], state[i["reward"]], terminated, truncated, state[i["info:env_id"]],
                 state[i["info:reward"]], state[i["info:terminated"]],
             )  # fmt: skip
-        return _RawStep(
-            state[i["obs"]],
-            state[i["reward"]],
-            terminated,
-            truncated,
-            state[i["info:env_id"]],
-            None,
-            None,
-        )
+    return _RawStep(
+        state[i["obs"]],
+        state[i["reward"]],
+        terminated,
+        truncated,
+        state[i["info:env_id"]],
+        None,
+        None,
+    )
 
 
 class EnvPoolEnv:
-    """A pool of `num_envs` environments returning batched `TimeStep`s.
+  """A pool of `num_envs` environments returning batched `TimeStep`s.
 
-    Stateful by nature (it owns the simulators). Use `reset()` then `step(action)`, or,
-    asynchronously, `send(action, env_id)` and `recv()`. Actions are validated before
-    anything is sent: wrong shape, wrong dtype kind, out-of-range discrete actions and
-    non-finite continuous actions raise `ValueError`; continuous actions are clipped to
-    their bounds.
+  Stateful by nature (it owns the simulators). Use `reset()` then `step(action)`, or,
+  asynchronously, `send(action, env_id)` and `recv()`. Actions are validated before
+  anything is sent: wrong shape, wrong dtype kind, out-of-range discrete actions and
+  non-finite continuous actions raise `ValueError`; continuous actions are clipped to
+  their bounds.
 
-    Attributes:
-      spec: the `EnvSpec`.
-      num_envs, batch_size, is_async: the pool's layout.
+  Attributes:
+    spec: the `EnvSpec`.
+    num_envs, batch_size, is_async: the pool's layout.
+  """
+
+  def __init__(self, pool: Any, spec: EnvSpec, *, atari: bool, fast_io: bool = True):
+    self._pool = pool
+    self.spec = spec
+    self.num_envs = spec.num_envs
+    self.batch_size = spec.batch_size
+    self.is_async = spec.is_async
+    self._atari = atari  # episodes are whole games, scored with the raw reward
+    self._io = (_FastPoolIO.try_make(pool, atari) if fast_io else None) or _PublicPoolIO(
+        pool, atari
+    )
+    n = self.num_envs
+    self._all_env_ids = np.arange(n, dtype=ENV_ID_DTYPE)
+    self._last_env_id: np.ndarray | None = None
+    self._in_flight = np.zeros((n,), bool)
+    self._num_in_flight = 0
+    self._next_is_first = np.ones((n,), bool)
+    self._next_starts_episode = np.ones((n,), bool)
+    self._episode_return = np.zeros((n,), np.float64)
+    self._episode_length = np.zeros((n,), np.int64)
+    self._finished: list[EpisodeStats] = []
+    self._was_reset = False
+    self._obs_dtype = np.dtype(spec.observation_dtype)
+    self._convert_obs = self._obs_dtype != np.dtype(pool.observation_space.dtype)
+    if spec.is_discrete:
+      self._num_actions = spec.num_actions
+    else:
+      self._low = np.asarray(spec.action_low, np.float32).reshape(spec.action_shape)
+      self._high = np.asarray(spec.action_high, np.float32).reshape(spec.action_shape)
+
+  # ------------------------------------------------------------------ stepping
+
+  def reset(self) -> TimeStep:
+    """Resets every environment; returns FIRST steps.
+
+    Sync mode: all `num_envs` environments. Async mode: the first `batch_size` of them
+    to finish resetting; the others come out of later `recv()` calls, also as FIRST.
+    Statistics of unfinished episodes are dropped. Raises RuntimeError if an action is
+    still in flight (receive it first).
     """
+    self.async_reset()
+    return self.recv()
 
-    def __init__(self, pool: Any, spec: EnvSpec, *, atari: bool, fast_io: bool = True):
-        self._pool = pool
-        self.spec = spec
-        self.num_envs = spec.num_envs
-        self.batch_size = spec.batch_size
-        self.is_async = spec.is_async
-        self._atari = atari  # episodes are whole games, scored with the raw reward
-        self._io = (_FastPoolIO.try_make(pool, atari) if fast_io else None) or _PublicPoolIO(
-            pool, atari
+  def async_reset(self) -> None:
+    """Starts resetting every environment without waiting: their FIRST steps come out
+    of the following `recv()` calls. Same preconditions as `reset()`."""
+    if self._num_in_flight:
+      raise RuntimeError(
+          f"reset with {self._num_in_flight} environment(s) still stepping; call "
+          "recv() until none is in flight first"
+      )
+    self._next_is_first[:] = True
+    self._next_starts_episode[:] = True
+    self._episode_return[:] = 0.0
+    self._episode_length[:] = 0
+    self._finished = []
+    self._pool.async_reset()
+    self._in_flight[:] = True
+    self._num_in_flight = self.num_envs
+    self._last_env_id = None
+    self._was_reset = True
+
+  def step(self, action: Any, env_id: Any = None) -> TimeStep:
+    """`send(action, env_id)` then `recv()`."""
+    self.send(action, env_id)
+    return self.recv()
+
+  def send(self, action: Any, env_id: Any = None) -> None:
+    """Validates `action` [k, *action_shape] and sends it to environments `env_id` [k].
+
+    `env_id` defaults to the environments of the last `recv()`/`reset()` (all of them in
+    sync mode). Raises ValueError for a bad action or env_id, or an env that already has
+    an action in flight, before anything is sent. Continuous actions are clipped to
+    their bounds.
+    """
+    if not self._was_reset:
+      raise RuntimeError("call reset() before the first send()/step()")
+    env_id = self._check_env_id(env_id)
+    action = self._check_action(action, env_id.shape[0])
+    self._io.send(action, env_id)
+    self._in_flight[env_id] = True
+    self._num_in_flight += env_id.shape[0]
+    self._last_env_id = None
+
+  def recv(self) -> TimeStep:
+    """Receives the next `batch_size` steps (whichever environments are ready)."""
+    raw = self._recv_raw()
+    lo, hi = np.zeros_like(raw.env_id), np.ones_like(raw.env_id)
+    step_type, reward, discount = self._convert_block(
+        raw.env_id, lo, hi, *(None if x is None else x[None] for x in raw[1:4] + raw[5:])
+    )
+    return TimeStep(step_type[0], reward[0], discount[0], raw.obs, raw.env_id)
+
+  def _recv_raw(self) -> _RawStep:
+    """envpool's recv and the in-flight bookkeeping, no conversion (see `_convert_block`)."""
+    if self._num_in_flight < self.batch_size:
+      raise RuntimeError(
+          f"recv() would block forever: {self._num_in_flight} environment(s) in flight "
+          f"but a batch is {self.batch_size}; send() actions first"
+      )
+    raw = self._io.recv()
+    self._in_flight[raw.env_id] = False
+    self._num_in_flight -= raw.env_id.shape[0]
+    self._last_env_id = raw.env_id
+    if self._convert_obs:
+      raw = raw._replace(obs=raw.obs.astype(self._obs_dtype))
+    return raw
+
+  def _convert_block(
+      self,
+      env_id: np.ndarray,
+      lo: np.ndarray,
+      hi: np.ndarray,
+      reward: np.ndarray,
+      terminated: np.ndarray,
+      truncated: np.ndarray,
+      game_reward: np.ndarray | None,
+      game_over: np.ndarray | None,
+  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Converts raw envpool steps to (step_type, reward, discount), in time-major blocks.
+
+    Column j holds consecutive steps of environment `env_id[j]`, rows `lo[j] <= r <
+    hi[j]` in time order, following on from that environment's previous step; other rows
+    are ignored (their outputs are meaningless). One vectorised pass over the block also
+    advances the per-environment state (is the next step FIRST, episode statistics).
+    `recv()` calls it with one row, the rollout once per unroll with T rows.
+
+    Args:
+      env_id: [B] distinct environment ids.
+      lo, hi: [B] int, the valid rows of each column.
+      reward, terminated, truncated: [R, B] as envpool gives them.
+      game_reward, game_over: [R, B] Atari `info["reward"]`, `info["terminated"]`.
+
+    Returns:
+      step_type [R, B] int32, reward [R, B] float32 (0 at FIRST), discount [R, B] float32.
+    """
+    rows = np.arange(terminated.shape[0])[:, None]
+    valid = (rows >= lo) & (rows < hi)
+    at_lo = rows == lo
+    done = terminated | truncated
+    # FIRST: the previous step of the same environment ended its episode.
+    first = np.empty_like(done)
+    first[1:] = done[:-1]
+    first[0] = False
+    first = np.where(at_lo, self._next_is_first[env_id], first)
+    step_type = done.astype(STEP_TYPE_DTYPE)
+    step_type += MID
+    step_type[first] = FIRST
+    reward = np.where(first, np.float32(0.0), reward.astype(np.float32, copy=False))
+    discount = (~terminated).astype(np.float32)  # a reset step is never terminated
+
+    # Episode statistics. For Atari an episode is a whole game scored with raw rewards.
+    if self._atari:
+      assert game_reward is not None and game_over is not None
+      score = np.where(first, 0.0, game_reward)
+      over = done & (truncated | game_over.astype(bool))
+    else:
+      score, over = reward, done
+    starts = np.empty_like(over)
+    starts[1:] = over[:-1]
+    starts[0] = False
+    starts = np.where(at_lo, self._next_starts_episode[env_id], starts) & valid
+    score = np.where(valid, score, 0.0)
+    counted = valid & ~first
+    # Sums since the latest episode start (inclusive), else carried sums plus all rows.
+    last_start = np.maximum.accumulate(np.where(starts, rows, -1), axis=0)
+    from_start = last_start >= 0
+    start_row = np.maximum(last_start, 0)
+    returns, lengths = [], []
+    for x, carried in ((score, self._episode_return), (counted, self._episode_length)):
+      cum = np.cumsum(x, axis=0, dtype=carried.dtype)
+      before = np.take_along_axis(cum, start_row, axis=0) - np.take_along_axis(x, start_row, axis=0)
+      (returns if x is score else lengths).append(
+          np.where(from_start, cum - before, cum + carried[env_id])
+      )
+    ret, length = returns[0], lengths[0]
+    finished = over & valid
+    if finished.any():
+      r, c = np.nonzero(finished)
+      self._finished.append(EpisodeStats(env_id[c].copy(), ret[r, c], length[r, c]))
+    # Carry the state of each column's newest valid step.
+    has = hi > lo
+    if has.any():
+      last, cols, ids = (hi - 1)[has], np.flatnonzero(has), env_id[has]
+      self._next_is_first[ids] = done[last, cols]
+      self._next_starts_episode[ids] = over[last, cols]
+      self._episode_return[ids] = ret[last, cols]
+      self._episode_length[ids] = length[last, cols]
+    return step_type, reward, discount
+
+  def pop_episode_stats(self) -> EpisodeStats:
+    """Episodes finished since the last call, in the order they finished."""
+    stats = EpisodeStats.concatenate(self._finished)
+    self._finished = []
+    return stats
+
+  def close(self) -> None:
+    """Releases the simulators."""
+    close = getattr(self._pool, "close", None)
+    if close is not None:
+      close()
+
+  def __enter__(self) -> EnvPoolEnv:
+    return self
+
+  def __exit__(self, *exc: Any) -> None:
+    self.close()
+
+  def __repr__(self) -> str:
+    return (
+        f"EnvPoolEnv({self.spec.task_id!r}, num_envs={self.num_envs}, "
+        f"batch_size={self.batch_size})"
+    )
+
+  @property
+  def num_in_flight(self) -> int:
+    """How many environments have an action sent and not yet received."""
+    return self._num_in_flight
+
+  @property
+  def pool(self) -> Any:
+    """The underlying envpool gymnasium environment (for its XLA interface)."""
+    return self._pool
+
+  # ------------------------------------------------------------------ validation
+
+  def _check_env_id(self, env_id: Any) -> np.ndarray:
+    if env_id is None:
+      if self._last_env_id is None:
+        raise ValueError("send() needs env_id: no recv() since the last send()")
+      return self._last_env_id
+    env_id = np.asarray(env_id)
+    if env_id.ndim != 1 or env_id.dtype.kind not in "iu":
+      raise ValueError(
+          f"env_id must be a 1-D integer array, got shape {env_id.shape} dtype {env_id.dtype}"
+      )
+    if env_id.size == 0:
+      raise ValueError("env_id is empty")
+    if env_id.min() < 0 or env_id.max() >= self.num_envs:
+      raise ValueError(f"env_id out of range [0, {self.num_envs}): {env_id}")
+    env_id = env_id.astype(ENV_ID_DTYPE, copy=False)
+    if np.unique(env_id).shape[0] != env_id.shape[0]:
+      raise ValueError(f"env_id has duplicates: {env_id}")
+    if self._in_flight[env_id].any():
+      raise ValueError(f"env_id {env_id[self._in_flight[env_id]]} already have an action in flight")
+    return env_id
+
+  def _check_action(self, action: Any, k: int) -> np.ndarray:
+    action = np.asarray(action)
+    spec = self.spec
+    expected = (k, *spec.action_shape)
+    if spec.is_discrete:
+      if action.dtype.kind not in "iu":
+        raise ValueError(
+            f"{spec.task_id}: discrete actions must have an integer dtype, " f"got {action.dtype}"
         )
-        n = self.num_envs
-        self._all_env_ids = np.arange(n, dtype=ENV_ID_DTYPE)
-        self._last_env_id: np.ndarray | None = None
-        self._in_flight = np.zeros((n,), bool)
-        self._num_in_flight = 0
-        self._next_is_first = np.ones((n,), bool)
-        self._next_starts_episode = np.ones((n,), bool)
-        self._episode_return = np.zeros((n,), np.float64)
-        self._episode_length = np.zeros((n,), np.int64)
-        self._finished: list[EpisodeStats] = []
-        self._was_reset = False
-        self._obs_dtype = np.dtype(spec.observation_dtype)
-        self._convert_obs = self._obs_dtype != np.dtype(pool.observation_space.dtype)
-        if spec.is_discrete:
-            self._num_actions = spec.num_actions
-        else:
-            self._low = np.asarray(spec.action_low, np.float32).reshape(spec.action_shape)
-            self._high = np.asarray(spec.action_high, np.float32).reshape(spec.action_shape)
-
-    # ------------------------------------------------------------------ stepping
-
-    def reset(self) -> TimeStep:
-        """Resets every environment; returns FIRST steps.
-
-        Sync mode: all `num_envs` environments. Async mode: the first `batch_size` of them
-        to finish resetting; the others come out of later `recv()` calls, also as FIRST.
-        Statistics of unfinished episodes are dropped. Raises RuntimeError if an action is
-        still in flight (receive it first).
-        """
-        self.async_reset()
-        return self.recv()
-
-    def async_reset(self) -> None:
-        """Starts resetting every environment without waiting: their FIRST steps come out
-        of the following `recv()` calls. Same preconditions as `reset()`."""
-        if self._num_in_flight:
-            raise RuntimeError(
-                f"reset with {self._num_in_flight} environment(s) still stepping; call "
-                "recv() until none is in flight first"
-            )
-        self._next_is_first[:] = True
-        self._next_starts_episode[:] = True
-        self._episode_return[:] = 0.0
-        self._episode_length[:] = 0
-        self._finished = []
-        self._pool.async_reset()
-        self._in_flight[:] = True
-        self._num_in_flight = self.num_envs
-        self._last_env_id = None
-        self._was_reset = True
-
-    def step(self, action: Any, env_id: Any = None) -> TimeStep:
-        """`send(action, env_id)` then `recv()`."""
-        self.send(action, env_id)
-        return self.recv()
-
-    def send(self, action: Any, env_id: Any = None) -> None:
-        """Validates `action` [k, *action_shape] and sends it to environments `env_id` [k].
-
-        `env_id` defaults to the environments of the last `recv()`/`reset()` (all of them in
-        sync mode). Raises ValueError for a bad action or env_id, or an env that already has
-        an action in flight, before anything is sent. Continuous actions are clipped to
-        their bounds.
-        """
-        if not self._was_reset:
-            raise RuntimeError("call reset() before the first send()/step()")
-        env_id = self._check_env_id(env_id)
-        action = self._check_action(action, env_id.shape[0])
-        self._io.send(action, env_id)
-        self._in_flight[env_id] = True
-        self._num_in_flight += env_id.shape[0]
-        self._last_env_id = None
-
-    def recv(self) -> TimeStep:
-        """Receives the next `batch_size` steps (whichever environments are ready)."""
-        raw = self._recv_raw()
-        lo, hi = np.zeros_like(raw.env_id), np.ones_like(raw.env_id)
-        step_type, reward, discount = self._convert_block(
-            raw.env_id, lo, hi, *(None if x is None else x[None] for x in raw[1:4] + raw[5:])
+      if action.shape != expected:
+        raise ValueError(
+            f"{spec.task_id}: action shape {action.shape}, expected {expected} "
+            f"(one action per environment sent to)"
         )
-        return TimeStep(step_type[0], reward[0], discount[0], raw.obs, raw.env_id)
-
-    def _recv_raw(self) -> _RawStep:
-        """envpool's recv and the in-flight bookkeeping, no conversion (see `_convert_block`)."""
-        if self._num_in_flight < self.batch_size:
-            raise RuntimeError(
-                f"recv() would block forever: {self._num_in_flight} environment(s) in flight "
-                f"but a batch is {self.batch_size}; send() actions first"
-            )
-        raw = self._io.recv()
-        self._in_flight[raw.env_id] = False
-        self._num_in_flight -= raw.env_id.shape[0]
-        self._last_env_id = raw.env_id
-        if self._convert_obs:
-            raw = raw._replace(obs=raw.obs.astype(self._obs_dtype))
-        return raw
-
-    def _convert_block(
-        self,
-        env_id: np.ndarray,
-        lo: np.ndarray,
-        hi: np.ndarray,
-        reward: np.ndarray,
-        terminated: np.ndarray,
-        truncated: np.ndarray,
-        game_reward: np.ndarray | None,
-        game_over: np.ndarray | None,
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Converts raw envpool steps to (step_type, reward, discount), in time-major blocks.
-
-        Column j holds consecutive steps of environment `env_id[j]`, rows `lo[j] <= r <
-        hi[j]` in time order, following on from that environment's previous step; other rows
-        are ignored (their outputs are meaningless). One vectorised pass over the block also
-        advances the per-environment state (is the next step FIRST, episode statistics).
-        `recv()` calls it with one row, the rollout once per unroll with T rows.
-
-        Args:
-          env_id: [B] distinct environment ids.
-          lo, hi: [B] int, the valid rows of each column.
-          reward, terminated, truncated: [R, B] as envpool gives them.
-          game_reward, game_over: [R, B] Atari `info["reward"]`, `info["terminated"]`.
-
-        Returns:
-          step_type [R, B] int32, reward [R, B] float32 (0 at FIRST), discount [R, B] float32.
-        """
-        rows = np.arange(terminated.shape[0])[:, None]
-        valid = (rows >= lo) & (rows < hi)
-        at_lo = rows == lo
-        done = terminated | truncated
-        # FIRST: the previous step of the same environment ended its episode.
-        first = np.empty_like(done)
-        first[1:] = done[:-1]
-        first[0] = False
-        first = np.where(at_lo, self._next_is_first[env_id], first)
-        step_type = done.astype(STEP_TYPE_DTYPE)
-        step_type += MID
-        step_type[first] = FIRST
-        reward = np.where(first, np.float32(0.0), reward.astype(np.float32, copy=False))
-        discount = (~terminated).astype(np.float32)  # a reset step is never terminated
-
-        # Episode statistics. For Atari an episode is a whole game scored with raw rewards.
-        if self._atari:
-            assert game_reward is not None and game_over is not None
-            score = np.where(first, 0.0, game_reward)
-            over = done & (truncated | game_over.astype(bool))
-        else:
-            score, over = reward, done
-        starts = np.empty_like(over)
-        starts[1:] = over[:-1]
-        starts[0] = False
-        starts = np.where(at_lo, self._next_starts_episode[env_id], starts) & valid
-        score = np.where(valid, score, 0.0)
-        counted = valid & ~first
-        # Sums since the latest episode start (inclusive), else carried sums plus all rows.
-        last_start = np.maximum.accumulate(np.where(starts, rows, -1), axis=0)
-        from_start = last_start >= 0
-        start_row = np.maximum(last_start, 0)
-        returns, lengths = [], []
-        for x, carried in ((score, self._episode_return), (counted, self._episode_length)):
-            cum = np.cumsum(x, axis=0, dtype=carried.dtype)
-            before = np.take_along_axis(cum, start_row, axis=0) - np.take_along_axis(
-                x, start_row, axis=0
-            )
-            (returns if x is score else lengths).append(
-                np.where(from_start, cum - before, cum + carried[env_id])
-            )
-        ret, length = returns[0], lengths[0]
-        finished = over & valid
-        if finished.any():
-            r, c = np.nonzero(finished)
-            self._finished.append(EpisodeStats(env_id[c].copy(), ret[r, c], length[r, c]))
-        # Carry the state of each column's newest valid step.
-        has = hi > lo
-        if has.any():
-            last, cols, ids = (hi - 1)[has], np.flatnonzero(has), env_id[has]
-            self._next_is_first[ids] = done[last, cols]
-            self._next_starts_episode[ids] = over[last, cols]
-            self._episode_return[ids] = ret[last, cols]
-            self._episode_length[ids] = length[last, cols]
-        return step_type, reward, discount
-
-    def pop_episode_stats(self) -> EpisodeStats:
-        """Episodes finished since the last call, in the order they finished."""
-        stats = EpisodeStats.concatenate(self._finished)
-        self._finished = []
-        return stats
-
-    def close(self) -> None:
-        """Releases the simulators."""
-        close = getattr(self._pool, "close", None)
-        if close is not None:
-            close()
-
-    def __enter__(self) -> EnvPoolEnv:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        return (
-            f"EnvPoolEnv({self.spec.task_id!r}, num_envs={self.num_envs}, "
-            f"batch_size={self.batch_size})"
+      if action.min() < 0 or action.max() >= self._num_actions:
+        bad = action[(action < 0) | (action >= self._num_actions)]
+        raise ValueError(
+            f"{spec.task_id}: discrete actions must be in [0, {self._num_actions}), " f"got {bad}"
         )
-
-    @property
-    def num_in_flight(self) -> int:
-        """How many environments have an action sent and not yet received."""
-        return self._num_in_flight
-
-    @property
-    def pool(self) -> Any:
-        """The underlying envpool gymnasium environment (for its XLA interface)."""
-        return self._pool
-
-    # ------------------------------------------------------------------ validation
-
-    def _check_env_id(self, env_id: Any) -> np.ndarray:
-        if env_id is None:
-            if self._last_env_id is None:
-                raise ValueError("send() needs env_id: no recv() since the last send()")
-            return self._last_env_id
-        env_id = np.asarray(env_id)
-        if env_id.ndim != 1 or env_id.dtype.kind not in "iu":
-            raise ValueError(
-                f"env_id must be a 1-D integer array, got shape {env_id.shape} dtype {env_id.dtype}"
-            )
-        if env_id.size == 0:
-            raise ValueError("env_id is empty")
-        if env_id.min() < 0 or env_id.max() >= self.num_envs:
-            raise ValueError(f"env_id out of range [0, {self.num_envs}): {env_id}")
-        env_id = env_id.astype(ENV_ID_DTYPE, copy=False)
-        if np.unique(env_id).shape[0] != env_id.shape[0]:
-            raise ValueError(f"env_id has duplicates: {env_id}")
-        if self._in_flight[env_id].any():
-            raise ValueError(
-                f"env_id {env_id[self._in_flight[env_id]]} already have an action in flight"
-            )
-        return env_id
-
-    def _check_action(self, action: Any, k: int) -> np.ndarray:
-        action = np.asarray(action)
-        spec = self.spec
-        expected = (k, *spec.action_shape)
-        if spec.is_discrete:
-            if action.dtype.kind not in "iu":
-                raise ValueError(
-                    f"{spec.task_id}: discrete actions must have an integer dtype, "
-                    f"got {action.dtype}"
-                )
-            if action.shape != expected:
-                raise ValueError(
-                    f"{spec.task_id}: action shape {action.shape}, expected {expected} "
-                    f"(one action per environment sent to)"
-                )
-            if action.min() < 0 or action.max() >= self._num_actions:
-                bad = action[(action < 0) | (action >= self._num_actions)]
-                raise ValueError(
-                    f"{spec.task_id}: discrete actions must be in [0, {self._num_actions}), "
-                    f"got {bad}"
-                )
-            return np.array(action, np.int32)  # a private, writeable copy (envpool writes into it)
-        if action.dtype.kind != "f":
-            raise ValueError(
-                f"{spec.task_id}: continuous actions must have a floating dtype, got {action.dtype}"
-            )
-        if action.shape != expected:
-            raise ValueError(
-                f"{spec.task_id}: action shape {action.shape}, expected {expected} "
-                f"(one action per environment sent to)"
-            )
-        if not np.isfinite(action).all():
-            raise ValueError(f"{spec.task_id}: continuous actions must be finite, got {action}")
-        return np.clip(action, self._low, self._high)
+      return np.array(action, np.int32)  # a private, writeable copy (envpool writes into it)
+    if action.dtype.kind != "f":
+      raise ValueError(
+          f"{spec.task_id}: continuous actions must have a floating dtype, got {action.dtype}"
+      )
+    if action.shape != expected:
+      raise ValueError(
+          f"{spec.task_id}: action shape {action.shape}, expected {expected} "
+          f"(one action per environment sent to)"
+      )
+    if not np.isfinite(action).all():
+      raise ValueError(f"{spec.task_id}: continuous actions must be finite, got {action}")
+    return np.clip(action, self._low, self._high)
 
 
 # ---------------------------------------------------------------------- factories
 
 
 def _spec_from_pool(task_id: str, pool: Any, num_envs: int, batch_size: int) -> EnvSpec:
-    import gymnasium
+  import gymnasium
 
-    obs_space, act_space = pool.observation_space, pool.action_space
-    if not isinstance(obs_space, gymnasium.spaces.Box):
-        raise ValueError(f"{task_id}: only Box observation spaces are supported, got {obs_space}")
-    obs_dtype = np.dtype(obs_space.dtype)
-    if obs_dtype == np.float64:
-        obs_dtype = np.dtype(np.float32)
-    if isinstance(act_space, gymnasium.spaces.Discrete):
-        if int(act_space.start) != 0:
-            raise ValueError(f"{task_id}: Discrete action spaces must start at 0, got {act_space}")
-        return EnvSpec(
+  obs_space, act_space = pool.observation_space, pool.action_space
+  if not isinstance(obs_space, gymnasium.spaces.Box):
+    raise ValueError(f"{task_id}: only Box observation spaces are supported, got {obs_space}")
+  obs_dtype = np.dtype(obs_space.dtype)
+  if obs_dtype == np.float64:
+    obs_dtype = np.dtype(np.float32)
+  if isinstance(act_space, gymnasium.spaces.Discrete):
+    if int(act_space.start) != 0:
+      raise ValueError(f"{task_id}: Discrete action spaces must start at 0, got {act_space}")
+    return EnvSpec(
             task_id, tuple(obs_space.shape), obs_dtype.name, True, int(act_space.n), (),
             "int32", None, None, num_envs, batch_size,
         )  # fmt: skip
-    if isinstance(act_space, gymnasium.spaces.Box):
-        low = np.broadcast_to(act_space.low, act_space.shape).astype(np.float64).ravel()
-        high = np.broadcast_to(act_space.high, act_space.shape).astype(np.float64).ravel()
-        if not (np.isfinite(low).all() and np.isfinite(high).all()):
-            raise ValueError(f"{task_id}: continuous action bounds must be finite, got {act_space}")
-        return EnvSpec(
+  if isinstance(act_space, gymnasium.spaces.Box):
+    low = np.broadcast_to(act_space.low, act_space.shape).astype(np.float64).ravel()
+    high = np.broadcast_to(act_space.high, act_space.shape).astype(np.float64).ravel()
+    if not (np.isfinite(low).all() and np.isfinite(high).all()):
+      raise ValueError(f"{task_id}: continuous action bounds must be finite, got {act_space}")
+    return EnvSpec(
             task_id, tuple(obs_space.shape), obs_dtype.name, False, None,
             tuple(act_space.shape), "float32", tuple(low.tolist()), tuple(high.tolist()),
             num_envs, batch_size,
         )  # fmt: skip
-    raise ValueError(f"{task_id}: unsupported action space {act_space}")
+  raise ValueError(f"{task_id}: unsupported action space {act_space}")
 
 
 def _check_positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{name} must be an int, got {value!r}")
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {value}")
-    return int(value)
+  if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+    raise ValueError(f"{name} must be an int, got {value!r}")
+  if value < 1:
+    raise ValueError(f"{name} must be >= 1, got {value}")
+  return int(value)
 
 
 def _check_task_id(task_id: Any) -> Any:
-    envpool = _envpool()
-    if not isinstance(task_id, str):
-        raise ValueError(f"task_id must be a str, got {task_id!r}")
-    all_ids = envpool.list_all_envs()
-    if task_id not in all_ids:
-        close = difflib.get_close_matches(task_id, all_ids, n=5)
-        hint = f"; did you mean one of {close}?" if close else "; see envpool.list_all_envs()"
-        raise ValueError(f"unknown task id {task_id!r}{hint}")
-    return envpool
+  envpool = _envpool()
+  if not isinstance(task_id, str):
+    raise ValueError(f"task_id must be a str, got {task_id!r}")
+  all_ids = envpool.list_all_envs()
+  if task_id not in all_ids:
+    close = difflib.get_close_matches(task_id, all_ids, n=5)
+    hint = f"; did you mean one of {close}?" if close else "; see envpool.list_all_envs()"
+    raise ValueError(f"unknown task id {task_id!r}{hint}")
+  return envpool
 
 
 def _is_atari(envpool: Any, task_id: str) -> bool:
-    """Atari-like: life-based episodes, a raw reward and a game-over flag in info."""
-    spec = envpool.make_spec(task_id)
-    keys = set(spec.state_array_spec)
-    return "episodic_life" in spec.config._fields and {"info:reward", "info:terminated"} <= keys
+  """Atari-like: life-based episodes, a raw reward and a game-over flag in info."""
+  spec = envpool.make_spec(task_id)
+  keys = set(spec.state_array_spec)
+  return "episodic_life" in spec.config._fields and {"info:reward", "info:terminated"} <= keys
 
 
 def make(task_id: str, num_envs: int, seed: int, **envpool_kwargs: Any) -> EnvPoolEnv:
-    """Makes `num_envs` envpool environments with ALF's TimeStep semantics.
+  """Makes `num_envs` envpool environments with ALF's TimeStep semantics.
 
-    Args:
-      task_id: an envpool task id ("CartPole-v1", "Pendulum-v1", "Pong-v5", "Hopper-v4").
-      num_envs: number of environments, >= 1.
-      seed: base seed; envpool seeds environment i with `seed + i`.
-      **envpool_kwargs: passed to `envpool.make_gymnasium`, e.g. `batch_size` (< num_envs
-        for asynchronous stepping), `num_threads`, `max_episode_steps`, Atari options.
+  Args:
+    task_id: an envpool task id ("CartPole-v1", "Pendulum-v1", "Pong-v5", "Hopper-v4").
+    num_envs: number of environments, >= 1.
+    seed: base seed; envpool seeds environment i with `seed + i`.
+    **envpool_kwargs: passed to `envpool.make_gymnasium`, e.g. `batch_size` (< num_envs
+      for asynchronous stepping), `num_threads`, `max_episode_steps`, Atari options.
 
-    Returns:
-      An `EnvPoolEnv`. Call `reset()` before stepping.
+  Returns:
+    An `EnvPoolEnv`. Call `reset()` before stepping.
 
-    Raises:
-      ValueError: unknown task id, bad num_envs / seed / batch_size, unknown envpool option,
-        or an unsupported observation or action space.
-    """
-    envpool = _check_task_id(task_id)
-    num_envs = _check_positive_int("num_envs", num_envs)
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
-    for key in _RESERVED_KWARGS[:2]:
-        if key in envpool_kwargs:
-            raise ValueError(f"pass {key} as an argument of make(), not in envpool_kwargs")
-    if envpool_kwargs.pop("gym_reset_return_info", True) is not True:
-        raise ValueError("gym_reset_return_info=False is not supported (env_id comes from info)")
-    valid = set(envpool.make_spec(task_id).config._fields) - set(_RESERVED_KWARGS)
-    unknown = sorted(set(envpool_kwargs) - valid)
-    if unknown:
-        raise ValueError(
-            f"unknown envpool option(s) {unknown} for {task_id}; valid: {sorted(valid)}"
-        )
-    batch_size = envpool_kwargs.pop("batch_size", num_envs)
-    batch_size = _check_positive_int("batch_size", batch_size)
-    if batch_size > num_envs:
-        raise ValueError(f"batch_size ({batch_size}) must be <= num_envs ({num_envs})")
-    if "max_episode_steps" in envpool_kwargs:
-        _check_positive_int("max_episode_steps", envpool_kwargs["max_episode_steps"])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # gymnasium's float64 Box casting notes
-        pool = envpool.make_gymnasium(
-            task_id,
-            num_envs=num_envs,
-            batch_size=batch_size,
-            seed=int(seed),
-            gym_reset_return_info=True,
-            **envpool_kwargs,
-        )
-        spec = _spec_from_pool(task_id, pool, num_envs, batch_size)
-    return EnvPoolEnv(pool, spec, atari=_is_atari(envpool, task_id))
+  Raises:
+    ValueError: unknown task id, bad num_envs / seed / batch_size, unknown envpool option,
+      or an unsupported observation or action space.
+  """
+  envpool = _check_task_id(task_id)
+  num_envs = _check_positive_int("num_envs", num_envs)
+  if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+    raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+  for key in _RESERVED_KWARGS[:2]:
+    if key in envpool_kwargs:
+      raise ValueError(f"pass {key} as an argument of make(), not in envpool_kwargs")
+  if envpool_kwargs.pop("gym_reset_return_info", True) is not True:
+    raise ValueError("gym_reset_return_info=False is not supported (env_id comes from info)")
+  valid = set(envpool.make_spec(task_id).config._fields) - set(_RESERVED_KWARGS)
+  unknown = sorted(set(envpool_kwargs) - valid)
+  if unknown:
+    raise ValueError(f"unknown envpool option(s) {unknown} for {task_id}; valid: {sorted(valid)}")
+  batch_size = envpool_kwargs.pop("batch_size", num_envs)
+  batch_size = _check_positive_int("batch_size", batch_size)
+  if batch_size > num_envs:
+    raise ValueError(f"batch_size ({batch_size}) must be <= num_envs ({num_envs})")
+  if "max_episode_steps" in envpool_kwargs:
+    _check_positive_int("max_episode_steps", envpool_kwargs["max_episode_steps"])
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore", UserWarning)  # gymnasium's float64 Box casting notes
+    pool = envpool.make_gymnasium(
+        task_id,
+        num_envs=num_envs,
+        batch_size=batch_size,
+        seed=int(seed),
+        gym_reset_return_info=True,
+        **envpool_kwargs,
+    )
+    spec = _spec_from_pool(task_id, pool, num_envs, batch_size)
+  return EnvPoolEnv(pool, spec, atari=_is_atari(envpool, task_id))
 
 
 def make_atari(
     task_id: str, num_envs: int, seed: int, *, train: bool = True, **envpool_kwargs: Any
 ) -> EnvPoolEnv:
-    """Makes Atari environments with envpool's standard preprocessing.
+  """Makes Atari environments with envpool's standard preprocessing.
 
-    Observations are [4, 84, 84] uint8 (grey, frame stack 4, frame skip 4), with up to 30
-    no-op starts. With `train=True` a life loss ends an episode (LAST, discount 0; the game
-    goes on after the FIRST step that follows) and rewards are clipped to {-1, 0, 1}; with
-    `train=False` neither. Either way `pop_episode_stats()` reports the raw game score and
-    length of whole games.
+  Observations are [4, 84, 84] uint8 (grey, frame stack 4, frame skip 4), with up to 30
+  no-op starts. With `train=True` a life loss ends an episode (LAST, discount 0; the game
+  goes on after the FIRST step that follows) and rewards are clipped to {-1, 0, 1}; with
+  `train=False` neither. Either way `pop_episode_stats()` reports the raw game score and
+  length of whole games.
 
-    Args:
-      task_id: an envpool Atari id, e.g. "Pong-v5", "Breakout-v5".
-      num_envs, seed: as in `make`.
-      train: episodic life and reward clipping on (training) or off (evaluation).
-      **envpool_kwargs: override any preset option, or add others (batch_size, ...).
-    """
-    envpool = _check_task_id(task_id)
-    if not _is_atari(envpool, task_id):
-        raise ValueError(
-            f"make_atari expects an envpool Atari id such as 'Pong-v5', got {task_id!r}"
-        )
-    preset = ATARI_TRAIN_KWARGS if train else ATARI_EVAL_KWARGS
-    return make(task_id, num_envs, seed, **{**preset, **envpool_kwargs})
+  Args:
+    task_id: an envpool Atari id, e.g. "Pong-v5", "Breakout-v5".
+    num_envs, seed: as in `make`.
+    train: episodic life and reward clipping on (training) or off (evaluation).
+    **envpool_kwargs: override any preset option, or add others (batch_size, ...).
+  """
+  envpool = _check_task_id(task_id)
+  if not _is_atari(envpool, task_id):
+    raise ValueError(f"make_atari expects an envpool Atari id such as 'Pong-v5', got {task_id!r}")
+  preset = ATARI_TRAIN_KWARGS if train else ATARI_EVAL_KWARGS
+  return make(task_id, num_envs, seed, **{**preset, **envpool_kwargs})

@@ -15,7 +15,8 @@ LAST step (LAST -> FIRST) is not a real transition and is never learned from.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
+from typing import NamedTuple
 
 import numpy as np
 
@@ -28,89 +29,89 @@ ENV_ID_DTYPE = np.int32
 
 
 class TimeStep(NamedTuple):
-    """One batched step of `batch_size` environments (host-side NumPy arrays).
+  """One batched step of `batch_size` environments (host-side NumPy arrays).
 
-    Attributes:
-      step_type: [B] int32, FIRST=0, MID=1, LAST=2.
-      reward: [B] float32, the reward of the transition that led to this step; 0 at FIRST.
-      discount: [B] float32, 0 at a terminating LAST step, 1 everywhere else (a truncating
-        LAST step keeps discount 1: its value is still bootstrapped).
-      observation: [B, *observation_shape], the observation at this step (the true final
-        observation at LAST).
-      env_id: [B] int32, which environment each row belongs to (in sync mode, arange(B)).
-    """
+  Attributes:
+    step_type: [B] int32, FIRST=0, MID=1, LAST=2.
+    reward: [B] float32, the reward of the transition that led to this step; 0 at FIRST.
+    discount: [B] float32, 0 at a terminating LAST step, 1 everywhere else (a truncating
+      LAST step keeps discount 1: its value is still bootstrapped).
+    observation: [B, *observation_shape], the observation at this step (the true final
+      observation at LAST).
+    env_id: [B] int32, which environment each row belongs to (in sync mode, arange(B)).
+  """
 
-    step_type: Any
-    reward: Any
-    discount: Any
-    observation: Any
-    env_id: Any
+  step_type: Any
+  reward: Any
+  discount: Any
+  observation: Any
+  env_id: Any
 
 
 class EnvSpec(NamedTuple):
-    """Static description of an environment, enough to build networks.
+  """Static description of an environment, enough to build networks.
 
-    Hashable (tuples and plain scalars only), so it can be a static argument of `jax.jit`.
+  Hashable (tuples and plain scalars only), so it can be a static argument of `jax.jit`.
 
-    Attributes:
-      task_id: envpool task id, e.g. "CartPole-v1".
-      observation_shape: shape of one observation, e.g. (4,) or (4, 84, 84).
-      observation_dtype: NumPy dtype name of observations as returned ("float32", "uint8").
-        float64 observations (MuJoCo) are converted to float32.
-      is_discrete: True for a Discrete action space.
-      num_actions: number of discrete actions; None for continuous spaces.
-      action_shape: shape of one action: () for discrete, e.g. (6,) for continuous.
-      action_dtype: dtype name actions are given in: "int32" (discrete) or "float32".
-      action_low: lower bounds, flattened, one per action dimension; None if discrete.
-      action_high: upper bounds, flattened; None if discrete.
-      num_envs: number of environments in the pool.
-      batch_size: environments returned per `recv` (== num_envs in sync mode).
-    """
+  Attributes:
+    task_id: envpool task id, e.g. "CartPole-v1".
+    observation_shape: shape of one observation, e.g. (4,) or (4, 84, 84).
+    observation_dtype: NumPy dtype name of observations as returned ("float32", "uint8").
+      float64 observations (MuJoCo) are converted to float32.
+    is_discrete: True for a Discrete action space.
+    num_actions: number of discrete actions; None for continuous spaces.
+    action_shape: shape of one action: () for discrete, e.g. (6,) for continuous.
+    action_dtype: dtype name actions are given in: "int32" (discrete) or "float32".
+    action_low: lower bounds, flattened, one per action dimension; None if discrete.
+    action_high: upper bounds, flattened; None if discrete.
+    num_envs: number of environments in the pool.
+    batch_size: environments returned per `recv` (== num_envs in sync mode).
+  """
 
-    task_id: str
-    observation_shape: tuple[int, ...]
-    observation_dtype: str
-    is_discrete: bool
-    num_actions: int | None
-    action_shape: tuple[int, ...]
-    action_dtype: str
-    action_low: tuple[float, ...] | None
-    action_high: tuple[float, ...] | None
-    num_envs: int
-    batch_size: int
+  task_id: str
+  observation_shape: tuple[int, ...]
+  observation_dtype: str
+  is_discrete: bool
+  num_actions: int | None
+  action_shape: tuple[int, ...]
+  action_dtype: str
+  action_low: tuple[float, ...] | None
+  action_high: tuple[float, ...] | None
+  num_envs: int
+  batch_size: int
 
-    @property
-    def is_async(self) -> bool:
-        """True when `batch_size < num_envs` (send/recv stepping)."""
-        return self.batch_size < self.num_envs
+  @property
+  def is_async(self) -> bool:
+    """True when `batch_size < num_envs` (send/recv stepping)."""
+    return self.batch_size < self.num_envs
 
 
 class EpisodeStats(NamedTuple):
-    """Finished episodes, one entry each (host-side NumPy arrays of length K >= 0).
+  """Finished episodes, one entry each (host-side NumPy arrays of length K >= 0).
 
-    Attributes:
-      env_id: [K] int32, environment the episode ran in.
-      episode_return: [K] float64, undiscounted sum of the environment's rewards over the
-        episode. For the Atari preset this is the raw game score over the whole game (all
-        lives, rewards not clipped), not the return of one life.
-      episode_length: [K] int64, number of agent steps (actions taken) in the episode;
-        for Atari the whole game.
-    """
+  Attributes:
+    env_id: [K] int32, environment the episode ran in.
+    episode_return: [K] float64, undiscounted sum of the environment's rewards over the
+      episode. For the Atari preset this is the raw game score over the whole game (all
+      lives, rewards not clipped), not the return of one life.
+    episode_length: [K] int64, number of agent steps (actions taken) in the episode;
+      for Atari the whole game.
+  """
 
-    env_id: np.ndarray
-    episode_return: np.ndarray
-    episode_length: np.ndarray
+  env_id: np.ndarray
+  episode_return: np.ndarray
+  episode_length: np.ndarray
 
-    @staticmethod
-    def empty() -> EpisodeStats:
-        """No finished episode."""
-        return EpisodeStats(
-            np.zeros((0,), ENV_ID_DTYPE), np.zeros((0,), np.float64), np.zeros((0,), np.int64)
-        )
+  @staticmethod
+  def empty() -> EpisodeStats:
+    """No finished episode."""
+    return EpisodeStats(
+        np.zeros((0,), ENV_ID_DTYPE), np.zeros((0,), np.float64), np.zeros((0,), np.int64)
+    )
 
-    @staticmethod
-    def concatenate(stats: list[EpisodeStats]) -> EpisodeStats:
-        """Joins several EpisodeStats in order."""
-        if not stats:
-            return EpisodeStats.empty()
-        return EpisodeStats(*(np.concatenate(fields) for fields in zip(*stats, strict=True)))
+  @staticmethod
+  def concatenate(stats: list[EpisodeStats]) -> EpisodeStats:
+    """Joins several EpisodeStats in order."""
+    if not stats:
+      return EpisodeStats.empty()
+    return EpisodeStats(*(np.concatenate(fields) for fields in zip(*stats, strict=True)))

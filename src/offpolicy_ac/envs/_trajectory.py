@@ -24,7 +24,8 @@ no step lost, none counted twice.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
+from typing import NamedTuple
 
 import jax.numpy as jnp
 
@@ -34,85 +35,85 @@ __all__ = ["Trajectory", "TransformedTrajectory", "LossInputs", "loss_inputs"]
 
 
 class Trajectory(NamedTuple):
-    """A raw time-major unroll, `[T+1, B, ...]` (see the module docstring for indexing).
+  """A raw time-major unroll, `[T+1, B, ...]` (see the module docstring for indexing).
 
-    Attributes:
-      step_type: [T+1, B] int32, FIRST/MID/LAST of steps 0..T.
-      reward: [T+1, B] float32, reward of the transition into step t (0 at FIRST).
-      discount: [T+1, B] float32, discount of the transition into step t (0 only at a
-        terminating LAST step).
-      observation: [T+1, B, *obs_shape], observation at step t.
-      env_id: [T+1, B] int32, environment of each column (constant along time).
-      action: [T+1, B, *action_shape], action taken at step t.
-      extras: pytree of [T+1, B, ...], behaviour-policy outputs at step t (logits,
-        log-probabilities, ...), as returned by `act`.
-    """
+  Attributes:
+    step_type: [T+1, B] int32, FIRST/MID/LAST of steps 0..T.
+    reward: [T+1, B] float32, reward of the transition into step t (0 at FIRST).
+    discount: [T+1, B] float32, discount of the transition into step t (0 only at a
+      terminating LAST step).
+    observation: [T+1, B, *obs_shape], observation at step t.
+    env_id: [T+1, B] int32, environment of each column (constant along time).
+    action: [T+1, B, *action_shape], action taken at step t.
+    extras: pytree of [T+1, B, ...], behaviour-policy outputs at step t (logits,
+      log-probabilities, ...), as returned by `act`.
+  """
 
-    step_type: Any
-    reward: Any
-    discount: Any
-    observation: Any
-    env_id: Any
-    action: Any
-    extras: Any
+  step_type: Any
+  reward: Any
+  discount: Any
+  observation: Any
+  env_id: Any
+  action: Any
+  extras: Any
 
 
 class TransformedTrajectory(NamedTuple):
-    """A Trajectory after data transformers (same fields and shapes as `Trajectory`).
+  """A Trajectory after data transformers (same fields and shapes as `Trajectory`).
 
-    A distinct type so a transformer is never applied twice: transformer `apply` functions
-    take a `Trajectory` and raise on a `TransformedTrajectory`. The type survives `jit`
-    (NamedTuple pytree nodes keep their class).
-    """
+  A distinct type so a transformer is never applied twice: transformer `apply` functions
+  take a `Trajectory` and raise on a `TransformedTrajectory`. The type survives `jit`
+  (NamedTuple pytree nodes keep their class).
+  """
 
-    step_type: Any
-    reward: Any
-    discount: Any
-    observation: Any
-    env_id: Any
-    action: Any
-    extras: Any
+  step_type: Any
+  reward: Any
+  discount: Any
+  observation: Any
+  env_id: Any
+  action: Any
+  extras: Any
 
 
 class LossInputs(NamedTuple):
-    """Per-transition inputs for the losses, `[T, B]` for transitions t in [0, T).
+  """Per-transition inputs for the losses, `[T, B]` for transitions t in [0, T).
 
-    Attributes:
-      r_t: [T, B] reward[1:], the reward of transition t.
-      discount_t: [T, B] gamma * discount[1:]: 0 at termination, gamma otherwise.
-      mask: [T, B] bool, step_type[:-1] != LAST: False for the transition leaving a LAST step.
-    """
+  Attributes:
+    r_t: [T, B] reward[1:], the reward of transition t.
+    discount_t: [T, B] gamma * discount[1:]: 0 at termination, gamma otherwise.
+    mask: [T, B] bool, step_type[:-1] != LAST: False for the transition leaving a LAST step.
+  """
 
-    r_t: Any
-    discount_t: Any
-    mask: Any
+  r_t: Any
+  discount_t: Any
+  mask: Any
 
 
 def loss_inputs(traj: Trajectory | TransformedTrajectory, gamma: float = 1.0) -> LossInputs:
-    """Per-transition reward, discount and mask of a `[T+1, B]` trajectory.
+  """Per-transition reward, discount and mask of a `[T+1, B]` trajectory.
 
-    `r_t = reward[t+1]`, `discount_t = gamma * discount[t+1]`, `mask_t = step_type[t] != LAST`
-    for t in [0, T). Works on NumPy or JAX arrays, inside or outside `jit`.
+  `r_t = reward[t+1]`, `discount_t = gamma * discount[t+1]`, `mask_t = step_type[t] != LAST`
+  for t in [0, T). Works on NumPy or JAX arrays, inside or outside `jit`.
 
-    Args:
-      traj: a Trajectory or TransformedTrajectory with at least 2 time steps.
-      gamma: discount factor in [0, 1] (a Python number, checked, or a scalar array, e.g.
-        a traced hyper-parameter).
-    """
-    if not isinstance(traj, (Trajectory, TransformedTrajectory)):
-        raise ValueError(f"loss_inputs expects a Trajectory, got {type(traj).__name__}")
-    if isinstance(gamma, (int, float)):
-        if not 0.0 <= gamma <= 1.0:
-            raise ValueError(f"gamma must be in [0, 1], got {gamma!r}")
-    elif jnp.ndim(gamma) != 0:
-        raise ValueError(f"gamma must be a scalar, got shape {jnp.shape(gamma)}")
-    if traj.step_type.ndim < 1 or traj.step_type.shape[0] < 2:
-        raise ValueError(
-            f"a trajectory needs T+1 >= 2 time steps, got step_type shape {traj.step_type.shape}"
-        )
-    step_type = jnp.asarray(traj.step_type)
-    return LossInputs(
-        r_t=jnp.asarray(traj.reward)[1:],
-        discount_t=gamma * jnp.asarray(traj.discount)[1:],
-        mask=step_type[:-1] != LAST,
+  Args:
+    traj: a Trajectory or TransformedTrajectory with at least 2 time steps.
+    gamma: discount factor in [0, 1] (a Python number, checked, or a scalar array, e.g.
+      a traced hyper-parameter).
+  """
+  if not isinstance(traj, (Trajectory, TransformedTrajectory)):
+    raise ValueError(f"loss_inputs expects a Trajectory, got {type(traj).__name__}")
+  if isinstance(gamma, (int, float)):
+    if not 0.0 <= gamma <= 1.0:
+      raise ValueError(f"gamma must be in [0, 1], got {gamma!r}")
+  elif jnp.ndim(gamma) != 0:
+    raise ValueError(f"gamma must be a scalar, got shape {jnp.shape(gamma)}")
+  if traj.step_type.ndim < 1 or traj.step_type.shape[0] < 2:
+    raise ValueError(
+        f"a trajectory needs T+1 >= 2 time steps, got step_type shape {traj.step_type.shape}"
     )
+  step_type = jnp.asarray(traj.step_type)
+  return LossInputs(
+      r_t=jnp.asarray(traj.reward)[1:],
+      discount_t=gamma * jnp.asarray(traj.discount)[1:],
+      mask=step_type[:-1] != LAST,
+  )

@@ -28,12 +28,14 @@ unroll, so each observation of the stream is counted exactly once.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-from offpolicy_ac.envs._trajectory import Trajectory, TransformedTrajectory
+from offpolicy_ac.envs._trajectory import Trajectory
+from offpolicy_ac.envs._trajectory import TransformedTrajectory
 
 __all__ = [
     "RunningStats",
@@ -49,130 +51,130 @@ __all__ = [
 
 
 class RunningStats(NamedTuple):
-    """Running mean and (population) variance of vectors of shape `shape`.
+  """Running mean and (population) variance of vectors of shape `shape`.
 
-    Attributes:
-      count: [] float32, number of samples seen.
-      mean: [*shape] float32.
-      var: [*shape] float32 (1 before any sample, so normalising is the identity shift).
-    """
+  Attributes:
+    count: [] float32, number of samples seen.
+    mean: [*shape] float32.
+    var: [*shape] float32 (1 before any sample, so normalising is the identity shift).
+  """
 
-    count: jax.Array
-    mean: jax.Array
-    var: jax.Array
+  count: jax.Array
+  mean: jax.Array
+  var: jax.Array
 
 
 def running_stats_init(shape: tuple[int, ...]) -> RunningStats:
-    """Statistics with no sample: count 0, mean 0, var 1."""
-    return RunningStats(
-        jnp.zeros((), jnp.float32), jnp.zeros(shape, jnp.float32), jnp.ones(shape, jnp.float32)
-    )
+  """Statistics with no sample: count 0, mean 0, var 1."""
+  return RunningStats(
+      jnp.zeros((), jnp.float32), jnp.zeros(shape, jnp.float32), jnp.ones(shape, jnp.float32)
+  )
 
 
 def running_stats_update(
     stats: RunningStats, x: jax.Array, mask: jax.Array | None = None
 ) -> RunningStats:
-    """Merges a batch `x` [*batch, *shape] into `stats` (parallel variance update).
+  """Merges a batch `x` [*batch, *shape] into `stats` (parallel variance update).
 
-    Args:
-      stats: statistics over vectors of shape `stats.mean.shape`.
-      x: samples; every leading axis beyond `stats.mean.ndim` trailing ones is a batch axis.
-      mask: optional [*batch] bool, False drops a sample.
+  Args:
+    stats: statistics over vectors of shape `stats.mean.shape`.
+    x: samples; every leading axis beyond `stats.mean.ndim` trailing ones is a batch axis.
+    mask: optional [*batch] bool, False drops a sample.
 
-    Returns:
-      Statistics over the samples of `stats` and of `x`. With no new sample (all masked),
-      `stats` unchanged.
-    """
-    shape = stats.mean.shape
-    if x.ndim < len(shape) or tuple(x.shape[x.ndim - len(shape) :]) != tuple(shape):
-        raise ValueError(f"x has shape {x.shape}; expected [*batch, {', '.join(map(str, shape))}]")
-    batch_shape = x.shape[: x.ndim - len(shape)]
-    x = jnp.reshape(x.astype(jnp.float32), (-1, *shape))
-    if mask is None:
-        w = jnp.ones((x.shape[0],), jnp.float32)
-    else:
-        if tuple(mask.shape) != tuple(batch_shape):
-            raise ValueError(f"mask has shape {mask.shape}; expected the batch shape {batch_shape}")
-        w = jnp.reshape(mask, (-1,)).astype(jnp.float32)
-    w = jnp.reshape(w, (-1,) + (1,) * len(shape))
-    n_b = jnp.sum(w)
-    safe_n_b = jnp.maximum(n_b, 1.0)
-    mean_b = jnp.sum(w * x, axis=0) / safe_n_b
-    var_b = jnp.sum(w * jnp.square(x - mean_b[None]), axis=0) / safe_n_b
-    n = stats.count + n_b
-    safe_n = jnp.maximum(n, 1.0)
-    delta = mean_b - stats.mean
-    mean = stats.mean + delta * (n_b / safe_n)
-    m2 = stats.var * stats.count + var_b * n_b + jnp.square(delta) * (stats.count * n_b / safe_n)
-    var = m2 / safe_n
-    has_new = n_b > 0
-    return RunningStats(
-        count=n,
-        mean=jnp.where(has_new, mean, stats.mean),
-        var=jnp.where(has_new, var, stats.var),
-    )
+  Returns:
+    Statistics over the samples of `stats` and of `x`. With no new sample (all masked),
+    `stats` unchanged.
+  """
+  shape = stats.mean.shape
+  if x.ndim < len(shape) or tuple(x.shape[x.ndim - len(shape) :]) != tuple(shape):
+    raise ValueError(f"x has shape {x.shape}; expected [*batch, {', '.join(map(str, shape))}]")
+  batch_shape = x.shape[: x.ndim - len(shape)]
+  x = jnp.reshape(x.astype(jnp.float32), (-1, *shape))
+  if mask is None:
+    w = jnp.ones((x.shape[0],), jnp.float32)
+  else:
+    if tuple(mask.shape) != tuple(batch_shape):
+      raise ValueError(f"mask has shape {mask.shape}; expected the batch shape {batch_shape}")
+    w = jnp.reshape(mask, (-1,)).astype(jnp.float32)
+  w = jnp.reshape(w, (-1,) + (1,) * len(shape))
+  n_b = jnp.sum(w)
+  safe_n_b = jnp.maximum(n_b, 1.0)
+  mean_b = jnp.sum(w * x, axis=0) / safe_n_b
+  var_b = jnp.sum(w * jnp.square(x - mean_b[None]), axis=0) / safe_n_b
+  n = stats.count + n_b
+  safe_n = jnp.maximum(n, 1.0)
+  delta = mean_b - stats.mean
+  mean = stats.mean + delta * (n_b / safe_n)
+  m2 = stats.var * stats.count + var_b * n_b + jnp.square(delta) * (stats.count * n_b / safe_n)
+  var = m2 / safe_n
+  has_new = n_b > 0
+  return RunningStats(
+      count=n,
+      mean=jnp.where(has_new, mean, stats.mean),
+      var=jnp.where(has_new, var, stats.var),
+  )
 
 
 def normalize(
     stats: RunningStats, x: jax.Array, *, clip: float | None = 5.0, eps: float = 1e-8
 ) -> jax.Array:
-    """(x - mean) / sqrt(var + eps), clipped to [-clip, clip]; x [*batch, *shape], float32."""
-    shape = stats.mean.shape
-    if x.ndim < len(shape) or tuple(x.shape[x.ndim - len(shape) :]) != tuple(shape):
-        raise ValueError(f"x has shape {x.shape}; expected [*batch, {', '.join(map(str, shape))}]")
-    expand = (1,) * (x.ndim - len(shape)) + tuple(shape)  # explicit: rank promotion may be 'raise'
-    mean, var = jnp.reshape(stats.mean, expand), jnp.reshape(stats.var, expand)
-    y = (x.astype(jnp.float32) - mean) / jnp.sqrt(var + eps)
-    return y if clip is None else jnp.clip(y, -clip, clip)
+  """(x - mean) / sqrt(var + eps), clipped to [-clip, clip]; x [*batch, *shape], float32."""
+  shape = stats.mean.shape
+  if x.ndim < len(shape) or tuple(x.shape[x.ndim - len(shape) :]) != tuple(shape):
+    raise ValueError(f"x has shape {x.shape}; expected [*batch, {', '.join(map(str, shape))}]")
+  expand = (1,) * (x.ndim - len(shape)) + tuple(shape)  # explicit: rank promotion may be 'raise'
+  mean, var = jnp.reshape(stats.mean, expand), jnp.reshape(stats.var, expand)
+  y = (x.astype(jnp.float32) - mean) / jnp.sqrt(var + eps)
+  return y if clip is None else jnp.clip(y, -clip, clip)
 
 
 def clip_reward(reward: jax.Array, low: float, high: float) -> jax.Array:
-    """Rewards clipped to [low, high]."""
-    return jnp.clip(reward, low, high)
+  """Rewards clipped to [low, high]."""
+  return jnp.clip(reward, low, high)
 
 
 def scale_reward(reward: jax.Array, scale: float) -> jax.Array:
-    """Rewards times `scale`."""
-    return reward * scale
+  """Rewards times `scale`."""
+  return reward * scale
 
 
 class TransformerState(NamedTuple):
-    """State of a DataTransformer.
+  """State of a DataTransformer.
 
-    Attributes:
-      obs_stats: RunningStats of observations, or None when normalisation is off.
-    """
+  Attributes:
+    obs_stats: RunningStats of observations, or None when normalisation is off.
+  """
 
-    obs_stats: RunningStats | None
+  obs_stats: RunningStats | None
 
 
 class DataTransformer(NamedTuple):
-    """`init() -> state`; `update(state, traj) -> state` (fresh raw data only);
-    `apply(state, traj: Trajectory) -> TransformedTrajectory` (fresh and replayed data alike)."""
+  """`init() -> state`; `update(state, traj) -> state` (fresh raw data only);
+  `apply(state, traj: Trajectory) -> TransformedTrajectory` (fresh and replayed data alike)."""
 
-    init: Callable[[], TransformerState]
-    update: Callable[[TransformerState, Trajectory], TransformerState]
-    apply: Callable[[TransformerState, Trajectory], TransformedTrajectory]
+  init: Callable[[], TransformerState]
+  update: Callable[[TransformerState, Trajectory], TransformerState]
+  apply: Callable[[TransformerState, Trajectory], TransformedTrajectory]
 
 
 def _check_raw(traj: Any, what: str) -> None:
-    if isinstance(traj, TransformedTrajectory):
-        raise ValueError(
-            f"{what} got a TransformedTrajectory: transformers take raw Trajectory data only "
-            "(replay stores raw data; apply the transformer once, to raw data)"
-        )
-    if not isinstance(traj, Trajectory):
-        raise ValueError(f"{what} expects a Trajectory, got {type(traj).__name__}")
+  if isinstance(traj, TransformedTrajectory):
+    raise ValueError(
+        f"{what} got a TransformedTrajectory: transformers take raw Trajectory data only "
+        "(replay stores raw data; apply the transformer once, to raw data)"
+    )
+  if not isinstance(traj, Trajectory):
+    raise ValueError(f"{what} expects a Trajectory, got {type(traj).__name__}")
 
 
 def _update(state: TransformerState, traj: Trajectory) -> TransformerState:
-    _check_raw(traj, "DataTransformer.update")
-    if state.obs_stats is None:
-        return state
-    obs = jnp.asarray(traj.observation)
-    if obs.shape[0] < 2:
-        raise ValueError(f"a trajectory needs T+1 >= 2 steps, got observation shape {obs.shape}")
-    return TransformerState(running_stats_update(state.obs_stats, obs[:-1]))
+  _check_raw(traj, "DataTransformer.update")
+  if state.obs_stats is None:
+    return state
+  obs = jnp.asarray(traj.observation)
+  if obs.shape[0] < 2:
+    raise ValueError(f"a trajectory needs T+1 >= 2 steps, got observation shape {obs.shape}")
+  return TransformerState(running_stats_update(state.obs_stats, obs[:-1]))
 
 
 def _apply(
@@ -184,18 +186,16 @@ def _apply(
     reward_clip: tuple[float, float] | None,
     reward_scale: float,
 ) -> TransformedTrajectory:
-    _check_raw(traj, "DataTransformer.apply")
-    observation = traj.observation
-    if state.obs_stats is not None:
-        observation = normalize(
-            state.obs_stats, jnp.asarray(observation), clip=obs_clip, eps=obs_eps
-        )
-    reward = jnp.asarray(traj.reward)
-    if reward_clip is not None:
-        reward = clip_reward(reward, *reward_clip)
-    if reward_scale != 1.0:
-        reward = scale_reward(reward, reward_scale)
-    return TransformedTrajectory(*traj._replace(observation=observation, reward=reward))
+  _check_raw(traj, "DataTransformer.apply")
+  observation = traj.observation
+  if state.obs_stats is not None:
+    observation = normalize(state.obs_stats, jnp.asarray(observation), clip=obs_clip, eps=obs_eps)
+  reward = jnp.asarray(traj.reward)
+  if reward_clip is not None:
+    reward = clip_reward(reward, *reward_clip)
+  if reward_scale != 1.0:
+    reward = scale_reward(reward, reward_scale)
+  return TransformedTrajectory(*traj._replace(observation=observation, reward=reward))
 
 
 def make_data_transformer(
@@ -207,46 +207,45 @@ def make_data_transformer(
     reward_clip: tuple[float, float] | None = None,
     reward_scale: float = 1.0,
 ) -> DataTransformer:
-    """Makes a DataTransformer; with every option off, apply only changes the type.
+  """Makes a DataTransformer; with every option off, apply only changes the type.
 
-    Args:
-      observation_shape: shape of one observation (`EnvSpec.observation_shape`).
-      normalize_observations: normalise observations with running mean and variance.
-      obs_clip: clip normalised observations to [-obs_clip, obs_clip]; None: no clip.
-      obs_eps: added to the variance before the square root.
-      reward_clip: (low, high) with low <= 0 <= high (so FIRST steps keep reward 0), or None.
-      reward_scale: multiplies rewards (after clipping), > 0.
+  Args:
+    observation_shape: shape of one observation (`EnvSpec.observation_shape`).
+    normalize_observations: normalise observations with running mean and variance.
+    obs_clip: clip normalised observations to [-obs_clip, obs_clip]; None: no clip.
+    obs_eps: added to the variance before the square root.
+    reward_clip: (low, high) with low <= 0 <= high (so FIRST steps keep reward 0), or None.
+    reward_scale: multiplies rewards (after clipping), > 0.
 
-    Raises:
-      ValueError: bad arguments.
-    """
-    shape = tuple(observation_shape)
-    if not all(isinstance(d, int) and d > 0 for d in shape):
-        raise ValueError(
-            f"observation_shape must be a tuple of positive ints, got {observation_shape!r}"
-        )
-    if obs_clip is not None and not obs_clip > 0:
-        raise ValueError(f"obs_clip must be > 0 or None, got {obs_clip}")
-    if not obs_eps >= 0:
-        raise ValueError(f"obs_eps must be >= 0, got {obs_eps}")
-    if reward_clip is not None:
-        low, high = reward_clip
-        if not low <= 0.0 <= high or not low < high:
-            raise ValueError(
-                "reward_clip must be (low, high) with low <= 0 <= high, low < high; "
-                f"got {reward_clip}"
-            )
-        reward_clip = (float(low), float(high))
-    if not reward_scale > 0:
-        raise ValueError(f"reward_scale must be > 0, got {reward_scale}")
+  Raises:
+    ValueError: bad arguments.
+  """
+  shape = tuple(observation_shape)
+  if not all(isinstance(d, int) and d > 0 for d in shape):
+    raise ValueError(
+        f"observation_shape must be a tuple of positive ints, got {observation_shape!r}"
+    )
+  if obs_clip is not None and not obs_clip > 0:
+    raise ValueError(f"obs_clip must be > 0 or None, got {obs_clip}")
+  if not obs_eps >= 0:
+    raise ValueError(f"obs_eps must be >= 0, got {obs_eps}")
+  if reward_clip is not None:
+    low, high = reward_clip
+    if not low <= 0.0 <= high or not low < high:
+      raise ValueError(
+          "reward_clip must be (low, high) with low <= 0 <= high, low < high; " f"got {reward_clip}"
+      )
+    reward_clip = (float(low), float(high))
+  if not reward_scale > 0:
+    raise ValueError(f"reward_scale must be > 0, got {reward_scale}")
 
-    def init() -> TransformerState:
-        return TransformerState(running_stats_init(shape) if normalize_observations else None)
+  def init() -> TransformerState:
+    return TransformerState(running_stats_init(shape) if normalize_observations else None)
 
-    def apply(state: TransformerState, traj: Trajectory) -> TransformedTrajectory:
-        return _apply(
+  def apply(state: TransformerState, traj: Trajectory) -> TransformedTrajectory:
+    return _apply(
             state, traj, obs_clip=obs_clip, obs_eps=obs_eps, reward_clip=reward_clip,
             reward_scale=float(reward_scale),
         )  # fmt: skip
 
-    return DataTransformer(init=init, update=_update, apply=apply)
+  return DataTransformer(init=init, update=_update, apply=apply)

@@ -46,9 +46,10 @@ handle, `xla()` called twice); no segfault reproduced.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
-from typing import Any, NamedTuple
+import functools
+from typing import Any
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -56,8 +57,14 @@ import numpy as np
 
 from offpolicy_ac.envs import _rollout
 from offpolicy_ac.envs._envpool_env import EnvPoolEnv
-from offpolicy_ac.envs._rollout import ActFn, ParkedActions, check_rollout_args, furthest_ahead
-from offpolicy_ac.envs._timestep import FIRST, LAST, MID, EpisodeStats
+from offpolicy_ac.envs._rollout import ActFn
+from offpolicy_ac.envs._rollout import ParkedActions
+from offpolicy_ac.envs._rollout import check_rollout_args
+from offpolicy_ac.envs._rollout import furthest_ahead
+from offpolicy_ac.envs._timestep import FIRST
+from offpolicy_ac.envs._timestep import LAST
+from offpolicy_ac.envs._timestep import MID
+from offpolicy_ac.envs._timestep import EpisodeStats
 from offpolicy_ac.envs._trajectory import Trajectory
 
 __all__ = ["XlaAsyncRolloutState", "XlaRollout", "XlaRolloutState", "make_xla_rollout"]
@@ -70,232 +77,232 @@ _ASYNC_EXTRA_ROWS_PER_STEP = 1
 
 
 class _EnvCarry(NamedTuple):
-    """Per-environment state, [num_envs] each (indexed by env_id)."""
+  """Per-environment state, [num_envs] each (indexed by env_id)."""
 
-    next_is_first: jax.Array  # bool
-    next_starts_episode: jax.Array  # bool
-    episode_return: jax.Array  # float32
-    episode_length: jax.Array  # int32
+  next_is_first: jax.Array  # bool
+  next_starts_episode: jax.Array  # bool
+  episode_return: jax.Array  # float32
+  episode_length: jax.Array  # int32
 
 
 class XlaRolloutState(NamedTuple):
-    """Carried between unrolls (device arrays).
+  """Carried between unrolls (device arrays).
 
-    Attributes:
-      handle: envpool's XLA handle.
-      key: PRNG key for the next policy call.
-      boundary: Trajectory of [num_envs, ...], the shared boundary step (index T of the last
-        unroll, index 0 of the next); its action is in flight.
-      env_carry: per-environment TimeStep and episode-statistics state.
-    """
+  Attributes:
+    handle: envpool's XLA handle.
+    key: PRNG key for the next policy call.
+    boundary: Trajectory of [num_envs, ...], the shared boundary step (index T of the last
+      unroll, index 0 of the next); its action is in flight.
+    env_carry: per-environment TimeStep and episode-statistics state.
+  """
 
-    handle: jax.Array
-    key: jax.Array
-    boundary: Trajectory
-    env_carry: _EnvCarry
+  handle: jax.Array
+  key: jax.Array
+  boundary: Trajectory
+  env_carry: _EnvCarry
 
 
 class XlaAsyncRolloutState(NamedTuple):
-    """Carried between unrolls of asynchronous environments.
+  """Carried between unrolls of asynchronous environments.
 
-    Attributes:
-      handle: envpool's XLA handle.
-      key: PRNG key for the next policy call.
-      env_carry: per-environment TimeStep and episode-statistics state (device).
-      pending: Trajectory of [R, num_envs, ...] device ring buffers, R > T+1; rows [0,
-        num_pending[e]) of column e, stored at (pending_offset + row) % R, are the steps
-        already collected for the next unroll (as `RolloutState.pending`), later rows are
-        room. Donated to the next unroll: a state can be unrolled once.
-      num_pending: [num_envs] int, the valid rows of `pending` per environment.
-      pending_offset: where row 0 of `pending` is stored, in [0, R).
-      parked: (env_id [p], action [p, ...] as envpool takes it) of environments held back
-        for being too far ahead (as in `RolloutState`); sent first by the next unroll.
-    """
+  Attributes:
+    handle: envpool's XLA handle.
+    key: PRNG key for the next policy call.
+    env_carry: per-environment TimeStep and episode-statistics state (device).
+    pending: Trajectory of [R, num_envs, ...] device ring buffers, R > T+1; rows [0,
+      num_pending[e]) of column e, stored at (pending_offset + row) % R, are the steps
+      already collected for the next unroll (as `RolloutState.pending`), later rows are
+      room. Donated to the next unroll: a state can be unrolled once.
+    num_pending: [num_envs] int, the valid rows of `pending` per environment.
+    pending_offset: where row 0 of `pending` is stored, in [0, R).
+    parked: (env_id [p], action [p, ...] as envpool takes it) of environments held back
+      for being too far ahead (as in `RolloutState`); sent first by the next unroll.
+  """
 
-    handle: jax.Array
-    key: jax.Array
-    env_carry: _EnvCarry
-    pending: Trajectory
-    num_pending: np.ndarray
-    pending_offset: int = 0
-    parked: tuple[np.ndarray, np.ndarray] | None = None
+  handle: jax.Array
+  key: jax.Array
+  env_carry: _EnvCarry
+  pending: Trajectory
+  num_pending: np.ndarray
+  pending_offset: int = 0
+  parked: tuple[np.ndarray, np.ndarray] | None = None
 
 
 class XlaRollout(NamedTuple):
-    """`init(params, key) -> state`;
-    `unroll(params, state) -> (state, Trajectory, EpisodeStats)`."""
+  """`init(params, key) -> state`;
+  `unroll(params, state) -> (state, Trajectory, EpisodeStats)`."""
 
-    init: Callable[[Any, jax.Array], Any]
-    unroll: Callable[[Any, Any], tuple[Any, Trajectory, EpisodeStats]]
-    env: EnvPoolEnv
-    unroll_length: int
+  init: Callable[[Any, jax.Array], Any]
+  unroll: Callable[[Any, Any], tuple[Any, Trajectory, EpisodeStats]]
+  env: EnvPoolEnv
+  unroll_length: int
 
 
 def make_xla_rollout(env: EnvPoolEnv, act_fn: ActFn, unroll_length: int) -> XlaRollout:
-    """Makes a fully jitted rollout of `unroll_length` steps.
+  """Makes a fully jitted rollout of `unroll_length` steps.
 
-    Args:
-      env: an `EnvPoolEnv`, sync or async, whose actions are int32 or float32 (see the
-        module docstring).
-      act_fn: `act(params, obs, key) -> (action, extras)`, jittable.
-      unroll_length: T >= 1.
+  Args:
+    env: an `EnvPoolEnv`, sync or async, whose actions are int32 or float32 (see the
+      module docstring).
+    act_fn: `act(params, obs, key) -> (action, extras)`, jittable.
+    unroll_length: T >= 1.
 
-    Raises:
-      ValueError: bad arguments or an unsupported environment.
-    """
-    T = check_rollout_args(env, act_fn, unroll_length)
-    spec = env.spec
-    pool = env.pool
-    pool_action_dtype = np.dtype(pool._spec._action_spec[-1][0])
-    if pool_action_dtype == np.float64 and not jax.config.jax_enable_x64:
-        raise ValueError(
-            f"{spec.task_id} takes float64 actions, which envpool's XLA interface can only "
-            "receive with jax_enable_x64; use make_rollout"
-        )
-    n, b = spec.num_envs, spec.batch_size
-    cpu = jax.local_devices(backend="cpu")[0]
-    atari = env._atari
-    obs_dtype = jnp.dtype(spec.observation_dtype)
-    handle0, xla_recv, xla_send, _ = pool.xla()
+  Raises:
+    ValueError: bad arguments or an unsupported environment.
+  """
+  T = check_rollout_args(env, act_fn, unroll_length)
+  spec = env.spec
+  pool = env.pool
+  pool_action_dtype = np.dtype(pool._spec._action_spec[-1][0])
+  if pool_action_dtype == np.float64 and not jax.config.jax_enable_x64:
+    raise ValueError(
+        f"{spec.task_id} takes float64 actions, which envpool's XLA interface can only "
+        "receive with jax_enable_x64; use make_rollout"
+    )
+  n, b = spec.num_envs, spec.batch_size
+  cpu = jax.local_devices(backend="cpu")[0]
+  atari = env._atari
+  obs_dtype = jnp.dtype(spec.observation_dtype)
+  handle0, xla_recv, xla_send, _ = pool.xla()
+  if spec.is_discrete:
+    num_actions = spec.num_actions
+  else:
+    low = jnp.asarray(np.asarray(spec.action_low, np.float32).reshape(spec.action_shape))
+    high = jnp.asarray(np.asarray(spec.action_high, np.float32).reshape(spec.action_shape))
+
+  def check_action(action: jax.Array) -> None:
+    expected = (b, *spec.action_shape)
+    if tuple(action.shape) != expected:
+      raise ValueError(f"{spec.task_id}: action shape {action.shape}, expected {expected}")
+    kind = jnp.dtype(action.dtype).kind
+    if spec.is_discrete and kind not in "iu":
+      raise ValueError(
+          f"{spec.task_id}: discrete actions must have an integer dtype, got {action.dtype}"
+      )
+    if not spec.is_discrete and kind != "f":
+      raise ValueError(
+          f"{spec.task_id}: continuous actions must have a floating dtype, got {action.dtype}"
+      )
+
+  def to_env(action: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(action as envpool wants it, [batch] bool: out of range or not finite)."""
     if spec.is_discrete:
-        num_actions = spec.num_actions
+      bad = (action < 0) | (action >= num_actions)
+      return jnp.clip(action, 0, num_actions - 1).astype(pool_action_dtype), bad
+    bad = ~jnp.all(jnp.isfinite(action), axis=tuple(range(1, action.ndim)))
+    clipped = jnp.clip(action, low[None], high[None])
+    return jnp.where(jnp.isfinite(clipped), clipped, 0.0).astype(pool_action_dtype), bad
+
+  def env_step(handle, carry: _EnvCarry):
+    """recv one batch and convert it (ALF semantics, per-env state indexed by env_id)."""
+    handle, (obs, reward, terminated, truncated, info) = xla_recv(handle)
+    env_id = info["env_id"].astype(jnp.int32)
+    first = carry.next_is_first[env_id]
+    done = terminated | truncated
+    step_type = jnp.where(first, FIRST, jnp.where(done, LAST, MID)).astype(jnp.int32)
+    reward = jnp.where(first, 0.0, reward).astype(jnp.float32)
+    discount = (~terminated).astype(jnp.float32)
+    if atari:
+      score = jnp.where(first, 0.0, info["reward"]).astype(jnp.float32)
+      over = done & (truncated | info["terminated"].astype(bool))
     else:
-        low = jnp.asarray(np.asarray(spec.action_low, np.float32).reshape(spec.action_shape))
-        high = jnp.asarray(np.asarray(spec.action_high, np.float32).reshape(spec.action_shape))
+      score, over = reward, done
+    starts = carry.next_starts_episode[env_id]
+    ret = jnp.where(starts, 0.0, carry.episode_return[env_id]) + score
+    length = jnp.where(starts, 0, carry.episode_length[env_id]) + (~first).astype(jnp.int32)
+    carry = _EnvCarry(
+        carry.next_is_first.at[env_id].set(done),
+        carry.next_starts_episode.at[env_id].set(over),
+        carry.episode_return.at[env_id].set(ret),
+        carry.episode_length.at[env_id].set(length),
+    )
+    in_order = jnp.all(env_id == jnp.arange(b, dtype=jnp.int32))
+    fields = (step_type, reward, discount, obs.astype(obs_dtype), env_id)
+    return handle, carry, fields, (over, ret, length, in_order)
 
-    def check_action(action: jax.Array) -> None:
-        expected = (b, *spec.action_shape)
-        if tuple(action.shape) != expected:
-            raise ValueError(f"{spec.task_id}: action shape {action.shape}, expected {expected}")
-        kind = jnp.dtype(action.dtype).kind
-        if spec.is_discrete and kind not in "iu":
-            raise ValueError(
-                f"{spec.task_id}: discrete actions must have an integer dtype, got {action.dtype}"
-            )
-        if not spec.is_discrete and kind != "f":
-            raise ValueError(
-                f"{spec.task_id}: continuous actions must have a floating dtype, got {action.dtype}"
-            )
+  bad_action_message = (
+      f"{spec.task_id}: the policy produced an out-of-range or non-finite action "
+      "(clipped for the environment; stored as produced)"
+  )
 
-    def to_env(action: jax.Array) -> tuple[jax.Array, jax.Array]:
-        """(action as envpool wants it, [batch] bool: out of range or not finite)."""
-        if spec.is_discrete:
-            bad = (action < 0) | (action >= num_actions)
-            return jnp.clip(action, 0, num_actions - 1).astype(pool_action_dtype), bad
-        bad = ~jnp.all(jnp.isfinite(action), axis=tuple(range(1, action.ndim)))
-        clipped = jnp.clip(action, low[None], high[None])
-        return jnp.where(jnp.isfinite(clipped), clipped, 0.0).astype(pool_action_dtype), bad
+  def policy(params, obs, key):
+    key, sub = jax.random.split(key)
+    action, extras = act_fn(params, obs, sub)
+    check_action(action)
+    return key, action, extras
 
-    def env_step(handle, carry: _EnvCarry):
-        """recv one batch and convert it (ALF semantics, per-env state indexed by env_id)."""
-        handle, (obs, reward, terminated, truncated, info) = xla_recv(handle)
-        env_id = info["env_id"].astype(jnp.int32)
-        first = carry.next_is_first[env_id]
-        done = terminated | truncated
-        step_type = jnp.where(first, FIRST, jnp.where(done, LAST, MID)).astype(jnp.int32)
-        reward = jnp.where(first, 0.0, reward).astype(jnp.float32)
-        discount = (~terminated).astype(jnp.float32)
-        if atari:
-            score = jnp.where(first, 0.0, info["reward"]).astype(jnp.float32)
-            over = done & (truncated | info["terminated"].astype(bool))
-        else:
-            score, over = reward, done
-        starts = carry.next_starts_episode[env_id]
-        ret = jnp.where(starts, 0.0, carry.episode_return[env_id]) + score
-        length = jnp.where(starts, 0, carry.episode_length[env_id]) + (~first).astype(jnp.int32)
-        carry = _EnvCarry(
-            carry.next_is_first.at[env_id].set(done),
-            carry.next_starts_episode.at[env_id].set(over),
-            carry.episode_return.at[env_id].set(ret),
-            carry.episode_length.at[env_id].set(length),
-        )
-        in_order = jnp.all(env_id == jnp.arange(b, dtype=jnp.int32))
-        fields = (step_type, reward, discount, obs.astype(obs_dtype), env_id)
-        return handle, carry, fields, (over, ret, length, in_order)
+  def one_step(params, handle, key, carry, send=True):
+    """recv, convert, act and (unless `send` is False) send. Without the send, the
+    action as envpool takes it is returned as well, for the caller to send."""
+    handle, carry, fields, stats = env_step(handle, carry)
+    key, action, extras = policy(params, fields[3], key)
+    env_action, bad = to_env(action)
+    step = Trajectory(*fields, action=action, extras=extras)
+    if not send:
+      return handle, key, carry, step, stats, bad, env_action
+    handle = xla_send(handle, env_action, fields[4])
+    return handle, key, carry, step, stats, bad
 
-    bad_action_message = (
-        f"{spec.task_id}: the policy produced an out-of-range or non-finite action "
-        "(clipped for the environment; stored as produced)"
+  def initial_carry() -> _EnvCarry:
+    return _EnvCarry(
+        jnp.ones((n,), bool),
+        jnp.ones((n,), bool),
+        jnp.zeros((n,), jnp.float32),
+        jnp.zeros((n,), jnp.int32),
     )
 
-    def policy(params, obs, key):
-        key, sub = jax.random.split(key)
-        action, extras = act_fn(params, obs, sub)
-        check_action(action)
-        return key, action, extras
+  if spec.is_async:
+    return _async_rollout(
+        env, T, one_step, xla_send, initial_carry, handle0, bad_action_message, cpu
+    )
 
-    def one_step(params, handle, key, carry, send=True):
-        """recv, convert, act and (unless `send` is False) send. Without the send, the
-        action as envpool takes it is returned as well, for the caller to send."""
-        handle, carry, fields, stats = env_step(handle, carry)
-        key, action, extras = policy(params, fields[3], key)
-        env_action, bad = to_env(action)
-        step = Trajectory(*fields, action=action, extras=extras)
-        if not send:
-            return handle, key, carry, step, stats, bad, env_action
-        handle = xla_send(handle, env_action, fields[4])
-        return handle, key, carry, step, stats, bad
+  @jax.jit
+  def init_step(params, handle, key):
+    carry = initial_carry()
+    handle, key, carry, step, _, bad = one_step(params, handle, key, carry)
+    return XlaRolloutState(handle, key, step, carry), jnp.any(bad)
 
-    def initial_carry() -> _EnvCarry:
-        return _EnvCarry(
-            jnp.ones((n,), bool),
-            jnp.ones((n,), bool),
-            jnp.zeros((n,), jnp.float32),
-            jnp.zeros((n,), jnp.int32),
-        )
+  @jax.jit
+  def unroll_core(params, state: XlaRolloutState):
+    def body(c, _):
+      handle, key, carry = c
+      handle, key, carry, step, stats, bad = one_step(params, handle, key, carry)
+      return (handle, key, carry), (step, stats, bad)
 
-    if spec.is_async:
-        return _async_rollout(
-            env, T, one_step, xla_send, initial_carry, handle0, bad_action_message, cpu
-        )
+    (handle, key, carry), (steps, stats, bad) = jax.lax.scan(
+        body, (state.handle, state.key, state.env_carry), None, length=T
+    )
+    traj = jax.tree.map(lambda b, s: jnp.concatenate([b[None], s]), state.boundary, steps)
+    boundary = jax.tree.map(lambda s: s[-1], steps)
+    return XlaRolloutState(handle, key, boundary, carry), traj, stats, jnp.any(bad)
 
-    @jax.jit
-    def init_step(params, handle, key):
-        carry = initial_carry()
-        handle, key, carry, step, _, bad = one_step(params, handle, key, carry)
-        return XlaRolloutState(handle, key, step, carry), jnp.any(bad)
+  def init(params: Any, key: jax.Array) -> XlaRolloutState:
+    env.async_reset()
+    params, handle, key = jax.device_put((params, handle0, key), cpu)
+    state, bad = init_step(params, handle, key)
+    if bool(bad):
+      raise ValueError(bad_action_message)
+    return state
 
-    @jax.jit
-    def unroll_core(params, state: XlaRolloutState):
-        def body(c, _):
-            handle, key, carry = c
-            handle, key, carry, step, stats, bad = one_step(params, handle, key, carry)
-            return (handle, key, carry), (step, stats, bad)
+  def unroll(
+      params: Any, state: XlaRolloutState
+  ) -> tuple[XlaRolloutState, Trajectory, EpisodeStats]:
+    if not isinstance(state, XlaRolloutState):
+      raise ValueError(f"unroll expects an XlaRolloutState, got {type(state).__name__}")
+    params = jax.device_put(params, cpu)
+    state, traj, (over, ret, length, in_order), bad = unroll_core(params, state)
+    over, ret, length, in_order, bad = jax.device_get((over, ret, length, in_order, bad))
+    if not in_order.all():
+      raise RuntimeError("envpool returned sync steps out of env_id order")
+    if bad:
+      raise ValueError(bad_action_message)
+    r, c = np.nonzero(over)
+    stats = EpisodeStats(
+        c.astype(np.int32), ret[r, c].astype(np.float64), length[r, c].astype(np.int64)
+    )
+    return state, traj, stats
 
-        (handle, key, carry), (steps, stats, bad) = jax.lax.scan(
-            body, (state.handle, state.key, state.env_carry), None, length=T
-        )
-        traj = jax.tree.map(lambda b, s: jnp.concatenate([b[None], s]), state.boundary, steps)
-        boundary = jax.tree.map(lambda s: s[-1], steps)
-        return XlaRolloutState(handle, key, boundary, carry), traj, stats, jnp.any(bad)
-
-    def init(params: Any, key: jax.Array) -> XlaRolloutState:
-        env.async_reset()
-        params, handle, key = jax.device_put((params, handle0, key), cpu)
-        state, bad = init_step(params, handle, key)
-        if bool(bad):
-            raise ValueError(bad_action_message)
-        return state
-
-    def unroll(
-        params: Any, state: XlaRolloutState
-    ) -> tuple[XlaRolloutState, Trajectory, EpisodeStats]:
-        if not isinstance(state, XlaRolloutState):
-            raise ValueError(f"unroll expects an XlaRolloutState, got {type(state).__name__}")
-        params = jax.device_put(params, cpu)
-        state, traj, (over, ret, length, in_order), bad = unroll_core(params, state)
-        over, ret, length, in_order, bad = jax.device_get((over, ret, length, in_order, bad))
-        if not in_order.all():
-            raise RuntimeError("envpool returned sync steps out of env_id order")
-        if bad:
-            raise ValueError(bad_action_message)
-        r, c = np.nonzero(over)
-        stats = EpisodeStats(
-            c.astype(np.int32), ret[r, c].astype(np.float64), length[r, c].astype(np.int64)
-        )
-        return state, traj, stats
-
-    return XlaRollout(init=init, unroll=unroll, env=env, unroll_length=T)
+  return XlaRollout(init=init, unroll=unroll, env=env, unroll_length=T)
 
 
 def _async_rollout(
@@ -308,149 +315,144 @@ def _async_rollout(
     bad_action_message: str,
     cpu: jax.Device,
 ) -> XlaRollout:
-    """The asynchronous variant of `make_xla_rollout` (see the module docstring)."""
-    n, b = env.spec.num_envs, env.spec.batch_size
-    # Rows of the column buffers beyond T+1: room for environments that get ahead. When one
-    # would overflow, the compiled loop stops, the host doubles the room and goes on.
-    slack = {"rows": int(_ASYNC_EXTRA_ROWS_PER_STEP * T)}
-    # Environments more than max_lead rows beyond T+1 are parked, as in the host loop.
-    max_lead = int(_rollout._MAX_LEAD_ROWS_PER_STEP * T)
+  """The asynchronous variant of `make_xla_rollout` (see the module docstring)."""
+  n, b = env.spec.num_envs, env.spec.batch_size
+  # Rows of the column buffers beyond T+1: room for environments that get ahead. When one
+  # would overflow, the compiled loop stops, the host doubles the room and goes on.
+  slack = {"rows": int(_ASYNC_EXTRA_ROWS_PER_STEP * T)}
+  # Environments more than max_lead rows beyond T+1 are parked, as in the host loop.
+  max_lead = int(_rollout._MAX_LEAD_ROWS_PER_STEP * T)
 
-    @functools.partial(jax.jit, donate_argnums=(4,))
-    def collect(params, handle, key, carry, buf, offset, count, in_flight):
-        """Steps until every environment has T+1 rows (`count`), writing each step at row
-        count[env_id] of column env_id of the ring buffers `buf` [R, n, ...] (stored at
-        (offset + row) % R). Stops early, rather than let a
-        column overflow, or without sending a batch in which an environment got more than
-        max_lead rows ahead (the host parks it and sends the others). Also returns (over,
-        return, length) of each step, [R, n], and the unsent batch (env_id, action)."""
-        rows = buf.step_type.shape[0]
+  @functools.partial(jax.jit, donate_argnums=(4,))
+  def collect(params, handle, key, carry, buf, offset, count, in_flight):
+    """Steps until every environment has T+1 rows (`count`), writing each step at row
+    count[env_id] of column env_id of the ring buffers `buf` [R, n, ...] (stored at
+    (offset + row) % R). Stops early, rather than let a
+    column overflow, or without sending a batch in which an environment got more than
+    max_lead rows ahead (the host parks it and sends the others). Also returns (over,
+    return, length) of each step, [R, n], and the unsent batch (env_id, action)."""
+    rows = buf.step_type.shape[0]
 
-        def step(c):
-            handle, key, carry, buf, count, stats, bad, in_flight, _, unsent = c
-            handle, key, carry, traj, step_stats, bad_now, action = one_step(
-                params, handle, key, carry, send=False
-            )
-            row, env_id = count[traj.env_id], traj.env_id
-            slot = (offset + row) % rows
-            buf = jax.tree.map(lambda x, v: x.at[slot, env_id].set(v), buf, traj)
-            stats = jax.tree.map(lambda x, v: x.at[row, env_id].set(v), stats, step_stats[:3])
-            count = count.at[env_id].add(1)
-            in_flight = in_flight - b
-            # Park only while other environments still need steps and some stay in flight.
-            hold = (
-                jnp.any(count[env_id] >= T + 1 + max_lead)
-                & (jnp.min(count) < T + 1)
-                & (in_flight > 0)
-            )
-            handle = jax.lax.cond(hold, lambda h: h, lambda h: xla_send(h, action, env_id), handle)
-            in_flight = in_flight + jnp.where(hold, 0, b)
-            bad = bad | jnp.any(bad_now)
-            return handle, key, carry, buf, count, stats, bad, in_flight, hold, (env_id, action)
+    def step(c):
+      handle, key, carry, buf, count, stats, bad, in_flight, _, unsent = c
+      handle, key, carry, traj, step_stats, bad_now, action = one_step(
+          params, handle, key, carry, send=False
+      )
+      row, env_id = count[traj.env_id], traj.env_id
+      slot = (offset + row) % rows
+      buf = jax.tree.map(lambda x, v: x.at[slot, env_id].set(v), buf, traj)
+      stats = jax.tree.map(lambda x, v: x.at[row, env_id].set(v), stats, step_stats[:3])
+      count = count.at[env_id].add(1)
+      in_flight = in_flight - b
+      # Park only while other environments still need steps and some stay in flight.
+      hold = jnp.any(count[env_id] >= T + 1 + max_lead) & (jnp.min(count) < T + 1) & (in_flight > 0)
+      handle = jax.lax.cond(hold, lambda h: h, lambda h: xla_send(h, action, env_id), handle)
+      in_flight = in_flight + jnp.where(hold, 0, b)
+      bad = bad | jnp.any(bad_now)
+      return handle, key, carry, buf, count, stats, bad, in_flight, hold, (env_id, action)
 
-        stats = (
-            jnp.zeros((rows, n), bool),
-            jnp.zeros((rows, n), jnp.float32),
-            jnp.zeros((rows, n), jnp.int32),
-        )
-        action_shape = jax.eval_shape(
-            lambda *c: one_step(params, *c, send=False)[6], handle, key, carry
-        )
-        unsent = (jnp.zeros((b,), jnp.int32), jnp.zeros(action_shape.shape, action_shape.dtype))
-        init = (handle, key, carry, buf, count, stats, jnp.bool_(False), in_flight,
+    stats = (
+        jnp.zeros((rows, n), bool),
+        jnp.zeros((rows, n), jnp.float32),
+        jnp.zeros((rows, n), jnp.int32),
+    )
+    action_shape = jax.eval_shape(
+        lambda *c: one_step(params, *c, send=False)[6], handle, key, carry
+    )
+    unsent = (jnp.zeros((b,), jnp.int32), jnp.zeros(action_shape.shape, action_shape.dtype))
+    init = (handle, key, carry, buf, count, stats, jnp.bool_(False), in_flight,
                 jnp.bool_(False), unsent)  # fmt: skip
 
-        def more(c):
-            count, held = c[4], c[8]
-            return (jnp.min(count) < T + 1) & (jnp.max(count) < rows) & ~held
+    def more(c):
+      count, held = c[4], c[8]
+      return (jnp.min(count) < T + 1) & (jnp.max(count) < rows) & ~held
 
-        handle, key, carry, buf, count, stats, bad, _, held, unsent = jax.lax.while_loop(
-            more, step, init
-        )
-        return handle, key, carry, buf, count, stats, bad, held, unsent
+    handle, key, carry, buf, count, stats, bad, _, held, unsent = jax.lax.while_loop(
+        more, step, init
+    )
+    return handle, key, carry, buf, count, stats, bad, held, unsent
 
-    @functools.partial(jax.jit, static_argnums=(2,))
-    def empty_columns(params, state_parts, rows):
-        """Zero [rows, n, ...] buffers shaped like one step of every environment."""
-        traj = jax.eval_shape(lambda *c: one_step(params, *c)[3], *state_parts)
-        shape = lambda x: jnp.zeros((rows, n, *x.shape[1:]), x.dtype)  # noqa: E731
-        return jax.tree.map(shape, traj)
+  @functools.partial(jax.jit, static_argnums=(2,))
+  def empty_columns(params, state_parts, rows):
+    """Zero [rows, n, ...] buffers shaped like one step of every environment."""
+    traj = jax.eval_shape(lambda *c: one_step(params, *c)[3], *state_parts)
+    shape = lambda x: jnp.zeros((rows, n, *x.shape[1:]), x.dtype)  # noqa: E731
+    return jax.tree.map(shape, traj)
 
-    def ring_take(x, offset, count):
-        """Rows [0, count) of the ring buffer x [R, ...] whose row 0 is at slot `offset`."""
-        return jnp.take(x, offset + jnp.arange(count), axis=0, mode="wrap")
+  def ring_take(x, offset, count):
+    """Rows [0, count) of the ring buffer x [R, ...] whose row 0 is at slot `offset`."""
+    return jnp.take(x, offset + jnp.arange(count), axis=0, mode="wrap")
 
-    @functools.partial(jax.jit, static_argnums=(2,))
-    def grow(buf, offset, rows):
-        """The ring buffers `buf` with row 0 moved to slot 0 and room up to `rows` rows."""
+  @functools.partial(jax.jit, static_argnums=(2,))
+  def grow(buf, offset, rows):
+    """The ring buffers `buf` with row 0 moved to slot 0 and room up to `rows` rows."""
 
-        def pad(x):
-            x = ring_take(x, offset, x.shape[0])
-            return jnp.concatenate([x, jnp.zeros((rows - x.shape[0], *x.shape[1:]), x.dtype)])
+    def pad(x):
+      x = ring_take(x, offset, x.shape[0])
+      return jnp.concatenate([x, jnp.zeros((rows - x.shape[0], *x.shape[1:]), x.dtype)])
 
-        return jax.tree.map(pad, buf)
+    return jax.tree.map(pad, buf)
 
-    @jax.jit
-    def unroll_rows(buf, offset):
-        """Rows [0, T] of the ring buffers: the unroll (a copy; `buf` stays as it is)."""
-        return jax.tree.map(lambda x: ring_take(x, offset, T + 1), buf)
+  @jax.jit
+  def unroll_rows(buf, offset):
+    """Rows [0, T] of the ring buffers: the unroll (a copy; `buf` stays as it is)."""
+    return jax.tree.map(lambda x: ring_take(x, offset, T + 1), buf)
 
-    def send_on_host(action: np.ndarray, env_id: np.ndarray) -> None:
-        """Sends through envpool's Python API (the same pool the custom calls step)."""
-        env.pool.send(np.array(action), np.array(env_id, np.int32))
+  def send_on_host(action: np.ndarray, env_id: np.ndarray) -> None:
+    """Sends through envpool's Python API (the same pool the custom calls step)."""
+    env.pool.send(np.array(action), np.array(env_id, np.int32))
 
-    def init(params: Any, key: jax.Array) -> XlaAsyncRolloutState:
-        env.async_reset()
-        params, handle, key, carry = jax.device_put((params, handle0, key, initial_carry()), cpu)
-        buf = empty_columns(params, (handle, key, carry), T + 1 + slack["rows"])
-        return XlaAsyncRolloutState(handle, key, carry, buf, np.zeros((n,), np.int64))
+  def init(params: Any, key: jax.Array) -> XlaAsyncRolloutState:
+    env.async_reset()
+    params, handle, key, carry = jax.device_put((params, handle0, key, initial_carry()), cpu)
+    buf = empty_columns(params, (handle, key, carry), T + 1 + slack["rows"])
+    return XlaAsyncRolloutState(handle, key, carry, buf, np.zeros((n,), np.int64))
 
-    def unroll(
-        params: Any, state: XlaAsyncRolloutState
-    ) -> tuple[XlaAsyncRolloutState, Trajectory, EpisodeStats]:
-        if not isinstance(state, XlaAsyncRolloutState):
-            raise ValueError(
-                f"unroll expects an XlaAsyncRolloutState, got {type(state).__name__}"
-            )
-        params = jax.device_put(params, cpu)
-        handle, key, carry, buf = state.handle, state.key, state.env_carry, state.pending
-        count, offset, bad, finished = state.num_pending, state.pending_offset, False, []
-        if state.parked is not None:
-            send_on_host(state.parked[1], state.parked[0])
-        parked = ParkedActions()
-        while True:
-            before = count
-            # Every environment not parked is in flight when the loop starts.
-            in_flight = n - parked.count
-            handle, key, carry, buf, count, (over, ret, length), bad_now, held, unsent = collect(
-                params, handle, key, carry, buf, offset, jnp.asarray(count, jnp.int32), in_flight
-            )
-            count = np.asarray(count).astype(np.int64)
-            bad |= bool(bad_now)
-            over, ret, length = jax.device_get((over, ret, length))
-            rows = np.arange(over.shape[0])[:, None]
-            r, c = np.nonzero(over & (rows >= before) & (rows < count))
-            finished.append(EpisodeStats(c.astype(np.int32), ret[r, c].astype(np.float64),
-                                         length[r, c].astype(np.int64)))
-            if bool(held):
-                # Park the environments furthest ahead (as many as leave a batch in flight:
-                # the received batch is not) and send the rest of the batch.
-                env_id, action = (np.asarray(x) for x in unsent)
-                held_at = furthest_ahead(env_id, count, T + 1 + max_lead, in_flight - b)
-                parked.hold(env_id, action, held_at, send_on_host)
-                continue
-            if count.min() >= T + 1:
-                break
-            # An environment got further ahead than the buffers have room for: grow them.
-            slack["rows"] = max(1, 2 * slack["rows"])
-            buf, offset = grow(buf, offset, T + 1 + slack["rows"]), 0
-        if bad:
-            raise ValueError(bad_action_message)
-        traj = unroll_rows(buf, offset)
-        offset = (offset + T) % buf.step_type.shape[0]
-        new_state = XlaAsyncRolloutState(
-            handle, key, carry, buf, count - T, offset, parked.state()
-        )
-        return new_state, traj, EpisodeStats.concatenate(finished)
+  def unroll(
+      params: Any, state: XlaAsyncRolloutState
+  ) -> tuple[XlaAsyncRolloutState, Trajectory, EpisodeStats]:
+    if not isinstance(state, XlaAsyncRolloutState):
+      raise ValueError(f"unroll expects an XlaAsyncRolloutState, got {type(state).__name__}")
+    params = jax.device_put(params, cpu)
+    handle, key, carry, buf = state.handle, state.key, state.env_carry, state.pending
+    count, offset, bad, finished = state.num_pending, state.pending_offset, False, []
+    if state.parked is not None:
+      send_on_host(state.parked[1], state.parked[0])
+    parked = ParkedActions()
+    while True:
+      before = count
+      # Every environment not parked is in flight when the loop starts.
+      in_flight = n - parked.count
+      handle, key, carry, buf, count, (over, ret, length), bad_now, held, unsent = collect(
+          params, handle, key, carry, buf, offset, jnp.asarray(count, jnp.int32), in_flight
+      )
+      count = np.asarray(count).astype(np.int64)
+      bad |= bool(bad_now)
+      over, ret, length = jax.device_get((over, ret, length))
+      rows = np.arange(over.shape[0])[:, None]
+      r, c = np.nonzero(over & (rows >= before) & (rows < count))
+      finished.append(
+          EpisodeStats(
+              c.astype(np.int32), ret[r, c].astype(np.float64), length[r, c].astype(np.int64)
+          )
+      )
+      if bool(held):
+        # Park the environments furthest ahead (as many as leave a batch in flight:
+        # the received batch is not) and send the rest of the batch.
+        env_id, action = (np.asarray(x) for x in unsent)
+        held_at = furthest_ahead(env_id, count, T + 1 + max_lead, in_flight - b)
+        parked.hold(env_id, action, held_at, send_on_host)
+        continue
+      if count.min() >= T + 1:
+        break
+      # An environment got further ahead than the buffers have room for: grow them.
+      slack["rows"] = max(1, 2 * slack["rows"])
+      buf, offset = grow(buf, offset, T + 1 + slack["rows"]), 0
+    if bad:
+      raise ValueError(bad_action_message)
+    traj = unroll_rows(buf, offset)
+    offset = (offset + T) % buf.step_type.shape[0]
+    new_state = XlaAsyncRolloutState(handle, key, carry, buf, count - T, offset, parked.state())
+    return new_state, traj, EpisodeStats.concatenate(finished)
 
-    return XlaRollout(init=init, unroll=unroll, env=env, unroll_length=T)
+  return XlaRollout(init=init, unroll=unroll, env=env, unroll_length=T)

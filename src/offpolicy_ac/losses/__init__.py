@@ -19,6 +19,7 @@ from offpolicy_ac.losses._acer import acer_value_loss
 from offpolicy_ac.losses._acer import sdn_q_value
 from offpolicy_ac.losses._acer import trust_region_projection
 from offpolicy_ac.losses._acer import trust_region_surrogate
+from offpolicy_ac.losses._actions import take_action
 from offpolicy_ac.losses._distributions import ImportanceRatios
 from offpolicy_ac.losses._distributions import categorical_entropy
 from offpolicy_ac.losses._distributions import categorical_importance_ratios
@@ -38,14 +39,13 @@ from offpolicy_ac.losses._recurrence import reverse_linear_recurrence
 from offpolicy_ac.losses._retrace import general_off_policy_returns
 from offpolicy_ac.losses._retrace import retrace
 from offpolicy_ac.losses._retrace import retrace_targets
-from offpolicy_ac.losses._actions import take_action
 from offpolicy_ac.losses._soft_q import soft_nstep_targets
 from offpolicy_ac.losses._soft_q import soft_policy
 from offpolicy_ac.losses._soft_q import soft_q_targets
 from offpolicy_ac.losses._soft_q import soft_value
-from offpolicy_ac.losses._soft_q import sql_nstep_td_error
 from offpolicy_ac.losses._soft_q import sqil_relabel
 from offpolicy_ac.losses._soft_q import sqil_rewards
+from offpolicy_ac.losses._soft_q import sql_nstep_td_error
 from offpolicy_ac.losses._vtrace import VTraceOutput
 from offpolicy_ac.losses._vtrace import vtrace
 

@@ -9,15 +9,16 @@ with `weighted_mean` and the step weights.
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from typing import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from offpolicy_ac.losses import _checks
+from offpolicy_ac.losses._actions import take_action
 from offpolicy_ac.losses._retrace import general_off_policy_returns
 from offpolicy_ac.losses._retrace import retrace_targets
-from offpolicy_ac.losses._actions import take_action
 
 
 def acer_q_ret(
@@ -39,9 +40,19 @@ def acer_q_ret(
 
   Arguments as in `retrace_targets`; returns [T, ...] with stopped gradients.
   """
-  return retrace_targets(q_t, a_t, r_t, discount_t, pi_t, mu_t, mask=mask,
-                         lambda_=1.0, eps=eps, stop_target_gradients=True,
-                         method=method)
+  return retrace_targets(
+      q_t,
+      a_t,
+      r_t,
+      discount_t,
+      pi_t,
+      mu_t,
+      mask=mask,
+      lambda_=1.0,
+      eps=eps,
+      stop_target_gradients=True,
+      method=method,
+  )
 
 
 def _safe_log(x: jax.Array) -> jax.Array:
@@ -77,15 +88,18 @@ def acer_policy_objective(
     clip_c: truncation c > 0 (10 in the paper).
     eps: added to mu before dividing.
   """
-  for name, x in [("pi_tm1", pi_tm1), ("mu_tm1", mu_tm1), ("q_tm1", q_tm1),
-                  ("q_ret_tm1", q_ret_tm1)]:
+  for name, x in [
+      ("pi_tm1", pi_tm1),
+      ("mu_tm1", mu_tm1),
+      ("q_tm1", q_tm1),
+      ("q_ret_tm1", q_ret_tm1),
+  ]:
     _checks.check_floating(name, x)
   _checks.check_integer("a_tm1", a_tm1)
   _checks.check_min_rank("pi_tm1", pi_tm1, 2, "[T, ..., A]")
   _checks.check_shape("mu_tm1", mu_tm1, jnp.shape(pi_tm1), "`pi_tm1`")
   _checks.check_shape("q_tm1", q_tm1, jnp.shape(pi_tm1), "`pi_tm1`")
-  _checks.check_shape("a_tm1", a_tm1, jnp.shape(pi_tm1)[:-1],
-                      "`pi_tm1` without its action axis")
+  _checks.check_shape("a_tm1", a_tm1, jnp.shape(pi_tm1)[:-1], "`pi_tm1` without its action axis")
   _checks.check_shape("q_ret_tm1", q_ret_tm1, jnp.shape(a_tm1), "`a_tm1`")
   _checks.check_positive("clip_c", clip_c)
 
@@ -98,18 +112,17 @@ def acer_policy_objective(
   truncated = jnp.minimum(clip_c, rho_a) * (sg(q_ret_tm1) - v)
   term1 = truncated * take_action(log_pi, a_tm1)
   # [1 - c/rho]_+ written as [rho - c]_+ / rho, 0 where rho = 0.
-  correction = jnp.where(rho > 0, jax.nn.relu(rho - clip_c) /
-                         jnp.where(rho > 0, rho, 1.0), 0.0)
+  correction = jnp.where(rho > 0, jax.nn.relu(rho - clip_c) / jnp.where(rho > 0, rho, 1.0), 0.0)
   coeff = correction * pi_c * (q_c - v[..., None])
   term2 = jnp.sum(jnp.where(coeff != 0, coeff * log_pi, 0.0), axis=-1)
   return term1 + term2
 
 
-def acer_policy_loss(pi_tm1, mu_tm1, a_tm1, q_tm1, q_ret_tm1, *, clip_c=10.0,
-                     eps: float = 1e-8) -> jax.Array:
+def acer_policy_loss(
+    pi_tm1, mu_tm1, a_tm1, q_tm1, q_ret_tm1, *, clip_c=10.0, eps: float = 1e-8
+) -> jax.Array:
   """Per-step ACER policy loss without trust region: -acer_policy_objective."""
-  return -acer_policy_objective(pi_tm1, mu_tm1, a_tm1, q_tm1, q_ret_tm1,
-                                clip_c=clip_c, eps=eps)
+  return -acer_policy_objective(pi_tm1, mu_tm1, a_tm1, q_tm1, q_ret_tm1, clip_c=clip_c, eps=eps)
 
 
 def trust_region_projection(g: jax.Array, k: jax.Array, delta) -> jax.Array:
@@ -132,6 +145,7 @@ def trust_region_projection(g: jax.Array, k: jax.Array, delta) -> jax.Array:
 
 class TrustRegionOutput(NamedTuple):
   """Per-step surrogate loss (its gradient is -z* . dstats/dtheta) and stats."""
+
   surrogate: jax.Array  # [T, ...]
   objective: jax.Array  # [T, ...]
   kl: jax.Array  # [T, ...]
@@ -164,7 +178,8 @@ def trust_region_surrogate(
       surrogate=surrogate,
       objective=jax.lax.stop_gradient(objective_fn(stats)),
       kl=jax.lax.stop_gradient(kl_fn(stats)),
-      active=(kg > delta) & (jnp.sum(k * k, axis=-1) > 0))
+      active=(kg > delta) & (jnp.sum(k * k, axis=-1) > 0),
+  )
 
 
 def acer_trust_region_policy_loss(
@@ -191,31 +206,27 @@ def acer_trust_region_policy_loss(
     a_tm1, q_tm1, q_ret_tm1, clip_c, eps: as in `acer_policy_objective`.
     delta: trust-region size >= 0 (1 in the paper).
   """
-  _checks.check_shape("avg_logits_tm1", avg_logits_tm1, jnp.shape(logits_tm1),
-                      "`logits_tm1`")
+  _checks.check_shape("avg_logits_tm1", avg_logits_tm1, jnp.shape(logits_tm1), "`logits_tm1`")
   f_avg = jax.lax.stop_gradient(jax.nn.softmax(avg_logits_tm1, axis=-1))
   log_f_avg = _safe_log(f_avg)
 
   def objective_fn(f):
-    return acer_policy_objective(f, mu_tm1, a_tm1, q_tm1, q_ret_tm1,
-                                 clip_c=clip_c, eps=eps)
+    return acer_policy_objective(f, mu_tm1, a_tm1, q_tm1, q_ret_tm1, clip_c=clip_c, eps=eps)
 
   def kl_fn(f):
     terms = jnp.where(f_avg > 0, f_avg * (log_f_avg - _safe_log(f)), 0.0)
     return jnp.sum(terms, axis=-1)
 
-  return trust_region_surrogate(objective_fn, kl_fn,
-                                jax.nn.softmax(logits_tm1, axis=-1),
-                                delta=delta)
+  return trust_region_surrogate(
+      objective_fn, kl_fn, jax.nn.softmax(logits_tm1, axis=-1), delta=delta
+  )
 
 
-def acer_value_loss(q_tm1: jax.Array, a_tm1: jax.Array,
-                    q_ret_tm1: jax.Array) -> jax.Array:
+def acer_value_loss(q_tm1: jax.Array, a_tm1: jax.Array, q_ret_tm1: jax.Array) -> jax.Array:
   """Per-step critic loss 1/2 (Q^ret_s - Q(x_s, a_s))^2, [T, ...]."""
   _checks.check_floating("q_tm1", q_tm1)
   _checks.check_integer("a_tm1", a_tm1)
-  _checks.check_shape("a_tm1", a_tm1, jnp.shape(q_tm1)[:-1],
-                      "`q_tm1` without its action axis")
+  _checks.check_shape("a_tm1", a_tm1, jnp.shape(q_tm1)[:-1], "`q_tm1` without its action axis")
   _checks.check_shape("q_ret_tm1", q_ret_tm1, jnp.shape(a_tm1), "`a_tm1`")
   q_a = take_action(q_tm1, a_tm1)
   return 0.5 * jnp.square(jax.lax.stop_gradient(q_ret_tm1) - q_a)
@@ -223,6 +234,7 @@ def acer_value_loss(q_tm1: jax.Array, a_tm1: jax.Array,
 
 class AcerContinuousTargets(NamedTuple):
   """Q^ret (critic target) and Q^opc (policy-gradient target), [T, ...]."""
+
   q_ret: jax.Array
   q_opc: jax.Array
 
@@ -255,16 +267,14 @@ def acer_continuous_targets(
   _checks.check_floating("log_rho_t", log_rho_t)
   _checks.check_shape("log_rho_t", log_rho_t, jnp.shape(r_t), "`r_t`")
   c_ret = jnp.exp(jnp.minimum(0.0, log_rho_t / action_dim))
-  q_ret = general_off_policy_returns(q_a_t, v_t, r_t, discount_t, c_ret,
-                                     mask=mask, method=method)
-  q_opc = general_off_policy_returns(q_a_t, v_t, r_t, discount_t,
-                                     jnp.ones_like(r_t), mask=mask,
-                                     method=method)
+  q_ret = general_off_policy_returns(q_a_t, v_t, r_t, discount_t, c_ret, mask=mask, method=method)
+  q_opc = general_off_policy_returns(
+      q_a_t, v_t, r_t, discount_t, jnp.ones_like(r_t), mask=mask, method=method
+  )
   return AcerContinuousTargets(q_ret=q_ret, q_opc=q_opc)
 
 
-def sdn_q_value(v: jax.Array, adv_a: jax.Array,
-                adv_samples: jax.Array) -> jax.Array:
+def sdn_q_value(v: jax.Array, adv_a: jax.Array, adv_samples: jax.Array) -> jax.Array:
   """Stochastic dueling network: Q~(x, a) = V(x) + A(x, a) - mean_i A(x, u_i).
 
   Args:
@@ -273,9 +283,12 @@ def sdn_q_value(v: jax.Array, adv_a: jax.Array,
     adv_samples: A(x, u_i) for n actions u_i ~ pi(.|x), [..., n].
   """
   _checks.check_shape("adv_a", adv_a, jnp.shape(v), "`v`")
-  _checks.check_shape("adv_samples", adv_samples,
-                      jnp.shape(v) + (jnp.shape(adv_samples)[-1],),
-                      "`v` plus a samples axis")
+  _checks.check_shape(
+      "adv_samples",
+      adv_samples,
+      jnp.shape(v) + (jnp.shape(adv_samples)[-1],),
+      "`v` plus a samples axis",
+  )
   return v + adv_a - jnp.mean(adv_samples, axis=-1)
 
 
@@ -297,9 +310,15 @@ def acer_continuous_policy_objective(
 
   Gradients flow only through `log_pi_a` and `log_pi_sample` (with a' fixed).
   """
-  names = [("log_pi_a", log_pi_a), ("log_pi_sample", log_pi_sample),
-           ("log_rho_a", log_rho_a), ("log_rho_sample", log_rho_sample),
-           ("q_opc", q_opc), ("q_sample", q_sample), ("v", v)]
+  names = [
+      ("log_pi_a", log_pi_a),
+      ("log_pi_sample", log_pi_sample),
+      ("log_rho_a", log_rho_a),
+      ("log_rho_sample", log_rho_sample),
+      ("q_opc", q_opc),
+      ("q_sample", q_sample),
+      ("v", v),
+  ]
   for name, x in names:
     _checks.check_floating(name, x)
   _checks.check_same_shape(names)
@@ -309,19 +328,17 @@ def acer_continuous_policy_objective(
   rho_a_trunc = jnp.exp(jnp.minimum(log_c, sg(log_rho_a)))
   correction = jax.nn.relu(1.0 - jnp.exp(log_c - sg(log_rho_sample)))
   v = sg(v)
-  return (rho_a_trunc * (sg(q_opc) - v) * log_pi_a
-          + correction * (sg(q_sample) - v) * log_pi_sample)
+  return rho_a_trunc * (sg(q_opc) - v) * log_pi_a + correction * (sg(q_sample) - v) * log_pi_sample
 
 
-def acer_continuous_value_losses(q_tilde_a: jax.Array, v: jax.Array,
-                                 q_ret: jax.Array,
-                                 log_rho_a: jax.Array) -> jax.Array:
+def acer_continuous_value_losses(
+    q_tilde_a: jax.Array, v: jax.Array, q_ret: jax.Array, log_rho_a: jax.Array
+) -> jax.Array:
   """Per-step SDN critic loss: 1/2 (Q^ret - Q~)^2 + 1/2 (V_target - V)^2.
 
   V_target = min(1, rho(a_s)) (Q^ret_s - Q~(x_s, a_s)) + V(x_s) (constants).
   """
-  names = [("q_tilde_a", q_tilde_a), ("v", v), ("q_ret", q_ret),
-           ("log_rho_a", log_rho_a)]
+  names = [("q_tilde_a", q_tilde_a), ("v", v), ("q_ret", q_ret), ("log_rho_a", log_rho_a)]
   for name, x in names:
     _checks.check_floating(name, x)
   _checks.check_same_shape(names)

@@ -40,16 +40,16 @@ def sum_actions(x: jax.Array) -> jax.Array:
   """sum over the last axis."""
   if not _unrolled(x):
     return jnp.sum(x, axis=-1)
-  return functools.reduce(lambda acc, k: acc + x[..., k],
-                          range(1, x.shape[-1]), x[..., 0])
+  return functools.reduce(lambda acc, k: acc + x[..., k], range(1, x.shape[-1]), x[..., 0])
 
 
 def max_actions(x: jax.Array) -> jax.Array:
   """max over the last axis."""
   if not _unrolled(x):
     return jnp.max(x, axis=-1)
-  return functools.reduce(lambda acc, k: jnp.maximum(acc, x[..., k]),
-                          range(1, x.shape[-1]), x[..., 0])
+  return functools.reduce(
+      lambda acc, k: jnp.maximum(acc, x[..., k]), range(1, x.shape[-1]), x[..., 0]
+  )
 
 
 def logsumexp_actions(x: jax.Array) -> jax.Array:
@@ -62,6 +62,7 @@ def logsumexp_actions(x: jax.Array) -> jax.Array:
     return jax.nn.logsumexp(x, axis=-1)
   m = jax.lax.stop_gradient(max_actions(x))
   m = jnp.where(jnp.isfinite(m), m, jnp.zeros((), x.dtype))
-  s = functools.reduce(lambda acc, k: acc + jnp.exp(x[..., k] - m),
-                       range(1, x.shape[-1]), jnp.exp(x[..., 0] - m))
+  s = functools.reduce(
+      lambda acc, k: acc + jnp.exp(x[..., k] - m), range(1, x.shape[-1]), jnp.exp(x[..., 0] - m)
+  )
   return jnp.log(s) + m

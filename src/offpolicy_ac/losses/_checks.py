@@ -21,8 +21,7 @@ def _describe(x: Any) -> str:
 def check_floating(name: str, x: Any) -> None:
   """Raises TypeError unless `x` has a floating-point dtype."""
   if not jnp.issubdtype(jnp.result_type(x), jnp.floating):
-    raise TypeError(
-        f"`{name}` must have a floating-point dtype, got {_describe(x)}.")
+    raise TypeError(f"`{name}` must have a floating-point dtype, got {_describe(x)}.")
 
 
 def check_integer(name: str, x: Any) -> None:
@@ -35,7 +34,8 @@ def check_dtype(name: str, x: Any, dtype: Any, ref: str) -> None:
   """Raises TypeError unless `x` has exactly `dtype` (the dtype of `ref`)."""
   if jnp.result_type(x) != jnp.dtype(dtype):
     raise TypeError(
-        f"`{name}` must have dtype {jnp.dtype(dtype)} (matching {ref}), got {_describe(x)}.")
+        f"`{name}` must have dtype {jnp.dtype(dtype)} (matching {ref}), got {_describe(x)}."
+    )
 
 
 def check_bool(name: str, x: Any) -> None:
@@ -47,16 +47,15 @@ def check_bool(name: str, x: Any) -> None:
 def check_min_rank(name: str, x: Any, min_rank: int, what: str) -> None:
   """Raises ValueError if `x` has fewer than `min_rank` dimensions."""
   if jnp.ndim(x) < min_rank:
-    raise ValueError(
-        f"`{name}` must have rank >= {min_rank} ({what}), got {_describe(x)}.")
+    raise ValueError(f"`{name}` must have rank >= {min_rank} ({what}), got {_describe(x)}.")
 
 
 def check_shape(name: str, x: Any, expected: tuple[int, ...], ref: str) -> None:
   """Raises ValueError unless `x.shape == expected` (the shape of `ref`)."""
   if tuple(jnp.shape(x)) != tuple(expected):
     raise ValueError(
-        f"`{name}` must have shape {tuple(expected)} (matching {ref}), got "
-        f"{_describe(x)}.")
+        f"`{name}` must have shape {tuple(expected)} (matching {ref}), got " f"{_describe(x)}."
+    )
 
 
 def check_same_shape(names_and_arrays: list[tuple[str, Any]]) -> tuple[int, ...]:
@@ -121,5 +120,4 @@ def check_non_negative(name: str, x: Any) -> None:
 
 def check_method(method: str) -> None:
   if method not in ("auto", "scan", "associative"):
-    raise ValueError(
-        f"`method` must be 'auto', 'scan' or 'associative', got {method!r}.")
+    raise ValueError(f"`method` must be 'auto', 'scan' or 'associative', got {method!r}.")

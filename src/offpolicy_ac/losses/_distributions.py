@@ -20,6 +20,7 @@ from offpolicy_ac.losses._actions import take_action
 
 class ImportanceRatios(NamedTuple):
   """rho = pi/mu and its clamped logarithm, both shaped like the actions."""
+
   rho: jax.Array
   log_rho: jax.Array
 
@@ -39,8 +40,9 @@ def categorical_log_prob(logits: jax.Array, actions: jax.Array) -> jax.Array:
   _checks.check_floating("logits", logits)
   _checks.check_integer("actions", actions)
   _checks.check_min_rank("logits", logits, 1, "a trailing action axis")
-  _checks.check_shape("actions", actions, jnp.shape(logits)[:-1],
-                      "`logits` without its action axis")
+  _checks.check_shape(
+      "actions", actions, jnp.shape(logits)[:-1], "`logits` without its action axis"
+  )
   return take_action(jax.nn.log_softmax(logits, axis=-1), actions)
 
 
@@ -91,11 +93,12 @@ def categorical_importance_ratios(
     actions: taken actions, int [T, ...].
     stop_gradient: stop gradients through the ratios.
   """
-  _checks.check_shape("mu_logits", mu_logits, jnp.shape(pi_logits),
-                      "`pi_logits`")
+  _checks.check_shape("mu_logits", mu_logits, jnp.shape(pi_logits), "`pi_logits`")
   return importance_ratios_from_log_probs(
       categorical_log_prob(pi_logits, actions),
-      categorical_log_prob(mu_logits, actions), stop_gradient=stop_gradient)
+      categorical_log_prob(mu_logits, actions),
+      stop_gradient=stop_gradient,
+  )
 
 
 def categorical_entropy(logits: jax.Array) -> jax.Array:
@@ -128,8 +131,7 @@ def categorical_kl(p_logits: jax.Array, q_logits: jax.Array) -> jax.Array:
   return jnp.sum(p * diff, axis=-1)
 
 
-def gaussian_log_prob(mean: jax.Array, log_std: jax.Array,
-                      actions: jax.Array) -> jax.Array:
+def gaussian_log_prob(mean: jax.Array, log_std: jax.Array, actions: jax.Array) -> jax.Array:
   """Log-density of a diagonal Gaussian, summed over the last (action) axis.
 
   Args:
@@ -142,16 +144,17 @@ def gaussian_log_prob(mean: jax.Array, log_std: jax.Array,
   _checks.check_shape("actions", actions, jnp.shape(mean), "`mean`")
   log_std = _broadcast_log_std(log_std, mean)
   z = (actions - mean) * jnp.exp(-log_std)
-  return jnp.sum(-0.5 * jnp.square(z) - log_std - 0.5 * np.log(2 * np.pi),
-                 axis=-1)
+  return jnp.sum(-0.5 * jnp.square(z) - log_std - 0.5 * np.log(2 * np.pi), axis=-1)
 
 
 def _broadcast_log_std(log_std, mean, name: str = "log_std"):
   """log_std of shape mean.shape or [D] (state-independent), broadcast to mean's."""
   if tuple(jnp.shape(log_std)) not in (tuple(jnp.shape(mean)), tuple(jnp.shape(mean)[-1:])):
-    raise ValueError(f"`{name}` must have shape {tuple(jnp.shape(mean))} or "
-                     f"{tuple(jnp.shape(mean)[-1:])} (matching the mean), got "
-                     f"{tuple(jnp.shape(log_std))}.")
+    raise ValueError(
+        f"`{name}` must have shape {tuple(jnp.shape(mean))} or "
+        f"{tuple(jnp.shape(mean)[-1:])} (matching the mean), got "
+        f"{tuple(jnp.shape(log_std))}."
+    )
   return jnp.broadcast_to(log_std, jnp.shape(mean))
 
 
@@ -167,8 +170,12 @@ def gaussian_kl(mean_p, log_std_p, mean_q, log_std_q) -> jax.Array:
 
   Means are [..., D]; log-stds are [..., D] or [D].
   """
-  for name, x in [("mean_p", mean_p), ("log_std_p", log_std_p), ("mean_q", mean_q),
-                  ("log_std_q", log_std_q)]:
+  for name, x in [
+      ("mean_p", mean_p),
+      ("log_std_p", log_std_p),
+      ("mean_q", mean_q),
+      ("log_std_q", log_std_q),
+  ]:
     _checks.check_floating(name, x)
   _checks.check_min_rank("mean_p", mean_p, 1, "a trailing action axis [..., D]")
   _checks.check_shape("mean_q", mean_q, jnp.shape(mean_p), "`mean_p`")
@@ -176,6 +183,6 @@ def gaussian_kl(mean_p, log_std_p, mean_q, log_std_q) -> jax.Array:
   log_std_q = _broadcast_log_std(log_std_q, mean_p, "log_std_q")
   var_p = jnp.exp(2 * log_std_p)
   var_q = jnp.exp(2 * log_std_q)
-  return jnp.sum(log_std_q - log_std_p
-                 + (var_p + jnp.square(mean_p - mean_q)) / (2 * var_q) - 0.5,
-                 axis=-1)
+  return jnp.sum(
+      log_std_q - log_std_p + (var_p + jnp.square(mean_p - mean_q)) / (2 * var_q) - 0.5, axis=-1
+  )

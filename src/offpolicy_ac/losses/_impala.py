@@ -26,6 +26,7 @@ from offpolicy_ac.losses._vtrace import vtrace
 
 class ImpalaLossOutput(NamedTuple):
   """Scalar loss terms (weighted means over real steps) and diagnostics."""
+
   loss: jax.Array
   policy_loss: jax.Array
   value_loss: jax.Array
@@ -92,19 +93,32 @@ def impala_loss(
     lambda_, clip_rho_threshold, clip_c_threshold, clip_pg_rho_threshold,
       method: as in `vtrace`.
   """
-  for name, x in [("log_pi_tm1", log_pi_tm1), ("log_mu_tm1", log_mu_tm1),
-                  ("entropy_tm1", entropy_tm1)]:
+  for name, x in [
+      ("log_pi_tm1", log_pi_tm1),
+      ("log_mu_tm1", log_mu_tm1),
+      ("entropy_tm1", entropy_tm1),
+  ]:
     _checks.check_floating(name, x)
     _checks.check_shape(name, x, jnp.shape(r_t), "`r_t`")
   _checks.check_non_negative("value_weight", value_weight)
   _checks.check_non_negative("entropy_weight", entropy_weight)
   ratios = _distributions.importance_ratios_from_log_probs(
-      log_pi_tm1, log_mu_tm1, stop_gradient=True)
-  out = vtrace(v_tm1, v_t, r_t, discount_t, ratios.rho, mask=mask,
-               lambda_=lambda_, clip_rho_threshold=clip_rho_threshold,
-               clip_c_threshold=clip_c_threshold,
-               clip_pg_rho_threshold=clip_pg_rho_threshold,
-               stop_target_gradients=True, method=method)
+      log_pi_tm1, log_mu_tm1, stop_gradient=True
+  )
+  out = vtrace(
+      v_tm1,
+      v_t,
+      r_t,
+      discount_t,
+      ratios.rho,
+      mask=mask,
+      lambda_=lambda_,
+      clip_rho_threshold=clip_rho_threshold,
+      clip_c_threshold=clip_c_threshold,
+      clip_pg_rho_threshold=clip_pg_rho_threshold,
+      stop_target_gradients=True,
+      method=method,
+  )
   w = step_weights(jnp.shape(r_t), mask, weights, jnp.result_type(v_tm1))
   pg_adv = jax.lax.stop_gradient(out.pg_advantage)
   safe_log_pi = jnp.where(w > 0, log_pi_tm1, jnp.zeros((), log_pi_tm1.dtype))
@@ -114,10 +128,15 @@ def impala_loss(
   loss = policy_loss + value_weight * value_loss - entropy_weight * entropy
   clipped = (ratios.rho > clip_rho_threshold).astype(w.dtype)
   return ImpalaLossOutput(
-      loss=loss, policy_loss=policy_loss, value_loss=value_loss,
-      entropy=entropy, mean_rho=weighted_mean(ratios.rho, w),
+      loss=loss,
+      policy_loss=policy_loss,
+      value_loss=value_loss,
+      entropy=entropy,
+      mean_rho=weighted_mean(ratios.rho, w),
       clipped_rho_fraction=weighted_mean(clipped, w),
-      pg_advantage=out.pg_advantage, vtrace_errors=out.errors)
+      pg_advantage=out.pg_advantage,
+      vtrace_errors=out.errors,
+  )
 
 
 def impala_loss_categorical(
@@ -138,13 +157,11 @@ def impala_loss_categorical(
     a_tm1: actions int [T, ...].
     v_tm1, v_t, r_t, discount_t, **kwargs: as in `impala_loss`.
   """
-  _checks.check_shape("mu_logits_tm1", mu_logits_tm1, jnp.shape(logits_tm1),
-                      "`logits_tm1`")
+  _checks.check_shape("mu_logits_tm1", mu_logits_tm1, jnp.shape(logits_tm1), "`logits_tm1`")
   log_pi = _distributions.categorical_log_prob(logits_tm1, a_tm1)
   log_mu = _distributions.categorical_log_prob(mu_logits_tm1, a_tm1)
   entropy = _distributions.categorical_entropy(logits_tm1)
-  return impala_loss(v_tm1, v_t, r_t, discount_t, log_pi, log_mu, entropy,
-                     **kwargs)
+  return impala_loss(v_tm1, v_t, r_t, discount_t, log_pi, log_mu, entropy, **kwargs)
 
 
 def impala_loss_gaussian(
@@ -167,7 +184,5 @@ def impala_loss_gaussian(
     v_tm1, v_t, r_t, discount_t, **kwargs: as in `impala_loss`.
   """
   log_pi = _distributions.gaussian_log_prob(mean_tm1, log_std_tm1, a_tm1)
-  entropy = _distributions.gaussian_entropy(
-      jnp.broadcast_to(log_std_tm1, jnp.shape(mean_tm1)))
-  return impala_loss(v_tm1, v_t, r_t, discount_t, log_pi, log_mu_tm1, entropy,
-                     **kwargs)
+  entropy = _distributions.gaussian_entropy(jnp.broadcast_to(log_std_tm1, jnp.shape(mean_tm1)))
+  return impala_loss(v_tm1, v_t, r_t, discount_t, log_pi, log_mu_tm1, entropy, **kwargs)

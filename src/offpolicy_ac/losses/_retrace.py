@@ -53,8 +53,7 @@ def general_off_policy_returns(
   Returns:
     targets G_s at times [0, T-1], shape [T, ...].
   """
-  names = [("q_a_t", q_a_t), ("v_t", v_t), ("r_t", r_t),
-           ("discount_t", discount_t), ("c_t", c_t)]
+  names = [("q_a_t", q_a_t), ("v_t", v_t), ("r_t", r_t), ("discount_t", discount_t), ("c_t", c_t)]
   for name, x in names:
     _checks.check_floating(name, x)
   _checks.check_time_major("r_t", r_t)
@@ -73,8 +72,14 @@ def general_off_policy_returns(
 
 
 def _check_q_inputs(q_tm1, q_t, a_tm1, a_t, r_t, discount_t, pi_t, mu_t):
-  for name, x in [("q_tm1", q_tm1), ("q_t", q_t), ("r_t", r_t),
-                  ("discount_t", discount_t), ("pi_t", pi_t), ("mu_t", mu_t)]:
+  for name, x in [
+      ("q_tm1", q_tm1),
+      ("q_t", q_t),
+      ("r_t", r_t),
+      ("discount_t", discount_t),
+      ("pi_t", pi_t),
+      ("mu_t", mu_t),
+  ]:
     _checks.check_floating(name, x)
   _checks.check_integer("a_tm1", a_tm1)
   _checks.check_integer("a_t", a_t)
@@ -85,8 +90,7 @@ def _check_q_inputs(q_tm1, q_t, a_tm1, a_t, r_t, discount_t, pi_t, mu_t):
   _checks.check_shape("q_tm1", q_tm1, q_shape, "`r_t` plus an action axis")
   _checks.check_shape("q_t", q_t, q_shape, "`q_tm1`")
   _checks.check_shape("pi_t", pi_t, q_shape, "`q_tm1`")
-  for name, x in [("a_tm1", a_tm1), ("a_t", a_t), ("discount_t", discount_t),
-                  ("mu_t", mu_t)]:
+  for name, x in [("a_tm1", a_tm1), ("a_t", a_t), ("discount_t", discount_t), ("mu_t", mu_t)]:
     _checks.check_shape(name, x, shape, "`r_t`")
   return shape
 
@@ -116,8 +120,13 @@ def retrace_targets(
     mu_t: behaviour probability mu(a_{s+1}|x_{s+1}) at times [1, T], [T, ...].
     mask, lambda_, eps, stop_target_gradients, method: as in `retrace`.
   """
-  for name, x in [("q_t", q_t), ("r_t", r_t), ("discount_t", discount_t),
-                  ("pi_t", pi_t), ("mu_t", mu_t)]:
+  for name, x in [
+      ("q_t", q_t),
+      ("r_t", r_t),
+      ("discount_t", discount_t),
+      ("pi_t", pi_t),
+      ("mu_t", mu_t),
+  ]:
     _checks.check_floating(name, x)
   _checks.check_integer("a_t", a_t)
   _checks.check_time_major("r_t", r_t)
@@ -135,8 +144,15 @@ def retrace_targets(
   c_t = (lambda_ * jnp.minimum(1.0, pi_a_t / (mu_t + eps))).astype(r_t.dtype)
   v_t = sum_actions(pi_t * q_t)
   return general_off_policy_returns(
-      take_action(q_t, a_t), v_t, r_t, discount_t, c_t, mask=mask,
-      stop_target_gradients=stop_target_gradients, method=method)
+      take_action(q_t, a_t),
+      v_t,
+      r_t,
+      discount_t,
+      c_t,
+      mask=mask,
+      stop_target_gradients=stop_target_gradients,
+      method=method,
+  )
 
 
 def retrace(
@@ -179,7 +195,17 @@ def retrace(
   shape = _check_q_inputs(q_tm1, q_t, a_tm1, a_t, r_t, discount_t, pi_t, mu_t)
   mask = _checks.check_mask(mask, shape)
   targets = retrace_targets(
-      q_t, a_t, r_t, discount_t, pi_t, mu_t, mask=mask, lambda_=lambda_,
-      eps=eps, stop_target_gradients=stop_target_gradients, method=method)
+      q_t,
+      a_t,
+      r_t,
+      discount_t,
+      pi_t,
+      mu_t,
+      mask=mask,
+      lambda_=lambda_,
+      eps=eps,
+      stop_target_gradients=stop_target_gradients,
+      method=method,
+  )
   q_a_tm1 = take_action(q_tm1, a_tm1)
   return jnp.where(mask, targets - q_a_tm1, jnp.zeros((), q_a_tm1.dtype))

@@ -12,10 +12,10 @@ import jax
 import jax.numpy as jnp
 
 from offpolicy_ac.losses import _checks
-from offpolicy_ac.losses._recurrence import reverse_linear_recurrence
-from offpolicy_ac.losses._recurrence import shift_to_previous
 from offpolicy_ac.losses._actions import logsumexp_actions
 from offpolicy_ac.losses._actions import take_action
+from offpolicy_ac.losses._recurrence import reverse_linear_recurrence
+from offpolicy_ac.losses._recurrence import shift_to_previous
 
 
 def _per_action(alpha: jax.Array) -> jax.Array:
@@ -91,8 +91,7 @@ def soft_q_targets(
   shape = tuple(jnp.shape(r_t))
   _checks.check_shape("discount_t", discount_t, shape, "`r_t`")
   _checks.check_min_rank("q_t", q_t, 2, "[T, ..., A]")
-  _checks.check_shape("q_t", q_t, shape + (jnp.shape(q_t)[-1],),
-                      "`r_t` plus an action axis")
+  _checks.check_shape("q_t", q_t, shape + (jnp.shape(q_t)[-1],), "`r_t` plus an action axis")
   _checks.check_in_unit_interval("lambda_", lambda_)
   mask = _checks.check_mask(mask, shape)
   mask_next = shift_to_previous(mask, False)
@@ -136,8 +135,9 @@ def soft_nstep_targets(
   """
   if not isinstance(n, int) or isinstance(n, bool) or n < 1:
     raise ValueError(f"`n` must be a Python int >= 1, got {n!r}.")
-  one_step = soft_q_targets(r_t, discount_t, q_t, alpha=alpha, lambda_=0.0,
-                            mask=mask, stop_target_gradients=False)
+  one_step = soft_q_targets(
+      r_t, discount_t, q_t, alpha=alpha, lambda_=0.0, mask=mask, stop_target_gradients=False
+  )
   shape = tuple(jnp.shape(r_t))
   mask = _checks.check_mask(mask, shape)
   mask_next = shift_to_previous(mask, False)
@@ -186,13 +186,12 @@ def sql_nstep_td_error(
   _checks.check_time_major("r_t", r_t)
   shape = tuple(jnp.shape(r_t))
   _checks.check_min_rank("q_tm1", q_tm1, 2, "[T, ..., A]")
-  _checks.check_shape("q_tm1", q_tm1, shape + (jnp.shape(q_tm1)[-1],),
-                      "`r_t` plus an action axis")
+  _checks.check_shape("q_tm1", q_tm1, shape + (jnp.shape(q_tm1)[-1],), "`r_t` plus an action axis")
   _checks.check_shape("a_tm1", a_tm1, shape, "`r_t`")
   mask = _checks.check_mask(mask, shape)
-  targets = soft_nstep_targets(r_t, discount_t, q_t, alpha=alpha, n=n,
-                               mask=mask,
-                               stop_target_gradients=stop_target_gradients)
+  targets = soft_nstep_targets(
+      r_t, discount_t, q_t, alpha=alpha, n=n, mask=mask, stop_target_gradients=stop_target_gradients
+  )
   q_a_tm1 = take_action(q_tm1, a_tm1)
   return jnp.where(mask, targets - q_a_tm1, jnp.zeros((), q_a_tm1.dtype))
 

@@ -26,6 +26,7 @@ class VTraceOutput(NamedTuple):
   q_estimate: r_t + discount_t * v_{s+1}, with v_{s+1} = v_t where the trace is
     cut (the next step is masked) or at the end of the sequence (0 at masked steps).
   """
+
   errors: jax.Array
   pg_advantage: jax.Array
   q_estimate: jax.Array
@@ -80,8 +81,13 @@ def vtrace(
     A `VTraceOutput` of [T, ...] arrays. With lambda = 1, c_bar = 1 and no mask
     it equals `rlax.vtrace_td_error_and_advantage`.
   """
-  names = [("v_tm1", v_tm1), ("v_t", v_t), ("r_t", r_t),
-           ("discount_t", discount_t), ("rho_tm1", rho_tm1)]
+  names = [
+      ("v_tm1", v_tm1),
+      ("v_t", v_t),
+      ("r_t", r_t),
+      ("discount_t", discount_t),
+      ("rho_tm1", rho_tm1),
+  ]
   for name, x in names:
     _checks.check_floating(name, x)
   _checks.check_time_major("v_tm1", v_tm1)
@@ -114,5 +120,4 @@ def vtrace(
   pg_advantage = jnp.where(mask, rho_pg * (q_estimate - v_tm1), zero)
   errors = jnp.where(mask, vs - v_tm1, zero)
   q_estimate = jnp.where(mask, q_estimate, zero)
-  return VTraceOutput(errors=errors, pg_advantage=pg_advantage,
-                      q_estimate=q_estimate)
+  return VTraceOutput(errors=errors, pg_advantage=pg_advantage, q_estimate=q_estimate)

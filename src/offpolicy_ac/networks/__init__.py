@@ -5,10 +5,10 @@ from offpolicy_ac.networks.heads import CategoricalActorCritic
 from offpolicy_ac.networks.heads import GaussianActorCritic
 from offpolicy_ac.networks.heads import QNetwork
 from offpolicy_ac.networks.heads import StochasticDuelingNetwork
+from offpolicy_ac.networks.torsos import TORSOS
 from offpolicy_ac.networks.torsos import ImpalaResNet
 from offpolicy_ac.networks.torsos import MLPTorso
 from offpolicy_ac.networks.torsos import NatureCNN
-from offpolicy_ac.networks.torsos import TORSOS
 from offpolicy_ac.networks.torsos import make_torso
 
 __all__ = [

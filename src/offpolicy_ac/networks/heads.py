@@ -40,8 +40,7 @@ class GaussianActorCritic(nn.Module):
   def __call__(self, obs):
     h = self.torso(obs)
     mean = _dense(self.action_dim, 0.01)(h)
-    log_std = self.param("log_std", nn.initializers.constant(self.init_log_std),
-                         (self.action_dim,))
+    log_std = self.param("log_std", nn.initializers.constant(self.init_log_std), (self.action_dim,))
     value = _dense(1, 1.0)(h)[..., 0]
     return mean, jnp.broadcast_to(log_std, mean.shape), value
 
@@ -57,6 +56,7 @@ class QNetwork(nn.Module):
 
 class ActorQCritic(nn.Module):
   """Shared torso; a policy head and a Q head (ACER, discrete)."""
+
   torso: nn.Module
   num_actions: int
 
@@ -74,6 +74,7 @@ class StochasticDuelingNetwork(nn.Module):
   `__call__(obs)` -> (mean [B, D], log_std [B, D], V [B], features [B, H]);
   `advantage(features, actions [B, ..., D])` -> A(x, a) [B, ...].
   """
+
   torso: nn.Module
   action_dim: int
   hidden_size: int = 64
@@ -84,14 +85,14 @@ class StochasticDuelingNetwork(nn.Module):
     self.value_head = _dense(1, 1.0)
     self.adv_hidden = _dense(self.hidden_size, jnp.sqrt(2.0))
     self.adv_out = _dense(1, 1.0)
-    self.log_std = self.param("log_std", nn.initializers.constant(self.init_log_std),
-                              (self.action_dim,))
+    self.log_std = self.param(
+        "log_std", nn.initializers.constant(self.init_log_std), (self.action_dim,)
+    )
 
   def __call__(self, obs):
     h = self.torso(obs)
     mean = self.mean_head(h)
-    return (mean, jnp.broadcast_to(self.log_std, mean.shape),
-            self.value_head(h)[..., 0], h)
+    return (mean, jnp.broadcast_to(self.log_std, mean.shape), self.value_head(h)[..., 0], h)
 
   def advantage(self, features, actions):
     extra = actions.ndim - features.ndim

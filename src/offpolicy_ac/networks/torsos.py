@@ -14,6 +14,7 @@ import jax.numpy as jnp
 
 class MLPTorso(nn.Module):
   """Fully connected torso: [B, D] (or [B, ...], flattened) -> [B, hidden_sizes[-1]]."""
+
   hidden_sizes: Sequence[int] = (64, 64)
   activation: str = "tanh"
 
@@ -33,14 +34,14 @@ def _to_nhwc(obs: jnp.ndarray) -> jnp.ndarray:
 
 class NatureCNN(nn.Module):
   """Mnih et al. 2015: 32x8x8/4, 64x4x4/2, 64x3x3/1, dense 512. [B, C, H, W] -> [B, 512]."""
+
   dense_size: int = 512
 
   @nn.compact
   def __call__(self, obs: jnp.ndarray) -> jnp.ndarray:
     x = _to_nhwc(obs)
     for features, kernel, stride in ((32, 8, 4), (64, 4, 2), (64, 3, 1)):
-      x = nn.relu(nn.Conv(features, (kernel, kernel), (stride, stride),
-                          padding="VALID")(x))
+      x = nn.relu(nn.Conv(features, (kernel, kernel), (stride, stride), padding="VALID")(x))
     x = x.reshape(x.shape[0], -1)
     return nn.relu(nn.Dense(self.dense_size)(x))
 
@@ -60,6 +61,7 @@ class ImpalaResNet(nn.Module):
 
   [B, C, H, W] -> [B, dense_size].
   """
+
   channels: Sequence[int] = (16, 32, 32)
   dense_size: int = 256
 
@@ -82,7 +84,7 @@ def _average_pool_to_nhwc(obs: jnp.ndarray, size: int) -> jnp.ndarray:
   CPU about 3x faster than pooling the float frames (4 x 84 x 84, 8 or 168 frames)."""
   b, c, h, w = obs.shape
   h, w = h // size, w // size
-  x = obs[:, :, :h * size, :w * size].reshape(b, c, h, size, w, size)
+  x = obs[:, :, : h * size, : w * size].reshape(b, c, h, size, w, size)
   if jnp.issubdtype(obs.dtype, jnp.integer):
     x = x.astype(jnp.int32).sum((3, 5)).astype(jnp.float32)
   else:
@@ -94,14 +96,14 @@ class SmallCNN(nn.Module):
   """A light pixel torso for CPU runs: 4x4 average pooling (84x84 -> 21x21), conv
   16x4x4/2, conv 32x3x3/2, dense 128. [B, C, H, W] -> [B, dense_size]; about 1/25 of
   the Nature CNN's multiply-adds, so a CPU learner keeps up with the actors."""
+
   dense_size: int = 128
 
   @nn.compact
   def __call__(self, obs: jnp.ndarray) -> jnp.ndarray:
     x = _average_pool_to_nhwc(obs, 4)
     for features, kernel, stride in ((16, 4, 2), (32, 3, 2)):
-      x = nn.relu(nn.Conv(features, (kernel, kernel), (stride, stride),
-                          padding="VALID")(x))
+      x = nn.relu(nn.Conv(features, (kernel, kernel), (stride, stride), padding="VALID")(x))
     x = x.reshape(x.shape[0], -1)
     return nn.relu(nn.Dense(self.dense_size)(x))
 
@@ -110,8 +112,9 @@ _PIXEL_TORSOS = {"nature_cnn": NatureCNN, "impala_resnet": ImpalaResNet, "small_
 TORSOS = ("mlp", *_PIXEL_TORSOS)
 
 
-def make_torso(kind: str, observation_shape: tuple[int, ...],
-               hidden_sizes: Sequence[int] = (64, 64)) -> nn.Module:
+def make_torso(
+    kind: str, observation_shape: tuple[int, ...], hidden_sizes: Sequence[int] = (64, 64)
+) -> nn.Module:
   """Builds a torso, checking that it fits the observation shape.
 
   Args:
@@ -130,6 +133,7 @@ def make_torso(kind: str, observation_shape: tuple[int, ...],
   if kind == "mlp":
     return MLPTorso(tuple(hidden_sizes))
   if rank != 3:
-    raise ValueError(f"torso {kind!r} needs [C, H, W] frames, got observation shape "
-                     f"{observation_shape}")
+    raise ValueError(
+        f"torso {kind!r} needs [C, H, W] frames, got observation shape " f"{observation_shape}"
+    )
   return _PIXEL_TORSOS[kind]()

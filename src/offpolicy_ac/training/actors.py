@@ -29,8 +29,11 @@ import queue
 import threading
 import time
 import traceback
+from typing import Any
+from typing import NamedTuple
+from typing import Optional
+from typing import Sequence
 import warnings
-from typing import Any, NamedTuple, Optional, Sequence
 
 import jax
 
@@ -42,6 +45,7 @@ class ActorError(RuntimeError):
 class ActorItem(NamedTuple):
   """One unroll: `traj` [T+1, num_envs, ...] (host arrays), the parameter version
   that produced it, and the episodes that finished during it."""
+
   actor_id: int
   version: int
   traj: Any
@@ -64,8 +68,9 @@ class ParamStore:
     with self._cond:
       return self._params, self._version
 
-  def wait_newer(self, version: int, stop: threading.Event,
-                 poll_s: float = 0.05) -> Optional[tuple[Any, int]]:
+  def wait_newer(
+      self, version: int, stop: threading.Event, poll_s: float = 0.05
+  ) -> Optional[tuple[Any, int]]:
     """Waits for a version > `version`; None once `stop` is set."""
     with self._cond:
       while self._version <= version:
@@ -78,9 +83,17 @@ class ParamStore:
 class Actors:
   """K actor threads over K rollouts (see the module docstring)."""
 
-  def __init__(self, rollouts: Sequence[Any], keys: Sequence[jax.Array], params: Any, *,
-               version: int = 0, queue_size: int = 2, gated: bool = False,
-               join_timeout_s: float = 60.0):
+  def __init__(
+      self,
+      rollouts: Sequence[Any],
+      keys: Sequence[jax.Array],
+      params: Any,
+      *,
+      version: int = 0,
+      queue_size: int = 2,
+      gated: bool = False,
+      join_timeout_s: float = 60.0,
+  ):
     if len(rollouts) != len(keys) or not rollouts:
       raise ValueError("one key per rollout, and at least one rollout")
     if queue_size < 1:
@@ -96,7 +109,8 @@ class Actors:
     self.unrolls = [0] * self.num_actors
     self._threads = [
         threading.Thread(target=self._run, args=(i, key), name=f"actor-{i}", daemon=True)
-        for i, key in enumerate(keys)]
+        for i, key in enumerate(keys)
+    ]
     for t in self._threads:
       t.start()
 
@@ -164,7 +178,10 @@ class Actors:
         t.join(timeout=0.05)
     for rollout, t in zip(self.rollouts, self._threads):
       if t.is_alive():
-        warnings.warn(f"{t.name} did not stop within {self._join_timeout_s} s; its "
-                      "environment pool is left open", RuntimeWarning)
+        warnings.warn(
+            f"{t.name} did not stop within {self._join_timeout_s} s; its "
+            "environment pool is left open",
+            RuntimeWarning,
+        )
       else:
         rollout.env.close()

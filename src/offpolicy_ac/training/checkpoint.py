@@ -18,8 +18,9 @@ from __future__ import annotations
 import os
 import pathlib
 import time
+from typing import Any
+from typing import Optional
 import warnings
-from typing import Any, Optional
 
 import jax
 import numpy as np
@@ -27,25 +28,27 @@ import numpy as np
 
 def _ocp():
   import orbax.checkpoint as ocp  # slow to import: only when checkpointing
+
   return ocp
 
 
 def _to_savable(tree: Any) -> Any:
   """Orbax stores arrays: typed PRNG keys become raw key data, scalars arrays."""
+
   def convert(x):
     if isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
       return jax.random.key_data(x)
     if not isinstance(x, jax.Array) or jax.process_count() > 1:
       return np.asarray(x)  # multi-host orbax only writes global arrays; ours are local
     return x
+
   return jax.tree.map(convert, tree)
 
 
 class Checkpointer:
   """Saves and restores `(arrays pytree, json dict)` pairs under `directory`."""
 
-  def __init__(self, directory: str | pathlib.Path, max_to_keep: int = 3,
-               read_only: bool = False):
+  def __init__(self, directory: str | pathlib.Path, max_to_keep: int = 3, read_only: bool = False):
     if max_to_keep < 1:
       raise ValueError(f"max_to_keep must be >= 1, got {max_to_keep}")
     self.directory = pathlib.Path(directory).absolute()
@@ -64,12 +67,17 @@ class Checkpointer:
         # waits for the others inside orbax.
         pid = jax.process_index()
         kwargs["multiprocessing_options"] = ocp.options.MultiprocessingOptions(
-            primary_host=pid, active_processes={pid},
-            barrier_sync_key_prefix=f"offpolicy_ac_process{pid}")
+            primary_host=pid,
+            active_processes={pid},
+            barrier_sync_key_prefix=f"offpolicy_ac_process{pid}",
+        )
       self.directory.mkdir(parents=True, exist_ok=True)
       options = ocp.CheckpointManagerOptions(
-          max_to_keep=self._max_to_keep, create=not kwargs,
-          enable_async_checkpointing=False, **kwargs)
+          max_to_keep=self._max_to_keep,
+          create=not kwargs,
+          enable_async_checkpointing=False,
+          **kwargs,
+      )
       self._manager_or_none = ocp.CheckpointManager(self.directory, options=options)
     return self._manager_or_none
 
@@ -79,9 +87,13 @@ class Checkpointer:
     ocp = _ocp()
     if step in self.steps():  # e.g. redoing steps after a fall-back
       self._manager.delete(step)
-    self._manager.save(step, args=ocp.args.Composite(
-        arrays=ocp.args.StandardSave(_to_savable(arrays)),
-        record=ocp.args.JsonSave(record)), force=True)
+    self._manager.save(
+        step,
+        args=ocp.args.Composite(
+            arrays=ocp.args.StandardSave(_to_savable(arrays)), record=ocp.args.JsonSave(record)
+        ),
+        force=True,
+    )
     self._manager.wait_until_finished()
 
   def steps(self) -> list[int]:
@@ -97,18 +109,27 @@ class Checkpointer:
     template = _to_savable(template)
     for step in reversed(self.steps()):
       try:
-        restored = self._manager.restore(step, args=ocp.args.Composite(
-            arrays=ocp.args.StandardRestore(template), record=ocp.args.JsonRestore()))
+        restored = self._manager.restore(
+            step,
+            args=ocp.args.Composite(
+                arrays=ocp.args.StandardRestore(template), record=ocp.args.JsonRestore()
+            ),
+        )
         return step, restored["arrays"], dict(restored["record"])
       except Exception as e:  # pylint: disable=broad-except
         if self.read_only:
-          warnings.warn(f"checkpoint {step} in {self.directory} could not be read "
-                        f"({e!r}); trying the previous one", RuntimeWarning)
+          warnings.warn(
+              f"checkpoint {step} in {self.directory} could not be read "
+              f"({e!r}); trying the previous one",
+              RuntimeWarning,
+          )
           continue
         quarantine = self.directory / f"{step}.unreadable-{int(time.time())}"
-        warnings.warn(f"checkpoint {step} in {self.directory} could not be read ({e!r}); "
-                      f"moved it to {quarantine.name} and falling back to the previous one",
-                      RuntimeWarning)
+        warnings.warn(
+            f"checkpoint {step} in {self.directory} could not be read ({e!r}); "
+            f"moved it to {quarantine.name} and falling back to the previous one",
+            RuntimeWarning,
+        )
         os.replace(self.directory / str(step), quarantine)
         self._manager.reload()
     return None

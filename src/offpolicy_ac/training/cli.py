@@ -11,15 +11,22 @@ Nested configs (`loop`, `agent`) are flattened: `--learning-rate`, not
 from __future__ import annotations
 
 import sys
-from typing import Any, Optional, Sequence, TypeVar
+from typing import Any
+from typing import Optional
+from typing import Sequence
+from typing import TypeVar
 
 import tyro
 
 ArgsT = TypeVar("ArgsT")
 
 
-def parse_args(args_cls: type[ArgsT], presets: Optional[dict[str, ArgsT]] = None,
-               argv: Optional[Sequence[str]] = None, description: str = "") -> ArgsT:
+def parse_args(
+    args_cls: type[ArgsT],
+    presets: Optional[dict[str, ArgsT]] = None,
+    argv: Optional[Sequence[str]] = None,
+    description: str = "",
+) -> ArgsT:
   """Parses argv into `args_cls`, starting from `--preset NAME` when given."""
   argv = list(sys.argv[1:] if argv is None else argv)
   presets = presets or {}
@@ -29,9 +36,16 @@ def parse_args(args_cls: type[ArgsT], presets: Optional[dict[str, ArgsT]] = None
     if i + 1 >= len(argv) or argv[i + 1] not in presets:
       raise SystemExit(f"--preset takes one of {sorted(presets)}")
     default = presets[argv[i + 1]]
-    del argv[i:i + 2]
+    del argv[i : i + 2]
   if presets:
-    description = (description + f"\n\nPresets (--preset NAME, before other flags): "
-                   f"{', '.join(sorted(presets))}.").strip()
-  return tyro.cli(args_cls, args=argv, default=default, description=description or None,
-                  config=(tyro.conf.OmitArgPrefixes,))
+    description = (
+        description + f"\n\nPresets (--preset NAME, before other flags): "
+        f"{', '.join(sorted(presets))}."
+    ).strip()
+  return tyro.cli(
+      args_cls,
+      args=argv,
+      default=default,
+      description=description or None,
+      config=(tyro.conf.OmitArgPrefixes,),
+  )

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
+from typing import Callable
 
 import numpy as np
 
 
-def evaluate(env: Any, greedy_act: Callable, params: Any, num_episodes: int,
-             max_steps: int = 1_000_000) -> np.ndarray:
+def evaluate(
+    env: Any, greedy_act: Callable, params: Any, num_episodes: int, max_steps: int = 1_000_000
+) -> np.ndarray:
   """Runs the deterministic policy until each of `num_episodes` envs finished one
   episode; returns their returns [num_episodes] (raw game scores on Atari).
 

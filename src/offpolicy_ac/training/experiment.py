@@ -26,7 +26,10 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, Callable, Optional, Sequence
+from typing import Any
+from typing import Callable
+from typing import Optional
+from typing import Sequence
 
 import flax.serialization
 import jax
@@ -73,8 +76,7 @@ def _flatten(d: Any, prefix: str = "") -> dict:
 def config_differences(old: dict, new: dict) -> list[str]:
   """Fields (dotted) whose values differ, ignoring RESUMABLE_CHANGES."""
   a, b = _flatten(old), _flatten(new)
-  return sorted(k for k in set(a) | set(b)
-                if k not in RESUMABLE_CHANGES and a.get(k) != b.get(k))
+  return sorted(k for k in set(a) | set(b) if k not in RESUMABLE_CHANGES and a.get(k) != b.get(k))
 
 
 class _StopFlag:
@@ -115,6 +117,7 @@ def _run_seeds(name: str, args: Any, agent_factory: Callable, **kwargs) -> list[
   (own env pools, checkpoints, logs) in <run_dir>/seed<k>; then a plot of their mean
   and spread in <run_dir>/learning_curves.png. `--resume` resumes each."""
   from offpolicy_ac.training.plotting import plot_runs
+
   loop = args.loop
   root = pathlib.Path(args.run_dir or default_run_dir(name, loop))
   results, dirs = [], []
@@ -122,11 +125,16 @@ def _run_seeds(name: str, args: Any, agent_factory: Callable, **kwargs) -> list[
     seed = loop.seed + k
     run_dir = root / f"seed{seed}"
     seed_args = dataclasses.replace(
-        args, loop=dataclasses.replace(loop, seed=seed, num_seeds=1), run_dir=str(run_dir))
+        args, loop=dataclasses.replace(loop, seed=seed, num_seeds=1), run_dir=str(run_dir)
+    )
     results.append(run_experiment(name, seed_args, agent_factory, **kwargs))
     dirs.append(run_dir)
-  plot_runs(dirs, root / "learning_curves.png", group=True,
-            title=f"{name} {loop.env_id}, {loop.num_seeds} seeds")
+  plot_runs(
+      dirs,
+      root / "learning_curves.png",
+      group=True,
+      title=f"{name} {loop.env_id}, {loop.num_seeds} seeds",
+  )
   return results
 
 
@@ -135,12 +143,14 @@ def _holds_run(run_dir: pathlib.Path) -> bool:
   first step leaves only config.json and an empty metrics.jsonl: not a run)."""
   metrics = run_dir / "metrics.jsonl"
   checkpoints = run_dir / "checkpoints"
-  return ((metrics.exists() and metrics.stat().st_size > 0)
-          or (checkpoints.exists() and any(checkpoints.iterdir())))
+  return (metrics.exists() and metrics.stat().st_size > 0) or (
+      checkpoints.exists() and any(checkpoints.iterdir())
+  )
 
 
-def _check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: bool,
-                          others: Sequence[pathlib.Path] = ()) -> None:
+def _check_or_write_config(
+    name: str, args: Any, run_dir: pathlib.Path, resume: bool, others: Sequence[pathlib.Path] = ()
+) -> None:
   """On resume, refuses a changed config; otherwise refuses to overwrite a run (in
   `run_dir` or any of `others`). Then writes config.json."""
   config_path = run_dir / "config.json"
@@ -152,13 +162,16 @@ def _check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: 
     if old.get("algorithm") != name:
       diffs.insert(0, f"algorithm ({old.get('algorithm')} -> {name})")
     if diffs:
-      raise ValueError(f"--resume: the config differs from the run's in {diffs}; only the "
-                       "step budget (--total-env-steps) may change")
+      raise ValueError(
+          f"--resume: the config differs from the run's in {diffs}; only the "
+          "step budget (--total-env-steps) may change"
+      )
   else:
     for d in (run_dir, *others):
       if _holds_run(d):
-        raise FileExistsError(f"{d} already holds a run: pass --resume to continue it, "
-                              "or choose another --run-dir")
+        raise FileExistsError(
+            f"{d} already holds a run: pass --resume to continue it, " "or choose another --run-dir"
+        )
   run_dir.mkdir(parents=True, exist_ok=True)
   write_config(run_dir, args, extra={"algorithm": name})
 
@@ -188,8 +201,10 @@ def _make_checkpointer(loop: LoopConfig, root: pathlib.Path) -> Any:
   if not loop.checkpoint_every:
     return None
   from offpolicy_ac.training.checkpoint import Checkpointer
-  return Checkpointer(root / "checkpoints", max_to_keep=loop.keep_checkpoints,
-                      read_only=loop.process_id > 0)
+
+  return Checkpointer(
+      root / "checkpoints", max_to_keep=loop.keep_checkpoints, read_only=loop.process_id > 0
+  )
 
 
 def exit_process(code: int = 0) -> None:
@@ -204,6 +219,7 @@ def exit_process(code: int = 0) -> None:
   ends the calling process.
   """
   import atexit
+
   try:
     sys.stdout.flush()
     sys.stderr.flush()
@@ -224,14 +240,20 @@ def _finish(name: str, run_dir: pathlib.Path, result: RunResult, flag: "_StopFla
   print(f"[{name}] done: {summary}", flush=True)
 
 
-def _run_seeds_vmapped(name: str, args: Any, agent_factory: Callable, *,
-                       batch_fn: Optional[Callable], progress: Optional[bool]
-                       ) -> list[RunResult]:
+def _run_seeds_vmapped(
+    name: str,
+    args: Any,
+    agent_factory: Callable,
+    *,
+    batch_fn: Optional[Callable],
+    progress: Optional[bool],
+) -> list[RunResult]:
   """`--num-seeds N` with one vmapped learner (training/multi_seed.py): seed k logs
   in <run_dir>/seed<k> as a single run would; <run_dir> holds the whole config and
   the checkpoints of all seeds together."""
   from offpolicy_ac.training.multi_seed import train_seeds
   from offpolicy_ac.training.plotting import plot_runs
+
   loop = args.loop
   resume = bool(getattr(args, "resume", False))
   root = pathlib.Path(args.run_dir or default_run_dir(name, loop))
@@ -242,19 +264,32 @@ def _run_seeds_vmapped(name: str, args: Any, agent_factory: Callable, *,
   for s, d in zip(seeds, dirs):
     d.mkdir(parents=True, exist_ok=True)
     seed_args = dataclasses.replace(
-        args, loop=dataclasses.replace(loop, seed=s, num_seeds=1), run_dir=str(d))
+        args, loop=dataclasses.replace(loop, seed=s, num_seeds=1), run_dir=str(d)
+    )
     write_config(d, seed_args, extra={"algorithm": name, "vmapped_seeds_of": str(root)})
   _after_backend_start(loop)
   checkpointer = _make_checkpointer(loop, root)
-  loggers = [RunLogger(d, total_env_steps=loop.total_env_steps,
-                       title=f"{name} {loop.env_id} seed {s}",
-                       progress=progress if k == 0 else False)
-             for k, (s, d) in enumerate(zip(seeds, dirs))]
+  loggers = [
+      RunLogger(
+          d,
+          total_env_steps=loop.total_env_steps,
+          title=f"{name} {loop.env_id} seed {s}",
+          progress=progress if k == 0 else False,
+      )
+      for k, (s, d) in enumerate(zip(seeds, dirs))
+  ]
   flag = _StopFlag()
   try:
     with _stop_on_signals(flag):
-      results = train_seeds(agent_factory, loop, loggers, batch_fn=batch_fn,
-                            checkpointer=checkpointer, resume=resume, should_stop=flag)
+      results = train_seeds(
+          agent_factory,
+          loop,
+          loggers,
+          batch_fn=batch_fn,
+          checkpointer=checkpointer,
+          resume=resume,
+          should_stop=flag,
+      )
   finally:
     for logger in loggers:
       logger.close()
@@ -262,23 +297,32 @@ def _run_seeds_vmapped(name: str, args: Any, agent_factory: Callable, *,
       checkpointer.close()
   for d, result in zip(dirs, results):
     _finish(name, d, result, flag)
-  plot_runs(dirs, root / "learning_curves.png", group=True,
-            title=f"{name} {loop.env_id}, {loop.num_seeds} seeds (vmapped)")
+  plot_runs(
+      dirs,
+      root / "learning_curves.png",
+      group=True,
+      title=f"{name} {loop.env_id}, {loop.num_seeds} seeds (vmapped)",
+  )
   return results
 
 
-def run_experiment(name: str, args: Any, agent_factory: Callable, *,
-                   batch_fn: Optional[Callable] = None,
-                   progress: Optional[bool] = None) -> RunResult | list[RunResult]:
+def run_experiment(
+    name: str,
+    args: Any,
+    agent_factory: Callable,
+    *,
+    batch_fn: Optional[Callable] = None,
+    progress: Optional[bool] = None,
+) -> RunResult | list[RunResult]:
   """Runs `train` for a script's args; see the module docstring. With
   `--num-seeds N` > 1 it returns one RunResult per seed."""
   loop: LoopConfig = args.loop
   loop.validate()
   if loop.num_seeds > 1:
     from offpolicy_ac.training.multi_seed import vmap_unsupported_reason
+
     if loop.vmap_seeds and vmap_unsupported_reason(loop) is None:
-      return _run_seeds_vmapped(name, args, agent_factory, batch_fn=batch_fn,
-                                progress=progress)
+      return _run_seeds_vmapped(name, args, agent_factory, batch_fn=batch_fn, progress=progress)
     return _run_seeds(name, args, agent_factory, batch_fn=batch_fn, progress=progress)
   resume = bool(getattr(args, "resume", False))
   _prepare_process(loop)
@@ -291,14 +335,25 @@ def run_experiment(name: str, args: Any, agent_factory: Callable, *,
   _check_or_write_config(name, args, run_dir, resume)
   _after_backend_start(loop)
   checkpointer = _make_checkpointer(loop, root_dir)
-  logger = RunLogger(run_dir, total_env_steps=loop.total_env_steps,
-                     title=f"{name} {loop.env_id} seed {loop.seed}", progress=progress)
+  logger = RunLogger(
+      run_dir,
+      total_env_steps=loop.total_env_steps,
+      title=f"{name} {loop.env_id} seed {loop.seed}",
+      progress=progress,
+  )
   flag = _StopFlag()
   try:
     try:
       with _stop_on_signals(flag):
-        result = train(agent_factory, loop, logger, batch_fn=batch_fn,
-                       checkpointer=checkpointer, resume=resume, should_stop=flag)
+        result = train(
+            agent_factory,
+            loop,
+            logger,
+            batch_fn=batch_fn,
+            checkpointer=checkpointer,
+            resume=resume,
+            should_stop=flag,
+        )
     finally:
       logger.close()
       if checkpointer is not None:
@@ -311,8 +366,9 @@ def run_experiment(name: str, args: Any, agent_factory: Callable, *,
   return result
 
 
-def _abandon_distributed_job(name: str, loop: LoopConfig, root_dir: pathlib.Path,
-                             error: Exception) -> None:
+def _abandon_distributed_job(
+    name: str, loop: LoopConfig, root_dir: pathlib.Path, error: Exception
+) -> None:
   """Ends this process of a multi-process job after an error (exit code 1).
 
   Usually the error is a collective that failed because another process died (gloo:
@@ -324,12 +380,17 @@ def _abandon_distributed_job(name: str, loop: LoopConfig, root_dir: pathlib.Path
   checkpoint is whole.
   """
   import traceback
+
   traceback.print_exception(error)
-  print(f"[{name}] process {loop.process_id} of {loop.num_processes} stopped: "
-        f"{type(error).__name__}: {error}\n[{name}] a multi-process job cannot go on "
-        "once one of its processes has failed (a collective failing with 'Connection "
-        "closed by peer' means another process died: see its log). The last checkpoint "
-        f"in {root_dir / 'checkpoints'} is intact: start every process again with "
-        "--resume.", file=sys.stderr, flush=True)
+  print(
+      f"[{name}] process {loop.process_id} of {loop.num_processes} stopped: "
+      f"{type(error).__name__}: {error}\n[{name}] a multi-process job cannot go on "
+      "once one of its processes has failed (a collective failing with 'Connection "
+      "closed by peer' means another process died: see its log). The last checkpoint "
+      f"in {root_dir / 'checkpoints'} is intact: start every process again with "
+      "--resume.",
+      file=sys.stderr,
+      flush=True,
+  )
   sys.stdout.flush()
   os._exit(1)

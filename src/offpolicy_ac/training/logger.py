@@ -24,10 +24,20 @@ import numpy as np
 
 def package_versions() -> dict[str, str]:
   versions = {"python": platform.python_version()}
-  for name in ("jax", "jaxlib", "flax", "optax", "chex", "rlax", "envpool", "numpy",
-               "offpolicy_ac"):
+  for name in (
+      "jax",
+      "jaxlib",
+      "flax",
+      "optax",
+      "chex",
+      "rlax",
+      "envpool",
+      "numpy",
+      "offpolicy_ac",
+  ):
     try:
       from importlib import metadata
+
       versions[name] = metadata.version(name)
     except Exception:  # pylint: disable=broad-except
       versions[name] = "not installed"
@@ -38,10 +48,21 @@ def git_revision() -> str:
   """The git revision of the checkout holding this package ('unknown' outside one)."""
   here = pathlib.Path(__file__).resolve().parent
   try:
-    rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True,
-                         text=True, timeout=10, check=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                           cwd=here, capture_output=True, text=True, timeout=10).stdout
+    rev = subprocess.run(
+        ["git", "rev-parse", "HEAD"],
+        cwd=here,
+        capture_output=True,
+        text=True,
+        timeout=10,
+        check=True,
+    ).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"],
+        cwd=here,
+        capture_output=True,
+        text=True,
+        timeout=10,
+    ).stdout
     return rev + ("+dirty" if dirty.strip() else "")
   except (OSError, subprocess.SubprocessError):
     return "unknown"
@@ -65,9 +86,13 @@ def _jsonable(x: Any) -> Any:
 
 def write_config(run_dir: pathlib.Path, config: Any, extra: dict | None = None) -> dict:
   """Writes config.json: the full config, git revision, package versions."""
-  record = {"config": _jsonable(config), "git_revision": git_revision(),
-            "versions": package_versions(), "command": sys.argv,
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+  record = {
+      "config": _jsonable(config),
+      "git_revision": git_revision(),
+      "versions": package_versions(),
+      "command": sys.argv,
+      "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+  }
   if extra:
     record.update(_jsonable(extra))
   tmp = run_dir / "config.json.tmp"
@@ -79,9 +104,16 @@ def write_config(run_dir: pathlib.Path, config: Any, extra: dict | None = None) 
 class RunLogger:
   """Writes metrics.jsonl, TensorBoard scalars, a PNG, and shows progress."""
 
-  def __init__(self, run_dir: str | os.PathLike, *, total_env_steps: int,
-               title: str = "", plot_every_s: float = 30.0,
-               progress: bool | None = None, tensorboard: bool = True):
+  def __init__(
+      self,
+      run_dir: str | os.PathLike,
+      *,
+      total_env_steps: int,
+      title: str = "",
+      plot_every_s: float = 30.0,
+      progress: bool | None = None,
+      tensorboard: bool = True,
+  ):
     self.run_dir = pathlib.Path(run_dir)
     self.run_dir.mkdir(parents=True, exist_ok=True)
     self.metrics_path = self.run_dir / "metrics.jsonl"
@@ -93,6 +125,7 @@ class RunLogger:
     if tensorboard:
       try:
         from tensorboardX import SummaryWriter
+
         self._writer = SummaryWriter(str(self.run_dir / "tensorboard"))
       except ImportError:  # pragma: no cover
         self._writer = None
@@ -100,8 +133,8 @@ class RunLogger:
     self._bar = None
     if use_bar:
       from tqdm import tqdm
-      self._bar = tqdm(total=total_env_steps, unit="step", unit_scale=True,
-                       dynamic_ncols=True)
+
+      self._bar = tqdm(total=total_env_steps, unit="step", unit_scale=True, dynamic_ncols=True)
     self._steps_shown = 0
 
   def log(self, record: dict) -> None:
@@ -115,7 +148,7 @@ class RunLogger:
     ret = record.get("episode_return")
     ev = record.get("eval_return")
     sps = record.get("env_steps_per_s")
-    text = (f"return {ret:8.2f}" if ret is not None else "return      n/a")
+    text = f"return {ret:8.2f}" if ret is not None else "return      n/a"
     if ev is not None:
       text += f" | eval {ev:8.2f}"
     if sps is not None:
@@ -124,8 +157,9 @@ class RunLogger:
       self._bar.update(step - self._steps_shown)
       self._bar.set_postfix_str(text)
     else:
-      print(f"[{self._title}] steps {step:>9d} | {record['wall_time_s']:7.1f}s | {text}",
-            flush=True)
+      print(
+          f"[{self._title}] steps {step:>9d} | {record['wall_time_s']:7.1f}s | {text}", flush=True
+      )
     self._steps_shown = step
     if time.monotonic() - self._last_plot > self._plot_every_s:
       self.plot()
@@ -134,12 +168,17 @@ class RunLogger:
     """Keeps the first `num_lines` lines of metrics.jsonl (resuming drops what was
     logged after the checkpoint, including a cut-off last line)."""
     self._file.close()
-    lines = self.metrics_path.read_text().splitlines(keepends=True) if \
-        self.metrics_path.exists() else []
+    lines = (
+        self.metrics_path.read_text().splitlines(keepends=True)
+        if self.metrics_path.exists()
+        else []
+    )
     kept = [line for line in lines if line.endswith("\n")][:num_lines]
     if len(kept) < num_lines:
-      raise ValueError(f"{self.metrics_path} has {len(kept)} complete lines, the checkpoint "
-                       f"expects {num_lines}")
+      raise ValueError(
+          f"{self.metrics_path} has {len(kept)} complete lines, the checkpoint "
+          f"expects {num_lines}"
+      )
     tmp = self.metrics_path.with_suffix(".jsonl.tmp")
     tmp.write_text("".join(kept))
     os.replace(tmp, self.metrics_path)
@@ -150,10 +189,10 @@ class RunLogger:
   def plot(self) -> pathlib.Path | None:
     """Writes learning_curve.png from metrics.jsonl (episode and eval returns)."""
     from offpolicy_ac.training.plotting import plot_runs
+
     self._last_plot = time.monotonic()
     try:
-      return plot_runs([self.run_dir], self.run_dir / "learning_curve.png",
-                       title=self._title)
+      return plot_runs([self.run_dir], self.run_dir / "learning_curve.png", title=self._title)
     except Exception as e:  # plotting must never kill a run
       print(f"warning: could not plot: {e}", file=sys.stderr)
       return None

@@ -26,8 +26,11 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+from typing import Any
+from typing import Callable
+from typing import NamedTuple
+from typing import Optional
 import warnings
-from typing import Any, Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -36,11 +39,11 @@ import numpy as np
 from offpolicy_ac import envs
 from offpolicy_ac import replay as replay_lib
 from offpolicy_ac.agents.base import Agent
+from offpolicy_ac.training.actors import Actors
 from offpolicy_ac.training.clock import seconds_since_launch
 from offpolicy_ac.training.evaluation import evaluate
 from offpolicy_ac.training.logger import RunLogger
 from offpolicy_ac.training.parallel import DataParallel
-from offpolicy_ac.training.actors import Actors
 from offpolicy_ac.training.rollouts import make_loop_rollout
 
 # Fields of a metrics line that depend on the wall clock (excluded from exact resume).
@@ -133,9 +136,19 @@ class LoopConfig:
   """HOST:PORT of process 0 (multi-host only)."""
 
   def validate(self) -> None:
-    for name in ("total_env_steps", "num_envs", "unroll_length", "log_every",
-                 "eval_episodes", "replay_capacity", "num_updates_per_train_iter",
-                 "mini_batch_size", "mini_batch_length", "keep_checkpoints", "num_seeds"):
+    for name in (
+        "total_env_steps",
+        "num_envs",
+        "unroll_length",
+        "log_every",
+        "eval_episodes",
+        "replay_capacity",
+        "num_updates_per_train_iter",
+        "mini_batch_size",
+        "mini_batch_length",
+        "keep_checkpoints",
+        "num_seeds",
+    ):
       value = getattr(self, name)
       if not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
@@ -147,8 +160,10 @@ class LoopConfig:
     if self.max_episode_steps is not None and self.max_episode_steps < 1:
       raise ValueError(f"max_episode_steps must be >= 1, got {self.max_episode_steps}")
     if self.min_replay_size > self.replay_capacity:
-      raise ValueError(f"min_replay_size ({self.min_replay_size}) exceeds "
-                       f"replay_capacity ({self.replay_capacity})")
+      raise ValueError(
+          f"min_replay_size ({self.min_replay_size}) exceeds "
+          f"replay_capacity ({self.replay_capacity})"
+      )
     for name in ("async_actors", "actor_queue_size", "min_pools"):
       value = getattr(self, name)
       if not isinstance(value, int) or value < 0:
@@ -158,27 +173,34 @@ class LoopConfig:
       if not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
     if self.async_actors and self.actor_pools > 1:
-      raise ValueError("choose one: async_actors (asynchronous) or actor_pools > 1 "
-                       "(synchronous with several pools)")
+      raise ValueError(
+          "choose one: async_actors (asynchronous) or actor_pools > 1 "
+          "(synchronous with several pools)"
+      )
     if self.min_pools > self.actor_pools:
-      raise ValueError(f"min_pools ({self.min_pools}) exceeds actor_pools "
-                       f"({self.actor_pools})")
+      raise ValueError(f"min_pools ({self.min_pools}) exceeds actor_pools " f"({self.actor_pools})")
     if not self.grace_period_s >= 0:
       raise ValueError(f"grace_period_s must be >= 0, got {self.grace_period_s}")
     if self.max_policy_lag is not None:
       if not self.async_actors:
-        raise ValueError("max_policy_lag applies to the asynchronous mode: set "
-                         "async_actors >= 1")
+        raise ValueError(
+            "max_policy_lag applies to the asynchronous mode: set " "async_actors >= 1"
+        )
       if not isinstance(self.max_policy_lag, int) or self.max_policy_lag < 0:
         raise ValueError(f"max_policy_lag must be an int >= 0, got {self.max_policy_lag!r}")
     if self.num_envs % self.learner_devices:
-      raise ValueError(f"num_envs ({self.num_envs}) must divide evenly over "
-                       f"learner_devices ({self.learner_devices})")
+      raise ValueError(
+          f"num_envs ({self.num_envs}) must divide evenly over "
+          f"learner_devices ({self.learner_devices})"
+      )
     from offpolicy_ac.training.parallel import check_distributed_args
+
     check_distributed_args(self.num_processes, self.process_id, self.coordinator_address)
     if self.num_processes > 1 and self.min_pools and self.min_pools < self.actor_pools:
-      raise ValueError("min_pools < actor_pools gives batches of varying size, which "
-                       "processes of a multi-host job cannot agree on; use all pools")
+      raise ValueError(
+          "min_pools < actor_pools gives batches of varying size, which "
+          "processes of a multi-host job cannot agree on; use all pools"
+      )
 
   @property
   def uses_actor_threads(self) -> bool:
@@ -201,8 +223,7 @@ class NonFiniteError(FloatingPointError):
 
 
 def env_kwargs(config: LoopConfig) -> dict:
-  return {} if config.max_episode_steps is None else {
-      "max_episode_steps": config.max_episode_steps}
+  return {} if config.max_episode_steps is None else {"max_episode_steps": config.max_episode_steps}
 
 
 def make_env(config: LoopConfig, num_envs: int, seed: int, *, train: bool = True):
@@ -212,15 +233,17 @@ def make_env(config: LoopConfig, num_envs: int, seed: int, *, train: bool = True
   return envs.make(config.env_id, num_envs, seed, **env_kwargs(config))
 
 
-def make_training_rollout(agent: Agent, config: LoopConfig, seed: int, params: Any, *,
-                          to_device: bool) -> Any:
+def make_training_rollout(
+    agent: Agent, config: LoopConfig, seed: int, params: Any, *, to_device: bool
+) -> Any:
   """A pool of `config.num_envs` training environments seeded `seed` and the config's
   rollout over it (training/rollouts.py; the pool is `.env`). The pool is closed again if
   the rollout cannot be made (e.g. the compiled loop refuses the task)."""
   env = make_env(config, config.num_envs, seed)
   try:
-    return make_loop_rollout(env, agent.act, config.unroll_length, params,
-                             xla=config.xla_rollout, to_device=to_device)
+    return make_loop_rollout(
+        env, agent.act, config.unroll_length, params, xla=config.xla_rollout, to_device=to_device
+    )
   except Exception:
     env.close()
     raise
@@ -233,24 +256,31 @@ def segment_seed(seed: int, segment: int) -> int:
 
 def make_replay(config: LoopConfig) -> replay_lib.SequenceReplay:
   return replay_lib.make_sequence_replay(
-      capacity=config.replay_capacity, sequence_length=config.unroll_length + 1,
-      sample_length=config.mini_batch_length + 1, batch_size=config.mini_batch_size)
+      capacity=config.replay_capacity,
+      sequence_length=config.unroll_length + 1,
+      sample_length=config.mini_batch_length + 1,
+      batch_size=config.mini_batch_size,
+  )
 
 
 def example_trajectory(agent: Agent, params: Any, config: LoopConfig) -> envs.Trajectory:
   """Zeros shaped like the rollout's trajectories [T+1, num_envs, ...]."""
   spec = agent.spec
   lead = (config.unroll_length + 1, config.num_envs)
-  obs = jax.ShapeDtypeStruct((config.num_envs,) + tuple(spec.observation_shape),
-                             jnp.dtype(spec.observation_dtype))
+  obs = jax.ShapeDtypeStruct(
+      (config.num_envs,) + tuple(spec.observation_shape), jnp.dtype(spec.observation_dtype)
+  )
   action, extras = jax.eval_shape(agent.act, params, obs, jax.random.PRNGKey(0))
   zeros = lambda s: jnp.zeros(lead + tuple(s.shape[1:]), s.dtype)
   return envs.Trajectory(
-      step_type=jnp.zeros(lead, jnp.int32), reward=jnp.zeros(lead, jnp.float32),
+      step_type=jnp.zeros(lead, jnp.int32),
+      reward=jnp.zeros(lead, jnp.float32),
       discount=jnp.zeros(lead, jnp.float32),
       observation=jnp.zeros(lead + tuple(spec.observation_shape), obs.dtype),
-      env_id=jnp.zeros(lead, jnp.int32), action=zeros(action),
-      extras=jax.tree.map(zeros, extras))
+      env_id=jnp.zeros(lead, jnp.int32),
+      action=zeros(action),
+      extras=jax.tree.map(zeros, extras),
+  )
 
 
 def mark_cut(traj: envs.Trajectory) -> envs.Trajectory:
@@ -267,7 +297,8 @@ def mark_cut(traj: envs.Trajectory) -> envs.Trajectory:
     return traj._replace(step_type=step_type, discount=discount)
   return traj._replace(
       step_type=traj.step_type.at[-1].set(envs.LAST),
-      discount=traj.discount.at[-1].set(jnp.where(last_is_termination, 0.0, 1.0)))
+      discount=traj.discount.at[-1].set(jnp.where(last_is_termination, 0.0, 1.0)),
+  )
 
 
 def process_seed(seed: int, process_index: int) -> int:
@@ -279,6 +310,7 @@ class _Collected(NamedTuple):
   """What a source hands the learner: one trajectory [T+1, B_local] (or None when
   asked to stop), the episodes finished, and the env steps it took, including those
   of discarded trajectories."""
+
   traj: Any
   stats: list
   env_steps: int
@@ -292,13 +324,22 @@ class _InlineSource:
   `exact`: cut into segments at checkpoints (pools re-created with seeds derived from
   the segment) so a resumed run repeats the uninterrupted one exactly.
   """
+
   exact = True
 
-  def __init__(self, agent: Agent, config: LoopConfig, segment: int, process: int,
-               to_device: bool, params: Any):
+  def __init__(
+      self,
+      agent: Agent,
+      config: LoopConfig,
+      segment: int,
+      process: int,
+      to_device: bool,
+      params: Any,
+  ):
     seed = process_seed(config.seed, process)
-    self.rollout = make_training_rollout(agent, config, segment_seed(seed, segment), params,
-                                         to_device=to_device)
+    self.rollout = make_training_rollout(
+        agent, config, segment_seed(seed, segment), params, to_device=to_device
+    )
     self.env = self.rollout.env
     key = jax.random.fold_in(jax.random.PRNGKey(seed), segment)
     self.rollout_state = self.rollout.init(key)
@@ -324,10 +365,12 @@ class _ActorSource:
   their concatenation (batch axis); trajectories of earlier iterations arriving
   late are dropped.
   """
+
   exact = False
 
-  def __init__(self, agent: Agent, config: LoopConfig, segment: int, process: int,
-               params: Any, version: int):
+  def __init__(
+      self, agent: Agent, config: LoopConfig, segment: int, process: int, params: Any, version: int
+  ):
     self.config = config
     self.asynchronous = bool(config.async_actors)
     k = config.async_actors or config.actor_pools
@@ -350,9 +393,14 @@ class _ActorSource:
     # min_replay_size) must still let the gated actors unroll again.
     self._published = version if self.asynchronous else 0
     self._round = None
-    self.actors = Actors(rollouts, keys, params, version=self._published,
-                         queue_size=config.actor_queue_size or k,
-                         gated=not self.asynchronous)
+    self.actors = Actors(
+        rollouts,
+        keys,
+        params,
+        version=self._published,
+        queue_size=config.actor_queue_size or k,
+        gated=not self.asynchronous,
+    )
 
   def collect(self, params: Any, version: int, should_stop: Callable) -> _Collected:
     if self.asynchronous:
@@ -414,6 +462,7 @@ class _ActorSource:
 
 class Restored(NamedTuple):
   """The training state of a checkpoint (host arrays as JAX arrays) and its record."""
+
   step: int
   state: Any
   replay_state: Any
@@ -421,23 +470,31 @@ class Restored(NamedTuple):
   record: dict
 
 
-def restore_training_state(checkpointer: Any, state: Any, replay_state: Any,
-                           replay_key: jax.Array) -> Optional[Restored]:
+def restore_training_state(
+    checkpointer: Any, state: Any, replay_state: Any, replay_key: jax.Array
+) -> Optional[Restored]:
   """The newest readable checkpoint, shaped like the given (template) state, or
   None, with a warning, when there is none (the run starts over)."""
   if checkpointer is None:
     raise ValueError("resume needs checkpoints (checkpoint_every > 0)")
   restored = checkpointer.restore_latest(
-      {"agent": state, "replay": replay_state, "replay_key": replay_key})
+      {"agent": state, "replay": replay_state, "replay_key": replay_key}
+  )
   if restored is None:
-    warnings.warn(f"no readable checkpoint in {checkpointer.directory}: the run starts "
-                  "again from the beginning", RuntimeWarning)
+    warnings.warn(
+        f"no readable checkpoint in {checkpointer.directory}: the run starts "
+        "again from the beginning",
+        RuntimeWarning,
+    )
     return None
   step, arrays, record = restored
-  return Restored(step, jax.tree.map(jnp.asarray, arrays["agent"]),
-                  (jax.tree.map(jnp.asarray, arrays["replay"])
-                   if replay_state is not None else None),
-                  jnp.asarray(arrays["replay_key"]), record)
+  return Restored(
+      step,
+      jax.tree.map(jnp.asarray, arrays["agent"]),
+      (jax.tree.map(jnp.asarray, arrays["replay"]) if replay_state is not None else None),
+      jnp.asarray(arrays["replay_key"]),
+      record,
+  )
 
 
 def next_point(point: int, every: int, env_steps: int) -> int:
@@ -448,18 +505,36 @@ def next_point(point: int, every: int, env_steps: int) -> int:
 
 
 def _fresh_counters(config: LoopConfig) -> dict:
-  return {"env_steps": 0, "segment": 0, "log_lines": 0, "wall_time_s": 0.0,
-          "next_log": config.log_every,
-          "next_eval": config.eval_every if config.eval_every else None,
-          "next_checkpoint": config.checkpoint_every if config.checkpoint_every else None,
-          "returns": [], "lengths": [], "metric_sums": {}, "metric_count": 0,
-          "last_eval": None, "reached": False, "discarded": 0, "lag_sum": 0.0,
-          "lag_count": 0}
+  return {
+      "env_steps": 0,
+      "segment": 0,
+      "log_lines": 0,
+      "wall_time_s": 0.0,
+      "next_log": config.log_every,
+      "next_eval": config.eval_every if config.eval_every else None,
+      "next_checkpoint": config.checkpoint_every if config.checkpoint_every else None,
+      "returns": [],
+      "lengths": [],
+      "metric_sums": {},
+      "metric_count": 0,
+      "last_eval": None,
+      "reached": False,
+      "discarded": 0,
+      "lag_sum": 0.0,
+      "lag_count": 0,
+  }
 
 
-def train(agent_factory: Callable[[Any], Agent], config: LoopConfig, logger: RunLogger,
-          *, batch_fn: Optional[Callable] = None, checkpointer: Any = None,
-          resume: bool = False, should_stop: Callable[[], bool] = lambda: False) -> RunResult:
+def train(
+    agent_factory: Callable[[Any], Agent],
+    config: LoopConfig,
+    logger: RunLogger,
+    *,
+    batch_fn: Optional[Callable] = None,
+    checkpointer: Any = None,
+    resume: bool = False,
+    should_stop: Callable[[], bool] = lambda: False,
+) -> RunResult:
   """Runs the loop. `agent_factory(spec) -> Agent` is called once the env exists.
 
   Workflows (see LoopConfig): the synchronous loop (one pool, unroll then
@@ -482,9 +557,11 @@ def train(agent_factory: Callable[[Any], Agent], config: LoopConfig, logger: Run
   config.validate()
   dp = DataParallel.create(config.learner_devices)
   if dp.num_processes != config.num_processes:
-    raise ValueError(f"num_processes={config.num_processes} but this JAX job has "
-                     f"{dp.num_processes} process(es): call "
-                     "parallel.initialize_distributed first")
+    raise ValueError(
+        f"num_processes={config.num_processes} but this JAX job has "
+        f"{dp.num_processes} process(es): call "
+        "parallel.initialize_distributed first"
+    )
   process = dp.process_index
   probe = make_env(config, 1, config.seed)
   spec = probe.spec._replace(num_envs=config.num_envs, batch_size=config.num_envs)
@@ -492,8 +569,10 @@ def train(agent_factory: Callable[[Any], Agent], config: LoopConfig, logger: Run
   agent = agent_factory(spec)
   replay = make_replay(config) if agent.off_policy else None
   if agent.off_policy and config.mini_batch_size % dp.num_devices:
-    raise ValueError(f"mini_batch_size ({config.mini_batch_size}) must divide evenly over "
-                     f"the {dp.num_devices} learner devices")
+    raise ValueError(
+        f"mini_batch_size ({config.mini_batch_size}) must divide evenly over "
+        f"the {dp.num_devices} learner devices"
+    )
 
   agent_key, replay_key = jax.random.split(jax.random.PRNGKey(config.seed))
   state = jax.jit(agent.init)(agent_key)  # one compiled program, not op-by-op
@@ -506,8 +585,10 @@ def train(agent_factory: Callable[[Any], Agent], config: LoopConfig, logger: Run
     step = -1 if restored is None else restored.step
     steps = dp.gather_processes(np.array(step, np.int64))
     if (steps != step).any():
-      raise RuntimeError(f"the processes restored different checkpoints (env steps "
-                         f"{steps.tolist()}); resume each from the same step")
+      raise RuntimeError(
+          f"the processes restored different checkpoints (env steps "
+          f"{steps.tolist()}); resume each from the same step"
+      )
     if restored is None:  # killed before its first checkpoint: start over
       logger.truncate(0)
     else:
@@ -523,10 +604,19 @@ def train(agent_factory: Callable[[Any], Agent], config: LoopConfig, logger: Run
   # thread while the first unrolls run: the functions are pure, so the warm-up
   # results are simply dropped. Joined before the first update.
   # Several synchronous pools: a full round's batch is every pool's columns.
-  warm_example = jax.tree.map(lambda x: jnp.concatenate([x] * config.actor_pools, axis=1),
-                              example) if config.actor_pools > 1 else example
-  warm = _Background(warmup, state, replay_state, dp.shard(jax.device_get(warm_example)),
-                     greedy, dp.local(state.params))
+  warm_example = (
+      jax.tree.map(lambda x: jnp.concatenate([x] * config.actor_pools, axis=1), example)
+      if config.actor_pools > 1
+      else example
+  )
+  warm = _Background(
+      warmup,
+      state,
+      replay_state,
+      dp.shard(jax.device_get(warm_example)),
+      greedy,
+      dp.local(state.params),
+  )
   c = counters
   version = int(dp.local(state.num_updates))
   local_params = dp.local(state.params)
@@ -535,8 +625,9 @@ def train(agent_factory: Callable[[Any], Agent], config: LoopConfig, logger: Run
     if config.uses_actor_threads:
       source = _ActorSource(agent, config, segment, process, local_params, version)
     else:
-      source = _InlineSource(agent, config, segment, process, to_device=dp.trivial,
-                             params=local_params)
+      source = _InlineSource(
+          agent, config, segment, process, to_device=dp.trivial, params=local_params
+      )
     eval_env = None
     if config.eval_every:
       eval_seed = segment_seed(process_seed(config.seed + 7, process), segment)
@@ -550,9 +641,11 @@ def train(agent_factory: Callable[[Any], Agent], config: LoopConfig, logger: Run
   def save(env_steps: int) -> None:
     if checkpointer is not None:
       c["wall_time_s"] = wall_offset + seconds_since_launch()
-      checkpointer.save(env_steps, {"agent": dp.local(state),
-                                    "replay": dp.local(replay_state),
-                                    "replay_key": replay_key}, {"counters": c})
+      checkpointer.save(
+          env_steps,
+          {"agent": dp.local(state), "replay": dp.local(replay_state), "replay_key": replay_key},
+          {"counters": c},
+      )
 
   def agree(local_steps: int, stop: bool) -> tuple[int, bool]:
     """Env steps of every process together, and whether any process must stop."""
@@ -605,7 +698,9 @@ def train(agent_factory: Callable[[Any], Agent], config: LoopConfig, logger: Run
             raise NonFiniteError(
                 f"non-finite {name} = {value} at env step {env_steps} (update "
                 f"{version}); stopping. The last good checkpoint is kept"
-                + (f" in {checkpointer.directory}" if checkpointer is not None else "") + ".")
+                + (f" in {checkpointer.directory}" if checkpointer is not None else "")
+                + "."
+            )
           c["metric_sums"][name] = c["metric_sums"].get(name, 0.0) + float(value)
         c["metric_count"] += 1
 
@@ -615,13 +710,13 @@ def train(agent_factory: Callable[[Any], Agent], config: LoopConfig, logger: Run
         record = _flush(c, env_steps, wall_offset, last_log_time, last_log_steps, version)
         if eval_now:
           eval_returns = evaluate(eval_env, greedy, local_params, config.eval_episodes)
-          means = dp.gather_processes(np.array(
-              [np.mean(eval_returns), np.min(eval_returns)], np.float64))
+          means = dp.gather_processes(
+              np.array([np.mean(eval_returns), np.min(eval_returns)], np.float64)
+          )
           c["last_eval"] = float(np.mean(means[:, 0]))
           record["eval_return"] = c["last_eval"]
           record["eval_return_min"] = float(np.min(means[:, 1]))
-          c["reached"] = (config.target_return is not None
-                          and c["last_eval"] >= config.target_return)
+          c["reached"] = config.target_return is not None and c["last_eval"] >= config.target_return
           c["next_eval"] = next_point(c["next_eval"], config.eval_every, env_steps)
         logger.log(record)
         c["log_lines"] += 1
@@ -633,8 +728,9 @@ def train(agent_factory: Callable[[Any], Agent], config: LoopConfig, logger: Run
       if due or end:
         c["segment"] += 1
         if c["next_checkpoint"] is not None:
-          c["next_checkpoint"] = next_point(c["next_checkpoint"], config.checkpoint_every,
-                                            env_steps)
+          c["next_checkpoint"] = next_point(
+              c["next_checkpoint"], config.checkpoint_every, env_steps
+          )
         save(env_steps)
         if source.exact and not end:
           source.close()
@@ -651,21 +747,31 @@ def train(agent_factory: Callable[[Any], Agent], config: LoopConfig, logger: Run
     source.close()
     if eval_env is not None:
       eval_env.close()
-  return RunResult(env_steps=c["env_steps"], num_updates=version,
-                   wall_time_s=wall_offset + seconds_since_launch(),
-                   reached_target=bool(c["reached"]), last_eval_return=c["last_eval"],
-                   interrupted=interrupted, agent_state=dp.local(state))
+  return RunResult(
+      env_steps=c["env_steps"],
+      num_updates=version,
+      wall_time_s=wall_offset + seconds_since_launch(),
+      reached_target=bool(c["reached"]),
+      last_eval_return=c["last_eval"],
+      interrupted=interrupted,
+      agent_state=dp.local(state),
+  )
 
 
-def _flush(c: dict, env_steps: int, wall_offset: float, last_time: float,
-           last_steps: int, num_updates: int) -> dict:
+def _flush(
+    c: dict, env_steps: int, wall_offset: float, last_time: float, last_steps: int, num_updates: int
+) -> dict:
   """A metrics line from the accumulators, which it then empties."""
   now = seconds_since_launch()
-  record = {"env_steps": env_steps, "wall_time_s": wall_offset + now,
-            "episode_return": float(np.mean(c["returns"])) if c["returns"] else None,
-            "episode_length": float(np.mean(c["lengths"])) if c["lengths"] else None,
-            "episodes": len(c["returns"]), "num_updates": num_updates,
-            "env_steps_per_s": (env_steps - last_steps) / max(now - last_time, 1e-9)}
+  record = {
+      "env_steps": env_steps,
+      "wall_time_s": wall_offset + now,
+      "episode_return": float(np.mean(c["returns"])) if c["returns"] else None,
+      "episode_length": float(np.mean(c["lengths"])) if c["lengths"] else None,
+      "episodes": len(c["returns"]),
+      "num_updates": num_updates,
+      "env_steps_per_s": (env_steps - last_steps) / max(now - last_time, 1e-9),
+  }
   if c["metric_count"]:
     record.update({k: v / c["metric_count"] for k, v in c["metric_sums"].items()})
   if c["lag_count"]:  # actor threads: trajectories dropped, lag of those used
@@ -694,11 +800,13 @@ class _Background:
     self._thread.join()
 
 
-def make_sample_and_update(agent: Agent, replay, num_updates: int, batch_fn,
-                           constrain: Callable = lambda batch: batch) -> Callable:
+def make_sample_and_update(
+    agent: Agent, replay, num_updates: int, batch_fn, constrain: Callable = lambda batch: batch
+) -> Callable:
   """`(state, replay_state, key) -> (state, mean metrics)`: `num_updates` updates, each
   on a fresh replay sample (passed through `batch_fn`, then laid out by `constrain`).
   Pure and unjitted: the single, data-parallel and vmapped learners wrap it."""
+
   def sample_and_update(state, replay_state, key):
     def body(state, key):
       batch_key, fn_key = jax.random.split(key)
@@ -706,8 +814,10 @@ def make_sample_and_update(agent: Agent, replay, num_updates: int, batch_fn,
       if batch_fn is not None:
         batch = batch_fn(batch, fn_key)
       return agent.update(state, constrain(batch))
+
     state, metrics = jax.lax.scan(body, state, jax.random.split(key, num_updates))
     return state, jax.tree.map(jnp.mean, metrics)
+
   return sample_and_update
 
 
@@ -717,28 +827,36 @@ def _make_train_iter(agent: Agent, replay, config: LoopConfig, batch_fn, dp: Dat
   Every jitted piece lays batches out over the learner mesh (`dp.constrain`) and
   returns replicated state, so on several devices XLA all-reduces the gradients.
   """
+
   def warm_greedy(greedy, local_params, traj):
     jax.block_until_ready(greedy(local_params, dp.local(traj.observation[0])))
 
-  update = (agent.update if dp.trivial
-            else dp.jit(lambda state, batch: agent.update(state, dp.constrain(batch))))
+  update = (
+      agent.update
+      if dp.trivial
+      else dp.jit(lambda state, batch: agent.update(state, dp.constrain(batch)))
+  )
 
   if not agent.off_policy:
+
     def warmup_on_policy(state, replay_state, traj, greedy, local_params):
       jax.block_until_ready(update(state, traj))
       warm_greedy(greedy, local_params, traj)
+
     return update, warmup_on_policy
 
   num_updates = config.num_updates_per_train_iter
   min_size = config.min_replay_size
 
-  sample_and_update = dp.jit(make_sample_and_update(agent, replay, num_updates, batch_fn,
-                                                    dp.constrain))
+  sample_and_update = dp.jit(
+      make_sample_and_update(agent, replay, num_updates, batch_fn, dp.constrain)
+  )
 
   @dp.jit
   def sweep(state, batches):
     def body(state, batch):
       return agent.update(state, dp.constrain(batch))
+
     state, metrics = jax.lax.scan(body, state, batches)
     return state, jax.tree.map(jnp.mean, metrics)
 
@@ -750,8 +868,7 @@ def _make_train_iter(agent: Agent, replay, config: LoopConfig, batch_fn, dp: Dat
     if agent.fresh_update_first:
       state, fresh_metrics = update(state, traj)
     size = int(dp.local(replay_state.size))
-    if size < min_size or (config.whole_replay_buffer_training
-                           and size < config.mini_batch_size):
+    if size < min_size or (config.whole_replay_buffer_training and size < config.mini_batch_size):
       return state, replay_state, fresh_metrics
     if config.whole_replay_buffer_training:
       epoch_key, key = jax.random.split(key)

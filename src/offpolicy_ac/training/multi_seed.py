@@ -21,7 +21,10 @@ threads, several learner devices or processes, whole-replay-buffer training.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Optional, Sequence
+from typing import Any
+from typing import Callable
+from typing import Optional
+from typing import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -35,8 +38,8 @@ from offpolicy_ac.training.loop import LoopConfig
 from offpolicy_ac.training.loop import NonFiniteError
 from offpolicy_ac.training.loop import RunResult
 from offpolicy_ac.training.loop import _Background
-from offpolicy_ac.training.loop import _fresh_counters
 from offpolicy_ac.training.loop import _flush
+from offpolicy_ac.training.loop import _fresh_counters
 from offpolicy_ac.training.loop import _InlineSource
 from offpolicy_ac.training.loop import example_trajectory
 from offpolicy_ac.training.loop import make_env
@@ -48,8 +51,15 @@ from offpolicy_ac.training.loop import restore_training_state
 from offpolicy_ac.training.loop import segment_seed
 
 # Counter fields shared by every seed (the seeds advance in lockstep).
-_SHARED = ("env_steps", "segment", "log_lines", "wall_time_s", "next_log", "next_eval",
-           "next_checkpoint")
+_SHARED = (
+    "env_steps",
+    "segment",
+    "log_lines",
+    "wall_time_s",
+    "next_log",
+    "next_eval",
+    "next_checkpoint",
+)
 
 
 def vmap_unsupported_reason(config: LoopConfig) -> Optional[str]:
@@ -77,6 +87,7 @@ def _make_vmapped_train_iter(agent: Agent, replay, config: LoopConfig, batch_fn)
   """(train_iter, warmup) over a leading seed axis; see loop._make_train_iter."""
   update = jax.jit(jax.vmap(agent.update))
   if not agent.off_policy:
+
     def train_on_policy(state, replay_state, traj, key, size):
       del key, size
       state, metrics = update(state, traj)
@@ -84,11 +95,13 @@ def _make_vmapped_train_iter(agent: Agent, replay, config: LoopConfig, batch_fn)
 
     def warmup_on_policy(state, replay_state, traj):
       jax.block_until_ready(update(state, traj))
+
     return train_on_policy, warmup_on_policy
 
   num_updates = config.num_updates_per_train_iter
-  sample_and_update = jax.jit(jax.vmap(
-      make_sample_and_update(agent, replay, num_updates, batch_fn)))
+  sample_and_update = jax.jit(
+      jax.vmap(make_sample_and_update(agent, replay, num_updates, batch_fn))
+  )
   add = jax.jit(jax.vmap(replay.add))
 
   def train_iter(state, replay_state, traj, key, size):
@@ -101,8 +114,9 @@ def _make_vmapped_train_iter(agent: Agent, replay, config: LoopConfig, batch_fn)
       return state, replay_state, fresh_metrics
     state, metrics = sample_and_update(state, replay_state, key)
     if fresh_metrics is not None:
-      metrics = jax.tree.map(lambda f, m: (f + num_updates * m) / (num_updates + 1),
-                             fresh_metrics, metrics)
+      metrics = jax.tree.map(
+          lambda f, m: (f + num_updates * m) / (num_updates + 1), fresh_metrics, metrics
+      )
     return state, replay_state, metrics
 
   def warmup(state, replay_state, traj):
@@ -115,10 +129,16 @@ def _make_vmapped_train_iter(agent: Agent, replay, config: LoopConfig, batch_fn)
   return train_iter, warmup
 
 
-def train_seeds(agent_factory: Callable[[Any], Agent], config: LoopConfig,
-                loggers: Sequence[RunLogger], *, batch_fn: Optional[Callable] = None,
-                checkpointer: Any = None, resume: bool = False,
-                should_stop: Callable[[], bool] = lambda: False) -> list[RunResult]:
+def train_seeds(
+    agent_factory: Callable[[Any], Agent],
+    config: LoopConfig,
+    loggers: Sequence[RunLogger],
+    *,
+    batch_fn: Optional[Callable] = None,
+    checkpointer: Any = None,
+    resume: bool = False,
+    should_stop: Callable[[], bool] = lambda: False,
+) -> list[RunResult]:
   """Trains `config.num_seeds` seeds with one vmapped learner; one logger per seed.
 
   Returns one RunResult per seed (its `agent_state` unstacked).
@@ -143,8 +163,11 @@ def train_seeds(agent_factory: Callable[[Any], Agent], config: LoopConfig,
   state = jax.vmap(agent.init)(jnp.stack([k[0] for k in keys]))
   replay_key = jnp.stack([k[1] for k in keys])
   example = example_trajectory(agent, _index(state.params, 0), config)
-  replay_state = (jax.tree.map(lambda x: jnp.broadcast_to(x, (num,) + x.shape),
-                               replay.init(example)) if replay else None)
+  replay_state = (
+      jax.tree.map(lambda x: jnp.broadcast_to(x, (num,) + x.shape), replay.init(example))
+      if replay
+      else None
+  )
   cs = [_fresh_counters(config) for _ in seeds]
   wall_offset = 0.0
   if resume:
@@ -171,10 +194,18 @@ def train_seeds(agent_factory: Callable[[Any], Agent], config: LoopConfig,
   def make_pools(segment):
     # Host trajectories: the seeds' unrolls are stacked on the host and copied to the
     # device once per iteration.
-    sources = [_InlineSource(agent, c, segment, 0, to_device=False, params=p)
-               for c, p in zip(seed_configs, unstack(state.params))]
-    evals = ([make_env(config, config.eval_episodes, segment_seed(s + 7, segment),
-                       train=False) for s in seeds] if config.eval_every else [None] * num)
+    sources = [
+        _InlineSource(agent, c, segment, 0, to_device=False, params=p)
+        for c, p in zip(seed_configs, unstack(state.params))
+    ]
+    evals = (
+        [
+            make_env(config, config.eval_episodes, segment_seed(s + 7, segment), train=False)
+            for s in seeds
+        ]
+        if config.eval_every
+        else [None] * num
+    )
     return sources, evals
 
   def close(sources, evals):
@@ -188,8 +219,11 @@ def train_seeds(agent_factory: Callable[[Any], Agent], config: LoopConfig,
     if checkpointer is not None:
       for c in cs:
         c["wall_time_s"] = wall_offset + seconds_since_launch()
-      checkpointer.save(env_steps, {"agent": state, "replay": replay_state,
-                                    "replay_key": replay_key}, {"counters": cs})
+      checkpointer.save(
+          env_steps,
+          {"agent": state, "replay": replay_state, "replay_key": replay_key},
+          {"counters": cs},
+      )
 
   def advance(field, value):
     for c in cs:
@@ -239,8 +273,10 @@ def train_seeds(agent_factory: Callable[[Any], Agent], config: LoopConfig,
               raise NonFiniteError(
                   f"non-finite {name} = {value} for seed {seeds[k]} at env step "
                   f"{env_steps} (update {int(num_updates[k])}); stopping. The last good "
-                  "checkpoint is kept" + (f" in {checkpointer.directory}"
-                                          if checkpointer is not None else "") + ".")
+                  "checkpoint is kept"
+                  + (f" in {checkpointer.directory}" if checkpointer is not None else "")
+                  + "."
+              )
             cs[k]["metric_sums"][name] = cs[k]["metric_sums"].get(name, 0.0) + float(value)
         for c in cs:
           c["metric_count"] += 1
@@ -250,15 +286,17 @@ def train_seeds(agent_factory: Callable[[Any], Agent], config: LoopConfig,
       if env_steps >= shared["next_log"] or eval_now:
         eval_params = unstack(state.params) if eval_now else None
         for k, (c, logger) in enumerate(zip(cs, loggers)):
-          record = _flush(c, env_steps, wall_offset, last_log_time, last_log_steps,
-                          int(num_updates[k]))
+          record = _flush(
+              c, env_steps, wall_offset, last_log_time, last_log_steps, int(num_updates[k])
+          )
           if eval_now:
             returns = evaluate(evals[k], greedy, eval_params[k], config.eval_episodes)
             c["last_eval"] = float(np.mean(returns))
             record["eval_return"] = c["last_eval"]
             record["eval_return_min"] = float(np.min(returns))
-            c["reached"] = (config.target_return is not None
-                            and c["last_eval"] >= config.target_return)
+            c["reached"] = (
+                config.target_return is not None and c["last_eval"] >= config.target_return
+            )
             ever_reached[k] = ever_reached[k] or c["reached"]
           logger.log(record)
         if eval_now:
@@ -272,23 +310,34 @@ def train_seeds(agent_factory: Callable[[Any], Agent], config: LoopConfig,
       if due or end:
         advance("segment", shared["segment"] + 1)
         if shared["next_checkpoint"] is not None:
-          advance("next_checkpoint", next_point(shared["next_checkpoint"],
-                                                config.checkpoint_every, env_steps))
+          advance(
+              "next_checkpoint",
+              next_point(shared["next_checkpoint"], config.checkpoint_every, env_steps),
+          )
         save(env_steps)
         if not end:
           close(sources, evals)
           sources, evals = make_pools(shared["segment"])
       if end and not logged and (shared["returns"] or shared["metric_count"]):
         for k, (c, logger) in enumerate(zip(cs, loggers)):
-          record = _flush(c, env_steps, wall_offset, last_log_time, last_log_steps,
-                          int(num_updates[k]))
+          record = _flush(
+              c, env_steps, wall_offset, last_log_time, last_log_steps, int(num_updates[k])
+          )
           record["final"] = True
           logger.log(record)
   finally:
     close(sources, evals)
   wall = wall_offset + seconds_since_launch()
   num_updates = np.asarray(state.num_updates)
-  return [RunResult(env_steps=shared["env_steps"], num_updates=int(num_updates[k]),
-                    wall_time_s=wall, reached_target=ever_reached[k],
-                    last_eval_return=cs[k]["last_eval"], interrupted=interrupted,
-                    agent_state=_index(state, k)) for k in range(num)]
+  return [
+      RunResult(
+          env_steps=shared["env_steps"],
+          num_updates=int(num_updates[k]),
+          wall_time_s=wall,
+          reached_target=ever_reached[k],
+          last_eval_return=cs[k]["last_eval"],
+          interrupted=interrupted,
+          agent_state=_index(state, k),
+      )
+      for k in range(num)
+  ]

@@ -29,14 +29,16 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Callable, Optional
+from typing import Any
+from typing import Callable
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.sharding import Mesh
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
+import numpy as np
 
 AXIS = "data"
 _ADDRESS = re.compile(r"^[^:\s]+:\d{1,5}$")
@@ -45,13 +47,15 @@ _ADDRESS = re.compile(r"^[^:\s]+:\d{1,5}$")
 def _backend_started() -> bool:
   try:
     from jax._src import xla_bridge  # pylint: disable=import-outside-toplevel
+
     return bool(xla_bridge._backends)  # pylint: disable=protected-access
   except Exception:  # pylint: disable=broad-except
     return True  # cannot tell: assume it has (and set nothing)
 
 
-def check_distributed_args(num_processes: int, process_id: int,
-                           coordinator_address: Optional[str]) -> None:
+def check_distributed_args(
+    num_processes: int, process_id: int, coordinator_address: Optional[str]
+) -> None:
   """Raises ValueError for an inconsistent multi-process setting."""
   if not isinstance(num_processes, int) or num_processes < 1:
     raise ValueError(f"num_processes must be a positive int, got {num_processes!r}")
@@ -59,15 +63,17 @@ def check_distributed_args(num_processes: int, process_id: int,
     raise ValueError(f"process_id must lie in [0, {num_processes}), got {process_id!r}")
   if num_processes > 1:
     if not coordinator_address or not _ADDRESS.match(coordinator_address):
-      raise ValueError("num_processes > 1 needs coordinator_address HOST:PORT (process "
-                       f"0's address), got {coordinator_address!r}")
+      raise ValueError(
+          "num_processes > 1 needs coordinator_address HOST:PORT (process "
+          f"0's address), got {coordinator_address!r}"
+      )
   elif process_id != 0:
     raise ValueError("process_id must be 0 with one process")
 
 
-def initialize_distributed(num_processes: int, process_id: int,
-                           coordinator_address: Optional[str],
-                           timeout_s: int = 120) -> None:
+def initialize_distributed(
+    num_processes: int, process_id: int, coordinator_address: Optional[str], timeout_s: int = 120
+) -> None:
   """Joins a `jax.distributed` job (nothing to do for one process).
 
   Must run before any JAX computation. Every process calls it with the same
@@ -80,12 +86,17 @@ def initialize_distributed(num_processes: int, process_id: int,
   if jax.distributed.is_initialized():
     return  # already joined (e.g. a second run in the same process)
   if _backend_started():
-    raise RuntimeError("initialize_distributed must run before any JAX computation "
-                       "(a JAX backend is already running in this process)")
+    raise RuntimeError(
+        "initialize_distributed must run before any JAX computation "
+        "(a JAX backend is already running in this process)"
+    )
   jax.config.update("jax_cpu_collectives_implementation", "gloo")
-  jax.distributed.initialize(coordinator_address=coordinator_address,
-                             num_processes=num_processes, process_id=process_id,
-                             initialization_timeout=timeout_s)
+  jax.distributed.initialize(
+      coordinator_address=coordinator_address,
+      num_processes=num_processes,
+      process_id=process_id,
+      initialization_timeout=timeout_s,
+  )
 
 
 def ensure_cpu_devices(num_devices: int) -> None:
@@ -95,8 +106,9 @@ def ensure_cpu_devices(num_devices: int) -> None:
   backend started it does nothing; `DataParallel.create` then reports a shortage.
   """
   if num_devices > 1 and not _backend_started():
-    forced = re.search(r"--xla_force_host_platform_device_count=(\d+)",
-                       os.environ.get("XLA_FLAGS", ""))
+    forced = re.search(
+        r"--xla_force_host_platform_device_count=(\d+)", os.environ.get("XLA_FLAGS", "")
+    )
     if forced and int(forced.group(1)) >= num_devices:
       return  # XLA_FLAGS already asks for enough (and perhaps more)
     if jax.config.jax_num_cpu_devices < num_devices:
@@ -122,11 +134,16 @@ class DataParallel:
       raise ValueError(f"learner_devices must be a positive int, got {learner_devices!r}")
     local = jax.local_devices()
     if learner_devices > len(local):
-      hint = ("; on CPU start with XLA_FLAGS=--xla_force_host_platform_device_count="
-              f"{learner_devices} (the experiment scripts do this themselves)"
-              if local[0].platform == "cpu" else "")
-      raise ValueError(f"learner_devices={learner_devices} but this process has "
-                       f"{len(local)} {local[0].platform} device(s){hint}")
+      hint = (
+          "; on CPU start with XLA_FLAGS=--xla_force_host_platform_device_count="
+          f"{learner_devices} (the experiment scripts do this themselves)"
+          if local[0].platform == "cpu"
+          else ""
+      )
+      raise ValueError(
+          f"learner_devices={learner_devices} but this process has "
+          f"{len(local)} {local[0].platform} device(s){hint}"
+      )
     by_process = {}
     for d in jax.devices():
       by_process.setdefault(d.process_index, []).append(d)
@@ -152,8 +169,9 @@ class DataParallel:
     ones = self.shard(np.ones((1, self.devices_per_process), np.float32))
     total = self.jit(jnp.sum)(ones)  # an all-reduce over the whole mesh
     if int(self.local(total)) != self.num_devices:
-      raise RuntimeError(f"the learner mesh's all-reduce gave {total}, expected "
-                         f"{self.num_devices}")
+      raise RuntimeError(
+          f"the learner mesh's all-reduce gave {total}, expected " f"{self.num_devices}"
+      )
 
   # -- placing data ----------------------------------------------------------
 
@@ -163,8 +181,10 @@ class DataParallel:
 
   def check_batch(self, local_batch: int, what: str = "the batch") -> None:
     if local_batch % self.devices_per_process:
-      raise ValueError(f"{what} ({local_batch} per process) must divide evenly over "
-                       f"{self.devices_per_process} learner devices")
+      raise ValueError(
+          f"{what} ({local_batch} per process) must divide evenly over "
+          f"{self.devices_per_process} learner devices"
+      )
 
   def replicate(self, tree: Any) -> Any:
     """Every leaf on every device of the mesh (values must agree across processes)."""
@@ -182,7 +202,9 @@ class DataParallel:
       # array, e.g. one computed from `local`, as a cross-host transfer, which the
       # CPU backend refuses.)
       return jax.make_array_from_single_device_arrays(
-          np.shape(x), self.replicated, [jax.device_put(x, d) for d in mine])
+          np.shape(x), self.replicated, [jax.device_put(x, d) for d in mine]
+      )
+
     return jax.tree.map(put, tree)
 
   def shard(self, tree: Any) -> Any:
@@ -194,6 +216,7 @@ class DataParallel:
     def put(x):
       x = np.asarray(x)
       return jax.make_array_from_process_local_data(self.batch_sharding(x.ndim), x)
+
     return jax.tree.map(put, tree)
 
   def constrain(self, tree: Any) -> Any:
@@ -201,7 +224,8 @@ class DataParallel:
     if self.trivial:
       return tree
     return jax.tree.map(
-        lambda x: jax.lax.with_sharding_constraint(x, self.batch_sharding(x.ndim)), tree)
+        lambda x: jax.lax.with_sharding_constraint(x, self.batch_sharding(x.ndim)), tree
+    )
 
   def jit(self, fn: Callable, **kwargs) -> Callable:
     """`jax.jit` whose outputs are replicated (learner state, metrics)."""
@@ -221,6 +245,7 @@ class DataParallel:
       if isinstance(x, jax.Array) and len(x.sharding.device_set) > 1:
         return x.addressable_data(0)
       return x
+
     return jax.tree.map(one, tree)
 
   # -- agreeing across processes ----------------------------------------------
@@ -231,4 +256,5 @@ class DataParallel:
     if self.num_processes == 1:
       return values[None]
     from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
+
     return np.asarray(multihost_utils.process_allgather(values, tiled=False))

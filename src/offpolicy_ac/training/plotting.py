@@ -17,23 +17,29 @@ def _series(records: list[dict], key: str) -> tuple[np.ndarray, np.ndarray]:
   return np.asarray(x, float), np.asarray(y, float)
 
 
-def plot_runs(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
-              title: str = "", labels: Sequence[str] | None = None,
-              group: bool = False) -> pathlib.Path:
+def plot_runs(
+    run_dirs: Sequence[str | os.PathLike],
+    out: str | os.PathLike,
+    *,
+    title: str = "",
+    labels: Sequence[str] | None = None,
+    group: bool = False,
+) -> pathlib.Path:
   """Plots episode_return (and eval_return) against env steps.
 
   With `group=True`, runs are seeds of one configuration: the mean is drawn with
   a min-max band over the runs (interpolated onto a common step grid).
   """
   import matplotlib
+
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
+
   from offpolicy_ac.training.logger import read_metrics
 
   fig, ax = plt.subplots(figsize=(7, 4.2))
   runs = [read_metrics(d) for d in run_dirs]
-  keys = [k for k in ("episode_return", "eval_return")
-          if any(_series(r, k)[0].size for r in runs)]
+  keys = [k for k in ("episode_return", "eval_return") if any(_series(r, k)[0].size for r in runs)]
   for key in keys:
     series = [_series(r, key) for r in runs]
     if group:
@@ -43,11 +49,11 @@ def plot_runs(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
       end = min(s[0][-1] for s in series)
       grid = np.linspace(0, end, 200)
       ys = np.stack([np.interp(grid, x, y) for x, y in series])
-      line, = ax.plot(grid, ys.mean(0), label=f"{key} (mean of {len(series)})")
+      (line,) = ax.plot(grid, ys.mean(0), label=f"{key} (mean of {len(series)})")
       ax.fill_between(grid, ys.min(0), ys.max(0), alpha=0.2, color=line.get_color())
     else:
       for i, (x, y) in enumerate(series):
-        label = (labels[i] if labels else pathlib.Path(run_dirs[i]).name)
+        label = labels[i] if labels else pathlib.Path(run_dirs[i]).name
         ax.plot(x, y, label=f"{label}: {key}", lw=1.2 if key == "episode_return" else 2)
   ax.set_xlabel("environment steps")
   ax.set_ylabel("return")

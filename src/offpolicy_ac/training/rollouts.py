@@ -55,8 +55,15 @@ class CompiledRollout:
     unroll_length: T.
   """
 
-  def __init__(self, env: envs.EnvPoolEnv, act_fn: envs.ActFn, unroll_length: int,
-               params: Any, *, to_device: bool):
+  def __init__(
+      self,
+      env: envs.EnvPoolEnv,
+      act_fn: envs.ActFn,
+      unroll_length: int,
+      params: Any,
+      *,
+      to_device: bool,
+  ):
     self._rollout = envs.make_xla_rollout(env, act_fn, unroll_length)
     self.env, self.unroll_length = env, unroll_length
     self._init_params, self._to_device = params, to_device
@@ -64,8 +71,10 @@ class CompiledRollout:
   def init(self, key: jax.Array) -> Any:
     params, self._init_params = self._init_params, _USED  # not kept alive after
     if params is _USED:
-      raise RuntimeError("CompiledRollout.init runs once (it takes the first action with "
-                         "the parameters it was made with)")
+      raise RuntimeError(
+          "CompiledRollout.init runs once (it takes the first action with "
+          "the parameters it was made with)"
+      )
     return self._rollout.init(params, key)
 
   def unroll(self, params: Any, state: Any) -> tuple[Any, envs.Trajectory, envs.EpisodeStats]:
@@ -77,8 +86,15 @@ class CompiledRollout:
     return state, traj, stats
 
 
-def make_loop_rollout(env: envs.EnvPoolEnv, act_fn: envs.ActFn, unroll_length: int,
-                      params: Any, *, xla: bool, to_device: bool) -> Any:
+def make_loop_rollout(
+    env: envs.EnvPoolEnv,
+    act_fn: envs.ActFn,
+    unroll_length: int,
+    params: Any,
+    *,
+    xla: bool,
+    to_device: bool,
+) -> Any:
   """The host loop (`xla` False) or the compiled loop behind the same interface.
 
   Args:

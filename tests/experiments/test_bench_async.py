@@ -9,14 +9,27 @@ import pathlib
 import subprocess
 import sys
 
-SCRIPT = pathlib.Path(__file__).parents[1] / "experiments" / "bench_async.py"
+SCRIPT = pathlib.Path(__file__).parents[2] / "experiments" / "bench_async.py"
 
 
 def test_bench_async_runs_with_tiny_budgets(tmp_path):
   out = tmp_path / "async_cpu"
-  cmd = [sys.executable, str(SCRIPT), "--tasks", "CartPole-v1", "--cartpole-steps", "6000",
-         "--repeats", "1", "--raw-seconds", "0.2", "--probe-seconds", "0.05",
-         "--out", str(out)]
+  cmd = [
+      sys.executable,
+      str(SCRIPT),
+      "--tasks",
+      "CartPole-v1",
+      "--cartpole-steps",
+      "6000",
+      "--repeats",
+      "1",
+      "--raw-seconds",
+      "0.2",
+      "--probe-seconds",
+      "0.05",
+      "--out",
+      str(out),
+  ]
   proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
   assert "goal async >= 1.5 x sync" in proc.stdout
@@ -25,11 +38,28 @@ def test_bench_async_runs_with_tiny_budgets(tmp_path):
   assert "CartPole-v1" in text and "raw 2 pools x 16" in text
   result = json.loads((tmp_path / "async_cpu.json").read_text())["tasks"]["CartPole-v1"]
   medians = result["medians"]
-  for name in ("raw_1xN", "raw_1xKN", "raw_KxN", "sync", "sync_pools", "async",
-               "async_nolearn", "sync_xla", "async_xla", "async_xla_nolearn"):
+  for name in (
+      "raw_1xN",
+      "raw_1xKN",
+      "raw_KxN",
+      "sync",
+      "sync_pools",
+      "async",
+      "async_nolearn",
+      "sync_xla",
+      "async_xla",
+      "async_xla_nolearn",
+  ):
     assert medians[name]["env_steps_per_s"] > 0, name
-  for name in ("sync", "sync_pools", "async", "async_nolearn", "sync_xla", "async_xla",
-               "async_xla_nolearn"):
+  for name in (
+      "sync",
+      "sync_pools",
+      "async",
+      "async_nolearn",
+      "sync_xla",
+      "async_xla",
+      "async_xla_nolearn",
+  ):
     assert medians[name]["updates_per_s"] > 0, name
   for name in ("async", "async_xla"):
     assert 0 <= medians[name]["dropped_fraction"] <= 1

@@ -15,7 +15,7 @@ import textwrap
 import jax
 import jax.numpy as jnp
 import pytest
-from test_envs_rollout import assert_async_columns
+from rollout_checks import assert_async_columns
 
 from offpolicy_ac import envs
 
@@ -23,20 +23,22 @@ jax.config.update("jax_numpy_rank_promotion", "raise")
 
 
 def run_script(script, marker, *args, env=None):
-    """Runs `script` in a fresh Python process (a crash shows as its signal) and checks
-    that it exited 0 and printed `marker`."""
-    proc = subprocess.run(
-        [sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=300,
-        env=env,
-    )
-    assert proc.returncode == 0 and marker in proc.stdout, (
-        f"returncode {proc.returncode} (negative: killed by that signal)\n"
-        f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}"
-    )
+  """Runs `script` in a fresh Python process (a crash shows as its signal) and checks
+  that it exited 0 and printed `marker`."""
+  proc = subprocess.run(
+      [sys.executable, "-c", script, *args],
+      capture_output=True,
+      text=True,
+      timeout=300,
+      env=env,
+  )
+  assert proc.returncode == 0 and marker in proc.stdout, (
+      f"returncode {proc.returncode} (negative: killed by that signal)\n"
+      f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}"
+  )
 
 
-SCRIPT = textwrap.dedent(
-    """
+SCRIPT = textwrap.dedent("""
     import jax, jax.numpy as jnp, numpy as np
     jax.config.update("jax_numpy_rank_promotion", "raise")
     from offpolicy_ac import envs
@@ -101,21 +103,19 @@ SCRIPT = textwrap.dedent(
     else:
         raise AssertionError("no error for out-of-range actions")
     print("XLA-OK")
-    """
-)
+    """)
 
 
 def test_xla_rollout_matches_host_rollout_in_subprocess():
-    run_script(SCRIPT, "XLA-OK")
+  run_script(SCRIPT, "XLA-OK")
 
 
-ASYNC_SCRIPT = textwrap.dedent(
-    """
+ASYNC_SCRIPT = textwrap.dedent("""
     import pickle, sys
     import jax, jax.numpy as jnp, numpy as np
     jax.config.update("jax_numpy_rank_promotion", "raise")
     sys.path.insert(0, sys.argv[2])
-    from test_envs_rollout import random_act, run_async_unrolls
+    from rollout_checks import random_act, run_async_unrolls
     from offpolicy_ac import envs
     from offpolicy_ac.envs import _rollout as rollout_module
     from offpolicy_ac.envs import _xla_rollout as xla_module
@@ -170,41 +170,39 @@ ASYNC_SCRIPT = textwrap.dedent(
     with open(sys.argv[1], "wb") as f:
         pickle.dump(out, f)
     print("XLA-ASYNC-OK")
-    """
-)
+    """)
 
 
 def test_xla_async_rollout_columns_are_environments_in_subprocess(tmp_path):
-    # The checks of the host loop's async test (test_envs_rollout.py), on the compiled loop.
-    result = tmp_path / "unrolls.pkl"
-    run_script(ASYNC_SCRIPT, "XLA-ASYNC-OK", str(result), str(pathlib.Path(__file__).parent))
-    with open(result, "rb") as f:
-        out = pickle.load(f)
-    for (num_envs, batch_size, T, _, lead), (trajs, stats, num_pending, ahead) in out.items():
-        if num_envs % batch_size and lead:
-            assert ahead >= 1  # the carry-over path ran
-        assert_async_columns(trajs, stats, num_pending, num_envs, T)
+  # The checks of the host loop's async test (test_envs_rollout.py), on the compiled loop.
+  result = tmp_path / "unrolls.pkl"
+  run_script(ASYNC_SCRIPT, "XLA-ASYNC-OK", str(result), str(pathlib.Path(__file__).parents[1]))
+  with open(result, "rb") as f:
+    out = pickle.load(f)
+  for (num_envs, batch_size, T, _, lead), (trajs, stats, num_pending, ahead) in out.items():
+    if num_envs % batch_size and lead:
+      assert ahead >= 1  # the carry-over path ran
+    assert_async_columns(trajs, stats, num_pending, num_envs, T)
 
 
 def test_xla_rollout_rejects_unsupported_setups_before_stepping():
-    def act(params, obs, key):
-        return jnp.zeros((obs.shape[0],), jnp.int32), {}
+  def act(params, obs, key):
+    return jnp.zeros((obs.shape[0],), jnp.int32), {}
 
-    with pytest.raises(ValueError, match="float64 actions"):
-        envs.make_xla_rollout(envs.make("Hopper-v4", 2, 0), act, 3)
-    with pytest.raises(ValueError, match="unroll_length"):
-        envs.make_xla_rollout(envs.make("CartPole-v1", 2, 0), act, 0)
+  with pytest.raises(ValueError, match="float64 actions"):
+    envs.make_xla_rollout(envs.make("Hopper-v4", 2, 0), act, 3)
+  with pytest.raises(ValueError, match="unroll_length"):
+    envs.make_xla_rollout(envs.make("CartPole-v1", 2, 0), act, 0)
 
-    def float_action(params, obs, key):
-        return jnp.zeros((obs.shape[0],)), {}
+  def float_action(params, obs, key):
+    return jnp.zeros((obs.shape[0],)), {}
 
-    rollout = envs.make_xla_rollout(envs.make("CartPole-v1", 2, 0), float_action, 3)
-    with pytest.raises(ValueError, match="integer dtype"):  # at trace time: before any step
-        rollout.init(None, jax.random.PRNGKey(0))
+  rollout = envs.make_xla_rollout(envs.make("CartPole-v1", 2, 0), float_action, 3)
+  with pytest.raises(ValueError, match="integer dtype"):  # at trace time: before any step
+    rollout.init(None, jax.random.PRNGKey(0))
 
 
-PLACEMENT_SCRIPT = textwrap.dedent(
-    """
+PLACEMENT_SCRIPT = textwrap.dedent("""
     import jax, jax.numpy as jnp, numpy as np
     from offpolicy_ac import envs
 
@@ -236,10 +234,9 @@ PLACEMENT_SCRIPT = textwrap.dedent(
                 for x, y in zip(jax.tree.leaves(traj), jax.tree.leaves(htraj)):
                     np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-6)
     print("XLA-PLACEMENT-OK")
-    """
-)
+    """)
 
 
 def test_xla_rollout_runs_on_the_cpu_when_the_default_device_is_another():
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
-    run_script(PLACEMENT_SCRIPT, "XLA-PLACEMENT-OK", env=env)
+  env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+  run_script(PLACEMENT_SCRIPT, "XLA-PLACEMENT-OK", env=env)

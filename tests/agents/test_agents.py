@@ -6,11 +6,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from scripts import load_script
 
 from offpolicy_ac import envs
-from offpolicy_ac.agents import ImpalaConfig, SqlConfig, make_impala, make_sql
-from offpolicy_ac.envs import FIRST, LAST, MID, Trajectory
-from scripts import load_script
+from offpolicy_ac.agents import ImpalaConfig
+from offpolicy_ac.agents import SqlConfig
+from offpolicy_ac.agents import make_impala
+from offpolicy_ac.agents import make_sql
+from offpolicy_ac.envs import FIRST
+from offpolicy_ac.envs import LAST
+from offpolicy_ac.envs import MID
+from offpolicy_ac.envs import Trajectory
 
 
 @pytest.fixture(scope="module")
@@ -41,9 +47,15 @@ def _trajectory(spec, agent, params, key, t=6, b=3):
   discount[3, 0] = 0.0
   reward = np.ones((t + 1, b), np.float32)
   reward[step_type == FIRST] = 0.0
-  return Trajectory(jnp.asarray(step_type), jnp.asarray(reward), jnp.asarray(discount),
-                    obs, jnp.zeros((t + 1, b), jnp.int32), unflat(action),
-                    jax.tree.map(unflat, extras))
+  return Trajectory(
+      jnp.asarray(step_type),
+      jnp.asarray(reward),
+      jnp.asarray(discount),
+      obs,
+      jnp.zeros((t + 1, b), jnp.int32),
+      unflat(action),
+      jax.tree.map(unflat, extras),
+  )
 
 
 def test_impala_discrete_act_and_update(cartpole_spec):
@@ -94,10 +106,14 @@ def test_sql_acting_and_update(cartpole_spec):
   assert all(np.isfinite(float(v)) for v in metrics.values())
   # The target network moved by exactly tau towards the new parameters.
   tau = agent.config.target_update_tau
-  expected = jax.tree.map(lambda t, p: (1 - tau) * t + tau * p, state.target_params,
-                          new_state.params)
-  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7),
-               new_state.target_params, expected)
+  expected = jax.tree.map(
+      lambda t, p: (1 - tau) * t + tau * p, state.target_params, new_state.params
+  )
+  jax.tree.map(
+      lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7),
+      new_state.target_params,
+      expected,
+  )
 
 
 def test_sql_keys_are_split_not_reused(cartpole_spec):
@@ -105,8 +121,11 @@ def test_sql_keys_are_split_not_reused(cartpole_spec):
   state = agent.init(jax.random.PRNGKey(0))
   with jax.debug_key_reuse(True):
     agent.act(state.params, jnp.zeros((3, 4)), jax.random.PRNGKey(1))
-    make_impala(cartpole_spec).act(make_impala(cartpole_spec).init(
-        jax.random.PRNGKey(0)).params, jnp.zeros((3, 4)), jax.random.PRNGKey(2))
+    make_impala(cartpole_spec).act(
+        make_impala(cartpole_spec).init(jax.random.PRNGKey(0)).params,
+        jnp.zeros((3, 4)),
+        jax.random.PRNGKey(2),
+    )
 
 
 def test_sql_lambda_targets_variant(cartpole_spec):
@@ -128,10 +147,12 @@ def test_sql_config_validation(cartpole_spec):
       make_sql(cartpole_spec, dataclasses.replace(SqlConfig(), **bad))
 
 
-@pytest.mark.parametrize("kind,features", [("nature_cnn", 512), ("impala_resnet", 256),
-                                           ("small_cnn", 128)])
+@pytest.mark.parametrize(
+    "kind,features", [("nature_cnn", 512), ("impala_resnet", 256), ("small_cnn", 128)]
+)
 def test_pixel_torsos_map_frames_to_features(kind, features):
   from offpolicy_ac import networks
+
   torso = networks.make_torso(kind, (4, 84, 84))
   frames = jax.random.randint(jax.random.PRNGKey(0), (3, 4, 84, 84), 0, 256).astype(jnp.uint8)
   params = torso.init(jax.random.PRNGKey(1), frames)
@@ -143,13 +164,16 @@ def test_pixel_torsos_map_frames_to_features(kind, features):
     networks.make_torso(kind, (4,))
 
 
-
-@pytest.mark.parametrize("dtype,shape", [(jnp.uint8, (3, 4, 84, 84)), (jnp.uint8, (2, 2, 10, 7)),
-                                         (jnp.float32, (2, 3, 9, 12))])
+@pytest.mark.parametrize(
+    "dtype,shape",
+    [(jnp.uint8, (3, 4, 84, 84)), (jnp.uint8, (2, 2, 10, 7)), (jnp.float32, (2, 3, 9, 12))],
+)
 def test_small_cnn_pooling_is_flax_average_pooling(dtype, shape):
   import flax.linen as nn
 
-  from offpolicy_ac.networks.torsos import _average_pool_to_nhwc, _to_nhwc
+  from offpolicy_ac.networks.torsos import _average_pool_to_nhwc
+  from offpolicy_ac.networks.torsos import _to_nhwc
+
   frames = jax.random.randint(jax.random.PRNGKey(3), shape, 0, 256).astype(dtype)
   expected = nn.avg_pool(_to_nhwc(frames), (4, 4), strides=(4, 4))
   got = jax.jit(_average_pool_to_nhwc, static_argnums=1)(frames, 4)
@@ -169,8 +193,9 @@ def test_impala_atari_preset_learns_from_small_advantages():
   spec = env.spec
   env.close()
   t, b = 5, 4
-  frames = jax.random.randint(jax.random.PRNGKey(0), (t + 1, b) + tuple(spec.observation_shape),
-                              0, 256).astype(jnp.uint8)
+  frames = jax.random.randint(
+      jax.random.PRNGKey(0), (t + 1, b) + tuple(spec.observation_shape), 0, 256
+  ).astype(jnp.uint8)
   step_type = np.full((t + 1, b), MID, np.int32)
   step_type[0] = FIRST
 
@@ -180,8 +205,9 @@ def test_impala_atari_preset_learns_from_small_advantages():
     act, update = jax.jit(agent.act), jax.jit(agent.update)
     flat = frames.reshape((-1,) + frames.shape[2:])
     key = jax.random.PRNGKey(2)
-    probability = lambda params: float(jnp.mean(jax.nn.softmax(
-        act(params, flat, key)[1]["logits"])[:, 2]))
+    probability = lambda params: float(
+        jnp.mean(jax.nn.softmax(act(params, flat, key)[1]["logits"])[:, 2])
+    )
     start = probability(state.params)
     for _ in range(updates):
       key, act_key = jax.random.split(key)
@@ -189,15 +215,22 @@ def test_impala_atari_preset_learns_from_small_advantages():
       action = action.reshape(t + 1, b)
       paid = 0.01 * np.asarray(action == 2, np.float32)  # arrives one step later
       reward = np.concatenate([np.zeros((1, b), np.float32), paid[:-1]])
-      traj = Trajectory(jnp.asarray(step_type), jnp.asarray(reward), jnp.ones((t + 1, b)),
-                        frames, jnp.zeros((t + 1, b), jnp.int32), action,
-                        jax.tree.map(lambda x: x.reshape((t + 1, b) + x.shape[1:]), extras))
+      traj = Trajectory(
+          jnp.asarray(step_type),
+          jnp.asarray(reward),
+          jnp.ones((t + 1, b)),
+          frames,
+          jnp.zeros((t + 1, b), jnp.int32),
+          action,
+          jax.tree.map(lambda x: x.reshape((t + 1, b) + x.shape[1:]), extras),
+      )
       state, _ = update(state, traj)
     return probability(state.params) - start
 
   preset_gain = gain_of_rewarded_action(preset.agent)
-  old_gain = gain_of_rewarded_action(dataclasses.replace(
-      preset.agent, optimizer="rmsprop", optimizer_eps=0.01, max_grad_norm=40.0))
+  old_gain = gain_of_rewarded_action(
+      dataclasses.replace(preset.agent, optimizer="rmsprop", optimizer_eps=0.01, max_grad_norm=40.0)
+  )
   assert preset_gain > 0.01, preset_gain
   assert preset_gain > 10 * abs(old_gain), (preset_gain, old_gain)
 
@@ -205,18 +238,29 @@ def test_impala_atari_preset_learns_from_small_advantages():
 @pytest.mark.parametrize("jit", [False, True])
 def test_sqil_batch_fn_halves_agent_and_demonstration_windows(jit):
   from offpolicy_ac.agents import make_sqil_batch_fn
+
   seq_len, num_seq, length, b = 6, 5, 3, 4
   obs = np.arange(seq_len * num_seq * 2, dtype=np.float32).reshape(seq_len, num_seq, 2)
   step_type = np.full((seq_len, num_seq), MID, np.int32)
   step_type[0] = FIRST
-  demos = Trajectory(step_type, np.full((seq_len, num_seq), 7.0, np.float32),
-                     np.ones((seq_len, num_seq), np.float32), obs,
-                     np.tile(np.arange(num_seq, dtype=np.int32), (seq_len, 1)),
-                     (obs[..., 0] % 2).astype(np.int32), {})
+  demos = Trajectory(
+      step_type,
+      np.full((seq_len, num_seq), 7.0, np.float32),
+      np.ones((seq_len, num_seq), np.float32),
+      obs,
+      np.tile(np.arange(num_seq, dtype=np.int32), (seq_len, 1)),
+      (obs[..., 0] % 2).astype(np.int32),
+      {},
+  )
   agent_batch = Trajectory(
-      jnp.full((length, b), MID, jnp.int32), jnp.full((length, b), 3.0), jnp.ones((length, b)),
-      -jnp.ones((length, b, 2)), jnp.arange(b, dtype=jnp.int32)[None].repeat(length, 0),
-      jnp.zeros((length, b), jnp.int32), {"logits": jnp.zeros((length, b, 2))})
+      jnp.full((length, b), MID, jnp.int32),
+      jnp.full((length, b), 3.0),
+      jnp.ones((length, b)),
+      -jnp.ones((length, b, 2)),
+      jnp.arange(b, dtype=jnp.int32)[None].repeat(length, 0),
+      jnp.zeros((length, b), jnp.int32),
+      {"logits": jnp.zeros((length, b, 2))},
+  )
   batch_fn = make_sqil_batch_fn(demos, batch_size=b, length=length)
   fn = jax.jit(batch_fn) if jit else batch_fn
   out = fn(agent_batch, jax.random.PRNGKey(0))
@@ -228,7 +272,7 @@ def test_sqil_batch_fn_halves_agent_and_demonstration_windows(jit):
   for j in range(b, 2 * b):  # each demo column is a contiguous window of one sequence
     first = np.asarray(out.observation[0, j, 0])
     t0, s = np.argwhere(obs[..., 0] == first)[0]
-    np.testing.assert_array_equal(out.observation[:, j], obs[t0:t0 + length, s])
-    np.testing.assert_array_equal(out.action[:, j], (obs[t0:t0 + length, s, 0] % 2))
+    np.testing.assert_array_equal(out.observation[:, j], obs[t0 : t0 + length, s])
+    np.testing.assert_array_equal(out.action[:, j], (obs[t0 : t0 + length, s, 0] % 2))
   with pytest.raises(ValueError, match="fewer than"):
     make_sqil_batch_fn(demos, batch_size=b, length=seq_len + 1)

@@ -33,7 +33,7 @@ from offpolicy_ac.training import train
 from offpolicy_ac.training.parallel import DataParallel
 from offpolicy_ac.training.parallel import check_distributed_args
 
-ROOT = pathlib.Path(__file__).parents[1]
+ROOT = pathlib.Path(__file__).parents[2]
 EXPERIMENTS = ROOT / "experiments"
 FORCE_4_DEVICES = "--xla_force_host_platform_device_count=4"
 WALL_CLOCK = ("wall_time_s", "env_steps_per_s")
@@ -75,8 +75,7 @@ def _replication_report(tree, num_devices):
     shards = [np.asarray(s.data) for s in x.addressable_shards]
     if not x.sharding.is_fully_replicated or len(shards) != num_devices:
       bad.append(f"{name}: sharding {x.sharding} over {len(shards)} device(s)")
-    elif any(s.tobytes() != shards[0].tobytes() or s.shape != shards[0].shape
-             for s in shards[1:]):
+    elif any(s.tobytes() != shards[0].tobytes() or s.shape != shards[0].shape for s in shards[1:]):
       bad.append(f"{name}: shards differ")
   return bad
 
@@ -85,14 +84,22 @@ def _run_case(case, agent_name, overrides, device_counts, out_dir):
   """Trains NUM_ITERS iterations with the loop's `_make_train_iter` on one device and
   on each count of `device_counts`; saves states and metrics (npz) and a report."""
 
-  config = LoopConfig(num_envs=8, unroll_length=8, replay_capacity=64,
-                           min_replay_size=8, mini_batch_size=16, mini_batch_length=4,
-                           num_updates_per_train_iter=2, **overrides)
+  config = LoopConfig(
+      num_envs=8,
+      unroll_length=8,
+      replay_capacity=64,
+      min_replay_size=8,
+      mini_batch_size=16,
+      mini_batch_length=4,
+      num_updates_per_train_iter=2,
+      **overrides,
+  )
   if config.whole_replay_buffer_training:  # at least one mini-batch per sweep
     config = dataclasses.replace(config, min_replay_size=config.mini_batch_size)
   env = envs.make("CartPole-v1", config.num_envs, 3)
-  agent = {"impala": agents.make_impala, "sql": agents.make_sql,
-           "acer": agents.make_acer}[agent_name](env.spec)
+  agent = {"impala": agents.make_impala, "sql": agents.make_sql, "acer": agents.make_acer}[
+      agent_name
+  ](env.spec)
   state0 = agent.init(jax.random.PRNGKey(1))
   rollout = envs.make_rollout(env, agent.act, config.unroll_length, to_device=False)
   rollout_state = rollout.init(jax.random.PRNGKey(2))
@@ -113,8 +120,9 @@ def _run_case(case, agent_name, overrides, device_counts, out_dir):
     state = dp.replicate(state0)
     replay_state = None
     if replay:
-      replay_state = dp.replicate(replay.init(
-          loop.example_trajectory(agent, state0.params, config)))
+      replay_state = dp.replicate(
+          replay.init(loop.example_trajectory(agent, state0.params, config))
+      )
     metrics_seq, batch_devices = [], set()
     for traj, key in zip(trajs, keys):
       batch = dp.shard(traj)
@@ -126,13 +134,17 @@ def _run_case(case, agent_name, overrides, device_counts, out_dir):
         state, metrics = train_iter(state, batch)
       metrics_seq.append(metrics)
     tag = f"n{n}"
-    report[tag] = {"mesh_devices": int(dp.num_devices),
-                   "batch_devices": sorted(batch_devices),
-                   "not_replicated": (_replication_report(state, n) +
-                                      _replication_report(replay_state, n) +
-                                      _replication_report(metrics_seq[-1], n)),
-                   "num_updates": int(_host(dp.local(state.num_updates))),
-                   "metrics_present": [m is not None for m in metrics_seq]}
+    report[tag] = {
+        "mesh_devices": int(dp.num_devices),
+        "batch_devices": sorted(batch_devices),
+        "not_replicated": (
+            _replication_report(state, n)
+            + _replication_report(replay_state, n)
+            + _replication_report(metrics_seq[-1], n)
+        ),
+        "num_updates": int(_host(dp.local(state.num_updates))),
+        "metrics_present": [m is not None for m in metrics_seq],
+    }
     for name, leaf in _flat(dp.local(state)).items():
       arrays[f"{tag}/state{name}"] = _host(leaf)
     for i, m in enumerate(metrics_seq):
@@ -159,14 +171,22 @@ def _train_on_one_and_n_devices(out, case):
   env = dict(os.environ)
   env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " " + FORCE_4_DEVICES).strip()
   env["JAX_PLATFORMS"] = "cpu"
-  proc = subprocess.run([sys.executable, __file__, str(out), case], capture_output=True,
-                        text=True, timeout=600, env=env, cwd=ROOT)
+  proc = subprocess.run(
+      [sys.executable, __file__, str(out), case],
+      capture_output=True,
+      text=True,
+      timeout=600,
+      env=env,
+      cwd=ROOT,
+  )
   assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
   arrays = np.load(out / f"{case}.npz")
   report = json.loads((out / f"{case}.json").read_text())
   tags = {k.split("/")[0] for k in arrays.files}
-  results = {tag: {k[len(tag) + 1:]: arrays[k] for k in arrays.files
-                   if k.startswith(tag + "/")} for tag in tags}
+  results = {
+      tag: {k[len(tag) + 1 :]: arrays[k] for k in arrays.files if k.startswith(tag + "/")}
+      for tag in tags
+  }
   return results, report
 
 
@@ -177,8 +197,7 @@ def _assert_close_trees(one, many, what):
     assert a.shape == b.shape and a.dtype == b.dtype, f"{what}: {name}"
     if np.issubdtype(a.dtype, np.floating):
       scale = max(float(np.max(np.abs(a), initial=0.0)), 1e-3)
-      np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-5 * scale,
-                                 err_msg=f"{what}: {name}")
+      np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-5 * scale, err_msg=f"{what}: {name}")
     else:  # counters and PRNG keys: exactly equal
       np.testing.assert_array_equal(b, a, err_msg=f"{what}: {name}")
 
@@ -237,16 +256,21 @@ def test_one_device_data_parallel_is_the_identity():
   dp.check_batch(8)  # any size divides over one device
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (dict(num_envs=6, learner_devices=4), r"num_envs \(6\) must divide evenly"),
-    (dict(learner_devices=0), "learner_devices must be a positive int"),
-    (dict(num_processes=2), "HOST:PORT"),
-    (dict(num_processes=2, coordinator_address="localhost"), "HOST:PORT"),
-    (dict(num_processes=2, process_id=2, coordinator_address="localhost:1234"),
-     r"process_id must lie in \[0, 2\)"),
-    (dict(process_id=1), "process_id"),
-    (dict(num_processes=0), "num_processes must be a positive int"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(num_envs=6, learner_devices=4), r"num_envs \(6\) must divide evenly"),
+        (dict(learner_devices=0), "learner_devices must be a positive int"),
+        (dict(num_processes=2), "HOST:PORT"),
+        (dict(num_processes=2, coordinator_address="localhost"), "HOST:PORT"),
+        (
+            dict(num_processes=2, process_id=2, coordinator_address="localhost:1234"),
+            r"process_id must lie in \[0, 2\)",
+        ),
+        (dict(process_id=1), "process_id"),
+        (dict(num_processes=0), "num_processes must be a positive int"),
+    ],
+)
 def test_loop_config_rejects_bad_parallel_settings(overrides, message):
   with pytest.raises(ValueError, match=message):
     LoopConfig(**overrides).validate()
@@ -256,9 +280,18 @@ def test_check_distributed_args():
   check_distributed_args(1, 0, None)
   check_distributed_args(2, 1, "localhost:1234")
   check_distributed_args(4, 3, "10.0.0.1:8476")
-  for args in [(2, 0, None), (2, 0, ""), (2, 0, "localhost"), (2, 0, "localhost:port"),
-               (2, 0, "local host:12"), (2, -1, "localhost:1"), (2, 2, "localhost:1"),
-               (1, 1, None), (0, 0, None), (2.0, 0, "localhost:1")]:
+  for args in [
+      (2, 0, None),
+      (2, 0, ""),
+      (2, 0, "localhost"),
+      (2, 0, "localhost:port"),
+      (2, 0, "local host:12"),
+      (2, -1, "localhost:1"),
+      (2, 2, "localhost:1"),
+      (1, 1, None),
+      (0, 0, None),
+      (2.0, 0, "localhost:1"),
+  ]:
     with pytest.raises(ValueError):
       check_distributed_args(*args)
 
@@ -277,8 +310,13 @@ def test_initialize_distributed_after_jax_started_raises():
 
 
 def test_train_refuses_num_processes_without_a_distributed_job(tmp_path):
-  config = LoopConfig(num_envs=4, unroll_length=4, total_env_steps=64, num_processes=2,
-                      coordinator_address="localhost:1234")
+  config = LoopConfig(
+      num_envs=4,
+      unroll_length=4,
+      total_env_steps=64,
+      num_processes=2,
+      coordinator_address="localhost:1234",
+  )
   logger = RunLogger(tmp_path, total_env_steps=64, progress=False, tensorboard=False)
   try:
     with pytest.raises(ValueError, match="initialize_distributed"):
@@ -292,13 +330,22 @@ def _run_script(script, run_dir, *flags, timeout=300):
   return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
 
 
-@pytest.mark.parametrize("script, flags, message", [
-    ("sql", ["--learner-devices", "2", "--mini-batch-size", "33"],
-     "mini_batch_size (33) must divide evenly over the 2 learner devices"),
-    ("impala", ["--learner-devices", "3"],
-     "num_envs (16) must divide evenly over learner_devices (3)"),
-    ("impala", ["--num-processes", "2", "--process-id", "1"], "HOST:PORT"),
-])
+@pytest.mark.parametrize(
+    "script, flags, message",
+    [
+        (
+            "sql",
+            ["--learner-devices", "2", "--mini-batch-size", "33"],
+            "mini_batch_size (33) must divide evenly over the 2 learner devices",
+        ),
+        (
+            "impala",
+            ["--learner-devices", "3"],
+            "num_envs (16) must divide evenly over learner_devices (3)",
+        ),
+        ("impala", ["--num-processes", "2", "--process-id", "1"], "HOST:PORT"),
+    ],
+)
 def test_scripts_reject_bad_parallel_settings(tmp_path, script, flags, message):
   proc = _run_script(script, tmp_path / "run", "--total-env-steps", "512", *flags)
   assert proc.returncode != 0
@@ -327,13 +374,20 @@ def _distributed_main(address, pid, out_dir):
     time.sleep(35)
   committed = jax.device_put(jnp.arange(4.0) + 1.0, jax.local_devices()[0])
   assert committed.committed
-  tree = dp.replicate({"committed": committed, "uncommitted": jnp.arange(3.0),
-                       "host": np.full(2, 7.0, np.float32), "key": jax.random.PRNGKey(5)})
+  tree = dp.replicate(
+      {
+          "committed": committed,
+          "uncommitted": jnp.arange(3.0),
+          "host": np.full(2, 7.0, np.float32),
+          "key": jax.random.PRNGKey(5),
+      }
+  )
   tree = dp.replicate(tree)  # already global: unchanged
   batch = dp.shard(np.full((2, 3), pid + 1.0, np.float32))  # this process's [T, B_local]
   result = dp.jit(lambda t, b: t["committed"].sum() * jnp.mean(dp.constrain(b)))(tree, batch)
   report = {
-      "num_devices": dp.num_devices, "batch_shape": list(batch.shape),
+      "num_devices": dp.num_devices,
+      "batch_shape": list(batch.shape),
       "not_replicated": _replication_report(tree, 1) + _replication_report(result, 1),
       "global_replicated": all(x.sharding == dp.replicated for x in jax.tree.leaves(tree)),
       "values": {k: np.asarray(dp.local(v)).tolist() for k, v in tree.items()},
@@ -347,9 +401,16 @@ def test_data_parallel_methods_across_two_processes(tmp_path):
   """replicate (committed arrays too: no cross-host transfer), shard, jit, local and
   gather_processes in a 2-process job on localhost."""
   address = f"localhost:{_free_port()}"
-  procs = [subprocess.Popen([sys.executable, __file__, "--distributed", address, str(pid),
-                             str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, cwd=ROOT) for pid in (0, 1)]
+  procs = [
+      subprocess.Popen(
+          [sys.executable, __file__, "--distributed", address, str(pid), str(tmp_path)],
+          stdout=subprocess.PIPE,
+          stderr=subprocess.STDOUT,
+          text=True,
+          cwd=ROOT,
+      )
+      for pid in (0, 1)
+  ]
   try:
     outputs = [proc.communicate(timeout=240)[0] for proc in procs]
   finally:
@@ -364,8 +425,12 @@ def test_data_parallel_methods_across_two_processes(tmp_path):
     assert report["num_devices"] == 2
     assert report["batch_shape"] == [2, 6]  # batches of both processes, concatenated
     assert report["not_replicated"] == [] and report["global_replicated"]
-    assert report["values"] == {"committed": [1.0, 2.0, 3.0, 4.0], "uncommitted": [0.0, 1.0, 2.0],
-                                "host": [7.0, 7.0], "key": [0, 5]}
+    assert report["values"] == {
+        "committed": [1.0, 2.0, 3.0, 4.0],
+        "uncommitted": [0.0, 1.0, 2.0],
+        "host": [7.0, 7.0],
+        "key": [0, 5],
+    }
     assert report["result"] == pytest.approx(10.0 * 1.5)  # the mean over both batches
     assert report["gathered"] == [[0, 10], [1, 11]]
 
@@ -375,11 +440,20 @@ def _start_two_processes(run_dir, flags, procs, logs):
   `procs` and to `logs`, their output files, so the caller can always clean up)."""
   address = f"localhost:{_free_port()}"
   for pid in (0, 1):
-    logs.append(open(run_dir.parent / f"{run_dir.name}-process{pid}-{time.time_ns()}.log",
-                     "w+"))
-    cmd = [sys.executable, str(EXPERIMENTS / "impala.py"), "--run-dir", str(run_dir),
-           "--num-processes", "2", "--process-id", str(pid), "--coordinator-address",
-           address, *flags]
+    logs.append(open(run_dir.parent / f"{run_dir.name}-process{pid}-{time.time_ns()}.log", "w+"))
+    cmd = [
+        sys.executable,
+        str(EXPERIMENTS / "impala.py"),
+        "--run-dir",
+        str(run_dir),
+        "--num-processes",
+        "2",
+        "--process-id",
+        str(pid),
+        "--coordinator-address",
+        address,
+        *flags,
+    ]
     procs.append(subprocess.Popen(cmd, stdout=logs[-1], stderr=subprocess.STDOUT, cwd=ROOT))
 
 
@@ -439,15 +513,18 @@ def _check_two_process_run(run):
   other = run / "process1"
   params = (run / "final_params.msgpack").read_bytes()
   assert len(params) > 1000 and params == (other / "final_params.msgpack").read_bytes()
-  assert sorted(p.name for p in (run / "checkpoints").iterdir()
-                if p.name.isdigit()) == ["20480", "40960"]
+  assert sorted(p.name for p in (run / "checkpoints").iterdir() if p.name.isdigit()) == [
+      "20480",
+      "40960",
+  ]
   assert not (other / "checkpoints").exists()  # only process 0 writes checkpoints
   for d in (run, other):
     summary = json.loads((d / "summary.json").read_text())
     assert summary["env_steps"] == 40960 and summary["num_updates"] == 80
   a, b = _lines(run), _lines(other)
-  assert [l["env_steps"] for l in a] == [l["env_steps"] for l in b] == [
-      10240, 20480, 30720, 40960]  # global steps, every process
+  assert (
+      [l["env_steps"] for l in a] == [l["env_steps"] for l in b] == [10240, 20480, 30720, 40960]
+  )  # global steps, every process
   assert [l["num_updates"] for l in a] == [l["num_updates"] for l in b] == [20, 40, 60, 80]
   for la, lb in zip(a, b):  # one learner: the same updates on the global batch
     for name in LEARNER_METRICS:
@@ -466,7 +543,8 @@ def _check_two_process_resume(straight_run, run):
   shutil.rmtree(run / "checkpoints" / "40960")  # as if stopped at 20480
   _two_processes(run, "--total-env-steps", "61440", "--resume", *MULTI_HOST_FLAGS)
   assert (run / "final_params.msgpack").read_bytes() == (
-      run / "process1" / "final_params.msgpack").read_bytes()
+      run / "process1" / "final_params.msgpack"
+  ).read_bytes()
   for d in (run, run / "process1"):
     straight = _without_wall_clock(_lines(straight_run / d.relative_to(run)))
     resumed = _without_wall_clock(_lines(d))
@@ -475,8 +553,11 @@ def _check_two_process_resume(straight_run, run):
     assert resumed[:4] == straight
     summary = json.loads((d / "summary.json").read_text())
     assert summary["env_steps"] == 61440 and summary["num_updates"] == 120
-  assert sorted(int(p.name) for p in (run / "checkpoints").iterdir()
-                if p.name.isdigit()) == [20480, 40960, 61440]
+  assert sorted(int(p.name) for p in (run / "checkpoints").iterdir() if p.name.isdigit()) == [
+      20480,
+      40960,
+      61440,
+  ]
 
 
 def test_a_killed_process_ends_the_job_at_once_and_it_resumes_from_the_checkpoint(tmp_path):
@@ -487,8 +568,7 @@ def test_a_killed_process_ends_the_job_at_once_and_it_resumes_from_the_checkpoin
   run = tmp_path / "run"
   procs, logs = [], []
   try:
-    _start_two_processes(run, ["--total-env-steps", "10000000", *MULTI_HOST_FLAGS],
-                         procs, logs)
+    _start_two_processes(run, ["--total-env-steps", "10000000", *MULTI_HOST_FLAGS], procs, logs)
     deadline = time.monotonic() + 240
     while not (run / "checkpoints" / "20480").exists():
       assert time.monotonic() < deadline and procs[0].poll() is None, "no checkpoint"
@@ -508,7 +588,8 @@ def test_a_killed_process_ends_the_job_at_once_and_it_resumes_from_the_checkpoin
   end = saved[-1] + 20480
   _two_processes(run, "--total-env-steps", str(end), "--resume", *MULTI_HOST_FLAGS)
   assert (run / "final_params.msgpack").read_bytes() == (
-      run / "process1" / "final_params.msgpack").read_bytes()
+      run / "process1" / "final_params.msgpack"
+  ).read_bytes()
   for d in (run, run / "process1"):
     steps = [l["env_steps"] for l in _lines(d)]
     assert steps == list(range(10240, end + 1, 10240)), steps  # no line lost or repeated
@@ -518,10 +599,20 @@ def test_a_killed_process_ends_the_job_at_once_and_it_resumes_from_the_checkpoin
 def test_two_processes_with_two_learner_devices_each(tmp_path):
   """A 4-device mesh over 2 processes: parameters identical, learning proceeds."""
   run = tmp_path / "run"
-  _two_processes(run, "--learner-devices", "2", "--total-env-steps", "20480",
-                 "--log-every", "5120", "--checkpoint-every", "0")
+  _two_processes(
+      run,
+      "--learner-devices",
+      "2",
+      "--total-env-steps",
+      "20480",
+      "--log-every",
+      "5120",
+      "--checkpoint-every",
+      "0",
+  )
   assert (run / "final_params.msgpack").read_bytes() == (
-      run / "process1" / "final_params.msgpack").read_bytes()
+      run / "process1" / "final_params.msgpack"
+  ).read_bytes()
   a, b = _lines(run), _lines(run / "process1")
   assert [l["num_updates"] for l in a] == [l["num_updates"] for l in b] == [10, 20, 30, 40]
   for la, lb in zip(a, b):
@@ -533,10 +624,21 @@ def test_two_processes_with_two_learner_devices_each(tmp_path):
 def test_full_two_processes_with_two_learner_devices_learn_cartpole(tmp_path):
   """Two processes x two learner devices reach CartPole's ceiling (about 30 s here)."""
   run = tmp_path / "run"
-  _two_processes(run, "--learner-devices", "2", "--total-env-steps", "200000",
-                 "--log-every", "10000", "--checkpoint-every", "100000", timeout=900)
+  _two_processes(
+      run,
+      "--learner-devices",
+      "2",
+      "--total-env-steps",
+      "200000",
+      "--log-every",
+      "10000",
+      "--checkpoint-every",
+      "100000",
+      timeout=900,
+  )
   assert (run / "final_params.msgpack").read_bytes() == (
-      run / "process1" / "final_params.msgpack").read_bytes()
+      run / "process1" / "final_params.msgpack"
+  ).read_bytes()
   for d in (run, run / "process1"):
     returns = [l["episode_return"] for l in _lines(d)]
     assert max(np.convolve(returns, np.ones(5) / 5, mode="valid")) >= 400

@@ -20,6 +20,7 @@ import types
 import jax
 import numpy as np
 import pytest
+from scripts import load_script
 
 from offpolicy_ac import demos as demos_lib
 from offpolicy_ac import envs
@@ -30,16 +31,17 @@ from offpolicy_ac.training.actors import ActorError
 from offpolicy_ac.training.actors import Actors
 from offpolicy_ac.training.actors import ParamStore
 from offpolicy_ac.training.loop import LoopConfig
-from scripts import load_script
 
-ROOT = pathlib.Path(__file__).parents[1]
+ROOT = pathlib.Path(__file__).parents[2]
 EXPERIMENTS = ROOT / "experiments"
 NUM_ENVS, T = 2, 2  # fake rollouts: trajectories [T+1, NUM_ENVS]
 
 
 # -- fakes -------------------------------------------------------------------
 
+
 class FakeEnv:
+
   def __init__(self):
     self.closed = 0
 
@@ -71,8 +73,10 @@ class FakeRollout:
     time.sleep(self.sleep_s)
     self.used.append(params["v"])
     self.in_unroll.clear()
-    traj = {"actor": np.full((T + 1, NUM_ENVS), self.actor_id),
-            "version": np.full((T + 1, NUM_ENVS), params["v"])}
+    traj = {
+        "actor": np.full((T + 1, NUM_ENVS), self.actor_id),
+        "version": np.full((T + 1, NUM_ENVS), params["v"]),
+    }
     stats = types.SimpleNamespace(episode_return=np.zeros(0), episode_length=np.zeros(0))
     return n, traj, stats
 
@@ -124,6 +128,7 @@ def _actor_threads():
 
 
 # -- Actors: parameters, versions, back-pressure, failures ------------------
+
 
 def test_actors_reject_bad_arguments():
   with pytest.raises(ValueError, match="queue_size"):
@@ -234,17 +239,22 @@ def test_gated_actors_unroll_once_per_version():
 
 # -- _ActorSource: policy lag, slow pools -----------------------------------
 
+
 def _async_config(**kwargs):
-  return LoopConfig(num_envs=NUM_ENVS, unroll_length=T, async_actors=2, actor_queue_size=2,
-                    **kwargs)
+  return LoopConfig(
+      num_envs=NUM_ENVS, unroll_length=T, async_actors=2, actor_queue_size=2, **kwargs
+  )
 
 
-@pytest.mark.parametrize("max_policy_lag, dropped, lag", [
-    (None, 0, 5.0), (5, 0, 5.0), (4, 4, 0.0), (0, 4, 0.0)])
+@pytest.mark.parametrize(
+    "max_policy_lag, dropped, lag", [(None, 0, 5.0), (5, 0, 5.0), (4, 4, 0.0), (0, 4, 0.0)]
+)
 def test_async_source_drops_trajectories_older_than_max_policy_lag(
-    monkeypatch, max_policy_lag, dropped, lag):
-  source = _source(monkeypatch, _async_config(max_policy_lag=max_policy_lag),
-                   [FakeRollout(0), FakeRollout(1)])
+    monkeypatch, max_policy_lag, dropped, lag
+):
+  source = _source(
+      monkeypatch, _async_config(max_policy_lag=max_policy_lag), [FakeRollout(0), FakeRollout(1)]
+  )
   try:
     got = source.collect({"v": 0}, 0, _never)
     assert (got.traj["version"] == 0).all() and got.discarded == 0
@@ -265,8 +275,9 @@ def test_async_source_drops_trajectories_older_than_max_policy_lag(
 
 def test_async_source_returns_none_when_asked_to_stop(monkeypatch):
   gate = threading.Event()  # actors never finish an unroll
-  source = _source(monkeypatch, _async_config(), [FakeRollout(0, gate=gate),
-                                                  FakeRollout(1, gate=gate)])
+  source = _source(
+      monkeypatch, _async_config(), [FakeRollout(0, gate=gate), FakeRollout(1, gate=gate)]
+  )
   try:
     start = time.monotonic()
     got = source.collect({"v": 0}, 0, lambda: time.monotonic() - start > 0.2)
@@ -277,8 +288,13 @@ def test_async_source_returns_none_when_asked_to_stop(monkeypatch):
 
 
 def _sync_config(pools, min_pools=0, grace_period_s=0.5):
-  return LoopConfig(num_envs=NUM_ENVS, unroll_length=T, actor_pools=pools,
-                    min_pools=min_pools, grace_period_s=grace_period_s)
+  return LoopConfig(
+      num_envs=NUM_ENVS,
+      unroll_length=T,
+      actor_pools=pools,
+      min_pools=min_pools,
+      grace_period_s=grace_period_s,
+  )
 
 
 def test_sync_source_concatenates_every_pool_in_actor_order(monkeypatch):
@@ -301,8 +317,7 @@ def test_sync_source_concatenates_every_pool_in_actor_order(monkeypatch):
 def test_sync_source_does_not_wait_for_a_slow_pool_beyond_the_grace_period(monkeypatch):
   grace = 0.3
   rollouts = [FakeRollout(0), FakeRollout(1), FakeRollout(2, sleep_s=4.0)]
-  source = _source(monkeypatch, _sync_config(3, min_pools=2, grace_period_s=grace),
-                   rollouts)
+  source = _source(monkeypatch, _sync_config(3, min_pools=2, grace_period_s=grace), rollouts)
   late = steps = fresh = 0
   try:
     for version in range(20):  # ~20 x grace: the slow pool (4 s) reports once or more
@@ -324,14 +339,16 @@ def test_sync_source_does_not_wait_for_a_slow_pool_beyond_the_grace_period(monke
 
 # -- loop level ---------------------------------------------------------------
 
+
 def _script(name):
   return load_script(name)
 
 
 def _args(module, run_dir, demos=None, **loop_overrides):
   args = module.Args() if demos is None else module.Args(demos=str(demos))
-  return dataclasses.replace(args, run_dir=str(run_dir),
-                             loop=dataclasses.replace(args.loop, **loop_overrides))
+  return dataclasses.replace(
+      args, run_dir=str(run_dir), loop=dataclasses.replace(args.loop, **loop_overrides)
+  )
 
 
 def _bounded(fn, timeout=240.0):
@@ -386,19 +403,29 @@ def count_unrolls(monkeypatch):
   return counts
 
 
-@pytest.mark.parametrize("script, budget, overrides", [
-    ("impala", 3_000, dict(max_policy_lag=0, async_actors=3)),
-    ("acer", 2_000, {}),
-    ("sql", 1_500, {}),
-    ("sqil", 1_500, {}),
-])
-def test_async_actors_run_every_agent(tmp_path, heuristic_demos, count_unrolls, script,
-                                      budget, overrides):
+@pytest.mark.parametrize(
+    "script, budget, overrides",
+    [
+        ("impala", 3_000, dict(max_policy_lag=0, async_actors=3)),
+        ("acer", 2_000, {}),
+        ("sql", 1_500, {}),
+        ("sqil", 1_500, {}),
+    ],
+)
+def test_async_actors_run_every_agent(
+    tmp_path, heuristic_demos, count_unrolls, script, budget, overrides
+):
   module = _script(script)
   overrides = {"async_actors": 2, **overrides}
-  args = _args(module, tmp_path / "run", demos=heuristic_demos if script == "sqil" else None,
-               total_env_steps=budget, log_every=budget // 4, checkpoint_every=0,
-               **overrides)
+  args = _args(
+      module,
+      tmp_path / "run",
+      demos=heuristic_demos if script == "sqil" else None,
+      total_env_steps=budget,
+      log_every=budget // 4,
+      checkpoint_every=0,
+      **overrides,
+  )
   result = _bounded(lambda: module.main(args))
   loop = args.loop
   per_unroll = loop.unroll_length * loop.num_envs
@@ -425,9 +452,16 @@ def test_async_actors_run_every_agent(tmp_path, heuristic_demos, count_unrolls, 
 def test_sync_actor_pools_run(tmp_path, count_unrolls, script, pools, min_pools):
   module = _script(script)
   budget = 2_048 if script == "impala" else 1_500
-  args = _args(module, tmp_path / "run", total_env_steps=budget, log_every=budget // 4,
-               checkpoint_every=0, actor_pools=pools, min_pools=min_pools,
-               grace_period_s=0.05)
+  args = _args(
+      module,
+      tmp_path / "run",
+      total_env_steps=budget,
+      log_every=budget // 4,
+      checkpoint_every=0,
+      actor_pools=pools,
+      min_pools=min_pools,
+      grace_period_s=0.05,
+  )
   result = _bounded(lambda: module.main(args))
   per_unroll = args.loop.unroll_length * args.loop.num_envs
   lines = read_metrics(tmp_path / "run")
@@ -463,8 +497,14 @@ def test_an_actor_crash_stops_the_loop_with_its_error(tmp_path, monkeypatch):
 
   monkeypatch.setattr(envs, "make_rollout", make_rollout)
   module = _script("impala")
-  args = _args(module, tmp_path / "run", total_env_steps=1_000_000, log_every=1_000,
-               checkpoint_every=0, async_actors=2)
+  args = _args(
+      module,
+      tmp_path / "run",
+      total_env_steps=1_000_000,
+      log_every=1_000,
+      checkpoint_every=0,
+      async_actors=2,
+  )
   start = time.monotonic()
   with pytest.raises(ActorError) as info:
     _bounded(lambda: module.main(args), timeout=180.0)
@@ -479,12 +519,17 @@ def test_sigterm_stops_async_actors_saves_a_checkpoint_and_resumes(tmp_path):
   cmd = [sys.executable, str(EXPERIMENTS / "impala.py"), "--run-dir", str(run_dir), *flags]
   err_path = tmp_path / "stderr.txt"
   with open(err_path, "w") as err:
-    proc = subprocess.Popen(cmd + ["--total-env-steps", "10000000"],
-                            stdout=subprocess.DEVNULL, stderr=err)
+    proc = subprocess.Popen(
+        cmd + ["--total-env-steps", "10000000"], stdout=subprocess.DEVNULL, stderr=err
+    )
     try:
       metrics = run_dir / "metrics.jsonl"
-      _wait_for(lambda: metrics.exists() and metrics.read_text().count("\n") >= 1
-                or proc.poll() is not None, timeout=240.0)
+      _wait_for(
+          lambda: metrics.exists()
+          and metrics.read_text().count("\n") >= 1
+          or proc.poll() is not None,
+          timeout=240.0,
+      )
       assert proc.poll() is None, err_path.read_text()[-3000:]
       proc.send_signal(signal.SIGTERM)
       proc.wait(timeout=120)
@@ -498,8 +543,12 @@ def test_sigterm_stops_async_actors_saves_a_checkpoint_and_resumes(tmp_path):
   steps = sorted(int(p.name) for p in (run_dir / "checkpoints").iterdir() if p.name.isdigit())
   assert steps and steps[-1] == summary["env_steps"]
   budget = summary["env_steps"] + 512
-  proc = subprocess.run(cmd + ["--total-env-steps", str(budget), "--resume"],
-                        capture_output=True, text=True, timeout=300)
+  proc = subprocess.run(
+      cmd + ["--total-env-steps", str(budget), "--resume"],
+      capture_output=True,
+      text=True,
+      timeout=300,
+  )
   assert proc.returncode == 0, proc.stderr[-3000:]
   summary = json.loads((run_dir / "summary.json").read_text())
   assert not summary["interrupted"] and "stopped_by" not in summary
@@ -509,18 +558,22 @@ def test_sigterm_stops_async_actors_saves_a_checkpoint_and_resumes(tmp_path):
 
 # -- configuration --------------------------------------------------------------
 
-@pytest.mark.parametrize("flags, message", [
-    (["--async-actors", "2", "--actor-pools", "2"], "choose one"),
-    (["--max-policy-lag", "1"], "max_policy_lag applies to the asynchronous mode"),
-    (["--min-pools", "3", "--actor-pools", "2"], r"min_pools \(3\) exceeds actor_pools \(2\)"),
-    (["--async-actors", "-1"], "async_actors must be an int >= 0"),
-    (["--async-actors", "2", "--max-policy-lag", "-1"], "max_policy_lag must be an int >= 0"),
-    (["--actor-queue-size", "-1"], "actor_queue_size must be an int >= 0"),
-    (["--min-pools", "-1"], "min_pools must be an int >= 0"),
-    (["--actor-pools", "0"], "actor_pools must be a positive int"),
-    (["--actor-pools", "2", "--grace-period-s", "-0.5"], "grace_period_s must be >= 0"),
-    (["--actor-pools", "2", "--grace-period-s", "nan"], "grace_period_s must be >= 0"),
-])
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--async-actors", "2", "--actor-pools", "2"], "choose one"),
+        (["--max-policy-lag", "1"], "max_policy_lag applies to the asynchronous mode"),
+        (["--min-pools", "3", "--actor-pools", "2"], r"min_pools \(3\) exceeds actor_pools \(2\)"),
+        (["--async-actors", "-1"], "async_actors must be an int >= 0"),
+        (["--async-actors", "2", "--max-policy-lag", "-1"], "max_policy_lag must be an int >= 0"),
+        (["--actor-queue-size", "-1"], "actor_queue_size must be an int >= 0"),
+        (["--min-pools", "-1"], "min_pools must be an int >= 0"),
+        (["--actor-pools", "0"], "actor_pools must be a positive int"),
+        (["--actor-pools", "2", "--grace-period-s", "-0.5"], "grace_period_s must be >= 0"),
+        (["--actor-pools", "2", "--grace-period-s", "nan"], "grace_period_s must be >= 0"),
+    ],
+)
 def test_bad_actor_configuration_fails_fast(tmp_path, flags, message):
   module = _script("impala")
   args = parse_args(module.Args, argv=["--run-dir", str(tmp_path / "run"), *flags])

@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 
 from offpolicy_ac import envs
-from offpolicy_ac.training.rollouts import CompiledRollout, default_device, make_loop_rollout
+from offpolicy_ac.training.rollouts import CompiledRollout
+from offpolicy_ac.training.rollouts import default_device
+from offpolicy_ac.training.rollouts import make_loop_rollout
 
 
 def _act(params, obs, key):
@@ -19,8 +21,13 @@ def _act(params, obs, key):
 def test_compiled_rollout_has_the_host_loops_interface(batch_size, to_device):
   params = jnp.float32(1.0)
   make = lambda xla: make_loop_rollout(  # noqa: E731
-      envs.make("CartPole-v1", 4, 3, batch_size=batch_size, max_episode_steps=7), _act, 5,
-      params, xla=xla, to_device=to_device)
+      envs.make("CartPole-v1", 4, 3, batch_size=batch_size, max_episode_steps=7),
+      _act,
+      5,
+      params,
+      xla=xla,
+      to_device=to_device,
+  )
   compiled, host = make(True), make(False)
   assert isinstance(compiled, CompiledRollout) and not isinstance(host, CompiledRollout)
   cs, hs = compiled.init(jax.random.PRNGKey(0)), host.init(jax.random.PRNGKey(0))

@@ -12,13 +12,13 @@ import sys
 
 import numpy as np
 import pytest
+from scripts import load_script
 
 from offpolicy_ac import demos as demos_lib
 from offpolicy_ac import envs
 from offpolicy_ac.training import read_metrics
-from scripts import load_script
 
-EXPERIMENTS = pathlib.Path(__file__).parents[1] / "experiments"
+EXPERIMENTS = pathlib.Path(__file__).parents[2] / "experiments"
 
 
 def _script(name):
@@ -32,20 +32,28 @@ def _args(module, run_dir, preset=None, **loop_overrides):
     args = module.PRESETS[preset]
   else:
     args = module.Args() if demos is None else module.Args(demos=demos)
-  return dataclasses.replace(args, run_dir=str(run_dir),
-                             loop=dataclasses.replace(args.loop, **loop_overrides))
+  return dataclasses.replace(
+      args, run_dir=str(run_dir), loop=dataclasses.replace(args.loop, **loop_overrides)
+  )
 
 
 def _trailing_return(run_dir, lines=3):
-  returns = [r["episode_return"] for r in read_metrics(run_dir)
-             if r["episode_return"] is not None]
+  returns = [r["episode_return"] for r in read_metrics(run_dir) if r["episode_return"] is not None]
   return float(np.mean(returns[-lines:]))
 
 
 def test_impala_run_directory_has_everything(tmp_path):
   module = _script("impala")
-  result = module.main(_args(module, tmp_path / "run", total_env_steps=3000,
-                             log_every=1000, eval_every=1500, eval_episodes=2))
+  result = module.main(
+      _args(
+          module,
+          tmp_path / "run",
+          total_env_steps=3000,
+          log_every=1000,
+          eval_every=1500,
+          eval_episodes=2,
+      )
+  )
   run = tmp_path / "run"
   config = json.loads((run / "config.json").read_text())
   assert config["config"]["loop"]["total_env_steps"] == 3000
@@ -64,8 +72,17 @@ def test_impala_run_directory_has_everything(tmp_path):
 
 def test_num_seeds_runs_and_logs_each_seed(tmp_path):
   module = _script("sql")
-  results = module.main(_args(module, tmp_path / "run", total_env_steps=640, log_every=320,
-                              num_seeds=2, seed=3, checkpoint_every=0))
+  results = module.main(
+      _args(
+          module,
+          tmp_path / "run",
+          total_env_steps=640,
+          log_every=320,
+          num_seeds=2,
+          seed=3,
+          checkpoint_every=0,
+      )
+  )
   assert len(results) == 2
   for seed in (3, 4):
     run = tmp_path / "run" / f"seed{seed}"
@@ -78,12 +95,15 @@ def test_num_seeds_runs_and_logs_each_seed(tmp_path):
   assert (tmp_path / "run" / "learning_curves.png").stat().st_size > 1000
 
 
-@pytest.mark.parametrize("script, overrides, message", [
-    ("impala", dict(env_id="NoSuchEnv-v0"), "NoSuchEnv"),
-    ("sql", dict(env_id="Pendulum-v1"), "discrete action space"),
-    ("sql", dict(mini_batch_length=20, unroll_length=8), "longer than"),
-    ("impala", dict(eval_every=0, target_return=100.0), "target_return"),
-])
+@pytest.mark.parametrize(
+    "script, overrides, message",
+    [
+        ("impala", dict(env_id="NoSuchEnv-v0"), "NoSuchEnv"),
+        ("sql", dict(env_id="Pendulum-v1"), "discrete action space"),
+        ("sql", dict(mini_batch_length=20, unroll_length=8), "longer than"),
+        ("impala", dict(eval_every=0, target_return=100.0), "target_return"),
+    ],
+)
 def test_bad_configuration_fails_fast(tmp_path, script, overrides, message):
   module = _script(script)
   with pytest.raises(ValueError, match=message):
@@ -93,15 +113,16 @@ def test_bad_configuration_fails_fast(tmp_path, script, overrides, message):
 def test_impala_rejects_rho_bar_below_c_bar_before_running(tmp_path):
   module = _script("impala")
   args = _args(module, tmp_path / "run")
-  args = dataclasses.replace(args, agent=dataclasses.replace(
-      args.agent, clip_rho_threshold=0.5, clip_c_threshold=1.0))
+  args = dataclasses.replace(
+      args, agent=dataclasses.replace(args.agent, clip_rho_threshold=0.5, clip_c_threshold=1.0)
+  )
   with pytest.raises(ValueError, match="rho-bar"):
     module.main(args)
-  assert not (tmp_path / "run" / "metrics.jsonl").exists() or not read_metrics(
-      tmp_path / "run")
+  assert not (tmp_path / "run" / "metrics.jsonl").exists() or not read_metrics(tmp_path / "run")
 
 
 # Random CartPole play returns about 22.
+
 
 def test_impala_learns_cartpole_reduced_budget(tmp_path):
   module = _script("impala")
@@ -111,17 +132,18 @@ def test_impala_learns_cartpole_reduced_budget(tmp_path):
 
 def _max_smoothed_return(run_dir, window=5):
   """The best mean of `window` consecutive metrics lines' returns."""
-  returns = [r["episode_return"] for r in read_metrics(run_dir)
-             if r["episode_return"] is not None]
+  returns = [r["episode_return"] for r in read_metrics(run_dir) if r["episode_return"] is not None]
   return max(np.convolve(returns, np.ones(window) / window, mode="valid"))
 
 
 # A random Pendulum policy returns about -1200 (the first lines of a run: ~-1300).
 
+
 def test_impala_gaussian_learns_pendulum_reduced_budget(tmp_path):
   module = _script("impala")
-  module.main(_args(module, tmp_path, preset="pendulum", total_env_steps=300_000,
-                    checkpoint_every=0))
+  module.main(
+      _args(module, tmp_path, preset="pendulum", total_env_steps=300_000, checkpoint_every=0)
+  )
   assert _max_smoothed_return(tmp_path, 3) > -900
 
 
@@ -154,8 +176,9 @@ def heuristic_demos(tmp_path_factory):
 
 def test_sqil_imitates_demonstrations_reduced_budget(tmp_path, heuristic_demos):
   module = _script("sqil")
-  module.main(_args(module, tmp_path, demos=str(heuristic_demos), total_env_steps=20_000,
-                    log_every=2_000))
+  module.main(
+      _args(module, tmp_path, demos=str(heuristic_demos), total_env_steps=20_000, log_every=2_000)
+  )
   assert _trailing_return(tmp_path) > 80
 
 
@@ -177,15 +200,26 @@ def test_full_budget_cartpole_v1_reaches_475(tmp_path, script):
 def test_full_budget_sqil_from_sql_expert(tmp_path):
   sql = _script("sql")
   sql.main(_args(sql, tmp_path / "expert", total_env_steps=100_000))
-  _script("record_demos").main(_script("record_demos").Args(
-      run_dir=str(tmp_path / "expert"), out=str(tmp_path / "demos.npz"), episodes=10))
+  _script("record_demos").main(
+      _script("record_demos").Args(
+          run_dir=str(tmp_path / "expert"), out=str(tmp_path / "demos.npz"), episodes=10
+      )
+  )
   sqil = _script("sqil")
-  sqil.main(_args(sqil, tmp_path / "sqil", demos=str(tmp_path / "demos.npz"),
-                  total_env_steps=200_000, log_every=10_000))
+  sqil.main(
+      _args(
+          sqil,
+          tmp_path / "sqil",
+          demos=str(tmp_path / "demos.npz"),
+          total_env_steps=200_000,
+          log_every=10_000,
+      )
+  )
   assert _max_smoothed_return(tmp_path / "sqil") >= 450
 
 
 # Issue #6: IMPALA with asynchronous actors and with a learner on two devices.
+
 
 def _run_impala_subprocess(run_dir, *flags):
   # Two learner devices need host devices created before JAX starts: a fresh process
@@ -198,48 +232,83 @@ def _run_impala_subprocess(run_dir, *flags):
 @pytest.mark.parametrize("xla_rollout", [False, True])
 def test_impala_async_actors_learn_cartpole_reduced_budget(tmp_path, xla_rollout):
   module = _script("impala")
-  module.main(_args(module, tmp_path, total_env_steps=100_000, log_every=5_000,
-                    async_actors=2, max_policy_lag=4, xla_rollout=xla_rollout))
+  module.main(
+      _args(
+          module,
+          tmp_path,
+          total_env_steps=100_000,
+          log_every=5_000,
+          async_actors=2,
+          max_policy_lag=4,
+          xla_rollout=xla_rollout,
+      )
+  )
   assert _trailing_return(tmp_path) > 80
   lines = read_metrics(tmp_path)
   assert all(0 <= l["policy_lag"] <= 4 for l in lines)
 
 
 def test_impala_two_learner_devices_learn_cartpole_reduced_budget(tmp_path):
-  _run_impala_subprocess(tmp_path, "--learner-devices", "2", "--total-env-steps", "60000",
-                         "--log-every", "5000")
+  _run_impala_subprocess(
+      tmp_path, "--learner-devices", "2", "--total-env-steps", "60000", "--log-every", "5000"
+  )
   assert _trailing_return(tmp_path) > 80
 
 
 @pytest.mark.slow
 def test_full_budget_impala_async_actors_reaches_475(tmp_path):
   module = _script("impala")
-  module.main(_args(module, tmp_path, total_env_steps=500_000, log_every=10_000,
-                    async_actors=2, max_policy_lag=4))
+  module.main(
+      _args(
+          module,
+          tmp_path,
+          total_env_steps=500_000,
+          log_every=10_000,
+          async_actors=2,
+          max_policy_lag=4,
+      )
+  )
   assert _max_smoothed_return(tmp_path) >= 475
 
 
 @pytest.mark.slow
 def test_full_budget_impala_async_xla_actors_reaches_475(tmp_path):
   module = _script("impala")
-  module.main(_args(module, tmp_path, total_env_steps=500_000, log_every=10_000,
-                    async_actors=2, max_policy_lag=4, xla_rollout=True))
+  module.main(
+      _args(
+          module,
+          tmp_path,
+          total_env_steps=500_000,
+          log_every=10_000,
+          async_actors=2,
+          max_policy_lag=4,
+          xla_rollout=True,
+      )
+  )
   assert _max_smoothed_return(tmp_path) >= 475
 
 
 def test_xla_rollout_refuses_float64_actions_before_training(tmp_path):
   module = _script("impala")
   with pytest.raises(ValueError, match="float64 actions"):
-    module.main(_args(module, tmp_path / "run", preset="pendulum", env_id="Hopper-v4",
-                      xla_rollout=True, total_env_steps=4096))
-  assert not (tmp_path / "run" / "metrics.jsonl").exists() or not read_metrics(
-      tmp_path / "run")
+    module.main(
+        _args(
+            module,
+            tmp_path / "run",
+            preset="pendulum",
+            env_id="Hopper-v4",
+            xla_rollout=True,
+            total_env_steps=4096,
+        )
+    )
+  assert not (tmp_path / "run" / "metrics.jsonl").exists() or not read_metrics(tmp_path / "run")
 
 
 @pytest.mark.slow
 def test_full_budget_impala_two_learner_devices_reaches_475(tmp_path):
-  _run_impala_subprocess(tmp_path, "--learner-devices", "2", "--total-env-steps", "500000",
-                         "--log-every", "10000")
+  _run_impala_subprocess(
+      tmp_path, "--learner-devices", "2", "--total-env-steps", "500000", "--log-every", "10000"
+  )
   assert _max_smoothed_return(tmp_path) >= 475
 
 
@@ -254,8 +323,16 @@ def test_a_run_refused_before_its_first_step_does_not_block_the_corrected_rerun(
 def test_whole_buffer_training_waits_for_one_full_batch(tmp_path):
   # min_replay_size (32) < mini_batch_size (64): the sweep starts once a batch fits.
   module = _script("sql")
-  module.main(_args(module, tmp_path, total_env_steps=1024, log_every=256,
-                    whole_replay_buffer_training=True, min_replay_size=32,
-                    checkpoint_every=0))
+  module.main(
+      _args(
+          module,
+          tmp_path,
+          total_env_steps=1024,
+          log_every=256,
+          whole_replay_buffer_training=True,
+          min_replay_size=32,
+          checkpoint_every=0,
+      )
+  )
   lines = read_metrics(tmp_path)
   assert lines[-1]["num_updates"] > 0 and np.isfinite(lines[-1]["loss"])

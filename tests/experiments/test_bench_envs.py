@@ -8,16 +8,31 @@ import pathlib
 import subprocess
 import sys
 
-SCRIPT = pathlib.Path(__file__).parents[1] / "experiments" / "bench_envs.py"
+SCRIPT = pathlib.Path(__file__).parents[2] / "experiments" / "bench_envs.py"
 
 
 def test_bench_envs_runs_every_rollout_in_both_modes():
-  cmd = [sys.executable, str(SCRIPT), "--tasks", "CartPole-v1", "--cartpole-envs", "8",
-         "--cartpole-seconds", "0.05", "--repeats", "1", "--unroll-length", "4"]
+  cmd = [
+      sys.executable,
+      str(SCRIPT),
+      "--tasks",
+      "CartPole-v1",
+      "--cartpole-envs",
+      "8",
+      "--cartpole-seconds",
+      "0.05",
+      "--repeats",
+      "1",
+      "--unroll-length",
+      "4",
+  ]
   proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-  rows = {line.split()[1]: line.split() for line in proc.stdout.splitlines()
-          if line.startswith("CartPole-v1")}
+  rows = {
+      line.split()[1]: line.split()
+      for line in proc.stdout.splitlines()
+      if line.startswith("CartPole-v1")
+  }
   assert set(rows) == {"sync", "async"}
   for mode, row in rows.items():
     envs_, batch = int(row[2]), int(row[3])

@@ -21,15 +21,15 @@ trace-time behaviour, which a few examples exercise as well as many.
 
 import functools
 
+from hypothesis import given
+from hypothesis import strategies as st
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import rlax
-from hypothesis import given
-from hypothesis import strategies as st
-
 import reference as ref
+import rlax
+
 from offpolicy_ac.losses import VTraceOutput
 from offpolicy_ac.losses import vtrace
 
@@ -37,8 +37,7 @@ JIT = pytest.mark.parametrize("jit", [False, True], ids=["nojit", "jit"])
 METHODS = pytest.mark.parametrize("method", ["scan", "associative"])
 # "auto" (the default: scan on CPU) joins the first hand-computed case (and
 # the method-agreement test).
-ALL_METHODS = pytest.mark.parametrize("method",
-                                      ["scan", "associative", "auto"])
+ALL_METHODS = pytest.mark.parametrize("method", ["scan", "associative", "auto"])
 T_PAD = 20
 BATCH_SHAPES = [(), (3,), (2, 3)]
 ARGS = ("v_tm1", "v_t", "r_t", "discount_t", "rho_tm1")
@@ -47,8 +46,10 @@ ARGS = ("v_tm1", "v_t", "r_t", "discount_t", "rho_tm1")
 # variants run it jitted only. The eager associative path is covered by the
 # hand-computed, reference, n-step and split tests.
 JIT_METHODS_LIGHT = pytest.mark.parametrize(
-    "jit,method", [(False, "scan"), (True, "scan"), (True, "associative")],
-    ids=["scan-nojit", "scan-jit", "associative-jit"])
+    "jit,method",
+    [(False, "scan"), (True, "scan"), (True, "associative")],
+    ids=["scan-nojit", "scan-jit", "associative-jit"],
+)
 
 
 # ---------------------------------------------------------------------------
@@ -74,12 +75,21 @@ def _run(jit, *arrays, mask=None, **static):
 def _traced_fn(jit, method="scan", stop_target_gradients=True):
   """vtrace with hyper-parameters as (traced) arguments: one compile/shape."""
 
-  def f(v_tm1, v_t, r_t, discount_t, rho_tm1, mask, lambda_, rho_bar, c_bar,
-        pg_bar):
-    return vtrace(v_tm1, v_t, r_t, discount_t, rho_tm1, mask=mask,
-                  lambda_=lambda_, clip_rho_threshold=rho_bar,
-                  clip_c_threshold=c_bar, clip_pg_rho_threshold=pg_bar,
-                  stop_target_gradients=stop_target_gradients, method=method)
+  def f(v_tm1, v_t, r_t, discount_t, rho_tm1, mask, lambda_, rho_bar, c_bar, pg_bar):
+    return vtrace(
+        v_tm1,
+        v_t,
+        r_t,
+        discount_t,
+        rho_tm1,
+        mask=mask,
+        lambda_=lambda_,
+        clip_rho_threshold=rho_bar,
+        clip_c_threshold=c_bar,
+        clip_pg_rho_threshold=pg_bar,
+        stop_target_gradients=stop_target_gradients,
+        method=method,
+    )
 
   return jax.jit(f) if jit else f
 
@@ -88,13 +98,13 @@ def _assert_scaled_close(actual, expected, scale, rtol, atol=0.0, what=""):
   """|actual - expected| <= rtol * scale + atol, with `scale` the same sums
   taken over absolute values (a bound on rounding whatever the cancellation)."""
   actual = np.asarray(actual, np.float64)
-  assert actual.shape == np.shape(expected), (what, actual.shape,
-                                              np.shape(expected))
+  assert actual.shape == np.shape(expected), (what, actual.shape, np.shape(expected))
   assert np.all(np.isfinite(actual)), (what, actual)
   bad = np.abs(actual - expected) > rtol * np.asarray(scale) + atol
   assert not np.any(bad), (
       f"{what}: mismatch at {np.argwhere(bad)[:5].tolist()}: actual "
-      f"{actual[bad][:5]}, expected {np.asarray(expected)[bad][:5]}")
+      f"{actual[bad][:5]}, expected {np.asarray(expected)[bad][:5]}"
+  )
 
 
 def _scales(inputs, mask, lambda_, rho_bar, c_bar, pg_bar):
@@ -103,8 +113,9 @@ def _scales(inputs, mask, lambda_, rho_bar, c_bar, pg_bar):
   m = np.ones(r_t.shape, bool) if mask is None else np.asarray(mask)
   # With d >= 0, rho >= 0 (real steps), -|V(x_s)|, |V(x_s+1)| and |r| make
   # every term of the explicit sum non-negative: the sum of absolute values.
-  err_abs = ref.ref_vtrace(-np.abs(v_tm1), np.abs(v_t), np.abs(r_t), d, rho,
-                           mask, lambda_, rho_bar, c_bar, pg_bar)[0]
+  err_abs = ref.ref_vtrace(
+      -np.abs(v_tm1), np.abs(v_t), np.abs(r_t), d, rho, mask, lambda_, rho_bar, c_bar, pg_bar
+  )[0]
   vs_abs = np.abs(v_tm1) + err_abs
   m_next = np.concatenate([m[1:], np.zeros_like(m[:1])])
   vs_next = np.concatenate([vs_abs[1:], np.zeros_like(vs_abs[:1])])
@@ -113,14 +124,14 @@ def _scales(inputs, mask, lambda_, rho_bar, c_bar, pg_bar):
   return vs_abs, pg_abs, q_abs
 
 
-def _check_against_reference(out, inputs, mask, hyper, rtol, t_len=None,
-                             expected=None, scales=None):
+def _check_against_reference(
+    out, inputs, mask, hyper, rtol, t_len=None, expected=None, scales=None
+):
   """Compares a VTraceOutput (maybe padded beyond t_len) with the reference."""
   if expected is None:
     expected = ref.ref_vtrace(*(inputs[k] for k in ARGS), mask, *hyper)
     scales = _scales(inputs, mask, *hyper)
-  for name, got, exp, scale in zip(VTraceOutput._fields, out, expected,
-                                   scales):
+  for name, got, exp, scale in zip(VTraceOutput._fields, out, expected, scales):
     got = np.asarray(got)
     if t_len is not None:
       np.testing.assert_array_equal(got[t_len:], 0.0, err_msg=name)
@@ -128,13 +139,11 @@ def _check_against_reference(out, inputs, mask, hyper, rtol, t_len=None,
     _assert_scaled_close(got, exp, scale, rtol, what=name)
   if mask is not None:  # Exactly zero at masked steps.
     for name, got in zip(VTraceOutput._fields, out):
-      got = np.asarray(got)[:np.shape(mask)[0]]
-      np.testing.assert_array_equal(np.where(mask, 0.0, got), 0.0,
-                                    err_msg=name)
+      got = np.asarray(got)[: np.shape(mask)[0]]
+      np.testing.assert_array_equal(np.where(mask, 0.0, got), 0.0, err_msg=name)
 
 
-def _random_inputs(rng, t_len, batch, *, use_mask=True, garbage=1e3,
-                   dtype=np.float32):
+def _random_inputs(rng, t_len, batch, *, use_mask=True, garbage=1e3, dtype=np.float32):
   """Random V-trace inputs with episode structure (see ref_episode_layout).
 
   Masked steps hold arbitrary finite garbage in every array. Returns
@@ -144,19 +153,18 @@ def _random_inputs(rng, t_len, batch, *, use_mask=True, garbage=1e3,
   if use_mask:
     d, mask, kind = ref.ref_episode_layout(rng, t_len, batch)
   else:  # Terminations only (discount 0 cuts by itself); no masked steps.
-    d, mask, kind = ref.ref_episode_layout(rng, t_len, batch, p_trunc=0.0,
-                                           p_start_masked=0.0)
+    d, mask, kind = ref.ref_episode_layout(rng, t_len, batch, p_trunc=0.0, p_start_masked=0.0)
     mask = None
   inputs = dict(
       v_tm1=rng.normal(size=shape) * 2.0,
       v_t=rng.normal(size=shape) * 2.0,
       r_t=rng.normal(size=shape),
       discount_t=d,
-      rho_tm1=np.exp(rng.uniform(np.log(1e-3), np.log(1e3), size=shape)))
+      rho_tm1=np.exp(rng.uniform(np.log(1e-3), np.log(1e3), size=shape)),
+  )
   if mask is not None:
     for k in ARGS:
-      inputs[k] = ref.ref_fill_masked(
-          inputs[k], mask, rng.uniform(-garbage, garbage, size=shape))
+      inputs[k] = ref.ref_fill_masked(inputs[k], mask, rng.uniform(-garbage, garbage, size=shape))
   inputs = {k: v.astype(dtype) for k, v in inputs.items()}
   return inputs, mask, kind
 
@@ -166,9 +174,10 @@ def _pad_time(inputs, mask, t_pad, garbage=1e3):
   t_len = mask.shape[0]
   n = t_pad - t_len
   rng = np.random.default_rng(n)
-  out = {k: np.concatenate(
-      [v, rng.uniform(-garbage, garbage, (n,) + v.shape[1:]).astype(v.dtype)])
-         for k, v in inputs.items()}
+  out = {
+      k: np.concatenate([v, rng.uniform(-garbage, garbage, (n,) + v.shape[1:]).astype(v.dtype)])
+      for k, v in inputs.items()
+  }
   pad_mask = np.concatenate([mask, np.zeros((n,) + mask.shape[1:], bool)])
   return out, pad_mask
 
@@ -177,7 +186,8 @@ _HYPER = dict(
     lambda_=st.one_of(st.just(0.0), st.just(1.0), st.floats(0.0, 1.0)),
     rho_bar=st.one_of(st.just(1.0), st.floats(0.05, 10.0)),
     c_bar=st.one_of(st.just(1.0), st.floats(0.05, 2.0)),
-    pg_bar=st.one_of(st.just(1.0), st.floats(0.05, 10.0)))
+    pg_bar=st.one_of(st.just(1.0), st.floats(0.05, 10.0)),
+)
 
 
 # ---------------------------------------------------------------------------
@@ -202,10 +212,16 @@ def test_hand_computed_no_mask(jit, method):
   # q_0 = 1 + .9 * 2.34 = 3.106; q_1 = 0 + .9 * 2.6 = 2.34;
   # q_2 = -1 + .9 * v_t[2] = 2.6.  pg = min(1, rho) (q - v_tm1)
   # = [.5 * 2.106, .34, -.4].
-  out = _run(jit, [1., 2., 3.], [2., 3., 4.], [1., 0., -1.], [.9, .9, .9],
-             [.5, 2., 1.], method=method)
-  _assert_output(out, [1.053, 0.34, -0.4], [1.053, 0.34, -0.4],
-                 [3.106, 2.34, 2.6])
+  out = _run(
+      jit,
+      [1.0, 2.0, 3.0],
+      [2.0, 3.0, 4.0],
+      [1.0, 0.0, -1.0],
+      [0.9, 0.9, 0.9],
+      [0.5, 2.0, 1.0],
+      method=method,
+  )
+  _assert_output(out, [1.053, 0.34, -0.4], [1.053, 0.34, -0.4], [3.106, 2.34, 2.6])
 
 
 @JIT
@@ -217,9 +233,19 @@ def test_hand_computed_separate_thresholds_and_lambda(jit, method):
   # = 4.125.  q_0 = 1 + vs_1 = 1 + 1.5 = 2.5 (the contract's v_{s+1}; rlax's
   # lambda-mixed bootstrap would give 2.25), q_1 = 1 + 2 = 3.
   # pg = [3 * 2.5, .25 * (3 - 1)] = [7.5, .5].
-  out = _run(jit, [0., 1.], [1., 2.], [1., 1.], [1., 1.], [4., .25],
-             lambda_=0.5, clip_rho_threshold=2.0, clip_c_threshold=0.5,
-             clip_pg_rho_threshold=3.0, method=method)
+  out = _run(
+      jit,
+      [0.0, 1.0],
+      [1.0, 2.0],
+      [1.0, 1.0],
+      [1.0, 1.0],
+      [4.0, 0.25],
+      lambda_=0.5,
+      clip_rho_threshold=2.0,
+      clip_c_threshold=0.5,
+      clip_pg_rho_threshold=3.0,
+      method=method,
+  )
   _assert_output(out, [4.125, 0.5], [7.5, 0.5], [2.5, 3.0])
 
 
@@ -229,8 +255,7 @@ def test_hand_computed_termination(jit, method):
   # Step 1 terminates (discount 0): its bootstrap v_t = 5 is ignored.
   # err_1 = 1 + 0 - 2 = -1; err_0 = (1 + .5 * 2 - 1) + .5 * 1 * -1 = .5.
   # q = [1 + .5 * vs_1, 1 + 0] = [1.5, 1]; pg = q - v_tm1 = [.5, -1].
-  out = _run(jit, [1., 2.], [2., 5.], [1., 1.], [.5, 0.], [1., 1.],
-             method=method)
+  out = _run(jit, [1.0, 2.0], [2.0, 5.0], [1.0, 1.0], [0.5, 0.0], [1.0, 1.0], method=method)
   _assert_output(out, [0.5, -1.0], [0.5, -1.0], [1.5, 1.0])
 
 
@@ -242,9 +267,16 @@ def test_hand_computed_termination_then_masked_junction(jit, method):
   # s0: rho_v = min(1, 2) = 1, err_0 = 2 + 0 * 3 - 1 = 1 (cut), q_0 = 2,
   #     pg_0 = 1.  s1: zeros.  s2: rho_v = .5: err_2 = .5 (1 + .5 * 4 - 2) = .5,
   #     q_2 = 1 + .5 * 4 = 3, pg_2 = .5 * (3 - 2) = .5.
-  out = _run(jit, [1., 100., 2.], [3., -100., 4.], [2., 50., 1.],
-             [0., 0.9, 0.5], [2., 7., .5], mask=[True, False, True],
-             method=method)
+  out = _run(
+      jit,
+      [1.0, 100.0, 2.0],
+      [3.0, -100.0, 4.0],
+      [2.0, 50.0, 1.0],
+      [0.0, 0.9, 0.5],
+      [2.0, 7.0, 0.5],
+      mask=[True, False, True],
+      method=method,
+  )
   _assert_output(out, [1.0, 0.0, 0.5], [1.0, 0.0, 0.5], [2.0, 0.0, 3.0])
 
 
@@ -256,24 +288,38 @@ def test_hand_computed_truncation_then_masked_junction(jit, method):
   # v_tm1[1] = -7 (the masked auto-reset step, whose values are garbage).
   # err_0 = .5 + .9 * 10 - 1 = 8.5, q_0 = .5 + .9 * 10 = 9.5, pg_0 = 8.5.
   # err_2 = 1 + .9 * 3 - 2 = 1.7, q_2 = 3.7, pg_2 = 1.7.
-  out = _run(jit, [1., -7., 2.], [10., 33., 3.], [.5, 9., 1.],
-             [.9, .9, .9], [1., 1., 1.], mask=[True, False, True],
-             method=method)
+  out = _run(
+      jit,
+      [1.0, -7.0, 2.0],
+      [10.0, 33.0, 3.0],
+      [0.5, 9.0, 1.0],
+      [0.9, 0.9, 0.9],
+      [1.0, 1.0, 1.0],
+      mask=[True, False, True],
+      method=method,
+  )
   _assert_output(out, [8.5, 0.0, 1.7], [8.5, 0.0, 1.7], [9.5, 0.0, 3.7])
 
 
 @JIT_METHODS_LIGHT
 def test_hand_computed_batch_columns(jit, method):
   # The two previous cases side by side as a [T=3, B=2] batch.
-  out = _run(jit, [[1., 1.], [100., -7.], [2., 2.]],
-             [[3., 10.], [-100., 33.], [4., 3.]],
-             [[2., .5], [50., 9.], [1., 1.]],
-             [[0., .9], [.9, .9], [.5, .9]],
-             [[2., 1.], [7., 1.], [.5, 1.]],
-             mask=[[True, True], [False, False], [True, True]], method=method)
-  _assert_output(out, [[1., 8.5], [0., 0.], [.5, 1.7]],
-                 [[1., 8.5], [0., 0.], [.5, 1.7]],
-                 [[2., 9.5], [0., 0.], [3., 3.7]])
+  out = _run(
+      jit,
+      [[1.0, 1.0], [100.0, -7.0], [2.0, 2.0]],
+      [[3.0, 10.0], [-100.0, 33.0], [4.0, 3.0]],
+      [[2.0, 0.5], [50.0, 9.0], [1.0, 1.0]],
+      [[0.0, 0.9], [0.9, 0.9], [0.5, 0.9]],
+      [[2.0, 1.0], [7.0, 1.0], [0.5, 1.0]],
+      mask=[[True, True], [False, False], [True, True]],
+      method=method,
+  )
+  _assert_output(
+      out,
+      [[1.0, 8.5], [0.0, 0.0], [0.5, 1.7]],
+      [[1.0, 8.5], [0.0, 0.0], [0.5, 1.7]],
+      [[2.0, 9.5], [0.0, 0.0], [3.0, 3.7]],
+  )
 
 
 # ---------------------------------------------------------------------------
@@ -281,14 +327,12 @@ def test_hand_computed_batch_columns(jit, method):
 # ---------------------------------------------------------------------------
 
 
-def _check_reference_example(jit, methods, x64, t_len, batch, use_mask, hyper,
-                             seed):
+def _check_reference_example(jit, methods, x64, t_len, batch, use_mask, hyper, seed):
   rng = np.random.default_rng(seed)
   dtype = np.float64 if x64 else np.float32
   if not use_mask:
     t_len = T_PAD  # No masked step and no padding.
-  inputs, mask, _ = _random_inputs(rng, t_len, batch, use_mask=use_mask,
-                                   dtype=dtype)
+  inputs, mask, _ = _random_inputs(rng, t_len, batch, use_mask=use_mask, dtype=dtype)
   if use_mask:
     padded, pad_mask = _pad_time(inputs, mask, T_PAD)
   else:  # (mask=None is the same as all True: test_mask_none_equals_all_true)
@@ -301,37 +345,52 @@ def _check_reference_example(jit, methods, x64, t_len, batch, use_mask, hyper,
       out = _traced_fn(jit, m)(*args, jnp.asarray(pad_mask), *hyper)
       out = VTraceOutput(*(np.asarray(x) for x in out))
     assert all(x.dtype == dtype for x in out)
-    _check_against_reference(out, inputs, mask, hyper,
-                             rtol=1e-12 if x64 else 2e-5, t_len=t_len,
-                             expected=expected, scales=scales)
+    _check_against_reference(
+        out,
+        inputs,
+        mask,
+        hyper,
+        rtol=1e-12 if x64 else 2e-5,
+        t_len=t_len,
+        expected=expected,
+        scales=scales,
+    )
 
 
 @pytest.mark.parametrize("x64", [False, True], ids=["f32", "f64"])
-@given(t_len=st.integers(1, T_PAD), batch=st.sampled_from(BATCH_SHAPES),
-       use_mask=st.booleans(), seed=st.integers(0, 2**32 - 1), **_HYPER)
-def test_matches_loop_reference_jit(x64, t_len, batch, use_mask, seed,
-                                    lambda_, rho_bar, c_bar, pg_bar):
+@given(
+    t_len=st.integers(1, T_PAD),
+    batch=st.sampled_from(BATCH_SHAPES),
+    use_mask=st.booleans(),
+    seed=st.integers(0, 2**32 - 1),
+    **_HYPER,
+)
+def test_matches_loop_reference_jit(
+    x64, t_len, batch, use_mask, seed, lambda_, rho_bar, c_bar, pg_bar
+):
   # float32: both methods on each example (one reference computation).
   # float64 (tight tolerance: checks the algorithm, not rounding): scan only;
   # the methods' agreement is checked in float32.
   methods = ("scan",) if x64 else ("scan", "associative")
-  _check_reference_example(True, methods, x64, t_len, batch, use_mask,
-                           (lambda_, rho_bar, c_bar, pg_bar), seed)
+  _check_reference_example(
+      True, methods, x64, t_len, batch, use_mask, (lambda_, rho_bar, c_bar, pg_bar), seed
+  )
 
 
 # Eager cases: scan over the three batch ranks; associative on [T, 2, 3]
 # only (eager associative_scan compiles its many ops per new shape).
-@pytest.mark.parametrize("method,t_len,batch,use_mask,hyper,seed", [
-    ("scan", 13, (), True, (0.9, 1.0, 1.0, 1.0), 0),
-    ("scan", T_PAD, (3,), False, (1.0, 2.0, 0.5, 3.0), 1),
-    ("scan", T_PAD, (2, 3), True, (0.0, 0.3, 1.7, 0.8), 2),
-    ("associative", T_PAD, (2, 3), True, (0.0, 0.3, 1.7, 0.8), 2),
-    ("associative", 4, (2, 3), True, (0.6, 5.0, 1.3, 1.0), 3),
-])
-def test_matches_loop_reference_nojit(method, t_len, batch, use_mask, hyper,
-                                      seed):
-  _check_reference_example(False, (method,), False, t_len, batch, use_mask,
-                           hyper, seed)
+@pytest.mark.parametrize(
+    "method,t_len,batch,use_mask,hyper,seed",
+    [
+        ("scan", 13, (), True, (0.9, 1.0, 1.0, 1.0), 0),
+        ("scan", T_PAD, (3,), False, (1.0, 2.0, 0.5, 3.0), 1),
+        ("scan", T_PAD, (2, 3), True, (0.0, 0.3, 1.7, 0.8), 2),
+        ("associative", T_PAD, (2, 3), True, (0.0, 0.3, 1.7, 0.8), 2),
+        ("associative", 4, (2, 3), True, (0.6, 5.0, 1.3, 1.0), 3),
+    ],
+)
+def test_matches_loop_reference_nojit(method, t_len, batch, use_mask, hyper, seed):
+  _check_reference_example(False, (method,), False, t_len, batch, use_mask, hyper, seed)
 
 
 @JIT
@@ -342,8 +401,7 @@ def test_matches_loop_reference_short_unpadded(jit, t_len):
   hyper = (0.7, 1.5, 0.8, 2.0)
   # Every mask pattern jitted; eagerly (each call re-compiles the scan)
   # all-real, all-masked and alternating.
-  patterns = (range(2 ** t_len) if jit else
-              sorted({0, 2 ** t_len - 1, 0b101 & (2 ** t_len - 1)}))
+  patterns = range(2**t_len) if jit else sorted({0, 2**t_len - 1, 0b101 & (2**t_len - 1)})
   for bits in patterns:
     mask = np.array([(bits >> i) & 1 == 1 for i in range(t_len)])
     inputs, _, _ = _random_inputs(rng, t_len, (), use_mask=False)
@@ -381,32 +439,32 @@ def _check_nstep(jit, methods, seed, batch, rho_bar, c_bar):
   (v_tm1, v_t, r, d), mask = _nstep_example(seed, T_PAD, batch)
   rho = np.where(mask, 1.0, 1e3).astype(np.float32)  # garbage rho when masked
   g = ref.ref_nstep_bootstrapped_returns(v_t, r, d, mask)
-  g_abs = ref.ref_nstep_bootstrapped_returns(np.abs(v_t), np.abs(r),
-                                             np.abs(d), mask)
+  g_abs = ref.ref_nstep_bootstrapped_returns(np.abs(v_t), np.abs(r), np.abs(d), mask)
   scale = g_abs + np.abs(v_tm1)
   expected_err = np.where(mask, g - v_tm1, 0.0)
   for method in methods:
-    out = _traced_fn(jit, method)(v_tm1, v_t, r, d, rho, mask, 1.0, rho_bar,
-                                  c_bar, 1.0)
+    out = _traced_fn(jit, method)(v_tm1, v_t, r, d, rho, mask, 1.0, rho_bar, c_bar, 1.0)
     _assert_scaled_close(out.errors, expected_err, scale, 2e-5, what="errors")
     # q_estimate = r + d * G_{s+1} inside the segment = G_s; pg = q - V.
     _assert_scaled_close(out.q_estimate, g, scale, 2e-5, what="q")
-    _assert_scaled_close(out.pg_advantage, expected_err, scale, 2e-5,
-                         what="pg")
+    _assert_scaled_close(out.pg_advantage, expected_err, scale, 2e-5, what="pg")
 
 
-@given(seed=st.integers(0, 2**32 - 1), batch=st.sampled_from(BATCH_SHAPES),
-       rho_bar=st.floats(1.0, 5.0), c_bar=st.floats(1.0, 5.0))
-def test_rho_one_lambda_one_is_nstep_bootstrapped_return_jit(
-    seed, batch, rho_bar, c_bar):
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    batch=st.sampled_from(BATCH_SHAPES),
+    rho_bar=st.floats(1.0, 5.0),
+    c_bar=st.floats(1.0, 5.0),
+)
+def test_rho_one_lambda_one_is_nstep_bootstrapped_return_jit(seed, batch, rho_bar, c_bar):
   # Thresholds >= 1 do not clip rho = 1.
   _check_nstep(True, ("scan", "associative"), seed, batch, rho_bar, c_bar)
 
 
-@pytest.mark.parametrize("method,seed,batch", [
-    ("scan", 0, (2, 3)), ("scan", 1, ()), ("associative", 0, (2, 3))])
-def test_rho_one_lambda_one_is_nstep_bootstrapped_return_nojit(method, seed,
-                                                               batch):
+@pytest.mark.parametrize(
+    "method,seed,batch", [("scan", 0, (2, 3)), ("scan", 1, ()), ("associative", 0, (2, 3))]
+)
+def test_rho_one_lambda_one_is_nstep_bootstrapped_return_nojit(method, seed, batch):
   _check_nstep(False, (method,), seed, batch, 1.0, 1.0)
 
 
@@ -414,12 +472,9 @@ def test_rho_one_lambda_one_is_nstep_bootstrapped_return_nojit(method, seed,
 # each ending by termination ("term"), truncation ("trunc") or the end of the
 # window ("open"), joined by one masked step each: 3+1+2+1+3+1+2+1+3+1+2 = 20.
 _SPLIT_PATTERNS = [
-    [(3, "term"), (2, "trunc"), (3, "trunc"), (2, "term"), (3, "term"),
-     (2, "open")],
-    [(2, "trunc"), (3, "term"), (2, "term"), (3, "trunc"), (2, "trunc"),
-     (3, "open")],
-    [(3, "trunc"), (3, "trunc"), (2, "term"), (2, "trunc"), (3, "trunc"),
-     (2, "trunc")],
+    [(3, "term"), (2, "trunc"), (3, "trunc"), (2, "term"), (3, "term"), (2, "open")],
+    [(2, "trunc"), (3, "term"), (2, "term"), (3, "trunc"), (2, "trunc"), (3, "open")],
+    [(3, "trunc"), (3, "trunc"), (2, "term"), (2, "trunc"), (3, "trunc"), (2, "trunc")],
 ]
 
 
@@ -450,19 +505,21 @@ def _check_split(jit, method, seed, lambda_, rho_bar, c_bar, pg_bar):
   for pattern in _SPLIT_PATTERNS:
     d, mask, spans = _split_layout(pattern, rng.uniform(0.8, 1.0))
     assert d.shape == (T_PAD,)
-    inputs = dict(v_tm1=rng.normal(size=T_PAD), v_t=rng.normal(size=T_PAD),
-                  r_t=rng.normal(size=T_PAD), discount_t=d,
-                  rho_tm1=np.exp(rng.uniform(-3, 3, size=T_PAD)))
+    inputs = dict(
+        v_tm1=rng.normal(size=T_PAD),
+        v_t=rng.normal(size=T_PAD),
+        r_t=rng.normal(size=T_PAD),
+        discount_t=d,
+        rho_tm1=np.exp(rng.uniform(-3, 3, size=T_PAD)),
+    )
     for k in ARGS:  # Large garbage at the junctions.
-      inputs[k] = ref.ref_fill_masked(
-          inputs[k], mask, rng.uniform(-1e6, 1e6, size=T_PAD))
+      inputs[k] = ref.ref_fill_masked(inputs[k], mask, rng.uniform(-1e6, 1e6, size=T_PAD))
     inputs = {k: v.astype(np.float32) for k, v in inputs.items()}
     cols.append((inputs, mask, spans))
   # The three patterns side by side as a [T, 3] batch ...
   batch_inputs = {k: np.stack([c[0][k] for c in cols], 1) for k in ARGS}
   batch_mask = np.stack([c[1] for c in cols], 1)
-  joined = [np.asarray(x) for x in
-            f(*(batch_inputs[k] for k in ARGS), batch_mask, *hyper)]
+  joined = [np.asarray(x) for x in f(*(batch_inputs[k] for k in ARGS), batch_mask, *hyper)]
   # ... and every episode alone: cut out of the time axis, run without a mask.
   for j, (inputs, mask, spans) in enumerate(cols):
     for name, x in zip(VTraceOutput._fields, joined):
@@ -472,13 +529,11 @@ def _check_split(jit, method, seed, lambda_, rho_bar, c_bar, pg_bar):
       assert alone_inputs[0].shape == (stop - start,)
       alone = f(*alone_inputs, None, *hyper)
       for name, x, y in zip(VTraceOutput._fields, joined, alone):
-        np.testing.assert_allclose(x[start:stop, j], y, rtol=1e-6, atol=1e-6,
-                                   err_msg=name)
+        np.testing.assert_allclose(x[start:stop, j], y, rtol=1e-6, atol=1e-6, err_msg=name)
 
 
 @given(seed=st.integers(0, 2**32 - 1), **_HYPER)
-def test_split_at_junctions_changes_nothing_jit(seed, lambda_, rho_bar, c_bar,
-                                                pg_bar):
+def test_split_at_junctions_changes_nothing_jit(seed, lambda_, rho_bar, c_bar, pg_bar):
   _check_split(True, "both", seed, lambda_, rho_bar, c_bar, pg_bar)
 
 
@@ -512,8 +567,7 @@ def test_stop_target_gradients(jit, method):
 
   g_v_tm1, g_v_t, g_r, g_d, g_rho = grads(0)  # sum(errors)
   np.testing.assert_array_equal(g_v_tm1, -mask.astype(np.float32))
-  for name, g in [("v_t", g_v_t), ("r_t", g_r), ("discount_t", g_d),
-                  ("rho_tm1", g_rho)]:
+  for name, g in [("v_t", g_v_t), ("r_t", g_r), ("discount_t", g_d), ("rho_tm1", g_rho)]:
     np.testing.assert_array_equal(g, 0.0, err_msg=name)
   # q_estimate: no gradient at all.
   for g in grads(2):
@@ -536,10 +590,8 @@ def test_target_gradients_flow_without_stop(jit):
   args = [jnp.asarray(inputs[k]) for k in ARGS]
   f = _traced_fn(jit, method, False)
   loss = lambda *a: jnp.sum(f(*a, mask, *hyper).errors)
-  g_v_tm1, g_v_t, g_r, _, g_rho = jax.grad(loss, argnums=tuple(range(5)))(
-      *args)
-  for name, g in [("v_t", g_v_t), ("r_t", g_r), ("rho_tm1", g_rho),
-                  ("v_tm1", g_v_tm1)]:
+  g_v_tm1, g_v_t, g_r, _, g_rho = jax.grad(loss, argnums=tuple(range(5)))(*args)
+  for name, g in [("v_t", g_v_t), ("r_t", g_r), ("rho_tm1", g_rho), ("v_tm1", g_v_tm1)]:
     g = np.asarray(g)
     assert np.all(np.isfinite(g)), name
     assert np.any(g[mask] != 0.0), name
@@ -560,24 +612,37 @@ def _no_mask_example(seed, batch, t_len=T_PAD):
 @functools.lru_cache(maxsize=None)
 def _rlax_oracles():
   """rlax, vmapped over batch axis 1 and jitted, hyper-parameters traced."""
-  td_and_adv = jax.jit(jax.vmap(
-      lambda v_tm1, v_t, r_t, d, rho, rho_bar, pg_bar:
-      rlax.vtrace_td_error_and_advantage(
-          v_tm1, v_t, r_t, d, rho, lambda_=1.0, clip_rho_threshold=rho_bar,
-          clip_pg_rho_threshold=pg_bar),
-      in_axes=(1, 1, 1, 1, 1, None, None), out_axes=1))
-  errors = jax.jit(jax.vmap(
-      lambda v_tm1, v_t, r_t, d, rho, lambda_, rho_bar: rlax.vtrace(
-          v_tm1, v_t, r_t, d, rho, lambda_=lambda_,
-          clip_rho_threshold=rho_bar),
-      in_axes=(1, 1, 1, 1, 1, None, None), out_axes=1))
+  td_and_adv = jax.jit(
+      jax.vmap(
+          lambda v_tm1, v_t, r_t, d, rho, rho_bar, pg_bar: rlax.vtrace_td_error_and_advantage(
+              v_tm1,
+              v_t,
+              r_t,
+              d,
+              rho,
+              lambda_=1.0,
+              clip_rho_threshold=rho_bar,
+              clip_pg_rho_threshold=pg_bar,
+          ),
+          in_axes=(1, 1, 1, 1, 1, None, None),
+          out_axes=1,
+      )
+  )
+  errors = jax.jit(
+      jax.vmap(
+          lambda v_tm1, v_t, r_t, d, rho, lambda_, rho_bar: rlax.vtrace(
+              v_tm1, v_t, r_t, d, rho, lambda_=lambda_, clip_rho_threshold=rho_bar
+          ),
+          in_axes=(1, 1, 1, 1, 1, None, None),
+          out_axes=1,
+      )
+  )
   return td_and_adv, errors
 
 
 @JIT
 def test_matches_rlax_vtrace_td_error_and_advantage(jit):
-  for seed, (rho_bar, pg_bar) in enumerate([(1.0, 1.0), (2.5, 0.7),
-                                            (0.3, 4.0)]):
+  for seed, (rho_bar, pg_bar) in enumerate([(1.0, 1.0), (2.5, 0.7), (0.3, 4.0)]):
     args = _no_mask_example(seed, (3,))
     ours = _traced_fn(jit)(*args, None, 1.0, rho_bar, 1.0, pg_bar)
     theirs = _rlax_oracles()[0](*args, rho_bar, pg_bar)
@@ -585,11 +650,9 @@ def test_matches_rlax_vtrace_td_error_and_advantage(jit):
     for name, x, y, s in zip(VTraceOutput._fields, ours, theirs, scales):
       _assert_scaled_close(x, np.asarray(y, np.float64), s, 2e-5, what=name)
     # And unbatched [T].
-    ours_1d = _traced_fn(jit)(*(a[:, 0] for a in args), None, 1.0, rho_bar,
-                              1.0, pg_bar)
+    ours_1d = _traced_fn(jit)(*(a[:, 0] for a in args), None, 1.0, rho_bar, 1.0, pg_bar)
     for name, x, y in zip(VTraceOutput._fields, ours_1d, ours):
-      np.testing.assert_allclose(x, np.asarray(y)[:, 0], rtol=1e-6,
-                                 atol=1e-6, err_msg=name)
+      np.testing.assert_allclose(x, np.asarray(y)[:, 0], rtol=1e-6, atol=1e-6, err_msg=name)
 
 
 @JIT
@@ -599,15 +662,14 @@ def test_errors_match_rlax_vtrace_with_lambda(jit):
     ours = _traced_fn(jit)(*args, None, lambda_, 1.7, 1.0, 1.0)
     theirs = _rlax_oracles()[1](*args, lambda_, 1.7)
     scale = _scales(dict(zip(ARGS, args)), None, lambda_, 1.7, 1.0, 1.0)[0]
-    _assert_scaled_close(ours.errors, np.asarray(theirs, np.float64), scale,
-                         2e-5)
+    _assert_scaled_close(ours.errors, np.asarray(theirs, np.float64), scale, 2e-5)
     # q_estimate deliberately differs from rlax's lambda-mixed one for
     # lambda < 1: it bootstraps from the V-trace target vs_{s+1}.
     vs = np.asarray(args[0], np.float64) + np.asarray(ours.errors, np.float64)
-    expected_q = np.asarray(args[2], np.float64) + np.asarray(
-        args[3], np.float64) * np.concatenate([vs[1:], args[1][-1:]])
-    np.testing.assert_allclose(ours.q_estimate, expected_q, rtol=1e-5,
-                               atol=1e-4)
+    expected_q = np.asarray(args[2], np.float64) + np.asarray(args[3], np.float64) * np.concatenate(
+        [vs[1:], args[1][-1:]]
+    )
+    np.testing.assert_allclose(ours.q_estimate, expected_q, rtol=1e-5, atol=1e-4)
 
 
 @JIT
@@ -621,8 +683,7 @@ def test_scan_and_associative_agree(jit, seed):
   assoc = _traced_fn(jit, "associative")(*args, mask, *hyper)
   auto = _traced_fn(jit, "auto")(*args, mask, *hyper)
   scales = _scales(inputs, mask, *hyper)
-  for name, x, y, z, s in zip(VTraceOutput._fields, scan, assoc, auto,
-                              scales):
+  for name, x, y, z, s in zip(VTraceOutput._fields, scan, assoc, auto, scales):
     _assert_scaled_close(x, np.asarray(y, np.float64), s, 4e-5, what=name)
     _assert_scaled_close(z, np.asarray(x, np.float64), s, 4e-5, what=name)
 
@@ -648,15 +709,24 @@ def test_batch_shapes_and_vmap_agree(jit, method):
     for j in (i, 2):
       cols = [a[:, i, j] for a in args]
       assert cols[0].shape == (T_PAD,)
-      close(f(*cols, mask[:, i, j], *hyper),
-            [np.asarray(x)[:, i, j] for x in full])
+      close(f(*cols, mask[:, i, j], *hyper), [np.asarray(x)[:, i, j] for x in full])
   # jax.vmap over batch axis 1 of [T, B1, B2]. (Jitted only: vmap traces the
   # function either way; eager vmap would compile every batched op again.)
-  g = jax.jit(jax.vmap(
-      lambda *a: vtrace(*a[:5], mask=a[5], lambda_=0.9,
-                        clip_rho_threshold=2.0, clip_c_threshold=0.7,
-                        clip_pg_rho_threshold=1.5, method=method),
-      in_axes=1, out_axes=1))
+  g = jax.jit(
+      jax.vmap(
+          lambda *a: vtrace(
+              *a[:5],
+              mask=a[5],
+              lambda_=0.9,
+              clip_rho_threshold=2.0,
+              clip_c_threshold=0.7,
+              clip_pg_rho_threshold=1.5,
+              method=method,
+          ),
+          in_axes=1,
+          out_axes=1,
+      )
+  )
   close(g(*args, mask), full)
 
 
@@ -700,8 +770,7 @@ def test_traced_hyperparameters_vmap_over_a_sweep():
   lambdas = jnp.array([0.0, 0.5, 1.0])
   c_bars = jnp.array([0.5, 1.0, 2.0])
   f = _traced_fn(True)
-  swept = jax.vmap(lambda lam, cb: f(*args, None, lam, 1.0, cb, 1.0))(lambdas,
-                                                                      c_bars)
+  swept = jax.vmap(lambda lam, cb: f(*args, None, lam, 1.0, cb, 1.0))(lambdas, c_bars)
   for i in range(3):
     single = f(*args, None, float(lambdas[i]), 1.0, float(c_bars[i]), 1.0)
     for x, y in zip(swept, single):
@@ -770,18 +839,21 @@ def test_bad_mask(jit):
 
 
 @JIT
-@pytest.mark.parametrize("kwargs,name", [
-    (dict(lambda_=-0.1), "lambda_"),
-    (dict(lambda_=1.5), "lambda_"),
-    (dict(lambda_=float("nan")), "lambda_"),
-    (dict(clip_rho_threshold=0.0), "clip_rho_threshold"),
-    (dict(clip_rho_threshold=-1.0), "clip_rho_threshold"),
-    (dict(clip_c_threshold=0.0), "clip_c_threshold"),
-    (dict(clip_c_threshold=-2.0), "clip_c_threshold"),
-    (dict(clip_pg_rho_threshold=0.0), "clip_pg_rho_threshold"),
-    (dict(clip_pg_rho_threshold=-0.5), "clip_pg_rho_threshold"),
-    (dict(method="fft"), "method"),
-])
+@pytest.mark.parametrize(
+    "kwargs,name",
+    [
+        (dict(lambda_=-0.1), "lambda_"),
+        (dict(lambda_=1.5), "lambda_"),
+        (dict(lambda_=float("nan")), "lambda_"),
+        (dict(clip_rho_threshold=0.0), "clip_rho_threshold"),
+        (dict(clip_rho_threshold=-1.0), "clip_rho_threshold"),
+        (dict(clip_c_threshold=0.0), "clip_c_threshold"),
+        (dict(clip_c_threshold=-2.0), "clip_c_threshold"),
+        (dict(clip_pg_rho_threshold=0.0), "clip_pg_rho_threshold"),
+        (dict(clip_pg_rho_threshold=-0.5), "clip_pg_rho_threshold"),
+        (dict(method="fft"), "method"),
+    ],
+)
 def test_bad_hyperparameters(jit, kwargs, name):
   with pytest.raises(ValueError, match=f"`{name}`"):
     _run(jit, *_good_args(), **kwargs)

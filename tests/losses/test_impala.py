@@ -13,28 +13,31 @@ gradients and the hypothesis properties run jitted.
 
 import functools
 
+from hypothesis import given
+from hypothesis import settings
+from hypothesis import strategies as st
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given
-from hypothesis import settings
-from hypothesis import strategies as st
-
 import reference as ref
+
 from offpolicy_ac import losses as L
 
 RTOL, ATOL = 1e-4, 1e-4
-SCALARS = ("loss", "policy_loss", "value_loss", "entropy", "mean_rho",
-           "clipped_rho_fraction")
+SCALARS = ("loss", "policy_loss", "value_loss", "entropy", "mean_rho", "clipped_rho_fraction")
 BATCH_STRAT = st.one_of(
-    st.just(()),
-    st.tuples(st.integers(1, 4)),
-    st.tuples(st.integers(1, 3), st.integers(1, 3)))
+    st.just(()), st.tuples(st.integers(1, 4)), st.tuples(st.integers(1, 3), st.integers(1, 3))
+)
 FEW = settings(max_examples=6)
-DEFAULT_HP = dict(value_weight=0.5, entropy_weight=0.01, lambda_=1.0,
-                  clip_rho_threshold=1.0, clip_c_threshold=1.0,
-                  clip_pg_rho_threshold=1.0)
+DEFAULT_HP = dict(
+    value_weight=0.5,
+    entropy_weight=0.01,
+    lambda_=1.0,
+    clip_rho_threshold=1.0,
+    clip_c_threshold=1.0,
+    clip_pg_rho_threshold=1.0,
+)
 
 
 @pytest.fixture(params=[False, True], ids=["eager", "jit"], scope="module")
@@ -49,10 +52,14 @@ def _inputs(seed, t, batch=(), *, garble=True, weights=False):
   discount, mask, _ = ref.sq_random_layout(rng, t, batch)
   log_mu = rng.uniform(-3.0, -0.1, size=shape)
   x = dict(
-      v_tm1=rng.normal(size=shape), v_t=rng.normal(size=shape),
-      r_t=rng.normal(size=shape), discount_t=discount,
-      log_pi_tm1=log_mu + 0.7 * rng.normal(size=shape), log_mu_tm1=log_mu,
-      entropy_tm1=rng.uniform(0.0, 2.0, size=shape))
+      v_tm1=rng.normal(size=shape),
+      v_t=rng.normal(size=shape),
+      r_t=rng.normal(size=shape),
+      discount_t=discount,
+      log_pi_tm1=log_mu + 0.7 * rng.normal(size=shape),
+      log_mu_tm1=log_mu,
+      entropy_tm1=rng.uniform(0.0, 2.0, size=shape),
+  )
   if garble:
     for k in ("v_tm1", "v_t", "r_t", "entropy_tm1"):
       x[k] = ref.sq_garble(rng, x[k], mask)
@@ -69,32 +76,35 @@ def _inputs(seed, t, batch=(), *, garble=True, weights=False):
   return x
 
 
-_POS = ("v_tm1", "v_t", "r_t", "discount_t", "log_pi_tm1", "log_mu_tm1",
-        "entropy_tm1")
+_POS = ("v_tm1", "v_t", "r_t", "discount_t", "log_pi_tm1", "log_mu_tm1", "entropy_tm1")
 
 
 def _impala(x, hp, *, method="scan"):
   """The loss with all hyper-parameters as (traced) arguments."""
-  return L.impala_loss(*(x[k] for k in _POS), mask=x["mask"],
-                       weights=x["weights"], method=method, **hp)
+  return L.impala_loss(
+      *(x[k] for k in _POS), mask=x["mask"], weights=x["weights"], method=method, **hp
+  )
 
 
 def _np_reference(x, hp):
   return ref.np_impala_loss(
-      *(x[k] for k in _POS), mask=x["mask"], weights=x["weights"],
-      value_weight=hp["value_weight"], entropy_weight=hp["entropy_weight"],
-      lambda_=hp["lambda_"], clip_rho=hp["clip_rho_threshold"],
-      clip_c=hp["clip_c_threshold"], clip_pg=hp["clip_pg_rho_threshold"])
+      *(x[k] for k in _POS),
+      mask=x["mask"],
+      weights=x["weights"],
+      value_weight=hp["value_weight"],
+      entropy_weight=hp["entropy_weight"],
+      lambda_=hp["lambda_"],
+      clip_rho=hp["clip_rho_threshold"],
+      clip_c=hp["clip_c_threshold"],
+      clip_pg=hp["clip_pg_rho_threshold"],
+  )
 
 
 def _assert_matches(out, expected, rtol=RTOL, atol=ATOL):
   for k in SCALARS:
-    np.testing.assert_allclose(getattr(out, k), expected[k], rtol=rtol,
-                               atol=atol, err_msg=k)
-  np.testing.assert_allclose(out.pg_advantage, expected["pg_advantage"],
-                             rtol=rtol, atol=atol)
-  np.testing.assert_allclose(out.vtrace_errors, expected["vtrace_errors"],
-                             rtol=rtol, atol=atol)
+    np.testing.assert_allclose(getattr(out, k), expected[k], rtol=rtol, atol=atol, err_msg=k)
+  np.testing.assert_allclose(out.pg_advantage, expected["pg_advantage"], rtol=rtol, atol=atol)
+  np.testing.assert_allclose(out.vtrace_errors, expected["vtrace_errors"], rtol=rtol, atol=atol)
 
 
 # -----------------------------------------------------------------------------
@@ -105,19 +115,22 @@ def _assert_matches(out, expected, rtol=RTOL, atol=ATOL):
 def test_impala_loss_hand_case(maybe_jit):
   half = np.log(0.5)
   out = maybe_jit(L.impala_loss)(
-      jnp.array([1.0, 2.0]), jnp.array([2.0, 3.0]), jnp.array([1.0, 1.0]),
-      jnp.array([0.5, 0.5]), jnp.array([half, half]), jnp.array([half, half]),
-      jnp.array([0.6, 0.4]))
+      jnp.array([1.0, 2.0]),
+      jnp.array([2.0, 3.0]),
+      jnp.array([1.0, 1.0]),
+      jnp.array([0.5, 0.5]),
+      jnp.array([half, half]),
+      jnp.array([half, half]),
+      jnp.array([0.6, 0.4]),
+  )
   # rho = 1: err_1 = 1 + 1.5 - 2 = 0.5; err_0 = (1 + 1 - 1) + 0.5 * 0.5 = 1.25
   # q_0 = 1 + 0.5 * vs_1 = 2.25, q_1 = 1 + 0.5 * 3 = 2.5: pg = [1.25, 0.5].
   np.testing.assert_allclose(out.vtrace_errors, [1.25, 0.5], rtol=1e-6)
   np.testing.assert_allclose(out.pg_advantage, [1.25, 0.5], rtol=1e-6)
   np.testing.assert_allclose(out.policy_loss, 0.875 * np.log(2), rtol=1e-6)
-  np.testing.assert_allclose(out.value_loss, (1.25**2 + 0.5**2) / 2,
-                             rtol=1e-6)
+  np.testing.assert_allclose(out.value_loss, (1.25**2 + 0.5**2) / 2, rtol=1e-6)
   np.testing.assert_allclose(out.entropy, 0.5, rtol=1e-6)
-  np.testing.assert_allclose(
-      out.loss, 0.875 * np.log(2) + 0.5 * 0.90625 - 0.01 * 0.5, rtol=1e-6)
+  np.testing.assert_allclose(out.loss, 0.875 * np.log(2) + 0.5 * 0.90625 - 0.01 * 0.5, rtol=1e-6)
   np.testing.assert_allclose(out.mean_rho, 1.0, rtol=1e-6)
   np.testing.assert_allclose(out.clipped_rho_fraction, 0.0)
 
@@ -131,10 +144,17 @@ def test_impala_loss_hand_case_with_mask_and_weights(maybe_jit):
   ent = jnp.array([1.0, 9.0, 2.0])
   mask = jnp.array([True, False, True])
   weights = jnp.array([1.0, 5.0, 3.0])
-  out = maybe_jit(lambda *a: L.impala_loss(
-      *a, mask=mask, weights=weights, value_weight=1.0, entropy_weight=0.1,
-      clip_rho_threshold=1.5, clip_pg_rho_threshold=0.9))(
-          v_tm1, v_t, r, d, log_pi, log_mu, ent)
+  out = maybe_jit(
+      lambda *a: L.impala_loss(
+          *a,
+          mask=mask,
+          weights=weights,
+          value_weight=1.0,
+          entropy_weight=0.1,
+          clip_rho_threshold=1.5,
+          clip_pg_rho_threshold=0.9,
+      )
+  )(v_tm1, v_t, r, d, log_pi, log_mu, ent)
   err = [1.5 * (1 + 0.5 * 2 - 1), 0.0, 0.5 * (0.5 + 1.0 * 1 - 0)]
   pg = [0.9 * (2.0 - 1.0), 0.0, 0.5 * (1.5 - 0.0)]
   np.testing.assert_allclose(out.vtrace_errors, err, rtol=1e-6)
@@ -146,8 +166,7 @@ def test_impala_loss_hand_case_with_mask_and_weights(maybe_jit):
   np.testing.assert_allclose(out.policy_loss, policy, rtol=1e-6)
   np.testing.assert_allclose(out.value_loss, value, rtol=1e-6)
   np.testing.assert_allclose(out.entropy, entropy, rtol=1e-6)
-  np.testing.assert_allclose(out.loss, policy + value - 0.1 * entropy,
-                             rtol=1e-6)
+  np.testing.assert_allclose(out.loss, policy + value - 0.1 * entropy, rtol=1e-6)
   np.testing.assert_allclose(out.mean_rho, (2.0 + 1.5) / 4, rtol=1e-6)
   np.testing.assert_allclose(out.clipped_rho_fraction, 0.25, rtol=1e-6)
 
@@ -158,18 +177,28 @@ def test_impala_loss_hand_case_with_mask_and_weights(maybe_jit):
 
 
 @FEW
-@given(t=st.integers(1, 16), batch=BATCH_STRAT, seed=st.integers(0, 2**31),
-       weights=st.booleans(),
-       lambda_=st.sampled_from([0.0, 0.5, 0.95, 1.0]),
-       clip_rho=st.sampled_from([0.5, 1.0, 2.0]),
-       clip_c=st.sampled_from([0.5, 1.0]),
-       clip_pg=st.sampled_from([0.5, 1.0, 3.0]))
-def test_impala_loss_matches_numpy_reference(t, batch, seed, weights, lambda_,
-                                             clip_rho, clip_c, clip_pg):
+@given(
+    t=st.integers(1, 16),
+    batch=BATCH_STRAT,
+    seed=st.integers(0, 2**31),
+    weights=st.booleans(),
+    lambda_=st.sampled_from([0.0, 0.5, 0.95, 1.0]),
+    clip_rho=st.sampled_from([0.5, 1.0, 2.0]),
+    clip_c=st.sampled_from([0.5, 1.0]),
+    clip_pg=st.sampled_from([0.5, 1.0, 3.0]),
+)
+def test_impala_loss_matches_numpy_reference(
+    t, batch, seed, weights, lambda_, clip_rho, clip_c, clip_pg
+):
   x = _inputs(seed, t, batch, weights=weights)
-  hp = dict(value_weight=0.7, entropy_weight=0.05, lambda_=lambda_,
-            clip_rho_threshold=clip_rho, clip_c_threshold=clip_c,
-            clip_pg_rho_threshold=clip_pg)
+  hp = dict(
+      value_weight=0.7,
+      entropy_weight=0.05,
+      lambda_=lambda_,
+      clip_rho_threshold=clip_rho,
+      clip_c_threshold=clip_c,
+      clip_pg_rho_threshold=clip_pg,
+  )
   out = jax.jit(_impala)(x, hp)
   assert out.pg_advantage.shape == (t,) + batch
   assert out.loss.shape == ()
@@ -193,9 +222,18 @@ def test_impala_loss_matches_numpy_reference_fixed_shapes(maybe_jit, method):
 
 def _loss_grads(x, hp):
   def loss(v_tm1, v_t, r_t, discount_t, log_pi, log_mu, ent):
-    y = dict(x, v_tm1=v_tm1, v_t=v_t, r_t=r_t, discount_t=discount_t,
-             log_pi_tm1=log_pi, log_mu_tm1=log_mu, entropy_tm1=ent)
+    y = dict(
+        x,
+        v_tm1=v_tm1,
+        v_t=v_t,
+        r_t=r_t,
+        discount_t=discount_t,
+        log_pi_tm1=log_pi,
+        log_mu_tm1=log_mu,
+        entropy_tm1=ent,
+    )
     return _impala(y, hp).loss
+
   return jax.grad(loss, argnums=tuple(range(7)))(*(x[k] for k in _POS))
 
 
@@ -204,17 +242,19 @@ def test_impala_loss_gradients(weights):
   grad_fn = jax.jit(_loss_grads)
   for seed in range(3):
     x = _inputs(seed, 8, (3,), weights=weights)
-    hp = dict(value_weight=0.7, entropy_weight=0.05, lambda_=0.9,
-              clip_rho_threshold=1.0, clip_c_threshold=1.0,
-              clip_pg_rho_threshold=1.0)
+    hp = dict(
+        value_weight=0.7,
+        entropy_weight=0.05,
+        lambda_=0.9,
+        clip_rho_threshold=1.0,
+        clip_c_threshold=1.0,
+        clip_pg_rho_threshold=1.0,
+    )
     g = dict(zip(_POS, grad_fn(x, hp)))
     expected = _np_reference(x, hp)
-    np.testing.assert_allclose(g["log_pi_tm1"], expected["grad_log_pi"],
-                               rtol=1e-4, atol=1e-6)
-    np.testing.assert_allclose(g["v_tm1"], expected["grad_v_tm1"],
-                               rtol=1e-4, atol=1e-6)
-    np.testing.assert_allclose(g["entropy_tm1"], expected["grad_entropy"],
-                               rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(g["log_pi_tm1"], expected["grad_log_pi"], rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(g["v_tm1"], expected["grad_v_tm1"], rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(g["entropy_tm1"], expected["grad_entropy"], rtol=1e-5, atol=1e-7)
     # Targets, advantages and ratios are constants.
     for k in ("v_t", "r_t", "discount_t", "log_mu_tm1"):
       np.testing.assert_array_equal(g[k], 0.0, err_msg=k)
@@ -224,8 +264,7 @@ def test_impala_loss_gradients(weights):
 
 def test_impala_loss_finite_with_impossible_actions_at_ignored_steps():
   x = _inputs(4, 8, (3,), weights=True)
-  x["log_pi_tm1"] = np.where(x["mask"], x["log_pi_tm1"], -np.inf).astype(
-      np.float32)
+  x["log_pi_tm1"] = np.where(x["mask"], x["log_pi_tm1"], -np.inf).astype(np.float32)
   x["log_pi_tm1"][x["weights"] == 0] = -np.inf
   out = jax.jit(_impala)(x, DEFAULT_HP)
   assert all(np.isfinite(getattr(out, k)) for k in SCALARS)
@@ -280,8 +319,7 @@ def test_scan_and_associative_agree():
     a = jax.jit(functools.partial(_impala, method="scan"))(x, hp)
     b = jax.jit(functools.partial(_impala, method="associative"))(x, hp)
     for k in a._fields:
-      np.testing.assert_allclose(getattr(a, k), getattr(b, k), rtol=1e-5,
-                                 atol=1e-5, err_msg=k)
+      np.testing.assert_allclose(getattr(a, k), getattr(b, k), rtol=1e-5, atol=1e-5, err_msg=k)
 
 
 def test_time_major_batch_and_vmap_agree():
@@ -295,20 +333,23 @@ def test_time_major_batch_and_vmap_agree():
     col = {k: (None if v is None else v[:, j]) for k, v in x.items()}
     assert col["v_tm1"].shape == (8,)
     single = single_fn(col, hp)
-    np.testing.assert_allclose(batched.pg_advantage[:, j],
-                               single.pg_advantage, rtol=1e-6, atol=1e-6)
-    np.testing.assert_allclose(batched.vtrace_errors[:, j],
-                               single.vtrace_errors, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        batched.pg_advantage[:, j], single.pg_advantage, rtol=1e-6, atol=1e-6
+    )
+    np.testing.assert_allclose(
+        batched.vtrace_errors[:, j], single.vtrace_errors, rtol=1e-6, atol=1e-6
+    )
     for k in single._fields:
-      np.testing.assert_allclose(getattr(vmapped, k)[j], getattr(single, k),
-                                 rtol=1e-6, atol=1e-6)
+      np.testing.assert_allclose(getattr(vmapped, k)[j], getattr(single, k), rtol=1e-6, atol=1e-6)
   # The [T, B] loss is the weight-averaged per-column loss.
   col_w = w.sum(0)
   for k in SCALARS:
     np.testing.assert_allclose(
         getattr(batched, k),
         np.sum(col_w * np.asarray(getattr(vmapped, k))) / col_w.sum(),
-        rtol=1e-5, atol=1e-6)
+        rtol=1e-5,
+        atol=1e-6,
+    )
 
 
 @pytest.mark.parametrize("method", ["scan", "associative"])
@@ -321,23 +362,23 @@ def test_splitting_at_junctions_changes_nothing(method):
     x["mask"] = mask
     x["discount_t"] = np.full(mask.shape, 0.9, np.float32)
     for k in _POS:  # junction garbage
-      x[k] = np.where(mask, x[k], 1e3 if k != "discount_t" else 5.0).astype(
-          np.float32)
+      x[k] = np.where(mask, x[k], 1e3 if k != "discount_t" else 5.0).astype(np.float32)
     joined = fn(x, hp)
-    alone = [fn({k: (None if v is None else v[sl]) for k, v in x.items()}, hp)
-             for sl in slices]
+    alone = [fn({k: (None if v is None else v[sl]) for k, v in x.items()}, hp) for sl in slices]
     for sl, out in zip(slices, alone):
-      np.testing.assert_allclose(joined.pg_advantage[sl], out.pg_advantage,
-                                 rtol=1e-6, atol=1e-6)
-      np.testing.assert_allclose(joined.vtrace_errors[sl], out.vtrace_errors,
-                                 rtol=1e-6, atol=1e-6)
+      np.testing.assert_allclose(joined.pg_advantage[sl], out.pg_advantage, rtol=1e-6, atol=1e-6)
+      np.testing.assert_allclose(joined.vtrace_errors[sl], out.vtrace_errors, rtol=1e-6, atol=1e-6)
     np.testing.assert_array_equal(np.asarray(joined.pg_advantage)[~mask], 0.0)
     sizes = np.array([sl.stop - sl.start for sl in slices], np.float64)
     for k in SCALARS:
       per_episode = np.array([getattr(out, k) for out in alone])
-      np.testing.assert_allclose(getattr(joined, k),
-                                 np.sum(sizes * per_episode) / sizes.sum(),
-                                 rtol=1e-5, atol=1e-6, err_msg=k)
+      np.testing.assert_allclose(
+          getattr(joined, k),
+          np.sum(sizes * per_episode) / sizes.sum(),
+          rtol=1e-5,
+          atol=1e-6,
+          err_msg=k,
+      )
 
 
 # -----------------------------------------------------------------------------
@@ -349,8 +390,7 @@ def _categorical_inputs(seed, shape=(8, 3), n_actions=4):
   rng = np.random.default_rng(seed)
   x = _inputs(seed, shape[0], shape[1:], weights=True)
   logits = rng.normal(size=shape + (n_actions,)).astype(np.float32)
-  mu_logits = (logits + 0.5 * rng.normal(size=logits.shape)).astype(
-      np.float32)
+  mu_logits = (logits + 0.5 * rng.normal(size=logits.shape)).astype(np.float32)
   logits[..., -1] = -np.inf  # an illegal action, never taken
   actions = rng.integers(0, n_actions - 1, size=shape).astype(np.int32)
   return x, logits, mu_logits, actions
@@ -358,47 +398,71 @@ def _categorical_inputs(seed, shape=(8, 3), n_actions=4):
 
 def _categorical_loss(logits, mu_logits, actions, x, hp):
   return L.impala_loss_categorical(
-      logits, mu_logits, actions, x["v_tm1"], x["v_t"], x["r_t"],
-      x["discount_t"], mask=x["mask"], weights=x["weights"], **hp)
+      logits,
+      mu_logits,
+      actions,
+      x["v_tm1"],
+      x["v_t"],
+      x["r_t"],
+      x["discount_t"],
+      mask=x["mask"],
+      weights=x["weights"],
+      **hp,
+  )
 
 
 def test_impala_loss_categorical_is_impala_loss_of_the_helpers(maybe_jit):
   x, logits, mu_logits, actions = _categorical_inputs(0)
   hp = dict(DEFAULT_HP, lambda_=0.9)
   out = maybe_jit(_categorical_loss)(logits, mu_logits, actions, x, hp)
-  y = dict(x, log_pi_tm1=L.categorical_log_prob(logits, actions),
-           log_mu_tm1=L.categorical_log_prob(mu_logits, actions),
-           entropy_tm1=L.categorical_entropy(logits))
+  y = dict(
+      x,
+      log_pi_tm1=L.categorical_log_prob(logits, actions),
+      log_mu_tm1=L.categorical_log_prob(mu_logits, actions),
+      entropy_tm1=L.categorical_entropy(logits),
+  )
   expected = maybe_jit(_impala)(y, hp)
   for k in out._fields:
-    np.testing.assert_allclose(getattr(out, k), getattr(expected, k),
-                               rtol=1e-6, atol=1e-6, err_msg=k)
-  take = lambda lg: np.take_along_axis(ref.np_log_softmax(lg),
-                                       actions[..., None], -1)[..., 0]
-  y = dict(x, log_pi_tm1=take(logits), log_mu_tm1=take(mu_logits),
-           entropy_tm1=ref.np_categorical_entropy(logits))
+    np.testing.assert_allclose(
+        getattr(out, k), getattr(expected, k), rtol=1e-6, atol=1e-6, err_msg=k
+    )
+  take = lambda lg: np.take_along_axis(ref.np_log_softmax(lg), actions[..., None], -1)[..., 0]
+  y = dict(
+      x,
+      log_pi_tm1=take(logits),
+      log_mu_tm1=take(mu_logits),
+      entropy_tm1=ref.np_categorical_entropy(logits),
+  )
   _assert_matches(out, _np_reference(y, hp))
 
 
 def test_impala_loss_categorical_gradient_wrt_logits():
   x, logits, mu_logits, actions = _categorical_inputs(1)
   hp = dict(DEFAULT_HP, entropy_weight=0.3)
-  g = jax.jit(jax.grad(lambda lg: _categorical_loss(
-      lg, mu_logits, actions, x, hp).loss))(logits)
+  g = jax.jit(jax.grad(lambda lg: _categorical_loss(lg, mu_logits, actions, x, hp).loss))(logits)
   assert np.all(np.isfinite(g))
-  take = lambda lg: np.take_along_axis(ref.np_log_softmax(lg),
-                                       actions[..., None], -1)[..., 0]
+  take = lambda lg: np.take_along_axis(ref.np_log_softmax(lg), actions[..., None], -1)[..., 0]
   expected = _np_reference(
-      dict(x, log_pi_tm1=take(logits), log_mu_tm1=take(mu_logits),
-           entropy_tm1=ref.np_categorical_entropy(logits)), hp)
+      dict(
+          x,
+          log_pi_tm1=take(logits),
+          log_mu_tm1=take(mu_logits),
+          entropy_tm1=ref.np_categorical_entropy(logits),
+      ),
+      hp,
+  )
   p = ref.np_softmax(logits)
   log_p = np.where(p > 0, np.log(np.where(p > 0, p, 1.0)), 0.0)
   h = ref.np_categorical_entropy(logits)[..., None]
   d_log_pi = np.eye(4)[actions] - p  # d log pi(a) / d logits
   d_entropy = -p * (log_p + h)  # d H / d logits
   np.testing.assert_allclose(
-      g, expected["grad_log_pi"][..., None] * d_log_pi
-      + expected["grad_entropy"][..., None] * d_entropy, rtol=1e-4, atol=1e-6)
+      g,
+      expected["grad_log_pi"][..., None] * d_log_pi
+      + expected["grad_entropy"][..., None] * d_entropy,
+      rtol=1e-4,
+      atol=1e-6,
+  )
   np.testing.assert_array_equal(np.asarray(g)[..., -1], 0.0)
 
 
@@ -412,29 +476,49 @@ def test_impala_loss_gaussian_is_impala_loss_of_the_helpers(maybe_jit):
   hp = dict(DEFAULT_HP, lambda_=0.9)
 
   def gaussian_loss(mean, log_std):
-    return L.impala_loss_gaussian(mean, log_std, log_mu, actions, x["v_tm1"],
-                                  x["v_t"], x["r_t"], x["discount_t"],
-                                  mask=x["mask"], weights=x["weights"], **hp)
+    return L.impala_loss_gaussian(
+        mean,
+        log_std,
+        log_mu,
+        actions,
+        x["v_tm1"],
+        x["v_t"],
+        x["r_t"],
+        x["discount_t"],
+        mask=x["mask"],
+        weights=x["weights"],
+        **hp,
+    )
 
   out = maybe_jit(gaussian_loss)(mean, log_std)
   full = maybe_jit(gaussian_loss)(mean, np.broadcast_to(log_std, mean.shape))
-  y = dict(x, log_pi_tm1=L.gaussian_log_prob(mean, log_std, actions),
-           log_mu_tm1=log_mu,
-           entropy_tm1=L.gaussian_entropy(np.broadcast_to(log_std,
-                                                          mean.shape)))
+  y = dict(
+      x,
+      log_pi_tm1=L.gaussian_log_prob(mean, log_std, actions),
+      log_mu_tm1=log_mu,
+      entropy_tm1=L.gaussian_entropy(np.broadcast_to(log_std, mean.shape)),
+  )
   expected = maybe_jit(_impala)(y, hp)
   for k in out._fields:
-    np.testing.assert_allclose(getattr(out, k), getattr(expected, k),
-                               rtol=1e-6, atol=1e-6, err_msg=k)
-    np.testing.assert_allclose(getattr(full, k), getattr(expected, k),
-                               rtol=1e-6, atol=1e-6, err_msg=k)
+    np.testing.assert_allclose(
+        getattr(out, k), getattr(expected, k), rtol=1e-6, atol=1e-6, err_msg=k
+    )
+    np.testing.assert_allclose(
+        getattr(full, k), getattr(expected, k), rtol=1e-6, atol=1e-6, err_msg=k
+    )
   # d loss / d mean = grad_log_pi * (a - m) / sigma^2.
   g_mean = jax.jit(jax.grad(lambda m: gaussian_loss(m, log_std).loss))(mean)
-  np_ref = _np_reference(dict(y, log_pi_tm1=np.asarray(y["log_pi_tm1"]),
-                              entropy_tm1=np.asarray(y["entropy_tm1"])), hp)
+  np_ref = _np_reference(
+      dict(y, log_pi_tm1=np.asarray(y["log_pi_tm1"]), entropy_tm1=np.asarray(y["entropy_tm1"])), hp
+  )
   np.testing.assert_allclose(
-      g_mean, np_ref["grad_log_pi"][..., None] * (actions - mean)
-      / np.exp(2.0 * log_std.astype(np.float64)), rtol=1e-4, atol=1e-6)
+      g_mean,
+      np_ref["grad_log_pi"][..., None]
+      * (actions - mean)
+      / np.exp(2.0 * log_std.astype(np.float64)),
+      rtol=1e-4,
+      atol=1e-6,
+  )
 
 
 # -----------------------------------------------------------------------------
@@ -445,16 +529,13 @@ def test_impala_loss_gaussian_is_impala_loss_of_the_helpers(maybe_jit):
 def test_step_weights_and_weighted_mean(maybe_jit):
   mask = np.array([[True, False], [True, True]])
   w = np.array([[2.0, 3.0], [0.5, 0.0]], np.float32)
-  np.testing.assert_array_equal(
-      L.step_weights((2, 2), None, None, jnp.float32), np.ones((2, 2)))
-  np.testing.assert_array_equal(
-      L.step_weights((2, 2), mask, None, jnp.float32), mask.astype(float))
+  np.testing.assert_array_equal(L.step_weights((2, 2), None, None, jnp.float32), np.ones((2, 2)))
+  np.testing.assert_array_equal(L.step_weights((2, 2), mask, None, jnp.float32), mask.astype(float))
   sw = L.step_weights((2, 2), mask, w, jnp.float32)
   np.testing.assert_array_equal(sw, [[2.0, 0.0], [0.5, 0.0]])
   assert sw.dtype == jnp.float32
   x = np.array([[1.0, 100.0], [4.0, 7.0]], np.float32)
-  np.testing.assert_allclose(maybe_jit(L.weighted_mean)(x, sw),
-                             (2.0 + 2.0) / 2.5, rtol=1e-6)
+  np.testing.assert_allclose(maybe_jit(L.weighted_mean)(x, sw), (2.0 + 2.0) / 2.5, rtol=1e-6)
   assert maybe_jit(L.weighted_mean)(x, np.zeros_like(x)) == 0.0
   with pytest.raises(TypeError, match="`weights`"):
     L.step_weights((2, 2), mask, w.astype(np.int32), jnp.float32)
@@ -482,8 +563,7 @@ _BAD = [
     (dict(log_pi_tm1=_INT), {}, TypeError, "log_pi_tm1"),
     (dict(log_mu_tm1=_SHORT), {}, ValueError, "log_mu_tm1"),
     (dict(entropy_tm1=_INT), {}, TypeError, "entropy_tm1"),
-    (dict(entropy_tm1=np.zeros((8,), np.float32)), {}, ValueError,
-     "entropy_tm1"),
+    (dict(entropy_tm1=np.zeros((8,), np.float32)), {}, ValueError, "entropy_tm1"),
     ({}, dict(mask=np.ones((8, 3), np.float32)), TypeError, "mask"),
     ({}, dict(mask=np.ones((8, 2), bool)), ValueError, "mask"),
     ({}, dict(weights=_SHORT), ValueError, "weights"),
@@ -494,21 +574,22 @@ _BAD = [
     ({}, dict(lambda_=-0.5), ValueError, "lambda_"),
     ({}, dict(clip_rho_threshold=0.0), ValueError, "clip_rho_threshold"),
     ({}, dict(clip_c_threshold=-1.0), ValueError, "clip_c_threshold"),
-    ({}, dict(clip_pg_rho_threshold=0.0), ValueError,
-     "clip_pg_rho_threshold"),
+    ({}, dict(clip_pg_rho_threshold=0.0), ValueError, "clip_pg_rho_threshold"),
     ({}, dict(method="reverse"), ValueError, "method"),
 ]
 
 
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
-@pytest.mark.parametrize("arrays,kwargs,exc,name", _BAD,
-                         ids=[f"{b[3]}-{b[2].__name__}" for b in _BAD])
+@pytest.mark.parametrize(
+    "arrays,kwargs,exc,name", _BAD, ids=[f"{b[3]}-{b[2].__name__}" for b in _BAD]
+)
 def test_impala_loss_bad_input(jit, arrays, kwargs, exc, name):
   args = dict(_GOOD, **arrays)
   kw = dict(kwargs)
   mask, weights = kw.pop("mask", None), kw.pop("weights", None)
   fn = lambda args, mask, weights: L.impala_loss(
-      *(args[k] for k in _POS), mask=mask, weights=weights, **kw)
+      *(args[k] for k in _POS), mask=mask, weights=weights, **kw
+  )
   with pytest.raises(exc, match=f"`{name}`"):
     (jax.jit(fn) if jit else fn)(args, mask, weights)
 
@@ -526,6 +607,6 @@ def test_impala_loss_categorical_bad_input(jit):
   with pytest.raises(ValueError, match="`actions`"):
     wrap(L.impala_loss_categorical)(logits, logits, a[:, :2], v, v, v, v)
   with pytest.raises(ValueError, match="`clip_rho_threshold`"):
-    wrap(functools.partial(L.impala_loss_categorical,
-                           clip_rho_threshold=0.0))(logits, logits, a, v, v,
-                                                    v, v)
+    wrap(functools.partial(L.impala_loss_categorical, clip_rho_threshold=0.0))(
+        logits, logits, a, v, v, v, v
+    )

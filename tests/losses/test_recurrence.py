@@ -9,23 +9,22 @@ length (T_PAD) so that each (shape, method, jit) compiles once.
 
 import functools
 
+from hypothesis import given
+from hypothesis import strategies as st
 import jax
+from jax import test_util as jtu
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-from jax import test_util as jtu
-
 import reference as ref
+
 from offpolicy_ac.losses import reverse_linear_recurrence
 
 JIT = pytest.mark.parametrize("jit", [False, True], ids=["nojit", "jit"])
 METHODS = pytest.mark.parametrize("method", ["scan", "associative"])
 # "auto" (the default: scan on CPU) joins the first hand-computed case (and
 # the method-agreement test).
-ALL_METHODS = pytest.mark.parametrize("method",
-                                      ["scan", "associative", "auto"])
+ALL_METHODS = pytest.mark.parametrize("method", ["scan", "associative", "auto"])
 T_PAD = 20
 BATCH_SHAPES = [(), (3,), (2, 3)]
 # Hypothesis drives the jitted runs; the un-jitted runs of the same checks use
@@ -37,8 +36,10 @@ BATCH_SHAPES = [(), (3,), (2, 3)]
 # add such variants (vmap, grad, other dtypes) run it jitted only; the eager
 # associative path is covered by the hand-computed, reference and unroll tests.
 JIT_METHODS_LIGHT = pytest.mark.parametrize(
-    "jit,method", [(False, "scan"), (True, "scan"), (True, "associative")],
-    ids=["scan-nojit", "scan-jit", "associative-jit"])
+    "jit,method",
+    [(False, "scan"), (True, "scan"), (True, "associative")],
+    ids=["scan-nojit", "scan-jit", "associative-jit"],
+)
 
 
 def _run(jit, *args, **static):
@@ -55,8 +56,7 @@ def _run(jit, *args, **static):
 @functools.lru_cache(maxsize=None)
 def _cached(jit, method, unroll=1):
   """One function per static setting, so repeated calls reuse compilations."""
-  f = functools.partial(reverse_linear_recurrence, method=method,
-                        unroll=unroll)
+  f = functools.partial(reverse_linear_recurrence, method=method, unroll=unroll)
   return jax.jit(f) if jit else f
 
 
@@ -73,7 +73,8 @@ def _assert_scaled_close(actual, expected, scale, rtol, atol=0.0):
   bad = np.abs(actual - expected) > bound
   assert not np.any(bad), (
       f"mismatch at {np.argwhere(bad)[:5].tolist()}: actual "
-      f"{actual[bad][:5]}, expected {np.asarray(expected)[bad][:5]}")
+      f"{actual[bad][:5]}, expected {np.asarray(expected)[bad][:5]}"
+  )
 
 
 # ---------------------------------------------------------------------------
@@ -110,8 +111,7 @@ def test_hand_computed_batch_and_single_step(jit, method):
   a = jnp.array([[2.0, 3.0]])
   b = jnp.array([[1.0, 1.0]])
   init = jnp.array([1.0, 2.0])
-  np.testing.assert_allclose(
-      _run(jit, a, b, init, method=method), [[3.0, 7.0]], rtol=1e-6)
+  np.testing.assert_allclose(_run(jit, a, b, init, method=method), [[3.0, 7.0]], rtol=1e-6)
 
 
 @JIT
@@ -159,20 +159,18 @@ def _check_matches_loop_reference(jit, methods, x64, t_len, batch, seed):
   pad_a, pad_b = _pad(a, b, T_PAD)
   for method in methods:
     with jax.enable_x64(x64):
-      out = _cached(jit, method)(jnp.asarray(pad_a), jnp.asarray(pad_b),
-                                 jnp.asarray(init))
+      out = _cached(jit, method)(jnp.asarray(pad_a), jnp.asarray(pad_b), jnp.asarray(init))
       assert out.dtype == dtype and out.shape == pad_b.shape
       out = np.asarray(out)
     rtol = 1e-12 if x64 else 1e-5
     _assert_scaled_close(out[:t_len], expected, scale, rtol)
     # The identity padding carries init unchanged.
-    np.testing.assert_array_equal(out[t_len:],
-                                  np.broadcast_to(init, out[t_len:].shape))
+    np.testing.assert_array_equal(out[t_len:], np.broadcast_to(init, out[t_len:].shape))
 
 
-_PROBLEMS = dict(t_len=st.integers(1, T_PAD),
-                 batch=st.sampled_from(BATCH_SHAPES),
-                 seed=st.integers(0, 2**32 - 1))
+_PROBLEMS = dict(
+    t_len=st.integers(1, T_PAD), batch=st.sampled_from(BATCH_SHAPES), seed=st.integers(0, 2**32 - 1)
+)
 
 
 @pytest.mark.parametrize("x64", [False, True], ids=["f32", "f64"])
@@ -188,9 +186,16 @@ def test_matches_loop_reference_jit(x64, t_len, batch, seed):
 
 # Eager cases: scan over the three batch ranks; associative on [T, 2, 3]
 # only (eager associative_scan compiles its many ops per new shape).
-@pytest.mark.parametrize("method,t_len,batch,seed", [
-    ("scan", 13, (), 0), ("scan", T_PAD, (3,), 1), ("scan", 7, (2, 3), 2),
-    ("associative", 1, (2, 3), 3), ("associative", T_PAD, (2, 3), 4)])
+@pytest.mark.parametrize(
+    "method,t_len,batch,seed",
+    [
+        ("scan", 13, (), 0),
+        ("scan", T_PAD, (3,), 1),
+        ("scan", 7, (2, 3), 2),
+        ("associative", 1, (2, 3), 3),
+        ("associative", T_PAD, (2, 3), 4),
+    ],
+)
 def test_matches_loop_reference_nojit(method, t_len, batch, seed):
   # float32 only: eager float64 would double the op-by-op compilations.
   _check_matches_loop_reference(False, (method,), False, t_len, batch, seed)
@@ -218,15 +223,14 @@ def test_scan_unroll_and_associative_agree(jit, unroll):
   _assert_scaled_close(scan, np.asarray(assoc, np.float64), scale, 2e-5)
   if unroll > 1:  # and the plain scan
     np.testing.assert_allclose(
-        scan, _cached(jit, "scan")(a, b, init), rtol=1e-6,
-        atol=1e-6 * float(np.max(scale)))
+        scan, _cached(jit, "scan")(a, b, init), rtol=1e-6, atol=1e-6 * float(np.max(scale))
+    )
 
 
 @JIT_METHODS_LIGHT
 def test_batch_shapes_and_vmap_agree(jit, method):
   rng = np.random.default_rng(0)
-  a, b, init = (jnp.asarray(x) for x in
-                _random_problem(rng, T_PAD, (2, 3), np.float32))
+  a, b, init = (jnp.asarray(x) for x in _random_problem(rng, T_PAD, (2, 3), np.float32))
   f = _cached(jit, method)
   full = np.asarray(f(a, b, init))
   assert full.shape == (T_PAD, 2, 3)
@@ -257,8 +261,7 @@ def test_accepts_numpy_arrays(jit, method):
   if jit:
     f = jax.jit(f)
   np.testing.assert_allclose(f(a, b), [5.0, 8.0, 3.0], rtol=1e-6)
-  np.testing.assert_allclose(f(a, b, np.float32(10.0)), [35.0, 68.0, 33.0],
-                             rtol=1e-6)
+  np.testing.assert_allclose(f(a, b, np.float32(10.0)), [35.0, 68.0, 33.0], rtol=1e-6)
 
 
 @JIT
@@ -277,8 +280,7 @@ def test_gradients_match_finite_differences_float64(method):
   # seconds of op-by-op compilation; the closed-form test below runs both.
   rng = np.random.default_rng(2)
   with jax.enable_x64(True):
-    a, b, init = (jnp.asarray(x) for x in
-                  _random_problem(rng, 6, (2,), np.float64))
+    a, b, init = (jnp.asarray(x) for x in _random_problem(rng, 6, (2,), np.float64))
     f = jax.jit(functools.partial(reverse_linear_recurrence, method=method))
     jtu.check_grads(f, (a, b, init), order=1, modes=["rev", "fwd"])
 
@@ -287,8 +289,7 @@ def test_gradients_match_finite_differences_float64(method):
 def test_gradient_closed_form(jit, method):
   # d acc_0 / d b_t = prod_{i < t} a_i; d acc_0 / d init = prod_i a_i.
   rng = np.random.default_rng(3)
-  a, b, init = (jnp.asarray(x) for x in
-                _random_problem(rng, T_PAD, (3,), np.float32))
+  a, b, init = (jnp.asarray(x) for x in _random_problem(rng, T_PAD, (3,), np.float32))
   f = functools.partial(reverse_linear_recurrence, method=method)
   loss = lambda bb, ii: f(a, bb, ii)[0].sum()
   if jit:
@@ -299,8 +300,8 @@ def test_gradient_closed_form(jit, method):
     expected[t] = expected[t - 1] * np.asarray(a, np.float64)[t - 1]
   np.testing.assert_allclose(grad_b, expected, rtol=1e-5, atol=1e-30)
   np.testing.assert_allclose(
-      grad_init, expected[-1] * np.asarray(a, np.float64)[-1], rtol=1e-5,
-      atol=1e-30)
+      grad_init, expected[-1] * np.asarray(a, np.float64)[-1], rtol=1e-5, atol=1e-30
+  )
 
 
 @JIT_METHODS_LIGHT
@@ -310,8 +311,9 @@ def test_preserves_float_dtypes(jit, method):
   for dtype in (jnp.float32, jnp.bfloat16):
     out = _run(jit, a.astype(dtype), b.astype(dtype), method=method)
     assert out.dtype == dtype
-    np.testing.assert_allclose(np.asarray(out, np.float64)[:, 0],
-                               [1.875, 1.75, 1.5, 1.0], rtol=1e-2)
+    np.testing.assert_allclose(
+        np.asarray(out, np.float64)[:, 0], [1.875, 1.75, 1.5, 1.0], rtol=1e-2
+    )
   with jax.enable_x64(True):
     out = _run(jit, a, b, method=method)
     assert out.dtype == jnp.float64
@@ -331,16 +333,18 @@ def test_bad_method_raises(jit):
 
 @JIT
 @METHODS
-@pytest.mark.parametrize("a_shape,b_shape,init_shape,name", [
-    ((3,), (4,), None, "`a`"),
-    ((3, 2), (3,), None, "`a`"),
-    ((3, 2), (3, 2), (3,), "`init`"),
-    ((3, 2), (3, 2), (2, 1), "`init`"),
-    ((), (), None, "`b`"),
-    ((0, 2), (0, 2), None, "`b`"),
-])
-def test_bad_shapes_raise_value_error(jit, method, a_shape, b_shape,
-                                      init_shape, name):
+@pytest.mark.parametrize(
+    "a_shape,b_shape,init_shape,name",
+    [
+        ((3,), (4,), None, "`a`"),
+        ((3, 2), (3,), None, "`a`"),
+        ((3, 2), (3, 2), (3,), "`init`"),
+        ((3, 2), (3, 2), (2, 1), "`init`"),
+        ((), (), None, "`b`"),
+        ((0, 2), (0, 2), None, "`b`"),
+    ],
+)
+def test_bad_shapes_raise_value_error(jit, method, a_shape, b_shape, init_shape, name):
   args = [jnp.ones(a_shape), jnp.ones(b_shape)]
   if init_shape is not None:
     args.append(jnp.ones(init_shape))

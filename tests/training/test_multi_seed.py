@@ -12,11 +12,11 @@ import shutil
 
 import numpy as np
 import pytest
+from scripts import load_script
 
 from offpolicy_ac.training import read_metrics
 from offpolicy_ac.training.loop import LoopConfig
 from offpolicy_ac.training.multi_seed import vmap_unsupported_reason
-from scripts import load_script
 
 WALL_CLOCK = ("wall_time_s", "env_steps_per_s")
 
@@ -28,8 +28,9 @@ def _script(name):
 def _main(name, run_dir, resume=False, **loop):
   module = _script(name)
   args = module.Args()
-  args = dataclasses.replace(args, run_dir=str(run_dir), resume=resume,
-                             loop=dataclasses.replace(args.loop, **loop))
+  args = dataclasses.replace(
+      args, run_dir=str(run_dir), resume=resume, loop=dataclasses.replace(args.loop, **loop)
+  )
   return module.main(args)
 
 
@@ -50,16 +51,20 @@ def _assert_same_run(single, vmapped, loss_keys):
       assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), key
 
 
-@pytest.mark.parametrize("script,steps,keys", [
-    ("impala", 5120, ["loss", "grad_norm", "entropy", "value_loss"]),
-    ("sql", 3000, ["loss", "grad_norm"]),
-    ("acer", 3072, ["loss", "grad_norm"]),
-])
+@pytest.mark.parametrize(
+    "script,steps,keys",
+    [
+        ("impala", 5120, ["loss", "grad_norm", "entropy", "value_loss"]),
+        ("sql", 3000, ["loss", "grad_norm"]),
+        ("acer", 3072, ["loss", "grad_norm"]),
+    ],
+)
 def test_each_vmapped_seed_is_the_single_run_of_that_seed(tmp_path, script, steps, keys):
   common = dict(total_env_steps=steps, checkpoint_every=0)
   module = _script(script)
-  common["log_every"] = max(steps // 4, module.Args().loop.num_envs
-                            * module.Args().loop.unroll_length)
+  common["log_every"] = max(
+      steps // 4, module.Args().loop.num_envs * module.Args().loop.unroll_length
+  )
   _main(script, tmp_path / "single", seed=4, **common)
   results = _main(script, tmp_path / "vmapped", seed=3, num_seeds=2, **common)
   assert isinstance(results, list) and len(results) == 2
@@ -73,13 +78,15 @@ def test_vmapped_seeds_with_the_xla_rollout_are_the_single_host_loop_runs(tmp_pa
   common = dict(total_env_steps=3072, checkpoint_every=1536, log_every=768)
   _main("impala", tmp_path / "single", seed=4, **common)
   _main("impala", tmp_path / "vmapped", seed=3, num_seeds=2, xla_rollout=True, **common)
-  _assert_same_run(_lines(tmp_path / "single"), _lines(tmp_path / "vmapped" / "seed4"),
-                   ["loss", "grad_norm", "entropy", "value_loss"])
+  _assert_same_run(
+      _lines(tmp_path / "single"),
+      _lines(tmp_path / "vmapped" / "seed4"),
+      ["loss", "grad_norm", "entropy", "value_loss"],
+  )
 
 
 def test_vmapped_seeds_resume_exactly(tmp_path):
-  flags = dict(num_seeds=2, log_every=1280, checkpoint_every=2560, eval_every=2560,
-               eval_episodes=2)
+  flags = dict(num_seeds=2, log_every=1280, checkpoint_every=2560, eval_every=2560, eval_episodes=2)
   _main("impala", tmp_path / "straight", total_env_steps=7680, **flags)
   _main("impala", tmp_path / "resumed", total_env_steps=5120, **flags)
   _main("impala", tmp_path / "resumed", resume=True, total_env_steps=7680, **flags)
@@ -98,27 +105,46 @@ def test_vmapped_seeds_resume_from_an_older_checkpoint(tmp_path):
   shutil.rmtree(tmp_path / "run" / "checkpoints" / "7680")  # back to 5120
   _main("impala", tmp_path / "run", resume=True, total_env_steps=7680, **flags)
   for seed in (0, 1):
-    assert _lines(tmp_path / "run" / f"seed{seed}") == _lines(
-        tmp_path / "straight" / f"seed{seed}")
+    assert _lines(tmp_path / "run" / f"seed{seed}") == _lines(tmp_path / "straight" / f"seed{seed}")
 
 
 def test_vmapped_seeds_refuse_to_overwrite_and_a_changed_config(tmp_path):
-  _main("impala", tmp_path / "run", num_seeds=2, total_env_steps=512, log_every=256,
-        checkpoint_every=512)
+  _main(
+      "impala",
+      tmp_path / "run",
+      num_seeds=2,
+      total_env_steps=512,
+      log_every=256,
+      checkpoint_every=512,
+  )
   with pytest.raises(FileExistsError):
     _main("impala", tmp_path / "run", num_seeds=2, total_env_steps=512)
   with pytest.raises(ValueError, match="num_envs"):
-    _main("impala", tmp_path / "run", resume=True, num_seeds=2, total_env_steps=1024,
-          log_every=256, checkpoint_every=512, num_envs=8)
+    _main(
+        "impala",
+        tmp_path / "run",
+        resume=True,
+        num_seeds=2,
+        total_env_steps=1024,
+        log_every=256,
+        checkpoint_every=512,
+        num_envs=8,
+    )
 
 
 def test_configs_a_vmapped_learner_cannot_serve_run_seeds_one_after_the_other(tmp_path):
   assert vmap_unsupported_reason(LoopConfig()) is None
   assert "actor threads" in vmap_unsupported_reason(LoopConfig(async_actors=2))
-  assert "whole-replay" in vmap_unsupported_reason(
-      LoopConfig(whole_replay_buffer_training=True))
-  results = _main("impala", tmp_path / "run", num_seeds=2, vmap_seeds=False,
-                  total_env_steps=512, log_every=256, checkpoint_every=0)
+  assert "whole-replay" in vmap_unsupported_reason(LoopConfig(whole_replay_buffer_training=True))
+  results = _main(
+      "impala",
+      tmp_path / "run",
+      num_seeds=2,
+      vmap_seeds=False,
+      total_env_steps=512,
+      log_every=256,
+      checkpoint_every=0,
+  )
   assert len(results) == 2
   config = json.loads((tmp_path / "run" / "seed1" / "config.json").read_text())
   assert "vmapped_seeds_of" not in config
@@ -130,10 +156,14 @@ def test_vmapped_seeds_non_finite_loss_names_the_seed(tmp_path):
   module = _script("impala")
   args = module.Args()
   args = dataclasses.replace(
-      args, run_dir=str(tmp_path / "run"),
-      loop=dataclasses.replace(args.loop, num_seeds=2, total_env_steps=100_000,
-                               checkpoint_every=2560),
-      agent=dataclasses.replace(args.agent, learning_rate=1e30, max_grad_norm=1e30))
+      args,
+      run_dir=str(tmp_path / "run"),
+      loop=dataclasses.replace(
+          args.loop, num_seeds=2, total_env_steps=100_000, checkpoint_every=2560
+      ),
+      agent=dataclasses.replace(args.agent, learning_rate=1e30, max_grad_norm=1e30),
+  )
   from offpolicy_ac.training.loop import NonFiniteError
+
   with pytest.raises(NonFiniteError, match=r"for seed [01] at env step"):
     module.main(args)

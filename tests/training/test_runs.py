@@ -13,16 +13,32 @@ import time
 
 import pytest
 
-ROOT = pathlib.Path(__file__).parents[1]
+ROOT = pathlib.Path(__file__).parents[2]
 WALL_CLOCK = ("wall_time_s", "env_steps_per_s")
 # 256 env steps per iteration (16 envs x 16 steps); checkpoints every 10 iterations.
-FLAGS = ["--checkpoint-every", "2560", "--log-every", "1280", "--eval-every", "2560",
-         "--eval-episodes", "2"]
+FLAGS = [
+    "--checkpoint-every",
+    "2560",
+    "--log-every",
+    "1280",
+    "--eval-every",
+    "2560",
+    "--eval-episodes",
+    "2",
+]
 
 
 def _run(script, run_dir, steps, *extra, check=True, **kwargs):
-  cmd = [sys.executable, str(ROOT / "experiments" / f"{script}.py"), "--run-dir", str(run_dir),
-         "--total-env-steps", str(steps), *FLAGS, *extra]
+  cmd = [
+      sys.executable,
+      str(ROOT / "experiments" / f"{script}.py"),
+      "--run-dir",
+      str(run_dir),
+      "--total-env-steps",
+      str(steps),
+      *FLAGS,
+      *extra,
+  ]
   proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, **kwargs)
   if check and proc.returncode != 0:
     raise AssertionError(f"{cmd} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
@@ -71,13 +87,21 @@ def test_resume_drops_a_final_partial_line(tmp_path, straight_run):
 
 def test_kill_9_during_training_then_resume(tmp_path, straight_run):
   run_dir = tmp_path / "run"
-  cmd = [sys.executable, str(ROOT / "experiments" / "impala.py"), "--run-dir", str(run_dir),
-         "--total-env-steps", "7680", *FLAGS]
+  cmd = [
+      sys.executable,
+      str(ROOT / "experiments" / "impala.py"),
+      "--run-dir",
+      str(run_dir),
+      "--total-env-steps",
+      "7680",
+      *FLAGS,
+  ]
   proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
   ckpts = run_dir / "checkpoints"
   deadline = time.time() + 300
-  while time.time() < deadline and not (ckpts.exists() and any(
-      p.name.isdigit() for p in ckpts.iterdir())):
+  while time.time() < deadline and not (
+      ckpts.exists() and any(p.name.isdigit() for p in ckpts.iterdir())
+  ):
     time.sleep(0.05)
   time.sleep(0.3)
   proc.send_signal(signal.SIGKILL)
@@ -123,12 +147,21 @@ def test_resume_refuses_a_different_config(tmp_path):
 
 def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path):
   run_dir = tmp_path / "run"
-  cmd = [sys.executable, str(ROOT / "experiments" / "impala.py"), "--run-dir", str(run_dir),
-         "--total-env-steps", "10000000", *FLAGS]
+  cmd = [
+      sys.executable,
+      str(ROOT / "experiments" / "impala.py"),
+      "--run-dir",
+      str(run_dir),
+      "--total-env-steps",
+      "10000000",
+      *FLAGS,
+  ]
   proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
   deadline = time.time() + 300
-  while time.time() < deadline and not ((run_dir / "metrics.jsonl").exists() and
-                                        (run_dir / "metrics.jsonl").read_text().count("\n") >= 2):
+  while time.time() < deadline and not (
+      (run_dir / "metrics.jsonl").exists()
+      and (run_dir / "metrics.jsonl").read_text().count("\n") >= 2
+  ):
     time.sleep(0.05)
   proc.send_signal(signal.SIGTERM)
   out, err = proc.communicate(timeout=120)
@@ -143,8 +176,9 @@ def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path):
 def test_non_finite_loss_stops_with_a_clear_message(tmp_path):
   run_dir = tmp_path / "run"
   # A huge learning rate makes the network's outputs (and the loss) overflow.
-  proc = _run("impala", run_dir, 100_000, "--learning-rate", "1e30", "--max-grad-norm", "1e30",
-              check=False)
+  proc = _run(
+      "impala", run_dir, 100_000, "--learning-rate", "1e30", "--max-grad-norm", "1e30", check=False
+  )
   assert proc.returncode != 0
   assert "non-finite" in proc.stderr and "at env step" in proc.stderr
 
@@ -160,9 +194,9 @@ def test_exit_process_flushes_runs_atexit_handlers_and_keeps_the_exit_code(tmp_p
       "sys.stdout.write('buffered out')\n"
       "sys.stderr.write('buffered err')\n"
       "exit_process(3)\n"
-      "print('never')\n")
-  proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                        timeout=120)
+      "print('never')\n"
+  )
+  proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
   assert proc.returncode == 3
   assert proc.stdout == "buffered out" and "buffered err" in proc.stderr
   assert marker.read_text() == "ran"

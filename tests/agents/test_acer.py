@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from scripts import load_script
 
 from offpolicy_ac import envs
 from offpolicy_ac import losses
@@ -20,9 +21,11 @@ from offpolicy_ac.agents import AcerConfig
 from offpolicy_ac.agents import make_acer
 from offpolicy_ac.agents import make_acer_continuous
 from offpolicy_ac.agents import make_acer_discrete
-from offpolicy_ac.envs import FIRST, LAST, MID, Trajectory
+from offpolicy_ac.envs import FIRST
+from offpolicy_ac.envs import LAST
+from offpolicy_ac.envs import MID
+from offpolicy_ac.envs import Trajectory
 from offpolicy_ac.training import read_metrics
-from scripts import load_script
 
 
 @pytest.fixture(scope="module")
@@ -72,14 +75,19 @@ def _trajectory(spec, agent, params, key, t=6, b=3):
   discount[3, 0] = 0.0
   reward = np.linspace(-1.0, 1.0, (t + 1) * b, dtype=np.float32).reshape(t + 1, b)
   reward[step_type == FIRST] = 0.0
-  return Trajectory(jnp.asarray(step_type), jnp.asarray(reward), jnp.asarray(discount),
-                    obs, jnp.zeros((t + 1, b), jnp.int32), unflat(action),
-                    jax.tree.map(unflat, extras))
+  return Trajectory(
+      jnp.asarray(step_type),
+      jnp.asarray(reward),
+      jnp.asarray(discount),
+      obs,
+      jnp.zeros((t + 1, b), jnp.int32),
+      unflat(action),
+      jax.tree.map(unflat, extras),
+  )
 
 
 def _max_abs_diff(a, b):
-  return max(float(jnp.max(jnp.abs(x - y))) for x, y in
-             zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+  return max(float(jnp.max(jnp.abs(x - y))) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
 
 
 # --- acting ------------------------------------------------------------------
@@ -110,7 +118,9 @@ def test_continuous_act_shapes_dtypes_and_extras(agents):
   assert extras["mean"].shape == extras["log_std"].shape == (5, 1)
   np.testing.assert_allclose(
       extras["log_prob"],
-      losses.gaussian_log_prob(extras["mean"], extras["log_std"], action), rtol=1e-6)
+      losses.gaussian_log_prob(extras["mean"], extras["log_std"], action),
+      rtol=1e-6,
+  )
   greedy = jax.jit(agent.greedy_act)(state.params, obs)
   np.testing.assert_allclose(greedy, extras["mean"])
 
@@ -131,15 +141,26 @@ def test_act_draws_from_the_key(spec, agents):
 
 @pytest.mark.parametrize("shared_torso", [False, True])
 def test_update_is_finite_changes_params_and_advances(spec, agents, shared_torso):
-  agent = (agents[spec.is_discrete] if not shared_torso
-           else make_acer(spec, AcerConfig(shared_torso=True)))
+  agent = (
+      agents[spec.is_discrete]
+      if not shared_torso
+      else make_acer(spec, AcerConfig(shared_torso=True))
+  )
   state = agent.init(jax.random.PRNGKey(0))
   traj = _trajectory(spec, agent, state.params, jax.random.PRNGKey(2))
   new_state, metrics = agent.update(state, traj)
   assert int(new_state.num_updates) == 1
   assert not bool(jnp.all(new_state.key == state.key))
-  for name in ("loss", "policy_loss", "value_loss", "entropy", "mean_rho",
-               "kl_avg", "trust_region_active", "grad_norm"):
+  for name in (
+      "loss",
+      "policy_loss",
+      "value_loss",
+      "entropy",
+      "mean_rho",
+      "kl_avg",
+      "trust_region_active",
+      "grad_norm",
+  ):
     assert np.isfinite(float(metrics[name])), name
   # On its own fresh data the learner is the behaviour policy: rho = 1.
   np.testing.assert_allclose(float(metrics["mean_rho"]), 1.0, rtol=1e-5)
@@ -155,8 +176,9 @@ def test_average_network_moves_as_an_ema(spec, agents):
   traj = _trajectory(spec, agent, state.params, jax.random.PRNGKey(2))
   for _ in range(3):
     new_state, _ = agent.update(state, traj)
-    expected = jax.tree.map(lambda a, p: decay * a + (1 - decay) * p,
-                            state.target_params, new_state.params)
+    expected = jax.tree.map(
+        lambda a, p: decay * a + (1 - decay) * p, state.target_params, new_state.params
+    )
     assert _max_abs_diff(new_state.target_params, expected) < 1e-6
     state = new_state
   # It lags: closer to the initial parameters than the online network is.
@@ -187,9 +209,15 @@ def _trajectory_no_junction(spec, agent, params, t, b):
   action, extras = agent.act(params, flat, jax.random.PRNGKey(0))
   unflat = lambda x: x.reshape((t + 1, b) + x.shape[1:])
   ones = jnp.ones((t + 1, b), jnp.float32)
-  return Trajectory(jnp.full((t + 1, b), MID, jnp.int32), ones, ones, obs,
-                    jnp.zeros((t + 1, b), jnp.int32), unflat(action),
-                    jax.tree.map(unflat, extras))
+  return Trajectory(
+      jnp.full((t + 1, b), MID, jnp.int32),
+      ones,
+      ones,
+      obs,
+      jnp.zeros((t + 1, b), jnp.int32),
+      unflat(action),
+      jax.tree.map(unflat, extras),
+  )
 
 
 def test_update_accepts_a_single_transition(spec, agents):
@@ -244,23 +272,26 @@ def test_tight_trust_region_changes_the_step(cartpole_spec, loose_agents):
 # --- configuration errors --------------------------------------------------------
 
 
-@pytest.mark.parametrize("field, value, message", [
-    ("gamma", 1.5, "gamma"),
-    ("learning_rate", 0.0, "learning_rate"),
-    ("max_grad_norm", -1.0, "max_grad_norm"),
-    ("clip_c", 0.0, "clip_c"),
-    ("trust_region_delta", -0.1, "trust_region_delta"),
-    ("avg_decay", 1.0, "avg_decay"),
-    ("avg_decay", -0.1, "avg_decay"),
-    ("value_weight", -1.0, "value_weight"),
-    ("entropy_weight", -1.0, "entropy_weight"),
-    ("replay_ratio", -1, "replay_ratio"),
-    ("replay_ratio", 1.5, "replay_ratio"),
-    ("sdn_samples", 0, "sdn_samples"),
-    ("optimizer", "sgd", "optimizer"),
-    ("reward_scale", 0.0, "reward_scale"),
-    ("hidden_sizes", (), "hidden_sizes"),
-])
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("gamma", 1.5, "gamma"),
+        ("learning_rate", 0.0, "learning_rate"),
+        ("max_grad_norm", -1.0, "max_grad_norm"),
+        ("clip_c", 0.0, "clip_c"),
+        ("trust_region_delta", -0.1, "trust_region_delta"),
+        ("avg_decay", 1.0, "avg_decay"),
+        ("avg_decay", -0.1, "avg_decay"),
+        ("value_weight", -1.0, "value_weight"),
+        ("entropy_weight", -1.0, "entropy_weight"),
+        ("replay_ratio", -1, "replay_ratio"),
+        ("replay_ratio", 1.5, "replay_ratio"),
+        ("sdn_samples", 0, "sdn_samples"),
+        ("optimizer", "sgd", "optimizer"),
+        ("reward_scale", 0.0, "reward_scale"),
+        ("hidden_sizes", (), "hidden_sizes"),
+    ],
+)
 def test_bad_config_raises(cartpole_spec, field, value, message):
   config = dataclasses.replace(AcerConfig(), **{field: value})
   with pytest.raises(ValueError, match=message):
@@ -280,8 +311,7 @@ def test_continuous_acer_on_a_discrete_task_names_the_problem(cartpole_spec):
 
 
 @pytest.mark.parametrize("missing", ["logits", "log_prob", "mean", "log_std"])
-def test_update_names_missing_behaviour_extras(cartpole_spec, pendulum_spec, agents,
-                                               missing):
+def test_update_names_missing_behaviour_extras(cartpole_spec, pendulum_spec, agents, missing):
   spec = cartpole_spec if missing == "logits" else pendulum_spec
   agent = agents[spec.is_discrete]
   state = agent.init(jax.random.PRNGKey(0))
@@ -301,14 +331,16 @@ def _script():
 def _args(module, run_dir, agent=None, preset="cartpole", **loop_overrides):
   args = module.PRESETS[preset]
   return dataclasses.replace(
-      args, run_dir=str(run_dir), loop=dataclasses.replace(args.loop, **loop_overrides),
-      agent=dataclasses.replace(args.agent, **(agent or {})))
+      args,
+      run_dir=str(run_dir),
+      loop=dataclasses.replace(args.loop, **loop_overrides),
+      agent=dataclasses.replace(args.agent, **(agent or {})),
+  )
 
 
 def _trailing_returns(run_dir, lines=3):
-  returns = [r["episode_return"] for r in read_metrics(run_dir)
-             if r["episode_return"] is not None]
-  return [float(np.mean(returns[max(0, i - lines + 1): i + 1])) for i in range(len(returns))]
+  returns = [r["episode_return"] for r in read_metrics(run_dir) if r["episode_return"] is not None]
+  return [float(np.mean(returns[max(0, i - lines + 1) : i + 1])) for i in range(len(returns))]
 
 
 def test_presets_are_valid_and_the_pendulum_one_only_changes_the_task():
@@ -327,18 +359,30 @@ def test_script_derives_the_loop_updates_from_the_replay_ratio():
   args = module.Args(agent=AcerConfig(replay_ratio=3))
   assert args.train_loop.num_updates_per_train_iter == 3
   with pytest.raises(ValueError, match="replay-ratio"):
-    module.Args(loop=dataclasses.replace(module.Args().loop, num_updates_per_train_iter=7),
-                agent=AcerConfig(replay_ratio=3))
+    module.Args(
+        loop=dataclasses.replace(module.Args().loop, num_updates_per_train_iter=7),
+        agent=AcerConfig(replay_ratio=3),
+    )
   with pytest.raises(ValueError, match="replay-ratio"):
     module.Args(agent=AcerConfig(replay_ratio=0))
 
 
 def test_script_run_records_the_replay_ratio(tmp_path):
   module = _script()
-  result = module.main(_args(module, tmp_path / "run", agent=dict(replay_ratio=2),
-                             total_env_steps=2048, log_every=1024, eval_every=1024,
-                             eval_episodes=2, num_envs=4, unroll_length=8,
-                             mini_batch_length=8))
+  result = module.main(
+      _args(
+          module,
+          tmp_path / "run",
+          agent=dict(replay_ratio=2),
+          total_env_steps=2048,
+          log_every=1024,
+          eval_every=1024,
+          eval_episodes=2,
+          num_envs=4,
+          unroll_length=8,
+          mini_batch_length=8,
+      )
+  )
   config = json.loads((tmp_path / "run" / "config.json").read_text())
   assert config["config"]["loop"]["num_updates_per_train_iter"] == 2
   assert config["config"]["agent"]["replay_ratio"] == 2

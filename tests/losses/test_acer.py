@@ -12,23 +12,22 @@ gradients and the hypothesis properties run jitted.
 
 import functools
 
+from hypothesis import given
+from hypothesis import settings
+from hypothesis import strategies as st
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given
-from hypothesis import settings
-from hypothesis import strategies as st
-
 import reference as ref
+
 from offpolicy_ac import losses as L
 
 RTOL, ATOL = 2e-5, 2e-4
 T_STRAT = st.integers(1, 16)
 BATCH_STRAT = st.one_of(
-    st.just(()),
-    st.tuples(st.integers(1, 4)),
-    st.tuples(st.integers(1, 3), st.integers(1, 3)))
+    st.just(()), st.tuples(st.integers(1, 4)), st.tuples(st.integers(1, 3), st.integers(1, 3))
+)
 SEEDS = st.integers(0, 2**31 - 1)
 FEW = settings(max_examples=6)
 
@@ -53,20 +52,22 @@ def _q_ret_inputs(seed, t, batch=(), n_actions=3, *, garble=True):
   discount, mask, _ = ref.sq_random_layout(rng, t, batch)
   a_t = rng.integers(0, n_actions, size=shape).astype(np.int32)
   mu_all = _probs(rng, shape + (n_actions,))
-  x = dict(q_t=rng.normal(size=shape + (n_actions,)).astype(np.float32),
-           a_t=a_t, r_t=rng.normal(size=shape).astype(np.float32),
-           discount_t=discount.astype(np.float32),
-           pi_t=_probs(rng, shape + (n_actions,)),
-           mu_t=np.take_along_axis(mu_all, a_t[..., None], -1)[..., 0],
-           mask=mask)
+  x = dict(
+      q_t=rng.normal(size=shape + (n_actions,)).astype(np.float32),
+      a_t=a_t,
+      r_t=rng.normal(size=shape).astype(np.float32),
+      discount_t=discount.astype(np.float32),
+      pi_t=_probs(rng, shape + (n_actions,)),
+      mu_t=np.take_along_axis(mu_all, a_t[..., None], -1)[..., 0],
+      mask=mask,
+  )
   if garble:
     x["q_t"] = ref.sq_garble(rng, x["q_t"], mask)
     x["r_t"] = ref.sq_garble(rng, x["r_t"], mask)
     m = mask[..., None]
     x["pi_t"] = np.where(m, x["pi_t"], rng.uniform(0, 5, x["pi_t"].shape))
     x["mu_t"] = np.where(mask, x["mu_t"], rng.uniform(0, 5, mask.shape))
-    x["pi_t"], x["mu_t"] = (x["pi_t"].astype(np.float32),
-                            x["mu_t"].astype(np.float32))
+    x["pi_t"], x["mu_t"] = (x["pi_t"].astype(np.float32), x["mu_t"].astype(np.float32))
   return x
 
 
@@ -74,8 +75,7 @@ _Q_RET_ARGS = ("q_t", "a_t", "r_t", "discount_t", "pi_t", "mu_t")
 
 
 def _q_ret(x, *, method="scan"):
-  return L.acer_q_ret(*(x[k] for k in _Q_RET_ARGS), mask=x["mask"],
-                      method=method)
+  return L.acer_q_ret(*(x[k] for k in _Q_RET_ARGS), mask=x["mask"], method=method)
 
 
 def _np_q_ret(x):
@@ -90,11 +90,9 @@ def test_acer_q_ret_hand_case(maybe_jit):
   fn = maybe_jit(lambda mu_t: L.acer_q_ret(q_t, a_t, r_t, d_t, pi_t, mu_t))
   # V(x_1) = 1.5, V(x_2) = 3.75; G_1 = 1 + 0.9 * 3.75 = 4.375.
   # rho_1 = 0.5 / 0.25 = 2 -> c = 1: G_0 = 1 + 0.9 (1.5 + (4.375 - 2)).
-  np.testing.assert_allclose(fn(jnp.array([0.25, 0.5])), [4.4875, 4.375],
-                             rtol=1e-6)
+  np.testing.assert_allclose(fn(jnp.array([0.25, 0.5])), [4.4875, 4.375], rtol=1e-6)
   # rho_1 = 0.5 / 1.0 -> c = 0.5: G_0 = 1 + 0.9 (1.5 + 0.5 (4.375 - 2)).
-  np.testing.assert_allclose(fn(jnp.array([1.0, 0.5])), [3.41875, 4.375],
-                             rtol=1e-6)
+  np.testing.assert_allclose(fn(jnp.array([1.0, 0.5])), [3.41875, 4.375], rtol=1e-6)
 
 
 def test_acer_q_ret_hand_case_with_mask_and_termination(maybe_jit):
@@ -104,12 +102,10 @@ def test_acer_q_ret_hand_case_with_mask_and_termination(maybe_jit):
   pi_t = jnp.full((4, 2), 0.5)
   mu_t = jnp.full((4,), 0.5)
   mask = jnp.array([True, False, True, True])
-  out = maybe_jit(lambda m: L.acer_q_ret(q_t, a_t, r_t, d_t, pi_t, mu_t,
-                                         mask=m))(mask)
+  out = maybe_jit(lambda m: L.acer_q_ret(q_t, a_t, r_t, d_t, pi_t, mu_t, mask=m))(mask)
   # Step 0 bootstraps from V(x_1) = 1.5 (next step masked); step 2 is a
   # termination (discount 0); step 3 bootstraps from V(x_4) = 1.
-  np.testing.assert_allclose(out, [1 + 0.9 * 1.5, 0.0, 2.0, 0.5 + 0.9 * 1.0],
-                             rtol=1e-6)
+  np.testing.assert_allclose(out, [1 + 0.9 * 1.5, 0.0, 2.0, 0.5 + 0.9 * 1.0], rtol=1e-6)
 
 
 @FEW
@@ -136,25 +132,25 @@ def test_acer_q_ret_identities():
   # It is Retrace's target with lambda = 1, and has no gradient.
   np.testing.assert_allclose(
       jax.jit(_q_ret)(x),
-      L.retrace_targets(*(x[k] for k in _Q_RET_ARGS), mask=x["mask"],
-                        lambda_=1.0), rtol=1e-6, atol=1e-6)
-  grads = jax.jit(jax.grad(
-      lambda q, r, pi: jnp.sum(_q_ret(dict(x, q_t=q, r_t=r, pi_t=pi))),
-      argnums=(0, 1, 2)))(x["q_t"], x["r_t"], x["pi_t"])
+      L.retrace_targets(*(x[k] for k in _Q_RET_ARGS), mask=x["mask"], lambda_=1.0),
+      rtol=1e-6,
+      atol=1e-6,
+  )
+  grads = jax.jit(
+      jax.grad(lambda q, r, pi: jnp.sum(_q_ret(dict(x, q_t=q, r_t=r, pi_t=pi))), argnums=(0, 1, 2))
+  )(x["q_t"], x["r_t"], x["pi_t"])
   for g in grads:
     np.testing.assert_array_equal(g, 0.0)
   # scan and associative agree; [T, B] agrees with [T] and with vmap.
   assoc = jax.jit(functools.partial(_q_ret, method="associative"))(x)
   np.testing.assert_allclose(jax.jit(_q_ret)(x), assoc, rtol=1e-5, atol=1e-5)
   vmapped = jax.jit(jax.vmap(_q_ret, in_axes=1, out_axes=1))(x)
-  np.testing.assert_allclose(jax.jit(_q_ret)(x), vmapped, rtol=1e-6,
-                             atol=1e-6)
+  np.testing.assert_allclose(jax.jit(_q_ret)(x), vmapped, rtol=1e-6, atol=1e-6)
   single_fn = jax.jit(_q_ret)
   for j in range(3):
     col = {k: v[:, j] for k, v in x.items()}
     assert col["q_t"].shape == (8, 3) and col["a_t"].shape == (8,)
-    np.testing.assert_allclose(single_fn(col), vmapped[:, j], rtol=1e-6,
-                               atol=1e-6)
+    np.testing.assert_allclose(single_fn(col), vmapped[:, j], rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("method", ["scan", "associative"])
@@ -166,9 +162,9 @@ def test_acer_q_ret_splitting_at_junctions_changes_nothing(method):
     x["mask"] = np.stack([mask] * 3, 1)
     x["discount_t"] = np.full(x["mask"].shape, 0.95, np.float32)
     for k in ("q_t", "r_t", "pi_t", "mu_t"):
-      x[k] = np.where(x["mask"].reshape(x["mask"].shape + (1,) *
-                                        (x[k].ndim - 2)), x[k],
-                      1e3).astype(np.float32)
+      x[k] = np.where(
+          x["mask"].reshape(x["mask"].shape + (1,) * (x[k].ndim - 2)), x[k], 1e3
+      ).astype(np.float32)
     joined = np.asarray(fn(x))
     np.testing.assert_array_equal(joined[~mask], 0.0)
     for sl in slices:
@@ -183,16 +179,17 @@ def test_acer_q_ret_splitting_at_junctions_changes_nothing(method):
 
 def _policy_inputs(seed, shape=(8, 3), n_actions=4):
   rng = np.random.default_rng(seed)
-  return dict(pi=_probs(rng, shape + (n_actions,)),
-              mu=_probs(rng, shape + (n_actions,)),
-              a=rng.integers(0, n_actions, size=shape).astype(np.int32),
-              q=rng.normal(size=shape + (n_actions,)).astype(np.float32),
-              q_ret=rng.normal(size=shape).astype(np.float32))
+  return dict(
+      pi=_probs(rng, shape + (n_actions,)),
+      mu=_probs(rng, shape + (n_actions,)),
+      a=rng.integers(0, n_actions, size=shape).astype(np.int32),
+      q=rng.normal(size=shape + (n_actions,)).astype(np.float32),
+      q_ret=rng.normal(size=shape).astype(np.float32),
+  )
 
 
 def _objective(x, clip_c):
-  return L.acer_policy_objective(x["pi"], x["mu"], x["a"], x["q"],
-                                 x["q_ret"], clip_c=clip_c)
+  return L.acer_policy_objective(x["pi"], x["mu"], x["a"], x["q"], x["q_ret"], clip_c=clip_c)
 
 
 def test_acer_policy_objective_hand_case(maybe_jit):
@@ -200,36 +197,42 @@ def test_acer_policy_objective_hand_case(maybe_jit):
   q, q_ret, a = jnp.array([[1.0, 3.0]]), jnp.array([2.0]), jnp.array([0])
   # rho = [4, 1/4], V = 1.4, c = 2: min(2, 4) (2 - 1.4) log 0.8 plus the
   # correction [1 - 2/4]_+ 0.8 (1 - 1.4) log 0.8 (zero for action 1).
-  obj = maybe_jit(lambda pi: L.acer_policy_objective(pi, mu, a, q, q_ret,
-                                                     clip_c=2.0))(pi)
+  obj = maybe_jit(lambda pi: L.acer_policy_objective(pi, mu, a, q, q_ret, clip_c=2.0))(pi)
   np.testing.assert_allclose(obj, [1.04 * np.log(0.8)], rtol=1e-5)
-  loss = maybe_jit(lambda pi: L.acer_policy_loss(pi, mu, a, q, q_ret,
-                                                 clip_c=2.0))(pi)
+  loss = maybe_jit(lambda pi: L.acer_policy_loss(pi, mu, a, q, q_ret, clip_c=2.0))(pi)
   np.testing.assert_allclose(loss, -obj, rtol=1e-6)
   # g = [2 * 0.6 / 0.8 + 0.5 * (1 - 1.4), 0].
-  g = jax.jit(jax.grad(lambda pi: jnp.sum(L.acer_policy_objective(
-      pi, mu, a, q, q_ret, clip_c=2.0))))(pi)
+  g = jax.jit(
+      jax.grad(lambda pi: jnp.sum(L.acer_policy_objective(pi, mu, a, q, q_ret, clip_c=2.0)))
+  )(pi)
   np.testing.assert_allclose(g, [[1.3, 0.0]], rtol=1e-5, atol=1e-7)
 
 
 @FEW
-@given(t=T_STRAT, batch=BATCH_STRAT, seed=SEEDS, n_actions=st.integers(1, 5),
-       clip_c=st.sampled_from([0.5, 1.0, 2.0, 10.0]))
-def test_acer_policy_objective_and_gradient_match_numpy(t, batch, seed,
-                                                        n_actions, clip_c):
+@given(
+    t=T_STRAT,
+    batch=BATCH_STRAT,
+    seed=SEEDS,
+    n_actions=st.integers(1, 5),
+    clip_c=st.sampled_from([0.5, 1.0, 2.0, 10.0]),
+)
+def test_acer_policy_objective_and_gradient_match_numpy(t, batch, seed, n_actions, clip_c):
   x = _policy_inputs(seed, (t,) + batch, n_actions)
 
   def fn(x, clip_c):
     obj = _objective(x, clip_c)
-    grads = jax.grad(lambda pi, mu, q, q_ret: jnp.sum(_objective(
-        dict(x, pi=pi, mu=mu, q=q, q_ret=q_ret), clip_c)),
-                     argnums=(0, 1, 2, 3))(x["pi"], x["mu"], x["q"],
-                                           x["q_ret"])
+    grads = jax.grad(
+        lambda pi, mu, q, q_ret: jnp.sum(
+            _objective(dict(x, pi=pi, mu=mu, q=q, q_ret=q_ret), clip_c)
+        ),
+        argnums=(0, 1, 2, 3),
+    )(x["pi"], x["mu"], x["q"], x["q_ret"])
     return obj, grads
 
   obj, (g_pi, g_mu, g_q, g_q_ret) = jax.jit(fn)(x, clip_c)
   expected_obj, expected_g = ref.np_acer_policy_objective(
-      x["pi"], x["mu"], x["a"], x["q"], x["q_ret"], clip_c)
+      x["pi"], x["mu"], x["a"], x["q"], x["q_ret"], clip_c
+  )
   assert obj.shape == (t,) + batch
   np.testing.assert_allclose(obj, expected_obj, rtol=1e-4, atol=1e-4)
   # The gradient w.r.t. the probabilities is the paper's g.
@@ -244,24 +247,32 @@ def test_acer_policy_objective_fixed_shapes(maybe_jit):
     x = _policy_inputs(seed)
     np.testing.assert_allclose(
         fn(x, clip_c),
-        ref.np_acer_policy_objective(x["pi"], x["mu"], x["a"], x["q"],
-                                     x["q_ret"], clip_c)[0],
-        rtol=1e-4, atol=1e-4)
+        ref.np_acer_policy_objective(x["pi"], x["mu"], x["a"], x["q"], x["q_ret"], clip_c)[0],
+        rtol=1e-4,
+        atol=1e-4,
+    )
     np.testing.assert_allclose(
-        maybe_jit(lambda x: L.acer_policy_loss(
-            x["pi"], x["mu"], x["a"], x["q"], x["q_ret"], clip_c=clip_c))(x),
-        -np.asarray(fn(x, clip_c)), rtol=1e-6)
+        maybe_jit(
+            lambda x: L.acer_policy_loss(
+                x["pi"], x["mu"], x["a"], x["q"], x["q_ret"], clip_c=clip_c
+            )
+        )(x),
+        -np.asarray(fn(x, clip_c)),
+        rtol=1e-6,
+    )
 
 
 def test_acer_policy_objective_zero_probabilities_are_finite():
   pi = jnp.array([[0.7, 0.3, 0.0]])  # an action with pi = 0 (not taken)
   mu = jnp.array([[0.1, 0.1, 0.8]])
   q, q_ret, a = jnp.array([[1.0, -1.0, 5.0]]), jnp.array([0.5]), jnp.array([0])
-  obj, g = jax.jit(jax.value_and_grad(lambda pi: jnp.sum(
-      L.acer_policy_objective(pi, mu, a, q, q_ret, clip_c=1.0))))(pi)
+  obj, g = jax.jit(
+      jax.value_and_grad(
+          lambda pi: jnp.sum(L.acer_policy_objective(pi, mu, a, q, q_ret, clip_c=1.0))
+      )
+  )(pi)
   assert np.isfinite(obj) and np.all(np.isfinite(g))
-  exp_obj, exp_g = ref.np_acer_policy_objective(np.array([[0.7, 0.3, 1e-30]]),
-                                                mu, a, q, q_ret, 1.0)
+  exp_obj, exp_g = ref.np_acer_policy_objective(np.array([[0.7, 0.3, 1e-30]]), mu, a, q, q_ret, 1.0)
   np.testing.assert_allclose(obj, exp_obj.sum(), rtol=1e-5)
   np.testing.assert_allclose(g[0, :2], exp_g[0, :2], rtol=1e-5)
 
@@ -278,28 +289,29 @@ def test_trust_region_projection_hand_cases(maybe_jit):
   z = proj(g, k)
   # Row 0: k.g = 1 > 0.5 -> z = g - 0.5 k, and k.z = delta.
   # Rows 1-3: k.g = 0, k = 0 and k.g = -3 are inside: z = g.
-  np.testing.assert_allclose(z, [[0.5, 0.0], [1.0, 0.0], [1.0, 2.0],
-                                 [3.0, 4.0]], rtol=1e-6)
+  np.testing.assert_allclose(z, [[0.5, 0.0], [1.0, 0.0], [1.0, 2.0], [3.0, 4.0]], rtol=1e-6)
   z2 = maybe_jit(lambda g, k: L.trust_region_projection(g, k, 2.0))(
-      jnp.array([[1.0, 2.0]]), jnp.array([[2.0, 1.0]]))
+      jnp.array([[1.0, 2.0]]), jnp.array([[2.0, 1.0]])
+  )
   # k.g = 4 > 2: z = g - (4 - 2)/5 k = [0.2, 1.6]; k.z = 2.
   np.testing.assert_allclose(z2, [[0.2, 1.6]], rtol=1e-6)
-  np.testing.assert_allclose(jnp.sum(z2 * jnp.array([[2.0, 1.0]])), 2.0,
-                             rtol=1e-6)
+  np.testing.assert_allclose(jnp.sum(z2 * jnp.array([[2.0, 1.0]])), 2.0, rtol=1e-6)
 
 
 @FEW
-@given(shape=st.one_of(st.tuples(st.integers(1, 16)),
-                       st.tuples(st.integers(1, 8), st.integers(1, 4))),
-       dim=st.integers(1, 5), seed=SEEDS, delta=st.floats(0.0, 3.0))
+@given(
+    shape=st.one_of(st.tuples(st.integers(1, 16)), st.tuples(st.integers(1, 8), st.integers(1, 4))),
+    dim=st.integers(1, 5),
+    seed=SEEDS,
+    delta=st.floats(0.0, 3.0),
+)
 def test_trust_region_projection_properties(shape, dim, seed, delta):
   rng = np.random.default_rng(seed)
   g = rng.normal(size=shape + (dim,)).astype(np.float32)
   k = rng.normal(size=shape + (dim,)).astype(np.float32)
   k[rng.random(size=shape) < 0.1] = 0.0
   z = np.asarray(jax.jit(L.trust_region_projection)(g, k, delta))
-  np.testing.assert_allclose(z, ref.np_trust_region_projection(g, k, delta),
-                             rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(z, ref.np_trust_region_projection(g, k, delta), rtol=1e-4, atol=1e-5)
   kg = np.sum(k.astype(np.float64) * g, -1)
   kz = np.sum(k.astype(np.float64) * z, -1)
   active = kg > delta
@@ -319,48 +331,58 @@ def test_trust_region_surrogate_gradient_is_minus_z(maybe_jit):
   g, k = c / stats, 2.0 * b * stats  # per-step gradients
   kg = np.sum(k.astype(np.float64) * g, -1)
   delta = float(np.median(kg))  # about half the steps active (kg > 0 here)
-  out = maybe_jit(lambda s: L.trust_region_surrogate(
-      objective_fn, kl_fn, s, delta=delta))(stats)
+  out = maybe_jit(lambda s: L.trust_region_surrogate(objective_fn, kl_fn, s, delta=delta))(stats)
   assert isinstance(out, L.TrustRegionOutput)
   assert out.surrogate.shape == (8, 3)
   np.testing.assert_array_equal(out.active, kg > delta)
   assert 0 < np.sum(out.active) < out.active.size
   np.testing.assert_allclose(out.objective, objective_fn(stats), rtol=1e-6)
   np.testing.assert_allclose(out.kl, kl_fn(stats), rtol=1e-6)
-  grads = jax.jit(jax.grad(lambda s: jnp.sum(L.trust_region_surrogate(
-      objective_fn, kl_fn, s, delta=delta).surrogate)))(stats)
+  grads = jax.jit(
+      jax.grad(
+          lambda s: jnp.sum(L.trust_region_surrogate(objective_fn, kl_fn, s, delta=delta).surrogate)
+      )
+  )(stats)
   z = ref.np_trust_region_projection(g, k, delta)
   np.testing.assert_allclose(grads, -z, rtol=1e-4, atol=1e-5)
   # The reported objective and KL are diagnostics: no gradient.
   for field in ("objective", "kl"):
-    gz = jax.jit(jax.grad(lambda s: jnp.sum(getattr(L.trust_region_surrogate(
-        objective_fn, kl_fn, s, delta=delta), field))))(stats)
+    gz = jax.jit(
+        jax.grad(
+            lambda s: jnp.sum(
+                getattr(L.trust_region_surrogate(objective_fn, kl_fn, s, delta=delta), field)
+            )
+        )
+    )(stats)
     np.testing.assert_array_equal(gz, 0.0)
 
 
 def _tr_inputs(seed, shape=(8, 3), n_actions=4):
   rng = np.random.default_rng(seed)
   x = _policy_inputs(seed, shape, n_actions)
-  x["logits"] = (1.5 * rng.normal(size=shape + (n_actions,))).astype(
-      np.float32)
-  x["avg_logits"] = (x["logits"] + 0.5 * rng.normal(
-      size=x["logits"].shape)).astype(np.float32)
+  x["logits"] = (1.5 * rng.normal(size=shape + (n_actions,))).astype(np.float32)
+  x["avg_logits"] = (x["logits"] + 0.5 * rng.normal(size=x["logits"].shape)).astype(np.float32)
   return x
 
 
 def _tr_loss(logits, x, delta, clip_c):
   return L.acer_trust_region_policy_loss(
-      logits, x["avg_logits"], x["mu"], x["a"], x["q"], x["q_ret"],
-      clip_c=clip_c, delta=delta)
+      logits, x["avg_logits"], x["mu"], x["a"], x["q"], x["q_ret"], clip_c=clip_c, delta=delta
+  )
 
 
-_tr_surrogate_grad = jax.jit(jax.grad(
-    lambda logits, x, delta, clip_c: jnp.sum(
-        _tr_loss(logits, x, delta, clip_c).surrogate)))
-_plain_policy_grad = jax.jit(jax.grad(
-    lambda logits, x, clip_c: -jnp.sum(L.acer_policy_objective(
-        jax.nn.softmax(logits), x["mu"], x["a"], x["q"], x["q_ret"],
-        clip_c=clip_c))))
+_tr_surrogate_grad = jax.jit(
+    jax.grad(lambda logits, x, delta, clip_c: jnp.sum(_tr_loss(logits, x, delta, clip_c).surrogate))
+)
+_plain_policy_grad = jax.jit(
+    jax.grad(
+        lambda logits, x, clip_c: -jnp.sum(
+            L.acer_policy_objective(
+                jax.nn.softmax(logits), x["mu"], x["a"], x["q"], x["q_ret"], clip_c=clip_c
+            )
+        )
+    )
+)
 
 
 @pytest.mark.parametrize("delta", [0.0, 0.5, 1e3])
@@ -369,8 +391,7 @@ def test_acer_trust_region_policy_loss_matches_paper(delta):
     x = _tr_inputs(seed)
     f = ref.np_softmax(x["logits"])
     f_avg = ref.np_softmax(x["avg_logits"])
-    obj, g = ref.np_acer_policy_objective(f, x["mu"], x["a"], x["q"],
-                                          x["q_ret"], clip_c)
+    obj, g = ref.np_acer_policy_objective(f, x["mu"], x["a"], x["q"], x["q_ret"], clip_c)
     k = -f_avg / f  # d KL(f_avg || f) / d f
     z = ref.np_trust_region_projection(g, k, delta)
     kg = np.sum(k * g, -1)
@@ -379,10 +400,9 @@ def test_acer_trust_region_policy_loss_matches_paper(delta):
     np.testing.assert_array_equal(out.active, kg > delta)
     np.testing.assert_allclose(out.objective, obj, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(
-        out.kl, ref.np_categorical_kl(x["avg_logits"], x["logits"]),
-        rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(out.surrogate, -np.sum(z * f, -1), rtol=1e-4,
-                               atol=1e-4)
+        out.kl, ref.np_categorical_kl(x["avg_logits"], x["logits"]), rtol=1e-4, atol=1e-5
+    )
+    np.testing.assert_allclose(out.surrogate, -np.sum(z * f, -1), rtol=1e-4, atol=1e-4)
     # d surrogate / d logits = -J^T z* with J = diag(f) - f f^T.
     grads = _tr_surrogate_grad(x["logits"], x, delta, clip_c)
     expected = -(f * z - f * np.sum(f * z, -1, keepdims=True))
@@ -396,8 +416,7 @@ def test_acer_trust_region_policy_loss_forward(maybe_jit):
   x = _tr_inputs(3)
   out = maybe_jit(_tr_loss)(x["logits"], x, 0.5, 10.0)
   f = ref.np_softmax(x["logits"])
-  obj, _ = ref.np_acer_policy_objective(f, x["mu"], x["a"], x["q"],
-                                        x["q_ret"], 10.0)
+  obj, _ = ref.np_acer_policy_objective(f, x["mu"], x["a"], x["q"], x["q_ret"], 10.0)
   np.testing.assert_allclose(out.objective, obj, rtol=1e-4, atol=1e-4)
   assert out.surrogate.shape == (8, 3) and out.active.dtype == jnp.bool_
 
@@ -415,10 +434,10 @@ def test_acer_value_loss(maybe_jit):
   out = maybe_jit(L.acer_value_loss)(q, a, q_ret)
   q_a = np.take_along_axis(q, a[..., None], -1)[..., 0]
   np.testing.assert_allclose(out, 0.5 * (q_ret - q_a) ** 2, rtol=1e-6)
-  g_q, g_ret = jax.jit(jax.grad(lambda q, r: jnp.sum(L.acer_value_loss(
-      q, a, r)), argnums=(0, 1)))(q, q_ret)
-  np.testing.assert_allclose(g_q, -(q_ret - q_a)[..., None] * np.eye(4)[a],
-                             rtol=1e-6, atol=1e-7)
+  g_q, g_ret = jax.jit(jax.grad(lambda q, r: jnp.sum(L.acer_value_loss(q, a, r)), argnums=(0, 1)))(
+      q, q_ret
+  )
+  np.testing.assert_allclose(g_q, -(q_ret - q_a)[..., None] * np.eye(4)[a], rtol=1e-6, atol=1e-7)
   np.testing.assert_array_equal(g_ret, 0.0)
 
 
@@ -431,9 +450,13 @@ def _continuous_inputs(seed, t, batch=(), *, garble=True):
   rng = np.random.default_rng(seed)
   shape = (t,) + tuple(batch)
   discount, mask, _ = ref.sq_random_layout(rng, t, batch)
-  x = dict(q_a_t=rng.normal(size=shape), v_t=rng.normal(size=shape),
-           r_t=rng.normal(size=shape), discount_t=discount,
-           log_rho_t=rng.normal(scale=1.5, size=shape))
+  x = dict(
+      q_a_t=rng.normal(size=shape),
+      v_t=rng.normal(size=shape),
+      r_t=rng.normal(size=shape),
+      discount_t=discount,
+      log_rho_t=rng.normal(scale=1.5, size=shape),
+  )
   if garble:
     for k in ("q_a_t", "v_t", "r_t", "log_rho_t"):
       x[k] = ref.sq_garble(rng, x[k], mask, scale=50.0)
@@ -446,41 +469,40 @@ _CONT_ARGS = ("q_a_t", "v_t", "r_t", "discount_t", "log_rho_t")
 
 
 def _continuous(x, *, action_dim, method="scan"):
-  return L.acer_continuous_targets(*(x[k] for k in _CONT_ARGS),
-                                   action_dim=action_dim, mask=x["mask"],
-                                   method=method)
+  return L.acer_continuous_targets(
+      *(x[k] for k in _CONT_ARGS), action_dim=action_dim, mask=x["mask"], method=method
+  )
 
 
 def _np_continuous(x, action_dim):
-  return ref.np_acer_continuous_targets(*(x[k] for k in _CONT_ARGS),
-                                        action_dim=action_dim, mask=x["mask"])
+  return ref.np_acer_continuous_targets(
+      *(x[k] for k in _CONT_ARGS), action_dim=action_dim, mask=x["mask"]
+  )
 
 
 def test_acer_continuous_targets_hand_case(maybe_jit):
-  x = dict(q_a_t=np.array([1.0, 2.0], np.float32),
-           v_t=np.array([0.5, 3.0], np.float32),
-           r_t=np.array([1.0, 1.0], np.float32),
-           discount_t=np.array([0.9, 0.9], np.float32),
-           log_rho_t=np.log(np.array([0.25, 1.0], np.float32)), mask=None)
+  x = dict(
+      q_a_t=np.array([1.0, 2.0], np.float32),
+      v_t=np.array([0.5, 3.0], np.float32),
+      r_t=np.array([1.0, 1.0], np.float32),
+      discount_t=np.array([0.9, 0.9], np.float32),
+      log_rho_t=np.log(np.array([0.25, 1.0], np.float32)),
+      mask=None,
+  )
   out = maybe_jit(functools.partial(_continuous, action_dim=2))(x)
   assert isinstance(out, L.AcerContinuousTargets)
   last = 1.0 + 0.9 * 3.0
   # c_ret = min(1, 0.25^(1/2)) = 0.5; c_opc = 1.
-  np.testing.assert_allclose(
-      out.q_ret, [1.0 + 0.9 * (0.5 + 0.5 * (last - 1.0)), last], rtol=1e-6)
-  np.testing.assert_allclose(
-      out.q_opc, [1.0 + 0.9 * (0.5 + (last - 1.0)), last], rtol=1e-6)
+  np.testing.assert_allclose(out.q_ret, [1.0 + 0.9 * (0.5 + 0.5 * (last - 1.0)), last], rtol=1e-6)
+  np.testing.assert_allclose(out.q_opc, [1.0 + 0.9 * (0.5 + (last - 1.0)), last], rtol=1e-6)
 
 
 @FEW
-@given(t=T_STRAT, batch=BATCH_STRAT, seed=SEEDS,
-       action_dim=st.integers(1, 6))
+@given(t=T_STRAT, batch=BATCH_STRAT, seed=SEEDS, action_dim=st.integers(1, 6))
 @pytest.mark.parametrize("method", ["scan", "associative"])
-def test_acer_continuous_targets_match_algorithm(method, t, batch, seed,
-                                                 action_dim):
+def test_acer_continuous_targets_match_algorithm(method, t, batch, seed, action_dim):
   x = _continuous_inputs(seed, t, batch)
-  out = jax.jit(functools.partial(_continuous, action_dim=action_dim,
-                                  method=method))(x)
+  out = jax.jit(functools.partial(_continuous, action_dim=action_dim, method=method))(x)
   q_ret, q_opc = _np_continuous(x, action_dim)
   np.testing.assert_allclose(out.q_ret, q_ret, rtol=RTOL, atol=ATOL)
   np.testing.assert_allclose(out.q_opc, q_opc, rtol=RTOL, atol=ATOL)
@@ -504,24 +526,23 @@ def test_acer_continuous_targets_identities():
   x = _continuous_inputs(4, 8, (3,))
   out = fn(x)
   # Targets are constants.
-  grads = jax.jit(jax.grad(lambda q, v, r: jnp.sum(jnp.stack(fn(dict(
-      x, q_a_t=q, v_t=v, r_t=r)))), argnums=(0, 1, 2)))(x["q_a_t"], x["v_t"],
-                                                         x["r_t"])
+  grads = jax.jit(
+      jax.grad(
+          lambda q, v, r: jnp.sum(jnp.stack(fn(dict(x, q_a_t=q, v_t=v, r_t=r)))), argnums=(0, 1, 2)
+      )
+  )(x["q_a_t"], x["v_t"], x["r_t"])
   for g in grads:
     np.testing.assert_array_equal(g, 0.0)
   # rho >= 1 everywhere: c_ret = 1 and Q^ret = Q^opc.
   on = fn(dict(x, log_rho_t=np.abs(x["log_rho_t"])))
   np.testing.assert_allclose(on.q_ret, on.q_opc, rtol=1e-6, atol=1e-6)
   # scan / associative, [T] / vmap.
-  assoc = jax.jit(functools.partial(_continuous, action_dim=3,
-                                    method="associative"))(x)
+  assoc = jax.jit(functools.partial(_continuous, action_dim=3, method="associative"))(x)
   np.testing.assert_allclose(out.q_ret, assoc.q_ret, rtol=1e-5, atol=1e-4)
-  vm = jax.jit(jax.vmap(functools.partial(_continuous, action_dim=3),
-                        in_axes=1, out_axes=1))(x)
+  vm = jax.jit(jax.vmap(functools.partial(_continuous, action_dim=3), in_axes=1, out_axes=1))(x)
   np.testing.assert_allclose(out.q_opc, vm.q_opc, rtol=1e-6, atol=1e-6)
   col = fn({k: v[:, 1] for k, v in x.items()})
-  np.testing.assert_allclose(out.q_ret[:, 1], col.q_ret, rtol=1e-6,
-                             atol=1e-6)
+  np.testing.assert_allclose(out.q_ret[:, 1], col.q_ret, rtol=1e-6, atol=1e-6)
   # Splitting at junctions.
   mask, slices = ref.sq_junction_layout([3, 4])
   y = _continuous_inputs(6, 8, garble=False)
@@ -532,26 +553,23 @@ def test_acer_continuous_targets_identities():
   joined = fn(y)
   for sl in slices:
     alone = fn({k: v[sl] for k, v in y.items()} | {"mask": None})
-    np.testing.assert_allclose(joined.q_ret[sl], alone.q_ret, rtol=1e-6,
-                               atol=1e-6)
-    np.testing.assert_allclose(joined.q_opc[sl], alone.q_opc, rtol=1e-6,
-                               atol=1e-6)
+    np.testing.assert_allclose(joined.q_ret[sl], alone.q_ret, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(joined.q_opc[sl], alone.q_opc, rtol=1e-6, atol=1e-6)
 
 
 def test_sdn_q_value(maybe_jit):
-  out = maybe_jit(L.sdn_q_value)(jnp.array([1.0, 0.0]), jnp.array([2.0, -1.0]),
-                                 jnp.array([[1.0, 3.0], [0.5, 0.5]]))
+  out = maybe_jit(L.sdn_q_value)(
+      jnp.array([1.0, 0.0]), jnp.array([2.0, -1.0]), jnp.array([[1.0, 3.0], [0.5, 0.5]])
+  )
   np.testing.assert_allclose(out, [1.0, -1.5], rtol=1e-6)
   rng = np.random.default_rng(0)
   v, adv = rng.normal(size=(8, 3)), rng.normal(size=(8, 3))
   samples = rng.normal(size=(8, 3, 5))
   out = maybe_jit(L.sdn_q_value)(*(np.float32(a) for a in (v, adv, samples)))
-  np.testing.assert_allclose(out, v + adv - samples.mean(-1), rtol=1e-5,
-                             atol=1e-6)
+  np.testing.assert_allclose(out, v + adv - samples.mean(-1), rtol=1e-5, atol=1e-6)
 
 
-_CP_ARGS = ("log_pi_a", "log_pi_sample", "log_rho_a", "log_rho_sample",
-            "q_opc", "q_sample", "v")
+_CP_ARGS = ("log_pi_a", "log_pi_sample", "log_rho_a", "log_rho_sample", "q_opc", "q_sample", "v")
 
 
 def _cp_inputs(seed, shape=(8, 3)):
@@ -563,8 +581,7 @@ def _cp_inputs(seed, shape=(8, 3)):
 
 
 def _cp_objective(x, clip_c):
-  return L.acer_continuous_policy_objective(*(x[k] for k in _CP_ARGS),
-                                            clip_c=clip_c)
+  return L.acer_continuous_policy_objective(*(x[k] for k in _CP_ARGS), clip_c=clip_c)
 
 
 @pytest.mark.parametrize("clip_c", [0.5, 2.0, 10.0])
@@ -572,12 +589,12 @@ def test_acer_continuous_policy_objective(maybe_jit, clip_c):
   x = _cp_inputs(int(clip_c * 10))
   obj = maybe_jit(_cp_objective)(x, clip_c)
   exp_obj, g_a, g_s = ref.np_acer_continuous_policy_objective(
-      *(x[k] for k in _CP_ARGS), clip_c=clip_c)
+      *(x[k] for k in _CP_ARGS), clip_c=clip_c
+  )
   np.testing.assert_allclose(obj, exp_obj, rtol=1e-5, atol=1e-5)
   grads = jax.jit(jax.grad(lambda x: jnp.sum(_cp_objective(x, clip_c))))(x)
   np.testing.assert_allclose(grads["log_pi_a"], g_a, rtol=1e-5, atol=1e-6)
-  np.testing.assert_allclose(grads["log_pi_sample"], g_s, rtol=1e-5,
-                             atol=1e-6)
+  np.testing.assert_allclose(grads["log_pi_sample"], g_s, rtol=1e-5, atol=1e-6)
   for k in ("log_rho_a", "log_rho_sample", "q_opc", "q_sample", "v"):
     np.testing.assert_array_equal(grads[k], 0.0, err_msg=k)
 
@@ -586,18 +603,16 @@ def test_acer_continuous_policy_objective_extreme_log_rho():
   x = _cp_inputs(0, shape=(4,))
   x["log_rho_a"] = np.array([1e4, -1e4, 0.0, 80.0], np.float32)
   x["log_rho_sample"] = np.array([-1e4, 1e4, 100.0, -100.0], np.float32)
-  obj, grads = jax.jit(jax.value_and_grad(
-      lambda x: jnp.sum(_cp_objective(x, 10.0))))(x)
+  obj, grads = jax.jit(jax.value_and_grad(lambda x: jnp.sum(_cp_objective(x, 10.0))))(x)
   assert np.isfinite(obj)
   for g in grads.values():
     assert np.all(np.isfinite(g))
   adv_a = x["q_opc"] - x["v"]
-  np.testing.assert_allclose(grads["log_pi_a"],
-                             [10.0 * adv_a[0], 0.0, adv_a[2], 10 * adv_a[3]],
-                             rtol=1e-5, atol=1e-30)
+  np.testing.assert_allclose(
+      grads["log_pi_a"], [10.0 * adv_a[0], 0.0, adv_a[2], 10 * adv_a[3]], rtol=1e-5, atol=1e-30
+  )
   adv_s = x["q_sample"] - x["v"]
-  np.testing.assert_allclose(grads["log_pi_sample"],
-                             [0.0, adv_s[1], adv_s[2], 0.0], rtol=1e-5)
+  np.testing.assert_allclose(grads["log_pi_sample"], [0.0, adv_s[1], adv_s[2], 0.0], rtol=1e-5)
 
 
 def test_acer_continuous_value_losses(maybe_jit):
@@ -607,8 +622,9 @@ def test_acer_continuous_value_losses(maybe_jit):
   out = maybe_jit(L.acer_continuous_value_losses)(*args)
   exp, g_q, g_v = ref.np_acer_continuous_value_losses(*args)
   np.testing.assert_allclose(out, exp, rtol=1e-5, atol=1e-6)
-  grads = jax.jit(jax.grad(lambda *a: jnp.sum(
-      L.acer_continuous_value_losses(*a)), argnums=(0, 1, 2, 3)))(*args)
+  grads = jax.jit(
+      jax.grad(lambda *a: jnp.sum(L.acer_continuous_value_losses(*a)), argnums=(0, 1, 2, 3))
+  )(*args)
   np.testing.assert_allclose(grads[0], g_q, rtol=1e-5, atol=1e-6)
   np.testing.assert_allclose(grads[1], g_v, rtol=1e-5, atol=1e-6)
   np.testing.assert_array_equal(grads[2], 0.0)  # Q^ret is a target
@@ -638,26 +654,22 @@ def _obj_call(fn=L.acer_policy_objective, clip_c=1.0, **over):
 
 
 def _tr_call(delta=1.0, clip_c=1.0, **over):
-  kw = dict(logits_tm1=_FA, avg_logits_tm1=_FA, mu_tm1=_FA, a_tm1=_I,
-            q_tm1=_FA, q_ret_tm1=_F)
+  kw = dict(logits_tm1=_FA, avg_logits_tm1=_FA, mu_tm1=_FA, a_tm1=_I, q_tm1=_FA, q_ret_tm1=_F)
   kw.update(over)
-  return lambda: L.acer_trust_region_policy_loss(*kw.values(), delta=delta,
-                                                 clip_c=clip_c)
+  return lambda: L.acer_trust_region_policy_loss(*kw.values(), delta=delta, clip_c=clip_c)
 
 
 def _cont_call(action_dim=2, **over):
   kw = dict(q_a_t=_F, v_t=_F, r_t=_F, discount_t=_F, log_rho_t=_F)
   mask = over.pop("mask", None)
   kw.update(over)
-  return lambda: L.acer_continuous_targets(*kw.values(), action_dim=action_dim,
-                                           mask=mask)
+  return lambda: L.acer_continuous_targets(*kw.values(), action_dim=action_dim, mask=mask)
 
 
 def _cp_call(clip_c=1.0, **over):
   kw = {k: _F for k in _CP_ARGS}
   kw.update(over)
-  return lambda: L.acer_continuous_policy_objective(*kw.values(),
-                                                    clip_c=clip_c)
+  return lambda: L.acer_continuous_policy_objective(*kw.values(), clip_c=clip_c)
 
 
 def _cv_call(**over):
@@ -667,62 +679,48 @@ def _cv_call(**over):
 
 
 _BAD = [
-    ("q_ret-q_t-dtype", _q_ret_call(q_t=_FA.astype(np.int32)), TypeError,
-     "q_t"),
+    ("q_ret-q_t-dtype", _q_ret_call(q_t=_FA.astype(np.int32)), TypeError, "q_t"),
     ("q_ret-a_t-dtype", _q_ret_call(a_t=_F), TypeError, "a_t"),
     ("q_ret-pi_t-shape", _q_ret_call(pi_t=_FA[:, :2]), ValueError, "pi_t"),
     ("q_ret-mu_t-shape", _q_ret_call(mu_t=_F[:, :2]), ValueError, "mu_t"),
     ("q_ret-r_t-dtype", _q_ret_call(r_t=_I), TypeError, "r_t"),
     ("q_ret-q_t-rank", _q_ret_call(q_t=_F), ValueError, "q_t"),
     ("q_ret-mask-dtype", _q_ret_call(mask=_I), TypeError, "mask"),
-    ("q_ret-mask-shape", _q_ret_call(mask=np.ones((8,), bool)), ValueError,
-     "mask"),
-    ("obj-pi-dtype", _obj_call(pi_tm1=_FA.astype(np.int32)), TypeError,
-     "pi_tm1"),
+    ("q_ret-mask-shape", _q_ret_call(mask=np.ones((8,), bool)), ValueError, "mask"),
+    ("obj-pi-dtype", _obj_call(pi_tm1=_FA.astype(np.int32)), TypeError, "pi_tm1"),
     ("obj-mu-shape", _obj_call(mu_tm1=_FA[..., :3]), ValueError, "mu_tm1"),
     ("obj-q-shape", _obj_call(q_tm1=_FA[:, :2]), ValueError, "q_tm1"),
     ("obj-a-dtype", _obj_call(a_tm1=_F), TypeError, "a_tm1"),
     ("obj-a-shape", _obj_call(a_tm1=_I[:, :2]), ValueError, "a_tm1"),
-    ("obj-q_ret-shape", _obj_call(q_ret_tm1=_F[:, :2]), ValueError,
-     "q_ret_tm1"),
-    ("obj-pi-rank", _obj_call(pi_tm1=np.zeros((4,), np.float32)), ValueError,
-     "pi_tm1"),
+    ("obj-q_ret-shape", _obj_call(q_ret_tm1=_F[:, :2]), ValueError, "q_ret_tm1"),
+    ("obj-pi-rank", _obj_call(pi_tm1=np.zeros((4,), np.float32)), ValueError, "pi_tm1"),
     ("obj-clip_c", _obj_call(clip_c=0.0), ValueError, "clip_c"),
-    ("loss-clip_c", _obj_call(fn=L.acer_policy_loss, clip_c=-1.0),
-     ValueError, "clip_c"),
-    ("proj-k-shape", lambda: L.trust_region_projection(_F, _F[:, :2], 1.0),
-     ValueError, "k"),
-    ("proj-delta", lambda: L.trust_region_projection(_F, _F, -0.1),
-     ValueError, "delta"),
-    ("surrogate-stats-dtype", lambda: L.trust_region_surrogate(
-        lambda s: s, lambda s: s, _I, delta=1.0), TypeError, "stats"),
-    ("tr-avg-shape", _tr_call(avg_logits_tm1=_FA[:, :2]), ValueError,
-     "avg_logits_tm1"),
+    ("loss-clip_c", _obj_call(fn=L.acer_policy_loss, clip_c=-1.0), ValueError, "clip_c"),
+    ("proj-k-shape", lambda: L.trust_region_projection(_F, _F[:, :2], 1.0), ValueError, "k"),
+    ("proj-delta", lambda: L.trust_region_projection(_F, _F, -0.1), ValueError, "delta"),
+    (
+        "surrogate-stats-dtype",
+        lambda: L.trust_region_surrogate(lambda s: s, lambda s: s, _I, delta=1.0),
+        TypeError,
+        "stats",
+    ),
+    ("tr-avg-shape", _tr_call(avg_logits_tm1=_FA[:, :2]), ValueError, "avg_logits_tm1"),
     ("tr-delta", _tr_call(delta=-1.0), ValueError, "delta"),
     ("tr-clip_c", _tr_call(clip_c=0.0), ValueError, "clip_c"),
     ("tr-mu-shape", _tr_call(mu_tm1=_FA[:, :2]), ValueError, "mu_tm1"),
-    ("value-q-dtype", lambda: L.acer_value_loss(_FA.astype(np.int32), _I, _F),
-     TypeError, "q_tm1"),
-    ("value-a-dtype", lambda: L.acer_value_loss(_FA, _F, _F), TypeError,
-     "a_tm1"),
-    ("value-a-shape", lambda: L.acer_value_loss(_FA, _I[:, :2], _F),
-     ValueError, "a_tm1"),
-    ("value-q_ret-shape", lambda: L.acer_value_loss(_FA, _I, _F[:, :2]),
-     ValueError, "q_ret_tm1"),
+    ("value-q-dtype", lambda: L.acer_value_loss(_FA.astype(np.int32), _I, _F), TypeError, "q_tm1"),
+    ("value-a-dtype", lambda: L.acer_value_loss(_FA, _F, _F), TypeError, "a_tm1"),
+    ("value-a-shape", lambda: L.acer_value_loss(_FA, _I[:, :2], _F), ValueError, "a_tm1"),
+    ("value-q_ret-shape", lambda: L.acer_value_loss(_FA, _I, _F[:, :2]), ValueError, "q_ret_tm1"),
     ("cont-action_dim-0", _cont_call(action_dim=0), ValueError, "action_dim"),
-    ("cont-action_dim-float", _cont_call(action_dim=1.5), ValueError,
-     "action_dim"),
-    ("cont-log_rho-shape", _cont_call(log_rho_t=_F[:, :2]), ValueError,
-     "log_rho_t"),
+    ("cont-action_dim-float", _cont_call(action_dim=1.5), ValueError, "action_dim"),
+    ("cont-log_rho-shape", _cont_call(log_rho_t=_F[:, :2]), ValueError, "log_rho_t"),
     ("cont-log_rho-dtype", _cont_call(log_rho_t=_I), TypeError, "log_rho_t"),
     ("cont-v_t-shape", _cont_call(v_t=_F[:, :2]), ValueError, "v_t"),
     ("cont-q_a_t-dtype", _cont_call(q_a_t=_I), TypeError, "q_a_t"),
-    ("cont-mask-shape", _cont_call(mask=np.ones((8, 2), bool)), ValueError,
-     "mask"),
-    ("sdn-adv_a-shape", lambda: L.sdn_q_value(_F, _F[:, :2], _FA),
-     ValueError, "adv_a"),
-    ("sdn-samples-shape", lambda: L.sdn_q_value(_F, _F, _FA[:, :2]),
-     ValueError, "adv_samples"),
+    ("cont-mask-shape", _cont_call(mask=np.ones((8, 2), bool)), ValueError, "mask"),
+    ("sdn-adv_a-shape", lambda: L.sdn_q_value(_F, _F[:, :2], _FA), ValueError, "adv_a"),
+    ("sdn-samples-shape", lambda: L.sdn_q_value(_F, _F, _FA[:, :2]), ValueError, "adv_samples"),
     ("cp-shape", _cp_call(q_sample=_F[:, :2]), ValueError, "q_sample"),
     ("cp-dtype", _cp_call(log_pi_a=_I), TypeError, "log_pi_a"),
     ("cp-clip_c", _cp_call(clip_c=0.0), ValueError, "clip_c"),
@@ -732,8 +730,7 @@ _BAD = [
 
 
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
-@pytest.mark.parametrize("call,exc,name", [b[1:] for b in _BAD],
-                         ids=[b[0] for b in _BAD])
+@pytest.mark.parametrize("call,exc,name", [b[1:] for b in _BAD], ids=[b[0] for b in _BAD])
 def test_bad_input_names_the_argument(jit, call, exc, name):
   with pytest.raises(exc, match=f"`{name}`"):
     (jax.jit(call) if jit else call)()

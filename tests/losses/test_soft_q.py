@@ -15,24 +15,23 @@ every new shape, for no extra coverage.
 
 import functools
 
+from hypothesis import given
+from hypothesis import settings
+from hypothesis import strategies as st
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given
-from hypothesis import settings
-from hypothesis import strategies as st
-
 import reference as ref
+
 from offpolicy_ac import losses as L
 
 RTOL, ATOL = 2e-5, 2e-4
 
 T_STRAT = st.integers(1, 16)
 BATCH_STRAT = st.one_of(
-    st.just(()),
-    st.tuples(st.integers(1, 4)),
-    st.tuples(st.integers(1, 3), st.integers(1, 3)))
+    st.just(()), st.tuples(st.integers(1, 4)), st.tuples(st.integers(1, 3), st.integers(1, 3))
+)
 SEED_STRAT = st.integers(0, 2**31 - 1)
 FEW = settings(max_examples=6)
 SOME = settings(max_examples=4)  # the costlier properties
@@ -59,15 +58,14 @@ def _soft_q_inputs(seed, t, batch, n_actions=3, *, garble=True):
 
 def _soft_q_lam(r, d, q, m, lam, alpha=0.5, *, method="scan"):
   """Hyper-parameters as (traced) arguments: one compilation per shape."""
-  return L.soft_q_targets(r, d, q, alpha=alpha, lambda_=lam, mask=m,
-                          method=method)
+  return L.soft_q_targets(r, d, q, alpha=alpha, lambda_=lam, mask=m, method=method)
 
 
 def test_random_layouts_cover_every_kind_of_step():
   """The generator behind the reference tests makes all the cases we need."""
-  kinds = np.concatenate([
-      ref.sq_random_layout(np.random.default_rng(seed), 16, (4,))[2].ravel()
-      for seed in range(5)])
+  kinds = np.concatenate(
+      [ref.sq_random_layout(np.random.default_rng(seed), 16, (4,))[2].ravel() for seed in range(5)]
+  )
   # MID, termination, truncation (LAST with discount gamma) and masked steps.
   assert set(np.unique(kinds)) == {0, 1, 2, 3}
   d, m, k = ref.sq_random_layout(np.random.default_rng(0), 64, (8,))
@@ -84,11 +82,11 @@ def test_random_layouts_cover_every_kind_of_step():
 def test_soft_value_hand_cases(maybe_jit):
   q = jnp.array([[1.0, 2.0], [0.0, 0.0]])
   v1 = maybe_jit(lambda q: L.soft_value(q, 1.0))(q)
-  np.testing.assert_allclose(
-      v1, [np.log(np.e + np.e**2), np.log(2.0)], rtol=1e-6)
+  np.testing.assert_allclose(v1, [np.log(np.e + np.e**2), np.log(2.0)], rtol=1e-6)
   v_half = maybe_jit(lambda q: L.soft_value(q, 0.5))(q)
   np.testing.assert_allclose(
-      v_half, [0.5 * np.log(np.e**2 + np.e**4), 0.5 * np.log(2.0)], rtol=1e-6)
+      v_half, [0.5 * np.log(np.e**2 + np.e**4), 0.5 * np.log(2.0)], rtol=1e-6
+  )
   assert v1.shape == (2,)
 
 
@@ -111,12 +109,10 @@ def test_soft_value_finite_and_bounded_for_extreme_inputs(maybe_jit, scale):
     tol = 1e-6 * scale + 1e-6 * alpha * 4
     assert np.all(v >= q_max - tol)
     assert np.all(v <= q_max + alpha * np.log(4) + tol)
-    np.testing.assert_allclose(v, ref.np_soft_value(q, alpha),
-                               rtol=1e-5, atol=tol)
+    np.testing.assert_allclose(v, ref.np_soft_value(q, alpha), rtol=1e-5, atol=tol)
     grad = grad_fn(q, alpha)
     assert np.all(np.isfinite(grad))
-    np.testing.assert_allclose(
-        grad, ref.np_softmax(q.astype(np.float64) / alpha), atol=1e-5)
+    np.testing.assert_allclose(grad, ref.np_softmax(q.astype(np.float64) / alpha), atol=1e-5)
 
 
 def test_soft_value_gradient_is_the_boltzmann_policy():
@@ -128,8 +124,7 @@ def test_soft_value_gradient_is_the_boltzmann_policy():
     expected = ref.np_softmax(q / alpha)
     np.testing.assert_allclose(grad, expected, atol=1e-6)
     np.testing.assert_allclose(L.soft_policy(q, alpha), expected, atol=1e-6)
-    np.testing.assert_allclose(np.sum(L.soft_policy(q, alpha), -1), 1.0,
-                               rtol=1e-6)
+    np.testing.assert_allclose(np.sum(L.soft_policy(q, alpha), -1), 1.0, rtol=1e-6)
 
 
 def test_soft_value_alpha_derivative_is_the_policy_entropy():
@@ -139,8 +134,7 @@ def test_soft_value_alpha_derivative_is_the_policy_entropy():
   for alpha in [0.1, 0.7, 2.0]:
     d_alpha = grad_fn(q, alpha)
     p = ref.np_softmax(np.asarray(q, np.float64) / alpha)
-    np.testing.assert_allclose(d_alpha, -np.sum(p * np.log(p)), rtol=1e-5,
-                               atol=1e-5)
+    np.testing.assert_allclose(d_alpha, -np.sum(p * np.log(p)), rtol=1e-5, atol=1e-5)
 
 
 def test_soft_value_tends_to_hard_max():
@@ -159,8 +153,7 @@ def test_soft_value_tends_to_hard_max():
 def test_soft_value_ignores_minus_inf(maybe_jit):
   q = jnp.array([[1.0, -jnp.inf, 2.0], [-jnp.inf, 0.5, -jnp.inf]])
   v = maybe_jit(lambda q: L.soft_value(q, 0.7))(q)
-  np.testing.assert_allclose(
-      v, [0.7 * np.log(np.exp(1 / 0.7) + np.exp(2 / 0.7)), 0.5], rtol=1e-6)
+  np.testing.assert_allclose(v, [0.7 * np.log(np.exp(1 / 0.7) + np.exp(2 / 0.7)), 0.5], rtol=1e-6)
   grad = jax.jit(jax.grad(lambda q: jnp.sum(L.soft_value(q, 0.7))))(q)
   assert np.all(np.isfinite(grad))
   np.testing.assert_array_equal(np.asarray(grad)[[0, 1, 1], [1, 0, 2]], 0.0)
@@ -176,8 +169,8 @@ def test_soft_value_per_state_alpha():
   alpha = jnp.array([0.5, 2.0])
   v = L.soft_value(q, alpha)
   np.testing.assert_allclose(
-      v, [ref.np_soft_value(q[0], 0.5), ref.np_soft_value(q[1], 2.0)],
-      rtol=1e-6)
+      v, [ref.np_soft_value(q[0], 0.5), ref.np_soft_value(q[1], 2.0)], rtol=1e-6
+  )
 
 
 def test_soft_value_accepts_traced_alpha():
@@ -185,8 +178,8 @@ def test_soft_value_accepts_traced_alpha():
   alphas = jnp.array([0.1, 1.0, 10.0])
   v = jax.vmap(lambda a: L.soft_value(q, a))(alphas)
   np.testing.assert_allclose(
-      v[:, 0], [ref.np_soft_value(q[0], a) for a in [0.1, 1.0, 10.0]],
-      rtol=1e-6)
+      v[:, 0], [ref.np_soft_value(q[0], a) for a in [0.1, 1.0, 10.0]], rtol=1e-6
+  )
   v_jit = jax.jit(L.soft_value)(q, 0.5)
   np.testing.assert_allclose(v_jit, ref.np_soft_value(q, 0.5), rtol=1e-6)
 
@@ -206,8 +199,7 @@ def _v(row, alpha=1.0):
 
 @pytest.mark.parametrize("method", ["scan", "associative"])
 def test_soft_q_targets_hand_lambda_0(maybe_jit, method):
-  fn = maybe_jit(lambda r, d, q: L.soft_q_targets(r, d, q, alpha=1.0,
-                                                  method=method))
+  fn = maybe_jit(lambda r, d, q: L.soft_q_targets(r, d, q, alpha=1.0, method=method))
   expected = [_R[s] + _D[s] * _v(_Q[s]) for s in range(4)]
   np.testing.assert_allclose(fn(_R, _D, _Q), expected, rtol=1e-6)
 
@@ -215,19 +207,18 @@ def test_soft_q_targets_hand_lambda_0(maybe_jit, method):
 @pytest.mark.parametrize("method", ["scan", "associative"])
 def test_soft_q_targets_hand_lambda_half_with_mask(maybe_jit, method):
   mask = np.array([True, True, False, True])
-  fn = maybe_jit(lambda r, d, q, m: L.soft_q_targets(
-      r, d, q, alpha=1.0, lambda_=0.5, mask=m, method=method))
+  fn = maybe_jit(
+      lambda r, d, q, m: L.soft_q_targets(r, d, q, alpha=1.0, lambda_=0.5, mask=m, method=method)
+  )
   g3 = _R[3] + _D[3] * _v(_Q[3])  # last step: full bootstrap
   g2 = 0.0  # masked
   g1 = _R[1] + _D[1] * _v(_Q[1])  # next step masked: trace cut
   g0 = _R[0] + _D[0] * (0.5 * _v(_Q[0]) + 0.5 * g1)
-  np.testing.assert_allclose(fn(_R, _D, _Q, mask), [g0, g1, g2, g3],
-                             rtol=1e-6)
+  np.testing.assert_allclose(fn(_R, _D, _Q, mask), [g0, g1, g2, g3], rtol=1e-6)
 
 
 def test_soft_q_targets_hand_lambda_1(maybe_jit):
-  fn = maybe_jit(lambda r, d, q: L.soft_q_targets(r, d, q, alpha=2.0,
-                                                  lambda_=1.0))
+  fn = maybe_jit(lambda r, d, q: L.soft_q_targets(r, d, q, alpha=2.0, lambda_=1.0))
   g = [0.0] * 4
   g[3] = _R[3] + _D[3] * _v(_Q[3], 2.0)
   for s in [2, 1, 0]:
@@ -255,19 +246,22 @@ def _check_soft_q_reference(fn, seed, shape, lambda_, alpha, n_actions):
 
 
 @FEW
-@given(t=T_STRAT, batch=BATCH_STRAT, seed=SEED_STRAT,
-       lambda_=st.sampled_from([0.0, 0.3, 0.9, 1.0]),
-       alpha=st.floats(0.05, 5.0), n_actions=st.integers(1, 4))
+@given(
+    t=T_STRAT,
+    batch=BATCH_STRAT,
+    seed=SEED_STRAT,
+    lambda_=st.sampled_from([0.0, 0.3, 0.9, 1.0]),
+    alpha=st.floats(0.05, 5.0),
+    n_actions=st.integers(1, 4),
+)
 @pytest.mark.parametrize("method", ["scan", "associative"])
-def test_soft_q_targets_matches_numpy_reference(method, t, batch, seed,
-                                                lambda_, alpha, n_actions):
+def test_soft_q_targets_matches_numpy_reference(method, t, batch, seed, lambda_, alpha, n_actions):
   fn = jax.jit(functools.partial(_soft_q_lam, method=method))
   _check_soft_q_reference(fn, seed, (t,) + batch, lambda_, alpha, n_actions)
 
 
 @pytest.mark.parametrize("method", ["scan", "associative"])
-def test_soft_q_targets_matches_numpy_reference_fixed_shapes(maybe_jit,
-                                                             method):
+def test_soft_q_targets_matches_numpy_reference_fixed_shapes(maybe_jit, method):
   fn = maybe_jit(functools.partial(_soft_q_lam, method=method))
   for i, shape in enumerate(FIXED_SHAPES):
     for lambda_ in [0.0, 0.7, 1.0]:
@@ -275,13 +269,15 @@ def test_soft_q_targets_matches_numpy_reference_fixed_shapes(maybe_jit,
 
 
 @FEW
-@given(t=T_STRAT, batch=BATCH_STRAT, seed=SEED_STRAT,
-       lambda_=st.floats(0.0, 1.0))
+@given(t=T_STRAT, batch=BATCH_STRAT, seed=SEED_STRAT, lambda_=st.floats(0.0, 1.0))
 def test_soft_q_targets_scan_and_associative_agree(t, batch, seed, lambda_):
   r, d, q, mask = _soft_q_inputs(seed, t, batch)
-  scan, assoc = jax.jit(lambda r, d, q, m, lam: tuple(
-      L.soft_q_targets(r, d, q, alpha=0.5, lambda_=lam, mask=m, method=meth)
-      for meth in ("scan", "associative")))(r, d, q, mask, lambda_)
+  scan, assoc = jax.jit(
+      lambda r, d, q, m, lam: tuple(
+          L.soft_q_targets(r, d, q, alpha=0.5, lambda_=lam, mask=m, method=meth)
+          for meth in ("scan", "associative")
+      )
+  )(r, d, q, mask, lambda_)
   np.testing.assert_allclose(scan, assoc, rtol=1e-5, atol=1e-4)
 
 
@@ -289,8 +285,9 @@ def test_soft_q_targets_time_major_batch_and_vmap_agree():
   t, b = 8, 3
   r, d, q, mask = _soft_q_inputs(3, t, (b,))
   batched = jax.jit(_soft_q_lam)(r, d, q, mask, 0.8)
-  vmapped = jax.jit(jax.vmap(_soft_q_lam, in_axes=(1, 1, 1, 1, None),
-                               out_axes=1))(r, d, q, mask, 0.8)
+  vmapped = jax.jit(jax.vmap(_soft_q_lam, in_axes=(1, 1, 1, 1, None), out_axes=1))(
+      r, d, q, mask, 0.8
+  )
   single_fn = jax.jit(_soft_q_lam)
   for j in range(b):
     assert r[:, j].shape == (t,) and q[:, j].shape == (t, 3)
@@ -329,11 +326,18 @@ def test_soft_q_targets_nan_garbage_at_masked_steps_does_not_leak(method):
     out = fn(r, d, q, mask, lam)
     assert np.all(np.isfinite(out)), (lam, method)
     np.testing.assert_allclose(
-        out, ref.np_soft_q_targets(np.where(mask, r, 0),
-                                   np.where(mask, d, 0),
-                                   np.where(mask[..., None], q, 0),
-                                   0.5, lam, mask),
-        rtol=RTOL, atol=ATOL)
+        out,
+        ref.np_soft_q_targets(
+            np.where(mask, r, 0),
+            np.where(mask, d, 0),
+            np.where(mask[..., None], q, 0),
+            0.5,
+            lam,
+            mask,
+        ),
+        rtol=RTOL,
+        atol=ATOL,
+    )
 
 
 def test_soft_q_targets_tend_to_hard_max_targets():
@@ -355,9 +359,9 @@ def test_soft_q_targets_finite_for_tiny_alpha_and_huge_q():
   q = (1e4 * np.sign(q)).astype(np.float32)
   out = jax.jit(_soft_q_lam)(r, d, q, mask, 0.5, 1e-4)
   assert np.all(np.isfinite(out))
-  np.testing.assert_allclose(out, ref.np_soft_q_targets(r, d, q, None, 0.5,
-                                                        mask),
-                             rtol=1e-5, atol=1e-2)
+  np.testing.assert_allclose(
+      out, ref.np_soft_q_targets(r, d, q, None, 0.5, mask), rtol=1e-5, atol=1e-2
+  )
 
 
 # -----------------------------------------------------------------------------
@@ -366,38 +370,37 @@ def test_soft_q_targets_finite_for_tiny_alpha_and_huge_q():
 
 
 def _weighted_soft_q_sum(r, d, q, m, w, lam, stop):
-  return jnp.sum(w * L.soft_q_targets(r, d, q, alpha=0.5, lambda_=lam, mask=m,
-                                      stop_target_gradients=stop))
+  return jnp.sum(
+      w * L.soft_q_targets(r, d, q, alpha=0.5, lambda_=lam, mask=m, stop_target_gradients=stop)
+  )
 
 
 def test_soft_q_targets_stop_gradient():
   r, d, q, mask = _soft_q_inputs(4, 8, (3,), garble=False)
   w = np.random.default_rng(0).normal(size=r.shape).astype(np.float32)
-  stopped = jax.jit(jax.grad(functools.partial(_weighted_soft_q_sum,
-                                                 stop=True),
-                               argnums=(0, 1, 2)))
-  flowing = jax.jit(jax.grad(functools.partial(_weighted_soft_q_sum,
-                                                 stop=False),
-                               argnums=(0, 1, 2)))
+  stopped = jax.jit(jax.grad(functools.partial(_weighted_soft_q_sum, stop=True), argnums=(0, 1, 2)))
+  flowing = jax.jit(
+      jax.grad(functools.partial(_weighted_soft_q_sum, stop=False), argnums=(0, 1, 2))
+  )
   for lam in [0.0, 0.7]:
     for g in stopped(r, d, q, mask, w, lam):
       np.testing.assert_array_equal(g, 0.0)
-    assert all(np.any(np.asarray(g) != 0)
-               for g in flowing(r, d, q, mask, w, lam))
+    assert all(np.any(np.asarray(g) != 0) for g in flowing(r, d, q, mask, w, lam))
 
 
 def test_soft_q_targets_gradient_matches_finite_differences():
   r, d, q, mask = _soft_q_inputs(8, 6, (), n_actions=2, garble=False)
   mask[3] = False
   w = np.random.default_rng(1).normal(size=r.shape)
-  grad_fn = jax.jit(jax.grad(functools.partial(_weighted_soft_q_sum,
-                                               stop=False),
-                             argnums=(0, 1, 2)))
+  grad_fn = jax.jit(
+      jax.grad(functools.partial(_weighted_soft_q_sum, stop=False), argnums=(0, 1, 2))
+  )
   args = [r.astype(np.float64), d.astype(np.float64), q.astype(np.float64)]
   eps = 1e-6
   for lam in [0.0, 0.4, 1.0]:
     np_total = lambda r64, d64, q64: np.sum(
-        w * ref.np_soft_q_targets(r64, d64, q64, 0.5, lam, mask))
+        w * ref.np_soft_q_targets(r64, d64, q64, 0.5, lam, mask)
+    )
     grads = grad_fn(r, d, q, mask, w.astype(np.float32), lam)
     for i, g in enumerate(grads):
       fd = np.zeros(args[i].shape)
@@ -416,8 +419,7 @@ def test_soft_q_targets_gradient_matches_finite_differences():
 
 
 def test_soft_nstep_targets_hand_case(maybe_jit):
-  fn = maybe_jit(lambda r, d, q: L.soft_nstep_targets(r, d, q, alpha=1.0,
-                                                      n=2))
+  fn = maybe_jit(lambda r, d, q: L.soft_nstep_targets(r, d, q, alpha=1.0, n=2))
   v = [_v(row) for row in _Q]
   expected = [
       _R[0] + _D[0] * (_R[1] + _D[1] * v[1]),
@@ -430,23 +432,25 @@ def test_soft_nstep_targets_hand_case(maybe_jit):
 
 def test_soft_nstep_targets_hand_case_with_mask(maybe_jit):
   mask = np.array([True, True, False, True])
-  fn = maybe_jit(lambda r, d, q, m: L.soft_nstep_targets(
-      r, d, q, alpha=1.0, n=3, mask=m))
+  fn = maybe_jit(lambda r, d, q, m: L.soft_nstep_targets(r, d, q, alpha=1.0, n=3, mask=m))
   v = [_v(row) for row in _Q]
   out = np.asarray(fn(_R, _D, _Q, mask))
   np.testing.assert_allclose(
       out[[0, 1, 3]],
-      [_R[0] + _D[0] * (_R[1] + _D[1] * v[1]),  # stops before masked step 2
-       _R[1] + _D[1] * v[1],
-       _R[3] + _D[3] * v[3]], rtol=1e-6)
+      [
+          _R[0] + _D[0] * (_R[1] + _D[1] * v[1]),  # stops before masked step 2
+          _R[1] + _D[1] * v[1],
+          _R[3] + _D[3] * v[3],
+      ],
+      rtol=1e-6,
+  )
 
 
 def test_soft_nstep_targets_are_zero_at_masked_steps(maybe_jit):
   """The docstring: 'targets at times [0, T-1] ... (0 at masked steps)'."""
   mask = np.array([True, True, False, True])
   for n in [1, 2, 3]:
-    fn = maybe_jit(lambda r, d, q, m: L.soft_nstep_targets(
-        r, d, q, alpha=1.0, n=n, mask=m))
+    fn = maybe_jit(lambda r, d, q, m: L.soft_nstep_targets(r, d, q, alpha=1.0, n=n, mask=m))
     out = np.asarray(fn(_R, _D, _Q, mask))
     assert out[2] == 0.0, f"n={n}: masked step target {out[2]} != 0"
 
@@ -456,12 +460,13 @@ def _soft_nstep(r, d, q, m, alpha, *, n):
 
 
 @FEW
-@given(t=T_STRAT, batch=BATCH_STRAT, seed=SEED_STRAT, n=st.integers(1, 6),
-       alpha=st.floats(0.05, 5.0))
+@given(
+    t=T_STRAT, batch=BATCH_STRAT, seed=SEED_STRAT, n=st.integers(1, 6), alpha=st.floats(0.05, 5.0)
+)
 def test_soft_nstep_targets_match_numpy_reference(t, batch, seed, n, alpha):
   _check_soft_nstep_reference(
-      jax.jit(functools.partial(_soft_nstep, n=n)), seed, (t,) + batch, n,
-      alpha)
+      jax.jit(functools.partial(_soft_nstep, n=n)), seed, (t,) + batch, n, alpha
+  )
 
 
 def test_soft_nstep_targets_match_numpy_reference_fixed_shapes(maybe_jit):
@@ -479,8 +484,7 @@ def _check_soft_nstep_reference(fn, seed, shape, n, alpha):
   expected = ref.np_soft_nstep_targets(r, d, q, alpha, n, mask)
   # Real steps only here; the masked steps are covered by
   # `test_soft_nstep_targets_are_zero_at_masked_steps`.
-  np.testing.assert_allclose(np.where(mask, out, 0.0), expected,
-                             rtol=RTOL, atol=ATOL)
+  np.testing.assert_allclose(np.where(mask, out, 0.0), expected, rtol=RTOL, atol=ATOL)
 
 
 @SOME
@@ -495,15 +499,16 @@ def test_soft_nstep_identities(t, batch, seed):
   @jax.jit
   def compute(r, d, q, mask, r_clean, d_mid, q_clean):
     nstep = lambda n, *a, **kw: L.soft_nstep_targets(*a, alpha=0.5, n=n, **kw)
-    lam = lambda lam, *a, **kw: L.soft_q_targets(*a, alpha=0.5, lambda_=lam,
-                                                 **kw)
+    lam = lambda lam, *a, **kw: L.soft_q_targets(*a, alpha=0.5, lambda_=lam, **kw)
     clean = (r_clean, d_mid, q_clean)
     return dict(
-        n1=nstep(1, r, d, q, mask=mask), lam0=lam(0.0, r, d, q, mask=mask),
+        n1=nstep(1, r, d, q, mask=mask),
+        lam0=lam(0.0, r, d, q, mask=mask),
         clean_long=[nstep(n, *clean) for n in (t, t + 3)],
         clean_lam1=lam(1.0, *clean),
         masked_long=[nstep(n, r, d, q, mask=mask) for n in (t, t + 3)],
-        masked_lam1=lam(1.0, r, d, q, mask=mask))
+        masked_lam1=lam(1.0, r, d, q, mask=mask),
+    )
 
   out = compute(r, d, q, mask, r_clean, d_mid, q_clean)
   # n = 1 is the one-step soft Bellman target (lambda = 0).
@@ -513,8 +518,7 @@ def test_soft_nstep_identities(t, batch, seed):
     np.testing.assert_allclose(long, out["clean_lam1"], rtol=1e-5, atol=1e-4)
   # ... and with terminations and masked junctions, on the real steps.
   for long in out["masked_long"]:
-    np.testing.assert_allclose(np.where(mask, long, 0.0), out["masked_lam1"],
-                               rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(np.where(mask, long, 0.0), out["masked_lam1"], rtol=1e-5, atol=1e-4)
 
 
 def test_soft_nstep_splitting_at_junctions_changes_nothing():
@@ -536,8 +540,12 @@ def test_soft_nstep_splitting_at_junctions_changes_nothing():
 
 def test_soft_nstep_stop_gradient():
   r, d, q, mask = _soft_q_inputs(9, 8, (3,), garble=False)
-  grads = jax.jit(jax.grad(lambda r, d, q: jnp.sum(L.soft_nstep_targets(
-      r, d, q, alpha=0.5, n=3, mask=mask)), argnums=(0, 1, 2)))(r, d, q)
+  grads = jax.jit(
+      jax.grad(
+          lambda r, d, q: jnp.sum(L.soft_nstep_targets(r, d, q, alpha=0.5, n=3, mask=mask)),
+          argnums=(0, 1, 2),
+      )
+  )(r, d, q)
   for g in grads:
     np.testing.assert_array_equal(g, 0.0)
   # Without stopping: d G^(n)_s / d r_k is the discount product for k in the
@@ -545,8 +553,11 @@ def test_soft_nstep_stop_gradient():
   t = 5
   r1, d1 = np.ones(t, np.float32), np.full(t, 0.5, np.float32)
   q1 = np.zeros((t, 2), np.float32)
-  jac = jax.jit(jax.jacrev(lambda r: L.soft_nstep_targets(
-      r, d1, q1, alpha=1.0, n=2, stop_target_gradients=False)))(r1)
+  jac = jax.jit(
+      jax.jacrev(
+          lambda r: L.soft_nstep_targets(r, d1, q1, alpha=1.0, n=2, stop_target_gradients=False)
+      )
+  )(r1)
   expected = np.zeros((t, t))
   for s in range(t):
     expected[s, s] = 1.0
@@ -562,8 +573,7 @@ def _sql_error(q_tm1, a, r, d, q, m, *, n):
 @SOME
 @given(t=T_STRAT, batch=BATCH_STRAT, seed=SEED_STRAT, n=st.integers(1, 5))
 def test_sql_nstep_td_error_matches_numpy_reference(t, batch, seed, n):
-  _check_sql_reference(jax.jit(functools.partial(_sql_error, n=n)), seed, t,
-                       batch, n)
+  _check_sql_reference(jax.jit(functools.partial(_sql_error, n=n)), seed, t, batch, n)
 
 
 def test_sql_nstep_td_error_matches_numpy_reference_fixed_shapes(maybe_jit):
@@ -580,8 +590,7 @@ def _check_sql_reference(fn, seed, t, batch, n):
   a_tm1 = rng.integers(0, 4, size=r.shape).astype(np.int32)
   err = np.asarray(fn(q_tm1, a_tm1, r, d, q, mask))
   q_a = np.take_along_axis(q_tm1, a_tm1[..., None], -1)[..., 0]
-  expected = np.where(mask, ref.np_soft_nstep_targets(r, d, q, 0.3, n, mask)
-                      - q_a, 0.0)
+  expected = np.where(mask, ref.np_soft_nstep_targets(r, d, q, 0.3, n, mask) - q_a, 0.0)
   np.testing.assert_allclose(err, expected, rtol=RTOL, atol=ATOL)
   np.testing.assert_array_equal(err[~mask], 0.0)
 
@@ -593,12 +602,10 @@ def test_sql_nstep_td_error_gradients():
   a_tm1 = rng.integers(0, 4, size=r.shape).astype(np.int32)
 
   def loss(q_tm1, q_t, r):
-    err = L.sql_nstep_td_error(q_tm1, a_tm1, r, d, q_t, alpha=0.3, n=2,
-                               mask=mask)
+    err = L.sql_nstep_td_error(q_tm1, a_tm1, r, d, q_t, alpha=0.3, n=2, mask=mask)
     return 0.5 * jnp.sum(jnp.square(err))
 
-  g_q_tm1, g_q_t, g_r = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(
-      q_tm1, q, r)
+  g_q_tm1, g_q_t, g_r = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(q_tm1, q, r)
   np.testing.assert_array_equal(g_q_t, 0.0)
   np.testing.assert_array_equal(g_r, 0.0)
   err = L.sql_nstep_td_error(q_tm1, a_tm1, r, d, q, alpha=0.3, n=2, mask=mask)
@@ -611,8 +618,7 @@ def test_sql_nstep_td_error_n1_is_one_step_soft_td():
   q_tm1 = jnp.array([[1.0, 0.0], [0.5, 2.0], [0.0, 0.0], [1.0, 1.0]])
   a_tm1 = jnp.array([0, 1, 0, 1])
   err = L.sql_nstep_td_error(q_tm1, a_tm1, _R, _D, _Q, alpha=1.0)
-  expected = [_R[s] + _D[s] * _v(_Q[s]) - float(q_tm1[s, a_tm1[s]])
-              for s in range(4)]
+  expected = [_R[s] + _D[s] * _v(_Q[s]) - float(q_tm1[s, a_tm1[s]]) for s in range(4)]
   np.testing.assert_allclose(err, expected, rtol=1e-6)
 
 
@@ -636,8 +642,7 @@ def test_sqil_relabel_broadcasts_to_rewards(maybe_jit):
   is_demo = np.array([True, True, False, False])  # [B], half and half
   out = maybe_jit(L.sqil_relabel)(r, is_demo)
   assert out.shape == r.shape and out.dtype == jnp.float32
-  np.testing.assert_array_equal(out, np.broadcast_to([1.0, 1.0, 0.0, 0.0],
-                                                     r.shape))
+  np.testing.assert_array_equal(out, np.broadcast_to([1.0, 1.0, 0.0, 0.0], r.shape))
   np.testing.assert_array_equal(L.sqil_relabel(r, True), np.ones_like(r))
   np.testing.assert_array_equal(L.sqil_relabel(r, False), np.zeros_like(r))
   full = np.zeros(r.shape, bool)
@@ -647,8 +652,7 @@ def test_sqil_relabel_broadcasts_to_rewards(maybe_jit):
   assert L.sqil_relabel(r16, is_demo).dtype == jnp.bfloat16
 
 
-@pytest.mark.parametrize("bad", [np.array([1, 0]), np.array([1.0, 0.0]), 1,
-                                 1.0])
+@pytest.mark.parametrize("bad", [np.array([1, 0]), np.array([1.0, 0.0]), 1, 1.0])
 def test_sqil_rejects_non_bool(bad):
   with pytest.raises(TypeError, match="`is_demonstration`"):
     L.sqil_rewards(bad)
@@ -671,25 +675,32 @@ _T, _B, _A = 8, 3, 3  # the shapes of the other eager tests: cached ops
 
 
 def _good_soft_args():
-  return dict(r_t=np.zeros((_T, _B), np.float32),
-              discount_t=np.ones((_T, _B), np.float32),
-              q_t=np.zeros((_T, _B, _A), np.float32))
+  return dict(
+      r_t=np.zeros((_T, _B), np.float32),
+      discount_t=np.ones((_T, _B), np.float32),
+      q_t=np.zeros((_T, _B, _A), np.float32),
+  )
 
 
 _SOFT_Q_BAD = [
     # (array overrides, hyper-parameter overrides, exception, name)
     (dict(r_t=np.zeros((_T, _B), np.int32)), {}, TypeError, "r_t"),
-    (dict(discount_t=np.ones((_T, _B), np.int32)), {}, TypeError,
-     "discount_t"),
+    (dict(discount_t=np.ones((_T, _B), np.int32)), {}, TypeError, "discount_t"),
     (dict(q_t=np.zeros((_T, _B, _A), np.int32)), {}, TypeError, "q_t"),
-    (dict(discount_t=np.ones((_T,), np.float32)), {}, ValueError,
-     "discount_t"),
+    (dict(discount_t=np.ones((_T,), np.float32)), {}, ValueError, "discount_t"),
     (dict(q_t=np.zeros((_T, _B + 1, _A), np.float32)), {}, ValueError, "q_t"),
     (dict(q_t=np.zeros((_T, _B), np.float32)), {}, ValueError, "q_t"),
     (dict(r_t=np.zeros((), np.float32)), {}, ValueError, "r_t"),
-    (dict(r_t=np.zeros((0, _B), np.float32),
-          discount_t=np.zeros((0, _B), np.float32),
-          q_t=np.zeros((0, _B, _A), np.float32)), {}, ValueError, "r_t"),
+    (
+        dict(
+            r_t=np.zeros((0, _B), np.float32),
+            discount_t=np.zeros((0, _B), np.float32),
+            q_t=np.zeros((0, _B, _A), np.float32),
+        ),
+        {},
+        ValueError,
+        "r_t",
+    ),
     (dict(mask=np.ones((_T, _B), np.float32)), {}, TypeError, "mask"),
     (dict(mask=np.ones((_T,), bool)), {}, ValueError, "mask"),
     ({}, dict(alpha=0.0), ValueError, "alpha"),
@@ -717,15 +728,18 @@ def test_soft_q_targets_bad_input(jit, arrays, hyper, exc, name):
 
 
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
-@pytest.mark.parametrize("arrays,hyper,exc,name", [
-    (dict(q_t=np.zeros((_T, _B, _A), np.int32)), {}, TypeError, "q_t"),
-    (dict(mask=np.ones((_T, _B), np.int32)), {}, TypeError, "mask"),
-    (dict(q_t=np.zeros((_T + 1, _B, _A), np.float32)), {}, ValueError, "q_t"),
-    ({}, dict(n=0), ValueError, "n"),
-    ({}, dict(n=-2), ValueError, "n"),
-    ({}, dict(n=2.0), ValueError, "n"),
-    ({}, dict(alpha=0.0), ValueError, "alpha"),
-])
+@pytest.mark.parametrize(
+    "arrays,hyper,exc,name",
+    [
+        (dict(q_t=np.zeros((_T, _B, _A), np.int32)), {}, TypeError, "q_t"),
+        (dict(mask=np.ones((_T, _B), np.int32)), {}, TypeError, "mask"),
+        (dict(q_t=np.zeros((_T + 1, _B, _A), np.float32)), {}, ValueError, "q_t"),
+        ({}, dict(n=0), ValueError, "n"),
+        ({}, dict(n=-2), ValueError, "n"),
+        ({}, dict(n=2.0), ValueError, "n"),
+        ({}, dict(alpha=0.0), ValueError, "alpha"),
+    ],
+)
 def test_soft_nstep_targets_bad_input(jit, arrays, hyper, exc, name):
   args = _good_soft_args()
   args.update(arrays)
@@ -740,33 +754,32 @@ def test_soft_nstep_targets_bad_input(jit, arrays, hyper, exc, name):
 
 
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
-@pytest.mark.parametrize("arrays,hyper,exc,name", [
-    (dict(q_tm1=np.zeros((_T, _B, _A), np.int32)), {}, TypeError, "q_tm1"),
-    (dict(a_tm1=np.zeros((_T, _B), np.float32)), {}, TypeError, "a_tm1"),
-    (dict(q_tm1=np.zeros((_T, _B, _A + 1, 1), np.float32)), {}, ValueError,
-     "q_tm1"),
-    (dict(q_tm1=np.zeros((_T, _B), np.float32)), {}, ValueError, "q_tm1"),
-    (dict(a_tm1=np.zeros((_T,), np.int32)), {}, ValueError, "a_tm1"),
-    (dict(q_t=np.zeros((_T, _B, _A), np.int32)), {}, TypeError, "q_t"),
-    (dict(mask=np.ones((_T, _B + 1), bool)), {}, ValueError, "mask"),
-    ({}, dict(n=0), ValueError, "n"),
-    ({}, dict(alpha=-0.5), ValueError, "alpha"),
-])
+@pytest.mark.parametrize(
+    "arrays,hyper,exc,name",
+    [
+        (dict(q_tm1=np.zeros((_T, _B, _A), np.int32)), {}, TypeError, "q_tm1"),
+        (dict(a_tm1=np.zeros((_T, _B), np.float32)), {}, TypeError, "a_tm1"),
+        (dict(q_tm1=np.zeros((_T, _B, _A + 1, 1), np.float32)), {}, ValueError, "q_tm1"),
+        (dict(q_tm1=np.zeros((_T, _B), np.float32)), {}, ValueError, "q_tm1"),
+        (dict(a_tm1=np.zeros((_T,), np.int32)), {}, ValueError, "a_tm1"),
+        (dict(q_t=np.zeros((_T, _B, _A), np.int32)), {}, TypeError, "q_t"),
+        (dict(mask=np.ones((_T, _B + 1), bool)), {}, ValueError, "mask"),
+        ({}, dict(n=0), ValueError, "n"),
+        ({}, dict(alpha=-0.5), ValueError, "alpha"),
+    ],
+)
 def test_sql_nstep_td_error_bad_input(jit, arrays, hyper, exc, name):
   args = _good_soft_args()
-  args.update(q_tm1=np.zeros((_T, _B, _A), np.float32),
-              a_tm1=np.zeros((_T, _B), np.int32))
+  args.update(q_tm1=np.zeros((_T, _B, _A), np.float32), a_tm1=np.zeros((_T, _B), np.int32))
   args.update(arrays)
   mask = args.pop("mask", None)
   kw = dict(alpha=1.0, n=2)
   kw.update(hyper)
-  fn = lambda q_tm1, a, r, d, q, m: L.sql_nstep_td_error(q_tm1, a, r, d, q,
-                                                         mask=m, **kw)
+  fn = lambda q_tm1, a, r, d, q, m: L.sql_nstep_td_error(q_tm1, a, r, d, q, mask=m, **kw)
   if jit:
     fn = jax.jit(fn)
   with pytest.raises(exc, match=f"`{name}`"):
-    fn(args["q_tm1"], args["a_tm1"], args["r_t"], args["discount_t"],
-       args["q_t"], mask)
+    fn(args["q_tm1"], args["a_tm1"], args["r_t"], args["discount_t"], args["q_t"], mask)
 
 
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])

@@ -17,29 +17,30 @@ once); the eager runs use a few fixed seeded examples.
 
 import functools
 
+from hypothesis import given
+from hypothesis import strategies as st
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import rlax
-from hypothesis import given
-from hypothesis import strategies as st
-
 import reference as ref
+import rlax
+
 from offpolicy_ac.losses import general_off_policy_returns
 from offpolicy_ac.losses import retrace
 from offpolicy_ac.losses import retrace_targets
 
 JIT = pytest.mark.parametrize("jit", [False, True], ids=["nojit", "jit"])
 METHODS = pytest.mark.parametrize("method", ["scan", "associative"])
-ALL_METHODS = pytest.mark.parametrize("method",
-                                      ["scan", "associative", "auto"])
+ALL_METHODS = pytest.mark.parametrize("method", ["scan", "associative", "auto"])
 # Eager `associative_scan` compiles each of its small ops for every new shape
 # or transformation (1-3 s each): tests adding vmap / grad variants run it
 # jitted only (the eager associative path is covered by the other tests).
 JIT_METHODS_LIGHT = pytest.mark.parametrize(
-    "jit,method", [(False, "scan"), (True, "scan"), (True, "associative")],
-    ids=["scan-nojit", "scan-jit", "associative-jit"])
+    "jit,method",
+    [(False, "scan"), (True, "scan"), (True, "associative")],
+    ids=["scan-nojit", "scan-jit", "associative-jit"],
+)
 T_PAD = 20
 NUM_ACTIONS = 3
 BATCH_SHAPES = [(), (3,), (2, 3)]
@@ -76,11 +77,22 @@ def _retrace_fn(jit, method="scan", stop_target_gradients=True):
     both = _errors_and_targets_fn(jit, method)
     return lambda *args: both(*args)[0]
 
-  def f(q_tm1, q_t, a_tm1, a_t, r_t, discount_t, pi_t, mu_t, mask, lambda_,
-        eps):
-    return retrace(q_tm1, q_t, a_tm1, a_t, r_t, discount_t, pi_t, mu_t,
-                   mask=mask, lambda_=lambda_, eps=eps,
-                   stop_target_gradients=stop_target_gradients, method=method)
+  def f(q_tm1, q_t, a_tm1, a_t, r_t, discount_t, pi_t, mu_t, mask, lambda_, eps):
+    return retrace(
+        q_tm1,
+        q_t,
+        a_tm1,
+        a_t,
+        r_t,
+        discount_t,
+        pi_t,
+        mu_t,
+        mask=mask,
+        lambda_=lambda_,
+        eps=eps,
+        stop_target_gradients=stop_target_gradients,
+        method=method,
+    )
 
   return jax.jit(f) if jit else f
 
@@ -89,13 +101,24 @@ def _retrace_fn(jit, method="scan", stop_target_gradients=True):
 def _errors_and_targets_fn(jit, method="scan"):
   """(retrace(...), retrace_targets(...)) in one program, traced hypers."""
 
-  def f(q_tm1, q_t, a_tm1, a_t, r_t, discount_t, pi_t, mu_t, mask, lambda_,
-        eps):
-    errors = retrace(q_tm1, q_t, a_tm1, a_t, r_t, discount_t, pi_t, mu_t,
-                     mask=mask, lambda_=lambda_, eps=eps, method=method)
-    targets = retrace_targets(q_t, a_t, r_t, discount_t, pi_t, mu_t,
-                              mask=mask, lambda_=lambda_, eps=eps,
-                              method=method)
+  def f(q_tm1, q_t, a_tm1, a_t, r_t, discount_t, pi_t, mu_t, mask, lambda_, eps):
+    errors = retrace(
+        q_tm1,
+        q_t,
+        a_tm1,
+        a_t,
+        r_t,
+        discount_t,
+        pi_t,
+        mu_t,
+        mask=mask,
+        lambda_=lambda_,
+        eps=eps,
+        method=method,
+    )
+    targets = retrace_targets(
+        q_t, a_t, r_t, discount_t, pi_t, mu_t, mask=mask, lambda_=lambda_, eps=eps, method=method
+    )
     return errors, targets
 
   return jax.jit(f) if jit else f
@@ -106,8 +129,15 @@ def _general_fn(jit, method="scan", stop_target_gradients=True):
 
   def f(q_a_t, v_t, r_t, discount_t, c_t, mask):
     return general_off_policy_returns(
-        q_a_t, v_t, r_t, discount_t, c_t, mask=mask,
-        stop_target_gradients=stop_target_gradients, method=method)
+        q_a_t,
+        v_t,
+        r_t,
+        discount_t,
+        c_t,
+        mask=mask,
+        stop_target_gradients=stop_target_gradients,
+        method=method,
+    )
 
   return jax.jit(f) if jit else f
 
@@ -116,18 +146,17 @@ def _assert_scaled_close(actual, expected, scale, rtol, atol=0.0, what=""):
   """|actual - expected| <= rtol * scale + atol, with `scale` the same sums
   taken over absolute values (a bound on rounding whatever the cancellation)."""
   actual = np.asarray(actual, np.float64)
-  assert actual.shape == np.shape(expected), (what, actual.shape,
-                                              np.shape(expected))
+  assert actual.shape == np.shape(expected), (what, actual.shape, np.shape(expected))
   assert np.all(np.isfinite(actual)), (what, actual)
   bad = np.abs(actual - expected) > rtol * np.asarray(scale) + atol
   assert not np.any(bad), (
       f"{what}: mismatch at {np.argwhere(bad)[:5].tolist()}: actual "
-      f"{actual[bad][:5]}, expected {np.asarray(expected)[bad][:5]}")
+      f"{actual[bad][:5]}, expected {np.asarray(expected)[bad][:5]}"
+  )
 
 
 def _take(x, a):
-  return np.take_along_axis(np.asarray(x, np.float64),
-                            np.asarray(a)[..., None], -1)[..., 0]
+  return np.take_along_axis(np.asarray(x, np.float64), np.asarray(a)[..., None], -1)[..., 0]
 
 
 def _retrace_scales(inputs, mask, lambda_, eps):
@@ -135,54 +164,59 @@ def _retrace_scales(inputs, mask, lambda_, eps):
   f = {k: np.asarray(v) for k, v in inputs.items()}
   m = np.ones(f["r_t"].shape, bool) if mask is None else np.asarray(mask)
   with np.errstate(divide="ignore", invalid="ignore"):
-    c = lambda_ * np.minimum(1.0, _take(f["pi_t"], f["a_t"]) /
-                             (f["mu_t"].astype(np.float64) + eps))
+    c = lambda_ * np.minimum(1.0, _take(f["pi_t"], f["a_t"]) / (f["mu_t"].astype(np.float64) + eps))
   c = np.where(m, np.abs(c), 0.0)  # garbage only at masked steps
   v_abs = np.sum(np.abs(f["pi_t"].astype(np.float64) * f["q_t"]), -1)
   g_abs = ref.ref_general_off_policy_returns(
-      -np.abs(_take(f["q_t"], f["a_t"])), v_abs, np.abs(f["r_t"]),
-      np.abs(f["discount_t"]), c, mask)
+      -np.abs(_take(f["q_t"], f["a_t"])), v_abs, np.abs(f["r_t"]), np.abs(f["discount_t"]), c, mask
+  )
   return g_abs, g_abs + np.abs(_take(f["q_tm1"], f["a_tm1"]))
 
 
-def _random_q_inputs(rng, t_len, batch, *, num_actions=NUM_ACTIONS,
-                     use_mask=True, garbage=1e3, dtype=np.float32):
+def _random_q_inputs(
+    rng, t_len, batch, *, num_actions=NUM_ACTIONS, use_mask=True, garbage=1e3, dtype=np.float32
+):
   """Random Retrace inputs with episode structure; masked steps (and the
   unused mu_t of the step before each) hold arbitrary finite garbage."""
   shape = (t_len,) + tuple(batch)
   if use_mask:
     d, mask, kind = ref.ref_episode_layout(rng, t_len, batch)
   else:
-    d, mask, kind = ref.ref_episode_layout(rng, t_len, batch, p_trunc=0.0,
-                                           p_start_masked=0.0)
+    d, mask, kind = ref.ref_episode_layout(rng, t_len, batch, p_trunc=0.0, p_start_masked=0.0)
     mask = None
   q_shape = shape + (num_actions,)
-  logits = rng.normal(size=q_shape) * rng.choice([0.3, 1.0, 4.0], size=shape +
-                                                  (1,))
+  logits = rng.normal(size=q_shape) * rng.choice([0.3, 1.0, 4.0], size=shape + (1,))
   pi = np.exp(logits - logits.max(-1, keepdims=True))
   pi /= pi.sum(-1, keepdims=True)
   a_t = rng.integers(0, num_actions, size=shape)
   ratio = np.exp(rng.uniform(np.log(1e-3), np.log(1e3), size=shape))
   mu = np.clip(_take(pi, a_t) / ratio, 1e-6, 1.0)
-  inputs = dict(q_tm1=rng.normal(size=q_shape) * 2.0,
-                q_t=rng.normal(size=q_shape) * 2.0,
-                a_tm1=rng.integers(0, num_actions, size=shape), a_t=a_t,
-                r_t=rng.normal(size=shape), discount_t=d, pi_t=pi, mu_t=mu)
+  inputs = dict(
+      q_tm1=rng.normal(size=q_shape) * 2.0,
+      q_t=rng.normal(size=q_shape) * 2.0,
+      a_tm1=rng.integers(0, num_actions, size=shape),
+      a_t=a_t,
+      r_t=rng.normal(size=shape),
+      discount_t=d,
+      pi_t=pi,
+      mu_t=mu,
+  )
   if mask is not None:
     for k in ("q_tm1", "q_t", "r_t", "discount_t", "pi_t", "mu_t"):
       inputs[k] = ref.ref_fill_masked(
-          inputs[k], mask, rng.uniform(-garbage, garbage,
-                                       size=np.shape(inputs[k])))
+          inputs[k], mask, rng.uniform(-garbage, garbage, size=np.shape(inputs[k]))
+      )
     for k in ("a_tm1", "a_t"):
-      inputs[k] = ref.ref_fill_masked(
-          inputs[k], mask, rng.integers(0, num_actions, size=shape))
+      inputs[k] = ref.ref_fill_masked(inputs[k], mask, rng.integers(0, num_actions, size=shape))
     # mu_t (and a_t) of a step whose next step is masked are never used.
     before_masked = np.concatenate([~mask[1:], np.zeros_like(mask[:1])])
-    inputs["mu_t"] = np.where(before_masked & mask,
-                              rng.uniform(-garbage, garbage, size=shape),
-                              inputs["mu_t"])
-  inputs = {k: (v.astype(dtype) if k not in ("a_tm1", "a_t")
-                else v.astype(np.int32)) for k, v in inputs.items()}
+    inputs["mu_t"] = np.where(
+        before_masked & mask, rng.uniform(-garbage, garbage, size=shape), inputs["mu_t"]
+    )
+  inputs = {
+      k: (v.astype(dtype) if k not in ("a_tm1", "a_t") else v.astype(np.int32))
+      for k, v in inputs.items()
+  }
   return inputs, mask, kind
 
 
@@ -203,9 +237,10 @@ def _pad_time(inputs, mask, t_pad, garbage=1e3):
   return out, pad_mask
 
 
-_HYPER = dict(lambda_=st.one_of(st.just(0.0), st.just(1.0),
-                                st.floats(0.0, 1.0)),
-              eps=st.sampled_from([0.0, 1e-8, 1e-3]))
+_HYPER = dict(
+    lambda_=st.one_of(st.just(0.0), st.just(1.0), st.floats(0.0, 1.0)),
+    eps=st.sampled_from([0.0, 1e-8, 1e-3]),
+)
 
 
 # ---------------------------------------------------------------------------
@@ -216,30 +251,43 @@ _HYPER = dict(lambda_=st.one_of(st.just(0.0), st.just(1.0),
 @JIT
 @METHODS
 def test_general_returns_hand_computed(jit, method):
-  q_a_t, v_t, r_t = [1., 2., 3.], [2., 1., .5], [1., 1., 1.]
-  d, c = [.5, .5, .5], [.5, 1., .7]
+  q_a_t, v_t, r_t = [1.0, 2.0, 3.0], [2.0, 1.0, 0.5], [1.0, 1.0, 1.0]
+  d, c = [0.5, 0.5, 0.5], [0.5, 1.0, 0.7]
   # G_2 = 1 + .5 * .5 = 1.25 (the last c is unused);
   # G_1 = 1 + .5 (1 - 1 * 2 + 1 * 1.25) = 1.125;
   # G_0 = 1 + .5 (2 - .5 * 1 + .5 * 1.125) = 2.03125.
-  out = _run(general_off_policy_returns, jit, q_a_t, v_t, r_t, d, c,
-             method=method)
+  out = _run(general_off_policy_returns, jit, q_a_t, v_t, r_t, d, c, method=method)
   assert out.dtype == jnp.float32 and out.shape == (3,)
   np.testing.assert_allclose(out, [2.03125, 1.125, 1.25], rtol=1e-6)
   # A masked junction at step 1: step 0 bootstraps fully from v_t[0]
   # (G_0 = 1 + .5 * 2 = 2), step 1 is 0, step 2 unchanged.
-  out = _run(general_off_policy_returns, jit, q_a_t, v_t, r_t, d, c,
-             mask=[True, False, True], method=method)
+  out = _run(
+      general_off_policy_returns,
+      jit,
+      q_a_t,
+      v_t,
+      r_t,
+      d,
+      c,
+      mask=[True, False, True],
+      method=method,
+  )
   np.testing.assert_allclose(out, [2.0, 0.0, 1.25], rtol=1e-6)
   # A termination at step 0 (discount 0): G_0 = r_0 = 1.
-  out = _run(general_off_policy_returns, jit, q_a_t, v_t, r_t, [0., .5, .5],
-             c, method=method)
+  out = _run(general_off_policy_returns, jit, q_a_t, v_t, r_t, [0.0, 0.5, 0.5], c, method=method)
   np.testing.assert_allclose(out, [1.0, 1.125, 1.25], rtol=1e-6)
 
 
-_R1 = dict(q_tm1=[[1., 2.], [3., 4.]], q_t=[[3., 5.], [0., 2.]],
-           a_tm1=np.array([0, 1], np.int32), a_t=np.array([1, 0], np.int32),
-           r_t=[1., 2.], discount_t=[.5, .9],
-           pi_t=[[.25, .75], [.5, .5]], mu_t=[.5, .4])
+_R1 = dict(
+    q_tm1=[[1.0, 2.0], [3.0, 4.0]],
+    q_t=[[3.0, 5.0], [0.0, 2.0]],
+    a_tm1=np.array([0, 1], np.int32),
+    a_t=np.array([1, 0], np.int32),
+    r_t=[1.0, 2.0],
+    discount_t=[0.5, 0.9],
+    pi_t=[[0.25, 0.75], [0.5, 0.5]],
+    mu_t=[0.5, 0.4],
+)
 
 
 @JIT
@@ -253,12 +301,11 @@ def test_retrace_hand_computed(jit, method):
   out = _run(retrace, jit, *args, eps=0.0, method=method)
   assert out.dtype == jnp.float32 and out.shape == (2,)
   np.testing.assert_allclose(out, [1.2, -1.1], rtol=1e-5)
-  targets = _run(retrace_targets, jit, *args[1:2], *args[3:], eps=0.0,
-                 method=method)
+  targets = _run(retrace_targets, jit, *args[1:2], *args[3:], eps=0.0, method=method)
   np.testing.assert_allclose(targets, [2.2, 2.9], rtol=1e-5)
   # lambda = .5 and mu_t[0] = 1: c_1 = .5 * min(1, .75 / 1) = .375;
   # G_0 = 1 + .5 (4.5 - .375 * 5 + .375 * 2.9) = 2.85625.
-  args[-1] = [1., .4]
+  args[-1] = [1.0, 0.4]
   out = _run(retrace, jit, *args, lambda_=0.5, eps=0.0, method=method)
   np.testing.assert_allclose(out, [1.85625, -1.1], rtol=1e-5)
 
@@ -271,15 +318,19 @@ def test_retrace_hand_computed_truncation_junction_termination(jit, method):
   # 3.7 - q_tm1[0, 1] = 1.7 (a_t[0], mu_t[0] and the masked step's garbage
   # are unused).  Step 1: masked -> 0.  Step 2: terminates: G_2 = r = 3,
   # error 3 - .5 = 2.5.
-  args = [[[1., 2.], [99., -99.], [.5, 1.5]],
-          [[2., 4.], [55., 66.], [7., 8.]],
-          np.array([1, 0, 0], np.int32), np.array([0, 1, 1], np.int32),
-          [1., 77., 3.], [.9, .9, 0.], [[.5, .5], [.1, .9], [.2, .8]],
-          [1e-30, .3, .9]]
+  args = [
+      [[1.0, 2.0], [99.0, -99.0], [0.5, 1.5]],
+      [[2.0, 4.0], [55.0, 66.0], [7.0, 8.0]],
+      np.array([1, 0, 0], np.int32),
+      np.array([0, 1, 1], np.int32),
+      [1.0, 77.0, 3.0],
+      [0.9, 0.9, 0.0],
+      [[0.5, 0.5], [0.1, 0.9], [0.2, 0.8]],
+      [1e-30, 0.3, 0.9],
+  ]
   out = _run(retrace, jit, *args, mask=[True, False, True], method=method)
   np.testing.assert_allclose(out, [1.7, 0.0, 2.5], rtol=1e-5)
-  targets = _run(retrace_targets, jit, args[1], *args[3:],
-                 mask=[True, False, True], method=method)
+  targets = _run(retrace_targets, jit, args[1], *args[3:], mask=[True, False, True], method=method)
   np.testing.assert_allclose(targets, [3.7, 0.0, 3.0], rtol=1e-5)
 
 
@@ -288,104 +339,111 @@ def test_retrace_hand_computed_truncation_junction_termination(jit, method):
 # ---------------------------------------------------------------------------
 
 
-def _check_retrace_example(jit, methods, x64, t_len, batch, use_mask, lambda_,
-                           eps, seed):
+def _check_retrace_example(jit, methods, x64, t_len, batch, use_mask, lambda_, eps, seed):
   rng = np.random.default_rng(seed)
   dtype = np.float64 if x64 else np.float32
   if not use_mask:
     t_len = T_PAD
-  inputs, mask, _ = _random_q_inputs(rng, t_len, batch, use_mask=use_mask,
-                                     dtype=dtype)
+  inputs, mask, _ = _random_q_inputs(rng, t_len, batch, use_mask=use_mask, dtype=dtype)
   if use_mask:
     padded, pad_mask = _pad_time(inputs, mask, T_PAD)
   else:  # (mask=None is the same as all True: test_mask_none_equals_all_true)
     padded, pad_mask = inputs, np.ones((T_PAD,) + tuple(batch), bool)
-  exp_errors, exp_targets = ref.ref_retrace(*(inputs[k] for k in Q_ARGS),
-                                            mask, lambda_, eps)
+  exp_errors, exp_targets = ref.ref_retrace(*(inputs[k] for k in Q_ARGS), mask, lambda_, eps)
   g_scale, e_scale = _retrace_scales(inputs, mask, lambda_, eps)
   rtol = 1e-12 if x64 else 2e-5
   for method in methods:
     with jax.enable_x64(x64):
       args = [jnp.asarray(padded[k]) for k in Q_ARGS]
-      errors, targets = (np.asarray(x) for x in _errors_and_targets_fn(
-          jit, method)(*args, pad_mask, lambda_, eps))
+      errors, targets = (
+          np.asarray(x) for x in _errors_and_targets_fn(jit, method)(*args, pad_mask, lambda_, eps)
+      )
     assert errors.dtype == dtype and targets.dtype == dtype
     np.testing.assert_array_equal(errors[t_len:], 0.0)
     np.testing.assert_array_equal(targets[t_len:], 0.0)
-    _assert_scaled_close(errors[:t_len], exp_errors, e_scale, rtol,
-                         what="errors")
-    _assert_scaled_close(targets[:t_len], exp_targets, g_scale, rtol,
-                         what="targets")
+    _assert_scaled_close(errors[:t_len], exp_errors, e_scale, rtol, what="errors")
+    _assert_scaled_close(targets[:t_len], exp_targets, g_scale, rtol, what="targets")
     if mask is not None:
       np.testing.assert_array_equal(errors[:t_len][~mask], 0.0)
       np.testing.assert_array_equal(targets[:t_len][~mask], 0.0)
 
 
 @pytest.mark.parametrize("x64", [False, True], ids=["f32", "f64"])
-@given(t_len=st.integers(1, T_PAD), batch=st.sampled_from(BATCH_SHAPES),
-       use_mask=st.booleans(), seed=st.integers(0, 2**32 - 1), **_HYPER)
-def test_retrace_matches_loop_reference_jit(x64, t_len, batch, use_mask, seed,
-                                            lambda_, eps):
+@given(
+    t_len=st.integers(1, T_PAD),
+    batch=st.sampled_from(BATCH_SHAPES),
+    use_mask=st.booleans(),
+    seed=st.integers(0, 2**32 - 1),
+    **_HYPER,
+)
+def test_retrace_matches_loop_reference_jit(x64, t_len, batch, use_mask, seed, lambda_, eps):
   # float32: both methods on each example (one reference computation).
   # float64 (tight tolerance: checks the algorithm, not rounding): scan only;
   # the methods' agreement is checked in float32.
   methods = ("scan",) if x64 else ("scan", "associative")
-  _check_retrace_example(True, methods, x64, t_len, batch, use_mask, lambda_,
-                         eps, seed)
+  _check_retrace_example(True, methods, x64, t_len, batch, use_mask, lambda_, eps, seed)
 
 
 # Eager cases: scan over the three batch ranks; associative on [T, 2, 3]
 # only (eager associative_scan compiles its many ops per new shape).
-@pytest.mark.parametrize("method,t_len,batch,use_mask,lambda_,eps,seed", [
-    ("scan", 13, (), True, 1.0, 1e-8, 0),
-    ("scan", T_PAD, (3,), False, 0.7, 0.0, 1),
-    ("scan", T_PAD, (2, 3), True, 0.0, 1e-3, 2),
-    ("associative", T_PAD, (2, 3), True, 0.0, 1e-3, 2),
-    ("associative", 2, (2, 3), True, 0.9, 1e-8, 3),
-])
-def test_retrace_matches_loop_reference_nojit(method, t_len, batch, use_mask,
-                                              lambda_, eps, seed):
-  _check_retrace_example(False, (method,), False, t_len, batch, use_mask,
-                         lambda_, eps, seed)
+@pytest.mark.parametrize(
+    "method,t_len,batch,use_mask,lambda_,eps,seed",
+    [
+        ("scan", 13, (), True, 1.0, 1e-8, 0),
+        ("scan", T_PAD, (3,), False, 0.7, 0.0, 1),
+        ("scan", T_PAD, (2, 3), True, 0.0, 1e-3, 2),
+        ("associative", T_PAD, (2, 3), True, 0.0, 1e-3, 2),
+        ("associative", 2, (2, 3), True, 0.9, 1e-8, 3),
+    ],
+)
+def test_retrace_matches_loop_reference_nojit(method, t_len, batch, use_mask, lambda_, eps, seed):
+  _check_retrace_example(False, (method,), False, t_len, batch, use_mask, lambda_, eps, seed)
 
 
 def _check_general_example(jit, methods, t_len, batch, seed):
   rng = np.random.default_rng(seed)
   shape = (t_len,) + tuple(batch)
   d, mask, _ = ref.ref_episode_layout(rng, t_len, batch)
-  inputs = dict(q_a_t=rng.normal(size=shape) * 2, v_t=rng.normal(size=shape),
-                r_t=rng.normal(size=shape), discount_t=d,
-                c_t=rng.uniform(0.0, 1.5, size=shape))
+  inputs = dict(
+      q_a_t=rng.normal(size=shape) * 2,
+      v_t=rng.normal(size=shape),
+      r_t=rng.normal(size=shape),
+      discount_t=d,
+      c_t=rng.uniform(0.0, 1.5, size=shape),
+  )
   for k in G_ARGS:
-    inputs[k] = ref.ref_fill_masked(inputs[k], mask,
-                                    rng.uniform(-1e3, 1e3, size=shape))
+    inputs[k] = ref.ref_fill_masked(inputs[k], mask, rng.uniform(-1e3, 1e3, size=shape))
   inputs = {k: v.astype(np.float32) for k, v in inputs.items()}
   n = T_PAD - t_len
-  padded = [np.concatenate([inputs[k], np.full((n,) + shape[1:], 5e2,
-                                               np.float32)]) for k in G_ARGS]
+  padded = [np.concatenate([inputs[k], np.full((n,) + shape[1:], 5e2, np.float32)]) for k in G_ARGS]
   pad_mask = np.concatenate([mask, np.zeros((n,) + shape[1:], bool)])
-  expected = ref.ref_general_off_policy_returns(
-      *(inputs[k] for k in G_ARGS), mask)
+  expected = ref.ref_general_off_policy_returns(*(inputs[k] for k in G_ARGS), mask)
   scale = ref.ref_general_off_policy_returns(
-      -np.abs(inputs["q_a_t"]), np.abs(inputs["v_t"]), np.abs(inputs["r_t"]),
-      np.abs(inputs["discount_t"]), np.abs(inputs["c_t"]), mask)
+      -np.abs(inputs["q_a_t"]),
+      np.abs(inputs["v_t"]),
+      np.abs(inputs["r_t"]),
+      np.abs(inputs["discount_t"]),
+      np.abs(inputs["c_t"]),
+      mask,
+  )
   for method in methods:
     out = np.asarray(_general_fn(jit, method)(*padded, pad_mask))
     np.testing.assert_array_equal(out[t_len:], 0.0)
     _assert_scaled_close(out[:t_len], expected, scale, 2e-5, what=method)
 
 
-@given(t_len=st.integers(1, T_PAD), batch=st.sampled_from(BATCH_SHAPES),
-       seed=st.integers(0, 2**32 - 1))
+@given(
+    t_len=st.integers(1, T_PAD), batch=st.sampled_from(BATCH_SHAPES), seed=st.integers(0, 2**32 - 1)
+)
 def test_general_returns_match_loop_reference_jit(t_len, batch, seed):
   _check_general_example(True, ("scan", "associative"), t_len, batch, seed)
 
 
-@pytest.mark.parametrize("method,t_len,batch,seed", [
-    ("scan", T_PAD, (3,), 0), ("scan", 9, (2, 3), 1),
-    ("associative", 9, (2, 3), 1)])
-def test_general_returns_match_loop_reference_nojit(method, t_len, batch,
-                                                    seed):
+@pytest.mark.parametrize(
+    "method,t_len,batch,seed",
+    [("scan", T_PAD, (3,), 0), ("scan", 9, (2, 3), 1), ("associative", 9, (2, 3), 1)],
+)
+def test_general_returns_match_loop_reference_nojit(method, t_len, batch, seed):
   _check_general_example(False, (method,), t_len, batch, seed)
 
 
@@ -395,8 +453,7 @@ def test_retrace_other_action_counts(jit, num_actions):
   # A = 1 (a single action) and A = 40 (beyond the elementwise-unrolled
   # action path of the library) against the reference.
   rng = np.random.default_rng(num_actions)
-  inputs, mask, _ = _random_q_inputs(rng, T_PAD, (3,),
-                                     num_actions=num_actions)
+  inputs, mask, _ = _random_q_inputs(rng, T_PAD, (3,), num_actions=num_actions)
   errors = _retrace_fn(jit)(*(inputs[k] for k in Q_ARGS), mask, 0.9, 1e-8)
   expected, _ = ref.ref_retrace(*(inputs[k] for k in Q_ARGS), mask, 0.9, 1e-8)
   _, scale = _retrace_scales(inputs, mask, 0.9, 1e-8)
@@ -420,15 +477,25 @@ def _on_policy_consistent_example(seed, t_len, batch):
   acts = rng.integers(0, NUM_ACTIONS, size=(t_len + 1,) + shape[1:])
   logits = rng.normal(size=shape + (NUM_ACTIONS,))
   pi = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
-  inputs = dict(q_tm1=q[:-1], q_t=q[1:], a_tm1=acts[:-1], a_t=acts[1:],
-                r_t=rng.normal(size=shape), discount_t=d, pi_t=pi)
+  inputs = dict(
+      q_tm1=q[:-1],
+      q_t=q[1:],
+      a_tm1=acts[:-1],
+      a_t=acts[1:],
+      r_t=rng.normal(size=shape),
+      discount_t=d,
+      pi_t=pi,
+  )
   for k in ("q_tm1", "q_t", "r_t", "discount_t", "pi_t"):
     inputs[k] = ref.ref_fill_masked(
-        inputs[k], mask, rng.uniform(-1e3, 1e3, size=np.shape(inputs[k])))
+        inputs[k], mask, rng.uniform(-1e3, 1e3, size=np.shape(inputs[k]))
+    )
   inputs["pi_t"] = ref.ref_fill_masked(inputs["pi_t"], mask, 0.5)
   inputs["mu_t"] = _take(inputs["pi_t"], inputs["a_t"])
-  inputs = {k: (v.astype(np.float32) if k not in ("a_tm1", "a_t")
-                else v.astype(np.int32)) for k, v in inputs.items()}
+  inputs = {
+      k: (v.astype(np.float32) if k not in ("a_tm1", "a_t") else v.astype(np.int32))
+      for k, v in inputs.items()
+  }
   return inputs, mask
 
 
@@ -443,8 +510,15 @@ def _check_q_lambda_one(jit, method, seed, batch, lambda_):
   # eps = 0: c = lambda min(1, pi/pi) = lambda exactly.
   errors = _retrace_fn(jit, method)(*args, mask, lambda_, 0.0)
   expected = ref.ref_q_lambda_errors(
-      inputs["q_tm1"], inputs["a_tm1"], inputs["q_t"], inputs["pi_t"],
-      inputs["r_t"], inputs["discount_t"], mask, lambda_)
+      inputs["q_tm1"],
+      inputs["a_tm1"],
+      inputs["q_t"],
+      inputs["pi_t"],
+      inputs["r_t"],
+      inputs["discount_t"],
+      mask,
+      lambda_,
+  )
   # The library computes the recursion form: its rounding is bounded by the
   # recursion's sum of absolute values.
   _, scale = _retrace_scales(inputs, mask, lambda_, 0.0)
@@ -453,22 +527,30 @@ def _check_q_lambda_one(jit, method, seed, batch, lambda_):
   q_a_t = _take(inputs["q_t"], inputs["a_t"]).astype(np.float32)
   v_t = np.sum(inputs["pi_t"] * inputs["q_t"], -1)
   g = _general_fn(jit, method)(
-      q_a_t, v_t, inputs["r_t"], inputs["discount_t"],
-      np.full(mask.shape, lambda_, np.float32), mask)
-  expected_g = np.where(mask, expected + _take(inputs["q_tm1"],
-                                               inputs["a_tm1"]), 0.0)
+      q_a_t,
+      v_t,
+      inputs["r_t"],
+      inputs["discount_t"],
+      np.full(mask.shape, lambda_, np.float32),
+      mask,
+  )
+  expected_g = np.where(mask, expected + _take(inputs["q_tm1"], inputs["a_tm1"]), 0.0)
   _assert_scaled_close(g, expected_g, scale, 2e-5)
 
 
-@given(seed=st.integers(0, 2**32 - 1), batch=st.sampled_from(BATCH_SHAPES),
-       lambda_=st.one_of(st.just(1.0), st.floats(0.0, 1.0)))
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    batch=st.sampled_from(BATCH_SHAPES),
+    lambda_=st.one_of(st.just(1.0), st.floats(0.0, 1.0)),
+)
 def test_on_policy_retrace_is_q_lambda_jit(seed, batch, lambda_):
   _check_q_lambda(True, ("scan", "associative"), seed, batch, lambda_)
 
 
-@pytest.mark.parametrize("method,seed,batch,lambda_", [
-    ("scan", 0, (2, 3), 0.8), ("scan", 1, (), 1.0),
-    ("associative", 0, (2, 3), 0.8)])
+@pytest.mark.parametrize(
+    "method,seed,batch,lambda_",
+    [("scan", 0, (2, 3), 0.8), ("scan", 1, (), 1.0), ("associative", 0, (2, 3), 0.8)],
+)
 def test_on_policy_retrace_is_q_lambda_nojit(method, seed, batch, lambda_):
   _check_q_lambda(False, (method,), seed, batch, lambda_)
 
@@ -476,12 +558,9 @@ def test_on_policy_retrace_is_q_lambda_nojit(method, seed, batch, lambda_):
 # Episodes of lengths 2 and 3 ending by termination, truncation or the end of
 # the window, joined by one masked step each (20 steps per column).
 _SPLIT_PATTERNS = [
-    [(3, "term"), (2, "trunc"), (3, "trunc"), (2, "term"), (3, "term"),
-     (2, "open")],
-    [(2, "trunc"), (3, "term"), (2, "term"), (3, "trunc"), (2, "trunc"),
-     (3, "open")],
-    [(3, "trunc"), (3, "trunc"), (2, "term"), (2, "trunc"), (3, "trunc"),
-     (2, "trunc")],
+    [(3, "term"), (2, "trunc"), (3, "trunc"), (2, "term"), (3, "term"), (2, "open")],
+    [(2, "trunc"), (3, "term"), (2, "term"), (3, "trunc"), (2, "trunc"), (3, "open")],
+    [(3, "trunc"), (3, "trunc"), (2, "term"), (2, "trunc"), (3, "trunc"), (2, "trunc")],
 ]
 
 
@@ -509,8 +588,7 @@ def _check_split(jit, method, seed, lambda_):
     inputs, _, _ = _random_q_inputs(rng, T_PAD, (), use_mask=False)
     inputs["discount_t"] = d.astype(np.float32)
     for k in ("q_tm1", "q_t", "r_t", "pi_t", "mu_t"):  # Large garbage.
-      inputs[k] = ref.ref_fill_masked(
-          inputs[k], mask, rng.uniform(-1e6, 1e6, size=inputs[k].shape))
+      inputs[k] = ref.ref_fill_masked(inputs[k], mask, rng.uniform(-1e6, 1e6, size=inputs[k].shape))
     # The unused a_t / mu_t of each episode's last step: garbage too.
     for _, stop in spans:
       inputs["mu_t"][stop - 1] = rng.uniform(-1e6, 1e6)
@@ -525,12 +603,10 @@ def _check_split(jit, method, seed, lambda_):
       alone_args = [inputs[k][start:stop] for k in Q_ARGS]
       assert alone_args[0].shape == (stop - start, NUM_ACTIONS)
       alone = f(*alone_args, None, lambda_, 1e-8)
-      np.testing.assert_allclose(joined[start:stop, j], alone, rtol=1e-6,
-                                 atol=1e-6)
+      np.testing.assert_allclose(joined[start:stop, j], alone, rtol=1e-6, atol=1e-6)
 
 
-@given(seed=st.integers(0, 2**32 - 1),
-       lambda_=st.one_of(st.just(1.0), st.floats(0.0, 1.0)))
+@given(seed=st.integers(0, 2**32 - 1), lambda_=st.one_of(st.just(1.0), st.floats(0.0, 1.0)))
 def test_split_at_junctions_changes_nothing_jit(seed, lambda_):
   _check_split(True, "scan", seed, lambda_)
   _check_split(True, "associative", seed, lambda_)
@@ -548,9 +624,12 @@ def _grad_example():
   mask[0, 0] = False
   # Ratios around 1, so that some traces are unclipped (c depends on mu).
   inputs["mu_t"] = np.where(
-      mask, np.clip(_take(inputs["pi_t"], inputs["a_t"]) *
-                    np.exp(rng.uniform(-1, 1, mask.shape)), 1e-3, 1.0),
-      inputs["mu_t"]).astype(np.float32)
+      mask,
+      np.clip(
+          _take(inputs["pi_t"], inputs["a_t"]) * np.exp(rng.uniform(-1, 1, mask.shape)), 1e-3, 1.0
+      ),
+      inputs["mu_t"],
+  ).astype(np.float32)
   return inputs, mask
 
 
@@ -561,24 +640,28 @@ def test_stop_target_gradients(jit, method):
   f = _retrace_fn(jit, method, True)
 
   def loss(*floats):
-    kw = dict(zip(float_names, floats), a_tm1=inputs["a_tm1"],
-              a_t=inputs["a_t"])
+    kw = dict(zip(float_names, floats), a_tm1=inputs["a_tm1"], a_t=inputs["a_t"])
     return jnp.sum(f(*(kw[k] for k in Q_ARGS), mask, 0.9, 1e-8))
 
-  grads = jax.grad(loss, argnums=tuple(range(6)))(
-      *(inputs[k] for k in float_names))
+  grads = jax.grad(loss, argnums=tuple(range(6)))(*(inputs[k] for k in float_names))
   grads = dict(zip(float_names, grads))
   one_hot = np.eye(NUM_ACTIONS)[inputs["a_tm1"]]
   np.testing.assert_array_equal(grads["q_tm1"], np.where(mask[..., None], -one_hot, 0.0))
   for k in float_names[1:]:
     np.testing.assert_array_equal(grads[k], 0.0, err_msg=k)
   # general_off_policy_returns: no gradient at all.
-  g_args = [np.asarray(x, np.float32) for x in (
-      _take(inputs["q_t"], inputs["a_t"]), inputs["r_t"], inputs["r_t"],
-      inputs["discount_t"], np.full(mask.shape, 0.7))]
+  g_args = [
+      np.asarray(x, np.float32)
+      for x in (
+          _take(inputs["q_t"], inputs["a_t"]),
+          inputs["r_t"],
+          inputs["r_t"],
+          inputs["discount_t"],
+          np.full(mask.shape, 0.7),
+      )
+  ]
   gf = _general_fn(jit, method, True)
-  for g in jax.grad(lambda *a: jnp.sum(gf(*a, mask)),
-                    argnums=tuple(range(5)))(*g_args):
+  for g in jax.grad(lambda *a: jnp.sum(gf(*a, mask)), argnums=tuple(range(5)))(*g_args):
     np.testing.assert_array_equal(g, 0.0)
 
 
@@ -590,12 +673,10 @@ def test_target_gradients_flow_without_stop(jit):
   f = _retrace_fn(jit, "scan", False)
 
   def loss(*floats):
-    kw = dict(zip(float_names, floats), a_tm1=inputs["a_tm1"],
-              a_t=inputs["a_t"])
+    kw = dict(zip(float_names, floats), a_tm1=inputs["a_tm1"], a_t=inputs["a_t"])
     return jnp.sum(f(*(kw[k] for k in Q_ARGS), mask, 0.9, 1e-8))
 
-  grads = jax.grad(loss, argnums=tuple(range(6)))(
-      *(inputs[k] for k in float_names))
+  grads = jax.grad(loss, argnums=tuple(range(6)))(*(inputs[k] for k in float_names))
   for k, g in zip(float_names, grads):
     g = np.asarray(g)
     assert np.all(np.isfinite(g)), k
@@ -603,23 +684,36 @@ def test_target_gradients_flow_without_stop(jit):
     # Nothing flows into the masked steps' garbage.
     np.testing.assert_array_equal(g[~mask], 0.0, err_msg=k)
   np.testing.assert_array_equal(
-      grads[0], np.where(mask[..., None], -np.eye(NUM_ACTIONS)[inputs["a_tm1"]], 0.0))
+      grads[0], np.where(mask[..., None], -np.eye(NUM_ACTIONS)[inputs["a_tm1"]], 0.0)
+  )
   # general_off_policy_returns: gradient reaches every input.
-  g_args = [np.asarray(x, np.float32) for x in (
-      _take(inputs["q_t"], inputs["a_t"]), inputs["r_t"], inputs["r_t"],
-      inputs["discount_t"], np.full(mask.shape, 0.7))]
+  g_args = [
+      np.asarray(x, np.float32)
+      for x in (
+          _take(inputs["q_t"], inputs["a_t"]),
+          inputs["r_t"],
+          inputs["r_t"],
+          inputs["discount_t"],
+          np.full(mask.shape, 0.7),
+      )
+  ]
   gf = _general_fn(jit, "scan", False)
-  for name, g in zip(G_ARGS, jax.grad(lambda *a: jnp.sum(gf(*a, mask)),
-                                      argnums=tuple(range(5)))(*g_args)):
+  for name, g in zip(
+      G_ARGS, jax.grad(lambda *a: jnp.sum(gf(*a, mask)), argnums=tuple(range(5)))(*g_args)
+  ):
     assert np.any(np.asarray(g) != 0.0), name
 
 
 @functools.lru_cache(maxsize=None)
 def _rlax_retrace():
   """rlax.retrace vmapped over batch axis 1, jitted, lambda_ traced."""
-  return jax.jit(jax.vmap(
-      lambda *a: rlax.retrace(*a[:8], lambda_=a[8], eps=1e-8),
-      in_axes=(1,) * 8 + (None,), out_axes=1))
+  return jax.jit(
+      jax.vmap(
+          lambda *a: rlax.retrace(*a[:8], lambda_=a[8], eps=1e-8),
+          in_axes=(1,) * 8 + (None,),
+          out_axes=1,
+      )
+  )
 
 
 @JIT
@@ -634,8 +728,7 @@ def test_matches_rlax_retrace(jit):
     _assert_scaled_close(ours, np.asarray(theirs, np.float64), scale, 2e-5)
     # And unbatched [T].
     ours_1d = _retrace_fn(jit)(*(a[:, 0] for a in args), None, lambda_, 1e-8)
-    np.testing.assert_allclose(ours_1d, np.asarray(ours)[:, 0], rtol=1e-6,
-                               atol=1e-6)
+    np.testing.assert_allclose(ours_1d, np.asarray(ours)[:, 0], rtol=1e-6, atol=1e-6)
 
 
 @JIT
@@ -648,8 +741,7 @@ def test_scan_associative_and_auto_agree(jit, seed):
   scan = _retrace_fn(jit, "scan")(*args, mask, 0.95, 1e-8)
   for method in ("associative", "auto"):
     other = _retrace_fn(jit, method)(*args, mask, 0.95, 1e-8)
-    _assert_scaled_close(other, np.asarray(scan, np.float64), scale, 4e-5,
-                         what=method)
+    _assert_scaled_close(other, np.asarray(scan, np.float64), scale, 4e-5, what=method)
 
 
 @JIT_METHODS_LIGHT
@@ -663,18 +755,20 @@ def test_batch_shapes_and_vmap_agree(jit, method):
   for i in range(2):
     rows = [a[:, i] for a in args]
     assert rows[0].shape == (T_PAD, 3, NUM_ACTIONS)
-    np.testing.assert_allclose(f(*rows, mask[:, i], 0.8, 1e-8), full[:, i],
-                               rtol=1e-6, atol=1e-5)
+    np.testing.assert_allclose(f(*rows, mask[:, i], 0.8, 1e-8), full[:, i], rtol=1e-6, atol=1e-5)
     for j in (i, 2):
       cols = [a[:, i, j] for a in args]
       assert cols[0].shape == (T_PAD, NUM_ACTIONS)
-      np.testing.assert_allclose(f(*cols, mask[:, i, j], 0.8, 1e-8),
-                                 full[:, i, j], rtol=1e-6, atol=1e-5)
+      np.testing.assert_allclose(
+          f(*cols, mask[:, i, j], 0.8, 1e-8), full[:, i, j], rtol=1e-6, atol=1e-5
+      )
   # (vmap jitted only: it traces the function either way; eager vmap would
   # compile every batched op again.)
-  g = jax.jit(jax.vmap(lambda *a: retrace(*a[:8], mask=a[8], lambda_=0.8,
-                                          method=method),
-                       in_axes=1, out_axes=1))
+  g = jax.jit(
+      jax.vmap(
+          lambda *a: retrace(*a[:8], mask=a[8], lambda_=0.8, method=method), in_axes=1, out_axes=1
+      )
+  )
   np.testing.assert_allclose(g(*args, mask), full, rtol=1e-6, atol=1e-5)
 
 
@@ -684,9 +778,12 @@ def test_mask_none_equals_all_true(jit):
   inputs, _, _ = _random_q_inputs(rng, T_PAD, (3,), use_mask=False)
   args = [inputs[k] for k in Q_ARGS]
   f = _retrace_fn(jit)
-  np.testing.assert_allclose(f(*args, None, 0.9, 1e-8),
-                             f(*args, np.ones((T_PAD, 3), bool), 0.9, 1e-8),
-                             rtol=1e-6, atol=1e-6)
+  np.testing.assert_allclose(
+      f(*args, None, 0.9, 1e-8),
+      f(*args, np.ones((T_PAD, 3), bool), 0.9, 1e-8),
+      rtol=1e-6,
+      atol=1e-6,
+  )
 
 
 @JIT
@@ -698,9 +795,10 @@ def test_huge_garbage_at_masked_steps_is_ignored(jit, method):
   f = _retrace_fn(jit, method)
   outs = []
   for value in (0.0, 1e30, -1e30):
-    garbled = {k: (ref.ref_fill_masked(v, mask, value)
-                   if k not in ("a_tm1", "a_t") else v)
-               for k, v in inputs.items()}
+    garbled = {
+        k: (ref.ref_fill_masked(v, mask, value) if k not in ("a_tm1", "a_t") else v)
+        for k, v in inputs.items()
+    }
     out = np.asarray(f(*(garbled[k] for k in Q_ARGS), mask, 1.0, 1e-8))
     assert np.all(np.isfinite(out)), value
     np.testing.assert_array_equal(out[~mask], 0.0)
@@ -717,9 +815,9 @@ def test_traced_lambda_vmap_over_a_sweep():
   lambdas = jnp.array([0.0, 0.5, 1.0])
   swept = jax.vmap(lambda lam: f(*args, mask, lam, 1e-8))(lambdas)
   for i in range(3):
-    np.testing.assert_allclose(swept[i],
-                               f(*args, mask, float(lambdas[i]), 1e-8),
-                               rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        swept[i], f(*args, mask, float(lambdas[i]), 1e-8), rtol=1e-6, atol=1e-6
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -728,11 +826,16 @@ def test_traced_lambda_vmap_over_a_sweep():
 
 
 def _good_q_args(t=3, b=2, a=4):
-  return dict(q_tm1=jnp.ones((t, b, a)), q_t=jnp.ones((t, b, a)),
-              a_tm1=jnp.zeros((t, b), jnp.int32),
-              a_t=jnp.zeros((t, b), jnp.int32), r_t=jnp.ones((t, b)),
-              discount_t=jnp.ones((t, b)), pi_t=jnp.full((t, b, a), 0.25),
-              mu_t=jnp.full((t, b), 0.5))
+  return dict(
+      q_tm1=jnp.ones((t, b, a)),
+      q_t=jnp.ones((t, b, a)),
+      a_tm1=jnp.zeros((t, b), jnp.int32),
+      a_t=jnp.zeros((t, b), jnp.int32),
+      r_t=jnp.ones((t, b)),
+      discount_t=jnp.ones((t, b)),
+      pi_t=jnp.full((t, b, a), 0.25),
+      mu_t=jnp.full((t, b), 0.5),
+  )
 
 
 _TARGET_ARGS = ("q_t", "a_t", "r_t", "discount_t", "pi_t", "mu_t")
@@ -758,9 +861,11 @@ _FNS = [(retrace, Q_ARGS), (retrace_targets, _TARGET_ARGS)]
 
 
 @JIT
-@pytest.mark.parametrize("fn,name,value", [
-    (fn, name, value) for fn, names in _FNS for name, value in _WRONG_SHAPES
-    if name in names], ids=lambda x: getattr(x, "__name__", None))
+@pytest.mark.parametrize(
+    "fn,name,value",
+    [(fn, name, value) for fn, names in _FNS for name, value in _WRONG_SHAPES if name in names],
+    ids=lambda x: getattr(x, "__name__", None),
+)
 def test_q_wrong_shape_names_the_argument(jit, fn, name, value):
   kwargs = _good_q_args()
   kwargs[name] = value
@@ -769,21 +874,23 @@ def test_q_wrong_shape_names_the_argument(jit, fn, name, value):
 
 
 @JIT
-@pytest.mark.parametrize("fn,name", [
-    (fn, name) for fn, names in _FNS for name in names],
-                         ids=lambda x: getattr(x, "__name__", None))
+@pytest.mark.parametrize(
+    "fn,name",
+    [(fn, name) for fn, names in _FNS for name in names],
+    ids=lambda x: getattr(x, "__name__", None),
+)
 def test_q_wrong_dtype_names_the_argument(jit, fn, name):
   kwargs = _good_q_args()
   x = kwargs[name]
-  kwargs[name] = (x.astype(jnp.float32) if jnp.issubdtype(x.dtype, jnp.integer)
-                  else x.astype(jnp.int32))
+  kwargs[name] = (
+      x.astype(jnp.float32) if jnp.issubdtype(x.dtype, jnp.integer) else x.astype(jnp.int32)
+  )
   with pytest.raises(TypeError, match=f"`{name}`"):
     _call(fn, jit, kwargs)
 
 
 @JIT
-@pytest.mark.parametrize("fn", [retrace, retrace_targets],
-                         ids=["retrace", "retrace_targets"])
+@pytest.mark.parametrize("fn", [retrace, retrace_targets], ids=["retrace", "retrace_targets"])
 def test_q_wrong_rank_and_bad_mask(jit, fn):
   kwargs = _good_q_args()
   kwargs["r_t"] = jnp.float32(1.0)
@@ -799,15 +906,17 @@ def test_q_wrong_rank_and_bad_mask(jit, fn):
 
 
 @JIT
-@pytest.mark.parametrize("fn", [retrace, retrace_targets],
-                         ids=["retrace", "retrace_targets"])
-@pytest.mark.parametrize("kwargs,name", [
-    (dict(lambda_=-0.01), "lambda_"),
-    (dict(lambda_=1.01), "lambda_"),
-    (dict(lambda_=float("nan")), "lambda_"),
-    (dict(eps=-1e-8), "eps"),
-    (dict(method="loop"), "method"),
-])
+@pytest.mark.parametrize("fn", [retrace, retrace_targets], ids=["retrace", "retrace_targets"])
+@pytest.mark.parametrize(
+    "kwargs,name",
+    [
+        (dict(lambda_=-0.01), "lambda_"),
+        (dict(lambda_=1.01), "lambda_"),
+        (dict(lambda_=float("nan")), "lambda_"),
+        (dict(eps=-1e-8), "eps"),
+        (dict(method="loop"), "method"),
+    ],
+)
 def test_q_bad_hyperparameters(jit, fn, kwargs, name):
   with pytest.raises(ValueError, match=f"`{name}`"):
     _call(fn, jit, _good_q_args(), **kwargs)
@@ -823,8 +932,7 @@ def test_general_wrong_shape_and_dtype_name_the_argument(jit, index):
   args = _good_g_args()
   args[index] = jnp.ones((3, 5))
   # r_t is the reference shape: a mismatch there is reported on the others.
-  with pytest.raises(ValueError, match=f"`{G_ARGS[index]}`" if index != 2
-                     else "`q_a_t`"):
+  with pytest.raises(ValueError, match=f"`{G_ARGS[index]}`" if index != 2 else "`q_a_t`"):
     _run(general_off_policy_returns, jit, *args)
   args = _good_g_args()
   args[index] = jnp.ones((3, 2), jnp.int32)
@@ -839,10 +947,8 @@ def test_general_bad_rank_mask_and_method(jit):
   with pytest.raises(ValueError, match="`r_t`"):
     _run(general_off_policy_returns, jit, *_good_g_args((0, 2)))
   with pytest.raises(TypeError, match="`mask`"):
-    _run(general_off_policy_returns, jit, *_good_g_args(),
-         mask=jnp.ones((3, 2), jnp.int32))
+    _run(general_off_policy_returns, jit, *_good_g_args(), mask=jnp.ones((3, 2), jnp.int32))
   with pytest.raises(ValueError, match="`mask`"):
-    _run(general_off_policy_returns, jit, *_good_g_args(),
-         mask=jnp.ones((3, 3), bool))
+    _run(general_off_policy_returns, jit, *_good_g_args(), mask=jnp.ones((3, 3), bool))
   with pytest.raises(ValueError, match="`method`"):
     _run(general_off_policy_returns, jit, *_good_g_args(), method="loop")

@@ -1,0 +1,125 @@
+"""Public API of offpolicy_ac.envs and its bad-input errors (raised before stepping)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from offpolicy_ac import envs
+
+jax.config.update("jax_numpy_rank_promotion", "raise")
+
+
+def test_every_exported_name_imports():
+  assert sorted(set(envs.__all__)) == sorted(envs.__all__)
+  for name in envs.__all__:
+    assert getattr(envs, name) is not None, name
+  assert (envs.FIRST, envs.MID, envs.LAST) == (0, 1, 2)
+
+
+def test_spec_is_hashable_and_describes_spaces():
+  spec = envs.make("CartPole-v1", 3, seed=0, batch_size=2).spec
+  assert hash(spec) == hash(spec)  # usable as a static jit argument
+  assert spec.is_discrete and spec.num_actions == 2 and spec.action_shape == ()
+  assert spec.observation_shape == (4,) and spec.observation_dtype == "float32"
+  assert (spec.num_envs, spec.batch_size, spec.is_async) == (3, 2, True)
+  assert spec.action_low is None and spec.action_dtype == "int32"
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(task_id="CartPole-v9"), r"unknown task id 'CartPole-v9'.*CartPole-v1"),
+        (dict(task_id=3), "task_id must be a str"),
+        (dict(num_envs=0), "num_envs must be >= 1"),
+        (dict(num_envs=2.0), "num_envs must be an int"),
+        (dict(seed=-1), "seed must be a non-negative int"),
+        (dict(batch_size=5), r"batch_size \(5\) must be <= num_envs \(4\)"),
+        (dict(batch_size=0), "batch_size must be >= 1"),
+        (dict(max_episode_steps=0), "max_episode_steps must be >= 1"),
+        (dict(frame_skip=4), r"unknown envpool option\(s\) \['frame_skip'\]"),
+        (dict(gym_reset_return_info=False), "gym_reset_return_info=False is not supported"),
+    ],
+)
+def test_make_rejects_bad_arguments(kwargs, match):
+  args = dict(task_id="CartPole-v1", num_envs=4, seed=0)
+  extra = {k: v for k, v in kwargs.items() if k not in args}
+  args.update({k: v for k, v in kwargs.items() if k in args})
+  with pytest.raises(ValueError, match=match):
+    envs.make(args.pop("task_id"), args.pop("num_envs"), args.pop("seed"), **extra)
+
+
+def test_make_atari_rejects_non_atari():
+  with pytest.raises(ValueError, match="Atari id"):
+    envs.make_atari("Hopper-v5", 1, 0)
+  with pytest.raises(ValueError, match="unknown task id"):
+    envs.make_atari("Pongg-v5", 1, 0)
+
+
+def _fresh_pair(task_id="CartPole-v1", n=3, **kwargs):
+  a = envs.make(task_id, n, seed=11, **kwargs)
+  b = envs.make(task_id, n, seed=11, **kwargs)
+  return a, b, a.reset(), b.reset()
+
+
+@pytest.mark.parametrize(
+    "action, match",
+    [
+        (np.zeros((2,), np.int32), r"action shape \(2,\), expected \(3,\)"),
+        (np.zeros((3, 1), np.int32), r"action shape \(3, 1\), expected \(3,\)"),
+        (np.zeros((3,), np.float32), "integer dtype, got float32"),
+        (np.array([0, 1, 2]), r"must be in \[0, 2\), got \[2\]"),
+        (np.array([-1, 0, 1]), r"must be in \[0, 2\), got \[-1\]"),
+    ],
+)
+def test_bad_discrete_actions_raise_before_stepping(action, match):
+  a, b, _, _ = _fresh_pair()
+  with pytest.raises(ValueError, match=match):
+    a.step(action)
+  # Nothing was sent: `a` steps exactly like an untouched twin afterwards.
+  good = np.array([1, 0, 1])
+  np.testing.assert_array_equal(a.step(good).observation, b.step(good).observation)
+
+
+@pytest.mark.parametrize(
+    "action, match",
+    [
+        (np.zeros((2, 1), np.float32), r"action shape \(2, 1\), expected \(3, 1\)"),
+        (np.zeros((3,), np.float32), r"action shape \(3,\), expected \(3, 1\)"),
+        (np.zeros((3, 1), np.int32), "floating dtype, got int32"),
+        (np.full((3, 1), np.nan, np.float32), "must be finite"),
+    ],
+)
+def test_bad_continuous_actions_raise_before_stepping(action, match):
+  a, b, _, _ = _fresh_pair("Pendulum-v1")
+  with pytest.raises(ValueError, match=match):
+    a.step(action)
+  good = np.full((3, 1), 0.5, np.float32)
+  np.testing.assert_array_equal(a.step(good).observation, b.step(good).observation)
+
+
+def test_jax_actions_are_accepted():
+  env = envs.make("CartPole-v1", 2, seed=0)
+  env.reset()
+  ts = env.step(jnp.array([0, 1], jnp.int32))
+  np.testing.assert_array_equal(ts.step_type, envs.MID)
+
+
+def test_send_recv_misuse_is_reported():
+  env = envs.make("CartPole-v1", 4, seed=0, batch_size=2)
+  with pytest.raises(RuntimeError, match="reset"):
+    env.step(np.zeros(4, np.int32))
+  ts = env.reset()
+  with pytest.raises(ValueError, match="already have an action in flight"):
+    env.send(np.zeros(1, np.int32), np.array([(set(range(4)) - set(ts.env_id.tolist())).pop()]))
+  with pytest.raises(ValueError, match="env_id out of range"):
+    env.send(np.zeros(1, np.int32), np.array([4]))
+  with pytest.raises(ValueError, match="duplicates"):
+    env.send(np.zeros(2, np.int32), np.array([ts.env_id[0], ts.env_id[0]]))
+  with pytest.raises(RuntimeError, match="still stepping"):
+    env.reset()
+  env.send(np.zeros(2, np.int32), ts.env_id)
+  env.recv()
+  env.recv()  # the two environments still resetting
+  with pytest.raises(RuntimeError, match="block forever"):
+    env.recv()

@@ -1,0 +1,167 @@
+"""Data transformers: running statistics, reward transforms, fresh vs replayed data."""
+
+from hypothesis import given
+from hypothesis import settings
+from hypothesis import strategies as st
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from offpolicy_ac import envs
+
+jax.config.update("jax_numpy_rank_promotion", "raise")
+
+
+MAX_BATCH = 6
+
+
+@jax.jit
+def _padded_update(stats, x, mask):
+  return envs.running_stats_update(stats, x, mask)
+
+
+@settings(deadline=None, max_examples=25)
+@given(
+    sizes=st.lists(st.integers(0, MAX_BATCH), min_size=1, max_size=5),
+    dim=st.integers(1, 3),
+    seed=st.integers(0, 2**16),
+    offset=st.floats(-100, 100),
+)
+def test_parallel_update_matches_numpy_over_all_samples(sizes, dim, seed, offset):
+  """Batches of any size (padded to one shape with masked garbage) merged one by one give
+  the mean and variance of all samples together."""
+  rng = np.random.default_rng(seed)
+  batches = [rng.normal(offset, 3.0, size=(k, 2, dim)).astype(np.float32) for k in sizes]
+  stats = envs.running_stats_init((dim,))
+  for x in batches:
+    padded = rng.normal(1e3, 1e3, size=(MAX_BATCH, 2, dim)).astype(np.float32)
+    padded[: x.shape[0]] = x
+    mask = np.arange(MAX_BATCH)[:, None].repeat(2, 1) < x.shape[0]
+    stats = _padded_update(stats, padded, mask)
+  allx = np.concatenate(batches).reshape(-1, dim).astype(np.float64)
+  assert float(stats.count) == allx.shape[0]
+  if allx.shape[0] == 0:
+    np.testing.assert_array_equal(stats.mean, 0.0)
+    np.testing.assert_array_equal(stats.var, 1.0)
+  else:
+    np.testing.assert_allclose(stats.mean, allx.mean(0), rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(stats.var, allx.var(0), rtol=1e-3, atol=1e-3)
+
+
+def test_mask_drops_samples_and_update_is_jittable():
+  x = jnp.asarray(np.random.default_rng(0).normal(size=(4, 5, 2)), jnp.float32)
+  mask = jnp.asarray(np.random.default_rng(1).random((4, 5)) < 0.5)
+  stats = jax.jit(envs.running_stats_update)(envs.running_stats_init((2,)), x, mask)
+  kept = np.asarray(x)[np.asarray(mask)]
+  assert float(stats.count) == kept.shape[0]
+  np.testing.assert_allclose(stats.mean, kept.mean(0), rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(stats.var, kept.var(0), rtol=1e-4, atol=1e-6)
+  with pytest.raises(ValueError, match="mask has shape"):
+    envs.running_stats_update(stats, x, mask[:2])
+  with pytest.raises(ValueError, match="expected \\[\\*batch, 2\\]"):
+    envs.running_stats_update(stats, x[..., :1])
+
+
+def test_normalize_and_reward_transforms():
+  stats = envs.RunningStats(jnp.float32(10), jnp.array([1.0, -2.0]), jnp.array([4.0, 0.25]))
+  x = jnp.array([[[3.0, -2.0], [1.0, 10.0]]])
+  y = envs.normalize(stats, x, clip=5.0, eps=0.0)
+  np.testing.assert_allclose(y, [[[1.0, 0.0], [0.0, 5.0]]])
+  np.testing.assert_allclose(envs.normalize(stats, x, clip=None, eps=0.0)[0, 1, 1], 24.0)
+  r = jnp.array([-3.0, 0.0, 0.5, 7.0])
+  np.testing.assert_allclose(envs.clip_reward(r, -1.0, 1.0), [-1.0, 0.0, 0.5, 1.0])
+  np.testing.assert_allclose(envs.scale_reward(r, 0.1), [-0.3, 0.0, 0.05, 0.7], rtol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def trajs():
+  return _collect()
+
+
+def _collect(k=3, T=5):
+  def act(params, obs, key):
+    logits = jnp.zeros((obs.shape[0], 2))
+    return jax.random.categorical(key, logits).astype(jnp.int32), {"logits": logits}
+
+  env = envs.make("CartPole-v1", 3, 0, max_episode_steps=9)
+  rollout = envs.make_rollout(env, act, T)
+  state = rollout.init(jax.random.PRNGKey(0))
+  trajs = []
+  for _ in range(k):
+    state, traj, _ = rollout.unroll(None, state)
+    trajs.append(traj)
+  return trajs
+
+
+def test_same_transform_for_fresh_and_replayed_data_and_never_twice(trajs):
+  transformer = envs.make_data_transformer(
+      (4,), normalize_observations=True, obs_clip=3.0, reward_clip=(-0.5, 0.5), reward_scale=2.0
+  )
+  tstate = transformer.init()
+  update = jax.jit(transformer.update)
+  for traj in trajs:
+    tstate = update(tstate, traj)
+  # Each observation counted once: [0, T) of each unroll (index T is the next index 0).
+  obs = np.concatenate([np.asarray(t.observation[:-1]) for t in trajs]).reshape(-1, 4)
+  assert float(tstate.obs_stats.count) == obs.shape[0]
+  np.testing.assert_allclose(tstate.obs_stats.mean, obs.mean(0), rtol=1e-4, atol=1e-6)
+
+  fresh = trajs[-1]
+  replayed = jax.tree.map(lambda x: np.array(x, copy=True), fresh)  # raw data through a host buffer
+  assert isinstance(replayed, envs.Trajectory)
+  apply_jit = jax.jit(transformer.apply)
+  outs = [transformer.apply(tstate, fresh), apply_jit(tstate, fresh), apply_jit(tstate, replayed)]
+  for out in outs:
+    assert isinstance(out, envs.TransformedTrajectory)
+    for x, y in zip(jax.tree.leaves(out), jax.tree.leaves(outs[0]), strict=True):
+      np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-6)
+  out = outs[0]
+  np.testing.assert_allclose(out.reward, 2.0 * np.clip(np.asarray(fresh.reward), -0.5, 0.5))
+  np.testing.assert_array_equal(
+      np.asarray(out.reward)[np.asarray(fresh.step_type) == envs.FIRST], 0.0
+  )
+  assert np.abs(np.asarray(out.observation)).max() <= 3.0
+  np.testing.assert_array_equal(out.action, fresh.action)
+  np.testing.assert_array_equal(out.step_type, fresh.step_type)
+  # loss inputs work on both types.
+  np.testing.assert_allclose(envs.loss_inputs(out).r_t, np.asarray(out.reward)[1:])
+  # Never twice, jitted or not; and update refuses transformed data.
+  with pytest.raises(ValueError, match="TransformedTrajectory"):
+    transformer.apply(tstate, out)
+  with pytest.raises(ValueError, match="TransformedTrajectory"):
+    apply_jit(tstate, out)
+  with pytest.raises(ValueError, match="TransformedTrajectory"):
+    transformer.update(tstate, out)
+  with pytest.raises(ValueError, match="expects a Trajectory"):
+    transformer.apply(tstate, tuple(fresh))
+
+
+def test_identity_transformer_only_changes_the_type(trajs):
+  traj = trajs[0]
+  transformer = envs.make_data_transformer((4,))
+  tstate = transformer.init()
+  assert tstate.obs_stats is None
+  assert transformer.update(tstate, traj) == tstate
+  out = transformer.apply(tstate, traj)
+  assert isinstance(out, envs.TransformedTrajectory)
+  for x, y in zip(jax.tree.leaves(out), jax.tree.leaves(traj), strict=True):
+    np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(observation_shape=(0,)), "observation_shape"),
+        (dict(obs_clip=0.0), "obs_clip"),
+        (dict(obs_eps=-1.0), "obs_eps"),
+        (dict(reward_clip=(0.5, 1.0)), "reward_clip"),
+        (dict(reward_clip=(1.0, -1.0)), "reward_clip"),
+        (dict(reward_scale=0.0), "reward_scale"),
+    ],
+)
+def test_make_data_transformer_validates(kwargs, match):
+  args = dict(observation_shape=(4,))
+  args.update(kwargs)
+  with pytest.raises(ValueError, match=match):
+    envs.make_data_transformer(args.pop("observation_shape"), **args)
