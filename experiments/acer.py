@@ -20,17 +20,17 @@ from typing import Optional
 
 from offpolicy_ac.agents import AcerConfig
 from offpolicy_ac.agents import make_acer
-from offpolicy_ac.training import LoopConfig
+from offpolicy_ac.training import TrainConfig
 from offpolicy_ac.training import exit_process
 from offpolicy_ac.training import parse_args
 from offpolicy_ac.training import run_experiment
 
-_LOOP_DEFAULT_UPDATES = LoopConfig().num_updates_per_train_iter
+_LOOP_DEFAULT_UPDATES = TrainConfig().replay.num_updates_per_train_iter
 
 
 @dataclasses.dataclass(frozen=True)
 class Args:
-  loop: LoopConfig = LoopConfig(
+  train: TrainConfig = TrainConfig.of(
       env_id="CartPole-v1",
       total_env_steps=500_000,
       num_envs=8,
@@ -39,6 +39,7 @@ class Args:
       min_replay_size=64,
       mini_batch_size=32,
       mini_batch_length=16,
+      reward_scale=0.1,
   )
   agent: AcerConfig = AcerConfig()
   resume: bool = False
@@ -53,7 +54,7 @@ class Args:
           "num_updates_per_train_iter >= 1 replayed updates after each on-policy "
           "update, so ACER needs --replay-ratio >= 1"
       )
-    n = self.loop.num_updates_per_train_iter
+    n = self.train.replay.num_updates_per_train_iter
     if n not in (_LOOP_DEFAULT_UPDATES, self.agent.replay_ratio):
       raise ValueError(
           f"--num-updates-per-train-iter {n} conflicts with --replay-ratio "
@@ -62,24 +63,24 @@ class Args:
       )
 
   @property
-  def train_loop(self) -> LoopConfig:
-    """The loop config actually run: replayed updates per iteration = replay_ratio."""
-    return dataclasses.replace(self.loop, num_updates_per_train_iter=self.agent.replay_ratio)
+  def resolved_train(self) -> TrainConfig:
+    """The config actually run: replayed updates per iteration = replay_ratio."""
+    return self.train.replace(num_updates_per_train_iter=self.agent.replay_ratio)
 
 
-_DEFAULT_LOOP = Args().loop
+_DEFAULT_TRAIN = Args().train
 
 PRESETS = {
     "cartpole": Args(),
     "pendulum": Args(
-        loop=dataclasses.replace(
-            _DEFAULT_LOOP, env_id="Pendulum-v1", total_env_steps=300_000, log_every=10_000
+        train=_DEFAULT_TRAIN.replace(
+            env_id="Pendulum-v1", total_env_steps=300_000, log_every=10_000
         )
     ),
     # The paper's Atari network and the OpenAI-baselines ACER settings (16 envs,
     # 20-step unrolls, a 50k-step buffer, 10k steps before replay); not tuned here.
     "atari": Args(
-        loop=LoopConfig(
+        train=TrainConfig.of(
             env_id="Pong-v5",
             atari=True,
             total_env_steps=10_000_000,
@@ -91,6 +92,7 @@ PRESETS = {
             mini_batch_length=20,
             log_every=20_000,
             checkpoint_every=200_000,
+            reward_scale=1.0,
         ),
         agent=AcerConfig(
             torso="nature_cnn",
@@ -98,15 +100,17 @@ PRESETS = {
             optimizer="rmsprop",
             learning_rate=7e-4,
             max_grad_norm=10.0,
-            reward_scale=1.0,
         ),
     ),
 }
 
 
-def main(args: Args):
-  resolved = dataclasses.replace(args, loop=args.train_loop)
-  return run_experiment("acer", resolved, functools.partial(make_acer, config=args.agent))
+def main(args: Args, **run_kwargs):
+  """Trains; `run_kwargs` go to `run_experiment` (e.g. a `rollout_factory`)."""
+  resolved = dataclasses.replace(args, train=args.resolved_train)
+  return run_experiment(
+      "acer", resolved, functools.partial(make_acer, config=args.agent), **run_kwargs
+  )
 
 
 if __name__ == "__main__":

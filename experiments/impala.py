@@ -16,7 +16,7 @@ from typing import Optional
 
 from offpolicy_ac.agents import ImpalaConfig
 from offpolicy_ac.agents import make_impala
-from offpolicy_ac.training import LoopConfig
+from offpolicy_ac.training import TrainConfig
 from offpolicy_ac.training import exit_process
 from offpolicy_ac.training import parse_args
 from offpolicy_ac.training import run_experiment
@@ -24,9 +24,10 @@ from offpolicy_ac.training import run_experiment
 
 @dataclasses.dataclass(frozen=True)
 class Args:
-  loop: LoopConfig = LoopConfig(
-      env_id="CartPole-v1", total_env_steps=500_000, num_envs=16, unroll_length=16
-  )
+  train: TrainConfig = TrainConfig.of(
+      env_id="CartPole-v1", total_env_steps=500_000, num_envs=16, unroll_length=16,
+      reward_scale=0.1,
+  )  # fmt: skip
   agent: ImpalaConfig = ImpalaConfig()
   resume: bool = False
   """Continue the run in --run-dir from its last checkpoint."""
@@ -40,17 +41,18 @@ PRESETS = {
     # no entropy bonus (with it the Gaussian's std grew and 2 of 2 seeds stayed near
     # -1400 at 1M steps; with these 4 of 4 seeds pass -400 by 500k).
     "pendulum": Args(
-        loop=LoopConfig(
+        train=TrainConfig.of(
             env_id="Pendulum-v1",
             total_env_steps=1_000_000,
             num_envs=16,
             unroll_length=16,
             log_every=20_000,
+            reward_scale=0.1,
         ),
         agent=ImpalaConfig(gamma=0.9, lambda_=0.95, entropy_weight=0.0),
     ),
     "atari": Args(
-        loop=LoopConfig(
+        train=TrainConfig.of(
             env_id="Pong-v5",
             atari=True,
             total_env_steps=10_000_000,
@@ -58,6 +60,7 @@ PRESETS = {
             unroll_length=20,
             log_every=20_000,
             checkpoint_every=200_000,
+            reward_scale=1.0,
         ),
         # Adam, not the paper's RMSProp(eps=0.01): our losses are means over [T, B], not
         # sums, and optax's eps sits inside the square root, so RMSProp's steps would be
@@ -69,14 +72,16 @@ PRESETS = {
             learning_rate=6e-4,
             optimizer_eps=1e-5,
             max_grad_norm=0.5,
-            reward_scale=1.0,
         ),
     ),
 }
 
 
-def main(args: Args):
-  return run_experiment("impala", args, functools.partial(make_impala, config=args.agent))
+def main(args: Args, **run_kwargs):
+  """Trains; `run_kwargs` go to `run_experiment` (e.g. a `rollout_factory`)."""
+  return run_experiment(
+      "impala", args, functools.partial(make_impala, config=args.agent), **run_kwargs
+  )
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from offpolicy_ac import demos as demos_lib
 from offpolicy_ac.agents import SqlConfig
 from offpolicy_ac.agents import make_sqil
 from offpolicy_ac.agents import make_sqil_batch_fn
-from offpolicy_ac.training import LoopConfig
+from offpolicy_ac.training import TrainConfig
 from offpolicy_ac.training import exit_process
 from offpolicy_ac.training import parse_args
 from offpolicy_ac.training import run_experiment
@@ -30,7 +30,7 @@ from offpolicy_ac.training import run_experiment
 class Args:
   demos: str
   """Demonstrations (.npz from experiments/record_demos.py)."""
-  loop: LoopConfig = LoopConfig(
+  train: TrainConfig = TrainConfig.of(
       env_id="CartPole-v1",
       total_env_steps=200_000,
       num_envs=4,
@@ -55,7 +55,7 @@ PRESETS = {
     "cartpole": Args(demos=""),
     "cartpole-v0": Args(
         demos="",
-        loop=LoopConfig(
+        train=TrainConfig.of(
             env_id="CartPole-v0",
             total_env_steps=100_000,
             num_envs=4,
@@ -73,7 +73,7 @@ PRESETS = {
     ),
     "atari": Args(
         demos="",
-        loop=LoopConfig(
+        train=TrainConfig.of(
             env_id="Pong-v5",
             atari=True,
             total_env_steps=5_000_000,
@@ -98,19 +98,22 @@ PRESETS = {
 }
 
 
-def main(args: Args):
+def main(args: Args, **run_kwargs):
+  """Trains; `run_kwargs` go to `run_experiment` (e.g. a `rollout_factory`)."""
   if not args.demos:
     raise ValueError("--demos FILE is required (record one with experiments/record_demos.py)")
   demos = demos_lib.load_demos(args.demos)
-  if demos["env_id"] != args.loop.env_id:
+  if demos["env_id"] != args.train.env.env_id:
     raise ValueError(
-        f"the demonstrations are of {demos['env_id']}, the run is on " f"{args.loop.env_id}"
+        f"the demonstrations are of {demos['env_id']}, the run is on " f"{args.train.env.env_id}"
     )
-  length = args.loop.mini_batch_length + 1
+  length = args.train.replay.mini_batch_length + 1
   sequences = demos_lib.cut_episodes(demos, length, args.cut_mode)
-  batch_fn = make_sqil_batch_fn(sequences, batch_size=args.loop.mini_batch_size, length=length)
+  batch_fn = make_sqil_batch_fn(
+      sequences, batch_size=args.train.replay.mini_batch_size, length=length
+  )
   return run_experiment(
-      "sqil", args, functools.partial(make_sqil, config=args.agent), batch_fn=batch_fn
+      "sqil", args, functools.partial(make_sqil, config=args.agent), batch_fn=batch_fn, **run_kwargs
   )
 
 

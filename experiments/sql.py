@@ -18,7 +18,7 @@ from typing import Optional
 
 from offpolicy_ac.agents import SqlConfig
 from offpolicy_ac.agents import make_sql
-from offpolicy_ac.training import LoopConfig
+from offpolicy_ac.training import TrainConfig
 from offpolicy_ac.training import exit_process
 from offpolicy_ac.training import parse_args
 from offpolicy_ac.training import run_experiment
@@ -26,7 +26,7 @@ from offpolicy_ac.training import run_experiment
 
 @dataclasses.dataclass(frozen=True)
 class Args:
-  loop: LoopConfig = LoopConfig(
+  train: TrainConfig = TrainConfig.of(
       env_id="CartPole-v1",
       total_env_steps=500_000,
       num_envs=4,
@@ -47,7 +47,7 @@ class Args:
 PRESETS = {
     "cartpole": Args(),
     "cartpole-v0": Args(
-        loop=LoopConfig(
+        train=TrainConfig.of(
             env_id="CartPole-v0",
             total_env_steps=100_000,
             num_envs=4,
@@ -64,7 +64,7 @@ PRESETS = {
         agent=SqlConfig(alpha=0.12, learning_rate=3e-3),
     ),
     "atari": Args(
-        loop=LoopConfig(
+        train=TrainConfig.of(
             env_id="Pong-v5",
             atari=True,
             total_env_steps=5_000_000,
@@ -89,8 +89,9 @@ PRESETS = {
 }
 
 
-def main(args: Args):
-  return run_experiment("sql", args, functools.partial(make_sql, config=args.agent))
+def main(args: Args, **run_kwargs):
+  """Trains; `run_kwargs` go to `run_experiment` (e.g. a `rollout_factory`)."""
+  return run_experiment("sql", args, functools.partial(make_sql, config=args.agent), **run_kwargs)
 
 
 if __name__ == "__main__":

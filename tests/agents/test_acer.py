@@ -333,7 +333,7 @@ def _args(module, run_dir, agent=None, preset="cartpole", **loop_overrides):
   return dataclasses.replace(
       args,
       run_dir=str(run_dir),
-      loop=dataclasses.replace(args.loop, **loop_overrides),
+      train=args.train.replace(**loop_overrides),
       agent=dataclasses.replace(args.agent, **(agent or {})),
   )
 
@@ -347,20 +347,20 @@ def test_presets_are_valid_and_the_pendulum_one_only_changes_the_task():
   module = _script()
   assert module.PRESETS["cartpole"] == module.Args()
   pendulum = module.PRESETS["pendulum"]
-  assert pendulum.loop.env_id == "Pendulum-v1" and pendulum.agent == AcerConfig()
+  assert pendulum.train.env.env_id == "Pendulum-v1" and pendulum.agent == AcerConfig()
   assert module.PRESETS["atari"].agent.torso == "nature_cnn"
   for args in module.PRESETS.values():
     args.agent.validate()
-    args.train_loop.validate()
+    args.resolved_train.validate()
 
 
 def test_script_derives_the_loop_updates_from_the_replay_ratio():
   module = _script()
   args = module.Args(agent=AcerConfig(replay_ratio=3))
-  assert args.train_loop.num_updates_per_train_iter == 3
+  assert args.resolved_train.replay.num_updates_per_train_iter == 3
   with pytest.raises(ValueError, match="replay-ratio"):
     module.Args(
-        loop=dataclasses.replace(module.Args().loop, num_updates_per_train_iter=7),
+        train=module.Args().train.replace(num_updates_per_train_iter=7),
         agent=AcerConfig(replay_ratio=3),
     )
   with pytest.raises(ValueError, match="replay-ratio"):
@@ -384,7 +384,7 @@ def test_script_run_records_the_replay_ratio(tmp_path):
       )
   )
   config = json.loads((tmp_path / "run" / "config.json").read_text())
-  assert config["config"]["loop"]["num_updates_per_train_iter"] == 2
+  assert config["config"]["train"]["replay"]["num_updates_per_train_iter"] == 2
   assert config["config"]["agent"]["replay_ratio"] == 2
   # 64 iterations: one fresh update each, then 2 replayed ones once the buffer
   # holds min_replay_size = 64 sequences (16 iterations of 4).

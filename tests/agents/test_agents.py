@@ -189,7 +189,7 @@ def test_impala_atari_preset_learns_from_small_advantages():
   action 2 (an advantage of Pong's size); 60 on-policy updates of the preset must raise
   that action's probability clearly, and far more than the old setting does."""
   preset = load_script("impala").PRESETS["atari"]
-  env = envs.make_atari(preset.loop.env_id, 1, 0)
+  env = envs.make_atari(preset.train.env.env_id, 1, 0)
   spec = env.spec
   env.close()
   t, b = 5, 4

@@ -32,9 +32,7 @@ def _args(module, run_dir, preset=None, **loop_overrides):
     args = module.PRESETS[preset]
   else:
     args = module.Args() if demos is None else module.Args(demos=demos)
-  return dataclasses.replace(
-      args, run_dir=str(run_dir), loop=dataclasses.replace(args.loop, **loop_overrides)
-  )
+  return dataclasses.replace(args, run_dir=str(run_dir), train=args.train.replace(**loop_overrides))
 
 
 def _trailing_return(run_dir, lines=3):
@@ -56,7 +54,7 @@ def test_impala_run_directory_has_everything(tmp_path):
   )
   run = tmp_path / "run"
   config = json.loads((run / "config.json").read_text())
-  assert config["config"]["loop"]["total_env_steps"] == 3000
+  assert config["config"]["train"]["budget"]["total_env_steps"] == 3000
   assert config["versions"]["jax"] and config["git_revision"]
   lines = read_metrics(run)
   assert len(lines) >= 3
@@ -87,7 +85,7 @@ def test_num_seeds_runs_and_logs_each_seed(tmp_path):
   for seed in (3, 4):
     run = tmp_path / "run" / f"seed{seed}"
     config = json.loads((run / "config.json").read_text())
-    assert config["config"]["loop"]["seed"] == seed
+    assert config["config"]["train"]["budget"]["seed"] == seed
     assert len(read_metrics(run)) == 2
   first = [l["episode_return"] for l in read_metrics(tmp_path / "run" / "seed3")]
   second = [l["episode_return"] for l in read_metrics(tmp_path / "run" / "seed4")]
@@ -240,7 +238,7 @@ def test_impala_async_actors_learn_cartpole_reduced_budget(tmp_path, xla_rollout
           log_every=5_000,
           async_actors=2,
           max_policy_lag=4,
-          xla_rollout=xla_rollout,
+          rollout="compiled" if xla_rollout else "host",
       )
   )
   assert _trailing_return(tmp_path) > 80
@@ -282,7 +280,7 @@ def test_full_budget_impala_async_xla_actors_reaches_475(tmp_path):
           log_every=10_000,
           async_actors=2,
           max_policy_lag=4,
-          xla_rollout=True,
+          rollout="compiled",
       )
   )
   assert _max_smoothed_return(tmp_path) >= 475
@@ -297,7 +295,7 @@ def test_xla_rollout_refuses_float64_actions_before_training(tmp_path):
             tmp_path / "run",
             preset="pendulum",
             env_id="Hopper-v4",
-            xla_rollout=True,
+            rollout="compiled",
             total_env_steps=4096,
         )
     )

@@ -1,7 +1,7 @@
-"""Actor-learner workflows (issue #6): actor threads, policy lag, back-pressure,
-failures, signals, and synchronous pools with slow-worker tolerance.
+"""Actor-learner workflows: actor threads, policy lag, back-pressure, failures, signals,
+and synchronous pools with slow-worker tolerance.
 
-Unit tests drive `Actors` and the loop's `_ActorSource` with fake rollouts that
+Unit tests drive `Actors` and the sources (`training/sources.py`) with fake rollouts that
 record the parameters they unrolled with; loop tests run the experiment scripts
 (in-process, each in a thread with a timeout so a hang fails instead of blocking;
 the signal test in a subprocess, as a user would).
@@ -24,13 +24,14 @@ from scripts import load_script
 
 from offpolicy_ac import demos as demos_lib
 from offpolicy_ac import envs
-from offpolicy_ac.training import loop as loop_lib
+from offpolicy_ac.training import TrainConfig
+from offpolicy_ac.training import make_training_rollout
 from offpolicy_ac.training import parse_args
 from offpolicy_ac.training import read_metrics
 from offpolicy_ac.training.actors import ActorError
 from offpolicy_ac.training.actors import Actors
 from offpolicy_ac.training.actors import ParamStore
-from offpolicy_ac.training.loop import LoopConfig
+from offpolicy_ac.training.sources import make_source
 
 ROOT = pathlib.Path(__file__).parents[2]
 EXPERIMENTS = ROOT / "experiments"
@@ -59,8 +60,8 @@ class FakeRollout:
     self.used = []
     self.in_unroll = threading.Event()
 
-  def init(self, key):
-    del key
+  def init(self, params, key):
+    del params, key
     return 0
 
   def unroll(self, params, state):
@@ -107,20 +108,18 @@ def _never():
   return False
 
 
-def _source(monkeypatch, config, rollouts):
-  """An `_ActorSource` whose pools are the given fake rollouts (in actor order)."""
+def _source(config, rollouts):
+  """An actor-thread source whose pools are the given fake rollouts (in actor order)."""
   pending = list(rollouts)
-  monkeypatch.setattr(loop_lib, "make_env", lambda *a, **k: FakeEnv())
 
-  def make_rollout(env, act, unroll_length, *, to_device):
-    assert unroll_length == T and to_device is False
-    rollout = pending.pop(0)
-    rollout.env = env
-    return rollout
+  def rollout_factory(act, config_, seed, to_device):
+    assert config_ is config and to_device is False
+    return pending.pop(0)
 
-  monkeypatch.setattr(loop_lib.envs, "make_rollout", make_rollout)
-  agent = types.SimpleNamespace(act=None)
-  return loop_lib._ActorSource(agent, config, 0, 0, {"v": 0}, 0)
+  return make_source(
+      None, config, seed=0, segment=0, process=0, acting={"v": 0}, version=0,
+      rollout_factory=rollout_factory, to_device=False,
+  )  # fmt: skip
 
 
 def _actor_threads():
@@ -241,20 +240,17 @@ def test_gated_actors_unroll_once_per_version():
 
 
 def _async_config(**kwargs):
-  return LoopConfig(
-      num_envs=NUM_ENVS, unroll_length=T, async_actors=2, actor_queue_size=2, **kwargs
-  )
+  return TrainConfig.of(
+      num_envs=NUM_ENVS, unroll_length=T, actors="async", num_actors=2, actor_queue_size=2,
+      **kwargs,
+  )  # fmt: skip
 
 
 @pytest.mark.parametrize(
     "max_policy_lag, dropped, lag", [(None, 0, 5.0), (5, 0, 5.0), (4, 4, 0.0), (0, 4, 0.0)]
 )
-def test_async_source_drops_trajectories_older_than_max_policy_lag(
-    monkeypatch, max_policy_lag, dropped, lag
-):
-  source = _source(
-      monkeypatch, _async_config(max_policy_lag=max_policy_lag), [FakeRollout(0), FakeRollout(1)]
-  )
+def test_async_source_drops_trajectories_older_than_max_policy_lag(max_policy_lag, dropped, lag):
+  source = _source(_async_config(max_policy_lag=max_policy_lag), [FakeRollout(0), FakeRollout(1)])
   try:
     got = source.collect({"v": 0}, 0, _never)
     assert (got.traj["version"] == 0).all() and got.discarded == 0
@@ -273,11 +269,9 @@ def test_async_source_drops_trajectories_older_than_max_policy_lag(
     source.close()
 
 
-def test_async_source_returns_none_when_asked_to_stop(monkeypatch):
+def test_async_source_returns_none_when_asked_to_stop():
   gate = threading.Event()  # actors never finish an unroll
-  source = _source(
-      monkeypatch, _async_config(), [FakeRollout(0, gate=gate), FakeRollout(1, gate=gate)]
-  )
+  source = _source(_async_config(), [FakeRollout(0, gate=gate), FakeRollout(1, gate=gate)])
   try:
     start = time.monotonic()
     got = source.collect({"v": 0}, 0, lambda: time.monotonic() - start > 0.2)
@@ -288,17 +282,18 @@ def test_async_source_returns_none_when_asked_to_stop(monkeypatch):
 
 
 def _sync_config(pools, min_pools=0, grace_period_s=0.5):
-  return LoopConfig(
+  return TrainConfig.of(
       num_envs=NUM_ENVS,
       unroll_length=T,
-      actor_pools=pools,
+      actors="pools",
+      num_actors=pools,
       min_pools=min_pools,
       grace_period_s=grace_period_s,
   )
 
 
-def test_sync_source_concatenates_every_pool_in_actor_order(monkeypatch):
-  source = _source(monkeypatch, _sync_config(3), [FakeRollout(i) for i in range(3)])
+def test_sync_source_concatenates_every_pool_in_actor_order():
+  source = _source(_sync_config(3), [FakeRollout(i) for i in range(3)])
   deadline = time.monotonic() + 10.0
   stop = lambda: time.monotonic() > deadline  # a hang fails instead of blocking
   try:
@@ -314,10 +309,10 @@ def test_sync_source_concatenates_every_pool_in_actor_order(monkeypatch):
     source.close()
 
 
-def test_sync_source_does_not_wait_for_a_slow_pool_beyond_the_grace_period(monkeypatch):
+def test_sync_source_does_not_wait_for_a_slow_pool_beyond_the_grace_period():
   grace = 0.3
   rollouts = [FakeRollout(0), FakeRollout(1), FakeRollout(2, sleep_s=4.0)]
-  source = _source(monkeypatch, _sync_config(3, min_pools=2, grace_period_s=grace), rollouts)
+  source = _source(_sync_config(3, min_pools=2, grace_period_s=grace), rollouts)
   late = steps = fresh = 0
   try:
     for version in range(20):  # ~20 x grace: the slow pool (4 s) reports once or more
@@ -346,9 +341,7 @@ def _script(name):
 
 def _args(module, run_dir, demos=None, **loop_overrides):
   args = module.Args() if demos is None else module.Args(demos=str(demos))
-  return dataclasses.replace(
-      args, run_dir=str(run_dir), loop=dataclasses.replace(args.loop, **loop_overrides)
-  )
+  return dataclasses.replace(args, run_dir=str(run_dir), train=args.train.replace(**loop_overrides))
 
 
 def _bounded(fn, timeout=240.0):
@@ -381,42 +374,37 @@ def heuristic_demos(tmp_path_factory):
   return path
 
 
-@pytest.fixture
-def count_unrolls(monkeypatch):
-  """Counts the unrolls of every rollout the loop makes."""
-  counts = []
-  real = envs.make_rollout
+class CountingFactory:
+  """A rollout factory that counts the unrolls of every rollout it makes."""
 
-  def make_rollout(*args, **kwargs):
-    rollout = real(*args, **kwargs)
-    counts.append(0)
-    i = len(counts) - 1
+  def __init__(self):
+    self.counts = []
+
+  def __call__(self, *args):
+    rollout = make_training_rollout(*args)
+    self.counts.append(0)
+    i = len(self.counts) - 1
 
     def unroll(params, state):
       out = rollout.unroll(params, state)
-      counts[i] += 1
+      self.counts[i] += 1
       return out
 
     return rollout._replace(unroll=unroll)
-
-  monkeypatch.setattr(envs, "make_rollout", make_rollout)
-  return counts
 
 
 @pytest.mark.parametrize(
     "script, budget, overrides",
     [
-        ("impala", 3_000, dict(max_policy_lag=0, async_actors=3)),
+        ("impala", 3_000, dict(max_policy_lag=0, num_actors=3)),
         ("acer", 2_000, {}),
         ("sql", 1_500, {}),
         ("sqil", 1_500, {}),
     ],
 )
-def test_async_actors_run_every_agent(
-    tmp_path, heuristic_demos, count_unrolls, script, budget, overrides
-):
+def test_async_actors_run_every_agent(tmp_path, heuristic_demos, script, budget, overrides):
   module = _script(script)
-  overrides = {"async_actors": 2, **overrides}
+  overrides = {"actors": "async", "num_actors": 2, **overrides}
   args = _args(
       module,
       tmp_path / "run",
@@ -426,9 +414,10 @@ def test_async_actors_run_every_agent(
       checkpoint_every=0,
       **overrides,
   )
-  result = _bounded(lambda: module.main(args))
-  loop = args.loop
-  per_unroll = loop.unroll_length * loop.num_envs
+  counter = CountingFactory()
+  result = _bounded(lambda: module.main(args, rollout_factory=counter))
+  count_unrolls = counter.counts
+  per_unroll = args.train.steps_per_unroll
   lines = read_metrics(tmp_path / "run")
   assert lines and all({"dropped_trajectories", "policy_lag"} <= set(l) for l in lines)
   assert all(l["env_steps"] % per_unroll == 0 for l in lines)
@@ -436,7 +425,7 @@ def test_async_actors_run_every_agent(
   assert result.env_steps % per_unroll == 0
   # Every counted env step was taken by an actor; the actors ran at most a full
   # queue plus one unroll each beyond what the learner took (used or dropped).
-  k = overrides["async_actors"]
+  k = overrides["num_actors"]
   assert len(count_unrolls) == k
   unrolled = sum(count_unrolls) * per_unroll
   assert result.env_steps <= unrolled <= result.env_steps + (k + k) * per_unroll
@@ -449,7 +438,7 @@ def test_async_actors_run_every_agent(
 
 
 @pytest.mark.parametrize("script, pools, min_pools", [("impala", 2, 0), ("sql", 2, 1)])
-def test_sync_actor_pools_run(tmp_path, count_unrolls, script, pools, min_pools):
+def test_sync_actor_pools_run(tmp_path, script, pools, min_pools):
   module = _script(script)
   budget = 2_048 if script == "impala" else 1_500
   args = _args(
@@ -458,12 +447,15 @@ def test_sync_actor_pools_run(tmp_path, count_unrolls, script, pools, min_pools)
       total_env_steps=budget,
       log_every=budget // 4,
       checkpoint_every=0,
-      actor_pools=pools,
+      actors="pools",
+      num_actors=pools,
       min_pools=min_pools,
       grace_period_s=0.05,
   )
-  result = _bounded(lambda: module.main(args))
-  per_unroll = args.loop.unroll_length * args.loop.num_envs
+  counter = CountingFactory()
+  result = _bounded(lambda: module.main(args, rollout_factory=counter))
+  count_unrolls = counter.counts
+  per_unroll = args.train.steps_per_unroll
   lines = read_metrics(tmp_path / "run")
   assert lines and all("dropped_trajectories" in l for l in lines)
   assert result.env_steps >= budget and result.env_steps % per_unroll == 0
@@ -476,12 +468,11 @@ def test_sync_actor_pools_run(tmp_path, count_unrolls, script, pools, min_pools)
   assert not _actor_threads()
 
 
-def test_an_actor_crash_stops_the_loop_with_its_error(tmp_path, monkeypatch):
-  real = envs.make_rollout
+def test_an_actor_crash_stops_the_loop_with_its_error(tmp_path):
   made = []
 
-  def make_rollout(*args, **kwargs):
-    rollout = real(*args, **kwargs)
+  def rollout_factory(*args):
+    rollout = make_training_rollout(*args)
     made.append(rollout)
     if len(made) != 2:
       return rollout
@@ -495,7 +486,6 @@ def test_an_actor_crash_stops_the_loop_with_its_error(tmp_path, monkeypatch):
 
     return rollout._replace(unroll=unroll)
 
-  monkeypatch.setattr(envs, "make_rollout", make_rollout)
   module = _script("impala")
   args = _args(
       module,
@@ -503,11 +493,12 @@ def test_an_actor_crash_stops_the_loop_with_its_error(tmp_path, monkeypatch):
       total_env_steps=1_000_000,
       log_every=1_000,
       checkpoint_every=0,
-      async_actors=2,
+      actors="async",
+      num_actors=2,
   )
   start = time.monotonic()
   with pytest.raises(ActorError) as info:
-    _bounded(lambda: module.main(args), timeout=180.0)
+    _bounded(lambda: module.main(args, rollout_factory=rollout_factory), timeout=180.0)
   assert "actor 1" in str(info.value) and "injected actor failure" in str(info.value)
   assert time.monotonic() - start < 180.0
   assert not _actor_threads()
@@ -562,14 +553,14 @@ def test_sigterm_stops_async_actors_saves_a_checkpoint_and_resumes(tmp_path):
 @pytest.mark.parametrize(
     "flags, message",
     [
-        (["--async-actors", "2", "--actor-pools", "2"], "choose one"),
-        (["--max-policy-lag", "1"], "max_policy_lag applies to the asynchronous mode"),
-        (["--min-pools", "3", "--actor-pools", "2"], r"min_pools \(3\) exceeds actor_pools \(2\)"),
-        (["--async-actors", "-1"], "async_actors must be an int >= 0"),
+        (["--max-policy-lag", "1"], "max_policy_lag applies to --actors async"),
+        (["--min-pools", "3", "--actor-pools", "2"], r"min_pools \(3\) exceeds num_actors \(2\)"),
+        (["--async-actors", "-1"], "num_actors must be a positive int"),
+        (["--num-actors", "2"], "num_actors=2 needs actor threads"),
         (["--async-actors", "2", "--max-policy-lag", "-1"], "max_policy_lag must be an int >= 0"),
         (["--actor-queue-size", "-1"], "actor_queue_size must be an int >= 0"),
         (["--min-pools", "-1"], "min_pools must be an int >= 0"),
-        (["--actor-pools", "0"], "actor_pools must be a positive int"),
+        (["--actor-pools", "0"], "num_actors must be a positive int"),
         (["--actor-pools", "2", "--grace-period-s", "-0.5"], "grace_period_s must be >= 0"),
         (["--actor-pools", "2", "--grace-period-s", "nan"], "grace_period_s must be >= 0"),
     ],

@@ -29,7 +29,7 @@ def _main(name, run_dir, resume=False, **loop):
   module = _script(name)
   args = module.Args()
   args = dataclasses.replace(
-      args, run_dir=str(run_dir), resume=resume, loop=dataclasses.replace(args.loop, **loop)
+      args, run_dir=str(run_dir), resume=resume, train=args.train.replace(**loop)
   )
   return module.main(args)
 
@@ -62,9 +62,7 @@ def _assert_same_run(single, vmapped, loss_keys):
 def test_each_vmapped_seed_is_the_single_run_of_that_seed(tmp_path, script, steps, keys):
   common = dict(total_env_steps=steps, checkpoint_every=0)
   module = _script(script)
-  common["log_every"] = max(
-      steps // 4, module.Args().loop.num_envs * module.Args().loop.unroll_length
-  )
+  common["log_every"] = max(steps // 4, module.Args().train.steps_per_unroll)
   _main(script, tmp_path / "single", seed=4, **common)
   results = _main(script, tmp_path / "vmapped", seed=3, num_seeds=2, **common)
   assert isinstance(results, list) and len(results) == 2
@@ -77,7 +75,7 @@ def test_each_vmapped_seed_is_the_single_run_of_that_seed(tmp_path, script, step
 def test_vmapped_seeds_with_the_xla_rollout_are_the_single_host_loop_runs(tmp_path):
   common = dict(total_env_steps=3072, checkpoint_every=1536, log_every=768)
   _main("impala", tmp_path / "single", seed=4, **common)
-  _main("impala", tmp_path / "vmapped", seed=3, num_seeds=2, xla_rollout=True, **common)
+  _main("impala", tmp_path / "vmapped", seed=3, num_seeds=2, rollout="compiled", **common)
   _assert_same_run(
       _lines(tmp_path / "single"),
       _lines(tmp_path / "vmapped" / "seed4"),
@@ -158,9 +156,7 @@ def test_vmapped_seeds_non_finite_loss_names_the_seed(tmp_path):
   args = dataclasses.replace(
       args,
       run_dir=str(tmp_path / "run"),
-      loop=dataclasses.replace(
-          args.loop, num_seeds=2, total_env_steps=100_000, checkpoint_every=2560
-      ),
+      train=args.train.replace(num_seeds=2, total_env_steps=100_000, checkpoint_every=2560),
       agent=dataclasses.replace(args.agent, learning_rate=1e30, max_grad_norm=1e30),
   )
   from offpolicy_ac.training.loop import NonFiniteError

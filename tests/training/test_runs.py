@@ -73,7 +73,7 @@ def test_xla_rollout_stops_resumes_and_logs_exactly_the_host_loop_run(tmp_path, 
   _run("impala", tmp_path / "run", 7680, "--xla-rollout", "--resume")
   assert _metrics(tmp_path / "run") == _metrics(straight_run)
   config = json.loads((tmp_path / "run" / "config.json").read_text())
-  assert config["config"]["loop"]["xla_rollout"] is True
+  assert config["config"]["train"]["env"]["rollout"] == "compiled"
 
 
 def test_resume_drops_a_final_partial_line(tmp_path, straight_run):

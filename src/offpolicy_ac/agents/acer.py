@@ -92,14 +92,12 @@ class AcerConfig:
   about 3x slower and fell back after learning."""
   hidden_sizes: Sequence[int] = (64, 64)
   """MLP torso layer sizes."""
-  reward_scale: float = 0.1
-  """Rewards are multiplied by this before the loss."""
   init_log_std: float = 0.0
   """Continuous: initial log standard deviation of the Gaussian policy."""
 
   def validate(self) -> None:
     base.check_in("gamma", self.gamma, 0.0, 1.0)
-    for name in ("learning_rate", "max_grad_norm", "optimizer_eps", "clip_c", "reward_scale"):
+    for name in ("learning_rate", "max_grad_norm", "optimizer_eps", "clip_c"):
       base.check_positive(name, getattr(self, name))
     if self.optimizer not in ("adam", "rmsprop"):
       raise ValueError(f"optimizer must be 'adam' or 'rmsprop', got {self.optimizer!r}")
@@ -247,7 +245,7 @@ def make_acer_discrete(spec, config: AcerConfig = AcerConfig()) -> base.Agent:
     _check_extras(traj, ("logits",), "discrete")
     sg = jax.lax.stop_gradient
     li = loss_inputs(traj, config.gamma)
-    r_t = li.r_t * config.reward_scale
+    r_t = li.r_t
     logits, q = base.apply_batched(net.apply, params, traj.observation)  # [T+1, B, A]
     (avg_logits,) = base.apply_batched(policy, avg_params, traj.observation[:-1])
     avg_logits = sg(avg_logits)
@@ -362,7 +360,7 @@ def make_acer_continuous(spec, config: AcerConfig = AcerConfig()) -> base.Agent:
     _check_extras(traj, ("log_prob", "mean", "log_std"), "continuous")
     sg = jax.lax.stop_gradient
     li = loss_inputs(traj, config.gamma)
-    r_t = li.r_t * config.reward_scale
+    r_t = li.r_t
     mean, log_std, v, h = base.apply_batched(net.apply, params, traj.observation)
     avg_mean, avg_log_std = base.apply_batched(policy, avg_params, traj.observation[:-1])
     avg_mean, avg_log_std = sg(avg_mean), sg(avg_log_std)

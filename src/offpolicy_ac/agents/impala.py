@@ -50,8 +50,6 @@ class ImpalaConfig:
   """MLP torso layer sizes."""
   init_log_std: float = 0.0
   """Initial log standard deviation of a Gaussian policy."""
-  reward_scale: float = 0.1
-  """Rewards are multiplied by this before the loss."""
   use_replay: bool = False
   """Learn from replayed sequences (V-trace corrects the policy lag) instead of
   only from each fresh unroll; see the loop's replay settings."""
@@ -127,7 +125,7 @@ def make_impala(spec, config: ImpalaConfig = ImpalaConfig()) -> base.Agent:
         clip_c_threshold=config.clip_c_threshold,
         clip_pg_rho_threshold=config.clip_pg_rho_threshold,
     )
-    r_t = li.r_t * config.reward_scale
+    r_t = li.r_t
     if discrete:
       logits, values = out
       res = losses.impala_loss_categorical(

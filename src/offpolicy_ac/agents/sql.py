@@ -44,8 +44,6 @@ class SqlConfig:
   """'auto', 'mlp', 'nature_cnn' or 'impala_resnet'."""
   hidden_sizes: Sequence[int] = (128, 128)
   """MLP torso layer sizes."""
-  reward_scale: float = 1.0
-  """Rewards are multiplied by this before the loss."""
 
   def validate(self) -> None:
     base.check_in("gamma", self.gamma, 0.0, 1.0)
@@ -57,13 +55,8 @@ class SqlConfig:
       raise ValueError(f"n_step must be an int >= 1, got {self.n_step!r}")
 
 
-def make_sql(
-    spec, config: SqlConfig = SqlConfig(), *, name: str = "sql", reward_fn=None
-) -> base.Agent:
-  """Builds the SQL agent (discrete actions only).
-
-  `reward_fn(batch) -> r_t [T, B]` replaces the environment reward (SQIL).
-  """
+def make_sql(spec, config: SqlConfig = SqlConfig(), *, name: str = "sql") -> base.Agent:
+  """Builds the SQL agent (discrete actions only)."""
   config.validate()
   base.check_discrete(spec, name.upper())
   torso = networks.make_torso(config.torso, spec.observation_shape, config.hidden_sizes)
@@ -90,7 +83,7 @@ def make_sql(
 
   def loss_fn(params, target_params, batch):
     li = loss_inputs(batch, config.gamma)
-    r_t = (li.r_t if reward_fn is None else reward_fn(batch)) * config.reward_scale
+    r_t = li.r_t
     q = base.apply_batched(net.apply, params, batch.observation)
     q_target = base.apply_batched(net.apply, target_params, batch.observation[1:])
     a_tm1 = batch.action[:-1]

@@ -150,11 +150,15 @@ class TransformerState(NamedTuple):
 
 class DataTransformer(NamedTuple):
   """`init() -> state`; `update(state, traj) -> state` (fresh raw data only);
-  `apply(state, traj: Trajectory) -> TransformedTrajectory` (fresh and replayed data alike)."""
+  `apply(state, traj: Trajectory) -> TransformedTrajectory` (fresh and replayed data alike);
+  `observe(state, obs) -> obs`: the observation transform alone, for acting on raw
+  observations [*batch, *obs_shape] as the learner sees them (the identity when
+  normalisation is off)."""
 
   init: Callable[[], TransformerState]
   update: Callable[[TransformerState, Trajectory], TransformerState]
   apply: Callable[[TransformerState, Trajectory], TransformedTrajectory]
+  observe: Callable[[TransformerState, Any], Any]
 
 
 def _check_raw(traj: Any, what: str) -> None:
@@ -248,4 +252,9 @@ def make_data_transformer(
             reward_scale=float(reward_scale),
         )  # fmt: skip
 
-  return DataTransformer(init=init, update=_update, apply=apply)
+  def observe(state: TransformerState, obs: Any) -> Any:
+    if state.obs_stats is None:
+      return obs
+    return normalize(state.obs_stats, jnp.asarray(obs), clip=obs_clip, eps=obs_eps)
+
+  return DataTransformer(init=init, update=_update, apply=apply, observe=observe)

@@ -1,7 +1,16 @@
-"""The training loop, evaluation, and the run directory (logging, plots)."""
+"""The training driver, its configuration, evaluation, and the run directory."""
 
 from offpolicy_ac.training.cli import parse_args
 from offpolicy_ac.training.clock import seconds_since_launch
+from offpolicy_ac.training.config import ActorsConfig
+from offpolicy_ac.training.config import BudgetConfig
+from offpolicy_ac.training.config import CheckpointConfig
+from offpolicy_ac.training.config import EnvConfig
+from offpolicy_ac.training.config import EvalConfig
+from offpolicy_ac.training.config import ParallelConfig
+from offpolicy_ac.training.config import ReplayConfig
+from offpolicy_ac.training.config import TrainConfig
+from offpolicy_ac.training.config import TransformConfig
 from offpolicy_ac.training.evaluation import evaluate
 from offpolicy_ac.training.experiment import exit_process
 from offpolicy_ac.training.experiment import load_params
@@ -10,18 +19,27 @@ from offpolicy_ac.training.experiment import save_params
 from offpolicy_ac.training.logger import RunLogger
 from offpolicy_ac.training.logger import read_metrics
 from offpolicy_ac.training.logger import write_config
-from offpolicy_ac.training.loop import LoopConfig
 from offpolicy_ac.training.loop import RunResult
 from offpolicy_ac.training.loop import train
 from offpolicy_ac.training.plotting import plot_runs
+from offpolicy_ac.training.sources import make_training_rollout
 
 __all__ = [
-    "LoopConfig",
+    "ActorsConfig",
+    "BudgetConfig",
+    "CheckpointConfig",
+    "EnvConfig",
+    "EvalConfig",
+    "ParallelConfig",
+    "ReplayConfig",
     "RunLogger",
     "RunResult",
+    "TrainConfig",
+    "TransformConfig",
     "evaluate",
     "exit_process",
     "load_params",
+    "make_training_rollout",
     "parse_args",
     "plot_runs",
     "read_metrics",

@@ -119,8 +119,7 @@ class Actors:
   def _run(self, actor_id: int, key: jax.Array) -> None:
     try:
       rollout = self.rollouts[actor_id]
-      state = rollout.init(key)
-      version = None
+      state = version = None
       while not self._stop.is_set():
         if self._gated:
           got = self._store.wait_newer(-1 if version is None else version, self._stop)
@@ -129,6 +128,8 @@ class Actors:
           params, version = got
         else:
           params, version = self._store.latest()
+        if state is None:  # the compiled rollout takes its first action in init
+          state = rollout.init(params, key)
         state, traj, stats = rollout.unroll(params, state)
         self.unrolls[actor_id] += 1
         item = ActorItem(actor_id, version, traj, stats)

@@ -19,6 +19,7 @@ import os
 import pathlib
 import time
 from typing import Any
+from typing import Callable
 from typing import Optional
 import warnings
 
@@ -100,14 +101,27 @@ class Checkpointer:
     self._manager.reload()
     return sorted(self._manager.all_steps())
 
-  def restore_latest(self, template: Any) -> Optional[tuple[int, Any, dict]]:
+  def restore_latest(
+      self, template: Any, check_record: Optional[Callable[[dict], None]] = None
+  ) -> Optional[tuple[int, Any, dict]]:
     """(step, arrays, record) of the newest readable checkpoint, or None.
 
     `template` gives the pytree structure, shapes and dtypes of `arrays`.
+    `check_record(record)` may raise for a checkpoint this code must not read (another
+    format): the error propagates and the checkpoint is left as it is.
     """
     ocp = _ocp()
     template = _to_savable(template)
     for step in reversed(self.steps()):
+      if check_record is not None:
+        try:
+          record = self._manager.restore(
+              step, args=ocp.args.Composite(record=ocp.args.JsonRestore())
+          )["record"]
+        except Exception:  # pylint: disable=broad-except
+          record = None  # unreadable: handled with the arrays below
+        if record is not None:
+          check_record(dict(record))  # a checkpoint of another kind: not quarantined
       try:
         restored = self._manager.restore(
             step,

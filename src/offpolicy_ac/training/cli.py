@@ -4,8 +4,10 @@
     python experiments/impala.py --preset atari --env-id Breakout-v5  # a preset, then flags
 
 A preset is a complete Args value; flags given after it override its fields.
-Nested configs (`loop`, `agent`) are flattened: `--learning-rate`, not
-`--agent.learning-rate`.
+Nested configs (`train` and its groups, `agent`) are flattened: `--learning-rate`, not
+`--agent.learning-rate`. Shorthands: `--async-actors K` is `--actors async --num-actors
+K`, `--actor-pools K` is `--actors pools --num-actors K`, `--xla-rollout` is
+`--rollout compiled`.
 """
 
 from __future__ import annotations
@@ -21,6 +23,31 @@ import tyro
 ArgsT = TypeVar("ArgsT")
 
 
+SHORTHANDS = {
+    "--async-actors": lambda k: ["--actors", "async", "--num-actors", k],
+    "--actor-pools": lambda k: ["--actors", "pools", "--num-actors", k],
+}
+
+
+def expand_shorthands(argv: Sequence[str]) -> list[str]:
+  """The flags with the shorthands of the module docstring spelled out."""
+  out, argv = [], list(argv)
+  while argv:
+    flag = argv.pop(0)
+    name, eq, value = flag.partition("=")
+    if name in SHORTHANDS:
+      if not eq:
+        if not argv:
+          raise SystemExit(f"{name} takes a count")
+        value = argv.pop(0)
+      out += SHORTHANDS[name](value)
+    elif flag == "--xla-rollout":
+      out += ["--rollout", "compiled"]
+    else:
+      out.append(flag)
+  return out
+
+
 def parse_args(
     args_cls: type[ArgsT],
     presets: Optional[dict[str, ArgsT]] = None,
@@ -28,7 +55,7 @@ def parse_args(
     description: str = "",
 ) -> ArgsT:
   """Parses argv into `args_cls`, starting from `--preset NAME` when given."""
-  argv = list(sys.argv[1:] if argv is None else argv)
+  argv = expand_shorthands(sys.argv[1:] if argv is None else argv)
   presets = presets or {}
   default: Any = None
   if "--preset" in argv:

@@ -1,7 +1,7 @@
 """Shared plumbing of the experiment scripts (one piece of library code, not copied).
 
 `run_experiment(name, args, agent_factory)` takes a script's frozen args
-(fields `loop: LoopConfig`, `agent: <agent config>`, `run_dir`, `resume`) and:
+(fields `train: TrainConfig`, `agent: <agent config>`, `run_dir`, `resume`) and:
 
 * creates the run directory (refusing to overwrite a run unless `resume`),
   writes config.json (full config, git revision, package versions);
@@ -34,17 +34,25 @@ from typing import Sequence
 import flax.serialization
 import jax
 
+from offpolicy_ac.training.config import TrainConfig
 from offpolicy_ac.training.logger import RunLogger
 from offpolicy_ac.training.logger import _jsonable
 from offpolicy_ac.training.logger import write_config
-from offpolicy_ac.training.loop import LoopConfig
 from offpolicy_ac.training.loop import RunResult
 from offpolicy_ac.training.loop import train
 from offpolicy_ac.training.parallel import ensure_cpu_devices
 from offpolicy_ac.training.parallel import initialize_distributed
+from offpolicy_ac.training.plotting import plot_runs
+from offpolicy_ac.training.sources import RolloutFactory
+from offpolicy_ac.training.sources import make_training_rollout
 
 # Config fields that may change when a run is resumed.
-RESUMABLE_CHANGES = ("loop.total_env_steps", "loop.coordinator_address", "resume", "run_dir")
+RESUMABLE_CHANGES = (
+    "train.budget.total_env_steps",
+    "train.parallel.coordinator_address",
+    "resume",
+    "run_dir",
+)
 
 
 def save_params(path: pathlib.Path, params: Any) -> None:
@@ -59,9 +67,9 @@ def load_params(path: str | os.PathLike, template: Any) -> Any:
   return flax.serialization.from_bytes(template, pathlib.Path(path).read_bytes())
 
 
-def default_run_dir(name: str, loop: LoopConfig) -> str:
+def default_run_dir(name: str, config: TrainConfig) -> str:
   stamp = time.strftime("%Y%m%d-%H%M%S")
-  return os.path.join("runs", f"{name}-{loop.env_id}-seed{loop.seed}-{stamp}")
+  return os.path.join("runs", f"{name}-{config.env.env_id}-seed{config.budget.seed}-{stamp}")
 
 
 def _flatten(d: Any, prefix: str = "") -> dict:
@@ -111,33 +119,6 @@ def _stop_on_signals(flag: _StopFlag):
       signal.signal(sig, old)
 
 
-def _run_seeds(name: str, args: Any, agent_factory: Callable, **kwargs) -> list[RunResult]:
-  """`--num-seeds N` where a vmapped learner cannot serve (or `--no-vmap-seeds`):
-  seeds seed..seed+N-1 one after the other, each a complete run
-  (own env pools, checkpoints, logs) in <run_dir>/seed<k>; then a plot of their mean
-  and spread in <run_dir>/learning_curves.png. `--resume` resumes each."""
-  from offpolicy_ac.training.plotting import plot_runs
-
-  loop = args.loop
-  root = pathlib.Path(args.run_dir or default_run_dir(name, loop))
-  results, dirs = [], []
-  for k in range(loop.num_seeds):
-    seed = loop.seed + k
-    run_dir = root / f"seed{seed}"
-    seed_args = dataclasses.replace(
-        args, loop=dataclasses.replace(loop, seed=seed, num_seeds=1), run_dir=str(run_dir)
-    )
-    results.append(run_experiment(name, seed_args, agent_factory, **kwargs))
-    dirs.append(run_dir)
-  plot_runs(
-      dirs,
-      root / "learning_curves.png",
-      group=True,
-      title=f"{name} {loop.env_id}, {loop.num_seeds} seeds",
-  )
-  return results
-
-
 def _holds_run(run_dir: pathlib.Path) -> bool:
   """Whether a run logged or checkpointed anything there (a run refused before its
   first step leaves only config.json and an empty metrics.jsonl: not a run)."""
@@ -158,6 +139,12 @@ def _check_or_write_config(
     if not config_path.exists():
       raise FileNotFoundError(f"--resume: {run_dir} holds no run (no config.json)")
     old = json.loads(config_path.read_text())
+    if "loop" in old["config"]:
+      raise ValueError(
+          f"--resume: {run_dir} was written by offpolicy_ac 0.1 (a flat `loop` config, "
+          "checkpoint record format 1); this version reads format 2 (a grouped `train` "
+          "config): resume that run with offpolicy_ac 0.1"
+      )
     diffs = config_differences(old["config"], _jsonable(args))
     if old.get("algorithm") != name:
       diffs.insert(0, f"algorithm ({old.get('algorithm')} -> {name})")
@@ -176,34 +163,33 @@ def _check_or_write_config(
   write_config(run_dir, args, extra={"algorithm": name})
 
 
-def _prepare_process(loop: LoopConfig) -> None:
+def _prepare_process(config: TrainConfig) -> None:
   """Process-wide settings, before any JAX computation."""
   # Join the multi-host job, and on CPU create the host devices the learner needs.
-  initialize_distributed(loop.num_processes, loop.process_id, loop.coordinator_address)
-  ensure_cpu_devices(loop.learner_devices)
+  parallel = config.parallel
+  initialize_distributed(parallel.num_processes, parallel.process_id, parallel.coordinator_address)
+  ensure_cpu_devices(parallel.learner_devices)
 
 
-def _after_backend_start(loop: LoopConfig) -> None:
+def _after_backend_start() -> None:
   if jax.default_backend() == "cpu":
     # The actors call a tiny jitted policy once per step; synchronous CPU dispatch
     # cuts that call from ~90 us to ~15 us (docs/envs_notes.md). The loop syncs on
     # every update anyway, so nothing is lost. Process-wide: set by the script's
     # runner, never by the library's modules.
     jax.config.update("jax_cpu_enable_async_dispatch", False)
-  # Nothing is imported in a background thread: matplotlib's ft2font runs Python code in
-  # its C++ static initializer, i.e. inside dlopen, holding the dynamic loader's lock; if
-  # that code gives up the GIL while the main thread imports another extension module
-  # (envpool's optree), the two threads deadlock. A run once hung that way (py-spy/gdb).
 
 
-def _make_checkpointer(loop: LoopConfig, root: pathlib.Path) -> Any:
+def _make_checkpointer(config: TrainConfig, root: pathlib.Path) -> Any:
   """<root>/checkpoints (None without checkpoints); multi-host: only process 0 writes."""
-  if not loop.checkpoint_every:
+  if not config.checkpoint.checkpoint_every:
     return None
-  from offpolicy_ac.training.checkpoint import Checkpointer
+  from offpolicy_ac.training.checkpoint import Checkpointer  # orbax: slow to import
 
   return Checkpointer(
-      root / "checkpoints", max_to_keep=loop.keep_checkpoints, read_only=loop.process_id > 0
+      root / "checkpoints",
+      max_to_keep=config.checkpoint.keep_checkpoints,
+      read_only=config.parallel.process_id > 0,
   )
 
 
@@ -232,7 +218,13 @@ def exit_process(code: int = 0) -> None:
 
 def _finish(name: str, run_dir: pathlib.Path, result: RunResult, flag: "_StopFlag") -> None:
   save_params(run_dir / "final_params.msgpack", result.agent_state.params)
-  summary = {k: v for k, v in dataclasses.asdict(result).items() if k != "agent_state"}
+  if jax.tree.leaves(result.transform_state):  # observation statistics the policy acts with
+    save_params(run_dir / "final_transform.msgpack", result.transform_state)
+  summary = {
+      k: v
+      for k, v in dataclasses.asdict(result).items()
+      if k not in ("agent_state", "transform_state")
+  }
   summary["run_dir"] = str(run_dir)
   if flag.signal_name:
     summary["stopped_by"] = flag.signal_name
@@ -240,134 +232,93 @@ def _finish(name: str, run_dir: pathlib.Path, result: RunResult, flag: "_StopFla
   print(f"[{name}] done: {summary}", flush=True)
 
 
-def _run_seeds_vmapped(
-    name: str,
-    args: Any,
-    agent_factory: Callable,
-    *,
-    batch_fn: Optional[Callable],
-    progress: Optional[bool],
-) -> list[RunResult]:
-  """`--num-seeds N` with one vmapped learner (training/multi_seed.py): seed k logs
-  in <run_dir>/seed<k> as a single run would; <run_dir> holds the whole config and
-  the checkpoints of all seeds together."""
-  from offpolicy_ac.training.multi_seed import train_seeds
-  from offpolicy_ac.training.plotting import plot_runs
+def _seed_args(args: Any, seed: int, run_dir: pathlib.Path) -> Any:
+  """The args of seed `seed` alone, logging in `run_dir`."""
+  return dataclasses.replace(args, train=args.train.replace(seed=seed, num_seeds=1),
+                             run_dir=str(run_dir))  # fmt: skip
 
-  loop = args.loop
-  resume = bool(getattr(args, "resume", False))
-  root = pathlib.Path(args.run_dir or default_run_dir(name, loop))
-  seeds = [loop.seed + k for k in range(loop.num_seeds)]
-  dirs = [root / f"seed{s}" for s in seeds]
-  _prepare_process(loop)
-  _check_or_write_config(name, args, root, resume, others=dirs)
-  for s, d in zip(seeds, dirs):
-    d.mkdir(parents=True, exist_ok=True)
-    seed_args = dataclasses.replace(
-        args, loop=dataclasses.replace(loop, seed=s, num_seeds=1), run_dir=str(d)
-    )
-    write_config(d, seed_args, extra={"algorithm": name, "vmapped_seeds_of": str(root)})
-  _after_backend_start(loop)
-  checkpointer = _make_checkpointer(loop, root)
-  loggers = [
-      RunLogger(
-          d,
-          total_env_steps=loop.total_env_steps,
-          title=f"{name} {loop.env_id} seed {s}",
-          progress=progress if k == 0 else False,
-      )
-      for k, (s, d) in enumerate(zip(seeds, dirs))
-  ]
-  flag = _StopFlag()
-  try:
-    with _stop_on_signals(flag):
-      results = train_seeds(
-          agent_factory,
-          loop,
-          loggers,
-          batch_fn=batch_fn,
-          checkpointer=checkpointer,
-          resume=resume,
-          should_stop=flag,
-      )
-  finally:
-    for logger in loggers:
-      logger.close()
-    if checkpointer is not None:
-      checkpointer.close()
-  for d, result in zip(dirs, results):
-    _finish(name, d, result, flag)
-  plot_runs(
-      dirs,
-      root / "learning_curves.png",
-      group=True,
-      title=f"{name} {loop.env_id}, {loop.num_seeds} seeds (vmapped)",
-  )
+
+def run_experiment(name: str, args: Any, agent_factory: Callable, *,
+                   batch_fn: Optional[Callable] = None, progress: Optional[bool] = None,
+                   rollout_factory: RolloutFactory = make_training_rollout,
+                   ) -> RunResult | list[RunResult]:  # fmt: skip
+  """Runs `train` for a script's args; see the module docstring. With `--num-seeds N` > 1
+  it returns one RunResult per seed, each logged in <run_dir>/seed<k>, and plots them."""
+  config: TrainConfig = args.train
+  config.validate()
+  root = pathlib.Path(args.run_dir or default_run_dir(name, config))
+  seeds = config.seeds
+  kwargs = dict(batch_fn=batch_fn, progress=progress, rollout_factory=rollout_factory)
+  if len(seeds) == 1:
+    return _run(name, args, root, agent_factory=agent_factory, **kwargs)[0]
+  if config.budget.vmap_seeds and config.vmap_unsupported_reason() is None:
+    results = _run(name, args, root, agent_factory=agent_factory, **kwargs)
+    how = "vmapped"
+  else:  # one after the other, each a complete run through the same driver
+    results = [run_experiment(name, _seed_args(args, s, root / f"seed{s}"), agent_factory,
+                              **kwargs) for s in seeds]  # fmt: skip
+    how = "one after the other"
+  plot_runs([root / f"seed{s}" for s in seeds], root / "learning_curves.png", group=True,
+            title=f"{name} {config.env.env_id}, {len(seeds)} seeds ({how})")  # fmt: skip
   return results
 
 
-def run_experiment(
-    name: str,
-    args: Any,
-    agent_factory: Callable,
-    *,
-    batch_fn: Optional[Callable] = None,
-    progress: Optional[bool] = None,
-) -> RunResult | list[RunResult]:
-  """Runs `train` for a script's args; see the module docstring. With
-  `--num-seeds N` > 1 it returns one RunResult per seed."""
-  loop: LoopConfig = args.loop
-  loop.validate()
-  if loop.num_seeds > 1:
-    from offpolicy_ac.training.multi_seed import vmap_unsupported_reason
+def _run(name: str, args: Any, root: pathlib.Path, *, agent_factory: Callable,
+         batch_fn: Optional[Callable], progress: Optional[bool],
+         rollout_factory: RolloutFactory) -> list[RunResult]:  # fmt: skip
+  """One learner for the config's seeds: writes the run directories, trains, finishes.
 
-    if loop.vmap_seeds and vmap_unsupported_reason(loop) is None:
-      return _run_seeds_vmapped(name, args, agent_factory, batch_fn=batch_fn, progress=progress)
-    return _run_seeds(name, args, agent_factory, batch_fn=batch_fn, progress=progress)
+  One seed logs in `root` (a multi-host job's other processes in root/process<i>: they
+  log their own actors' episodes and restore from process 0's checkpoints). Vmapped
+  seeds log in root/seed<k>; root holds the whole config and every seed's checkpoints.
+  """
+  config: TrainConfig = args.train
   resume = bool(getattr(args, "resume", False))
-  _prepare_process(loop)
-  run_dir = root_dir = pathlib.Path(args.run_dir or default_run_dir(name, loop))
-  if loop.num_processes > 1 and loop.process_id > 0:
-    # Multi-host: process 0's directory is the run's (and holds the checkpoints of
-    # the replicated learner state); every other process logs its own actors'
-    # episodes in a directory nested inside it and restores from process 0's.
-    run_dir = root_dir / f"process{loop.process_id}"
-  _check_or_write_config(name, args, run_dir, resume)
-  _after_backend_start(loop)
-  checkpointer = _make_checkpointer(loop, root_dir)
-  logger = RunLogger(
-      run_dir,
-      total_env_steps=loop.total_env_steps,
-      title=f"{name} {loop.env_id} seed {loop.seed}",
-      progress=progress,
-  )
+  seeds = config.seeds
+  _prepare_process(config)
+  if len(seeds) == 1:
+    process = config.parallel.process_id
+    dirs = [root / f"process{process}" if process > 0 else root]
+    _check_or_write_config(name, args, dirs[0], resume)
+  else:
+    dirs = [root / f"seed{s}" for s in seeds]
+    _check_or_write_config(name, args, root, resume, others=dirs)
+    for s, d in zip(seeds, dirs):
+      d.mkdir(parents=True, exist_ok=True)
+      write_config(
+          d, _seed_args(args, s, d), extra={"algorithm": name, "vmapped_seeds_of": str(root)}
+      )
+  _after_backend_start()
+  checkpointer = _make_checkpointer(config, root)
+  loggers = [
+      RunLogger(d, total_env_steps=config.budget.total_env_steps,
+                title=f"{name} {config.env.env_id} seed {s}",
+                progress=progress if k == 0 else False)
+      for k, (s, d) in enumerate(zip(seeds, dirs))
+  ]  # fmt: skip
   flag = _StopFlag()
   try:
     try:
       with _stop_on_signals(flag):
-        result = train(
-            agent_factory,
-            loop,
-            logger,
-            batch_fn=batch_fn,
-            checkpointer=checkpointer,
-            resume=resume,
-            should_stop=flag,
-        )
+        results = train(agent_factory, config, loggers, batch_fn=batch_fn,
+                        checkpointer=checkpointer, resume=resume, should_stop=flag,
+                        rollout_factory=rollout_factory)  # fmt: skip
     finally:
-      logger.close()
+      for logger in loggers:
+        logger.close()
       if checkpointer is not None:
         checkpointer.close()  # waits for a save in flight: the checkpoint stays whole
   except Exception as error:
-    if loop.num_processes > 1:
-      _abandon_distributed_job(name, loop, root_dir, error)
+    if config.parallel.num_processes > 1:
+      _abandon_distributed_job(name, config, root, error)
     raise
-  _finish(name, run_dir, result, flag)
-  return result
+  for d, result in zip(dirs, results):
+    _finish(name, d, result, flag)
+  return results
 
 
 def _abandon_distributed_job(
-    name: str, loop: LoopConfig, root_dir: pathlib.Path, error: Exception
+    name: str, config: TrainConfig, root_dir: pathlib.Path, error: Exception
 ) -> None:
   """Ends this process of a multi-process job after an error (exit code 1).
 
@@ -383,7 +334,8 @@ def _abandon_distributed_job(
 
   traceback.print_exception(error)
   print(
-      f"[{name}] process {loop.process_id} of {loop.num_processes} stopped: "
+      f"[{name}] process {config.parallel.process_id} of {config.parallel.num_processes} "
+      "stopped: "
       f"{type(error).__name__}: {error}\n[{name}] a multi-process job cannot go on "
       "once one of its processes has failed (a collective failing with 'Connection "
       "closed by peer' means another process died: see its log). The last checkpoint "

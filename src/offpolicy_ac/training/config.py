@@ -1,0 +1,331 @@
+"""The training run's settings, grouped by concern, and every rule between them.
+
+    config = TrainConfig(env=EnvConfig(env_id="Pong-v5", atari=True),
+                         actors=ActorsConfig(actors="async", num_actors=4))
+    config.validate()          # every cross-field rule, before anything compiles
+
+Each group is a frozen dataclass; the experiment scripts parse them with flat flags
+(`--env-id`, `--num-envs`, `--actors async --num-actors 4`, ...: field names are
+unique across groups). `--async-actors K`, `--actor-pools K` and `--xla-rollout` stay
+accepted as shorthands (see `training/cli.py`). Derived quantities are properties,
+never fields written back after parsing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+from typing import Optional
+
+from offpolicy_ac.training.parallel import check_distributed_args
+
+ActorMode = Literal["inline", "pools", "async"]
+RolloutBackend = Literal["host", "compiled"]
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvConfig:
+  """The training environments and how they are stepped."""
+
+  env_id: str = "CartPole-v1"
+  """envpool task id."""
+  num_envs: int = 16
+  """Environments stepped together (per pool: each actor has its own)."""
+  env_batch_size: int = 0
+  """Batched env stepping: envpool returns the first `env_batch_size` environments to
+  finish a step (its `batch_size`), keyed by env_id. 0: every environment each step."""
+  unroll_length: int = 16
+  """T: steps per environment per unroll (trajectories are [T+1, num_envs])."""
+  max_episode_steps: Optional[int] = None
+  """Override the task's time limit (envpool's max_episode_steps)."""
+  atari: bool = False
+  """Atari preprocessing (84x84 grey, frame stack 4, no-op starts; episodic life for
+  training only); returns are raw game scores."""
+  rollout: RolloutBackend = "host"
+  """'host': a Python loop of recv / jitted policy / send per step (any task).
+  'compiled': one compiled loop per unroll over envpool's XLA interface (no Python per
+  step; an actor thread holds the GIL only between unrolls; int32/float32 actions only,
+  the policy runs on the CPU)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformConfig:
+  """Data transformers (ALF's): applied once to every batch the agent learns from."""
+
+  normalize_observations: bool = False
+  """Normalise observations with their running mean and variance (from fresh data;
+  saved in checkpoints). The policy acts on normalised observations too."""
+  obs_clip: float = 5.0
+  """Normalised observations are clipped to [-obs_clip, obs_clip]."""
+  reward_clip: Optional[tuple[float, float]] = None
+  """(low, high) with low <= 0 <= high: rewards are clipped before scaling."""
+  reward_scale: float = 1.0
+  """Rewards are multiplied by this (after clipping) before the loss."""
+
+
+@dataclasses.dataclass(frozen=True)
+class BudgetConfig:
+  """Seeds, the step budget and the logging schedule."""
+
+  seed: int = 0
+  """Seeds the agent, the environments and replay sampling."""
+  total_env_steps: int = 500_000
+  """Budget of environment steps (all envs together, per seed)."""
+  log_every: int = 5_000
+  """Env steps between metrics.jsonl lines."""
+  num_seeds: int = 1
+  """Run this many seeds (seed, seed + 1, ...), each with its own env pools, run
+  directory <run-dir>/seed<k> and logs; plus a plot of all. The learners are one
+  vmapped computation unless vmap_seeds is off or the config cannot share a learner
+  (`TrainConfig.vmap_unsupported_reason`); then the seeds run one after the other."""
+  vmap_seeds: bool = True
+  """With num_seeds > 1: vmap the seeds' learners in one process (see num_seeds)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplayConfig:
+  """Off-policy agents: the sequence replay buffer and the updates per iteration."""
+
+  replay_capacity: int = 2_000
+  """Stored sequences (each unroll adds num_envs of them)."""
+  min_replay_size: int = 64
+  """Sequences stored before training starts."""
+  num_updates_per_train_iter: int = 1
+  """Updates per training iteration."""
+  mini_batch_size: int = 64
+  """Sequences per update."""
+  mini_batch_length: int = 8
+  """Transitions per sampled sequence (windows of length + 1 steps)."""
+  whole_replay_buffer_training: bool = False
+  """Sweep the whole shuffled buffer each iteration instead of sampling."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ActorsConfig:
+  """Who steps the training environments."""
+
+  actors: ActorMode = "inline"
+  """'inline': unroll, then update, in the learner's thread (exact resume).
+  'pools': num_actors pools unroll in threads with the same parameters each iteration
+  (MARO's synchronous mode; see min_pools). 'async': num_actors actor threads unroll
+  with the newest parameters they have; the learner updates on each trajectory as it
+  arrives (IMPALA's actor-learner)."""
+  num_actors: int = 1
+  """Actor threads (pools or async); 1 with 'inline'."""
+  max_policy_lag: Optional[int] = None
+  """Async: drop trajectories from parameters more than L updates old (counted as
+  dropped_trajectories). None: use every trajectory."""
+  actor_queue_size: int = 0
+  """Trajectories waiting for the learner before actors block (back-pressure).
+  0: one per actor."""
+  min_pools: int = 0
+  """Pools: go on once this many pools reported, waiting at most grace_period_s for the
+  others; a late trajectory is dropped and counted. 0: wait for every pool."""
+  grace_period_s: float = 0.5
+  """Pools: how long to wait for the remaining pools once min_pools reported."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ParallelConfig:
+  """The learner across devices and hosts."""
+
+  learner_devices: int = 1
+  """Local devices the learner splits each batch over (data parallel, gradients
+  all-reduced). On CPU the scripts create that many host devices."""
+  num_processes: int = 1
+  """Processes of a multi-host job (jax.distributed); each runs its own actors and a
+  learner shard, and learners all-reduce gradients every update."""
+  process_id: int = 0
+  """This process's index in [0, num_processes)."""
+  coordinator_address: Optional[str] = None
+  """HOST:PORT of process 0 (multi-host only)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalConfig:
+  """Greedy evaluation on a separate pool."""
+
+  eval_every: int = 0
+  """Env steps between greedy evaluations (0: never)."""
+  eval_episodes: int = 5
+  """Episodes per evaluation, each on its own environment."""
+  target_return: Optional[float] = None
+  """Stop once an evaluation's mean return reaches this."""
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointConfig:
+  """Checkpoints (and with them the segments of an exactly resumable run)."""
+
+  checkpoint_every: int = 10_000
+  """Env steps between checkpoints (0: none, not even at the end)."""
+  keep_checkpoints: int = 3
+  """How many of the newest checkpoints are kept."""
+
+
+def _positive_ints(group, *names):
+  for name in names:
+    value = getattr(group, name)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+      raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def _non_negative_ints(group, *names):
+  for name in names:
+    value = getattr(group, name)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+      raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+  """Every setting of a training run, grouped by concern."""
+
+  env: EnvConfig = EnvConfig()
+  transform: TransformConfig = TransformConfig()
+  budget: BudgetConfig = BudgetConfig()
+  replay: ReplayConfig = ReplayConfig()
+  actors: ActorsConfig = ActorsConfig()
+  parallel: ParallelConfig = ParallelConfig()
+  eval: EvalConfig = EvalConfig()
+  checkpoint: CheckpointConfig = CheckpointConfig()
+
+  @classmethod
+  def from_dict(cls, values: dict) -> "TrainConfig":
+    """Rebuilds the config from its JSON form (config.json's `train`)."""
+    groups = {}
+    for f in dataclasses.fields(cls):
+      group_cls = type(getattr(cls(), f.name))
+      given = dict(values.get(f.name, {}))
+      unknown = set(given) - _field_names(group_cls)
+      if unknown:
+        raise ValueError(f"unknown {group_cls.__name__} fields: {sorted(unknown)}")
+      groups[f.name] = group_cls(
+          **{k: tuple(v) if isinstance(v, list) else v for k, v in given.items()}
+      )
+    return cls(**groups)
+
+  @classmethod
+  def of(cls, **fields) -> "TrainConfig":
+    """The defaults with fields changed by name: `TrainConfig.of(env_id="Pong-v5")`."""
+    return cls().replace(**fields)
+
+  def replace(self, **groups_or_fields) -> "TrainConfig":
+    """A copy with fields changed by name (`seed=1`, `num_envs=4`) or groups replaced
+    (`env=EnvConfig(...)`); field names are unique across groups."""
+    groups = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+    for name, value in groups_or_fields.items():
+      if name in groups:
+        groups[name] = value
+        continue
+      owner = next((g for g, v in groups.items() if name in _field_names(v)), None)
+      if owner is None:
+        raise TypeError(f"TrainConfig has no field {name!r}")
+      groups[owner] = dataclasses.replace(groups[owner], **{name: value})
+    return TrainConfig(**groups)
+
+  @property
+  def steps_per_unroll(self) -> int:
+    """Env steps of one unroll of one pool: T x num_envs."""
+    return self.env.unroll_length * self.env.num_envs
+
+  @property
+  def uses_actor_threads(self) -> bool:
+    return self.actors.actors != "inline"
+
+  @property
+  def seeds(self) -> list[int]:
+    return [self.budget.seed + k for k in range(self.budget.num_seeds)]
+
+  def vmap_unsupported_reason(self) -> Optional[str]:
+    """Why this config's seeds cannot share one vmapped learner (None: they can)."""
+    if self.uses_actor_threads:
+      return "actor threads (--actors pools / async)"
+    if self.parallel.learner_devices > 1 or self.parallel.num_processes > 1:
+      return "a learner over several devices or processes"
+    if self.replay.whole_replay_buffer_training:
+      return "whole-replay-buffer training (a data-dependent number of batches)"
+    return None
+
+  def validate(self) -> None:
+    """Raises ValueError naming the field for any bad value or combination."""
+    env, budget, replay, actors = self.env, self.budget, self.replay, self.actors
+    parallel, evaluation, ckpt = self.parallel, self.eval, self.checkpoint
+    _positive_ints(env, "num_envs", "unroll_length")
+    _positive_ints(budget, "total_env_steps", "log_every", "num_seeds")
+    _positive_ints(
+        replay, "replay_capacity", "num_updates_per_train_iter", "mini_batch_size",
+        "mini_batch_length",
+    )  # fmt: skip
+    _positive_ints(evaluation, "eval_episodes")
+    _positive_ints(ckpt, "keep_checkpoints")
+    _positive_ints(actors, "num_actors")
+    _positive_ints(parallel, "learner_devices")
+    _non_negative_ints(env, "env_batch_size")
+    _non_negative_ints(evaluation, "eval_every")
+    _non_negative_ints(ckpt, "checkpoint_every")
+    _non_negative_ints(replay, "min_replay_size")
+    _non_negative_ints(actors, "actor_queue_size", "min_pools")
+    if env.rollout not in ("host", "compiled"):
+      raise ValueError(f"rollout must be 'host' or 'compiled', got {env.rollout!r}")
+    if env.env_batch_size > env.num_envs:
+      raise ValueError(f"env_batch_size ({env.env_batch_size}) exceeds num_envs ({env.num_envs})")
+    if env.max_episode_steps is not None and env.max_episode_steps < 1:
+      raise ValueError(f"max_episode_steps must be >= 1, got {env.max_episode_steps}")
+    _check_transform(self.transform)
+    if evaluation.target_return is not None and evaluation.eval_every == 0:
+      raise ValueError("target_return needs evaluations: set eval_every > 0")
+    if replay.min_replay_size > replay.replay_capacity:
+      raise ValueError(
+          f"min_replay_size ({replay.min_replay_size}) exceeds "
+          f"replay_capacity ({replay.replay_capacity})"
+      )
+    _check_actors(actors)
+    if env.num_envs % parallel.learner_devices:
+      raise ValueError(
+          f"num_envs ({env.num_envs}) must divide evenly over "
+          f"learner_devices ({parallel.learner_devices})"
+      )
+    check_distributed_args(
+        parallel.num_processes, parallel.process_id, parallel.coordinator_address
+    )
+    if parallel.num_processes > 1 and 0 < actors.min_pools < actors.num_actors:
+      raise ValueError(
+          "min_pools < num_actors gives batches of varying size, which processes of a "
+          "multi-host job cannot agree on; use all pools"
+      )
+
+
+def _check_transform(transform: TransformConfig) -> None:
+  if not transform.obs_clip > 0:
+    raise ValueError(f"obs_clip must be > 0, got {transform.obs_clip}")
+  if not transform.reward_scale > 0:
+    raise ValueError(f"reward_scale must be > 0, got {transform.reward_scale}")
+  if transform.reward_clip is not None:
+    low, high = transform.reward_clip
+    if not (low <= 0.0 <= high and low < high):
+      raise ValueError(
+          f"reward_clip must be (low, high) with low <= 0 <= high, got {transform.reward_clip}"
+      )
+
+
+def _check_actors(actors: ActorsConfig) -> None:
+  if actors.actors not in ("inline", "pools", "async"):
+    raise ValueError(f"actors must be 'inline', 'pools' or 'async', got {actors.actors!r}")
+  if actors.actors == "inline" and actors.num_actors != 1:
+    raise ValueError(f"num_actors={actors.num_actors} needs actor threads: --actors pools or async")
+  if actors.min_pools and actors.actors != "pools":
+    raise ValueError("min_pools applies to --actors pools")
+  if actors.min_pools > actors.num_actors:
+    raise ValueError(f"min_pools ({actors.min_pools}) exceeds num_actors ({actors.num_actors})")
+  if not actors.grace_period_s >= 0:
+    raise ValueError(f"grace_period_s must be >= 0, got {actors.grace_period_s}")
+  if actors.max_policy_lag is not None:
+    if actors.actors != "async":
+      raise ValueError("max_policy_lag applies to --actors async")
+    if not isinstance(actors.max_policy_lag, int) or actors.max_policy_lag < 0:
+      raise ValueError(f"max_policy_lag must be an int >= 0, got {actors.max_policy_lag!r}")
+
+
+def _field_names(group) -> set[str]:
+  return {f.name for f in dataclasses.fields(group)}

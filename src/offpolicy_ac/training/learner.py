@@ -1,0 +1,327 @@
+"""The learner: agent, data transformer and replay state over a leading seed axis S.
+
+    learner = Learner(agent, config, dp, num_seeds=S, batch_fn=None)
+    state = learner.init(seeds)                       # LearnerState, every leaf [S, ...]
+    acting = learner.acting(state)                    # S x Acting(params, transform)
+    batch = learner.batch(trajs)                      # S raw trajectories [T+1, B]
+    state, fresh = learner.ingest(state, batch)       # statistics, replay add, fresh update
+    state, metrics = learner.sample_and_update(state) # off-policy: replayed updates
+
+One training iteration, per seed (docs/design.md, "The data path"):
+
+1. the transformer's statistics are updated from the fresh raw unroll;
+2. off-policy agents add the raw unroll to their sequence replay;
+3. on-policy agents (and ACER's `fresh_update_first`) update on the fresh unroll;
+4. off-policy agents then make `num_updates_per_train_iter` updates, each on a replay
+   sample (passed through `batch_fn`, e.g. SQIL's demonstrations), or sweep the whole
+   shuffled buffer (`whole_replay_buffer_training`).
+
+Every batch the agent learns from passes through `transformer.apply` exactly once, after
+`batch_fn`; replay and demonstrations hold raw data. With S = 1 the functions run
+unvmapped (the single-seed numerics; several learner devices split the batch, see
+`parallel.DataParallel`); with S > 1 they are `jax.vmap`ped, so S seeds cost one
+compiled update.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+from typing import Callable
+from typing import NamedTuple
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from offpolicy_ac import envs
+from offpolicy_ac import replay as replay_lib
+from offpolicy_ac.agents.base import Agent
+from offpolicy_ac.training.config import TrainConfig
+from offpolicy_ac.training.parallel import DataParallel
+
+
+class LearnerState(NamedTuple):
+  """Everything a checkpoint holds of the learner; every leaf has a leading seed axis.
+
+  Attributes:
+    agent: AgentState [S, ...].
+    transform: the data transformer's TransformerState [S, ...].
+    replay: ReplayState [S, ...] (None for on-policy agents).
+    replay_key: [S, 2] PRNG keys of replay sampling.
+  """
+
+  agent: Any
+  transform: Any
+  replay: Any
+  replay_key: jax.Array
+
+
+class Acting(NamedTuple):
+  """What the rollouts act with: the agent's parameters and the transformer state that
+  normalises their observations (one seed, no seed axis)."""
+
+  params: Any
+  transform: Any
+
+
+def make_transformer(spec: Any, config: TrainConfig) -> envs.DataTransformer:
+  t = config.transform
+  return envs.make_data_transformer(
+      spec.observation_shape,
+      normalize_observations=t.normalize_observations,
+      obs_clip=t.obs_clip,
+      reward_clip=t.reward_clip,
+      reward_scale=t.reward_scale,
+  )
+
+
+def make_policies(agent: Agent, transformer: envs.DataTransformer) -> tuple[Callable, Callable]:
+  """`act(acting, obs, key)` and `greedy(acting, obs)`: the agent's policies on
+  observations transformed as the learner sees them."""
+
+  def act(acting: Acting, obs, key):
+    return agent.act(acting.params, transformer.observe(acting.transform, obs), key)
+
+  def greedy(acting: Acting, obs):
+    return agent.greedy_act(acting.params, transformer.observe(acting.transform, obs))
+
+  return act, greedy
+
+
+def make_replay(config: TrainConfig) -> replay_lib.SequenceReplay:
+  r = config.replay
+  return replay_lib.make_sequence_replay(
+      capacity=r.replay_capacity,
+      sequence_length=config.env.unroll_length + 1,
+      sample_length=r.mini_batch_length + 1,
+      batch_size=r.mini_batch_size,
+  )
+
+
+def example_trajectory(act: Callable, acting: Acting, spec: Any, config: TrainConfig,
+                       num_columns: int) -> envs.Trajectory:  # fmt: skip
+  """Zeros shaped like a rollout's trajectories [T+1, num_columns, ...]."""
+  lead = (config.env.unroll_length + 1, num_columns)
+  obs = jax.ShapeDtypeStruct(
+      (num_columns,) + tuple(spec.observation_shape), jnp.dtype(spec.observation_dtype)
+  )
+  action, extras = jax.eval_shape(act, acting, obs, jax.random.PRNGKey(0))
+  zeros = lambda s: jnp.zeros(lead + tuple(s.shape[1:]), s.dtype)
+  return envs.Trajectory(
+      step_type=jnp.zeros(lead, jnp.int32),
+      reward=jnp.zeros(lead, jnp.float32),
+      discount=jnp.zeros(lead, jnp.float32),
+      observation=jnp.zeros(lead + tuple(spec.observation_shape), obs.dtype),
+      env_id=jnp.zeros(lead, jnp.int32),
+      action=zeros(action),
+      extras=jax.tree.map(zeros, extras),
+  )
+
+
+def _index(tree: Any, k: int) -> Any:
+  return jax.tree.map(lambda x: x[k], tree)
+
+
+def _expand(tree: Any) -> Any:
+  return jax.tree.map(lambda x: x[None], tree)
+
+
+def _mix_fresh(fresh: Any, replayed: Any, num_updates: int) -> Any:
+  """Averages the fresh update's metrics in with the replayed ones at equal weight."""
+  return jax.tree.map(lambda f, m: (f + num_updates * m) / (num_updates + 1), fresh, replayed)
+
+
+class Learner:
+  """The jitted learner functions for S seeds (see the module docstring)."""
+
+  def __init__(self, agent: Agent, config: TrainConfig, dp: DataParallel, *, num_seeds: int,
+               batch_fn: Optional[Callable] = None):  # fmt: skip
+    if num_seeds > 1 and not dp.trivial:
+      raise ValueError("vmapped seeds need a learner on one device")
+    self.agent, self.config, self.dp, self.num_seeds = agent, config, dp, num_seeds
+    self.transformer = make_transformer(agent.spec, config)
+    self.replay = make_replay(config) if agent.off_policy else None
+    self.act, greedy = make_policies(agent, self.transformer)
+    self.greedy = jax.jit(greedy)
+    self.updates_fresh = not agent.off_policy or agent.fresh_update_first
+    self._batch_fn = batch_fn
+    constrain = dp.constrain if num_seeds == 1 else (lambda batch: batch)
+    self._ingest = self._over_seeds(self._make_ingest(constrain))
+    self._sample = self._over_seeds(self._make_sample_and_update(constrain))
+    self._sweep = dp.jit(self._make_sweep(dp.constrain)) if num_seeds == 1 else None
+    self._unstack = jax.jit(lambda tree: [_index(tree, k) for k in range(num_seeds)])
+
+  # -- the per-seed pure functions -------------------------------------------
+
+  def _make_ingest(self, constrain: Callable) -> Callable:
+    agent, transformer, replay = self.agent, self.transformer, self.replay
+
+    def ingest(state: LearnerState, traj: envs.Trajectory):
+      transform = transformer.update(state.transform, traj)
+      replay_state = replay.add(state.replay, traj) if replay is not None else None
+      agent_state, metrics = state.agent, None
+      if self.updates_fresh:
+        agent_state, metrics = agent.update(
+            agent_state, constrain(transformer.apply(transform, traj))
+        )
+      return LearnerState(agent_state, transform, replay_state, state.replay_key), metrics
+
+    return ingest
+
+  def _make_sample_and_update(self, constrain: Callable) -> Callable:
+    agent, transformer, replay, batch_fn = self.agent, self.transformer, self.replay, self._batch_fn
+    num_updates = self.config.replay.num_updates_per_train_iter
+
+    def sample_and_update(state: LearnerState, _):
+      replay_key, key = jax.random.split(state.replay_key)
+
+      def body(agent_state, key):
+        batch_key, fn_key = jax.random.split(key)
+        batch = replay.sample(state.replay, batch_key)
+        if batch_fn is not None:
+          batch = batch_fn(batch, fn_key)
+        return agent.update(agent_state, constrain(transformer.apply(state.transform, batch)))
+
+      agent_state, metrics = jax.lax.scan(body, state.agent, jax.random.split(key, num_updates))
+      return state._replace(agent=agent_state, replay_key=replay_key), jax.tree.map(
+          jnp.mean, metrics
+      )
+
+    return sample_and_update
+
+  def _make_sweep(self, constrain: Callable) -> Callable:
+    agent, transformer = self.agent, self.transformer
+
+    def sweep(agent_state, transform, batches):
+      def body(agent_state, batch):
+        return agent.update(agent_state, constrain(transformer.apply(transform, batch)))
+
+      agent_state, metrics = jax.lax.scan(body, agent_state, batches)
+      return agent_state, jax.tree.map(jnp.mean, metrics)
+
+    return sweep
+
+  def _over_seeds(self, fn: Callable) -> Callable:
+    """`fn(state, x)` of one seed as a jitted function of [S, ...] state: vmapped for
+    S > 1; for S = 1 the seed axis is dropped inside (no vmap) and `x` is unstacked."""
+    if self.num_seeds > 1:
+      return jax.jit(jax.vmap(fn))
+
+    def single(state, x):
+      state, out = fn(_index(state, 0), x)
+      return _expand(state), None if out is None else _expand(out)
+
+    return self.dp.jit(single)
+
+  # -- what the driver calls ---------------------------------------------------
+
+  def init(self, seeds: list[int]) -> LearnerState:
+    """Each seed's agent and replay keys as a single run with that seed draws them."""
+    if len(seeds) != self.num_seeds:
+      raise ValueError(f"{len(seeds)} seeds for a learner of {self.num_seeds}")
+    keys = [jax.random.split(jax.random.PRNGKey(s)) for s in seeds]
+    agent_keys = jnp.stack([k[0] for k in keys])
+    if self.num_seeds == 1:
+      agent_state = _expand(jax.jit(self.agent.init)(agent_keys[0]))  # one compiled program
+    else:  # eager vmap: jit(vmap(init)) of ACER deadlocks XLA:CPU (jax 0.10.2)
+      agent_state = jax.vmap(self.agent.init)(agent_keys)
+    transform = self.transformer.init()
+    replay_state = None
+    if self.replay is not None:
+      act0 = Acting(_index(agent_state.params, 0), transform)
+      example = example_trajectory(self.act, act0, self.agent.spec, self.config,
+                                   self.config.env.num_envs)  # fmt: skip
+      replay_state = self.replay.init(example)
+    broadcast = lambda tree: jax.tree.map(
+        lambda x: jnp.broadcast_to(x, (self.num_seeds,) + x.shape), tree
+    )
+    state = LearnerState(
+        agent_state, broadcast(transform), broadcast(replay_state), jnp.stack([k[1] for k in keys])
+    )
+    return self.dp.replicate(state)
+
+  def acting(self, state: LearnerState) -> list[Acting]:
+    """Each seed's parameters and transformer state, split off in one compiled call."""
+    return self._unstack(self.dp.local(Acting(state.agent.params, state.transform)))
+
+  def num_updates(self, state: LearnerState) -> np.ndarray:
+    """[S] updates made so far (the parameters' version)."""
+    return np.asarray(jax.device_get(self.dp.local(state.agent.num_updates)))
+
+  def batch(self, trajs: list) -> Any:
+    """The seeds' trajectories as one device batch: [T+1, B] laid out over the learner
+    devices for S = 1, stacked on the host and copied once to [S, T+1, B] otherwise."""
+    if self.num_seeds == 1:
+      return self.dp.shard(trajs[0])
+    return jax.device_put(jax.tree.map(lambda *xs: np.stack(xs), *trajs))
+
+  @staticmethod
+  def columns(batch: Any, num_seeds: int) -> int:
+    """Sequences a batch adds to each seed's replay (its global batch width)."""
+    return jax.tree.leaves(batch)[0].shape[1 if num_seeds == 1 else 2]
+
+  def ingest(self, state: LearnerState, batch: Any) -> tuple[LearnerState, Any]:
+    return self._ingest(state, batch)
+
+  def sample_and_update(self, state: LearnerState) -> tuple[LearnerState, Any]:
+    if self.config.replay.whole_replay_buffer_training:
+      return self._sweep_buffer(state)
+    return self._sample(state, None)
+
+  def _sweep_buffer(self, state: LearnerState) -> tuple[LearnerState, Any]:
+    """One seed: every stored sequence once, shuffled, in mini-batches."""
+    dp = self.dp
+    replay_key, sub = jax.random.split(dp.local(state.replay_key)[0])
+    epoch_key, key = jax.random.split(sub)
+    batches = self.replay.epoch(_index(dp.local(state.replay), 0), epoch_key)
+    if self._batch_fn is not None:
+      num_batches = jax.tree.leaves(batches)[0].shape[0]
+      batches = jax.vmap(self._batch_fn)(batches, jax.random.split(key, num_batches))
+    transform = _index(state.transform, 0)
+    agent_state, metrics = self._sweep(_index(state.agent, 0), transform, dp.replicate(batches))
+    state = state._replace(agent=_expand(agent_state),
+                           replay_key=dp.replicate(replay_key[None]))  # fmt: skip
+    return state, _expand(metrics)
+
+  def mix(self, fresh: Any, replayed: Any) -> Any:
+    if fresh is None:
+      return replayed
+    return _mix_fresh(fresh, replayed, self.config.replay.num_updates_per_train_iter)
+
+  def warm_up(self, state: LearnerState, batch: Any) -> "Background":
+    """Compiles the iteration (and the greedy policy) on dummy data in a background
+    thread while the first unrolls run; the results are dropped. Join before the first
+    real update."""
+
+    def run():
+      ingested, _ = self.ingest(state, batch)
+      if self.replay is not None and not self.config.replay.whole_replay_buffer_training:
+        jax.block_until_ready(self.sample_and_update(ingested))
+      acting = self.acting(state)[0]
+      obs = _index(self.dp.local(batch).observation, 0)
+      if self.num_seeds > 1:
+        obs = _index(obs, 0)
+      jax.block_until_ready(self.greedy(acting, obs))
+
+    return Background(run)
+
+
+class Background:
+  """Runs `fn()` in a daemon thread; `join` waits. A compile-only warm-up: an error
+  there is dropped, since the same call on real data raises it where it is handled."""
+
+  def __init__(self, fn: Callable[[], Any]):
+    self._thread = threading.Thread(target=self._run, args=(fn,), daemon=True)
+    self._thread.start()
+
+  @staticmethod
+  def _run(fn):
+    try:
+      fn()
+    except Exception:  # pylint: disable=broad-except
+      pass
+
+  def join(self) -> None:
+    self._thread.join()

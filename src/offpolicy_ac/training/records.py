@@ -1,0 +1,144 @@
+"""The driver's host-side bookkeeping as typed records, and their checkpoint form.
+
+`Schedule` is shared by every seed of a run (the seeds advance in lockstep): env steps,
+the segment, log lines written, and the next log / evaluation / checkpoint points.
+`Accumulators` are per seed: episodes finished and update metrics since the last log
+line, trajectories dropped and policy lag (actor threads), the last evaluation.
+
+Both go into every checkpoint's JSON record (`to_record` / `from_record`), tagged with
+`RECORD_FORMAT`; a record of another format is refused with a message naming it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+from typing import Optional
+
+import numpy as np
+
+RECORD_FORMAT = 2
+"""Version of the checkpoint record. Format 1 (flat `counters`, no seed axis and no data
+transformer state in the arrays) was written by offpolicy_ac 0.1."""
+
+
+def next_point(point: int, every: int, env_steps: int) -> int:
+  """A schedule point (log, eval, checkpoint) moved past `env_steps` in `every` steps."""
+  while point <= env_steps:
+    point += every
+  return point
+
+
+@dataclasses.dataclass
+class Schedule:
+  """Where the run is, and when it next logs, evaluates and checkpoints (env steps)."""
+
+  next_log: int
+  next_eval: Optional[int]
+  next_checkpoint: Optional[int]
+  env_steps: int = 0
+  segment: int = 0
+  log_lines: int = 0
+  wall_time_s: float = 0.0
+
+  @classmethod
+  def start(cls, log_every: int, eval_every: int, checkpoint_every: int) -> "Schedule":
+    return cls(log_every, eval_every or None, checkpoint_every or None)
+
+  def eval_due(self) -> bool:
+    return self.next_eval is not None and self.env_steps >= self.next_eval
+
+  def checkpoint_due(self) -> bool:
+    return self.next_checkpoint is not None and self.env_steps >= self.next_checkpoint
+
+  def log_due(self) -> bool:
+    return self.env_steps >= self.next_log or self.eval_due()
+
+  def logged(self, log_every: int, eval_every: int) -> None:
+    """Moves the log (and, if it was due, the evaluation) point past now."""
+    if self.eval_due():
+      self.next_eval = next_point(self.next_eval, eval_every, self.env_steps)
+    self.next_log = next_point(self.next_log, log_every, self.env_steps)
+    self.log_lines += 1
+
+  def cut(self, checkpoint_every: int) -> None:
+    """A checkpoint point (or the end): the next segment begins."""
+    self.segment += 1
+    if self.next_checkpoint is not None:
+      self.next_checkpoint = next_point(self.next_checkpoint, checkpoint_every, self.env_steps)
+
+
+@dataclasses.dataclass
+class Accumulators:
+  """One seed's numbers since its last log line, and its evaluation state."""
+
+  returns: list = dataclasses.field(default_factory=list)
+  lengths: list = dataclasses.field(default_factory=list)
+  metric_sums: dict = dataclasses.field(default_factory=dict)
+  metric_count: int = 0
+  discarded: int = 0
+  lag_sum: float = 0.0
+  lag_count: int = 0
+  last_eval: Optional[float] = None
+  reached: bool = False
+
+  def add_episodes(self, stats: Any) -> None:
+    self.returns.extend(np.asarray(stats.episode_return).tolist())
+    self.lengths.extend(np.asarray(stats.episode_length).tolist())
+
+  def add_metrics(self, metrics: dict) -> None:
+    for name, value in metrics.items():
+      self.metric_sums[name] = self.metric_sums.get(name, 0.0) + float(value)
+    self.metric_count += 1
+
+  def add_lag(self, lag: float) -> None:
+    self.lag_sum += lag
+    self.lag_count += 1
+
+  @property
+  def pending(self) -> bool:
+    """Whether anything was accumulated since the last line."""
+    return bool(self.returns or self.metric_count)
+
+  def flush(self, env_steps: int, wall_time_s: float, steps_per_s: float, num_updates: int) -> dict:
+    """A metrics line from the accumulators, which it then empties."""
+    record = {
+        "env_steps": env_steps,
+        "wall_time_s": wall_time_s,
+        "episode_return": float(np.mean(self.returns)) if self.returns else None,
+        "episode_length": float(np.mean(self.lengths)) if self.lengths else None,
+        "episodes": len(self.returns),
+        "num_updates": num_updates,
+        "env_steps_per_s": steps_per_s,
+    }
+    if self.metric_count:
+      record.update({k: v / self.metric_count for k, v in self.metric_sums.items()})
+    if self.lag_count:  # actor threads: trajectories dropped, lag of those used
+      record["dropped_trajectories"] = self.discarded
+      record["policy_lag"] = self.lag_sum / self.lag_count
+    self.returns, self.lengths, self.metric_sums, self.metric_count = [], [], {}, 0
+    self.discarded, self.lag_sum, self.lag_count = 0, 0.0, 0
+    return record
+
+
+def to_record(schedule: Schedule, seeds: list[Accumulators]) -> dict:
+  return {
+      "format": RECORD_FORMAT,
+      "schedule": dataclasses.asdict(schedule),
+      "seeds": [dataclasses.asdict(a) for a in seeds],
+  }
+
+
+def from_record(record: dict, num_seeds: int, where: str) -> tuple[Schedule, list[Accumulators]]:
+  """The records of a checkpoint; refuses another format or another number of seeds."""
+  found = record.get("format", 1)
+  if found != RECORD_FORMAT:
+    raise ValueError(
+        f"the checkpoint in {where} has record format {found}; this version of offpolicy_ac "
+        f"reads format {RECORD_FORMAT} (format 1 runs resume with offpolicy_ac 0.1)"
+    )
+  if len(record["seeds"]) != num_seeds:
+    raise ValueError(
+        f"the checkpoint in {where} holds {len(record['seeds'])} seeds, the run {num_seeds}"
+    )
+  return Schedule(**record["schedule"]), [Accumulators(**a) for a in record["seeds"]]

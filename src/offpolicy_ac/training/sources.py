@@ -1,0 +1,232 @@
+"""Where the learner's trajectories come from: one small source per actor topology.
+
+    source = make_source(act, config, segment=0, process=0, acting=..., version=0,
+                         rollout_factory=make_training_rollout, to_device=True, seed=0)
+    got = source.collect(acting, version, should_stop)   # Collected(traj, stats, ...)
+    source.close()
+
+* `InlineSource` (`--actors inline`): unroll, then update, in the learner's thread.
+  `exact`: the run is cut into segments at checkpoints (pools re-created with seeds
+  derived from the segment), so a resumed run repeats the uninterrupted one exactly.
+* `PoolsSource` (`--actors pools`): K pools unroll in actor threads with the same
+  parameters each iteration; the learner waits for `min_pools` of them, then at most
+  `grace_period_s` for the rest, and learns from their concatenation along the batch
+  axis; trajectories of earlier iterations that arrive late are dropped.
+* `AsyncSource` (`--actors async`): K actor threads unroll with the newest parameters
+  they have; the learner takes each trajectory as it arrives, dropping those more than
+  `max_policy_lag` updates old.
+
+Pools come from a `RolloutFactory`: `factory(act, config, seed, to_device) -> rollout`
+whose `.env` is the pool it steps. Tests pass their own factory (fakes, counters).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+from typing import Callable
+from typing import NamedTuple
+
+import jax
+import numpy as np
+
+from offpolicy_ac import envs
+from offpolicy_ac.training.actors import Actors
+from offpolicy_ac.training.config import TrainConfig
+
+RolloutFactory = Callable[[Callable, TrainConfig, int, bool], Any]
+
+
+def make_env(config: TrainConfig, num_envs: int, seed: int, *, train: bool = True,
+             batch_size: int = 0) -> envs.EnvPoolEnv:  # fmt: skip
+  """A pool of the config's task: training (batched stepping when `batch_size` is set)
+  or evaluation (`train=False`: Atari without episodic life)."""
+  kwargs = {}
+  if config.env.max_episode_steps is not None:
+    kwargs["max_episode_steps"] = config.env.max_episode_steps
+  if batch_size:
+    kwargs["batch_size"] = batch_size
+  if config.env.atari:
+    return envs.make_atari(config.env.env_id, num_envs, seed, train=train, **kwargs)
+  return envs.make(config.env.env_id, num_envs, seed, **kwargs)
+
+
+def make_training_rollout(act: Callable, config: TrainConfig, seed: int, to_device: bool) -> Any:
+  """A pool of `num_envs` training environments seeded `seed` and the config's rollout
+  over it (`rollout.env` is the pool). The pool is closed again if the rollout cannot be
+  made (e.g. the compiled loop refuses the task)."""
+  env = make_env(config, config.env.num_envs, seed, batch_size=config.env.env_batch_size)
+  try:
+    return envs.make_rollout(
+        env, act, config.env.unroll_length, backend=config.env.rollout, to_device=to_device
+    )
+  except Exception:
+    env.close()
+    raise
+
+
+def segment_seed(seed: int, segment: int) -> int:
+  """Environment seed of a segment (segment 0 uses `seed` itself)."""
+  return (seed + 1_000_003 * segment) % (2**31 - 1)
+
+
+def process_seed(seed: int, process_index: int) -> int:
+  """Environment seed of a process of a multi-host job (process 0 keeps `seed`)."""
+  return (seed + 7_919 * process_index) % (2**31 - 1)
+
+
+def actor_seed(seed: int, actor: int, segment: int) -> int:
+  """Environment seed of actor thread `actor`'s pool."""
+  return segment_seed(seed + 104_729 * (actor + 1), segment)
+
+
+class Collected(NamedTuple):
+  """What a source hands the learner: one trajectory [T+1, B_local] (None when asked to
+  stop), the episodes finished, and the env steps it took, including those of dropped
+  trajectories."""
+
+  traj: Any
+  stats: list
+  env_steps: int
+  discarded: int = 0
+  policy_lag: float | None = None
+
+
+class InlineSource:
+  """Unroll, then update, in this thread (see the module docstring)."""
+
+  exact = True
+
+  def __init__(self, rollout: Any, key: jax.Array, acting: Any, steps: int):
+    self.rollout, self.env, self._steps = rollout, rollout.env, steps
+    self.state = rollout.init(acting, key)
+
+  def collect(self, acting: Any, version: int, should_stop: Callable) -> Collected:
+    del version, should_stop
+    self.state, traj, stats = self.rollout.unroll(acting, self.state)
+    return Collected(traj, [stats], self._steps)
+
+  def close(self) -> None:
+    self.env.close()
+
+
+class _ThreadSource:
+  """K actor threads over K pools; `collect` is the topology's."""
+
+  exact = False
+
+  def __init__(self, rollouts: list, keys: list, acting: Any, version: int,
+               config: TrainConfig, gated: bool):  # fmt: skip
+    self.config, self.num_actors = config, len(rollouts)
+    self._steps = config.steps_per_unroll
+    self.actors = Actors(
+        rollouts, keys, acting, version=version,
+        queue_size=config.actors.actor_queue_size or self.num_actors, gated=gated,
+    )  # fmt: skip
+
+  def _next(self, stats: list, timeout: float):
+    item = self.actors.get(timeout=timeout)
+    if item is not None:
+      stats.append(item.stats)
+    return item
+
+  def close(self) -> None:
+    self.actors.close()
+
+
+class AsyncSource(_ThreadSource):
+  """`--actors async`: each trajectory as it arrives (see the module docstring)."""
+
+  def __init__(self, rollouts, keys, acting, version, config):
+    super().__init__(rollouts, keys, acting, version, config, gated=False)
+    self._published = version
+
+  def collect(self, acting: Any, version: int, should_stop: Callable) -> Collected:
+    if version != self._published:
+      self.actors.publish(acting, version)
+      self._published = version
+    stats, steps, dropped = [], 0, 0
+    lag_limit = self.config.actors.max_policy_lag
+    while True:
+      item = self._next(stats, 0.05)
+      if item is None:
+        if should_stop():
+          return Collected(None, stats, steps, dropped)
+        continue
+      steps += self._steps
+      lag = version - item.version
+      if lag_limit is not None and lag > lag_limit:
+        dropped += 1
+        continue
+      return Collected(item.traj, stats, steps, dropped, float(lag))
+
+
+class PoolsSource(_ThreadSource):
+  """`--actors pools`: one round of every pool's unroll (see the module docstring).
+
+  Trajectories are tagged with a round (one per `collect`), not the update count: an
+  iteration that makes no update (off-policy before min_replay_size) must still let the
+  gated actors unroll again.
+  """
+
+  def __init__(self, rollouts, keys, acting, version, config):
+    del version
+    super().__init__(rollouts, keys, acting, 0, config, gated=True)
+    self.min_pools = config.actors.min_pools or self.num_actors
+    self._round = None
+
+  def collect(self, acting: Any, version: int, should_stop: Callable) -> Collected:
+    del version
+    if self._round is None:  # the actors already unroll the initial parameters
+      self._round = 0
+    else:
+      self._round += 1
+      self.actors.publish(acting, self._round)
+    stats, steps, late, fresh = [], 0, 0, []
+    deadline = None
+    while len(fresh) < self.num_actors:
+      wait = 0.05 if deadline is None else min(0.05, max(deadline - time.monotonic(), 0.0))
+      item = self._next(stats, wait)
+      if item is None:
+        if should_stop():
+          return Collected(None, stats, steps, late)
+        if deadline is not None and time.monotonic() >= deadline:
+          break
+        continue
+      steps += self._steps
+      if item.version != self._round:
+        late += 1
+        continue
+      fresh.append(item)
+      if deadline is None and len(fresh) >= self.min_pools:
+        deadline = time.monotonic() + self.config.actors.grace_period_s
+    fresh.sort(key=lambda it: it.actor_id)
+    traj = jax.tree.map(lambda *xs: np.concatenate(xs, axis=1), *[it.traj for it in fresh])
+    return Collected(traj, stats, steps, late, 0.0)
+
+
+def make_source(act: Callable, config: TrainConfig, *, seed: int, segment: int, process: int,
+                acting: Any, version: int, rollout_factory: RolloutFactory,
+                to_device: bool) -> Any:  # fmt: skip
+  """The config's source for one seed's learner in this segment and process."""
+  base = process_seed(seed, process)
+  if not config.uses_actor_threads:
+    rollout = rollout_factory(act, config, segment_seed(base, segment), to_device)
+    key = jax.random.fold_in(jax.random.PRNGKey(base), segment)
+    try:
+      return InlineSource(rollout, key, acting, config.steps_per_unroll)
+    except Exception:
+      rollout.env.close()
+      raise
+  rollouts, keys = [], []
+  try:
+    for i in range(config.actors.num_actors):
+      pool_seed = actor_seed(base, i, segment)
+      rollouts.append(rollout_factory(act, config, pool_seed, False))
+      keys.append(jax.random.fold_in(jax.random.PRNGKey(pool_seed), segment))
+  except Exception:
+    for r in rollouts:
+      r.env.close()
+    raise
+  cls = AsyncSource if config.actors.actors == "async" else PoolsSource
+  return cls(rollouts, keys, acting, version, config)
