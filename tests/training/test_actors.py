@@ -1,4 +1,4 @@
-"""Actor-learner workflows (issue #6): actor threads, policy lag, back-pressure,
+"""Actor-learner workflows: actor threads, policy lag, back-pressure,
 failures, signals, and synchronous pools with slow-worker tolerance.
 
 Unit tests drive `Actors` and the loop's `_ActorSource` with fake rollouts that

@@ -1,9 +1,9 @@
-"""The data-parallel learner (issue #6): N devices compute the one-device update,
+"""The data-parallel learner: N devices compute the one-device update,
 parameters stay identical everywhere, bad settings fail fast, multi-host runs.
 
 Host devices can only be forced before JAX starts its backend, and this process
 has started it, so the device checks run this file as a script in a fresh
-process (`python tests/test_parallel.py OUT_DIR CASE` with XLA_FLAGS asking for
+process (`python tests/training/test_parallel.py OUT_DIR CASE` with XLA_FLAGS asking for
 4 host devices), and the multi-host checks run experiments/impala.py twice on
 localhost.
 """
