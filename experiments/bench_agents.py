@@ -7,7 +7,7 @@ measured from process launch to stop, imports and compilation included):
   the mean of 5 greedy evaluation episodes reaches 195, evaluating every 500
   env steps.
 * ``v1``: CartPole-v1, stop when a greedy evaluation (5 episodes, every 5000
-  steps) reaches 475 (SQIL: 450 within 200k steps, the issue's goal); also
+  steps) reaches 475 (SQIL: 450, with a budget of 200k steps); also
   reports the first env step where the trailing mean training return (3 log
   lines) reaches 475.
 
@@ -32,7 +32,8 @@ import tyro
 
 EXPERIMENTS = pathlib.Path(__file__).resolve().parent
 
-# DI-engine 0.5.3 on this machine (CartPole-v0, stop at 195, medians of 5 seeds).
+# DI-engine 0.5.3 as the reference (env steps, seconds to 195 on CartPole-v0; medians of 5
+# seeds, measured on a 2-core CPU; see docs/bench/agents.md).
 PEER_V0 = {
     "impala": (22_800, 12.0),
     "acer": (39_400, 14.8),
@@ -60,7 +61,7 @@ class Args:
 
 
 def _case_flags(case: str, args: Args, algo: str = "") -> list[str]:
-  if case == "v1" and algo == "sqil":  # the SQIL goal: 450 within 200k steps
+  if case == "v1" and algo == "sqil":  # SQIL: stop at 450, with a budget of 200k steps
     return [
         "--env-id",
         "CartPole-v1",

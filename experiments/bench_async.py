@@ -4,9 +4,10 @@
     python experiments/bench_async.py --tasks Pong-v5 --repeats 5 --out docs/bench/async_cpu
     python experiments/bench_async.py --cartpole-steps 20000 --pong-steps 3000 --repeats 1
 
-The issue's goal: env steps per second of the asynchronous loop >= 1.5x the synchronous
-loop's, and >= 0.8 of raw envpool stepping with the same environments on Pong when the
-learner keeps up. For each task, in one process, `repeats` rounds, each measuring in turn:
+It answers two questions: how many env steps per second the asynchronous loop gains over
+the synchronous one, and how close it comes to raw envpool stepping with the same
+environments when the learner keeps up. For each task, in one process, `repeats` rounds,
+each measuring in turn:
 
   probe:          one actor's unroll ([T+1, num_envs] with the agent's jitted `act`, as an
                   actor thread runs it) and one learner update on such a trajectory, timed

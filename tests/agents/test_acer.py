@@ -2,7 +2,7 @@
 errors, and reduced-budget learning through experiments/acer.py.
 
 Random CartPole play returns about 22; a random Pendulum policy about -1200.
-The issue's full targets (CartPole-v1 >= 475 within 500k steps, Pendulum-v1
+The full-budget targets (CartPole-v1 >= 475 within 500k steps, Pendulum-v1
 >= -250 within 300k) are marked `slow`.
 """
 
@@ -408,7 +408,7 @@ def test_acer_improves_on_pendulum_reduced_budget(tmp_path):
 @pytest.mark.slow
 def test_acer_reaches_the_cartpole_target(tmp_path):
   module = _script()
-  # The issue allows 500k steps; the defaults get there in about 50k.
+  # The target allows 500k steps; the defaults get there in about 50k.
   module.main(_args(module, tmp_path, total_env_steps=200_000, log_every=10_000))
   assert max(_trailing_returns(tmp_path)) >= 475
 

@@ -1,6 +1,6 @@
 """Experiment scripts end to end: run directories, bad configurations, learning.
 
-The reduced-budget learning tests run in CI; the issue's full targets are marked
+The reduced-budget learning tests run in CI; the full-budget targets are marked
 `slow` (`pytest -m slow`).
 """
 
@@ -216,7 +216,7 @@ def test_full_budget_sqil_from_sql_expert(tmp_path):
   assert _max_smoothed_return(tmp_path / "sqil") >= 450
 
 
-# Issue #6: IMPALA with asynchronous actors and with a learner on two devices.
+# IMPALA with asynchronous actors and with a learner on two devices.
 
 
 def _run_impala_subprocess(run_dir, *flags):

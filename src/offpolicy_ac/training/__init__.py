@@ -17,10 +17,10 @@ from offpolicy_ac.training.experiment import load_params
 from offpolicy_ac.training.experiment import run_experiment
 from offpolicy_ac.training.experiment import save_params
 from offpolicy_ac.training.logger import RunLogger
-from offpolicy_ac.training.logger import read_metrics
 from offpolicy_ac.training.logger import write_config
 from offpolicy_ac.training.loop import RunResult
 from offpolicy_ac.training.loop import train
+from offpolicy_ac.training.metrics_io import read_metrics
 from offpolicy_ac.training.plotting import plot_runs
 from offpolicy_ac.training.sources import make_training_rollout
 

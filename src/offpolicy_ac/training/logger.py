@@ -1,16 +1,14 @@
 """A run directory: config.json, metrics.jsonl, TensorBoard events, a learning-curve PNG.
 
-DESIGN.md Contract 3. `RunLogger.log(record)` appends one JSON object per line
-to metrics.jsonl (at least `env_steps`, `wall_time_s`, `episode_return`), writes
-the same scalars to TensorBoard, and prints a progress line (a tqdm bar on a
-terminal, plain lines otherwise).
+The run directory is described in docs/design.md (Contract 3). `RunLogger.log(record)`
+appends one JSON object per line to metrics.jsonl (format: `metrics_io`; at least
+`env_steps`, `wall_time_s`, `episode_return`), writes the same scalars to TensorBoard, and
+prints a progress line (a tqdm bar on a terminal, plain lines otherwise).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import math
 import os
 import pathlib
 import platform
@@ -19,7 +17,10 @@ import sys
 import time
 from typing import Any
 
-import numpy as np
+from offpolicy_ac.training import metrics_io
+from offpolicy_ac.training.metrics_io import METRICS_FILE
+from offpolicy_ac.training.metrics_io import jsonable
+from offpolicy_ac.training.plotting import plot_runs
 
 
 def package_versions() -> dict[str, str]:
@@ -68,33 +69,20 @@ def git_revision() -> str:
     return "unknown"
 
 
-def _jsonable(x: Any) -> Any:
-  if dataclasses.is_dataclass(x) and not isinstance(x, type):
-    return {f.name: _jsonable(getattr(x, f.name)) for f in dataclasses.fields(x)}
-  if isinstance(x, dict):
-    return {str(k): _jsonable(v) for k, v in x.items()}
-  if isinstance(x, (list, tuple)):
-    return [_jsonable(v) for v in x]
-  if isinstance(x, (np.floating, np.integer)):
-    return x.item()
-  if isinstance(x, float) and not math.isfinite(x):
-    return None
-  if isinstance(x, (str, int, float, bool)) or x is None:
-    return x
-  return str(x)
+_jsonable = jsonable  # the former private name of `jsonable`
 
 
 def write_config(run_dir: pathlib.Path, config: Any, extra: dict | None = None) -> dict:
   """Writes config.json: the full config, git revision, package versions."""
   record = {
-      "config": _jsonable(config),
+      "config": jsonable(config),
       "git_revision": git_revision(),
       "versions": package_versions(),
       "command": sys.argv,
       "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
   }
   if extra:
-    record.update(_jsonable(extra))
+    record.update(jsonable(extra))
   tmp = run_dir / "config.json.tmp"
   tmp.write_text(json.dumps(record, indent=2))
   os.replace(tmp, run_dir / "config.json")
@@ -116,7 +104,7 @@ class RunLogger:
   ):
     self.run_dir = pathlib.Path(run_dir)
     self.run_dir.mkdir(parents=True, exist_ok=True)
-    self.metrics_path = self.run_dir / "metrics.jsonl"
+    self.metrics_path = self.run_dir / METRICS_FILE
     self._file = open(self.metrics_path, "a", buffering=1)
     self._title = title
     self._plot_every_s = plot_every_s
@@ -138,8 +126,8 @@ class RunLogger:
     self._steps_shown = 0
 
   def log(self, record: dict) -> None:
-    record = _jsonable(record)
-    self._file.write(json.dumps(record) + "\n")
+    record = jsonable(record)
+    self._file.write(metrics_io.encode_line(record))
     step = int(record["env_steps"])
     if self._writer is not None:
       for key, value in record.items():
@@ -188,8 +176,6 @@ class RunLogger:
 
   def plot(self) -> pathlib.Path | None:
     """Writes learning_curve.png from metrics.jsonl (episode and eval returns)."""
-    from offpolicy_ac.training.plotting import plot_runs
-
     self._last_plot = time.monotonic()
     try:
       return plot_runs([self.run_dir], self.run_dir / "learning_curve.png", title=self._title)
@@ -204,16 +190,3 @@ class RunLogger:
     if self._writer is not None:
       self._writer.close()
     self._file.close()
-
-
-def read_metrics(run_dir: str | os.PathLike) -> list[dict]:
-  path = pathlib.Path(run_dir) / "metrics.jsonl"
-  if not path.exists():
-    return []
-  lines = []
-  for line in path.read_text().splitlines():
-    try:
-      lines.append(json.loads(line))
-    except json.JSONDecodeError:  # a line cut by a kill
-      continue
-  return lines

@@ -179,13 +179,6 @@ class DataParallel:
     """Splits axis 1 (the batch axis of time-major data) over the mesh."""
     return NamedSharding(self.mesh, P(None, AXIS) if ndim >= 2 else P())
 
-  def check_batch(self, local_batch: int, what: str = "the batch") -> None:
-    if local_batch % self.devices_per_process:
-      raise ValueError(
-          f"{what} ({local_batch} per process) must divide evenly over "
-          f"{self.devices_per_process} learner devices"
-      )
-
   def replicate(self, tree: Any) -> Any:
     """Every leaf on every device of the mesh (values must agree across processes)."""
     if self.trivial:

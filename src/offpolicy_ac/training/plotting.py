@@ -8,6 +8,8 @@ from typing import Sequence
 
 import numpy as np
 
+from offpolicy_ac.training.metrics_io import read_metrics
+
 
 def _series(records: list[dict], key: str) -> tuple[np.ndarray, np.ndarray]:
   pts = [(r["env_steps"], r[key]) for r in records if r.get(key) is not None]
@@ -34,8 +36,6 @@ def plot_runs(
 
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
-
-  from offpolicy_ac.training.logger import read_metrics
 
   fig, ax = plt.subplots(figsize=(7, 4.2))
   runs = [read_metrics(d) for d in run_dirs]

@@ -1,0 +1,65 @@
+"""The metrics file of a run directory: `metrics.jsonl`, one JSON object per log line.
+
+Each line holds at least `env_steps`, `wall_time_s` and `episode_return` (the mean return
+of the episodes finished since the previous line, or null), plus losses and, when the
+policy was evaluated, `eval_return`. Values are made JSON-safe by `jsonable`: dataclasses
+become objects, NumPy scalars Python numbers, non-finite floats null.
+
+This module is the one place that knows the format; the logger writes it, the plots and
+the tests read it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import pathlib
+from typing import Any
+
+import numpy as np
+
+__all__ = ["METRICS_FILE", "jsonable", "encode_line", "read_metrics"]
+
+METRICS_FILE = "metrics.jsonl"
+
+
+def jsonable(x: Any) -> Any:
+  """`x` as plain JSON values (dataclasses and dicts to objects, tuples to lists, NumPy
+  scalars to numbers, NaN and infinities to None, anything else to its `str`)."""
+  if dataclasses.is_dataclass(x) and not isinstance(x, type):
+    return {f.name: jsonable(getattr(x, f.name)) for f in dataclasses.fields(x)}
+  if isinstance(x, dict):
+    return {str(k): jsonable(v) for k, v in x.items()}
+  if isinstance(x, (list, tuple)):
+    return [jsonable(v) for v in x]
+  if isinstance(x, (np.floating, np.integer)):
+    return x.item()
+  if isinstance(x, float) and not math.isfinite(x):
+    return None
+  if isinstance(x, (str, int, float, bool)) or x is None:
+    return x
+  return str(x)
+
+
+def encode_line(record: dict) -> str:
+  """One line of metrics.jsonl (newline included) for an already `jsonable` record."""
+  return json.dumps(record) + "\n"
+
+
+def read_metrics(run_dir: str | os.PathLike) -> list[dict]:
+  """The records of `run_dir`/metrics.jsonl in order ([] if there is none yet).
+
+  A last line cut short by a killed process is skipped.
+  """
+  path = pathlib.Path(run_dir) / METRICS_FILE
+  if not path.exists():
+    return []
+  lines = []
+  for line in path.read_text().splitlines():
+    try:
+      lines.append(json.loads(line))
+    except json.JSONDecodeError:  # a line cut by a kill
+      continue
+  return lines
