@@ -36,7 +36,7 @@ import jax
 
 from offpolicy_ac.training.config import TrainConfig
 from offpolicy_ac.training.logger import RunLogger
-from offpolicy_ac.training.logger import _jsonable
+from offpolicy_ac.training.logger import jsonable
 from offpolicy_ac.training.logger import write_config
 from offpolicy_ac.training.loop import RunResult
 from offpolicy_ac.training.loop import train
@@ -145,7 +145,7 @@ def _check_or_write_config(
           "checkpoint record format 1); this version reads format 2 (a grouped `train` "
           "config): resume that run with offpolicy_ac 0.1"
       )
-    diffs = config_differences(old["config"], _jsonable(args))
+    diffs = config_differences(old["config"], jsonable(args))
     if old.get("algorithm") != name:
       diffs.insert(0, f"algorithm ({old.get('algorithm')} -> {name})")
     if diffs:

@@ -69,7 +69,6 @@ def git_revision() -> str:
     return "unknown"
 
 
-_jsonable = jsonable  # the former private name of `jsonable`
 
 
 def write_config(run_dir: pathlib.Path, config: Any, extra: dict | None = None) -> dict:
