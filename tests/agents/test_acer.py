@@ -288,7 +288,6 @@ def test_tight_trust_region_changes_the_step(cartpole_spec, loose_agents):
         ("replay_ratio", 1.5, "replay_ratio"),
         ("sdn_samples", 0, "sdn_samples"),
         ("optimizer", "sgd", "optimizer"),
-        ("reward_scale", 0.0, "reward_scale"),
         ("hidden_sizes", (), "hidden_sizes"),
     ],
 )

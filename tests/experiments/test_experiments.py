@@ -236,7 +236,8 @@ def test_impala_async_actors_learn_cartpole_reduced_budget(tmp_path, xla_rollout
           tmp_path,
           total_env_steps=100_000,
           log_every=5_000,
-          async_actors=2,
+          actors="async",
+          num_actors=2,
           max_policy_lag=4,
           rollout="compiled" if xla_rollout else "host",
       )
@@ -262,7 +263,8 @@ def test_full_budget_impala_async_actors_reaches_475(tmp_path):
           tmp_path,
           total_env_steps=500_000,
           log_every=10_000,
-          async_actors=2,
+          actors="async",
+          num_actors=2,
           max_policy_lag=4,
       )
   )
@@ -278,7 +280,8 @@ def test_full_budget_impala_async_xla_actors_reaches_475(tmp_path):
           tmp_path,
           total_env_steps=500_000,
           log_every=10_000,
-          async_actors=2,
+          actors="async",
+          num_actors=2,
           max_policy_lag=4,
           rollout="compiled",
       )

@@ -25,9 +25,9 @@ import pytest
 
 from offpolicy_ac import agents
 from offpolicy_ac import envs
-from offpolicy_ac.training import LoopConfig
+from offpolicy_ac.training import TrainConfig
 from offpolicy_ac.training import RunLogger
-from offpolicy_ac.training import loop
+from offpolicy_ac.training.learner import Learner
 from offpolicy_ac.training import parallel
 from offpolicy_ac.training import train
 from offpolicy_ac.training.parallel import DataParallel
@@ -81,10 +81,10 @@ def _replication_report(tree, num_devices):
 
 
 def _run_case(case, agent_name, overrides, device_counts, out_dir):
-  """Trains NUM_ITERS iterations with the loop's `_make_train_iter` on one device and
-  on each count of `device_counts`; saves states and metrics (npz) and a report."""
+  """Trains NUM_ITERS iterations with the driver's `Learner` on one device and on each
+  count of `device_counts`; saves states and metrics (npz) and a report."""
 
-  config = LoopConfig(
+  config = TrainConfig.of(
       num_envs=8,
       unroll_length=8,
       replay_capacity=64,
@@ -94,62 +94,59 @@ def _run_case(case, agent_name, overrides, device_counts, out_dir):
       num_updates_per_train_iter=2,
       **overrides,
   )
-  if config.whole_replay_buffer_training:  # at least one mini-batch per sweep
-    config = dataclasses.replace(config, min_replay_size=config.mini_batch_size)
-  env = envs.make("CartPole-v1", config.num_envs, 3)
+  if config.replay.whole_replay_buffer_training:  # at least one mini-batch per sweep
+    config = config.replace(min_replay_size=config.replay.mini_batch_size)
+  env = envs.make("CartPole-v1", config.env.num_envs, 3)
   agent = {"impala": agents.make_impala, "sql": agents.make_sql, "acer": agents.make_acer}[
       agent_name
   ](env.spec)
-  state0 = agent.init(jax.random.PRNGKey(1))
-  rollout = envs.make_rollout(env, agent.act, config.unroll_length, to_device=False)
-  rollout_state = rollout.init(jax.random.PRNGKey(2))
+  probe = Learner(agent, config, DataParallel.create(1), num_seeds=1)
+  acting0 = probe.acting(probe.init([1]))[0]
+  rollout = envs.make_rollout(env, probe.act, config.env.unroll_length, to_device=False)
+  rollout_state = rollout.init(acting0, jax.random.PRNGKey(2))
   trajs = []
   for _ in range(NUM_ITERS):  # behaviour policy: the initial parameters
-    rollout_state, traj, _ = rollout.unroll(state0.params, rollout_state)
+    rollout_state, traj, _ = rollout.unroll(acting0, rollout_state)
     trajs.append(traj)
   env.close()
-  keys = jax.random.split(jax.random.PRNGKey(4), NUM_ITERS)
 
-  arrays = {f"init/state{k}": _host(v) for k, v in _flat(state0).items()}
+  first = lambda tree: jax.tree.map(lambda x: x[0], tree)
+  arrays = {f"init/state{k}": _host(v) for k, v in _flat(first(probe.init([1]).agent)).items()}
   report = {}
   for n in (1,) + tuple(device_counts):
     dp = DataParallel.create(n)
-    dataclasses.replace(config, learner_devices=n).validate()
-    replay = loop.make_replay(config) if agent.off_policy else None
-    train_iter, _ = loop._make_train_iter(agent, replay, config, None, dp)  # pylint: disable=protected-access
-    state = dp.replicate(state0)
-    replay_state = None
-    if replay:
-      replay_state = dp.replicate(
-          replay.init(loop.example_trajectory(agent, state0.params, config))
-      )
+    n_config = config.replace(learner_devices=n)
+    n_config.validate()
+    learner = Learner(agent, n_config, dp, num_seeds=1)
+    state = learner.init([1])
+    fill = 0
     metrics_seq, batch_devices = [], set()
-    for traj, key in zip(trajs, keys):
-      batch = dp.shard(traj)
+    for traj in trajs:
+      batch = learner.batch([traj])
       batch_devices.add(len(batch.observation.addressable_shards))
-      assert batch.observation.addressable_shards[-1].data.shape[1] == config.num_envs // n
+      assert batch.observation.addressable_shards[-1].data.shape[1] == config.env.num_envs // n
+      state, metrics = learner.ingest(state, batch)
       if agent.off_policy:
-        state, replay_state, metrics = train_iter(state, replay_state, batch, key)
-      else:
-        state, metrics = train_iter(state, batch)
+        fill += Learner.columns(batch, 1)
+        if fill >= config.replay.min_replay_size:
+          state, replayed = learner.sample_and_update(state)
+          metrics = learner.mix(metrics, replayed)
       metrics_seq.append(metrics)
     tag = f"n{n}"
     report[tag] = {
         "mesh_devices": int(dp.num_devices),
         "batch_devices": sorted(batch_devices),
         "not_replicated": (
-            _replication_report(state, n)
-            + _replication_report(replay_state, n)
-            + _replication_report(metrics_seq[-1], n)
+            _replication_report(state, n) + _replication_report(metrics_seq[-1], n)
         ),
-        "num_updates": int(_host(dp.local(state.num_updates))),
+        "num_updates": int(learner.num_updates(state)[0]),
         "metrics_present": [m is not None for m in metrics_seq],
     }
-    for name, leaf in _flat(dp.local(state)).items():
+    for name, leaf in _flat(first(dp.local(state).agent)).items():
       arrays[f"{tag}/state{name}"] = _host(leaf)
     for i, m in enumerate(metrics_seq):
       for name, value in (m or {}).items():
-        arrays[f"{tag}/metrics[{i}].{name}"] = _host(dp.local(value))
+        arrays[f"{tag}/metrics[{i}].{name}"] = _host(dp.local(value)[0])
   np.savez(out_dir / f"{case}.npz", **arrays)
   (out_dir / f"{case}.json").write_text(json.dumps(report))
 
@@ -204,7 +201,7 @@ def _assert_close_trees(one, many, what):
 
 @pytest.mark.parametrize("case", [c[0] for c in CASES])
 def test_n_device_training_equals_one_device_and_stays_replicated(tmp_path, case):
-  """NUM_ITERS training iterations of the loop (`_make_train_iter`) on N devices give
+  """NUM_ITERS training iterations of the driver's `Learner` on N devices give
   the one-device parameters, optimizer state, target network, keys and metrics to
   float tolerance; every device holds the same bits; the state is replicated."""
   results, report = _train_on_one_and_n_devices(tmp_path, case)
@@ -272,7 +269,7 @@ def test_one_device_data_parallel_is_the_identity():
 )
 def test_loop_config_rejects_bad_parallel_settings(overrides, message):
   with pytest.raises(ValueError, match=message):
-    LoopConfig(**overrides).validate()
+    TrainConfig.of(**overrides).validate()
 
 
 def test_check_distributed_args():
@@ -309,7 +306,7 @@ def test_initialize_distributed_after_jax_started_raises():
 
 
 def test_train_refuses_num_processes_without_a_distributed_job(tmp_path):
-  config = LoopConfig(
+  config = TrainConfig.of(
       num_envs=4,
       unroll_length=4,
       total_env_steps=64,
@@ -319,7 +316,7 @@ def test_train_refuses_num_processes_without_a_distributed_job(tmp_path):
   logger = RunLogger(tmp_path, total_env_steps=64, progress=False, tensorboard=False)
   try:
     with pytest.raises(ValueError, match="initialize_distributed"):
-      train(agents.make_impala, config, logger)
+      train(agents.make_impala, config, [logger])
   finally:
     logger.close()
 

@@ -15,8 +15,7 @@ import pytest
 from scripts import load_script
 
 from offpolicy_ac.training import read_metrics
-from offpolicy_ac.training.loop import LoopConfig
-from offpolicy_ac.training.multi_seed import vmap_unsupported_reason
+from offpolicy_ac.training import TrainConfig
 
 WALL_CLOCK = ("wall_time_s", "env_steps_per_s")
 
@@ -131,9 +130,11 @@ def test_vmapped_seeds_refuse_to_overwrite_and_a_changed_config(tmp_path):
 
 
 def test_configs_a_vmapped_learner_cannot_serve_run_seeds_one_after_the_other(tmp_path):
-  assert vmap_unsupported_reason(LoopConfig()) is None
-  assert "actor threads" in vmap_unsupported_reason(LoopConfig(async_actors=2))
-  assert "whole-replay" in vmap_unsupported_reason(LoopConfig(whole_replay_buffer_training=True))
+  assert TrainConfig().vmap_unsupported_reason() is None
+  config = TrainConfig.of(actors="async", num_actors=2)
+  assert "actor threads" in config.vmap_unsupported_reason()
+  config = TrainConfig.of(whole_replay_buffer_training=True)
+  assert "whole-replay" in config.vmap_unsupported_reason()
   results = _main(
       "impala",
       tmp_path / "run",
