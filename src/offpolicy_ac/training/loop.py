@@ -44,7 +44,6 @@ from offpolicy_ac.training.clock import seconds_since_launch
 from offpolicy_ac.training.evaluation import evaluate
 from offpolicy_ac.training.logger import RunLogger
 from offpolicy_ac.training.parallel import DataParallel
-from offpolicy_ac.training.rollouts import make_loop_rollout
 
 # Fields of a metrics line that depend on the wall clock (excluded from exact resume).
 WALL_CLOCK_FIELDS = ("wall_time_s", "env_steps_per_s")
@@ -237,16 +236,19 @@ def make_training_rollout(
     agent: Agent, config: LoopConfig, seed: int, params: Any, *, to_device: bool
 ) -> Any:
   """A pool of `config.num_envs` training environments seeded `seed` and the config's
-  rollout over it (training/rollouts.py; the pool is `.env`). The pool is closed again if
-  the rollout cannot be made (e.g. the compiled loop refuses the task)."""
+  rollout over it (`envs.make_rollout`; the pool is `.env`), its `init(key)` bound to
+  `params`. The pool is closed again if the rollout cannot be made (e.g. the compiled loop
+  refuses the task)."""
   env = make_env(config, config.num_envs, seed)
+  backend = "compiled" if config.xla_rollout else "host"
   try:
-    return make_loop_rollout(
-        env, agent.act, config.unroll_length, params, xla=config.xla_rollout, to_device=to_device
+    rollout = envs.make_rollout(
+        env, agent.act, config.unroll_length, backend=backend, to_device=to_device
     )
   except Exception:
     env.close()
     raise
+  return rollout._replace(init=lambda key: rollout.init(params, key))
 
 
 def segment_seed(seed: int, segment: int) -> int:
