@@ -39,6 +39,10 @@ match the stored action.
 
 State is explicit but the environments are not: a state may be used once. The host loop
 rejects a stale state (one already consumed by `unroll`, or from before `init`).
+
+On a small CPU the host loop's per-step policy call is several times cheaper with
+`jax.config.update("jax_cpu_enable_async_dispatch", False)` at process start (a
+process-wide setting this library does not touch; docs/envs_notes.md).
 """
 
 from __future__ import annotations
