@@ -85,7 +85,7 @@ RAW_NAMES = ("raw_1xN", "raw_1xKN", "raw_KxN")
 @dataclasses.dataclass(frozen=True)
 class Args:
   tasks: tuple[str, ...] = ("CartPole-v1", "Pong-v5")
-  """envpool task ids (Atari ids, `*-v5` but CartPole, get Atari preprocessing)."""
+  """envpool task ids (Atari ids, `envs.is_atari`, get Atari preprocessing)."""
   modes: tuple[Mode, ...] = (
       "sync",
       "sync_pools",
@@ -146,10 +146,6 @@ def _load_script(name: str):
   return module
 
 
-def _is_atari(task: str) -> bool:
-  return task.endswith("-v5") and "CartPole" not in task
-
-
 @dataclasses.dataclass(frozen=True)
 class Task:
   task: str
@@ -162,7 +158,9 @@ class Task:
 
 
 def _task(task: str, args: Args, presets: dict) -> Task:
-  atari = _is_atari(task)
+  from offpolicy_ac import envs
+
+  atari = envs.is_atari(task)
   preset = presets["atari" if atari else "cartpole"]
   n = args.pong_envs if atari else args.cartpole_envs
   t = args.pong_unroll if atari else args.cartpole_unroll
@@ -317,7 +315,7 @@ def probe(task: Task, agents: _Agents, args: Args, modes) -> dict:
     agent = agents.get(task, env.spec._replace(batch_size=task.num_envs))
     state = agent.init(jax.random.PRNGKey(args.seed))
     rollout = envs.make_rollout(env, agent.act, task.unroll_length, to_device=False)
-    box = {"rs": rollout.init(jax.random.PRNGKey(args.seed + 1))}
+    box = {"rs": rollout.init(state.params, jax.random.PRNGKey(args.seed + 1))}
 
     def unroll():
       box["rs"], box["traj"], _ = rollout.unroll(state.params, box["rs"])

@@ -1,16 +1,17 @@
 """Rollout throughput against raw envpool stepping (same process, same number of envs).
 
-    python experiments/bench_envs.py                      # CartPole and Pong, sync and async
+    python experiments/bench_envs.py              # CartPole and Pong, sync and batched
     python experiments/bench_envs.py --tasks CartPole-v1 --cartpole-envs 64 --repeats 7
 
-For each task and mode it times, alternately, `repeats` runs of
-  raw:     envpool gymnasium `step` (sync) or `recv`/`send` (async) with pre-drawn random
+For each task and mode ("sync": batch_size = num_envs; "batched": batched stepping,
+batch_size = num_envs // 2) it times, alternately, `repeats` runs of
+  raw:     envpool gymnasium `step` (sync) or `recv`/`send` (batched) with pre-drawn random
            actions, no other work;
-  rollout: `make_rollout(env, act, T).unroll` with a trivial jitted policy (uniform
-           categorical or Gaussian sample plus its logits / mean as extras) on a fresh
-           environment of the same size;
-  xla:     `make_xla_rollout(env, act, T).unroll` with the same policy (sync and async;
-           tasks whose actions are int32 or float32),
+  rollout: `make_rollout(env, act, T).unroll` (the host backend) with a trivial jitted
+           policy (uniform categorical or Gaussian sample plus its logits / mean as extras)
+           on a fresh environment of the same size;
+  xla:     `make_rollout(env, act, T, backend="compiled").unroll` with the same policy
+           (both modes; tasks whose actions are int32 or float32),
 and prints the median steps/s of each, their ratios to raw, and steps per CPU-second of
 the process (all threads): on a shared, loaded machine wall-clock ratios swing with the
 scheduler, CPU-time ratios show what each loop costs. Steps are environment steps: one per
@@ -35,8 +36,9 @@ from offpolicy_ac import envs
 class Args:
   tasks: tuple[str, ...] = ("CartPole-v1", "Pong-v5")
   """envpool task ids to benchmark."""
-  modes: tuple[str, ...] = ("sync", "async")
-  """"sync" (batch_size = num_envs) and/or "async" (batch_size = num_envs // 2)."""
+  modes: tuple[str, ...] = ("sync", "batched")
+  """"sync" (batch_size = num_envs) and/or "batched" (batched stepping, batch_size =
+    num_envs // 2)."""
   cartpole_envs: int = 32
   """Number of environments for non-Atari tasks."""
   atari_envs: int = 8
@@ -54,7 +56,7 @@ class Args:
   seed: int = 0
   """Seed of environments and policy."""
   xla: bool = True
-  """Also time `make_xla_rollout` (tasks with int32/float32 actions)."""
+  """Also time the compiled backend of `make_rollout` (tasks with int32/float32 actions)."""
   cpu_async_dispatch: bool = False
   """JAX's `jax_cpu_enable_async_dispatch`. Off runs each tiny policy call inline on the
     calling thread instead of handing it to a worker thread, which is several times faster
@@ -63,15 +65,9 @@ class Args:
 
 def _make(task: str, num_envs: int, batch_size: int, args: Args) -> envs.EnvPoolEnv:
   kwargs = dict(batch_size=batch_size, num_threads=args.num_threads)
-  if task.endswith("-v5") and "CartPole" not in task:
+  if envs.is_atari(task):
     return envs.make_atari(task, num_envs, args.seed, train=True, **kwargs)
   return envs.make(task, num_envs, args.seed, **kwargs)
-
-
-def _xla_supported(task: str) -> bool:
-  import envpool
-
-  return np.dtype(envpool.make_spec(task)._action_spec[-1][0]) != np.float64
 
 
 def _trivial_act(spec: envs.EnvSpec):
@@ -147,16 +143,20 @@ def raw_timer(task: str, num_envs: int, batch_size: int, args: Args):
 
 
 def rollout_timer(task: str, num_envs: int, batch_size: int, args: Args, xla: bool = False):
-  """`make_rollout` (or `make_xla_rollout`) with a trivial jitted policy: steps/s of unroll."""
+  """`make_rollout` (the compiled backend with `xla`) with a trivial jitted policy: steps/s
+  of unroll. None if the compiled backend cannot step the task (float64 actions)."""
   env = _make(task, num_envs, batch_size, args)
   params = jnp.zeros(())
   key = jax.random.PRNGKey(args.seed)
-  if xla:
-    rollout = envs.make_xla_rollout(env, _trivial_act(env.spec), args.unroll_length)
-    state = [rollout.init(params, key)]
-  else:
-    rollout = envs.make_rollout(env, _trivial_act(env.spec), args.unroll_length)
-    state = [rollout.init(key)]
+  backend = "compiled" if xla else "host"
+  try:
+    rollout = envs.make_rollout(env, _trivial_act(env.spec), args.unroll_length, backend=backend)
+  except ValueError:
+    if not xla:
+      raise
+    env.close()
+    return None
+  state = [rollout.init(params, key)]
 
   def chunk():
     state[0], traj, _ = rollout.unroll(params, state[0])
@@ -179,20 +179,21 @@ def main(args: Args) -> None:
       f"{'ratio':>7}{'xla rollout':>13}{'ratio':>7}   per CPU-second: raw, rollout, xla"
   )
   for task in args.tasks:
-    atari = task.endswith("-v5") and "CartPole" not in task
+    atari = envs.is_atari(task)
     num_envs = args.atari_envs if atari else args.cartpole_envs
     seconds = args.atari_seconds if atari else args.cartpole_seconds
     for mode in args.modes:
-      if mode not in ("sync", "async"):
-        raise ValueError(f"mode must be 'sync' or 'async', got {mode!r}")
+      if mode not in ("sync", "batched"):
+        raise ValueError(f"mode must be 'sync' or 'batched', got {mode!r}")
       batch = num_envs if mode == "sync" else max(1, num_envs // 2)
-      use_xla = args.xla and _xla_supported(task)
       timers = {
           "raw": raw_timer(task, num_envs, batch, args),
           "rollout": rollout_timer(task, num_envs, batch, args),
       }
+      xla_timer = rollout_timer(task, num_envs, batch, args, xla=True) if args.xla else None
+      use_xla = xla_timer is not None
       if use_xla:
-        timers["xla"] = rollout_timer(task, num_envs, batch, args, xla=True)
+        timers["xla"] = xla_timer
       results: dict[str, list[tuple[float, float]]] = {name: [] for name in timers}
       for _ in range(args.repeats):  # interleaved so drift hits all alike
         for name, timer in timers.items():

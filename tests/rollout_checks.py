@@ -1,4 +1,4 @@
-"""Shared checks of rollouts over CartPole (host loop and compiled loop tests)."""
+"""Shared checks of rollouts over CartPole (host and compiled backend tests)."""
 
 import jax
 import jax.numpy as jnp
@@ -41,7 +41,7 @@ def stream(trajs):
 
 
 def run_unrolls(rollout, params, key, k):
-  state = rollout.init(key)
+  state = rollout.init(params, key)
   trajs, stats = [], []
   for _ in range(k):
     state, traj, st = rollout.unroll(params, state)
@@ -56,10 +56,10 @@ def assert_boundaries_shared(trajs):
       np.testing.assert_array_equal(x[-1], y[0])
 
 
-def run_async_unrolls(rollout, state, params, k, park_at_boundary, env=None):
-  """Runs k unrolls of an async rollout (host loop or jitted). Checks after each one that
-  a parked action is the stored action of that environment's newest step (and, given the
-  env of a host loop, that parked environments are not in flight), and with
+def run_batched_unrolls(rollout, state, params, k, park_at_boundary, env=None):
+  """Runs k unrolls of a rollout with batched stepping (either backend). Checks after each
+  one that a parked action is the stored action of that environment's newest step (and,
+  given the env of a host loop, that parked environments are not in flight), and with
   `park_at_boundary` (lead 0) that no column carries more than a round of batches.
   Returns (trajs, EpisodeStats, state, largest lead, number of unrolls that parked)."""
   num_envs = state.num_pending.shape[0]
@@ -74,7 +74,7 @@ def run_async_unrolls(rollout, state, params, k, park_at_boundary, env=None):
       ids, action = state.parked
       newest = state.num_pending[ids] - 1
       pending_action = np.asarray(state.pending.action)
-      # The jitted rollout keeps its pending rows in a ring buffer.
+      # The compiled backend keeps its pending rows in a ring buffer.
       slot = (getattr(state, "pending_offset", 0) + newest) % pending_action.shape[0]
       np.testing.assert_array_equal(action, pending_action[slot, ids])
       if env is not None:
@@ -85,8 +85,8 @@ def run_async_unrolls(rollout, state, params, k, park_at_boundary, env=None):
   return trajs, envs.EpisodeStats.concatenate(stats), state, ahead, parked
 
 
-def assert_async_columns(trajs, stats, num_pending, num_envs, T):
-  """Checks unrolls of an async rollout of CartPole with `random_act`: column b is
+def assert_batched_columns(trajs, stats, num_pending, num_envs, T):
+  """Checks unrolls of CartPole with batched stepping and `random_act`: column b is
   environment b, steps follow each other, FIRST after LAST, statistics per env_id."""
   assert_boundaries_shared(trajs)
   s = stream(trajs)

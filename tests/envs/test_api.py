@@ -22,7 +22,7 @@ def test_spec_is_hashable_and_describes_spaces():
   assert hash(spec) == hash(spec)  # usable as a static jit argument
   assert spec.is_discrete and spec.num_actions == 2 and spec.action_shape == ()
   assert spec.observation_shape == (4,) and spec.observation_dtype == "float32"
-  assert (spec.num_envs, spec.batch_size, spec.is_async) == (3, 2, True)
+  assert (spec.num_envs, spec.batch_size, spec.is_batched) == (3, 2, True)
   assert spec.action_low is None and spec.action_dtype == "int32"
 
 
@@ -123,3 +123,39 @@ def test_send_recv_misuse_is_reported():
   env.recv()  # the two environments still resetting
   with pytest.raises(RuntimeError, match="block forever"):
     env.recv()
+
+
+@pytest.mark.parametrize(
+    "task_id, atari, kwargs",
+    [
+        ("CartPole-v1", False, {}),
+        ("CartPole-v1", False, dict(batch_size=2, max_episode_steps=9)),
+        ("Pendulum-v1", False, {}),
+        ("Pong-v5", True, {}),
+        ("Pong-v5", True, dict(img_height=64, img_width=64, stack_num=2)),
+        ("Hopper-v4", False, {}),
+    ],
+)
+def test_spec_without_a_pool_equals_the_pools_spec(task_id, atari, kwargs):
+  got = envs.spec(task_id, atari=atari, num_envs=3, **kwargs)
+  with (envs.make_atari if atari else envs.make)(task_id, 3, 0, **kwargs) as env:
+    assert got == env.spec
+  assert envs.is_atari(task_id) == atari
+  # The pool layout is the one asked for (default: one environment, whole batches).
+  options = {k: v for k, v in kwargs.items() if k != "batch_size"}
+  default = envs.spec(task_id, atari=atari, **options)
+  assert (default.num_envs, default.batch_size) == (1, 1)
+  assert default._replace(num_envs=3, batch_size=got.batch_size) == got
+
+
+def test_spec_rejects_what_make_rejects():
+  with pytest.raises(ValueError, match="unknown task id"):
+    envs.spec("CartPole-v9")
+  with pytest.raises(ValueError, match=r"unknown envpool option\(s\) \['frame_skip'\]"):
+    envs.spec("CartPole-v1", frame_skip=4)
+  with pytest.raises(ValueError, match="Atari id"):
+    envs.spec("CartPole-v1", atari=True)
+  with pytest.raises(ValueError, match=r"batch_size \(2\) must be <= num_envs \(1\)"):
+    envs.spec("CartPole-v1", batch_size=2)
+  with pytest.raises(ValueError, match="unknown task id"):
+    envs.is_atari("Pongg-v5")

@@ -1,4 +1,5 @@
-"""EnvPoolEnv on real envpool environments: ALF TimeStep semantics (DESIGN.md Contract 2).
+"""EnvPoolEnv on real envpool environments: ALF TimeStep semantics (docs/design.md,
+"Contract 2 — environments").
 
 CartPole's dynamics give a strong check that steps belong together: envpool integrates
 x += tau * x_dot and theta += tau * theta_dot (tau = 0.02) before anything else, so for two
@@ -118,10 +119,10 @@ def test_same_seed_same_data_and_fast_io_matches_public_api():
   assert not np.array_equal(a.observation, c.observation)
 
 
-def test_async_covers_every_env_and_keeps_envs_apart():
+def test_batched_stepping_covers_every_env_and_keeps_envs_apart():
   n, batch = 6, 2
   env = envs.make("CartPole-v1", n, seed=0, batch_size=batch, max_episode_steps=15)
-  assert env.is_async and env.spec.is_async
+  assert env.is_batched and env.spec.is_batched
   per_env: dict[int, list] = {i: [] for i in range(n)}
   ts = env.reset()
   rng = np.random.default_rng(0)
@@ -231,7 +232,7 @@ def test_atari_preset_life_loss_and_raw_game_score():
 
 
 def test_received_arrays_are_never_written_again():
-  # make_rollout keeps every step's arrays as envpool returned them and copies them into
+  # The host rollout keeps every step's arrays as envpool returned them and copies them into
   # the unroll's buffers only after the loop; that needs envpool to hand out new arrays
   # on every recv, not views of a buffer it later refills.
   for env in (
@@ -242,7 +243,7 @@ def test_received_arrays_are_never_written_again():
     env.async_reset()
     kept, copies = [], []
     for _ in range(60):
-      raw = env._recv_raw()
+      raw = env.recv_raw()
       kept.append(raw)
       copies.append([None if x is None else x.copy() for x in raw])
       env.send(rng.integers(0, env.spec.num_actions, env.batch_size).astype(np.int32))

@@ -1,15 +1,16 @@
-"""Rollouts on real envpool environments: indexing, boundaries, async per-env columns."""
+"""The host backend on real envpool environments: indexing, boundaries, per-env columns of
+batched stepping, bad use."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from rollout_checks import assert_async_columns
+from rollout_checks import assert_batched_columns
 from rollout_checks import assert_boundaries_shared
 from rollout_checks import deterministic_act
 from rollout_checks import np_tree
 from rollout_checks import random_act
-from rollout_checks import run_async_unrolls
+from rollout_checks import run_batched_unrolls
 from rollout_checks import run_unrolls
 from rollout_checks import stream
 
@@ -22,7 +23,7 @@ from offpolicy_ac.envs import _rollout as rollout_module
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
 
-def test_sync_rollout_equals_manual_stepping():
+def test_rollout_equals_manual_stepping():
   n, T, k, params = 3, 6, 5, -1.0  # falls within about 10 steps: terminations
   rollout = envs.make_rollout(
       envs.make("CartPole-v1", n, 4, max_episode_steps=12), deterministic_act, T
@@ -52,7 +53,7 @@ def test_sync_rollout_equals_manual_stepping():
     np.testing.assert_array_equal(x, y)
 
 
-def test_same_seed_same_data_sync():
+def test_same_seed_same_data():
   def go(seed):
     env = envs.make("CartPole-v1", 4, 1, max_episode_steps=9)
     trajs, stats, _ = run_unrolls(
@@ -71,7 +72,7 @@ def test_same_seed_same_data_sync():
     [(6, 2, 7, 1), (5, 3, 7, 1), (5, 3, 1, 1), (6, 2, 7, 0), (5, 3, 7, 0)],
     ids=["6x2", "5x3", "5x3-T1", "6x2-park", "5x3-park"],
 )
-def test_async_rollout_columns_are_environments(num_envs, batch_size, T, lead, monkeypatch):
+def test_batched_rollout_columns_are_environments(num_envs, batch_size, T, lead, monkeypatch):
   # With 5 envs in batches of 3 some environments get ahead (the steps carried over to the
   # next unroll), then start the next unroll's buffers; T = 1 is the shortest unroll.
   # lead 0 parks every environment that has its T+1 rows, whenever a batch stays in flight.
@@ -79,8 +80,8 @@ def test_async_rollout_columns_are_environments(num_envs, batch_size, T, lead, m
   k = 6 if T > 1 else 30
   env = envs.make("CartPole-v1", num_envs, 2, batch_size=batch_size, max_episode_steps=10)
   rollout = envs.make_rollout(env, random_act, T)
-  state = rollout.init(jax.random.PRNGKey(3))
-  trajs, stats, state, ahead, parked = run_async_unrolls(
+  state = rollout.init(jnp.float32(0), jax.random.PRNGKey(3))
+  trajs, stats, state, ahead, parked = run_batched_unrolls(
       rollout, state, jnp.float32(0), k, lead == 0, env
   )
   if num_envs % batch_size and lead:
@@ -88,10 +89,10 @@ def test_async_rollout_columns_are_environments(num_envs, batch_size, T, lead, m
   if lead == 0:
     assert parked >= k // 2  # the parking path ran
   assert state.pending.observation.shape[1] == num_envs
-  assert_async_columns(trajs, stats, state.num_pending, num_envs, T)
+  assert_batched_columns(trajs, stats, state.num_pending, num_envs, T)
 
 
-def test_async_deterministic_policy_is_reproducible():
+def test_batched_deterministic_policy_is_reproducible():
   def go():
     env = envs.make("CartPole-v1", 4, 9, batch_size=2, max_episode_steps=8)
     trajs, _, _ = run_unrolls(
@@ -124,7 +125,7 @@ def test_loss_inputs_by_hand_and_on_a_rollout():
     envs.loss_inputs(jax.tree.map(lambda x: x[:1], traj))
 
   env = envs.make("CartPole-v1", 3, 0, max_episode_steps=6)
-  state = (rollout := envs.make_rollout(env, random_act, 8)).init(jax.random.PRNGKey(0))
+  state = (rollout := envs.make_rollout(env, random_act, 8)).init(None, jax.random.PRNGKey(0))
   state, traj, _ = rollout.unroll(jnp.float32(0), state)
   inputs = envs.loss_inputs(traj)
   assert inputs.mask.shape == inputs.r_t.shape == inputs.discount_t.shape == (8, 3)
@@ -139,7 +140,7 @@ def test_continuous_rollout_stores_the_policy_action_and_env_gets_it_clipped():
     return jnp.full((obs.shape[0], 1), 5.0), {"mean": jnp.zeros((obs.shape[0], 1))}
 
   rollout = envs.make_rollout(envs.make("Pendulum-v1", 2, 3), act, 4, to_device=False)
-  state = rollout.init(jax.random.PRNGKey(0))
+  state = rollout.init(None, jax.random.PRNGKey(0))
   state, traj, _ = rollout.unroll(None, state)
   assert isinstance(traj.observation, np.ndarray)
   np.testing.assert_array_equal(traj.action, 5.0)
@@ -158,7 +159,7 @@ def test_atari_rollout_shapes_and_dtypes():
     return jax.random.categorical(key, logits).astype(jnp.int32), {"logits": logits}
 
   rollout = envs.make_rollout(env, act, 3)
-  state = rollout.init(jax.random.PRNGKey(0))
+  state = rollout.init(None, jax.random.PRNGKey(0))
   state, traj, stats = rollout.unroll(None, state)
   assert traj.observation.shape == (4, 2, 4, 84, 84) and traj.observation.dtype == jnp.uint8
   assert traj.extras["logits"].shape == (4, 2, 6)
@@ -175,7 +176,7 @@ def test_bad_rollout_use_raises():
   with pytest.raises(ValueError, match="callable"):
     envs.make_rollout(env, None, 3)
   rollout = envs.make_rollout(env, random_act, 3)
-  state = rollout.init(jax.random.PRNGKey(0))
+  state = rollout.init(None, jax.random.PRNGKey(0))
   new_state, _, _ = rollout.unroll(jnp.float32(0), state)
   with pytest.raises(ValueError, match="stale RolloutState"):
     rollout.unroll(jnp.float32(0), state)
@@ -186,21 +187,21 @@ def test_bad_rollout_use_raises():
 
   bad = envs.make_rollout(envs.make("CartPole-v1", 2, 0), float_actions, 3)
   with pytest.raises(ValueError, match="integer dtype"):
-    bad.unroll(None, bad.init(jax.random.PRNGKey(0)))
+    bad.unroll(None, bad.init(None, jax.random.PRNGKey(0)))
 
   def out_of_range(params, obs, key):
     return jnp.full((obs.shape[0],), 7, jnp.int32), {}
 
   bad = envs.make_rollout(envs.make("CartPole-v1", 2, 0), out_of_range, 3)
   with pytest.raises(ValueError, match=r"must be in \[0, 2\)"):
-    bad.unroll(None, bad.init(jax.random.PRNGKey(0)))
+    bad.unroll(None, bad.init(None, jax.random.PRNGKey(0)))
 
   def bad_extras(params, obs, key):
     return jnp.zeros((obs.shape[0],), jnp.int32), {"x": jnp.zeros((3,))}
 
   bad = envs.make_rollout(envs.make("CartPole-v1", 2, 0), bad_extras, 3)
   with pytest.raises(ValueError, match="leading batch axis of 2"):
-    bad.unroll(None, bad.init(jax.random.PRNGKey(0)))
+    bad.unroll(None, bad.init(None, jax.random.PRNGKey(0)))
 
 
 def test_furthest_ahead_holds_the_leaders_within_the_budget():

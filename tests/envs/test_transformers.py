@@ -85,8 +85,8 @@ def _collect(k=3, T=5):
     return jax.random.categorical(key, logits).astype(jnp.int32), {"logits": logits}
 
   env = envs.make("CartPole-v1", 3, 0, max_episode_steps=9)
-  rollout = envs.make_rollout(env, act, T)
-  state = rollout.init(jax.random.PRNGKey(0))
+  rollout = envs.make_rollout(env, act, T, to_device=True)
+  state = rollout.init(None, jax.random.PRNGKey(0))
   trajs = []
   for _ in range(k):
     state, traj, _ = rollout.unroll(None, state)

@@ -11,7 +11,7 @@ import sys
 SCRIPT = pathlib.Path(__file__).parents[2] / "experiments" / "bench_envs.py"
 
 
-def test_bench_envs_runs_every_rollout_in_both_modes():
+def test_bench_envs_runs_every_backend_in_both_modes():
   cmd = [
       sys.executable,
       str(SCRIPT),
@@ -33,7 +33,7 @@ def test_bench_envs_runs_every_rollout_in_both_modes():
       for line in proc.stdout.splitlines()
       if line.startswith("CartPole-v1")
   }
-  assert set(rows) == {"sync", "async"}
+  assert set(rows) == {"sync", "batched"}
   for mode, row in rows.items():
     envs_, batch = int(row[2]), int(row[3])
     assert envs_ == 8 and batch == (8 if mode == "sync" else 4)

@@ -1,13 +1,13 @@
 """Environments: envpool with ALF's TimeStep semantics, rollouts, data transformers.
 
-DESIGN.md Contract 2. Public API:
+docs/design.md, "Contract 2 — environments". Public API:
 
     env = make(task_id, num_envs, seed, **envpool_kwargs)   # or make_atari(..., train=True)
     ts = env.reset(); ts = env.step(action)                # TimeStep, batched
-    rollout = make_rollout(env, act_fn, unroll_length)
-    state = rollout.init(key); state, traj, stats = rollout.unroll(params, state)
-    rollout = make_xla_rollout(env, act_fn, unroll_length)  # switch: one compiled loop per
-                                                            # unroll; init takes (params, key)
+    env_spec = spec(task_id, atari=False)                  # EnvSpec, no environment made
+    rollout = make_rollout(env, act_fn, unroll_length, backend="host", to_device=False)
+    state = rollout.init(params, key)                      # backend "compiled": one
+    state, traj, stats = rollout.unroll(params, state)     # compiled loop per unroll
     inputs = loss_inputs(traj, gamma)                      # r_t, discount_t, mask: [T, B]
     transformer = make_data_transformer(obs_shape, normalize_observations=True)
 """
@@ -15,11 +15,15 @@ DESIGN.md Contract 2. Public API:
 from offpolicy_ac.envs._envpool_env import ATARI_EVAL_KWARGS
 from offpolicy_ac.envs._envpool_env import ATARI_TRAIN_KWARGS
 from offpolicy_ac.envs._envpool_env import EnvPoolEnv
+from offpolicy_ac.envs._envpool_env import is_atari
 from offpolicy_ac.envs._envpool_env import make
 from offpolicy_ac.envs._envpool_env import make_atari
+from offpolicy_ac.envs._envpool_env import spec
 from offpolicy_ac.envs._rollout import ActFn
+from offpolicy_ac.envs._rollout import Backend
 from offpolicy_ac.envs._rollout import Rollout
 from offpolicy_ac.envs._rollout import RolloutState
+from offpolicy_ac.envs._rollout import default_device
 from offpolicy_ac.envs._rollout import make_rollout
 from offpolicy_ac.envs._timestep import FIRST
 from offpolicy_ac.envs._timestep import LAST
@@ -40,10 +44,8 @@ from offpolicy_ac.envs._transformers import normalize
 from offpolicy_ac.envs._transformers import running_stats_init
 from offpolicy_ac.envs._transformers import running_stats_update
 from offpolicy_ac.envs._transformers import scale_reward
-from offpolicy_ac.envs._xla_rollout import XlaAsyncRolloutState
-from offpolicy_ac.envs._xla_rollout import XlaRollout
+from offpolicy_ac.envs._xla_rollout import XlaBatchedRolloutState
 from offpolicy_ac.envs._xla_rollout import XlaRolloutState
-from offpolicy_ac.envs._xla_rollout import make_xla_rollout
 
 __all__ = [
     "ATARI_EVAL_KWARGS",
@@ -52,18 +54,20 @@ __all__ = [
     "LAST",
     "MID",
     "ActFn",
+    "Backend",
     "clip_reward",
     "DataTransformer",
+    "default_device",
     "EnvPoolEnv",
     "EnvSpec",
     "EpisodeStats",
+    "is_atari",
     "loss_inputs",
     "LossInputs",
     "make",
     "make_atari",
     "make_data_transformer",
     "make_rollout",
-    "make_xla_rollout",
     "normalize",
     "Rollout",
     "RolloutState",
@@ -71,11 +75,11 @@ __all__ = [
     "running_stats_update",
     "RunningStats",
     "scale_reward",
+    "spec",
     "TimeStep",
     "Trajectory",
     "TransformedTrajectory",
     "TransformerState",
-    "XlaAsyncRolloutState",
-    "XlaRollout",
+    "XlaBatchedRolloutState",
     "XlaRolloutState",
 ]

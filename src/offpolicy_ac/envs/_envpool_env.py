@@ -1,9 +1,10 @@
-"""envpool environments with ALF's TimeStep semantics (DESIGN.md, Contract 2).
+"""envpool environments with ALF's TimeStep semantics (docs/design.md, "Contract 2 —
+environments").
 
 Built on envpool's *gymnasium* API: its dm_env API reports a time-limit end as discount 0,
 which would stop bootstrapping at truncations.
 
-What envpool 1.2.5 does (checked empirically, see tests/test_envs_envpool.py and
+What envpool 1.2.5 does (checked empirically, see tests/envs/test_envpool.py and
 docs/envs_notes.md), and what this module turns it into:
 
 * `reset()` returns the reset observations with `info["elapsed_step"] == 0`: FIRST.
@@ -21,8 +22,9 @@ docs/envs_notes.md), and what this module turns it into:
   statistics for Atari follow the game, not the life.
 
 All per-environment state (whether the next step is FIRST, episode statistics, which
-environments have an action in flight) lives in arrays indexed by `env_id`, so asynchronous
-stepping (`batch_size < num_envs`) never mixes environments.
+environments have an action in flight) lives in arrays indexed by `env_id`, so batched
+stepping (`batch_size < num_envs`: each `recv` returns whichever `batch_size` environments
+are ready) never mixes environments.
 """
 
 from __future__ import annotations
@@ -42,7 +44,15 @@ from offpolicy_ac.envs._timestep import EnvSpec
 from offpolicy_ac.envs._timestep import EpisodeStats
 from offpolicy_ac.envs._timestep import TimeStep
 
-__all__ = ["EnvPoolEnv", "make", "make_atari", "ATARI_TRAIN_KWARGS", "ATARI_EVAL_KWARGS"]
+__all__ = [
+    "EnvPoolEnv",
+    "make",
+    "make_atari",
+    "spec",
+    "is_atari",
+    "ATARI_TRAIN_KWARGS",
+    "ATARI_EVAL_KWARGS",
+]
 
 # envpool's standard Atari preprocessing: 84x84 grey, frame stack 4, frame skip 4, up to 30
 # no-op starts, fire on reset, no sticky actions; plus, for training, episodic life and
@@ -115,7 +125,7 @@ class _FastPoolIO:
   more than stepping a batch of CartPoles. Field positions are looked up once; this is
   used only when the pool has the layout checked in `try_make` (single player, one
   array observation, actions `env_id, players.env_id, action`), and
-  tests/test_envs_envpool.py checks it returns exactly what the public API does.
+  tests/envs/test_envpool.py checks it returns exactly what the public API does.
   """
 
   def __init__(self, pool: Any, atari: bool, index: dict[str, int], action_dtype: np.dtype):
@@ -125,11 +135,12 @@ class _FastPoolIO:
     self._action_dtype = action_dtype
 
   @staticmethod
-  def try_make(pool: Any, atari: bool) -> _FastPoolIO | None:
+  def try_make(pool: Any, atari: bool, action_dtype: np.dtype | None) -> _FastPoolIO | None:
+    if action_dtype is None:
+      return None
     try:
       state_keys = list(pool._state_keys)
       action_keys = list(pool._action_keys)
-      action_dtype = np.dtype(pool._spec._action_spec[-1][0])
       single_player = pool.config["max_num_players"] == 1
       callable_ = callable(pool._send) and callable(pool._recv)
     except (AttributeError, KeyError, IndexError, TypeError):
@@ -179,14 +190,18 @@ class EnvPoolEnv:
   """A pool of `num_envs` environments returning batched `TimeStep`s.
 
   Stateful by nature (it owns the simulators). Use `reset()` then `step(action)`, or,
-  asynchronously, `send(action, env_id)` and `recv()`. Actions are validated before
+  with batched stepping, `send(action, env_id)` and `recv()`. Actions are validated before
   anything is sent: wrong shape, wrong dtype kind, out-of-range discrete actions and
   non-finite continuous actions raise `ValueError`; continuous actions are clipped to
   their bounds.
 
   Attributes:
     spec: the `EnvSpec`.
-    num_envs, batch_size, is_async: the pool's layout.
+    num_envs, batch_size, is_batched: the pool's layout.
+    is_atari: Atari-like task: an episode is a whole game (all lives), scored with the
+      unclipped game reward.
+    pool_action_dtype: the dtype envpool itself takes actions in (float64 for MuJoCo,
+      whatever `spec.action_dtype` says); None if envpool does not report it.
   """
 
   def __init__(self, pool: Any, spec: EnvSpec, *, atari: bool, fast_io: bool = True):
@@ -194,11 +209,11 @@ class EnvPoolEnv:
     self.spec = spec
     self.num_envs = spec.num_envs
     self.batch_size = spec.batch_size
-    self.is_async = spec.is_async
-    self._atari = atari  # episodes are whole games, scored with the raw reward
-    self._io = (_FastPoolIO.try_make(pool, atari) if fast_io else None) or _PublicPoolIO(
-        pool, atari
-    )
+    self.is_batched = spec.is_batched
+    self.is_atari = atari
+    self.pool_action_dtype = _pool_action_dtype(pool)
+    fast = _FastPoolIO.try_make(pool, atari, self.pool_action_dtype) if fast_io else None
+    self._io = fast or _PublicPoolIO(pool, atari)
     n = self.num_envs
     self._all_env_ids = np.arange(n, dtype=ENV_ID_DTYPE)
     self._last_env_id: np.ndarray | None = None
@@ -223,7 +238,7 @@ class EnvPoolEnv:
   def reset(self) -> TimeStep:
     """Resets every environment; returns FIRST steps.
 
-    Sync mode: all `num_envs` environments. Async mode: the first `batch_size` of them
+    All `num_envs` environments, or with batched stepping the first `batch_size` of them
     to finish resetting; the others come out of later `recv()` calls, also as FIRST.
     Statistics of unfinished episodes are dropped. Raises RuntimeError if an action is
     still in flight (receive it first).
@@ -258,8 +273,8 @@ class EnvPoolEnv:
   def send(self, action: Any, env_id: Any = None) -> None:
     """Validates `action` [k, *action_shape] and sends it to environments `env_id` [k].
 
-    `env_id` defaults to the environments of the last `recv()`/`reset()` (all of them in
-    sync mode). Raises ValueError for a bad action or env_id, or an env that already has
+    `env_id` defaults to the environments of the last `recv()`/`reset()` (all of them
+    unless stepping is batched). Raises ValueError for a bad action or env_id, or an env that already has
     an action in flight, before anything is sent. Continuous actions are clipped to
     their bounds.
     """
@@ -274,15 +289,20 @@ class EnvPoolEnv:
 
   def recv(self) -> TimeStep:
     """Receives the next `batch_size` steps (whichever environments are ready)."""
-    raw = self._recv_raw()
+    raw = self.recv_raw()
     lo, hi = np.zeros_like(raw.env_id), np.ones_like(raw.env_id)
-    step_type, reward, discount = self._convert_block(
+    step_type, reward, discount = self.convert_block(
         raw.env_id, lo, hi, *(None if x is None else x[None] for x in raw[1:4] + raw[5:])
     )
     return TimeStep(step_type[0], reward[0], discount[0], raw.obs, raw.env_id)
 
-  def _recv_raw(self) -> _RawStep:
-    """envpool's recv and the in-flight bookkeeping, no conversion (see `_convert_block`)."""
+  def recv_raw(self) -> _RawStep:
+    """envpool's recv and the in-flight bookkeeping, no conversion (see `convert_block`).
+
+    For rollouts, which convert a whole unroll at once: returns (obs, reward, terminated,
+    truncated, env_id, game_reward, game_over) as envpool gives them (the last two None
+    unless `is_atari`), observations already in `spec.observation_dtype`.
+    """
     if self._num_in_flight < self.batch_size:
       raise RuntimeError(
           f"recv() would block forever: {self._num_in_flight} environment(s) in flight "
@@ -296,7 +316,7 @@ class EnvPoolEnv:
       raw = raw._replace(obs=raw.obs.astype(self._obs_dtype))
     return raw
 
-  def _convert_block(
+  def convert_block(
       self,
       env_id: np.ndarray,
       lo: np.ndarray,
@@ -313,7 +333,8 @@ class EnvPoolEnv:
     hi[j]` in time order, following on from that environment's previous step; other rows
     are ignored (their outputs are meaningless). One vectorised pass over the block also
     advances the per-environment state (is the next step FIRST, episode statistics).
-    `recv()` calls it with one row, the rollout once per unroll with T rows.
+    `recv()` calls it with one row, the host-loop rollout once per unroll with T rows, on
+    what `recv_raw()` returned.
 
     Args:
       env_id: [B] distinct environment ids.
@@ -340,7 +361,7 @@ class EnvPoolEnv:
     discount = (~terminated).astype(np.float32)  # a reset step is never terminated
 
     # Episode statistics. For Atari an episode is a whole game scored with raw rewards.
-    if self._atari:
+    if self.is_atari:
       assert game_reward is not None and game_over is not None
       score = np.where(first, 0.0, game_reward)
       over = done & (truncated | game_over.astype(bool))
@@ -472,10 +493,20 @@ class EnvPoolEnv:
 # ---------------------------------------------------------------------- factories
 
 
-def _spec_from_pool(task_id: str, pool: Any, num_envs: int, batch_size: int) -> EnvSpec:
+def _pool_action_dtype(pool: Any) -> np.dtype | None:
+  """The dtype envpool takes actions in (its action spec's last entry), or None."""
+  try:
+    return np.dtype(pool.spec.action_array_spec["action"].dtype)
+  except (AttributeError, KeyError, TypeError):
+    return None
+
+
+def _spec_from_spaces(
+    task_id: str, obs_space: Any, act_space: Any, num_envs: int, batch_size: int
+) -> EnvSpec:
+  """The `EnvSpec` of envpool's gymnasium observation and action spaces."""
   import gymnasium
 
-  obs_space, act_space = pool.observation_space, pool.action_space
   if not isinstance(obs_space, gymnasium.spaces.Box):
     raise ValueError(f"{task_id}: only Box observation spaces are supported, got {obs_space}")
   obs_dtype = np.dtype(obs_space.dtype)
@@ -522,36 +553,29 @@ def _check_task_id(task_id: Any) -> Any:
 
 
 def _is_atari(envpool: Any, task_id: str) -> bool:
-  """Atari-like: life-based episodes, a raw reward and a game-over flag in info."""
   spec = envpool.make_spec(task_id)
   keys = set(spec.state_array_spec)
   return "episodic_life" in spec.config._fields and {"info:reward", "info:terminated"} <= keys
 
 
-def make(task_id: str, num_envs: int, seed: int, **envpool_kwargs: Any) -> EnvPoolEnv:
-  """Makes `num_envs` envpool environments with ALF's TimeStep semantics.
+def is_atari(task_id: str) -> bool:
+  """Whether `task_id` is an Atari-like envpool task (what `make_atari` takes).
 
-  Args:
-    task_id: an envpool task id ("CartPole-v1", "Pendulum-v1", "Pong-v5", "Hopper-v4").
-    num_envs: number of environments, >= 1.
-    seed: base seed; envpool seeds environment i with `seed + i`.
-    **envpool_kwargs: passed to `envpool.make_gymnasium`, e.g. `batch_size` (< num_envs
-      for asynchronous stepping), `num_threads`, `max_episode_steps`, Atari options.
-
-  Returns:
-    An `EnvPoolEnv`. Call `reset()` before stepping.
+  Atari-like: envpool's Atari options (episodic life, ...) and, in `info`, the unclipped
+  game reward and a game-over flag, so that episodes can be scored as whole games.
 
   Raises:
-    ValueError: unknown task id, bad num_envs / seed / batch_size, unknown envpool option,
-      or an unsupported observation or action space.
+    ValueError: unknown task id.
   """
-  envpool = _check_task_id(task_id)
+  return _is_atari(_check_task_id(task_id), task_id)
+
+
+def _pool_kwargs(
+    envpool: Any, task_id: str, num_envs: Any, envpool_kwargs: dict[str, Any]
+) -> tuple[int, int, dict[str, Any]]:
+  """Validates `num_envs` and envpool options: (num_envs, batch_size, the other options)."""
   num_envs = _check_positive_int("num_envs", num_envs)
-  if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-    raise ValueError(f"seed must be a non-negative int, got {seed!r}")
-  for key in _RESERVED_KWARGS[:2]:
-    if key in envpool_kwargs:
-      raise ValueError(f"pass {key} as an argument of make(), not in envpool_kwargs")
+  envpool_kwargs = dict(envpool_kwargs)
   if envpool_kwargs.pop("gym_reset_return_info", True) is not True:
     raise ValueError("gym_reset_return_info=False is not supported (env_id comes from info)")
   valid = set(envpool.make_spec(task_id).config._fields) - set(_RESERVED_KWARGS)
@@ -564,6 +588,33 @@ def make(task_id: str, num_envs: int, seed: int, **envpool_kwargs: Any) -> EnvPo
     raise ValueError(f"batch_size ({batch_size}) must be <= num_envs ({num_envs})")
   if "max_episode_steps" in envpool_kwargs:
     _check_positive_int("max_episode_steps", envpool_kwargs["max_episode_steps"])
+  return num_envs, batch_size, envpool_kwargs
+
+
+def make(task_id: str, num_envs: int, seed: int, **envpool_kwargs: Any) -> EnvPoolEnv:
+  """Makes `num_envs` envpool environments with ALF's TimeStep semantics.
+
+  Args:
+    task_id: an envpool task id ("CartPole-v1", "Pendulum-v1", "Pong-v5", "Hopper-v4").
+    num_envs: number of environments, >= 1.
+    seed: base seed; envpool seeds environment i with `seed + i`.
+    **envpool_kwargs: passed to `envpool.make_gymnasium`, e.g. `batch_size` (< num_envs
+      for batched stepping), `num_threads`, `max_episode_steps`, Atari options.
+
+  Returns:
+    An `EnvPoolEnv`. Call `reset()` before stepping.
+
+  Raises:
+    ValueError: unknown task id, bad num_envs / seed / batch_size, unknown envpool option,
+      or an unsupported observation or action space.
+  """
+  envpool = _check_task_id(task_id)
+  if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+    raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+  for key in _RESERVED_KWARGS[:2]:
+    if key in envpool_kwargs:
+      raise ValueError(f"pass {key} as an argument of make(), not in envpool_kwargs")
+  num_envs, batch_size, envpool_kwargs = _pool_kwargs(envpool, task_id, num_envs, envpool_kwargs)
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", UserWarning)  # gymnasium's float64 Box casting notes
     pool = envpool.make_gymnasium(
@@ -574,8 +625,17 @@ def make(task_id: str, num_envs: int, seed: int, **envpool_kwargs: Any) -> EnvPo
         gym_reset_return_info=True,
         **envpool_kwargs,
     )
-    spec = _spec_from_pool(task_id, pool, num_envs, batch_size)
-  return EnvPoolEnv(pool, spec, atari=_is_atari(envpool, task_id))
+    spec_ = _spec_from_spaces(
+        task_id, pool.observation_space, pool.action_space, num_envs, batch_size
+    )
+  return EnvPoolEnv(pool, spec_, atari=_is_atari(envpool, task_id))
+
+
+def _atari_kwargs(envpool: Any, task_id: str, train: bool, envpool_kwargs: dict[str, Any]):
+  """The Atari preset's envpool options with `envpool_kwargs` on top (checks the id)."""
+  if not _is_atari(envpool, task_id):
+    raise ValueError(f"make_atari expects an envpool Atari id such as 'Pong-v5', got {task_id!r}")
+  return {**(ATARI_TRAIN_KWARGS if train else ATARI_EVAL_KWARGS), **envpool_kwargs}
 
 
 def make_atari(
@@ -596,7 +656,42 @@ def make_atari(
     **envpool_kwargs: override any preset option, or add others (batch_size, ...).
   """
   envpool = _check_task_id(task_id)
-  if not _is_atari(envpool, task_id):
-    raise ValueError(f"make_atari expects an envpool Atari id such as 'Pong-v5', got {task_id!r}")
-  preset = ATARI_TRAIN_KWARGS if train else ATARI_EVAL_KWARGS
-  return make(task_id, num_envs, seed, **{**preset, **envpool_kwargs})
+  return make(task_id, num_envs, seed, **_atari_kwargs(envpool, task_id, train, envpool_kwargs))
+
+
+def spec(task_id: str, *, atari: bool = False, num_envs: int = 1, **envpool_kwargs: Any) -> EnvSpec:
+  """The `EnvSpec` of a task, without making any environment (from `envpool.make_spec`).
+
+  Equal to `make(task_id, num_envs, seed, **envpool_kwargs).spec`, or with `atari=True`
+  to `make_atari(...).spec` (the Atari preset's [4, 84, 84] uint8 observations), for any
+  seed. `EnvSpec` also describes a pool's layout: `num_envs` and `batch_size` are the ones
+  given here (defaults: 1, and `batch_size = num_envs`); nothing else depends on them.
+
+  Args:
+    task_id: an envpool task id.
+    atari: apply the Atari preset, as `make_atari` does.
+    num_envs: the `num_envs` the spec reports.
+    **envpool_kwargs: as in `make` / `make_atari` (options that change the spaces, e.g.
+      `img_height`, matter; `batch_size` is reported).
+
+  Raises:
+    ValueError: as `make` / `make_atari` would for these arguments.
+  """
+  envpool = _check_task_id(task_id)
+  if "seed" in envpool_kwargs:
+    raise ValueError("spec() takes no seed: the spec does not depend on it")
+  if atari:
+    envpool_kwargs = _atari_kwargs(envpool, task_id, True, envpool_kwargs)
+  num_envs, batch_size, envpool_kwargs = _pool_kwargs(envpool, task_id, num_envs, envpool_kwargs)
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore", UserWarning)  # gymnasium's float64 Box casting notes
+    pool_spec = envpool.make_spec(
+        task_id, num_envs=num_envs, batch_size=batch_size, **envpool_kwargs
+    )
+    return _spec_from_spaces(
+        task_id,
+        pool_spec.gymnasium_observation_space,
+        pool_spec.gymnasium_action_space,
+        num_envs,
+        batch_size,
+    )

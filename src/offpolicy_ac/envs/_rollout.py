@@ -1,58 +1,48 @@
-"""Host-side rollouts: run a jitted policy on an `EnvPoolEnv` and return time-major unrolls.
+"""Rollouts: run a jitted policy on an `EnvPoolEnv` and return time-major unrolls.
 
-`make_rollout(env, act_fn, unroll_length)` returns `Rollout(init, unroll)`:
+One factory, two backends behind the same interface:
 
-    rollout = make_rollout(env, act_fn, unroll_length=T)
-    state = rollout.init(key)                          # resets the environments
+    rollout = make_rollout(env, act_fn, unroll_length=T, backend="host", to_device=False)
+    state = rollout.init(params, key)                  # resets the environments
     state, traj, stats = rollout.unroll(params, state) # traj: Trajectory [T+1, num_envs, ...]
 
 Indexing (see `_trajectory.py`): `action[t]` is the action taken at step t, so `action[T]` of
 one unroll is the first action of the next one, every field of index T of one unroll equals
 index 0 of the next, and transitions [0, T) of consecutive unrolls tile the stream with no
-step lost or counted twice. Column b of every unroll is environment `env_id == b`, in
-asynchronous mode too.
+step lost or counted twice. Column b of every unroll is environment `env_id == b`, with
+batched stepping (`batch_size < num_envs`) too.
 
-How it runs. Between calls every environment has exactly one action in flight (or parked,
-below): the action at its newest collected step. `unroll` repeats: `recv()` -> one jitted
-call that splits the key and runs `act(params, obs, key)` -> the action and behaviour
-outputs to host (`np.asarray`) -> `send()` (validate, clip, hand to envpool) -> keep the
-step's arrays in a list while the environments step. Nothing else happens per step: envpool
-hands out new arrays on every `recv` and the policy's outputs are immutable, so they are
-kept as they are and placed into `[rows, num_envs, ...]` buffers once, after the loop (one
-copy per field, a scatter keyed by env_id in async mode). FIRST/MID/LAST, reward 0 at FIRST,
-discounts and episode statistics are then computed once per unroll, vectorised over the
-block (`EnvPoolEnv._convert_block`, the same code `recv()` uses). In sync mode that is
-exactly T iterations (T+1 after `init`). In async mode (`batch_size < num_envs`)
-environments progress at different speeds; the ones that get ahead keep stepping, and their
-extra steps are carried in the state as the beginning of the next unroll, keyed by env_id.
-Some environments step faster steadily (on Pong 8 x 4 the lead grew by about a quarter of a
-row per unroll), so an environment more than T rows ahead is parked: its action is held back
-(and sent first by the next unroll) while enough others stay in flight to fill a batch
-(fewer, and `recv` would block forever). The trajectory is copied to the device once per
-unroll.
+The host backend (this module) is a Python loop. Between calls every environment has
+exactly one action in flight (or parked, below): the action at its newest collected step.
+`unroll` repeats: `recv_raw()` -> one jitted call that splits the key and runs
+`act(params, obs, key)` -> the action and behaviour outputs to host -> `send()` (validate,
+clip, hand to envpool) -> keep the step's arrays. After the loop the steps are placed into
+`[rows, num_envs, ...]` buffers (one copy per field, a scatter keyed by env_id when stepping
+is batched), and FIRST/MID/LAST, reward 0 at FIRST, discounts and episode statistics are
+computed once per unroll, vectorised over the block (`EnvPoolEnv.convert_block`, the code
+`recv()` uses). Without batched stepping an unroll is exactly T iterations (T+1 after
+`init`). With batched stepping environments progress at different speeds; the ones that get
+ahead keep stepping, and their extra steps are carried in the state as the beginning of the
+next unroll, keyed by env_id. An environment more than T rows ahead is parked: its action is
+held back (and sent first by the next unroll) while enough others stay in flight to fill a
+batch (fewer, and `recv` would block forever), which bounds the rows carried over.
+
+The compiled backend (`_xla_rollout.py`) runs the same loop inside one XLA computation per
+unroll, through envpool's XLA interface. It gives the same trajectories, but takes only
+int32/float32 actions (MuJoCo tasks take float64), reports an invalid action only after the
+unroll, and runs the policy on the first CPU device. The host backend takes any action
+dtype, rejects a bad action before it is stepped, and runs the policy wherever JAX puts it.
 
 The policy's action is stored as returned by `act` (continuous actions before clipping: the
 environment receives them clipped to bounds), so behaviour log-probabilities in `extras`
 match the stored action.
 
-Speed (docs/envs_notes.md): on a small CPU the per-step cost of a tiny jitted policy is
-mostly JAX handing the computation to a worker thread; starting the process with
-`jax.config.update("jax_cpu_enable_async_dispatch", False)` (before any JAX work; a
-process-wide setting this library does not touch) runs it inline and is several times
-faster per call.
+State is explicit but the environments are not: a state may be used once. The host loop
+rejects a stale state (one already consumed by `unroll`, or from before `init`).
 
-Why a host loop by default, and not envpool's XLA interface (`env.xla()` in a compiled
-loop): the segfault reported for threading the handle through `lax.scan` / `fori_loop` did
-not reproduce on jax 0.10.2 / envpool 1.2.5 CPU in any variant probed
-(docs/envs_notes.md), and `make_xla_rollout` (`_xla_rollout.py`) is that fully jitted
-rollout, sync and async, behind its own switch as issue 3 asks (faster: see the README).
-The host loop stays the default because it sends the float64 actions MuJoCo tasks take
-without enabling x64, rejects a bad action before it is stepped (the compiled loop can only
-report it after the unroll), and runs the policy wherever JAX puts it (envpool's custom
-calls are CPU code, so the compiled loop keeps the policy on the CPU).
-
-State is explicit (`RolloutState`) but the environments are not: a state may be used once.
-Passing a stale state (one already consumed by `unroll`, or from before `init`) raises.
+On a small CPU the host loop's per-step policy call is several times cheaper with
+`jax.config.update("jax_cpu_enable_async_dispatch", False)` at process start (a
+process-wide setting this library does not touch; docs/envs_notes.md).
 """
 
 from __future__ import annotations
@@ -61,6 +51,7 @@ from collections.abc import Callable
 from collections.abc import Sequence
 import itertools
 from typing import Any
+from typing import Literal
 from typing import NamedTuple
 
 import jax
@@ -71,32 +62,36 @@ from offpolicy_ac.envs._timestep import ENV_ID_DTYPE
 from offpolicy_ac.envs._timestep import EpisodeStats
 from offpolicy_ac.envs._trajectory import Trajectory
 
-__all__ = ["ActFn", "RolloutState", "Rollout", "make_rollout"]
+__all__ = ["ActFn", "Backend", "Rollout", "RolloutState", "default_device", "make_rollout"]
 
 ActFn = Callable[[Any, jax.Array, jax.Array], tuple[jax.Array, Any]]
 """`act(params, obs [B, *obs_shape], key) -> (action [B, *action_shape], extras)`, extras a
 pytree of [B, ...] arrays (behaviour-policy outputs)."""
 
+Backend = Literal["host", "compiled"]
+"""`make_rollout`'s backends: the Python recv/act/send loop, or one compiled loop per
+unroll through envpool's XLA interface."""
+
 _generation = itertools.count(1)
 
-# Async: an environment is parked once it has this many rows per step of the unroll beyond
-# the unroll's T+1 (the carried steps and their age stay bounded). Tests set 0.
+# Batched stepping: an environment is parked once it has this many rows per step of the
+# unroll beyond the unroll's T+1 (the carried steps and their age stay bounded). Tests set 0.
 _MAX_LEAD_ROWS_PER_STEP = 1
 
 
 class RolloutState(NamedTuple):
-  """What carries over between unrolls (NumPy arrays on the host, and the key).
+  """What carries over between unrolls of the host backend (NumPy arrays, and the key).
 
   Attributes:
     key: PRNG key for the next policy call.
     pending: Trajectory of [P, num_envs, ...]: steps already collected for the next
       unroll; row 0 of column b is the shared boundary step of env b (index T of the
-      previous unroll), later rows exist only in async mode for environments that got
-      ahead. Empty (P = 0) right after `init`.
+      previous unroll), later rows exist only with batched stepping, for environments
+      that got ahead. Empty (P = 0) right after `init`.
     num_pending: [num_envs] int, how many rows of `pending` are valid per environment.
       The action of the newest one is in flight, or parked.
     generation: identifies the live state; a stale one is rejected.
-    parked: async mode: (env_id [p], action [p, ...]) of environments whose newest
+    parked: batched stepping: (env_id [p], action [p, ...]) of environments whose newest
       action was held back because they were too far ahead; the next unroll sends them
       first. None when nothing is parked.
   """
@@ -109,16 +104,85 @@ class RolloutState(NamedTuple):
 
 
 class Rollout(NamedTuple):
-  """`init(key) -> state`; `unroll(params, state) -> (state, Trajectory, EpisodeStats)`.
+  """A rollout of either backend (from `make_rollout`).
 
-  `unroll` returns the trajectory `[T+1, num_envs, ...]` as device arrays and the episodes
-  finished while it ran (returns are raw game scores for the Atari preset).
+  Attributes:
+    init: `init(params, key) -> state`: resets the environments. The compiled backend
+      takes the first action inside `init` (so every unroll is one loop of exactly T
+      steps), with these parameters; the host backend ignores them.
+    unroll: `unroll(params, state) -> (state, Trajectory, EpisodeStats)`: the trajectory
+      `[T+1, num_envs, ...]` (NumPy, or JAX arrays on the default device with
+      `to_device`) and the episodes finished while it ran (returns are raw game scores
+      for the Atari preset). The state type depends on the backend (`RolloutState`,
+      `XlaRolloutState`, `XlaBatchedRolloutState`).
+    env: the `EnvPoolEnv` it steps (closed by its owner, not by the rollout).
+    unroll_length: T.
+    backend: "host" or "compiled".
   """
 
-  init: Callable[[jax.Array], RolloutState]
-  unroll: Callable[[Any, RolloutState], tuple[RolloutState, Trajectory, EpisodeStats]]
+  init: Callable[[Any, jax.Array], Any]
+  unroll: Callable[[Any, Any], tuple[Any, Trajectory, EpisodeStats]]
   env: EnvPoolEnv
   unroll_length: int
+  backend: str
+
+
+def default_device() -> jax.Device:
+  """The device uncommitted JAX arrays go to (`jax_default_device`, else the first local
+  device of the default backend): where `to_device=True` puts trajectories."""
+  device = jax.config.jax_default_device
+  if device is None:
+    return jax.local_devices()[0]
+  if isinstance(device, str):
+    return jax.local_devices(backend=device)[0]
+  return device
+
+
+def make_rollout(
+    env: EnvPoolEnv,
+    act_fn: ActFn,
+    unroll_length: int,
+    *,
+    backend: Backend = "host",
+    to_device: bool = False,
+) -> Rollout:
+  """Makes a rollout of `unroll_length` steps of `env` with the policy `act_fn`.
+
+  Args:
+    env: an `EnvPoolEnv`, with or without batched stepping.
+    act_fn: `act(params, obs, key) -> (action, extras)`, jittable; it is jitted here
+      together with the key split (jitting an already jitted function costs nothing).
+      `obs` is [batch_size, *obs_shape] in the env's dtype; `extras` is a pytree of
+      [batch_size, ...] arrays (behaviour-policy outputs), stored with the trajectory.
+    unroll_length: T >= 1; trajectories have T+1 steps.
+    backend: "host", the Python recv/act/send loop; or "compiled", one compiled loop per
+      unroll through envpool's XLA interface (int32/float32 actions only; it runs on this
+      process's first CPU device, policy included, whatever the default device is).
+    to_device: trajectories as JAX arrays on `default_device()` (one transfer per
+      unroll; none when that is the CPU the compiled loop ran on); False keeps NumPy
+      arrays (e.g. for a host-side replay buffer; for the compiled backend a view of its
+      CPU buffer, no copy).
+
+  Raises:
+    ValueError: bad arguments, or a task the compiled backend cannot step (float64
+      actions).
+  """
+  if backend == "host":
+    init, unroll = _host_rollout(env, act_fn, unroll_length)
+    put = jax.device_put  # NumPy to the default device
+  elif backend == "compiled":
+    from offpolicy_ac.envs import _xla_rollout  # it builds on this module
+
+    init, unroll = _xla_rollout.compiled_rollout(env, act_fn, unroll_length)
+    put = lambda traj: jax.device_put(traj, default_device())  # noqa: E731
+  else:
+    raise ValueError(f"backend must be 'host' or 'compiled', got {backend!r}")
+
+  def unroll_to(params: Any, state: Any) -> tuple[Any, Trajectory, EpisodeStats]:
+    state, traj, stats = unroll(params, state)
+    return state, put(traj) if to_device else jax.tree.map(np.asarray, traj), stats
+
+  return Rollout(init, unroll_to, env, int(unroll_length), backend)
 
 
 def _check_batch_leaf(name: str, leaf: np.ndarray, batch: int) -> None:
@@ -157,7 +221,8 @@ def _place_steps(
   n = lo.shape[0]
   k = env_id.shape[0]
   start = int(lo[0]) * n
-  # Sync batches in env_id order fill rows [lo, lo + K / n) of every column: one copy.
+  # Whole batches in env_id order (no batched stepping) fill rows [lo, lo + K / n) of
+  # every column: one copy.
   contiguous = (
       k % n == 0
       and (lo == lo[0]).all()
@@ -212,7 +277,7 @@ def _split_unroll(
 def furthest_ahead(
     env_id: np.ndarray, count: np.ndarray, threshold: int, budget: int
 ) -> np.ndarray:
-  """Async parking: positions in the batch `env_id` of the environments to hold back,
+  """Parking (batched stepping): positions in the batch `env_id` of the environments to hold back,
   those with at least `threshold` rows (`count` [num_envs]), furthest ahead first, at
   most `budget` of them (the rest must be sent to keep a batch in flight)."""
   ahead = np.flatnonzero(count[env_id] >= threshold)
@@ -222,8 +287,8 @@ def furthest_ahead(
 
 
 class ParkedActions:
-  """Async parking within one unroll: the actions held back (see `furthest_ahead`),
-  shared by the host loop and the jitted rollout's host side."""
+  """Parking within one unroll (batched stepping): the actions held back (see
+  `furthest_ahead`), shared by the host loop and the compiled loop's host side."""
 
   def __init__(self) -> None:
     self._ids: list[np.ndarray] = []
@@ -256,7 +321,7 @@ class ParkedActions:
 
 
 def check_rollout_args(env: Any, act_fn: Any, unroll_length: Any) -> int:
-  """Validates the arguments shared by both rollouts; returns T as an int."""
+  """Validates the arguments shared by both backends; returns T as an int."""
   if not isinstance(env, EnvPoolEnv):
     raise ValueError(f"env must be an EnvPoolEnv (from envs.make), got {type(env).__name__}")
   if not callable(act_fn):
@@ -268,28 +333,16 @@ def check_rollout_args(env: Any, act_fn: Any, unroll_length: Any) -> int:
   return int(unroll_length)
 
 
-def make_rollout(
-    env: EnvPoolEnv, act_fn: ActFn, unroll_length: int, *, to_device: bool = True
-) -> Rollout:
-  """Makes a host-loop rollout of `unroll_length` steps.
-
-  Args:
-    env: an `EnvPoolEnv` (sync or async).
-    act_fn: `act(params, obs, key) -> (action, extras)`, jittable; it is jitted here
-      together with the key split (jitting an already jitted function costs nothing).
-      `obs` is [batch_size, *obs_shape] in the env's dtype.
-    unroll_length: T >= 1; trajectories have T+1 steps.
-    to_device: return the trajectory as JAX arrays (one transfer per unroll); False
-      keeps NumPy arrays (e.g. for a host-side replay buffer).
-
-  Raises:
-    ValueError: bad arguments.
-  """
+def _host_rollout(env: EnvPoolEnv, act_fn: ActFn, unroll_length: int) -> tuple[
+    Callable[[Any, jax.Array], RolloutState],
+    Callable[[Any, RolloutState], tuple[RolloutState, Trajectory, EpisodeStats]],
+]:
+  """The host backend of `make_rollout`: (init, unroll), NumPy trajectories."""
   T = check_rollout_args(env, act_fn, unroll_length)
   spec = env.spec
   n, b = spec.num_envs, spec.batch_size
-  sync = not spec.is_async
-  atari = env._atari
+  batched = spec.is_batched
+  atari = env.is_atari
   all_ids = np.arange(n, dtype=ENV_ID_DTYPE)
   max_lead = int(_MAX_LEAD_ROWS_PER_STEP * T)
   live = {"generation": 0}
@@ -303,7 +356,8 @@ def make_rollout(
     extras_def[:] = [treedef]
     return key, action, tuple(leaves)
 
-  def init(key: jax.Array) -> RolloutState:
+  def init(params: Any, key: jax.Array) -> RolloutState:
+    del params  # the first action is taken by the first unroll
     env.async_reset()
     live["generation"] = next(_generation)
     return RolloutState(key, None, np.zeros((n,), np.int64), live["generation"])
@@ -320,7 +374,7 @@ def make_rollout(
   def park(
       env_id: np.ndarray, action: np.ndarray, count: np.ndarray, parked: ParkedActions
   ) -> None:
-    """Async: sends the batch's actions, except those of environments more than
+    """Sends the batch's actions, except those of environments more than
     `max_lead` rows ahead of the unroll's T+1, which are parked (sent by the next unroll)
     as long as the environments left in flight still fill a batch. Environments that
     happen to step faster (on Pong some do, steadily) would otherwise collect ever more
@@ -353,14 +407,14 @@ def make_rollout(
     # new arrays on every recv, and the policy's outputs are immutable) and placed into
     # the [rows, num_envs, ...] buffers once, after the loop.
     steps: list[tuple[np.ndarray, ...]] = []  # (env_id, observation, raw..., action, *extras)
-    remaining = T + 1 - int(lo[0])  # sync: steps still to collect
-    count = lo.copy()  # async: steps collected per environment
+    remaining = T + 1 - int(lo[0])  # not batched: steps still to collect
+    count = lo.copy()  # batched: steps collected per environment
     checked = False
     parked = ParkedActions()
     if state.parked is not None:
       env.send(state.parked[1], state.parked[0])
-    while (remaining > 0) if sync else (count.min() < T + 1):
-      raw = env._recv_raw()
+    while (count.min() < T + 1) if batched else (remaining > 0):
+      raw = env.recv_raw()
       key, action, extras = policy_step(params, raw.obs, key)
       action = np.asarray(action)
       extras = [np.asarray(x) for x in extras]
@@ -368,12 +422,12 @@ def make_rollout(
         check_outputs(action, extras, pending)
         checked = True
       # Hand the actions to envpool first; keep the step while the environments step.
-      if sync:
-        env.send(action)  # validates and clips; env_id = the batch just received
-        remaining -= 1
-      else:
+      if batched:
         count[raw.env_id] += 1
         park(raw.env_id, action, count, parked)
+      else:
+        env.send(action)  # validates and clips; env_id = the batch just received
+        remaining -= 1
       if atari:
         game = (raw.game_reward, raw.game_over)
         steps.append((raw.env_id, *raw[:4], *game, action, *extras))
@@ -394,7 +448,7 @@ def make_rollout(
       raw_fields += [None, None]
 
     # Convert the new rows [lo, count) of every column in one vectorised pass.
-    converted = env._convert_block(all_ids, lo, count, *raw_fields)
+    converted = env.convert_block(all_ids, lo, count, *raw_fields)
     rows = np.arange(observation.shape[0])[:, None]
     new_rows = (rows >= lo) & (rows < count)
     done_bufs = []
@@ -410,7 +464,6 @@ def make_rollout(
         [*done_bufs, observation, *action_and_extras], extras_def[0], count, T
     )
     new_state = RolloutState(key, pending, count - T, live["generation"], parked.state())
-    traj = jax.device_put(traj_np) if to_device else traj_np
-    return new_state, traj, env.pop_episode_stats()
+    return new_state, traj_np, env.pop_episode_stats()
 
-  return Rollout(init=init, unroll=unroll, env=env, unroll_length=T)
+  return init, unroll

@@ -1,6 +1,6 @@
 """TimeStep, EnvSpec and EpisodeStats: the data types of the environment layer.
 
-ALF's TimeStep semantics (DESIGN.md, Contract 2):
+ALF's TimeStep semantics (docs/design.md, "Contract 2 — environments"):
 
 | step_type | discount | meaning                                                          |
 |-----------|----------|------------------------------------------------------------------|
@@ -38,7 +38,8 @@ class TimeStep(NamedTuple):
       LAST step keeps discount 1: its value is still bootstrapped).
     observation: [B, *observation_shape], the observation at this step (the true final
       observation at LAST).
-    env_id: [B] int32, which environment each row belongs to (in sync mode, arange(B)).
+    env_id: [B] int32, which environment each row belongs to (arange(B) unless stepping
+      is batched).
   """
 
   step_type: Any
@@ -64,8 +65,9 @@ class EnvSpec(NamedTuple):
     action_dtype: dtype name actions are given in: "int32" (discrete) or "float32".
     action_low: lower bounds, flattened, one per action dimension; None if discrete.
     action_high: upper bounds, flattened; None if discrete.
-    num_envs: number of environments in the pool.
-    batch_size: environments returned per `recv` (== num_envs in sync mode).
+    num_envs: number of environments in the pool (a fact of the pool, not the task).
+    batch_size: environments returned per `recv` (== num_envs unless stepping is
+      batched).
   """
 
   task_id: str
@@ -81,8 +83,9 @@ class EnvSpec(NamedTuple):
   batch_size: int
 
   @property
-  def is_async(self) -> bool:
-    """True when `batch_size < num_envs` (send/recv stepping)."""
+  def is_batched(self) -> bool:
+    """True when `batch_size < num_envs`: batched stepping, each `recv` returns whichever
+    `batch_size` environments are ready (send/recv stepping)."""
     return self.batch_size < self.num_envs
 
 

@@ -14,7 +14,7 @@ Transition t (t in [0, T)) goes from step t to step t+1: source `o_t, a_t, x_t`,
 `r_t := reward[t+1]`, `discount_t := discount[t+1]`, destination `o_{t+1}` (and `a_{t+1}`,
 `x_{t+1}` for Q-style targets). It is a real transition iff `step_type[t] != LAST`: the
 transition leaving a LAST step lands on the next episode's FIRST step (reward 0) and is
-masked out (`mask=False` of DESIGN.md Contract 1).
+masked out (`mask=False` of docs/design.md, "Contract 1 — losses").
 
 Consecutive unrolls share their boundary: index T of one unroll *is* index 0 of the next,
 every field included (`action[T]` is the action actually taken next, chosen by the policy

@@ -1,30 +1,29 @@
-"""Fully jitted rollouts through envpool's XLA interface (`env.xla()` in a compiled loop).
+"""The compiled backend of `make_rollout`: envpool's XLA interface in one compiled loop.
 
-The switch next to the host loop of `_rollout.py`: same `Trajectory` and indexing, same
-TimeStep semantics, same `(init, unroll)` interface, but the steps run inside one compiled
-loop in which envpool's recv/send are XLA custom calls, so there is no Python per step.
+Same `Trajectory` and indexing, same TimeStep semantics and the same `(init, unroll)`
+interface as the host loop of `_rollout.py`, but the steps run inside one compiled loop per
+unroll in which envpool's recv/send are XLA custom calls: no Python per step.
 
-    rollout = make_xla_rollout(env, act_fn, unroll_length=T)
-    state = rollout.init(params, key)
-    state, traj, stats = rollout.unroll(params, state)   # traj [T+1, num_envs, ...] on device
+Without batched stepping (`batch_size == num_envs`): one `lax.scan` of exactly T steps per
+unroll; row 0 (the shared boundary step, whose action is in flight) is carried in the
+state, which is why `init` takes `params`: it receives the reset step and takes its action.
 
-Sync environments (`batch_size == num_envs`): one `lax.scan` of exactly T steps per unroll,
-the trajectory is built on the device. Asynchronous environments (`batch_size < num_envs`):
-each recv returns whichever `batch_size` environments are ready, so how many steps an unroll
-takes is data-dependent. One `lax.while_loop` steps until every environment has its T+1
-rows, writing the step at row count[env_id] of column env_id into device ring buffers
-[R, n, ...] (R > T+1: room for environments that get ahead, grown by doubling, i.e. a
-recompile, when one would overflow). Row r lives at (offset + r) % R; the trajectory is
-gathered from rows [0, T], and advancing the offset by T carries rows [T, count) into the
-next unroll, as `make_rollout` does, without moving them.
-Per-environment TimeStep and episode state is gathered and scattered by env_id inside the
-loop. An environment more than T rows ahead is parked as in the host loop: the compiled
-loop stops before sending a batch that holds one, the host holds its action back and sends
-the others through envpool's Python API (the same pool), and the next unroll sends it first.
+With batched stepping (`batch_size < num_envs`) each recv returns whichever `batch_size`
+environments are ready, so how many steps an unroll takes is data-dependent. One
+`lax.while_loop` steps until every environment has its T+1 rows, writing the step at row
+count[env_id] of column env_id into ring buffers [R, n, ...] (R > T+1: room for
+environments that get ahead, grown by doubling, i.e. a recompile, when one would overflow).
+Row r lives at (offset + r) % R; the trajectory is gathered from rows [0, T], and advancing
+the offset by T carries rows [T, count) into the next unroll without moving them. Per-env
+TimeStep and episode state is gathered and scattered by env_id inside the loop. An
+environment more than T rows ahead is parked as in the host loop: the compiled loop stops
+before sending a batch that holds one, the host holds its action back and sends the others
+through envpool's Python API (the same pool), and the next unroll sends it first. `init`
+only shapes the column buffers.
 
-Limits (each raises ValueError in `make_xla_rollout`):
-  * actions must have the dtype envpool wants: int32 (discrete) or float32 (Pendulum, ...);
-    MuJoCo tasks want float64 actions, which JAX only has with `jax_enable_x64`.
+Limits: actions must have the dtype envpool takes, int32 (discrete) or float32 (Pendulum,
+...); MuJoCo tasks take float64 actions, which JAX only has with `jax_enable_x64`, and are
+refused with a ValueError when the rollout is made.
 Placement: envpool's custom calls are CPU code, so the whole loop, policy included, runs on
 this process's first CPU device whatever the default device is: `params` and `key` are
 copied there (a no-op when they are there already) and the trajectory is returned there.
@@ -32,16 +31,7 @@ Action checks: dtype and shape at trace time, i.e. before any step; continuous a
 clipped in the graph; an out-of-range discrete action cannot raise inside the compiled loop,
 so it is clipped for envpool and reported by a ValueError after the unroll (the stored
 trajectory keeps the policy's action).
-
-`init` needs `params`: for sync environments it receives the reset step and takes its action
-inside one jitted call, so that every unroll is one scan of exactly T steps (row 0 is
-carried in the state); for async ones it only shapes the column buffers.
 While this rollout owns an `EnvPoolEnv`, do not step it through its host methods.
-
-Investigation (docs/envs_notes.md): on jax 0.10.2 / envpool 1.2.5 CPU, threading the handle
-through `lax.scan` and `fori_loop` worked in every variant tried (carried handle, closed-over
-handle, send/recv split, async recv/send, Atari, 1e4-step loops, repeated calls, a stale
-handle, `xla()` called twice); no segfault reproduced.
 """
 
 from __future__ import annotations
@@ -67,13 +57,13 @@ from offpolicy_ac.envs._timestep import MID
 from offpolicy_ac.envs._timestep import EpisodeStats
 from offpolicy_ac.envs._trajectory import Trajectory
 
-__all__ = ["XlaAsyncRolloutState", "XlaRollout", "XlaRolloutState", "make_xla_rollout"]
+__all__ = ["XlaBatchedRolloutState", "XlaRolloutState", "compiled_rollout"]
 
 
-# Async: room in the column buffers, beyond T+1 rows, for environments that get ahead: this
-# many rows per step of the unroll (growing recompiles the loop, so start with plenty).
-# Tests set 0 to exercise the growth path.
-_ASYNC_EXTRA_ROWS_PER_STEP = 1
+# Batched stepping: room in the column buffers, beyond T+1 rows, for environments that get
+# ahead: this many rows per step of the unroll (growing recompiles the loop, so start with
+# plenty). Tests set 0 to exercise the growth path.
+_BATCHED_EXTRA_ROWS_PER_STEP = 1
 
 
 class _EnvCarry(NamedTuple):
@@ -86,7 +76,8 @@ class _EnvCarry(NamedTuple):
 
 
 class XlaRolloutState(NamedTuple):
-  """Carried between unrolls (device arrays).
+  """Carried between unrolls of the compiled backend without batched stepping (arrays on
+  the first CPU device).
 
   Attributes:
     handle: envpool's XLA handle.
@@ -102,14 +93,14 @@ class XlaRolloutState(NamedTuple):
   env_carry: _EnvCarry
 
 
-class XlaAsyncRolloutState(NamedTuple):
-  """Carried between unrolls of asynchronous environments.
+class XlaBatchedRolloutState(NamedTuple):
+  """Carried between unrolls of the compiled backend with batched stepping.
 
   Attributes:
     handle: envpool's XLA handle.
     key: PRNG key for the next policy call.
-    env_carry: per-environment TimeStep and episode-statistics state (device).
-    pending: Trajectory of [R, num_envs, ...] device ring buffers, R > T+1; rows [0,
+    env_carry: per-environment TimeStep and episode-statistics state.
+    pending: Trajectory of [R, num_envs, ...] ring buffers (JAX arrays), R > T+1; rows [0,
       num_pending[e]) of column e, stored at (pending_offset + row) % R, are the steps
       already collected for the next unroll (as `RolloutState.pending`), later rows are
       room. Donated to the next unroll: a state can be unrolled once.
@@ -128,40 +119,35 @@ class XlaAsyncRolloutState(NamedTuple):
   parked: tuple[np.ndarray, np.ndarray] | None = None
 
 
-class XlaRollout(NamedTuple):
-  """`init(params, key) -> state`;
-  `unroll(params, state) -> (state, Trajectory, EpisodeStats)`."""
-
-  init: Callable[[Any, jax.Array], Any]
-  unroll: Callable[[Any, Any], tuple[Any, Trajectory, EpisodeStats]]
-  env: EnvPoolEnv
-  unroll_length: int
+_Init = Callable[[Any, jax.Array], Any]
+_Unroll = Callable[[Any, Any], tuple[Any, Trajectory, EpisodeStats]]
 
 
-def make_xla_rollout(env: EnvPoolEnv, act_fn: ActFn, unroll_length: int) -> XlaRollout:
-  """Makes a fully jitted rollout of `unroll_length` steps.
-
-  Args:
-    env: an `EnvPoolEnv`, sync or async, whose actions are int32 or float32 (see the
-      module docstring).
-    act_fn: `act(params, obs, key) -> (action, extras)`, jittable.
-    unroll_length: T >= 1.
+def compiled_rollout(env: EnvPoolEnv, act_fn: ActFn, unroll_length: int) -> tuple[_Init, _Unroll]:
+  """The compiled backend of `make_rollout`: (init, unroll), trajectories as JAX arrays on
+  the first CPU device.
 
   Raises:
-    ValueError: bad arguments or an unsupported environment.
+    ValueError: bad arguments, or an environment whose actions are neither int32 nor
+      float32 (see the module docstring).
   """
   T = check_rollout_args(env, act_fn, unroll_length)
   spec = env.spec
   pool = env.pool
-  pool_action_dtype = np.dtype(pool._spec._action_spec[-1][0])
+  pool_action_dtype = env.pool_action_dtype
+  if pool_action_dtype is None:
+    raise ValueError(
+        f"{spec.task_id}: envpool does not report the dtype of its actions, which the "
+        "compiled backend needs; use backend='host'"
+    )
   if pool_action_dtype == np.float64 and not jax.config.jax_enable_x64:
     raise ValueError(
         f"{spec.task_id} takes float64 actions, which envpool's XLA interface can only "
-        "receive with jax_enable_x64; use make_rollout"
+        "receive with jax_enable_x64; use backend='host'"
     )
   n, b = spec.num_envs, spec.batch_size
   cpu = jax.local_devices(backend="cpu")[0]
-  atari = env._atari
+  atari = env.is_atari
   obs_dtype = jnp.dtype(spec.observation_dtype)
   handle0, xla_recv, xla_send, _ = pool.xla()
   if spec.is_discrete:
@@ -251,8 +237,8 @@ def make_xla_rollout(env: EnvPoolEnv, act_fn: ActFn, unroll_length: int) -> XlaR
         jnp.zeros((n,), jnp.int32),
     )
 
-  if spec.is_async:
-    return _async_rollout(
+  if spec.is_batched:
+    return _batched_rollout(
         env, T, one_step, xla_send, initial_carry, handle0, bad_action_message, cpu
     )
 
@@ -293,7 +279,7 @@ def make_xla_rollout(env: EnvPoolEnv, act_fn: ActFn, unroll_length: int) -> XlaR
     state, traj, (over, ret, length, in_order), bad = unroll_core(params, state)
     over, ret, length, in_order, bad = jax.device_get((over, ret, length, in_order, bad))
     if not in_order.all():
-      raise RuntimeError("envpool returned sync steps out of env_id order")
+      raise RuntimeError("envpool returned a whole batch out of env_id order")
     if bad:
       raise ValueError(bad_action_message)
     r, c = np.nonzero(over)
@@ -302,10 +288,10 @@ def make_xla_rollout(env: EnvPoolEnv, act_fn: ActFn, unroll_length: int) -> XlaR
     )
     return state, traj, stats
 
-  return XlaRollout(init=init, unroll=unroll, env=env, unroll_length=T)
+  return init, unroll
 
 
-def _async_rollout(
+def _batched_rollout(
     env: EnvPoolEnv,
     T: int,
     one_step: Callable,
@@ -314,12 +300,12 @@ def _async_rollout(
     handle0: np.ndarray,
     bad_action_message: str,
     cpu: jax.Device,
-) -> XlaRollout:
-  """The asynchronous variant of `make_xla_rollout` (see the module docstring)."""
+) -> tuple[_Init, _Unroll]:
+  """`compiled_rollout` with batched stepping (see the module docstring)."""
   n, b = env.spec.num_envs, env.spec.batch_size
   # Rows of the column buffers beyond T+1: room for environments that get ahead. When one
   # would overflow, the compiled loop stops, the host doubles the room and goes on.
-  slack = {"rows": int(_ASYNC_EXTRA_ROWS_PER_STEP * T)}
+  slack = {"rows": int(_BATCHED_EXTRA_ROWS_PER_STEP * T)}
   # Environments more than max_lead rows beyond T+1 are parked, as in the host loop.
   max_lead = int(_rollout._MAX_LEAD_ROWS_PER_STEP * T)
 
@@ -402,17 +388,17 @@ def _async_rollout(
     """Sends through envpool's Python API (the same pool the custom calls step)."""
     env.pool.send(np.array(action), np.array(env_id, np.int32))
 
-  def init(params: Any, key: jax.Array) -> XlaAsyncRolloutState:
+  def init(params: Any, key: jax.Array) -> XlaBatchedRolloutState:
     env.async_reset()
     params, handle, key, carry = jax.device_put((params, handle0, key, initial_carry()), cpu)
     buf = empty_columns(params, (handle, key, carry), T + 1 + slack["rows"])
-    return XlaAsyncRolloutState(handle, key, carry, buf, np.zeros((n,), np.int64))
+    return XlaBatchedRolloutState(handle, key, carry, buf, np.zeros((n,), np.int64))
 
   def unroll(
-      params: Any, state: XlaAsyncRolloutState
-  ) -> tuple[XlaAsyncRolloutState, Trajectory, EpisodeStats]:
-    if not isinstance(state, XlaAsyncRolloutState):
-      raise ValueError(f"unroll expects an XlaAsyncRolloutState, got {type(state).__name__}")
+      params: Any, state: XlaBatchedRolloutState
+  ) -> tuple[XlaBatchedRolloutState, Trajectory, EpisodeStats]:
+    if not isinstance(state, XlaBatchedRolloutState):
+      raise ValueError(f"unroll expects an XlaBatchedRolloutState, got {type(state).__name__}")
     params = jax.device_put(params, cpu)
     handle, key, carry, buf = state.handle, state.key, state.env_carry, state.pending
     count, offset, bad, finished = state.num_pending, state.pending_offset, False, []
@@ -452,7 +438,7 @@ def _async_rollout(
       raise ValueError(bad_action_message)
     traj = unroll_rows(buf, offset)
     offset = (offset + T) % buf.step_type.shape[0]
-    new_state = XlaAsyncRolloutState(handle, key, carry, buf, count - T, offset, parked.state())
+    new_state = XlaBatchedRolloutState(handle, key, carry, buf, count - T, offset, parked.state())
     return new_state, traj, EpisodeStats.concatenate(finished)
 
-  return XlaRollout(init=init, unroll=unroll, env=env, unroll_length=T)
+  return init, unroll

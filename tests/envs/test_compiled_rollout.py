@@ -1,8 +1,9 @@
-"""The fully jitted rollout (envpool's XLA interface in `lax.scan`), behind its switch.
+"""The compiled backend of `make_rollout` (envpool's XLA interface in one compiled loop)
+against the host backend, and the interface both share.
 
-Everything that runs envpool's XLA custom calls runs in a subprocess, so that a crash of
-the custom call (the segfault reported for some jax/envpool builds) fails this test with
-its signal instead of killing the test worker.
+The longer runs of envpool's XLA custom calls run in a subprocess, so that a crash of the
+custom call (reported for some jax/envpool builds) fails the test with its signal instead
+of killing the test worker.
 """
 
 import os
@@ -14,8 +15,10 @@ import textwrap
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
-from rollout_checks import assert_async_columns
+from rollout_checks import assert_batched_columns
+from rollout_checks import deterministic_act
 
 from offpolicy_ac import envs
 
@@ -53,12 +56,15 @@ SCRIPT = textwrap.dedent("""
         action = (params * (obs[:, 2] + 0.5 * obs[:, 3]) > 0).astype(jnp.int32)
         return action, {"s": obs[:, 2] * 10.0, "pair": (obs[:, :2], action + 1)}
 
+    def compiled(env, act, T):
+        return envs.make_rollout(env, act, T, backend="compiled")
+
     # 1. CartPole: identical to the host loop, unroll by unroll (terminations, truncations).
     T = 6
-    xr = envs.make_xla_rollout(envs.make("CartPole-v1", 3, 4, max_episode_steps=12), det_act, T)
+    xr = compiled(envs.make("CartPole-v1", 3, 4, max_episode_steps=12), det_act, T)
     hr = envs.make_rollout(envs.make("CartPole-v1", 3, 4, max_episode_steps=12), det_act, T)
     p = jnp.float32(-1.0)
-    xs, hs = xr.init(p, jax.random.PRNGKey(0)), hr.init(jax.random.PRNGKey(0))
+    xs, hs = xr.init(p, jax.random.PRNGKey(0)), hr.init(p, jax.random.PRNGKey(0))
     saw_last = False
     prev = None
     for _ in range(5):
@@ -74,9 +80,9 @@ SCRIPT = textwrap.dedent("""
     # 2. Pendulum (float32 continuous): clipped for the env, stored as produced.
     def cont(params, obs, key):
         return jnp.full((obs.shape[0], 1), 5.0), {"mean": jnp.zeros((obs.shape[0], 1))}
-    xr = envs.make_xla_rollout(envs.make("Pendulum-v1", 2, 3), cont, 4)
+    xr = compiled(envs.make("Pendulum-v1", 2, 3), cont, 4)
     hr = envs.make_rollout(envs.make("Pendulum-v1", 2, 3), cont, 4)
-    xs, hs = xr.init(None, jax.random.PRNGKey(0)), hr.init(jax.random.PRNGKey(0))
+    xs, hs = xr.init(None, jax.random.PRNGKey(0)), hr.init(None, jax.random.PRNGKey(0))
     same(xr.unroll(None, xs)[1:], hr.unroll(None, hs)[1:])
 
     # 3. Atari preset with a random policy: shapes; same seed twice gives the same data.
@@ -85,7 +91,7 @@ SCRIPT = textwrap.dedent("""
         return jax.random.categorical(key, logits).astype(jnp.int32), {"logits": logits}
     outs = []
     for _ in range(2):
-        xr = envs.make_xla_rollout(envs.make_atari("Pong-v5", 2, 0), rand, 3)
+        xr = compiled(envs.make_atari("Pong-v5", 2, 0), rand, 3)
         xs = xr.init(None, jax.random.PRNGKey(1))
         xs, xt, _ = xr.unroll(None, xs)
         assert xt.observation.shape == (4, 2, 4, 84, 84) and xt.observation.dtype == jnp.uint8
@@ -95,7 +101,7 @@ SCRIPT = textwrap.dedent("""
     # 4. An out-of-range discrete action is reported (after the compiled unroll).
     def bad(params, obs, key):
         return jnp.full((obs.shape[0],), 7, jnp.int32), {}
-    xr = envs.make_xla_rollout(envs.make("CartPole-v1", 2, 0), bad, 3)
+    xr = compiled(envs.make("CartPole-v1", 2, 0), bad, 3)
     try:
         xr.init(None, jax.random.PRNGKey(0))
     except ValueError as e:
@@ -106,16 +112,16 @@ SCRIPT = textwrap.dedent("""
     """)
 
 
-def test_xla_rollout_matches_host_rollout_in_subprocess():
+def test_compiled_rollout_matches_host_rollout_in_subprocess():
   run_script(SCRIPT, "XLA-OK")
 
 
-ASYNC_SCRIPT = textwrap.dedent("""
+BATCHED_SCRIPT = textwrap.dedent("""
     import pickle, sys
     import jax, jax.numpy as jnp, numpy as np
     jax.config.update("jax_numpy_rank_promotion", "raise")
     sys.path.insert(0, sys.argv[2])
-    from rollout_checks import random_act, run_async_unrolls
+    from rollout_checks import random_act, run_batched_unrolls
     from offpolicy_ac import envs
     from offpolicy_ac.envs import _rollout as rollout_module
     from offpolicy_ac.envs import _xla_rollout as xla_module
@@ -126,31 +132,33 @@ ASYNC_SCRIPT = textwrap.dedent("""
     for num_envs, batch_size, T, slack, lead in cases:
         # slack 0: the column buffers start with T+1 rows, so they must grow.
         # lead 0: environments with their T+1 rows are parked while a batch stays in flight.
-        xla_module._ASYNC_EXTRA_ROWS_PER_STEP = slack
+        xla_module._BATCHED_EXTRA_ROWS_PER_STEP = slack
         rollout_module._MAX_LEAD_ROWS_PER_STEP = lead
         env = envs.make("CartPole-v1", num_envs, 2, batch_size=batch_size, max_episode_steps=10)
-        rollout = envs.make_xla_rollout(env, random_act, T)
+        rollout = envs.make_rollout(env, random_act, T, backend="compiled")
         state = rollout.init(jnp.float32(0), jax.random.PRNGKey(3))
+        assert isinstance(state, envs.XlaBatchedRolloutState)
         rows0 = state.pending.step_type.shape[0]
-        trajs, stats, state, ahead, parked = run_async_unrolls(
+        trajs, stats, state, ahead, parked = run_batched_unrolls(
             rollout, state, jnp.float32(0), 6 if T > 1 else 30, lead == 0
         )
         assert isinstance(state.pending.step_type, jax.Array)
         state, traj, _ = rollout.unroll(jnp.float32(0), state)
-        assert isinstance(traj, envs.Trajectory) and isinstance(traj.step_type, jax.Array)
+        assert isinstance(traj, envs.Trajectory) and isinstance(traj.step_type, np.ndarray)
         if slack == 0:
             assert rows0 == T + 1 < state.pending.step_type.shape[0], "the growth path ran"
         if lead == 0:
             assert parked >= 3, "the parking path ran"
         out[(num_envs, batch_size, T, slack, lead)] = (trajs, stats, state.num_pending, ahead)
-    xla_module._ASYNC_EXTRA_ROWS_PER_STEP = 1
+    xla_module._BATCHED_EXTRA_ROWS_PER_STEP = 1
     rollout_module._MAX_LEAD_ROWS_PER_STEP = 1
 
-    # Atari preset, async: shapes and dtypes.
+    # Atari preset, batched stepping: shapes and dtypes.
     def rand(params, obs, key):
         logits = jnp.zeros((obs.shape[0], 6))
         return jax.random.categorical(key, logits).astype(jnp.int32), {"logits": logits}
-    rollout = envs.make_xla_rollout(envs.make_atari("Pong-v5", 4, 0, batch_size=2), rand, 3)
+    env = envs.make_atari("Pong-v5", 4, 0, batch_size=2)
+    rollout = envs.make_rollout(env, rand, 3, backend="compiled")
     state = rollout.init(None, jax.random.PRNGKey(1))
     state, traj, _ = rollout.unroll(None, state)
     assert traj.observation.shape == (4, 4, 4, 84, 84) and traj.observation.dtype == jnp.uint8
@@ -160,7 +168,8 @@ ASYNC_SCRIPT = textwrap.dedent("""
     # An out-of-range action is reported after the unroll.
     def bad(params, obs, key):
         return jnp.full((obs.shape[0],), 7, jnp.int32), {}
-    rollout = envs.make_xla_rollout(envs.make("CartPole-v1", 4, 0, batch_size=2), bad, 3)
+    env = envs.make("CartPole-v1", 4, 0, batch_size=2)
+    rollout = envs.make_rollout(env, bad, 3, backend="compiled")
     try:
         rollout.unroll(None, rollout.init(None, jax.random.PRNGKey(0)))
     except ValueError as e:
@@ -169,37 +178,89 @@ ASYNC_SCRIPT = textwrap.dedent("""
         raise AssertionError("no error for out-of-range actions")
     with open(sys.argv[1], "wb") as f:
         pickle.dump(out, f)
-    print("XLA-ASYNC-OK")
+    print("XLA-BATCHED-OK")
     """)
 
 
-def test_xla_async_rollout_columns_are_environments_in_subprocess(tmp_path):
-  # The checks of the host loop's async test (test_envs_rollout.py), on the compiled loop.
+def test_compiled_batched_rollout_columns_are_environments_in_subprocess(tmp_path):
+  # The checks of the host loop's batched-stepping test (test_rollout.py), on the compiled
+  # backend.
   result = tmp_path / "unrolls.pkl"
-  run_script(ASYNC_SCRIPT, "XLA-ASYNC-OK", str(result), str(pathlib.Path(__file__).parents[1]))
+  run_script(BATCHED_SCRIPT, "XLA-BATCHED-OK", str(result), str(pathlib.Path(__file__).parents[1]))
   with open(result, "rb") as f:
     out = pickle.load(f)
   for (num_envs, batch_size, T, _, lead), (trajs, stats, num_pending, ahead) in out.items():
     if num_envs % batch_size and lead:
       assert ahead >= 1  # the carry-over path ran
-    assert_async_columns(trajs, stats, num_pending, num_envs, T)
+    assert_batched_columns(trajs, stats, num_pending, num_envs, T)
 
 
-def test_xla_rollout_rejects_unsupported_setups_before_stepping():
+def test_compiled_rollout_rejects_unsupported_setups_before_stepping():
   def act(params, obs, key):
     return jnp.zeros((obs.shape[0],), jnp.int32), {}
 
-  with pytest.raises(ValueError, match="float64 actions"):
-    envs.make_xla_rollout(envs.make("Hopper-v4", 2, 0), act, 3)
   with pytest.raises(ValueError, match="unroll_length"):
-    envs.make_xla_rollout(envs.make("CartPole-v1", 2, 0), act, 0)
+    envs.make_rollout(envs.make("CartPole-v1", 2, 0), act, 0, backend="compiled")
+  with pytest.raises(ValueError, match="backend must be 'host' or 'compiled'"):
+    envs.make_rollout(envs.make("CartPole-v1", 2, 0), act, 3, backend="xla")
 
   def float_action(params, obs, key):
     return jnp.zeros((obs.shape[0],)), {}
 
-  rollout = envs.make_xla_rollout(envs.make("CartPole-v1", 2, 0), float_action, 3)
+  env = envs.make("CartPole-v1", 2, 0)
+  rollout = envs.make_rollout(env, float_action, 3, backend="compiled")
   with pytest.raises(ValueError, match="integer dtype"):  # at trace time: before any step
     rollout.init(None, jax.random.PRNGKey(0))
+
+
+def test_float64_action_tasks_are_refused_by_the_compiled_backend_only():
+  def act(params, obs, key):
+    return jnp.zeros((obs.shape[0], 3)), {}
+
+  env = envs.make("Hopper-v4", 2, 0)
+  with pytest.raises(ValueError, match="float64 actions.*jax_enable_x64"):
+    envs.make_rollout(env, act, 3, backend="compiled")
+  envs.make_rollout(env, act, 3, backend="host")  # the host loop takes them
+  env.close()
+
+
+@pytest.mark.parametrize("batch_size", [4, 2], ids=["whole", "batched"])
+@pytest.mark.parametrize("to_device", [False, True])
+def test_both_backends_share_one_interface(batch_size, to_device):
+  params = jnp.float32(1.0)
+
+  def make(backend):
+    env = envs.make("CartPole-v1", 4, 3, batch_size=batch_size, max_episode_steps=7)
+    return envs.make_rollout(env, deterministic_act, 5, backend=backend, to_device=to_device)
+
+  compiled, host = make("compiled"), make("host")
+  assert (compiled.backend, host.backend) == ("compiled", "host")
+  assert compiled.unroll_length == host.unroll_length == 5
+  cs = compiled.init(params, jax.random.PRNGKey(0))
+  hs = host.init(params, jax.random.PRNGKey(0))
+  for _ in range(3):
+    cs, ctraj, cstats = compiled.unroll(params, cs)
+    hs, htraj, hstats = host.unroll(params, hs)
+    assert isinstance(ctraj, envs.Trajectory) and isinstance(htraj, envs.Trajectory)
+    assert ctraj.observation.shape == htraj.observation.shape == (6, 4, 4)
+    for leaf in jax.tree.leaves((ctraj, htraj)):
+      if to_device:
+        assert isinstance(leaf, jax.Array) and leaf.devices() == {envs.default_device()}
+      else:
+        assert isinstance(leaf, np.ndarray)
+    if batch_size == 4:  # whole batches: the same steps as the host loop
+      for x, y in zip(jax.tree.leaves((ctraj, cstats)), jax.tree.leaves((htraj, hstats))):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-6)
+  for rollout in (compiled, host):  # init resets: not while actions are in flight
+    with pytest.raises(RuntimeError, match="still stepping"):
+      rollout.init(params, jax.random.PRNGKey(1))
+    rollout.env.close()
+
+
+def test_default_device_follows_the_jax_setting():
+  assert envs.default_device() == jax.local_devices()[0]
+  with jax.default_device(jax.local_devices(backend="cpu")[0]):
+    assert envs.default_device() == jax.local_devices(backend="cpu")[0]
 
 
 PLACEMENT_SCRIPT = textwrap.dedent("""
@@ -207,7 +268,8 @@ PLACEMENT_SCRIPT = textwrap.dedent("""
     from offpolicy_ac import envs
 
     # The learner's device is not the first CPU device (as a GPU would not be): the
-    # compiled loop still runs on the first CPU device, with the parameters copied there.
+    # compiled loop still runs on the first CPU device, with the parameters copied there,
+    # and `to_device` moves the trajectories to the default device.
     other = jax.devices()[1]
     jax.config.update("jax_default_device", other)
     first_cpu = jax.local_devices(backend="cpu")[0]
@@ -218,25 +280,29 @@ PLACEMENT_SCRIPT = textwrap.dedent("""
         return action, {"v": params["w"] * obs[:, 0]}
 
     params = jax.device_put({"w": jnp.float32(1.0)}, other)
-    for batch_size in (4, 2):  # sync, async
+    assert envs.default_device() == other
+    for batch_size in (4, 2):  # whole batches, batched stepping
         env = envs.make("CartPole-v1", 4, 0, batch_size=batch_size, max_episode_steps=9)
         host = envs.make_rollout(envs.make("CartPole-v1", 4, 0, batch_size=batch_size,
                                            max_episode_steps=9), act, 5)
-        rollout = envs.make_xla_rollout(env, act, 5)
+        rollout = envs.make_rollout(env, act, 5, backend="compiled", to_device=True)
         state = rollout.init(params, jax.device_put(jax.random.PRNGKey(0), other))
-        hstate = host.init(jax.random.PRNGKey(0))
+        hstate = host.init(params, jax.random.PRNGKey(0))
         for _ in range(3):
             state, traj, _ = rollout.unroll(params, state)
             hstate, htraj, _ = host.unroll(params, hstate)
+            for leaf in jax.tree.leaves(state):
+                if isinstance(leaf, jax.Array):
+                    assert leaf.devices() == {first_cpu}, leaf.devices()
             for leaf in jax.tree.leaves(traj):
-                assert leaf.devices() == {first_cpu}, leaf.devices()
-            if batch_size == 4:  # sync: identical to the host loop
+                assert leaf.devices() == {other}, leaf.devices()
+            if batch_size == 4:  # whole batches: identical to the host loop
                 for x, y in zip(jax.tree.leaves(traj), jax.tree.leaves(htraj)):
                     np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-6)
     print("XLA-PLACEMENT-OK")
     """)
 
 
-def test_xla_rollout_runs_on_the_cpu_when_the_default_device_is_another():
+def test_compiled_rollout_runs_on_the_cpu_when_the_default_device_is_another():
   env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
   run_script(PLACEMENT_SCRIPT, "XLA-PLACEMENT-OK", env=env)
