@@ -8,7 +8,6 @@ process (`python tests/training/test_parallel.py OUT_DIR CASE` with XLA_FLAGS as
 localhost.
 """
 
-import dataclasses
 import json
 import os
 import pathlib
@@ -25,11 +24,11 @@ import pytest
 
 from offpolicy_ac import agents
 from offpolicy_ac import envs
-from offpolicy_ac.training import TrainConfig
 from offpolicy_ac.training import RunLogger
-from offpolicy_ac.training.learner import Learner
+from offpolicy_ac.training import TrainConfig
 from offpolicy_ac.training import parallel
 from offpolicy_ac.training import train
+from offpolicy_ac.training.learner import Learner
 from offpolicy_ac.training.parallel import DataParallel
 from offpolicy_ac.training.parallel import check_distributed_args
 
@@ -136,9 +135,7 @@ def _run_case(case, agent_name, overrides, device_counts, out_dir):
     report[tag] = {
         "mesh_devices": int(dp.num_devices),
         "batch_devices": sorted(batch_devices),
-        "not_replicated": (
-            _replication_report(state, n) + _replication_report(metrics_seq[-1], n)
-        ),
+        "not_replicated": (_replication_report(state, n) + _replication_report(metrics_seq[-1], n)),
         "num_updates": int(learner.num_updates(state)[0]),
         "metrics_present": [m is not None for m in metrics_seq],
     }

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from scripts import load_script
 
-from offpolicy_ac.training import read_metrics
 from offpolicy_ac.training import TrainConfig
+from offpolicy_ac.training import read_metrics
 
 WALL_CLOCK = ("wall_time_s", "env_steps_per_s")
 

@@ -1,7 +1,7 @@
 """The training run's settings, grouped by concern, and every rule between them.
 
     config = TrainConfig(env=EnvConfig(env_id="Pong-v5", atari=True),
-                         actors=ActorsConfig(actors="async", num_actors=4))
+                         acting=ActorsConfig(actors="async", num_actors=4))
     config.validate()          # every cross-field rule, before anything compiles
 
 Each group is a frozen dataclass; the experiment scripts parse them with flat flags
@@ -185,7 +185,7 @@ class TrainConfig:
   transform: TransformConfig = TransformConfig()
   budget: BudgetConfig = BudgetConfig()
   replay: ReplayConfig = ReplayConfig()
-  actors: ActorsConfig = ActorsConfig()
+  acting: ActorsConfig = ActorsConfig()
   parallel: ParallelConfig = ParallelConfig()
   eval: EvalConfig = EvalConfig()
   checkpoint: CheckpointConfig = CheckpointConfig()
@@ -231,7 +231,7 @@ class TrainConfig:
 
   @property
   def uses_actor_threads(self) -> bool:
-    return self.actors.actors != "inline"
+    return self.acting.actors != "inline"
 
   @property
   def seeds(self) -> list[int]:
@@ -249,7 +249,7 @@ class TrainConfig:
 
   def validate(self) -> None:
     """Raises ValueError naming the field for any bad value or combination."""
-    env, budget, replay, actors = self.env, self.budget, self.replay, self.actors
+    env, budget, replay, actors = self.env, self.budget, self.replay, self.acting
     parallel, evaluation, ckpt = self.parallel, self.eval, self.checkpoint
     _positive_ints(env, "num_envs", "unroll_length")
     _positive_ints(budget, "total_env_steps", "log_every", "num_seeds")

@@ -69,8 +69,6 @@ def git_revision() -> str:
     return "unknown"
 
 
-
-
 def write_config(run_dir: pathlib.Path, config: Any, extra: dict | None = None) -> dict:
   """Writes config.json: the full config, git revision, package versions."""
   record = {

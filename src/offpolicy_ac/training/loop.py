@@ -217,7 +217,7 @@ def train(agent_factory: Callable[[Any], Agent], config: TrainConfig,
   replay_fill = 0 if state.replay is None else int(np.ravel(dp.local(state.replay.size))[0])
   acting, versions = learner.acting(state), learner.num_updates(state)
   columns = config.env.num_envs * (
-      config.actors.num_actors if config.actors.actors == "pools" else 1
+      config.acting.num_actors if config.acting.actors == "pools" else 1
   )
   warm = learner.warm_up(state, learner.batch([_example(learner, acting[0], columns)] * len(seeds)))
   run = _Run(learner, config, seeds, dp.process_index, rollout_factory, checkpointer)

@@ -121,7 +121,7 @@ class _ThreadSource:
     self._steps = config.steps_per_unroll
     self.actors = Actors(
         rollouts, keys, acting, version=version,
-        queue_size=config.actors.actor_queue_size or self.num_actors, gated=gated,
+        queue_size=config.acting.actor_queue_size or self.num_actors, gated=gated,
     )  # fmt: skip
 
   def _next(self, stats: list, timeout: float):
@@ -146,7 +146,7 @@ class AsyncSource(_ThreadSource):
       self.actors.publish(acting, version)
       self._published = version
     stats, steps, dropped = [], 0, 0
-    lag_limit = self.config.actors.max_policy_lag
+    lag_limit = self.config.acting.max_policy_lag
     while True:
       item = self._next(stats, 0.05)
       if item is None:
@@ -172,7 +172,7 @@ class PoolsSource(_ThreadSource):
   def __init__(self, rollouts, keys, acting, version, config):
     del version
     super().__init__(rollouts, keys, acting, 0, config, gated=True)
-    self.min_pools = config.actors.min_pools or self.num_actors
+    self.min_pools = config.acting.min_pools or self.num_actors
     self._round = None
 
   def collect(self, acting: Any, version: int, should_stop: Callable) -> Collected:
@@ -199,7 +199,7 @@ class PoolsSource(_ThreadSource):
         continue
       fresh.append(item)
       if deadline is None and len(fresh) >= self.min_pools:
-        deadline = time.monotonic() + self.config.actors.grace_period_s
+        deadline = time.monotonic() + self.config.acting.grace_period_s
     fresh.sort(key=lambda it: it.actor_id)
     traj = jax.tree.map(lambda *xs: np.concatenate(xs, axis=1), *[it.traj for it in fresh])
     return Collected(traj, stats, steps, late, 0.0)
@@ -220,7 +220,7 @@ def make_source(act: Callable, config: TrainConfig, *, seed: int, segment: int, 
       raise
   rollouts, keys = [], []
   try:
-    for i in range(config.actors.num_actors):
+    for i in range(config.acting.num_actors):
       pool_seed = actor_seed(base, i, segment)
       rollouts.append(rollout_factory(act, config, pool_seed, False))
       keys.append(jax.random.fold_in(jax.random.PRNGKey(pool_seed), segment))
@@ -228,5 +228,5 @@ def make_source(act: Callable, config: TrainConfig, *, seed: int, segment: int, 
     for r in rollouts:
       r.env.close()
     raise
-  cls = AsyncSource if config.actors.actors == "async" else PoolsSource
+  cls = AsyncSource if config.acting.actors == "async" else PoolsSource
   return cls(rollouts, keys, acting, version, config)
