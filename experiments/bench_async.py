@@ -18,14 +18,14 @@ each measuring in turn:
                   pool), `1 x K*N` (one pool with as many envs as the async run), and
                   `K x N` (K pools stepped in K threads: the async run's layout, the base
                   of the async/raw ratio);
-  sync:           `train` with async_actors=0 (one pool of N envs, unroll then update);
-  sync_pools:     `train` with actor_pools=K (K pools in K threads, same parameters, one
+  sync:           `train` with --actors inline (one pool of N envs, unroll then update);
+  sync_pools:     `train` with --actors pools (K pools in K threads, same parameters, one
                   update on their concatenation per iteration);
-  async:          `train` with async_actors=K (K actor threads, K pools of N envs, an update
+  async:          `train` with --actors async (K actor threads, K pools of N envs, an update
                   per trajectory, dropped if more than max_policy_lag updates old);
   async_nolearn:  the same with a no-op update (the learner always keeps up): the ceiling
                   of the asynchronous machinery itself.
-  *_xla:          the same loops with `--xla-rollout`: every unroll is one compiled loop
+  *_xla:          the same loops with `--rollout compiled`: every unroll is one compiled loop
                   (envpool's XLA interface), so an actor thread holds the GIL only
                   between unrolls instead of at every step.
 
@@ -153,7 +153,7 @@ class Task:
   num_envs: int
   unroll_length: int
   total_env_steps: int
-  loop: Any  # LoopConfig of the sync run
+  loop: Any  # TrainConfig of the sync run
   agent: Any  # ImpalaConfig
 
 
@@ -165,8 +165,7 @@ def _task(task: str, args: Args, presets: dict) -> Task:
   n = args.pong_envs if atari else args.cartpole_envs
   t = args.pong_unroll if atari else args.cartpole_unroll
   steps = args.pong_steps if atari else args.cartpole_steps
-  loop = dataclasses.replace(
-      preset.loop,
+  loop = preset.train.replace(
       env_id=task,
       atari=atari,
       seed=args.seed,
@@ -189,14 +188,14 @@ def _task(task: str, args: Args, presets: dict) -> Task:
 
 def _loop_for(task: Task, mode: str, args: Args):
   k = args.actors
-  loop = dataclasses.replace(task.loop, xla_rollout="xla" in mode)
+  loop = task.loop.replace(rollout="compiled" if "xla" in mode else "host")
   if mode in ("sync", "sync_xla"):
     return loop
   if mode == "sync_pools":
-    return dataclasses.replace(loop, actor_pools=k)
-  return dataclasses.replace(
-      loop,
-      async_actors=k,
+    return loop.replace(actors="pools", num_actors=k)
+  return loop.replace(
+      actors="async",
+      num_actors=k,
       max_policy_lag=args.max_policy_lag,
       actor_queue_size=args.actor_queue_size,
   )
@@ -233,7 +232,7 @@ def raw_rate(task: Task, pools: int, envs_per_pool: int, seconds: float, seed: i
   """Env steps/s of `pools` envpool pools of `envs_per_pool` envs (built as the loop builds
   them), each stepped in its own thread with envpool's gymnasium `step` and pre-drawn
   random actions."""
-  from offpolicy_ac.training.loop import make_env
+  from offpolicy_ac.training.sources import make_env
 
   random_actions = _load_script("bench_envs")._random_actions  # the same raw baseline
   envs_ = [make_env(task.loop, envs_per_pool, seed + 1009 * i) for i in range(pools)]
@@ -308,7 +307,7 @@ def probe(task: Task, agents: _Agents, args: Args, modes) -> dict:
   """One actor's unroll and one learner update, each timed alone (and compiled first, so
   the training runs find the update compiled)."""
   from offpolicy_ac import envs
-  from offpolicy_ac.training.loop import make_env
+  from offpolicy_ac.training.sources import make_env
 
   env = make_env(task.loop, task.num_envs, args.seed)
   try:
@@ -375,7 +374,7 @@ def train_rate(task: Task, mode: str, agents: _Agents, args: Args) -> dict:
   nolearn = mode.endswith("nolearn")
   recorder = _Recorder()
   t0 = time.perf_counter()
-  result = train(lambda spec: agents.get(task, spec, nolearn), config, recorder)
+  [result] = train(lambda spec: agents.get(task, spec, nolearn), config, [recorder])
   total_wall = time.perf_counter() - t0
   lines = recorder.lines
   if len(lines) < 2:
@@ -544,7 +543,7 @@ def _report(task: Task, runs: dict, probes: list, args: Args) -> tuple[str, dict
           "unroll_length": task.unroll_length,
           "total_env_steps": task.total_env_steps,
           "network": net,
-          "loop": dataclasses.asdict(task.loop),
+          "train": dataclasses.asdict(task.loop),
           "agent": dataclasses.asdict(task.agent),
       },
       "medians": med,

@@ -200,3 +200,32 @@ def test_exit_process_flushes_runs_atexit_handlers_and_keeps_the_exit_code(tmp_p
   assert proc.returncode == 3
   assert proc.stdout == "buffered out" and "buffered err" in proc.stderr
   assert marker.read_text() == "ran"
+
+
+def test_normalized_observations_stop_and_resume_exactly(tmp_path):
+  # The observation statistics are learner state: checkpointed, restored, and what the
+  # policy acts with, so a resumed run repeats the straight one exactly.
+  flags = ("--normalize-observations", "--reward-clip", "-0.5", "0.5")
+  _run("impala", tmp_path / "straight", 7680, *flags)
+  _run("impala", tmp_path / "run", 5120, *flags)
+  _run("impala", tmp_path / "run", 7680, "--resume", *flags)
+  straight = _metrics(tmp_path / "straight")
+  assert _metrics(tmp_path / "run") == straight
+  assert straight[:2] != _metrics_without(tmp_path)  # the transformers change the run
+  assert (tmp_path / "run" / "final_transform.msgpack").exists()
+
+
+def _metrics_without(tmp_path):
+  _run("impala", tmp_path / "plain", 2560)
+  return _metrics(tmp_path / "plain")
+
+
+def test_a_run_of_the_previous_format_is_refused_on_resume(tmp_path, straight_run):
+  run_dir = tmp_path / "run"
+  shutil.copytree(straight_run, run_dir)
+  config = json.loads((run_dir / "config.json").read_text())
+  config["config"]["loop"] = config["config"].pop("train")  # offpolicy_ac 0.1's layout
+  (run_dir / "config.json").write_text(json.dumps(config))
+  proc = _run("impala", run_dir, 10240, "--resume", check=False)
+  assert proc.returncode != 0
+  assert "written by offpolicy_ac 0.1" in proc.stderr and "format 2" in proc.stderr

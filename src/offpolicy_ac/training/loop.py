@@ -28,10 +28,8 @@ from typing import Any
 from typing import Callable
 from typing import Optional
 from typing import Sequence
-import warnings
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from offpolicy_ac import envs
@@ -45,6 +43,8 @@ from offpolicy_ac.training.learner import LearnerState
 from offpolicy_ac.training.learner import example_trajectory
 from offpolicy_ac.training.logger import RunLogger
 from offpolicy_ac.training.parallel import DataParallel
+from offpolicy_ac.training.resume import mark_cut
+from offpolicy_ac.training.resume import restore
 from offpolicy_ac.training.sources import RolloutFactory
 from offpolicy_ac.training.sources import make_env
 from offpolicy_ac.training.sources import make_source
@@ -72,52 +72,41 @@ class NonFiniteError(FloatingPointError):
   """A loss or gradient became NaN or infinite."""
 
 
-def mark_cut(traj: envs.Trajectory) -> envs.Trajectory:
-  """Records the end of an unroll as a time-limit truncation: LAST, discount 1.
-
-  A step that already is a termination (LAST, discount 0) stays one. Works on device
-  (JAX) and host (NumPy) trajectories.
-  """
-  last_is_termination = (traj.step_type[-1] == envs.LAST) & (traj.discount[-1] == 0)
-  if isinstance(traj.step_type, np.ndarray):
-    step_type, discount = traj.step_type.copy(), traj.discount.copy()
-    step_type[-1] = envs.LAST
-    discount[-1] = np.where(last_is_termination, 0.0, 1.0)
-    return traj._replace(step_type=step_type, discount=discount)
-  return traj._replace(
-      step_type=traj.step_type.at[-1].set(envs.LAST),
-      discount=traj.discount.at[-1].set(jnp.where(last_is_termination, 0.0, 1.0)),
-  )
-
-
-def restore(checkpointer: Any, template: LearnerState, num_seeds: int) -> Optional[tuple]:
-  """(learner state, schedule, accumulators) of the newest readable checkpoint, or None,
-  with a warning, when there is none (the run starts over)."""
-  if checkpointer is None:
-    raise ValueError("resume needs checkpoints (checkpoint_every > 0)")
-  where = str(checkpointer.directory)
-  restored = checkpointer.restore_latest(
-      {"learner": template}, check_record=lambda r: records.from_record(r, num_seeds, where)
-  )
-  if restored is None:
-    warnings.warn(
-        f"no readable checkpoint in {where}: the run starts again from the beginning",
-        RuntimeWarning,
-    )
-    return None
-  _, arrays, record = restored
-  state = jax.tree.map(jnp.asarray, arrays["learner"])
-  return (LearnerState(*state), *records.from_record(record, num_seeds, where))
-
-
 class _Run:
-  """The driver's per-run context: sources and evaluation pools per seed, and saving."""
+  """The driver's per-run context: sources and evaluation pools per seed, the loggers and
+  the clock, and saving."""
 
   def __init__(self, learner: Learner, config: TrainConfig, seeds: Sequence[int],
-               process: int, rollout_factory: RolloutFactory, checkpointer: Any):  # fmt: skip
+               process: int, rollout_factory: RolloutFactory, checkpointer: Any,
+               loggers: Sequence[RunLogger]):  # fmt: skip
     self.learner, self.config, self.seeds, self.process = learner, config, seeds, process
-    self.rollout_factory, self.checkpointer = rollout_factory, checkpointer
+    self.rollout_factory, self.checkpointer, self.loggers = rollout_factory, checkpointer, loggers
     self.sources, self.evals = [], []
+    self.wall_offset, self.last_log = 0.0, (0.0, 0)
+
+  def start_clock(self, schedule: records.Schedule) -> None:
+    """Wall-clock time goes on from the schedule's (a resumed run's) time."""
+    self.wall_offset = schedule.wall_time_s - seconds_since_launch()
+    self.last_log = (seconds_since_launch(), schedule.env_steps)
+
+  def wall_time(self) -> float:
+    return self.wall_offset + seconds_since_launch()
+
+  def log(self, accs: list, schedule: records.Schedule, versions: np.ndarray,
+          acting: Optional[list], final: bool = False) -> None:  # fmt: skip
+    """One metrics line per seed; with `acting`, each seed's greedy policy is evaluated
+    (which decides whether it reached the target return)."""
+    config, now = self.config, seconds_since_launch()
+    rate = (schedule.env_steps - self.last_log[1]) / max(now - self.last_log[0], 1e-9)
+    for k, (acc, logger) in enumerate(zip(accs, self.loggers)):
+      line = acc.flush(schedule.env_steps, self.wall_offset + now, rate, int(versions[k]))
+      if acting is not None:
+        line.update(_evaluate(self.evals[k], self.learner, acting[k], config))
+        acc.last_eval = line["eval_return"]
+        target = config.eval.target_return
+        acc.reached = target is not None and acc.last_eval >= target
+      logger.log({**line, "final": True} if final else line)
+    self.last_log = (seconds_since_launch(), schedule.env_steps)
 
   def open(self, segment: int, acting: list, version: int) -> None:
     config, learner = self.config, self.learner
@@ -142,9 +131,9 @@ class _Run:
       env.close()
     self.sources, self.evals = [], []
 
-  def save(self, state: LearnerState, schedule: records.Schedule, accs: list, wall: float):
+  def save(self, state: LearnerState, schedule: records.Schedule, accs: list) -> None:
     if self.checkpointer is not None:
-      schedule.wall_time_s = wall
+      schedule.wall_time_s = self.wall_time()
       self.checkpointer.save(
           schedule.env_steps,
           {"learner": self.learner.dp.local(state)},
@@ -213,16 +202,15 @@ def train(agent_factory: Callable[[Any], Agent], config: TrainConfig,
       state, schedule, accs = dp.replicate(restored[0]), restored[1], restored[2]
       for logger in loggers:
         logger.truncate(schedule.log_lines)
-  wall_offset = schedule.wall_time_s - seconds_since_launch()
   replay_fill = 0 if state.replay is None else int(np.ravel(dp.local(state.replay.size))[0])
   acting, versions = learner.acting(state), learner.num_updates(state)
   columns = config.env.num_envs * (
       config.acting.num_actors if config.acting.actors == "pools" else 1
   )
   warm = learner.warm_up(state, learner.batch([_example(learner, acting[0], columns)] * len(seeds)))
-  run = _Run(learner, config, seeds, dp.process_index, rollout_factory, checkpointer)
+  run = _Run(learner, config, seeds, dp.process_index, rollout_factory, checkpointer, loggers)
+  run.start_clock(schedule)
   run.open(schedule.segment, acting, int(versions[0]))
-  last_log = (seconds_since_launch(), schedule.env_steps)
   interrupted, reached = False, [a.reached for a in accs]
 
   def agree(local_steps: int, stop: bool) -> tuple[int, bool]:
@@ -247,7 +235,7 @@ def train(agent_factory: Callable[[Any], Agent], config: TrainConfig,
         acc.discarded += g.discarded
       if stop:
         schedule.segment += 1
-        run.save(state, schedule, accs, wall_offset + seconds_since_launch())
+        run.save(state, schedule, accs)
         interrupted = True
         break
       end = schedule.env_steps >= config.budget.total_env_steps
@@ -272,39 +260,23 @@ def train(agent_factory: Callable[[Any], Agent], config: TrainConfig,
 
       logged = schedule.log_due()
       if logged:
-        evaluating = schedule.eval_due()
-        now = seconds_since_launch()
-        rate = (schedule.env_steps - last_log[1]) / max(now - last_log[0], 1e-9)
-        for k, (acc, logger) in enumerate(zip(accs, loggers)):
-          line = acc.flush(schedule.env_steps, wall_offset + now, rate, int(versions[k]))
-          if evaluating:
-            line.update(_evaluate(run.evals[k], learner, acting[k], config, dp))
-            acc.last_eval = line["eval_return"]
-            acc.reached = (config.eval.target_return is not None
-                           and acc.last_eval >= config.eval.target_return)  # fmt: skip
-            reached[k] = reached[k] or acc.reached
-          logger.log(line)
+        run.log(accs, schedule, versions, acting if schedule.eval_due() else None)
+        reached = [r or a.reached for r, a in zip(reached, accs)]
         schedule.logged(config.budget.log_every, config.eval.eval_every)
-        last_log = (seconds_since_launch(), schedule.env_steps)
-
       end = end or all(reached)
       if due or end:
         schedule.cut(config.checkpoint.checkpoint_every)
-        run.save(state, schedule, accs, wall_offset + seconds_since_launch())
+        run.save(state, schedule, accs)
         if run.sources[0].exact and not end:
           run.close()
           run.open(schedule.segment, acting, int(versions[0]))
       if end and not logged and any(a.pending for a in accs):
         # A final line for the partial interval; a resumed run drops it (it is after the
         # checkpoint's log_lines) and logs the interval in full.
-        now = seconds_since_launch()
-        rate = (schedule.env_steps - last_log[1]) / max(now - last_log[0], 1e-9)
-        for k, (acc, logger) in enumerate(zip(accs, loggers)):
-          line = acc.flush(schedule.env_steps, wall_offset + now, rate, int(versions[k]))
-          logger.log({**line, "final": True})
+        run.log(accs, schedule, versions, None, final=True)
   finally:
     run.close()
-  wall = wall_offset + seconds_since_launch()
+  wall = run.wall_time()
   local = dp.local(state)
   return [
       RunResult(
@@ -352,10 +324,9 @@ def _accumulate(metrics: dict, accs: list, seeds: Sequence[int], schedule: recor
     acc.add_metrics(values)
 
 
-def _evaluate(env: Any, learner: Learner, acting: Any, config: TrainConfig,
-              dp: DataParallel) -> dict:  # fmt: skip
+def _evaluate(env: Any, learner: Learner, acting: Any, config: TrainConfig) -> dict:
   """The greedy policy's mean and min return (over every process's evaluation pool)."""
   returns = evaluate(env, learner.greedy, acting, config.eval.eval_episodes)
-  means = dp.gather_processes(np.array([np.mean(returns), np.min(returns)], np.float64))
+  means = learner.dp.gather_processes(np.array([np.mean(returns), np.min(returns)], np.float64))
   return {"eval_return": float(np.mean(means[:, 0])),
           "eval_return_min": float(np.min(means[:, 1]))}  # fmt: skip

@@ -1,0 +1,121 @@
+"""The learner's data path: replay stores raw data; every batch the agent learns from (fresh,
+replayed, SQIL's demonstrations, each vmapped seed) passes the data transformer exactly
+once; the checkpoint record format is checked."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from offpolicy_ac import agents
+from offpolicy_ac import envs
+from offpolicy_ac.training import TrainConfig
+from offpolicy_ac.training import records
+from offpolicy_ac.training.learner import Learner
+from offpolicy_ac.training.parallel import DataParallel
+
+T, B, SCALE = 4, 6, 2.0
+SPEC = envs.spec("CartPole-v1", num_envs=B)
+CONFIG = TrainConfig.of(
+    num_envs=B, unroll_length=T, replay_capacity=32, min_replay_size=1, mini_batch_size=5,
+    mini_batch_length=3, reward_scale=SCALE, normalize_observations=True,
+)  # fmt: skip
+
+
+def _recording(agent):
+  """The agent with an update that reports what it was given (and checks its type)."""
+
+  def update(state, batch):
+    assert isinstance(batch, envs.TransformedTrajectory), type(batch)
+    metrics = {
+        "reward_sum": batch.reward.sum(),
+        "obs_abs_sum": jnp.abs(batch.observation).sum(),
+        "columns": jnp.float32(batch.reward.shape[1]),
+    }
+    return state._replace(num_updates=state.num_updates + 1), metrics
+
+  return agent._replace(update=update)
+
+
+def _traj(seed):
+  """A raw unroll [T+1, B]: every reward 1, every observation the same vector."""
+  rng = np.random.default_rng(seed)
+  action = rng.integers(0, 2, (T + 1, B)).astype(np.int32)
+  return envs.Trajectory(
+      step_type=np.ones((T + 1, B), np.int32), reward=np.ones((T + 1, B), np.float32),
+      discount=np.ones((T + 1, B), np.float32),
+      observation=np.broadcast_to(rng.normal(size=4).astype(np.float32), (T + 1, B, 4)).copy(),
+      env_id=np.broadcast_to(np.arange(B, dtype=np.int32), (T + 1, B)).copy(), action=action,
+      extras={},
+  )  # fmt: skip
+
+
+def _learner(agent, num_seeds=1, batch_fn=None):
+  return Learner(_recording(agent), CONFIG, DataParallel.create(1), num_seeds=num_seeds,
+                 batch_fn=batch_fn)  # fmt: skip
+
+
+def test_replay_stores_raw_data_and_replayed_batches_are_transformed_once():
+  learner = _learner(agents.make_sql(SPEC))
+  state = learner.init([0])
+  traj = _traj(0)
+  state, fresh = learner.ingest(state, learner.batch([traj]))
+  assert fresh is None  # SQL learns from replay only
+  np.testing.assert_array_equal(state.replay.data.reward[0, :B], np.swapaxes(traj.reward, 0, 1))
+  np.testing.assert_array_equal(state.transform.obs_stats.count, [T * B])  # rows [0, T)
+  state, metrics = learner.sample_and_update(state)
+  window = CONFIG.replay.mini_batch_length + 1
+  # Rewards scaled once (raw 1 -> SCALE); constant observations normalise to ~0.
+  assert float(metrics["reward_sum"][0]) == SCALE * window * CONFIG.replay.mini_batch_size
+  assert float(metrics["obs_abs_sum"][0]) < 0.1  # raw: about 1 per entry
+
+
+def test_fresh_unrolls_are_transformed_once():
+  learner = _learner(agents.make_impala(SPEC))
+  state, metrics = learner.ingest(learner.init([0]), learner.batch([_traj(1)]))
+  assert float(metrics["reward_sum"][0]) == SCALE * (T + 1) * B
+  assert float(metrics["obs_abs_sum"][0]) < 0.1  # raw: about 1 per entry
+
+
+def test_sqil_demonstrations_pass_the_transformer_with_the_agent_data():
+  demo = _traj(2)._replace(observation=_traj(2).observation + 3.0)
+  sequences = jax.tree.map(lambda x: x[:, :3], demo)  # 3 demonstration sequences [T+1]
+  window = CONFIG.replay.mini_batch_length + 1
+  batch_fn = agents.make_sqil_batch_fn(sequences, batch_size=5, length=window)
+  learner = _learner(agents.make_sqil(SPEC), batch_fn=batch_fn)
+  state, _ = learner.ingest(learner.init([0]), learner.batch([_traj(2)]))
+  _, metrics = learner.sample_and_update(state)
+  assert float(metrics["columns"][0]) == 10  # half agent windows, half demonstrations
+  # SQIL's rewards (agent 0, demonstrations 1), then scaled once.
+  assert float(metrics["reward_sum"][0]) == SCALE * window * 5
+  # Demonstration observations are normalised with the agent data's statistics: not 0.
+  assert float(metrics["obs_abs_sum"][0]) > 0.0
+
+
+def test_each_vmapped_seed_transforms_its_own_data_as_a_single_learner_does():
+  singles = []
+  for seed, traj in ((3, _traj(3)), (4, _traj(4))):
+    learner = _learner(agents.make_sql(SPEC))
+    state, _ = learner.ingest(learner.init([seed]), learner.batch([traj]))
+    singles.append(learner.sample_and_update(state))
+  learner = _learner(agents.make_sql(SPEC), num_seeds=2)
+  state, _ = learner.ingest(learner.init([3, 4]), learner.batch([_traj(3), _traj(4)]))
+  state, metrics = learner.sample_and_update(state)
+  for k, (single_state, single_metrics) in enumerate(singles):
+    for a, b in zip(jax.tree.leaves(single_state.transform), jax.tree.leaves(state.transform)):
+      np.testing.assert_allclose(a[0], b[k], rtol=1e-6)
+    for name in metrics:
+      np.testing.assert_allclose(single_metrics[name][0], metrics[name][k], rtol=1e-6)
+  acting = learner.acting(state)
+  assert len(acting) == 2 and acting[1].transform.obs_stats.count == T * B
+
+
+def test_checkpoint_records_of_another_format_or_seed_count_are_refused():
+  schedule = records.Schedule.start(100, 0, 50)
+  record = records.to_record(schedule, [records.Accumulators()])
+  restored, accs = records.from_record(record, 1, "here")
+  assert restored == schedule and accs == [records.Accumulators()]
+  with pytest.raises(ValueError, match="record format 1; .* reads format 2"):
+    records.from_record({"counters": {}}, 1, "here")
+  with pytest.raises(ValueError, match="holds 1 seeds, the run 2"):
+    records.from_record(record, 2, "here")
