@@ -337,3 +337,27 @@ def test_whole_buffer_training_waits_for_one_full_batch(tmp_path):
   )
   lines = read_metrics(tmp_path)
   assert lines[-1]["num_updates"] > 0 and np.isfinite(lines[-1]["loss"])
+
+
+@pytest.mark.parametrize("backend", ["host", "compiled"])
+def test_batched_env_stepping_trains_through_the_driver(tmp_path, backend):
+  # --env-batch-size 4 of 8 envs: envpool returns the first 4 environments to finish a step;
+  # the rollout keys steps by env_id, so trajectories are still [T+1, 8], one env a column.
+  module = _script("sql")
+  result = module.main(
+      _args(
+          module, tmp_path / "run", num_envs=8, env_batch_size=4, unroll_length=8,
+          total_env_steps=2048, log_every=512, checkpoint_every=1024, rollout=backend,
+      )
+  )  # fmt: skip
+  lines = read_metrics(tmp_path / "run")
+  assert [l["env_steps"] for l in lines] == [512, 1024, 1536, 2048]
+  assert result.env_steps == 2048 and result.num_updates > 0
+  assert all(np.isfinite(l["loss"]) for l in lines if "loss" in l)
+  assert sum(l["episodes"] for l in lines) > 0
+
+
+def test_batched_env_stepping_is_checked_before_training(tmp_path):
+  module = _script("impala")
+  with pytest.raises(ValueError, match=r"env_batch_size \(9\) exceeds num_envs \(8\)"):
+    module.main(_args(module, tmp_path / "run", num_envs=8, env_batch_size=9))
