@@ -25,7 +25,7 @@ from offpolicy_ac.training import exit_process
 from offpolicy_ac.training import parse_args
 from offpolicy_ac.training import run_experiment
 
-_LOOP_DEFAULT_UPDATES = TrainConfig().replay.num_updates_per_train_iter
+_DEFAULT_UPDATES = TrainConfig().replay.num_updates_per_train_iter
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,7 +55,7 @@ class Args:
           "update, so ACER needs --replay-ratio >= 1"
       )
     n = self.train.replay.num_updates_per_train_iter
-    if n not in (_LOOP_DEFAULT_UPDATES, self.agent.replay_ratio):
+    if n not in (_DEFAULT_UPDATES, self.agent.replay_ratio):
       raise ValueError(
           f"--num-updates-per-train-iter {n} conflicts with --replay-ratio "
           f"{self.agent.replay_ratio}: ACER derives the loop's updates per iteration "

@@ -3,7 +3,7 @@
 Each variant is one process of an experiment script (`--num-seeds N --vmap-seeds` and
 `--no-vmap-seeds`), timed from launch to exit (imports, compilation and environment
 creation included), interleaved over `repeats` rounds; prints medians and the ratio.
-Both variants train the same seeds on the same data (tests/test_multi_seed.py checks
+Both variants train the same seeds on the same data (tests/training/test_seeds.py checks
 that each vmapped seed is its single run), so only the time differs.
 
     python experiments/bench_seeds.py --script impala --num-seeds 4 --total-env-steps 50000

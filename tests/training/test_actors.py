@@ -553,6 +553,8 @@ def test_sigterm_stops_async_actors_saves_a_checkpoint_and_resumes(tmp_path):
 @pytest.mark.parametrize(
     "flags, message",
     [
+        (["--async-actors", "2", "--actor-pools", "2"], "choose one"),
+        (["--actor-pools", "2", "--actors", "async"], "choose one"),
         (["--max-policy-lag", "1"], "max_policy_lag applies to --actors async"),
         (["--min-pools", "3", "--actor-pools", "2"], r"min_pools \(3\) exceeds num_actors \(2\)"),
         (["--async-actors", "-1"], "num_actors must be a positive int"),
@@ -567,9 +569,8 @@ def test_sigterm_stops_async_actors_saves_a_checkpoint_and_resumes(tmp_path):
 )
 def test_bad_actor_configuration_fails_fast(tmp_path, flags, message):
   module = _script("impala")
-  args = parse_args(module.Args, argv=["--run-dir", str(tmp_path / "run"), *flags])
   start = time.monotonic()
   with pytest.raises(ValueError, match=message):
-    module.main(args)
+    module.main(parse_args(module.Args, argv=["--run-dir", str(tmp_path / "run"), *flags]))
   assert time.monotonic() - start < 30.0
   assert not (tmp_path / "run").exists()

@@ -30,8 +30,14 @@ SHORTHANDS = {
 
 
 def expand_shorthands(argv: Sequence[str]) -> list[str]:
-  """The flags with the shorthands of the module docstring spelled out."""
+  """The flags with the shorthands of the module docstring spelled out.
+
+  Raises:
+    ValueError: two flags name different actor topologies (e.g. `--async-actors 2
+      --actor-pools 2`).
+  """
   out, argv = [], list(argv)
+  topologies = set()
   while argv:
     flag = argv.pop(0)
     name, eq, value = flag.partition("=")
@@ -41,10 +47,19 @@ def expand_shorthands(argv: Sequence[str]) -> list[str]:
           raise SystemExit(f"{name} takes a count")
         value = argv.pop(0)
       out += SHORTHANDS[name](value)
+      topologies.add(out[-3])
+    elif name == "--actors" and (eq or argv):
+      topologies.add(value if eq else argv[0])
+      out.append(flag)
     elif flag == "--xla-rollout":
       out += ["--rollout", "compiled"]
     else:
       out.append(flag)
+  if len(topologies) > 1:
+    raise ValueError(
+        f"choose one actor topology: the flags name {sorted(topologies)} "
+        "(--actors inline|pools|async, or one of --async-actors / --actor-pools)"
+    )
   return out
 
 

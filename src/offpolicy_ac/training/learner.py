@@ -231,9 +231,7 @@ class Learner:
     replay_state = None
     if self.replay is not None:
       act0 = Acting(_index(agent_state.params, 0), transform)
-      example = example_trajectory(self.act, act0, self.agent.spec, self.config,
-                                   self.config.env.num_envs)  # fmt: skip
-      replay_state = self.replay.init(example)
+      replay_state = self.replay.init(self.example(act0, self.config.env.num_envs))
     broadcast = lambda tree: jax.tree.map(
         lambda x: jnp.broadcast_to(x, (self.num_seeds,) + x.shape), tree
     )
@@ -241,6 +239,10 @@ class Learner:
         agent_state, broadcast(transform), broadcast(replay_state), jnp.stack([k[1] for k in keys])
     )
     return self.dp.replicate(state)
+
+  def example(self, acting: Acting, num_columns: int) -> envs.Trajectory:
+    """Zeros shaped like this learner's trajectories [T+1, num_columns, ...]."""
+    return example_trajectory(self.act, acting, self.agent.spec, self.config, num_columns)
 
   def acting(self, state: LearnerState) -> list[Acting]:
     """Each seed's parameters and transformer state, split off in one compiled call."""

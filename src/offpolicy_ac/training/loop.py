@@ -32,7 +32,6 @@ from typing import Sequence
 import jax
 import numpy as np
 
-from offpolicy_ac import envs
 from offpolicy_ac.agents.base import Agent
 from offpolicy_ac.training import records
 from offpolicy_ac.training.clock import seconds_since_launch
@@ -40,7 +39,6 @@ from offpolicy_ac.training.config import TrainConfig
 from offpolicy_ac.training.evaluation import evaluate
 from offpolicy_ac.training.learner import Learner
 from offpolicy_ac.training.learner import LearnerState
-from offpolicy_ac.training.learner import example_trajectory
 from offpolicy_ac.training.logger import RunLogger
 from offpolicy_ac.training.parallel import DataParallel
 from offpolicy_ac.training.resume import mark_cut
@@ -51,6 +49,7 @@ from offpolicy_ac.training.sources import make_source
 from offpolicy_ac.training.sources import make_training_rollout
 from offpolicy_ac.training.sources import process_seed
 from offpolicy_ac.training.sources import segment_seed
+from offpolicy_ac.training.sources import task_spec
 
 # Fields of a metrics line that depend on the wall clock (excluded from exact resume).
 WALL_CLOCK_FIELDS = ("wall_time_s", "env_steps_per_s")
@@ -174,9 +173,7 @@ def train(agent_factory: Callable[[Any], Agent], config: TrainConfig,
         f"num_processes={config.parallel.num_processes} but this JAX job has "
         f"{dp.num_processes} process(es): call parallel.initialize_distributed first"
     )
-  env = config.env
-  spec = envs.spec(env.env_id, atari=env.atari, **_spec_kwargs(config))
-  agent = agent_factory(spec)
+  agent = agent_factory(task_spec(config))
   if agent.off_policy and config.replay.mini_batch_size % dp.num_devices:
     raise ValueError(
         f"mini_batch_size ({config.replay.mini_batch_size}) must divide evenly over the "
@@ -204,10 +201,10 @@ def train(agent_factory: Callable[[Any], Agent], config: TrainConfig,
         logger.truncate(schedule.log_lines)
   replay_fill = 0 if state.replay is None else int(np.ravel(dp.local(state.replay.size))[0])
   acting, versions = learner.acting(state), learner.num_updates(state)
-  columns = config.env.num_envs * (
-      config.acting.num_actors if config.acting.actors == "pools" else 1
-  )
-  warm = learner.warm_up(state, learner.batch([_example(learner, acting[0], columns)] * len(seeds)))
+  # A round of several pools is their concatenation along the batch axis.
+  pools = config.acting.num_actors if config.acting.actors == "pools" else 1
+  example = jax.device_get(learner.example(acting[0], pools * config.env.num_envs))
+  warm = learner.warm_up(state, learner.batch([example] * len(seeds)))
   run = _Run(learner, config, seeds, dp.process_index, rollout_factory, checkpointer, loggers)
   run.start_clock(schedule)
   run.open(schedule.segment, acting, int(versions[0]))
@@ -287,18 +284,6 @@ def train(agent_factory: Callable[[Any], Agent], config: TrainConfig,
       )  # fmt: skip
       for k in range(len(seeds))
   ]
-
-
-def _spec_kwargs(config: TrainConfig) -> dict:
-  kwargs = {"num_envs": config.env.num_envs}
-  if config.env.max_episode_steps is not None:
-    kwargs["max_episode_steps"] = config.env.max_episode_steps
-  return kwargs
-
-
-def _example(learner: Learner, acting: Any, columns: int) -> Any:
-  return jax.device_get(example_trajectory(learner.act, acting, learner.agent.spec,
-                                           learner.config, columns))  # fmt: skip
 
 
 def _can_learn(config: TrainConfig, replay_fill: int) -> bool:

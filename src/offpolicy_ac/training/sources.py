@@ -37,13 +37,24 @@ from offpolicy_ac.training.config import TrainConfig
 RolloutFactory = Callable[[Callable, TrainConfig, int, bool], Any]
 
 
+def task_kwargs(config: TrainConfig) -> dict:
+  """The envpool settings of the config's task (shared by its pools and its spec)."""
+  if config.env.max_episode_steps is None:
+    return {}
+  return {"max_episode_steps": config.env.max_episode_steps}
+
+
+def task_spec(config: TrainConfig) -> envs.EnvSpec:
+  """The training pools' spec, from envpool's spec alone (no pool is built)."""
+  return envs.spec(config.env.env_id, atari=config.env.atari, num_envs=config.env.num_envs,
+                   **task_kwargs(config))  # fmt: skip
+
+
 def make_env(config: TrainConfig, num_envs: int, seed: int, *, train: bool = True,
              batch_size: int = 0) -> envs.EnvPoolEnv:  # fmt: skip
   """A pool of the config's task: training (batched stepping when `batch_size` is set)
   or evaluation (`train=False`: Atari without episodic life)."""
-  kwargs = {}
-  if config.env.max_episode_steps is not None:
-    kwargs["max_episode_steps"] = config.env.max_episode_steps
+  kwargs = task_kwargs(config)
   if batch_size:
     kwargs["batch_size"] = batch_size
   if config.env.atari:
