@@ -16,11 +16,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 from typing import Optional
+from typing import get_args
 
+from offpolicy_ac import envs
 from offpolicy_ac.training.parallel import check_distributed_args
 
 ActorMode = Literal["inline", "pools", "async"]
-RolloutBackend = Literal["host", "compiled"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,7 +42,7 @@ class EnvConfig:
   atari: bool = False
   """Atari preprocessing (84x84 grey, frame stack 4, no-op starts; episodic life for
   training only); returns are raw game scores."""
-  rollout: RolloutBackend = "host"
+  rollout: envs.Backend = "host"
   """'host': a Python loop of recv / jitted policy / send per step (any task).
   'compiled': one compiled loop per unroll over envpool's XLA interface (no Python per
   step; an actor thread holds the GIL only between unrolls; int32/float32 actions only,
@@ -266,7 +267,7 @@ class TrainConfig:
     _non_negative_ints(ckpt, "checkpoint_every")
     _non_negative_ints(replay, "min_replay_size")
     _non_negative_ints(actors, "actor_queue_size", "min_pools")
-    if env.rollout not in ("host", "compiled"):
+    if env.rollout not in get_args(envs.Backend):
       raise ValueError(f"rollout must be 'host' or 'compiled', got {env.rollout!r}")
     if env.env_batch_size > env.num_envs:
       raise ValueError(f"env_batch_size ({env.env_batch_size}) exceeds num_envs ({env.num_envs})")
