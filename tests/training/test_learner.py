@@ -59,11 +59,11 @@ def test_replay_stores_raw_data_and_replayed_batches_are_transformed_once():
   learner = _learner(agents.make_sql(SPEC))
   state = learner.init([0])
   traj = _traj(0)
-  state, fresh = learner.ingest(state, learner.batch([traj]))
+  state, fresh, key = learner.ingest(state, learner.batch([traj]))
   assert fresh is None  # SQL learns from replay only
   np.testing.assert_array_equal(state.replay.data.reward[0, :B], np.swapaxes(traj.reward, 0, 1))
   np.testing.assert_array_equal(state.transform.obs_stats.count, [T * B])  # rows [0, T)
-  state, metrics = learner.sample_and_update(state)
+  state, metrics = learner.sample_and_update(state, key)
   window = CONFIG.replay.mini_batch_length + 1
   # Rewards scaled once (raw 1 -> SCALE); constant observations normalise to ~0.
   assert float(metrics["reward_sum"][0]) == SCALE * window * CONFIG.replay.mini_batch_size
@@ -72,7 +72,7 @@ def test_replay_stores_raw_data_and_replayed_batches_are_transformed_once():
 
 def test_fresh_unrolls_are_transformed_once():
   learner = _learner(agents.make_impala(SPEC))
-  state, metrics = learner.ingest(learner.init([0]), learner.batch([_traj(1)]))
+  _, metrics, _ = learner.ingest(learner.init([0]), learner.batch([_traj(1)]))
   assert float(metrics["reward_sum"][0]) == SCALE * (T + 1) * B
   assert float(metrics["obs_abs_sum"][0]) < 0.1  # raw: about 1 per entry
 
@@ -83,8 +83,8 @@ def test_sqil_demonstrations_pass_the_transformer_with_the_agent_data():
   window = CONFIG.replay.mini_batch_length + 1
   batch_fn = agents.make_sqil_batch_fn(sequences, batch_size=5, length=window)
   learner = _learner(agents.make_sqil(SPEC), batch_fn=batch_fn)
-  state, _ = learner.ingest(learner.init([0]), learner.batch([_traj(2)]))
-  _, metrics = learner.sample_and_update(state)
+  state, _, key = learner.ingest(learner.init([0]), learner.batch([_traj(2)]))
+  _, metrics = learner.sample_and_update(state, key)
   assert float(metrics["columns"][0]) == 10  # half agent windows, half demonstrations
   # SQIL's rewards (agent 0, demonstrations 1), then scaled once.
   assert float(metrics["reward_sum"][0]) == SCALE * window * 5
@@ -96,11 +96,11 @@ def test_each_vmapped_seed_transforms_its_own_data_as_a_single_learner_does():
   singles = []
   for seed, traj in ((3, _traj(3)), (4, _traj(4))):
     learner = _learner(agents.make_sql(SPEC))
-    state, _ = learner.ingest(learner.init([seed]), learner.batch([traj]))
-    singles.append(learner.sample_and_update(state))
+    state, _, key = learner.ingest(learner.init([seed]), learner.batch([traj]))
+    singles.append(learner.sample_and_update(state, key))
   learner = _learner(agents.make_sql(SPEC), num_seeds=2)
-  state, _ = learner.ingest(learner.init([3, 4]), learner.batch([_traj(3), _traj(4)]))
-  state, metrics = learner.sample_and_update(state)
+  state, _, key = learner.ingest(learner.init([3, 4]), learner.batch([_traj(3), _traj(4)]))
+  state, metrics = learner.sample_and_update(state, key)
   for k, (single_state, single_metrics) in enumerate(singles):
     for a, b in zip(jax.tree.leaves(single_state.transform), jax.tree.leaves(state.transform)):
       np.testing.assert_allclose(a[0], b[k], rtol=1e-6)

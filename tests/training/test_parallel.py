@@ -124,11 +124,11 @@ def _run_case(case, agent_name, overrides, device_counts, out_dir):
       batch = learner.batch([traj])
       batch_devices.add(len(batch.observation.addressable_shards))
       assert batch.observation.addressable_shards[-1].data.shape[1] == config.env.num_envs // n
-      state, metrics = learner.ingest(state, batch)
+      state, metrics, key = learner.ingest(state, batch)
       if agent.off_policy:
         fill += Learner.columns(batch, 1)
         if fill >= config.replay.min_replay_size:
-          state, replayed = learner.sample_and_update(state)
+          state, replayed = learner.sample_and_update(state, key)
           metrics = learner.mix(metrics, replayed)
       metrics_seq.append(metrics)
     tag = f"n{n}"

@@ -4,8 +4,8 @@
     state = learner.init(seeds)                       # LearnerState, every leaf [S, ...]
     acting = learner.acting(state)                    # S x Acting(params, transform)
     batch = learner.batch(trajs)                      # S raw trajectories [T+1, B]
-    state, fresh = learner.ingest(state, batch)       # statistics, replay add, fresh update
-    state, metrics = learner.sample_and_update(state) # off-policy: replayed updates
+    state, fresh, key = learner.ingest(state, batch)       # statistics, replay, fresh update
+    state, metrics = learner.sample_and_update(state, key) # off-policy: replayed updates
 
 One training iteration, per seed (docs/design.md, "The data path"):
 
@@ -148,8 +148,9 @@ class Learner:
     self.updates_fresh = not agent.off_policy or agent.fresh_update_first
     self._batch_fn = batch_fn
     constrain = dp.constrain if num_seeds == 1 else (lambda batch: batch)
-    self._ingest = self._over_seeds(self._make_ingest(constrain))
-    self._sample = self._over_seeds(self._make_sample_and_update(constrain))
+    # Trajectories of one seed come without a seed axis (`batch`), keys always with one.
+    self._ingest = self._over_seeds(self._make_ingest(constrain), x_has_seed_axis=False)
+    self._sample = self._over_seeds(self._make_sample_and_update(constrain), x_has_seed_axis=True)
     self._sweep = dp.jit(self._make_sweep(dp.constrain)) if num_seeds == 1 else None
     self._unstack = jax.jit(lambda tree: [_index(tree, k) for k in range(num_seeds)])
 
@@ -160,13 +161,16 @@ class Learner:
 
     def ingest(state: LearnerState, traj: envs.Trajectory):
       transform = transformer.update(state.transform, traj)
-      replay_state = replay.add(state.replay, traj) if replay is not None else None
+      replay_state, replay_key, key = None, state.replay_key, None
+      if replay is not None:  # every iteration draws its sampling key, learning or not
+        replay_state = replay.add(state.replay, traj)
+        replay_key, key = jax.random.split(state.replay_key)
       agent_state, metrics = state.agent, None
       if self.updates_fresh:
         agent_state, metrics = agent.update(
             agent_state, constrain(transformer.apply(transform, traj))
         )
-      return LearnerState(agent_state, transform, replay_state, state.replay_key), metrics
+      return LearnerState(agent_state, transform, replay_state, replay_key), (metrics, key)
 
     return ingest
 
@@ -174,9 +178,7 @@ class Learner:
     agent, transformer, replay, batch_fn = self.agent, self.transformer, self.replay, self._batch_fn
     num_updates = self.config.replay.num_updates_per_train_iter
 
-    def sample_and_update(state: LearnerState, _):
-      replay_key, key = jax.random.split(state.replay_key)
-
+    def sample_and_update(state: LearnerState, key: jax.Array):
       def body(agent_state, key):
         batch_key, fn_key = jax.random.split(key)
         batch = replay.sample(state.replay, batch_key)
@@ -185,9 +187,7 @@ class Learner:
         return agent.update(agent_state, constrain(transformer.apply(state.transform, batch)))
 
       agent_state, metrics = jax.lax.scan(body, state.agent, jax.random.split(key, num_updates))
-      return state._replace(agent=agent_state, replay_key=replay_key), jax.tree.map(
-          jnp.mean, metrics
-      )
+      return state._replace(agent=agent_state), jax.tree.map(jnp.mean, metrics)
 
     return sample_and_update
 
@@ -203,14 +203,15 @@ class Learner:
 
     return sweep
 
-  def _over_seeds(self, fn: Callable) -> Callable:
+  def _over_seeds(self, fn: Callable, *, x_has_seed_axis: bool) -> Callable:
     """`fn(state, x)` of one seed as a jitted function of [S, ...] state: vmapped for
-    S > 1; for S = 1 the seed axis is dropped inside (no vmap) and `x` is unstacked."""
+    S > 1; for S = 1 the seed axis is dropped inside (no vmap), from `x` too when it has
+    one."""
     if self.num_seeds > 1:
       return jax.jit(jax.vmap(fn))
 
     def single(state, x):
-      state, out = fn(_index(state, 0), x)
+      state, out = fn(_index(state, 0), _index(x, 0) if x_has_seed_axis else x)
       return _expand(state), None if out is None else _expand(out)
 
     return self.dp.jit(single)
@@ -264,28 +265,29 @@ class Learner:
     """Sequences a batch adds to each seed's replay (its global batch width)."""
     return jax.tree.leaves(batch)[0].shape[1 if num_seeds == 1 else 2]
 
-  def ingest(self, state: LearnerState, batch: Any) -> tuple[LearnerState, Any]:
-    return self._ingest(state, batch)
+  def ingest(self, state: LearnerState, batch: Any) -> tuple[LearnerState, Any, Any]:
+    """(state, the fresh update's metrics or None, this iteration's sampling key [S]);
+    off-policy agents draw the key whether or not they learn this iteration."""
+    state, (metrics, key) = self._ingest(state, batch)
+    return state, metrics, key
 
-  def sample_and_update(self, state: LearnerState) -> tuple[LearnerState, Any]:
+  def sample_and_update(self, state: LearnerState, key: jax.Array) -> tuple[LearnerState, Any]:
+    """The replayed updates, with the key `ingest` drew this iteration."""
     if self.config.replay.whole_replay_buffer_training:
-      return self._sweep_buffer(state)
-    return self._sample(state, None)
+      return self._sweep_buffer(state, key)
+    return self._sample(state, key)
 
-  def _sweep_buffer(self, state: LearnerState) -> tuple[LearnerState, Any]:
+  def _sweep_buffer(self, state: LearnerState, key: jax.Array) -> tuple[LearnerState, Any]:
     """One seed: every stored sequence once, shuffled, in mini-batches."""
     dp = self.dp
-    replay_key, sub = jax.random.split(dp.local(state.replay_key)[0])
-    epoch_key, key = jax.random.split(sub)
+    epoch_key, key = jax.random.split(dp.local(key)[0])
     batches = self.replay.epoch(_index(dp.local(state.replay), 0), epoch_key)
     if self._batch_fn is not None:
       num_batches = jax.tree.leaves(batches)[0].shape[0]
       batches = jax.vmap(self._batch_fn)(batches, jax.random.split(key, num_batches))
     transform = _index(state.transform, 0)
     agent_state, metrics = self._sweep(_index(state.agent, 0), transform, dp.replicate(batches))
-    state = state._replace(agent=_expand(agent_state),
-                           replay_key=dp.replicate(replay_key[None]))  # fmt: skip
-    return state, _expand(metrics)
+    return state._replace(agent=_expand(agent_state)), _expand(metrics)
 
   def mix(self, fresh: Any, replayed: Any) -> Any:
     if fresh is None:
@@ -298,9 +300,9 @@ class Learner:
     real update."""
 
     def run():
-      ingested, _ = self.ingest(state, batch)
+      ingested, _, key = self.ingest(state, batch)
       if self.replay is not None and not self.config.replay.whole_replay_buffer_training:
-        jax.block_until_ready(self.sample_and_update(ingested))
+        jax.block_until_ready(self.sample_and_update(ingested, key))
       acting = self.acting(state)[0]
       obs = _index(self.dp.local(batch).observation, 0)
       if self.num_seeds > 1:

@@ -243,12 +243,12 @@ def train(agent_factory: Callable[[Any], Agent], config: TrainConfig,
           acc.add_lag(g.policy_lag)
       batch = learner.batch(trajs)
       warm.join()
-      state, metrics = learner.ingest(state, batch)
+      state, metrics, key = learner.ingest(state, batch)
       if state.replay is not None:
         replay_fill = min(replay_fill + Learner.columns(batch, len(seeds)),
                           config.replay.replay_capacity)  # fmt: skip
         if _can_learn(config, replay_fill):
-          state, replayed = learner.sample_and_update(state)
+          state, replayed = learner.sample_and_update(state, key)
           metrics = learner.mix(metrics, replayed)
       acting, versions = learner.acting(state), learner.num_updates(state)
       if metrics is not None:
