@@ -60,7 +60,8 @@ def run_batched_unrolls(rollout, state, params, k, park_at_boundary, env=None):
   """Runs k unrolls of a rollout with batched stepping (either backend). Checks after each
   one that a parked action is the stored action of that environment's newest step (and,
   given the env of a host loop, that parked environments are not in flight), and with
-  `park_at_boundary` (lead 0) that no column carries more than a round of batches.
+  `park_at_boundary` (lead 0, and a pool with one worker thread, which returns environments
+  in the order they were sent) that no column carries more than a round of batches.
   Returns (trajs, EpisodeStats, state, largest lead, number of unrolls that parked)."""
   num_envs = state.num_pending.shape[0]
   trajs, stats, ahead, parked = [], [], 0, 0

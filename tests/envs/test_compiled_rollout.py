@@ -134,7 +134,11 @@ BATCHED_SCRIPT = textwrap.dedent("""
         # lead 0: environments with their T+1 rows are parked while a batch stays in flight.
         xla_module._BATCHED_EXTRA_ROWS_PER_STEP = slack
         rollout_module._MAX_LEAD_ROWS_PER_STEP = lead
-        env = envs.make("CartPole-v1", num_envs, 2, batch_size=batch_size, max_episode_steps=10)
+        # lead 0: one worker thread, so that envpool returns environments in the order they
+        # were sent, which the bound on the lead in run_batched_unrolls assumes.
+        threads = {"num_threads": 1} if lead == 0 else {}
+        env = envs.make("CartPole-v1", num_envs, 2, batch_size=batch_size,
+                        max_episode_steps=10, **threads)
         rollout = envs.make_rollout(env, random_act, T, backend="compiled")
         state = rollout.init(jnp.float32(0), jax.random.PRNGKey(3))
         assert isinstance(state, envs.XlaBatchedRolloutState)
