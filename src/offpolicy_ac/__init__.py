@@ -17,7 +17,7 @@ import importlib
 
 from offpolicy_ac import losses
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 _LAZY = ("envs", "networks", "agents", "replay", "demos", "training")
 
