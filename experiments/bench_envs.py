@@ -15,7 +15,7 @@ batch_size = num_envs // 2) it times, alternately, `repeats` runs of
 and prints the median steps/s of each, their ratios to raw, and steps per CPU-second of
 the process (all threads): on a shared, loaded machine wall-clock ratios swing with the
 scheduler, CPU-time ratios show what each loop costs. Steps are environment steps: one per
-environment per `recv`. Results are written to docs/envs_notes.md by hand.
+environment per `recv`. Results are summarised in docs/benchmarks.md.
 """
 
 from __future__ import annotations
