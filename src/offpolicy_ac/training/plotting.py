@@ -32,12 +32,12 @@ def plot_runs(
   With `group=True`, runs are seeds of one configuration: the mean is drawn with
   a min-max band over the runs (interpolated onto a common step grid).
   """
-  import matplotlib
+  # A bare Figure draws with Agg without pyplot: the process's matplotlib backend (a
+  # notebook's inline one, say) is left as it was.
+  from matplotlib.figure import Figure
 
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-
-  fig, ax = plt.subplots(figsize=(7, 4.2))
+  fig = Figure(figsize=(7, 4.2))
+  ax = fig.subplots()
   runs = [read_metrics(d) for d in run_dirs]
   keys = [k for k in ("episode_return", "eval_return") if any(_series(r, k)[0].size for r in runs)]
   for key in keys:
@@ -65,6 +65,5 @@ def plot_runs(
   out = pathlib.Path(out)
   tmp = out.with_suffix(".tmp.png")
   fig.savefig(tmp, dpi=100)
-  plt.close(fig)
   os.replace(tmp, out)
   return out

@@ -1,0 +1,33 @@
+"""Learning-curve PNGs: one run, seeds grouped, and no change to the process's matplotlib."""
+
+import matplotlib
+
+from offpolicy_ac.training import plot_runs
+from offpolicy_ac.training.metrics_io import encode_line
+
+
+def _write_run(run_dir, returns):
+  run_dir.mkdir(parents=True)
+  lines = [
+      encode_line({"env_steps": 1000 * (k + 1), "wall_time_s": float(k), "episode_return": r})
+      for k, r in enumerate(returns)
+  ]
+  lines.append(encode_line({"env_steps": 9000, "wall_time_s": 9.0, "episode_return": None,
+                            "eval_return": 50.0}))  # fmt: skip
+  (run_dir / "metrics.jsonl").write_text("".join(lines))
+  return run_dir
+
+
+def test_plot_runs_writes_pngs_and_keeps_the_matplotlib_backend(tmp_path):
+  before = matplotlib.get_backend()
+  matplotlib.use("svg")  # stands for a notebook's inline backend: plotting must not switch it
+  try:
+    runs = [_write_run(tmp_path / f"seed{s}", [10.0 * s, 20.0, 30.0 + s]) for s in range(2)]
+    one = plot_runs(runs[:1], tmp_path / "one.png", title="one run")
+    grouped = plot_runs(runs, tmp_path / "seeds.png", group=True)
+    for png in (one, grouped):
+      assert png.read_bytes().startswith(b"\x89PNG") and png.stat().st_size > 1000
+    assert matplotlib.get_backend() == "svg"
+    assert not list(tmp_path.glob("*.tmp.png"))
+  finally:
+    matplotlib.use(before)
