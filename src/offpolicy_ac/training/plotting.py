@@ -67,12 +67,6 @@ def plot_runs(
   if keys:
     ax.legend(fontsize=8)
   fig.tight_layout()
-  return _save(fig, out)
-
-
-def _save(fig, out: str | os.PathLike) -> pathlib.Path:
-  import matplotlib.pyplot as plt
-
   out = pathlib.Path(out)
   tmp = out.with_suffix(".tmp.png")
   fig.savefig(tmp, dpi=100)
@@ -98,10 +92,9 @@ def plot_group_curves(
   Returns:
     The PNG paths, in the order the environments first appear.
   """
-  import matplotlib
-
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
+  # A bare Figure draws with Agg without pyplot: the process's matplotlib backend (a
+  # notebook's inline one, say) is left as it was.
+  from matplotlib.figure import Figure
 
   if len(labels) != len(curves):
     raise ValueError(f"need one label per curve ({len(curves)}), got {len(labels)}")
@@ -110,7 +103,8 @@ def plot_group_curves(
   envs = list(dict.fromkeys(c.group.env_id for c in curves))
   paths = []
   for env_id in envs:
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig = Figure(figsize=(7, 4.2))
+    ax = fig.subplots()
     mine = [(c, lab) for c, lab in zip(curves, labels) if c.group.env_id == env_id]
     metrics = {c.metric for c, _ in mine}
     for c, label in mine:
@@ -126,5 +120,9 @@ def plot_group_curves(
     ax.legend(fontsize=8)
     fig.tight_layout()
     safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in env_id)
-    paths.append(_save(fig, out_dir / f"{safe}.png"))
+    out = out_dir / f"{safe}.png"
+    tmp = out.with_suffix(".tmp.png")
+    fig.savefig(tmp, dpi=100)
+    os.replace(tmp, out)
+    paths.append(out)
   return paths
