@@ -183,7 +183,7 @@ def find_runs(paths: Sequence[str | os.PathLike]) -> list[pathlib.Path]:
   for p in map(pathlib.Path, paths):
     if not p.exists():
       raise ValueError(f"{p} does not exist")
-    candidates = [p] + [c.parent for c in p.rglob("config.json")] if p.is_dir() else []
+    candidates = [p, *(c.parent for c in p.rglob("config.json"))] if p.is_dir() else []
     for d in candidates:
       metrics = d / METRICS_FILE
       if (d / "config.json").exists() and metrics.exists() and metrics.stat().st_size > 0:
