@@ -1,33 +1,56 @@
-"""Overlays learning curves of several runs (mean and min-max spread over seeds).
+"""Learning curves across seeds: IQM with 95% stratified-bootstrap intervals, per config.
 
-python experiments/plot.py runs/impala-* --out impala.png
-python experiments/plot.py runs/a runs/b --separate --out ab.png
+    python experiments/plot.py runs/                       # every run below runs/
+    python experiments/plot.py runs/impala-* runs/acer-* --out-dir plots
+
+Runs whose configurations differ only in the seed (and in fields that do not change
+what is learned: `statistics.IGNORED_FIELDS`) are pooled into one group. Writes one
+figure per environment, <out-dir>/<env_id>.png, with one line per group, and prints a
+table of the groups' final IQM and interval. See docs/statistics.md.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Optional
 
 import tyro
 
-from offpolicy_ac.training import plot_runs
+from offpolicy_ac.training import plotting
+from offpolicy_ac.training import statistics
 
 
 @dataclasses.dataclass(frozen=True)
 class Args:
-  run_dirs: tyro.conf.Positional[tuple[str, ...]]
-  """Run directories (each holds a metrics.jsonl)."""
-  out: str = "learning_curves.png"
-  """Output PNG."""
-  separate: bool = False
-  """Draw each run on its own instead of the mean and spread over runs (seeds)."""
-  title: str = ""
-  """Figure title."""
+  paths: tyro.conf.Positional[tuple[str, ...]]
+  """Run directories, or directories to search for them (e.g. runs/)."""
+  out_dir: str = "plots"
+  """Where the figures go (<out-dir>/<env_id>.png)."""
+  metric: Optional[str] = None
+  """metrics.jsonl key to plot (default: eval_return when every run of a group logged
+  one, else episode_return)."""
+  reps: int = 2000
+  """Bootstrap replications."""
+  max_points: int = 200
+  """Steps per curve when runs must be interpolated onto a common grid."""
+  seed: int = 0
+  """Seeds the bootstrap."""
 
 
-def main(args: Args) -> None:
-  path = plot_runs(list(args.run_dirs), args.out, title=args.title, group=not args.separate)
-  print(f"wrote {path}")
+def main(args: Args) -> list[statistics.GroupCurve]:
+  runs = [statistics.run_info(d) for d in statistics.find_runs(args.paths)]
+  groups = statistics.group_runs(runs)
+  curves = [
+      statistics.group_curve(
+          g, metric=args.metric, reps=args.reps, max_points=args.max_points, seed=args.seed
+      )
+      for g in groups
+  ]
+  labels = statistics.group_labels(groups)
+  for path in plotting.plot_group_curves(curves, labels, args.out_dir):
+    print(f"wrote {path}")
+  print(statistics.summary_table(curves, labels))
+  return curves
 
 
 if __name__ == "__main__":

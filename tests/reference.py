@@ -283,7 +283,7 @@ def np_impala_loss(
     val += wf[i] * errf[i] ** 2
     en += wf[i] * entf[i]
     mrho += wf[i] * rhof[i]
-    clipped += wf[i] * float(rhof[i] > clip_rho)
+    clipped += wf[i] * float(rhof[i] > clip_rho * (1 + 1e-5))  # losses.CLIP_RTOL
   denom = total if total > 0 else 1.0
   out = dict(
       policy_loss=pol / denom,

@@ -164,6 +164,7 @@ def test_update_is_finite_changes_params_and_advances(spec, agents, shared_torso
     assert np.isfinite(float(metrics[name])), name
   # On its own fresh data the learner is the behaviour policy: rho = 1.
   np.testing.assert_allclose(float(metrics["mean_rho"]), 1.0, rtol=1e-5)
+  assert float(metrics["clipped_rho_fraction"]) == 0.0
   assert _max_abs_diff(state.params, new_state.params) > 0
   assert jax.tree.structure(new_state) == jax.tree.structure(state)
 

@@ -74,6 +74,7 @@ def test_impala_discrete_act_and_update(cartpole_spec):
   assert all(jax.tree.leaves(changed))
   # On-policy data: all importance ratios are 1.
   assert float(metrics["mean_rho"]) == pytest.approx(1.0, abs=1e-5)
+  assert float(metrics["clipped_rho_fraction"]) == 0.0
 
 
 def test_impala_gaussian_act_and_update(pendulum_spec):
@@ -85,6 +86,7 @@ def test_impala_gaussian_act_and_update(pendulum_spec):
   new_state, metrics = agent.update(state, traj)
   assert all(np.isfinite(float(v)) for v in metrics.values())
   assert float(metrics["mean_rho"]) == pytest.approx(1.0, abs=1e-4)
+  assert float(metrics["clipped_rho_fraction"]) == 0.0
 
 
 def test_impala_rejects_rho_bar_below_c_bar(cartpole_spec):

@@ -364,3 +364,54 @@ _BAD = [
 def test_bad_input_names_the_argument(jit, fn, args, exc, name):
   with pytest.raises(exc, match=f"`{name}`"):
     (jax.jit(fn) if jit else fn)(*args)
+
+
+def _on_policy_log_probs(n=4096, n_actions=6, seed=0):
+  """log pi and log mu of the same policy computed two ways (logits shifted by a
+  constant: the same distribution), as an actor and a learner do: equal up to ulps."""
+  rng = np.random.default_rng(seed)
+  logits = jnp.asarray(rng.normal(0, 3, (n, n_actions)), jnp.float32)
+  actions = jnp.asarray(rng.integers(0, n_actions, n), jnp.int32)
+  log_pi = L.categorical_log_prob(logits, actions)
+  log_mu = L.categorical_log_prob(logits + 7.3, actions)
+  return log_pi, log_mu
+
+
+def test_exceeds_threshold_is_false_on_on_policy_ratios(maybe_jit):
+  log_pi, log_mu = _on_policy_log_probs()
+  rho = L.importance_ratios_from_log_probs(log_pi, log_mu).rho
+  assert float(jnp.max(jnp.abs(rho - 1.0))) < 1e-5
+  # The float noise the tolerance is for: a plain comparison counts part of these.
+  assert int(jnp.sum(rho > 1.0)) > 0
+  assert not bool(jnp.any(maybe_jit(L.exceeds_threshold)(rho, 1.0)))
+
+
+def test_on_policy_impala_loss_reports_no_clipped_ratios():
+  log_pi, log_mu = _on_policy_log_probs(n=512)
+  shape = log_pi.shape
+  zeros, ones = jnp.zeros(shape), jnp.ones(shape)
+  out = jax.jit(L.impala_loss)(zeros, zeros, ones, 0.9 * ones, log_pi, log_mu, zeros)
+  assert float(out.clipped_rho_fraction) == 0.0
+  np.testing.assert_allclose(float(out.mean_rho), 1.0, rtol=1e-6)
+
+
+def test_exceeds_threshold_counts_ratios_clearly_above(maybe_jit):
+  rho = jnp.array([0.5, 1.0, 1.0 + 1e-7, 1.0 + 1e-4, 1.5, 2.0, 3.0], jnp.float32)
+  np.testing.assert_array_equal(
+      maybe_jit(L.exceeds_threshold)(rho, 1.0), [False, False, False, True, True, True, True]
+  )
+  np.testing.assert_array_equal(
+      maybe_jit(L.exceeds_threshold)(rho, 2.0), [False] * 5 + [False, True]
+  )
+  # rtol=0 is the plain comparison.
+  assert bool(L.exceeds_threshold(jnp.float32(1.0 + 1e-7), 1.0, rtol=0.0))
+  log_pi = jnp.log(jnp.array([0.9, 0.5, 0.2, 0.2]))
+  log_mu = jnp.log(jnp.array([0.3, 0.5, 0.2, 0.4]))  # rho = [3, 1, 1, 0.5]
+  zeros, ones = jnp.zeros(4), jnp.ones(4)
+  out = L.impala_loss(zeros, zeros, ones, 0.9 * ones, log_pi, log_mu, zeros)
+  assert float(out.clipped_rho_fraction) == 0.25
+
+
+def test_exceeds_threshold_rejects_negative_rtol():
+  with pytest.raises(ValueError, match="rtol"):
+    L.exceeds_threshold(jnp.ones(3), 1.0, rtol=-1e-5)

@@ -25,6 +25,7 @@ from offpolicy_ac.losses._distributions import categorical_entropy
 from offpolicy_ac.losses._distributions import categorical_importance_ratios
 from offpolicy_ac.losses._distributions import categorical_kl
 from offpolicy_ac.losses._distributions import categorical_log_prob
+from offpolicy_ac.losses._distributions import exceeds_threshold
 from offpolicy_ac.losses._distributions import gaussian_entropy
 from offpolicy_ac.losses._distributions import gaussian_kl
 from offpolicy_ac.losses._distributions import gaussian_log_prob
@@ -67,6 +68,7 @@ __all__ = [
     "categorical_importance_ratios",
     "categorical_kl",
     "categorical_log_prob",
+    "exceeds_threshold",
     "gaussian_entropy",
     "gaussian_kl",
     "gaussian_log_prob",

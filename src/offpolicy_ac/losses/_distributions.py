@@ -78,6 +78,34 @@ def importance_ratios_from_log_probs(
   return ImportanceRatios(rho=rho, log_rho=log_rho)
 
 
+CLIP_RTOL = 1e-5
+"""Relative tolerance of `exceeds_threshold`: rho counts as clipped only above
+threshold * (1 + CLIP_RTOL)."""
+
+
+def exceeds_threshold(rho: jax.Array, threshold, *, rtol: float = CLIP_RTOL) -> jax.Array:
+  """Whether each ratio exceeds `threshold` by more than float noise (bool, like `rho`).
+
+  A diagnostic, not part of any estimator (the estimators clip with `min(threshold,
+  rho)`, where a ratio of 1 + 1e-7 changes nothing). On-policy data gives ratios
+  exp(log pi - log mu) = 1 +- a few float32 ulps (about 1e-7), so `rho > 1.0` would
+  count a random part of them as clipped; this counts rho > threshold * (1 + rtol).
+  The default rtol = 1e-5 is about 100 float32 ulps, far below any truncation that
+  matters.
+
+  Args:
+    rho: importance ratios [T, ...] (>= 0).
+    threshold: the truncation level (rho-bar, c), a scalar > 0.
+    rtol: relative tolerance >= 0.
+
+  Returns:
+    bool [T, ...]: rho > threshold * (1 + rtol).
+  """
+  _checks.check_floating("rho", rho)
+  _checks.check_non_negative("rtol", rtol)
+  return rho > threshold * (1.0 + rtol)
+
+
 def categorical_importance_ratios(
     pi_logits: jax.Array,
     mu_logits: jax.Array,

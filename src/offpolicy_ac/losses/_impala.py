@@ -25,7 +25,11 @@ from offpolicy_ac.losses._vtrace import vtrace
 
 
 class ImpalaLossOutput(NamedTuple):
-  """Scalar loss terms (weighted means over real steps) and diagnostics."""
+  """Scalar loss terms (weighted means over real steps) and diagnostics.
+
+  `clipped_rho_fraction` is the weighted fraction of steps whose rho exceeds
+  rho-bar by more than float noise (`exceeds_threshold`): 0 on on-policy data.
+  """
 
   loss: jax.Array
   policy_loss: jax.Array
@@ -126,7 +130,7 @@ def impala_loss(
   value_loss = weighted_mean(jnp.square(out.errors), w)
   entropy = weighted_mean(entropy_tm1, w)
   loss = policy_loss + value_weight * value_loss - entropy_weight * entropy
-  clipped = (ratios.rho > clip_rho_threshold).astype(w.dtype)
+  clipped = _distributions.exceeds_threshold(ratios.rho, clip_rho_threshold).astype(w.dtype)
   return ImpalaLossOutput(
       loss=loss,
       policy_loss=policy_loss,

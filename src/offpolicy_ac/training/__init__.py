@@ -9,6 +9,7 @@ from offpolicy_ac.training.config import EnvConfig
 from offpolicy_ac.training.config import EvalConfig
 from offpolicy_ac.training.config import ParallelConfig
 from offpolicy_ac.training.config import ReplayConfig
+from offpolicy_ac.training.config import TrackingConfig
 from offpolicy_ac.training.config import TrainConfig
 from offpolicy_ac.training.config import TransformConfig
 from offpolicy_ac.training.evaluation import evaluate
@@ -16,7 +17,10 @@ from offpolicy_ac.training.experiment import exit_process
 from offpolicy_ac.training.experiment import load_params
 from offpolicy_ac.training.experiment import run_experiment
 from offpolicy_ac.training.experiment import save_params
+from offpolicy_ac.training.logger import Logger
+from offpolicy_ac.training.logger import MultiLogger
 from offpolicy_ac.training.logger import RunLogger
+from offpolicy_ac.training.logger import WandbLogger
 from offpolicy_ac.training.logger import write_config
 from offpolicy_ac.training.loop import RunResult
 from offpolicy_ac.training.loop import train
@@ -32,10 +36,14 @@ __all__ = [
     "EvalConfig",
     "ParallelConfig",
     "ReplayConfig",
+    "Logger",
+    "MultiLogger",
     "RunLogger",
     "RunResult",
+    "TrackingConfig",
     "TrainConfig",
     "TransformConfig",
+    "WandbLogger",
     "evaluate",
     "exit_process",
     "load_params",

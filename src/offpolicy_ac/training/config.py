@@ -164,6 +164,22 @@ class CheckpointConfig:
   """How many of the newest checkpoints are kept."""
 
 
+@dataclasses.dataclass(frozen=True)
+class TrackingConfig:
+  """Experiment tracking with Weights & Biases (needs `pip install offpolicy_ac[track]`).
+  Changes nothing that is learned; may change when a run is resumed."""
+
+  track: bool = False
+  """Also log every metrics line to Weights & Biases (the run named after its directory,
+  config.json as its config; a resumed run continues the same W&B run)."""
+  wandb_project: str = "offpolicy_ac"
+  """W&B project."""
+  wandb_entity: Optional[str] = None
+  """W&B entity (user or team; default: yours)."""
+  wandb_mode: Literal["online", "offline"] = "online"
+  """'offline': write W&B's files locally (`wandb sync` uploads them later)."""
+
+
 def _positive_ints(group, *names):
   for name in names:
     value = getattr(group, name)
@@ -190,6 +206,7 @@ class TrainConfig:
   parallel: ParallelConfig = ParallelConfig()
   eval: EvalConfig = EvalConfig()
   checkpoint: CheckpointConfig = CheckpointConfig()
+  tracking: TrackingConfig = TrackingConfig()
 
   @classmethod
   def from_dict(cls, values: dict) -> "TrainConfig":
@@ -274,6 +291,10 @@ class TrainConfig:
     if env.max_episode_steps is not None and env.max_episode_steps < 1:
       raise ValueError(f"max_episode_steps must be >= 1, got {env.max_episode_steps}")
     _check_transform(self.transform)
+    if self.tracking.wandb_mode not in ("online", "offline"):
+      raise ValueError(
+          f"wandb_mode must be 'online' or 'offline', got {self.tracking.wandb_mode!r}"
+      )
     if evaluation.target_return is not None and evaluation.eval_every == 0:
       raise ValueError("target_return needs evaluations: set eval_every > 0")
     if replay.min_replay_size > replay.replay_capacity:

@@ -8,7 +8,8 @@
 * on `resume`, refuses a config that differs from the run's in anything but the
   step budget, and continues from the newest readable checkpoint;
 * installs SIGTERM/SIGINT handlers that save a checkpoint and stop cleanly;
-* trains, logging to metrics.jsonl / TensorBoard / a PNG, checkpointing with
+* trains, logging to metrics.jsonl / TensorBoard / a PNG (and with `--track` to
+  Weights & Biases, `logger.WandbLogger`), checkpointing with
   orbax every `checkpoint_every` env steps and at the end;
 * writes final_params.msgpack and summary.json;
 * `--num-seeds N`: N seeds with one vmapped learner (or one after the other);
@@ -35,8 +36,12 @@ import flax.serialization
 import jax
 
 from offpolicy_ac.training.config import TrainConfig
+from offpolicy_ac.training.logger import Logger
+from offpolicy_ac.training.logger import MultiLogger
 from offpolicy_ac.training.logger import RunLogger
+from offpolicy_ac.training.logger import WandbLogger
 from offpolicy_ac.training.logger import jsonable
+from offpolicy_ac.training.logger import require_wandb
 from offpolicy_ac.training.logger import write_config
 from offpolicy_ac.training.loop import RunResult
 from offpolicy_ac.training.loop import train
@@ -50,6 +55,10 @@ from offpolicy_ac.training.sources import make_training_rollout
 RESUMABLE_CHANGES = (
     "train.budget.total_env_steps",
     "train.parallel.coordinator_address",
+    "train.tracking.track",
+    "train.tracking.wandb_project",
+    "train.tracking.wandb_entity",
+    "train.tracking.wandb_mode",
     "resume",
     "run_dir",
 )
@@ -151,7 +160,7 @@ def _check_or_write_config(
     if diffs:
       raise ValueError(
           f"--resume: the config differs from the run's in {diffs}; only the "
-          "step budget (--total-env-steps) may change"
+          "step budget (--total-env-steps) and the tracking flags may change"
       )
   else:
     for d in (run_dir, *others):
@@ -246,6 +255,8 @@ def run_experiment(name: str, args: Any, agent_factory: Callable, *,
   it returns one RunResult per seed, each logged in <run_dir>/seed<k>, and plots them."""
   config: TrainConfig = args.train
   config.validate()
+  if config.tracking.track:
+    require_wandb()
   root = pathlib.Path(args.run_dir or default_run_dir(name, config))
   seeds = config.seeds
   kwargs = dict(batch_fn=batch_fn, progress=progress, rollout_factory=rollout_factory)
@@ -291,9 +302,8 @@ def _run(name: str, args: Any, root: pathlib.Path, *, agent_factory: Callable,
   _after_backend_start()
   checkpointer = _make_checkpointer(config, root)
   loggers = [
-      RunLogger(d, total_env_steps=config.budget.total_env_steps,
-                title=f"{name} {config.env.env_id} seed {s}",
-                progress=progress if k == 0 else False)
+      _make_logger(name, config, s, d, progress=progress if k == 0 else False,
+                   group=root.name if len(seeds) > 1 else None)
       for k, (s, d) in enumerate(zip(seeds, dirs))
   ]  # fmt: skip
   flag = _StopFlag()
@@ -315,6 +325,30 @@ def _run(name: str, args: Any, root: pathlib.Path, *, agent_factory: Callable,
   for d, result in zip(dirs, results):
     _finish(name, d, result, flag)
   return results
+
+
+def _make_logger(name: str, config: TrainConfig, seed: int, run_dir: pathlib.Path, *,
+                 progress: Optional[bool], group: Optional[str]) -> Logger:  # fmt: skip
+  """The run directory's logger, and with `--track` a W&B run beside it (its config:
+  the directory's config.json)."""
+  logger = RunLogger(run_dir, total_env_steps=config.budget.total_env_steps,
+                     title=f"{name} {config.env.env_id} seed {seed}", progress=progress)  # fmt: skip
+  tracking = config.tracking
+  if not tracking.track:
+    return logger
+  try:
+    tracker = WandbLogger(
+        run_dir,
+        project=tracking.wandb_project,
+        entity=tracking.wandb_entity,
+        mode=tracking.wandb_mode,
+        config=json.loads((run_dir / "config.json").read_text()),
+        group=group,
+    )
+  except BaseException:
+    logger.close()
+    raise
+  return MultiLogger(logger, tracker)
 
 
 def _abandon_distributed_job(

@@ -4,6 +4,10 @@ The run directory is described in docs/design.md (Contract 3). `RunLogger.log(re
 appends one JSON object per line to metrics.jsonl (format: `metrics_io`; at least
 `env_steps`, `wall_time_s`, `episode_return`), writes the same scalars to TensorBoard, and
 prints a progress line (a tqdm bar on a terminal, plain lines otherwise).
+
+A logger is anything with `log(record)`, `truncate(num_lines)` and `close()` (`Logger`);
+the driver gives each seed's lines to one. `WandbLogger` sends them to Weights & Biases
+(`--track`), and `MultiLogger(RunLogger(...), WandbLogger(...))` sends them to both.
 """
 
 from __future__ import annotations
@@ -16,11 +20,26 @@ import subprocess
 import sys
 import time
 from typing import Any
+from typing import Optional
+from typing import Protocol
 
 from offpolicy_ac.training import metrics_io
 from offpolicy_ac.training.metrics_io import METRICS_FILE
 from offpolicy_ac.training.metrics_io import jsonable
 from offpolicy_ac.training.plotting import plot_runs
+
+
+class Logger(Protocol):
+  """Where a run's metrics lines go (one logger per seed)."""
+
+  def log(self, record: dict) -> None:
+    """Records one metrics line (at least `env_steps`, `wall_time_s`, `episode_return`)."""
+
+  def truncate(self, num_lines: int) -> None:
+    """On resume: the run goes on after its first `num_lines` lines."""
+
+  def close(self) -> None:
+    """Flushes and releases what the logger holds."""
 
 
 def package_versions() -> dict[str, str]:
@@ -187,3 +206,124 @@ class RunLogger:
     if self._writer is not None:
       self._writer.close()
     self._file.close()
+
+
+class MultiLogger:
+  """Gives every call to each of `loggers`, in order (close: all of them, even if one
+  fails; the first error is raised after)."""
+
+  def __init__(self, *loggers: Logger):
+    self.loggers = loggers
+
+  def log(self, record: dict) -> None:
+    for logger in self.loggers:
+      logger.log(record)
+
+  def truncate(self, num_lines: int) -> None:
+    for logger in self.loggers:
+      logger.truncate(num_lines)
+
+  def close(self) -> None:
+    errors = []
+    for logger in self.loggers:
+      try:
+        logger.close()
+      except Exception as e:  # pylint: disable=broad-except
+        errors.append(e)
+    if errors:
+      raise errors[0]
+
+
+WANDB_MODES = ("online", "offline")
+WANDB_STATE_FILE = "wandb.json"
+
+
+def require_wandb() -> None:
+  """Raises ImportError naming the extra to install when wandb is missing."""
+  try:
+    import wandb  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+  except ImportError as e:
+    raise ImportError(
+        "--track logs to Weights & Biases, which is not installed: "
+        "pip install 'offpolicy_ac[track]'"
+    ) from e
+
+
+def _new_run_id() -> str:
+  """8 random lowercase letters and digits, as W&B's own run ids."""
+  import secrets
+  import string
+
+  return "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(8))
+
+
+class WandbLogger:
+  """Sends each metrics line's numbers to a Weights & Biases run, against `env_steps`.
+
+  The W&B run is named after the run directory, its config is config.json's content, and
+  its id is kept in <run_dir>/wandb.json, so a resumed run continues the same W&B run.
+  Lines the W&B run already holds (logged before an interruption, then logged again
+  after resuming from the checkpoint) are not sent twice. Files go where wandb puts
+  them (`WANDB_DIR`, else ./wandb); `wandb_mode='offline'` writes them for a later
+  `wandb sync`.
+  """
+
+  def __init__(
+      self,
+      run_dir: str | os.PathLike,
+      *,
+      project: str,
+      entity: Optional[str] = None,
+      mode: str = "online",
+      config: Optional[dict] = None,
+      group: Optional[str] = None,
+  ):
+    if mode not in WANDB_MODES:
+      raise ValueError(f"wandb_mode must be one of {WANDB_MODES}, got {mode!r}")
+    require_wandb()
+    import wandb  # pylint: disable=import-outside-toplevel
+
+    self.run_dir = pathlib.Path(run_dir)
+    self._state_path = self.run_dir / WANDB_STATE_FILE
+    state = json.loads(self._state_path.read_text()) if self._state_path.exists() else {}
+    self.run_id: str = state.get("id") or _new_run_id()
+    self._logged_steps: Optional[int] = state.get("logged_env_steps")
+    self._run = wandb.init(
+        project=project,
+        entity=entity,
+        mode=mode,
+        id=self.run_id,
+        name=self.run_dir.name,
+        group=group,
+        config=config,
+        resume="allow",
+        reinit="create_new",  # several seeds of one process: one W&B run each
+        # wandb reads WANDB_DIR once per process; each run reads it again.
+        dir=os.environ.get("WANDB_DIR"),
+    )
+    self._run.define_metric("*", step_metric="env_steps")
+    self._save_state()
+
+  def _save_state(self) -> None:
+    tmp = self._state_path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps({"id": self.run_id, "logged_env_steps": self._logged_steps}))
+    os.replace(tmp, self._state_path)
+
+  def log(self, record: dict) -> None:
+    record = jsonable(record)
+    step = int(record["env_steps"])
+    if self._logged_steps is not None and step <= self._logged_steps:
+      return  # already in the W&B run (logged before an interruption)
+    scalars = {
+        k: v for k, v in record.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
+    self._run.log(scalars)
+    self._logged_steps = step
+    self._save_state()
+
+  def truncate(self, num_lines: int) -> None:
+    """W&B keeps what it has; the lines logged again after a resume are skipped."""
+    del num_lines
+
+  def close(self) -> None:
+    self._run.finish()

@@ -1,14 +1,19 @@
-"""Learning curves from metrics.jsonl: one run, or several overlaid (mean and spread)."""
+"""Learning curves from metrics.jsonl: one run, several overlaid (mean and spread), or
+the IQM curves of groups of runs with their bootstrap intervals (`training.statistics`)."""
 
 from __future__ import annotations
 
 import os
 import pathlib
+from typing import TYPE_CHECKING
 from typing import Sequence
 
 import numpy as np
 
 from offpolicy_ac.training.metrics_io import read_metrics
+
+if TYPE_CHECKING:
+  from offpolicy_ac.training.statistics import GroupCurve
 
 
 def _series(records: list[dict], key: str) -> tuple[np.ndarray, np.ndarray]:
@@ -67,3 +72,56 @@ def plot_runs(
   fig.savefig(tmp, dpi=100)
   os.replace(tmp, out)
   return out
+
+
+METRIC_NAMES = {"eval_return": "evaluation return", "episode_return": "training return"}
+
+
+def plot_group_curves(
+    curves: Sequence["GroupCurve"], labels: Sequence[str], out_dir: str | os.PathLike
+) -> list[pathlib.Path]:
+  """One figure per environment, `out_dir`/<env_id>.png, with a line per group: the IQM
+  over its seeds against env steps and a band for its confidence interval.
+
+  Args:
+    curves: from `statistics.group_curve`.
+    labels: one per curve (`statistics.group_labels`); the legend adds the seed count.
+    out_dir: created if missing.
+
+  Returns:
+    The PNG paths, in the order the environments first appear.
+  """
+  # A bare Figure draws with Agg without pyplot: the process's matplotlib backend (a
+  # notebook's inline one, say) is left as it was.
+  from matplotlib.figure import Figure
+
+  if len(labels) != len(curves):
+    raise ValueError(f"need one label per curve ({len(curves)}), got {len(labels)}")
+  out_dir = pathlib.Path(out_dir)
+  out_dir.mkdir(parents=True, exist_ok=True)
+  envs = list(dict.fromkeys(c.group.env_id for c in curves))
+  paths = []
+  for env_id in envs:
+    fig = Figure(figsize=(7, 4.2))
+    ax = fig.subplots()
+    mine = [(c, lab) for c, lab in zip(curves, labels) if c.group.env_id == env_id]
+    metrics = {c.metric for c, _ in mine}
+    for c, label in mine:
+      n = len(c.group.runs)
+      suffix = f" ({METRIC_NAMES.get(c.metric, c.metric)})" if len(metrics) > 1 else ""
+      (line,) = ax.plot(c.env_steps, c.iqm, label=f"{label}{suffix}, {n} seed{'s' * (n > 1)}")
+      ax.fill_between(c.env_steps, c.lower, c.upper, alpha=0.2, color=line.get_color())
+    ax.set_xlabel("environment steps")
+    ylabel = " / ".join(METRIC_NAMES.get(m, m) for m in sorted(metrics))
+    ax.set_ylabel(f"{ylabel}: IQM, 95% CI")
+    ax.set_title(env_id)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in env_id)
+    out = out_dir / f"{safe}.png"
+    tmp = out.with_suffix(".tmp.png")
+    fig.savefig(tmp, dpi=100)
+    os.replace(tmp, out)
+    paths.append(out)
+  return paths

@@ -1,0 +1,371 @@
+"""Learning curves across seeds: group runs by configuration, IQM with bootstrap intervals.
+
+    runs = [run_info(d) for d in find_runs(["runs/"])]
+    for group in group_runs(runs):
+      curve = group_curve(group)     # IQM over seeds per env step, with a 95% interval
+
+Statistics follow Agarwal et al. 2021, "Deep Reinforcement Learning at the Edge of the
+Statistical Precipice" (NeurIPS; arXiv:2108.13264), with their library `rliable`:
+
+* **Grouping.** Runs are pooled when their configurations (config.json's `config` and
+  `algorithm`) are equal except for the fields in `IGNORED_FIELDS`: the seed, where the
+  run is written, how often it logs and checkpoints, and whether it resumed. None of them
+  changes the algorithm (the checkpoint cadence cuts the run into segments that re-seed
+  the environments, which changes the random streams as the seed does, not what is
+  learned). The algorithm and the environment are part of every group's key, so runs of
+  two algorithms or two environments are never pooled. The git revision and package
+  versions are not part of the key.
+* **Alignment.** Runs log at slightly different env steps. When every run of a group
+  logged at the same steps, those steps are used; otherwise each run is linearly
+  interpolated onto a common grid of evenly spaced steps over the range every run
+  covers (the latest first step to the earliest last step), never extrapolated.
+* **IQM.** The interquartile mean across runs at each step: the mean of the middle 50%
+  (`scipy.stats.trim_mean(x, 0.25)`, `rliable.metrics.aggregate_iqm`). Less sensitive to
+  an outlier seed than the mean, far less noisy than the median.
+* **Intervals.** 95% percentile intervals from the stratified bootstrap
+  (`rliable.library.get_interval_estimates`): runs are resampled with replacement within
+  each task (here one task, the group's environment), the IQM recomputed, and the 2.5th
+  and 97.5th percentiles of those IQMs reported.
+
+All functions are pure except `find_runs` and `run_info`, which read run directories.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+from typing import Any
+from typing import NamedTuple
+from typing import Optional
+from typing import Sequence
+
+import numpy as np
+
+from offpolicy_ac.training.metrics_io import METRICS_FILE
+from offpolicy_ac.training.metrics_io import read_metrics
+
+__all__ = [
+    "IGNORED_FIELDS",
+    "CurveEstimate",
+    "GroupCurve",
+    "RunGroup",
+    "RunInfo",
+    "align_runs",
+    "find_runs",
+    "group_curve",
+    "group_labels",
+    "group_runs",
+    "iqm",
+    "iqm_with_intervals",
+    "run_info",
+    "summary_table",
+]
+
+# Dotted fields of config.json's `config` that do not change what is learned; runs that
+# differ only in these are seeds of one configuration. (`loop.*`: the flat config of
+# run directories written by offpolicy_ac 0.1.)
+IGNORED_FIELDS = (
+    "run_dir",
+    "resume",
+    "train.budget.seed",
+    "train.budget.num_seeds",
+    "train.budget.vmap_seeds",
+    "train.budget.total_env_steps",
+    "train.budget.log_every",
+    "train.checkpoint.checkpoint_every",
+    "train.checkpoint.keep_checkpoints",
+    "train.eval.target_return",
+    "train.parallel.process_id",
+    "train.parallel.coordinator_address",
+    "train.tracking.track",
+    "train.tracking.wandb_project",
+    "train.tracking.wandb_entity",
+    "train.tracking.wandb_mode",
+    "loop.seed",
+    "loop.num_seeds",
+    "loop.vmap_seeds",
+    "loop.total_env_steps",
+    "loop.log_every",
+    "loop.checkpoint_every",
+    "loop.keep_checkpoints",
+    "loop.target_return",
+    "loop.process_id",
+    "loop.coordinator_address",
+)
+
+METRICS = ("eval_return", "episode_return")
+
+
+class RunInfo(NamedTuple):
+  """One run directory as the grouping sees it."""
+
+  run_dir: pathlib.Path
+  algorithm: str
+  env_id: str
+  seed: Optional[int]
+  settings: tuple[tuple[str, Any], ...]
+  """(dotted field, value) pairs of the config without IGNORED_FIELDS, sorted."""
+
+
+class RunGroup(NamedTuple):
+  """Runs (seeds) of one configuration."""
+
+  algorithm: str
+  env_id: str
+  settings: tuple[tuple[str, Any], ...]
+  runs: tuple[RunInfo, ...]
+
+
+class CurveEstimate(NamedTuple):
+  """An aggregate per x and its confidence interval, each [num_points]."""
+
+  point: np.ndarray
+  lower: np.ndarray
+  upper: np.ndarray
+
+
+class GroupCurve(NamedTuple):
+  """A group's IQM learning curve: `env_steps`, `iqm`, `lower`, `upper` [num_points]."""
+
+  group: RunGroup
+  metric: str
+  """'eval_return' when every run of the group logged evaluations, else 'episode_return'."""
+  env_steps: np.ndarray
+  iqm: np.ndarray
+  lower: np.ndarray
+  upper: np.ndarray
+
+
+def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
+  if isinstance(d, dict):
+    out = {}
+    for k, v in d.items():
+      out.update(_flatten(v, f"{prefix}{k}."))
+    return out
+  return {prefix[:-1]: tuple(d) if isinstance(d, list) else d}
+
+
+def _hashable(v: Any) -> Any:
+  return tuple(_hashable(x) for x in v) if isinstance(v, (list, tuple)) else v
+
+
+def run_info(run_dir: str | os.PathLike) -> RunInfo:
+  """Reads `run_dir`/config.json into a RunInfo.
+
+  Raises:
+    ValueError: config.json is missing or names no algorithm or environment.
+  """
+  run_dir = pathlib.Path(run_dir)
+  path = run_dir / "config.json"
+  if not path.exists():
+    raise ValueError(f"{run_dir} holds no config.json: not a run directory")
+  record = json.loads(path.read_text())
+  config = record.get("config", {})
+  flat = {k: _hashable(v) for k, v in _flatten(config).items()}
+  env_id = flat.get("train.env.env_id", flat.get("loop.env_id"))
+  algorithm = record.get("algorithm")
+  if env_id is None or algorithm is None:
+    raise ValueError(f"{path} names no environment (train.env.env_id) or no algorithm")
+  seed = flat.get("train.budget.seed", flat.get("loop.seed"))
+  settings = tuple(sorted((k, v) for k, v in flat.items() if k not in IGNORED_FIELDS))
+  return RunInfo(run_dir, str(algorithm), str(env_id), seed, settings)
+
+
+def find_runs(paths: Sequence[str | os.PathLike]) -> list[pathlib.Path]:
+  """Run directories at or below `paths`: those holding config.json and a non-empty
+  metrics.jsonl (a vmapped multi-seed run's root holds no metrics, its seed<k>/ do).
+
+  Raises:
+    ValueError: a path does not exist, or no run directory is found.
+  """
+  found = set()
+  for p in map(pathlib.Path, paths):
+    if not p.exists():
+      raise ValueError(f"{p} does not exist")
+    candidates = [p, *(c.parent for c in p.rglob("config.json"))] if p.is_dir() else []
+    for d in candidates:
+      metrics = d / METRICS_FILE
+      if (d / "config.json").exists() and metrics.exists() and metrics.stat().st_size > 0:
+        found.add(d.resolve())
+  if not found:
+    raise ValueError(f"no run directory (config.json and metrics.jsonl) in {list(paths)}")
+  return sorted(found)
+
+
+def group_runs(runs: Sequence[RunInfo]) -> list[RunGroup]:
+  """Pools runs whose (algorithm, environment, settings) are equal, in first-seen order
+  (see the module docstring for what is ignored)."""
+  groups: dict[tuple, list[RunInfo]] = {}
+  for run in runs:
+    groups.setdefault((run.algorithm, run.env_id, run.settings), []).append(run)
+  return [RunGroup(a, e, s, tuple(rs)) for (a, e, s), rs in groups.items()]
+
+
+def group_labels(groups: Sequence[RunGroup]) -> list[str]:
+  """A label per group naming what tells it apart in its figure ("impala
+  learning_rate=0.001"): the algorithm, then the fields that differ between the groups of
+  that algorithm and environment, by their last component (the full dotted name where
+  two would read alike)."""
+  labels = []
+  for g in groups:
+    peers = [dict(p.settings) for p in groups if (p.env_id, p.algorithm) == (g.env_id, g.algorithm)]
+    keys = sorted(set().union(*peers))
+    differing = [k for k in keys if len({repr(d.get(k)) for d in peers}) > 1]
+    short = [k.rsplit(".", 1)[-1] for k in differing]
+    names = [s if short.count(s) == 1 else k for k, s in zip(differing, short)]
+    mine = dict(g.settings)
+    labels.append(
+        " ".join([g.algorithm] + [f"{n}={mine.get(k)}" for n, k in zip(names, differing)])
+    )
+  return labels
+
+
+def align_runs(
+    series: Sequence[tuple[np.ndarray, np.ndarray]], max_points: int = 200
+) -> tuple[np.ndarray, np.ndarray]:
+  """Puts runs' (env_steps, values) on common steps: returns (steps [P], values [R, P]).
+
+  Runs that logged at the same steps keep them. Otherwise each run is interpolated
+  linearly at evenly spaced steps between the latest first step and the earliest last
+  step (the range every run covers), as many as the densest run logged there, at most
+  `max_points`.
+
+  Raises:
+    ValueError: no runs, a run without points, or runs whose step ranges do not overlap.
+  """
+  if not series:
+    raise ValueError("align_runs needs at least one run")
+  if max_points < 2:
+    raise ValueError(f"max_points must be >= 2, got {max_points}")
+  xs = [np.asarray(x, np.float64) for x, _ in series]
+  ys = [np.asarray(y, np.float64) for _, y in series]
+  if any(x.size == 0 for x in xs):
+    raise ValueError("a run has no points to align")
+  if all(x.shape == xs[0].shape and np.array_equal(x, xs[0]) for x in xs):
+    return xs[0], np.stack(ys)
+  lo, hi = max(x[0] for x in xs), min(x[-1] for x in xs)
+  if lo >= hi:
+    raise ValueError(f"the runs' step ranges do not overlap (latest start {lo}, earliest end {hi})")
+  inside = max(int(np.sum((x >= lo) & (x <= hi))) for x in xs)
+  grid = np.linspace(lo, hi, int(np.clip(inside, 2, max_points)))
+  return grid, np.stack([np.interp(grid, x, y) for x, y in zip(xs, ys)])
+
+
+def iqm(scores: np.ndarray) -> np.ndarray:
+  """Interquartile mean over runs (axis 0) of [runs, ...] scores: `scipy.stats.trim_mean`
+  with 25% cut at each end, as `rliable.metrics.aggregate_iqm` at each point."""
+  import scipy.stats
+
+  scores = np.asarray(scores, np.float64)
+  return scipy.stats.trim_mean(scores.reshape(scores.shape[0], -1), 0.25, axis=0).reshape(
+      scores.shape[1:]
+  )
+
+
+def iqm_with_intervals(
+    scores: np.ndarray, *, reps: int = 2000, confidence: float = 0.95, seed: int = 0
+) -> CurveEstimate:
+  """The IQM over runs at each point, with stratified-bootstrap percentile intervals.
+
+  Args:
+    scores: [runs, points] (one task: the bootstrap resamples runs).
+    reps: bootstrap replications.
+    confidence: the interval's coverage, in (0, 1).
+    seed: seeds the bootstrap (same inputs and seed, same intervals). Runs are resampled
+      independently at each point (pointwise intervals, as rliable's curves).
+
+  Returns:
+    CurveEstimate with arrays [points]; lower <= IQM <= upper.
+  """
+  from rliable import library
+
+  scores = np.asarray(scores, np.float64)
+  if scores.ndim != 2 or scores.shape[0] < 1 or scores.shape[1] < 1:
+    raise ValueError(f"scores must be [runs, points] with both >= 1, got {scores.shape}")
+  if not np.all(np.isfinite(scores)):
+    raise ValueError("scores must be finite")
+  if reps < 1 or not 0.0 < confidence < 1.0:
+    raise ValueError(f"need reps >= 1 and 0 < confidence < 1, got {reps}, {confidence}")
+  per_task = scores[:, None, :]  # rliable's [runs, tasks, ...]
+  # rliable's StratifiedBootstrap draws its indices from NumPy's global generator (its
+  # `random_state` argument does not reach them): seed that, and restore it afterwards.
+  saved = np.random.get_state()
+  np.random.seed(seed)
+  try:
+    point, interval = library.get_interval_estimates(
+        {"scores": per_task},
+        lambda s: iqm(s.reshape(s.shape[0] * s.shape[1], -1)),
+        reps=reps,
+        confidence_interval_size=confidence,
+    )
+  finally:
+    np.random.set_state(saved)
+  lower, upper = interval["scores"]
+  point = point["scores"]
+  # Percentiles of a finite set of bootstrap IQMs can sit a rounding error off the
+  # point estimate when all runs agree; the interval always contains it.
+  return CurveEstimate(point, np.minimum(lower, point), np.maximum(upper, point))
+
+
+def _series(records: list[dict], key: str) -> tuple[np.ndarray, np.ndarray]:
+  pts = [(r["env_steps"], r[key]) for r in records if r.get(key) is not None]
+  x, y = (np.asarray(v, np.float64) for v in zip(*pts)) if pts else (np.zeros(0), np.zeros(0))
+  return x, y
+
+
+def group_curve(
+    group: RunGroup,
+    *,
+    metric: Optional[str] = None,
+    reps: int = 2000,
+    max_points: int = 200,
+    seed: int = 0,
+) -> GroupCurve:
+  """The group's IQM curve over its runs, with 95% stratified-bootstrap intervals.
+
+  Args:
+    group: runs of one configuration.
+    metric: a metrics.jsonl key; default 'eval_return' when every run logged one, else
+      'episode_return'.
+    reps, seed: the bootstrap's replications and seed.
+    max_points: at most this many steps when runs must be interpolated (`align_runs`).
+
+  Raises:
+    ValueError: a run logged no value of the metric.
+  """
+  records = [read_metrics(r.run_dir) for r in group.runs]
+  if metric is None:
+    has_eval = all(_series(rs, "eval_return")[0].size for rs in records)
+    metric = "eval_return" if has_eval else "episode_return"
+  series = [_series(rs, metric) for rs in records]
+  for run, (x, _) in zip(group.runs, series):
+    if not x.size:
+      raise ValueError(f"{run.run_dir} logged no {metric}")
+  steps, values = align_runs(series, max_points)
+  est = iqm_with_intervals(values, reps=reps, seed=seed)
+  return GroupCurve(group, metric, steps, est.point, est.lower, est.upper)
+
+
+def summary_table(curves: Sequence[GroupCurve], labels: Sequence[str]) -> str:
+  """A text table, one row per group: its label, environment, metric, number of runs
+  (seeds), the last common env step and the IQM there with its interval."""
+  if len(labels) != len(curves):
+    raise ValueError(f"need one label per curve ({len(curves)}), got {len(labels)}")
+  header = ("group", "env", "metric", "seeds", "env steps", "final IQM [95% CI]")
+  rows = [header]
+  for c, label in zip(curves, labels):
+    rows.append(
+        (
+            label,
+            c.group.env_id,
+            c.metric,
+            str(len(c.group.runs)),
+            f"{c.env_steps[-1]:.0f}",
+            f"{c.iqm[-1]:.2f} [{c.lower[-1]:.2f}, {c.upper[-1]:.2f}]",
+        )
+    )
+  widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+  lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
+  lines.insert(1, "  ".join("-" * w for w in widths))
+  return "\n".join(lines)

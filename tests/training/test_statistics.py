@@ -1,0 +1,230 @@
+"""Grouping runs by configuration, aligning them, and the IQM with bootstrap intervals.
+
+Synthetic run directories (config.json and metrics.jsonl written here, in the format of
+`metrics_io`); the IQM checked by hand and against NumPy; the script end to end.
+"""
+
+import json
+import pathlib
+
+import numpy as np
+import pytest
+from rliable import metrics as rly_metrics
+from scripts import load_script
+
+from offpolicy_ac.training import TrainConfig
+from offpolicy_ac.training import statistics as S
+from offpolicy_ac.training.metrics_io import encode_line
+from offpolicy_ac.training.metrics_io import jsonable
+
+
+def write_run(run_dir, *, algorithm="impala", seed=0, lr=6e-4, steps=(0, 100, 200),
+              returns=None, eval_returns=None, **train_fields):  # fmt: skip
+  """A run directory as run_experiment writes it (config.json, metrics.jsonl)."""
+  run_dir = pathlib.Path(run_dir)
+  run_dir.mkdir(parents=True)
+  train = TrainConfig.of(seed=seed, **train_fields)
+  config = {
+      "config": {
+          "train": jsonable(train),
+          "agent": {"learning_rate": lr, "gamma": 0.99, "hidden_sizes": [64, 64]},
+          "resume": False,
+          "run_dir": str(run_dir),
+      },
+      "git_revision": f"rev{seed}",
+      "algorithm": algorithm,
+  }
+  (run_dir / "config.json").write_text(json.dumps(config))
+  returns = np.arange(len(steps), dtype=float) + seed if returns is None else returns
+  lines = []
+  for i, step in enumerate(steps):
+    record = {"env_steps": step, "wall_time_s": 0.1 * i, "episode_return": float(returns[i])}
+    if eval_returns is not None:
+      record["eval_return"] = float(eval_returns[i])
+    lines.append(encode_line(record))
+  (run_dir / "metrics.jsonl").write_text("".join(lines))
+  return run_dir
+
+
+def _groups(paths):
+  return S.group_runs([S.run_info(d) for d in S.find_runs(paths)])
+
+
+# --- grouping -------------------------------------------------------------------------
+
+
+def test_seeds_pool_and_a_different_learning_rate_separates(tmp_path):
+  for s in range(3):
+    write_run(tmp_path / f"a{s}", seed=s, log_every=1000 + s, checkpoint_every=500 * s)
+  for s in range(2):
+    write_run(tmp_path / f"b{s}", seed=s, lr=1e-3, total_env_steps=10**6 * (s + 1))
+  groups = _groups([tmp_path])
+  assert sorted(len(g.runs) for g in groups) == [2, 3]
+  by_size = {len(g.runs): g for g in groups}
+  assert {r.seed for r in by_size[3].runs} == {0, 1, 2}
+  assert dict(by_size[3].settings)["agent.learning_rate"] == 6e-4
+  assert dict(by_size[2].settings)["agent.learning_rate"] == 1e-3
+  labels = dict(zip([len(g.runs) for g in groups], S.group_labels(groups)))
+  assert labels == {3: "impala learning_rate=0.0006", 2: "impala learning_rate=0.001"}
+
+
+def test_algorithms_and_environments_are_never_pooled(tmp_path):
+  # Identical configs but for the algorithm, or but for the environment.
+  write_run(tmp_path / "impala0", algorithm="impala", seed=0)
+  write_run(tmp_path / "impala1", algorithm="impala", seed=1)
+  write_run(tmp_path / "acer0", algorithm="acer", seed=0)
+  write_run(tmp_path / "pend0", algorithm="impala", seed=0, env_id="Pendulum-v1")
+  groups = _groups([tmp_path])
+  keys = sorted((g.algorithm, g.env_id, len(g.runs)) for g in groups)
+  assert keys == [("acer", "CartPole-v1", 1), ("impala", "CartPole-v1", 2),
+                  ("impala", "Pendulum-v1", 1)]  # fmt: skip
+  for g in groups:
+    assert {r.algorithm for r in g.runs} == {g.algorithm}
+    assert {r.env_id for r in g.runs} == {g.env_id}
+  # Each algorithm is alone in its figure's group of that algorithm: its name suffices.
+  assert sorted(S.group_labels(groups)) == ["acer", "impala", "impala"]
+
+
+def test_fields_that_change_learning_are_kept(tmp_path):
+  write_run(tmp_path / "a", seed=0)
+  write_run(tmp_path / "b", seed=1, num_envs=8)
+  write_run(tmp_path / "c", seed=2, eval_every=1000)
+  assert len(_groups([tmp_path])) == 3
+  assert "train.budget.seed" in S.IGNORED_FIELDS
+  assert "train.env.num_envs" not in S.IGNORED_FIELDS
+
+
+def test_find_runs_searches_below_and_skips_dirs_without_metrics(tmp_path):
+  a = write_run(tmp_path / "x" / "seed0", seed=0)
+  b = write_run(tmp_path / "x" / "seed1", seed=1)
+  (tmp_path / "x" / "config.json").write_text("{}")  # a vmapped run's root: no metrics
+  assert S.find_runs([tmp_path]) == [a.resolve(), b.resolve()]
+  assert S.find_runs([a]) == [a.resolve()]
+  with pytest.raises(ValueError, match="does not exist"):
+    S.find_runs([tmp_path / "missing"])
+  with pytest.raises(ValueError, match="no run directory"):
+    S.find_runs([tmp_path / "x" / "seed0" / "metrics.jsonl"])
+  with pytest.raises(ValueError, match="no config.json"):
+    S.run_info(tmp_path)
+
+
+# --- alignment -------------------------------------------------------------------------
+
+
+def test_align_keeps_shared_steps():
+  x = np.array([0.0, 10.0, 20.0])
+  steps, ys = S.align_runs([(x, [1, 2, 3]), (x, [4, 5, 6])])
+  np.testing.assert_array_equal(steps, x)
+  np.testing.assert_array_equal(ys, [[1, 2, 3], [4, 5, 6]])
+
+
+def test_align_interpolates_on_the_common_range():
+  a = (np.array([0.0, 100.0, 200.0, 300.0]), np.array([0.0, 1.0, 2.0, 3.0]))
+  b = (np.array([10.0, 110.0, 210.0]), np.array([5.0, 5.0, 5.0]))
+  steps, ys = S.align_runs([a, b], max_points=200)
+  assert steps[0] == 10.0 and steps[-1] == 210.0  # latest start, earliest end
+  assert len(steps) == 3  # as many points as the densest run has there
+  np.testing.assert_allclose(ys[0], steps / 100.0)
+  np.testing.assert_allclose(ys[1], 5.0)
+  with pytest.raises(ValueError, match="overlap"):
+    S.align_runs([(np.array([0.0, 1.0]), np.zeros(2)), (np.array([2.0, 3.0]), np.zeros(2))])
+
+
+# --- IQM and intervals -----------------------------------------------------------------
+
+
+def test_iqm_by_hand():
+  # 8 runs: drop the 2 lowest and 2 highest, mean of the middle 4.
+  scores = np.array([100.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, -50.0])
+  assert S.iqm(scores) == pytest.approx((2 + 3 + 4 + 5) / 4)
+  # 4 runs: the middle 2; per point along the other axis.
+  cols = np.array([[1.0, 10.0], [2.0, 20.0], [3.0, 30.0], [40.0, 400.0]])
+  np.testing.assert_allclose(S.iqm(cols), [2.5, 25.0])
+
+
+def test_iqm_matches_rliable_and_numpy():
+  rng = np.random.default_rng(0)
+  scores = rng.normal(size=(12, 7))
+  expected = [rly_metrics.aggregate_iqm(scores[:, j : j + 1]) for j in range(7)]
+  np.testing.assert_allclose(S.iqm(scores), expected)
+  ordered = np.sort(scores, axis=0)[3:9]  # 12 runs: the middle 6
+  np.testing.assert_allclose(S.iqm(scores), ordered.mean(0))
+
+
+def test_intervals_bracket_the_iqm_repeat_with_the_seed_and_shrink_with_more_runs():
+  rng = np.random.default_rng(1)
+  few, many = rng.normal(size=(5, 3)), rng.normal(size=(80, 3))
+  est = S.iqm_with_intervals(few, reps=500, seed=3)
+  np.testing.assert_allclose(est.point, S.iqm(few))
+  assert np.all(est.lower <= est.point) and np.all(est.point <= est.upper)
+  assert np.all(est.upper - est.lower > 0)
+  again = S.iqm_with_intervals(few, reps=500, seed=3)
+  np.testing.assert_array_equal(again.lower, est.lower)
+  np.testing.assert_array_equal(again.upper, est.upper)
+  wide = S.iqm_with_intervals(few, reps=500, seed=0)
+  narrow = S.iqm_with_intervals(many, reps=500, seed=0)
+  assert np.all(narrow.upper - narrow.lower < wide.upper - wide.lower)
+
+
+def test_interval_matches_a_numpy_bootstrap():
+  # One task: the stratified bootstrap resamples runs; percentile interval.
+  rng = np.random.default_rng(2)
+  scores = rng.normal(size=(10, 1))
+  est = S.iqm_with_intervals(scores, reps=2000, seed=0)
+  idx = np.random.default_rng(5).integers(0, 10, size=(10, 4000))
+  boot = np.sort(scores[idx, 0], axis=0)[2:8].mean(0)  # 10 runs: the middle 6
+  lo, hi = np.percentile(boot, [2.5, 97.5])
+  assert est.lower[0] == pytest.approx(lo, abs=0.1)
+  assert est.upper[0] == pytest.approx(hi, abs=0.1)
+
+
+def test_identical_runs_give_a_zero_width_interval():
+  est = S.iqm_with_intervals(np.full((4, 2), 7.0), reps=100)
+  np.testing.assert_allclose([est.lower, est.point, est.upper], 7.0)
+
+
+def test_bad_scores_raise():
+  with pytest.raises(ValueError, match="runs, points"):
+    S.iqm_with_intervals(np.zeros(3))
+  with pytest.raises(ValueError, match="finite"):
+    S.iqm_with_intervals(np.array([[np.nan]]))
+
+
+# --- curves, table, script -------------------------------------------------------------
+
+
+def test_group_curve_prefers_evaluation_returns(tmp_path):
+  for s in range(4):
+    write_run(tmp_path / f"r{s}", seed=s, steps=(100 + s, 200 + s, 300 + s),
+              returns=[0.0, 0.0, 0.0], eval_returns=[s, 10.0 + s, 20.0 + s])  # fmt: skip
+  (group,) = _groups([tmp_path])
+  curve = S.group_curve(group, reps=200)
+  assert curve.metric == "eval_return"
+  assert curve.env_steps[0] == 103 and curve.env_steps[-1] == 300
+  # At step 300 the runs read 20 + 0.9 s (interpolated): IQM of 4 = mean of the middle 2.
+  assert curve.iqm[-1] == pytest.approx(np.mean([20.9, 21.8]))
+  assert S.group_curve(group, metric="episode_return", reps=50).iqm[-1] == 0.0
+
+
+def test_plot_script_end_to_end(tmp_path, capsys):
+  runs = tmp_path / "runs"
+  for s in range(3):
+    write_run(runs / f"impala-lr6e-4-{s}", seed=s, steps=(0, 1000 + s, 2000 + 2 * s))
+    write_run(runs / f"impala-lr1e-3-{s}", seed=s, lr=1e-3, steps=(0, 1000, 2000),
+              returns=[0.0, 10.0 + s, 20.0 + s])  # fmt: skip
+  write_run(runs / "acer-pendulum", algorithm="acer", env_id="Pendulum-v1")
+  plot = load_script("plot")
+  out = tmp_path / "plots"
+  curves = plot.main(plot.Args(paths=(str(runs),), out_dir=str(out), reps=200))
+  assert sorted(p.name for p in out.iterdir()) == ["CartPole-v1.png", "Pendulum-v1.png"]
+  assert all(p.stat().st_size > 0 for p in out.iterdir())
+  assert len(curves) == 3
+  text = capsys.readouterr().out
+  assert "final IQM [95% CI]" in text
+  row = next(line for line in text.splitlines() if "learning_rate=0.001" in line)
+  assert "CartPole-v1" in row and "episode_return" in row and " 3 " in row
+  final = row.split()[-3:]  # IQM of 20, 21, 22 (3 runs: their mean) and its interval
+  assert final[0] == "21.00"
+  lower, upper = float(final[1].strip("[,")), float(final[2].strip("]"))
+  assert 20.0 <= lower < 21.0 < upper <= 22.0
+  assert any(line.startswith("acer ") and "Pendulum-v1" in line for line in text.splitlines())
