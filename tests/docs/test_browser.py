@@ -10,6 +10,7 @@ without one (Debian: `apt-get install chromium`) the test is skipped, saying so.
 
 import functools
 import http.server
+import json
 import os
 import pathlib
 import shutil
@@ -17,6 +18,9 @@ import threading
 import urllib.parse
 
 import pytest
+
+ROOT = pathlib.Path(__file__).parents[2]
+NOTEBOOK = ROOT / "notebooks" / "compose_losses.ipynb"
 
 CHROMIUM_ARGS = [
     "--headless",
@@ -134,6 +138,12 @@ def test_pages_render_in_chromium(chromium_path, served_site, artifacts_dir, tmp
         for text in texts:
           assert text in body, f"{path or 'home page'} does not show {text!r}"
         page.screenshot(path=str(artifacts_dir / f"{name}.png"), full_page=False)
+        if path.startswith("notebooks/"):
+          cells = json.loads(NOTEBOOK.read_text())["cells"]
+          has_outputs = any(c.get("outputs") for c in cells if c["cell_type"] == "code")
+          assert page.locator(".jp-Cell").count() >= len(cells), "notebook cells not rendered"
+          if has_outputs:  # committed outputs are shown, not re-executed away
+            assert page.locator(".jp-OutputArea-output").count() > 0, "no cell output shown"
         if path == "api/losses/":
           signature = page.locator('[id="offpolicy_ac.losses.vtrace"] ~ .doc-signature').first
           assert signature.is_visible()
