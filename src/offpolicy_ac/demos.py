@@ -31,7 +31,10 @@ import numpy as np
 from offpolicy_ac.envs import LAST
 from offpolicy_ac.envs import Trajectory
 
+__all__ = ["CUT_MODES", "cut_episodes", "load_demos", "record_episodes", "save_demos"]
+
 CUT_MODES = ("drop", "last", "null_padding")
+"""The ways `cut_episodes` treats an episode's residual piece (see the module docstring)."""
 _FIELDS = ("step_type", "reward", "discount", "observation", "action")
 
 
@@ -70,6 +73,11 @@ def record_episodes(
 
 
 def save_demos(path: str | os.PathLike, demos: dict[str, np.ndarray], *, env_id: str) -> None:
+  """Writes `demos` (as `record_episodes` returns them) and the task id to an `.npz` file.
+
+  The file is written next to `path` and renamed into place, so a reader never sees a
+  partial file.
+  """
   tmp = str(path) + ".tmp.npz"
   np.savez_compressed(tmp, env_id=np.array(env_id), **demos)
   os.replace(tmp, path)

@@ -25,6 +25,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+__all__ = [
+    "ReplayState",
+    "SequenceReplay",
+    "make_sequence_replay",
+    "replay_add",
+    "replay_epoch",
+    "replay_full",
+    "replay_init",
+    "replay_sample",
+]
+
 
 class ReplayState(NamedTuple):
   """data: pytree of [capacity, L, ...]; insert_index and size: int32 scalars."""

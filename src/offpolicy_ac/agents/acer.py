@@ -53,6 +53,9 @@ from offpolicy_ac.envs import loss_inputs
 
 @dataclasses.dataclass(frozen=True)
 class AcerConfig:
+  """ACER's hyper-parameters: Retrace and the trust region, the average network, the loss
+  weights, the replay ratio, the stochastic dueling network, the network and the optimizer."""
+
   gamma: float = 0.99
   """Discount factor."""
   learning_rate: float = 1e-3

@@ -22,6 +22,8 @@ from offpolicy_ac.envs import loss_inputs
 
 @dataclasses.dataclass(frozen=True)
 class ImpalaConfig:
+  """IMPALA's hyper-parameters: V-trace, the loss weights, the network and the optimizer."""
+
   gamma: float = 0.99
   """Discount factor."""
   lambda_: float = 1.0

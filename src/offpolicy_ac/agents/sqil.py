@@ -23,6 +23,7 @@ from offpolicy_ac.agents.sql import make_sql
 from offpolicy_ac.envs import Trajectory
 
 SqilConfig = SqlConfig
+"""SQIL's hyper-parameters: those of SQL (`SqlConfig`); SQIL changes the data, not the agent."""
 
 
 def make_sqil(spec, config: SqlConfig = SqlConfig()):

@@ -22,6 +22,9 @@ from offpolicy_ac.envs import loss_inputs
 
 @dataclasses.dataclass(frozen=True)
 class SqlConfig:
+  """Soft Q-learning's (and SQIL's) hyper-parameters: the temperature, exploration, the
+  n-step or lambda targets, the target network, the network and the optimizer."""
+
   gamma: float = 0.99
   """Discount factor."""
   alpha: float = 0.05

@@ -67,11 +67,15 @@ ATARI_EVAL_KWARGS: dict[str, Any] = dict(
     episodic_life=False,
     reward_clip=False,
 )
+"""envpool options for Atari evaluation: 84x84 grey, frame stack 4, frame skip 4, up to 30
+no-op starts; no episodic life, no reward clipping (raw game scores)."""
 ATARI_TRAIN_KWARGS: dict[str, Any] = {
     **ATARI_EVAL_KWARGS,
     "episodic_life": True,
     "reward_clip": True,
 }
+"""envpool options for Atari training: `ATARI_EVAL_KWARGS` plus episodic life and reward
+clipping."""
 
 _RESERVED_KWARGS = ("num_envs", "seed", "gym_reset_return_info")
 

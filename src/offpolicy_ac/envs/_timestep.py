@@ -21,8 +21,11 @@ from typing import NamedTuple
 import numpy as np
 
 FIRST: int = 0
+"""`step_type` of the first step of an episode (reward 0, discount 1)."""
 MID: int = 1
+"""`step_type` of any step that is neither the first nor the last of its episode."""
 LAST: int = 2
+"""`step_type` of an episode's last step: discount 0 at a termination, 1 at a truncation."""
 
 STEP_TYPE_DTYPE = np.int32
 ENV_ID_DTYPE = np.int32

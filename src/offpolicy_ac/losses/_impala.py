@@ -94,8 +94,8 @@ def impala_loss(
     weights: optional float [T, ...] per-step weights (e.g. padding, priority).
     value_weight: w_v >= 0.
     entropy_weight: w_e >= 0.
-    lambda_, clip_rho_threshold, clip_c_threshold, clip_pg_rho_threshold,
-      method: as in `vtrace`.
+    lambda_, clip_rho_threshold, clip_c_threshold, clip_pg_rho_threshold, method: as in
+      `vtrace`.
   """
   for name, x in [
       ("log_pi_tm1", log_pi_tm1),

@@ -20,6 +20,8 @@ def _dense(features: int, scale: float) -> nn.Dense:
 
 
 class CategoricalActorCritic(nn.Module):
+  """Shared torso; policy logits [B, A] and value V [B] (IMPALA, discrete actions)."""
+
   torso: nn.Module
   num_actions: int
 
@@ -32,6 +34,12 @@ class CategoricalActorCritic(nn.Module):
 
 
 class GaussianActorCritic(nn.Module):
+  """Shared torso; a diagonal Gaussian policy and value V [B] (IMPALA, continuous actions).
+
+  Returns mean [B, D], log_std [B, D] (a state-independent parameter initialised to
+  `init_log_std`, broadcast over the batch) and V [B].
+  """
+
   torso: nn.Module
   action_dim: int
   init_log_std: float = 0.0
@@ -46,6 +54,8 @@ class GaussianActorCritic(nn.Module):
 
 
 class QNetwork(nn.Module):
+  """Action values Q [B, A] on a torso (SQL / SQIL)."""
+
   torso: nn.Module
   num_actions: int
 

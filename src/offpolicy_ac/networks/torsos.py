@@ -110,6 +110,7 @@ class SmallCNN(nn.Module):
 
 _PIXEL_TORSOS = {"nature_cnn": NatureCNN, "impala_resnet": ImpalaResNet, "small_cnn": SmallCNN}
 TORSOS = ("mlp", *_PIXEL_TORSOS)
+"""The torso names `make_torso` accepts: "mlp" and the pixel torsos."""
 
 
 def make_torso(

@@ -57,6 +57,20 @@ WALL_CLOCK_FIELDS = ("wall_time_s", "env_steps_per_s")
 
 @dataclasses.dataclass
 class RunResult:
+  """The outcome of one seed's run, as `train` returns it.
+
+  Attributes:
+    env_steps: environment steps taken.
+    num_updates: learner updates made.
+    wall_time_s: wall-clock seconds since launch (plus those of the runs it resumed).
+    reached_target: whether the evaluation return reached the config's target.
+    last_eval_return: the last evaluation return, or None if the run never evaluated.
+    interrupted: whether `should_stop` (SIGTERM or SIGINT in the scripts) stopped the run
+      before its step budget.
+    agent_state: the final agent state (parameters, optimizer state, ...).
+    transform_state: the final data-transformer state (e.g. observation statistics).
+  """
+
   env_steps: int
   num_updates: int
   wall_time_s: float
