@@ -14,6 +14,8 @@ SRC = ROOT / "src" / "offpolicy_ac"
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 # Subpackages that may import what an extra provides: {subpackage: extra}.
 EXTRA_SUBPACKAGES = {"testing": "testing"}
+# Modules src/ imports only where a feature asks for them: {module: extra}.
+OPTIONAL_IMPORTS = {"wandb": "track"}
 
 
 def requirement_name(requirement: str) -> str:
@@ -50,7 +52,7 @@ def declared(extra: str | None = None) -> set[str]:
 
 def test_runtime_dependencies_match_the_imports():
   core = [p for p in SRC.rglob("*.py") if p.relative_to(SRC).parts[0] not in EXTRA_SUBPACKAGES]
-  needed = distributions(imported_modules(core))
+  needed = distributions(imported_modules(core) - set(OPTIONAL_IMPORTS))
   runtime = declared()
   assert needed <= runtime, f"imported by src/ but not declared: {sorted(needed - runtime)}"
   # Declared runtime dependencies are used by src/ or by the experiment scripts, except the
@@ -61,6 +63,11 @@ def test_runtime_dependencies_match_the_imports():
   assert not unused, f"declared but imported nowhere: {sorted(unused)}"
   # Test-only packages are not runtime dependencies.
   assert not {"rlax", "chex", "hypothesis", "pytest"} & runtime
+
+
+def test_optional_imports_are_in_their_extra():
+  for module, extra in OPTIONAL_IMPORTS.items():
+    assert distributions({module}) <= declared(extra), (module, extra)
 
 
 def test_extra_subpackages_need_only_their_extra():
