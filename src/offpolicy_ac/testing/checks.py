@@ -56,14 +56,14 @@ def _leaves(fn, traj, check, where):
   lead = np.shape(traj.r_t)
   leaves = []
   for path, leaf in flat:
-    name = jax.tree_util.keystr(path) or "output"
+    name = jax.tree_util.keystr(path) or "(the array)"
     arr = np.asarray(leaf)
     if arr.shape[: len(lead)] != lead:
       raise ValueError(
           f"{check}: output {name} has shape {arr.shape}; every output must be per step,"
           f" shaped [T, *batch, ...] = {lead} + (...). Return targets, not reduced losses."
       )
-    leaves.append((name, arr.astype(np.float64)))
+    leaves.append((name, arr))
   return leaves
 
 
@@ -204,7 +204,7 @@ def assert_junction_split_invariant(
         for (name, whole), (_, part) in zip(full[i], parts):
           got = part[(slice(None), k) + (0,) * (rank - 1)] if rank else part
           want = whole[(slice(a, e + 1),) + idx]
-          tol = _default_tolerance(whole.dtype if part.dtype == np.float64 else np.float32)
+          tol = _default_tolerance(np.result_type(whole.dtype, part.dtype))
           _assert_close(
               check,
               where,
@@ -230,7 +230,7 @@ def assert_masked_steps_ignored(
     examples=None,
     *,
     fields: Sequence[str] | None = None,
-    garbage: Sequence[str] = ("huge",),
+    garbage: Sequence[str] = ("huge", "nan"),
     rtol: float | None = None,
     atol: float | None = None,
     seed: int = 0,
@@ -247,8 +247,7 @@ def assert_masked_steps_ignored(
   >>> from offpolicy_ac import losses, testing
   >>> testing.assert_masked_steps_ignored(
   ...     lambda tr: losses.soft_q_targets(tr.r_t, tr.discount_t, tr.q_t, alpha=0.5,
-  ...                                      lambda_=0.8, mask=tr.mask),
-  ...     garbage=("huge", "nan"))
+  ...                                      lambda_=0.8, mask=tr.mask))
 
   Args:
     fn: the target function, `fn(traj) -> pytree of [T, *batch, ...] arrays`.
@@ -283,7 +282,7 @@ def assert_masked_steps_ignored(
           }
       )
       for (name, want), (_, got) in zip(clean, _leaves(fn, dirty, check, where)):
-        tol = _default_tolerance(np.float32)
+        tol = _default_tolerance(want.dtype)
         _assert_close(
             check,
             f"{where}, {kind} garbage in {fields} at masked steps",
@@ -390,6 +389,7 @@ def assert_matches_reference(
   magnitude.
 
   >>> import jax.numpy as jnp
+  >>> import numpy as np
   >>> from offpolicy_ac import losses, testing
   >>> testing.assert_matches_reference(
   ...     lambda tr: losses.vtrace(tr.v_tm1, tr.v_t, tr.r_t, tr.discount_t,
@@ -423,7 +423,7 @@ def assert_matches_reference(
             f"{check}: {where}: fn returned {len(flat)} arrays, the reference {len(expected)}"
         )
       for (path, got), want in zip(flat, expected):
-        name = jax.tree_util.keystr(path) or "output"
+        name = jax.tree_util.keystr(path) or "(the array)"
         tol = _default_tolerance(np.asarray(got).dtype)
         lead = np.shape(traj.r_t)
         select = None
