@@ -16,7 +16,8 @@ Each check takes `examples`: one `Trajectory` or a sequence of them; None uses
 `default_examples()`, small random trajectories with terminations,
 truncations and junctions in every batch shape rank from 0 to 2. A check
 raises `AssertionError` naming the check, the example, the output and the
-worst index, and `ValueError` when it cannot run (bad outputs, no junction).
+worst index, and `ValueError` when it cannot run (outputs not per step, unknown
+fields).
 """
 
 from collections.abc import Callable
@@ -173,14 +174,13 @@ def assert_junction_split_invariant(
     rtol, atol: the tolerance, `|a - b| <= atol * max(1, max|b|) + rtol * |b|`;
       None uses 1e-4 for float32 outputs (1e-10 for float64).
 
+  An example without junctions is split into its batch columns only.
+
   Raises:
     AssertionError: an output differs at an unmasked step.
-    ValueError: the examples have no masked step (the check would test nothing).
   """
   check = "assert_junction_split_invariant"
   examples = _examples(examples)
-  if not any((~np.asarray(x.mask)).any() for x in examples):
-    raise ValueError(f"{check}: the examples have no masked (junction) step to split at")
   run = jax.jit(fn) if jit else fn
   full = [_leaves(run, traj, check, _describe(i, traj)) for i, traj in enumerate(examples)]
   # Segments of equal length (and batch rank and action count) run as one batch.
@@ -257,6 +257,8 @@ def assert_masked_steps_ignored(
     garbage: the kinds of garbage to try, from `"huge"` and `"nan"`.
     rtol, atol: as in `assert_junction_split_invariant`.
     seed: seeds the garbage.
+
+  An example without masked steps passes trivially.
   """
   check = "assert_masked_steps_ignored"
   examples = _examples(examples)
@@ -268,8 +270,6 @@ def assert_masked_steps_ignored(
   bad_kinds = set(garbage) - {"huge", "nan"}
   if bad_kinds or not garbage:
     raise ValueError(f"{check}: garbage must be a non-empty subset of ('huge', 'nan')")
-  if not any((~np.asarray(x.mask)).any() for x in examples):
-    raise ValueError(f"{check}: the examples have no masked step to put garbage in")
   rng = np.random.default_rng(seed)
   for i, traj in enumerate(examples):
     where = _describe(i, traj)
