@@ -30,6 +30,7 @@ Modules:
 
 import importlib
 
+from offpolicy_ac.testing import checks
 from offpolicy_ac.testing import reference
 from offpolicy_ac.testing import trajectories
 from offpolicy_ac.testing.checks import assert_junction_split_invariant
@@ -60,6 +61,7 @@ __all__ = [
     "assert_masked_steps_ignored",
     "assert_matches_reference",
     "assert_no_gradient_through_targets",
+    "checks",
     "default_examples",
     "fill_masked",
     "garble",

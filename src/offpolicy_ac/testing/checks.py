@@ -119,24 +119,13 @@ def _segments(mask_col):
   return runs
 
 
-def _split(examples, pieces, batch_rank):
-  """Stacks equal-length pieces (example, column index, start, end) as one batch.
-
-  The result keeps the batch rank: pieces go along the first batch axis and the
-  other batch axes have size 1; with no batch axis there is one piece.
-  """
+def _segment(traj, idx, a, e):
+  """Steps a..e of batch column idx as a Trajectory with every batch axis of size 1."""
   fields = {}
-  for name in _tr.Trajectory._fields:
-    cols = [
-        np.asarray(getattr(examples[i], name))[(slice(a, e + 1),) + idx] for i, idx, a, e in pieces
-    ]
-    if batch_rank == 0:
-      fields[name] = cols[0]
-    else:
-      stacked = np.stack(cols, axis=1)  # [L, n, *trailing]
-      fields[name] = stacked.reshape(
-          stacked.shape[:2] + (1,) * (batch_rank - 1) + stacked.shape[2:]
-      )
+  for name, x in traj._asdict().items():
+    x = np.asarray(x)
+    keep = tuple(slice(i, i + 1) for i in idx)  # keeps the batch rank
+    fields[name] = x[(slice(a, e + 1),) + keep]
   return _tr.Trajectory(**fields)
 
 
@@ -170,7 +159,7 @@ def assert_junction_split_invariant(
   Args:
     fn: the target function, `fn(traj) -> pytree of [T, *batch, ...] arrays`.
     examples: a Trajectory, a sequence of them, or None for `default_examples()`.
-    jit: run `jax.jit(fn)` (one compilation per segment length) rather than `fn`.
+    jit: run `jax.jit(fn)` (one compilation per segment shape) rather than `fn`.
     rtol, atol: the tolerance, `|a - b| <= atol * max(1, max|b|) + rtol * |b|`;
       None uses 1e-4 for float32 outputs (1e-10 for float64).
 
@@ -183,26 +172,20 @@ def assert_junction_split_invariant(
   examples = _examples(examples)
   run = jax.jit(fn) if jit else fn
   full = [_leaves(run, traj, check, _describe(i, traj)) for i, traj in enumerate(examples)]
-  # Segments of equal length (and batch rank and action count) run as one batch.
-  groups = {}
+  # Each segment runs alone (batch axes of size 1, so no column can see another);
+  # segments of one shape share one compilation under jit.
   for i, traj in enumerate(examples):
     for idx in np.ndindex(*traj.batch_shape):
       for a, e in _segments(np.asarray(traj.mask)[(slice(None),) + idx]):
-        key = (len(traj.batch_shape), traj.num_actions, e - a + 1)
-        groups.setdefault(key, []).append((i, idx, a, e))
-  for (rank, _, _), pieces in groups.items():
-    for group in [pieces] if rank else [[p] for p in pieces]:
-      sub = _split(examples, group, rank)
-      parts = _leaves(run, sub, check, "a segment")
-      for k, (i, idx, a, e) in enumerate(group):
         where = (
-            f"{_describe(i, examples[i])}, batch index {idx}, steps {a}..{e} computed alone vs"
+            f"{_describe(i, traj)}, batch index {idx}, steps {a}..{e} computed alone vs"
             " in the full batch"
         )
+        parts = _leaves(run, _segment(traj, idx, a, e), check, where)
         if len(parts) != len(full[i]):
           raise ValueError(f"{check}: {where}: fn returned a different pytree on a segment")
         for (name, whole), (_, part) in zip(full[i], parts):
-          got = part[(slice(None), k) + (0,) * (rank - 1)] if rank else part
+          got = part[(slice(None),) + (0,) * len(idx)]
           want = whole[(slice(a, e + 1),) + idx]
           tol = _default_tolerance(np.result_type(whole.dtype, part.dtype))
           _assert_close(
@@ -231,6 +214,7 @@ def assert_masked_steps_ignored(
     *,
     fields: Sequence[str] | None = None,
     garbage: Sequence[str] = ("huge", "nan"),
+    jit: bool = True,
     rtol: float | None = None,
     atol: float | None = None,
     seed: int = 0,
@@ -255,6 +239,7 @@ def assert_masked_steps_ignored(
     fields: the Trajectory fields to garble; None garbles every field but
       `mask` and `kind`.
     garbage: the kinds of garbage to try, from `"huge"` and `"nan"`.
+    jit: run `jax.jit(fn)` (one compilation per example shape) rather than `fn`.
     rtol, atol: as in `assert_junction_split_invariant`.
     seed: seeds the garbage.
 
@@ -271,9 +256,10 @@ def assert_masked_steps_ignored(
   if bad_kinds or not garbage:
     raise ValueError(f"{check}: garbage must be a non-empty subset of ('huge', 'nan')")
   rng = np.random.default_rng(seed)
+  run = jax.jit(fn) if jit else fn
   for i, traj in enumerate(examples):
     where = _describe(i, traj)
-    clean = _leaves(fn, traj, check, where)
+    clean = _leaves(run, traj, check, where)
     for kind in garbage:
       dirty = traj._replace(
           **{
@@ -281,7 +267,7 @@ def assert_masked_steps_ignored(
               for f in fields
           }
       )
-      for (name, want), (_, got) in zip(clean, _leaves(fn, dirty, check, where)):
+      for (name, want), (_, got) in zip(clean, _leaves(run, dirty, check, where)):
         tol = _default_tolerance(want.dtype)
         _assert_close(
             check,
@@ -303,6 +289,7 @@ def assert_no_gradient_through_targets(
     examples=None,
     *,
     wrt: Sequence[str] | None = None,
+    jit: bool = True,
     atol: float = 0.0,
     seed: int = 0,
 ) -> None:
@@ -329,6 +316,7 @@ def assert_no_gradient_through_targets(
     examples: a Trajectory, a sequence of them, or None for `default_examples()`.
     wrt: the floating Trajectory fields that must get no gradient; None uses
       every floating field but the predictions `v_tm1` and `q_tm1`.
+    jit: compute the gradient under `jax.jit` (one compilation per example).
     atol: the largest absolute gradient allowed (0: exactly none).
     seed: seeds the random cotangents.
   """
@@ -349,14 +337,15 @@ def assert_no_gradient_through_targets(
     _leaves(fn, traj, check, where)  # validates the outputs' shapes
     primals = {f: jnp.asarray(getattr(traj, f)) for f in wrt}
 
-    def f_of(p, traj=traj):
-      return fn(traj._replace(**p))
+    def pullback(p, cotangent, traj=traj):
+      _, vjp = jax.vjp(lambda q: fn(traj._replace(**q)), p)
+      return vjp(cotangent)[0]
 
-    out, vjp = jax.vjp(f_of, primals)
+    out = jax.eval_shape(lambda p, traj=traj: fn(traj._replace(**p)), primals)
     cotangent = jax.tree_util.tree_map(
-        lambda o: jnp.asarray(rng.normal(size=np.shape(o)), jnp.result_type(o)), out
+        lambda o: jnp.asarray(rng.normal(size=o.shape), o.dtype), out
     )
-    (grads,) = vjp(cotangent)
+    grads = (jax.jit(pullback) if jit else pullback)(primals, cotangent)
     for name in wrt:
       g = np.asarray(grads[name], np.float64)
       over = np.abs(g) > atol

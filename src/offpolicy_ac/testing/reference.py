@@ -69,7 +69,10 @@ def softmax(x, axis=-1):
 
 
 def soft_value(q, alpha):
-  """alpha * log sum_a exp(q_a / alpha), element by element (alpha scalar)."""
+  """Soft value alpha * log sum_a exp(q_a / alpha) (Haarnoja et al. 2017, eq. 9).
+
+  q: [..., A]; alpha: a positive scalar. Returns [...], float64.
+  """
   q = np.asarray(q, np.float64)
   flat = q.reshape(-1, q.shape[-1])
   out = np.empty(flat.shape[0])
@@ -81,10 +84,16 @@ def soft_value(q, alpha):
 
 
 def soft_q_targets(r_t, discount_t, q_t, alpha, lambda_=0.0, mask=None):
-  """Soft lambda-returns; alpha=None uses the hard max (Q(lambda) targets).
+  """Soft lambda-returns (soft Q-learning targets); alpha=None uses the hard max.
 
-  G_s = r_s + d_s ((1 - l_s) V(q_t[s]) + l_s G_{s+1}),
-  l_s = lambda if s + 1 < T and mask[s + 1] else 0;  G_s = 0 if not mask[s].
+      G_s = r_s + d_s ((1 - l_s) V(q_t[s]) + l_s G_{s+1}),
+      l_s = lambda if s + 1 < T and mask[s + 1] else 0;  G_s = 0 if not mask[s],
+
+  with V the soft value `soft_value(q_t[s], alpha)` (Haarnoja et al. 2017), or
+  max_a q_t[s] when alpha is None (Peng's Q(lambda) targets).
+
+  Args: r_t, discount_t, mask [T, *batch]; q_t [T, *batch, A] = Q(x_{s+1}, .).
+  Returns [T, *batch] float64.
   """
   r, batch = _sq_cols(r_t)
   d, _ = _sq_cols(discount_t)
@@ -104,7 +113,13 @@ def soft_q_targets(r_t, discount_t, q_t, alpha, lambda_=0.0, mask=None):
 
 
 def soft_nstep_targets(r_t, discount_t, q_t, alpha, n, mask=None):
-  """n-step soft returns, truncated at the end and before masked steps."""
+  """n-step soft returns, truncated at the window's end and before masked steps.
+
+      G_s = sum_{k=s}^{e} (prod_{i=s}^{k-1} d_i) r_k + (prod_{i=s}^{e} d_i) V(q_t[e]),
+
+  e = min(s + n - 1, the last step of s's segment), V the soft value; 0 at masked
+  steps. Shapes as in `soft_q_targets`.
+  """
   r, batch = _sq_cols(r_t)
   d, _ = _sq_cols(discount_t)
   q, _ = _sq_cols(q_t, trailing=1)
@@ -232,7 +247,17 @@ def impala_loss(
     clip_c=1.0,
     clip_pg=1.0,
 ):
-  """The IMPALA loss terms and their gradients, as a dict of float64 arrays."""
+  """The IMPALA loss terms and their gradients (Espeholt et al. 2018), as a dict.
+
+  Per-step arguments are [T, *batch] (log_pi_tm1 / log_mu_tm1: log-probabilities
+  of a_s under the learner and the behaviour policy; entropy_tm1 the learner's
+  entropy at x_s). The terms are weighted means over real steps (weights default
+  to 1): policy_loss = mean(-pg_advantage log pi), value_loss = mean(errors^2),
+  entropy = mean(entropy); loss = policy_loss + value_weight value_loss -
+  entropy_weight entropy. Also returns mean_rho, clipped_rho_fraction, the
+  per-step V-trace outputs (pg_advantage, vtrace_errors, q_estimate), and the
+  gradients grad_log_pi, grad_v_tm1, grad_entropy, all float64.
+  """
   log_pi = np.asarray(log_pi_tm1, np.float64)
   log_mu = np.asarray(log_mu_tm1, np.float64)
   ent = np.asarray(entropy_tm1, np.float64)
