@@ -49,7 +49,7 @@ def _describe(i, traj):
 
 
 def _leaves(fn, traj, check, where):
-  """Runs fn and returns [(name, float64 array)] of its per-step leaves."""
+  """Runs fn and returns [(pytree path, NumPy array)] of its leaves, checked to be per step."""
   out = fn(traj)
   flat, _ = jax.tree_util.tree_flatten_with_path(out)
   if not flat:
