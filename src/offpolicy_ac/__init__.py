@@ -8,6 +8,8 @@ Subpackages:
   replay    -- a sequence replay buffer as pure functions.
   demos     -- recording and cutting demonstrations.
   training  -- the training loop, evaluation, run directories, checkpoints.
+  testing   -- a property-testing kit for target functions: trajectories with
+               episode boundaries, float64 loop references and checks.
 
 Everything but `losses` is imported on first access (`offpolicy_ac.envs.make`
 works after `import offpolicy_ac`), so the loss library loads without envpool.
@@ -19,7 +21,7 @@ from offpolicy_ac import losses
 
 __version__ = "0.2.0"
 
-_LAZY = ("envs", "networks", "agents", "replay", "demos", "training")
+_LAZY = ("envs", "networks", "agents", "replay", "demos", "training", "testing")
 
 __all__ = ["losses", *_LAZY, "__version__"]
 

@@ -2,7 +2,7 @@
 the critic losses and the continuous-action pieces (Q^ret / Q^opc, SDN).
 
 References are independent float64 NumPy loops of the paper's algorithms
-(`reference.np_acer_returns`: Algorithm 2's "Q^ret <- r + gamma Q^ret;
+(`offpolicy_ac.testing.reference.acer_returns`: Algorithm 2's "Q^ret <- r + gamma Q^ret;
 Q^ret <- min(1, rho)(Q^ret - Q) + V" going backwards; the objective and its
 gradient g written out by hand; z* = g - max(0, (k.g - delta)/|k|^2) k).
 
@@ -19,9 +19,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import reference as ref
 
 from offpolicy_ac import losses as L
+from offpolicy_ac import testing
+from offpolicy_ac.testing import reference as ref
 
 RTOL, ATOL = 2e-5, 2e-4
 T_STRAT = st.integers(1, 16)
@@ -38,7 +39,7 @@ def maybe_jit(request):
 
 
 def _probs(rng, shape, scale=1.5):
-  return ref.np_softmax(scale * rng.normal(size=shape)).astype(np.float32)
+  return ref.softmax(scale * rng.normal(size=shape)).astype(np.float32)
 
 
 # -----------------------------------------------------------------------------
@@ -49,7 +50,7 @@ def _probs(rng, shape, scale=1.5):
 def _q_ret_inputs(seed, t, batch=(), n_actions=3, *, garble=True):
   rng = np.random.default_rng(seed)
   shape = (t,) + tuple(batch)
-  discount, mask, _ = ref.sq_random_layout(rng, t, batch)
+  discount, mask, _ = testing.random_layout(rng, t, batch, junction_discount=7.0)
   a_t = rng.integers(0, n_actions, size=shape).astype(np.int32)
   mu_all = _probs(rng, shape + (n_actions,))
   x = dict(
@@ -62,8 +63,8 @@ def _q_ret_inputs(seed, t, batch=(), n_actions=3, *, garble=True):
       mask=mask,
   )
   if garble:
-    x["q_t"] = ref.sq_garble(rng, x["q_t"], mask)
-    x["r_t"] = ref.sq_garble(rng, x["r_t"], mask)
+    x["q_t"] = testing.garble(rng, x["q_t"], mask)
+    x["r_t"] = testing.garble(rng, x["r_t"], mask)
     m = mask[..., None]
     x["pi_t"] = np.where(m, x["pi_t"], rng.uniform(0, 5, x["pi_t"].shape))
     x["mu_t"] = np.where(mask, x["mu_t"], rng.uniform(0, 5, mask.shape))
@@ -79,7 +80,7 @@ def _q_ret(x, *, method="scan"):
 
 
 def _np_q_ret(x):
-  return ref.np_acer_q_ret(*(x[k] for k in _Q_RET_ARGS), mask=x["mask"])
+  return ref.acer_q_ret(*(x[k] for k in _Q_RET_ARGS), mask=x["mask"])
 
 
 def test_acer_q_ret_hand_case(maybe_jit):
@@ -157,7 +158,7 @@ def test_acer_q_ret_identities():
 def test_acer_q_ret_splitting_at_junctions_changes_nothing(method):
   fn = jax.jit(functools.partial(_q_ret, method=method))
   for lengths, lead in [([3, 4], False), ([3, 3], True)]:
-    mask, slices = ref.sq_junction_layout(lengths, lead)
+    mask, slices = testing.junction_layout(lengths, lead)
     x = _q_ret_inputs(5, mask.size, (3,), garble=False)
     x["mask"] = np.stack([mask] * 3, 1)
     x["discount_t"] = np.full(x["mask"].shape, 0.95, np.float32)
@@ -230,7 +231,7 @@ def test_acer_policy_objective_and_gradient_match_numpy(t, batch, seed, n_action
     return obj, grads
 
   obj, (g_pi, g_mu, g_q, g_q_ret) = jax.jit(fn)(x, clip_c)
-  expected_obj, expected_g = ref.np_acer_policy_objective(
+  expected_obj, expected_g = ref.acer_policy_objective(
       x["pi"], x["mu"], x["a"], x["q"], x["q_ret"], clip_c
   )
   assert obj.shape == (t,) + batch
@@ -247,7 +248,7 @@ def test_acer_policy_objective_fixed_shapes(maybe_jit):
     x = _policy_inputs(seed)
     np.testing.assert_allclose(
         fn(x, clip_c),
-        ref.np_acer_policy_objective(x["pi"], x["mu"], x["a"], x["q"], x["q_ret"], clip_c)[0],
+        ref.acer_policy_objective(x["pi"], x["mu"], x["a"], x["q"], x["q_ret"], clip_c)[0],
         rtol=1e-4,
         atol=1e-4,
     )
@@ -272,7 +273,7 @@ def test_acer_policy_objective_zero_probabilities_are_finite():
       )
   )(pi)
   assert np.isfinite(obj) and np.all(np.isfinite(g))
-  exp_obj, exp_g = ref.np_acer_policy_objective(np.array([[0.7, 0.3, 1e-30]]), mu, a, q, q_ret, 1.0)
+  exp_obj, exp_g = ref.acer_policy_objective(np.array([[0.7, 0.3, 1e-30]]), mu, a, q, q_ret, 1.0)
   np.testing.assert_allclose(obj, exp_obj.sum(), rtol=1e-5)
   np.testing.assert_allclose(g[0, :2], exp_g[0, :2], rtol=1e-5)
 
@@ -311,7 +312,7 @@ def test_trust_region_projection_properties(shape, dim, seed, delta):
   k = rng.normal(size=shape + (dim,)).astype(np.float32)
   k[rng.random(size=shape) < 0.1] = 0.0
   z = np.asarray(jax.jit(L.trust_region_projection)(g, k, delta))
-  np.testing.assert_allclose(z, ref.np_trust_region_projection(g, k, delta), rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(z, ref.trust_region_projection(g, k, delta), rtol=1e-4, atol=1e-5)
   kg = np.sum(k.astype(np.float64) * g, -1)
   kz = np.sum(k.astype(np.float64) * z, -1)
   active = kg > delta
@@ -343,7 +344,7 @@ def test_trust_region_surrogate_gradient_is_minus_z(maybe_jit):
           lambda s: jnp.sum(L.trust_region_surrogate(objective_fn, kl_fn, s, delta=delta).surrogate)
       )
   )(stats)
-  z = ref.np_trust_region_projection(g, k, delta)
+  z = ref.trust_region_projection(g, k, delta)
   np.testing.assert_allclose(grads, -z, rtol=1e-4, atol=1e-5)
   # The reported objective and KL are diagnostics: no gradient.
   for field in ("objective", "kl"):
@@ -389,18 +390,18 @@ _plain_policy_grad = jax.jit(
 def test_acer_trust_region_policy_loss_matches_paper(delta):
   for seed, clip_c in [(0, 1.0), (1, 10.0)]:
     x = _tr_inputs(seed)
-    f = ref.np_softmax(x["logits"])
-    f_avg = ref.np_softmax(x["avg_logits"])
-    obj, g = ref.np_acer_policy_objective(f, x["mu"], x["a"], x["q"], x["q_ret"], clip_c)
+    f = ref.softmax(x["logits"])
+    f_avg = ref.softmax(x["avg_logits"])
+    obj, g = ref.acer_policy_objective(f, x["mu"], x["a"], x["q"], x["q_ret"], clip_c)
     k = -f_avg / f  # d KL(f_avg || f) / d f
-    z = ref.np_trust_region_projection(g, k, delta)
+    z = ref.trust_region_projection(g, k, delta)
     kg = np.sum(k * g, -1)
 
     out = jax.jit(_tr_loss)(x["logits"], x, delta, clip_c)
     np.testing.assert_array_equal(out.active, kg > delta)
     np.testing.assert_allclose(out.objective, obj, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(
-        out.kl, ref.np_categorical_kl(x["avg_logits"], x["logits"]), rtol=1e-4, atol=1e-5
+        out.kl, ref.categorical_kl(x["avg_logits"], x["logits"]), rtol=1e-4, atol=1e-5
     )
     np.testing.assert_allclose(out.surrogate, -np.sum(z * f, -1), rtol=1e-4, atol=1e-4)
     # d surrogate / d logits = -J^T z* with J = diag(f) - f f^T.
@@ -415,8 +416,8 @@ def test_acer_trust_region_policy_loss_matches_paper(delta):
 def test_acer_trust_region_policy_loss_forward(maybe_jit):
   x = _tr_inputs(3)
   out = maybe_jit(_tr_loss)(x["logits"], x, 0.5, 10.0)
-  f = ref.np_softmax(x["logits"])
-  obj, _ = ref.np_acer_policy_objective(f, x["mu"], x["a"], x["q"], x["q_ret"], 10.0)
+  f = ref.softmax(x["logits"])
+  obj, _ = ref.acer_policy_objective(f, x["mu"], x["a"], x["q"], x["q_ret"], 10.0)
   np.testing.assert_allclose(out.objective, obj, rtol=1e-4, atol=1e-4)
   assert out.surrogate.shape == (8, 3) and out.active.dtype == jnp.bool_
 
@@ -449,7 +450,7 @@ def test_acer_value_loss(maybe_jit):
 def _continuous_inputs(seed, t, batch=(), *, garble=True):
   rng = np.random.default_rng(seed)
   shape = (t,) + tuple(batch)
-  discount, mask, _ = ref.sq_random_layout(rng, t, batch)
+  discount, mask, _ = testing.random_layout(rng, t, batch, junction_discount=7.0)
   x = dict(
       q_a_t=rng.normal(size=shape),
       v_t=rng.normal(size=shape),
@@ -459,7 +460,7 @@ def _continuous_inputs(seed, t, batch=(), *, garble=True):
   )
   if garble:
     for k in ("q_a_t", "v_t", "r_t", "log_rho_t"):
-      x[k] = ref.sq_garble(rng, x[k], mask, scale=50.0)
+      x[k] = testing.garble(rng, x[k], mask, scale=50.0)
   x = {k: v.astype(np.float32) for k, v in x.items()}
   x["mask"] = mask
   return x
@@ -475,7 +476,7 @@ def _continuous(x, *, action_dim, method="scan"):
 
 
 def _np_continuous(x, action_dim):
-  return ref.np_acer_continuous_targets(
+  return ref.acer_continuous_targets(
       *(x[k] for k in _CONT_ARGS), action_dim=action_dim, mask=x["mask"]
   )
 
@@ -544,7 +545,7 @@ def test_acer_continuous_targets_identities():
   col = fn({k: v[:, 1] for k, v in x.items()})
   np.testing.assert_allclose(out.q_ret[:, 1], col.q_ret, rtol=1e-6, atol=1e-6)
   # Splitting at junctions.
-  mask, slices = ref.sq_junction_layout([3, 4])
+  mask, slices = testing.junction_layout([3, 4])
   y = _continuous_inputs(6, 8, garble=False)
   y["mask"] = mask
   y["discount_t"] = np.full(8, 0.9, np.float32)
@@ -588,9 +589,7 @@ def _cp_objective(x, clip_c):
 def test_acer_continuous_policy_objective(maybe_jit, clip_c):
   x = _cp_inputs(int(clip_c * 10))
   obj = maybe_jit(_cp_objective)(x, clip_c)
-  exp_obj, g_a, g_s = ref.np_acer_continuous_policy_objective(
-      *(x[k] for k in _CP_ARGS), clip_c=clip_c
-  )
+  exp_obj, g_a, g_s = ref.acer_continuous_policy_objective(*(x[k] for k in _CP_ARGS), clip_c=clip_c)
   np.testing.assert_allclose(obj, exp_obj, rtol=1e-5, atol=1e-5)
   grads = jax.jit(jax.grad(lambda x: jnp.sum(_cp_objective(x, clip_c))))(x)
   np.testing.assert_allclose(grads["log_pi_a"], g_a, rtol=1e-5, atol=1e-6)
@@ -620,7 +619,7 @@ def test_acer_continuous_value_losses(maybe_jit):
   args = [rng.normal(size=(8, 3)).astype(np.float32) for _ in range(4)]
   args[3] = (2.0 * args[3]).astype(np.float32)  # log_rho_a
   out = maybe_jit(L.acer_continuous_value_losses)(*args)
-  exp, g_q, g_v = ref.np_acer_continuous_value_losses(*args)
+  exp, g_q, g_v = ref.acer_continuous_value_losses(*args)
   np.testing.assert_allclose(out, exp, rtol=1e-5, atol=1e-6)
   grads = jax.jit(
       jax.grad(lambda *a: jnp.sum(L.acer_continuous_value_losses(*a)), argnums=(0, 1, 2, 3))

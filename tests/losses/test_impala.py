@@ -1,6 +1,6 @@
 """Tests for the IMPALA loss and its categorical / Gaussian wrappers.
 
-Hand case; a float64 NumPy loop reference (`reference.np_impala_loss`, with its
+Hand case; a float64 NumPy loop reference (`offpolicy_ac.testing.reference.impala_loss`, with its
 own V-trace loop) on random inputs with terminations, truncations, masked
 junctions and step weights; gradients against the closed forms
 (d loss / d log_pi = -w pg / sum w, d loss / d v = -2 w_v w (vs - v) / sum w,
@@ -20,9 +20,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import reference as ref
 
 from offpolicy_ac import losses as L
+from offpolicy_ac import testing
+from offpolicy_ac.testing import reference as ref
 
 RTOL, ATOL = 1e-4, 1e-4
 SCALARS = ("loss", "policy_loss", "value_loss", "entropy", "mean_rho", "clipped_rho_fraction")
@@ -49,7 +50,7 @@ def _inputs(seed, t, batch=(), *, garble=True, weights=False):
   """Random IMPALA inputs with terminations / truncations / junctions."""
   rng = np.random.default_rng(seed)
   shape = (t,) + tuple(batch)
-  discount, mask, _ = ref.sq_random_layout(rng, t, batch)
+  discount, mask, _ = testing.random_layout(rng, t, batch, junction_discount=7.0)
   log_mu = rng.uniform(-3.0, -0.1, size=shape)
   x = dict(
       v_tm1=rng.normal(size=shape),
@@ -62,9 +63,9 @@ def _inputs(seed, t, batch=(), *, garble=True, weights=False):
   )
   if garble:
     for k in ("v_tm1", "v_t", "r_t", "entropy_tm1"):
-      x[k] = ref.sq_garble(rng, x[k], mask)
+      x[k] = testing.garble(rng, x[k], mask)
     for k in ("log_pi_tm1", "log_mu_tm1"):
-      x[k] = ref.sq_garble(rng, x[k], mask, scale=30.0)
+      x[k] = testing.garble(rng, x[k], mask, scale=30.0)
   x = {k: v.astype(np.float32) for k, v in x.items()}
   x["mask"] = mask
   if weights:
@@ -87,7 +88,7 @@ def _impala(x, hp, *, method="scan"):
 
 
 def _np_reference(x, hp):
-  return ref.np_impala_loss(
+  return ref.impala_loss(
       *(x[k] for k in _POS),
       mask=x["mask"],
       weights=x["weights"],
@@ -357,7 +358,7 @@ def test_splitting_at_junctions_changes_nothing(method):
   fn = jax.jit(functools.partial(_impala, method=method))
   hp = dict(DEFAULT_HP, lambda_=0.9, clip_rho_threshold=2.0)
   for lengths, lead in [([3, 4], False), ([3, 3], True)]:
-    mask, slices = ref.sq_junction_layout(lengths, lead)
+    mask, slices = testing.junction_layout(lengths, lead)
     x = _inputs(3, mask.size, garble=False)
     x["mask"] = mask
     x["discount_t"] = np.full(mask.shape, 0.9, np.float32)
@@ -426,12 +427,12 @@ def test_impala_loss_categorical_is_impala_loss_of_the_helpers(maybe_jit):
     np.testing.assert_allclose(
         getattr(out, k), getattr(expected, k), rtol=1e-6, atol=1e-6, err_msg=k
     )
-  take = lambda lg: np.take_along_axis(ref.np_log_softmax(lg), actions[..., None], -1)[..., 0]
+  take = lambda lg: np.take_along_axis(ref.log_softmax(lg), actions[..., None], -1)[..., 0]
   y = dict(
       x,
       log_pi_tm1=take(logits),
       log_mu_tm1=take(mu_logits),
-      entropy_tm1=ref.np_categorical_entropy(logits),
+      entropy_tm1=ref.categorical_entropy(logits),
   )
   _assert_matches(out, _np_reference(y, hp))
 
@@ -441,19 +442,19 @@ def test_impala_loss_categorical_gradient_wrt_logits():
   hp = dict(DEFAULT_HP, entropy_weight=0.3)
   g = jax.jit(jax.grad(lambda lg: _categorical_loss(lg, mu_logits, actions, x, hp).loss))(logits)
   assert np.all(np.isfinite(g))
-  take = lambda lg: np.take_along_axis(ref.np_log_softmax(lg), actions[..., None], -1)[..., 0]
+  take = lambda lg: np.take_along_axis(ref.log_softmax(lg), actions[..., None], -1)[..., 0]
   expected = _np_reference(
       dict(
           x,
           log_pi_tm1=take(logits),
           log_mu_tm1=take(mu_logits),
-          entropy_tm1=ref.np_categorical_entropy(logits),
+          entropy_tm1=ref.categorical_entropy(logits),
       ),
       hp,
   )
-  p = ref.np_softmax(logits)
+  p = ref.softmax(logits)
   log_p = np.where(p > 0, np.log(np.where(p > 0, p, 1.0)), 0.0)
-  h = ref.np_categorical_entropy(logits)[..., None]
+  h = ref.categorical_entropy(logits)[..., None]
   d_log_pi = np.eye(4)[actions] - p  # d log pi(a) / d logits
   d_entropy = -p * (log_p + h)  # d H / d logits
   np.testing.assert_allclose(

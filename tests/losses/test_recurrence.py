@@ -16,9 +16,9 @@ from jax import test_util as jtu
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import reference as ref
 
 from offpolicy_ac.losses import reverse_linear_recurrence
+from offpolicy_ac.testing import reference as ref
 
 JIT = pytest.mark.parametrize("jit", [False, True], ids=["nojit", "jit"])
 METHODS = pytest.mark.parametrize("method", ["scan", "associative"])
@@ -154,8 +154,8 @@ def _check_matches_loop_reference(jit, methods, x64, t_len, batch, seed):
   rng = np.random.default_rng(seed)
   dtype = np.float64 if x64 else np.float32
   a, b, init = _random_problem(rng, t_len, batch, dtype)
-  expected = ref.ref_reverse_linear_recurrence(a, b, init)
-  scale = ref.ref_reverse_linear_recurrence(np.abs(a), np.abs(b), np.abs(init))
+  expected = ref.reverse_linear_recurrence(a, b, init)
+  scale = ref.reverse_linear_recurrence(np.abs(a), np.abs(b), np.abs(init))
   pad_a, pad_b = _pad(a, b, T_PAD)
   for method in methods:
     with jax.enable_x64(x64):
@@ -211,8 +211,8 @@ def test_matches_loop_reference_nojit(method, t_len, batch, seed):
 def test_scan_unroll_and_associative_agree(jit, unroll):
   rng = np.random.default_rng(unroll)
   a, b, init = _random_problem(rng, T_PAD, (2, 3), np.float32)
-  expected = ref.ref_reverse_linear_recurrence(a, b, init)
-  scale = ref.ref_reverse_linear_recurrence(np.abs(a), np.abs(b), np.abs(init))
+  expected = ref.reverse_linear_recurrence(a, b, init)
+  scale = ref.reverse_linear_recurrence(np.abs(a), np.abs(b), np.abs(init))
   a, b, init = jnp.asarray(a), jnp.asarray(b), jnp.asarray(init)
   scan = _cached(jit, "scan", unroll)(a, b, init)
   assoc = _cached(jit, "associative")(a, b, init)

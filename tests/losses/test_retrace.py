@@ -1,10 +1,10 @@
 """Tests for `general_off_policy_returns`, `retrace_targets` and `retrace`.
 
 Layers: (1) hand-computed cases with a termination, a truncation and a masked
-junction; (2) the float64 NumPy loop references (`reference.ref_retrace`,
-`reference.ref_general_off_policy_returns`) on random inputs with random
+junction; (2) the float64 NumPy loop references (`offpolicy_ac.testing.reference.retrace`,
+`offpolicy_ac.testing.reference.general_off_policy_returns`) on random inputs with random
 terminations, truncations and junctions, via hypothesis; (3) identities:
-Retrace with pi = mu is Q(lambda) (`reference.ref_q_lambda_errors`, the
+Retrace with pi = mu is Q(lambda) (`offpolicy_ac.testing.reference.q_lambda_errors`, the
 expected-TD-error sum form), splitting at junctions changes nothing, gradient
 stopping, equality with `rlax.retrace`, scan == associative == auto, batch
 shapes == vmap, garbage at masked steps is ignored. Every numeric test runs
@@ -23,12 +23,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import reference as ref
 import rlax
 
+from offpolicy_ac import testing
 from offpolicy_ac.losses import general_off_policy_returns
 from offpolicy_ac.losses import retrace
 from offpolicy_ac.losses import retrace_targets
+from offpolicy_ac.testing import reference as ref
 
 JIT = pytest.mark.parametrize("jit", [False, True], ids=["nojit", "jit"])
 METHODS = pytest.mark.parametrize("method", ["scan", "associative"])
@@ -167,7 +168,7 @@ def _retrace_scales(inputs, mask, lambda_, eps):
     c = lambda_ * np.minimum(1.0, _take(f["pi_t"], f["a_t"]) / (f["mu_t"].astype(np.float64) + eps))
   c = np.where(m, np.abs(c), 0.0)  # garbage only at masked steps
   v_abs = np.sum(np.abs(f["pi_t"].astype(np.float64) * f["q_t"]), -1)
-  g_abs = ref.ref_general_off_policy_returns(
+  g_abs = ref.general_off_policy_returns(
       -np.abs(_take(f["q_t"], f["a_t"])), v_abs, np.abs(f["r_t"]), np.abs(f["discount_t"]), c, mask
   )
   return g_abs, g_abs + np.abs(_take(f["q_tm1"], f["a_tm1"]))
@@ -180,9 +181,11 @@ def _random_q_inputs(
   unused mu_t of the step before each) hold arbitrary finite garbage."""
   shape = (t_len,) + tuple(batch)
   if use_mask:
-    d, mask, kind = ref.ref_episode_layout(rng, t_len, batch)
+    d, mask, kind = testing.random_layout(rng, t_len, batch, p_termination=0.12, p_truncation=0.12)
   else:
-    d, mask, kind = ref.ref_episode_layout(rng, t_len, batch, p_trunc=0.0, p_start_masked=0.0)
+    d, mask, kind = testing.random_layout(
+        rng, t_len, batch, p_termination=0.12, p_truncation=0.0, p_start_masked=0.0
+    )
     mask = None
   q_shape = shape + (num_actions,)
   logits = rng.normal(size=q_shape) * rng.choice([0.3, 1.0, 4.0], size=shape + (1,))
@@ -203,11 +206,11 @@ def _random_q_inputs(
   )
   if mask is not None:
     for k in ("q_tm1", "q_t", "r_t", "discount_t", "pi_t", "mu_t"):
-      inputs[k] = ref.ref_fill_masked(
+      inputs[k] = testing.fill_masked(
           inputs[k], mask, rng.uniform(-garbage, garbage, size=np.shape(inputs[k]))
       )
     for k in ("a_tm1", "a_t"):
-      inputs[k] = ref.ref_fill_masked(inputs[k], mask, rng.integers(0, num_actions, size=shape))
+      inputs[k] = testing.fill_masked(inputs[k], mask, rng.integers(0, num_actions, size=shape))
     # mu_t (and a_t) of a step whose next step is masked are never used.
     before_masked = np.concatenate([~mask[1:], np.zeros_like(mask[:1])])
     inputs["mu_t"] = np.where(
@@ -349,7 +352,7 @@ def _check_retrace_example(jit, methods, x64, t_len, batch, use_mask, lambda_, e
     padded, pad_mask = _pad_time(inputs, mask, T_PAD)
   else:  # (mask=None is the same as all True: test_mask_none_equals_all_true)
     padded, pad_mask = inputs, np.ones((T_PAD,) + tuple(batch), bool)
-  exp_errors, exp_targets = ref.ref_retrace(*(inputs[k] for k in Q_ARGS), mask, lambda_, eps)
+  exp_errors, exp_targets = ref.retrace(*(inputs[k] for k in Q_ARGS), mask, lambda_, eps)
   g_scale, e_scale = _retrace_scales(inputs, mask, lambda_, eps)
   rtol = 1e-12 if x64 else 2e-5
   for method in methods:
@@ -403,7 +406,7 @@ def test_retrace_matches_loop_reference_nojit(method, t_len, batch, use_mask, la
 def _check_general_example(jit, methods, t_len, batch, seed):
   rng = np.random.default_rng(seed)
   shape = (t_len,) + tuple(batch)
-  d, mask, _ = ref.ref_episode_layout(rng, t_len, batch)
+  d, mask, _ = testing.random_layout(rng, t_len, batch, p_termination=0.12, p_truncation=0.12)
   inputs = dict(
       q_a_t=rng.normal(size=shape) * 2,
       v_t=rng.normal(size=shape),
@@ -412,13 +415,13 @@ def _check_general_example(jit, methods, t_len, batch, seed):
       c_t=rng.uniform(0.0, 1.5, size=shape),
   )
   for k in G_ARGS:
-    inputs[k] = ref.ref_fill_masked(inputs[k], mask, rng.uniform(-1e3, 1e3, size=shape))
+    inputs[k] = testing.fill_masked(inputs[k], mask, rng.uniform(-1e3, 1e3, size=shape))
   inputs = {k: v.astype(np.float32) for k, v in inputs.items()}
   n = T_PAD - t_len
   padded = [np.concatenate([inputs[k], np.full((n,) + shape[1:], 5e2, np.float32)]) for k in G_ARGS]
   pad_mask = np.concatenate([mask, np.zeros((n,) + shape[1:], bool)])
-  expected = ref.ref_general_off_policy_returns(*(inputs[k] for k in G_ARGS), mask)
-  scale = ref.ref_general_off_policy_returns(
+  expected = ref.general_off_policy_returns(*(inputs[k] for k in G_ARGS), mask)
+  scale = ref.general_off_policy_returns(
       -np.abs(inputs["q_a_t"]),
       np.abs(inputs["v_t"]),
       np.abs(inputs["r_t"]),
@@ -455,7 +458,7 @@ def test_retrace_other_action_counts(jit, num_actions):
   rng = np.random.default_rng(num_actions)
   inputs, mask, _ = _random_q_inputs(rng, T_PAD, (3,), num_actions=num_actions)
   errors = _retrace_fn(jit)(*(inputs[k] for k in Q_ARGS), mask, 0.9, 1e-8)
-  expected, _ = ref.ref_retrace(*(inputs[k] for k in Q_ARGS), mask, 0.9, 1e-8)
+  expected, _ = ref.retrace(*(inputs[k] for k in Q_ARGS), mask, 0.9, 1e-8)
   _, scale = _retrace_scales(inputs, mask, 0.9, 1e-8)
   _assert_scaled_close(errors, expected, scale, 2e-5)
 
@@ -472,7 +475,7 @@ def _on_policy_consistent_example(seed, t_len, batch):
   from the masked step's q_tm1[e+1])."""
   rng = np.random.default_rng(seed)
   shape = (t_len,) + tuple(batch)
-  d, mask, _ = ref.ref_episode_layout(rng, t_len, batch)
+  d, mask, _ = testing.random_layout(rng, t_len, batch, p_termination=0.12, p_truncation=0.12)
   q = rng.normal(size=(t_len + 1,) + shape[1:] + (NUM_ACTIONS,)) * 2
   acts = rng.integers(0, NUM_ACTIONS, size=(t_len + 1,) + shape[1:])
   logits = rng.normal(size=shape + (NUM_ACTIONS,))
@@ -487,10 +490,10 @@ def _on_policy_consistent_example(seed, t_len, batch):
       pi_t=pi,
   )
   for k in ("q_tm1", "q_t", "r_t", "discount_t", "pi_t"):
-    inputs[k] = ref.ref_fill_masked(
+    inputs[k] = testing.fill_masked(
         inputs[k], mask, rng.uniform(-1e3, 1e3, size=np.shape(inputs[k]))
     )
-  inputs["pi_t"] = ref.ref_fill_masked(inputs["pi_t"], mask, 0.5)
+  inputs["pi_t"] = testing.fill_masked(inputs["pi_t"], mask, 0.5)
   inputs["mu_t"] = _take(inputs["pi_t"], inputs["a_t"])
   inputs = {
       k: (v.astype(np.float32) if k not in ("a_tm1", "a_t") else v.astype(np.int32))
@@ -509,7 +512,7 @@ def _check_q_lambda_one(jit, method, seed, batch, lambda_):
   args = [inputs[k] for k in Q_ARGS]
   # eps = 0: c = lambda min(1, pi/pi) = lambda exactly.
   errors = _retrace_fn(jit, method)(*args, mask, lambda_, 0.0)
-  expected = ref.ref_q_lambda_errors(
+  expected = ref.q_lambda_errors(
       inputs["q_tm1"],
       inputs["a_tm1"],
       inputs["q_t"],
@@ -588,7 +591,7 @@ def _check_split(jit, method, seed, lambda_):
     inputs, _, _ = _random_q_inputs(rng, T_PAD, (), use_mask=False)
     inputs["discount_t"] = d.astype(np.float32)
     for k in ("q_tm1", "q_t", "r_t", "pi_t", "mu_t"):  # Large garbage.
-      inputs[k] = ref.ref_fill_masked(inputs[k], mask, rng.uniform(-1e6, 1e6, size=inputs[k].shape))
+      inputs[k] = testing.fill_masked(inputs[k], mask, rng.uniform(-1e6, 1e6, size=inputs[k].shape))
     # The unused a_t / mu_t of each episode's last step: garbage too.
     for _, stop in spans:
       inputs["mu_t"][stop - 1] = rng.uniform(-1e6, 1e6)
@@ -796,7 +799,7 @@ def test_huge_garbage_at_masked_steps_is_ignored(jit, method):
   outs = []
   for value in (0.0, 1e30, -1e30):
     garbled = {
-        k: (ref.ref_fill_masked(v, mask, value) if k not in ("a_tm1", "a_t") else v)
+        k: (testing.fill_masked(v, mask, value) if k not in ("a_tm1", "a_t") else v)
         for k, v in inputs.items()
     }
     out = np.asarray(f(*(garbled[k] for k in Q_ARGS), mask, 1.0, 1e-8))

@@ -1,7 +1,7 @@
 """Tests for soft values, soft-Q / SQL targets and SQIL relabelling.
 
 Three layers: hand-computed cases, float64 NumPy loop references
-(`reference.np_soft_q_targets`, `reference.np_soft_nstep_targets`) on random
+(`offpolicy_ac.testing.reference.soft_q_targets`, `offpolicy_ac.testing.reference.soft_nstep_targets`) on random
 inputs with terminations, truncations and masked junctions, and identities
 (alpha -> 0 gives the hard max, n = 1 is lambda = 0, n >= T is lambda = 1,
 splitting at junctions changes nothing, no gradient reaches stopped targets).
@@ -22,9 +22,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import reference as ref
 
 from offpolicy_ac import losses as L
+from offpolicy_ac import testing
+from offpolicy_ac.testing import reference as ref
 
 RTOL, ATOL = 2e-5, 2e-4
 
@@ -46,12 +47,12 @@ def maybe_jit(request):
 def _soft_q_inputs(seed, t, batch, n_actions=3, *, garble=True):
   """Random r_t, discount_t, q_t, mask with terminations/truncations/junctions."""
   rng = np.random.default_rng(seed)
-  discount, mask, _ = ref.sq_random_layout(rng, t, batch)
+  discount, mask, _ = testing.random_layout(rng, t, batch, junction_discount=7.0)
   r = rng.normal(size=(t,) + batch)
   q = 2.0 * rng.normal(size=(t,) + batch + (n_actions,))
   if garble:
-    r = ref.sq_garble(rng, r, mask)
-    q = ref.sq_garble(rng, q, mask)
+    r = testing.garble(rng, r, mask)
+    q = testing.garble(rng, q, mask)
   f32 = lambda x: np.asarray(x, np.float32)
   return f32(r), f32(discount), f32(q), mask
 
@@ -64,11 +65,16 @@ def _soft_q_lam(r, d, q, m, lam, alpha=0.5, *, method="scan"):
 def test_random_layouts_cover_every_kind_of_step():
   """The generator behind the reference tests makes all the cases we need."""
   kinds = np.concatenate(
-      [ref.sq_random_layout(np.random.default_rng(seed), 16, (4,))[2].ravel() for seed in range(5)]
+      [
+          testing.random_layout(np.random.default_rng(seed), 16, (4,), junction_discount=7.0)[
+              2
+          ].ravel()
+          for seed in range(5)
+      ]
   )
   # MID, termination, truncation (LAST with discount gamma) and masked steps.
   assert set(np.unique(kinds)) == {0, 1, 2, 3}
-  d, m, k = ref.sq_random_layout(np.random.default_rng(0), 64, (8,))
+  d, m, k = testing.random_layout(np.random.default_rng(0), 64, (8,), junction_discount=7.0)
   after_last = np.concatenate([np.zeros((1, 8), bool), (k == 1) | (k == 2)])
   np.testing.assert_array_equal(~m[1:], after_last[1:-1])  # LAST -> masked
   assert np.all(d[k == 1] == 0.0) and np.all(d[k == 2] > 0.0)
@@ -109,10 +115,10 @@ def test_soft_value_finite_and_bounded_for_extreme_inputs(maybe_jit, scale):
     tol = 1e-6 * scale + 1e-6 * alpha * 4
     assert np.all(v >= q_max - tol)
     assert np.all(v <= q_max + alpha * np.log(4) + tol)
-    np.testing.assert_allclose(v, ref.np_soft_value(q, alpha), rtol=1e-5, atol=tol)
+    np.testing.assert_allclose(v, ref.soft_value(q, alpha), rtol=1e-5, atol=tol)
     grad = grad_fn(q, alpha)
     assert np.all(np.isfinite(grad))
-    np.testing.assert_allclose(grad, ref.np_softmax(q.astype(np.float64) / alpha), atol=1e-5)
+    np.testing.assert_allclose(grad, ref.softmax(q.astype(np.float64) / alpha), atol=1e-5)
 
 
 def test_soft_value_gradient_is_the_boltzmann_policy():
@@ -121,7 +127,7 @@ def test_soft_value_gradient_is_the_boltzmann_policy():
   grad_fn = jax.jit(jax.grad(_soft_value_sum))
   for alpha in [0.3, 1.0, 3.0]:
     grad = grad_fn(q, alpha)
-    expected = ref.np_softmax(q / alpha)
+    expected = ref.softmax(q / alpha)
     np.testing.assert_allclose(grad, expected, atol=1e-6)
     np.testing.assert_allclose(L.soft_policy(q, alpha), expected, atol=1e-6)
     np.testing.assert_allclose(np.sum(L.soft_policy(q, alpha), -1), 1.0, rtol=1e-6)
@@ -133,7 +139,7 @@ def test_soft_value_alpha_derivative_is_the_policy_entropy():
   grad_fn = jax.jit(jax.grad(L.soft_value, argnums=1))
   for alpha in [0.1, 0.7, 2.0]:
     d_alpha = grad_fn(q, alpha)
-    p = ref.np_softmax(np.asarray(q, np.float64) / alpha)
+    p = ref.softmax(np.asarray(q, np.float64) / alpha)
     np.testing.assert_allclose(d_alpha, -np.sum(p * np.log(p)), rtol=1e-5, atol=1e-5)
 
 
@@ -168,9 +174,7 @@ def test_soft_value_per_state_alpha():
   q = jnp.array([[1.0, 2.0], [3.0, -1.0]])
   alpha = jnp.array([0.5, 2.0])
   v = L.soft_value(q, alpha)
-  np.testing.assert_allclose(
-      v, [ref.np_soft_value(q[0], 0.5), ref.np_soft_value(q[1], 2.0)], rtol=1e-6
-  )
+  np.testing.assert_allclose(v, [ref.soft_value(q[0], 0.5), ref.soft_value(q[1], 2.0)], rtol=1e-6)
 
 
 def test_soft_value_accepts_traced_alpha():
@@ -178,10 +182,10 @@ def test_soft_value_accepts_traced_alpha():
   alphas = jnp.array([0.1, 1.0, 10.0])
   v = jax.vmap(lambda a: L.soft_value(q, a))(alphas)
   np.testing.assert_allclose(
-      v[:, 0], [ref.np_soft_value(q[0], a) for a in [0.1, 1.0, 10.0]], rtol=1e-6
+      v[:, 0], [ref.soft_value(q[0], a) for a in [0.1, 1.0, 10.0]], rtol=1e-6
   )
   v_jit = jax.jit(L.soft_value)(q, 0.5)
-  np.testing.assert_allclose(v_jit, ref.np_soft_value(q, 0.5), rtol=1e-6)
+  np.testing.assert_allclose(v_jit, ref.soft_value(q, 0.5), rtol=1e-6)
 
 
 # -----------------------------------------------------------------------------
@@ -240,7 +244,7 @@ def _check_soft_q_reference(fn, seed, shape, lambda_, alpha, n_actions):
   r, d, q, mask = _soft_q_inputs(seed, shape[0], shape[1:], n_actions)
   out = fn(r, d, q, mask, lambda_, alpha)
   assert out.shape == r.shape and out.dtype == jnp.float32
-  expected = ref.np_soft_q_targets(r, d, q, alpha, lambda_, mask)
+  expected = ref.soft_q_targets(r, d, q, alpha, lambda_, mask)
   np.testing.assert_allclose(out, expected, rtol=RTOL, atol=ATOL)
   np.testing.assert_array_equal(np.asarray(out)[~mask], 0.0)
 
@@ -302,7 +306,7 @@ def test_soft_q_targets_splitting_at_junctions_changes_nothing(method):
   fn = jax.jit(functools.partial(_soft_q_lam, method=method))
   # Both layouts have T = 8: two episodes, or a leading masked step and two.
   for lengths, lead_masked in [([3, 4], False), ([3, 3], True)]:
-    mask, slices = ref.sq_junction_layout(lengths, lead_masked)
+    mask, slices = testing.junction_layout(lengths, lead_masked)
     t = mask.size
     r = rng.normal(size=(t, 3)).astype(np.float32)
     d = rng.uniform(0.5, 1.0, size=(t, 3)).astype(np.float32)
@@ -327,7 +331,7 @@ def test_soft_q_targets_nan_garbage_at_masked_steps_does_not_leak(method):
     assert np.all(np.isfinite(out)), (lam, method)
     np.testing.assert_allclose(
         out,
-        ref.np_soft_q_targets(
+        ref.soft_q_targets(
             np.where(mask, r, 0),
             np.where(mask, d, 0),
             np.where(mask[..., None], q, 0),
@@ -346,7 +350,7 @@ def test_soft_q_targets_tend_to_hard_max_targets():
   r, d, q, mask = _soft_q_inputs(5, 8, (3,))
   fn = jax.jit(_soft_q_lam)
   for lambda_ in [0.0, 0.5, 1.0]:
-    hard = ref.np_soft_q_targets(r, d, q, None, lambda_, mask)
+    hard = ref.soft_q_targets(r, d, q, None, lambda_, mask)
     for alpha, tol in [(1e-2, 1e-2 * np.log(3)), (1e-4, 2e-3)]:
       soft = np.asarray(fn(r, d, q, mask, lambda_, alpha))
       assert np.all(np.isfinite(soft))
@@ -360,7 +364,7 @@ def test_soft_q_targets_finite_for_tiny_alpha_and_huge_q():
   out = jax.jit(_soft_q_lam)(r, d, q, mask, 0.5, 1e-4)
   assert np.all(np.isfinite(out))
   np.testing.assert_allclose(
-      out, ref.np_soft_q_targets(r, d, q, None, 0.5, mask), rtol=1e-5, atol=1e-2
+      out, ref.soft_q_targets(r, d, q, None, 0.5, mask), rtol=1e-5, atol=1e-2
   )
 
 
@@ -398,9 +402,7 @@ def test_soft_q_targets_gradient_matches_finite_differences():
   args = [r.astype(np.float64), d.astype(np.float64), q.astype(np.float64)]
   eps = 1e-6
   for lam in [0.0, 0.4, 1.0]:
-    np_total = lambda r64, d64, q64: np.sum(
-        w * ref.np_soft_q_targets(r64, d64, q64, 0.5, lam, mask)
-    )
+    np_total = lambda r64, d64, q64: np.sum(w * ref.soft_q_targets(r64, d64, q64, 0.5, lam, mask))
     grads = grad_fn(r, d, q, mask, w.astype(np.float32), lam)
     for i, g in enumerate(grads):
       fd = np.zeros(args[i].shape)
@@ -481,7 +483,7 @@ def _check_soft_nstep_reference(fn, seed, shape, n, alpha):
   r, d, q, mask = _soft_q_inputs(seed, t, batch)
   out = np.asarray(fn(r, d, q, mask, alpha))
   assert out.shape == r.shape
-  expected = ref.np_soft_nstep_targets(r, d, q, alpha, n, mask)
+  expected = ref.soft_nstep_targets(r, d, q, alpha, n, mask)
   # Real steps only here; the masked steps are covered by
   # `test_soft_nstep_targets_are_zero_at_masked_steps`.
   np.testing.assert_allclose(np.where(mask, out, 0.0), expected, rtol=RTOL, atol=ATOL)
@@ -526,7 +528,7 @@ def test_soft_nstep_splitting_at_junctions_changes_nothing():
   rng = np.random.default_rng(3)
   fn = jax.jit(functools.partial(_soft_nstep, n=n))
   for lengths, lead_masked in [([3, 4], False), ([3, 3], True)]:
-    mask, slices = ref.sq_junction_layout(lengths, lead_masked)
+    mask, slices = testing.junction_layout(lengths, lead_masked)
     t = mask.size
     r = rng.normal(size=(t, 3)).astype(np.float32)
     d = rng.uniform(0.5, 1.0, size=(t, 3)).astype(np.float32)
@@ -590,7 +592,7 @@ def _check_sql_reference(fn, seed, t, batch, n):
   a_tm1 = rng.integers(0, 4, size=r.shape).astype(np.int32)
   err = np.asarray(fn(q_tm1, a_tm1, r, d, q, mask))
   q_a = np.take_along_axis(q_tm1, a_tm1[..., None], -1)[..., 0]
-  expected = np.where(mask, ref.np_soft_nstep_targets(r, d, q, 0.3, n, mask) - q_a, 0.0)
+  expected = np.where(mask, ref.soft_nstep_targets(r, d, q, 0.3, n, mask) - q_a, 0.0)
   np.testing.assert_allclose(err, expected, rtol=RTOL, atol=ATOL)
   np.testing.assert_array_equal(err[~mask], 0.0)
 

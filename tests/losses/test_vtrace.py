@@ -1,7 +1,7 @@
 """Tests for `vtrace` (errors, pg_advantage, q_estimate) -- Contract 1.
 
 Layers: (1) hand-computed cases with a termination, a truncation and a masked
-junction; (2) the float64 NumPy loop reference (`reference.ref_vtrace`, the
+junction; (2) the float64 NumPy loop reference (`offpolicy_ac.testing.reference.vtrace`, the
 explicit sum of Espeholt et al.) on random inputs with random terminations,
 truncations and junctions, via hypothesis; (3) identities: rho = 1, lambda = 1
 is the n-step bootstrapped return, splitting at junctions changes nothing,
@@ -27,11 +27,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import reference as ref
 import rlax
 
+from offpolicy_ac import testing
 from offpolicy_ac.losses import VTraceOutput
 from offpolicy_ac.losses import vtrace
+from offpolicy_ac.testing import reference as ref
 
 JIT = pytest.mark.parametrize("jit", [False, True], ids=["nojit", "jit"])
 METHODS = pytest.mark.parametrize("method", ["scan", "associative"])
@@ -113,7 +114,7 @@ def _scales(inputs, mask, lambda_, rho_bar, c_bar, pg_bar):
   m = np.ones(r_t.shape, bool) if mask is None else np.asarray(mask)
   # With d >= 0, rho >= 0 (real steps), -|V(x_s)|, |V(x_s+1)| and |r| make
   # every term of the explicit sum non-negative: the sum of absolute values.
-  err_abs = ref.ref_vtrace(
+  err_abs = ref.vtrace(
       -np.abs(v_tm1), np.abs(v_t), np.abs(r_t), d, rho, mask, lambda_, rho_bar, c_bar, pg_bar
   )[0]
   vs_abs = np.abs(v_tm1) + err_abs
@@ -129,7 +130,7 @@ def _check_against_reference(
 ):
   """Compares a VTraceOutput (maybe padded beyond t_len) with the reference."""
   if expected is None:
-    expected = ref.ref_vtrace(*(inputs[k] for k in ARGS), mask, *hyper)
+    expected = ref.vtrace(*(inputs[k] for k in ARGS), mask, *hyper)
     scales = _scales(inputs, mask, *hyper)
   for name, got, exp, scale in zip(VTraceOutput._fields, out, expected, scales):
     got = np.asarray(got)
@@ -144,16 +145,18 @@ def _check_against_reference(
 
 
 def _random_inputs(rng, t_len, batch, *, use_mask=True, garbage=1e3, dtype=np.float32):
-  """Random V-trace inputs with episode structure (see ref_episode_layout).
+  """Random V-trace inputs with episode structure (see `testing.random_layout`).
 
   Masked steps hold arbitrary finite garbage in every array. Returns
   (dict of arrays, mask or None, kind).
   """
   shape = (t_len,) + tuple(batch)
   if use_mask:
-    d, mask, kind = ref.ref_episode_layout(rng, t_len, batch)
+    d, mask, kind = testing.random_layout(rng, t_len, batch, p_termination=0.12, p_truncation=0.12)
   else:  # Terminations only (discount 0 cuts by itself); no masked steps.
-    d, mask, kind = ref.ref_episode_layout(rng, t_len, batch, p_trunc=0.0, p_start_masked=0.0)
+    d, mask, kind = testing.random_layout(
+        rng, t_len, batch, p_termination=0.12, p_truncation=0.0, p_start_masked=0.0
+    )
     mask = None
   inputs = dict(
       v_tm1=rng.normal(size=shape) * 2.0,
@@ -164,7 +167,7 @@ def _random_inputs(rng, t_len, batch, *, use_mask=True, garbage=1e3, dtype=np.fl
   )
   if mask is not None:
     for k in ARGS:
-      inputs[k] = ref.ref_fill_masked(inputs[k], mask, rng.uniform(-garbage, garbage, size=shape))
+      inputs[k] = testing.fill_masked(inputs[k], mask, rng.uniform(-garbage, garbage, size=shape))
   inputs = {k: v.astype(dtype) for k, v in inputs.items()}
   return inputs, mask, kind
 
@@ -337,7 +340,7 @@ def _check_reference_example(jit, methods, x64, t_len, batch, use_mask, hyper, s
     padded, pad_mask = _pad_time(inputs, mask, T_PAD)
   else:  # (mask=None is the same as all True: test_mask_none_equals_all_true)
     padded, pad_mask = inputs, np.ones((T_PAD,) + tuple(batch), bool)
-  expected = ref.ref_vtrace(*(inputs[k] for k in ARGS), mask, *hyper)
+  expected = ref.vtrace(*(inputs[k] for k in ARGS), mask, *hyper)
   scales = _scales(inputs, mask, *hyper)
   for m in methods:
     with jax.enable_x64(x64):
@@ -428,18 +431,18 @@ def _consistent_values(rng, kind, shape):
 def _nstep_example(seed, t_len, batch):
   rng = np.random.default_rng(seed)
   shape = (t_len,) + tuple(batch)
-  d, mask, kind = ref.ref_episode_layout(rng, t_len, batch)
+  d, mask, kind = testing.random_layout(rng, t_len, batch, p_termination=0.12, p_truncation=0.12)
   v_tm1, v_t = _consistent_values(rng, kind, shape)
-  r = ref.ref_fill_masked(rng.normal(size=shape), mask, 1e3)
-  d = ref.ref_fill_masked(d, mask, -5.0)
+  r = testing.fill_masked(rng.normal(size=shape), mask, 1e3)
+  d = testing.fill_masked(d, mask, -5.0)
   return [x.astype(np.float32) for x in (v_tm1, v_t, r, d)], mask
 
 
 def _check_nstep(jit, methods, seed, batch, rho_bar, c_bar):
   (v_tm1, v_t, r, d), mask = _nstep_example(seed, T_PAD, batch)
   rho = np.where(mask, 1.0, 1e3).astype(np.float32)  # garbage rho when masked
-  g = ref.ref_nstep_bootstrapped_returns(v_t, r, d, mask)
-  g_abs = ref.ref_nstep_bootstrapped_returns(np.abs(v_t), np.abs(r), np.abs(d), mask)
+  g = ref.nstep_bootstrapped_returns(v_t, r, d, mask)
+  g_abs = ref.nstep_bootstrapped_returns(np.abs(v_t), np.abs(r), np.abs(d), mask)
   scale = g_abs + np.abs(v_tm1)
   expected_err = np.where(mask, g - v_tm1, 0.0)
   for method in methods:
@@ -513,7 +516,7 @@ def _check_split(jit, method, seed, lambda_, rho_bar, c_bar, pg_bar):
         rho_tm1=np.exp(rng.uniform(-3, 3, size=T_PAD)),
     )
     for k in ARGS:  # Large garbage at the junctions.
-      inputs[k] = ref.ref_fill_masked(inputs[k], mask, rng.uniform(-1e6, 1e6, size=T_PAD))
+      inputs[k] = testing.fill_masked(inputs[k], mask, rng.uniform(-1e6, 1e6, size=T_PAD))
     inputs = {k: v.astype(np.float32) for k, v in inputs.items()}
     cols.append((inputs, mask, spans))
   # The three patterns side by side as a [T, 3] batch ...
@@ -752,7 +755,7 @@ def test_huge_garbage_at_masked_steps_is_ignored(jit, method):
   f = _traced_fn(jit, method)
   outs = []
   for value in (0.0, 1e30, -1e30):
-    garbled = [ref.ref_fill_masked(inputs[k], mask, value) for k in ARGS]
+    garbled = [testing.fill_masked(inputs[k], mask, value) for k in ARGS]
     out = f(*garbled, mask, *hyper)
     for name, x in zip(VTraceOutput._fields, out):
       x = np.asarray(x)

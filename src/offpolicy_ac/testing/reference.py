@@ -1,18 +1,38 @@
-"""Plain float64 NumPy loop references for the loss tests (one section per estimator family)."""
+"""Float64 NumPy loop references for every target and loss the library computes.
 
-# =============================================================================
-# References for soft-Q / SQL / SQIL, the distribution helpers, the IMPALA
-# loss and the ACER pieces. Plain float64 NumPy loops over time (and over the
-# flattened batch columns), written from the papers' recursions, not from the
-# library's vectorised formulation.
-# =============================================================================
+Each function is written from its paper's recursion (or the explicit sum, where
+that is a different form from the library's), as plain Python loops over time
+and over the flattened batch columns, independently of `offpolicy_ac.losses`.
+They are slow and exact: use them as the `reference` of
+`offpolicy_ac.testing.assert_matches_reference` on small inputs.
 
-import numpy as _np
+Shapes are time-major, `[T, *batch]` (`[T, *batch, A]` for action values and
+probabilities); results are float64 NumPy arrays.
+
+Mask semantics: `mask[s]` False marks a step that is not a real transition (the
+auto-reset junction after a LAST step). It gets zero outputs and cuts the
+trace: the segment of a real step `s` runs from `s` to the last index `e >= s`
+such that `mask[s..e]` are all True, and the bootstrap at `e` is `v_t[e]`
+(or `q_t[e]`).
+
+References:
+  Espeholt et al. 2018, IMPALA (V-trace): https://arxiv.org/abs/1802.01561
+  Munos et al. 2016, Retrace: https://arxiv.org/abs/1606.02647
+  Harutyunyan et al. 2016, Q(lambda) with off-policy corrections:
+    https://arxiv.org/abs/1602.04951
+  Wang et al. 2017, ACER: https://arxiv.org/abs/1611.01224
+  Haarnoja et al. 2017, soft Q-learning: https://arxiv.org/abs/1702.08165
+  Reddy et al. 2020, SQIL: https://arxiv.org/abs/1905.11108
+"""
+
+import numpy as np
+
+# Soft-Q / SQL / SQIL, the distribution helpers, the IMPALA loss and ACER.
 
 
-def _sq_cols(x, trailing=0, dtype=_np.float64):
+def _sq_cols(x, trailing=0, dtype=np.float64):
   """[T, *batch, *trailing] -> ([T, N, *trailing] copy, batch_shape)."""
-  x = _np.asarray(x)
+  x = np.asarray(x)
   if dtype is not None:
     x = x.astype(dtype)
   t = x.shape[0]
@@ -25,122 +45,87 @@ def _sq_uncols(x, batch):
   return x.reshape((x.shape[0],) + tuple(batch) + x.shape[2:])
 
 
-def sq_random_layout(
-    rng,
-    t,
-    batch_shape=(),
-    *,
-    p_term=0.15,
-    p_trunc=0.15,
-    p_start_masked=0.15,
-    gamma_range=(0.5, 1.0),
-):
-  """Random episode structure for [T, *batch] sequences.
-
-  Returns (discount_t, mask, kind) with kind 0 = MID, 1 = termination (LAST,
-  discount 0), 2 = truncation (LAST, env discount 1, i.e. discount_t = gamma),
-  3 = masked auto-reset step (follows every LAST; garbage discount 7).
-  Sequences may also start with a masked step (an unroll boundary right after
-  a LAST step).
-  """
-  n = int(_np.prod(batch_shape, dtype=_np.int64))
-  discount = _np.zeros((t, n))
-  mask = _np.ones((t, n), bool)
-  kind = _np.zeros((t, n), _np.int64)
-  for j in range(n):
-    gamma = rng.uniform(*gamma_range)
-    prev_last = rng.random() < p_start_masked
-    for s in range(t):
-      if prev_last:
-        mask[s, j] = False
-        discount[s, j] = 7.0
-        kind[s, j] = 3
-        prev_last = False
-        continue
-      u = rng.random()
-      if u < p_term:
-        discount[s, j], kind[s, j], prev_last = 0.0, 1, True
-      elif u < p_term + p_trunc:
-        discount[s, j], kind[s, j], prev_last = gamma, 2, True
-      else:
-        discount[s, j] = gamma
-  shape = (t,) + tuple(batch_shape)
-  return discount.reshape(shape), mask.reshape(shape), kind.reshape(shape)
-
-
-def sq_garble(rng, x, mask, scale=1e3):
-  """Replaces the entries of masked steps by large garbage (finite) values."""
-  x = _np.array(x, copy=True)
-  m = _np.asarray(mask)
-  m = m.reshape(m.shape + (1,) * (x.ndim - m.ndim))
-  garbage = rng.uniform(-scale, scale, size=x.shape).astype(x.dtype)
-  return _np.where(m, x, garbage)
-
-
 # ----------------------------------------------------------------------------
 # Soft values and soft-Q targets.
 # ----------------------------------------------------------------------------
 
 
-def np_logsumexp(x, axis=-1):
-  x = _np.asarray(x, _np.float64)
-  m = _np.max(x, axis=axis, keepdims=True)
-  m = _np.where(_np.isfinite(m), m, 0.0)
-  with _np.errstate(divide="ignore"):
-    out = _np.log(_np.sum(_np.exp(x - m), axis=axis, keepdims=True)) + m
-  return _np.squeeze(out, axis=axis)
+def logsumexp(x, axis=-1):
+  """log sum exp(x) over `axis`, float64, stable for -inf entries."""
+  x = np.asarray(x, np.float64)
+  m = np.max(x, axis=axis, keepdims=True)
+  m = np.where(np.isfinite(m), m, 0.0)
+  with np.errstate(divide="ignore"):
+    out = np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True)) + m
+  return np.squeeze(out, axis=axis)
 
 
-def np_softmax(x, axis=-1):
-  x = _np.asarray(x, _np.float64)
-  m = _np.max(x, axis=axis, keepdims=True)
-  e = _np.exp(x - m)
-  return e / _np.sum(e, axis=axis, keepdims=True)
+def softmax(x, axis=-1):
+  """exp(x) / sum exp(x) over `axis`, float64."""
+  x = np.asarray(x, np.float64)
+  m = np.max(x, axis=axis, keepdims=True)
+  e = np.exp(x - m)
+  return e / np.sum(e, axis=axis, keepdims=True)
 
 
-def np_soft_value(q, alpha):
-  """alpha * log sum_a exp(q_a / alpha), element by element (alpha scalar)."""
-  q = _np.asarray(q, _np.float64)
+def soft_value(q, alpha):
+  """Soft value alpha * log sum_a exp(q_a / alpha) (Haarnoja et al. 2017, eq. 9).
+
+  q: [..., A]; alpha: a positive scalar. Returns [...], float64.
+  """
+  q = np.asarray(q, np.float64)
   flat = q.reshape(-1, q.shape[-1])
-  out = _np.empty(flat.shape[0])
+  out = np.empty(flat.shape[0])
   for i, row in enumerate(flat):
     z = row / alpha
-    m = _np.max(z)
-    out[i] = alpha * (m + _np.log(_np.sum(_np.exp(z - m))))
+    m = np.max(z)
+    out[i] = alpha * (m + np.log(np.sum(np.exp(z - m))))
   return out.reshape(q.shape[:-1])
 
 
-def np_soft_q_targets(r_t, discount_t, q_t, alpha, lambda_=0.0, mask=None):
-  """Soft lambda-returns; alpha=None uses the hard max (Q(lambda) targets).
+def soft_q_targets(r_t, discount_t, q_t, alpha, lambda_=0.0, mask=None):
+  """Soft lambda-returns (soft Q-learning targets); alpha=None uses the hard max.
 
-  G_s = r_s + d_s ((1 - l_s) V(q_t[s]) + l_s G_{s+1}),
-  l_s = lambda if s + 1 < T and mask[s + 1] else 0;  G_s = 0 if not mask[s].
+      G_s = r_s + d_s ((1 - l_s) V(q_t[s]) + l_s G_{s+1}),
+      l_s = lambda if s + 1 < T and mask[s + 1] else 0;  G_s = 0 if not mask[s],
+
+  with V the soft value `soft_value(q_t[s], alpha)` (Haarnoja et al. 2017), or
+  max_a q_t[s] when alpha is None (Peng's Q(lambda) targets).
+
+  Args: r_t, discount_t, mask [T, *batch]; q_t [T, *batch, A] = Q(x_{s+1}, .).
+  Returns [T, *batch] float64.
   """
   r, batch = _sq_cols(r_t)
   d, _ = _sq_cols(discount_t)
   q, _ = _sq_cols(q_t, trailing=1)
-  m = _np.ones(r.shape, bool) if mask is None else _sq_cols(mask, dtype=bool)[0]
+  m = np.ones(r.shape, bool) if mask is None else _sq_cols(mask, dtype=bool)[0]
   t, n = r.shape
-  g = _np.zeros((t, n))
+  g = np.zeros((t, n))
   for j in range(n):
     for s in reversed(range(t)):
       if not m[s, j]:
         continue
-      v = _np.max(q[s, j]) if alpha is None else np_soft_value(q[s, j], alpha)
+      v = np.max(q[s, j]) if alpha is None else soft_value(q[s, j], alpha)
       lam = lambda_ if (s + 1 < t and m[s + 1, j]) else 0.0
       nxt = g[s + 1, j] if lam else 0.0
       g[s, j] = r[s, j] + d[s, j] * ((1.0 - lam) * v + lam * nxt)
   return _sq_uncols(g, batch)
 
 
-def np_soft_nstep_targets(r_t, discount_t, q_t, alpha, n, mask=None):
-  """n-step soft returns, truncated at the end and before masked steps."""
+def soft_nstep_targets(r_t, discount_t, q_t, alpha, n, mask=None):
+  """n-step soft returns, truncated at the window's end and before masked steps.
+
+      G_s = sum_{k=s}^{e} (prod_{i=s}^{k-1} d_i) r_k + (prod_{i=s}^{e} d_i) V(q_t[e]),
+
+  e = min(s + n - 1, the last step of s's segment), V the soft value; 0 at masked
+  steps. Shapes as in `soft_q_targets`.
+  """
   r, batch = _sq_cols(r_t)
   d, _ = _sq_cols(discount_t)
   q, _ = _sq_cols(q_t, trailing=1)
-  m = _np.ones(r.shape, bool) if mask is None else _sq_cols(mask, dtype=bool)[0]
+  m = np.ones(r.shape, bool) if mask is None else _sq_cols(mask, dtype=bool)[0]
   t, cols = r.shape
-  g = _np.zeros((t, cols))
+  g = np.zeros((t, cols))
   for j in range(cols):
     for s in range(t):
       if not m[s, j]:
@@ -150,7 +135,7 @@ def np_soft_nstep_targets(r_t, discount_t, q_t, alpha, n, mask=None):
         total += disc * r[k, j]
         disc *= d[k, j]
         if used == n or k + 1 >= t or not m[k + 1, j]:
-          total += disc * np_soft_value(q[k, j], alpha)
+          total += disc * soft_value(q[k, j], alpha)
           break
         k += 1
       g[s, j] = total
@@ -162,32 +147,35 @@ def np_soft_nstep_targets(r_t, discount_t, q_t, alpha, n, mask=None):
 # ----------------------------------------------------------------------------
 
 
-def np_log_softmax(x):
-  x = _np.asarray(x, _np.float64)
-  return x - np_logsumexp(x)[..., None]
+def log_softmax(x):
+  """x - logsumexp(x) over the last axis, float64."""
+  x = np.asarray(x, np.float64)
+  return x - logsumexp(x)[..., None]
 
 
-def np_categorical_entropy(logits):
-  log_p = np_log_softmax(logits)
-  p = _np.exp(log_p)
-  with _np.errstate(invalid="ignore"):
-    terms = _np.where(p > 0, p * log_p, 0.0)
-  return -_np.sum(terms, axis=-1)
+def categorical_entropy(logits):
+  """-sum_a p_a log p_a of softmax(logits) over the last axis (0 log 0 = 0)."""
+  log_p = log_softmax(logits)
+  p = np.exp(log_p)
+  with np.errstate(invalid="ignore"):
+    terms = np.where(p > 0, p * log_p, 0.0)
+  return -np.sum(terms, axis=-1)
 
 
-def np_categorical_kl(p_logits, q_logits):
-  log_p, log_q = np_log_softmax(p_logits), np_log_softmax(q_logits)
-  p = _np.exp(log_p)
-  with _np.errstate(invalid="ignore"):
-    terms = _np.where(p > 0, p * (log_p - log_q), 0.0)
-  return _np.sum(terms, axis=-1)
+def categorical_kl(p_logits, q_logits):
+  """KL(softmax(p_logits) || softmax(q_logits)) over the last axis."""
+  log_p, log_q = log_softmax(p_logits), log_softmax(q_logits)
+  p = np.exp(log_p)
+  with np.errstate(invalid="ignore"):
+    terms = np.where(p > 0, p * (log_p - log_q), 0.0)
+  return np.sum(terms, axis=-1)
 
 
-def np_gaussian_kl(mean_p, log_std_p, mean_q, log_std_q):
+def gaussian_kl(mean_p, log_std_p, mean_q, log_std_q):
   """Closed-form KL(N(mp, sp^2) || N(mq, sq^2)), summed over the last axis."""
-  mp, lsp, mq, lsq = (_np.asarray(x, _np.float64) for x in (mean_p, log_std_p, mean_q, log_std_q))
-  sp2, sq2 = _np.exp(2 * lsp), _np.exp(2 * lsq)
-  return _np.sum(lsq - lsp + (sp2 + (mp - mq) ** 2) / (2 * sq2) - 0.5, -1)
+  mp, lsp, mq, lsq = (np.asarray(x, np.float64) for x in (mean_p, log_std_p, mean_q, log_std_q))
+  sp2, sq2 = np.exp(2 * lsp), np.exp(2 * lsq)
+  return np.sum(lsq - lsp + (sp2 + (mp - mq) ** 2) / (2 * sq2) - 0.5, -1)
 
 
 # ----------------------------------------------------------------------------
@@ -195,7 +183,7 @@ def np_gaussian_kl(mean_p, log_std_p, mean_q, log_std_q):
 # ----------------------------------------------------------------------------
 
 
-def np_vtrace_for_impala(
+def _vtrace_recursion(
     v_tm1,
     v_t,
     r_t,
@@ -218,11 +206,11 @@ def np_vtrace_for_impala(
   r = _sq_cols(r_t)[0]
   d = _sq_cols(discount_t)[0]
   rho = _sq_cols(rho_tm1)[0]
-  m = _np.ones(r.shape, bool) if mask is None else _sq_cols(mask, dtype=bool)[0]
+  m = np.ones(r.shape, bool) if mask is None else _sq_cols(mask, dtype=bool)[0]
   t, n = r.shape
-  err = _np.zeros((t, n))
-  pg = _np.zeros((t, n))
-  qe = _np.zeros((t, n))
+  err = np.zeros((t, n))
+  pg = np.zeros((t, n))
+  qe = np.zeros((t, n))
   for j in range(n):
     for s in reversed(range(t)):
       if not m[s, j]:
@@ -242,7 +230,7 @@ def np_vtrace_for_impala(
   return tuple(_sq_uncols(x, batch) for x in (err, pg, qe))
 
 
-def np_impala_loss(
+def impala_loss(
     v_tm1,
     v_t,
     r_t,
@@ -259,18 +247,28 @@ def np_impala_loss(
     clip_c=1.0,
     clip_pg=1.0,
 ):
-  """The IMPALA loss terms and their gradients, as a dict of float64 arrays."""
-  log_pi = _np.asarray(log_pi_tm1, _np.float64)
-  log_mu = _np.asarray(log_mu_tm1, _np.float64)
-  ent = _np.asarray(entropy_tm1, _np.float64)
+  """The IMPALA loss terms and their gradients (Espeholt et al. 2018), as a dict.
+
+  Per-step arguments are [T, *batch] (log_pi_tm1 / log_mu_tm1: log-probabilities
+  of a_s under the learner and the behaviour policy; entropy_tm1 the learner's
+  entropy at x_s). The terms are weighted means over real steps (weights default
+  to 1): policy_loss = mean(-pg_advantage log pi), value_loss = mean(errors^2),
+  entropy = mean(entropy); loss = policy_loss + value_weight value_loss -
+  entropy_weight entropy. Also returns mean_rho, clipped_rho_fraction, the
+  per-step V-trace outputs (pg_advantage, vtrace_errors, q_estimate), and the
+  gradients grad_log_pi, grad_v_tm1, grad_entropy, all float64.
+  """
+  log_pi = np.asarray(log_pi_tm1, np.float64)
+  log_mu = np.asarray(log_mu_tm1, np.float64)
+  ent = np.asarray(entropy_tm1, np.float64)
   shape = log_pi.shape
-  rho = _np.exp(log_pi - log_mu)
-  err, pg, qe = np_vtrace_for_impala(
+  rho = np.exp(log_pi - log_mu)
+  err, pg, qe = _vtrace_recursion(
       v_tm1, v_t, r_t, discount_t, rho, mask, lambda_, clip_rho, clip_c, clip_pg
   )
-  m = _np.ones(shape, bool) if mask is None else _np.asarray(mask, bool)
-  w = _np.ones(shape) if weights is None else _np.asarray(weights, _np.float64)
-  w = _np.where(m, w, 0.0)
+  m = np.ones(shape, bool) if mask is None else np.asarray(mask, bool)
+  w = np.ones(shape) if weights is None else np.asarray(weights, np.float64)
+  w = np.where(m, w, 0.0)
   # Loops, to keep the reference free of the library's masking tricks.
   wf, pgf, lpf, errf, entf, rhof = (x.reshape(-1) for x in (w, pg, log_pi, err, ent, rho))
   total = 0.0
@@ -309,7 +307,7 @@ def np_impala_loss(
 # ----------------------------------------------------------------------------
 
 
-def np_acer_returns(q_a_t, v_t, r_t, discount_t, c_t, mask=None):
+def acer_returns(q_a_t, v_t, r_t, discount_t, c_t, mask=None):
   """ACER's Algorithm 2/3 recursion over [T, ...] arrays.
 
       Q^ret <- V(x_T)                           (the bootstrap at the end)
@@ -326,9 +324,9 @@ def np_acer_returns(q_a_t, v_t, r_t, discount_t, c_t, mask=None):
   r = _sq_cols(r_t)[0]
   d = _sq_cols(discount_t)[0]
   c = _sq_cols(c_t)[0]
-  m = _np.ones(r.shape, bool) if mask is None else _sq_cols(mask, dtype=bool)[0]
+  m = np.ones(r.shape, bool) if mask is None else _sq_cols(mask, dtype=bool)[0]
   t, n = r.shape
-  g = _np.zeros((t, n))
+  g = np.zeros((t, n))
   for j in range(n):
     q_ret = v[t - 1, j]
     for s in reversed(range(t)):
@@ -343,30 +341,30 @@ def np_acer_returns(q_a_t, v_t, r_t, discount_t, c_t, mask=None):
   return _sq_uncols(g, batch)
 
 
-def np_acer_q_ret(q_t, a_t, r_t, discount_t, pi_t, mu_t, mask=None, eps=1e-8):
+def acer_q_ret(q_t, a_t, r_t, discount_t, pi_t, mu_t, mask=None, eps=1e-8):
   """Discrete Q^ret: V = sum_a pi Q, c = min(1, pi(a)/mu(a)) (Algorithm 2)."""
-  q = _np.asarray(q_t, _np.float64)
-  pi = _np.asarray(pi_t, _np.float64)
-  a = _np.asarray(a_t)
-  mu = _np.asarray(mu_t, _np.float64)
-  q_a = _np.take_along_axis(q, a[..., None], -1)[..., 0]
-  pi_a = _np.take_along_axis(pi, a[..., None], -1)[..., 0]
-  v = _np.sum(pi * q, axis=-1)
-  c = _np.minimum(1.0, pi_a / (mu + eps))
-  return np_acer_returns(q_a, v, r_t, discount_t, c, mask)
+  q = np.asarray(q_t, np.float64)
+  pi = np.asarray(pi_t, np.float64)
+  a = np.asarray(a_t)
+  mu = np.asarray(mu_t, np.float64)
+  q_a = np.take_along_axis(q, a[..., None], -1)[..., 0]
+  pi_a = np.take_along_axis(pi, a[..., None], -1)[..., 0]
+  v = np.sum(pi * q, axis=-1)
+  c = np.minimum(1.0, pi_a / (mu + eps))
+  return acer_returns(q_a, v, r_t, discount_t, c, mask)
 
 
-def np_acer_continuous_targets(q_a_t, v_t, r_t, discount_t, log_rho_t, action_dim, mask=None):
+def acer_continuous_targets(q_a_t, v_t, r_t, discount_t, log_rho_t, action_dim, mask=None):
   """(Q^ret with c = min(1, rho^(1/d)), Q^opc with c = 1) (Algorithm 3)."""
-  rho = _np.exp(_np.asarray(log_rho_t, _np.float64))
-  c_ret = _np.minimum(1.0, rho ** (1.0 / action_dim))
+  rho = np.exp(np.asarray(log_rho_t, np.float64))
+  c_ret = np.minimum(1.0, rho ** (1.0 / action_dim))
   return (
-      np_acer_returns(q_a_t, v_t, r_t, discount_t, c_ret, mask),
-      np_acer_returns(q_a_t, v_t, r_t, discount_t, _np.ones_like(rho), mask),
+      acer_returns(q_a_t, v_t, r_t, discount_t, c_ret, mask),
+      acer_returns(q_a_t, v_t, r_t, discount_t, np.ones_like(rho), mask),
   )
 
 
-def np_acer_policy_objective(pi, mu, a, q, q_ret, clip_c=10.0, eps=1e-8):
+def acer_policy_objective(pi, mu, a, q, q_ret, clip_c=10.0, eps=1e-8):
   """ACER's per-step objective and its gradient g w.r.t. the probabilities.
 
   objective = min(c, rho_a) (Q^ret - V) log pi_a
@@ -375,120 +373,89 @@ def np_acer_policy_objective(pi, mu, a, q, q_ret, clip_c=10.0, eps=1e-8):
   (the paper's g with the statistics phi = pi; the pi_b of the correction
   cancels against d log pi_b / d pi_b = 1/pi_b).
   """
-  pi = _np.asarray(pi, _np.float64)
+  pi = np.asarray(pi, np.float64)
   shape, n_act = pi.shape[:-1], pi.shape[-1]
   pi2 = pi.reshape(-1, n_act)
-  mu2 = _np.asarray(mu, _np.float64).reshape(-1, n_act)
-  q2 = _np.asarray(q, _np.float64).reshape(-1, n_act)
-  a2 = _np.asarray(a).reshape(-1)
-  qr2 = _np.asarray(q_ret, _np.float64).reshape(-1)
-  obj = _np.zeros(pi2.shape[0])
-  g = _np.zeros(pi2.shape)
+  mu2 = np.asarray(mu, np.float64).reshape(-1, n_act)
+  q2 = np.asarray(q, np.float64).reshape(-1, n_act)
+  a2 = np.asarray(a).reshape(-1)
+  qr2 = np.asarray(q_ret, np.float64).reshape(-1)
+  obj = np.zeros(pi2.shape[0])
+  g = np.zeros(pi2.shape)
   for i in range(pi2.shape[0]):
     rho = pi2[i] / (mu2[i] + eps)
     v = sum(pi2[i, b] * q2[i, b] for b in range(n_act))
     ai = a2[i]
     coef = min(clip_c, rho[ai]) * (qr2[i] - v)
-    obj[i] += coef * _np.log(pi2[i, ai])
+    obj[i] += coef * np.log(pi2[i, ai])
     g[i, ai] += coef / pi2[i, ai]
     for b in range(n_act):
       corr = max(0.0, 1.0 - clip_c / rho[b]) if rho[b] > 0 else 0.0
       if corr * pi2[i, b] * (q2[i, b] - v) != 0.0:
-        obj[i] += corr * pi2[i, b] * (q2[i, b] - v) * _np.log(pi2[i, b])
+        obj[i] += corr * pi2[i, b] * (q2[i, b] - v) * np.log(pi2[i, b])
       g[i, b] += corr * (q2[i, b] - v)
   return obj.reshape(shape), g.reshape(pi.shape)
 
 
-def np_trust_region_projection(g, k, delta):
+def trust_region_projection(g, k, delta):
   """z* = g - max(0, (k.g - delta) / |k|^2) k, row by row."""
-  g = _np.asarray(g, _np.float64)
-  k = _np.asarray(k, _np.float64)
+  g = np.asarray(g, np.float64)
+  k = np.asarray(k, np.float64)
   g2, k2 = g.reshape(-1, g.shape[-1]), k.reshape(-1, g.shape[-1])
-  z = _np.array(g2, copy=True)
+  z = np.array(g2, copy=True)
   for i in range(g2.shape[0]):
-    kg = float(_np.dot(k2[i], g2[i]))
-    kk = float(_np.dot(k2[i], k2[i]))
+    kg = float(np.dot(k2[i], g2[i]))
+    kk = float(np.dot(k2[i], k2[i]))
     if kk > 0 and kg > delta:
       z[i] = g2[i] - (kg - delta) / kk * k2[i]
   return z.reshape(g.shape)
 
 
-def np_acer_continuous_policy_objective(
+def acer_continuous_policy_objective(
     log_pi_a, log_pi_sample, log_rho_a, log_rho_sample, q_opc, q_sample, v, clip_c=10.0
 ):
   """Returns (objective, d obj / d log_pi_a, d obj / d log_pi_sample)."""
   lpa, lps, lra, lrs, qo, qs, vv = (
-      _np.asarray(x, _np.float64).reshape(-1)
+      np.asarray(x, np.float64).reshape(-1)
       for x in (log_pi_a, log_pi_sample, log_rho_a, log_rho_sample, q_opc, q_sample, v)
   )
-  obj, ga, gs = (_np.zeros(lpa.size) for _ in range(3))
+  obj, ga, gs = (np.zeros(lpa.size) for _ in range(3))
   for i in range(lpa.size):
-    rho_a, rho_s = _np.exp(lra[i]), _np.exp(lrs[i])
+    rho_a, rho_s = np.exp(lra[i]), np.exp(lrs[i])
     ga[i] = min(clip_c, rho_a) * (qo[i] - vv[i])
     gs[i] = max(0.0, 1.0 - clip_c / rho_s) * (qs[i] - vv[i])
     obj[i] = ga[i] * lpa[i] + gs[i] * lps[i]
-  shape = _np.shape(log_pi_a)
+  shape = np.shape(log_pi_a)
   return obj.reshape(shape), ga.reshape(shape), gs.reshape(shape)
 
 
-def np_acer_continuous_value_losses(q_tilde_a, v, q_ret, log_rho_a):
+def acer_continuous_value_losses(q_tilde_a, v, q_ret, log_rho_a):
   """Returns (loss, d loss / d q_tilde_a, d loss / d v)."""
-  qt, vv, qr, lr = (_np.asarray(x, _np.float64) for x in (q_tilde_a, v, q_ret, log_rho_a))
-  v_target = _np.minimum(1.0, _np.exp(lr)) * (qr - qt) + vv
+  qt, vv, qr, lr = (np.asarray(x, np.float64) for x in (q_tilde_a, v, q_ret, log_rho_a))
+  v_target = np.minimum(1.0, np.exp(lr)) * (qr - qt) + vv
   loss = 0.5 * (qr - qt) ** 2 + 0.5 * (v_target - vv) ** 2
   return loss, -(qr - qt), -(v_target - vv)
 
 
-def sq_junction_layout(lengths, lead_masked=False):
-  """Episodes of the given lengths joined in time by one masked step each.
-
-  Returns (mask [T] bool, slices) where slices[i] indexes episode i in the
-  concatenated time axis; the masked junction steps hold garbage.
-  """
-  mask, slices, t = [], [], 0
-  if lead_masked:
-    mask.append(False)
-    t += 1
-  for i, length in enumerate(lengths):
-    if i > 0:
-      mask.append(False)
-      t += 1
-    slices.append(slice(t, t + length))
-    mask.extend([True] * length)
-    t += length
-  return _np.asarray(mask, bool), slices
-
-
-# =============================================================================
-# References for the reverse linear recurrence, V-trace and the general
-# off-policy returns (Retrace, Q(lambda)). Plain float64 NumPy loops over time
-# and over the batch columns, written from the definitions (the explicit sums
-# of the papers where that is a different form from the library's recursion),
-# independently of `offpolicy_ac`.
-#
-# Mask semantics: mask[s] False marks a step that is not a real transition. It
-# gets zero outputs and cuts the trace: the "segment" of a real step s runs
-# from s to end(s), the last index e >= s such that mask[s..e] are all True.
-# =============================================================================
-
-_rnp = _np
+# The reverse linear recurrence, V-trace, n-step returns and the general off-policy
+# returns (Retrace, Q(lambda)).
 
 
 def _ref_f64(x):
-  return _rnp.array(x, dtype=_rnp.float64, copy=True)
+  return np.array(x, dtype=np.float64, copy=True)
 
 
 def _ref_mask(mask, shape):
   if mask is None:
-    return _rnp.ones(shape, dtype=bool)
-  mask = _rnp.asarray(mask)
+    return np.ones(shape, dtype=bool)
+  mask = np.asarray(mask)
   assert mask.dtype == bool and mask.shape == tuple(shape), (mask.dtype, mask.shape, shape)
   return mask
 
 
 def _ref_columns(shape):
   """Index tuples (slice over time, batch index...) of every column."""
-  return [(slice(None),) + idx for idx in _rnp.ndindex(*shape[1:])]
+  return [(slice(None),) + idx for idx in np.ndindex(*shape[1:])]
 
 
 def _ref_segment_end(mask_col, s):
@@ -499,13 +466,13 @@ def _ref_segment_end(mask_col, s):
   return e
 
 
-def ref_reverse_linear_recurrence(a, b, init=None):
+def reverse_linear_recurrence(a, b, init=None):
   """acc_t = b_t + a_t acc_{t+1} for t = T-1..0, acc_T = init (0 if None)."""
   a, b = _ref_f64(a), _ref_f64(b)
   assert a.shape == b.shape
   t_len = b.shape[0]
-  init = _rnp.zeros(b.shape[1:]) if init is None else _ref_f64(init).reshape(b.shape[1:])
-  acc = _rnp.zeros(b.shape)
+  init = np.zeros(b.shape[1:]) if init is None else _ref_f64(init).reshape(b.shape[1:])
+  acc = np.zeros(b.shape)
   for col in _ref_columns(b.shape):
     carry = init[col[1:]]
     for t in reversed(range(t_len)):
@@ -514,7 +481,7 @@ def ref_reverse_linear_recurrence(a, b, init=None):
   return acc
 
 
-def ref_vtrace(
+def vtrace(
     v_tm1,
     v_t,
     r_t,
@@ -542,9 +509,9 @@ def ref_vtrace(
   discount_t, rho_tm1 = _ref_f64(discount_t), _ref_f64(rho_tm1)
   shape = r_t.shape
   mask = _ref_mask(mask, shape)
-  errors = _rnp.zeros(shape)
-  pg_adv = _rnp.zeros(shape)
-  q_est = _rnp.zeros(shape)
+  errors = np.zeros(shape)
+  pg_adv = np.zeros(shape)
+  q_est = np.zeros(shape)
   t_len = shape[0]
   for col in _ref_columns(shape):
     vm, vt, r, d, rho, m = (x[col] for x in (v_tm1, v_t, r_t, discount_t, rho_tm1, mask))
@@ -574,7 +541,7 @@ def ref_vtrace(
   return errors, pg_adv, q_est
 
 
-def ref_nstep_bootstrapped_returns(v_t, r_t, discount_t, mask=None):
+def nstep_bootstrapped_returns(v_t, r_t, discount_t, mask=None):
   """Discounted rewards to the end of the segment, then bootstrap.
 
       G_s = sum_{t=s}^{e} (prod_{i=s}^{t-1} d_i) r_t + (prod_{i=s}^{e} d_i) v_t[e]
@@ -584,7 +551,7 @@ def ref_nstep_bootstrapped_returns(v_t, r_t, discount_t, mask=None):
   v_t, r_t, discount_t = _ref_f64(v_t), _ref_f64(r_t), _ref_f64(discount_t)
   shape = r_t.shape
   mask = _ref_mask(mask, shape)
-  out = _rnp.zeros(shape)
+  out = np.zeros(shape)
   for col in _ref_columns(shape):
     vt, r, d, m = v_t[col], r_t[col], discount_t[col], mask[col]
     for s in range(shape[0]):
@@ -599,7 +566,7 @@ def ref_nstep_bootstrapped_returns(v_t, r_t, discount_t, mask=None):
   return out
 
 
-def ref_general_off_policy_returns(q_a_t, v_t, r_t, discount_t, c_t, mask=None):
+def general_off_policy_returns(q_a_t, v_t, r_t, discount_t, c_t, mask=None):
   """G_s = r_s + d_s (v_t[s] - c'_s q_a_t[s] + c'_s G_{s+1}), backwards.
 
   c'_s = c_t[s] if s+1 < T and mask[s+1] else 0; G_s = 0 where mask[s] False.
@@ -608,7 +575,7 @@ def ref_general_off_policy_returns(q_a_t, v_t, r_t, discount_t, c_t, mask=None):
   discount_t, c_t = _ref_f64(discount_t), _ref_f64(c_t)
   shape = r_t.shape
   mask = _ref_mask(mask, shape)
-  out = _rnp.zeros(shape)
+  out = np.zeros(shape)
   t_len = shape[0]
   for col in _ref_columns(shape):
     qa, vt, r, d, c, m = (x[col] for x in (q_a_t, v_t, r_t, discount_t, c_t, mask))
@@ -624,41 +591,39 @@ def ref_general_off_policy_returns(q_a_t, v_t, r_t, discount_t, c_t, mask=None):
   return out
 
 
-def ref_retrace(
-    q_tm1, q_t, a_tm1, a_t, r_t, discount_t, pi_t, mu_t, mask=None, lambda_=1.0, eps=1e-8
-):
+def retrace(q_tm1, q_t, a_tm1, a_t, r_t, discount_t, pi_t, mu_t, mask=None, lambda_=1.0, eps=1e-8):
   """Retrace (Munos et al. 2016). Returns (errors, targets), float64.
 
   c_t = lambda min(1, pi_t[a_t] / (mu_t + eps)), V(x_{s+1}) = sum_a pi_t Q_t,
-  targets from `ref_general_off_policy_returns`, errors = targets - Q(x_s, a_s)
+  targets from `general_off_policy_returns`, errors = targets - Q(x_s, a_s)
   (zero at masked steps).
   """
   q_tm1, q_t, pi_t = _ref_f64(q_tm1), _ref_f64(q_t), _ref_f64(pi_t)
-  a_tm1, a_t = _rnp.asarray(a_tm1), _rnp.asarray(a_t)
+  a_tm1, a_t = np.asarray(a_tm1), np.asarray(a_t)
   mu_t, r_t = _ref_f64(mu_t), _ref_f64(r_t)
   shape = r_t.shape
   mask = _ref_mask(mask, shape)
   num_actions = q_t.shape[-1]
-  c_t = _rnp.zeros(shape)
-  v_t = _rnp.zeros(shape)
-  q_a_t = _rnp.zeros(shape)
-  q_a_tm1 = _rnp.zeros(shape)
-  for idx in _rnp.ndindex(*shape):
+  c_t = np.zeros(shape)
+  v_t = np.zeros(shape)
+  q_a_t = np.zeros(shape)
+  q_a_tm1 = np.zeros(shape)
+  for idx in np.ndindex(*shape):
     total = 0.0
     for b in range(num_actions):
       total += pi_t[idx][b] * q_t[idx][b]
     v_t[idx] = total
     q_a_t[idx] = q_t[idx][a_t[idx]]
     q_a_tm1[idx] = q_tm1[idx][a_tm1[idx]]
-    with _rnp.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore"):
       ratio = pi_t[idx][a_t[idx]] / (mu_t[idx] + eps)
     c_t[idx] = lambda_ * min(1.0, ratio) if mask[idx] else 0.0
-  targets = ref_general_off_policy_returns(q_a_t, v_t, r_t, discount_t, c_t, mask)
-  errors = _rnp.where(mask, targets - q_a_tm1, 0.0)
+  targets = general_off_policy_returns(q_a_t, v_t, r_t, discount_t, c_t, mask)
+  errors = np.where(mask, targets - q_a_tm1, 0.0)
   return errors, targets
 
 
-def ref_q_lambda_errors(q_tm1, a_tm1, q_t, pi_t, r_t, discount_t, mask=None, lambda_=1.0):
+def q_lambda_errors(q_tm1, a_tm1, q_t, pi_t, r_t, discount_t, mask=None, lambda_=1.0):
   """Q(lambda) (Harutyunyan et al. 2016) as a sum of expected-TD errors.
 
       G_s - Q(x_s, a_s) = sum_{t=s}^{e} (prod_{i=s}^{t-1} lambda d_i) delta_t,
@@ -669,11 +634,11 @@ def ref_q_lambda_errors(q_tm1, a_tm1, q_t, pi_t, r_t, discount_t, mask=None, lam
   """
   q_tm1, q_t, pi_t = _ref_f64(q_tm1), _ref_f64(q_t), _ref_f64(pi_t)
   r_t, discount_t = _ref_f64(r_t), _ref_f64(discount_t)
-  a_tm1 = _rnp.asarray(a_tm1)
+  a_tm1 = np.asarray(a_tm1)
   shape = r_t.shape
   mask = _ref_mask(mask, shape)
   num_actions = q_t.shape[-1]
-  out = _rnp.zeros(shape)
+  out = np.zeros(shape)
   for col in _ref_columns(shape):
     bidx = col[1:]
     m, d = mask[col], discount_t[col]
@@ -694,46 +659,3 @@ def ref_q_lambda_errors(q_tm1, a_tm1, q_t, pi_t, r_t, discount_t, mask=None, lam
         weight *= lambda_ * d[t]
       out[(s,) + bidx] = total
   return out
-
-
-def ref_episode_layout(
-    rng, t_len, batch_shape=(), *, p_term=0.12, p_trunc=0.12, p_start_masked=0.15, gamma=None
-):
-  """Random episode structure for [T, *batch] sequences.
-
-  Returns (discount_t, mask, kind), kind: 0 MID (discount gamma), 1 LAST by
-  termination (discount 0), 2 LAST by truncation (discount gamma: the final
-  observation's value is bootstrapped), 3 masked auto-reset step (follows
-  every LAST that is not the last step of the window; its discount is left at
-  gamma and should be overwritten by garbage by the caller). A window may
-  start with a masked step (the unroll began right after a LAST step).
-  """
-  shape = (t_len,) + tuple(batch_shape)
-  discount = _rnp.zeros(shape)
-  mask = _rnp.ones(shape, dtype=bool)
-  kind = _rnp.zeros(shape, dtype=_rnp.int64)
-  for col in _ref_columns(shape):
-    g = rng.uniform(0.5, 1.0) if gamma is None else gamma
-    after_last = rng.random() < p_start_masked
-    for s in range(t_len):
-      idx = (s,) + col[1:]
-      if after_last:
-        mask[idx], kind[idx], discount[idx] = False, 3, g
-        after_last = False
-        continue
-      u = rng.random()
-      if u < p_term:
-        kind[idx], discount[idx], after_last = 1, 0.0, True
-      elif u < p_term + p_trunc:
-        kind[idx], discount[idx], after_last = 2, g, True
-      else:
-        kind[idx], discount[idx] = 0, g
-  return discount, mask, kind
-
-
-def ref_fill_masked(x, mask, value):
-  """Copy of `x` with every masked step ([T, *batch] mask, broadcast over any
-  trailing axes of x) set to `value` (a scalar or an array like x)."""
-  x = _rnp.array(x, copy=True)
-  m = _rnp.asarray(mask).reshape(_rnp.shape(mask) + (1,) * (x.ndim - _rnp.ndim(mask)))
-  return _rnp.where(m, x, _rnp.asarray(value, dtype=x.dtype))

@@ -1,0 +1,430 @@
+"""Property checks for any target function over time-major trajectories.
+
+The protocol: a target function under test is `fn(traj) -> outputs`, where
+`traj` is a `offpolicy_ac.testing.Trajectory` (a NamedTuple of `[T, *batch]`
+arrays, see `trajectories`) and `outputs` is a pytree (an array, a tuple, a
+NamedTuple, a dict) of per-step arrays shaped `[T, *batch, ...]`. Wrap the
+function you test in a small adapter that picks the fields it needs:
+
+    fn = lambda tr: losses.vtrace(
+        tr.v_tm1, tr.v_t, tr.r_t, tr.discount_t, jnp.exp(tr.log_rho_tm1), mask=tr.mask)
+
+`fn` must accept any `T >= 1` and any batch shape (the checks call it on
+sub-sequences), and must not close over arrays shaped like the trajectory.
+
+Each check takes `examples`: one `Trajectory` or a sequence of them; None uses
+`default_examples()`, small random trajectories with terminations,
+truncations and junctions in every batch shape rank from 0 to 2. A check
+raises `AssertionError` naming the check, the example, the output and the
+worst index, and `ValueError` when it cannot run (outputs not per step, unknown
+fields).
+"""
+
+from collections.abc import Callable
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from offpolicy_ac.testing import trajectories as _tr
+
+TargetFn = Callable[[_tr.Trajectory], Any]
+
+
+def _examples(examples) -> list[_tr.Trajectory]:
+  if examples is None:
+    return _tr.default_examples()
+  if isinstance(examples, _tr.Trajectory):
+    return [examples]
+  examples = list(examples)
+  if not examples or not all(isinstance(x, _tr.Trajectory) for x in examples):
+    raise ValueError("examples must be a Trajectory or a non-empty sequence of Trajectory")
+  return examples
+
+
+def _describe(i, traj):
+  return f"example {i} (T={np.shape(traj.r_t)[0]}, batch={traj.batch_shape})"
+
+
+def _leaves(fn, traj, check, where):
+  """Runs fn and returns [(pytree path, NumPy array)] of its leaves, checked to be per step."""
+  out = fn(traj)
+  flat, _ = jax.tree_util.tree_flatten_with_path(out)
+  if not flat:
+    raise ValueError(f"{check}: fn returned no arrays for {where}")
+  lead = np.shape(traj.r_t)
+  leaves = []
+  for path, leaf in flat:
+    name = jax.tree_util.keystr(path) or "(the array)"
+    arr = np.asarray(leaf)
+    if arr.shape[: len(lead)] != lead:
+      raise ValueError(
+          f"{check}: output {name} has shape {arr.shape}; every output must be per step,"
+          f" shaped [T, *batch, ...] = {lead} + (...). Return targets, not reduced losses."
+      )
+    leaves.append((name, arr))
+  return leaves
+
+
+def _default_tolerance(dtype):
+  return 1e-10 if np.dtype(dtype) == np.float64 else 1e-4
+
+
+def _assert_close(check, where, name, actual, expected, rtol, atol, select=None):
+  """Raises AssertionError naming the worst index when actual != expected."""
+  actual = np.asarray(actual, np.float64)
+  expected = np.asarray(expected, np.float64)
+  if actual.shape != expected.shape:
+    raise AssertionError(
+        f"{check}: {where}: output {name} has shape {actual.shape}, expected {expected.shape}"
+    )
+  scale = max(1.0, float(np.max(np.abs(np.where(np.isfinite(expected), expected, 0.0)), initial=0)))
+  tol = atol * scale + rtol * np.abs(expected)
+  same_nan = np.isnan(actual) & np.isnan(expected)
+  with np.errstate(invalid="ignore"):
+    err = np.where(same_nan, 0.0, np.abs(actual - expected))
+    bad = ~(err <= tol)  # NaN counts as bad.
+  if select is not None:
+    bad &= select
+  if not bad.any():
+    return
+  excess = np.where(bad, np.nan_to_num(err - tol, nan=np.inf), -np.inf)
+  idx = np.unravel_index(int(np.argmax(excess)), excess.shape)
+  raise AssertionError(
+      f"{check}: {where}: output {name} differs at {int(bad.sum())} of {bad.size} entries;"
+      f" worst at index {tuple(int(i) for i in idx)}: got {actual[idx]!r}, expected"
+      f" {expected[idx]!r} (|diff| {err[idx]:.3g} > tolerance {tol[idx]:.3g})"
+  )
+
+
+def _step_select(mask, shape):
+  """Broadcasts a [T, *batch] mask to an output's shape [T, *batch, ...]."""
+  m = np.asarray(mask, bool)
+  return np.broadcast_to(m.reshape(m.shape + (1,) * (len(shape) - m.ndim)), shape)
+
+
+def _segments(mask_col):
+  """[(start, end)] of the maximal runs of True in a 1-D mask (end inclusive)."""
+  runs, start = [], None
+  for s, m in enumerate(mask_col):
+    if m and start is None:
+      start = s
+    if not m and start is not None:
+      runs.append((start, s - 1))
+      start = None
+  if start is not None:
+    runs.append((start, len(mask_col) - 1))
+  return runs
+
+
+def _segment(traj, idx, a, e):
+  """Steps a..e of batch column idx as a Trajectory with every batch axis of size 1."""
+  fields = {}
+  for name, x in traj._asdict().items():
+    x = np.asarray(x)
+    keep = tuple(slice(i, i + 1) for i in idx)  # keeps the batch rank
+    fields[name] = x[(slice(a, e + 1),) + keep]
+  return _tr.Trajectory(**fields)
+
+
+def assert_junction_split_invariant(
+    fn: TargetFn,
+    examples=None,
+    *,
+    jit: bool = True,
+    rtol: float | None = None,
+    atol: float | None = None,
+) -> None:
+  """Splitting a batch at its masked junctions changes nothing at real steps.
+
+  Every column of each example is cut into its episode segments (the maximal
+  runs of unmasked steps); each segment is computed as its own sequence and its
+  outputs must equal the full batch's outputs at those steps. This catches a
+  target whose recursion leaks across an auto-reset (a trace, a bootstrap or a
+  TD error that reads the next episode), and any mixing between batch columns.
+
+  For example, rlax's `vtrace_td_error_and_advantage` has no episode cut: at a
+  truncated LAST step its `q_estimate` bootstraps from the next step's target,
+  which after a junction is the next episode's, so it fails this check, while
+  `offpolicy_ac.losses.vtrace` with `mask=` passes:
+
+  >>> import jax.numpy as jnp
+  >>> from offpolicy_ac import losses, testing
+  >>> testing.assert_junction_split_invariant(
+  ...     lambda tr: losses.vtrace(tr.v_tm1, tr.v_t, tr.r_t, tr.discount_t,
+  ...                              jnp.exp(tr.log_rho_tm1), mask=tr.mask))
+
+  Args:
+    fn: the target function, `fn(traj) -> pytree of [T, *batch, ...] arrays`.
+    examples: a Trajectory, a sequence of them, or None for `default_examples()`.
+    jit: run `jax.jit(fn)` (one compilation per segment shape) rather than `fn`.
+    rtol, atol: the tolerance, `|a - b| <= atol * max(1, max|b|) + rtol * |b|`;
+      None uses 1e-4 for float32 outputs (1e-10 for float64).
+
+  An example without junctions is split into its batch columns only.
+
+  Raises:
+    AssertionError: an output differs at an unmasked step.
+  """
+  check = "assert_junction_split_invariant"
+  examples = _examples(examples)
+  run = jax.jit(fn) if jit else fn
+  full = [_leaves(run, traj, check, _describe(i, traj)) for i, traj in enumerate(examples)]
+  # Each segment runs alone (batch axes of size 1, so no column can see another);
+  # segments of one shape share one compilation under jit.
+  for i, traj in enumerate(examples):
+    for idx in np.ndindex(*traj.batch_shape):
+      for a, e in _segments(np.asarray(traj.mask)[(slice(None),) + idx]):
+        where = (
+            f"{_describe(i, traj)}, batch index {idx}, steps {a}..{e} computed alone vs"
+            " in the full batch"
+        )
+        parts = _leaves(run, _segment(traj, idx, a, e), check, where)
+        if len(parts) != len(full[i]):
+          raise ValueError(f"{check}: {where}: fn returned a different pytree on a segment")
+        for (name, whole), (_, part) in zip(full[i], parts):
+          got = part[(slice(None),) + (0,) * len(idx)]
+          want = whole[(slice(a, e + 1),) + idx]
+          tol = _default_tolerance(np.result_type(whole.dtype, part.dtype))
+          _assert_close(
+              check,
+              where,
+              name,
+              got,
+              want,
+              tol if rtol is None else rtol,
+              tol if atol is None else atol,
+          )
+
+
+def _garbage_like(name, x, mask, num_actions, kind, rng):
+  x = np.asarray(x)
+  if name in _tr.ACTION_FIELDS:
+    return _tr.fill_masked(x, mask, (x + 1) % max(num_actions, 1))
+  if kind == "nan":
+    return _tr.fill_masked(x, mask, np.nan)
+  return _tr.fill_masked(x, mask, rng.choice([-1e6, 1e6], size=x.shape))
+
+
+def assert_masked_steps_ignored(
+    fn: TargetFn,
+    examples=None,
+    *,
+    fields: Sequence[str] | None = None,
+    garbage: Sequence[str] = ("huge", "nan"),
+    jit: bool = True,
+    rtol: float | None = None,
+    atol: float | None = None,
+    seed: int = 0,
+) -> None:
+  """Garbage at the masked steps changes nothing at the unmasked steps.
+
+  The masked (junction) rows of the given fields are overwritten with garbage
+  (`"huge"`: +-1e6; `"nan"`: NaN; actions: another valid action) and the
+  outputs at unmasked steps must stay the same. This catches a target that
+  reads the reward, discount or ratios of the auto-reset step, or multiplies
+  them by zero instead of selecting them away (`0 * nan` is `nan`).
+
+  >>> import jax.numpy as jnp
+  >>> from offpolicy_ac import losses, testing
+  >>> testing.assert_masked_steps_ignored(
+  ...     lambda tr: losses.soft_q_targets(tr.r_t, tr.discount_t, tr.q_t, alpha=0.5,
+  ...                                      lambda_=0.8, mask=tr.mask))
+
+  Args:
+    fn: the target function, `fn(traj) -> pytree of [T, *batch, ...] arrays`.
+    examples: a Trajectory, a sequence of them, or None for `default_examples()`.
+    fields: the Trajectory fields to garble; None garbles every field but
+      `mask` and `kind`.
+    garbage: the kinds of garbage to try, from `"huge"` and `"nan"`.
+    jit: run `jax.jit(fn)` (one compilation per example shape) rather than `fn`.
+    rtol, atol: as in `assert_junction_split_invariant`.
+    seed: seeds the garbage.
+
+  An example without masked steps passes trivially.
+  """
+  check = "assert_masked_steps_ignored"
+  examples = _examples(examples)
+  names = [f for f in _tr.Trajectory._fields if f not in _tr.LAYOUT_FIELDS]
+  fields = names if fields is None else list(fields)
+  unknown = set(fields) - set(names)
+  if unknown:
+    raise ValueError(f"{check}: unknown or layout fields {sorted(unknown)}; choose from {names}")
+  bad_kinds = set(garbage) - {"huge", "nan"}
+  if bad_kinds or not garbage:
+    raise ValueError(f"{check}: garbage must be a non-empty subset of ('huge', 'nan')")
+  rng = np.random.default_rng(seed)
+  run = jax.jit(fn) if jit else fn
+  for i, traj in enumerate(examples):
+    where = _describe(i, traj)
+    clean = _leaves(run, traj, check, where)
+    for kind in garbage:
+      dirty = traj._replace(
+          **{
+              f: _garbage_like(f, getattr(traj, f), traj.mask, traj.num_actions, kind, rng)
+              for f in fields
+          }
+      )
+      for (name, want), (_, got) in zip(clean, _leaves(run, dirty, check, where)):
+        tol = _default_tolerance(want.dtype)
+        _assert_close(
+            check,
+            f"{where}, {kind} garbage in {fields} at masked steps",
+            name,
+            got,
+            want,
+            tol if rtol is None else rtol,
+            tol if atol is None else atol,
+            select=_step_select(traj.mask, want.shape),
+        )
+
+
+_PREDICTIONS = ("v_tm1", "q_tm1")
+
+
+def assert_no_gradient_through_targets(
+    fn: TargetFn,
+    examples=None,
+    *,
+    wrt: Sequence[str] | None = None,
+    jit: bool = True,
+    atol: float = 0.0,
+    seed: int = 0,
+) -> None:
+  """The targets carry no gradient into the inputs they are built from.
+
+  Pulls a random cotangent of every output back to the `wrt` fields of the
+  trajectory (one `jax.vjp`) and requires the gradient to be zero: a target
+  computed with `stop_gradient` (e.g. `stop_target_gradients=True`) is a
+  constant for the optimiser. This catches a target function that forgets
+  its `stop_gradient`, so that the critic is trained to move its own
+  bootstrap targets.
+
+  Apply it to the targets, or to TD errors `target - prediction` with `wrt`
+  leaving out the prediction (the default leaves out `v_tm1` and `q_tm1`).
+
+  >>> import jax.numpy as jnp
+  >>> from offpolicy_ac import losses, testing
+  >>> testing.assert_no_gradient_through_targets(
+  ...     lambda tr: losses.vtrace(tr.v_tm1, tr.v_t, tr.r_t, tr.discount_t,
+  ...                              jnp.exp(tr.log_rho_tm1), mask=tr.mask).errors)
+
+  Args:
+    fn: the target function, `fn(traj) -> pytree of [T, *batch, ...] arrays`.
+    examples: a Trajectory, a sequence of them, or None for `default_examples()`.
+    wrt: the floating Trajectory fields that must get no gradient; None uses
+      every floating field but the predictions `v_tm1` and `q_tm1`.
+    jit: compute the gradient under `jax.jit` (one compilation per example).
+    atol: the largest absolute gradient allowed (0: exactly none).
+    seed: seeds the random cotangents.
+  """
+  check = "assert_no_gradient_through_targets"
+  examples = _examples(examples)
+  floating = [
+      f
+      for f in _tr.Trajectory._fields
+      if np.issubdtype(np.asarray(getattr(examples[0], f)).dtype, np.floating)
+  ]
+  wrt = [f for f in floating if f not in _PREDICTIONS] if wrt is None else list(wrt)
+  bad = set(wrt) - set(floating)
+  if bad or not wrt:
+    raise ValueError(f"{check}: wrt must name floating fields from {floating}, got {wrt}")
+  rng = np.random.default_rng(seed)
+  for i, traj in enumerate(examples):
+    where = _describe(i, traj)
+    _leaves(fn, traj, check, where)  # validates the outputs' shapes
+    primals = {f: jnp.asarray(getattr(traj, f)) for f in wrt}
+
+    def pullback(p, cotangent, traj=traj):
+      _, vjp = jax.vjp(lambda q: fn(traj._replace(**q)), p)
+      return vjp(cotangent)[0]
+
+    out = jax.eval_shape(lambda p, traj=traj: fn(traj._replace(**p)), primals)
+    cotangent = jax.tree_util.tree_map(
+        lambda o: jnp.asarray(rng.normal(size=o.shape), o.dtype), out
+    )
+    grads = (jax.jit(pullback) if jit else pullback)(primals, cotangent)
+    for name in wrt:
+      g = np.asarray(grads[name], np.float64)
+      over = np.abs(g) > atol
+      if over.any():
+        idx = np.unravel_index(int(np.argmax(np.abs(g))), g.shape)
+        raise AssertionError(
+            f"{check}: {where}: the outputs carry a gradient into {name}: nonzero at"
+            f" {int(over.sum())} of {g.size} entries, largest {g[idx]!r} at index"
+            f" {tuple(int(k) for k in idx)} (is a stop_gradient missing on the targets?)"
+        )
+
+
+def assert_matches_reference(
+    fn: TargetFn,
+    reference: Callable[[_tr.Trajectory], Any],
+    examples=None,
+    *,
+    jit: Sequence[bool] = (False, True),
+    compare_masked: bool = False,
+    rtol: float | None = None,
+    atol: float | None = None,
+) -> None:
+  """`fn` agrees with a float64 reference on trajectories with every kind of boundary.
+
+  `reference(traj)` returns the same outputs as `fn` (the same pytree, or any
+  pytree with the same leaves in the same order), e.g. a loop from
+  `offpolicy_ac.testing.reference`. `fn` runs as is and under `jax.jit`.
+  Outputs are compared at the unmasked steps (everywhere with
+  `compare_masked=True`), with a tolerance scaled to the reference's
+  magnitude.
+
+  >>> import jax.numpy as jnp
+  >>> import numpy as np
+  >>> from offpolicy_ac import losses, testing
+  >>> testing.assert_matches_reference(
+  ...     lambda tr: losses.vtrace(tr.v_tm1, tr.v_t, tr.r_t, tr.discount_t,
+  ...                              jnp.exp(tr.log_rho_tm1), mask=tr.mask),
+  ...     lambda tr: testing.reference.vtrace(tr.v_tm1, tr.v_t, tr.r_t, tr.discount_t,
+  ...                                         np.exp(tr.log_rho_tm1), mask=tr.mask))
+
+  Args:
+    fn: the target function, `fn(traj) -> pytree of [T, *batch, ...] arrays`.
+    reference: `reference(traj) -> pytree of arrays`, the expected outputs.
+    examples: a Trajectory, a sequence of them, or None for `default_examples()`.
+    jit: which of un-jitted (False) and jitted (True) `fn` to run.
+    compare_masked: also compare the masked steps.
+    rtol, atol: as in `assert_junction_split_invariant` (default 1e-4 for
+      float32 outputs, 1e-10 for float64).
+  """
+  check = "assert_matches_reference"
+  examples = _examples(examples)
+  jit = tuple(jit)
+  if not jit or not set(jit) <= {False, True}:
+    raise ValueError(f"{check}: jit must be a non-empty subset of (False, True), got {jit}")
+  for i, traj in enumerate(examples):
+    expected = [np.asarray(x, np.float64) for x in jax.tree_util.tree_leaves(reference(traj))]
+    for use_jit in jit:
+      where = f"{_describe(i, traj)}, {'jitted' if use_jit else 'not jitted'}"
+      run = jax.jit(fn) if use_jit else fn
+      out = run(traj)
+      flat, _ = jax.tree_util.tree_flatten_with_path(out)
+      if len(flat) != len(expected):
+        raise AssertionError(
+            f"{check}: {where}: fn returned {len(flat)} arrays, the reference {len(expected)}"
+        )
+      for (path, got), want in zip(flat, expected):
+        name = jax.tree_util.keystr(path) or "(the array)"
+        tol = _default_tolerance(np.asarray(got).dtype)
+        lead = np.shape(traj.r_t)
+        select = None
+        if not compare_masked and np.shape(got)[: len(lead)] == lead:
+          select = _step_select(traj.mask, np.shape(got))
+        _assert_close(
+            check,
+            where,
+            name,
+            got,
+            want,
+            tol if rtol is None else rtol,
+            tol if atol is None else atol,
+            select=select,
+        )

@@ -1,0 +1,245 @@
+"""Each check passes on the library's targets and fails on a deliberately broken one."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import rlax
+
+from offpolicy_ac import losses
+from offpolicy_ac import testing
+from offpolicy_ac.testing import reference as ref
+
+EXAMPLES = testing.default_examples(num=3)
+
+
+def lib_vtrace(tr, **kw):
+  rho = jnp.exp(tr.log_rho_tm1)
+  return losses.vtrace(tr.v_tm1, tr.v_t, tr.r_t, tr.discount_t, rho, mask=tr.mask, **kw)
+
+
+def ref_vtrace(tr):
+  return ref.vtrace(tr.v_tm1, tr.v_t, tr.r_t, tr.discount_t, np.exp(tr.log_rho_tm1), mask=tr.mask)
+
+
+def rlax_vtrace(tr):
+  """rlax's V-trace on [T, *batch]: one vmapped column each, the mask as sample_mask."""
+  t, batch = tr.r_t.shape[0], tr.r_t.shape[1:]
+  cols = lambda x: jnp.reshape(x, (t, -1))  # noqa: E731
+  column = lambda v_tm1, v_t, r_t, d_t, rho, m: rlax.vtrace_td_error_and_advantage(  # noqa: E731
+      v_tm1, v_t, r_t, d_t, rho, sample_mask=m
+  )
+  out = jax.vmap(column, in_axes=1, out_axes=1)(
+      cols(tr.v_tm1),
+      cols(tr.v_t),
+      cols(tr.r_t),
+      cols(tr.discount_t),
+      cols(jnp.exp(tr.log_rho_tm1)),
+      cols(tr.mask),
+  )
+  return jax.tree_util.tree_map(lambda x: jnp.reshape(x, (t,) + batch), out)
+
+
+def lib_soft_q(tr):
+  return losses.soft_q_targets(tr.r_t, tr.discount_t, tr.q_t, alpha=0.5, lambda_=0.7, mask=tr.mask)
+
+
+def lib_retrace(tr):
+  return losses.retrace_targets(
+      tr.q_t, tr.a_t, tr.r_t, tr.discount_t, tr.pi_t, tr.mu_t, mask=tr.mask, lambda_=0.9
+  )
+
+
+def ref_retrace(tr):
+  return ref.retrace(
+      tr.q_tm1, tr.q_t, tr.a_tm1, tr.a_t, tr.r_t, tr.discount_t, tr.pi_t, tr.mu_t, tr.mask, 0.9
+  )[1]
+
+
+def lib_acer_q_ret(tr):
+  return losses.acer_q_ret(tr.q_t, tr.a_t, tr.r_t, tr.discount_t, tr.pi_t, tr.mu_t, mask=tr.mask)
+
+
+def lib_soft_nstep(tr):
+  return losses.soft_nstep_targets(tr.r_t, tr.discount_t, tr.q_t, alpha=0.3, n=3, mask=tr.mask)
+
+
+def unmasked_lambda_return(tr):
+  """A lambda-return written without any mask: it reads through junctions."""
+  a = tr.discount_t * 0.8
+  b = tr.r_t + tr.discount_t * 0.2 * tr.v_t
+  return jax.lax.stop_gradient(losses.reverse_linear_recurrence(a, b, tr.v_t[-1] * 0.0))
+
+
+LIBRARY_TARGETS = {
+    "vtrace": lib_vtrace,
+    "soft_q_targets": lib_soft_q,
+    "retrace_targets": lib_retrace,
+    "acer_q_ret": lib_acer_q_ret,
+    "soft_nstep_targets": lib_soft_nstep,
+}
+
+
+# --- assert_junction_split_invariant ----------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(LIBRARY_TARGETS))
+def test_split_invariance_holds_for_library_targets(name):
+  testing.assert_junction_split_invariant(LIBRARY_TARGETS[name], EXAMPLES)
+
+
+def test_split_invariance_catches_rlax_vtrace_leaking_across_episodes():
+  with pytest.raises(AssertionError, match=r"assert_junction_split_invariant: .* worst at index"):
+    testing.assert_junction_split_invariant(lambda tr: rlax_vtrace(tr).q_estimate, EXAMPLES)
+  # The same data through the library's masked V-trace passes.
+  testing.assert_junction_split_invariant(lambda tr: lib_vtrace(tr).q_estimate, EXAMPLES)
+
+
+def test_rlax_leak_names_the_output():
+  with pytest.raises(AssertionError, match=r"output \.(errors|q_estimate) differs"):
+    testing.assert_junction_split_invariant(rlax_vtrace, EXAMPLES)
+
+
+def test_rlax_leak_is_the_bootstrap_before_a_truncation_junction():
+  # One column: a truncated episode of 3 steps, the junction, a second episode.
+  kind = np.array([0, 0, testing.TRUNCATION, testing.JUNCTION, 0, 0], np.int8)
+  d, mask = testing.layout_from_kinds(kind, 0.9)
+  tr = testing.trajectory_from_layout(np.random.default_rng(3), d, mask, kind, 2)
+  with pytest.raises(AssertionError, match=r"worst at index \(2,\)"):
+    testing.assert_junction_split_invariant(lambda tr: rlax_vtrace(tr).q_estimate, tr)
+
+
+def test_split_invariance_catches_an_unmasked_recursion():
+  with pytest.raises(AssertionError, match="steps .* computed alone"):
+    testing.assert_junction_split_invariant(unmasked_lambda_return, EXAMPLES)
+
+
+def test_split_invariance_catches_mixing_between_columns():
+  with pytest.raises(AssertionError):
+    testing.assert_junction_split_invariant(lambda tr: lib_soft_q(tr) + jnp.mean(tr.v_t), EXAMPLES)
+
+
+def test_split_invariance_without_junctions_still_separates_columns():
+  kind = np.zeros((4, 2), np.int8)
+  d, mask = testing.layout_from_kinds(kind, 0.9)
+  tr = testing.trajectory_from_layout(np.random.default_rng(0), d, mask, kind)
+  testing.assert_junction_split_invariant(lib_soft_q, tr)
+  with pytest.raises(AssertionError, match=r"batch index \(\d,\)"):
+    testing.assert_junction_split_invariant(lambda tr: lib_soft_q(tr) + jnp.mean(tr.v_t), tr)
+
+
+def test_checks_reject_reduced_outputs():
+  with pytest.raises(ValueError, match=r"per step, shaped \[T, \*batch"):
+    testing.assert_junction_split_invariant(lambda tr: jnp.mean(lib_soft_q(tr)), EXAMPLES)
+
+
+# --- assert_masked_steps_ignored ---------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(LIBRARY_TARGETS))
+def test_masked_garbage_is_ignored_by_library_targets(name):
+  testing.assert_masked_steps_ignored(LIBRARY_TARGETS[name], EXAMPLES, garbage=("huge", "nan"))
+
+
+def test_masked_garbage_catches_multiplying_by_the_mask():
+  def times_mask(tr):
+    """A lambda-return cut at junctions by multiplying the trace by the next step's mask.
+
+    Right for finite garbage, but 0 * nan is nan: the junction's NaN gets through.
+    """
+    next_mask = jnp.concatenate([tr.mask[1:], jnp.zeros_like(tr.mask[:1])]).astype(jnp.float32)
+    a = 0.8 * tr.discount_t * next_mask
+    b = tr.r_t + tr.discount_t * (1.0 - 0.8 * next_mask) * tr.v_t
+    return jax.lax.stop_gradient(losses.reverse_linear_recurrence(a, b))
+
+  testing.assert_masked_steps_ignored(times_mask, EXAMPLES, garbage=("huge",))
+  with pytest.raises(AssertionError, match="nan garbage"):
+    testing.assert_masked_steps_ignored(times_mask, EXAMPLES, garbage=("nan",))
+
+
+def test_masked_garbage_catches_reading_the_junction():
+  with pytest.raises(AssertionError, match="assert_masked_steps_ignored"):
+    testing.assert_masked_steps_ignored(unmasked_lambda_return, EXAMPLES)
+
+
+def test_masked_garbage_validates_its_settings():
+  with pytest.raises(ValueError, match="unknown"):
+    testing.assert_masked_steps_ignored(lib_soft_q, EXAMPLES, fields=["mask"])
+  with pytest.raises(ValueError, match="garbage"):
+    testing.assert_masked_steps_ignored(lib_soft_q, EXAMPLES, garbage=("zero",))
+
+
+# --- assert_no_gradient_through_targets --------------------------------------
+
+
+def test_no_gradient_holds_for_library_targets():
+  testing.assert_no_gradient_through_targets(lambda tr: lib_vtrace(tr).errors, EXAMPLES)
+  testing.assert_no_gradient_through_targets(lambda tr: lib_vtrace(tr).q_estimate, EXAMPLES)
+  for name in ("soft_q_targets", "retrace_targets", "acer_q_ret", "soft_nstep_targets"):
+    testing.assert_no_gradient_through_targets(LIBRARY_TARGETS[name], EXAMPLES[:1])
+
+
+def test_no_gradient_catches_targets_without_stop_gradient():
+  with pytest.raises(AssertionError, match="gradient into .*stop_gradient missing"):
+    testing.assert_no_gradient_through_targets(
+        lambda tr: lib_vtrace(tr, stop_target_gradients=False).errors, EXAMPLES
+    )
+
+  def hand_written(tr):  # a one-step target that forgets its stop_gradient
+    return tr.r_t + tr.discount_t * jnp.where(tr.mask, tr.v_t, 0.0)
+
+  with pytest.raises(AssertionError, match="v_t"):
+    testing.assert_no_gradient_through_targets(hand_written, EXAMPLES, wrt=["v_t"])
+  testing.assert_no_gradient_through_targets(
+      lambda tr: jax.lax.stop_gradient(hand_written(tr)), EXAMPLES, wrt=["v_t"]
+  )
+
+
+def test_no_gradient_validates_wrt():
+  with pytest.raises(ValueError, match="floating fields"):
+    testing.assert_no_gradient_through_targets(lib_soft_q, EXAMPLES, wrt=["a_t"])
+
+
+# --- assert_matches_reference ------------------------------------------------
+
+
+def test_matches_reference_for_library_targets():
+  testing.assert_matches_reference(lib_vtrace, ref_vtrace, EXAMPLES)
+  testing.assert_matches_reference(lib_retrace, ref_retrace, EXAMPLES)
+  testing.assert_matches_reference(
+      lib_soft_q,
+      lambda tr: ref.soft_q_targets(tr.r_t, tr.discount_t, tr.q_t, 0.5, 0.7, tr.mask),
+      EXAMPLES,
+      compare_masked=True,  # the library's targets are zero there, as the reference's
+  )
+
+
+def test_matches_reference_catches_a_wrong_target_and_names_it():
+  wrong = lambda tr: lib_vtrace(tr, clip_pg_rho_threshold=0.5)  # noqa: E731
+  with pytest.raises(AssertionError, match=r"not jitted: output \.pg_advantage differs .*worst"):
+    testing.assert_matches_reference(wrong, ref_vtrace, EXAMPLES)
+
+
+def test_matches_reference_runs_the_jitted_function():
+  calls = []
+
+  def fn(tr):
+    calls.append(isinstance(tr.r_t, jax.core.Tracer))
+    return lib_soft_q(tr)
+
+  def reference(tr):
+    return ref.soft_q_targets(tr.r_t, tr.discount_t, tr.q_t, 0.5, 0.7, tr.mask)
+
+  testing.assert_matches_reference(fn, reference, EXAMPLES[0])
+  assert calls == [False, True]
+  with pytest.raises(AssertionError, match="1 arrays, the reference 2"):
+    testing.assert_matches_reference(fn, lambda tr: (reference(tr), reference(tr)), EXAMPLES[0])
+
+
+def test_matches_reference_tolerance_is_scaled_to_the_data():
+  tr = EXAMPLES[0]
+  big = lambda x: 1e4 * lib_soft_q(x)  # noqa: E731
+  expected = lambda x: 1e4 * ref.soft_q_targets(x.r_t, x.discount_t, x.q_t, 0.5, 0.7, x.mask)  # noqa: E731
+  testing.assert_matches_reference(big, expected, tr)
+  with pytest.raises(AssertionError):
+    testing.assert_matches_reference(lambda x: big(x) * (1 + 1e-3), expected, tr)

@@ -1,0 +1,112 @@
+"""The kit's trajectories have the layout they promise (NumPy generators and strategies)."""
+
+import subprocess
+import sys
+
+from hypothesis import given
+from hypothesis import settings
+import numpy as np
+import pytest
+
+from offpolicy_ac import testing
+from offpolicy_ac.testing import strategies
+
+
+def assert_layout(traj):
+  """Every documented property of a Trajectory's layout."""
+  t = np.shape(traj.r_t)[0]
+  lead = np.shape(traj.r_t)
+  for name in testing.Trajectory._fields:
+    x = np.asarray(getattr(traj, name))
+    want = lead + ((traj.num_actions,) if name in ("q_tm1", "q_t", "pi_t") else ())
+    assert x.shape == want, (name, x.shape, want)
+  kind, mask = np.asarray(traj.kind), np.asarray(traj.mask)
+  assert mask.dtype == bool
+  np.testing.assert_array_equal(mask, kind != testing.JUNCTION)
+  last = (kind == testing.TERMINATION) | (kind == testing.TRUNCATION)
+  # A junction follows every LAST step (but the window's last) and only those.
+  np.testing.assert_array_equal(kind[1:] == testing.JUNCTION, last[:-1])
+  np.testing.assert_array_equal(np.asarray(traj.discount_t)[kind == testing.TERMINATION], 0.0)
+  real = np.asarray(traj.discount_t)[mask & (kind != testing.TERMINATION)]
+  assert ((real >= 0.5) & (real <= 1.0)).all()
+  # Chained values: the observation after step s is the one step s + 1 starts from.
+  if t > 1:
+    np.testing.assert_array_equal(traj.v_t[:-1], traj.v_tm1[1:])
+    np.testing.assert_array_equal(traj.q_t[:-1], traj.q_tm1[1:])
+    np.testing.assert_array_equal(traj.a_t[:-1], traj.a_tm1[1:])
+  for a in (traj.a_tm1, traj.a_t):
+    assert a.dtype == np.int32 and (a >= 0).all() and (a < traj.num_actions).all()
+  np.testing.assert_allclose(np.sum(traj.pi_t, -1), 1.0, rtol=1e-5)
+  assert (np.asarray(traj.mu_t) > 0).all() and (np.asarray(traj.mu_t) <= 1).all()
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_random_trajectory_layout(seed):
+  assert_layout(testing.random_trajectory(np.random.default_rng(seed)))
+
+
+def test_random_trajectory_draws_every_kind_and_shape_rank():
+  rng = np.random.default_rng(0)
+  trajs = [testing.random_trajectory(rng) for _ in range(60)]
+  kinds = set(np.concatenate([np.ravel(t.kind) for t in trajs]).tolist())
+  assert kinds == {testing.MID, testing.TERMINATION, testing.TRUNCATION, testing.JUNCTION}
+  assert {len(t.batch_shape) for t in trajs} == {0, 1, 2}
+  assert any(not t.mask[0].all() for t in trajs)  # windows that start at a junction
+
+
+def test_default_examples_hold_every_boundary():
+  examples = testing.default_examples()
+  assert [x.batch_shape for x in examples[:3]] == [(), (3,), (2, 2)]
+  for x in examples:
+    assert_layout(x)
+    assert {testing.TERMINATION, testing.TRUNCATION, testing.JUNCTION} <= set(np.ravel(x.kind))
+
+
+def test_junction_discounts_and_rewards_are_garbage():
+  x = testing.default_examples()[1]
+  junction = ~x.mask
+  assert (x.discount_t[junction] >= 2.0).all()  # not a valid discount at all
+  assert np.abs(x.r_t[junction]).max() > 10.0
+
+
+@settings(max_examples=30, deadline=None)
+@given(strategies.trajectories())
+def test_strategy_layout(traj):
+  assert_layout(traj)
+
+
+@settings(max_examples=10, deadline=None)
+@given(strategies.trajectories(t=5, batch_shape=(2,), num_actions=2, allow_start_masked=False))
+def test_strategy_fixed_shapes(traj):
+  assert traj.r_t.shape == (5, 2) and traj.num_actions == 2
+  assert traj.mask[0].all()
+
+
+def test_random_layout_and_junction_layout():
+  d, mask, kind = testing.random_layout(
+      np.random.default_rng(1), 50, (2,), gamma=0.9, junction_discount=7.0
+  )
+  np.testing.assert_array_equal(d[~mask], 7.0)
+  np.testing.assert_array_equal(d[kind == testing.TRUNCATION], 0.9)
+  mask, slices = testing.junction_layout([2, 3], lead_masked=True)
+  np.testing.assert_array_equal(mask, [False, True, True, False, True, True, True])
+  assert slices == [slice(1, 3), slice(4, 7)]
+  with pytest.raises(ValueError, match="p_termination"):
+    testing.random_layout(np.random.default_rng(0), 3, p_termination=0.7, p_truncation=0.5)
+
+
+def test_strategies_without_hypothesis_name_the_extra():
+  script = (
+      "import sys\n"
+      "sys.modules['hypothesis'] = None\n"
+      "import offpolicy_ac.testing as t\n"  # the checks and references need no hypothesis
+      "t.assert_junction_split_invariant, t.reference.vtrace\n"
+      "try:\n"
+      "  t.strategies\n"
+      "except ImportError as e:\n"
+      "  print(e)\n"
+  )
+  out = subprocess.run(
+      [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120
+  )
+  assert "pip install 'offpolicy_ac[testing]'" in out.stdout, out.stdout + out.stderr
