@@ -21,11 +21,11 @@ with properties any correct target has.
             tr.v_tm1, tr.v_t, tr.r_t, tr.discount_t, np.exp(tr.log_rho_tm1), mask=tr.mask))
 
 Modules:
-  trajectories -- the `Trajectory` layout and NumPy generators (no hypothesis).
-  reference    -- float64 NumPy loop references of every target in `losses`.
-  checks       -- the `assert_...` checks (re-exported here).
-  strategies   -- hypothesis strategies; needs `pip install 'offpolicy_ac[testing]'`
-                  and is imported on first access.
+  trajectories: the `Trajectory` layout and NumPy generators (no hypothesis).
+  reference: float64 NumPy loop references of every target in `losses`.
+  checks: the `assert_...` checks (re-exported here).
+  strategies: hypothesis strategies; needs `pip install 'offpolicy_ac[testing]'` and is
+    imported on first access.
 """
 
 import importlib

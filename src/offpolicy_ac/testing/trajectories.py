@@ -29,9 +29,13 @@ from typing import NamedTuple
 import numpy as np
 
 MID = 0
+"""Step kind: a step inside an episode (discount gamma, mask True)."""
 TERMINATION = 1
+"""Step kind: an episode's LAST step at a terminal state (discount 0, mask True)."""
 TRUNCATION = 2
+"""Step kind: an episode's LAST step at a time limit (discount gamma, mask True)."""
 JUNCTION = 3
+"""Step kind: the auto-reset step after a LAST step (mask False; its values are garbage)."""
 
 
 class Trajectory(NamedTuple):
