@@ -161,9 +161,8 @@ class RunLogger:
       self._bar.update(step - self._steps_shown)
       self._bar.set_postfix_str(text)
     else:
-      print(
-          f"[{self._title}] steps {step:>9d} | {record['wall_time_s']:7.1f}s | {text}", flush=True
-      )
+      prefix = f"[{self._title}] " if self._title else ""
+      print(f"{prefix}steps {step:>9d} | {record['wall_time_s']:7.1f}s | {text}", flush=True)
     self._steps_shown = step
     if time.monotonic() - self._last_plot > self._plot_every_s:
       self.plot()
