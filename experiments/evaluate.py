@@ -80,16 +80,17 @@ def main(args: Args) -> dict:
       f"{args.episodes} episodes, mean {result['mean']:.2f} std {result['std']:.2f} "
       f"min {result['min']:.2f} max {result['max']:.2f}"
   )
+  out = pathlib.Path(args.out) if args.out else run.run_dir / "evaluation.json"
+  out.parent.mkdir(parents=True, exist_ok=True)
+  out.write_text(json.dumps(result, indent=2))  # before rendering, which may fail
+  print(f"wrote {out}")
   if args.video:
     with run.make_env(1, args.seed, render_mode="rgb_array") as env:
       frames, video_return = render_episode(env, run.greedy, run.acting, max_steps=args.max_steps)
     path = write_video(args.video, frames, fps=args.fps)
     result["video"] = {"path": str(path), "frames": len(frames), "return": video_return}
+    out.write_text(json.dumps(result, indent=2))
     print(f"video of episode 0 ({len(frames)} frames, return {video_return:.2f}): {path}")
-  out = pathlib.Path(args.out) if args.out else run.run_dir / "evaluation.json"
-  out.parent.mkdir(parents=True, exist_ok=True)
-  out.write_text(json.dumps(result, indent=2))
-  print(f"wrote {out}")
   return result
 
 
