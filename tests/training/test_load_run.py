@@ -27,6 +27,8 @@ from offpolicy_ac.training.sources import segment_seed
 
 # Env steps of a few unrolls of each script's default CartPole config.
 BUDGETS = {"impala": 1024, "acer": 1024, "sql": 256, "sqil": 256}
+# Settings of a script's run beyond those (SQL: the policy acts on normalised observations).
+EXTRA = {"sql": dict(normalize_observations=True)}
 
 
 def _equal_trees(a, b):
@@ -66,7 +68,8 @@ class _Runs:
       budget = BUDGETS[script]
       self.dirs[script] = _run(script, self.root / script, demos=self.demos,
                                total_env_steps=budget, log_every=budget // 4,
-                               checkpoint_every=budget // 4, keep_checkpoints=4)  # fmt: skip
+                               checkpoint_every=budget // 4, keep_checkpoints=4,
+                               **EXTRA.get(script, {}))  # fmt: skip
     return self.dirs[script]
 
 
@@ -127,9 +130,8 @@ def test_greedy_evaluation_repeats_the_runs_own_evaluations(runs):
     assert np.min(returns) == line["eval_return_min"]
 
 
-def test_the_transformer_statistics_are_loaded(tmp_path):
-  run_dir = _run("sql", tmp_path / "run", total_env_steps=128, log_every=64,
-                 checkpoint_every=64, normalize_observations=True)  # fmt: skip
+def test_the_transformer_statistics_are_loaded(runs):
+  run_dir = runs["sql"]
   run = load_run(run_dir)
   stats = run.acting.transform.obs_stats
   assert stats is not None and float(np.asarray(stats.count)) > 0

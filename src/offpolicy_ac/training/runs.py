@@ -97,7 +97,7 @@ class LoadedRun(NamedTuple):
     return lambda obs: np.asarray(greedy(acting, obs))
 
 
-def read_run_config(run_dir: str | os.PathLike) -> dict:
+def _read_config(run_dir: str | os.PathLike) -> dict:
   """config.json of a run directory, checked to be one this version reads.
 
   Raises:
@@ -171,7 +171,7 @@ def load_run(run_dir: str | os.PathLike, *, checkpoint: Optional[int] = None) ->
       and no checkpoint, or no checkpoint at `checkpoint`).
   """
   run_dir = pathlib.Path(run_dir)
-  record = read_run_config(run_dir)
+  record = _read_config(run_dir)
   algorithm = record["algorithm"]
   try:
     config = TrainConfig.from_dict(record["config"]["train"])
