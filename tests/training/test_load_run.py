@@ -21,6 +21,7 @@ from offpolicy_ac.training import evaluate
 from offpolicy_ac.training import load_params
 from offpolicy_ac.training import load_run
 from offpolicy_ac.training import read_metrics
+from offpolicy_ac.training.loop import WALL_CLOCK_FIELDS
 from offpolicy_ac.training.metrics_io import jsonable
 from offpolicy_ac.training.sources import process_seed
 from offpolicy_ac.training.sources import segment_seed
@@ -224,3 +225,18 @@ def test_the_evaluation_interval_scales_with_the_budget(fields, interval):
 def test_a_negative_eval_every_is_refused():
   with pytest.raises(ValueError, match="eval_every"):
     TrainConfig(eval=EvalConfig(eval_every=-1)).validate()
+
+
+def test_evaluating_changes_nothing_of_the_training(runs, tmp_path):
+  # The fixture's SQL run evaluates at every log line; the same run without evaluations
+  # logs the same training numbers and ends with the same parameters.
+  budget = BUDGETS["sql"]
+  quiet = _run("sql", tmp_path / "quiet", total_env_steps=budget, log_every=budget // 4,
+               checkpoint_every=budget // 4, keep_checkpoints=4, eval_every=0,
+               **EXTRA["sql"])  # fmt: skip
+  drop = {"eval_return", "eval_return_min", *WALL_CLOCK_FIELDS}
+  strip = lambda lines: [{k: v for k, v in l.items() if k not in drop} for l in lines]
+  quiet_lines = read_metrics(quiet)
+  assert not any("eval_return" in l for l in quiet_lines)
+  assert strip(quiet_lines) == strip(read_metrics(runs["sql"]))
+  assert _equal_trees(load_run(quiet).params, load_run(runs["sql"]).params)
