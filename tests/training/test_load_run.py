@@ -185,7 +185,12 @@ def test_bad_run_directories_are_refused_clearly(runs, tmp_path):
     load_run(old)
   other = tmp_path / "other"
   other.mkdir()
-  (other / "config.json").write_text(json.dumps({"algorithm": "ppo", "config": {"train": {}}}))
+  (other / "config.json").write_text(json.dumps({"algorithm": "sql", "config": {"train": {}}}))
+  with pytest.raises(ValueError, match="no `train` and `agent` configs"):
+    load_run(other)
+  (other / "config.json").write_text(
+      json.dumps({"algorithm": "ppo", "config": {"train": {}, "agent": {}}})
+  )
   with pytest.raises(ValueError, match="'ppo'"):
     load_run(other)
   (other / "config.json").write_text(json.dumps({"lr": 1}))

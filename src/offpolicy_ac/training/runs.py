@@ -120,6 +120,8 @@ def _read_config(run_dir: str | os.PathLike) -> dict:
         f"{run_dir} was written by offpolicy_ac 0.1 (a flat `loop` config); this version "
         "reads runs with a grouped `train` config: load it with offpolicy_ac 0.1"
     )
+  if not isinstance(config.get("train"), dict) or not isinstance(config.get("agent"), dict):
+    raise ValueError(f"{path} has no `train` and `agent` configs")
   if record["algorithm"] not in AGENTS:
     raise ValueError(
         f"{run_dir} is a run of {record['algorithm']!r}; known algorithms: {sorted(AGENTS)}"
@@ -167,8 +169,9 @@ def load_run(run_dir: str | os.PathLike, *, checkpoint: Optional[int] = None) ->
 
   Raises:
     FileNotFoundError: not a run directory.
-    ValueError: a run of another format, or no parameters saved (no final parameters
-      and no checkpoint, or no checkpoint at `checkpoint`).
+    ValueError: a run of another format or of an unknown algorithm, the root of a run
+      of several seeds, or no parameters saved (no final parameters and no checkpoint,
+      or no checkpoint at `checkpoint`).
   """
   run_dir = pathlib.Path(run_dir)
   record = _read_config(run_dir)
