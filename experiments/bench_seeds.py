@@ -49,6 +49,8 @@ def _run(args: Args, vmap: bool, run_dir: pathlib.Path) -> float:
       str(args.total_env_steps),
       "--checkpoint-every",
       "0",
+      "--eval-every",  # time the training alone, as before evaluation was on by default
+      "0",
       "--log-every",
       str(args.total_env_steps // 4),
       "--run-dir",

@@ -79,6 +79,11 @@ clipping."""
 
 _RESERVED_KWARGS = ("num_envs", "seed", "gym_reset_return_info")
 
+# envpool's rendering options, outside every task's config: with render_mode="rgb_array",
+# `EnvPoolEnv.render()` returns RGB frames (classic control, MuJoCo, Atari).
+_RENDER_KWARGS = ("render_mode", "render_env_id", "render_width", "render_height",
+                  "render_camera_id")  # fmt: skip
+
 
 def _envpool():
   import envpool  # local import: importing envpool is slow and only needed to make envs
@@ -409,6 +414,24 @@ class EnvPoolEnv:
     self._finished = []
     return stats
 
+  def render(self, env_ids: Any = None) -> np.ndarray:
+    """RGB frames of environments' current states: [len(env_ids), H, W, 3] uint8.
+
+    The pool must be made with `render_mode="rgb_array"` (`make(...,
+    render_mode="rgb_array")`; `render_width` / `render_height` set the size where the
+    task allows). Atari frames are the emulator's full-size colour screen, not the
+    preprocessed observation.
+
+    Args:
+      env_ids: which environments (default: environment 0).
+    """
+    if getattr(self._pool, "render_mode", None) != "rgb_array":
+      raise ValueError("render() needs a pool made with render_mode='rgb_array'")
+    ids = np.arange(1) if env_ids is None else np.atleast_1d(np.asarray(env_ids))
+    if ids.ndim != 1 or (ids < 0).any() or (ids >= self.num_envs).any():
+      raise ValueError(f"env_ids must lie in [0, {self.num_envs}), got {env_ids!r}")
+    return np.array(self._pool.render(env_ids=ids.astype(np.int32)), copy=True)
+
   def close(self) -> None:
     """Releases the simulators."""
     close = getattr(self._pool, "close", None)
@@ -583,6 +606,7 @@ def _pool_kwargs(
   if envpool_kwargs.pop("gym_reset_return_info", True) is not True:
     raise ValueError("gym_reset_return_info=False is not supported (env_id comes from info)")
   valid = set(envpool.make_spec(task_id).config._fields) - set(_RESERVED_KWARGS)
+  valid |= set(_RENDER_KWARGS)
   unknown = sorted(set(envpool_kwargs) - valid)
   if unknown:
     raise ValueError(f"unknown envpool option(s) {unknown} for {task_id}; valid: {sorted(valid)}")

@@ -13,6 +13,7 @@ from offpolicy_ac.training.config import TrackingConfig
 from offpolicy_ac.training.config import TrainConfig
 from offpolicy_ac.training.config import TransformConfig
 from offpolicy_ac.training.evaluation import evaluate
+from offpolicy_ac.training.evaluation import render_episode
 from offpolicy_ac.training.experiment import exit_process
 from offpolicy_ac.training.experiment import load_params
 from offpolicy_ac.training.experiment import run_experiment
@@ -26,7 +27,10 @@ from offpolicy_ac.training.loop import RunResult
 from offpolicy_ac.training.loop import train
 from offpolicy_ac.training.metrics_io import read_metrics
 from offpolicy_ac.training.plotting import plot_runs
+from offpolicy_ac.training.runs import LoadedRun
+from offpolicy_ac.training.runs import load_run
 from offpolicy_ac.training.sources import make_training_rollout
+from offpolicy_ac.training.video import write_video
 
 __all__ = [
     "ActorsConfig",
@@ -34,6 +38,7 @@ __all__ = [
     "CheckpointConfig",
     "EnvConfig",
     "EvalConfig",
+    "LoadedRun",
     "ParallelConfig",
     "ReplayConfig",
     "Logger",
@@ -47,13 +52,16 @@ __all__ = [
     "evaluate",
     "exit_process",
     "load_params",
+    "load_run",
     "make_training_rollout",
     "parse_args",
     "plot_runs",
     "read_metrics",
+    "render_episode",
     "run_experiment",
     "save_params",
     "seconds_since_launch",
     "train",
     "write_config",
+    "write_video",
 ]

@@ -151,3 +151,44 @@ class Checkpointer:
   def close(self) -> None:
     if self._manager_or_none is not None:
       self._manager_or_none.close()
+
+
+def read_checkpoint(directory: str | pathlib.Path, step: int, item: Any) -> tuple[Any, dict]:
+  """Reads part of one checkpoint without writing anything: (arrays, record).
+
+  `item` names the subtrees of the saved arrays to read, as nested dicts (NamedTuples
+  by their field names) whose leaves are `jax.ShapeDtypeStruct`s; the rest (a replay
+  buffer, optimizer state) is not read. Arrays come back as NumPy arrays, in `item`'s
+  structure.
+  """
+  ocp = _ocp()
+  options = ocp.CheckpointManagerOptions(read_only=True, create=False)
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore")  # orbax's notes on read-only managers and shardings
+    manager = ocp.CheckpointManager(pathlib.Path(directory).absolute(), options=options)
+    try:
+      restore_args = jax.tree.map(lambda _: ocp.ArrayRestoreArgs(restore_type=np.ndarray), item)
+      restored = manager.restore(
+          step,
+          args=ocp.args.Composite(
+              arrays=ocp.args.PyTreeRestore(
+                  item=item, restore_args=restore_args, partial_restore=True
+              ),
+              record=ocp.args.JsonRestore(),
+          ),
+      )
+    finally:
+      manager.close()
+  return restored["arrays"], dict(restored["record"])
+
+
+def checkpoint_steps(directory: str | pathlib.Path) -> list[int]:
+  """The steps of the complete checkpoints in `directory` (none when it does not exist)."""
+  directory = pathlib.Path(directory)
+  if not directory.is_dir():
+    return []
+  return sorted(
+      int(p.name)
+      for p in directory.iterdir()
+      if p.name.isdigit() and (p / "_CHECKPOINT_METADATA").exists()
+  )

@@ -23,6 +23,9 @@ from offpolicy_ac.training.parallel import check_distributed_args
 
 ActorMode = Literal["inline", "pools", "async"]
 
+AUTO_EVALUATIONS = 20
+"""Evaluations over a run's budget when `EvalConfig.eval_every` is None."""
+
 
 @dataclasses.dataclass(frozen=True)
 class EnvConfig:
@@ -146,8 +149,10 @@ class ParallelConfig:
 class EvalConfig:
   """Greedy evaluation on a separate pool."""
 
-  eval_every: int = 0
-  """Env steps between greedy evaluations (0: never)."""
+  eval_every: Optional[int] = None
+  """Env steps between greedy evaluations. None (the default): about
+  `AUTO_EVALUATIONS` evaluations over the budget, at log points
+  (`TrainConfig.eval_interval`); 0: never."""
   eval_episodes: int = 5
   """Episodes per evaluation, each on its own environment."""
   target_return: Optional[float] = None
@@ -248,6 +253,16 @@ class TrainConfig:
     return self.env.unroll_length * self.env.num_envs
 
   @property
+  def eval_interval(self) -> int:
+    """Env steps between greedy evaluations (0: none): `eval.eval_every` when set, else
+    the budget over `AUTO_EVALUATIONS`, rounded to a multiple of `log_every` (at least
+    one), so evaluations fall on log points."""
+    if self.eval.eval_every is not None:
+      return self.eval.eval_every
+    log_every = self.budget.log_every
+    return log_every * max(1, round(self.budget.total_env_steps / AUTO_EVALUATIONS / log_every))
+
+  @property
   def uses_actor_threads(self) -> bool:
     return self.acting.actors != "inline"
 
@@ -280,7 +295,8 @@ class TrainConfig:
     _positive_ints(actors, "num_actors")
     _positive_ints(parallel, "learner_devices")
     _non_negative_ints(env, "env_batch_size")
-    _non_negative_ints(evaluation, "eval_every")
+    if evaluation.eval_every is not None:
+      _non_negative_ints(evaluation, "eval_every")
     _non_negative_ints(ckpt, "checkpoint_every")
     _non_negative_ints(replay, "min_replay_size")
     _non_negative_ints(actors, "actor_queue_size", "min_pools")

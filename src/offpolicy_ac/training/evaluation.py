@@ -1,4 +1,11 @@
-"""Greedy (discrete) / mean (continuous) evaluation on a separate env pool."""
+"""Greedy (discrete) / mean (continuous) evaluation on a separate env pool.
+
+The protocol of the in-training evaluation and of `experiments/evaluate.py`: N episodes,
+each on its own freshly reset environment of an N-environment pool (so no episode is
+picked for being short), with the policy's deterministic action; an episode ends at its
+LAST step, time-limit truncations included; Atari pools use evaluation settings (whole
+games, raw scores). `render_episode` plays and renders episode 0 of the same protocol.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +13,8 @@ from typing import Any
 from typing import Callable
 
 import numpy as np
+
+from offpolicy_ac.envs import LAST
 
 
 def evaluate(
@@ -32,3 +41,31 @@ def evaluate(
     if not np.isnan(returns).any():
       return returns
   raise RuntimeError(f"evaluation did not finish {num_episodes} episodes in {max_steps} steps")
+
+
+def render_episode(
+    env: Any, greedy_act: Callable, params: Any, max_steps: int = 1_000_000
+) -> tuple[np.ndarray, float]:
+  """Plays one episode of the deterministic policy and renders every step of it.
+
+  `env` is a pool of one environment made with `render_mode="rgb_array"`; envpool seeds
+  environment i of a pool with `seed + i`, so with the same seed this is the episode
+  `evaluate` plays on its environment 0. The episode runs from the reset (FIRST) to its
+  LAST step, a time-limit truncation included.
+
+  Returns:
+    (frames [L + 1, H, W, 3] uint8: the reset and the state after each of the episode's
+    L steps; the episode's return, the raw game score on Atari).
+  """
+  if env.num_envs != 1:
+    raise ValueError(f"render_episode plays one environment, the pool has {env.num_envs}")
+  env.pop_episode_stats()
+  ts = env.reset()
+  frames = [env.render()[0]]
+  for _ in range(max_steps):
+    ts = env.step(np.asarray(greedy_act(params, ts.observation)))
+    frames.append(env.render()[0])
+    if ts.step_type[0] == LAST:
+      stats = env.pop_episode_stats()
+      return np.stack(frames), float(stats.episode_return[0])
+  raise RuntimeError(f"the episode did not finish in {max_steps} steps")

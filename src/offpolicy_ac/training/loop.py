@@ -7,7 +7,8 @@ along a leading axis (S = `num_seeds` when they share one vmapped learner, else 
 seed has its own source of trajectories (`training/sources.py`: inline, actor pools or
 async actors), its own accumulators and logger, while the schedule (`records.Schedule`)
 is shared. Every `log_every` env steps each seed writes a metrics line; every
-`eval_every` env steps its greedy policy is evaluated on a separate pool, and the run
+`TrainConfig.eval_interval` env steps (by default about 20 times over the budget) its
+greedy policy is evaluated on a separate pool (`training/evaluation.py`), and the run
 stops once every seed's mean evaluation return reached `target_return`.
 
 Checkpoints and exact resume. Environments cannot be snapshotted, so the run is cut into
@@ -130,7 +131,7 @@ class _Run:
             acting=act, version=version, rollout_factory=self.rollout_factory,
             to_device=len(self.seeds) == 1 and learner.dp.trivial,
         ))  # fmt: skip
-        if config.eval.eval_every:
+        if config.eval_interval:
           eval_seed = segment_seed(process_seed(seed + 7, self.process), segment)
           self.evals.append(make_env(config, config.eval.eval_episodes, eval_seed, train=False))
     except Exception:
@@ -196,7 +197,7 @@ def train(agent_factory: Callable[[Any], Agent], config: TrainConfig,
   learner = Learner(agent, config, dp, num_seeds=len(seeds), batch_fn=batch_fn)
   state = learner.init(seeds)
   schedule = records.Schedule.start(
-      config.budget.log_every, config.eval.eval_every, config.checkpoint.checkpoint_every
+      config.budget.log_every, config.eval_interval, config.checkpoint.checkpoint_every
   )
   accs = [records.Accumulators() for _ in seeds]
   if resume:
@@ -273,7 +274,7 @@ def train(agent_factory: Callable[[Any], Agent], config: TrainConfig,
       if logged:
         run.log(accs, schedule, versions, acting if schedule.eval_due() else None)
         reached = [r or a.reached for r, a in zip(reached, accs)]
-        schedule.logged(config.budget.log_every, config.eval.eval_every)
+        schedule.logged(config.budget.log_every, config.eval_interval)
       end = end or all(reached)
       if due or end:
         schedule.cut(config.checkpoint.checkpoint_every)

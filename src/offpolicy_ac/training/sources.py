@@ -51,10 +51,11 @@ def task_spec(config: TrainConfig) -> envs.EnvSpec:
 
 
 def make_env(config: TrainConfig, num_envs: int, seed: int, *, train: bool = True,
-             batch_size: int = 0) -> envs.EnvPoolEnv:  # fmt: skip
+             batch_size: int = 0, **envpool_kwargs) -> envs.EnvPoolEnv:  # fmt: skip
   """A pool of the config's task: training (batched stepping when `batch_size` is set)
-  or evaluation (`train=False`: Atari without episodic life)."""
-  kwargs = task_kwargs(config)
+  or evaluation (`train=False`: Atari without episodic life). `envpool_kwargs` are
+  further envpool options (e.g. `render_mode="rgb_array"`)."""
+  kwargs = {**task_kwargs(config), **envpool_kwargs}
   if batch_size:
     kwargs["batch_size"] = batch_size
   if config.env.atari:

@@ -1,0 +1,98 @@
+"""Evaluates a run's greedy policy, and records a video of it.
+
+    python experiments/evaluate.py --run-dir runs/impala-cartpole --episodes 10
+    python experiments/evaluate.py --run-dir runs/impala-cartpole --video greedy.mp4
+    python experiments/evaluate.py --run-dir runs/impala-pong --checkpoint 2000000
+
+Plays `--episodes` episodes with the deterministic policy (greedy, or the Gaussian's
+mean), each on its own freshly reset environment, as the in-training evaluation does
+(`training/evaluation.py`); prints each episode's return and their mean, std, min and
+max, and writes them to <run-dir>/evaluation.json (or `--out`). With `--video`, also
+renders episode 0 (same seed, so the same episode) with envpool's renderer and writes
+an MP4.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+from typing import Optional
+
+import numpy as np
+import tyro
+
+from offpolicy_ac.training import evaluate
+from offpolicy_ac.training import load_run
+from offpolicy_ac.training import render_episode
+from offpolicy_ac.training import write_video
+
+
+@dataclasses.dataclass(frozen=True)
+class Args:
+  run_dir: str
+  """A run directory written by an experiment script (impala, acer, sql, sqil)."""
+  episodes: int = 10
+  """Episodes to play, each on its own environment."""
+  seed: int = 0
+  """Seed of the evaluation environments (environment i is seeded seed + i)."""
+  checkpoint: Optional[int] = None
+  """Evaluate the checkpoint taken at this many env steps (default: the final
+  parameters, or the newest checkpoint of a run that wrote none)."""
+  out: Optional[str] = None
+  """Where to write the results as JSON (default: <run-dir>/evaluation.json)."""
+  video: Optional[str] = None
+  """Also write an MP4 of episode 0 here."""
+  fps: float = 30.0
+  """Frames per second of the video."""
+  max_steps: int = 1_000_000
+  """Give up (an error) if the episodes have not ended after this many steps."""
+
+
+def main(args: Args) -> dict:
+  """Evaluates; returns what it writes to the JSON file."""
+  if args.episodes < 1:
+    raise ValueError(f"--episodes must be >= 1, got {args.episodes}")
+  if args.seed < 0:
+    raise ValueError(f"--seed must be >= 0, got {args.seed}")
+  run = load_run(args.run_dir, checkpoint=args.checkpoint)
+  env_id = run.config.env.env_id
+  with run.make_env(args.episodes, args.seed) as env:
+    returns = evaluate(env, run.greedy, run.acting, args.episodes, max_steps=args.max_steps)
+  result = {
+      "run_dir": str(run.run_dir),
+      "algorithm": run.algorithm,
+      "env_id": env_id,
+      "parameters": run.source,
+      "env_steps": run.env_steps,
+      "seed": args.seed,
+      "episodes": args.episodes,
+      "returns": returns.tolist(),
+      "mean": float(np.mean(returns)),
+      "std": float(np.std(returns)),
+      "min": float(np.min(returns)),
+      "max": float(np.max(returns)),
+  }
+  for k, ret in enumerate(returns):
+    print(f"episode {k}: return {ret:.2f}")
+  print(
+      f"{run.algorithm} {env_id} ({run.source} parameters, {run.env_steps} env steps): "
+      f"{args.episodes} episodes, mean {result['mean']:.2f} std {result['std']:.2f} "
+      f"min {result['min']:.2f} max {result['max']:.2f}"
+  )
+  out = pathlib.Path(args.out) if args.out else run.run_dir / "evaluation.json"
+  out.parent.mkdir(parents=True, exist_ok=True)
+  out.write_text(json.dumps(result, indent=2))  # before rendering, which may fail
+  print(f"wrote {out}")
+  if args.video:
+    with run.make_env(1, args.seed, render_mode="rgb_array") as env:
+      frames, video_return = render_episode(env, run.greedy, run.acting, max_steps=args.max_steps)
+    path = write_video(args.video, frames, fps=args.fps)
+    result["video"] = {"path": str(path), "frames": len(frames), "return": video_return}
+    out.write_text(json.dumps(result, indent=2))
+    print(f"video of episode 0 ({len(frames)} frames, return {video_return:.2f}): {path}")
+  return result
+
+
+if __name__ == "__main__":
+  main(tyro.cli(Args, description=__doc__))

@@ -1,0 +1,66 @@
+"""EnvPoolEnv.render: RGB frames of the environments' states (render_mode="rgb_array")."""
+
+import numpy as np
+import pytest
+
+from offpolicy_ac import envs
+from offpolicy_ac.training import render_episode
+
+
+@pytest.mark.parametrize(
+    "task, action, shape",
+    [
+        ("CartPole-v1", np.array([1, 1], np.int32), (400, 600, 3)),
+        ("Pendulum-v1", np.array([[2.0], [2.0]], np.float32), (500, 500, 3)),
+    ],
+)
+def test_frames_show_the_state(task, action, shape):
+  with envs.make(task, 2, 3, render_mode="rgb_array") as env:
+    env.reset()
+    first = env.render()
+    assert first.shape == (1,) + shape and first.dtype == np.uint8
+    both = env.render([0, 1])
+    np.testing.assert_array_equal(both[0], first[0])
+    assert not np.array_equal(both[0], both[1])  # seeds 3 and 4: different starts
+    for _ in range(5):
+      env.step(action)
+    later = env.render()
+    assert np.abs(later.astype(int) - first.astype(int)).sum() > 1000
+    np.testing.assert_array_equal(later, env.render())  # no step, no change
+  with envs.make(task, 1, 3, render_mode="rgb_array") as env:
+    env.reset()
+    np.testing.assert_array_equal(env.render(), first)  # same seed, same start
+
+
+def test_atari_frames_are_the_full_colour_screen():
+  with envs.make_atari("Pong-v5", 1, 0, train=False, render_mode="rgb_array") as env:
+    ts = env.reset()
+    frame = env.render()
+  assert ts.observation.shape == (1, 4, 84, 84)
+  assert frame.shape == (1, 210, 160, 3) and frame.dtype == np.uint8
+
+
+def test_render_needs_a_render_mode_and_valid_env_ids():
+  with envs.make("CartPole-v1", 2, 0) as env:
+    env.reset()
+    with pytest.raises(ValueError, match="render_mode='rgb_array'"):
+      env.render()
+  with envs.make("CartPole-v1", 2, 0, render_mode="rgb_array") as env:
+    env.reset()
+    with pytest.raises(ValueError, match="env_ids"):
+      env.render([2])
+
+
+def test_render_episode_renders_every_step_until_last():
+  # Always pushing right ends CartPole within a few dozen steps.
+  push_right = lambda params, obs: np.ones((obs.shape[0],), np.int32)
+  with envs.make("CartPole-v1", 1, 5, render_mode="rgb_array") as env:
+    frames, ret = render_episode(env, push_right, None)
+  assert 5 < ret < 100
+  assert frames.shape == (ret + 1, 400, 600, 3)
+  with envs.make("CartPole-v1", 1, 5, max_episode_steps=4, render_mode="rgb_array") as env:
+    frames, ret = render_episode(env, push_right, None)  # truncated
+  assert ret == 4 and len(frames) == 5
+  with envs.make("CartPole-v1", 2, 5, render_mode="rgb_array") as env:
+    with pytest.raises(ValueError, match="one environment"):
+      render_episode(env, push_right, None)

@@ -1,0 +1,91 @@
+"""experiments/evaluate.py: greedy returns, their JSON file and an MP4 of episode 0."""
+
+import dataclasses
+import json
+
+import imageio.v3 as iio
+import numpy as np
+import pytest
+from scripts import load_script
+
+from offpolicy_ac.training import evaluate
+from offpolicy_ac.training import load_run
+from offpolicy_ac.training import write_video
+
+
+def _train(run_dir, preset, steps):
+  module = load_script("impala")
+  args = module.PRESETS[preset]
+  args = dataclasses.replace(
+      args,
+      run_dir=str(run_dir),
+      train=args.train.replace(total_env_steps=steps, log_every=steps, checkpoint_every=0),
+  )
+  module.main(args, progress=False)
+  return run_dir
+
+
+@pytest.mark.parametrize(
+    "preset, frame_shape", [("cartpole", (400, 600, 3)), ("pendulum", (500, 500, 3))]
+)
+def test_evaluate_prints_and_writes_the_returns_and_a_video(tmp_path, capsys, preset, frame_shape):
+  run_dir = _train(tmp_path / "run", preset, 512)
+  module = load_script("evaluate")
+  video = tmp_path / "greedy.mp4"
+  result = module.main(module.Args(run_dir=str(run_dir), episodes=3, seed=4, video=str(video)))
+  printed = capsys.readouterr().out
+  for k in range(3):
+    assert f"episode {k}: return {result['returns'][k]:.2f}" in printed
+  assert f"mean {result['mean']:.2f}" in printed
+  assert json.loads((run_dir / "evaluation.json").read_text()) == result
+  # The same protocol as the in-training evaluation, from the loaded run.
+  run = load_run(run_dir)
+  with run.make_env(3, 4) as env:
+    returns = evaluate(env, run.greedy, run.acting, 3)
+  np.testing.assert_allclose(result["returns"], returns, rtol=1e-6)
+  assert result["mean"] == pytest.approx(np.mean(returns))
+  assert result["min"] == min(result["returns"]) and result["max"] == max(result["returns"])
+  # The video is episode 0 (same seed), one frame per step plus the reset.
+  frames = iio.imread(video)
+  assert frames.shape == (result["video"]["frames"],) + frame_shape
+  assert result["video"]["return"] == pytest.approx(result["returns"][0], rel=1e-5)
+  if preset == "cartpole":  # reward 1 per step
+    assert len(frames) == result["returns"][0] + 1
+  else:  # Pendulum: always truncated at 200 steps
+    assert len(frames) == 201
+  assert np.abs(frames[0].astype(int) - frames[-1].astype(int)).max() > 100  # it moved
+
+
+def test_evaluate_refuses_bad_arguments(tmp_path):
+  module = load_script("evaluate")
+  with pytest.raises(ValueError, match="--episodes"):
+    module.main(module.Args(run_dir=str(tmp_path), episodes=0))
+  with pytest.raises(FileNotFoundError, match="no config.json"):
+    module.main(module.Args(run_dir=str(tmp_path)))
+
+
+def test_write_video_round_trip_pads_odd_sizes(tmp_path):
+  rng = np.random.default_rng(0)
+  frames = np.zeros((7, 31, 45, 3), np.uint8)
+  for k in range(7):  # a bright square moving right on grey
+    frames[k] = 60
+    frames[k, 10:20, 4 * k : 4 * k + 10] = 230
+  frames += rng.integers(0, 3, frames.shape, dtype=np.uint8)
+  path = write_video(tmp_path / "sub" / "v.mp4", frames, fps=10)
+  back = iio.imread(path)
+  assert back.shape == (7, 32, 46, 3)
+  assert np.abs(back[:, :31, :45].astype(int) - frames).mean() < 8
+  assert not list(path.parent.glob(".*tmp*"))
+
+
+@pytest.mark.parametrize(
+    "frames, message",
+    [
+        (np.zeros((0, 8, 8, 3), np.uint8), "N >= 1"),
+        (np.zeros((2, 8, 8), np.uint8), "uint8"),
+        (np.zeros((2, 8, 8, 3), np.float32), "uint8"),
+    ],
+)
+def test_write_video_refuses_bad_frames(tmp_path, frames, message):
+  with pytest.raises(ValueError, match=message):
+    write_video(tmp_path / "v.mp4", frames)

@@ -1,0 +1,247 @@
+"""`load_run`: a run directory's agent, parameters, transformer state and task.
+
+Short CartPole runs of each experiment script; `load_run` must give back exactly what
+the run saved, and its greedy policy must repeat the run's own evaluations.
+"""
+
+import dataclasses
+import json
+import shutil
+
+import jax
+import numpy as np
+import pytest
+from scripts import load_script
+
+from offpolicy_ac import demos as demos_lib
+from offpolicy_ac import envs
+from offpolicy_ac.training import EvalConfig
+from offpolicy_ac.training import TrainConfig
+from offpolicy_ac.training import evaluate
+from offpolicy_ac.training import load_params
+from offpolicy_ac.training import load_run
+from offpolicy_ac.training import read_metrics
+from offpolicy_ac.training.loop import WALL_CLOCK_FIELDS
+from offpolicy_ac.training.metrics_io import jsonable
+from offpolicy_ac.training.sources import process_seed
+from offpolicy_ac.training.sources import segment_seed
+
+# Env steps of a few unrolls of each script's default CartPole config.
+BUDGETS = {"impala": 1024, "acer": 1024, "sql": 256, "sqil": 256}
+# Settings of a script's run beyond those (SQL: the policy acts on normalised observations).
+EXTRA = {"sql": dict(normalize_observations=True)}
+
+
+def _equal_trees(a, b):
+  return jax.tree.structure(a) == jax.tree.structure(b) and all(
+      np.array_equal(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b))
+  )
+
+
+@pytest.fixture(scope="module")
+def demos_path(tmp_path_factory):
+  env = envs.make("CartPole-v1", 4, 7)
+  policy = lambda obs: (obs[:, 2] + 0.5 * obs[:, 3] > 0).astype(np.int32)
+  demos = demos_lib.record_episodes(env, policy, 4)
+  env.close()
+  path = tmp_path_factory.mktemp("demos") / "cartpole.npz"
+  demos_lib.save_demos(path, demos, env_id="CartPole-v1")
+  return str(path)
+
+
+def _run(script, run_dir, demos=None, **train):
+  module = load_script(script)
+  args = module.Args() if script != "sqil" else module.Args(demos=demos)
+  args = dataclasses.replace(args, run_dir=str(run_dir), train=args.train.replace(**train))
+  module.main(args, progress=False)
+  return run_dir
+
+
+class _Runs:
+  """One short run per script, made when first asked for: a checkpoint at every log
+  line, evaluation left at its default (a log line each at these budgets)."""
+
+  def __init__(self, root, demos):
+    self.root, self.demos, self.dirs = root, demos, {}
+
+  def __getitem__(self, script):
+    if script not in self.dirs:
+      budget = BUDGETS[script]
+      self.dirs[script] = _run(script, self.root / script, demos=self.demos,
+                               total_env_steps=budget, log_every=budget // 4,
+                               checkpoint_every=budget // 4, keep_checkpoints=4,
+                               **EXTRA.get(script, {}))  # fmt: skip
+    return self.dirs[script]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, demos_path):
+  return _Runs(tmp_path_factory.mktemp("runs"), demos_path)
+
+
+@pytest.mark.parametrize("script", sorted(BUDGETS))
+def test_load_run_returns_the_runs_agent_parameters_and_task(runs, script):
+  run_dir = runs[script]
+  run = load_run(run_dir)
+  saved = json.loads((run_dir / "config.json").read_text())
+  assert run.algorithm == script and run.source == "final"
+  assert run.config == TrainConfig.from_dict(saved["config"]["train"])
+  assert json.loads(json.dumps(jsonable(run.agent.config))) == saved["config"]["agent"]
+  template = run.agent.init(jax.random.PRNGKey(1)).params
+  assert _equal_trees(run.params, load_params(run_dir / "final_params.msgpack", template))
+  summary = json.loads((run_dir / "summary.json").read_text())
+  assert run.env_steps == summary["env_steps"] == run.checkpoints[-1]
+  # The last checkpoint holds the final parameters.
+  last = load_run(run_dir, checkpoint=run.checkpoints[-1])
+  assert last.source == "checkpoint" and last.env_steps == run.checkpoints[-1]
+  assert _equal_trees(last.params, run.params)
+  # The environment factory makes the run's task.
+  with run.make_env(3, seed=0) as env:
+    assert env.spec.task_id == run.config.env.env_id == "CartPole-v1"
+    assert env.num_envs == 3
+    assert env.spec._replace(num_envs=1, batch_size=1) == run.agent.spec._replace(
+        num_envs=1, batch_size=1
+    )
+    obs = env.reset().observation
+  action = run.greedy_policy()(obs)
+  assert action.shape == (3,) and action.dtype == np.int32
+  assert ((action >= 0) & (action < 2)).all()
+
+
+@pytest.mark.parametrize("script", ["impala", "sql"])
+def test_evaluation_is_on_by_default(runs, script):
+  lines = read_metrics(runs[script])
+  assert len(lines) == 4 and all("eval_return" in line for line in lines)
+
+
+def test_greedy_evaluation_repeats_the_runs_own_evaluations(runs):
+  # Each evaluation was the first on its segment's fresh pool (a checkpoint, so a new
+  # segment, at every log line), seeded from (seed + 7, segment): the loaded parameters
+  # of that step, on a pool with that seed, play the same episodes.
+  run_dir = runs["impala"]
+  config = load_run(run_dir).config
+  lines = [l for l in read_metrics(run_dir) if "eval_return" in l]
+  assert len(lines) == 4
+  for segment, line in enumerate(lines):
+    run = load_run(run_dir, checkpoint=line["env_steps"])
+    seed = segment_seed(process_seed(config.budget.seed + 7, 0), segment)
+    with run.make_env(config.eval.eval_episodes, seed) as env:
+      returns = evaluate(env, run.greedy, run.acting, config.eval.eval_episodes)
+    assert np.mean(returns) == line["eval_return"]
+    assert np.min(returns) == line["eval_return_min"]
+
+
+def test_the_transformer_statistics_are_loaded(runs):
+  run_dir = runs["sql"]
+  run = load_run(run_dir)
+  stats = run.acting.transform.obs_stats
+  assert stats is not None and float(np.asarray(stats.count)) > 0
+  template = run.acting.transform
+  saved = load_params(run_dir / "final_transform.msgpack", template)
+  assert _equal_trees(run.acting.transform, saved)
+  last = load_run(run_dir, checkpoint=run.checkpoints[-1])
+  assert _equal_trees(last.acting.transform, saved)
+  first = load_run(run_dir, checkpoint=run.checkpoints[0])
+  assert not _equal_trees(first.acting.transform, saved)
+
+
+def test_a_seed_of_a_vmapped_run_loads_from_the_shared_checkpoints(tmp_path):
+  root = _run("sql", tmp_path / "run", total_env_steps=128, log_every=64,
+              checkpoint_every=64, num_seeds=2, seed=3)  # fmt: skip
+  with pytest.raises(ValueError, match="holds 2 seeds.*seed3"):
+    load_run(root)
+  for seed in (3, 4):
+    final = load_run(root / f"seed{seed}")
+    assert final.config.budget.seed == seed
+    last = load_run(root / f"seed{seed}", checkpoint=final.checkpoints[-1])
+    assert _equal_trees(last.params, final.params)
+  assert not _equal_trees(load_run(root / "seed3").params, load_run(root / "seed4").params)
+
+
+def test_without_final_parameters_the_newest_checkpoint_is_loaded(runs, tmp_path):
+  run_dir = tmp_path / "run"
+  shutil.copytree(runs["sql"], run_dir)
+  final = load_run(run_dir)
+  (run_dir / "final_params.msgpack").unlink()
+  newest = load_run(run_dir)
+  assert newest.source == "checkpoint" and newest.env_steps == final.checkpoints[-1]
+  assert _equal_trees(newest.params, final.params)
+  shutil.rmtree(run_dir / "checkpoints")
+  with pytest.raises(ValueError, match="holds no parameters"):
+    load_run(run_dir)
+
+
+def test_bad_run_directories_are_refused_clearly(runs, tmp_path):
+  with pytest.raises(FileNotFoundError, match="not a directory"):
+    load_run(tmp_path / "nowhere")
+  with pytest.raises(FileNotFoundError, match="no config.json"):
+    load_run(tmp_path)
+  with pytest.raises(ValueError, match="no checkpoint at env step 7"):
+    load_run(runs["sql"], checkpoint=7)
+  old = tmp_path / "old"
+  old.mkdir()
+  (old / "config.json").write_text(json.dumps({"algorithm": "sql", "config": {"loop": {}}}))
+  with pytest.raises(ValueError, match="offpolicy_ac 0.1"):
+    load_run(old)
+  other = tmp_path / "other"
+  other.mkdir()
+  (other / "config.json").write_text(json.dumps({"algorithm": "sql", "config": {"train": {}}}))
+  with pytest.raises(ValueError, match="no `train` and `agent` configs"):
+    load_run(other)
+  (other / "config.json").write_text(
+      json.dumps({"algorithm": "ppo", "config": {"train": {}, "agent": {}}})
+  )
+  with pytest.raises(ValueError, match="'ppo'"):
+    load_run(other)
+  (other / "config.json").write_text(json.dumps({"lr": 1}))
+  with pytest.raises(ValueError, match="not written by an experiment script"):
+    load_run(other)
+
+
+def test_record_demos_records_the_runs_greedy_policy(runs, tmp_path):
+  module = load_script("record_demos")
+  out = tmp_path / "demos.npz"
+  demos = module.main(module.Args(run_dir=str(runs["sql"]), out=str(out), episodes=3, seed=5))
+  assert demos_lib.load_demos(out)["env_id"] == "CartPole-v1"
+  run = load_run(runs["sql"])
+  first = demos["observation"][: demos["episode_lengths"][0]]
+  np.testing.assert_array_equal(
+      demos["action"][: demos["episode_lengths"][0]], run.greedy_policy()(first)
+  )
+
+
+@pytest.mark.parametrize(
+    "fields, interval",
+    [
+        (dict(total_env_steps=500_000, log_every=5_000), 25_000),
+        (dict(total_env_steps=3_000, log_every=1_000), 1_000),
+        (dict(total_env_steps=100_000, log_every=20_000), 20_000),
+        (dict(total_env_steps=100_000, log_every=1_000, eval_every=1_500), 1_500),
+        (dict(total_env_steps=100_000, eval_every=0), 0),
+    ],
+)
+def test_the_evaluation_interval_scales_with_the_budget(fields, interval):
+  config = TrainConfig.of(**fields)
+  config.validate()
+  assert config.eval_interval == interval
+  assert config.eval_interval % config.budget.log_every == 0 or "eval_every" in fields
+
+
+def test_a_negative_eval_every_is_refused():
+  with pytest.raises(ValueError, match="eval_every"):
+    TrainConfig(eval=EvalConfig(eval_every=-1)).validate()
+
+
+def test_evaluating_changes_nothing_of_the_training(runs, tmp_path):
+  # The fixture's SQL run evaluates at every log line; the same run without evaluations
+  # logs the same training numbers and ends with the same parameters.
+  budget = BUDGETS["sql"]
+  quiet = _run("sql", tmp_path / "quiet", total_env_steps=budget, log_every=budget // 4,
+               checkpoint_every=budget // 4, keep_checkpoints=4, eval_every=0,
+               **EXTRA["sql"])  # fmt: skip
+  drop = {"eval_return", "eval_return_min", *WALL_CLOCK_FIELDS}
+  strip = lambda lines: [{k: v for k, v in l.items() if k not in drop} for l in lines]
+  quiet_lines = read_metrics(quiet)
+  assert not any("eval_return" in l for l in quiet_lines)
+  assert strip(quiet_lines) == strip(read_metrics(runs["sql"]))
+  assert _equal_trees(load_run(quiet).params, load_run(runs["sql"]).params)
