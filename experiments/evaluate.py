@@ -22,6 +22,7 @@ from typing import Optional
 import numpy as np
 import tyro
 
+from offpolicy_ac.training import describe_protocol
 from offpolicy_ac.training import evaluate
 from offpolicy_ac.training import load_run
 from offpolicy_ac.training import render_episode
@@ -59,6 +60,7 @@ def main(args: Args) -> dict:
   env_id = run.config.env.env_id
   with run.make_env(args.episodes, args.seed) as env:
     returns = evaluate(env, run.greedy, run.acting, args.episodes, max_steps=args.max_steps)
+  protocol = describe_protocol(run.config, args.episodes)
   result = {
       "run_dir": str(run.run_dir),
       "algorithm": run.algorithm,
@@ -72,6 +74,7 @@ def main(args: Args) -> dict:
       "std": float(np.std(returns)),
       "min": float(np.min(returns)),
       "max": float(np.max(returns)),
+      "protocol": protocol,
   }
   for k, ret in enumerate(returns):
     print(f"episode {k}: return {ret:.2f}")
@@ -80,6 +83,7 @@ def main(args: Args) -> dict:
       f"{args.episodes} episodes, mean {result['mean']:.2f} std {result['std']:.2f} "
       f"min {result['min']:.2f} max {result['max']:.2f}"
   )
+  print(f"protocol: {protocol}")
   out = pathlib.Path(args.out) if args.out else run.run_dir / "evaluation.json"
   out.parent.mkdir(parents=True, exist_ok=True)
   out.write_text(json.dumps(result, indent=2))  # before rendering, which may fail

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from scripts import load_script
 
+from offpolicy_ac.training import describe_protocol
 from offpolicy_ac.training import evaluate
 from offpolicy_ac.training import load_run
 from offpolicy_ac.training import write_video
@@ -38,6 +39,9 @@ def test_evaluate_prints_and_writes_the_returns_and_a_video(tmp_path, capsys, pr
     assert f"episode {k}: return {result['returns'][k]:.2f}" in printed
   assert f"mean {result['mean']:.2f}" in printed
   assert json.loads((run_dir / "evaluation.json").read_text()) == result
+  # The protocol is printed and stored beside the scores.
+  assert result["protocol"] == describe_protocol(load_run(run_dir).config, 3)
+  assert f"protocol: {result['protocol']}" in printed
   # The same protocol as the in-training evaluation, from the loaded run.
   run = load_run(run_dir)
   with run.make_env(3, 4) as env:

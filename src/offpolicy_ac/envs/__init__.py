@@ -5,6 +5,7 @@ docs/design.md, "Contract 2 — environments". Public API:
     env = make(task_id, num_envs, seed, **envpool_kwargs)   # or make_atari(..., train=True)
     ts = env.reset(); ts = env.step(action)                # TimeStep, batched
     env_spec = spec(task_id, atari=False)                  # EnvSpec, no environment made
+    protocol = atari_protocol(task_id)                     # how Atari scores are produced
     rollout = make_rollout(env, act_fn, unroll_length, backend="host", to_device=False)
     state = rollout.init(params, key)                      # backend "compiled": one
     state, traj, stats = rollout.unroll(params, state)     # compiled loop per unroll
@@ -12,6 +13,9 @@ docs/design.md, "Contract 2 — environments". Public API:
     transformer = make_data_transformer(obs_shape, normalize_observations=True)
 """
 
+from offpolicy_ac.envs._atari_protocol import AtariProtocol
+from offpolicy_ac.envs._atari_protocol import atari_protocol
+from offpolicy_ac.envs._atari_protocol import time_limit
 from offpolicy_ac.envs._envpool_env import ATARI_EVAL_KWARGS
 from offpolicy_ac.envs._envpool_env import ATARI_TRAIN_KWARGS
 from offpolicy_ac.envs._envpool_env import EnvPoolEnv
@@ -50,36 +54,39 @@ from offpolicy_ac.envs._xla_rollout import XlaRolloutState
 __all__ = [
     "ATARI_EVAL_KWARGS",
     "ATARI_TRAIN_KWARGS",
-    "FIRST",
-    "LAST",
-    "MID",
     "ActFn",
+    "AtariProtocol",
     "Backend",
-    "clip_reward",
     "DataTransformer",
-    "default_device",
     "EnvPoolEnv",
     "EnvSpec",
     "EpisodeStats",
-    "is_atari",
-    "loss_inputs",
+    "FIRST",
+    "LAST",
     "LossInputs",
-    "make",
-    "make_atari",
-    "make_data_transformer",
-    "make_rollout",
-    "normalize",
+    "MID",
     "Rollout",
     "RolloutState",
-    "running_stats_init",
-    "running_stats_update",
     "RunningStats",
-    "scale_reward",
-    "spec",
     "TimeStep",
     "Trajectory",
     "TransformedTrajectory",
     "TransformerState",
     "XlaBatchedRolloutState",
     "XlaRolloutState",
+    "atari_protocol",
+    "clip_reward",
+    "default_device",
+    "is_atari",
+    "loss_inputs",
+    "make",
+    "make_atari",
+    "make_data_transformer",
+    "make_rollout",
+    "normalize",
+    "running_stats_init",
+    "running_stats_update",
+    "scale_reward",
+    "spec",
+    "time_limit",
 ]

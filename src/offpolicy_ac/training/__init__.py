@@ -12,6 +12,7 @@ from offpolicy_ac.training.config import ReplayConfig
 from offpolicy_ac.training.config import TrackingConfig
 from offpolicy_ac.training.config import TrainConfig
 from offpolicy_ac.training.config import TransformConfig
+from offpolicy_ac.training.evaluation import describe_protocol
 from offpolicy_ac.training.evaluation import evaluate
 from offpolicy_ac.training.evaluation import render_episode
 from offpolicy_ac.training.experiment import exit_process
@@ -49,6 +50,7 @@ __all__ = [
     "TrainConfig",
     "TransformConfig",
     "WandbLogger",
+    "describe_protocol",
     "evaluate",
     "exit_process",
     "load_params",

@@ -5,6 +5,7 @@ each on its own freshly reset environment of an N-environment pool (so no episod
 picked for being short), with the policy's deterministic action; an episode ends at its
 LAST step, time-limit truncations included; Atari pools use evaluation settings (whole
 games, raw scores). `render_episode` plays and renders episode 0 of the same protocol.
+`describe_protocol` says all of it in one line, to print beside a score.
 """
 
 from __future__ import annotations
@@ -14,7 +15,32 @@ from typing import Callable
 
 import numpy as np
 
+from offpolicy_ac import envs
 from offpolicy_ac.envs import LAST
+from offpolicy_ac.training.config import TrainConfig
+from offpolicy_ac.training.sources import task_kwargs
+
+
+def describe_protocol(config: TrainConfig, num_episodes: int | None = None) -> str:
+  """The evaluation protocol of a run's scores in one line: the policy, the episodes, the
+  schedule (in-training evaluation; pass `num_episodes` for a one-off evaluation) and, on
+  Atari, how the games are played (`envs.atari_protocol`: sticky actions, no-op starts,
+  action set, episodic life, frames)."""
+  if num_episodes is None:
+    episodes = config.eval.eval_episodes
+    interval = config.eval_interval
+    when = f" every {interval:,} env steps" if interval else " (evaluation off)"
+  else:
+    episodes, when = num_episodes, ""
+  text = (
+      f"greedy policy, mean return of {episodes} episodes, each on its own freshly reset "
+      f"environment{when}"
+  )
+  if config.env.atari:
+    protocol = envs.atari_protocol(config.env.env_id, **task_kwargs(config))
+    return f"{protocol.describe()}; {text}"
+  steps = envs.time_limit(config.env.env_id, **task_kwargs(config))
+  return f"{config.env.env_id}: sum of rewards per episode, time limit {steps:,} env steps; {text}"
 
 
 def evaluate(

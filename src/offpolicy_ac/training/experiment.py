@@ -36,6 +36,7 @@ import flax.serialization
 import jax
 
 from offpolicy_ac.training.config import TrainConfig
+from offpolicy_ac.training.evaluation import describe_protocol
 from offpolicy_ac.training.logger import Logger
 from offpolicy_ac.training.logger import MultiLogger
 from offpolicy_ac.training.logger import RunLogger
@@ -225,7 +226,8 @@ def exit_process(code: int = 0) -> None:
     os._exit(code)
 
 
-def _finish(name: str, run_dir: pathlib.Path, result: RunResult, flag: "_StopFlag") -> None:
+def _finish(name: str, run_dir: pathlib.Path, result: RunResult, flag: "_StopFlag",
+            protocol: str) -> None:  # fmt: skip
   save_params(run_dir / "final_params.msgpack", result.agent_state.params)
   if jax.tree.leaves(result.transform_state):  # observation statistics the policy acts with
     save_params(run_dir / "final_transform.msgpack", result.transform_state)
@@ -235,6 +237,7 @@ def _finish(name: str, run_dir: pathlib.Path, result: RunResult, flag: "_StopFla
       if k not in ("agent_state", "transform_state")
   }
   summary["run_dir"] = str(run_dir)
+  summary["evaluation_protocol"] = protocol
   if flag.signal_name:
     summary["stopped_by"] = flag.signal_name
   (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
@@ -300,6 +303,9 @@ def _run(name: str, args: Any, root: pathlib.Path, *, agent_factory: Callable,
           d, _seed_args(args, s, d), extra={"algorithm": name, "vmapped_seeds_of": str(root)}
       )
   _after_backend_start()
+  protocol = describe_protocol(config)
+  if config.parallel.process_id == 0:
+    print(f"[{name}] evaluation protocol: {protocol}", flush=True)
   checkpointer = _make_checkpointer(config, root)
   loggers = [
       _make_logger(name, config, s, d, progress=progress if k == 0 else False,
@@ -323,7 +329,7 @@ def _run(name: str, args: Any, root: pathlib.Path, *, agent_factory: Callable,
       _abandon_distributed_job(name, config, root, error)
     raise
   for d, result in zip(dirs, results):
-    _finish(name, d, result, flag)
+    _finish(name, d, result, flag, protocol)
   return results
 
 
