@@ -85,8 +85,7 @@ def atari_protocol(task_id: str, **envpool_kwargs: Any) -> AtariProtocol:
   """
   envpool = _envpool_env._check_task_id(task_id)
   kwargs = _envpool_env._atari_kwargs(envpool, task_id, True, envpool_kwargs)
-  num_envs, batch_size, kwargs = _envpool_env._pool_kwargs(envpool, task_id, 1, kwargs)
-  pool_spec = envpool.make_spec(task_id, num_envs=num_envs, batch_size=batch_size, **kwargs)
+  pool_spec = _envpool_env.pool_spec_of(envpool, task_id, 1, kwargs)
   config = pool_spec.config
   return AtariProtocol(
       task_id=task_id,
@@ -109,6 +108,6 @@ def time_limit(task_id: str, **envpool_kwargs: Any) -> int:
     ValueError: unknown task id.
   """
   envpool = _envpool_env._check_task_id(task_id)
-  num_envs, batch_size, kwargs = _envpool_env._pool_kwargs(envpool, task_id, 1, envpool_kwargs)
-  pool_spec = envpool.make_spec(task_id, num_envs=num_envs, batch_size=batch_size, **kwargs)
-  return int(pool_spec.config.max_episode_steps)
+  return int(
+      _envpool_env.pool_spec_of(envpool, task_id, 1, envpool_kwargs).config.max_episode_steps
+  )

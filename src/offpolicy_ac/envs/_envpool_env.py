@@ -710,16 +710,21 @@ def spec(task_id: str, *, atari: bool = False, num_envs: int = 1, **envpool_kwar
     raise ValueError("spec() takes no seed: the spec does not depend on it")
   if atari:
     envpool_kwargs = _atari_kwargs(envpool, task_id, True, envpool_kwargs)
-  num_envs, batch_size, envpool_kwargs = _pool_kwargs(envpool, task_id, num_envs, envpool_kwargs)
+  pool_spec = pool_spec_of(envpool, task_id, num_envs, envpool_kwargs)
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", UserWarning)  # gymnasium's float64 Box casting notes
-    pool_spec = envpool.make_spec(
-        task_id, num_envs=num_envs, batch_size=batch_size, **envpool_kwargs
-    )
     return _spec_from_spaces(
         task_id,
         pool_spec.gymnasium_observation_space,
         pool_spec.gymnasium_action_space,
-        num_envs,
-        batch_size,
+        pool_spec.config.num_envs,
+        pool_spec.config.batch_size,
     )
+
+
+def pool_spec_of(envpool: Any, task_id: str, num_envs: int, envpool_kwargs: dict[str, Any]) -> Any:
+  """envpool's spec of a pool (`envpool.make_spec`): its config and spaces, no pool made."""
+  num_envs, batch_size, envpool_kwargs = _pool_kwargs(envpool, task_id, num_envs, envpool_kwargs)
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore", UserWarning)  # gymnasium's float64 Box casting notes
+    return envpool.make_spec(task_id, num_envs=num_envs, batch_size=batch_size, **envpool_kwargs)

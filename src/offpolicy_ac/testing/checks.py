@@ -72,8 +72,12 @@ def _default_tolerance(dtype):
   return 1e-10 if np.dtype(dtype) == np.float64 else 1e-4
 
 
-def _assert_close(check, where, name, actual, expected, rtol, atol, select=None):
-  """Raises AssertionError naming the worst index when actual != expected."""
+def _assert_close(check, where, name, actual, expected, rtol, atol, dtype, select=None):
+  """Raises AssertionError naming the worst index when actual != expected; a tolerance
+  of None is the default for `dtype` (the outputs' dtype)."""
+  default = _default_tolerance(dtype)
+  rtol = default if rtol is None else rtol
+  atol = default if atol is None else atol
   actual = np.asarray(actual, np.float64)
   expected = np.asarray(expected, np.float64)
   if actual.shape != expected.shape:
@@ -187,16 +191,8 @@ def assert_junction_split_invariant(
         for (name, whole), (_, part) in zip(full[i], parts):
           got = part[(slice(None),) + (0,) * len(idx)]
           want = whole[(slice(a, e + 1),) + idx]
-          tol = _default_tolerance(np.result_type(whole.dtype, part.dtype))
-          _assert_close(
-              check,
-              where,
-              name,
-              got,
-              want,
-              tol if rtol is None else rtol,
-              tol if atol is None else atol,
-          )
+          dtype = np.result_type(whole.dtype, part.dtype)
+          _assert_close(check, where, name, got, want, rtol, atol, dtype)
 
 
 def _garbage_like(name, x, mask, num_actions, kind, rng):
@@ -268,17 +264,9 @@ def assert_masked_steps_ignored(
           }
       )
       for (name, want), (_, got) in zip(clean, _leaves(run, dirty, check, where)):
-        tol = _default_tolerance(want.dtype)
-        _assert_close(
-            check,
-            f"{where}, {kind} garbage in {fields} at masked steps",
-            name,
-            got,
-            want,
-            tol if rtol is None else rtol,
-            tol if atol is None else atol,
-            select=_step_select(traj.mask, want.shape),
-        )
+        what = f"{where}, {kind} garbage in {fields} at masked steps"
+        select = _step_select(traj.mask, want.shape)
+        _assert_close(check, what, name, got, want, rtol, atol, want.dtype, select=select)
 
 
 _PREDICTIONS = ("v_tm1", "q_tm1")
@@ -413,18 +401,9 @@ def assert_matches_reference(
         )
       for (path, got), want in zip(flat, expected):
         name = jax.tree_util.keystr(path) or "(the array)"
-        tol = _default_tolerance(np.asarray(got).dtype)
         lead = np.shape(traj.r_t)
         select = None
         if not compare_masked and np.shape(got)[: len(lead)] == lead:
           select = _step_select(traj.mask, np.shape(got))
-        _assert_close(
-            check,
-            where,
-            name,
-            got,
-            want,
-            tol if rtol is None else rtol,
-            tol if atol is None else atol,
-            select=select,
-        )
+        dtype = np.asarray(got).dtype
+        _assert_close(check, where, name, got, want, rtol, atol, dtype, select=select)

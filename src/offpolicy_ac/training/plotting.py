@@ -67,7 +67,11 @@ def plot_runs(
   if keys:
     ax.legend(fontsize=8)
   fig.tight_layout()
-  out = pathlib.Path(out)
+  return _save(fig, pathlib.Path(out))
+
+
+def _save(fig, out: pathlib.Path) -> pathlib.Path:
+  """Writes the figure next to `out`, then renames it onto `out` (never a partial PNG)."""
   tmp = out.with_suffix(".tmp.png")
   fig.savefig(tmp, dpi=100)
   os.replace(tmp, out)
@@ -119,9 +123,5 @@ def plot_group_curves(
     ax.legend(fontsize=8)
     fig.tight_layout()
     safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in env_id)
-    out = out_dir / f"{safe}.png"
-    tmp = out.with_suffix(".tmp.png")
-    fig.savefig(tmp, dpi=100)
-    os.replace(tmp, out)
-    paths.append(out)
+    paths.append(_save(fig, out_dir / f"{safe}.png"))
   return paths

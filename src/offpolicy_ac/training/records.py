@@ -129,14 +129,19 @@ def to_record(schedule: Schedule, seeds: list[Accumulators]) -> dict:
   }
 
 
-def from_record(record: dict, num_seeds: int, where: str) -> tuple[Schedule, list[Accumulators]]:
-  """The records of a checkpoint; refuses another format or another number of seeds."""
+def check_format(record: dict, where: str) -> None:
+  """Refuses a checkpoint record of another format than `RECORD_FORMAT`."""
   found = record.get("format", 1)
   if found != RECORD_FORMAT:
     raise ValueError(
         f"the checkpoint in {where} has record format {found}; this version of offpolicy_ac "
         f"reads format {RECORD_FORMAT} (format 1 runs resume with offpolicy_ac 0.1)"
     )
+
+
+def from_record(record: dict, num_seeds: int, where: str) -> tuple[Schedule, list[Accumulators]]:
+  """The records of a checkpoint; refuses another format or another number of seeds."""
+  check_format(record, where)
   if len(record["seeds"]) != num_seeds:
     raise ValueError(
         f"the checkpoint in {where} holds {len(record['seeds'])} seeds, the run {num_seeds}"

@@ -225,12 +225,7 @@ def _read_acting(ckpt_dir: pathlib.Path, step: int, num_seeds: int, index: int,
     arrays, record = read_checkpoint(ckpt_dir, step, item)
   except Exception as e:  # pylint: disable=broad-except
     raise ValueError(f"checkpoint {step} in {ckpt_dir} could not be read: {e!r}") from e
-  found = record.get("format", 1)
-  if found != records.RECORD_FORMAT:
-    raise ValueError(
-        f"checkpoint {step} in {ckpt_dir} has record format {found}; this version reads "
-        f"format {records.RECORD_FORMAT}"
-    )
+  records.check_format(record, f"{ckpt_dir} at step {step}")
   learner = jax.tree.map(lambda x: x[index], arrays["learner"])
   return (
       flax.serialization.from_state_dict(params, learner["agent"]["params"]),
