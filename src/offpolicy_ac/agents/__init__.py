@@ -1,5 +1,6 @@
 """Stateless agents: IMPALA, ACER, SQL, SQIL (init / act / greedy_act / update)."""
 
+from offpolicy_ac.agents import hyperparams
 from offpolicy_ac.agents.acer import AcerConfig
 from offpolicy_ac.agents.acer import make_acer
 from offpolicy_ac.agents.acer import make_acer_continuous
@@ -15,6 +16,7 @@ from offpolicy_ac.agents.sql import SqlConfig
 from offpolicy_ac.agents.sql import make_sql
 
 __all__ = [
+    "hyperparams",
     "AcerConfig",
     "Agent",
     "AgentState",

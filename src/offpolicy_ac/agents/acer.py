@@ -39,6 +39,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from typing import ClassVar
 from typing import Sequence
 
 import flax.linen as nn
@@ -55,6 +56,18 @@ from offpolicy_ac.envs import loss_inputs
 class AcerConfig:
   """ACER's hyper-parameters: Retrace and the trust region, the average network, the loss
   weights, the replay ratio, the stochastic dueling network, the network and the optimizer."""
+
+  TUNABLE: ClassVar[tuple[str, ...]] = (
+      "gamma",
+      "learning_rate",
+      "max_grad_norm",
+      "clip_c",
+      "trust_region_delta",
+      "avg_decay",
+      "value_weight",
+      "entropy_weight",
+  )
+  """Fields that may be arrays (swept, vmapped: `agents.hyperparams`)."""
 
   gamma: float = 0.99
   """Discount factor."""
@@ -105,7 +118,7 @@ class AcerConfig:
     if self.optimizer not in ("adam", "rmsprop"):
       raise ValueError(f"optimizer must be 'adam' or 'rmsprop', got {self.optimizer!r}")
     base.check_non_negative("trust_region_delta", self.trust_region_delta)
-    if not 0.0 <= self.avg_decay < 1.0:
+    if not base.is_traced(self.avg_decay) and not 0.0 <= self.avg_decay < 1.0:
       raise ValueError(
           f"avg_decay must lie in [0, 1) (0: the average network is the current one; "
           f"1 would freeze it), got {self.avg_decay}"

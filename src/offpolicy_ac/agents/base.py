@@ -56,10 +56,8 @@ def make_optimizer(
     name: str, learning_rate: float, max_grad_norm: float, *, eps: float = 1e-5, decay: float = 0.99
 ) -> optax.GradientTransformation:
   """Global-norm clipping followed by Adam or RMSProp (IMPALA's)."""
-  if learning_rate <= 0:
-    raise ValueError(f"learning_rate must be > 0, got {learning_rate}")
-  if max_grad_norm <= 0:
-    raise ValueError(f"max_grad_norm must be > 0, got {max_grad_norm}")
+  check_positive("learning_rate", learning_rate)
+  check_positive("max_grad_norm", max_grad_norm)
   if name == "adam":
     opt = optax.adam(learning_rate, eps=eps)
   elif name == "rmsprop":
@@ -90,17 +88,29 @@ def apply_batched(apply_fn: Callable, params: Any, obs: jax.Array, lead_dims: in
   return jax.tree.map(lambda x: x.reshape(lead + x.shape[1:]), out)
 
 
+def is_traced(value: Any) -> bool:
+  """Whether a hyper-parameter is a traced array (hyper-parameters as data, see
+  `agents.hyperparams`): its range was checked on the concrete value before tracing."""
+  return isinstance(value, jax.core.Tracer)
+
+
 def check_in(name: str, value: float, low: float, high: float) -> None:
+  if is_traced(value):
+    return
   if not (low <= value <= high):
     raise ValueError(f"{name} must lie in [{low}, {high}], got {value}")
 
 
 def check_positive(name: str, value: float) -> None:
+  if is_traced(value):
+    return
   if not value > 0:
     raise ValueError(f"{name} must be > 0, got {value}")
 
 
 def check_non_negative(name: str, value: float) -> None:
+  if is_traced(value):
+    return
   if not value >= 0:
     raise ValueError(f"{name} must be >= 0, got {value}")
 

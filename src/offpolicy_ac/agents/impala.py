@@ -9,6 +9,7 @@ V-trace) and on replayed sequences alike.
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 from typing import Sequence
 
 import jax
@@ -23,6 +24,19 @@ from offpolicy_ac.envs import loss_inputs
 @dataclasses.dataclass(frozen=True)
 class ImpalaConfig:
   """IMPALA's hyper-parameters: V-trace, the loss weights, the network and the optimizer."""
+
+  TUNABLE: ClassVar[tuple[str, ...]] = (
+      "gamma",
+      "lambda_",
+      "clip_rho_threshold",
+      "clip_c_threshold",
+      "clip_pg_rho_threshold",
+      "value_weight",
+      "entropy_weight",
+      "learning_rate",
+      "max_grad_norm",
+  )
+  """Fields that may be arrays (swept, vmapped: `agents.hyperparams`)."""
 
   gamma: float = 0.99
   """Discount factor."""
@@ -68,7 +82,8 @@ class ImpalaConfig:
         "optimizer_eps",
     ):
       base.check_positive(name, getattr(self, name))
-    if self.clip_rho_threshold < self.clip_c_threshold:
+    traced = base.is_traced(self.clip_rho_threshold) or base.is_traced(self.clip_c_threshold)
+    if not traced and self.clip_rho_threshold < self.clip_c_threshold:
       raise ValueError(
           f"rho-bar ({self.clip_rho_threshold}) < c-bar ({self.clip_c_threshold}): "
           "V-trace needs clip_rho_threshold >= clip_c_threshold (Espeholt et al. 2018, "

@@ -9,6 +9,7 @@ replayed sequences (windows may cross episode junctions: the mask cuts them).
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 from typing import Sequence
 
 import jax
@@ -24,6 +25,17 @@ from offpolicy_ac.envs import loss_inputs
 class SqlConfig:
   """Soft Q-learning's (and SQIL's) hyper-parameters: the temperature, exploration, the
   n-step or lambda targets, the target network, the network and the optimizer."""
+
+  TUNABLE: ClassVar[tuple[str, ...]] = (
+      "gamma",
+      "alpha",
+      "epsilon",
+      "learning_rate",
+      "max_grad_norm",
+      "target_update_tau",
+  )
+  """Fields that may be arrays (swept, vmapped: `agents.hyperparams`). lambda_ is static:
+  0 selects the n-step targets."""
 
   gamma: float = 0.99
   """Discount factor."""

@@ -128,7 +128,51 @@ def _expand(tree: Any) -> Any:
   return jax.tree.map(lambda x: x[None], tree)
 
 
-def _mix_fresh(fresh: Any, replayed: Any, num_updates: int) -> Any:
+def make_ingest(agent: Agent, transformer: envs.DataTransformer,
+                replay: Optional[replay_lib.SequenceReplay],
+                constrain: Callable = lambda batch: batch) -> Callable:  # fmt: skip
+  """`ingest(state, traj) -> (state, (fresh metrics or None, sampling key or None))`:
+  steps 1-3 of the module docstring for one seed (no seed axis)."""
+  updates_fresh = not agent.off_policy or agent.fresh_update_first
+
+  def ingest(state: LearnerState, traj: envs.Trajectory):
+    transform = transformer.update(state.transform, traj)
+    replay_state, replay_key, key = None, state.replay_key, None
+    if replay is not None:  # every iteration draws its sampling key, learning or not
+      replay_state = replay.add(state.replay, traj)
+      replay_key, key = jax.random.split(state.replay_key)
+    agent_state, metrics = state.agent, None
+    if updates_fresh:
+      agent_state, metrics = agent.update(
+          agent_state, constrain(transformer.apply(transform, traj))
+      )
+    return LearnerState(agent_state, transform, replay_state, replay_key), (metrics, key)
+
+  return ingest
+
+
+def make_sample_and_update(agent: Agent, transformer: envs.DataTransformer,
+                           replay: replay_lib.SequenceReplay, batch_fn: Optional[Callable],
+                           num_updates: int,
+                           constrain: Callable = lambda batch: batch) -> Callable:  # fmt: skip
+  """`sample_and_update(state, key) -> (state, mean metrics)`: step 4 of the module
+  docstring for one seed (`num_updates` replayed updates, each on a fresh sample)."""
+
+  def sample_and_update(state: LearnerState, key: jax.Array):
+    def body(agent_state, key):
+      batch_key, fn_key = jax.random.split(key)
+      batch = replay.sample(state.replay, batch_key)
+      if batch_fn is not None:
+        batch = batch_fn(batch, fn_key)
+      return agent.update(agent_state, constrain(transformer.apply(state.transform, batch)))
+
+    agent_state, metrics = jax.lax.scan(body, state.agent, jax.random.split(key, num_updates))
+    return state._replace(agent=agent_state), jax.tree.map(jnp.mean, metrics)
+
+  return sample_and_update
+
+
+def mix_metrics(fresh: Any, replayed: Any, num_updates: int) -> Any:
   """Averages the fresh update's metrics in with the replayed ones at equal weight."""
   return jax.tree.map(lambda f, m: (f + num_updates * m) / (num_updates + 1), fresh, replayed)
 
@@ -157,39 +201,13 @@ class Learner:
   # -- the per-seed pure functions -------------------------------------------
 
   def _make_ingest(self, constrain: Callable) -> Callable:
-    agent, transformer, replay = self.agent, self.transformer, self.replay
-
-    def ingest(state: LearnerState, traj: envs.Trajectory):
-      transform = transformer.update(state.transform, traj)
-      replay_state, replay_key, key = None, state.replay_key, None
-      if replay is not None:  # every iteration draws its sampling key, learning or not
-        replay_state = replay.add(state.replay, traj)
-        replay_key, key = jax.random.split(state.replay_key)
-      agent_state, metrics = state.agent, None
-      if self.updates_fresh:
-        agent_state, metrics = agent.update(
-            agent_state, constrain(transformer.apply(transform, traj))
-        )
-      return LearnerState(agent_state, transform, replay_state, replay_key), (metrics, key)
-
-    return ingest
+    return make_ingest(self.agent, self.transformer, self.replay, constrain)
 
   def _make_sample_and_update(self, constrain: Callable) -> Callable:
-    agent, transformer, replay, batch_fn = self.agent, self.transformer, self.replay, self._batch_fn
-    num_updates = self.config.replay.num_updates_per_train_iter
-
-    def sample_and_update(state: LearnerState, key: jax.Array):
-      def body(agent_state, key):
-        batch_key, fn_key = jax.random.split(key)
-        batch = replay.sample(state.replay, batch_key)
-        if batch_fn is not None:
-          batch = batch_fn(batch, fn_key)
-        return agent.update(agent_state, constrain(transformer.apply(state.transform, batch)))
-
-      agent_state, metrics = jax.lax.scan(body, state.agent, jax.random.split(key, num_updates))
-      return state._replace(agent=agent_state), jax.tree.map(jnp.mean, metrics)
-
-    return sample_and_update
+    return make_sample_and_update(
+        self.agent, self.transformer, self.replay, self._batch_fn,
+        self.config.replay.num_updates_per_train_iter, constrain,
+    )  # fmt: skip
 
   def _make_sweep(self, constrain: Callable) -> Callable:
     agent, transformer = self.agent, self.transformer
@@ -292,7 +310,7 @@ class Learner:
   def mix(self, fresh: Any, replayed: Any) -> Any:
     if fresh is None:
       return replayed
-    return _mix_fresh(fresh, replayed, self.config.replay.num_updates_per_train_iter)
+    return mix_metrics(fresh, replayed, self.config.replay.num_updates_per_train_iter)
 
   def warm_up(self, state: LearnerState, batch: Any) -> "Background":
     """Compiles the iteration (and the greedy policy) on dummy data in a background
