@@ -107,6 +107,7 @@ def test_final_observation_is_what_step_env_returned():
   state, ts = env.reset(jax.random.PRNGKey(1), env_id=7)
   assert int(ts.env_id) == 7 and ts.env_id.dtype == jnp.int32
   step = jax.jit(env.step)
+  prev_obs = ts.observation
   for t in range(1, 7):
     action = jnp.int32(t % 2)
     want, _, want_reward, _, _ = genv.step_env(jax.random.PRNGKey(0), state.inner, action, params)
