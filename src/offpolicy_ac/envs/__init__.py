@@ -11,6 +11,15 @@ docs/design.md, "Contract 2 — environments". Public API:
     state, traj, stats = rollout.unroll(params, state)     # compiled loop per unroll
     inputs = loss_inputs(traj, gamma)                      # r_t, discount_t, mask: [T, B]
     transformer = make_data_transformer(obs_shape, normalize_observations=True)
+
+JAX-native environments (gymnax, brax) in functional form, and a pure rollout over them:
+
+    env = make_functional("gymnax:CartPole-v1", max_episode_steps=None)
+    state, ts = env.reset(key); state, ts = env.step(state, action)   # one env; vmap it
+    rollout = make_functional_rollout(env, act_fn, unroll_length=T, num_envs=B)
+    state = rollout.init(params, key)
+    state, traj, stats = rollout.unroll(params, state)     # pure, jitted; [T+1, B, ...]
+    episodes = finished_episodes(stats)                    # host EpisodeStats
 """
 
 from offpolicy_ac.envs._atari_protocol import AtariProtocol
@@ -23,6 +32,17 @@ from offpolicy_ac.envs._envpool_env import is_atari
 from offpolicy_ac.envs._envpool_env import make
 from offpolicy_ac.envs._envpool_env import make_atari
 from offpolicy_ac.envs._envpool_env import spec
+from offpolicy_ac.envs._functional import BRAX_BACKENDS
+from offpolicy_ac.envs._functional import BRAX_DEFAULT_BACKEND
+from offpolicy_ac.envs._functional import GYMNAX_TASKS
+from offpolicy_ac.envs._functional import FunctionalEnv
+from offpolicy_ac.envs._functional import FunctionalEnvState
+from offpolicy_ac.envs._functional import make_functional
+from offpolicy_ac.envs._functional_rollout import FunctionalEpisodeStats
+from offpolicy_ac.envs._functional_rollout import FunctionalRollout
+from offpolicy_ac.envs._functional_rollout import FunctionalRolloutState
+from offpolicy_ac.envs._functional_rollout import finished_episodes
+from offpolicy_ac.envs._functional_rollout import make_functional_rollout
 from offpolicy_ac.envs._rollout import ActFn
 from offpolicy_ac.envs._rollout import Backend
 from offpolicy_ac.envs._rollout import Rollout
@@ -56,12 +76,20 @@ __all__ = [
     "ATARI_TRAIN_KWARGS",
     "ActFn",
     "AtariProtocol",
+    "BRAX_BACKENDS",
+    "BRAX_DEFAULT_BACKEND",
     "Backend",
     "DataTransformer",
     "EnvPoolEnv",
     "EnvSpec",
     "EpisodeStats",
     "FIRST",
+    "FunctionalEnv",
+    "FunctionalEnvState",
+    "FunctionalEpisodeStats",
+    "FunctionalRollout",
+    "FunctionalRolloutState",
+    "GYMNAX_TASKS",
     "LAST",
     "LossInputs",
     "MID",
@@ -77,11 +105,14 @@ __all__ = [
     "atari_protocol",
     "clip_reward",
     "default_device",
+    "finished_episodes",
     "is_atari",
     "loss_inputs",
     "make",
     "make_atari",
     "make_data_transformer",
+    "make_functional",
+    "make_functional_rollout",
     "make_rollout",
     "normalize",
     "running_stats_init",
