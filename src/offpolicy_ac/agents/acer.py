@@ -100,7 +100,8 @@ class AcerConfig:
   sdn_hidden_size: int = 64
   """Continuous: hidden units of the SDN's advantage head A(x, a)."""
   torso: str = "auto"
-  """'auto', 'mlp', 'nature_cnn' or 'impala_resnet'."""
+  """'auto' or one of networks.TORSOS: 'mlp', 'nature_cnn', 'impala_resnet', 'small_cnn',
+  'minatar_cnn'."""
   shared_torso: bool = False
   """True: policy and critic share one torso (the paper's Atari network). False (the
   default) gives the critic (Q, or V and A) a torso of its own, so critic updates

@@ -61,7 +61,8 @@ class ImpalaConfig:
   max_grad_norm: float = 0.5
   """Global-norm gradient clipping."""
   torso: str = "auto"
-  """'auto', 'mlp', 'nature_cnn' or 'impala_resnet'."""
+  """'auto' or one of networks.TORSOS: 'mlp', 'nature_cnn', 'impala_resnet', 'small_cnn',
+  'minatar_cnn'."""
   hidden_sizes: Sequence[int] = (64, 64)
   """MLP torso layer sizes."""
   init_log_std: float = 0.0

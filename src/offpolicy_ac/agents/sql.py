@@ -56,7 +56,8 @@ class SqlConfig:
   target_update_tau: float = 0.05
   """Polyak step of the target network after each update (1: hard copy)."""
   torso: str = "auto"
-  """'auto', 'mlp', 'nature_cnn' or 'impala_resnet'."""
+  """'auto' or one of networks.TORSOS: 'mlp', 'nature_cnn', 'impala_resnet', 'small_cnn',
+  'minatar_cnn'."""
   hidden_sizes: Sequence[int] = (128, 128)
   """MLP torso layer sizes."""
 

@@ -83,6 +83,7 @@ __all__ = [
     "EnvPoolEnv",
     "EnvSpec",
     "EpisodeStats",
+    "FUNCTIONAL_PREFIXES",
     "FIRST",
     "FunctionalEnv",
     "FunctionalEnvState",
@@ -107,6 +108,7 @@ __all__ = [
     "default_device",
     "finished_episodes",
     "is_atari",
+    "is_functional",
     "loss_inputs",
     "make",
     "make_atari",
@@ -121,3 +123,12 @@ __all__ = [
     "spec",
     "time_limit",
 ]
+
+FUNCTIONAL_PREFIXES = ("gymnax", "brax")
+"""Prefixes of the JAX environments `make_functional` builds ("gymnax:CartPole-v1")."""
+
+
+def is_functional(env_id: str) -> bool:
+  """Whether `env_id` names a JAX environment ("gymnax:...", "brax:...") rather than an
+  envpool task."""
+  return env_id.partition(":")[0] in FUNCTIONAL_PREFIXES

@@ -1,5 +1,8 @@
 """The training driver, its configuration, evaluation, and the run directory."""
 
+from offpolicy_ac.training.anakin import AnakinState
+from offpolicy_ac.training.anakin import CompiledTrain
+from offpolicy_ac.training.anakin import make_train
 from offpolicy_ac.training.cli import parse_args
 from offpolicy_ac.training.clock import seconds_since_launch
 from offpolicy_ac.training.config import ActorsConfig
@@ -35,6 +38,8 @@ from offpolicy_ac.training.video import write_video
 
 __all__ = [
     "ActorsConfig",
+    "AnakinState",
+    "CompiledTrain",
     "BudgetConfig",
     "CheckpointConfig",
     "EnvConfig",
@@ -55,6 +60,7 @@ __all__ = [
     "exit_process",
     "load_params",
     "load_run",
+    "make_train",
     "make_training_rollout",
     "parse_args",
     "plot_runs",

@@ -7,7 +7,8 @@ A preset is a complete Args value; flags given after it override its fields.
 Nested configs (`train` and its groups, `agent`) are flattened: `--learning-rate`, not
 `--agent.learning-rate`. Shorthands: `--async-actors K` is `--actors async --num-actors
 K`, `--actor-pools K` is `--actors pools --num-actors K`, `--xla-rollout` is
-`--rollout compiled`.
+`--rollout compiled`. `--sweep` may be repeated, one field each (`--sweep
+learning_rate=1e-3,3e-3 --sweep gamma=0.99,0.995`).
 """
 
 from __future__ import annotations
@@ -63,6 +64,28 @@ def expand_shorthands(argv: Sequence[str]) -> list[str]:
   return out
 
 
+def merge_sweeps(argv: Sequence[str]) -> list[str]:
+  """Repeated `--sweep FIELD=VALUES` flags as one `--sweep A B ...` (tyro's form of a
+  tuple), placed where the first one was."""
+  out, sweeps, first, argv = [], [], None, list(argv)
+  while argv:
+    flag = argv.pop(0)
+    name, eq, value = flag.partition("=")
+    if name != "--sweep":
+      out.append(flag)
+      continue
+    if first is None:
+      first = len(out)
+    if eq:
+      sweeps.append(value)
+      continue
+    while argv and not argv[0].startswith("--"):
+      sweeps.append(argv.pop(0))
+  if first is not None:
+    out[first:first] = ["--sweep", *sweeps]
+  return out
+
+
 def parse_args(
     args_cls: type[ArgsT],
     presets: Optional[dict[str, ArgsT]] = None,
@@ -70,7 +93,7 @@ def parse_args(
     description: str = "",
 ) -> ArgsT:
   """Parses argv into `args_cls`, starting from `--preset NAME` when given."""
-  argv = expand_shorthands(sys.argv[1:] if argv is None else argv)
+  argv = merge_sweeps(expand_shorthands(sys.argv[1:] if argv is None else argv))
   presets = presets or {}
   default: Any = None
   if "--preset" in argv:

@@ -84,6 +84,11 @@ class BudgetConfig:
   (`TrainConfig.vmap_unsupported_reason`); then the seeds run one after the other."""
   vmap_seeds: bool = True
   """With num_seeds > 1: vmap the seeds' learners in one process (see num_seeds)."""
+  sweep: tuple[str, ...] = ()
+  """Hyper-parameter sweep, FIELD=V1,V2,... per tunable agent field (repeat the flag:
+  `--sweep learning_rate=1e-3,3e-3 --sweep gamma=0.99,0.995`): one learner per
+  combination and seed, all in one vmapped program (JAX environments,
+  `training.make_train`). See `agents.hyperparams`."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -280,6 +285,12 @@ class TrainConfig:
       return "whole-replay-buffer training (a data-dependent number of batches)"
     return None
 
+  @property
+  def compiled(self) -> bool:
+    """Whether the run is one compiled program: `env_id` names a JAX environment
+    ("gymnax:...", "brax:..."; `envs.make_functional`)."""
+    return envs.is_functional(self.env.env_id)
+
   def validate(self) -> None:
     """Raises ValueError naming the field for any bad value or combination."""
     env, budget, replay, actors = self.env, self.budget, self.replay, self.acting
@@ -319,6 +330,13 @@ class TrainConfig:
           f"replay_capacity ({replay.replay_capacity})"
       )
     _check_actors(actors)
+    if budget.sweep and not self.compiled:
+      raise ValueError(
+          "--sweep needs a JAX environment (--env-id gymnax:... or brax:...): the learners "
+          f"of a sweep share one compiled program; {env.env_id!r} is an envpool task"
+      )
+    if budget.sweep and not budget.vmap_seeds:
+      raise ValueError("--sweep runs its learners in one vmapped program: drop --no-vmap-seeds")
     if env.num_envs % parallel.learner_devices:
       raise ValueError(
           f"num_envs ({env.num_envs}) must divide evenly over "

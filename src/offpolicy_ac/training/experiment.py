@@ -13,6 +13,9 @@
   orbax every `checkpoint_every` env steps and at the end;
 * writes final_params.msgpack and summary.json;
 * `--num-seeds N`: N seeds with one vmapped learner (or one after the other);
+* `--env-id gymnax:...` / `brax:...` (a JAX environment): the whole run is one compiled
+  program (`training.make_train`), with `--sweep` over hyper-parameters
+  (`training/anakin_runs.py`);
 * multi-host (`--num-processes`): joins the jax.distributed job first.
 """
 
@@ -261,6 +264,11 @@ def run_experiment(name: str, args: Any, agent_factory: Callable, *,
   if config.tracking.track:
     require_wandb()
   root = pathlib.Path(args.run_dir or default_run_dir(name, config))
+  if config.compiled:  # a JAX environment: every learner in one compiled program
+    from offpolicy_ac.training.anakin_runs import run_compiled
+
+    results = run_compiled(name, args, root, batch_fn=batch_fn, progress=progress)
+    return results[0] if len(results) == 1 else results
   seeds = config.seeds
   kwargs = dict(batch_fn=batch_fn, progress=progress, rollout_factory=rollout_factory)
   if len(seeds) == 1:

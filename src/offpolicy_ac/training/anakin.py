@@ -1,0 +1,312 @@
+"""The whole training iteration as one compiled program (Anakin; Hessel et al. 2021,
+"Podracer architectures for scalable reinforcement learning", arXiv:2104.06272).
+
+    compiled = make_train(make_impala, ImpalaConfig(), TrainConfig.of(env_id="gymnax:CartPole-v1"))
+    state, metrics = jax.jit(compiled.train)(jax.random.PRNGKey(0), compiled.hyperparams)
+    # a sweep: one learner per (setting, seed), one program
+    keys, hps = ...                                  # [N, 2], {"learning_rate": [N], ...}
+    states, metrics = jax.jit(jax.vmap(compiled.train))(keys, hps)
+
+With an environment written in JAX (`envs.make_functional`: gymnax, brax) nothing leaves
+the device during training: each iteration unrolls the policy on `num_envs` environments
+(`envs.make_functional_rollout`), updates the data transformer, adds the unroll to the
+replay, makes the agent's updates (`learner.make_ingest`, `learner.make_sample_and_update`:
+the same per-seed functions as the envpool driver's) and, when due, evaluates the greedy
+policy; a `lax.scan` runs the iterations. Everything is a pure function of `(key,
+hyperparams)`:
+
+* `hyperparams` are the agent config's tunable numbers as arrays (`agents.hyperparams`),
+  so `jax.vmap` over them trains a sweep in one program;
+* the state (`AnakinState`) is a pytree that holds the environments too, so a checkpoint
+  is the whole run, and a resumed run repeats the uninterrupted one exactly (no segment
+  cuts as with envpool's environments).
+
+`metrics` are arrays with a leading iteration axis: env steps so far, the sums and count
+of the episodes that finished during the iteration (raw environment rewards), the agent's
+update metrics (NaN where it made no update, e.g. while the replay fills) and the greedy
+evaluation's mean and minimum return (NaN where none was due). `train` runs the whole
+budget; `run` runs one chunk of `iterations_per_chunk` iterations (the experiment scripts
+log, checkpoint and stop between chunks; `training/anakin_runs.py`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+from typing import Callable
+from typing import NamedTuple
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+
+from offpolicy_ac import envs
+from offpolicy_ac.agents import hyperparams as hyperparams_lib
+from offpolicy_ac.agents.base import Agent
+from offpolicy_ac.training.config import TrainConfig
+from offpolicy_ac.training.learner import Acting
+from offpolicy_ac.training.learner import LearnerState
+from offpolicy_ac.training.learner import example_trajectory
+from offpolicy_ac.training.learner import make_ingest
+from offpolicy_ac.training.learner import make_policies
+from offpolicy_ac.training.learner import make_replay
+from offpolicy_ac.training.learner import make_sample_and_update
+from offpolicy_ac.training.learner import make_transformer
+from offpolicy_ac.training.learner import mix_metrics
+
+__all__ = ["AnakinState", "CompiledTrain", "make_train", "unsupported_reason"]
+
+
+class AnakinState(NamedTuple):
+  """Everything a compiled run carries from one iteration to the next (one learner).
+
+  Attributes:
+    learner: the agent, data-transformer and replay state, as the envpool driver's
+      `LearnerState` of one seed (no seed axis).
+    rollout: the functional rollout's state: the environments, the pending actions,
+      the running episode returns and the rollout's key.
+    eval_key: PRNG key of the evaluations (folded with the iteration).
+    iteration: int32, iterations done.
+    env_steps: int32, environment steps taken.
+  """
+
+  learner: LearnerState
+  rollout: Any
+  eval_key: jax.Array
+  iteration: jax.Array
+  env_steps: jax.Array
+
+
+class CompiledTrain(NamedTuple):
+  """The pure functions of a compiled run (see the module docstring) and its static facts.
+
+  Attributes:
+    train: `train(key, hyperparams) -> (AnakinState, metrics [iterations])`, the whole
+      budget.
+    init: `init(key, hyperparams) -> AnakinState`.
+    run: `run(state, hyperparams, num_active, evaluate) -> (state, metrics
+      [iterations_per_chunk])`: the next `num_active` (<= iterations_per_chunk)
+      iterations, then a greedy evaluation if `evaluate`; the iterations past
+      `num_active` change nothing (their metrics say `active` False).
+    hyperparams: the agent config's tunable fields as float32 scalars (the defaults).
+    agent_at: `agent_at(hyperparams) -> Agent`, the agent with those hyper-parameters.
+    env: the functional environment.
+    config: the TrainConfig.
+    iterations: iterations of the whole budget.
+    iterations_per_chunk: iterations of one `run` call (one log line's worth).
+    chunks_per_eval: chunks between greedy evaluations (0: none).
+    steps_per_iteration: env steps of one iteration (unroll_length x num_envs).
+  """
+
+  train: Callable
+  init: Callable
+  run: Callable
+  hyperparams: dict
+  agent_at: Callable[[dict], Agent]
+  env: Any
+  config: TrainConfig
+  iterations: int
+  iterations_per_chunk: int
+  chunks_per_eval: int
+  steps_per_iteration: int
+
+
+def unsupported_reason(config: TrainConfig) -> Optional[str]:
+  """Why a config cannot run as one compiled program (None: it can)."""
+  if config.acting.actors != "inline":
+    return "actor threads (--actors pools / async): the compiled loop has no actors"
+  if config.parallel.learner_devices > 1 or config.parallel.num_processes > 1:
+    return "a learner over several devices or processes"
+  if config.replay.whole_replay_buffer_training:
+    return "whole-replay-buffer training (a data-dependent number of batches)"
+  if config.env.env_batch_size:
+    return "batched env stepping (--env-batch-size): JAX environments step together"
+  if config.env.rollout != "host":
+    return "--rollout compiled (an envpool backend): JAX environments always compile"
+  if config.env.atari:
+    return "--atari (envpool's Atari preprocessing)"
+  return None
+
+
+def make_train(
+    make_agent: Callable[[Any, Any], Agent],
+    agent_config: Any,
+    config: TrainConfig,
+    *,
+    env: Any = None,
+    batch_fn: Optional[Callable] = None,
+) -> CompiledTrain:
+  """Builds the compiled run of an agent on a JAX environment.
+
+  Args:
+    make_agent: the agent's factory, `make_agent(spec, agent_config) -> Agent`
+      (`make_impala`, `make_acer`, `make_sql`, `make_sqil`).
+    agent_config: its config; the tunable fields (`agents.hyperparams`) become the
+      `hyperparams` argument of `train`, the others stay static.
+    config: the run's settings (`config.env.env_id` names a JAX environment,
+      "gymnax:..." or "brax:..."); `seed`, `num_seeds` and the logging and checkpoint
+      settings are the driver's business, not this function's.
+    env: the functional environment (default: `envs.make_functional(env_id,
+      max_episode_steps)`).
+    batch_fn: `batch_fn(batch, key) -> batch` applied to each replayed batch (SQIL's
+      demonstrations), as in `training.train`.
+
+  Raises:
+    ValueError: a bad config, a config the compiled loop cannot run
+      (`unsupported_reason`), or an agent that does not fit the environment; all before
+      anything compiles.
+  """
+  config.validate()
+  reason = unsupported_reason(config)
+  if reason is not None:
+    raise ValueError(f"a compiled (Anakin) run cannot use {reason}")
+  if env is None:
+    env = envs.make_functional(config.env.env_id, max_episode_steps=config.env.max_episode_steps)
+  spec = env.spec._replace(num_envs=config.env.num_envs, batch_size=config.env.num_envs)
+  agent = make_agent(spec, agent_config)  # validates the config against the task
+  defaults = hyperparams_lib.hyperparams_of(agent_config)
+  transformer = make_transformer(spec, config)
+  replay = make_replay(config) if agent.off_policy else None
+  unroll_length, num_envs = config.env.unroll_length, config.env.num_envs
+  steps_per_iteration = unroll_length * num_envs
+  iterations = math.ceil(config.budget.total_env_steps / steps_per_iteration)
+  per_chunk = max(1, round(config.budget.log_every / steps_per_iteration))
+  chunk_steps = per_chunk * steps_per_iteration
+  chunks_per_eval = max(1, round(config.eval_interval / chunk_steps)) if config.eval_interval else 0
+  eval_episodes = config.eval.eval_episodes
+  num_updates = config.replay.num_updates_per_train_iter
+  min_replay = max(config.replay.min_replay_size, 1)
+
+  def agent_at(hp: dict) -> Agent:
+    return make_agent(spec, hyperparams_lib.with_hyperparams(agent_config, hp))
+
+  def parts(hp: dict):
+    """The agent with these hyper-parameters, its policies and its rollout."""
+    agent = agent_at(hp)
+    act, greedy = make_policies(agent, transformer)
+    rollout = envs.make_functional_rollout(env, act, unroll_length=unroll_length,
+                                           num_envs=num_envs)  # fmt: skip
+    return agent, act, greedy, rollout
+
+  def init(key: jax.Array, hp: dict) -> AnakinState:
+    agent, act, _, rollout = parts(hp)
+    agent_key, replay_key = jax.random.split(key)  # as the envpool driver's seeds
+    rollout_key, eval_key = jax.random.split(jax.random.fold_in(key, 1))
+    agent_state = agent.init(agent_key)
+    transform = transformer.init()
+    acting = Acting(agent_state.params, transform)
+    replay_state = None
+    if replay is not None:
+      replay_state = replay.init(example_trajectory(act, acting, spec, config, num_envs))
+    learner = LearnerState(agent_state, transform, replay_state, replay_key)
+    zero = jnp.zeros((), jnp.int32)
+    return AnakinState(learner, rollout.init(acting, rollout_key), eval_key, zero, zero)
+
+  def evaluate(greedy: Callable, acting: Acting, key: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Mean and minimum return of the greedy policy over `eval_episodes` episodes, each
+    on its own freshly reset environment (raw rewards)."""
+    env_states, ts = jax.vmap(env.reset)(
+        jax.random.split(key, eval_episodes), jnp.arange(eval_episodes, dtype=jnp.int32)
+    )
+    returns = jnp.zeros((eval_episodes,), jnp.float32)
+    finished = jnp.zeros((eval_episodes,), bool)
+
+    def cond(carry):
+      _, _, _, finished, steps = carry
+      return jnp.logical_and(~finished.all(), steps <= env.max_episode_steps)
+
+    def body(carry):
+      env_states, ts, returns, finished, steps = carry
+      action = greedy(acting, ts.observation)
+      env_states, ts = jax.vmap(env.step)(env_states, action)
+      returns = returns + jnp.where(finished, 0.0, ts.reward)
+      finished = finished | (ts.step_type == envs.LAST)
+      return env_states, ts, returns, finished, steps + 1
+
+    carry = (env_states, ts, returns, finished, jnp.zeros((), jnp.int32))
+    _, _, returns, _, _ = jax.lax.while_loop(cond, body, carry)
+    return returns.mean(), returns.min()
+
+  def iteration(state: AnakinState, hp: dict, evaluate_now: jax.Array):
+    agent, act, greedy, rollout = parts(hp)
+    ingest = make_ingest(agent, transformer, replay)
+    learner = state.learner
+    rollout_state, traj, stats = rollout.unroll(Acting(learner.agent.params, learner.transform),
+                                                state.rollout)  # fmt: skip
+    learner, (fresh, key) = ingest(learner, traj)
+    updated = jnp.asarray(True)
+    if replay is not None:
+      sample = make_sample_and_update(agent, transformer, replay, batch_fn, num_updates)
+      can_learn = learner.replay.size >= min_replay
+      shape = jax.eval_shape(sample, learner, key)[1]
+      skipped = jax.tree.map(lambda s: jnp.full(s.shape, jnp.nan, s.dtype), shape)
+      learner, replayed = jax.lax.cond(can_learn, sample, lambda s, k: (s, skipped), learner, key)
+      if fresh is None:
+        metrics, updated = replayed, can_learn
+      else:
+        metrics = jax.tree.map(lambda m, f: jnp.where(can_learn, m, f),
+                               mix_metrics(fresh, replayed, num_updates), fresh)  # fmt: skip
+    else:
+      metrics = fresh
+    acting = Acting(learner.agent.params, learner.transform)
+    eval_key = jax.random.fold_in(state.eval_key, state.iteration)
+    nan = jnp.full((), jnp.nan, jnp.float32)
+    eval_return, eval_min = jax.lax.cond(
+        evaluate_now, lambda: evaluate(greedy, acting, eval_key), lambda: (nan, nan)
+    )
+    env_steps = state.env_steps + steps_per_iteration
+    done = stats.done
+    out = {
+        "active": jnp.asarray(True),
+        "env_steps": env_steps,
+        "episodes": done.sum().astype(jnp.int32),
+        "episode_return_sum": jnp.where(done, stats.episode_return, 0.0).sum(),
+        "episode_length_sum": jnp.where(done, stats.episode_length, 0).sum().astype(jnp.float32),
+        "updated": jnp.asarray(updated),
+        "num_updates": learner.agent.num_updates,
+        "eval_return": eval_return,
+        "eval_return_min": eval_min,
+        **{name: jnp.asarray(value, jnp.float32) for name, value in metrics.items()},
+    }
+    new = AnakinState(learner, rollout_state, state.eval_key, state.iteration + 1, env_steps)
+    return new, out
+
+  def train(key: jax.Array, hp: dict):
+    state = init(key, hp)
+    every = chunks_per_eval * per_chunk
+
+    def body(state, i):
+      due = jnp.asarray(False) if not every else (i + 1) % every == 0
+      return iteration(state, hp, due)
+
+    return jax.lax.scan(body, state, jnp.arange(iterations))
+
+  def run(state: AnakinState, hp: dict, num_active: jax.Array, evaluate_last: jax.Array):
+    template = jax.eval_shape(iteration, state, hp, jnp.asarray(False))[1]
+
+    def idle(state):
+      out = jax.tree.map(lambda s: jnp.full(s.shape, jnp.nan, s.dtype)
+                         if jnp.issubdtype(s.dtype, jnp.floating) else jnp.zeros(s.shape, s.dtype),
+                         template)  # fmt: skip
+      return state, {**out, "env_steps": state.env_steps, "num_updates":
+                     state.learner.agent.num_updates}  # fmt: skip
+
+    def body(state, i):
+      due = jnp.logical_and(evaluate_last, i == num_active - 1)
+      return jax.lax.cond(i < num_active, lambda s: iteration(s, hp, due), idle, state)
+
+    return jax.lax.scan(body, state, jnp.arange(per_chunk))
+
+  return CompiledTrain(
+      train=train,
+      init=init,
+      run=run,
+      hyperparams=defaults,
+      agent_at=agent_at,
+      env=env,
+      config=config,
+      iterations=iterations,
+      iterations_per_chunk=per_chunk,
+      chunks_per_eval=chunks_per_eval,
+      steps_per_iteration=steps_per_iteration,
+  )

@@ -1,0 +1,311 @@
+"""Compiled (Anakin) runs from the experiment scripts: run directories, logs, checkpoints,
+resume and sweeps around `training.make_train`.
+
+`run_experiment` comes here when `--env-id` names a JAX environment ("gymnax:...",
+"brax:..."). Every learner of the run, one per (setting of `--sweep`, seed), is one lane
+of a single vmapped program; the host only steps it chunk by chunk (a chunk is one log
+line's worth of iterations) and, between chunks, writes each learner's metrics line,
+checkpoints the whole state and checks the stop signals and the target return.
+
+Run directories: one learner logs in `--run-dir` itself; several seeds in
+`<run-dir>/seed<k>`; a sweep in `<run-dir>/<field>=<value>,.../seed<k>`. Each holds what
+an envpool run's directory holds (config.json with that learner's own settings,
+metrics.jsonl, TensorBoard, learning_curve.png, final parameters, summary.json), so
+`load_run`, `evaluate.py` and `plot.py` read them alike. `<run-dir>` holds the whole
+config, the checkpoints of every learner together, and the comparison plots.
+
+Exact resume: the state is a pytree that holds the environments, so a checkpoint is the
+whole run and a resumed run computes exactly what the uninterrupted run computes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import pathlib
+from typing import Any
+from typing import Callable
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from offpolicy_ac.agents import hyperparams as hyperparams_lib
+from offpolicy_ac.agents.registry import AGENTS
+from offpolicy_ac.training import records
+from offpolicy_ac.training.anakin import make_train
+from offpolicy_ac.training.clock import seconds_since_launch
+from offpolicy_ac.training.config import TrainConfig
+from offpolicy_ac.training.logger import write_config
+from offpolicy_ac.training.loop import NonFiniteError
+from offpolicy_ac.training.loop import RunResult
+
+# Keys of a chunk's metrics that are bookkeeping, not learner statistics.
+_BOOKKEEPING = ("active", "env_steps", "episodes", "episode_return_sum", "episode_length_sum",
+                "updated", "num_updates", "eval_return", "eval_return_min")  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True)
+class Learner:
+  """One lane of the compiled program: its setting, seed and run directory."""
+
+  setting: dict
+  seed: int
+  run_dir: pathlib.Path
+
+
+def learners_of(args: Any, root: pathlib.Path) -> list[Learner]:
+  """The run's learners in lane order (settings slowest, then seeds), each with its
+  directory; the sweep is validated here, before anything compiles."""
+  config: TrainConfig = args.train
+  values = hyperparams_lib.parse_sweep(args.agent, config.budget.sweep)
+  settings = hyperparams_lib.sweep_settings(values)
+  seeds = config.seeds
+  out = []
+  for setting in settings:
+    for seed in seeds:
+      if values:
+        label = ",".join(f"{k}={v:g}" for k, v in setting.items())
+        run_dir = root / label / f"seed{seed}"
+      else:
+        run_dir = root / f"seed{seed}" if len(seeds) > 1 else root
+      out.append(Learner(setting, seed, run_dir))
+  return out
+
+
+def learner_args(args: Any, learner: Learner) -> Any:
+  """The args of one learner alone (its seed, its setting, no sweep)."""
+  agent = hyperparams_lib.check_setting(args.agent, learner.setting)
+  train = args.train.replace(seed=learner.seed, num_seeds=1, sweep=())
+  return dataclasses.replace(args, train=train, agent=agent, run_dir=str(learner.run_dir))
+
+
+def run_compiled(name: str, args: Any, root: pathlib.Path, *, batch_fn: Optional[Callable],
+                 progress: Optional[bool]) -> list[RunResult]:  # fmt: skip
+  """Trains every learner of `args` in one compiled program; see the module docstring."""
+  from offpolicy_ac.training import experiment as ex  # the scripts' shared plumbing
+
+  config: TrainConfig = args.train
+  resume = bool(getattr(args, "resume", False))
+  if name not in AGENTS:
+    raise ValueError(f"a compiled run needs a known algorithm, one of {sorted(AGENTS)}; "
+                     f"got {name!r}")  # fmt: skip
+  lanes = learners_of(args, root)
+  compiled = make_train(AGENTS[name][0], args.agent, config, batch_fn=batch_fn)
+  ex._prepare_process(config)  # pylint: disable=protected-access
+  single = len(lanes) == 1
+  others = [] if single else [lane.run_dir for lane in lanes]
+  ex._check_or_write_config(name, args, root, resume, others=others)  # pylint: disable=protected-access
+  for lane in lanes:
+    if lane.run_dir != root:
+      lane.run_dir.mkdir(parents=True, exist_ok=True)
+      write_config(lane.run_dir, learner_args(args, lane),
+                   extra={"algorithm": name, "learners_of": str(root)})  # fmt: skip
+  protocol = describe_compiled_protocol(compiled)
+  print(f"[{name}] evaluation protocol: {protocol}", flush=True)
+  if not single:
+    print(f"[{name}] {len(lanes)} learners in one compiled program", flush=True)
+  hps = stack_hyperparams(compiled.hyperparams, [lane.setting for lane in lanes])
+  keys = jnp.stack([jax.random.PRNGKey(lane.seed) for lane in lanes])
+  checkpointer = ex._make_checkpointer(config, root)  # pylint: disable=protected-access
+  loggers = [
+      ex._make_logger(name, config, lane.seed, lane.run_dir,  # pylint: disable=protected-access
+                      progress=progress if k == 0 else False,
+                      group=None if single else root.name)
+      for k, lane in enumerate(lanes)
+  ]  # fmt: skip
+  flag = ex._StopFlag()  # pylint: disable=protected-access
+  try:
+    with ex._stop_on_signals(flag):  # pylint: disable=protected-access
+      state, driver = _drive(compiled, keys, hps, loggers, checkpointer, resume, flag)
+  finally:
+    for logger in loggers:
+      logger.close()
+    if checkpointer is not None:
+      checkpointer.close()
+  results = []
+  for k, lane in enumerate(lanes):
+    lane_state = jax.tree.map(lambda x: x[k], state)
+    result = RunResult(
+        env_steps=driver.env_steps, num_updates=int(lane_state.learner.agent.num_updates),
+        wall_time_s=driver.wall_time_s, reached_target=bool(driver.reached[k]),
+        last_eval_return=driver.last_eval[k], interrupted=driver.interrupted,
+        agent_state=lane_state.learner.agent, transform_state=lane_state.learner.transform,
+    )  # fmt: skip
+    ex._finish(name, lane.run_dir, result, flag, protocol)  # pylint: disable=protected-access
+    results.append(result)
+  if not single:
+    _plot_learners(name, config, root, lanes, bool(config.budget.sweep))
+  return results
+
+
+def describe_compiled_protocol(compiled: Any) -> str:
+  """The evaluation protocol of a compiled run's scores, as `describe_protocol`'s."""
+  config = compiled.config
+  interval = compiled.chunks_per_eval * compiled.iterations_per_chunk
+  interval *= compiled.steps_per_iteration
+  when = f" every {interval:,} env steps" if interval else " (evaluation off)"
+  return (
+      f"{config.env.env_id}: sum of rewards per episode, time limit "
+      f"{compiled.env.max_episode_steps:,} env steps; greedy policy, mean return of "
+      f"{config.eval.eval_episodes} episodes, each on its own freshly reset environment{when}"
+  )
+
+
+def stack_hyperparams(defaults: dict, settings: list[dict]) -> dict:
+  """One [N] array per tunable field: each lane's setting over the defaults."""
+  return {
+      name: jnp.asarray([s.get(name, float(value)) for s in settings], jnp.float32)
+      for name, value in defaults.items()
+  }
+
+
+@dataclasses.dataclass
+class _Driver:
+  """The host's bookkeeping between chunks (goes into every checkpoint's record)."""
+
+  chunk: int = 0
+  env_steps: int = 0
+  log_lines: int = 0
+  wall_time_s: float = 0.0
+  last_eval: list = dataclasses.field(default_factory=list)
+  reached: list = dataclasses.field(default_factory=list)
+  interrupted: bool = False
+
+  def record(self) -> dict:
+    fields = dataclasses.asdict(self)
+    fields.pop("interrupted")
+    return {"format": records.RECORD_FORMAT, "compiled": fields}
+
+
+def _drive(compiled: Any, keys: jax.Array, hps: dict, loggers: list, checkpointer: Any,
+           resume: bool, should_stop: Callable[[], bool]) -> tuple[Any, _Driver]:  # fmt: skip
+  """Runs the chunks: log, evaluate, checkpoint, stop; returns the final state [N]."""
+  config = compiled.config
+  num = keys.shape[0]
+  init = jax.jit(jax.vmap(compiled.init))
+  run = jax.jit(jax.vmap(compiled.run, in_axes=(0, 0, None, None)))
+  state = init(keys, hps)
+  driver = _Driver(last_eval=[None] * num, reached=[False] * num)
+  if resume:
+    state, driver = _restore(checkpointer, state, driver, loggers)
+  num_chunks = math.ceil(compiled.iterations / compiled.iterations_per_chunk)
+  ckpt_every = config.checkpoint.checkpoint_every
+  chunk_steps = compiled.iterations_per_chunk * compiled.steps_per_iteration
+  chunks_per_ckpt = max(1, round(ckpt_every / chunk_steps)) if ckpt_every else 0
+  target = config.eval.target_return
+  wall_offset = driver.wall_time_s - seconds_since_launch()
+  last = (seconds_since_launch(), driver.env_steps)
+  while driver.chunk < num_chunks and not all(driver.reached):
+    if should_stop():
+      driver.interrupted = True
+      break
+    c = driver.chunk
+    active = min(
+        compiled.iterations_per_chunk, compiled.iterations - c * compiled.iterations_per_chunk
+    )
+    end = c + 1 == num_chunks
+    evaluate = bool(compiled.chunks_per_eval) and ((c + 1) % compiled.chunks_per_eval == 0 or end)
+    state, metrics = run(state, hps, jnp.asarray(active, jnp.int32), jnp.asarray(evaluate))
+    metrics = jax.device_get(metrics)
+    driver.chunk += 1
+    driver.env_steps = int(np.max(metrics["env_steps"][:, active - 1]))
+    now = seconds_since_launch()
+    rate = (driver.env_steps - last[1]) / max(now - last[0], 1e-9)
+    last = (now, driver.env_steps)
+    driver.wall_time_s = wall_offset + now
+    for k, logger in enumerate(loggers):
+      line = _line({n: v[k, :active] for n, v in metrics.items()}, driver, rate)
+      if "eval_return" in line:
+        driver.last_eval[k] = line["eval_return"]
+        driver.reached[k] = target is not None and line["eval_return"] >= target
+      logger.log(line)
+    driver.log_lines += 1
+    end = end or all(driver.reached)
+    if checkpointer is not None and (
+        end or (chunks_per_ckpt and driver.chunk % chunks_per_ckpt == 0)
+    ):
+      checkpointer.save(driver.env_steps, {"state": state}, driver.record())
+  if driver.interrupted and checkpointer is not None:
+    driver.wall_time_s = wall_offset + seconds_since_launch()
+    checkpointer.save(driver.env_steps, {"state": state}, driver.record())
+  return state, driver
+
+
+def _line(m: dict, driver: _Driver, rate: float) -> dict:
+  """One learner's metrics line from its chunk's per-iteration metrics [active]."""
+  episodes = int(m["episodes"].sum())
+  line = {
+      "env_steps": driver.env_steps,
+      "wall_time_s": driver.wall_time_s,
+      "episode_return": float(m["episode_return_sum"].sum() / episodes) if episodes else None,
+      "episode_length": float(m["episode_length_sum"].sum() / episodes) if episodes else None,
+      "episodes": episodes,
+      "num_updates": int(m["num_updates"][-1]),
+      "env_steps_per_s": rate,
+  }
+  updated = m["updated"].astype(bool)
+  if updated.any():
+    for name, values in m.items():
+      if name not in _BOOKKEEPING:
+        value = float(np.mean(values[updated]))
+        if not math.isfinite(value):
+          raise NonFiniteError(
+              f"{name} is {value} at env step {driver.env_steps}: the learner diverged "
+              "(lower the learning rate, or clip rewards / gradients)"
+          )
+        line[name] = value
+  if not np.isnan(m["eval_return"][-1]):
+    line["eval_return"] = float(m["eval_return"][-1])
+    line["eval_return_min"] = float(m["eval_return_min"][-1])
+  return line
+
+
+def _restore(checkpointer: Any, state: Any, driver: _Driver, loggers: list) -> tuple[Any, _Driver]:
+  if checkpointer is None:
+    raise ValueError("resume needs checkpoints (checkpoint_every > 0)")
+  where = str(checkpointer.directory)
+
+  def check(record: dict) -> None:
+    records.check_format(record, where)
+    if "compiled" not in record:
+      raise ValueError(f"the checkpoint in {where} is not of a compiled (JAX environment) run")
+
+  restored = checkpointer.restore_latest({"state": state}, check_record=check)
+  if restored is None:
+    for logger in loggers:
+      logger.truncate(0)
+    return state, driver
+  _, arrays, record = restored
+  restored_state = jax.tree.map(
+      lambda template, x: jnp.asarray(x, template.dtype), state, arrays["state"]
+  )
+  driver = _Driver(**record["compiled"])
+  for logger in loggers:
+    logger.truncate(driver.log_lines)
+  return restored_state, driver
+
+
+def _plot_learners(name: str, config: TrainConfig, root: pathlib.Path, lanes: list,
+                   sweep: bool) -> None:  # fmt: skip
+  """Several seeds: their mean and spread (learning_curves.png). A sweep: one line per
+  setting, the IQM over its seeds with a 95% bootstrap interval (<env_id>.png), and the
+  settings' final scores printed as a table."""
+  from offpolicy_ac.training import plotting
+  from offpolicy_ac.training import statistics
+
+  if not sweep:
+    plotting.plot_runs([lane.run_dir for lane in lanes], root / "learning_curves.png",
+                       group=True, title=f"{name} {config.env.env_id}, "
+                       f"{len(lanes)} seeds (vmapped, compiled)")  # fmt: skip
+    return
+  runs = [statistics.run_info(lane.run_dir) for lane in lanes]
+  groups = statistics.group_runs(runs)
+  curves = [statistics.group_curve(g) for g in groups]
+  labels = statistics.group_labels(groups)
+  for path in plotting.plot_group_curves(curves, labels, root):
+    print(f"[{name}] wrote {path}", flush=True)
+  table = statistics.summary_table(curves, labels)
+  (root / "sweep_summary.txt").write_text(table + "\n")
+  print(table, flush=True)

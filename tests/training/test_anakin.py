@@ -1,0 +1,172 @@
+"""The compiled (Anakin) run: one jitted program per run, hyper-parameters as data, sweeps
+whose lanes equal single runs, exact resume, errors before compiling."""
+
+import dataclasses
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scripts import load_script
+
+from offpolicy_ac.agents import ImpalaConfig
+from offpolicy_ac.agents import SqlConfig
+from offpolicy_ac.agents import make_impala
+from offpolicy_ac.agents import make_sql
+from offpolicy_ac.training import TrainConfig
+from offpolicy_ac.training import make_train
+from offpolicy_ac.training import read_metrics
+
+pytest.importorskip("gymnax")
+
+CARTPOLE = "gymnax:CartPole-v1"
+WALL_CLOCK = ("wall_time_s", "env_steps_per_s")
+
+
+def _config(**fields):
+  base = dict(env_id=CARTPOLE, num_envs=4, unroll_length=8, total_env_steps=640,
+              log_every=160, eval_every=320, eval_episodes=2, checkpoint_every=320)  # fmt: skip
+  return TrainConfig.of(**{**base, **fields})
+
+
+def test_train_is_one_program_and_its_metrics_are_arrays():
+  """`train` traces the agent's factory once; a second call with other hyper-parameters
+  reuses the compiled program. Metrics have one entry per iteration."""
+  traced = []
+
+  def counting_make(spec, config):
+    traced.append(1)
+    return make_impala(spec, config)
+
+  compiled = make_train(counting_make, ImpalaConfig(), _config())
+  train = jax.jit(compiled.train)
+  built = len(traced)  # make_train builds the agent once to validate it
+  state, metrics = train(jax.random.PRNGKey(0), compiled.hyperparams)
+  after_first = len(traced)
+  other = {**compiled.hyperparams, "learning_rate": jnp.float32(1e-2)}
+  state2, _ = train(jax.random.PRNGKey(0), other)
+  assert len(traced) == after_first > built
+  assert compiled.iterations == 20 and metrics["env_steps"].shape == (20,)
+  np.testing.assert_array_equal(metrics["env_steps"], np.arange(1, 21) * 32)
+  assert int(state.env_steps) == 640 and int(state.learner.agent.num_updates) == 20
+  evaluated = ~np.isnan(metrics["eval_return"])
+  np.testing.assert_array_equal(np.flatnonzero(evaluated), [9, 19])  # every 320 steps
+  assert (metrics["eval_return"][evaluated] >= 1).all()
+  assert metrics["episodes"].sum() > 0 and np.isfinite(metrics["loss"]).all()
+  different = jax.tree.map(lambda a, b: not np.array_equal(a, b), state.learner.agent.params,
+                           state2.learner.agent.params)  # fmt: skip
+  assert any(jax.tree.leaves(different))  # the learning rate is data, not a constant
+
+
+def test_chunks_repeat_the_whole_run():
+  """Running the budget chunk by chunk (as the scripts do) gives `train`'s metrics."""
+  compiled = make_train(make_sql, SqlConfig(), _config(min_replay_size=8, mini_batch_size=8,
+                                                       mini_batch_length=4))  # fmt: skip
+  key, hp = jax.random.PRNGKey(3), compiled.hyperparams
+  _, whole = jax.jit(compiled.train)(key, hp)
+  run = jax.jit(compiled.run)
+  state = jax.jit(compiled.init)(key, hp)
+  chunks = []
+  per = compiled.iterations_per_chunk
+  for c in range(compiled.iterations // per):
+    evaluate = (c + 1) % compiled.chunks_per_eval == 0
+    state, m = run(state, hp, jnp.int32(per), jnp.asarray(evaluate))
+    chunks.append(m)
+  chunked = jax.tree.map(lambda *xs: np.concatenate(xs), *chunks)
+  for name in ("env_steps", "episodes", "episode_return_sum", "num_updates"):
+    np.testing.assert_array_equal(chunked[name], whole[name], err_msg=name)
+  np.testing.assert_allclose(chunked["loss"], whole["loss"], rtol=1e-5, equal_nan=True)
+  np.testing.assert_allclose(chunked["eval_return"], whole["eval_return"], equal_nan=True)
+  # SQL learns only once the replay holds min_replay_size sequences: NaN before.
+  assert not whole["updated"][0] and np.isnan(whole["loss"][0]) and whole["updated"][-1]
+
+
+def test_a_sweep_lane_is_the_single_run_with_that_setting_and_seed():
+  compiled = make_train(make_impala, ImpalaConfig(), _config())
+  settings = [0.003, 0.01]
+  seeds = [0, 1]
+  lanes = [(lr, s) for lr in settings for s in seeds]
+  hps = {k: jnp.stack([v] * len(lanes)) for k, v in compiled.hyperparams.items()}
+  hps["learning_rate"] = jnp.asarray([lr for lr, _ in lanes], jnp.float32)
+  keys = jnp.stack([jax.random.PRNGKey(s) for _, s in lanes])
+  _, swept = jax.jit(jax.vmap(compiled.train))(keys, hps)
+  for k, (lr, seed) in enumerate(lanes):
+    single = make_train(make_impala, ImpalaConfig(learning_rate=lr), _config())
+    _, alone = jax.jit(single.train)(jax.random.PRNGKey(seed), single.hyperparams)
+    np.testing.assert_array_equal(swept["episodes"][k, :6], alone["episodes"][:6])
+    np.testing.assert_allclose(swept["loss"][k], alone["loss"], rtol=1e-3, atol=1e-5)
+
+
+def _impala_main(run_dir, **fields):
+  module = load_script("impala")
+  args = module.Args()
+  resume = fields.pop("resume", False)
+  agent = fields.pop("agent", args.agent)
+  train = _config(**fields)
+  return module.main(dataclasses.replace(args, train=train, agent=agent, run_dir=str(run_dir),
+                                         resume=resume))  # fmt: skip
+
+
+def _lines(run_dir):
+  return [{k: v for k, v in l.items() if k not in WALL_CLOCK} for l in read_metrics(run_dir)]
+
+
+def test_script_run_writes_the_run_directory_and_resumes_exactly(tmp_path):
+  straight = tmp_path / "straight"
+  result = _impala_main(straight)
+  for name in ("config.json", "metrics.jsonl", "learning_curve.png", "final_params.msgpack",
+               "summary.json"):  # fmt: skip
+    assert (straight / name).exists(), name
+  assert result.env_steps == 640 and result.last_eval_return is not None
+  lines = _lines(straight)
+  assert [l["env_steps"] for l in lines] == [160, 320, 480, 640]
+  assert "eval_return" in lines[1] and "eval_return" not in lines[0]
+  summary = json.loads((straight / "summary.json").read_text())
+  assert "gymnax:CartPole-v1" in summary["evaluation_protocol"]
+
+  cut = tmp_path / "cut"
+  _impala_main(cut, total_env_steps=320)
+  resumed = _impala_main(cut, resume=True)
+  assert resumed.env_steps == 640
+  assert _lines(cut) == lines
+
+
+def test_script_sweep_writes_one_directory_per_learner_and_a_comparison(tmp_path):
+  root = tmp_path / "sweep"
+  results = _impala_main(root, num_seeds=2, sweep=("learning_rate=0.003,0.01",))
+  assert len(results) == 4
+  for lr in ("0.003", "0.01"):
+    for seed in (0, 1):
+      run_dir = root / f"learning_rate={lr}" / f"seed{seed}"
+      config = json.loads((run_dir / "config.json").read_text())["config"]
+      assert config["agent"]["learning_rate"] == float(lr)
+      assert config["train"]["budget"]["seed"] == seed
+      assert len(read_metrics(run_dir)) == 4
+  assert (root / "gymnax_CartPole-v1.png").exists()
+  assert "learning_rate" in (root / "sweep_summary.txt").read_text()
+
+
+@pytest.mark.parametrize(
+    "sweep, message",
+    [
+        (("learning_rat=0.1",), "no field 'learning_rat'"),
+        (("hidden_sizes=32",), "static field"),
+        (("gamma=1.5",), "gamma must lie in"),
+    ],
+)
+def test_a_bad_sweep_fails_before_compiling(tmp_path, sweep, message):
+  with pytest.raises(ValueError, match=message):
+    _impala_main(tmp_path / "bad", sweep=sweep)
+  assert not (tmp_path / "bad").exists()
+
+
+def test_unsupported_settings_are_refused_before_compiling():
+  with pytest.raises(ValueError, match="actor threads"):
+    make_train(make_impala, ImpalaConfig(), _config(actors="async", num_actors=2))
+  with pytest.raises(ValueError, match="whole-replay-buffer"):
+    make_train(make_sql, SqlConfig(), _config(whole_replay_buffer_training=True))
+  with pytest.raises(ValueError, match="needs a discrete action space"):
+    make_train(make_sql, SqlConfig(), _config(env_id="gymnax:Pendulum-v1"))
+  with pytest.raises(ValueError, match="--sweep needs a JAX environment"):
+    TrainConfig.of(env_id="CartPole-v1", sweep=("learning_rate=0.1",)).validate()
