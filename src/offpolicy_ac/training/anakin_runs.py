@@ -54,6 +54,11 @@ class Learner:
   seed: int
   run_dir: pathlib.Path
 
+  @property
+  def label(self) -> str:
+    """The setting as `field=value,...` plus a space ("" without a sweep)."""
+    return ",".join(f"{k}={v:g}" for k, v in self.setting.items()) + " " * bool(self.setting)
+
 
 def learners_of(args: Any, root: pathlib.Path) -> list[Learner]:
   """The run's learners in lane order (settings slowest, then seeds), each with its
@@ -66,8 +71,7 @@ def learners_of(args: Any, root: pathlib.Path) -> list[Learner]:
   for setting in settings:
     for seed in seeds:
       if values:
-        label = ",".join(f"{k}={v:g}" for k, v in setting.items())
-        run_dir = root / label / f"seed{seed}"
+        run_dir = root / Learner(setting, seed, root).label.strip() / f"seed{seed}"
       else:
         run_dir = root / f"seed{seed}" if len(seeds) > 1 else root
       out.append(Learner(setting, seed, run_dir))
@@ -112,7 +116,7 @@ def run_compiled(name: str, args: Any, root: pathlib.Path, *, batch_fn: Optional
   loggers = [
       ex._make_logger(name, config, lane.seed, lane.run_dir,  # pylint: disable=protected-access
                       progress=progress if k == 0 else False,
-                      group=None if single else root.name)
+                      group=None if single else root.name, label=lane.label)
       for k, lane in enumerate(lanes)
   ]  # fmt: skip
   flag = ex._StopFlag()  # pylint: disable=protected-access
@@ -219,7 +223,8 @@ def _drive(compiled: Any, keys: jax.Array, hps: dict, loggers: list, checkpointe
       line = _line({n: v[k, :active] for n, v in metrics.items()}, driver, rate)
       if "eval_return" in line:
         driver.last_eval[k] = line["eval_return"]
-        driver.reached[k] = target is not None and line["eval_return"] >= target
+        reached = target is not None and line["eval_return"] >= target
+        driver.reached[k] = driver.reached[k] or reached
       logger.log(line)
     driver.log_lines += 1
     end = end or all(driver.reached)

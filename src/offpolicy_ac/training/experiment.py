@@ -342,11 +342,13 @@ def _run(name: str, args: Any, root: pathlib.Path, *, agent_factory: Callable,
 
 
 def _make_logger(name: str, config: TrainConfig, seed: int, run_dir: pathlib.Path, *,
-                 progress: Optional[bool], group: Optional[str]) -> Logger:  # fmt: skip
+                 progress: Optional[bool], group: Optional[str],
+                 label: str = "") -> Logger:  # fmt: skip
   """The run directory's logger, and with `--track` a W&B run beside it (its config:
   the directory's config.json)."""
   logger = RunLogger(run_dir, total_env_steps=config.budget.total_env_steps,
-                     title=f"{name} {config.env.env_id} seed {seed}", progress=progress)  # fmt: skip
+                     title=f"{name} {config.env.env_id} {label}seed {seed}",
+                     progress=progress)  # fmt: skip
   tracking = config.tracking
   if not tracking.track:
     return logger

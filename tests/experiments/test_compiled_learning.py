@@ -1,0 +1,60 @@
+"""Every agent learns gymnax's CartPole as one compiled program (`training.make_train`),
+started from its script as a user would: reduced budgets in CI, full ones marked slow."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+from scripts import load_script
+
+from offpolicy_ac.training import read_metrics
+
+pytest.importorskip("gymnax")
+
+CARTPOLE = "gymnax:CartPole-v1"
+
+
+def _main(script, run_dir, preset=None, **fields):
+  module = load_script(script)
+  args = module.PRESETS[preset] if preset else module.Args()
+  if not preset:
+    fields = {"env_id": CARTPOLE, **fields}
+  train = args.train.replace(**fields)
+  return module.main(dataclasses.replace(args, train=train, run_dir=str(run_dir)))
+
+
+# (script, budget): each reached an evaluation return of 500 on this CPU within about half
+# of its budget (IMPALA ~20k env steps, ACER ~10k, SQL ~100k).
+BUDGETS = [("impala", 60_000), ("acer", 30_000), ("sql", 200_000)]
+
+
+@pytest.mark.parametrize("script, budget", BUDGETS, ids=[s for s, _ in BUDGETS])
+def test_each_agent_learns_gymnax_cartpole_in_a_reduced_budget(tmp_path, script, budget):
+  result = _main(script, tmp_path / script, total_env_steps=budget, log_every=budget // 10,
+                 eval_every=budget // 10, target_return=195.0, checkpoint_every=0)  # fmt: skip
+  assert result.reached_target, read_metrics(tmp_path / script)[-3:]
+  assert result.env_steps <= budget + budget // 10
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script, budget", BUDGETS, ids=[s for s, _ in BUDGETS])
+def test_each_agent_reaches_475_on_gymnax_cartpole_over_five_vmapped_seeds(tmp_path, script,
+                                                                          budget):  # fmt: skip
+  """Five seeds in one program; every seed's greedy policy reaches 475 (CartPole-v1's
+  'solved' threshold) within twice the reduced budget."""
+  results = _main(script, tmp_path / script, total_env_steps=2 * budget, num_seeds=5,
+                  log_every=budget // 10, eval_every=budget // 10, target_return=475.0,
+                  checkpoint_every=0)  # fmt: skip
+  best = [max(l.get("eval_return") or 0 for l in read_metrics(tmp_path / script / f"seed{s}"))
+          for s in range(5)]  # fmt: skip
+  assert min(best) >= 475, best
+  assert len(results) == 5
+
+
+def test_the_gymnax_cartpole_preset_reaches_its_target(tmp_path):
+  """`impala.py --preset gymnax-cartpole` stops once the greedy policy scores 475."""
+  result = _main("impala", tmp_path / "preset", preset="gymnax-cartpole")
+  assert result.reached_target and result.last_eval_return >= 475
+  lines = read_metrics(tmp_path / "preset")
+  assert lines[-1]["env_steps"] == result.env_steps < 200_000
+  assert np.isfinite([l["loss"] for l in lines]).all()
