@@ -15,7 +15,7 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 # Subpackages that may import what an extra provides: {subpackage: extra}.
 EXTRA_SUBPACKAGES = {"testing": "testing"}
 # Modules src/ imports only where a feature asks for them: {module: extra}.
-OPTIONAL_IMPORTS = {"wandb": "track"}
+OPTIONAL_IMPORTS = {"wandb": "track", "gymnax": "jax-envs", "brax": "jax-envs"}
 
 
 def requirement_name(requirement: str) -> str:
