@@ -1,6 +1,6 @@
 """Compiled runs (JAX environments) read back: `load_run`, experiments/evaluate.py and
-experiments/record_demos.py on the run directory of a single learner and on the learners
-of a sweep, evaluating on a host pool of the functional environment."""
+experiments/record_demos.py on a run directory, evaluating on a host pool of the functional
+environment. (The learners of a sweep: tests/training/test_anakin.py.)"""
 
 import dataclasses
 import json
@@ -46,14 +46,6 @@ def sql_run(tmp_path_factory):
   _main("sql", run_dir, **SMALL, total_env_steps=1024, log_every=256, checkpoint_every=512,
         min_replay_size=8, mini_batch_size=16, normalize_observations=True)  # fmt: skip
   return run_dir
-
-
-@pytest.fixture(scope="module")
-def sweep_run(tmp_path_factory):
-  root = tmp_path_factory.mktemp("runs") / "sweep"
-  _main("impala", root, **SMALL, total_env_steps=320, log_every=160, checkpoint_every=320,
-        sweep=("learning_rate=0.003,0.03",))  # fmt: skip
-  return root
 
 
 def test_load_run_gives_the_agent_parameters_and_a_pool_of_the_jax_environment(sql_run):
@@ -127,19 +119,3 @@ def test_record_demos_script_records_the_greedy_episodes(sql_run, tmp_path):
     returns = evaluate(env, run.greedy, run.acting, 3)
   recorded = [demos["reward"][s + 1 : e].sum() for s, e in zip(starts, ends)]
   np.testing.assert_array_equal(recorded, returns)
-
-
-def test_each_learner_of_a_sweep_loads_its_own_parameters(sweep_run):
-  lanes = [sweep_run / f"learning_rate={lr}" / "seed0" for lr in ("0.003", "0.03")]
-  finals = [load_run(lane) for lane in lanes]
-  assert [r.agent.config.learning_rate for r in finals] == [0.003, 0.03]
-  assert not _equal_trees(finals[0].params, finals[1].params)
-  for lane, final in zip(lanes, finals):
-    assert final.checkpoints == (320,)
-    # Its lane of the checkpoint the learners share: its own final parameters.
-    assert _equal_trees(load_run(lane, checkpoint=320).params, final.params)
-  module = load_script("evaluate")
-  result = module.main(module.Args(run_dir=str(lanes[1]), episodes=2))
-  assert len(result["returns"]) == 2 and (lanes[1] / "evaluation.json").exists()
-  with pytest.raises(ValueError, match="root of a sweep"):
-    load_run(sweep_run)
