@@ -156,7 +156,8 @@ class FunctionalPool:
     raise ValueError(render_unsupported_reason(self.spec.task_id))
 
   def close(self) -> None:
-    """Drops the environments' state (nothing else to release)."""
+    """Drops the environments' state (nothing else to release; a later reset() starts
+    over from the seed)."""
     self._state = None
 
   def __enter__(self) -> FunctionalPool:
