@@ -9,14 +9,17 @@ mean), each on its own freshly reset environment, as the in-training evaluation 
 (`training/evaluation.py`); prints each episode's return and their mean, std, min and
 max, and writes them to <run-dir>/evaluation.json (or `--out`). With `--video`, also
 renders episode 0 (same seed, so the same episode) with envpool's renderer and writes
-an MP4.
+an MP4. Runs on JAX environments (gymnax, brax) evaluate on a host pool of them
+(`envs.FunctionalPool`); they cannot be rendered (`--video` fails before evaluating).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import pathlib
+from typing import Any
 from typing import Optional
 
 import numpy as np
@@ -57,6 +60,16 @@ def main(args: Args) -> dict:
   if args.seed < 0:
     raise ValueError(f"--seed must be >= 0, got {args.seed}")
   run = load_run(args.run_dir, checkpoint=args.checkpoint)
+  with contextlib.ExitStack() as stack:
+    # The video's pool first: a task that cannot render (a JAX environment) fails now.
+    video_env = None
+    if args.video:
+      video_env = stack.enter_context(run.make_env(1, args.seed, render_mode="rgb_array"))
+    return _evaluate(args, run, video_env)
+
+
+def _evaluate(args: Args, run: Any, video_env: Any) -> dict:
+  """`main` after its checks: evaluates, writes the JSON, renders into `video_env`."""
   env_id = run.config.env.env_id
   with run.make_env(args.episodes, args.seed) as env:
     returns = evaluate(env, run.greedy, run.acting, args.episodes, max_steps=args.max_steps)
@@ -89,8 +102,8 @@ def main(args: Args) -> dict:
   out.write_text(json.dumps(result, indent=2))  # before rendering, which may fail
   print(f"wrote {out}")
   if args.video:
-    with run.make_env(1, args.seed, render_mode="rgb_array") as env:
-      frames, video_return = render_episode(env, run.greedy, run.acting, max_steps=args.max_steps)
+    frames, video_return = render_episode(video_env, run.greedy, run.acting,
+                                          max_steps=args.max_steps)  # fmt: skip
     path = write_video(args.video, frames, fps=args.fps)
     result["video"] = {"path": str(path), "frames": len(frames), "return": video_return}
     out.write_text(json.dumps(result, indent=2))

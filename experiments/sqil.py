@@ -1,8 +1,12 @@
-"""SQIL on an envpool task from recorded demonstrations.
+"""SQIL on an envpool task or a JAX environment, from recorded demonstrations.
 
     python experiments/record_demos.py --run-dir runs/sql-cartpole --episodes 10 --out demos.npz
     python experiments/sqil.py --demos demos.npz --env-id CartPole-v1 --run-dir runs/sqil
     python experiments/sqil.py --preset cartpole-v0 --demos demos-v0.npz  # DI-engine's v0
+    python experiments/sqil.py --preset cartpole-v0 --env-id gymnax:CartPole-v1 \
+        --demos gymnax-demos.npz   # one compiled program; demos of a gymnax:CartPole-v1 run
+
+The demonstrations must be of the run's task (`--env-id`): record them from a run on it.
 
 Preset cartpole-v0: DI-engine's CartPole-v0 protocol (stop when 5 greedy episodes
 average 195, evaluating every 500 env steps), tuned for few agent env steps: a high

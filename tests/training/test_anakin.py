@@ -15,6 +15,7 @@ from offpolicy_ac.agents import SqlConfig
 from offpolicy_ac.agents import make_impala
 from offpolicy_ac.agents import make_sql
 from offpolicy_ac.training import TrainConfig
+from offpolicy_ac.training import load_run
 from offpolicy_ac.training import make_train
 from offpolicy_ac.training import read_metrics
 
@@ -145,6 +146,24 @@ def test_script_sweep_writes_one_directory_per_learner_and_a_comparison(tmp_path
       assert len(read_metrics(run_dir)) == 4
   assert (root / "gymnax_CartPole-v1.png").exists()
   assert "learning_rate" in (root / "sweep_summary.txt").read_text()
+  # Each learner loads back its own parameters, final or from its lane of the checkpoints
+  # the learners share (tests/training/test_compiled_load_run.py has the rest of load_run).
+  finals = {}
+  for lr in ("0.003", "0.01"):
+    for seed in (0, 1):
+      run = load_run(root / f"learning_rate={lr}" / f"seed{seed}")
+      assert run.agent.config.learning_rate == float(lr) and run.checkpoints == (320, 640)
+      last = load_run(run.run_dir, checkpoint=640)
+      assert all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(last.params),
+                                                      jax.tree.leaves(run.params)))  # fmt: skip
+      finals[lr, seed] = jax.tree.leaves(run.params)[0]
+  assert len({x.tobytes() for x in finals.values()}) == 4
+  evaluate = load_script("evaluate")
+  lane = root / "learning_rate=0.01" / "seed1"
+  result = evaluate.main(evaluate.Args(run_dir=str(lane), episodes=2))
+  assert len(result["returns"]) == 2 and (lane / "evaluation.json").exists()
+  with pytest.raises(ValueError, match="root of a sweep"):
+    load_run(root)
 
 
 @pytest.mark.parametrize(

@@ -20,6 +20,8 @@ JAX-native environments (gymnax, brax) in functional form, and a pure rollout ov
     state = rollout.init(params, key)
     state, traj, stats = rollout.unroll(params, state)     # pure, jitted; [T+1, B, ...]
     episodes = finished_episodes(stats)                    # host EpisodeStats
+    pool = make_functional_pool("gymnax:CartPole-v1", num_envs=8, seed=0)  # host, NumPy:
+    ts = pool.reset(); ts = pool.step(action)              # the API of make()'s pools
 """
 
 from offpolicy_ac.envs._atari_protocol import AtariProtocol
@@ -38,6 +40,8 @@ from offpolicy_ac.envs._functional import GYMNAX_TASKS
 from offpolicy_ac.envs._functional import FunctionalEnv
 from offpolicy_ac.envs._functional import FunctionalEnvState
 from offpolicy_ac.envs._functional import make_functional
+from offpolicy_ac.envs._functional_pool import FunctionalPool
+from offpolicy_ac.envs._functional_pool import make_functional_pool
 from offpolicy_ac.envs._functional_rollout import FunctionalEpisodeStats
 from offpolicy_ac.envs._functional_rollout import FunctionalRollout
 from offpolicy_ac.envs._functional_rollout import FunctionalRolloutState
@@ -87,6 +91,7 @@ __all__ = [
     "FIRST",
     "FunctionalEnv",
     "FunctionalEnvState",
+    "FunctionalPool",
     "FunctionalEpisodeStats",
     "FunctionalRollout",
     "FunctionalRolloutState",
@@ -114,6 +119,7 @@ __all__ = [
     "make_atari",
     "make_data_transformer",
     "make_functional",
+    "make_functional_pool",
     "make_functional_rollout",
     "make_rollout",
     "normalize",

@@ -236,11 +236,7 @@ class EnvPoolEnv:
     self._was_reset = False
     self._obs_dtype = np.dtype(spec.observation_dtype)
     self._convert_obs = self._obs_dtype != np.dtype(pool.observation_space.dtype)
-    if spec.is_discrete:
-      self._num_actions = spec.num_actions
-    else:
-      self._low = np.asarray(spec.action_low, np.float32).reshape(spec.action_shape)
-      self._high = np.asarray(spec.action_high, np.float32).reshape(spec.action_shape)
+    self._check_action = ActionChecker(spec)
 
   # ------------------------------------------------------------------ stepping
 
@@ -483,9 +479,26 @@ class EnvPoolEnv:
       raise ValueError(f"env_id {env_id[self._in_flight[env_id]]} already have an action in flight")
     return env_id
 
-  def _check_action(self, action: Any, k: int) -> np.ndarray:
+
+class ActionChecker:
+  """Validates a batch of actions on the host, before anything is sent to environments.
+
+  `checker(action, k)` takes `action` [k, *action_shape]: wrong shape, wrong dtype kind,
+  out-of-range discrete actions and non-finite continuous actions raise `ValueError`;
+  returns a private copy, int32 (discrete), or clipped to the spec's bounds (continuous).
+  """
+
+  def __init__(self, spec: EnvSpec):
+    self._spec = spec
+    if spec.is_discrete:
+      self._num_actions = spec.num_actions
+    else:
+      self._low = np.asarray(spec.action_low, np.float32).reshape(spec.action_shape)
+      self._high = np.asarray(spec.action_high, np.float32).reshape(spec.action_shape)
+
+  def __call__(self, action: Any, k: int) -> np.ndarray:
     action = np.asarray(action)
-    spec = self.spec
+    spec = self._spec
     expected = (k, *spec.action_shape)
     if spec.is_discrete:
       if action.dtype.kind not in "iu":

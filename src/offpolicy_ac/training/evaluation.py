@@ -39,7 +39,10 @@ def describe_protocol(config: TrainConfig, num_episodes: int | None = None) -> s
   if config.env.atari:
     protocol = envs.atari_protocol(config.env.env_id, **task_kwargs(config))
     return f"{protocol.describe()}; {text}"
-  steps = envs.time_limit(config.env.env_id, **task_kwargs(config))
+  if config.compiled:  # a JAX environment: its own time limit, no envpool
+    steps = envs.make_functional(config.env.env_id, **task_kwargs(config)).max_episode_steps
+  else:
+    steps = envs.time_limit(config.env.env_id, **task_kwargs(config))
   return f"{config.env.env_id}: sum of rewards per episode, time limit {steps:,} env steps; {text}"
 
 

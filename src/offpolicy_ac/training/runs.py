@@ -13,6 +13,12 @@ saved agent config, the training pools' `EnvSpec`), and its parameters come from
 `final_params.msgpack` or from a checkpoint. The policy acts on observations transformed
 as in training: the data transformer's state (observation statistics with
 `--normalize-observations`) comes from `final_transform.msgpack` or the same checkpoint.
+
+Runs on a JAX environment ("gymnax:...", "brax:...": one compiled program,
+`training.make_train`) load alike: the agent gets the functional environment's spec,
+`make_env` gives a host pool over it (`envs.FunctionalPool`), and a learner of a run of
+several seeds or of a sweep (`<run-dir>/seed<k>`, `<run-dir>/<setting>/seed<k>`) finds its
+checkpoints in `<run-dir>/checkpoints`, among the other learners'.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import types
 from typing import Any
 from typing import Callable
 from typing import NamedTuple
@@ -32,6 +39,7 @@ import numpy as np
 from offpolicy_ac import envs
 from offpolicy_ac.agents.base import Agent
 from offpolicy_ac.agents.registry import AGENTS
+from offpolicy_ac.agents.registry import config_from_dict
 from offpolicy_ac.agents.registry import make_agent
 from offpolicy_ac.training import records
 from offpolicy_ac.training.checkpoint import checkpoint_steps
@@ -82,12 +90,14 @@ class LoadedRun(NamedTuple):
     return self.acting.params
 
   def make_env(self, num_envs: int, seed: int, *, train: bool = False,
-               **envpool_kwargs) -> envs.EnvPoolEnv:  # fmt: skip
+               **envpool_kwargs) -> envs.EnvPoolEnv | envs.FunctionalPool:  # fmt: skip
     """A pool of the run's task (env id, Atari options, max_episode_steps).
 
     `train=False` (default): evaluation settings (Atari: no episodic life, no reward
     clipping), as the in-training evaluation uses; `train=True`: the training pools'.
     `envpool_kwargs` are further envpool options, e.g. `render_mode="rgb_array"`.
+    A run on a JAX environment (gymnax, brax: a compiled run) gets an
+    `envs.FunctionalPool` of it, which cannot render.
     """
     return make_env(self.config, num_envs, seed, train=train, **envpool_kwargs)
 
@@ -103,7 +113,7 @@ def _read_config(run_dir: str | os.PathLike) -> dict:
   Raises:
     FileNotFoundError: `run_dir` does not exist or holds no config.json.
     ValueError: a run of another format (offpolicy_ac 0.1), of an unknown algorithm,
-      or the root of a run of several seeds.
+      or the root of a run of several seeds or of a sweep.
   """
   run_dir = pathlib.Path(run_dir)
   if not run_dir.is_dir():
@@ -126,6 +136,13 @@ def _read_config(run_dir: str | os.PathLike) -> dict:
     raise ValueError(
         f"{run_dir} is a run of {record['algorithm']!r}; known algorithms: {sorted(AGENTS)}"
     )
+  sweep = config["train"].get("budget", {}).get("sweep", [])
+  if sweep:
+    learners = sorted(str(p.parent) for p in run_dir.glob("*/seed*/config.json"))
+    raise ValueError(
+        f"{run_dir} is the root of a sweep ({', '.join(sweep)}): load one of its learner "
+        f"directories ({', '.join(learners)})"
+    )
   num_seeds = config["train"].get("budget", {}).get("num_seeds", 1)
   if num_seeds > 1:
     raise ValueError(
@@ -142,7 +159,11 @@ def _seeds(config: dict) -> list[int]:
 
 def _checkpoint_source(run_dir: pathlib.Path, record: dict) -> tuple[pathlib.Path, int, int]:
   """(checkpoint directory, seeds in its arrays, this run's index among them): a seed of
-  a vmapped run finds its checkpoints in the root, stacked with the other seeds'."""
+  a vmapped run finds its checkpoints in the root, stacked with the other seeds'; a
+  learner of a compiled run (a seed, or a setting of a sweep) too, among the run's
+  learners."""
+  if record.get("learners_of") is not None:
+    return _compiled_learner_source(run_dir, record)
   root = record.get("vmapped_seeds_of")
   if root is None:
     return run_dir / "checkpoints", 1, 0
@@ -154,12 +175,34 @@ def _checkpoint_source(run_dir: pathlib.Path, record: dict) -> tuple[pathlib.Pat
   return root / "checkpoints", len(seeds), seeds.index(seed)
 
 
+def _compiled_learner_source(run_dir: pathlib.Path, record: dict) -> tuple[pathlib.Path, int, int]:
+  """`_checkpoint_source` of one learner of a compiled run, written in
+  `<root>/seed<k>` or `<root>/<setting>/seed<k>`: its lane among the root's learners
+  (`anakin_runs.learners_of`, rebuilt from the root's config.json)."""
+  from offpolicy_ac.training.anakin_runs import learners_of  # imports the compiled loop
+
+  recorded = pathlib.Path(record["learners_of"])
+  candidates = [recorded, run_dir.parent, run_dir.parent.parent]  # moved: up one or two
+  root = next((c for c in candidates if (c / "config.json").exists()), None)
+  if root is None:
+    return run_dir / "checkpoints", 1, 0  # the root is gone: no checkpoints to read
+  root_config = json.loads((root / "config.json").read_text())["config"]
+  agent_config = config_from_dict(AGENTS[record["algorithm"]][1], root_config["agent"])
+  args = types.SimpleNamespace(train=TrainConfig.from_dict(root_config["train"]),
+                               agent=agent_config)  # fmt: skip
+  lanes = [lane.run_dir.relative_to(root).parts for lane in learners_of(args, root)]
+  for index, parts in enumerate(lanes):
+    if run_dir.absolute().parts[-len(parts) :] == parts:
+      return root / "checkpoints", len(lanes), index
+  raise ValueError(f"{run_dir} is not one of the learners of {root}")
+
+
 def load_run(run_dir: str | os.PathLike, *, checkpoint: Optional[int] = None) -> LoadedRun:
   """Loads a run directory written by an experiment script.
 
   Args:
     run_dir: the run directory (of a run of several seeds: one of its seed<k>
-      directories).
+      directories; of a sweep: one of its <setting>/seed<k> directories).
     checkpoint: None: the final parameters (final_params.msgpack), or, if the run
       wrote none (it is still running or was killed), its newest checkpoint's; an int:
       the checkpoint taken at that many env steps (see `LoadedRun.checkpoints`).
@@ -170,8 +213,8 @@ def load_run(run_dir: str | os.PathLike, *, checkpoint: Optional[int] = None) ->
   Raises:
     FileNotFoundError: not a run directory.
     ValueError: a run of another format or of an unknown algorithm, the root of a run
-      of several seeds, or no parameters saved (no final parameters and no checkpoint,
-      or no checkpoint at `checkpoint`).
+      of several seeds or of a sweep, or no parameters saved (no final parameters and no
+      checkpoint, or no checkpoint at `checkpoint`).
   """
   run_dir = pathlib.Path(run_dir)
   record = _read_config(run_dir)
@@ -201,7 +244,8 @@ def load_run(run_dir: str | os.PathLike, *, checkpoint: Optional[int] = None) ->
     step = steps[-1] if checkpoint is None else checkpoint
     if step not in steps:
       raise ValueError(f"{run_dir} has no checkpoint at env step {step}; it has {list(steps)}")
-    params, transform = _read_acting(ckpt_dir, step, num_seeds, index, params_template, transform)
+    params, transform = _read_acting(ckpt_dir, step, num_seeds, index, params_template,
+                                     transform, compiled=config.compiled)  # fmt: skip
     env_steps, source = step, "checkpoint"
   acting = jax.device_put(Acting(params, transform))
   return LoadedRun(
@@ -212,21 +256,27 @@ def load_run(run_dir: str | os.PathLike, *, checkpoint: Optional[int] = None) ->
 
 
 def _read_acting(ckpt_dir: pathlib.Path, step: int, num_seeds: int, index: int,
-                 params: Any, transform: Any) -> tuple[Any, Any]:  # fmt: skip
+                 params: Any, transform: Any, *, compiled: bool) -> tuple[Any, Any]:  # fmt: skip
   """The parameters and transformer state of seed `index` in checkpoint `step` (the
-  learner's arrays carry a leading seed axis of `num_seeds`)."""
+  learner's arrays carry a leading seed axis of `num_seeds`; a compiled run's, of
+  learners, under its whole state's `learner`)."""
   shapes = lambda tree: jax.tree.map(
       lambda x: jax.ShapeDtypeStruct((num_seeds,) + tuple(x.shape), x.dtype), tree
   )
   to_dict = flax.serialization.to_state_dict
   item = {"learner": {"agent": {"params": shapes(to_dict(params))},
                       "transform": shapes(to_dict(transform))}}  # fmt: skip
+  if compiled:
+    item = {"state": item}
   try:
     arrays, record = read_checkpoint(ckpt_dir, step, item)
   except Exception as e:  # pylint: disable=broad-except
     raise ValueError(f"checkpoint {step} in {ckpt_dir} could not be read: {e!r}") from e
   records.check_format(record, f"{ckpt_dir} at step {step}")
-  learner = jax.tree.map(lambda x: x[index], arrays["learner"])
+  if compiled != ("compiled" in record):
+    kind = "a compiled (JAX environment)" if "compiled" in record else "an envpool"
+    raise ValueError(f"checkpoint {step} in {ckpt_dir} is of {kind} run, not of this run")
+  learner = jax.tree.map(lambda x: x[index], (arrays["state"] if compiled else arrays)["learner"])
   return (
       flax.serialization.from_state_dict(params, learner["agent"]["params"]),
       flax.serialization.from_state_dict(transform, learner["transform"]),

@@ -45,16 +45,29 @@ def task_kwargs(config: TrainConfig) -> dict:
 
 
 def task_spec(config: TrainConfig) -> envs.EnvSpec:
-  """The training pools' spec, from envpool's spec alone (no pool is built)."""
+  """The training pools' spec, from envpool's spec alone (no pool is built); for a JAX
+  environment (`config.compiled`) the functional environment's, as `make_train` builds
+  its agent with."""
+  if config.compiled:
+    spec = envs.make_functional(config.env.env_id, **task_kwargs(config)).spec
+    return spec._replace(num_envs=config.env.num_envs, batch_size=config.env.num_envs)
   return envs.spec(config.env.env_id, atari=config.env.atari, num_envs=config.env.num_envs,
                    **task_kwargs(config))  # fmt: skip
 
 
 def make_env(config: TrainConfig, num_envs: int, seed: int, *, train: bool = True,
-             batch_size: int = 0, **envpool_kwargs) -> envs.EnvPoolEnv:  # fmt: skip
+             batch_size: int = 0, **envpool_kwargs) -> Any:  # fmt: skip
   """A pool of the config's task: training (batched stepping when `batch_size` is set)
   or evaluation (`train=False`: Atari without episodic life). `envpool_kwargs` are
-  further envpool options (e.g. `render_mode="rgb_array"`)."""
+  further envpool options (e.g. `render_mode="rgb_array"`). For a JAX environment
+  (`config.compiled`): a host pool over it, an `envs.FunctionalPool` (`train` makes no
+  difference; batched stepping and rendering are refused)."""
+  if config.compiled:
+    if batch_size:
+      raise ValueError(f"batch_size={batch_size}: {config.env.env_id} steps all its "
+                       "environments together (no batched stepping)")  # fmt: skip
+    kwargs = {**task_kwargs(config), **envpool_kwargs}
+    return envs.make_functional_pool(config.env.env_id, num_envs, seed, **kwargs)
   kwargs = {**task_kwargs(config), **envpool_kwargs}
   if batch_size:
     kwargs["batch_size"] = batch_size
