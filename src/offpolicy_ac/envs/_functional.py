@@ -332,7 +332,9 @@ def _gymnax(task_id: str, name: str, kwargs: dict[str, Any]) -> _Simulator:
 
   if name not in GYMNAX_TASKS:
     raise _unknown_name(task_id, name, list(GYMNAX_TASKS))
-  _bad_kwargs(task_id, gymnax.registration._registry[name], kwargs)
+  factory = getattr(gymnax.registration, "_registry", {}).get(name)  # private in gymnax 1.0
+  if factory is not None:
+    _bad_kwargs(task_id, factory, kwargs)
   try:
     env, params = gymnax.make(name, **kwargs)
   except TypeError as e:
@@ -379,17 +381,21 @@ def _brax(task_id: str, name: str, kwargs: dict[str, Any]) -> _Simulator:
         f"{task_id} needs brax: pip install 'offpolicy_ac[jax-envs]' (or pip install brax)"
     ) from e
 
-  valid = sorted(brax_envs._envs)  # brax has no public listing
-  if name not in valid:
+  registry = getattr(brax_envs, "_envs", {})  # brax has no public listing
+  valid = sorted(registry)
+  if registry and name not in valid:
     raise _unknown_name(task_id, name, valid)
   kwargs = {"backend": BRAX_DEFAULT_BACKEND, **kwargs}
   if kwargs["backend"] not in BRAX_BACKENDS:
     raise ValueError(
         f"unknown brax backend {kwargs['backend']!r} for {task_id}; valid: {list(BRAX_BACKENDS)}"
     )
-  _bad_kwargs(task_id, brax_envs._envs[name].__init__, kwargs, reserved=("backend",))
+  if registry:
+    _bad_kwargs(task_id, registry[name].__init__, kwargs, reserved=("backend",))
   try:
     env = brax_envs.get_environment(name, **kwargs)
+  except KeyError as e:
+    raise _unknown_name(task_id, name, valid) from e
   except TypeError as e:
     raise ValueError(f"bad keyword arguments {sorted(kwargs)} for {task_id}: {e}") from e
   obs_shape = (int(env.observation_size),)
