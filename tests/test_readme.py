@@ -85,6 +85,12 @@ def test_walkthrough_runs_in_order(tmp_path):
     assert (runs / name / "metrics.jsonl").stat().st_size > 0, name
   for seed in range(3):
     assert (runs / "impala-cartpole" / f"seed{seed}" / "metrics.jsonl").is_file()
+  for lr in ("0.001", "0.003"):  # the compiled sweep: one directory per setting and seed
+    for seed in range(2):
+      assert (
+          runs / "impala-sweep" / f"learning_rate={lr}" / f"seed{seed}" / "metrics.jsonl"
+      ).is_file()
+  assert (runs / "impala-sweep" / "gymnax_CartPole-v1.png").is_file()
   assert (tmp_path / "sql.mp4").stat().st_size > 0
   assert (tmp_path / "demos.npz").stat().st_size > 0
   assert (tmp_path / "plots" / "CartPole-v1.png").stat().st_size > 0

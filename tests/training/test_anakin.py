@@ -10,8 +10,10 @@ import numpy as np
 import pytest
 from scripts import load_script
 
+from offpolicy_ac.agents import AcerConfig
 from offpolicy_ac.agents import ImpalaConfig
 from offpolicy_ac.agents import SqlConfig
+from offpolicy_ac.agents import make_acer
 from offpolicy_ac.agents import make_impala
 from offpolicy_ac.agents import make_sql
 from offpolicy_ac.training import TrainConfig
@@ -189,3 +191,16 @@ def test_unsupported_settings_are_refused_before_compiling():
     make_train(make_sql, SqlConfig(), _config(env_id="gymnax:Pendulum-v1"))
   with pytest.raises(ValueError, match="--sweep needs a JAX environment"):
     TrainConfig.of(env_id="CartPole-v1", sweep=("learning_rate=0.1",)).validate()
+
+
+@pytest.mark.parametrize("make, config", [(make_impala, ImpalaConfig()), (make_acer, AcerConfig())],
+                         ids=["impala", "acer"])  # fmt: skip
+def test_continuous_agents_compile_on_a_continuous_jax_environment(make, config):
+  """IMPALA's Gaussian policy and ACER's stochastic dueling network in one program, on
+  gymnax's Pendulum (float32 actions clipped to the bounds by the environment)."""
+  compiled = make_train(make, config, _config(env_id="gymnax:Pendulum-v1", min_replay_size=8,
+                                              mini_batch_size=8, mini_batch_length=4))  # fmt: skip
+  _, metrics = jax.jit(compiled.train)(jax.random.PRNGKey(0), compiled.hyperparams)
+  assert np.isfinite(metrics["loss"][metrics["updated"]]).all() and metrics["updated"].any()
+  assert metrics["episodes"].sum() == 0  # 640 steps over 4 envs: no 200-step episode ended yet
+  assert np.isfinite(metrics["eval_return"][~np.isnan(metrics["eval_return"])]).all()

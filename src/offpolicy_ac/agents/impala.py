@@ -9,6 +9,7 @@ V-trace) and on replayed sequences alike.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import ClassVar
 from typing import Sequence
 
@@ -102,9 +103,7 @@ def make_impala(spec, config: ImpalaConfig = ImpalaConfig()) -> base.Agent:
   if discrete:
     net = networks.CategoricalActorCritic(torso, spec.num_actions)
   else:
-    net = networks.GaussianActorCritic(
-        torso, int(jnp.prod(jnp.array(spec.action_shape))), config.init_log_std
-    )
+    net = networks.GaussianActorCritic(torso, math.prod(spec.action_shape), config.init_log_std)
   optimizer = base.make_optimizer(
       config.optimizer, config.learning_rate, config.max_grad_norm, eps=config.optimizer_eps
   )

@@ -36,9 +36,11 @@ from offpolicy_ac.envs._envpool_env import make_atari
 from offpolicy_ac.envs._envpool_env import spec
 from offpolicy_ac.envs._functional import BRAX_BACKENDS
 from offpolicy_ac.envs._functional import BRAX_DEFAULT_BACKEND
+from offpolicy_ac.envs._functional import FUNCTIONAL_PREFIXES
 from offpolicy_ac.envs._functional import GYMNAX_TASKS
 from offpolicy_ac.envs._functional import FunctionalEnv
 from offpolicy_ac.envs._functional import FunctionalEnvState
+from offpolicy_ac.envs._functional import is_functional
 from offpolicy_ac.envs._functional import make_functional
 from offpolicy_ac.envs._functional_pool import FunctionalPool
 from offpolicy_ac.envs._functional_pool import make_functional_pool
@@ -129,12 +131,3 @@ __all__ = [
     "spec",
     "time_limit",
 ]
-
-FUNCTIONAL_PREFIXES = ("gymnax", "brax")
-"""Prefixes of the JAX environments `make_functional` builds ("gymnax:CartPole-v1")."""
-
-
-def is_functional(env_id: str) -> bool:
-  """Whether `env_id` names a JAX environment ("gymnax:...", "brax:...") rather than an
-  envpool task."""
-  return env_id.partition(":")[0] in FUNCTIONAL_PREFIXES

@@ -73,7 +73,9 @@ __all__ = [
     "BRAX_DEFAULT_BACKEND",
     "FunctionalEnv",
     "FunctionalEnvState",
+    "FUNCTIONAL_PREFIXES",
     "GYMNAX_TASKS",
+    "is_functional",
     "make_functional",
 ]
 
@@ -103,9 +105,17 @@ BRAX_DEFAULT_BACKEND = "spring"
 with a jitted, vmapped scan of 256 environments; docs/envs_notes.md)."""
 
 _BRAX_DEFAULT_LIMIT = 1000
-_PREFIXES = ("gymnax", "brax")
+FUNCTIONAL_PREFIXES = ("gymnax", "brax")
+"""Prefixes of the JAX environments `make_functional` builds ("gymnax:CartPole-v1")."""
+
 # gymnax's own time limit, raised out of reach (the adapter applies the time limit).
 _NO_GYMNAX_LIMIT = 2**31 - 1
+
+
+def is_functional(task_id: str) -> bool:
+  """Whether `task_id` names a JAX environment ("gymnax:...", "brax:...") rather than an
+  envpool task."""
+  return task_id.partition(":")[0] in FUNCTIONAL_PREFIXES
 
 
 class FunctionalEnvState(NamedTuple):
@@ -185,12 +195,14 @@ def make_functional(
   """
   if not isinstance(task_id, str) or ":" not in task_id:
     raise ValueError(
-        f"task_id must be '<prefix>:<name>' with a prefix in {list(_PREFIXES)}, "
+        f"task_id must be '<prefix>:<name>' with a prefix in {list(FUNCTIONAL_PREFIXES)}, "
         f"e.g. 'gymnax:CartPole-v1' or 'brax:inverted_pendulum'; got {task_id!r}"
     )
   prefix, name = task_id.split(":", 1)
-  if prefix not in _PREFIXES:
-    raise ValueError(f"unknown prefix {prefix!r} of task_id {task_id!r}; valid: {list(_PREFIXES)}")
+  if prefix not in FUNCTIONAL_PREFIXES:
+    raise ValueError(
+        f"unknown prefix {prefix!r} of task_id {task_id!r}; valid: {list(FUNCTIONAL_PREFIXES)}"
+    )
   if max_episode_steps is not None and (
       isinstance(max_episode_steps, bool)
       or not isinstance(max_episode_steps, (int, np.integer))
