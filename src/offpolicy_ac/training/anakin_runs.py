@@ -194,23 +194,24 @@ def _drive(compiled: Any, keys: jax.Array, hps: dict, loggers: list, checkpointe
   driver = _Driver(last_eval=[None] * num, reached=[False] * num)
   if resume:
     state, driver = _restore(checkpointer, state, driver, loggers)
-  num_chunks = math.ceil(compiled.iterations / compiled.iterations_per_chunk)
+  per_chunk, total = compiled.iterations_per_chunk, compiled.iterations
   ckpt_every = config.checkpoint.checkpoint_every
-  chunk_steps = compiled.iterations_per_chunk * compiled.steps_per_iteration
+  chunk_steps = per_chunk * compiled.steps_per_iteration
   chunks_per_ckpt = max(1, round(ckpt_every / chunk_steps)) if ckpt_every else 0
   target = config.eval.target_return
   wall_offset = driver.wall_time_s - seconds_since_launch()
   last = (seconds_since_launch(), driver.env_steps)
-  while driver.chunk < num_chunks and not all(driver.reached):
+  done = int(np.max(jax.device_get(state.iteration)))  # a resumed run's iterations
+  while done < total and not all(driver.reached):
     if should_stop():
       driver.interrupted = True
       break
-    c = driver.chunk
-    active = min(
-        compiled.iterations_per_chunk, compiled.iterations - c * compiled.iterations_per_chunk
+    active = min(per_chunk, total - done)
+    done += active
+    end = done == total
+    evaluate = bool(compiled.chunks_per_eval) and (
+        (driver.chunk + 1) % compiled.chunks_per_eval == 0 or end
     )
-    end = c + 1 == num_chunks
-    evaluate = bool(compiled.chunks_per_eval) and ((c + 1) % compiled.chunks_per_eval == 0 or end)
     state, metrics = run(state, hps, jnp.asarray(active, jnp.int32), jnp.asarray(evaluate))
     metrics = jax.device_get(metrics)
     driver.chunk += 1
