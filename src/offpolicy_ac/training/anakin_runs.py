@@ -37,6 +37,7 @@ from offpolicy_ac.training import records
 from offpolicy_ac.training.anakin import make_train
 from offpolicy_ac.training.clock import seconds_since_launch
 from offpolicy_ac.training.config import TrainConfig
+from offpolicy_ac.training.evaluation import describe_protocol
 from offpolicy_ac.training.logger import write_config
 from offpolicy_ac.training.loop import NonFiniteError
 from offpolicy_ac.training.loop import RunResult
@@ -106,7 +107,9 @@ def run_compiled(name: str, args: Any, root: pathlib.Path, *, batch_fn: Optional
       lane.run_dir.mkdir(parents=True, exist_ok=True)
       write_config(lane.run_dir, learner_args(args, lane),
                    extra={"algorithm": name, "learners_of": str(root)})  # fmt: skip
-  protocol = describe_compiled_protocol(compiled)
+  # The evaluations fall on chunk ends: the interval the protocol states is theirs.
+  interval = compiled.chunks_per_eval * compiled.iterations_per_chunk
+  protocol = describe_protocol(config.replace(eval_every=interval * compiled.steps_per_iteration))
   print(f"[{name}] evaluation protocol: {protocol}", flush=True)
   if not single:
     print(f"[{name}] {len(lanes)} learners in one compiled program", flush=True)
@@ -142,19 +145,6 @@ def run_compiled(name: str, args: Any, root: pathlib.Path, *, batch_fn: Optional
   if not single:
     _plot_learners(name, config, root, lanes, bool(config.budget.sweep))
   return results
-
-
-def describe_compiled_protocol(compiled: Any) -> str:
-  """The evaluation protocol of a compiled run's scores, as `describe_protocol`'s."""
-  config = compiled.config
-  interval = compiled.chunks_per_eval * compiled.iterations_per_chunk
-  interval *= compiled.steps_per_iteration
-  when = f" every {interval:,} env steps" if interval else " (evaluation off)"
-  return (
-      f"{config.env.env_id}: sum of rewards per episode, time limit "
-      f"{compiled.env.max_episode_steps:,} env steps; greedy policy, mean return of "
-      f"{config.eval.eval_episodes} episodes, each on its own freshly reset environment{when}"
-  )
 
 
 def stack_hyperparams(defaults: dict, settings: list[dict]) -> dict:
