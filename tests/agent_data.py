@@ -10,7 +10,7 @@ from offpolicy_ac.envs import MID
 from offpolicy_ac.envs import Trajectory
 
 
-def agent_trajectory(spec, agent, params, key, t=6, b=3):
+def agent_trajectory(spec, agent, params, key, t=6, b=3, varied_rewards=False):
   """A synthetic [t+1, b] trajectory from the agent's own act, with a junction."""
   obs_key, act_key = jax.random.split(key)
   obs = jax.random.normal(obs_key, (t + 1, b) + tuple(spec.observation_shape))
@@ -22,7 +22,10 @@ def agent_trajectory(spec, agent, params, key, t=6, b=3):
   step_type[3, 0], step_type[4, 0] = LAST, FIRST
   discount = np.ones((t + 1, b), np.float32)
   discount[3, 0] = 0.0
-  reward = np.ones((t + 1, b), np.float32)
+  if varied_rewards:
+    reward = np.linspace(-1.0, 1.0, (t + 1) * b, dtype=np.float32).reshape(t + 1, b)
+  else:
+    reward = np.ones((t + 1, b), np.float32)
   reward[step_type == FIRST] = 0.0
   return Trajectory(
       jnp.asarray(step_type),

@@ -9,6 +9,7 @@ The full-budget targets (CartPole-v1 >= 475 within 500k steps, Pendulum-v1
 import dataclasses
 import json
 
+from agent_data import agent_trajectory
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -21,8 +22,6 @@ from offpolicy_ac.agents import AcerConfig
 from offpolicy_ac.agents import make_acer
 from offpolicy_ac.agents import make_acer_continuous
 from offpolicy_ac.agents import make_acer_discrete
-from offpolicy_ac.envs import FIRST
-from offpolicy_ac.envs import LAST
 from offpolicy_ac.envs import MID
 from offpolicy_ac.envs import Trajectory
 from offpolicy_ac.training import read_metrics
@@ -62,28 +61,8 @@ def loose_agents(cartpole_spec, pendulum_spec):
 
 def _trajectory(spec, agent, params, key, t=6, b=3):
   """A [t+1, b] trajectory from the agent's own `act`: env 0 terminates at step 3
-  (LAST, discount 0) and restarts at step 4 (FIRST), a masked junction."""
-  obs_key, act_key = jax.random.split(key)
-  obs = jax.random.normal(obs_key, (t + 1, b) + tuple(spec.observation_shape))
-  flat = obs.reshape((-1,) + obs.shape[2:])
-  action, extras = agent.act(params, flat, act_key)
-  unflat = lambda x: x.reshape((t + 1, b) + x.shape[1:])
-  step_type = np.full((t + 1, b), MID, np.int32)
-  step_type[0] = FIRST
-  step_type[3, 0], step_type[4, 0] = LAST, FIRST
-  discount = np.ones((t + 1, b), np.float32)
-  discount[3, 0] = 0.0
-  reward = np.linspace(-1.0, 1.0, (t + 1) * b, dtype=np.float32).reshape(t + 1, b)
-  reward[step_type == FIRST] = 0.0
-  return Trajectory(
-      jnp.asarray(step_type),
-      jnp.asarray(reward),
-      jnp.asarray(discount),
-      obs,
-      jnp.zeros((t + 1, b), jnp.int32),
-      unflat(action),
-      jax.tree.map(unflat, extras),
-  )
+  (LAST, discount 0) and restarts at step 4 (FIRST), a masked junction; varied rewards."""
+  return agent_trajectory(spec, agent, params, key, t, b, varied_rewards=True)
 
 
 def _max_abs_diff(a, b):

@@ -44,6 +44,7 @@ from offpolicy_ac.envs._timestep import FIRST
 from offpolicy_ac.envs._timestep import LAST
 from offpolicy_ac.envs._timestep import EpisodeStats
 from offpolicy_ac.envs._timestep import TimeStep
+from offpolicy_ac.envs._timestep import check_traced_actions
 from offpolicy_ac.envs._trajectory import Trajectory
 
 __all__ = [
@@ -153,24 +154,11 @@ def make_functional_rollout(
   T = _positive_int("unroll_length", unroll_length)
   B = _positive_int("num_envs", num_envs)
   spec = env.spec
-  expected = (B, *spec.action_shape)
 
   def act(params: Any, obs: jax.Array, key: jax.Array) -> tuple[jax.Array, Any]:
     action, extras = act_fn(params, obs, key)
     action = jnp.asarray(action)
-    if tuple(action.shape) != expected:
-      raise ValueError(
-          f"{spec.task_id}: act returned action shape {action.shape}, expected {expected}"
-      )
-    kind = action.dtype.kind
-    if spec.is_discrete and kind not in "iu":
-      raise ValueError(
-          f"{spec.task_id}: discrete actions must have an integer dtype, got {action.dtype}"
-      )
-    if not spec.is_discrete and kind != "f":
-      raise ValueError(
-          f"{spec.task_id}: continuous actions must have a floating dtype, got {action.dtype}"
-      )
+    check_traced_actions(spec, action, B)
     for path, leaf in jax.tree_util.tree_leaves_with_path(extras):
       if jnp.ndim(leaf) < 1 or jnp.shape(leaf)[0] != B:
         raise ValueError(

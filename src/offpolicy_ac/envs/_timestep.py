@@ -121,3 +121,21 @@ class EpisodeStats(NamedTuple):
     if not stats:
       return EpisodeStats.empty()
     return EpisodeStats(*(np.concatenate(fields) for fields in zip(*stats, strict=True)))
+
+
+def check_traced_actions(spec: EnvSpec, action: Any, batch: int) -> None:
+  """Raises ValueError if a batch of actions computed by a policy (a JAX array, checked
+  at trace time) does not fit the spec: shape [batch, *action_shape], an integer dtype
+  for discrete actions, a floating one for continuous actions."""
+  expected = (batch, *spec.action_shape)
+  if tuple(action.shape) != expected:
+    raise ValueError(f"{spec.task_id}: action shape {action.shape}, expected {expected}")
+  kind = np.dtype(action.dtype).kind
+  if spec.is_discrete and kind not in "iu":
+    raise ValueError(
+        f"{spec.task_id}: discrete actions must have an integer dtype, got {action.dtype}"
+    )
+  if not spec.is_discrete and kind != "f":
+    raise ValueError(
+        f"{spec.task_id}: continuous actions must have a floating dtype, got {action.dtype}"
+    )

@@ -55,6 +55,7 @@ from offpolicy_ac.envs._timestep import FIRST
 from offpolicy_ac.envs._timestep import LAST
 from offpolicy_ac.envs._timestep import MID
 from offpolicy_ac.envs._timestep import EpisodeStats
+from offpolicy_ac.envs._timestep import check_traced_actions
 from offpolicy_ac.envs._trajectory import Trajectory
 
 __all__ = ["XlaBatchedRolloutState", "XlaRolloutState", "compiled_rollout"]
@@ -157,18 +158,7 @@ def compiled_rollout(env: EnvPoolEnv, act_fn: ActFn, unroll_length: int) -> tupl
     high = jnp.asarray(np.asarray(spec.action_high, np.float32).reshape(spec.action_shape))
 
   def check_action(action: jax.Array) -> None:
-    expected = (b, *spec.action_shape)
-    if tuple(action.shape) != expected:
-      raise ValueError(f"{spec.task_id}: action shape {action.shape}, expected {expected}")
-    kind = jnp.dtype(action.dtype).kind
-    if spec.is_discrete and kind not in "iu":
-      raise ValueError(
-          f"{spec.task_id}: discrete actions must have an integer dtype, got {action.dtype}"
-      )
-    if not spec.is_discrete and kind != "f":
-      raise ValueError(
-          f"{spec.task_id}: continuous actions must have a floating dtype, got {action.dtype}"
-      )
+    check_traced_actions(spec, action, b)
 
   def to_env(action: jax.Array) -> tuple[jax.Array, jax.Array]:
     """(action as envpool wants it, [batch] bool: out of range or not finite)."""
