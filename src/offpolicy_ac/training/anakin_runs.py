@@ -178,7 +178,9 @@ def _drive(compiled: Any, keys: jax.Array, hps: dict, loggers: list, checkpointe
   """Runs the chunks: log, evaluate, checkpoint, stop; returns the final state [N]."""
   config = compiled.config
   num = keys.shape[0]
-  init = jax.jit(jax.vmap(compiled.init))
+  # Eager vmap: jit(vmap(init)) of ACER deadlocks XLA:CPU (jax 0.10.2), as in the
+  # envpool learner's init.
+  init = jax.vmap(compiled.init)
   run = jax.jit(jax.vmap(compiled.run, in_axes=(0, 0, None, None)))
   state = init(keys, hps)
   driver = _Driver(last_eval=[None] * num, reached=[False] * num)
