@@ -158,6 +158,31 @@ def test_small_cnn_pooling_is_flax_average_pooling(dtype, shape):
   np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-7)
 
 
+def test_minatar_cnn_is_the_3x3_convolution_then_dense():
+  """MinAtarCNN's patch product is `lax.conv` (3x3, stride 1, VALID) with the same kernel
+  reshaped; `auto` picks it for 10 x 10 grids and the Nature CNN for 84 x 84 frames."""
+  import flax.linen as nn
+
+  from offpolicy_ac import networks
+
+  grids = (jax.random.uniform(jax.random.PRNGKey(0), (3, 4, 10, 10)) < 0.3).astype(jnp.float32)
+  torso = networks.make_torso("auto", (4, 10, 10))
+  assert isinstance(torso, networks.torsos.MinAtarCNN)
+  assert isinstance(networks.make_torso("auto", (4, 84, 84)), networks.torsos.NatureCNN)
+  params = torso.init(jax.random.PRNGKey(1), grids)
+  conv = params["params"]["conv"]
+  kernel = conv["kernel"].reshape(3, 3, 4, 16)  # patches are ordered (row, column, channel)
+  x = jnp.transpose(grids, (0, 2, 3, 1))
+  conv_out = nn.relu(
+      jax.lax.conv_general_dilated(x, kernel, (1, 1), "VALID",
+                                   dimension_numbers=("NHWC", "HWIO", "NHWC"))
+      + conv["bias"][None, None, None]
+  )  # fmt: skip
+  dense = params["params"]["Dense_0"]
+  expected = nn.relu(conv_out.reshape(3, -1) @ dense["kernel"] + dense["bias"][None])
+  np.testing.assert_allclose(torso.apply(params, grids), expected, rtol=1e-5, atol=1e-5)
+
+
 def test_impala_atari_preset_learns_from_small_advantages():
   """Regression: the Atari preset once used RMSProp(eps=0.01) as in the paper, but optax
   puts eps inside the square root and our losses are means over [T, B], not sums, so

@@ -19,6 +19,7 @@ from offpolicy_ac.agents import make_sql
 from offpolicy_ac.training import TrainConfig
 from offpolicy_ac.training import load_run
 from offpolicy_ac.training import make_train
+from offpolicy_ac.training import parse_args
 from offpolicy_ac.training import read_metrics
 
 pytest.importorskip("gymnax")
@@ -135,6 +136,17 @@ def test_script_run_writes_the_run_directory_and_resumes_exactly(tmp_path):
   assert _lines(cut) == lines
 
 
+def test_a_run_resumed_with_a_larger_budget_goes_on_after_a_partial_chunk(tmp_path):
+  """400 env steps are 13 iterations of 32: chunks of 5, 5 and a partial 3. Resumed with
+  640, the run goes on from iteration 13 (not from chunk 3's start) to 20."""
+  run_dir = tmp_path / "grow"
+  _impala_main(run_dir, total_env_steps=400)
+  assert [l["env_steps"] for l in _lines(run_dir)] == [160, 320, 416]
+  result = _impala_main(run_dir, total_env_steps=640, resume=True)
+  assert [l["env_steps"] for l in _lines(run_dir)] == [160, 320, 416, 576, 640]
+  assert result.env_steps == 640 and result.num_updates == 20
+
+
 def test_script_sweep_writes_one_directory_per_learner_and_a_comparison(tmp_path):
   root = tmp_path / "sweep"
   results = _impala_main(root, num_seeds=2, sweep=("learning_rate=0.003,0.01",))
@@ -204,3 +216,13 @@ def test_continuous_agents_compile_on_a_continuous_jax_environment(make, config)
   assert np.isfinite(metrics["loss"][metrics["updated"]]).all() and metrics["updated"].any()
   assert metrics["episodes"].sum() == 0  # 640 steps over 4 envs: no 200-step episode ended yet
   assert np.isfinite(metrics["eval_return"][~np.isnan(metrics["eval_return"])]).all()
+
+
+def test_repeated_sweep_flags_parse_into_one_sweep():
+  """`--sweep A --sweep B` (or `--sweep=A`) reaches the config as one tuple, in order."""
+  module = load_script("impala")
+  argv = ["--env-id", CARTPOLE, "--sweep", "learning_rate=1e-3,3e-3", "--seed", "2",
+          "--sweep=gamma=0.99,0.995"]  # fmt: skip
+  args = parse_args(module.Args, module.PRESETS, argv=argv)
+  assert args.train.budget.sweep == ("learning_rate=1e-3,3e-3", "gamma=0.99,0.995")
+  assert args.train.budget.seed == 2

@@ -43,6 +43,7 @@ from offpolicy_ac.envs._timestep import STEP_TYPE_DTYPE
 from offpolicy_ac.envs._timestep import EnvSpec
 from offpolicy_ac.envs._timestep import EpisodeStats
 from offpolicy_ac.envs._timestep import TimeStep
+from offpolicy_ac.envs._timestep import check_int
 
 __all__ = [
     "EnvPoolEnv",
@@ -572,14 +573,6 @@ def _spec_from_spaces(
   raise ValueError(f"{task_id}: unsupported action space {act_space}")
 
 
-def _check_positive_int(name: str, value: Any) -> int:
-  if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-    raise ValueError(f"{name} must be an int, got {value!r}")
-  if value < 1:
-    raise ValueError(f"{name} must be >= 1, got {value}")
-  return int(value)
-
-
 def _check_task_id(task_id: Any) -> Any:
   envpool = _envpool()
   if not isinstance(task_id, str):
@@ -614,7 +607,7 @@ def _pool_kwargs(
     envpool: Any, task_id: str, num_envs: Any, envpool_kwargs: dict[str, Any]
 ) -> tuple[int, int, dict[str, Any]]:
   """Validates `num_envs` and envpool options: (num_envs, batch_size, the other options)."""
-  num_envs = _check_positive_int("num_envs", num_envs)
+  num_envs = check_int("num_envs", num_envs)
   envpool_kwargs = dict(envpool_kwargs)
   if envpool_kwargs.pop("gym_reset_return_info", True) is not True:
     raise ValueError("gym_reset_return_info=False is not supported (env_id comes from info)")
@@ -624,11 +617,11 @@ def _pool_kwargs(
   if unknown:
     raise ValueError(f"unknown envpool option(s) {unknown} for {task_id}; valid: {sorted(valid)}")
   batch_size = envpool_kwargs.pop("batch_size", num_envs)
-  batch_size = _check_positive_int("batch_size", batch_size)
+  batch_size = check_int("batch_size", batch_size)
   if batch_size > num_envs:
     raise ValueError(f"batch_size ({batch_size}) must be <= num_envs ({num_envs})")
   if "max_episode_steps" in envpool_kwargs:
-    _check_positive_int("max_episode_steps", envpool_kwargs["max_episode_steps"])
+    check_int("max_episode_steps", envpool_kwargs["max_episode_steps"])
   return num_envs, batch_size, envpool_kwargs
 
 

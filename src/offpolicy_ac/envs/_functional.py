@@ -54,6 +54,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 import difflib
+import importlib
 import inspect
 from typing import Any
 from typing import NamedTuple
@@ -67,6 +68,7 @@ from offpolicy_ac.envs._timestep import LAST
 from offpolicy_ac.envs._timestep import MID
 from offpolicy_ac.envs._timestep import EnvSpec
 from offpolicy_ac.envs._timestep import TimeStep
+from offpolicy_ac.envs._timestep import check_int
 
 __all__ = [
     "BRAX_BACKENDS",
@@ -156,6 +158,10 @@ class FunctionalEnv(NamedTuple):
   spec: EnvSpec
   max_episode_steps: int
 
+  def batch_spec(self, num_envs: int) -> EnvSpec:
+    """The spec of `num_envs` copies stepped together (num_envs = batch_size)."""
+    return self.spec._replace(num_envs=num_envs, batch_size=num_envs)
+
 
 class _Simulator(NamedTuple):
   """What an adapter gives: the simulator without auto-reset or time limit.
@@ -203,12 +209,8 @@ def make_functional(
     raise ValueError(
         f"unknown prefix {prefix!r} of task_id {task_id!r}; valid: {list(FUNCTIONAL_PREFIXES)}"
     )
-  if max_episode_steps is not None and (
-      isinstance(max_episode_steps, bool)
-      or not isinstance(max_episode_steps, (int, np.integer))
-      or max_episode_steps < 1
-  ):
-    raise ValueError(f"max_episode_steps must be None or an int >= 1, got {max_episode_steps!r}")
+  if max_episode_steps is not None:
+    check_int("max_episode_steps", max_episode_steps)
   sim = _gymnax(task_id, name, kwargs) if prefix == "gymnax" else _brax(task_id, name, kwargs)
   limit = sim.default_limit if max_episode_steps is None else int(max_episode_steps)
   game_length = _GAME_LENGTH.get(name) if prefix == "gymnax" else None
@@ -333,13 +335,20 @@ def _unknown_name(task_id: str, name: str, valid: list[str]) -> ValueError:
   return ValueError(f"unknown task {name!r} in {task_id!r}{hint}; valid: {valid}")
 
 
-def _gymnax(task_id: str, name: str, kwargs: dict[str, Any]) -> _Simulator:
+def _require(task_id: str, package: str, module: str) -> Any:
+  """Imports `module` of an optional `package`, or says how to install it."""
   try:
-    import gymnax
+    importlib.import_module(package)  # a submodule already imported would skip this check
+    return importlib.import_module(module)
   except ImportError as e:
     raise ImportError(
-        f"{task_id} needs gymnax: pip install 'offpolicy_ac[jax-envs]' (or pip install gymnax)"
+        f"{task_id} needs {package}: pip install 'offpolicy_ac[jax-envs]' (or pip install "
+        f"{package})"
     ) from e
+
+
+def _gymnax(task_id: str, name: str, kwargs: dict[str, Any]) -> _Simulator:
+  gymnax = _require(task_id, "gymnax", "gymnax")
   from gymnax.environments import spaces
 
   if name not in GYMNAX_TASKS:
@@ -386,12 +395,7 @@ def _gymnax(task_id: str, name: str, kwargs: dict[str, Any]) -> _Simulator:
 
 
 def _brax(task_id: str, name: str, kwargs: dict[str, Any]) -> _Simulator:
-  try:
-    from brax import envs as brax_envs
-  except ImportError as e:
-    raise ImportError(
-        f"{task_id} needs brax: pip install 'offpolicy_ac[jax-envs]' (or pip install brax)"
-    ) from e
+  brax_envs = _require(task_id, "brax", "brax.envs")
 
   registry = getattr(brax_envs, "_envs", {})  # brax has no public listing
   valid = sorted(registry)

@@ -46,6 +46,7 @@ from offpolicy_ac.envs._timestep import FIRST
 from offpolicy_ac.envs._timestep import LAST
 from offpolicy_ac.envs._timestep import EpisodeStats
 from offpolicy_ac.envs._timestep import TimeStep
+from offpolicy_ac.envs._timestep import check_int
 
 __all__ = ["FunctionalPool", "make_functional_pool", "render_unsupported_reason"]
 
@@ -60,15 +61,6 @@ def render_unsupported_reason(task_id: str) -> str:
   else:
     why = "brax's renderer (brax.io.image, which needs pytinyrenderer) is not wired up"
   return f"{task_id} cannot be rendered: {why}; evaluate without a video"
-
-
-def _check_int(name: str, value: Any, low: int, high: int | None = None) -> int:
-  if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-    raise ValueError(f"{name} must be an int, got {value!r}")
-  if value < low or (high is not None and value >= high):
-    bound = f">= {low}" if high is None else f"in [{low}, {high})"
-    raise ValueError(f"{name} must be {bound}, got {value}")
-  return int(value)
 
 
 class FunctionalPool:
@@ -91,10 +83,10 @@ class FunctionalPool:
       raise ValueError(
           f"env must be a FunctionalEnv (envs.make_functional), got {type(env).__name__}"
       )
-    n = _check_int("num_envs", num_envs, 1)
-    self.seed = _check_int("seed", seed, 0, _MAX_SEED)
+    n = check_int("num_envs", num_envs, 1)
+    self.seed = check_int("seed", seed, 0, _MAX_SEED)
     self.env = env
-    self.spec = env.spec._replace(num_envs=n, batch_size=n)
+    self.spec = env.batch_spec(n)
     self.num_envs = self.batch_size = n
     self.is_batched = self.is_atari = False
     self.max_episode_steps = env.max_episode_steps
@@ -196,7 +188,7 @@ def make_functional_pool(
   """
   if render_mode is not None:
     raise ValueError(f"render_mode={render_mode!r}: {render_unsupported_reason(task_id)}")
-  _check_int("num_envs", num_envs, 1)
-  _check_int("seed", seed, 0, _MAX_SEED)
+  check_int("num_envs", num_envs, 1)
+  check_int("seed", seed, 0, _MAX_SEED)
   env = make_functional(task_id, max_episode_steps=max_episode_steps, **kwargs)
   return FunctionalPool(env, num_envs, seed)

@@ -44,6 +44,7 @@ from offpolicy_ac.envs._timestep import FIRST
 from offpolicy_ac.envs._timestep import LAST
 from offpolicy_ac.envs._timestep import EpisodeStats
 from offpolicy_ac.envs._timestep import TimeStep
+from offpolicy_ac.envs._timestep import check_int
 from offpolicy_ac.envs._timestep import check_traced_actions
 from offpolicy_ac.envs._trajectory import Trajectory
 
@@ -120,14 +121,6 @@ class FunctionalRollout(NamedTuple):
   num_envs: int
 
 
-def _positive_int(name: str, value: Any) -> int:
-  if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-    raise ValueError(f"{name} must be an int, got {value!r}")
-  if value < 1:
-    raise ValueError(f"{name} must be >= 1, got {value}")
-  return int(value)
-
-
 def make_functional_rollout(
     env: FunctionalEnv, act_fn: ActFn, unroll_length: int, num_envs: int
 ) -> FunctionalRollout:
@@ -151,8 +144,8 @@ def make_functional_rollout(
     )
   if not callable(act_fn):
     raise ValueError("act_fn must be callable: act(params, obs, key) -> (action, extras)")
-  T = _positive_int("unroll_length", unroll_length)
-  B = _positive_int("num_envs", num_envs)
+  T = check_int("unroll_length", unroll_length)
+  B = check_int("num_envs", num_envs)
   spec = env.spec
 
   def act(params: Any, obs: jax.Array, key: jax.Array) -> tuple[jax.Array, Any]:

@@ -60,6 +60,7 @@ import numpy as np
 from offpolicy_ac.envs._envpool_env import EnvPoolEnv
 from offpolicy_ac.envs._timestep import ENV_ID_DTYPE
 from offpolicy_ac.envs._timestep import EpisodeStats
+from offpolicy_ac.envs._timestep import check_int
 from offpolicy_ac.envs._trajectory import Trajectory
 
 __all__ = ["ActFn", "Backend", "Rollout", "RolloutState", "default_device", "make_rollout"]
@@ -326,11 +327,7 @@ def check_rollout_args(env: Any, act_fn: Any, unroll_length: Any) -> int:
     raise ValueError(f"env must be an EnvPoolEnv (from envs.make), got {type(env).__name__}")
   if not callable(act_fn):
     raise ValueError("act_fn must be callable: act(params, obs, key) -> (action, extras)")
-  if isinstance(unroll_length, bool) or not isinstance(unroll_length, (int, np.integer)):
-    raise ValueError(f"unroll_length must be an int, got {unroll_length!r}")
-  if unroll_length < 1:
-    raise ValueError(f"unroll_length must be >= 1, got {unroll_length}")
-  return int(unroll_length)
+  return check_int("unroll_length", unroll_length)
 
 
 def _host_rollout(env: EnvPoolEnv, act_fn: ActFn, unroll_length: int) -> tuple[

@@ -123,6 +123,17 @@ class EpisodeStats(NamedTuple):
     return EpisodeStats(*(np.concatenate(fields) for fields in zip(*stats, strict=True)))
 
 
+def check_int(name: str, value: Any, low: int = 1, high: int | None = None) -> int:
+  """`value` as an int; raises ValueError naming `name` unless it is an int (not a bool) in
+  [low, high) (no upper bound when `high` is None)."""
+  if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+    raise ValueError(f"{name} must be an int, got {value!r}")
+  if value < low or (high is not None and value >= high):
+    bound = f">= {low}" if high is None else f"in [{low}, {high})"
+    raise ValueError(f"{name} must be {bound}, got {value}")
+  return int(value)
+
+
 def check_traced_actions(spec: EnvSpec, action: Any, batch: int) -> None:
   """Raises ValueError if a batch of actions computed by a policy (a JAX array, checked
   at trace time) does not fit the spec: shape [batch, *action_shape], an integer dtype

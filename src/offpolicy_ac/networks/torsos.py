@@ -126,8 +126,7 @@ class MinAtarCNN(nn.Module):
     patches = jnp.concatenate(
         [x[:, i : i + h, j : j + w, :] for i in range(3) for j in range(3)], axis=-1
     )
-    init = nn.initializers.lecun_normal()
-    x = nn.relu(nn.Dense(16, kernel_init=init, name="conv")(patches))
+    x = nn.relu(nn.Dense(16, name="conv")(patches))  # fan-in 9 C, as the convolution's
     x = x.reshape(x.shape[0], -1)
     return nn.relu(nn.Dense(self.dense_size)(x))
 

@@ -111,6 +111,17 @@ class CompiledTrain(NamedTuple):
   steps_per_iteration: int
 
 
+def _unset(shapes: Any) -> Any:
+  """Arrays shaped like `shapes` that say "not computed": NaN for floats, zeros (False)
+  otherwise."""
+
+  def fill(s):
+    empty = jnp.nan if jnp.issubdtype(s.dtype, jnp.floating) else 0
+    return jnp.full(s.shape, empty, s.dtype)
+
+  return jax.tree.map(fill, shapes)
+
+
 def unsupported_reason(config: TrainConfig) -> Optional[str]:
   """Why a config cannot run as one compiled program (None: it can)."""
   if config.acting.actors != "inline":
@@ -162,7 +173,7 @@ def make_train(
     raise ValueError(f"a compiled (Anakin) run cannot use {reason}")
   if env is None:
     env = envs.make_functional(config.env.env_id, max_episode_steps=config.env.max_episode_steps)
-  spec = env.spec._replace(num_envs=config.env.num_envs, batch_size=config.env.num_envs)
+  spec = env.batch_spec(config.env.num_envs)
   agent = make_agent(spec, agent_config)  # validates the config against the task
   defaults = hyperparams_lib.hyperparams_of(agent_config)
   transformer = make_transformer(spec, config)
@@ -238,8 +249,7 @@ def make_train(
     if replay is not None:
       sample = make_sample_and_update(agent, transformer, replay, batch_fn, num_updates)
       can_learn = learner.replay.size >= min_replay
-      shape = jax.eval_shape(sample, learner, key)[1]
-      skipped = jax.tree.map(lambda s: jnp.full(s.shape, jnp.nan, s.dtype), shape)
+      skipped = _unset(jax.eval_shape(sample, learner, key)[1])
       learner, replayed = jax.lax.cond(can_learn, sample, lambda s, k: (s, skipped), learner, key)
       if fresh is None:
         metrics, updated = replayed, can_learn
@@ -285,11 +295,8 @@ def make_train(
     template = jax.eval_shape(iteration, state, hp, jnp.asarray(False))[1]
 
     def idle(state):
-      out = jax.tree.map(lambda s: jnp.full(s.shape, jnp.nan, s.dtype)
-                         if jnp.issubdtype(s.dtype, jnp.floating) else jnp.zeros(s.shape, s.dtype),
-                         template)  # fmt: skip
-      return state, {**out, "env_steps": state.env_steps, "num_updates":
-                     state.learner.agent.num_updates}  # fmt: skip
+      return state, {**_unset(template), "env_steps": state.env_steps,
+                     "num_updates": state.learner.agent.num_updates}  # fmt: skip
 
     def body(state, i):
       due = jnp.logical_and(evaluate_last, i == num_active - 1)

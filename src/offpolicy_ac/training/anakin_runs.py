@@ -21,7 +21,6 @@ whole run and a resumed run computes exactly what the uninterrupted run computes
 from __future__ import annotations
 
 import dataclasses
-import math
 import pathlib
 from typing import Any
 from typing import Callable
@@ -39,8 +38,9 @@ from offpolicy_ac.training.clock import seconds_since_launch
 from offpolicy_ac.training.config import TrainConfig
 from offpolicy_ac.training.evaluation import describe_protocol
 from offpolicy_ac.training.logger import write_config
-from offpolicy_ac.training.loop import NonFiniteError
 from offpolicy_ac.training.loop import RunResult
+from offpolicy_ac.training.loop import raise_if_non_finite
+from offpolicy_ac.training.resume import restore_newest
 
 # Keys of a chunk's metrics that are bookkeeping, not learner statistics.
 _BOOKKEEPING = ("active", "env_steps", "episodes", "episode_return_sum", "episode_length_sum",
@@ -57,8 +57,13 @@ class Learner:
 
   @property
   def label(self) -> str:
-    """The setting as `field=value,...` plus a space ("" without a sweep)."""
-    return ",".join(f"{k}={v:g}" for k, v in self.setting.items()) + " " * bool(self.setting)
+    """The setting and a space for log titles ("" without a sweep)."""
+    return setting_label(self.setting) + " " * bool(self.setting)
+
+
+def setting_label(setting: dict) -> str:
+  """A sweep setting as `field=value,...`, its learners' directory name."""
+  return ",".join(f"{k}={v:g}" for k, v in setting.items())
 
 
 def learners_of(args: Any, root: pathlib.Path) -> list[Learner]:
@@ -72,7 +77,7 @@ def learners_of(args: Any, root: pathlib.Path) -> list[Learner]:
   for setting in settings:
     for seed in seeds:
       if values:
-        run_dir = root / Learner(setting, seed, root).label.strip() / f"seed{seed}"
+        run_dir = root / setting_label(setting) / f"seed{seed}"
       else:
         run_dir = root / f"seed{seed}" if len(seeds) > 1 else root
       out.append(Learner(setting, seed, run_dir))
@@ -102,11 +107,11 @@ def run_compiled(name: str, args: Any, root: pathlib.Path, *, batch_fn: Optional
   single = len(lanes) == 1
   others = [] if single else [lane.run_dir for lane in lanes]
   ex._check_or_write_config(name, args, root, resume, others=others)  # pylint: disable=protected-access
-  for lane in lanes:
-    if lane.run_dir != root:
+  for k, lane in enumerate(lanes):
+    if lane.run_dir != root:  # its lane in the root's checkpoints, for load_run
       lane.run_dir.mkdir(parents=True, exist_ok=True)
-      write_config(lane.run_dir, learner_args(args, lane),
-                   extra={"algorithm": name, "learners_of": str(root)})  # fmt: skip
+      extra = {"algorithm": name, "learners_of": str(root), "learner": k, "learners": len(lanes)}
+      write_config(lane.run_dir, learner_args(args, lane), extra=extra)
   # The evaluations fall on chunk ends: the interval the protocol states is theirs.
   interval = compiled.chunks_per_eval * compiled.iterations_per_chunk
   protocol = describe_protocol(config.replace(eval_every=interval * compiled.steps_per_iteration))
@@ -245,15 +250,10 @@ def _line(m: dict, driver: _Driver, rate: float) -> dict:
   }
   updated = m["updated"].astype(bool)
   if updated.any():
-    for name, values in m.items():
-      if name not in _BOOKKEEPING:
-        value = float(np.mean(values[updated]))
-        if not math.isfinite(value):
-          raise NonFiniteError(
-              f"{name} is {value} at env step {driver.env_steps}: the learner diverged "
-              "(lower the learning rate, or clip rewards / gradients)"
-          )
-        line[name] = value
+    stats = {n: float(np.mean(v[updated])) for n, v in m.items() if n not in _BOOKKEEPING}
+    raise_if_non_finite(stats, f" at env step {driver.env_steps}; stopping. The last good "
+                        "checkpoint is kept.")  # fmt: skip
+    line.update(stats)
   if not np.isnan(m["eval_return"][-1]):
     line["eval_return"] = float(m["eval_return"][-1])
     line["eval_return_min"] = float(m["eval_return_min"][-1])
@@ -261,28 +261,23 @@ def _line(m: dict, driver: _Driver, rate: float) -> dict:
 
 
 def _restore(checkpointer: Any, state: Any, driver: _Driver, loggers: list) -> tuple[Any, _Driver]:
-  if checkpointer is None:
-    raise ValueError("resume needs checkpoints (checkpoint_every > 0)")
-  where = str(checkpointer.directory)
+  """The newest checkpoint's state and bookkeeping (the logs cut back to it), or the fresh
+  ones, with a warning, when there is none."""
+  where = str(getattr(checkpointer, "directory", ""))
 
   def check(record: dict) -> None:
     records.check_format(record, where)
     if "compiled" not in record:
       raise ValueError(f"the checkpoint in {where} is not of a compiled (JAX environment) run")
 
-  restored = checkpointer.restore_latest({"state": state}, check_record=check)
-  if restored is None:
-    for logger in loggers:
-      logger.truncate(0)
-    return state, driver
-  _, arrays, record = restored
-  restored_state = jax.tree.map(
-      lambda template, x: jnp.asarray(x, template.dtype), state, arrays["state"]
-  )
-  driver = _Driver(**record["compiled"])
+  restored = restore_newest(checkpointer, {"state": state}, check)
+  if restored is not None:
+    arrays, record = restored
+    state = jax.tree.map(lambda like, x: jnp.asarray(x, like.dtype), state, arrays["state"])
+    driver = _Driver(**record["compiled"])
   for logger in loggers:
     logger.truncate(driver.log_lines)
-  return restored_state, driver
+  return state, driver
 
 
 def _plot_learners(name: str, config: TrainConfig, root: pathlib.Path, lanes: list,

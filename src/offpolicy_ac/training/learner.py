@@ -189,25 +189,18 @@ class Learner:
     self.replay = make_replay(config) if agent.off_policy else None
     self.act, greedy = make_policies(agent, self.transformer)
     self.greedy = jax.jit(greedy)
-    self.updates_fresh = not agent.off_policy or agent.fresh_update_first
     self._batch_fn = batch_fn
     constrain = dp.constrain if num_seeds == 1 else (lambda batch: batch)
+    ingest = make_ingest(agent, self.transformer, self.replay, constrain)
+    sample = make_sample_and_update(agent, self.transformer, self.replay, batch_fn,
+                                    config.replay.num_updates_per_train_iter, constrain)  # fmt: skip
     # Trajectories of one seed come without a seed axis (`batch`), keys always with one.
-    self._ingest = self._over_seeds(self._make_ingest(constrain), x_has_seed_axis=False)
-    self._sample = self._over_seeds(self._make_sample_and_update(constrain), x_has_seed_axis=True)
+    self._ingest = self._over_seeds(ingest, x_has_seed_axis=False)
+    self._sample = self._over_seeds(sample, x_has_seed_axis=True)
     self._sweep = dp.jit(self._make_sweep(dp.constrain)) if num_seeds == 1 else None
     self._unstack = jax.jit(lambda tree: [_index(tree, k) for k in range(num_seeds)])
 
   # -- the per-seed pure functions -------------------------------------------
-
-  def _make_ingest(self, constrain: Callable) -> Callable:
-    return make_ingest(self.agent, self.transformer, self.replay, constrain)
-
-  def _make_sample_and_update(self, constrain: Callable) -> Callable:
-    return make_sample_and_update(
-        self.agent, self.transformer, self.replay, self._batch_fn,
-        self.config.replay.num_updates_per_train_iter, constrain,
-    )  # fmt: skip
 
   def _make_sweep(self, constrain: Callable) -> Callable:
     agent, transformer = self.agent, self.transformer

@@ -308,19 +308,23 @@ def _can_learn(config: TrainConfig, replay_fill: int) -> bool:
               and replay_fill < config.replay.mini_batch_size)  # fmt: skip
 
 
+def raise_if_non_finite(values: dict, context: str) -> None:
+  """Raises NonFiniteError naming the first metric that is NaN or infinite; `context`
+  says where (seed, env step, update) and what is kept."""
+  for name, value in values.items():
+    if not np.all(np.isfinite(value)):
+      raise NonFiniteError(f"non-finite {name} = {value}{context}")
+
+
 def _accumulate(metrics: dict, accs: list, seeds: Sequence[int], schedule: records.Schedule,
                 versions: np.ndarray, checkpointer: Any) -> None:  # fmt: skip
   """Adds each seed's metrics [S] to its accumulators; raises on a non-finite value."""
   for k, acc in enumerate(accs):
     values = {name: np.asarray(v)[k] for name, v in metrics.items()}
-    for name, value in values.items():
-      if not np.all(np.isfinite(value)):
-        seed = f" for seed {seeds[k]}" if len(seeds) > 1 else ""
-        where = f" in {checkpointer.directory}" if checkpointer is not None else ""
-        raise NonFiniteError(
-            f"non-finite {name} = {value}{seed} at env step {schedule.env_steps} (update "
-            f"{int(versions[k])}); stopping. The last good checkpoint is kept{where}."
-        )
+    seed = f" for seed {seeds[k]}" if len(seeds) > 1 else ""
+    where = f" in {checkpointer.directory}" if checkpointer is not None else ""
+    raise_if_non_finite(values, f"{seed} at env step {schedule.env_steps} (update "
+                        f"{int(versions[k])}); stopping. The last good checkpoint is kept{where}.")  # fmt: skip
     acc.add_metrics(values)
 
 

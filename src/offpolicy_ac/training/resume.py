@@ -9,6 +9,7 @@ still bootstrapped, and a checkpoint holds the learner state with the driver's r
 from __future__ import annotations
 
 from typing import Any
+from typing import Callable
 from typing import Optional
 import warnings
 
@@ -39,21 +40,34 @@ def mark_cut(traj: envs.Trajectory) -> envs.Trajectory:
   )
 
 
-def restore(checkpointer: Any, template: LearnerState, num_seeds: int) -> Optional[tuple]:
-  """(learner state, schedule, accumulators) of the newest readable checkpoint, or None,
-  with a warning, when there is none (the run starts over)."""
+def restore_newest(checkpointer: Any, template: Any,
+                   check_record: Callable[[dict], Any]) -> Optional[tuple[Any, dict]]:  # fmt: skip
+  """(arrays, record) of the newest readable checkpoint, or None, with a warning, when
+  there is none (the run starts over). `check_record(record)` raises for a checkpoint
+  this run must not read (another format, another kind of run)."""
   if checkpointer is None:
     raise ValueError("resume needs checkpoints (checkpoint_every > 0)")
-  where = str(checkpointer.directory)
-  restored = checkpointer.restore_latest(
-      {"learner": template}, check_record=lambda r: records.from_record(r, num_seeds, where)
-  )
+  restored = checkpointer.restore_latest(template, check_record=check_record)
   if restored is None:
     warnings.warn(
-        f"no readable checkpoint in {where}: the run starts again from the beginning",
+        f"no readable checkpoint in {checkpointer.directory}: the run starts again from the "
+        "beginning",
         RuntimeWarning,
     )
     return None
   _, arrays, record = restored
+  return arrays, record
+
+
+def restore(checkpointer: Any, template: LearnerState, num_seeds: int) -> Optional[tuple]:
+  """(learner state, schedule, accumulators) of the newest readable checkpoint, or None,
+  with a warning, when there is none (the run starts over)."""
+  where = str(getattr(checkpointer, "directory", ""))
+  restored = restore_newest(
+      checkpointer, {"learner": template}, lambda r: records.from_record(r, num_seeds, where)
+  )
+  if restored is None:
+    return None
+  arrays, record = restored
   state = jax.tree.map(jnp.asarray, arrays["learner"])
   return (LearnerState(*state), *records.from_record(record, num_seeds, where))

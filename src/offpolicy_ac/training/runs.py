@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import types
 from typing import Any
 from typing import Callable
 from typing import NamedTuple
@@ -39,7 +38,6 @@ import numpy as np
 from offpolicy_ac import envs
 from offpolicy_ac.agents.base import Agent
 from offpolicy_ac.agents.registry import AGENTS
-from offpolicy_ac.agents.registry import config_from_dict
 from offpolicy_ac.agents.registry import make_agent
 from offpolicy_ac.training import records
 from offpolicy_ac.training.checkpoint import checkpoint_steps
@@ -177,24 +175,14 @@ def _checkpoint_source(run_dir: pathlib.Path, record: dict) -> tuple[pathlib.Pat
 
 def _compiled_learner_source(run_dir: pathlib.Path, record: dict) -> tuple[pathlib.Path, int, int]:
   """`_checkpoint_source` of one learner of a compiled run, written in
-  `<root>/seed<k>` or `<root>/<setting>/seed<k>`: its lane among the root's learners
-  (`anakin_runs.learners_of`, rebuilt from the root's config.json)."""
-  from offpolicy_ac.training.anakin_runs import learners_of  # imports the compiled loop
-
+  `<root>/seed<k>` or `<root>/<setting>/seed<k>`: its lane (`learner` of `learners`, as
+  its config.json records them) among the root's checkpointed learners."""
   recorded = pathlib.Path(record["learners_of"])
   candidates = [recorded, run_dir.parent, run_dir.parent.parent]  # moved: up one or two
   root = next((c for c in candidates if (c / "config.json").exists()), None)
   if root is None:
     return run_dir / "checkpoints", 1, 0  # the root is gone: no checkpoints to read
-  root_config = json.loads((root / "config.json").read_text())["config"]
-  agent_config = config_from_dict(AGENTS[record["algorithm"]][1], root_config["agent"])
-  args = types.SimpleNamespace(train=TrainConfig.from_dict(root_config["train"]),
-                               agent=agent_config)  # fmt: skip
-  lanes = [lane.run_dir.relative_to(root).parts for lane in learners_of(args, root)]
-  for index, parts in enumerate(lanes):
-    if run_dir.absolute().parts[-len(parts) :] == parts:
-      return root / "checkpoints", len(lanes), index
-  raise ValueError(f"{run_dir} is not one of the learners of {root}")
+  return root / "checkpoints", record["learners"], record["learner"]
 
 
 def load_run(run_dir: str | os.PathLike, *, checkpoint: Optional[int] = None) -> LoadedRun:

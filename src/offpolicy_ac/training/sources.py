@@ -49,8 +49,8 @@ def task_spec(config: TrainConfig) -> envs.EnvSpec:
   environment (`config.compiled`) the functional environment's, as `make_train` builds
   its agent with."""
   if config.compiled:
-    spec = envs.make_functional(config.env.env_id, **task_kwargs(config)).spec
-    return spec._replace(num_envs=config.env.num_envs, batch_size=config.env.num_envs)
+    env = envs.make_functional(config.env.env_id, **task_kwargs(config))
+    return env.batch_spec(config.env.num_envs)
   return envs.spec(config.env.env_id, atari=config.env.atari, num_envs=config.env.num_envs,
                    **task_kwargs(config))  # fmt: skip
 
