@@ -20,6 +20,7 @@ from typing import Optional
 
 from offpolicy_ac.agents import AcerConfig
 from offpolicy_ac.agents import make_acer
+from offpolicy_ac.training import EnvPresets
 from offpolicy_ac.training import TrainConfig
 from offpolicy_ac.training import exit_process
 from offpolicy_ac.training import parse_args
@@ -105,6 +106,10 @@ PRESETS = {
 }
 
 
+ENV_PRESETS = EnvPresets({"Pendulum-v1": "pendulum"}, atari="atari")
+"""The preset an --env-id selects when no --preset is given (--preset none: defaults)."""
+
+
 def main(args: Args, **run_kwargs):
   """Trains; `run_kwargs` go to `run_experiment` (e.g. a `rollout_factory`)."""
   resolved = dataclasses.replace(args, train=args.resolved_train)
@@ -114,5 +119,5 @@ def main(args: Args, **run_kwargs):
 
 
 if __name__ == "__main__":
-  main(parse_args(Args, PRESETS, description=__doc__))
+  main(parse_args(Args, PRESETS, description=__doc__, env_presets=ENV_PRESETS))
   exit_process()  # skip the interpreter's slow teardown (see its docstring)

@@ -3,6 +3,7 @@
 from offpolicy_ac.training.anakin import AnakinState
 from offpolicy_ac.training.anakin import CompiledTrain
 from offpolicy_ac.training.anakin import make_train
+from offpolicy_ac.training.cli import EnvPresets
 from offpolicy_ac.training.cli import parse_args
 from offpolicy_ac.training.clock import seconds_since_launch
 from offpolicy_ac.training.config import ActorsConfig
@@ -43,6 +44,7 @@ __all__ = [
     "BudgetConfig",
     "CheckpointConfig",
     "EnvConfig",
+    "EnvPresets",
     "EvalConfig",
     "LoadedRun",
     "ParallelConfig",

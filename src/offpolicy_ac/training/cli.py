@@ -3,7 +3,10 @@
     python experiments/impala.py --env-id CartPole-v1 --seed 0      # the script's defaults
     python experiments/impala.py --preset atari --env-id Breakout-v5  # a preset, then flags
 
-A preset is a complete Args value; flags given after it override its fields.
+A preset is a complete Args value; flags given after it override its fields. Naming an
+environment that has a tuned preset (`EnvPresets`) with no `--preset` applies that preset
+and says so on the first line of output (as rl-baselines3-zoo picks hyper-parameters by
+environment); `--preset none` keeps the script's defaults.
 Nested configs (`train` and its groups, `agent`) are flattened: `--learning-rate`, not
 `--agent.learning-rate`. Shorthands: `--async-actors K` is `--actors async --num-actors
 K`, `--actor-pools K` is `--actors pools --num-actors K`, `--xla-rollout` is
@@ -13,8 +16,11 @@ learning_rate=1e-3,3e-3 --sweep gamma=0.99,0.995`).
 
 from __future__ import annotations
 
+import dataclasses
+import fnmatch
 import sys
 from typing import Any
+from typing import Mapping
 from typing import Optional
 from typing import Sequence
 from typing import TypeVar
@@ -22,6 +28,38 @@ from typing import TypeVar
 import tyro
 
 ArgsT = TypeVar("ArgsT")
+
+NO_PRESET = "none"
+"""`--preset none`: the script's defaults, even for an environment with a tuned preset."""
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvPresets:
+  """Which preset an environment selects when the command line names none.
+
+  Attributes:
+    patterns: env-id glob pattern (fnmatch, case-sensitive) -> preset name; the first
+      pattern that matches wins.
+    atari: the preset of every Atari task (`envs.is_atari`), checked after `patterns`.
+  """
+
+  patterns: Mapping[str, str] = dataclasses.field(default_factory=dict)
+  atari: Optional[str] = None
+
+  def select(self, env_id: str) -> Optional[str]:
+    """The preset name for `env_id`, or None if it has none."""
+    for pattern, name in self.patterns.items():
+      if fnmatch.fnmatchcase(env_id, pattern):
+        return name
+    if self.atari is not None and ":" not in env_id:
+      from offpolicy_ac import envs  # envpool's registry, only when needed
+
+      if envs.is_atari(env_id):
+        return self.atari
+    return None
+
+  def names(self) -> list[str]:
+    return [*self.patterns.values(), *([self.atari] if self.atari else [])]
 
 
 SHORTHANDS = {
@@ -86,26 +124,68 @@ def merge_sweeps(argv: Sequence[str]) -> list[str]:
   return out
 
 
+def _flag_value(argv: Sequence[str], *names: str) -> Optional[str]:
+  """The value of the last `--name VALUE` or `--name=VALUE` in argv, or None."""
+  value = None
+  for i, flag in enumerate(argv):
+    name, eq, rest = flag.partition("=")
+    if name in names:
+      value = rest if eq else (argv[i + 1] if i + 1 < len(argv) else None)
+  return value
+
+
 def parse_args(
     args_cls: type[ArgsT],
     presets: Optional[dict[str, ArgsT]] = None,
     argv: Optional[Sequence[str]] = None,
     description: str = "",
+    env_presets: EnvPresets = EnvPresets(),
+    prog: Optional[str] = None,
 ) -> ArgsT:
-  """Parses argv into `args_cls`, starting from `--preset NAME` when given."""
+  """Parses argv into `args_cls`, starting from `--preset NAME` when given.
+
+  Without `--preset`, an `--env-id` that `env_presets` knows selects its preset, and a
+  line `[prog] --env-id X: preset NAME ...` is printed first; `--preset none` selects
+  nothing. `prog` defaults to the script's file name.
+  """
   argv = merge_sweeps(expand_shorthands(sys.argv[1:] if argv is None else argv))
   presets = presets or {}
+  unknown = sorted(set(env_presets.names()) - set(presets))
+  if unknown or NO_PRESET in presets:
+    raise ValueError(
+        f"env_presets name presets {unknown} that are not among {sorted(presets)}"
+        if unknown
+        else f"{NO_PRESET!r} is reserved for the script's defaults: rename that preset"
+    )
   default: Any = None
-  if "--preset" in argv:
-    i = argv.index("--preset")
-    if i + 1 >= len(argv) or argv[i + 1] not in presets:
-      raise SystemExit(f"--preset takes one of {sorted(presets)}")
-    default = presets[argv[i + 1]]
-    del argv[i : i + 2]
+  name = _flag_value(argv, "--preset")
+  if "--preset" in argv or any(f.startswith("--preset=") for f in argv):
+    if name != NO_PRESET and name not in presets:
+      raise SystemExit(f"--preset takes one of {sorted(presets) + [NO_PRESET]}")
+    argv = [f for f in argv if not f.startswith("--preset=")]
+    if "--preset" in argv:
+      i = argv.index("--preset")
+      del argv[i : i + 2]
+  else:
+    env_id = _flag_value(argv, "--env-id", "--env_id")
+    name = env_presets.select(env_id) if env_id else None
+    if name is not None:
+      prog = prog or (sys.argv[0].rsplit("/", 1)[-1].removesuffix(".py") or "script")
+      print(
+          f"[{prog}] --env-id {env_id}: preset {name} (its tuned settings; --preset "
+          f"{NO_PRESET} for the script's defaults)",
+          flush=True,
+      )
+  if name is not None and name != NO_PRESET:
+    default = presets[name]
   if presets:
+    selected = "".join(
+        f"\n  {pattern}: {name}" for pattern, name in env_presets.patterns.items()
+    ) + (f"\n  Atari tasks: {env_presets.atari}" if env_presets.atari else "")
     description = (
         description + f"\n\nPresets (--preset NAME, before other flags): "
-        f"{', '.join(sorted(presets))}."
+        f"{', '.join(sorted(presets))}; {NO_PRESET}: the script's defaults."
+        + (f"\nSelected by --env-id when no --preset is given:{selected}" if selected else "")
     ).strip()
   return tyro.cli(
       args_cls,
