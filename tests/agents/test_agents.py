@@ -64,6 +64,32 @@ def test_impala_gaussian_act_and_update(pendulum_spec):
   assert float(metrics["clipped_rho_fraction"]) == 0.0
 
 
+@pytest.mark.parametrize("spec_name", ["cartpole_spec", "pendulum_spec"])
+def test_impala_with_a_torso_each_keeps_the_value_loss_off_the_policy(spec_name, request):
+  spec = request.getfixturevalue(spec_name)
+  agent = make_impala(spec, ImpalaConfig(shared_torso=False, value_weight=1.0,
+                                         entropy_weight=0.0))  # fmt: skip
+  state = agent.init(jax.random.PRNGKey(0))
+  assert set(state.params["params"]) == {"actor", "critic"}
+  traj = _trajectory(spec, agent, state.params, jax.random.PRNGKey(2))
+  new_state, metrics = agent.update(state, traj)
+  assert all(np.isfinite(float(v)) for v in metrics.values())
+  moved = lambda tree: jax.tree.map(lambda a, b: bool(jnp.any(a != b)), tree(state.params),
+                                    tree(new_state.params))  # fmt: skip
+  # The policy learns only through the actor's torso and policy head, the value only
+  # through the critic's: the actor's value head and the critic's policy head stay put.
+  actor, critic = (moved(lambda p, k=k: p["params"][k]) for k in ("actor", "critic"))
+  assert all(jax.tree.leaves(actor["torso"])) and all(jax.tree.leaves(critic["torso"]))
+  heads = sorted(k for k in actor if k.startswith("Dense"))  # policy head(s), value head
+  value_head = heads[-1]
+  assert not any(jax.tree.leaves(actor[value_head]))
+  assert all(jax.tree.leaves(critic[value_head]))
+  assert not any(jax.tree.leaves(critic[heads[0]]))
+  obs = traj.observation[0]
+  action = agent.greedy_act(new_state.params, obs)
+  assert action.shape == ((obs.shape[0],) if spec.is_discrete else (obs.shape[0], 1))
+
+
 def test_impala_rejects_rho_bar_below_c_bar(cartpole_spec):
   with pytest.raises(ValueError, match="rho-bar"):
     make_impala(cartpole_spec, ImpalaConfig(clip_rho_threshold=0.5, clip_c_threshold=1.0))

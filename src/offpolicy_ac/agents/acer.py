@@ -42,7 +42,6 @@ import math
 from typing import ClassVar
 from typing import Sequence
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
@@ -188,34 +187,6 @@ def _make_update(loss_fn, optimizer, config: AcerConfig):
   return update
 
 
-class _SplitTorsos(nn.Module):
-  """Two copies of one network (each with its own torso): the first `num_policy`
-  outputs come from `actor`, the rest (and `advantage`) from `critic`. The heads
-  each copy does not use get zero gradients."""
-
-  actor: nn.Module
-  critic: nn.Module
-  num_policy: int
-
-  def __call__(self, obs):
-    return tuple(self.actor(obs)[: self.num_policy]) + tuple(self.critic(obs)[self.num_policy :])
-
-  def policy(self, obs):
-    return tuple(self.actor(obs)[: self.num_policy])
-
-  def advantage(self, features, actions):
-    return self.critic.advantage(features, actions)
-
-
-def _build_network(make_net, config: AcerConfig, num_policy: int):
-  """(net, policy_fn): policy_fn(params, obs) -> the policy outputs only."""
-  if config.shared_torso:
-    net = make_net()
-    return net, lambda params, obs: tuple(net.apply(params, obs)[:num_policy])
-  net = _SplitTorsos(make_net(), make_net(), num_policy)
-  return net, lambda params, obs: net.apply(params, obs, method=net.policy)
-
-
 def _make_init(net, optimizer, spec, method=None):
   obs_dtype = jnp.dtype(spec.observation_dtype)
 
@@ -236,12 +207,12 @@ def make_acer_discrete(spec, config: AcerConfig = AcerConfig()) -> base.Agent:
   """Discrete ACER (categorical policy + Q head, Q^ret, trust region)."""
   base.check_discrete(spec, "discrete ACER (make_acer_discrete)")
   config.validate()
-  net, policy = _build_network(
+  net, policy = networks.actor_critic(
       lambda: networks.ActorQCritic(
           networks.make_torso(config.torso, spec.observation_shape, config.hidden_sizes),
           spec.num_actions,
       ),
-      config,
+      shared_torso=config.shared_torso,
       num_policy=1,
   )
   optimizer = base.make_optimizer(
@@ -336,14 +307,14 @@ def make_acer_continuous(spec, config: AcerConfig = AcerConfig()) -> base.Agent:
   config.validate()
   action_shape = tuple(spec.action_shape)
   action_dim = int(math.prod(action_shape))
-  net, policy = _build_network(
+  net, policy = networks.actor_critic(
       lambda: networks.StochasticDuelingNetwork(
           networks.make_torso(config.torso, spec.observation_shape, config.hidden_sizes),
           action_dim,
           config.sdn_hidden_size,
           config.init_log_std,
       ),
-      config,
+      shared_torso=config.shared_torso,
       num_policy=2,
   )
   optimizer = base.make_optimizer(

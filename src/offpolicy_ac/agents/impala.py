@@ -66,6 +66,10 @@ class ImpalaConfig:
   'minatar_cnn'."""
   hidden_sizes: Sequence[int] = (64, 64)
   """MLP torso layer sizes."""
+  shared_torso: bool = True
+  """True: policy and value share one torso (the paper's). False: each has a torso of its
+  own (as PPO's continuous-control networks), so the value loss cannot move the policy's
+  features."""
   init_log_std: float = 0.0
   """Initial log standard deviation of a Gaussian policy."""
   use_replay: bool = False
@@ -98,12 +102,17 @@ class ImpalaConfig:
 def make_impala(spec, config: ImpalaConfig = ImpalaConfig()) -> base.Agent:
   """Builds the IMPALA agent for an environment spec (discrete or continuous)."""
   config.validate()
-  torso = networks.make_torso(config.torso, spec.observation_shape, config.hidden_sizes)
   discrete = spec.is_discrete
-  if discrete:
-    net = networks.CategoricalActorCritic(torso, spec.num_actions)
-  else:
-    net = networks.GaussianActorCritic(torso, math.prod(spec.action_shape), config.init_log_std)
+
+  def make_net():
+    torso = networks.make_torso(config.torso, spec.observation_shape, config.hidden_sizes)
+    if discrete:
+      return networks.CategoricalActorCritic(torso, spec.num_actions)
+    return networks.GaussianActorCritic(torso, math.prod(spec.action_shape), config.init_log_std)
+
+  net, policy = networks.actor_critic(
+      make_net, shared_torso=config.shared_torso, num_policy=1 if discrete else 2
+  )
   optimizer = base.make_optimizer(
       config.optimizer, config.learning_rate, config.max_grad_norm, eps=config.optimizer_eps
   )
@@ -117,18 +126,18 @@ def make_impala(spec, config: ImpalaConfig = ImpalaConfig()) -> base.Agent:
 
   def act(params, obs, key):
     if discrete:
-      logits, _ = net.apply(params, obs)
+      (logits,) = policy(params, obs)
       action = jax.random.categorical(key, logits).astype(jnp.int32)
       return action, {"logits": logits}
-    mean, log_std, _ = net.apply(params, obs)
+    mean, log_std = policy(params, obs)
     action = mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape)
     return action, {"log_prob": losses.gaussian_log_prob(mean, log_std, action)}
 
   def greedy_act(params, obs):
     if discrete:
-      logits, _ = net.apply(params, obs)
+      (logits,) = policy(params, obs)
       return jnp.argmax(logits, axis=-1).astype(jnp.int32)
-    return net.apply(params, obs)[0]
+    return policy(params, obs)[0]
 
   def loss_fn(params, traj):
     li = loss_inputs(traj, config.gamma)

@@ -1,10 +1,13 @@
-"""Flax networks: torsos (MLP, Nature-CNN, IMPALA-ResNet) and agent heads."""
+"""Flax networks: torsos (MLP, Nature-CNN, IMPALA-ResNet), agent heads, and actor-critics
+with a shared torso or one torso each (`actor_critic`)."""
 
 from offpolicy_ac.networks.heads import ActorQCritic
 from offpolicy_ac.networks.heads import CategoricalActorCritic
 from offpolicy_ac.networks.heads import GaussianActorCritic
 from offpolicy_ac.networks.heads import QNetwork
 from offpolicy_ac.networks.heads import StochasticDuelingNetwork
+from offpolicy_ac.networks.split import SplitTorsos
+from offpolicy_ac.networks.split import actor_critic
 from offpolicy_ac.networks.torsos import TORSOS
 from offpolicy_ac.networks.torsos import ImpalaResNet
 from offpolicy_ac.networks.torsos import MLPTorso
@@ -19,7 +22,9 @@ __all__ = [
     "MLPTorso",
     "NatureCNN",
     "QNetwork",
+    "SplitTorsos",
     "StochasticDuelingNetwork",
     "TORSOS",
+    "actor_critic",
     "make_torso",
 ]
