@@ -8,7 +8,8 @@ line's worth of iterations) and, between chunks, writes each learner's metrics l
 checkpoints the whole state and checks the stop signals and the target return.
 
 Run directories: one learner logs in `--run-dir` itself; several seeds in
-`<run-dir>/seed<k>`; a sweep in `<run-dir>/<field>=<value>,.../seed<k>`. Each holds what
+`<run-dir>/seed<k>`; a sweep in `<run-dir>/<field>=<value>,.../seed<k>` (the lanes and
+their directories: `training/sweeps.py`, shared with envpool sweeps). Each holds what
 an envpool run's directory holds (config.json with that learner's own settings,
 metrics.jsonl, TensorBoard, learning_curve.png, final parameters, summary.json), so
 `load_run`, `evaluate.py` and `plot.py` read them alike. `<run-dir>` holds the whole

@@ -20,7 +20,10 @@ Every batch the agent learns from passes through `transformer.apply` exactly onc
 `batch_fn`; replay and demonstrations hold raw data. With S = 1 the functions run
 unvmapped (the single-seed numerics; several learner devices split the batch, see
 `parallel.DataParallel`); with S > 1 they are `jax.vmap`ped, so S seeds cost one
-compiled update.
+compiled update. A sweep's lanes (settings x seeds, `training/sweeps.py`) are seeds with
+hyper-parameters: `Learner(..., hyperparams={field: [S]}, agent_at=...)` passes each
+lane's into the vmapped functions and its `Acting`, where the agent is rebuilt with them
+(`agents.hyperparams.with_hyperparams`); they are not part of `LearnerState`.
 """
 
 from __future__ import annotations
