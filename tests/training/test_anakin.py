@@ -201,8 +201,9 @@ def test_unsupported_settings_are_refused_before_compiling():
     make_train(make_sql, SqlConfig(), _config(whole_replay_buffer_training=True))
   with pytest.raises(ValueError, match="needs a discrete action space"):
     make_train(make_sql, SqlConfig(), _config(env_id="gymnax:Pendulum-v1"))
-  with pytest.raises(ValueError, match="--sweep needs a JAX environment"):
-    TrainConfig.of(env_id="CartPole-v1", sweep=("learning_rate=0.1",)).validate()
+  with pytest.raises(ValueError, match="one vmapped learner, which cannot use actor threads"):
+    TrainConfig.of(env_id="CartPole-v1", sweep=("learning_rate=0.1",), actors="async",
+                   num_actors=2).validate()  # fmt: skip
 
 
 @pytest.mark.parametrize("make, config", [(make_impala, ImpalaConfig()), (make_acer, AcerConfig())],

@@ -8,7 +8,8 @@ line's worth of iterations) and, between chunks, writes each learner's metrics l
 checkpoints the whole state and checks the stop signals and the target return.
 
 Run directories: one learner logs in `--run-dir` itself; several seeds in
-`<run-dir>/seed<k>`; a sweep in `<run-dir>/<field>=<value>,.../seed<k>`. Each holds what
+`<run-dir>/seed<k>`; a sweep in `<run-dir>/<field>=<value>,.../seed<k>` (the lanes and
+their directories: `training/sweeps.py`, shared with envpool sweeps). Each holds what
 an envpool run's directory holds (config.json with that learner's own settings,
 metrics.jsonl, TensorBoard, learning_curve.png, final parameters, summary.json), so
 `load_run`, `evaluate.py` and `plot.py` read them alike. `<run-dir>` holds the whole
@@ -30,14 +31,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from offpolicy_ac.agents import hyperparams as hyperparams_lib
 from offpolicy_ac.agents.registry import AGENTS
 from offpolicy_ac.training import records
+from offpolicy_ac.training import sweeps
 from offpolicy_ac.training.anakin import make_train
 from offpolicy_ac.training.clock import seconds_since_launch
 from offpolicy_ac.training.config import TrainConfig
 from offpolicy_ac.training.evaluation import describe_protocol
-from offpolicy_ac.training.logger import write_config
 from offpolicy_ac.training.loop import RunResult
 from offpolicy_ac.training.loop import raise_if_non_finite
 from offpolicy_ac.training.resume import restore_newest
@@ -45,50 +45,6 @@ from offpolicy_ac.training.resume import restore_newest
 # Keys of a chunk's metrics that are bookkeeping, not learner statistics.
 _BOOKKEEPING = ("active", "env_steps", "episodes", "episode_return_sum", "episode_length_sum",
                 "updated", "num_updates", "eval_return", "eval_return_min")  # fmt: skip
-
-
-@dataclasses.dataclass(frozen=True)
-class Learner:
-  """One lane of the compiled program: its setting, seed and run directory."""
-
-  setting: dict
-  seed: int
-  run_dir: pathlib.Path
-
-  @property
-  def label(self) -> str:
-    """The setting and a space for log titles ("" without a sweep)."""
-    return setting_label(self.setting) + " " * bool(self.setting)
-
-
-def setting_label(setting: dict) -> str:
-  """A sweep setting as `field=value,...`, its learners' directory name."""
-  return ",".join(f"{k}={v:g}" for k, v in setting.items())
-
-
-def learners_of(args: Any, root: pathlib.Path) -> list[Learner]:
-  """The run's learners in lane order (settings slowest, then seeds), each with its
-  directory; the sweep is validated here, before anything compiles."""
-  config: TrainConfig = args.train
-  values = hyperparams_lib.parse_sweep(args.agent, config.budget.sweep)
-  settings = hyperparams_lib.sweep_settings(values)
-  seeds = config.seeds
-  out = []
-  for setting in settings:
-    for seed in seeds:
-      if values:
-        run_dir = root / setting_label(setting) / f"seed{seed}"
-      else:
-        run_dir = root / f"seed{seed}" if len(seeds) > 1 else root
-      out.append(Learner(setting, seed, run_dir))
-  return out
-
-
-def learner_args(args: Any, learner: Learner) -> Any:
-  """The args of one learner alone (its seed, its setting, no sweep)."""
-  agent = hyperparams_lib.check_setting(args.agent, learner.setting)
-  train = args.train.replace(seed=learner.seed, num_seeds=1, sweep=())
-  return dataclasses.replace(args, train=train, agent=agent, run_dir=str(learner.run_dir))
 
 
 def run_compiled(name: str, args: Any, root: pathlib.Path, *, batch_fn: Optional[Callable],
@@ -101,24 +57,20 @@ def run_compiled(name: str, args: Any, root: pathlib.Path, *, batch_fn: Optional
   if name not in AGENTS:
     raise ValueError(f"a compiled run needs a known algorithm, one of {sorted(AGENTS)}; "
                      f"got {name!r}")  # fmt: skip
-  lanes = learners_of(args, root)
+  lanes = sweeps.lanes_of(args, root)  # validates the sweep
   compiled = make_train(AGENTS[name][0], args.agent, config, batch_fn=batch_fn)
   ex._prepare_process(config)  # pylint: disable=protected-access
   single = len(lanes) == 1
   others = [] if single else [lane.run_dir for lane in lanes]
   ex._check_or_write_config(name, args, root, resume, others=others)  # pylint: disable=protected-access
-  for k, lane in enumerate(lanes):
-    if lane.run_dir != root:  # its lane in the root's checkpoints, for load_run
-      lane.run_dir.mkdir(parents=True, exist_ok=True)
-      extra = {"algorithm": name, "learners_of": str(root), "learner": k, "learners": len(lanes)}
-      write_config(lane.run_dir, learner_args(args, lane), extra=extra)
+  sweeps.write_lane_configs(name, args, root, lanes)
   # The evaluations fall on chunk ends: the interval the protocol states is theirs.
   interval = compiled.chunks_per_eval * compiled.iterations_per_chunk
   protocol = describe_protocol(config.replace(eval_every=interval * compiled.steps_per_iteration))
   print(f"[{name}] evaluation protocol: {protocol}", flush=True)
   if not single:
     print(f"[{name}] {len(lanes)} learners in one compiled program", flush=True)
-  hps = stack_hyperparams(compiled.hyperparams, [lane.setting for lane in lanes])
+  hps = sweeps.stack_hyperparams(compiled.hyperparams, [lane.setting for lane in lanes])
   keys = jnp.stack([jax.random.PRNGKey(lane.seed) for lane in lanes])
   checkpointer = ex._make_checkpointer(config, root)  # pylint: disable=protected-access
   loggers = [
@@ -148,16 +100,8 @@ def run_compiled(name: str, args: Any, root: pathlib.Path, *, batch_fn: Optional
     ex._finish(name, lane.run_dir, result, flag, protocol)  # pylint: disable=protected-access
     results.append(result)
   if not single:
-    _plot_learners(name, config, root, lanes, bool(config.budget.sweep))
+    sweeps.plot_lanes(name, config, root, lanes, "vmapped, compiled")
   return results
-
-
-def stack_hyperparams(defaults: dict, settings: list[dict]) -> dict:
-  """One [N] array per tunable field: each lane's setting over the defaults."""
-  return {
-      name: jnp.asarray([s.get(name, float(value)) for s in settings], jnp.float32)
-      for name, value in defaults.items()
-  }
 
 
 @dataclasses.dataclass
@@ -278,27 +222,3 @@ def _restore(checkpointer: Any, state: Any, driver: _Driver, loggers: list) -> t
   for logger in loggers:
     logger.truncate(driver.log_lines)
   return state, driver
-
-
-def _plot_learners(name: str, config: TrainConfig, root: pathlib.Path, lanes: list,
-                   sweep: bool) -> None:  # fmt: skip
-  """Several seeds: their mean and spread (learning_curves.png). A sweep: one line per
-  setting, the IQM over its seeds with a 95% bootstrap interval (<env_id>.png), and the
-  settings' final scores printed as a table."""
-  from offpolicy_ac.training import plotting
-  from offpolicy_ac.training import statistics
-
-  if not sweep:
-    plotting.plot_runs([lane.run_dir for lane in lanes], root / "learning_curves.png",
-                       group=True, title=f"{name} {config.env.env_id}, "
-                       f"{len(lanes)} seeds (vmapped, compiled)")  # fmt: skip
-    return
-  runs = [statistics.run_info(lane.run_dir) for lane in lanes]
-  groups = statistics.group_runs(runs)
-  curves = [statistics.group_curve(g) for g in groups]
-  labels = statistics.group_labels(groups)
-  for path in plotting.plot_group_curves(curves, labels, root):
-    print(f"[{name}] wrote {path}", flush=True)
-  table = statistics.summary_table(curves, labels)
-  (root / "sweep_summary.txt").write_text(table + "\n")
-  print(table, flush=True)

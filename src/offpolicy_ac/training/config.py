@@ -87,8 +87,9 @@ class BudgetConfig:
   sweep: tuple[str, ...] = ()
   """Hyper-parameter sweep, FIELD=V1,V2,... per tunable agent field (repeat the flag:
   `--sweep learning_rate=1e-3,3e-3 --sweep gamma=0.99,0.995`): one learner per
-  combination and seed, all in one vmapped program (JAX environments,
-  `training.make_train`). See `agents.hyperparams`."""
+  combination and seed, all lanes of one vmapped program (a JAX environment's compiled
+  run, `training.make_train`; on envpool tasks the vmapped learner, each lane with its
+  own environments, wherever seeds can be vmapped). See `agents.hyperparams`."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -330,10 +331,10 @@ class TrainConfig:
           f"replay_capacity ({replay.replay_capacity})"
       )
     _check_actors(actors)
-    if budget.sweep and not self.compiled:
+    if budget.sweep and not self.compiled and self.vmap_unsupported_reason() is not None:
       raise ValueError(
-          "--sweep needs a JAX environment (--env-id gymnax:... or brax:...): the learners "
-          f"of a sweep share one compiled program; {env.env_id!r} is an envpool task"
+          "--sweep trains its learners as lanes of one vmapped learner, which cannot use "
+          f"{self.vmap_unsupported_reason()}"
       )
     if budget.sweep and not budget.vmap_seeds:
       raise ValueError("--sweep runs its learners in one vmapped program: drop --no-vmap-seeds")

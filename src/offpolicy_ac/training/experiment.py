@@ -13,6 +13,9 @@
   orbax every `checkpoint_every` env steps and at the end;
 * writes final_params.msgpack and summary.json;
 * `--num-seeds N`: N seeds with one vmapped learner (or one after the other);
+* `--sweep FIELD=V1,V2,...`: one lane of the vmapped learner per (setting, seed), each
+  logging in <run_dir>/<setting>/seed<k> (`training/sweeps.py`), plus a plot and a
+  table that compare the settings;
 * `--env-id gymnax:...` / `brax:...` (a JAX environment): the whole run is one compiled
   program (`training.make_train`), with `--sweep` over hyper-parameters
   (`training/anakin_runs.py`);
@@ -38,6 +41,8 @@ from typing import Sequence
 import flax.serialization
 import jax
 
+from offpolicy_ac.agents.registry import AGENTS
+from offpolicy_ac.training import sweeps
 from offpolicy_ac.training.config import TrainConfig
 from offpolicy_ac.training.evaluation import describe_protocol
 from offpolicy_ac.training.logger import Logger
@@ -271,6 +276,14 @@ def run_experiment(name: str, args: Any, agent_factory: Callable, *,
     return results[0] if len(results) == 1 else results
   seeds = config.seeds
   kwargs = dict(batch_fn=batch_fn, progress=progress, rollout_factory=rollout_factory)
+  if config.budget.sweep:  # every (setting, seed) a lane of the vmapped learner
+    if name not in AGENTS:
+      raise ValueError(f"--sweep needs a known algorithm, one of {sorted(AGENTS)}; "
+                       f"got {name!r}")  # fmt: skip
+    lanes = sweeps.lanes_of(args, root)  # validates the sweep before anything is written
+    results = _run(name, args, root, agent_factory=agent_factory, lanes=lanes, **kwargs)
+    sweeps.plot_lanes(name, config, root, lanes, "vmapped")
+    return results[0] if len(results) == 1 else results
   if len(seeds) == 1:
     return _run(name, args, root, agent_factory=agent_factory, **kwargs)[0]
   if config.budget.vmap_seeds and config.vmap_unsupported_reason() is None:
@@ -287,18 +300,27 @@ def run_experiment(name: str, args: Any, agent_factory: Callable, *,
 
 def _run(name: str, args: Any, root: pathlib.Path, *, agent_factory: Callable,
          batch_fn: Optional[Callable], progress: Optional[bool],
-         rollout_factory: RolloutFactory) -> list[RunResult]:  # fmt: skip
+         rollout_factory: RolloutFactory,
+         lanes: Optional[list[sweeps.Lane]] = None) -> list[RunResult]:  # fmt: skip
   """One learner for the config's seeds: writes the run directories, trains, finishes.
 
   One seed logs in `root` (a multi-host job's other processes in root/process<i>: they
   log their own actors' episodes and restore from process 0's checkpoints). Vmapped
   seeds log in root/seed<k>; root holds the whole config and every seed's checkpoints.
+  A sweep's `lanes` (`sweeps.lanes_of`) log in root/<setting>/seed<k>, as a compiled
+  run's.
   """
   config: TrainConfig = args.train
   resume = bool(getattr(args, "resume", False))
   seeds = config.seeds
+  labels = [""] * len(seeds)
   _prepare_process(config)
-  if len(seeds) == 1:
+  if lanes is not None:
+    seeds, dirs = [lane.seed for lane in lanes], [lane.run_dir for lane in lanes]
+    labels = [lane.label for lane in lanes]
+    _check_or_write_config(name, args, root, resume, others=dirs)
+    sweeps.write_lane_configs(name, args, root, lanes)
+  elif len(seeds) == 1:
     process = config.parallel.process_id
     dirs = [root / f"process{process}" if process > 0 else root]
     _check_or_write_config(name, args, dirs[0], resume)
@@ -317,16 +339,19 @@ def _run(name: str, args: Any, root: pathlib.Path, *, agent_factory: Callable,
   checkpointer = _make_checkpointer(config, root)
   loggers = [
       _make_logger(name, config, s, d, progress=progress if k == 0 else False,
-                   group=root.name if len(seeds) > 1 else None)
-      for k, (s, d) in enumerate(zip(seeds, dirs))
+                   group=root.name if len(seeds) > 1 else None, label=label)
+      for k, (s, d, label) in enumerate(zip(seeds, dirs, labels))
   ]  # fmt: skip
+  if lanes is not None and len(lanes) > 1:
+    print(f"[{name}] {len(lanes)} learners in one vmapped learner", flush=True)
   flag = _StopFlag()
   try:
     try:
       with _stop_on_signals(flag):
         results = train(agent_factory, config, loggers, batch_fn=batch_fn,
                         checkpointer=checkpointer, resume=resume, should_stop=flag,
-                        rollout_factory=rollout_factory)  # fmt: skip
+                        rollout_factory=rollout_factory,
+                        make_agent=AGENTS[name][0] if lanes is not None else None)  # fmt: skip
     finally:
       for logger in loggers:
         logger.close()

@@ -20,7 +20,10 @@ Every batch the agent learns from passes through `transformer.apply` exactly onc
 `batch_fn`; replay and demonstrations hold raw data. With S = 1 the functions run
 unvmapped (the single-seed numerics; several learner devices split the batch, see
 `parallel.DataParallel`); with S > 1 they are `jax.vmap`ped, so S seeds cost one
-compiled update.
+compiled update. A sweep's lanes (settings x seeds, `training/sweeps.py`) are seeds with
+hyper-parameters: `Learner(..., hyperparams={field: [S]}, agent_at=...)` passes each
+lane's into the vmapped functions and its `Acting`, where the agent is rebuilt with them
+(`agents.hyperparams.with_hyperparams`); they are not part of `LearnerState`.
 """
 
 from __future__ import annotations
@@ -60,10 +63,13 @@ class LearnerState(NamedTuple):
 
 class Acting(NamedTuple):
   """What the rollouts act with: the agent's parameters and the transformer state that
-  normalises their observations (one seed, no seed axis)."""
+  normalises their observations (one seed, no seed axis), and, for a lane of a sweep,
+  its hyper-parameters (`agents.hyperparams`: the agent acts as rebuilt with them; None:
+  the agent as built)."""
 
   params: Any
   transform: Any
+  hyperparams: Any = None
 
 
 def make_transformer(spec: Any, config: TrainConfig) -> envs.DataTransformer:
@@ -77,15 +83,25 @@ def make_transformer(spec: Any, config: TrainConfig) -> envs.DataTransformer:
   )
 
 
-def make_policies(agent: Agent, transformer: envs.DataTransformer) -> tuple[Callable, Callable]:
+def make_policies(agent: Agent, transformer: envs.DataTransformer,
+                  agent_at: Optional[Callable[[Any], Agent]] = None) -> tuple[Callable, Callable]:  # fmt: skip
   """`act(acting, obs, key)` and `greedy(acting, obs)`: the agent's policies on
-  observations transformed as the learner sees them."""
+  observations transformed as the learner sees them. An `acting` with hyper-parameters
+  acts with `agent_at(acting.hyperparams)`, the agent rebuilt with them (a sweep's lane:
+  SQL's temperature and epsilon, for example, change how it acts)."""
+
+  def policy(acting: Acting) -> Agent:
+    if acting.hyperparams is None:
+      return agent
+    if agent_at is None:
+      raise ValueError("an Acting with hyper-parameters needs make_policies(..., agent_at)")
+    return agent_at(acting.hyperparams)
 
   def act(acting: Acting, obs, key):
-    return agent.act(acting.params, transformer.observe(acting.transform, obs), key)
+    return policy(acting).act(acting.params, transformer.observe(acting.transform, obs), key)
 
   def greedy(acting: Acting, obs):
-    return agent.greedy_act(acting.params, transformer.observe(acting.transform, obs))
+    return policy(acting).greedy_act(acting.params, transformer.observe(acting.transform, obs))
 
   return act, greedy
 
@@ -181,19 +197,36 @@ class Learner:
   """The jitted learner functions for S seeds (see the module docstring)."""
 
   def __init__(self, agent: Agent, config: TrainConfig, dp: DataParallel, *, num_seeds: int,
-               batch_fn: Optional[Callable] = None):  # fmt: skip
+               batch_fn: Optional[Callable] = None, hyperparams: Optional[dict] = None,
+               agent_at: Optional[Callable[[dict], Agent]] = None):  # fmt: skip
+    """`hyperparams` ({tunable field: [S] array}, a sweep's lanes) come with `agent_at`,
+    `agent_at(hp) -> Agent` the agent rebuilt with one lane's (traced) hyper-parameters
+    (`agents.hyperparams.with_hyperparams`): every update, `init` and the policies use
+    it. None: `agent` as built (the learner of seeds)."""
     if num_seeds > 1 and not dp.trivial:
       raise ValueError("vmapped seeds need a learner on one device")
+    if (hyperparams is None) != (agent_at is None):
+      raise ValueError("hyperparams and agent_at come together")
     self.agent, self.config, self.dp, self.num_seeds = agent, config, dp, num_seeds
+    self.hyperparams = None if hyperparams is None else jax.device_put(dict(hyperparams))
+    self._agent_at = agent_at
     self.transformer = make_transformer(agent.spec, config)
     self.replay = make_replay(config) if agent.off_policy else None
-    self.act, greedy = make_policies(agent, self.transformer)
+    self.act, greedy = make_policies(agent, self.transformer, agent_at)
     self.greedy = jax.jit(greedy)
     self._batch_fn = batch_fn
     constrain = dp.constrain if num_seeds == 1 else (lambda batch: batch)
-    ingest = make_ingest(agent, self.transformer, self.replay, constrain)
-    sample = make_sample_and_update(agent, self.transformer, self.replay, batch_fn,
-                                    config.replay.num_updates_per_train_iter, constrain)  # fmt: skip
+    num_updates = config.replay.num_updates_per_train_iter
+
+    def ingest(state, traj, hp):
+      agent_now = agent if hp is None else agent_at(hp)
+      return make_ingest(agent_now, self.transformer, self.replay, constrain)(state, traj)
+
+    def sample(state, key, hp):
+      agent_now = agent if hp is None else agent_at(hp)
+      return make_sample_and_update(agent_now, self.transformer, self.replay, batch_fn,
+                                    num_updates, constrain)(state, key)  # fmt: skip
+
     # Trajectories of one seed come without a seed axis (`batch`), keys always with one.
     self._ingest = self._over_seeds(ingest, x_has_seed_axis=False)
     self._sample = self._over_seeds(sample, x_has_seed_axis=True)
@@ -215,14 +248,15 @@ class Learner:
     return sweep
 
   def _over_seeds(self, fn: Callable, *, x_has_seed_axis: bool) -> Callable:
-    """`fn(state, x)` of one seed as a jitted function of [S, ...] state: vmapped for
-    S > 1; for S = 1 the seed axis is dropped inside (no vmap), from `x` too when it has
-    one."""
+    """`fn(state, x, hp)` of one seed as a jitted function of [S, ...] state and
+    hyper-parameters (None without a sweep): vmapped for S > 1; for S = 1 the seed axis
+    is dropped inside (no vmap), from `x` too when it has one."""
     if self.num_seeds > 1:
       return jax.jit(jax.vmap(fn))
 
-    def single(state, x):
-      state, out = fn(_index(state, 0), _index(x, 0) if x_has_seed_axis else x)
+    def single(state, x, hp):
+      x = _index(x, 0) if x_has_seed_axis else x
+      state, out = fn(_index(state, 0), x, _index(hp, 0))
       return _expand(state), None if out is None else _expand(out)
 
     return self.dp.jit(single)
@@ -235,7 +269,10 @@ class Learner:
       raise ValueError(f"{len(seeds)} seeds for a learner of {self.num_seeds}")
     keys = [jax.random.split(jax.random.PRNGKey(s)) for s in seeds]
     agent_keys = jnp.stack([k[0] for k in keys])
-    if self.num_seeds == 1:
+    if self.hyperparams is not None:  # each lane's agent, as the compiled run's init
+      init = lambda key, hp: self._agent_at(hp).init(key)  # noqa: E731
+      agent_state = jax.vmap(init)(agent_keys, self.hyperparams)  # eager: see below
+    elif self.num_seeds == 1:
       agent_state = _expand(jax.jit(self.agent.init)(agent_keys[0]))  # one compiled program
     else:  # eager vmap: jit(vmap(init)) of ACER deadlocks XLA:CPU (jax 0.10.2)
       agent_state = jax.vmap(self.agent.init)(agent_keys)
@@ -257,8 +294,10 @@ class Learner:
     return example_trajectory(self.act, acting, self.agent.spec, self.config, num_columns)
 
   def acting(self, state: LearnerState) -> list[Acting]:
-    """Each seed's parameters and transformer state, split off in one compiled call."""
-    return self._unstack(self.dp.local(Acting(state.agent.params, state.transform)))
+    """Each seed's parameters and transformer state (and a sweep's lane its
+    hyper-parameters), split off in one compiled call."""
+    acting = Acting(state.agent.params, state.transform, self.hyperparams)
+    return self._unstack(self.dp.local(acting))
 
   def num_updates(self, state: LearnerState) -> np.ndarray:
     """[S] updates made so far (the parameters' version)."""
@@ -279,14 +318,14 @@ class Learner:
   def ingest(self, state: LearnerState, batch: Any) -> tuple[LearnerState, Any, Any]:
     """(state, the fresh update's metrics or None, this iteration's sampling key [S]);
     off-policy agents draw the key whether or not they learn this iteration."""
-    state, (metrics, key) = self._ingest(state, batch)
+    state, (metrics, key) = self._ingest(state, batch, self.hyperparams)
     return state, metrics, key
 
   def sample_and_update(self, state: LearnerState, key: jax.Array) -> tuple[LearnerState, Any]:
     """The replayed updates, with the key `ingest` drew this iteration."""
     if self.config.replay.whole_replay_buffer_training:
       return self._sweep_buffer(state, key)
-    return self._sample(state, key)
+    return self._sample(state, key, self.hyperparams)
 
   def _sweep_buffer(self, state: LearnerState, key: jax.Array) -> tuple[LearnerState, Any]:
     """One seed: every stored sequence once, shuffled, in mini-batches."""

@@ -34,6 +34,8 @@ import jax
 import numpy as np
 
 from offpolicy_ac.agents.base import Agent
+from offpolicy_ac.agents.hyperparams import hyperparams_of
+from offpolicy_ac.agents.hyperparams import with_hyperparams
 from offpolicy_ac.training import records
 from offpolicy_ac.training.clock import seconds_since_launch
 from offpolicy_ac.training.config import TrainConfig
@@ -51,6 +53,9 @@ from offpolicy_ac.training.sources import make_training_rollout
 from offpolicy_ac.training.sources import process_seed
 from offpolicy_ac.training.sources import segment_seed
 from offpolicy_ac.training.sources import task_spec
+from offpolicy_ac.training.sweeps import setting_label
+from offpolicy_ac.training.sweeps import stack_hyperparams
+from offpolicy_ac.training.sweeps import sweep_lanes
 
 # Fields of a metrics line that depend on the wall clock (excluded from exact resume).
 WALL_CLOCK_FIELDS = ("wall_time_s", "env_steps_per_s")
@@ -159,14 +164,18 @@ def train(agent_factory: Callable[[Any], Agent], config: TrainConfig,
           loggers: Sequence[RunLogger], *, batch_fn: Optional[Callable] = None,
           checkpointer: Any = None, resume: bool = False,
           should_stop: Callable[[], bool] = lambda: False,
-          rollout_factory: RolloutFactory = make_training_rollout) -> list[RunResult]:  # fmt: skip
-  """Trains the config's seeds with one learner; returns one RunResult per seed.
+          rollout_factory: RolloutFactory = make_training_rollout,
+          make_agent: Optional[Callable[[Any, Any], Agent]] = None) -> list[RunResult]:  # fmt: skip
+  """Trains the config's seeds with one learner; returns one RunResult per seed (per
+  lane of a sweep).
 
   Args:
     agent_factory: builds the agent from the environment spec (`envs.spec`).
     config: the run's settings; with `num_seeds` > 1 every seed shares one vmapped
-      learner (`config.vmap_unsupported_reason()` must be None).
-    loggers: one per seed, where its metrics lines go.
+      learner (`config.vmap_unsupported_reason()` must be None). With `sweep`, one lane
+      per (setting, seed) in `training.sweeps` order, each trained as the single run of
+      its setting and seed would be: its own environments, keys and hyper-parameters.
+    loggers: one per seed (per lane), where its metrics lines go.
     batch_fn: `batch_fn(batch, key) -> batch` applied to each sampled replay batch
       before the data transformer (SQIL mixes in demonstrations).
     checkpointer: a `Checkpointer` (None: no checkpoints).
@@ -174,14 +183,18 @@ def train(agent_factory: Callable[[Any], Agent], config: TrainConfig,
     should_stop: polled each iteration (signal handlers); when it returns True a
       checkpoint is saved and the loop returns with `interrupted=True`.
     rollout_factory: makes each training pool and its rollout (see `sources`).
+    make_agent: `make_agent(spec, agent_config) -> Agent` (`make_impala`, ...), needed
+      with a sweep: each lane's agent is the agent's config with the lane's
+      hyper-parameters (`agents.hyperparams.with_hyperparams`, traced arrays), built
+      inside the vmapped learner.
   """
   config.validate()
-  seeds = config.seeds
-  if len(seeds) > 1 and config.vmap_unsupported_reason() is not None:
+  if len(config.seeds) > 1 and config.vmap_unsupported_reason() is not None:
     raise ValueError(f"seeds cannot share a vmapped learner with "
                      f"{config.vmap_unsupported_reason()}")  # fmt: skip
-  if len(loggers) != len(seeds):
-    raise ValueError(f"need one logger per seed ({len(seeds)}), got {len(loggers)}")
+  if config.budget.sweep and make_agent is None:
+    raise ValueError("a sweep rebuilds the agent with each lane's hyper-parameters: "
+                     "pass make_agent")  # fmt: skip
   dp = DataParallel.create(config.parallel.learner_devices)
   if dp.num_processes != config.parallel.num_processes:
     raise ValueError(
@@ -194,7 +207,19 @@ def train(agent_factory: Callable[[Any], Agent], config: TrainConfig,
         f"mini_batch_size ({config.replay.mini_batch_size}) must divide evenly over the "
         f"{dp.num_devices} learner devices"
     )
-  learner = Learner(agent, config, dp, num_seeds=len(seeds), batch_fn=batch_fn)
+  lanes = sweep_lanes(agent.config, config)  # without a sweep: the seeds
+  seeds = [seed for _, seed in lanes]
+  if len(loggers) != len(seeds):
+    raise ValueError(f"need one logger per seed ({len(seeds)}), got {len(loggers)}")
+  hyperparams = agent_at = None
+  names = [f" for seed {s}" if len(seeds) > 1 else "" for s in seeds]
+  if config.budget.sweep:
+    spec, base = agent.spec, agent.config
+    agent_at = lambda hp: make_agent(spec, with_hyperparams(base, hp))  # noqa: E731
+    hyperparams = stack_hyperparams(hyperparams_of(base), [setting for setting, _ in lanes])
+    names = [f" for {setting_label(setting)} seed {s}" for setting, s in lanes]
+  learner = Learner(agent, config, dp, num_seeds=len(seeds), batch_fn=batch_fn,
+                    hyperparams=hyperparams, agent_at=agent_at)  # fmt: skip
   state = learner.init(seeds)
   schedule = records.Schedule.start(
       config.budget.log_every, config.eval_interval, config.checkpoint.checkpoint_every
@@ -267,7 +292,7 @@ def train(agent_factory: Callable[[Any], Agent], config: TrainConfig,
           metrics = learner.mix(metrics, replayed)
       acting, versions = learner.acting(state), learner.num_updates(state)
       if metrics is not None:
-        _accumulate(jax.device_get(dp.local(metrics)), accs, seeds, schedule, versions,
+        _accumulate(jax.device_get(dp.local(metrics)), accs, names, schedule, versions,
                     checkpointer)  # fmt: skip
 
       logged = schedule.log_due()
@@ -316,14 +341,14 @@ def raise_if_non_finite(values: dict, context: str) -> None:
       raise NonFiniteError(f"non-finite {name} = {value}{context}")
 
 
-def _accumulate(metrics: dict, accs: list, seeds: Sequence[int], schedule: records.Schedule,
+def _accumulate(metrics: dict, accs: list, names: Sequence[str], schedule: records.Schedule,
                 versions: np.ndarray, checkpointer: Any) -> None:  # fmt: skip
-  """Adds each seed's metrics [S] to its accumulators; raises on a non-finite value."""
+  """Adds each seed's metrics [S] to its accumulators; raises on a non-finite value,
+  naming the seed (lane) by `names[k]` (" for seed 3", or "" for a single run)."""
   for k, acc in enumerate(accs):
     values = {name: np.asarray(v)[k] for name, v in metrics.items()}
-    seed = f" for seed {seeds[k]}" if len(seeds) > 1 else ""
     where = f" in {checkpointer.directory}" if checkpointer is not None else ""
-    raise_if_non_finite(values, f"{seed} at env step {schedule.env_steps} (update "
+    raise_if_non_finite(values, f"{names[k]} at env step {schedule.env_steps} (update "
                         f"{int(versions[k])}); stopping. The last good checkpoint is kept{where}.")  # fmt: skip
     acc.add_metrics(values)
 

@@ -18,7 +18,8 @@ Runs on a JAX environment ("gymnax:...", "brax:...": one compiled program,
 `training.make_train`) load alike: the agent gets the functional environment's spec,
 `make_env` gives a host pool over it (`envs.FunctionalPool`), and a learner of a run of
 several seeds or of a sweep (`<run-dir>/seed<k>`, `<run-dir>/<setting>/seed<k>`) finds its
-checkpoints in `<run-dir>/checkpoints`, among the other learners'.
+checkpoints in `<run-dir>/checkpoints`, among the other learners'. So does a lane of a
+sweep on an envpool task (the vmapped learner's lanes, `training/sweeps.py`).
 """
 
 from __future__ import annotations
@@ -174,9 +175,9 @@ def _checkpoint_source(run_dir: pathlib.Path, record: dict) -> tuple[pathlib.Pat
 
 
 def _compiled_learner_source(run_dir: pathlib.Path, record: dict) -> tuple[pathlib.Path, int, int]:
-  """`_checkpoint_source` of one learner of a compiled run, written in
-  `<root>/seed<k>` or `<root>/<setting>/seed<k>`: its lane (`learner` of `learners`, as
-  its config.json records them) among the root's checkpointed learners."""
+  """`_checkpoint_source` of one learner of a compiled run or of an envpool sweep,
+  written in `<root>/seed<k>` or `<root>/<setting>/seed<k>`: its lane (`learner` of
+  `learners`, as its config.json records them) among the root's checkpointed learners."""
   recorded = pathlib.Path(record["learners_of"])
   candidates = [recorded, run_dir.parent, run_dir.parent.parent]  # moved: up one or two
   root = next((c for c in candidates if (c / "config.json").exists()), None)

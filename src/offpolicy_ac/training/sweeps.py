@@ -1,0 +1,122 @@
+"""Learners of a run as lanes of one vmapped program: their order, settings and seeds,
+their run directories, and the plots that compare them.
+
+    lanes = lanes_of(args, root)      # validates --sweep; one Lane per (setting, seed)
+    hps = stack_hyperparams(hyperparams_of(args.agent), [lane.setting for lane in lanes])
+
+Shared by both drivers that vmap learners: the compiled (Anakin) run
+(`training/anakin_runs.py`) and the envpool driver (`training/loop.py`, whose sweeps
+`training/experiment.py` sets up). The lane order is the settings of `--sweep`
+(`agents.hyperparams.sweep_settings`, the first field slowest), then the seeds; lane k
+trains as the single run with its setting and seed would.
+
+Run directories: one learner logs in `<run-dir>` itself; several seeds in
+`<run-dir>/seed<k>`; a sweep in `<run-dir>/<field>=<value>,.../seed<k>`, each with a
+config.json of that learner alone (its setting applied to the agent config, one seed, no
+sweep) that records its lane (`learners_of`, `learner`, `learners`: `load_run` finds its
+checkpoints, stacked with the other lanes', in `<run-dir>/checkpoints`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+from typing import Any
+
+import jax.numpy as jnp
+
+from offpolicy_ac.agents import hyperparams as hyperparams_lib
+from offpolicy_ac.training.config import TrainConfig
+from offpolicy_ac.training.logger import write_config
+
+
+@dataclasses.dataclass(frozen=True)
+class Lane:
+  """One learner of the run: its setting, seed and run directory."""
+
+  setting: dict
+  seed: int
+  run_dir: pathlib.Path
+
+  @property
+  def label(self) -> str:
+    """The setting and a space for log titles ("" without a sweep)."""
+    return setting_label(self.setting) + " " * bool(self.setting)
+
+
+def setting_label(setting: dict) -> str:
+  """A sweep setting as `field=value,...`, its learners' directory name."""
+  return ",".join(f"{k}={v:g}" for k, v in setting.items())
+
+
+def sweep_lanes(agent_config: Any, config: TrainConfig) -> list[tuple[dict, int]]:
+  """(setting, seed) of every lane in lane order (settings slowest, then seeds); the
+  sweep is validated here (`agents.hyperparams.parse_sweep`), before anything compiles."""
+  values = hyperparams_lib.parse_sweep(agent_config, config.budget.sweep)
+  settings = hyperparams_lib.sweep_settings(values)
+  return [(setting, seed) for setting in settings for seed in config.seeds]
+
+
+def lanes_of(args: Any, root: pathlib.Path) -> list[Lane]:
+  """The run's lanes in lane order, each with its run directory (see the module
+  docstring)."""
+  config: TrainConfig = args.train
+  lanes = sweep_lanes(args.agent, config)
+  out = []
+  for setting, seed in lanes:
+    if config.budget.sweep:
+      run_dir = root / setting_label(setting) / f"seed{seed}"
+    else:
+      run_dir = root / f"seed{seed}" if len(lanes) > 1 else root
+    out.append(Lane(setting, seed, run_dir))
+  return out
+
+
+def lane_args(args: Any, lane: Lane) -> Any:
+  """The args of one lane alone (its seed, its setting, no sweep)."""
+  agent = hyperparams_lib.check_setting(args.agent, lane.setting)
+  train = args.train.replace(seed=lane.seed, num_seeds=1, sweep=())
+  return dataclasses.replace(args, train=train, agent=agent, run_dir=str(lane.run_dir))
+
+
+def write_lane_configs(name: str, args: Any, root: pathlib.Path, lanes: list[Lane]) -> None:
+  """Each lane's directory and config.json (the root's is written by the caller); a lane
+  logging in the root itself (a single learner) gets none."""
+  for k, lane in enumerate(lanes):
+    if lane.run_dir != root:
+      lane.run_dir.mkdir(parents=True, exist_ok=True)
+      extra = {"algorithm": name, "learners_of": str(root), "learner": k, "learners": len(lanes)}
+      write_config(lane.run_dir, lane_args(args, lane), extra=extra)
+
+
+def stack_hyperparams(defaults: dict, settings: list[dict]) -> dict:
+  """One [N] float32 array per tunable field: each lane's setting over the defaults."""
+  return {
+      name: jnp.asarray([s.get(name, float(value)) for s in settings], jnp.float32)
+      for name, value in defaults.items()
+  }
+
+
+def plot_lanes(name: str, config: TrainConfig, root: pathlib.Path, lanes: list[Lane],
+               how: str) -> None:  # fmt: skip
+  """Several seeds: their mean and spread (learning_curves.png, titled with `how` the
+  seeds ran). A sweep: one line per setting, the IQM over its seeds with a 95% bootstrap
+  interval (<env_id>.png), and the settings' final scores as a table, printed and written
+  to sweep_summary.txt."""
+  from offpolicy_ac.training import plotting
+  from offpolicy_ac.training import statistics
+
+  if not config.budget.sweep:
+    plotting.plot_runs([lane.run_dir for lane in lanes], root / "learning_curves.png",
+                       group=True, title=f"{name} {config.env.env_id}, "
+                       f"{len(lanes)} seeds ({how})")  # fmt: skip
+    return
+  runs = [statistics.run_info(lane.run_dir) for lane in lanes]
+  groups = statistics.group_runs(runs)
+  curves = [statistics.group_curve(g) for g in groups]
+  labels = statistics.group_labels(groups)
+  for path in plotting.plot_group_curves(curves, labels, root):
+    print(f"[{name}] wrote {path}", flush=True)
+  table = statistics.summary_table(curves, labels)
+  (root / "sweep_summary.txt").write_text(table + "\n")
+  print(table, flush=True)
