@@ -69,9 +69,14 @@ def test_bad_presets_are_refused():
     parse_args(Args, {**PRESETS, "none": Args()}, argv=[])
 
 
-def test_impala_on_pendulum_gets_the_pendulum_preset(capsys):
+@pytest.mark.parametrize(
+    "env_id, preset",
+    [("Pendulum-v1", "pendulum"), ("HalfCheetah-v4", "mujoco"), ("Walker2d-v4", "mujoco")],
+)
+def test_impala_selects_its_tuned_presets(env_id, preset, capsys):
   impala = load_script("impala")
-  args = parse_args(impala.Args, impala.PRESETS, argv=["--env-id", "Pendulum-v1"],
+  args = parse_args(impala.Args, impala.PRESETS, argv=["--env-id", env_id],
                     env_presets=impala.ENV_PRESETS)  # fmt: skip
-  assert args == impala.PRESETS["pendulum"]
-  assert "preset pendulum" in capsys.readouterr().out
+  assert args.train == impala.PRESETS[preset].train.replace(env_id=env_id)
+  assert args.agent == impala.PRESETS[preset].agent
+  assert f"preset {preset}" in capsys.readouterr().out
