@@ -1,13 +1,23 @@
-"""Soft Q-learning on an envpool task (discrete actions).
+"""Soft Q-learning on an envpool task or a JAX environment (discrete or continuous actions).
 
     python experiments/sql.py --env-id CartPole-v1 --seed 0 \
         --total-env-steps 500000 --run-dir runs/sql-cartpole
     python experiments/sql.py --preset cartpole-v0 --seed 0  # DI-engine's v0 protocol
+    python experiments/sql.py --preset pendulum              # continuous: SVGD sampler
+    python experiments/sql.py --preset pendulum --env-id gymnax:Pendulum-v1   # compiled
+
+Discrete or continuous SQL is picked from the task's action space (`agents.make_sql`).
 
 Preset cartpole-v0: DI-engine's CartPole-v0 protocol (stop when 5 greedy episodes
 average 195, evaluating every 500 env steps), tuned for few env steps: a high
 replay ratio (16 updates of 128 windows per 32 env steps, training from 8 stored
 sequences on), temperature 0.12 and step size 3e-3.
+
+Preset pendulum: continuous SQL (Haarnoja et al. 2017) with 1-step targets, 8 value
+samples and 8 SVGD particles (half moved), a (64, 64) network, 0.5 updates of 128
+transitions per env step, alpha 0.2, step size 1e-3, target tau 0.01. Greedy returns
+reach about -150 after 8k to 12k env steps (5 of 5 seeds on Pendulum-v1; alpha 0.05 to 1
+learnt alike on gymnax:Pendulum-v1, step size 3e-4 or tau 0.05 slower).
 """
 
 from __future__ import annotations
@@ -62,6 +72,31 @@ PRESETS = {
             target_return=195.0,
         ),
         agent=SqlConfig(alpha=0.12, learning_rate=3e-3),
+    ),
+    "pendulum": Args(
+        train=TrainConfig.of(
+            env_id="Pendulum-v1",
+            total_env_steps=30_000,
+            num_envs=4,
+            unroll_length=8,
+            replay_capacity=5_000,
+            min_replay_size=32,
+            num_updates_per_train_iter=16,
+            mini_batch_size=64,
+            mini_batch_length=2,
+            log_every=2_000,
+            eval_every=2_000,
+            eval_episodes=4,
+        ),
+        agent=SqlConfig(
+            alpha=0.2,
+            n_step=1,
+            learning_rate=1e-3,
+            target_update_tau=0.01,
+            hidden_sizes=(64, 64),
+            num_particles=8,
+            num_value_samples=8,
+        ),
     ),
     "atari": Args(
         train=TrainConfig.of(

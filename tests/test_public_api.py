@@ -60,6 +60,7 @@ def test_output_types_are_named_tuples():
       "ImportanceRatios",
       "TrustRegionOutput",
       "AcerContinuousTargets",
+      "RbfKernelOutput",
   ):
     cls = getattr(losses, name)
     assert issubclass(cls, tuple) and hasattr(cls, "_fields"), name

@@ -14,6 +14,7 @@ from offpolicy_ac.agents import ImpalaConfig
 from offpolicy_ac.agents import SqlConfig
 from offpolicy_ac.agents import make_impala
 from offpolicy_ac.agents import make_sql
+from offpolicy_ac.agents import make_sql_discrete
 from offpolicy_ac.envs import FIRST
 from offpolicy_ac.envs import MID
 from offpolicy_ac.envs import Trajectory
@@ -141,7 +142,7 @@ def test_sql_lambda_targets_variant(cartpole_spec):
 
 def test_discrete_agents_refuse_continuous_tasks(pendulum_spec):
   with pytest.raises(ValueError, match="discrete action space"):
-    make_sql(pendulum_spec)
+    make_sql_discrete(pendulum_spec)
 
 
 def test_sql_config_validation(cartpole_spec):

@@ -61,6 +61,14 @@ def test_the_gymnax_cartpole_preset_reaches_its_target(tmp_path):
   assert np.isfinite([l["loss"] for l in lines]).all()
 
 
+def test_continuous_sql_learns_gymnax_pendulum_in_a_reduced_budget(tmp_path):
+  """sql.py's pendulum preset on gymnax's Pendulum (random play returns about -1200)."""
+  _main("sql", tmp_path / "sql", preset="pendulum", env_id="gymnax:Pendulum-v1",
+        total_env_steps=10_000, checkpoint_every=0)  # fmt: skip
+  best = max(l["eval_return"] for l in read_metrics(tmp_path / "sql") if l.get("eval_return"))
+  assert best > -500, best
+
+
 # brax's inverted pendulum (reward 1 per step upright, time limit 1000): the greedy policy
 # of a fresh network keeps it up for 40 to 75 steps. Budgets and bars: each agent passed its
 # bar in a single seed at about half its budget on this CPU (compiling takes 1 to 2 minutes).

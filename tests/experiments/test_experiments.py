@@ -30,6 +30,7 @@ def _args(module, run_dir, preset=None, **loop_overrides):
   demos = loop_overrides.pop("demos", None)
   if preset is not None:
     args = module.PRESETS[preset]
+    args = args if demos is None else dataclasses.replace(args, demos=demos)
   else:
     args = module.Args() if demos is None else module.Args(demos=demos)
   return dataclasses.replace(args, run_dir=str(run_dir), train=args.train.replace(**loop_overrides))
@@ -97,7 +98,6 @@ def test_num_seeds_runs_and_logs_each_seed(tmp_path):
     "script, overrides, message",
     [
         ("impala", dict(env_id="NoSuchEnv-v0"), "NoSuchEnv"),
-        ("sql", dict(env_id="Pendulum-v1"), "discrete action space"),
         ("sql", dict(mini_batch_length=20, unroll_length=8), "longer than"),
         ("impala", dict(eval_every=0, target_return=100.0), "target_return"),
     ],
@@ -106,6 +106,15 @@ def test_bad_configuration_fails_fast(tmp_path, script, overrides, message):
   module = _script(script)
   with pytest.raises(ValueError, match=message):
     module.main(_args(module, tmp_path / "run", **overrides))
+
+
+def test_continuous_sql_settings_are_checked_before_running(tmp_path):
+  module = _script("sql")
+  args = _args(module, tmp_path / "run", preset="pendulum")
+  args = dataclasses.replace(args, agent=dataclasses.replace(args.agent, svgd_update_ratio=0.01))
+  with pytest.raises(ValueError, match="svgd_update_ratio"):
+    module.main(args)
+  assert not (tmp_path / "run" / "metrics.jsonl").exists() or not read_metrics(tmp_path / "run")
 
 
 def test_impala_rejects_rho_bar_below_c_bar_before_running(tmp_path):
@@ -180,6 +189,68 @@ def test_sqil_imitates_demonstrations_reduced_budget(tmp_path, heuristic_demos):
   assert _trailing_return(tmp_path) > 80
 
 
+def _best_eval_return(run_dir):
+  return max(l["eval_return"] for l in read_metrics(run_dir) if l.get("eval_return") is not None)
+
+
+# Continuous SQL and SQIL on Pendulum-v1 (random play returns about -1200 to -1500).
+
+
+def test_continuous_sql_learns_pendulum_reduced_budget(tmp_path):
+  module = _script("sql")
+  args = _args(module, tmp_path, preset="pendulum", total_env_steps=12_000, checkpoint_every=0)
+  module.main(args)
+  assert _best_eval_return(tmp_path) > -500
+
+
+def heuristic_pendulum_policy(obs):
+  """Energy pumping, then a PD controller near the top: returns about -150 (-1 to -300)."""
+  cos, sin, velocity = obs[:, 0], obs[:, 1], obs[:, 2]
+  energy = 0.5 * velocity**2 + 15.0 * cos  # 15 upright at rest (3g / 2l = 15)
+  pump = 2.0 * np.sign(velocity + 1e-3) * (energy < 15.0)
+  hold = np.clip(-10.0 * np.arctan2(sin, cos) - 2.0 * velocity, -2.0, 2.0)
+  return np.where(cos > 0.85, hold, pump)[:, None].astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def pendulum_demos(tmp_path_factory):
+  env = envs.make("Pendulum-v1", 10, 7)
+  demos = demos_lib.record_episodes(env, heuristic_pendulum_policy, 10)
+  env.close()
+  path = tmp_path_factory.mktemp("demos") / "pendulum.npz"
+  demos_lib.save_demos(path, demos, env_id="Pendulum-v1")
+  return path
+
+
+def test_continuous_sqil_imitates_pendulum_demonstrations_reduced_budget(tmp_path,
+                                                                        pendulum_demos):  # fmt: skip
+  module = _script("sqil")
+  args = _args(module, tmp_path, preset="pendulum", demos=str(pendulum_demos),
+               total_env_steps=10_000, checkpoint_every=0)  # fmt: skip
+  module.main(args)
+  assert _best_eval_return(tmp_path) > -500
+
+
+def test_record_demos_records_continuous_actions(tmp_path):
+  """A short continuous SQL run, its greedy policy recorded, and SQIL trained on it."""
+  sql = _script("sql")
+  sql.main(_args(sql, tmp_path / "sql", preset="pendulum", total_env_steps=512, log_every=256,
+                 eval_every=0, checkpoint_every=0))  # fmt: skip
+  record = _script("record_demos")
+  out = tmp_path / "demos.npz"
+  record.main(record.Args(run_dir=str(tmp_path / "sql"), out=str(out), episodes=2))
+  demos = demos_lib.load_demos(out)
+  assert demos["env_id"] == "Pendulum-v1" and list(demos["episode_lengths"]) == [201, 201]
+  assert demos["action"].shape == (402, 1) and demos["action"].dtype == np.float32
+  assert np.all(np.abs(demos["action"]) <= 2.0) and np.std(demos["action"]) > 0
+  sqil = _script("sqil")
+  result = sqil.main(_args(sqil, tmp_path / "sqil", preset="pendulum", demos=str(out),
+                           total_env_steps=512, log_every=256, eval_every=0,
+                           checkpoint_every=0))  # fmt: skip
+  assert result.num_updates > 0
+  assert all(np.isfinite(l["loss"]) for l in read_metrics(tmp_path / "sqil") if "loss" in l)
+
+
 def test_sqil_refuses_demos_of_another_task(tmp_path, heuristic_demos):
   module = _script("sqil")
   with pytest.raises(ValueError, match="demonstrations are of CartPole-v1"):
@@ -214,6 +285,22 @@ def test_full_budget_sqil_from_sql_expert(tmp_path):
       )
   )
   assert _max_smoothed_return(tmp_path / "sqil") >= 450
+
+
+@pytest.mark.slow
+def test_full_budget_continuous_sqil_from_sql_expert(tmp_path):
+  """Continuous SQL's pendulum preset trains an expert, record_demos records 10 greedy
+  episodes, SQIL's pendulum preset imitates them."""
+  sql = _script("sql")
+  sql.main(_args(sql, tmp_path / "expert", preset="pendulum", total_env_steps=16_000,
+                 checkpoint_every=0))  # fmt: skip
+  record = _script("record_demos")
+  out = str(tmp_path / "demos.npz")
+  record.main(record.Args(run_dir=str(tmp_path / "expert"), out=out, episodes=10))
+  sqil = _script("sqil")
+  sqil.main(_args(sqil, tmp_path / "sqil", preset="pendulum", demos=out, total_env_steps=16_000,
+                  checkpoint_every=0))  # fmt: skip
+  assert _best_eval_return(tmp_path / "sqil") > -300
 
 
 # IMPALA with asynchronous actors and with a learner on two devices.

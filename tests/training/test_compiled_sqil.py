@@ -90,6 +90,27 @@ def test_sqil_trains_on_demonstrations_of_a_compiled_sql_run(tmp_path):
     assert isinstance(env, envs.FunctionalPool)
 
 
+def test_continuous_sqil_trains_on_demonstrations_of_a_compiled_sql_run(tmp_path):
+  """Continuous SQL (gymnax's Pendulum, its pendulum preset) records float actions; SQIL's
+  compiled program learns from them."""
+  pendulum = "gymnax:Pendulum-v1"
+  sql_dir = tmp_path / "sql"
+  _main("sql", sql_dir, preset="pendulum", env_id=pendulum, total_env_steps=512,
+        log_every=256, eval_every=0, checkpoint_every=0)  # fmt: skip
+  demos = demos_lib.load_demos(_record(sql_dir, tmp_path / "demos.npz", episodes=2))
+  assert demos["env_id"] == pendulum and demos["action"].dtype == np.float32
+  assert demos["action"].shape == (int(demos["episode_lengths"].sum()), 1)
+  assert np.all(np.abs(demos["action"]) <= 2.0)
+  sqil_dir = tmp_path / "sqil"
+  result = _main("sqil", sqil_dir, _sqil_args(tmp_path / "demos.npz", "pendulum"),
+                 env_id=pendulum, total_env_steps=512, log_every=256, eval_episodes=2,
+                 checkpoint_every=0)  # fmt: skip
+  assert result.env_steps == 512 and result.num_updates > 0
+  assert result.last_eval_return is not None
+  assert all(math.isfinite(line["loss"]) for line in read_metrics(sqil_dir))
+  assert load_run(sqil_dir).agent.spec.task_id == pendulum
+
+
 def test_sqil_refuses_demonstrations_of_another_task(tmp_path):
   pool = envs.make_functional_pool("gymnax:Acrobot-v1", 1, 0, max_episode_steps=5)
   demos = demos_lib.record_episodes(pool, lambda obs: np.zeros(len(obs), np.int32), 1)

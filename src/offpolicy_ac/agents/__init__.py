@@ -19,6 +19,8 @@ from offpolicy_ac.agents.sqil import make_sqil
 from offpolicy_ac.agents.sqil import make_sqil_batch_fn
 from offpolicy_ac.agents.sql import SqlConfig
 from offpolicy_ac.agents.sql import make_sql
+from offpolicy_ac.agents.sql import make_sql_discrete
+from offpolicy_ac.agents.sql_continuous import make_sql_continuous
 
 __all__ = [
     "AcerConfig",
@@ -36,6 +38,8 @@ __all__ = [
     "make_sqil",
     "make_sqil_batch_fn",
     "make_sql",
+    "make_sql_continuous",
+    "make_sql_discrete",
     "parse_sweep",
     "sweep_settings",
     "tunable_fields",

@@ -6,6 +6,11 @@ batch is half demonstrations, relabelled with reward 1, and half the agent's own
 replayed experience, relabelled with reward 0, drawn from two replay buffers.
 `make_sqil_batch_fn` builds the batch transform the training loop applies to
 each sampled agent batch.
+
+Continuous actions: SQIL here is SQIL over soft Q-learning with an SVGD sampler
+(`agents/sql_continuous.py`), not the SQIL paper's SAC variant. SQIL is defined as soft
+Q-learning with sparse rewards, and this library's SQIL is SQL on relabelled data, so one
+agent serves both action kinds.
 """
 
 from __future__ import annotations

@@ -1,9 +1,12 @@
-"""Soft Q-learning (Haarnoja et al. 2017, arXiv:1702.08165) for discrete actions.
+"""Soft Q-learning (Haarnoja et al. 2017, arXiv:1702.08165): the config, and the agent for
+discrete actions.
 
 Q-network with a target network (Polyak averaging), Boltzmann acting with
 temperature alpha mixed with epsilon-greedy, and soft n-step or lambda targets
 bootstrapped from V = alpha * logsumexp(Q_target / alpha), learned from
 replayed sequences (windows may cross episode junctions: the mask cuts them).
+`make_sql` picks this agent or the continuous one (`agents/sql_continuous.py`: Q(s, a),
+importance-sampled soft values and an SVGD-trained sampler) from the action space.
 """
 
 from __future__ import annotations
@@ -40,11 +43,15 @@ class SqlConfig:
   gamma: float = 0.99
   """Discount factor."""
   alpha: float = 0.05
-  """Temperature of the soft value and of the Boltzmann policy (> 0)."""
+  """Temperature of the soft value and of the Boltzmann policy (> 0). Scaling the rewards
+  by c (the TrainConfig's reward_scale) acts as dividing alpha by c: the authors fix
+  alpha = 1 and tune the reward scale."""
   epsilon: float = 0.01
-  """Probability of a uniformly random action on top of Boltzmann acting."""
+  """Probability of a uniformly random action on top of Boltzmann acting (continuous: on
+  top of the sampler's action; uniform in the action box)."""
   n_step: int = 3
-  """n of the soft n-step targets (used when lambda_ == 0)."""
+  """n of the soft n-step targets (used when lambda_ == 0). Continuous SQL's paper
+  targets are 1-step."""
   lambda_: float = 0.0
   """If > 0, soft lambda-returns over the sampled window instead of n-step."""
   learning_rate: float = 1e-3
@@ -59,7 +66,16 @@ class SqlConfig:
   """'auto' or one of networks.TORSOS: 'mlp', 'nature_cnn', 'impala_resnet', 'small_cnn',
   'minatar_cnn'."""
   hidden_sizes: Sequence[int] = (128, 128)
-  """MLP torso layer sizes."""
+  """MLP torso layer sizes. Continuous: the layers of the Q network's MLP over
+  concat(torso(obs), a) and of the sampler's over concat(torso(obs), noise)."""
+  num_value_samples: int = 16
+  """Continuous: M, actions drawn uniformly in the action box to estimate the targets'
+  soft value V(s') = alpha log E[exp(Q_target(s', a) / alpha) / q'(a)] (eq. 10)."""
+  num_particles: int = 16
+  """Continuous: SVGD particles drawn from the sampler per state (the authors' 16)."""
+  svgd_update_ratio: float = 0.5
+  """Continuous: the fraction of the particles that SVGD moves (the authors' 0.5); the
+  others, fixed, carry the kernel's sum. Both parts must be non-empty."""
 
   def validate(self) -> None:
     base.check_in("gamma", self.gamma, 0.0, 1.0)
@@ -69,10 +85,36 @@ class SqlConfig:
     base.check_in("target_update_tau", self.target_update_tau, 1e-9, 1.0)
     if not isinstance(self.n_step, int) or self.n_step < 1:
       raise ValueError(f"n_step must be an int >= 1, got {self.n_step!r}")
+    for name, low in (("num_value_samples", 1), ("num_particles", 2)):
+      value = getattr(self, name)
+      if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+    moved = self.num_updated_particles
+    if not 1 <= moved < self.num_particles:
+      raise ValueError(
+          f"svgd_update_ratio ({self.svgd_update_ratio}) must move at least one of the "
+          f"num_particles ({self.num_particles}) SVGD particles and keep one fixed; "
+          f"int(num_particles * svgd_update_ratio) = {moved}"
+      )
+
+  @property
+  def num_updated_particles(self) -> int:
+    """Continuous: the particles SVGD moves, int(num_particles * svgd_update_ratio)."""
+    return int(self.num_particles * self.svgd_update_ratio)
 
 
 def make_sql(spec, config: SqlConfig = SqlConfig(), *, name: str = "sql") -> base.Agent:
-  """Builds the SQL agent (discrete actions only)."""
+  """Builds SQL for an environment spec: discrete or continuous by `spec.is_discrete`."""
+  if spec.is_discrete:
+    return make_sql_discrete(spec, config, name=name)
+  # Imported here: sql_continuous imports SqlConfig from this module.
+  from offpolicy_ac.agents.sql_continuous import make_sql_continuous
+
+  return make_sql_continuous(spec, config, name=name)
+
+
+def make_sql_discrete(spec, config: SqlConfig = SqlConfig(), *, name: str = "sql") -> base.Agent:
+  """Builds the SQL agent for discrete actions."""
   config.validate()
   base.check_discrete(spec, name.upper())
   torso = networks.make_torso(config.torso, spec.observation_shape, config.hidden_sizes)

@@ -1,4 +1,4 @@
-"""Pure target and loss functions: V-trace, Retrace/ACER, soft-Q/SQL/SQIL.
+"""Pure target and loss functions: V-trace, Retrace/ACER, soft-Q/SQL/SQIL, SVGD.
 
 Every function takes time-major arrays with a leading time axis T and any
 number of trailing batch axes (`[T]`, `[T, B]`, ...), is jittable and
@@ -47,6 +47,10 @@ from offpolicy_ac.losses._soft_q import soft_value
 from offpolicy_ac.losses._soft_q import sqil_relabel
 from offpolicy_ac.losses._soft_q import sqil_rewards
 from offpolicy_ac.losses._soft_q import sql_nstep_td_error
+from offpolicy_ac.losses._svgd import RbfKernelOutput
+from offpolicy_ac.losses._svgd import importance_sampled_soft_value
+from offpolicy_ac.losses._svgd import rbf_kernel
+from offpolicy_ac.losses._svgd import svgd_direction
 from offpolicy_ac.losses._vtrace import VTraceOutput
 from offpolicy_ac.losses._vtrace import vtrace
 
@@ -54,6 +58,7 @@ __all__ = [
     "AcerContinuousTargets",
     "ImpalaLossOutput",
     "ImportanceRatios",
+    "RbfKernelOutput",
     "TrustRegionOutput",
     "VTraceOutput",
     "acer_continuous_policy_objective",
@@ -77,6 +82,8 @@ __all__ = [
     "impala_loss_categorical",
     "impala_loss_gaussian",
     "importance_ratios_from_log_probs",
+    "importance_sampled_soft_value",
+    "rbf_kernel",
     "retrace",
     "retrace_targets",
     "reverse_linear_recurrence",
@@ -89,6 +96,7 @@ __all__ = [
     "sqil_relabel",
     "sqil_rewards",
     "step_weights",
+    "svgd_direction",
     "take_action",
     "trust_region_projection",
     "trust_region_surrogate",

@@ -2,9 +2,11 @@
 with a shared torso or one torso each (`actor_critic`)."""
 
 from offpolicy_ac.networks.heads import ActorQCritic
+from offpolicy_ac.networks.heads import AmortizedSampler
 from offpolicy_ac.networks.heads import CategoricalActorCritic
 from offpolicy_ac.networks.heads import GaussianActorCritic
 from offpolicy_ac.networks.heads import QNetwork
+from offpolicy_ac.networks.heads import StateActionQNetwork
 from offpolicy_ac.networks.heads import StochasticDuelingNetwork
 from offpolicy_ac.networks.split import SplitTorsos
 from offpolicy_ac.networks.split import actor_critic
@@ -16,6 +18,7 @@ from offpolicy_ac.networks.torsos import make_torso
 
 __all__ = [
     "ActorQCritic",
+    "AmortizedSampler",
     "CategoricalActorCritic",
     "GaussianActorCritic",
     "ImpalaResNet",
@@ -23,6 +26,7 @@ __all__ = [
     "NatureCNN",
     "QNetwork",
     "SplitTorsos",
+    "StateActionQNetwork",
     "StochasticDuelingNetwork",
     "TORSOS",
     "actor_critic",

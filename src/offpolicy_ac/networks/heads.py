@@ -7,9 +7,14 @@
 * `ActorQCritic`: logits [B, A] and Q [B, A] (discrete ACER).
 * `StochasticDuelingNetwork`: Gaussian policy, V(x) and A(x, a) (continuous
   ACER, Wang et al. 2016): Q~(x, a) = V(x) + A(x, a) - mean_i A(x, u_i).
+* `StateActionQNetwork`: Q(x, a) [B, ...] for actions [B, ..., D] (continuous SQL).
+* `AmortizedSampler`: a = tanh(f(x, xi)) [B, ..., D] for noise xi (continuous SQL's
+  SVGD sampler, Haarnoja et al. 2017).
 """
 
 from __future__ import annotations
+
+from typing import Sequence
 
 import flax.linen as nn
 import jax.numpy as jnp
@@ -110,3 +115,43 @@ class StochasticDuelingNetwork(nn.Module):
     f = jnp.broadcast_to(f, actions.shape[:-1] + features.shape[-1:])
     x = jnp.concatenate([f, actions], axis=-1)
     return self.adv_out(nn.tanh(self.adv_hidden(x)))[..., 0]
+
+
+def _concat_features(features, inputs):
+  """concat(features [B, H] broadcast over inputs' middle axes, inputs [B, ..., D])."""
+  extra = inputs.ndim - features.ndim
+  f = features.reshape(features.shape[:1] + (1,) * extra + features.shape[1:])
+  f = jnp.broadcast_to(f, inputs.shape[:-1] + features.shape[-1:])
+  return jnp.concatenate([f, inputs.astype(f.dtype)], axis=-1)
+
+
+class StateActionQNetwork(nn.Module):
+  """Q(x, a) [B, ...]: a ReLU MLP over concat(torso(x), a) for actions a [B, ..., D]
+  (several actions per observation share one torso pass). Continuous SQL."""
+
+  torso: nn.Module
+  hidden_sizes: Sequence[int] = (128, 128)
+
+  @nn.compact
+  def __call__(self, obs, actions):
+    x = _concat_features(self.torso(obs), actions)
+    for size in self.hidden_sizes:
+      x = nn.relu(nn.Dense(size)(x))
+    return nn.Dense(1)(x)[..., 0]
+
+
+class AmortizedSampler(nn.Module):
+  """a = tanh(f(concat(torso(x), xi))) in (-1, 1)^D [B, ..., D] for noise xi [B, ..., D]:
+  the amortised SVGD sampler of continuous SQL (Haarnoja et al. 2017, section 3.2). With
+  Flax's default initialisation the first samples spread over the box."""
+
+  torso: nn.Module
+  action_dim: int
+  hidden_sizes: Sequence[int] = (128, 128)
+
+  @nn.compact
+  def __call__(self, obs, noise):
+    x = _concat_features(self.torso(obs), noise)
+    for size in self.hidden_sizes:
+      x = nn.relu(nn.Dense(size)(x))
+    return jnp.tanh(nn.Dense(self.action_dim)(x))

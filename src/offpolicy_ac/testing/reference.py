@@ -23,6 +23,7 @@ References:
   Wang et al. 2017, ACER: https://arxiv.org/abs/1611.01224
   Haarnoja et al. 2017, soft Q-learning: https://arxiv.org/abs/1702.08165
   Reddy et al. 2020, SQIL: https://arxiv.org/abs/1905.11108
+  Liu and Wang 2016, Stein variational gradient descent: https://arxiv.org/abs/1608.04471
 """
 
 import numpy as np
@@ -140,6 +141,61 @@ def soft_nstep_targets(r_t, discount_t, q_t, alpha, n, mask=None):
         k += 1
       g[s, j] = total
   return _sq_uncols(g, batch)
+
+
+def importance_sampled_soft_value(q_samples, log_proposal, alpha):
+  """alpha * log((1/M) sum_j exp(q_j / alpha) / q'(a_j)) (Haarnoja et al. 2017, eq. 10).
+
+  q_samples: [..., M]; log_proposal: broadcastable to it; alpha: a positive scalar or
+  broadcastable to [...]. Returns [...], float64.
+  """
+  q = np.asarray(q_samples, np.float64)
+  log_p = np.broadcast_to(np.asarray(log_proposal, np.float64), q.shape)
+  alphas = np.broadcast_to(np.asarray(alpha, np.float64), q.shape[:-1])
+  out = np.empty(q.shape[:-1])
+  for idx in np.ndindex(*q.shape[:-1]):
+    z = q[idx] / alphas[idx] - log_p[idx]
+    m = np.max(z)
+    out[idx] = alphas[idx] * (m + np.log(np.mean(np.exp(z - m))))
+  return out
+
+
+def rbf_kernel(x, y, bandwidth=None, min_bandwidth=1e-3):
+  """(kappa [..., K, M], grad_x [..., K, M, d]) of exp(-|x_k - y_m|^2 / h).
+
+  bandwidth None: h = max(median of the K * M squared distances / log(K + 1),
+  min_bandwidth). Float64 loops over the leading axes and the pairs.
+  """
+  x = np.asarray(x, np.float64)
+  y = np.asarray(y, np.float64)
+  lead, (k, d), m = x.shape[:-2], x.shape[-2:], y.shape[-2]
+  hs = None if bandwidth is None else np.broadcast_to(np.asarray(bandwidth, np.float64), lead)
+  kappa = np.empty(lead + (k, m))
+  grad = np.empty(lead + (k, m, d))
+  for idx in np.ndindex(*lead):
+    sq = np.array([[np.sum((x[idx][i] - y[idx][j]) ** 2) for j in range(m)] for i in range(k)])
+    h = max(np.median(sq) / np.log(k + 1), min_bandwidth) if hs is None else hs[idx]
+    for i in range(k):
+      for j in range(m):
+        kappa[idx + (i, j)] = np.exp(-sq[i, j] / h)
+        grad[idx + (i, j)] = -2.0 * (x[idx][i] - y[idx][j]) / h * kappa[idx + (i, j)]
+  return kappa, grad
+
+
+def svgd_direction(fixed_actions, grad_log_p, updated_actions, bandwidth=None):
+  """phi(a_j) = (1/K) sum_k [k(a_k, a_j) grad log p(a_k) + grad_{a_k} k(a_k, a_j)]
+  (Haarnoja et al. 2017, eq. 13), [..., M, d], float64 loops."""
+  fixed = np.asarray(fixed_actions, np.float64)
+  g = np.asarray(grad_log_p, np.float64)
+  updated = np.asarray(updated_actions, np.float64)
+  kappa, grad = rbf_kernel(fixed, updated, bandwidth)
+  k, m = kappa.shape[-2:]
+  phi = np.zeros(updated.shape)
+  for idx in np.ndindex(*fixed.shape[:-2]):
+    for j in range(m):
+      for i in range(k):
+        phi[idx][j] += (kappa[idx + (i, j)] * g[idx][i] + grad[idx + (i, j)]) / k
+  return phi
 
 
 # ----------------------------------------------------------------------------

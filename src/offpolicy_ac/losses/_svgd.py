@@ -1,0 +1,153 @@
+"""Soft Q-learning for continuous actions: the importance-sampled soft value and SVGD.
+
+See "Reinforcement Learning with Deep Energy-Based Policies" by Haarnoja et al.
+(https://arxiv.org/abs/1702.08165), eq. 10 (the soft value estimated from sampled
+actions) and eq. 13 (the Stein variational gradient that trains the sampler), and
+"Stein Variational Gradient Descent" by Liu and Wang (https://arxiv.org/abs/1608.04471).
+The shapes are particle-major: any leading axes, then particles, then action dimensions.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from offpolicy_ac.losses import _checks
+
+MIN_BANDWIDTH = 1e-3
+"""Floor of the adaptive RBF bandwidth (the authors' h_min), so that coinciding particles
+give kappa = 1 and a zero kernel gradient instead of 0 / 0."""
+
+
+class RbfKernelOutput(NamedTuple):
+  """kappa: k(x_k, y_m) [..., K, M]; grad_x: its gradient w.r.t. x_k [..., K, M, d]."""
+
+  kappa: jax.Array
+  grad_x: jax.Array
+
+
+def importance_sampled_soft_value(q_samples: jax.Array, log_proposal, alpha) -> jax.Array:
+  """Soft value V(s) = alpha log E_{a ~ q'}[exp(Q(s, a) / alpha) / q'(a)] from M samples.
+
+      V(s) ~= alpha * (logsumexp_j(Q(s, a_j) / alpha - log q'(a_j)) - log M)
+
+  (Haarnoja et al. 2017, eq. 10). With a uniform proposal on a box of volume |A| the
+  estimate of a constant Q is Q + alpha log |A|; as alpha -> 0 it tends to max_j Q(s, a_j).
+  Stable for any finite input (the maximum is subtracted inside the logsumexp).
+
+  Args:
+    q_samples: Q(s, a_j) for M actions a_j ~ q' [..., M].
+    log_proposal: log q'(a_j), broadcastable to q_samples (e.g. a scalar -d log 2 for
+      actions uniform in [-1, 1]^d).
+    alpha: temperature > 0, a scalar or broadcastable to q_samples.shape[:-1].
+
+  Returns:
+    soft values [...] (q_samples.shape[:-1]).
+  """
+  _checks.check_floating("q_samples", q_samples)
+  _checks.check_min_rank("q_samples", q_samples, 1, "a trailing sample axis [..., M]")
+  _checks.check_floating("log_proposal", log_proposal)
+  _check_broadcasts_to("log_proposal", log_proposal, jnp.shape(q_samples), "`q_samples`")
+  _checks.check_positive("alpha", alpha)
+  _check_broadcasts_to("alpha", alpha, jnp.shape(q_samples)[:-1], "`q_samples` less its last axis")
+  dtype = jnp.result_type(q_samples)
+  alpha = jnp.asarray(alpha, dtype)
+  if alpha.ndim:
+    alpha = jnp.broadcast_to(alpha, jnp.shape(q_samples)[:-1])
+  log_proposal = jnp.asarray(log_proposal, dtype)
+  if log_proposal.ndim:
+    log_proposal = jnp.broadcast_to(log_proposal, jnp.shape(q_samples))
+  z = q_samples / (alpha if alpha.ndim == 0 else alpha[..., None]) - log_proposal
+  log_m = math.log(jnp.shape(q_samples)[-1])
+  return alpha * (jax.nn.logsumexp(z, axis=-1) - log_m)
+
+
+def rbf_kernel(x: jax.Array, y: jax.Array, bandwidth=None) -> RbfKernelOutput:
+  """RBF kernel k(x, y) = exp(-||x - y||^2 / h) between two sets of particles.
+
+  With `bandwidth=None`, h = median_{k,m} ||x_k - y_m||^2 / log(K + 1), at least
+  `MIN_BANDWIDTH`, treated as a constant (stop_gradient): the adaptive bandwidth of Liu
+  and Wang and of Haarnoja et al.'s code (which divides by log K; K + 1 keeps K = 1
+  defined). For an even number of pairs the median is the mean of the two middle values.
+
+  Args:
+    x: particles [..., K, d].
+    y: particles [..., M, d] (the same leading axes and d).
+    bandwidth: None (adaptive) or h > 0, a scalar or broadcastable to x.shape[:-2].
+
+  Returns:
+    `RbfKernelOutput(kappa [..., K, M], grad_x [..., K, M, d])`, grad_x the gradient of
+    kappa[..., k, m] w.r.t. x[..., k, :], -2 (x_k - y_m) / h * kappa.
+  """
+  _check_particles("x", x, "y", y)
+  diff = x[..., :, None, :] - y[..., None, :, :]
+  sq_dist = jnp.sum(jnp.square(diff), axis=-1)
+  if bandwidth is None:
+    pairs = sq_dist.reshape(sq_dist.shape[:-2] + (-1,))
+    h = jnp.median(pairs, axis=-1) / math.log(jnp.shape(x)[-2] + 1)
+    h = jax.lax.stop_gradient(jnp.maximum(h, MIN_BANDWIDTH))
+  else:
+    _checks.check_positive("bandwidth", bandwidth)
+    _check_broadcasts_to("bandwidth", bandwidth, jnp.shape(x)[:-2], "`x` less its last 2 axes")
+    h = jnp.broadcast_to(jnp.asarray(bandwidth, sq_dist.dtype), jnp.shape(x)[:-2])
+  h = h[..., None, None]
+  kappa = jnp.exp(-sq_dist / h)
+  return RbfKernelOutput(kappa, -2.0 * diff / h[..., None] * kappa[..., None])
+
+
+def svgd_direction(
+    fixed_actions: jax.Array, grad_log_p: jax.Array, updated_actions: jax.Array, bandwidth=None
+) -> jax.Array:
+  """The Stein variational gradient at the updated particles (Haarnoja et al. 2017, eq. 13).
+
+      phi(a_j) = mean_k [k(a_k, a_j) grad log p(a_k) + grad_{a_k} k(a_k, a_j)]
+
+  over the fixed particles a_k, with the RBF kernel of `rbf_kernel`. Moving a_j along phi
+  decreases KL(particles || p) fastest in the kernel's function space. In soft Q-learning
+  p(a) is exp(Q(s, a) / alpha); for actions squashed by tanh the authors add the correction
+  sum_i log(1 - a_i^2 + eps) to log p. The sampler's parameters follow phi through the
+  surrogate loss -mean(stop_gradient(phi) * updated_actions).
+
+  Args:
+    fixed_actions: particles a_k [..., K, d].
+    grad_log_p: grad_a log p(a_k) [..., K, d].
+    updated_actions: particles a_j [..., M, d] (the same leading axes and d).
+    bandwidth: as in `rbf_kernel`.
+
+  Returns:
+    phi(a_j) [..., M, d].
+  """
+  _check_particles("fixed_actions", fixed_actions, "updated_actions", updated_actions)
+  _checks.check_floating("grad_log_p", grad_log_p)
+  _checks.check_shape("grad_log_p", grad_log_p, jnp.shape(fixed_actions), "`fixed_actions`")
+  kernel = rbf_kernel(fixed_actions, updated_actions, bandwidth)
+  driving = jnp.einsum("...km,...kd->...md", kernel.kappa, grad_log_p)
+  repulsive = jnp.sum(kernel.grad_x, axis=-3)
+  return (driving + repulsive) / jnp.shape(fixed_actions)[-2]
+
+
+def _check_particles(x_name: str, x, y_name: str, y) -> None:
+  for name, v in ((x_name, x), (y_name, y)):
+    _checks.check_floating(name, v)
+    _checks.check_min_rank(name, v, 2, "particles and action dimensions [..., K, d]")
+  x_shape, y_shape = jnp.shape(x), jnp.shape(y)
+  if x_shape[:-2] != y_shape[:-2] or x_shape[-1] != y_shape[-1]:
+    raise ValueError(
+        f"`{y_name}` must have the leading axes and last axis of `{x_name}` "
+        f"{x_shape[:-2]} + (M, {x_shape[-1]}), got shape {y_shape}."
+    )
+
+
+def _check_broadcasts_to(name: str, x, shape: tuple[int, ...], ref: str) -> None:
+  try:
+    out = jnp.broadcast_shapes(jnp.shape(x), tuple(shape))
+  except ValueError:
+    out = None
+  if out != tuple(shape):
+    raise ValueError(
+        f"`{name}` must broadcast to shape {tuple(shape)} (matching {ref}), got shape "
+        f"{jnp.shape(x)}."
+    )
