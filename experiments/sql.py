@@ -28,6 +28,7 @@ from typing import Optional
 
 from offpolicy_ac.agents import SqlConfig
 from offpolicy_ac.agents import make_sql
+from offpolicy_ac.training import EnvPresets
 from offpolicy_ac.training import TrainConfig
 from offpolicy_ac.training import exit_process
 from offpolicy_ac.training import parse_args
@@ -124,11 +125,17 @@ PRESETS = {
 }
 
 
+ENV_PRESETS = EnvPresets(
+    {"Pendulum-v1": "pendulum", "gymnax:Pendulum-v1": "pendulum"}, atari="atari"
+)
+"""The preset an --env-id selects when no --preset is given (--preset none: defaults)."""
+
+
 def main(args: Args, **run_kwargs):
   """Trains; `run_kwargs` go to `run_experiment` (e.g. a `rollout_factory`)."""
   return run_experiment("sql", args, functools.partial(make_sql, config=args.agent), **run_kwargs)
 
 
 if __name__ == "__main__":
-  main(parse_args(Args, PRESETS, description=__doc__))
+  main(parse_args(Args, PRESETS, description=__doc__, env_presets=ENV_PRESETS))
   exit_process()  # skip the interpreter's slow teardown (see its docstring)

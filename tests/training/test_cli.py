@@ -80,3 +80,11 @@ def test_impala_selects_its_tuned_presets(env_id, preset, capsys):
   assert args.train == impala.PRESETS[preset].train.replace(env_id=env_id)
   assert args.agent == impala.PRESETS[preset].agent
   assert f"preset {preset}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("script", ["impala", "acer", "sql", "sqil"])
+def test_every_script_selects_only_its_own_presets(script):
+  module = load_script(script)
+  assert set(module.ENV_PRESETS.names()) <= set(module.PRESETS)
+  assert module.ENV_PRESETS.select("Pendulum-v1") == "pendulum"
+  assert module.ENV_PRESETS.select("Breakout-v5") == "atari"
