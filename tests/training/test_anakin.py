@@ -16,6 +16,7 @@ from offpolicy_ac.agents import SqlConfig
 from offpolicy_ac.agents import make_acer
 from offpolicy_ac.agents import make_impala
 from offpolicy_ac.agents import make_sql
+from offpolicy_ac.agents import make_sql_discrete
 from offpolicy_ac.training import TrainConfig
 from offpolicy_ac.training import load_run
 from offpolicy_ac.training import make_train
@@ -200,7 +201,7 @@ def test_unsupported_settings_are_refused_before_compiling():
   with pytest.raises(ValueError, match="whole-replay-buffer"):
     make_train(make_sql, SqlConfig(), _config(whole_replay_buffer_training=True))
   with pytest.raises(ValueError, match="needs a discrete action space"):
-    make_train(make_sql, SqlConfig(), _config(env_id="gymnax:Pendulum-v1"))
+    make_train(make_sql_discrete, SqlConfig(), _config(env_id="gymnax:Pendulum-v1"))
   with pytest.raises(ValueError, match="one vmapped learner, which cannot use actor threads"):
     TrainConfig.of(env_id="CartPole-v1", sweep=("learning_rate=0.1",), actors="async",
                    num_actors=2).validate()  # fmt: skip
