@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from offpolicy_ac.losses import _checks
+from offpolicy_ac.losses._soft_q import soft_value
 
 MIN_BANDWIDTH = 1e-3
 """Floor of the adaptive RBF bandwidth (the authors' h_min), so that coinciding particles
@@ -53,16 +54,15 @@ def importance_sampled_soft_value(q_samples: jax.Array, log_proposal, alpha) -> 
   _check_broadcasts_to("log_proposal", log_proposal, jnp.shape(q_samples), "`q_samples`")
   _checks.check_positive("alpha", alpha)
   _check_broadcasts_to("alpha", alpha, jnp.shape(q_samples)[:-1], "`q_samples` less its last axis")
-  dtype = jnp.result_type(q_samples)
+  # alpha log E[exp(Q / alpha) / q'] = soft_value(Q - alpha log q') - alpha log M.
+  dtype, shape = jnp.result_type(q_samples), jnp.shape(q_samples)
   alpha = jnp.asarray(alpha, dtype)
-  if alpha.ndim:
-    alpha = jnp.broadcast_to(alpha, jnp.shape(q_samples)[:-1])
-  log_proposal = jnp.asarray(log_proposal, dtype)
-  if log_proposal.ndim:
-    log_proposal = jnp.broadcast_to(log_proposal, jnp.shape(q_samples))
-  z = q_samples / (alpha if alpha.ndim == 0 else alpha[..., None]) - log_proposal
+  if alpha.ndim:  # explicit broadcasts: the library runs under rank-promotion "raise"
+    alpha = jnp.broadcast_to(alpha, shape[:-1])
+  log_proposal = jnp.broadcast_to(jnp.asarray(log_proposal, dtype), shape)
+  per_sample = alpha if alpha.ndim == 0 else alpha[..., None]
   log_m = math.log(jnp.shape(q_samples)[-1])
-  return alpha * (jax.nn.logsumexp(z, axis=-1) - log_m)
+  return soft_value(q_samples - per_sample * log_proposal, alpha) - alpha * log_m
 
 
 def rbf_kernel(x: jax.Array, y: jax.Array, bandwidth=None) -> RbfKernelOutput:

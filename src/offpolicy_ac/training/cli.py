@@ -159,13 +159,12 @@ def parse_args(
     )
   default: Any = None
   name = _flag_value(argv, "--preset")
-  if "--preset" in argv or any(f.startswith("--preset=") for f in argv):
+  named = [i for i, f in enumerate(argv) if f.partition("=")[0] == "--preset"]
+  if named:
     if name != NO_PRESET and name not in presets:
       raise SystemExit(f"--preset takes one of {sorted(presets) + [NO_PRESET]}")
-    argv = [f for f in argv if not f.startswith("--preset=")]
-    if "--preset" in argv:
-      i = argv.index("--preset")
-      del argv[i : i + 2]
+    drop = {j for i in named for j in (i, i + 1)[: 1 if "=" in argv[i] else 2]}
+    argv = [f for j, f in enumerate(argv) if j not in drop]
   else:
     env_id = _flag_value(argv, "--env-id", "--env_id")
     name = env_presets.select(env_id) if env_id else None
