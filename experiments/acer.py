@@ -3,6 +3,7 @@
     python experiments/acer.py --env-id CartPole-v1 --seed 0 \
         --total-env-steps 500000 --run-dir runs/acer-cartpole
     python experiments/acer.py --preset pendulum        # SDN + Gaussian policy
+    python experiments/acer.py --env-id Hopper-v4          # selects the mujoco preset
     python experiments/acer.py --preset atari --env-id Pong-v5
 
 Discrete or continuous ACER is picked from the task's action space. The defaults learn
@@ -78,6 +79,20 @@ PRESETS = {
             env_id="Pendulum-v1", total_env_steps=300_000, log_every=10_000
         )
     ),
+    # Continuous control: observation normalisation, 16 envs x 16-step unrolls, a 2,000-unroll
+    # buffer (32k transitions), 4 replayed updates per on-policy update, Adam 3e-4.
+    "mujoco": Args(
+        train=_DEFAULT_TRAIN.replace(
+            env_id="HalfCheetah-v4",
+            total_env_steps=1_000_000,
+            num_envs=16,
+            replay_capacity=2_000,
+            normalize_observations=True,
+            log_every=50_000,
+            checkpoint_every=250_000,
+        ),
+        agent=AcerConfig(learning_rate=3e-4),
+    ),
     # The paper's Atari network and the OpenAI-baselines ACER settings (16 envs,
     # 20-step unrolls, a 50k-step buffer, 10k steps before replay); not tuned here.
     "atari": Args(
@@ -106,7 +121,16 @@ PRESETS = {
 }
 
 
-ENV_PRESETS = EnvPresets({"Pendulum-v1": "pendulum"}, atari="atari")
+ENV_PRESETS = EnvPresets(
+    {
+        "Pendulum-v1": "pendulum",
+        "HalfCheetah-v4": "mujoco",
+        "Hopper-v4": "mujoco",
+        "Walker2d-v4": "mujoco",
+        "Ant-v4": "mujoco",
+    },
+    atari="atari",
+)
 """The preset an --env-id selects when no --preset is given (--preset none: defaults)."""
 
 

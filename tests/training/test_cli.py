@@ -48,8 +48,8 @@ def test_a_selected_preset_is_applied_and_announced_first(form, capsys):
   assert args == Args("Breakout-v5", 1e-2)  # the preset, then the flags over it
   first = capsys.readouterr().out.splitlines()[0]
   assert first == (
-      "[test] --env-id Breakout-v5: preset atari (its tuned settings; --preset none for the "
-      "script's defaults)"
+      "[test] --env-id Breakout-v5: preset atari (the settings for this task; --preset none "
+      "for the script's defaults)"
   )
 
 
@@ -69,16 +69,17 @@ def test_bad_presets_are_refused():
     parse_args(Args, {**PRESETS, "none": Args()}, argv=[])
 
 
+@pytest.mark.parametrize("script", ["impala", "acer"])
 @pytest.mark.parametrize(
     "env_id, preset",
     [("Pendulum-v1", "pendulum"), ("HalfCheetah-v4", "mujoco"), ("Walker2d-v4", "mujoco")],
 )
-def test_impala_selects_its_tuned_presets(env_id, preset, capsys):
-  impala = load_script("impala")
-  args = parse_args(impala.Args, impala.PRESETS, argv=["--env-id", env_id],
-                    env_presets=impala.ENV_PRESETS)  # fmt: skip
-  assert args.train == impala.PRESETS[preset].train.replace(env_id=env_id)
-  assert args.agent == impala.PRESETS[preset].agent
+def test_actor_critics_select_their_tuned_presets(script, env_id, preset, capsys):
+  module = load_script(script)
+  args = parse_args(module.Args, module.PRESETS, argv=["--env-id", env_id],
+                    env_presets=module.ENV_PRESETS)  # fmt: skip
+  assert args.train == module.PRESETS[preset].train.replace(env_id=env_id)
+  assert args.agent == module.PRESETS[preset].agent
   assert f"preset {preset}" in capsys.readouterr().out
 
 
@@ -88,3 +89,17 @@ def test_every_script_selects_only_its_own_presets(script):
   assert set(module.ENV_PRESETS.names()) <= set(module.PRESETS)
   assert module.ENV_PRESETS.select("Pendulum-v1") == "pendulum"
   assert module.ENV_PRESETS.select("Breakout-v5") == "atari"
+
+
+@pytest.mark.parametrize(
+    "env_id, preset, reward_scale",
+    [("HalfCheetah-v4", "halfcheetah", 30.0), ("Hopper-v4", "hopper", 30.0),
+     ("Walker2d-v4", "walker2d", 10.0), ("Ant-v4", "ant", 300.0)],
+)  # fmt: skip
+def test_sql_selects_the_authors_reward_scale_per_mujoco_task(env_id, preset, reward_scale):
+  sql = load_script("sql")
+  args = parse_args(sql.Args, sql.PRESETS, argv=["--env-id", env_id],
+                    env_presets=sql.ENV_PRESETS)  # fmt: skip
+  assert args.train == sql.PRESETS[preset].train
+  assert args.train.env.env_id == env_id and args.train.transform.reward_scale == reward_scale
+  assert args.agent.alpha == 1.0 and args.agent.num_particles == 16

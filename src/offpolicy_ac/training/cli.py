@@ -171,7 +171,7 @@ def parse_args(
     if name is not None:
       prog = prog or (sys.argv[0].rsplit("/", 1)[-1].removesuffix(".py") or "script")
       print(
-          f"[{prog}] --env-id {env_id}: preset {name} (its tuned settings; --preset "
+          f"[{prog}] --env-id {env_id}: preset {name} (the settings for this task; --preset "
           f"{NO_PRESET} for the script's defaults)",
           flush=True,
       )
