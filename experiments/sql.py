@@ -5,6 +5,7 @@
     python experiments/sql.py --preset cartpole-v0 --seed 0  # DI-engine's v0 protocol
     python experiments/sql.py --preset pendulum              # continuous: SVGD sampler
     python experiments/sql.py --preset pendulum --env-id gymnax:Pendulum-v1   # compiled
+    python experiments/sql.py --env-id HalfCheetah-v4       # the authors' MuJoCo settings
 
 Discrete or continuous SQL is picked from the task's action space (`agents.make_sql`).
 
@@ -18,6 +19,14 @@ samples and 8 SVGD particles (half moved), a (64, 64) network, 0.5 updates of 12
 transitions per env step, alpha 0.2, step size 1e-3, target tau 0.01. Greedy returns
 reach about -150 after 8k to 12k env steps (5 of 5 seeds on Pendulum-v1; alpha 0.05 to 1
 learnt alike on gymnax:Pendulum-v1, step size 3e-4 or tau 0.05 slower).
+
+Presets halfcheetah, hopper, walker2d, ant (selected by HalfCheetah-v4, Hopper-v4,
+Walker2d-v4, Ant-v4): the authors' MuJoCo settings (softqlearning's
+examples/mujoco_all_sql.py), not tuned here: alpha 1 with a reward scale per task (30, 30,
+10, 300), one update of 128 transitions per env step, Adam 3e-4, (128, 128) networks, 16
+value samples and 16 SVGD particles, a 1M-transition buffer, 1,000 transitions before
+learning; Polyak tau 0.001 in place of their hard target copy every 1,000 updates. One
+update per env step is compute-bound on a CPU (docs/benchmarks.md, "Speed: MuJoCo").
 """
 
 from __future__ import annotations
@@ -53,6 +62,36 @@ class Args:
   """Continue the run in --run-dir from its last checkpoint."""
   run_dir: Optional[str] = None
   """Run directory (default: runs/sql-<env>-seed<seed>-<time>)."""
+
+
+def _mujoco(env_id: str, reward_scale: float) -> Args:
+  """The authors' MuJoCo settings for one task (see the module docstring)."""
+  return Args(
+      train=TrainConfig.of(
+          env_id=env_id,
+          total_env_steps=1_000_000,
+          num_envs=4,
+          unroll_length=4,
+          replay_capacity=250_000,
+          min_replay_size=250,
+          num_updates_per_train_iter=16,
+          mini_batch_size=64,
+          mini_batch_length=2,
+          reward_scale=reward_scale,
+          log_every=20_000,
+          checkpoint_every=100_000,
+      ),
+      agent=SqlConfig(
+          alpha=1.0,
+          epsilon=0.0,
+          n_step=1,
+          learning_rate=3e-4,
+          target_update_tau=0.001,
+          hidden_sizes=(128, 128),
+          num_particles=16,
+          num_value_samples=16,
+      ),
+  )
 
 
 PRESETS = {
@@ -99,6 +138,10 @@ PRESETS = {
             num_value_samples=8,
         ),
     ),
+    "halfcheetah": _mujoco("HalfCheetah-v4", 30.0),
+    "hopper": _mujoco("Hopper-v4", 30.0),
+    "walker2d": _mujoco("Walker2d-v4", 10.0),
+    "ant": _mujoco("Ant-v4", 300.0),
     "atari": Args(
         train=TrainConfig.of(
             env_id="Pong-v5",
@@ -126,7 +169,15 @@ PRESETS = {
 
 
 ENV_PRESETS = EnvPresets(
-    {"Pendulum-v1": "pendulum", "gymnax:Pendulum-v1": "pendulum"}, atari="atari"
+    {
+        "Pendulum-v1": "pendulum",
+        "gymnax:Pendulum-v1": "pendulum",
+        "HalfCheetah-v4": "halfcheetah",
+        "Hopper-v4": "hopper",
+        "Walker2d-v4": "walker2d",
+        "Ant-v4": "ant",
+    },
+    atari="atari",
 )
 """The preset an --env-id selects when no --preset is given (--preset none: defaults)."""
 
