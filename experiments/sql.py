@@ -26,7 +26,8 @@ examples/mujoco_all_sql.py), not tuned here: alpha 1 with a reward scale per tas
 10, 300), one update of 128 transitions per env step, Adam 3e-4, (128, 128) networks, 16
 value samples and 16 SVGD particles, a 1M-transition buffer, 1,000 transitions before
 learning; Polyak tau 0.001 in place of their hard target copy every 1,000 updates. One
-update per env step is compute-bound on a CPU (docs/benchmarks.md, "Speed: MuJoCo").
+update per env step is compute-bound on a CPU (docs/benchmarks.md, "Wall clock per 1M env
+steps").
 """
 
 from __future__ import annotations
