@@ -55,6 +55,7 @@ PRESETS = {
         agent=ImpalaConfig(gamma=0.9, lambda_=0.95, entropy_weight=0.0),
     ),
     # JAX environments: the whole run is one compiled program (training.make_train).
+    # 100k env steps take about a second here: checkpoints that often, and at the end.
     "gymnax-cartpole": Args(
         train=TrainConfig.of(
             env_id="gymnax:CartPole-v1",
@@ -63,6 +64,7 @@ PRESETS = {
             unroll_length=16,
             log_every=5_000,
             eval_every=5_000,
+            checkpoint_every=100_000,
             target_return=475.0,
             reward_scale=0.1,
         ),

@@ -7,7 +7,11 @@ broadcasting.
 
 import os
 
-import jax
+# No persistent compilation cache in ~/.cache from the tests (the scripts' runner turns
+# it on: `training.experiment.enable_compilation_cache`); set before jax reads it.
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", "")
+
+import jax  # noqa: E402
 import pytest
 
 jax.config.update("jax_numpy_rank_promotion", "raise")

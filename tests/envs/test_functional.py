@@ -7,6 +7,7 @@ final observation that was really a reset observation breaks `follows` by far mo
 float32 rounding.
 """
 
+import subprocess
 import sys
 
 import jax
@@ -334,3 +335,31 @@ def test_bad_actions_and_states_raise_when_traced(cartpole):
   a = jax.jit(cartpole.step)(state := cartpole.reset(jax.random.PRNGKey(0))[0], jnp.int32(9))
   b = jax.jit(cartpole.step)(state, jnp.int32(1))
   np.testing.assert_array_equal(a[1].observation, b[1].observation)
+
+
+def test_gymnax_rendering_modules_load_on_first_use_only():
+  """gymnax imports seaborn and pyplot for rendering; they load when first used."""
+  code = """
+import sys
+from offpolicy_ac import envs
+envs.make_functional("gymnax:CartPole-v1")
+print(type(sys.modules["seaborn"]).__name__, type(sys.modules["matplotlib.pyplot"]).__name__)
+import gymnax.environments.misc.pong as pong
+print(len(pong.sns.color_palette("cubehelix", 3)), type(sys.modules["seaborn"]).__name__)
+import matplotlib.pyplot as plt
+print(callable(plt.figure), type(sys.modules["matplotlib.pyplot"]).__name__)
+"""
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+  assert out.stdout.split() == ["_Deferred", "_Deferred", "3", "module", "True", "module"]
+
+
+def test_modules_imported_before_gymnax_stay_as_they_are():
+  code = """
+import sys
+import seaborn
+from offpolicy_ac import envs
+envs.make_functional("gymnax:CartPole-v1")
+print(sys.modules["seaborn"] is seaborn, type(sys.modules["matplotlib.pyplot"]).__name__)
+"""
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+  assert out.stdout.split() == ["True", "module"]

@@ -145,6 +145,19 @@ def test_resume_refuses_a_different_config(tmp_path):
   assert proc.returncode != 0 and "--resume" in proc.stderr  # never overwrites a run
 
 
+def test_a_run_written_before_a_field_existed_resumes_with_its_default(tmp_path):
+  run_dir = tmp_path / "run"
+  _run("impala", run_dir, 2560)
+  path = run_dir / "config.json"
+  written = json.loads(path.read_text())
+  del written["config"]["agent"]["init_log_std"]  # as a version without the field wrote
+  path.write_text(json.dumps(written))
+  proc = _run("impala", run_dir, 5120, "--resume", "--init-log-std", "-0.5", check=False)
+  assert proc.returncode != 0 and "agent.init_log_std" in proc.stderr
+  _run("impala", run_dir, 5120, "--resume")  # the field's default: the old behaviour
+  assert json.loads((run_dir / "summary.json").read_text())["env_steps"] == 5120
+
+
 def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path):
   run_dir = tmp_path / "run"
   cmd = [

@@ -55,7 +55,10 @@ from __future__ import annotations
 from collections.abc import Callable
 import difflib
 import importlib
+import importlib.util
 import inspect
+import sys
+import types
 from typing import Any
 from typing import NamedTuple
 
@@ -347,7 +350,43 @@ def _require(task_id: str, package: str, module: str) -> Any:
     ) from e
 
 
+# gymnax imports these at import time for rendering alone (about 1.5 s of a launch).
+_GYMNAX_RENDERING = ("seaborn", "matplotlib.pyplot")
+
+
+class _Deferred(types.ModuleType):
+  """Stands in for a module in `sys.modules` until one of its attributes is read; then
+  imports the module itself and forwards to it. (`importlib.util.LazyLoader` does not
+  defer plain `import` statements on Python 3.11: the import reads the module's
+  `__spec__`, which loads it.)"""
+
+  def __getattr__(self, attribute: str) -> Any:
+    name = self.__name__
+    if sys.modules.get(name) is self:
+      del sys.modules[name]
+      parent, _, child = name.rpartition(".")
+      if parent and getattr(sys.modules.get(parent), child, None) is self:
+        delattr(sys.modules[parent], child)
+    return getattr(importlib.import_module(name), attribute)
+
+
+def _defer_imports(names: tuple[str, ...]) -> None:
+  """Defers each named module not imported yet until first use (see `_Deferred`); a
+  module that is not installed is left for its importer to report."""
+  for name in names:
+    if name in sys.modules:
+      continue
+    try:
+      found = importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+      found = False
+    if found:
+      sys.modules[name] = _Deferred(name)
+
+
 def _gymnax(task_id: str, name: str, kwargs: dict[str, Any]) -> _Simulator:
+  if "gymnax" not in sys.modules:
+    _defer_imports(_GYMNAX_RENDERING)
   gymnax = _require(task_id, "gymnax", "gymnax")
   from gymnax.environments import spaces
 

@@ -127,11 +127,8 @@ def _drive(compiled: Any, keys: jax.Array, hps: dict, loggers: list, checkpointe
   """Runs the chunks: log, evaluate, checkpoint, stop; returns the final state [N]."""
   config = compiled.config
   num = keys.shape[0]
-  # Eager vmap: jit(vmap(init)) of ACER deadlocks XLA:CPU (jax 0.10.2), as in the
-  # envpool learner's init.
-  init = jax.vmap(compiled.init)
   run = jax.jit(jax.vmap(compiled.run, in_axes=(0, 0, None, None)))
-  state = init(keys, hps)
+  state = _init(compiled.init, keys, hps)
   driver = _Driver(last_eval=[None] * num, reached=[False] * num)
   if resume:
     state, driver = _restore(checkpointer, state, driver, loggers)
@@ -178,6 +175,20 @@ def _drive(compiled: Any, keys: jax.Array, hps: dict, loggers: list, checkpointe
     driver.wall_time_s = wall_offset + seconds_since_launch()
     checkpointer.save(driver.env_steps, {"state": state}, driver.record())
   return state, driver
+
+
+# init runs once per learner: optimising its program costs more time than it saves.
+_RUN_ONCE = {"xla_backend_optimization_level": 0}
+
+
+def _init(init: Callable, keys: jax.Array, hps: dict) -> Any:
+  """The learners' initial states [N], in one program that maps `init` over them.
+
+  `lax.map`, not `vmap`: `jit(vmap(init))` deadlocks XLA:CPU for ACER (jax 0.10.2), and
+  an eager `vmap` compiles each of init's operations on its own (seconds of a short run).
+  """
+  each = jax.jit(lambda keys, hps: jax.lax.map(lambda lane: init(*lane), (keys, hps)))
+  return each.lower(keys, hps).compile(_RUN_ONCE)(keys, hps)
 
 
 def _line(m: dict, driver: _Driver, rate: float) -> dict:

@@ -99,9 +99,15 @@ def _flatten(d: Any, prefix: str = "") -> dict:
   return {prefix[:-1]: d}
 
 
-def config_differences(old: dict, new: dict) -> list[str]:
-  """Fields (dotted) whose values differ, ignoring RESUMABLE_CHANGES."""
+def config_differences(old: dict, new: dict, defaults: Optional[dict] = None) -> list[str]:
+  """Fields (dotted) whose values differ, ignoring RESUMABLE_CHANGES. A field the old
+  config lacks (added to the library since) counts as unchanged when the new value is
+  its default in `defaults`: a new field's default keeps the old behaviour."""
   a, b = _flatten(old), _flatten(new)
+  known = _flatten(defaults) if defaults is not None else {}
+  for k in set(b) - set(a):
+    if k in known:
+      a[k] = known[k]
   return sorted(k for k in set(a) | set(b) if k not in RESUMABLE_CHANGES and a.get(k) != b.get(k))
 
 
@@ -147,6 +153,14 @@ def _holds_run(run_dir: pathlib.Path) -> bool:
   )
 
 
+def _field_defaults(args: Any) -> Optional[dict]:
+  """The script's default args as JSON (None when its args class needs arguments)."""
+  try:
+    return jsonable(type(args)())
+  except TypeError:
+    return None
+
+
 def _check_or_write_config(
     name: str, args: Any, run_dir: pathlib.Path, resume: bool, others: Sequence[pathlib.Path] = ()
 ) -> None:
@@ -163,7 +177,7 @@ def _check_or_write_config(
           "checkpoint record format 1); this version reads format 2 (a grouped `train` "
           "config): resume that run with offpolicy_ac 0.1"
       )
-    diffs = config_differences(old["config"], jsonable(args))
+    diffs = config_differences(old["config"], jsonable(args), _field_defaults(args))
     if old.get("algorithm") != name:
       diffs.insert(0, f"algorithm ({old.get('algorithm')} -> {name})")
     if diffs:
@@ -187,6 +201,30 @@ def _prepare_process(config: TrainConfig) -> None:
   parallel = config.parallel
   initialize_distributed(parallel.num_processes, parallel.process_id, parallel.coordinator_address)
   ensure_cpu_devices(parallel.learner_devices)
+
+
+def enable_compilation_cache() -> Optional[str]:
+  """Turns on JAX's persistent compilation cache, so that a script launched again with
+  the same program loads it from disk instead of compiling it (most of a short run's
+  launch time). The directory is $JAX_COMPILATION_CACHE_DIR when it is set (set and empty:
+  no cache), else $XDG_CACHE_HOME/offpolicy_ac/jax (~/.cache/offpolicy_ac/jax). Programs
+  that compile in under 0.2 s are not stored, and the least recently used go past 2 GiB
+  ($JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS and $JAX_COMPILATION_CACHE_MAX_SIZE
+  override). Process-wide, so the scripts' runner calls it, before anything compiles;
+  returns the directory (None: no cache)."""
+  chosen = os.environ.get("JAX_COMPILATION_CACHE_DIR")
+  if chosen is not None:
+    if not chosen:
+      jax.config.update("jax_compilation_cache_dir", None)
+    return chosen or None
+  cache_home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+  path = os.path.join(cache_home, "offpolicy_ac", "jax")
+  jax.config.update("jax_compilation_cache_dir", path)
+  if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
+  if "JAX_COMPILATION_CACHE_MAX_SIZE" not in os.environ:
+    jax.config.update("jax_compilation_cache_max_size", 2 * 1024**3)
+  return path
 
 
 def _after_backend_start() -> None:
@@ -268,6 +306,7 @@ def run_experiment(name: str, args: Any, agent_factory: Callable, *,
   config.validate()
   if config.tracking.track:
     require_wandb()
+  enable_compilation_cache()
   root = pathlib.Path(args.run_dir or default_run_dir(name, config))
   if config.compiled:  # a JAX environment: every learner in one compiled program
     from offpolicy_ac.training.anakin_runs import run_compiled

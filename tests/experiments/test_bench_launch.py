@@ -1,0 +1,41 @@
+"""experiments/bench_launch.py times launch to target with a cold and a warm cache."""
+
+import json
+
+import pytest
+from scripts import load_script
+
+pytest.importorskip("gymnax")
+
+
+def test_bench_times_a_cold_and_a_warm_launch_to_the_target(tmp_path):
+  bench = load_script("bench_launch")
+  flags = ("--total-env-steps", "1024", "--num-envs", "4", "--unroll-length", "8",
+           "--log-every", "512", "--eval-every", "512", "--eval-episodes", "2")  # fmt: skip
+  report = bench.main(bench.Args(target=-1.0, seeds=(0,), flags=flags, out_dir=str(tmp_path)))
+  for case in ("cold", "warm"):
+    (run,) = report["runs"][case]
+    assert run["target_env_steps"] == 512  # the first evaluation returns more than -1
+    assert 0 < run["target_s"] <= run["exit_s"]
+    assert report["summary"][case]["reached"] == 1
+  caches = [p for p in tmp_path.iterdir() if p.name.startswith("cache-")]
+  assert len(caches) == 1 and any(p.is_file() for p in caches[0].rglob("*"))
+  assert json.loads((tmp_path / "launch.json").read_text())["summary"] == report["summary"]
+
+
+def test_bench_reports_a_target_never_reached(tmp_path):
+  bench = load_script("bench_launch")
+  flags = ("--total-env-steps", "512", "--num-envs", "4", "--unroll-length", "8",
+           "--log-every", "512", "--eval-every", "512", "--eval-episodes", "2")  # fmt: skip
+  report = bench.main(bench.Args(target=1e9, seeds=(0,), flags=flags, out_dir=str(tmp_path)))
+  assert report["summary"]["cold"]["reached"] == 0
+  assert report["summary"]["cold"]["median_target_s"] is None
+
+
+@pytest.mark.parametrize(
+    "fields, message", [({"agent": "ppo"}, "--agent"), ({"seeds": ()}, "seed")]
+)
+def test_bench_refuses_bad_arguments(fields, message):
+  bench = load_script("bench_launch")
+  with pytest.raises(ValueError, match=message):
+    bench.main(bench.Args(**fields))

@@ -1,0 +1,45 @@
+"""The scripts keep JAX's persistent compilation cache: a second launch of the same run
+loads its programs instead of compiling them."""
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).parents[2]
+
+pytest.importorskip("gymnax")
+
+
+def _launch(run_dir, env):
+  cmd = [sys.executable, str(ROOT / "experiments" / "impala.py"), "--env-id",
+         "gymnax:CartPole-v1", "--total-env-steps", "640", "--num-envs", "4",
+         "--unroll-length", "8", "--log-every", "320", "--eval-every", "640",
+         "--eval-episodes", "2", "--run-dir", str(run_dir)]  # fmt: skip
+  subprocess.run(cmd, env=env, check=True, capture_output=True, text=True, timeout=300)
+
+
+def _files(directory):
+  return sorted(p.name for p in directory.rglob("*") if p.is_file())
+
+
+def test_a_second_launch_compiles_nothing_new(tmp_path):
+  env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_")}
+  env["JAX_RAISE_PERSISTENT_CACHE_ERRORS"] = "1"  # a cache that fails fails the run
+  env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
+  cache = tmp_path / "cache" / "offpolicy_ac" / "jax"
+  _launch(tmp_path / "first", env)
+  stored = _files(cache)
+  assert stored, "the first launch stored no programs"
+  _launch(tmp_path / "second", env)
+  assert _files(cache) == stored  # every program of the second launch was a cache hit
+
+
+def test_an_empty_cache_variable_turns_the_cache_off(tmp_path):
+  env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_")}
+  env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
+  env["JAX_COMPILATION_CACHE_DIR"] = ""
+  _launch(tmp_path / "run", env)
+  assert not (tmp_path / "cache" / "offpolicy_ac").exists()
