@@ -4,6 +4,7 @@
         --total-env-steps 500000 --run-dir runs/acer-cartpole
     python experiments/acer.py --preset pendulum        # SDN + Gaussian policy
     python experiments/acer.py --env-id Hopper-v4          # selects the mujoco preset
+    python experiments/acer.py --env-id gymnax:Asterix-MinAtar --num-seeds 5   # minatar
     python experiments/acer.py --preset atari --env-id Pong-v5
 
 Discrete or continuous ACER is picked from the task's action space. The defaults learn
@@ -93,6 +94,26 @@ PRESETS = {
         ),
         agent=AcerConfig(learning_rate=3e-4),
     ),
+    # MinAtar (Young & Tian 2019), one compiled program: the MinAtar network (auto torso)
+    # shared by policy and Q heads, 64 environments, an 80k-transition buffer, one replayed
+    # update per on-policy update. lr 3e-3 led a 1-seed screen of {1e-3, 3e-3} on
+    # Asterix at 1M steps (greedy 43 against 26).
+    "minatar": Args(
+        train=TrainConfig.of(
+            env_id="gymnax:Breakout-MinAtar",
+            total_env_steps=10_000_000,
+            num_envs=64,
+            unroll_length=16,
+            replay_capacity=5_000,
+            min_replay_size=64,
+            mini_batch_size=32,
+            mini_batch_length=16,
+            log_every=200_000,
+            checkpoint_every=2_000_000,
+            reward_scale=1.0,
+        ),
+        agent=AcerConfig(shared_torso=True, replay_ratio=1, learning_rate=3e-3),
+    ),
     # The paper's Atari network and the OpenAI-baselines ACER settings (16 envs,
     # 20-step unrolls, a 50k-step buffer, 10k steps before replay); not tuned here.
     "atari": Args(
@@ -124,6 +145,7 @@ PRESETS = {
 ENV_PRESETS = EnvPresets(
     {
         "Pendulum-v1": "pendulum",
+        "gymnax:*-MinAtar": "minatar",
         "HalfCheetah-v4": "mujoco",
         "Hopper-v4": "mujoco",
         "Walker2d-v4": "mujoco",

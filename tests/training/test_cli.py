@@ -72,8 +72,9 @@ def test_bad_presets_are_refused():
 @pytest.mark.parametrize("script", ["impala", "acer"])
 @pytest.mark.parametrize(
     "env_id, preset",
-    [("Pendulum-v1", "pendulum"), ("HalfCheetah-v4", "mujoco"), ("Walker2d-v4", "mujoco")],
-)
+    [("Pendulum-v1", "pendulum"), ("HalfCheetah-v4", "mujoco"), ("Walker2d-v4", "mujoco"),
+     ("gymnax:Asterix-MinAtar", "minatar")],
+)  # fmt: skip
 def test_actor_critics_select_their_tuned_presets(script, env_id, preset, capsys):
   module = load_script(script)
   args = parse_args(module.Args, module.PRESETS, argv=["--env-id", env_id],
