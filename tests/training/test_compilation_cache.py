@@ -43,3 +43,21 @@ def test_an_empty_cache_variable_turns_the_cache_off(tmp_path):
   env["JAX_COMPILATION_CACHE_DIR"] = ""
   _launch(tmp_path / "run", env)
   assert not (tmp_path / "cache" / "offpolicy_ac").exists()
+
+
+def test_a_directory_chosen_in_code_is_kept(monkeypatch):
+  import jax
+
+  from offpolicy_ac.training.experiment import enable_compilation_cache
+
+  monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
+  before = jax.config.jax_compilation_cache_dir
+  try:
+    jax.config.update("jax_compilation_cache_dir", "/some/where")
+    assert enable_compilation_cache() == "/some/where"
+    assert jax.config.jax_compilation_cache_dir == "/some/where"
+    jax.config.update("jax_compilation_cache_dir", "")  # set and empty: no cache
+    assert enable_compilation_cache() is None
+    assert jax.config.jax_compilation_cache_dir is None
+  finally:
+    jax.config.update("jax_compilation_cache_dir", before)

@@ -206,14 +206,15 @@ def _prepare_process(config: TrainConfig) -> None:
 def enable_compilation_cache() -> Optional[str]:
   """Turns on JAX's persistent compilation cache, so that a script launched again with
   the same program loads it from disk instead of compiling it (most of a short run's
-  launch time). The directory is $JAX_COMPILATION_CACHE_DIR when it is set (set and empty:
-  no cache), else $XDG_CACHE_HOME/offpolicy_ac/jax (~/.cache/offpolicy_ac/jax). Programs
+  launch time). The directory is JAX's own setting when there is one
+  ($JAX_COMPILATION_CACHE_DIR or `jax_compilation_cache_dir`; set and empty: no cache),
+  else $XDG_CACHE_HOME/offpolicy_ac/jax (~/.cache/offpolicy_ac/jax). Programs
   that compile in under 0.2 s are not stored, and the least recently used go past 2 GiB
   ($JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS and $JAX_COMPILATION_CACHE_MAX_SIZE
   override). Process-wide, so the scripts' runner calls it, before anything compiles;
   returns the directory (None: no cache)."""
-  chosen = os.environ.get("JAX_COMPILATION_CACHE_DIR")
-  if chosen is not None:
+  chosen = jax.config.jax_compilation_cache_dir
+  if chosen is not None:  # the user's choice
     if not chosen:
       jax.config.update("jax_compilation_cache_dir", None)
     return chosen or None

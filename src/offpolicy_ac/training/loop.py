@@ -68,7 +68,8 @@ class RunResult:
   Attributes:
     env_steps: environment steps taken.
     num_updates: learner updates made.
-    wall_time_s: wall-clock seconds since launch (plus those of the runs it resumed).
+    wall_time_s: wall-clock seconds since the training loop started, after the set-up and
+      the warm-up compilation (plus those of the runs it resumed).
     reached_target: whether the evaluation return reached the config's target.
     last_eval_return: the last evaluation return, or None if the run never evaluated.
     interrupted: whether `should_stop` (SIGTERM or SIGINT in the scripts) stopped the run
