@@ -56,10 +56,10 @@ def test_runtime_dependencies_match_the_imports():
   runtime = declared()
   assert needed <= runtime, f"imported by src/ but not declared: {sorted(needed - runtime)}"
   # Declared runtime dependencies are used by src/ or by the experiment scripts, except the
-  # pins of what those use: jaxlib (jax's), pandas (below 3, for rliable's bootstrap),
-  # imageio-ffmpeg (imageio's MP4 writer) and filelock (jax's bounded compilation cache).
+  # pins of what those use: jaxlib (jax's), pandas (below 3, for rliable's bootstrap) and
+  # imageio-ffmpeg (imageio's MP4 writer).
   scripts = distributions(imported_modules((ROOT / "experiments").glob("*.py")))
-  unused = runtime - needed - scripts - {"jaxlib", "pandas", "imageio-ffmpeg", "filelock"}
+  unused = runtime - needed - scripts - {"jaxlib", "pandas", "imageio-ffmpeg"}
   assert not unused, f"declared but imported nowhere: {sorted(unused)}"
   # Test-only packages are not runtime dependencies.
   assert not {"rlax", "chex", "hypothesis", "pytest"} & runtime

@@ -209,10 +209,10 @@ def enable_compilation_cache() -> Optional[str]:
   launch time). The directory is JAX's own setting when there is one
   ($JAX_COMPILATION_CACHE_DIR or `jax_compilation_cache_dir`; set and empty: no cache),
   else $XDG_CACHE_HOME/offpolicy_ac/jax (~/.cache/offpolicy_ac/jax). Programs
-  that compile in under 0.2 s are not stored, and the least recently used go past 2 GiB
-  ($JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS and $JAX_COMPILATION_CACHE_MAX_SIZE
-  override). Process-wide, so the scripts' runner calls it, before anything compiles;
-  returns the directory (None: no cache)."""
+  that compile in under 0.2 s are not stored ($JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS
+  overrides). The directory only grows (as JAX's cache does): delete it to clear it.
+  Process-wide, so the scripts' runner calls it, before anything compiles; returns the
+  directory (None: no cache)."""
   chosen = jax.config.jax_compilation_cache_dir
   if chosen is not None:  # the user's choice
     if not chosen:
@@ -223,8 +223,6 @@ def enable_compilation_cache() -> Optional[str]:
   jax.config.update("jax_compilation_cache_dir", path)
   if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
-  if "JAX_COMPILATION_CACHE_MAX_SIZE" not in os.environ:
-    jax.config.update("jax_compilation_cache_max_size", 2 * 1024**3)
   return path
 
 
