@@ -38,6 +38,7 @@ from offpolicy_ac.training.anakin import make_train
 from offpolicy_ac.training.clock import seconds_since_launch
 from offpolicy_ac.training.config import TrainConfig
 from offpolicy_ac.training.evaluation import describe_protocol
+from offpolicy_ac.training.learner import init_lanes
 from offpolicy_ac.training.loop import RunResult
 from offpolicy_ac.training.loop import raise_if_non_finite
 from offpolicy_ac.training.resume import restore_newest
@@ -128,7 +129,7 @@ def _drive(compiled: Any, keys: jax.Array, hps: dict, loggers: list, checkpointe
   config = compiled.config
   num = keys.shape[0]
   run = jax.jit(jax.vmap(compiled.run, in_axes=(0, 0, None, None)))
-  state = _init(compiled.init, keys, hps)
+  state = init_lanes(compiled.init, keys, hps)
   driver = _Driver(last_eval=[None] * num, reached=[False] * num)
   if resume:
     state, driver = _restore(checkpointer, state, driver, loggers)
@@ -175,20 +176,6 @@ def _drive(compiled: Any, keys: jax.Array, hps: dict, loggers: list, checkpointe
     driver.wall_time_s = wall_offset + seconds_since_launch()
     checkpointer.save(driver.env_steps, {"state": state}, driver.record())
   return state, driver
-
-
-# init runs once per learner: optimising its program costs more time than it saves.
-_RUN_ONCE = {"xla_backend_optimization_level": 0}
-
-
-def _init(init: Callable, keys: jax.Array, hps: dict) -> Any:
-  """The learners' initial states [N], in one program that maps `init` over them.
-
-  `lax.map`, not `vmap`: `jit(vmap(init))` deadlocks XLA:CPU for ACER (jax 0.10.2), and
-  an eager `vmap` compiles each of init's operations on its own (seconds of a short run).
-  """
-  each = jax.jit(lambda keys, hps: jax.lax.map(lambda lane: init(*lane), (keys, hps)))
-  return each.lower(keys, hps).compile(_RUN_ONCE)(keys, hps)
 
 
 def _line(m: dict, driver: _Driver, rate: float) -> dict:

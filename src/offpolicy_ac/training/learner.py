@@ -136,6 +136,21 @@ def example_trajectory(act: Callable, acting: Acting, spec: Any, config: TrainCo
   )
 
 
+# init runs once per learner: optimising its program costs more time than it saves.
+_RUN_ONCE = {"xla_backend_optimization_level": 0}
+
+
+def init_lanes(init: Callable, *lanes: Any) -> Any:
+  """`init` of every lane, stacked [N, ...]: one program that maps `init` over the lanes'
+  arguments (each with a leading lane axis), compiled without optimisation.
+
+  `lax.map`, not `vmap`: `jit(vmap(init))` deadlocks XLA:CPU for ACER (jax 0.10.2), and
+  an eager `vmap` compiles each of init's operations on its own (seconds at launch).
+  """
+  each = jax.jit(lambda *lanes: jax.lax.map(lambda lane: init(*lane), lanes))
+  return each.lower(*lanes).compile(_RUN_ONCE)(*lanes)
+
+
 def _index(tree: Any, k: int) -> Any:
   return jax.tree.map(lambda x: x[k], tree)
 
@@ -271,11 +286,9 @@ class Learner:
     agent_keys = jnp.stack([k[0] for k in keys])
     if self.hyperparams is not None:  # each lane's agent, as the compiled run's init
       init = lambda key, hp: self._agent_at(hp).init(key)  # noqa: E731
-      agent_state = jax.vmap(init)(agent_keys, self.hyperparams)  # eager: see below
-    elif self.num_seeds == 1:
-      agent_state = _expand(jax.jit(self.agent.init)(agent_keys[0]))  # one compiled program
-    else:  # eager vmap: jit(vmap(init)) of ACER deadlocks XLA:CPU (jax 0.10.2)
-      agent_state = jax.vmap(self.agent.init)(agent_keys)
+      agent_state = init_lanes(init, agent_keys, self.hyperparams)
+    else:
+      agent_state = init_lanes(self.agent.init, agent_keys)
     transform = self.transformer.init()
     replay_state = None
     if self.replay is not None:
