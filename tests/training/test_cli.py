@@ -104,3 +104,14 @@ def test_sql_selects_the_authors_reward_scale_per_mujoco_task(env_id, preset, re
   assert args.train == sql.PRESETS[preset].train
   assert args.train.env.env_id == env_id and args.train.transform.reward_scale == reward_scale
   assert args.agent.alpha == 1.0 and args.agent.num_particles == 16
+
+
+@pytest.mark.parametrize("script", ["impala", "acer", "sql"])
+def test_each_minatar_game_selects_the_minatar_preset(script):
+  module = load_script(script)
+  for game in ("Breakout", "Asterix", "Freeway", "SpaceInvaders"):
+    env_id = f"gymnax:{game}-MinAtar"
+    args = parse_args(module.Args, module.PRESETS, argv=["--env-id", env_id],
+                      env_presets=module.ENV_PRESETS)  # fmt: skip
+    assert args.train == module.PRESETS["minatar"].train.replace(env_id=env_id)
+    assert args.agent == module.PRESETS["minatar"].agent
