@@ -12,6 +12,10 @@ fresh data. A sampled window may cross an episode junction; the losses' `mask`
     state = replay.init(example_traj)         # example: [L, B, ...] time-major
     state = replay.add(state, traj)           # traj: [L, B, ...]
     batch = replay.sample(state, key)         # [sample_length, batch_size, ...]
+
+Jit `add` (or any step that returns the state) with the state donated,
+`jax.jit(step, donate_argnums=0)`: otherwise XLA copies the whole buffer on every call
+(`experiments/bench_replay.py`; the training learner donates its state).
 """
 
 from __future__ import annotations

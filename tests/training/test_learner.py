@@ -119,3 +119,21 @@ def test_checkpoint_records_of_another_format_or_seed_count_are_refused():
     records.from_record({"counters": {}}, 1, "here")
   with pytest.raises(ValueError, match="holds 1 seeds, the run 2"):
     records.from_record(record, 2, "here")
+
+
+@pytest.mark.parametrize("num_seeds", [1, 2])
+def test_ingest_and_replayed_updates_reuse_the_state_buffers_instead_of_copying(num_seeds):
+  """The learner donates its state (an Atari replay buffer is gigabytes): the state passed
+  to `ingest` and `sample_and_update` is consumed, not copied, and `warm_up` compiles on
+  a copy, leaving the caller's state usable."""
+  learner = _learner(agents.make_sql(SPEC), num_seeds=num_seeds)
+  state = learner.init(list(range(num_seeds)))
+  batch = learner.batch([_traj(k) for k in range(num_seeds)])
+  learner.warm_up(state, batch).join()
+  assert not state.replay.data.observation.is_deleted()
+  ingested, _, key = learner.ingest(state, batch)
+  assert state.replay.data.observation.is_deleted()
+  assert state.agent.num_updates.is_deleted()
+  updated, _ = learner.sample_and_update(ingested, key)
+  assert ingested.replay.data.observation.is_deleted()
+  np.testing.assert_array_equal(learner.num_updates(updated), [1] * num_seeds)

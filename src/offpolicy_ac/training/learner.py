@@ -265,16 +265,21 @@ class Learner:
   def _over_seeds(self, fn: Callable, *, x_has_seed_axis: bool) -> Callable:
     """`fn(state, x, hp)` of one seed as a jitted function of [S, ...] state and
     hyper-parameters (None without a sweep): vmapped for S > 1; for S = 1 the seed axis
-    is dropped inside (no vmap), from `x` too when it has one."""
+    is dropped inside (no vmap), from `x` too when it has one.
+
+    The state is donated: XLA writes the new state over the old one's buffers instead of
+    copying every leaf, the replay buffer above all (an Atari buffer of 2,500 x 21
+    stacked frames is 1.5 GB: copied, about 1.4 s per call on this CPU, donated 4 ms).
+    The caller must not use the state it passed in again."""
     if self.num_seeds > 1:
-      return jax.jit(jax.vmap(fn))
+      return jax.jit(jax.vmap(fn), donate_argnums=0)
 
     def single(state, x, hp):
       x = _index(x, 0) if x_has_seed_axis else x
       state, out = fn(_index(state, 0), x, _index(hp, 0))
       return _expand(state), None if out is None else _expand(out)
 
-    return self.dp.jit(single)
+    return self.dp.jit(single, donate_argnums=0)
 
   # -- what the driver calls ---------------------------------------------------
 
@@ -363,7 +368,8 @@ class Learner:
     real update."""
 
     def run():
-      ingested, _, key = self.ingest(state, batch)
+      # A copy: `ingest` donates its state, and the caller goes on with this one.
+      ingested, _, key = self.ingest(jax.tree.map(jnp.copy, state), batch)
       if self.replay is not None and not self.config.replay.whole_replay_buffer_training:
         jax.block_until_ready(self.sample_and_update(ingested, key))
       acting = self.acting(state)[0]
