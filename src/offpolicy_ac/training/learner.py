@@ -268,8 +268,8 @@ class Learner:
     is dropped inside (no vmap), from `x` too when it has one.
 
     The state is donated: XLA writes the new state over the old one's buffers instead of
-    copying every leaf, the replay buffer above all (an Atari buffer of 2,500 x 21
-    stacked frames is 1.5 GB: copied, about 1.4 s per call on this CPU, donated 4 ms).
+    copying every leaf, the replay buffer above all (an Atari preset's buffer is 1.5 GB
+    of frames; `experiments/bench_replay.py`: a replay step about 100x slower copied).
     The caller must not use the state it passed in again."""
     if self.num_seeds > 1:
       return jax.jit(jax.vmap(fn), donate_argnums=0)
