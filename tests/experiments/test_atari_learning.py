@@ -4,7 +4,8 @@ preset's reduced budget in test_atari_presets.py).
 
 Each run is its script's Atari preset on Breakout-v5 with the CPU-sized torso
 (`small_cnn`: 4x4 average pooling, two small convolutions, dense 128) and no greedy
-evaluation (a greedy Breakout policy that never serves plays to the 27,000-step time limit).
+evaluation (a greedy Breakout policy that never serves plays on to the 27,000-step time
+limit).
 The score is the raw game score of whole games the training actors finish (episodic life
 and reward clipping are on for learning only), over the run's last 100k env steps, against
 the same statistic of a uniformly random policy measured here under the same protocol.
@@ -67,8 +68,8 @@ def _breakout_args(script: str, run_dir, agent_overrides=None, **train_overrides
 def test_random_policy_scores_are_whole_games():
   scores = _random_policy_scores(TASK, 40)
   assert scores.shape == (40,)
-  # Five lives: a random policy scores a point or two per game, never the 0-per-life
-  # episodes a life-loss episode boundary would report.
+  # Five lives: a random policy scores about a point per game; the episodes that end at a
+  # life loss (training's) would score about a fifth of that.
   assert 0.5 < scores.mean() < 3.0
 
 
