@@ -8,6 +8,7 @@ buffers. Prints the median milliseconds per step and the ratio.
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 import time
 
@@ -59,7 +60,7 @@ def main(args: Args) -> list[dict]:
     for variant, jitted in (("copied", jax.jit(step)),
                             ("donated", jax.jit(step, donate_argnums=0))):  # fmt: skip
       ms[variant] = _time_steps(jitted, replay.init(traj), traj, key, args.repeats)
-    size_gb = capacity * (unroll + 1) * jnp.zeros(shape, dtype).nbytes / 1e9
+    size_gb = capacity * (unroll + 1) * math.prod(shape) * jnp.dtype(dtype).itemsize / 1e9
     rows.append(dict(case=name, buffer_gb=size_gb, **ms, ratio=ms["copied"] / ms["donated"]))
     print(f"{name:22s} buffer {size_gb:5.2f} GB | copied {ms['copied']:8.1f} ms | "
           f"donated {ms['donated']:6.1f} ms | copied/donated {rows[-1]['ratio']:6.1f}x")  # fmt: skip

@@ -31,12 +31,14 @@ def _random_policy_scores(task_id: str, num_games: int, seed: int = 0) -> np.nda
   """Raw scores of `num_games` whole games of a uniformly random policy: [num_games]."""
   rng = np.random.default_rng(seed)
   scores: list[np.ndarray] = []
+  finished = 0
   with envs.make_atari(task_id, 16, seed) as env:
     num_actions = env.spec.num_actions
     env.reset()
-    while sum(len(s) for s in scores) < num_games:
+    while finished < num_games:
       env.step(rng.integers(0, num_actions, env.num_envs).astype(np.int32))
       scores.append(np.asarray(env.pop_episode_stats().episode_return))
+      finished += len(scores[-1])
   return np.concatenate(scores)[:num_games]
 
 
