@@ -14,7 +14,8 @@ from offpolicy_ac import envs
 from offpolicy_ac.training import read_metrics
 
 # A budget this CPU trains in seconds: 2 environments, a few unrolls of the preset's length,
-# replay warmed up by the first of them, one greedy evaluation of short games at the end.
+# replay warmed up by the first of them and sized for them (the presets' buffers hold up to
+# 100k frame stacks: 3 GB), one greedy evaluation of short games at the end.
 REDUCED = dict(
     num_envs=2,
     total_env_steps=160,
@@ -23,6 +24,7 @@ REDUCED = dict(
     eval_episodes=1,
     max_episode_steps=100,
     checkpoint_every=0,
+    replay_capacity=64,
     min_replay_size=2,
     mini_batch_size=2,
 )
