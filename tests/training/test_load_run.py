@@ -210,6 +210,27 @@ def test_record_demos_records_the_runs_greedy_policy(runs, tmp_path):
   )
 
 
+def test_record_demos_behaviour_policy_samples_as_the_run_trained(runs, tmp_path):
+  module = load_script("record_demos")
+
+  def record(name):
+    args = module.Args(run_dir=str(runs["impala"]), out=str(tmp_path / name), episodes=3,
+                       seed=5, policy="behaviour")  # fmt: skip
+    return module.main(args)
+
+  demos, again = record("a.npz"), record("b.npz")
+  assert all(np.array_equal(demos[k], again[k]) for k in demos)  # same seed, same demos
+  run = load_run(runs["impala"])
+  starts = np.cumsum(demos["episode_lengths"]) - demos["episode_lengths"]
+  # The first actions: the run's `act` on the reset observations, with the policy's first key.
+  first_key = jax.random.split(jax.random.PRNGKey(5))[1]
+  expected, _ = run.act(run.acting, demos["observation"][starts], first_key)
+  np.testing.assert_array_equal(demos["action"][starts], expected)
+  # A policy barely trained (a few unrolls) is far from deterministic: sampled actions
+  # differ from the greedy ones.
+  assert (demos["action"] != run.greedy_policy()(demos["observation"])).any()
+
+
 @pytest.mark.parametrize(
     "fields, interval",
     [

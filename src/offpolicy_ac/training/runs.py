@@ -6,6 +6,7 @@ directory.
     env = run.make_env(5, seed=0)                           # the run's task, 5 environments
     returns = evaluate(env, run.greedy, run.acting, num_episodes=5)
     action = run.greedy_policy()(observation)               # [B, ...] -> [B, ...]
+    action = run.behaviour_policy(seed=0)(observation)      # sampled as in training
 
 Any run directory written by the experiment scripts (`run_experiment`) loads: the agent is
 rebuilt from config.json exactly as the script built it (the algorithm's factory, the
@@ -104,6 +105,23 @@ class LoadedRun(NamedTuple):
     """`policy(obs [B, ...]) -> action [B, ...]` with this run's parameters (NumPy out)."""
     greedy, acting = self.greedy, self.acting
     return lambda obs: np.asarray(greedy(acting, obs))
+
+  def behaviour_policy(self, seed: int) -> Callable[[Any], np.ndarray]:
+    """`policy(obs [B, ...]) -> action [B, ...]`: actions sampled from the policy the run
+    trained with (`act`), each call with a fresh key split from `PRNGKey(seed)`.
+
+    Use it where the greedy policy gets stuck: a greedy Breakout player that never serves
+    plays until the time limit.
+    """
+    act, acting = self.act, self.acting
+    key = jax.random.PRNGKey(seed)
+
+    def policy(obs):
+      nonlocal key
+      key, step_key = jax.random.split(key)
+      return np.asarray(act(acting, obs, step_key)[0])
+
+    return policy
 
 
 def _read_config(run_dir: str | os.PathLike) -> dict:
