@@ -92,6 +92,27 @@ def test_sqil_demonstrations_pass_the_transformer_with_the_agent_data():
   assert float(metrics["obs_abs_sum"][0]) > 0.0
 
 
+@pytest.mark.parametrize("num_seeds", [1, 2])
+def test_sqil_demonstrations_are_an_input_of_the_compiled_update_not_a_constant(num_seeds):
+  # A function closing over the demonstrations would have XLA compile them in as a
+  # constant: the program would grow with them (1.5 GB of Atari frames: minutes of
+  # compiling, then out of memory). As an argument, its size does not depend on them.
+  window = CONFIG.replay.mini_batch_length + 1
+
+  def program_size(num_sequences):
+    demo = _traj(5)._replace(observation=np.random.default_rng(0).normal(size=(T + 1, B, 4)))
+    sequences = jax.tree.map(lambda x: np.repeat(x, num_sequences // B, axis=1), demo)
+    batch_fn = agents.make_sqil_batch_fn(sequences, batch_size=5, length=window)
+    learner = _learner(agents.make_sqil(SPEC), num_seeds=num_seeds, batch_fn=batch_fn)
+    state = learner.init(list(range(num_seeds)))
+    keys = jnp.stack([jax.random.PRNGKey(k) for k in range(num_seeds)])
+    lowered = learner._sample.lower(state, keys, learner.hyperparams, learner._batch_fn)
+    return len(lowered.as_text())
+
+  # 5,400 more sequences as a constant: some 900k characters of hex (4 floats a step).
+  assert abs(program_size(6_000) - program_size(600)) < 100
+
+
 def test_each_vmapped_seed_transforms_its_own_data_as_a_single_learner_does():
   singles = []
   for seed, traj in ((3, _traj(3)), (4, _traj(4))):

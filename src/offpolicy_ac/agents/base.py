@@ -16,6 +16,7 @@ from typing import Any
 from typing import Callable
 from typing import NamedTuple
 
+import flax.struct
 import jax
 import optax
 
@@ -50,6 +51,31 @@ class Agent(NamedTuple):
   spec: Any
   config: Any
   fresh_update_first: bool = False
+
+
+@flax.struct.dataclass(eq=False)  # hashed by identity: `jax.jit(batch_fn)` works too
+class BatchFn:
+  """A transform of each replayed batch with data of its own (SQIL's demonstrations):
+  `batch_fn(batch, key) -> batch` runs `fn(data, batch, key)`.
+
+  A pytree: `data` (arrays) is its only leaf, `fn` is static. Drivers pass it *into*
+  their compiled functions as an argument, so the data is an input buffer of the
+  program: a function that closed over 1.5 GB of Atari demonstration frames would have
+  XLA compile them into the program as a constant (minutes, and copies in memory).
+  """
+
+  fn: Callable[[Any, Any, jax.Array], Any] = flax.struct.field(pytree_node=False)
+  data: Any = None
+
+  def __call__(self, batch: Any, key: jax.Array) -> Any:
+    return self.fn(self.data, batch, key)
+
+
+def as_batch_fn(batch_fn: Callable[[Any, jax.Array], Any]) -> BatchFn:
+  """`batch_fn` as a `BatchFn`: itself if it is one, else one without data."""
+  if isinstance(batch_fn, BatchFn):
+    return batch_fn
+  return BatchFn(fn=lambda data, batch, key: batch_fn(batch, key))
 
 
 def make_optimizer(

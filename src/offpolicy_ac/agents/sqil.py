@@ -15,14 +15,15 @@ agent serves both action kinds.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
-from typing import Callable
 
 import jax
 import jax.numpy as jnp
 
 from offpolicy_ac import losses
 from offpolicy_ac import replay as replay_lib
+from offpolicy_ac.agents.base import BatchFn
 from offpolicy_ac.agents.sql import SqlConfig
 from offpolicy_ac.agents.sql import make_sql
 from offpolicy_ac.envs import Trajectory
@@ -40,9 +41,7 @@ def _relabel(batch: Trajectory, is_demonstration: bool) -> Trajectory:
   return batch._replace(reward=losses.sqil_relabel(batch.reward, jnp.asarray(is_demonstration)))
 
 
-def make_sqil_batch_fn(
-    demo_sequences: Trajectory, *, batch_size: int, length: int
-) -> Callable[[Any, jax.Array], Trajectory]:
+def make_sqil_batch_fn(demo_sequences: Trajectory, *, batch_size: int, length: int) -> BatchFn:
   """Returns batch_fn(agent_batch [length, batch_size], key) -> [length, 2 * batch_size].
 
   Args:
@@ -50,6 +49,10 @@ def make_sqil_batch_fn(
       (see `offpolicy_ac.demos.cut_episodes`), L >= length.
     batch_size: demonstration windows per batch (= the agent's half).
     length: steps per window.
+
+  Returns:
+    A `BatchFn` whose data is the demonstrations (on the default device): the training
+    drivers pass it to their compiled updates as an argument.
   """
   seq_len = demo_sequences.step_type.shape[0]
   if seq_len < length:
@@ -60,16 +63,19 @@ def make_sqil_batch_fn(
   # Built on the host: eager replay_init + replay_add would compile each primitive
   # (~1 s of a CartPole run's start-up).
   state = replay_lib.replay_full(demo_sequences)
+  return BatchFn(fn=functools.partial(_mix_in_demonstrations, batch_size, length), data=state)
 
-  def batch_fn(agent_batch: Trajectory, key: jax.Array) -> Trajectory:
-    demo_batch = replay_lib.replay_sample(state, key, batch_size=batch_size, length=length)
-    demo_batch = demo_batch._replace(
-        action=demo_batch.action.astype(agent_batch.action.dtype),
-        observation=demo_batch.observation.astype(agent_batch.observation.dtype),
-        env_id=jnp.full_like(agent_batch.env_id, -1),
-        extras=agent_batch.extras,
-    )
-    halves = (_relabel(agent_batch, False), _relabel(demo_batch, True))
-    return jax.tree.map(lambda a, d: jnp.concatenate([a, d], axis=1), *halves)
 
-  return batch_fn
+def _mix_in_demonstrations(batch_size: int, length: int, demos: Any, agent_batch: Trajectory,
+                           key: jax.Array) -> Trajectory:  # fmt: skip
+  """`agent_batch` relabelled with reward 0, then `batch_size` windows sampled from the
+  demonstrations' replay state `demos`, relabelled with reward 1, along the batch axis."""
+  demo_batch = replay_lib.replay_sample(demos, key, batch_size=batch_size, length=length)
+  demo_batch = demo_batch._replace(
+      action=demo_batch.action.astype(agent_batch.action.dtype),
+      observation=demo_batch.observation.astype(agent_batch.observation.dtype),
+      env_id=jnp.full_like(agent_batch.env_id, -1),
+      extras=agent_batch.extras,
+  )
+  halves = (_relabel(agent_batch, False), _relabel(demo_batch, True))
+  return jax.tree.map(lambda a, d: jnp.concatenate([a, d], axis=1), *halves)

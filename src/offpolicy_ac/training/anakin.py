@@ -160,7 +160,9 @@ def make_train(
     env: the functional environment (default: `envs.make_functional(env_id,
       max_episode_steps)`).
     batch_fn: `batch_fn(batch, key) -> batch` applied to each replayed batch (SQIL's
-      demonstrations), as in `training.train`.
+      demonstrations), as in `training.train`. Here it is part of the program: a
+      `agents.BatchFn`'s data is compiled in as a constant (the envpool driver passes it
+      as an argument), which suits the small demonstrations of a JAX environment.
 
   Raises:
     ValueError: a bad config, a config the compiled loop cannot run

@@ -41,6 +41,7 @@ import numpy as np
 from offpolicy_ac import envs
 from offpolicy_ac import replay as replay_lib
 from offpolicy_ac.agents.base import Agent
+from offpolicy_ac.agents.base import as_batch_fn
 from offpolicy_ac.training.config import TrainConfig
 from offpolicy_ac.training.parallel import DataParallel
 
@@ -229,15 +230,16 @@ class Learner:
     self.replay = make_replay(config) if agent.off_policy else None
     self.act, greedy = make_policies(agent, self.transformer, agent_at)
     self.greedy = jax.jit(greedy)
-    self._batch_fn = batch_fn
+    # An argument of the compiled functions, not a constant in them (`agents.BatchFn`).
+    self._batch_fn = None if batch_fn is None else dp.replicate(as_batch_fn(batch_fn))
     constrain = dp.constrain if num_seeds == 1 else (lambda batch: batch)
     num_updates = config.replay.num_updates_per_train_iter
 
-    def ingest(state, traj, hp):
+    def ingest(state, traj, hp, _):
       agent_now = agent if hp is None else agent_at(hp)
       return make_ingest(agent_now, self.transformer, self.replay, constrain)(state, traj)
 
-    def sample(state, key, hp):
+    def sample(state, key, hp, batch_fn):
       agent_now = agent if hp is None else agent_at(hp)
       return make_sample_and_update(agent_now, self.transformer, self.replay, batch_fn,
                                     num_updates, constrain)(state, key)  # fmt: skip
@@ -263,20 +265,21 @@ class Learner:
     return sweep
 
   def _over_seeds(self, fn: Callable, *, x_has_seed_axis: bool) -> Callable:
-    """`fn(state, x, hp)` of one seed as a jitted function of [S, ...] state and
-    hyper-parameters (None without a sweep): vmapped for S > 1; for S = 1 the seed axis
-    is dropped inside (no vmap), from `x` too when it has one.
+    """`fn(state, x, hp, shared)` of one seed as a jitted function of [S, ...] state and
+    hyper-parameters (None without a sweep) and of `shared`, the same for every seed (the
+    `BatchFn`): vmapped for S > 1; for S = 1 the seed axis is dropped inside (no vmap),
+    from `x` too when it has one.
 
     The state is donated: XLA writes the new state over the old one's buffers instead of
     copying every leaf, the replay buffer above all (an Atari preset's buffer is 1.5 GB
     of frames; `experiments/bench_replay.py`: a replay step about 100x slower copied).
     The caller must not use the state it passed in again."""
     if self.num_seeds > 1:
-      return jax.jit(jax.vmap(fn), donate_argnums=0)
+      return jax.jit(jax.vmap(fn, in_axes=(0, 0, 0, None)), donate_argnums=0)
 
-    def single(state, x, hp):
+    def single(state, x, hp, shared):
       x = _index(x, 0) if x_has_seed_axis else x
-      state, out = fn(_index(state, 0), x, _index(hp, 0))
+      state, out = fn(_index(state, 0), x, _index(hp, 0), shared)
       return _expand(state), None if out is None else _expand(out)
 
     return self.dp.jit(single, donate_argnums=0)
@@ -336,14 +339,14 @@ class Learner:
   def ingest(self, state: LearnerState, batch: Any) -> tuple[LearnerState, Any, Any]:
     """(state, the fresh update's metrics or None, this iteration's sampling key [S]);
     off-policy agents draw the key whether or not they learn this iteration."""
-    state, (metrics, key) = self._ingest(state, batch, self.hyperparams)
+    state, (metrics, key) = self._ingest(state, batch, self.hyperparams, None)
     return state, metrics, key
 
   def sample_and_update(self, state: LearnerState, key: jax.Array) -> tuple[LearnerState, Any]:
     """The replayed updates, with the key `ingest` drew this iteration."""
     if self.config.replay.whole_replay_buffer_training:
       return self._sweep_buffer(state, key)
-    return self._sample(state, key, self.hyperparams)
+    return self._sample(state, key, self.hyperparams, self._batch_fn)
 
   def _sweep_buffer(self, state: LearnerState, key: jax.Array) -> tuple[LearnerState, Any]:
     """One seed: every stored sequence once, shuffled, in mini-batches."""

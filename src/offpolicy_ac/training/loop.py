@@ -178,7 +178,9 @@ def train(agent_factory: Callable[[Any], Agent], config: TrainConfig,
       its setting and seed would be: its own environments, keys and hyper-parameters.
     loggers: one per seed (per lane), where its metrics lines go.
     batch_fn: `batch_fn(batch, key) -> batch` applied to each sampled replay batch
-      before the data transformer (SQIL mixes in demonstrations).
+      before the data transformer (SQIL mixes in demonstrations). An `agents.BatchFn`
+      (as `make_sqil_batch_fn` returns) enters the compiled update as an argument, its
+      data an input buffer rather than a constant compiled into the program.
     checkpointer: a `Checkpointer` (None: no checkpoints).
     resume: continue from the newest readable checkpoint.
     should_stop: polled each iteration (signal handlers); when it returns True a
