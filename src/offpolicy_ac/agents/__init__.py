@@ -7,7 +7,6 @@ from offpolicy_ac.agents.acer import make_acer_discrete
 from offpolicy_ac.agents.base import Agent
 from offpolicy_ac.agents.base import AgentState
 from offpolicy_ac.agents.base import BatchFn
-from offpolicy_ac.agents.base import as_batch_fn
 from offpolicy_ac.agents.hyperparams import check_setting
 from offpolicy_ac.agents.hyperparams import hyperparams_of
 from offpolicy_ac.agents.hyperparams import parse_sweep
@@ -32,7 +31,6 @@ __all__ = [
     "ImpalaConfig",
     "SqilConfig",
     "SqlConfig",
-    "as_batch_fn",
     "check_setting",
     "hyperparams_of",
     "make_acer",
