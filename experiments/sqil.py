@@ -23,9 +23,11 @@ discount 0.99 (or temperature 0.05 and above) they fell back to -700 or below af
 learning; with 0.95 that came later too (once, after 20k env steps): the budget is 20k.
 
 Preset atari: sql.py's atari preset (a 100k-transition buffer, Adam 3e-4, Polyak tau 0.01)
-with batches of 16 agent and 16 demonstration windows. Not yet shown to learn: on
-Breakout-v5 with the small_cnn torso, from 10 games of a scripted player (15 points a game),
-the agent's score stayed at or below a random policy's for 300k to 420k env steps.
+with batches of 16 agent and 16 demonstration windows, and temperature 0.1 (SQL's is 0.01:
+SQIL's values are of order 1 / (1 - gamma), its rewards being 1 at every demonstrated step).
+On Breakout-v5 with the small_cnn torso, from 30 games of ACER's CPU run (its behaviour
+policy, 3.5 points a game), it scores 1.6 times a random policy after 800k env steps; with
+temperature 0.01 or 1, 1.3 times.
 """
 
 from __future__ import annotations
@@ -135,7 +137,7 @@ PRESETS = {
         ),
         agent=SqlConfig(
             torso="nature_cnn",
-            alpha=0.01,
+            alpha=0.1,
             learning_rate=3e-4,
             target_update_tau=0.01,
             max_grad_norm=10.0,

@@ -1,6 +1,7 @@
-"""IMPALA's, ACER's and SQL's Atari presets learn on this CPU: Breakout-v5 runs that score
-clearly above a random policy in 14 to 38 minutes on 2 cores shared with another run (marked
-`slow`; CI runs every preset's reduced budget in test_atari_presets.py).
+"""Every script's Atari preset learns on this CPU: Breakout-v5 runs that score clearly above
+a random policy in 14 to 38 minutes each on 2 cores shared with another run (marked `slow`;
+CI runs every preset's reduced budget in test_atari_presets.py). SQIL learns from games
+recorded with ACER's run (so its test trains ACER first when run alone).
 
 Each run is its script's Atari preset on Breakout-v5 with the CPU-sized torso
 (`small_cnn`: 4x4 average pooling, two small convolutions, dense 128) and no greedy
@@ -89,14 +90,49 @@ CPU_AGENT_OVERRIDES = {
     "impala": {},
     "acer": {"replay_ratio": 1},
     "sql": {},
+    "sqil": {},
 }
+DEMONSTRATOR = "acer"
+"""The run whose behaviour policy records SQIL's demonstrations."""
+DEMO_GAMES = 30
+"""Whole games SQIL learns from."""
+
+
+class _BreakoutRuns:
+  """Each script's Breakout run directory, trained when first asked for. SQIL's
+  demonstrations are `DEMO_GAMES` games of the `DEMONSTRATOR`'s run, recorded with
+  `experiments/record_demos.py --policy behaviour` (its greedy policy never serves)."""
+
+  def __init__(self, root):
+    self.root, self.dirs = root, {}
+
+  def __getitem__(self, script):
+    if script not in self.dirs:
+      run_dir = self.root / script
+      module, args = _breakout_args(script, run_dir, CPU_AGENT_OVERRIDES[script])
+      if script == "sqil":
+        args = dataclasses.replace(args, demos=str(self.demonstrations()))
+      module.main(args)
+      self.dirs[script] = run_dir
+    return self.dirs[script]
+
+  def demonstrations(self):
+    path = self.root / "demos.npz"
+    if not path.exists():
+      record = load_script("record_demos")
+      record.main(record.Args(run_dir=str(self[DEMONSTRATOR]), out=str(path),
+                              episodes=DEMO_GAMES, seed=7, policy="behaviour"))  # fmt: skip
+    return path
+
+
+@pytest.fixture(scope="module")
+def breakout_runs(tmp_path_factory):
+  return _BreakoutRuns(tmp_path_factory.mktemp("breakout"))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("script", sorted(CPU_AGENT_OVERRIDES))
-def test_atari_preset_learns_breakout_on_cpu(script, tmp_path, random_score):
-  module, args = _breakout_args(script, tmp_path, CPU_AGENT_OVERRIDES[script])
-  module.main(args)
-  score, games = _final_score(tmp_path)
+def test_atari_preset_learns_breakout_on_cpu(script, breakout_runs, random_score):
+  score, games = _final_score(breakout_runs[script])
   assert games >= 100
   assert score >= IMPROVEMENT * random_score, (score, random_score)
