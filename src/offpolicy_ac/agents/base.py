@@ -58,7 +58,7 @@ class BatchFn:
   """A transform of each replayed batch with data of its own (SQIL's demonstrations):
   `batch_fn(batch, key) -> batch` runs `fn(data, batch, key)`.
 
-  A pytree: `data` (arrays) is its only leaf, `fn` is static. Drivers pass it *into*
+  A pytree whose leaves are those of `data`; `fn` is static. Drivers pass it *into*
   their compiled functions as an argument, so the data is an input buffer of the
   program: a function that closed over 1.5 GB of Atari demonstration frames would have
   XLA compile them into the program as a constant (minutes, and copies in memory).
