@@ -48,8 +48,10 @@ from offpolicy_ac.losses._soft_q import sqil_relabel
 from offpolicy_ac.losses._soft_q import sqil_rewards
 from offpolicy_ac.losses._soft_q import sql_nstep_td_error
 from offpolicy_ac.losses._svgd import RbfKernelOutput
+from offpolicy_ac.losses._svgd import box_mixture_log_density
 from offpolicy_ac.losses._svgd import importance_sampled_soft_value
 from offpolicy_ac.losses._svgd import rbf_kernel
+from offpolicy_ac.losses._svgd import sample_box_mixture
 from offpolicy_ac.losses._svgd import svgd_direction
 from offpolicy_ac.losses._vtrace import VTraceOutput
 from offpolicy_ac.losses._vtrace import vtrace
@@ -69,6 +71,7 @@ __all__ = [
     "acer_q_ret",
     "acer_trust_region_policy_loss",
     "acer_value_loss",
+    "box_mixture_log_density",
     "categorical_entropy",
     "categorical_importance_ratios",
     "categorical_kl",
@@ -87,6 +90,7 @@ __all__ = [
     "retrace",
     "retrace_targets",
     "reverse_linear_recurrence",
+    "sample_box_mixture",
     "sdn_q_value",
     "soft_nstep_targets",
     "soft_policy",

@@ -26,6 +26,8 @@ References:
   Liu and Wang 2016, Stein variational gradient descent: https://arxiv.org/abs/1608.04471
 """
 
+import math
+
 import numpy as np
 
 # Soft-Q / SQL / SQIL, the distribution helpers, the IMPALA loss and ACER.
@@ -157,6 +159,28 @@ def importance_sampled_soft_value(q_samples, log_proposal, alpha):
     z = q[idx] / alphas[idx] - log_p[idx]
     m = np.max(z)
     out[idx] = alphas[idx] * (m + np.log(np.mean(np.exp(z - m))))
+  return out
+
+
+def box_mixture_log_density(actions, center, std, uniform_fraction):
+  """log(f 2^-d + (1 - f) prod_i TN(a_i; center_i, std, -1, 1)) per sample.
+
+  actions: [..., M, d]; center: [..., d]. Float64 loops with math.erf; returns [..., M].
+  """
+  a = np.asarray(actions, np.float64)
+  c = np.asarray(center, np.float64)
+  lead, (m, d) = a.shape[:-2], a.shape[-2:]
+  cdf = lambda z: 0.5 * (1.0 + math.erf(z / math.sqrt(2.0)))  # noqa: E731
+  out = np.empty(lead + (m,))
+  for idx in np.ndindex(*lead):
+    for j in range(m):
+      density = 1.0
+      for i in range(d):
+        mu, x = c[idx][i], a[idx][j, i]
+        mass = cdf((1.0 - mu) / std) - cdf((-1.0 - mu) / std)
+        z = (x - mu) / std
+        density *= math.exp(-0.5 * z * z) / (math.sqrt(2.0 * math.pi) * std * mass)
+      out[idx + (j,)] = math.log(uniform_fraction * 2.0**-d + (1.0 - uniform_fraction) * density)
   return out
 
 
