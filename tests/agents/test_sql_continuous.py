@@ -115,6 +115,22 @@ def test_update_moves_both_networks_and_the_target_by_tau(pendulum_spec):
   assert not bool(jnp.all(new_state.key == state.key))
 
 
+def test_mixture_value_proposal_changes_only_the_targets(pendulum_spec):
+  """value_proposal_std > 0: the same update, but the soft value of the targets is
+  estimated from a mixture around the sampler's action, so Q's loss differs."""
+  uniform = make_sql(pendulum_spec)
+  mixture = make_sql(pendulum_spec, dataclasses.replace(SqlConfig(), value_proposal_std=0.1))
+  state = uniform.init(jax.random.PRNGKey(0))
+  traj = _trajectory(pendulum_spec, uniform, state.params, jax.random.PRNGKey(1))
+  _, m_uniform = uniform.update(state, traj)
+  new_state, m_mixture = mixture.update(state, traj)
+  assert all(np.isfinite(float(v)) for v in m_mixture.values())
+  assert float(m_mixture["loss"]) != float(m_uniform["loss"])
+  # The sampler's own loss does not depend on the value estimate.
+  np.testing.assert_allclose(m_mixture["svgd_loss"], m_uniform["svgd_loss"], rtol=1e-6)
+  assert int(new_state.num_updates) == 1
+
+
 def test_gradients_do_not_cross_between_q_and_the_sampler(pendulum_spec):
   """Q's step ignores the sampler (its targets use uniform actions); the sampler's step
   ignores the target network (SVGD uses the online Q, held constant)."""
@@ -268,6 +284,8 @@ def test_agents_refuse_the_other_action_space(pendulum_spec, cartpole_spec):
         (dict(num_particles=2, svgd_update_ratio=1.0), "svgd_update_ratio"),
         (dict(num_value_samples=0), "num_value_samples"),
         (dict(num_value_samples=4.0), "num_value_samples"),
+        (dict(value_proposal_std=-0.1), "value_proposal_std must be >= 0"),
+        (dict(value_proposal_std=0.1, num_value_samples=1), "num_value_samples >= 2"),
     ],
 )
 def test_continuous_settings_are_validated(pendulum_spec, cartpole_spec, bad, message):

@@ -71,6 +71,13 @@ class SqlConfig:
   num_value_samples: int = 16
   """Continuous: M, actions drawn uniformly in the action box to estimate the targets'
   soft value V(s') = alpha log E[exp(Q_target(s', a) / alpha) / q'(a)] (eq. 10)."""
+  value_proposal_std: float = 0.0
+  """Continuous: the proposal q' of the soft value's importance sampling. 0: uniform in the
+  action box (the authors'). > 0: half of the M actions uniform, half from a normal of this
+  std (in the [-1, 1]^d action units) around the sampler's action at s' (its noise-free
+  output), truncated to the box, weighted by the mixture's density
+  (`losses.box_mixture_log_density`). When Q is peaked, as SQIL's Q is at demonstrated
+  actions, uniform samples miss the peak and underestimate V(s'); the mixture finds it."""
   num_particles: int = 16
   """Continuous: SVGD particles drawn from the sampler per state (the authors' 16)."""
   svgd_update_ratio: float = 0.5
@@ -89,6 +96,14 @@ class SqlConfig:
       value = getattr(self, name)
       if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+    if not self.value_proposal_std >= 0.0:
+      raise ValueError(f"value_proposal_std must be >= 0, got {self.value_proposal_std}")
+    if self.value_proposal_std > 0.0 and self.num_value_samples < 2:
+      raise ValueError(
+          "value_proposal_std > 0 draws half of the num_value_samples uniformly and half "
+          f"around the sampler's action: it needs num_value_samples >= 2, got "
+          f"{self.num_value_samples}"
+      )
     moved = self.num_updated_particles
     if not 1 <= moved < self.num_particles:
       raise ValueError(

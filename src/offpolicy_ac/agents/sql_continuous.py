@@ -10,8 +10,11 @@ See "Reinforcement Learning with Deep Energy-Based Policies" by Haarnoja et al.
   [-1, 1]^d too (stored actions are mapped back and clipped).
 * Targets: y = r + discount * V_target(s'), V_target the importance-sampled soft value
   (eq. 10) of Q_target at `num_value_samples` actions uniform in [-1, 1]^d (the
-  authors' proposal, log q' = -d log 2). `n_step` > 1 and `lambda_` > 0 bootstrap from the
-  same V through the discrete agent's soft n-step / lambda targets, uncorrected as there.
+  authors' proposal, log q' = -d log 2), or with `value_proposal_std` > 0 half of them
+  from a truncated normal around the sampler's noise-free action at s' (a mixture
+  proposal, `losses.box_mixture_log_density`). `n_step` > 1 and `lambda_` > 0 bootstrap
+  from the same V through the discrete agent's soft n-step / lambda targets, uncorrected
+  as there.
   `envs.loss_inputs` gives the mask and discounts: junctions, terminations and truncations
   behave as in the discrete agent.
 * The sampler follows SVGD (eq. 13): per source state, `num_particles` actions from the
@@ -86,6 +89,8 @@ def make_sql_continuous(spec, config: SqlConfig = SqlConfig(), *, name: str = "s
   obs_dtype = jnp.dtype(spec.observation_dtype)
   num_fixed = config.num_particles - config.num_updated_particles
   log_proposal = -d * math.log(2.0)  # uniform on [-1, 1]^d
+  num_normal = config.num_value_samples // 2  # with value_proposal_std > 0
+  num_uniform = config.num_value_samples - num_normal
   half_range, mid = (high - low) / 2.0, (high + low) / 2.0
 
   def to_env(u):
@@ -128,10 +133,20 @@ def make_sql_continuous(spec, config: SqlConfig = SqlConfig(), *, name: str = "s
     obs_tm1, obs_t = batch.observation[:-1], batch.observation[1:]
 
     # Soft Bellman targets from the importance-sampled soft value of Q_target (eq. 10).
-    value_shape = steps + (config.num_value_samples, d)
-    u_t = jax.random.uniform(value_key, value_shape, minval=-1.0, maxval=1.0)
+    if config.value_proposal_std > 0:
+      center = _apply(sampler, sg(params["sampler"]), obs_t, jnp.zeros(steps + (1, d)))[..., 0, :]
+      u_t = losses.sample_box_mixture(
+          value_key, center, config.value_proposal_std, num_uniform, num_normal
+      )
+      log_q = losses.box_mixture_log_density(
+          u_t, center, config.value_proposal_std, num_uniform / config.num_value_samples
+      )
+    else:
+      value_shape = steps + (config.num_value_samples, d)
+      u_t = jax.random.uniform(value_key, value_shape, minval=-1.0, maxval=1.0)
+      log_q = log_proposal
     q_t = _apply(q_net, target_params, obs_t, u_t)  # [T, B, M]
-    v_t = losses.importance_sampled_soft_value(q_t, log_proposal, config.alpha)
+    v_t = losses.importance_sampled_soft_value(q_t, log_q, config.alpha)
     # The soft value of a single entry is the entry (exactly so at alpha = 1).
     if config.lambda_ > 0:
       targets = losses.soft_q_targets(
