@@ -177,6 +177,24 @@ def test_box_mixture_log_density_matches_numpy_reference(maybe_jit, lead, m, d, 
   np.testing.assert_allclose(got, want, rtol=RTOL, atol=1e-4)
 
 
+@FEW
+@given(
+    lead=st.lists(st.integers(1, 3), max_size=2).map(tuple),
+    m=st.integers(1, 6),
+    d=st.integers(1, 4),
+    std=st.floats(0.05, 3.0),
+    f=st.sampled_from([0.0, 0.25, 0.5, 1.0]),
+    seed=st.integers(0, 2**16),
+)
+def test_box_mixture_log_density_matches_numpy_reference_random(lead, m, d, std, f, seed):
+  rng = np.random.default_rng(seed)
+  a = rng.uniform(-1.0, 1.0, lead + (m, d)).astype(np.float32)
+  c = rng.uniform(-0.99, 0.99, lead + (d,)).astype(np.float32)
+  got = jax.jit(L.box_mixture_log_density, static_argnums=(2, 3))(a, c, std, f)
+  want = ref.box_mixture_log_density(a, c, std, f)
+  np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+
+
 def test_sample_box_mixture_draws_uniform_then_truncated_normal_samples():
   center = jnp.array([[0.9, -0.3], [0.0, 0.5]])
   a = jax.jit(L.sample_box_mixture, static_argnums=(3, 4))(
@@ -243,6 +261,20 @@ def test_mixture_proposal_estimates_a_peaked_soft_value_far_better_than_uniform(
 def test_box_mixture_log_density_rejects_bad_input(args, name):
   with pytest.raises(ValueError, match=f"`{name}`"):
     L.box_mixture_log_density(*args)
+
+
+@pytest.mark.parametrize(
+    "args, name",
+    [
+        ((jnp.zeros(()), 0.1, 1, 1), "center"),
+        ((jnp.zeros(3), 0.0, 1, 1), "std"),
+        ((jnp.zeros(3), 0.1, -1, 1), "num_uniform"),
+        ((jnp.zeros(3), 0.1, 1, 2.0), "num_normal"),
+    ],
+)
+def test_sample_box_mixture_rejects_bad_input(args, name):
+  with pytest.raises(ValueError, match=f"`{name}`"):
+    L.sample_box_mixture(jax.random.PRNGKey(0), *args)
 
 
 # -----------------------------------------------------------------------------

@@ -69,8 +69,9 @@ class SqlConfig:
   """MLP torso layer sizes. Continuous: the layers of the Q network's MLP over
   concat(torso(obs), a) and of the sampler's over concat(torso(obs), noise)."""
   num_value_samples: int = 16
-  """Continuous: M, actions drawn uniformly in the action box to estimate the targets'
-  soft value V(s') = alpha log E[exp(Q_target(s', a) / alpha) / q'(a)] (eq. 10)."""
+  """Continuous: M, actions drawn from the proposal q' (see `value_proposal_std`) to
+  estimate the targets' soft value V(s') = alpha log E[exp(Q_target(s', a) / alpha) / q'(a)]
+  (eq. 10)."""
   value_proposal_std: float = 0.0
   """Continuous: the proposal q' of the soft value's importance sampling. 0: uniform in the
   action box (the authors'). > 0: half of the M actions uniform, half from a normal of this

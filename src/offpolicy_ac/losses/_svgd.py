@@ -119,6 +119,12 @@ def sample_box_mixture(
   """[..., num_uniform + num_normal, d] actions: the first uniform in [-1, 1]^d, the
   others from the normal of `std` around `center` [..., d] truncated to the box (see
   `box_mixture_log_density`, with f = num_uniform / (num_uniform + num_normal))."""
+  _checks.check_floating("center", center)
+  _checks.check_min_rank("center", center, 1, "action dimensions [..., d]")
+  _checks.check_positive("std", std)
+  for name, count in (("num_uniform", num_uniform), ("num_normal", num_normal)):
+    if not isinstance(count, int) or count < 0:
+      raise ValueError(f"`{name}` must be an int >= 0, got {count!r}")
   uniform_key, normal_key = jax.random.split(key)
   lead, d = jnp.shape(center)[:-1], jnp.shape(center)[-1]
   uniform = jax.random.uniform(uniform_key, lead + (num_uniform, d), minval=-1.0, maxval=1.0)
