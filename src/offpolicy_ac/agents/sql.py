@@ -77,8 +77,9 @@ class SqlConfig:
   action box (the authors'). > 0: half of the M actions uniform, half from a normal of this
   std (in the [-1, 1]^d action units) around the sampler's action at s' (its noise-free
   output), truncated to the box, weighted by the mixture's density
-  (`losses.box_mixture_log_density`). When Q is peaked, as SQIL's Q is at demonstrated
-  actions, uniform samples miss the peak and underestimate V(s'); the mixture finds it."""
+  (`losses.box_mixture_log_density`). When exp(Q / alpha) is peaked (a small alpha, SQIL's
+  Q at demonstrated actions), few uniform samples miss the peak and underestimate V(s');
+  samples around the sampler's action find it."""
   num_particles: int = 16
   """Continuous: SVGD particles drawn from the sampler per state (the authors' 16)."""
   svgd_update_ratio: float = 0.5
