@@ -98,8 +98,7 @@ class SqlConfig:
       value = getattr(self, name)
       if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-    if not self.value_proposal_std >= 0.0:
-      raise ValueError(f"value_proposal_std must be >= 0, got {self.value_proposal_std}")
+    base.check_non_negative("value_proposal_std", self.value_proposal_std)
     if self.value_proposal_std > 0.0 and self.num_value_samples < 2:
       raise ValueError(
           "value_proposal_std > 0 draws half of the num_value_samples uniformly and half "

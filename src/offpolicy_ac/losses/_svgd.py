@@ -94,8 +94,7 @@ def box_mixture_log_density(
   shape = jnp.shape(actions)
   _checks.check_shape("center", center, shape[:-2] + shape[-1:], "`actions` less its M axis")
   _checks.check_positive("std", std)
-  if not 0.0 <= uniform_fraction <= 1.0:
-    raise ValueError(f"`uniform_fraction` must be in [0, 1], got {uniform_fraction}")
+  _checks.check_in_unit_interval("uniform_fraction", uniform_fraction)
   d = shape[-1]
   mu = center[..., None, :]
   upper = jax.scipy.stats.norm.cdf((1.0 - mu) / std)
