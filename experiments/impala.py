@@ -56,6 +56,8 @@ PRESETS = {
     ),
     # JAX environments: the whole run is one compiled program (training.make_train).
     # 100k env steps take about a second here: checkpoints that often, and at the end.
+    # The run trains in less time than its program compiles for speed: compile it for
+    # startup.
     "gymnax-cartpole": Args(
         train=TrainConfig.of(
             env_id="gymnax:CartPole-v1",
@@ -67,6 +69,7 @@ PRESETS = {
             checkpoint_every=100_000,
             target_return=475.0,
             reward_scale=0.1,
+            compile_for="startup",
         ),
     ),
     # MinAtar (Young & Tian 2019): the MinAtar network (auto torso), 64 environments,

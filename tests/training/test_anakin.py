@@ -228,3 +228,43 @@ def test_repeated_sweep_flags_parse_into_one_sweep():
   args = parse_args(module.Args, module.PRESETS, argv=argv)
   assert args.train.budget.sweep == ("learning_rate=1e-3,3e-3", "gamma=0.99,0.995")
   assert args.train.budget.seed == 2
+
+
+def test_compiling_for_startup_computes_what_compiling_for_speed_computes(tmp_path):
+  """--compile-for startup changes how XLA compiles the chunk, not what it computes: one
+  chunk (5 iterations) agrees with the speed-compiled run to rounding, and the run
+  resumes exactly."""
+  speed = tmp_path / "speed"
+  _impala_main(speed, total_env_steps=160)
+  startup = tmp_path / "startup"
+  _impala_main(startup, total_env_steps=160, compile_for="startup")
+  fast, quick = _lines(speed)[0], _lines(startup)[0]
+  assert fast["episodes"] == quick["episodes"] and fast["num_updates"] == quick["num_updates"]
+  for name in ("episode_return", "loss", "entropy"):
+    np.testing.assert_allclose(quick[name], fast[name], rtol=1e-4, err_msg=name)
+
+  straight = tmp_path / "straight"
+  _impala_main(straight, compile_for="startup")
+  cut = tmp_path / "cut"
+  _impala_main(cut, total_env_steps=320, compile_for="startup")
+  _impala_main(cut, compile_for="startup", resume=True)
+  assert _lines(cut) == _lines(straight)
+
+
+def test_the_chunk_compiles_with_the_startup_options_and_its_errors_reach_the_caller(
+    tmp_path, monkeypatch
+):
+  """The chunk compiles on a background thread: an error there is raised by the run."""
+  from offpolicy_ac.training import anakin_runs
+
+  monkeypatch.setattr(anakin_runs, "STARTUP_COMPILE_OPTIONS", {"xla_no_such_option": 1})
+  with pytest.raises(Exception, match="xla_no_such_option"):
+    _impala_main(tmp_path / "run", compile_for="startup")
+  _impala_main(tmp_path / "speed")  # the speed program does not use them
+
+
+def test_compile_for_is_checked_before_anything_runs():
+  with pytest.raises(ValueError, match="compile_for must be 'speed' or 'startup'"):
+    _config(compile_for="fast").validate()
+  with pytest.raises(ValueError, match="applies to a JAX environment's compiled run"):
+    TrainConfig.of(env_id="CartPole-v1", compile_for="startup").validate()

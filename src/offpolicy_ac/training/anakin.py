@@ -283,6 +283,9 @@ def make_train(
     new = AnakinState(learner, rollout_state, state.eval_key, state.iteration + 1, env_steps)
     return new, out
 
+  # Jitted: `run` traces it once, for its output template, and reuses that trace.
+  iteration = jax.jit(iteration)
+
   def train(key: jax.Array, hp: dict):
     state = init(key, hp)
     every = chunks_per_eval * per_chunk

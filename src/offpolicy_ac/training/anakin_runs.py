@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
+import threading
 from typing import Any
 from typing import Callable
 from typing import Optional
@@ -38,7 +39,9 @@ from offpolicy_ac.training.anakin import make_train
 from offpolicy_ac.training.clock import seconds_since_launch
 from offpolicy_ac.training.config import TrainConfig
 from offpolicy_ac.training.evaluation import describe_protocol
-from offpolicy_ac.training.learner import init_lanes
+from offpolicy_ac.training.learner import STARTUP_COMPILE_OPTIONS
+from offpolicy_ac.training.learner import run_once
+from offpolicy_ac.training.learner import trace_init_lanes
 from offpolicy_ac.training.loop import RunResult
 from offpolicy_ac.training.loop import raise_if_non_finite
 from offpolicy_ac.training.resume import restore_newest
@@ -73,6 +76,7 @@ def run_compiled(name: str, args: Any, root: pathlib.Path, *, batch_fn: Optional
     print(f"[{name}] {len(lanes)} learners in one compiled program", flush=True)
   hps = sweeps.stack_hyperparams(compiled.hyperparams, [lane.setting for lane in lanes])
   keys = jnp.stack([jax.random.PRNGKey(lane.seed) for lane in lanes])
+  programs = _Programs(compiled, keys, hps)  # the chunk compiles while the host sets up
   checkpointer = ex._make_checkpointer(config, root)  # pylint: disable=protected-access
   loggers = [
       ex._make_logger(name, config, lane.seed, lane.run_dir,  # pylint: disable=protected-access
@@ -83,7 +87,7 @@ def run_compiled(name: str, args: Any, root: pathlib.Path, *, batch_fn: Optional
   flag = ex._StopFlag()  # pylint: disable=protected-access
   try:
     with ex._stop_on_signals(flag):  # pylint: disable=protected-access
-      state, driver = _drive(compiled, keys, hps, loggers, checkpointer, resume, flag)
+      state, driver = _drive(compiled, programs, hps, loggers, checkpointer, resume, flag)
   finally:
     for logger in loggers:
       logger.close()
@@ -123,13 +127,59 @@ class _Driver:
     return {"format": records.RECORD_FORMAT, "compiled": fields}
 
 
-def _drive(compiled: Any, keys: jax.Array, hps: dict, loggers: list, checkpointer: Any,
+class _Programs:
+  """The run's two programs, traced at once; the chunk compiles on a background thread.
+
+  Tracing `init` gives the state's shapes, so the chunk program (`compiled.run` over every
+  lane: vmapped, or for one lane the plain program with a lane axis of 1 around it) is
+  traced and lowered next, and XLA compiles it (without the GIL) while the host compiles
+  and runs `init` and creates the checkpointer and the loggers. `--compile-for startup`
+  compiles it with `STARTUP_COMPILE_OPTIONS` on a CPU.
+  """
+
+  def __init__(self, compiled: Any, keys: jax.Array, hps: dict):
+    self._keys, self._hps = keys, hps
+    startup = compiled.config.budget.compile_for == "startup" and jax.default_backend() == "cpu"
+    self._options = STARTUP_COMPILE_OPTIONS if startup else {}
+    self._init = trace_init_lanes(compiled.init, keys, hps)
+    if keys.shape[0] == 1:
+      lane = lambda tree: jax.tree.map(lambda x: x[0], tree)
+      axis = lambda tree: jax.tree.map(lambda x: x[None], tree)
+      run = jax.jit(lambda state, hps, *flags: axis(compiled.run(lane(state), lane(hps), *flags)))
+    else:
+      run = jax.jit(jax.vmap(compiled.run, in_axes=(0, 0, None, None)))
+    flags = (jax.ShapeDtypeStruct((), jnp.int32), jax.ShapeDtypeStruct((), jnp.bool_))
+    lowered = run.trace(self._init.out_info, hps, *flags).lower()
+    self._run, self._error = None, None
+    self._thread = threading.Thread(target=self._compile, args=(lowered,), daemon=True,
+                                    name="compile-chunk")  # fmt: skip
+    self._thread.start()
+
+  def _compile(self, lowered: Any) -> None:
+    try:
+      self._run = lowered.compile(self._options)
+    except BaseException as e:  # raised on the main thread by `run`
+      self._error = e
+
+  def init(self) -> Any:
+    """Every lane's initial state [N, ...]."""
+    return run_once(self._init, self._keys, self._hps)
+
+  def run(self) -> Callable:
+    """The compiled chunk, `run(state, hps, num_active, evaluate_last) -> (state, metrics)`
+    (waits for the compilation to finish)."""
+    self._thread.join()
+    if self._error is not None:
+      raise self._error
+    return self._run
+
+
+def _drive(compiled: Any, programs: _Programs, hps: dict, loggers: list, checkpointer: Any,
            resume: bool, should_stop: Callable[[], bool]) -> tuple[Any, _Driver]:  # fmt: skip
   """Runs the chunks: log, evaluate, checkpoint, stop; returns the final state [N]."""
   config = compiled.config
-  num = keys.shape[0]
-  run = jax.jit(jax.vmap(compiled.run, in_axes=(0, 0, None, None)))
-  state = init_lanes(compiled.init, keys, hps)
+  num = len(loggers)
+  state = programs.init()
   driver = _Driver(last_eval=[None] * num, reached=[False] * num)
   if resume:
     state, driver = _restore(checkpointer, state, driver, loggers)
@@ -141,6 +191,7 @@ def _drive(compiled: Any, keys: jax.Array, hps: dict, loggers: list, checkpointe
   wall_offset = driver.wall_time_s - seconds_since_launch()
   last = (seconds_since_launch(), driver.env_steps)
   done = int(np.max(jax.device_get(state.iteration)))  # a resumed run's iterations
+  run = programs.run()
   while done < total and not all(driver.reached):
     if should_stop():
       driver.interrupted = True

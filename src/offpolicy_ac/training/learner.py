@@ -137,19 +137,34 @@ def example_trajectory(act: Callable, acting: Acting, spec: Any, config: TrainCo
   )
 
 
-# init runs once per learner: optimising its program costs more time than it saves.
-_RUN_ONCE = {"xla_backend_optimization_level": 0}
+# XLA options for a program that compiles fast and runs slower: no LLVM optimisation, and
+# on a CPU the older kernel emitters (half the compile time of the new ones at -O0). For
+# programs that run once (init) or briefly (`--compile-for startup`).
+STARTUP_COMPILE_OPTIONS = {"xla_backend_optimization_level": 0,
+                           "xla_cpu_use_fusion_emitters": False}  # fmt: skip
+
+
+def trace_init_lanes(init: Callable, *lanes: Any) -> jax.stages.Traced:
+  """The traced program of `init_lanes(init, *lanes)`: its `out_info` is the stacked
+  state's shapes, known before anything compiles; `run_once(traced, *lanes)` runs it."""
+  each = jax.jit(lambda *lanes: jax.lax.map(lambda lane: init(*lane), lanes))
+  return each.trace(*lanes)
+
+
+def run_once(traced: jax.stages.Traced, *args: Any) -> Any:
+  """Compiles a traced program for startup (`STARTUP_COMPILE_OPTIONS`: optimising a
+  program that runs once costs more than it saves) and runs it on `args`."""
+  return traced.lower().compile(STARTUP_COMPILE_OPTIONS)(*args)
 
 
 def init_lanes(init: Callable, *lanes: Any) -> Any:
   """`init` of every lane, stacked [N, ...]: one program that maps `init` over the lanes'
-  arguments (each with a leading lane axis), compiled without optimisation.
+  arguments (each with a leading lane axis), compiled for startup (`run_once`).
 
   `lax.map`, not `vmap`: `jit(vmap(init))` deadlocks XLA:CPU for ACER (jax 0.10.2), and
   an eager `vmap` compiles each of init's operations on its own (seconds at launch).
   """
-  each = jax.jit(lambda *lanes: jax.lax.map(lambda lane: init(*lane), lanes))
-  return each.lower(*lanes).compile(_RUN_ONCE)(*lanes)
+  return run_once(trace_init_lanes(init, *lanes), *lanes)
 
 
 def _index(tree: Any, k: int) -> Any:
