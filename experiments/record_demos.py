@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 from typing import Literal
+from typing import Optional
 
 import numpy as np
 import tyro
@@ -33,13 +34,26 @@ class Args:
   policy: Literal["greedy", "behaviour"] = "greedy"
   """'greedy': the greedy (discrete) or mean (continuous) action, as the in-training
   evaluation acts; 'behaviour': actions sampled from the policy the run trained with."""
+  action_box_fraction: Optional[float] = None
+  """Continuous actions: clip them to the action box shrunk by this fraction around its
+  centre (1: the box itself), so the file holds the actions taken (`demos.clip_to_box`).
+  Below 1 keeps them off the box's faces, which SQIL's tanh sampler reaches only in the
+  limit. None (default): the actions as the policy gives them (a Gaussian's lie outside
+  the box; the environment clips them)."""
 
 
 def main(args: Args) -> dict:
   run = load_run(args.run_dir)
   env_id = run.config.env.env_id
+  policy = run.greedy_policy() if args.policy == "greedy" else run.behaviour_policy(args.seed)
+  if args.action_box_fraction is not None:
+    spec = run.agent.spec
+    if spec.num_actions is not None:
+      raise ValueError(f"--action-box-fraction needs continuous actions; {env_id} has "
+                       f"{spec.num_actions} discrete ones")  # fmt: skip
+    policy = demos_lib.clip_to_box(policy, spec.action_low, spec.action_high,
+                                   args.action_box_fraction)  # fmt: skip
   with run.make_env(args.episodes, args.seed) as env:
-    policy = run.greedy_policy() if args.policy == "greedy" else run.behaviour_policy(args.seed)
     demos = demos_lib.record_episodes(env, policy, args.episodes)
   pathlib.Path(args.out).parent.mkdir(parents=True, exist_ok=True)
   demos_lib.save_demos(args.out, demos, env_id=env_id)

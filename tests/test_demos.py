@@ -1,4 +1,5 @@
-"""Demonstrations: cutting episodes into sequences with drop / last / null_padding."""
+"""Demonstrations: cutting episodes into sequences with drop / last / null_padding, and
+clipping a policy's actions to the action box."""
 
 import numpy as np
 import pytest
@@ -116,3 +117,36 @@ def test_record_save_load_roundtrip(tmp_path):
   loaded = demos_lib.load_demos(path)
   assert loaded["env_id"] == "CartPole-v1"
   np.testing.assert_array_equal(loaded["observation"], demos["observation"])
+
+
+def test_clip_to_box_clips_to_the_box_shrunk_around_its_centre():
+  actions = np.array([[2.0, -3.0, 0.5], [0.1, 0.2, -0.9]], np.float32)
+  policy = lambda obs: actions
+  low, high = (-1.0, -1.0, -2.0), (1.0, 1.0, 0.0)
+  whole = demos_lib.clip_to_box(policy, low, high)(None)
+  np.testing.assert_array_equal(whole, np.array([[1.0, -1.0, 0.0], [0.1, 0.2, -0.9]], np.float32))
+  inner = demos_lib.clip_to_box(policy, low, high, fraction=0.9)(None)  # third: [-1.9, -0.1]
+  np.testing.assert_allclose(inner, [[0.9, -0.9, -0.1], [0.1, 0.2, -0.9]], rtol=1e-6)
+  assert inner.dtype == np.float32
+
+
+def test_clip_to_box_takes_flattened_bounds_for_shaped_actions():
+  actions = np.full((4, 2, 3), 5.0)
+  low, high = -np.arange(1.0, 7.0), np.arange(1.0, 7.0)  # one bound per component
+  out = demos_lib.clip_to_box(lambda obs: actions, low, high, fraction=0.5)(None)
+  assert out.shape == (4, 2, 3) and out.dtype == np.float64
+  np.testing.assert_allclose(out[0].reshape(-1), 0.5 * np.arange(1.0, 7.0))
+
+
+@pytest.mark.parametrize(
+    "low, high, fraction, message",
+    [
+        ((-1.0,), (1.0,), 0.0, "fraction must lie in"),
+        ((-1.0,), (1.0,), 1.5, "fraction must lie in"),
+        ((1.0,), (1.0,), 1.0, "low < high"),
+        ((-1.0, -1.0), (1.0,), 1.0, "low < high"),
+    ],
+)
+def test_clip_to_box_refuses_bad_input(low, high, fraction, message):
+  with pytest.raises(ValueError, match=message):
+    demos_lib.clip_to_box(lambda obs: obs, low, high, fraction)

@@ -31,11 +31,49 @@ import numpy as np
 from offpolicy_ac.envs import LAST
 from offpolicy_ac.envs import Trajectory
 
-__all__ = ["CUT_MODES", "cut_episodes", "load_demos", "record_episodes", "save_demos"]
+__all__ = [
+    "CUT_MODES",
+    "clip_to_box",
+    "cut_episodes",
+    "load_demos",
+    "record_episodes",
+    "save_demos",
+]
 
 CUT_MODES = ("drop", "last", "null_padding")
 """The ways `cut_episodes` treats an episode's residual piece (see the module docstring)."""
 _FIELDS = ("step_type", "reward", "discount", "observation", "action")
+
+
+def clip_to_box(policy: Callable[[np.ndarray], np.ndarray], low: Any, high: Any,
+                fraction: float = 1.0) -> Callable[[np.ndarray], np.ndarray]:  # fmt: skip
+  """`policy` with its continuous actions [B, *action_shape] clipped to the action box
+  [low, high] (flattened bounds, one per action dimension, as `envs.EnvSpec` has them)
+  shrunk by `fraction` around its centre, so the actions the environment steps with and
+  the actions recorded are the same.
+
+  A Gaussian policy's actions (IMPALA's, ACER's) lie outside the box, which the
+  environment clips: with `fraction` 1 the demonstrations hold the actions actually
+  taken. Below 1 keeps them off the box's faces and corners, which a tanh-squashed
+  learner (continuous SQL, SQIL) reaches only in the limit.
+
+  Raises:
+    ValueError: `fraction` outside (0, 1], or bounds that are not a box (low >= high).
+  """
+  if not 0.0 < fraction <= 1.0:
+    raise ValueError(f"fraction must lie in (0, 1], got {fraction}")
+  low, high = np.asarray(low, np.float64), np.asarray(high, np.float64)
+  if low.shape != high.shape or not np.all(low < high):
+    raise ValueError(f"the action box needs low < high elementwise, got {low} and {high}")
+  mid, half = (low + high) / 2, (high - low) / 2 * fraction
+  lo, hi = mid - half, mid + half
+
+  def clipped(obs: np.ndarray) -> np.ndarray:
+    action = np.asarray(policy(obs))
+    flat = action.reshape(action.shape[0], -1)  # [B, d], as the bounds
+    return np.clip(flat, lo.reshape(-1), hi.reshape(-1)).reshape(action.shape).astype(action.dtype)
+
+  return clipped
 
 
 def record_episodes(

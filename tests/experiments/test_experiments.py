@@ -271,6 +271,12 @@ def test_record_demos_records_continuous_actions(tmp_path):
   assert demos["env_id"] == "Pendulum-v1" and list(demos["episode_lengths"]) == [201, 201]
   assert demos["action"].shape == (402, 1) and demos["action"].dtype == np.float32
   assert np.all(np.abs(demos["action"]) <= 2.0) and np.std(demos["action"]) > 0
+  inner = tmp_path / "inner.npz"  # the box [-2, 2] shrunk by half: [-1, 1]
+  record.main(record.Args(run_dir=str(tmp_path / "sql"), out=str(inner), episodes=2,
+                          action_box_fraction=0.5))  # fmt: skip
+  clipped = demos_lib.load_demos(inner)["action"]
+  assert np.all(np.abs(clipped) <= 1.0) and np.std(clipped) > 0
+  np.testing.assert_array_equal(clipped[:1], np.clip(demos["action"][:1], -1.0, 1.0))
   sqil = _script("sqil")
   result = sqil.main(_args(sqil, tmp_path / "sqil", preset="pendulum", demos=str(out),
                            total_env_steps=512, log_every=256, eval_every=0,
