@@ -40,6 +40,8 @@ from offpolicy_ac.training.clock import seconds_since_launch
 from offpolicy_ac.training.config import TrainConfig
 from offpolicy_ac.training.evaluation import describe_protocol
 from offpolicy_ac.training.learner import STARTUP_COMPILE_OPTIONS
+from offpolicy_ac.training.learner import _expand
+from offpolicy_ac.training.learner import _index
 from offpolicy_ac.training.learner import run_once
 from offpolicy_ac.training.learner import trace_init_lanes
 from offpolicy_ac.training.loop import RunResult
@@ -143,9 +145,8 @@ class _Programs:
     self._options = STARTUP_COMPILE_OPTIONS if startup else {}
     self._init = trace_init_lanes(compiled.init, keys, hps)
     if keys.shape[0] == 1:
-      lane = lambda tree: jax.tree.map(lambda x: x[0], tree)
-      axis = lambda tree: jax.tree.map(lambda x: x[None], tree)
-      run = jax.jit(lambda state, hps, *flags: axis(compiled.run(lane(state), lane(hps), *flags)))
+      run = jax.jit(lambda state, hps, *flags: _expand(
+          compiled.run(_index(state, 0), _index(hps, 0), *flags)))  # fmt: skip
     else:
       run = jax.jit(jax.vmap(compiled.run, in_axes=(0, 0, None, None)))
     flags = (jax.ShapeDtypeStruct((), jnp.int32), jax.ShapeDtypeStruct((), jnp.bool_))
