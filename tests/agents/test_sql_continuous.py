@@ -241,6 +241,90 @@ def test_traced_hyperparams_give_the_update_of_the_concrete_config(pendulum_spec
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-5, atol=1e-6)
 
 
+def test_q_networks_are_stacked_and_initialised_apart(pendulum_spec):
+  one = make_sql(pendulum_spec).init(jax.random.PRNGKey(0))
+  twin = make_sql(pendulum_spec, SqlConfig(num_q_networks=2)).init(jax.random.PRNGKey(0))
+  for a, b in zip(jax.tree.leaves(one.params["q"]), jax.tree.leaves(twin.params["q"])):
+    assert b.shape == (2,) + a.shape
+  kernels = twin.params["q"]["params"]["Dense_0"]["kernel"]
+  assert not np.allclose(kernels[0], kernels[1])
+  jax.tree.map(np.testing.assert_array_equal, twin.target_params, twin.params["q"])
+  # The sampler's initial values do not depend on the number of Q networks.
+  jax.tree.map(np.testing.assert_array_equal, one.params["sampler"], twin.params["sampler"])
+
+
+def _with_second_q(single_q, second_q):
+  """Stacks two single-network Q params into the params of two Q networks."""
+  return jax.tree.map(lambda a, b: jnp.stack([a, b]), single_q, second_q)
+
+
+def test_a_dominating_second_q_network_leaves_the_first_as_the_single_agent(pendulum_spec):
+  """Clipped double Q takes the minimum in the targets and in SVGD: with a second network
+  (online and target) above the first everywhere, the first network and the sampler take
+  exactly the single-network agent's step, and the loss adds the second's squared errors.
+  No clipping (a huge max_grad_norm): the clipping norm is global over the networks."""
+  config = SqlConfig(max_grad_norm=1e9, value_proposal_std=0.1)
+  single = make_sql(pendulum_spec, config)
+  twin = make_sql(pendulum_spec, dataclasses.replace(config, num_q_networks=2))
+  state = single.init(jax.random.PRNGKey(0))
+  high = 1e3
+  far = _constant_q(state.params["q"], config.hidden_sizes, high)
+  twin_state = state._replace(
+      params={**state.params, "q": _with_second_q(state.params["q"], far)},
+      target_params=_with_second_q(state.target_params, far),
+      opt_state={**state.opt_state, "q": twin.init(jax.random.PRNGKey(0)).opt_state["q"]},
+  )
+  traj = _trajectory(pendulum_spec, single, state.params, jax.random.PRNGKey(1))
+  want, want_metrics = single.update(state, traj)
+  got, got_metrics = twin.update(twin_state, traj)
+  first = lambda tree: jax.tree.map(lambda x: x[0], tree)
+  close = lambda a, b: jax.tree.map(
+      lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6), a, b
+  )
+  close(want.params["q"], first(got.params["q"]))
+  close(want.target_params, first(got.target_params))
+  close(want.params["sampler"], got.params["sampler"])
+  np.testing.assert_allclose(got_metrics["svgd_loss"], want_metrics["svgd_loss"], rtol=1e-5)
+  # The second network's errors: its constant against targets far below it.
+  np.testing.assert_allclose(got_metrics["q_mean"], (want_metrics["q_mean"] + high) / 2, rtol=1e-5)
+  assert float(got_metrics["loss"]) > float(want_metrics["loss"]) + (high - 100) ** 2
+
+
+@pytest.mark.parametrize("num_q", [1, 2, 3])
+def test_targets_bootstrap_from_the_smallest_q_network(box_spec, num_q):
+  """Target networks constant at c_k: V(s') is min_k c_k + alpha d log 2; every online
+  network (constant c0_k) regresses on those targets; the loss sums their errors."""
+  config = SqlConfig(alpha=0.3, gamma=0.9, n_step=1, num_q_networks=num_q)
+  agent = make_sql(box_spec, config)
+  state = agent.init(jax.random.PRNGKey(0))
+  single = make_sql(box_spec, dataclasses.replace(config, num_q_networks=1))
+  q = single.init(jax.random.PRNGKey(0)).params["q"]
+  targets_c, online_c = [2.5, 1.5, 4.0][:num_q], [-0.5, 0.25, 1.0][:num_q]
+  stack = lambda values: jax.tree.map(
+      lambda *xs: jnp.stack(xs), *[_constant_q(q, config.hidden_sizes, v) for v in values]
+  )
+  state = state._replace(
+      params={**state.params, "q": stack(online_c) if num_q > 1 else
+              _constant_q(q, config.hidden_sizes, online_c[0])},
+      target_params=stack(targets_c) if num_q > 1 else
+      _constant_q(q, config.hidden_sizes, targets_c[0]),
+  )  # fmt: skip
+  traj = _boundary_trajectory()
+  _, metrics = agent.update(state, traj)
+  li = envs.loss_inputs(traj, config.gamma)
+  mask = np.asarray(li.mask)
+  v = np.full(mask.shape + (1,), min(targets_c) + config.alpha * 2 * np.log(2.0))
+  targets = ref.soft_nstep_targets(np.asarray(li.r_t), np.asarray(li.discount_t), v, 1.0, 1, mask)
+  errors = [np.where(mask, targets - c0, 0.0) for c0 in online_c]
+  np.testing.assert_allclose(
+      metrics["loss"], sum(np.sum(e**2) for e in errors) / mask.sum(), rtol=1e-5
+  )
+  np.testing.assert_allclose(
+      metrics["abs_td_error"], np.mean([np.abs(e).sum() / mask.sum() for e in errors]), rtol=1e-5
+  )
+  np.testing.assert_allclose(metrics["q_mean"], np.mean(online_c), rtol=1e-6)
+
+
 def test_pixel_observations_use_the_pixel_torso(box_spec):
   spec = box_spec._replace(observation_shape=(4, 10, 10), observation_dtype="uint8")
   agent = make_sql(spec, SqlConfig(num_particles=4, num_value_samples=4))
@@ -274,6 +358,8 @@ def test_agents_refuse_the_other_action_space(pendulum_spec, cartpole_spec):
     make_sql_continuous(cartpole_spec)
   with pytest.raises(ValueError, match="bounded box"):
     make_sql(pendulum_spec._replace(action_low=(-np.inf,)))
+  with pytest.raises(ValueError, match="continuous actions only; discrete SQL takes 1"):
+    make_sql(cartpole_spec, SqlConfig(num_q_networks=2))
 
 
 @pytest.mark.parametrize(
@@ -286,6 +372,8 @@ def test_agents_refuse_the_other_action_space(pendulum_spec, cartpole_spec):
         (dict(num_value_samples=4.0), "num_value_samples"),
         (dict(value_proposal_std=-0.1), "value_proposal_std must be >= 0"),
         (dict(value_proposal_std=0.1, num_value_samples=1), "num_value_samples >= 2"),
+        (dict(num_q_networks=0), "num_q_networks must be an int >= 1"),
+        (dict(num_q_networks=2.0), "num_q_networks must be an int >= 1"),
     ],
 )
 def test_continuous_settings_are_validated(pendulum_spec, cartpole_spec, bad, message):

@@ -5,6 +5,9 @@ See "Reinforcement Learning with Deep Energy-Based Policies" by Haarnoja et al.
 
 * Q(s, a): an MLP over concat(torso(s), a) (`networks.StateActionQNetwork`), with a
   target network (Polyak averaging with `target_update_tau`, as the discrete agent).
+  With `num_q_networks` = N > 1, N such networks (params stacked on a leading axis of N),
+  each regressed on the same targets (the Q loss is the sum of theirs); "Q" below is then
+  their minimum, in the targets and in SVGD (clipped double Q, as in soft actor-critic).
 * The sampler a = tanh(f_phi(s, xi)), xi ~ N(0, I_d) (`networks.AmortizedSampler`),
   mapped affinely from (-1, 1)^d to the action box [low, high]. Q takes actions in
   [-1, 1]^d too (stored actions are mapped back and clipped).
@@ -28,9 +31,9 @@ See "Reinforcement Learning with Deep Energy-Based Policies" by Haarnoja et al.
 * Acting: one sample from the sampler, or with probability epsilon a uniform action in the
   box. `greedy_act`: the sampler's action at xi = 0 (deterministic, no Q evaluations).
 
-Metrics: "loss" (the mean squared soft TD error), "q_mean", "abs_td_error", "svgd_loss"
-(the surrogate), "particle_std" (the particles' spread in [-1, 1]^d), "grad_norm" (Q),
-"sampler_grad_norm".
+Metrics: "loss" (the mean squared soft TD error, summed over the Q networks), "q_mean" and
+"abs_td_error" (averaged over the Q networks), "svgd_loss" (the surrogate), "particle_std"
+(the particles' spread in [-1, 1]^d), "grad_norm" (Q, all networks), "sampler_grad_norm".
 """
 
 from __future__ import annotations
@@ -87,6 +90,7 @@ def make_sql_continuous(spec, config: SqlConfig = SqlConfig(), *, name: str = "s
   )
   optimizer = base.make_optimizer(config.optimizer, config.learning_rate, config.max_grad_norm)
   obs_dtype = jnp.dtype(spec.observation_dtype)
+  num_q = config.num_q_networks
   num_fixed = config.num_particles - config.num_updated_particles
   log_proposal = -d * math.log(2.0)  # uniform on [-1, 1]^d
   num_normal = config.num_value_samples // 2  # with value_proposal_std > 0
@@ -105,11 +109,27 @@ def make_sql_continuous(spec, config: SqlConfig = SqlConfig(), *, name: str = "s
     )
     return jnp.clip(u, -1.0, 1.0)
 
+  def q_init(key, obs, a):
+    """Q's params; with num_q > 1, num_q of them stacked on a leading axis."""
+    if num_q == 1:
+      return q_net.init(key, obs, a)
+    return jax.vmap(lambda k: q_net.init(k, obs, a))(jax.random.split(key, num_q))
+
+  def q_each(params, obs, actions):
+    """Every Q network's values [num_q, T, B, ...] at obs [T, B, ...], actions [T, B, ..., d]."""
+    if num_q == 1:
+      return _apply(q_net, params, obs, actions)[None]
+    return jax.vmap(lambda p: _apply(q_net, p, obs, actions))(params)
+
+  def q_min(params, obs, actions):
+    """Q [T, B, ...]: the minimum over the Q networks (the only one when num_q = 1)."""
+    return jnp.min(q_each(params, obs, actions), axis=0)
+
   def init(key):
     q_key, sampler_key, key = jax.random.split(key, 3)
     obs = jnp.zeros((1,) + obs_shape, obs_dtype)
     a = jnp.zeros((1, d), jnp.float32)
-    params = {"q": q_net.init(q_key, obs, a), "sampler": sampler.init(sampler_key, obs, a)}
+    params = {"q": q_init(q_key, obs, a), "sampler": sampler.init(sampler_key, obs, a)}
     opt_state = {part: optimizer.init(p) for part, p in params.items()}
     return base.AgentState(params, params["q"], opt_state, key, jnp.zeros((), jnp.int32))
 
@@ -145,7 +165,7 @@ def make_sql_continuous(spec, config: SqlConfig = SqlConfig(), *, name: str = "s
       value_shape = steps + (config.num_value_samples, d)
       u_t = jax.random.uniform(value_key, value_shape, minval=-1.0, maxval=1.0)
       log_q = log_proposal
-    q_t = _apply(q_net, target_params, obs_t, u_t)  # [T, B, M]
+    q_t = q_min(target_params, obs_t, u_t)  # [T, B, M]
     v_t = losses.importance_sampled_soft_value(q_t, log_q, config.alpha)
     # The soft value of a single entry is the entry (exactly so at alpha = 1).
     if config.lambda_ > 0:
@@ -156,9 +176,10 @@ def make_sql_continuous(spec, config: SqlConfig = SqlConfig(), *, name: str = "s
       targets = losses.soft_nstep_targets(
           li.r_t, li.discount_t, v_t[..., None], alpha=1.0, n=config.n_step, mask=li.mask
       )
-    q_tm1 = _apply(q_net, params["q"], obs_tm1, to_unit(batch.action[:-1], steps))
-    errors = jnp.where(li.mask, targets - q_tm1, 0.0)
-    q_loss = losses.weighted_mean(jnp.square(errors), w)
+    q_tm1 = q_each(params["q"], obs_tm1, to_unit(batch.action[:-1], steps))  # [N, T, B]
+    errors = jnp.where(li.mask, targets[None] - q_tm1, 0.0)
+    q_loss = jnp.sum(jax.vmap(lambda e: losses.weighted_mean(jnp.square(e), w))(errors))
+    w_each = jnp.broadcast_to(w, q_tm1.shape)
 
     # The sampler: SVGD towards exp(Q / alpha) (eq. 13), Q held constant.
     noise = jax.random.normal(particle_key, steps + (config.num_particles, d))
@@ -166,7 +187,7 @@ def make_sql_continuous(spec, config: SqlConfig = SqlConfig(), *, name: str = "s
     fixed, updated = sg(particles[..., :num_fixed, :]), particles[..., num_fixed:, :]
 
     def log_p(u):
-      q = _apply(q_net, sg(params["q"]), obs_tm1, u)
+      q = q_min(sg(params["q"]), obs_tm1, u)
       return jnp.sum(q / config.alpha + jnp.sum(jnp.log(1.0 - u**2 + SQUASH_EPS), axis=-1))
 
     phi = losses.svgd_direction(fixed, jax.grad(log_p)(fixed), sg(updated))
@@ -174,8 +195,8 @@ def make_sql_continuous(spec, config: SqlConfig = SqlConfig(), *, name: str = "s
     svgd_loss = losses.weighted_mean(surrogate, w)
     metrics = {
         "loss": q_loss,
-        "q_mean": losses.weighted_mean(q_tm1, w),
-        "abs_td_error": losses.weighted_mean(jnp.abs(errors), w),
+        "q_mean": losses.weighted_mean(q_tm1, w_each),
+        "abs_td_error": losses.weighted_mean(jnp.abs(errors), w_each),
         "svgd_loss": svgd_loss,
         "particle_std": losses.weighted_mean(jnp.mean(jnp.std(sg(particles), axis=-2), -1), w),
     }
