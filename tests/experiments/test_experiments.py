@@ -16,6 +16,7 @@ from scripts import load_script
 
 from offpolicy_ac import demos as demos_lib
 from offpolicy_ac import envs
+from offpolicy_ac.training import load_run
 from offpolicy_ac.training import read_metrics
 
 EXPERIMENTS = pathlib.Path(__file__).parents[2] / "experiments"
@@ -257,6 +258,26 @@ def test_continuous_sqil_imitates_pendulum_demonstrations_reduced_budget(tmp_pat
                total_env_steps=10_000, checkpoint_every=0)  # fmt: skip
   module.main(args)
   assert _best_eval_return(tmp_path) > -500
+
+
+def test_continuous_sqil_with_two_q_networks_resumes_and_loads(tmp_path, pendulum_demos):
+  """--num-q-networks 2 through the script: the stacked Q networks are checkpointed, the
+  run resumes from them, and load_run rebuilds the agent and acts in the box."""
+  module = _script("sqil")
+  args = _args(module, tmp_path, preset="pendulum", demos=str(pendulum_demos),
+               total_env_steps=512, log_every=256, eval_every=0, checkpoint_every=256)  # fmt: skip
+  args = dataclasses.replace(args, agent=dataclasses.replace(args.agent, num_q_networks=2))
+  module.main(args)
+  resumed = dataclasses.replace(args, resume=True, train=args.train.replace(total_env_steps=1024))
+  result = module.main(resumed)
+  assert result.env_steps == 1024
+  assert all(np.isfinite(l["loss"]) for l in read_metrics(tmp_path) if "loss" in l)
+  run = load_run(tmp_path)
+  assert run.agent.config.num_q_networks == 2
+  kernel = run.params["q"]["params"]["Dense_0"]["kernel"]
+  assert kernel.shape[0] == 2 and not np.allclose(kernel[0], kernel[1])
+  actions = run.greedy_policy()(np.random.default_rng(0).normal(size=(8, 3)).astype(np.float32))
+  assert actions.shape == (8, 1) and np.all(np.abs(actions) <= 2.0)
 
 
 def test_record_demos_records_continuous_actions(tmp_path):
