@@ -179,7 +179,6 @@ def make_sql_continuous(spec, config: SqlConfig = SqlConfig(), *, name: str = "s
     q_tm1 = q_each(params["q"], obs_tm1, to_unit(batch.action[:-1], steps))  # [N, T, B]
     errors = jnp.where(li.mask, targets[None] - q_tm1, 0.0)
     q_loss = jnp.sum(jax.vmap(lambda e: losses.weighted_mean(jnp.square(e), w))(errors))
-    w_each = jnp.broadcast_to(w, q_tm1.shape)
 
     # The sampler: SVGD towards exp(Q / alpha) (eq. 13), Q held constant.
     noise = jax.random.normal(particle_key, steps + (config.num_particles, d))
@@ -193,6 +192,7 @@ def make_sql_continuous(spec, config: SqlConfig = SqlConfig(), *, name: str = "s
     phi = losses.svgd_direction(fixed, jax.grad(log_p)(fixed), sg(updated))
     surrogate = -jnp.mean(jnp.sum(sg(phi) * updated, axis=-1), axis=-1)
     svgd_loss = losses.weighted_mean(surrogate, w)
+    w_each = jnp.broadcast_to(w, q_tm1.shape)
     metrics = {
         "loss": q_loss,
         "q_mean": losses.weighted_mean(q_tm1, w_each),
