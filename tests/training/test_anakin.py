@@ -257,10 +257,25 @@ def test_the_chunk_compiles_with_the_startup_options_and_its_errors_reach_the_ca
   """The chunk compiles on a background thread: an error there is raised by the run."""
   from offpolicy_ac.training import anakin_runs
 
-  monkeypatch.setattr(anakin_runs, "STARTUP_COMPILE_OPTIONS", {"xla_no_such_option": 1})
+  monkeypatch.setattr(anakin_runs, "startup_compile_options", lambda: {"xla_no_such_option": 1})
   with pytest.raises(Exception, match="xla_no_such_option"):
     _impala_main(tmp_path / "run", compile_for="startup")
   _impala_main(tmp_path / "speed")  # the speed program does not use them
+
+
+def test_startup_compile_options_are_given_to_a_cpu_compiler_only(monkeypatch):
+  """The startup options name XLA:CPU options (a GPU's compiler refuses
+  `xla_cpu_use_fusion_emitters`), so elsewhere `init` compiles with none."""
+  from offpolicy_ac.training import learner
+
+  assert learner.startup_compile_options() == learner.STARTUP_COMPILE_OPTIONS
+  monkeypatch.setattr(learner, "STARTUP_COMPILE_OPTIONS", {"xla_no_such_option": 1})
+  traced = learner.trace_init_lanes(lambda x: x + 1, jnp.arange(3.0))
+  with pytest.raises(Exception, match="xla_no_such_option"):
+    learner.run_once(traced, jnp.arange(3.0))
+  monkeypatch.setattr(learner.jax, "default_backend", lambda: "gpu")
+  assert learner.startup_compile_options() == {}
+  np.testing.assert_array_equal(learner.run_once(traced, jnp.arange(3.0)), [1.0, 2.0, 3.0])
 
 
 def test_compile_for_is_checked_before_anything_runs():

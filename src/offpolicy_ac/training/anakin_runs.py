@@ -39,10 +39,10 @@ from offpolicy_ac.training.anakin import make_train
 from offpolicy_ac.training.clock import seconds_since_launch
 from offpolicy_ac.training.config import TrainConfig
 from offpolicy_ac.training.evaluation import describe_protocol
-from offpolicy_ac.training.learner import STARTUP_COMPILE_OPTIONS
 from offpolicy_ac.training.learner import _expand
 from offpolicy_ac.training.learner import _index
 from offpolicy_ac.training.learner import run_once
+from offpolicy_ac.training.learner import startup_compile_options
 from offpolicy_ac.training.learner import trace_init_lanes
 from offpolicy_ac.training.loop import RunResult
 from offpolicy_ac.training.loop import raise_if_non_finite
@@ -136,13 +136,13 @@ class _Programs:
   lane: vmapped, or for one lane the plain program with a lane axis of 1 around it) is
   traced and lowered next, and XLA compiles it (without the GIL) while the host compiles
   and runs `init` and creates the checkpointer and the loggers. `--compile-for startup`
-  compiles it with `STARTUP_COMPILE_OPTIONS` on a CPU.
+  compiles it with `startup_compile_options()` (options on a CPU only).
   """
 
   def __init__(self, compiled: Any, keys: jax.Array, hps: dict):
     self._keys, self._hps = keys, hps
-    startup = compiled.config.budget.compile_for == "startup" and jax.default_backend() == "cpu"
-    self._options = STARTUP_COMPILE_OPTIONS if startup else {}
+    startup = compiled.config.budget.compile_for == "startup"
+    self._options = startup_compile_options() if startup else {}
     self._init = trace_init_lanes(compiled.init, keys, hps)
     if keys.shape[0] == 1:
       run = jax.jit(lambda state, hps, *flags: _expand(

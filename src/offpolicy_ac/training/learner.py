@@ -151,10 +151,16 @@ def trace_init_lanes(init: Callable, *lanes: Any) -> jax.stages.Traced:
   return each.trace(*lanes)
 
 
+def startup_compile_options() -> dict[str, Any]:
+  """`STARTUP_COMPILE_OPTIONS` where the default backend is a CPU; elsewhere none (they
+  are XLA:CPU's options: a GPU's compiler refuses `xla_cpu_use_fusion_emitters`)."""
+  return STARTUP_COMPILE_OPTIONS if jax.default_backend() == "cpu" else {}
+
+
 def run_once(traced: jax.stages.Traced, *args: Any) -> Any:
-  """Compiles a traced program for startup (`STARTUP_COMPILE_OPTIONS`: optimising a
+  """Compiles a traced program for startup (`startup_compile_options`: optimising a
   program that runs once costs more than it saves) and runs it on `args`."""
-  return traced.lower().compile(STARTUP_COMPILE_OPTIONS)(*args)
+  return traced.lower().compile(startup_compile_options())(*args)
 
 
 def init_lanes(init: Callable, *lanes: Any) -> Any:
