@@ -94,6 +94,22 @@ PRESETS = {
         ),
         agent=AcerConfig(learning_rate=3e-4),
     ),
+    # brax's halfcheetah, one compiled program (meant for a GPU): the mujoco preset with 64
+    # environments per learner and a buffer four times as large (8,000 sequences, the same
+    # 125 unrolls of history). On one H100, 5 seeds: greedy IQM 2,233 at 4M env steps
+    # (lr 3e-4; 2,214 with 1e-3).
+    "brax": Args(
+        train=_DEFAULT_TRAIN.replace(
+            env_id="brax:halfcheetah",
+            total_env_steps=20_000_000,
+            num_envs=64,
+            replay_capacity=8_000,
+            normalize_observations=True,
+            log_every=1_000_000,
+            checkpoint_every=5_000_000,
+        ),
+        agent=AcerConfig(learning_rate=3e-4),
+    ),
     # MinAtar (Young & Tian 2019), one compiled program: the MinAtar network (auto torso)
     # shared by policy and Q heads, 64 environments, an 80k-transition buffer, one replayed
     # update per on-policy update. lr 3e-3 led a 1-seed screen of {1e-3, 3e-3} on
@@ -154,6 +170,7 @@ ENV_PRESETS = EnvPresets(
         "Hopper-v4": "mujoco",
         "Walker2d-v4": "mujoco",
         "Ant-v4": "mujoco",
+        "brax:halfcheetah": "brax",
     },
     atari="atari",
 )

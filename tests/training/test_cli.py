@@ -73,7 +73,7 @@ def test_bad_presets_are_refused():
 @pytest.mark.parametrize(
     "env_id, preset",
     [("Pendulum-v1", "pendulum"), ("HalfCheetah-v4", "mujoco"), ("Walker2d-v4", "mujoco"),
-     ("gymnax:Asterix-MinAtar", "minatar")],
+     ("gymnax:Asterix-MinAtar", "minatar"), ("brax:halfcheetah", "brax")],
 )  # fmt: skip
 def test_actor_critics_select_their_tuned_presets(script, env_id, preset, capsys):
   module = load_script(script)
