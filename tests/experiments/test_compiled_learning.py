@@ -90,6 +90,27 @@ def test_continuous_agents_learn_brax_inverted_pendulum_in_a_reduced_budget(tmp_
   assert result.reached_target, best
 
 
+@pytest.mark.parametrize("script", ["impala", "acer"])
+def test_the_brax_presets_start_and_train(tmp_path, script):
+  """The `brax` presets (halfcheetah on a GPU, docs/benchmarks.md) as they are, on brax's
+  inverted pendulum (it compiles in a fraction of halfcheetah's time on this CPU), for two
+  log lines: every loss is finite and every unroll is followed by its updates (ACER's
+  replayed ones too)."""
+  pytest.importorskip("brax")
+  module = load_script(script)
+  preset = module.PRESETS["brax"].train
+  per_log = 4 * preset.env.num_envs * preset.env.unroll_length
+  results = _main(script, tmp_path / script, preset="brax", env_id="brax:inverted_pendulum",
+                  total_env_steps=2 * per_log, log_every=per_log, eval_every=per_log,
+                  checkpoint_every=0)  # fmt: skip
+  lines = read_metrics(tmp_path / script)
+  assert [l["env_steps"] for l in lines] == [per_log, 2 * per_log]
+  assert np.isfinite([l["loss"] for l in lines]).all()
+  assert all(np.isfinite(l["eval_return"]) for l in lines)
+  replayed = getattr(module.PRESETS["brax"].agent, "replay_ratio", 0)
+  assert results.num_updates == 8 * (1 + replayed)  # 8 unrolls, each with its updates
+
+
 # (script, greedy return measured here at 400k env steps, one seed): a fresh network scores
 # about 1 on Asterix-MinAtar.
 MINATAR_MEASURED = [("acer", 17.4), ("sql", 12.8)]
