@@ -19,7 +19,7 @@ OPTIONAL_IMPORTS = {"wandb": "track", "gymnax": "jax-envs", "brax": "jax-envs"}
 
 
 def requirement_name(requirement: str) -> str:
-  """'jax[cuda12]>=0.9,<0.11' -> 'jax' (normalised as PyPI does)."""
+  """'jax[cuda12]>=0.9,<0.12' -> 'jax' (normalised as PyPI does)."""
   name = re.match(r"[A-Za-z0-9._-]+", requirement).group(0)
   return re.sub(r"[-_.]+", "-", name).lower()
 
@@ -91,3 +91,14 @@ def test_license_and_typing_marker():
   assert PYPROJECT["project"]["license"] == "Apache-2.0"
   assert (SRC / "py.typed").is_file()
   assert "py.typed" in PYPROJECT["tool"]["setuptools"]["package-data"]["offpolicy_ac"]
+
+
+def test_the_gpu_extras_pin_jax_as_the_runtime_does():
+  """`cuda` and `cuda13` bring jax's CUDA 12 and CUDA 13 plugins under the runtime's jax
+  range, and jaxlib's range is jax's."""
+  pins = {requirement_name(r): r for r in PYPROJECT["project"]["dependencies"]}
+  jax_range = pins["jax"][len("jax") :]
+  assert pins["jaxlib"] == f"jaxlib{jax_range}"
+  extras = PYPROJECT["project"]["optional-dependencies"]
+  assert extras["cuda"] == [f"jax[cuda12]{jax_range}"]
+  assert extras["cuda13"] == [f"jax[cuda13]{jax_range}"]
