@@ -148,11 +148,16 @@ def _max_smoothed_return(run_dir, window=5):
 
 
 def test_impala_gaussian_learns_pendulum_reduced_budget(tmp_path):
+  """Two vmapped seeds, each past -900 within 400k env steps. When learning starts varies
+  with the seed and with the CPU's rounding: on one machine seed 0 alone was still at -1,397
+  at 300k and reached -618 at 540k; the two lanes here reached -229 and -390."""
   module = _script("impala")
   module.main(
-      _args(module, tmp_path, preset="pendulum", total_env_steps=300_000, checkpoint_every=0)
+      _args(module, tmp_path, preset="pendulum", total_env_steps=400_000, num_seeds=2,
+            checkpoint_every=0)  # fmt: skip
   )
-  assert _max_smoothed_return(tmp_path, 3) > -900
+  for seed in range(2):
+    assert _max_smoothed_return(tmp_path / f"seed{seed}", 3) > -900, seed
 
 
 @pytest.mark.slow
