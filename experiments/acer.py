@@ -73,6 +73,21 @@ class Args:
 
 _DEFAULT_TRAIN = Args().train
 
+# Continuous control: observation normalisation, 16 envs x 16-step unrolls, a 2,000-unroll
+# buffer (32k transitions), 4 replayed updates per on-policy update, Adam 3e-4.
+_MUJOCO = Args(
+    train=_DEFAULT_TRAIN.replace(
+        env_id="HalfCheetah-v4",
+        total_env_steps=1_000_000,
+        num_envs=16,
+        replay_capacity=2_000,
+        normalize_observations=True,
+        log_every=50_000,
+        checkpoint_every=250_000,
+    ),
+    agent=AcerConfig(learning_rate=3e-4),
+)
+
 PRESETS = {
     "cartpole": Args(),
     "pendulum": Args(
@@ -80,35 +95,21 @@ PRESETS = {
             env_id="Pendulum-v1", total_env_steps=300_000, log_every=10_000
         )
     ),
-    # Continuous control: observation normalisation, 16 envs x 16-step unrolls, a 2,000-unroll
-    # buffer (32k transitions), 4 replayed updates per on-policy update, Adam 3e-4.
-    "mujoco": Args(
-        train=_DEFAULT_TRAIN.replace(
-            env_id="HalfCheetah-v4",
-            total_env_steps=1_000_000,
-            num_envs=16,
-            replay_capacity=2_000,
-            normalize_observations=True,
-            log_every=50_000,
-            checkpoint_every=250_000,
-        ),
-        agent=AcerConfig(learning_rate=3e-4),
-    ),
+    "mujoco": _MUJOCO,
     # brax's halfcheetah, one compiled program (meant for a GPU): the mujoco preset with 64
     # environments per learner and a buffer four times as large (8,000 sequences, the same
     # 125 unrolls of history). On one H100, 5 seeds: greedy IQM 2,233 at 4M env steps
     # (lr 3e-4; 2,214 with 1e-3).
-    "brax": Args(
-        train=_DEFAULT_TRAIN.replace(
+    "brax": dataclasses.replace(
+        _MUJOCO,
+        train=_MUJOCO.train.replace(
             env_id="brax:halfcheetah",
             total_env_steps=20_000_000,
             num_envs=64,
             replay_capacity=8_000,
-            normalize_observations=True,
             log_every=1_000_000,
             checkpoint_every=5_000_000,
         ),
-        agent=AcerConfig(learning_rate=3e-4),
     ),
     # MinAtar (Young & Tian 2019), one compiled program: the MinAtar network (auto torso)
     # shared by policy and Q heads, 64 environments, an 80k-transition buffer, one replayed

@@ -38,11 +38,31 @@ class Args:
   """Run directory (default: runs/impala-<env>-seed<seed>-<time>)."""
 
 
+# MuJoCo (envpool's v4 tasks): a torso each for policy and value (tanh MLPs 64-64), as
+# PPO's continuous-control networks; observation normalisation; no entropy bonus.
+# lr 1e-3 and lambda 0.95 led a 2-seed sweep of lr {3e-4, 1e-3, 3e-3} x lambda
+# {0.9, 0.95} on HalfCheetah-v4 at 1M steps.
+_MUJOCO = Args(
+    train=TrainConfig.of(
+        env_id="HalfCheetah-v4",
+        total_env_steps=1_000_000,
+        num_envs=16,
+        unroll_length=32,
+        normalize_observations=True,
+        log_every=50_000,
+        checkpoint_every=250_000,
+        reward_scale=0.1,
+    ),
+    agent=ImpalaConfig(shared_torso=False, entropy_weight=0.0, lambda_=0.95, learning_rate=1e-3),
+)
+
+
 PRESETS = {
     "cartpole": Args(),
     # Pendulum: discount 0.9 and lambda 0.95 (as rl-zoo's A2C/PPO Pendulum settings),
     # no entropy bonus (with it the Gaussian's std grew and 2 of 2 seeds stayed near
-    # -1400 at 1M steps; with these 4 of 4 seeds pass -400 by 500k).
+    # -1400 at 1M steps; with these 4 of 4 vmapped seeds pass -400 by 500k, though when
+    # learning starts varies: on one CPU the single run of seed 0 was at -682 at 1M).
     "pendulum": Args(
         train=TrainConfig.of(
             env_id="Pendulum-v1",
@@ -87,43 +107,19 @@ PRESETS = {
         ),
         agent=ImpalaConfig(lambda_=0.95, learning_rate=3e-3),
     ),
-    # MuJoCo (envpool's v4 tasks): a torso each for policy and value (tanh MLPs 64-64), as
-    # PPO's continuous-control networks; observation normalisation; no entropy bonus.
-    # lr 1e-3 and lambda 0.95 led a 2-seed sweep of lr {3e-4, 1e-3, 3e-3} x lambda
-    # {0.9, 0.95} on HalfCheetah-v4 at 1M steps.
-    "mujoco": Args(
-        train=TrainConfig.of(
-            env_id="HalfCheetah-v4",
-            total_env_steps=1_000_000,
-            num_envs=16,
-            unroll_length=32,
-            normalize_observations=True,
-            log_every=50_000,
-            checkpoint_every=250_000,
-            reward_scale=0.1,
-        ),
-        agent=ImpalaConfig(
-            shared_torso=False, entropy_weight=0.0, lambda_=0.95, learning_rate=1e-3
-        ),
-    ),
-    # brax's halfcheetah, one compiled program (meant for a GPU): the mujoco preset's
-    # networks and settings with 128 environments per learner, so that each update (one
-    # per unroll) sees 4,096 transitions. The budget is brax's own PPO budget for
-    # halfcheetah. On one H100, 5 seeds: greedy IQM 2,787 at 8M env steps (lr 1e-3; 2,520
-    # with 3e-3).
-    "brax": Args(
-        train=TrainConfig.of(
+    "mujoco": _MUJOCO,
+    # brax's halfcheetah, one compiled program (meant for a GPU): the mujoco preset with 128
+    # environments per learner, so that each update (one per unroll) sees 4,096
+    # transitions, and brax's own PPO budget for halfcheetah. On one H100, 5 seeds: greedy
+    # IQM 2,787 at 8M env steps (lr 1e-3; 2,520 with 3e-3).
+    "brax": dataclasses.replace(
+        _MUJOCO,
+        train=_MUJOCO.train.replace(
             env_id="brax:halfcheetah",
             total_env_steps=50_000_000,
             num_envs=128,
-            unroll_length=32,
-            normalize_observations=True,
             log_every=1_000_000,
             checkpoint_every=5_000_000,
-            reward_scale=0.1,
-        ),
-        agent=ImpalaConfig(
-            shared_torso=False, entropy_weight=0.0, lambda_=0.95, learning_rate=1e-3
         ),
     ),
     "atari": Args(
