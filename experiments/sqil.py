@@ -8,6 +8,10 @@
     python experiments/sql.py --preset pendulum --run-dir runs/sql-pendulum
     python experiments/record_demos.py --run-dir runs/sql-pendulum --out pendulum.npz
     python experiments/sqil.py --preset pendulum --demos pendulum.npz   # continuous actions
+    python experiments/impala.py --env-id HalfCheetah-v4 --run-dir runs/impala-hc
+    python experiments/record_demos.py --run-dir runs/impala-hc --out hc.npz \
+        --action-box-fraction 0.9
+    python experiments/sqil.py --env-id HalfCheetah-v4 --demos hc.npz   # the halfcheetah preset
 
 The demonstrations must be of the run's task (`--env-id`): record them from a run on it.
 
@@ -21,6 +25,17 @@ with discount 0.95 and temperature 0.02: from 10 demonstrations the greedy retur
 about -150 after 4k to 8k env steps (4 of 4 seeds, demonstrations averaging -150). With
 discount 0.99 (or temperature 0.05 and above) they fell back to -700 or below after
 learning; with 0.95 that came later too (once, after 20k env steps): the budget is 20k.
+
+Preset halfcheetah: continuous SQIL on HalfCheetah-v4 with sql.py's network sizes, 16
+value samples and 16 SVGD particles, and: two Q networks (clipped double Q: with one, a
+seed's Q diverged and its return collapsed after 190k env steps), the soft value's proposal
+half uniform and half around the sampler's action (`value_proposal_std` 0.1), temperature
+0.05, Polyak tau 0.005, and half an update per env step (32 updates of 32 + 32 windows
+per 64 env steps). Record the demonstrations inside the box (`record_demos.py
+--action-box-fraction 0.9`): the tanh sampler does not reach a Gaussian policy's
+bang-bang actions, and from those every run fell to a return of about 0. Budget 300k env
+steps (the imitation library's SQIL with SAC: 1,401 at 300k); docs/benchmarks.md has the
+runs.
 
 Preset atari: sql.py's atari preset (a 100k-transition buffer, Adam 3e-4, Polyak tau 0.01)
 with batches of 16 agent and 16 demonstration windows, and temperature 0.1 (SQL's is 0.01:
@@ -119,6 +134,35 @@ PRESETS = {
             num_value_samples=8,
         ),
     ),
+    "halfcheetah": Args(
+        demos="",
+        train=TrainConfig.of(
+            env_id="HalfCheetah-v4",
+            total_env_steps=300_000,
+            num_envs=16,
+            unroll_length=4,
+            replay_capacity=250_000,
+            min_replay_size=250,
+            num_updates_per_train_iter=32,
+            mini_batch_size=32,
+            mini_batch_length=2,
+            log_every=10_000,
+            eval_every=10_000,
+            checkpoint_every=50_000,
+        ),
+        agent=SqlConfig(
+            alpha=0.05,
+            epsilon=0.0,
+            n_step=1,
+            learning_rate=3e-4,
+            target_update_tau=0.005,
+            hidden_sizes=(128, 128),
+            num_particles=16,
+            num_value_samples=16,
+            value_proposal_std=0.1,
+            num_q_networks=2,
+        ),
+    ),
     "atari": Args(
         demos="",
         train=TrainConfig.of(
@@ -147,7 +191,12 @@ PRESETS = {
 
 
 ENV_PRESETS = EnvPresets(
-    {"Pendulum-v1": "pendulum", "gymnax:Pendulum-v1": "pendulum"}, atari="atari"
+    {
+        "Pendulum-v1": "pendulum",
+        "gymnax:Pendulum-v1": "pendulum",
+        "HalfCheetah-v4": "halfcheetah",
+    },
+    atari="atari",
 )
 """The preset an --env-id selects when no --preset is given (--preset none: defaults)."""
 

@@ -287,6 +287,26 @@ def test_continuous_sqil_with_two_q_networks_resumes_and_loads(tmp_path, pendulu
   assert actions.shape == (8, 1) and np.all(np.abs(actions) <= 2.0)
 
 
+def test_sqil_halfcheetah_preset_trains_from_demonstrations_inside_the_box(tmp_path):
+  """The halfcheetah preset as it is (two Q networks, the mixture proposal), on 2 episodes
+  of uniform actions inside [-0.9, 0.9]^6, for 2,048 env steps."""
+  rng = np.random.default_rng(0)
+  env = envs.make("HalfCheetah-v4", 2, 3)
+  demos = demos_lib.record_episodes(
+      env, lambda obs: rng.uniform(-0.9, 0.9, (len(obs), 6)).astype(np.float32), 2
+  )
+  env.close()
+  demos_lib.save_demos(tmp_path / "hc.npz", demos, env_id="HalfCheetah-v4")
+  sqil = _script("sqil")
+  result = sqil.main(_args(sqil, tmp_path / "sqil", preset="halfcheetah",
+                           demos=str(tmp_path / "hc.npz"), total_env_steps=2_048,
+                           log_every=1_024, eval_every=0, checkpoint_every=0))  # fmt: skip
+  assert 0 < result.num_updates <= 2_048 // 64 * 32  # 32 per 64 env steps, from 250 stored
+  metrics = [l for l in read_metrics(tmp_path / "sqil") if "loss" in l]
+  assert metrics and all(np.isfinite(l["loss"]) and np.isfinite(l["q_mean"]) for l in metrics)
+  assert load_run(tmp_path / "sqil").agent.config.num_q_networks == 2
+
+
 def test_record_demos_records_continuous_actions(tmp_path):
   """A short continuous SQL run, its greedy policy recorded, and SQIL trained on it."""
   sql = _script("sql")

@@ -106,6 +106,15 @@ def test_sql_selects_the_authors_reward_scale_per_mujoco_task(env_id, preset, re
   assert args.agent.alpha == 1.0 and args.agent.num_particles == 16
 
 
+def test_sqil_selects_its_halfcheetah_preset(capsys):
+  sqil = load_script("sqil")
+  args = parse_args(sqil.Args, sqil.PRESETS, env_presets=sqil.ENV_PRESETS,
+                    argv=["--env-id", "HalfCheetah-v4", "--demos", "hc.npz"])  # fmt: skip
+  assert args.train == sqil.PRESETS["halfcheetah"].train and args.demos == "hc.npz"
+  assert args.agent.num_q_networks == 2 and args.agent.value_proposal_std == 0.1
+  assert "preset halfcheetah" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("script", ["impala", "acer", "sql"])
 def test_each_minatar_game_selects_the_minatar_preset(script):
   module = load_script(script)
