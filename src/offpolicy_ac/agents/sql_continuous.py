@@ -119,7 +119,12 @@ def make_sql_continuous(spec, config: SqlConfig = SqlConfig(), *, name: str = "s
     """Every Q network's values [num_q, T, B, ...] at obs [T, B, ...], actions [T, B, ..., d]."""
     if num_q == 1:
       return _apply(q_net, params, obs, actions)[None]
-    return jax.vmap(lambda p: _apply(q_net, p, obs, actions))(params)
+    # One network after the other: under vmapped seeds, a vmap over the stacked params
+    # makes each layer a matmul with two batch axes, which XLA:CPU runs about 1.5 times
+    # slower (experiments/bench_sql_update.py, "vmapped"); a single seed runs as fast.
+    return jnp.stack(
+        [_apply(q_net, jax.tree.map(lambda x: x[i], params), obs, actions) for i in range(num_q)]
+    )
 
   def q_min(params, obs, actions):
     """Q [T, B, ...]: the minimum over the Q networks (the only one when num_q = 1)."""
