@@ -8,8 +8,8 @@ windows of 2 transitions) for 1 and 2 Q networks, in one process, laid out three
 * mapped  -- `jit(lax.map(update))`: the seeds one after the other in one program,
 * calls   -- N calls of `jit(update)`, one per seed (`--num-seeds N --no-vmap-seeds`).
 
-Prints the median milliseconds per seed and update and each layout's speed relative to
-vmapped. The values are the same in every layout (tests/training/test_seeds.py checks that
+Prints the median milliseconds per seed and update (the median of `rounds` interleaved
+rounds of `repeats` updates) and each layout's speed relative to vmapped. The values are the same in every layout (tests/training/test_seeds.py checks that
 a vmapped seed is its single run); only the time differs. This machine is noisy: compare
 the ratios.
 
@@ -49,10 +49,12 @@ class Args:
   num_value_samples: int = 16
   value_proposal_std: float = 0.1
   repeats: int = 20
-  """Timed updates per layout (after one compiling update)."""
+  """Timed updates per layout and round (after one untimed update)."""
+  rounds: int = 5
+  """Rounds over the layouts, interleaved; the report is the median of the rounds'."""
 
   def __post_init__(self):
-    for name in ("num_seeds", "windows", "window_transitions", "repeats"):
+    for name in ("num_seeds", "windows", "window_transitions", "repeats", "rounds"):
       if getattr(self, name) < 1:
         raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
 
@@ -97,17 +99,19 @@ def time_layouts(agent, spec, args: Args) -> dict[str, float]:
   vmapped = jax.jit(jax.vmap(update))
   mapped = jax.jit(lambda s, b: jax.lax.map(lambda x: update(*x), (s, b)))
   one = jax.jit(update)
-
-  def calls(s, b):
-    each = [one(jax.tree.map(lambda x: x[k], s), jax.tree.map(lambda x: x[k], b))
-            for k in range(args.num_seeds)]  # fmt: skip
-    return jax.tree.map(lambda *xs: jnp.stack(xs), *each)
-
-  steps = {"vmapped": vmapped, "mapped": mapped, "calls": calls}
-  return {
-      name: _median_ms(steps[name], states, batches, args.repeats) / args.num_seeds
-      for name in LAYOUTS
+  # calls: each seed's state and batch apart, as separate runs hold them (not sliced per call)
+  split = lambda tree: [jax.tree.map(lambda x: x[k], tree) for k in range(args.num_seeds)]
+  calls = lambda s, b: [one(s_k, b_k) for s_k, b_k in zip(s, b)]
+  cases = {
+      "vmapped": (vmapped, states, batches),
+      "mapped": (mapped, states, batches),
+      "calls": (calls, split(states), split(batches)),
   }
+  times = {name: [] for name in LAYOUTS}
+  for _ in range(args.rounds):  # interleaved: a slow spell of the machine hits every layout
+    for name in LAYOUTS:
+      times[name].append(_median_ms(*cases[name], args.repeats) / args.num_seeds)
+  return {name: statistics.median(times[name]) for name in LAYOUTS}
 
 
 def main(args: Args) -> list[dict]:

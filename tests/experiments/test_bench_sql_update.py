@@ -13,7 +13,7 @@ from offpolicy_ac.agents.sql_continuous import make_sql_continuous
 def test_bench_sql_update_times_every_layout():
   bench = load_script("bench_sql_update")
   args = bench.Args(env_id="Pendulum-v1", num_seeds=2, windows=4, hidden_sizes=(8,),
-                    num_particles=4, num_value_samples=4, repeats=1)  # fmt: skip
+                    num_particles=4, num_value_samples=4, repeats=1, rounds=2)  # fmt: skip
   rows = bench.main(args)
   assert [row["num_q_networks"] for row in rows] == [1, 2]
   for row in rows:
@@ -38,7 +38,7 @@ def test_the_layouts_update_to_the_same_states():
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("field", ["num_seeds", "windows", "repeats"])
+@pytest.mark.parametrize("field", ["num_seeds", "windows", "repeats", "rounds"])
 def test_bench_sql_update_refuses_empty_settings(field):
   bench = load_script("bench_sql_update")
   with pytest.raises(ValueError, match=f"{field} must be at least 1"):
