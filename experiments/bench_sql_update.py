@@ -9,9 +9,9 @@ windows of 2 transitions) for 1 and 2 Q networks, in one process, laid out three
 * calls   -- N calls of `jit(update)`, one per seed (`--num-seeds N --no-vmap-seeds`).
 
 Prints the median milliseconds per seed and update (the median of `rounds` interleaved
-rounds of `repeats` updates) and each layout's speed relative to vmapped. The values are the same in every layout (tests/training/test_seeds.py checks that
-a vmapped seed is its single run); only the time differs. This machine is noisy: compare
-the ratios.
+rounds of `repeats` updates) and each layout's speed relative to vmapped. The values are
+the same in every layout (tests/training/test_seeds.py checks that a vmapped seed is its
+single run); only the time differs. This machine is noisy: compare the ratios.
 
     python experiments/bench_sql_update.py
     python experiments/bench_sql_update.py --num-seeds 8 --windows 128
