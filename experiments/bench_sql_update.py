@@ -90,23 +90,27 @@ def _median_ms(step, state, batch, repeats: int) -> float:
   return statistics.median(times) * 1e3
 
 
+def layout_cases(agent, states, batches) -> dict[str, tuple]:
+  """Each layout in `LAYOUTS` as (step, its states, its batches), `step(states, batches)`
+  giving the updated states. `states` and `batches` are stacked [N, ...] over the seeds;
+  "calls" holds them as a list of each seed's (as separate runs do, not sliced per call)."""
+  update = lambda s, b: agent.update(s, b)[0]  # the new state (metrics dropped)
+  one = jax.jit(update)
+  num_seeds = jax.tree.leaves(states)[0].shape[0]
+  split = lambda tree: [jax.tree.map(lambda x: x[k], tree) for k in range(num_seeds)]
+  return {
+      "vmapped": (jax.jit(jax.vmap(update)), states, batches),
+      "mapped": (jax.jit(lambda s, b: jax.lax.map(lambda x: update(*x), (s, b))), states, batches),
+      "calls": (lambda s, b: [one(*x) for x in zip(s, b)], split(states), split(batches)),
+  }
+
+
 def time_layouts(agent, spec, args: Args) -> dict[str, float]:
   """Median ms per seed and update of each layout in `LAYOUTS`."""
   keys = jax.random.split(jax.random.PRNGKey(0), args.num_seeds)
   states = jax.jit(jax.vmap(agent.init))(keys)
   batches = jax.vmap(lambda k: random_batch(k, spec, args.windows, args.window_transitions))(keys)
-  update = lambda s, b: agent.update(s, b)[0]  # the new state (metrics dropped)
-  vmapped = jax.jit(jax.vmap(update))
-  mapped = jax.jit(lambda s, b: jax.lax.map(lambda x: update(*x), (s, b)))
-  one = jax.jit(update)
-  # calls: each seed's state and batch apart, as separate runs hold them (not sliced per call)
-  split = lambda tree: [jax.tree.map(lambda x: x[k], tree) for k in range(args.num_seeds)]
-  calls = lambda s, b: [one(s_k, b_k) for s_k, b_k in zip(s, b)]
-  cases = {
-      "vmapped": (vmapped, states, batches),
-      "mapped": (mapped, states, batches),
-      "calls": (calls, split(states), split(batches)),
-  }
+  cases = layout_cases(agent, states, batches)
   times = {name: [] for name in LAYOUTS}
   for _ in range(args.rounds):  # interleaved: a slow spell of the machine hits every layout
     for name in LAYOUTS:

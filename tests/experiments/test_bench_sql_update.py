@@ -22,8 +22,8 @@ def test_bench_sql_update_times_every_layout():
 
 
 def test_the_layouts_update_to_the_same_states():
-  """What the benchmark compares differs in time only: the mapped layout's states are the
-  vmapped layout's."""
+  """What the benchmark compares differs in time only: every layout's updated states are
+  the vmapped layout's."""
   bench = load_script("bench_sql_update")
   spec = envs.spec("Pendulum-v1")
   config = SqlConfig(hidden_sizes=(8,), num_particles=4, num_value_samples=4, num_q_networks=2)
@@ -32,10 +32,14 @@ def test_the_layouts_update_to_the_same_states():
   states = jax.vmap(agent.init)(keys)
   batches = jax.vmap(lambda k: bench.random_batch(k, spec, 4, 2))(keys)
   assert np.all(np.abs(batches.action) <= 2.0)
-  vmapped = jax.jit(jax.vmap(agent.update))(states, batches)[0]
-  mapped = jax.jit(lambda s, b: jax.lax.map(lambda x: agent.update(*x), (s, b)))(states, batches)[0]
-  for a, b in zip(jax.tree.leaves(vmapped.params), jax.tree.leaves(mapped.params)):
-    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+  cases = bench.layout_cases(agent, states, batches)
+  assert set(cases) == set(bench.LAYOUTS)
+  updated = {name: step(s, b) for name, (step, s, b) in cases.items()}
+  updated["calls"] = jax.tree.map(lambda *xs: np.stack(xs), *updated["calls"])
+  for name in ("mapped", "calls"):
+    pairs = zip(jax.tree.leaves(updated["vmapped"].params), jax.tree.leaves(updated[name].params))
+    for a, b in pairs:
+      np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=name)
 
 
 @pytest.mark.parametrize("field", ["num_seeds", "windows", "repeats", "rounds"])
