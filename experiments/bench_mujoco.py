@@ -8,8 +8,8 @@ For each task, in one process:
 * raw: envpool's own `step` of as many environments as the agent's preset uses, with
   pre-drawn uniform random actions and nothing else; the median of `repeats` timed runs.
 * agent: the agent's script with the preset the task selects (as `--env-id` alone does),
-  one seed, trained for `env_steps` (SQL: `sql_env_steps`, it makes one update per env
-  step) with no evaluation and no checkpoints. Its speed comes from its own metrics: env
+  one seed, trained for `env_steps` (SQL: `sql_env_steps`, fewer: it is compute-bound)
+  with no evaluation and no checkpoints. Its speed comes from its own metrics: env
   steps over wall-clock across the log intervals after the first (which holds the
   compilation).
 
@@ -46,8 +46,9 @@ class Args:
   """Experiment scripts to time (each with the preset the task selects)."""
   env_steps: int = 100_000
   """Env steps each on-policy-rate agent (IMPALA, ACER) trains for."""
-  sql_env_steps: int = 5_000
-  """Env steps SQL trains for (one update per env step)."""
+  sql_env_steps: int = 10_000
+  """Env steps SQL trains for (its presets learn from the 1,000th on, half an update per env
+  step: the first log interval, left out, holds the start)."""
   raw_seconds: float = 2.0
   """Duration of one timed run of raw stepping."""
   repeats: int = 5

@@ -5,7 +5,7 @@
     python experiments/sql.py --preset cartpole-v0 --seed 0  # DI-engine's v0 protocol
     python experiments/sql.py --preset pendulum              # continuous: SVGD sampler
     python experiments/sql.py --preset pendulum --env-id gymnax:Pendulum-v1   # compiled
-    python experiments/sql.py --env-id HalfCheetah-v4       # the authors' MuJoCo settings
+    python experiments/sql.py --env-id HalfCheetah-v4 --num-seeds 3   # halfcheetah preset
     python experiments/sql.py --env-id gymnax:Breakout-MinAtar --num-seeds 5   # minatar
 
 Discrete or continuous SQL is picked from the task's action space (`agents.make_sql`).
@@ -36,13 +36,14 @@ small_cnn torso it scores 2.4 times a random policy after 800k env steps
 score rose to 1.9 times random and fell back to 1.1 to 1.3 times.
 
 Presets halfcheetah, hopper, walker2d, ant (selected by HalfCheetah-v4, Hopper-v4,
-Walker2d-v4, Ant-v4): the authors' MuJoCo settings (softqlearning's
-examples/mujoco_all_sql.py), not tuned here: alpha 1 with a reward scale per task (30, 30,
-10, 300), one update of 128 transitions per env step, Adam 3e-4, (128, 128) networks, 16
-value samples and 16 SVGD particles, a 1M-transition buffer, 1,000 transitions before
-learning; Polyak tau 0.001 in place of their hard target copy every 1,000 updates. One
-update per env step is compute-bound on a CPU (docs/benchmarks.md, "Wall clock per 1M env
-steps").
+Walker2d-v4, Ant-v4): sqil.py's halfcheetah settings, learning from rewards. Two Q networks
+(clipped double Q), the soft value's proposal half uniform and half around the sampler's
+action, Polyak tau 0.005, (128, 128) networks, 16 value samples and 16 SVGD particles, Adam
+3e-4, and half an update per env step (32 updates of 64 windows of 2 transitions per 64 env
+steps, 16 environments), from a 1M-transition buffer. The authors' reward scale per task
+(softqlearning's examples/mujoco_all_sql.py: 30, 30, 10 and 300, at alpha 1) is the
+temperature here: rewards x 0.1 and alpha = 0.1 / scale (their other settings: one update of
+128 transitions per env step, one Q network). docs/benchmarks.md has the runs.
 """
 
 from __future__ import annotations
@@ -80,32 +81,36 @@ class Args:
   """Run directory (default: runs/sql-<env>-seed<seed>-<time>)."""
 
 
-def _mujoco(env_id: str, reward_scale: float) -> Args:
-  """The authors' MuJoCo settings for one task (see the module docstring)."""
+def _mujoco(env_id: str, alpha: float) -> Args:
+  """Continuous SQL on a MuJoCo task (see the module docstring): rewards x 0.1, temperature
+  `alpha`, the authors' reward scale for the task as alpha = 0.1 / reward scale."""
   return Args(
       train=TrainConfig.of(
           env_id=env_id,
           total_env_steps=1_000_000,
-          num_envs=4,
+          num_envs=16,
           unroll_length=4,
           replay_capacity=250_000,
           min_replay_size=250,
-          num_updates_per_train_iter=16,
+          num_updates_per_train_iter=32,
           mini_batch_size=64,
           mini_batch_length=2,
-          reward_scale=reward_scale,
-          log_every=20_000,
-          checkpoint_every=100_000,
+          reward_scale=0.1,
+          log_every=10_000,
+          eval_every=10_000,
+          checkpoint_every=50_000,
       ),
       agent=SqlConfig(
-          alpha=1.0,
+          alpha=alpha,
           epsilon=0.0,
           n_step=1,
           learning_rate=3e-4,
-          target_update_tau=0.001,
+          target_update_tau=0.005,
           hidden_sizes=(128, 128),
           num_particles=16,
           num_value_samples=16,
+          value_proposal_std=0.1,
+          num_q_networks=2,
       ),
   )
 
@@ -154,10 +159,11 @@ PRESETS = {
             num_value_samples=8,
         ),
     ),
-    "halfcheetah": _mujoco("HalfCheetah-v4", 30.0),
-    "hopper": _mujoco("Hopper-v4", 30.0),
-    "walker2d": _mujoco("Walker2d-v4", 10.0),
-    "ant": _mujoco("Ant-v4", 300.0),
+    # alpha = 0.1 / the authors' reward scale (30, 30, 10, 300), to two digits.
+    "halfcheetah": _mujoco("HalfCheetah-v4", 0.0033),
+    "hopper": _mujoco("Hopper-v4", 0.0033),
+    "walker2d": _mujoco("Walker2d-v4", 0.01),
+    "ant": _mujoco("Ant-v4", 0.00033),
     # MinAtar (Young & Tian 2019): see the module docstring.
     "minatar": Args(
         train=TrainConfig.of(

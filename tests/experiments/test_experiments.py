@@ -307,6 +307,18 @@ def test_sqil_halfcheetah_preset_trains_from_demonstrations_inside_the_box(tmp_p
   assert load_run(tmp_path / "sqil").agent.config.num_q_networks == 2
 
 
+def test_sql_mujoco_preset_trains_as_it_is(tmp_path):
+  """The hopper preset as it is (two Q networks, the mixture proposal, half an update per
+  env step, alpha / reward scale = 1 / 30) for 2,048 env steps."""
+  sql = _script("sql")
+  result = sql.main(_args(sql, tmp_path, preset="hopper", total_env_steps=2_048,
+                          log_every=1_024, eval_every=0, checkpoint_every=0))  # fmt: skip
+  assert 0 < result.num_updates <= 2_048 // 64 * 32  # 32 per 64 env steps, from 250 stored
+  metrics = [l for l in read_metrics(tmp_path) if "loss" in l]
+  assert metrics and all(np.isfinite(l["loss"]) and np.isfinite(l["q_mean"]) for l in metrics)
+  assert load_run(tmp_path).agent.config.num_q_networks == 2
+
+
 def test_record_demos_records_continuous_actions(tmp_path):
   """A short continuous SQL run, its greedy policy recorded, and SQIL trained on it."""
   sql = _script("sql")

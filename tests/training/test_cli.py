@@ -101,9 +101,11 @@ def test_sql_selects_the_authors_reward_scale_per_mujoco_task(env_id, preset, re
   sql = load_script("sql")
   args = parse_args(sql.Args, sql.PRESETS, argv=["--env-id", env_id],
                     env_presets=sql.ENV_PRESETS)  # fmt: skip
-  assert args.train == sql.PRESETS[preset].train
-  assert args.train.env.env_id == env_id and args.train.transform.reward_scale == reward_scale
-  assert args.agent.alpha == 1.0 and args.agent.num_particles == 16
+  assert args.train == sql.PRESETS[preset].train and args.train.env.env_id == env_id
+  # The authors' reward scale, as a temperature: alpha / (rewards' scale) = 1 / reward_scale.
+  scale = args.train.transform.reward_scale / args.agent.alpha
+  assert scale == pytest.approx(reward_scale, rel=0.02)
+  assert args.agent.num_q_networks == 2 and args.agent.num_particles == 16
 
 
 def test_sqil_selects_its_halfcheetah_preset(capsys):
