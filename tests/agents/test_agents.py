@@ -160,10 +160,13 @@ def test_pixel_torsos_map_frames_to_features(kind, features):
   torso = networks.make_torso(kind, (4, 84, 84))
   frames = jax.random.randint(jax.random.PRNGKey(0), (3, 4, 84, 84), 0, 256).astype(jnp.uint8)
   params = torso.init(jax.random.PRNGKey(1), frames)
-  out = torso.apply(params, frames)
+  # Full float32 products: on a GPU the default (TF32) rounds differently per batch size.
+  with jax.default_matmul_precision("highest"):
+    out = torso.apply(params, frames)
+    one = torso.apply(params, frames[1:2])[0]
   assert out.shape == (3, features) and bool(jnp.all(jnp.isfinite(out)))
   # Each frame is processed on its own: a batch of one gives the same features.
-  np.testing.assert_allclose(torso.apply(params, frames[1:2])[0], out[1], rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(one, out[1], rtol=1e-5, atol=1e-6)
   with pytest.raises(ValueError, match="frames"):
     networks.make_torso(kind, (4,))
 
@@ -200,14 +203,17 @@ def test_minatar_cnn_is_the_3x3_convolution_then_dense():
   conv = params["params"]["conv"]
   kernel = conv["kernel"].reshape(3, 3, 4, 16)  # patches are ordered (row, column, channel)
   x = jnp.transpose(grids, (0, 2, 3, 1))
-  conv_out = nn.relu(
-      jax.lax.conv_general_dilated(x, kernel, (1, 1), "VALID",
-                                   dimension_numbers=("NHWC", "HWIO", "NHWC"))
-      + conv["bias"][None, None, None]
-  )  # fmt: skip
   dense = params["params"]["Dense_0"]
-  expected = nn.relu(conv_out.reshape(3, -1) @ dense["kernel"] + dense["bias"][None])
-  np.testing.assert_allclose(torso.apply(params, grids), expected, rtol=1e-5, atol=1e-5)
+  # Full float32 products on both sides (a GPU's default, TF32, rounds each differently).
+  with jax.default_matmul_precision("highest"):
+    conv_out = nn.relu(
+        jax.lax.conv_general_dilated(x, kernel, (1, 1), "VALID",
+                                     dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        + conv["bias"][None, None, None]
+    )  # fmt: skip
+    expected = nn.relu(conv_out.reshape(3, -1) @ dense["kernel"] + dense["bias"][None])
+    got = torso.apply(params, grids)
+  np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
 
 
 def test_impala_atari_preset_learns_from_small_advantages():

@@ -274,9 +274,9 @@ PLACEMENT_SCRIPT = textwrap.dedent("""
     # The learner's device is not the first CPU device (as a GPU would not be): the
     # compiled loop still runs on the first CPU device, with the parameters copied there,
     # and `to_device` moves the trajectories to the default device.
-    other = jax.devices()[1]
-    jax.config.update("jax_default_device", other)
     first_cpu = jax.local_devices(backend="cpu")[0]
+    other = [d for d in jax.devices() if d != first_cpu][0]  # the GPU, or the second CPU
+    jax.config.update("jax_default_device", other)
     assert other != first_cpu
 
     def act(params, obs, key):

@@ -6,6 +6,7 @@ The reduced-budget learning tests run in CI; the full-budget targets are marked
 
 import dataclasses
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -402,9 +403,10 @@ def test_full_budget_continuous_sqil_from_sql_expert(tmp_path):
 
 def _run_impala_subprocess(run_dir, *flags):
   # Two learner devices need host devices created before JAX starts: a fresh process
-  # (the script asks for them itself).
+  # (the script asks for them itself), on the CPU also on a machine with one GPU.
   cmd = [sys.executable, str(EXPERIMENTS / "impala.py"), "--run-dir", str(run_dir), *flags]
-  proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
+  env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+  proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, env=env)
   assert proc.returncode == 0, proc.stderr[-3000:]
 
 

@@ -33,6 +33,10 @@ from offpolicy_ac.training.parallel import DataParallel
 from offpolicy_ac.training.parallel import check_distributed_args
 
 ROOT = pathlib.Path(__file__).parents[2]
+# The scripts and jobs these tests start run on the CPU also on a GPU machine: two processes
+# on localhost stand for two hosts, and they cannot share one GPU (NCCL refuses a duplicate
+# GPU); the refusals checked name CPU device counts.
+LOCAL_JOB_ENV = {**os.environ, "JAX_PLATFORMS": "cpu"}
 EXPERIMENTS = ROOT / "experiments"
 FORCE_4_DEVICES = "--xla_force_host_platform_device_count=4"
 WALL_CLOCK = ("wall_time_s", "env_steps_per_s")
@@ -232,7 +236,9 @@ def test_more_learner_devices_than_the_process_has_is_a_clear_error():
     DataParallel.create(n)
   message = str(info.value)
   assert f"learner_devices={n}" in message
-  assert f"XLA_FLAGS=--xla_force_host_platform_device_count={n}" in message
+  # The XLA_FLAGS hint is for CPU devices only: it cannot add GPUs.
+  hint = f"XLA_FLAGS=--xla_force_host_platform_device_count={n}"
+  assert (hint in message) == (jax.local_devices()[0].platform == "cpu")
   for bad in (0, -1, 1.5, "2"):
     with pytest.raises(ValueError, match="positive int"):
       DataParallel.create(bad)
@@ -320,7 +326,9 @@ def test_train_refuses_num_processes_without_a_distributed_job(tmp_path):
 
 def _run_script(script, run_dir, *flags, timeout=300):
   cmd = [sys.executable, str(EXPERIMENTS / f"{script}.py"), "--run-dir", str(run_dir), *flags]
-  return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+  return subprocess.run(
+      cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=LOCAL_JOB_ENV
+  )
 
 
 @pytest.mark.parametrize(
@@ -401,6 +409,7 @@ def test_data_parallel_methods_across_two_processes(tmp_path):
           stderr=subprocess.STDOUT,
           text=True,
           cwd=ROOT,
+          env=LOCAL_JOB_ENV,
       )
       for pid in (0, 1)
   ]
@@ -447,7 +456,11 @@ def _start_two_processes(run_dir, flags, procs, logs):
         address,
         *flags,
     ]
-    procs.append(subprocess.Popen(cmd, stdout=logs[-1], stderr=subprocess.STDOUT, cwd=ROOT))
+    procs.append(
+        subprocess.Popen(
+            cmd, stdout=logs[-1], stderr=subprocess.STDOUT, cwd=ROOT, env=LOCAL_JOB_ENV
+        )
+    )
 
 
 def _stop_and_read(procs, logs):
