@@ -6,13 +6,13 @@ The reduced-budget learning tests run in CI; the full-budget targets are marked
 
 import dataclasses
 import json
-import os
 import pathlib
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+from scripts import cpu_process_env
 from scripts import load_script
 
 from offpolicy_ac import demos as demos_lib
@@ -405,8 +405,7 @@ def _run_impala_subprocess(run_dir, *flags):
   # Two learner devices need host devices created before JAX starts: a fresh process
   # (the script asks for them itself), on the CPU also on a machine with one GPU.
   cmd = [sys.executable, str(EXPERIMENTS / "impala.py"), "--run-dir", str(run_dir), *flags]
-  env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-  proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, env=env)
+  proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, env=cpu_process_env())
   assert proc.returncode == 0, proc.stderr[-3000:]
 
 

@@ -9,7 +9,6 @@ localhost.
 """
 
 import json
-import os
 import pathlib
 import shutil
 import socket
@@ -21,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from scripts import cpu_process_env
 
 from offpolicy_ac import agents
 from offpolicy_ac import envs
@@ -33,10 +33,6 @@ from offpolicy_ac.training.parallel import DataParallel
 from offpolicy_ac.training.parallel import check_distributed_args
 
 ROOT = pathlib.Path(__file__).parents[2]
-# The scripts and jobs these tests start run on the CPU also on a GPU machine: two processes
-# on localhost stand for two hosts, and they cannot share one GPU (NCCL refuses a duplicate
-# GPU); the refusals checked name CPU device counts.
-LOCAL_JOB_ENV = {**os.environ, "JAX_PLATFORMS": "cpu"}
 EXPERIMENTS = ROOT / "experiments"
 FORCE_4_DEVICES = "--xla_force_host_platform_device_count=4"
 WALL_CLOCK = ("wall_time_s", "env_steps_per_s")
@@ -166,9 +162,8 @@ def _subprocess_main(out_dir, case):
 
 def _train_on_one_and_n_devices(out, case):
   """Runs this file as a script with 4 forced host devices; returns its results."""
-  env = dict(os.environ)
+  env = cpu_process_env()
   env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " " + FORCE_4_DEVICES).strip()
-  env["JAX_PLATFORMS"] = "cpu"
   proc = subprocess.run(
       [sys.executable, __file__, str(out), case],
       capture_output=True,
@@ -327,7 +322,7 @@ def test_train_refuses_num_processes_without_a_distributed_job(tmp_path):
 def _run_script(script, run_dir, *flags, timeout=300):
   cmd = [sys.executable, str(EXPERIMENTS / f"{script}.py"), "--run-dir", str(run_dir), *flags]
   return subprocess.run(
-      cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=LOCAL_JOB_ENV
+      cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=cpu_process_env()
   )
 
 
@@ -409,7 +404,7 @@ def test_data_parallel_methods_across_two_processes(tmp_path):
           stderr=subprocess.STDOUT,
           text=True,
           cwd=ROOT,
-          env=LOCAL_JOB_ENV,
+          env=cpu_process_env(),
       )
       for pid in (0, 1)
   ]
@@ -458,7 +453,7 @@ def _start_two_processes(run_dir, flags, procs, logs):
     ]
     procs.append(
         subprocess.Popen(
-            cmd, stdout=logs[-1], stderr=subprocess.STDOUT, cwd=ROOT, env=LOCAL_JOB_ENV
+            cmd, stdout=logs[-1], stderr=subprocess.STDOUT, cwd=ROOT, env=cpu_process_env()
         )
     )
 
