@@ -6,12 +6,12 @@ The reduced-budget learning tests run in CI; the full-budget targets are marked
 
 import dataclasses
 import json
-import pathlib
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+from scripts import EXPERIMENTS
 from scripts import cpu_process_env
 from scripts import load_script
 
@@ -19,8 +19,6 @@ from offpolicy_ac import demos as demos_lib
 from offpolicy_ac import envs
 from offpolicy_ac.training import load_run
 from offpolicy_ac.training import read_metrics
-
-EXPERIMENTS = pathlib.Path(__file__).parents[2] / "experiments"
 
 
 def _script(name):

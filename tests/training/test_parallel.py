@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from scripts import EXPERIMENTS
 from scripts import cpu_process_env
 
 from offpolicy_ac import agents
@@ -33,7 +34,6 @@ from offpolicy_ac.training.parallel import DataParallel
 from offpolicy_ac.training.parallel import check_distributed_args
 
 ROOT = pathlib.Path(__file__).parents[2]
-EXPERIMENTS = ROOT / "experiments"
 FORCE_4_DEVICES = "--xla_force_host_platform_device_count=4"
 WALL_CLOCK = ("wall_time_s", "env_steps_per_s")
 
