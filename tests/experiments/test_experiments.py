@@ -186,8 +186,8 @@ def test_actor_critics_learn_hopper_reduced_budget(tmp_path, script, env_steps, 
 # 1,918 against PPO's 2,383.
 
 
-def _final_eval_return(run_dir):
-  return [l["eval_return"] for l in read_metrics(run_dir) if l.get("eval_return") is not None][-1]
+def _eval_returns(run_dir):
+  return [l["eval_return"] for l in read_metrics(run_dir) if l.get("eval_return") is not None]
 
 
 @pytest.mark.slow
@@ -198,7 +198,7 @@ def test_full_budget_mujoco_greedy_policy_passes_ppo(tmp_path, script, env_id, p
   module = _script(script)
   module.main(_args(module, tmp_path, preset="mujoco", env_id=env_id, num_seeds=3,
                     checkpoint_every=0))  # fmt: skip
-  finals = [_final_eval_return(tmp_path / f"seed{seed}") for seed in range(3)]
+  finals = [_eval_returns(tmp_path / f"seed{seed}")[-1] for seed in range(3)]
   assert np.mean(finals) > ppo, finals
 
 
@@ -231,7 +231,7 @@ def test_sqil_imitates_demonstrations_reduced_budget(tmp_path, heuristic_demos):
 
 
 def _best_eval_return(run_dir):
-  return max(l["eval_return"] for l in read_metrics(run_dir) if l.get("eval_return") is not None)
+  return max(_eval_returns(run_dir))
 
 
 # Continuous SQL and SQIL on Pendulum-v1 (random play returns about -1200 to -1500).
