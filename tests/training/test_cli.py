@@ -69,12 +69,15 @@ def test_bad_presets_are_refused():
     parse_args(Args, {**PRESETS, "none": Args()}, argv=[])
 
 
-@pytest.mark.parametrize("script", ["impala", "acer"])
+_SELECTED = [("Pendulum-v1", "pendulum"), ("Walker2d-v4", "mujoco"),
+             ("gymnax:Asterix-MinAtar", "minatar"), ("brax:halfcheetah", "brax")]  # fmt: skip
+
+
 @pytest.mark.parametrize(
-    "env_id, preset",
-    [("Pendulum-v1", "pendulum"), ("HalfCheetah-v4", "mujoco"), ("Walker2d-v4", "mujoco"),
-     ("gymnax:Asterix-MinAtar", "minatar"), ("brax:halfcheetah", "brax")],
-)  # fmt: skip
+    "script, env_id, preset",
+    [(script, *pair) for script in ("impala", "acer") for pair in _SELECTED]
+    + [("impala", "HalfCheetah-v4", "mujoco"), ("acer", "HalfCheetah-v4", "halfcheetah")],
+)
 def test_actor_critics_select_their_tuned_presets(script, env_id, preset, capsys):
   module = load_script(script)
   args = parse_args(module.Args, module.PRESETS, argv=["--env-id", env_id],
