@@ -102,7 +102,8 @@ PRESETS = {
     # weight of 0.001 or 0 ended at 1,530 to 1,760 (3e-4: 930 to 2,210). On Hopper-v4 and
     # Walker2d-v4 these settings did worse than the mujoco preset (docs/benchmarks.md).
     "halfcheetah": dataclasses.replace(
-        _MUJOCO, agent=AcerConfig(learning_rate=1e-3, entropy_weight=0.001)
+        _MUJOCO,
+        agent=dataclasses.replace(_MUJOCO.agent, learning_rate=1e-3, entropy_weight=0.001),
     ),
     # brax's halfcheetah, one compiled program (meant for a GPU): the mujoco preset with 64
     # environments per learner and a buffer four times as large (8,000 sequences, the same
