@@ -77,7 +77,11 @@ class Args:
       mini_batch_size=32,
       mini_batch_length=4,
   )
-  """mini_batch_size is each half: agent windows, and as many demonstration windows."""
+  """mini_batch_size is the agent's windows per batch (see --demo-batch-size)."""
+  demo_batch_size: Optional[int] = None
+  """Demonstration windows per batch (default: mini_batch_size, the SQIL paper's half and
+  half batches). More than mini_batch_size weigh the agent's data less in the loss, as
+  the paper's lambda_samp < 1 does (lambda_samp = mini_batch_size / demo_batch_size)."""
   agent: SqlConfig = SqlConfig()
   cut_mode: str = "last"
   """How demonstration episodes are cut into sequences: drop, last, null_padding."""
@@ -205,16 +209,17 @@ def main(args: Args, **run_kwargs):
   """Trains; `run_kwargs` go to `run_experiment` (e.g. a `rollout_factory`)."""
   if not args.demos:
     raise ValueError("--demos FILE is required (record one with experiments/record_demos.py)")
+  if args.demo_batch_size is not None and args.demo_batch_size < 1:
+    raise ValueError(f"--demo-batch-size must be >= 1, got {args.demo_batch_size}")
   demos = demos_lib.load_demos(args.demos)
   if demos["env_id"] != args.train.env.env_id:
     raise ValueError(
         f"the demonstrations are of {demos['env_id']}, the run is on " f"{args.train.env.env_id}"
     )
+  demo_batch_size = args.demo_batch_size or args.train.replay.mini_batch_size
   length = args.train.replay.mini_batch_length + 1
   sequences = demos_lib.cut_episodes(demos, length, args.cut_mode)
-  batch_fn = make_sqil_batch_fn(
-      sequences, batch_size=args.train.replay.mini_batch_size, length=length
-  )
+  batch_fn = make_sqil_batch_fn(sequences, batch_size=demo_batch_size, length=length)
   return run_experiment(
       "sqil", args, functools.partial(make_sqil, config=args.agent), batch_fn=batch_fn, **run_kwargs
   )

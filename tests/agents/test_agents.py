@@ -271,7 +271,8 @@ def test_impala_atari_preset_learns_from_small_advantages():
 
 
 @pytest.mark.parametrize("jit", [False, True])
-def test_sqil_batch_fn_halves_agent_and_demonstration_windows(jit):
+@pytest.mark.parametrize("num_demo", [4, 7])  # half and half (the paper's); more demos
+def test_sqil_batch_fn_joins_agent_and_demonstration_windows(jit, num_demo):
   from offpolicy_ac.agents import make_sqil_batch_fn
 
   seq_len, num_seq, length, b = 6, 5, 3, 4
@@ -294,17 +295,24 @@ def test_sqil_batch_fn_halves_agent_and_demonstration_windows(jit):
       -jnp.ones((length, b, 2)),
       jnp.arange(b, dtype=jnp.int32)[None].repeat(length, 0),
       jnp.zeros((length, b), jnp.int32),
-      {"logits": jnp.zeros((length, b, 2))},
+      {"logits": jnp.ones((length, b, 2))},
   )
-  batch_fn = make_sqil_batch_fn(demos, batch_size=b, length=length)
+  batch_fn = make_sqil_batch_fn(demos, batch_size=num_demo, length=length)
   fn = jax.jit(batch_fn) if jit else batch_fn
   out = fn(agent_batch, jax.random.PRNGKey(0))
-  assert out.observation.shape == (length, 2 * b, 2) and out.extras["logits"].shape[1] == 2 * b
+  total = b + num_demo
+  assert out.observation.shape == (length, total, 2)
+  assert out.extras["logits"].shape == (length, total, 2)
+  for leaf in jax.tree.leaves(out):
+    assert leaf.shape[:2] == (length, total)
   np.testing.assert_array_equal(out.reward[:, :b], 0.0)  # agent half relabelled 0
   np.testing.assert_array_equal(out.observation[:, :b], agent_batch.observation)
+  np.testing.assert_array_equal(out.extras["logits"][:, :b], 1.0)  # the agent's, kept
+  np.testing.assert_array_equal(out.extras["logits"][:, b:], 0.0)  # demonstrations have none
   np.testing.assert_array_equal(out.reward[1:, b:], 1.0)  # demo half relabelled 1 (not at FIRST)
+  np.testing.assert_array_equal(out.env_id[:, :b], agent_batch.env_id)
   np.testing.assert_array_equal(out.env_id[:, b:], -1)
-  for j in range(b, 2 * b):  # each demo column is a contiguous window of one sequence
+  for j in range(b, total):  # each demo column is a contiguous window of one sequence
     first = np.asarray(out.observation[0, j, 0])
     t0, s = np.argwhere(obs[..., 0] == first)[0]
     np.testing.assert_array_equal(out.observation[:, j], obs[t0 : t0 + length, s])

@@ -228,11 +228,13 @@ def heuristic_demos(tmp_path_factory):
   return path
 
 
-def test_sqil_imitates_demonstrations_reduced_budget(tmp_path, heuristic_demos):
+@pytest.mark.parametrize("demo_batch_size", [None, 64])  # half and half; agent data at 1/2
+def test_sqil_imitates_demonstrations_reduced_budget(tmp_path, heuristic_demos, demo_batch_size):
   module = _script("sqil")
-  module.main(
-      _args(module, tmp_path, demos=str(heuristic_demos), total_env_steps=20_000, log_every=2_000)
+  args = _args(
+      module, tmp_path, demos=str(heuristic_demos), total_env_steps=20_000, log_every=2_000
   )
+  module.main(dataclasses.replace(args, demo_batch_size=demo_batch_size))
   assert _trailing_return(tmp_path) > 80
 
 
@@ -360,6 +362,14 @@ def test_sqil_refuses_demos_of_another_task(tmp_path, heuristic_demos):
   module = _script("sqil")
   with pytest.raises(ValueError, match="demonstrations are of CartPole-v1"):
     module.main(_args(module, tmp_path, demos=str(heuristic_demos), env_id="CartPole-v0"))
+
+
+def test_sqil_refuses_an_empty_demonstration_batch(tmp_path, heuristic_demos):
+  module = _script("sqil")
+  args = _args(module, tmp_path, demos=str(heuristic_demos))
+  with pytest.raises(ValueError, match="--demo-batch-size must be >= 1, got 0"):
+    module.main(dataclasses.replace(args, demo_batch_size=0))
+  assert not tmp_path.exists() or not any(tmp_path.iterdir())  # refused before the run starts
 
 
 @pytest.mark.slow

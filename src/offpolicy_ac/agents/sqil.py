@@ -5,7 +5,8 @@ The agent is SQL (`make_sql`); what makes it SQIL is the data: each update's
 batch is half demonstrations, relabelled with reward 1, and half the agent's own
 replayed experience, relabelled with reward 0, drawn from two replay buffers.
 `make_sqil_batch_fn` builds the batch transform the training loop applies to
-each sampled agent batch.
+each sampled agent batch; given more demonstration windows than agent windows, it
+weighs the agent's data less (the paper's lambda_samp < 1).
 
 Continuous actions: SQIL here is SQIL over soft Q-learning with an SVGD sampler
 (`agents/sql_continuous.py`), not the SQIL paper's SAC variant. SQIL is defined as soft
@@ -42,12 +43,15 @@ def _relabel(batch: Trajectory, is_demonstration: bool) -> Trajectory:
 
 
 def make_sqil_batch_fn(demo_sequences: Trajectory, *, batch_size: int, length: int) -> BatchFn:
-  """Returns batch_fn(agent_batch [length, batch_size], key) -> [length, 2 * batch_size].
+  """Returns batch_fn(agent_batch [length, B], key) -> [length, B + batch_size].
 
   Args:
     demo_sequences: demonstrations cut into sequences, Trajectory [L, S, ...]
       (see `offpolicy_ac.demos.cut_episodes`), L >= length.
-    batch_size: demonstration windows per batch (= the agent's half).
+    batch_size: demonstration windows per batch. The SQIL paper's batches are half and
+      half: batch_size = B, the agent's windows. With batch_size > B the agent's data
+      weigh less in the loss's mean, as the paper's lambda_samp < 1 does (B / batch_size
+      in expectation), at the same update cost for B + batch_size fixed.
     length: steps per window.
 
   Returns:
@@ -69,13 +73,18 @@ def make_sqil_batch_fn(demo_sequences: Trajectory, *, batch_size: int, length: i
 def _mix_in_demonstrations(batch_size: int, length: int, demos: Any, agent_batch: Trajectory,
                            key: jax.Array) -> Trajectory:  # fmt: skip
   """`agent_batch` relabelled with reward 0, then `batch_size` windows sampled from the
-  demonstrations' replay state `demos`, relabelled with reward 1, along the batch axis."""
+  demonstrations' replay state `demos`, relabelled with reward 1, along the batch axis.
+  The demonstrations have no behaviour extras: theirs are zeros of the agent's shapes."""
   demo_batch = replay_lib.replay_sample(demos, key, batch_size=batch_size, length=length)
+
+  def demo_shaped(x):
+    return jnp.zeros((length, batch_size) + x.shape[2:], x.dtype)
+
   demo_batch = demo_batch._replace(
       action=demo_batch.action.astype(agent_batch.action.dtype),
       observation=demo_batch.observation.astype(agent_batch.observation.dtype),
-      env_id=jnp.full_like(agent_batch.env_id, -1),
-      extras=agent_batch.extras,
+      env_id=demo_shaped(agent_batch.env_id) - 1,
+      extras=jax.tree.map(demo_shaped, agent_batch.extras),
   )
   halves = (_relabel(agent_batch, False), _relabel(demo_batch, True))
   return jax.tree.map(lambda a, d: jnp.concatenate([a, d], axis=1), *halves)
