@@ -77,14 +77,15 @@ def _mix_in_demonstrations(batch_size: int, length: int, demos: Any, agent_batch
   The demonstrations have no behaviour extras: theirs are zeros of the agent's shapes."""
   demo_batch = replay_lib.replay_sample(demos, key, batch_size=batch_size, length=length)
 
-  def demo_shaped(x):
-    return jnp.zeros((length, batch_size) + x.shape[2:], x.dtype)
+  def demo_shaped(x, fill=0):
+    """A [length, batch_size, ...] array of `fill` with the agent's leaf x's trailing shape."""
+    return jnp.full((length, batch_size) + x.shape[2:], fill, x.dtype)
 
   demo_batch = demo_batch._replace(
       action=demo_batch.action.astype(agent_batch.action.dtype),
       observation=demo_batch.observation.astype(agent_batch.observation.dtype),
-      env_id=demo_shaped(agent_batch.env_id) - 1,
+      env_id=demo_shaped(agent_batch.env_id, fill=-1),
       extras=jax.tree.map(demo_shaped, agent_batch.extras),
   )
-  halves = (_relabel(agent_batch, False), _relabel(demo_batch, True))
-  return jax.tree.map(lambda a, d: jnp.concatenate([a, d], axis=1), *halves)
+  parts = (_relabel(agent_batch, False), _relabel(demo_batch, True))
+  return jax.tree.map(lambda a, d: jnp.concatenate([a, d], axis=1), *parts)
