@@ -214,16 +214,17 @@ def enable_compilation_cache() -> Optional[str]:
   Process-wide, so the scripts' runner calls it, before anything compiles; returns the
   directory (None: no cache)."""
   chosen = jax.config.jax_compilation_cache_dir
-  if chosen is not None:  # the user's choice
-    if not chosen:
-      jax.config.update("jax_compilation_cache_dir", None)
-    return chosen or None
-  cache_home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-  path = os.path.join(cache_home, "offpolicy_ac", "jax")
-  jax.config.update("jax_compilation_cache_dir", path)
+  if chosen is not None and not chosen:  # the user's choice: no cache
+    jax.config.update("jax_compilation_cache_dir", None)
+    return None
+  if chosen is None:
+    cache_home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    chosen = os.path.join(cache_home, "offpolicy_ac", "jax")
+    jax.config.update("jax_compilation_cache_dir", chosen)
+  # Wherever the directory comes from (JAX's default threshold is 1 s).
   if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
-  return path
+  return chosen
 
 
 def _after_backend_start() -> None:
