@@ -61,3 +61,27 @@ def test_a_directory_chosen_in_code_is_kept(monkeypatch):
     assert jax.config.jax_compilation_cache_dir is None
   finally:
     jax.config.update("jax_compilation_cache_dir", before)
+
+
+def test_a_directory_from_the_environment_also_lowers_the_minimum_compile_time(monkeypatch):
+  """JAX stores only programs that compiled for 1 s by default: the runner lowers that to
+  0.2 s wherever the directory comes from (a user's JAX_COMPILATION_CACHE_DIR included)."""
+  import jax
+
+  from offpolicy_ac.training.experiment import enable_compilation_cache
+
+  monkeypatch.delenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", raising=False)
+  before_dir = jax.config.jax_compilation_cache_dir
+  before_secs = jax.config.jax_persistent_cache_min_compile_time_secs
+  try:
+    jax.config.update("jax_compilation_cache_dir", "/from/the/environment")
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+    assert enable_compilation_cache() == "/from/the/environment"
+    assert jax.config.jax_persistent_cache_min_compile_time_secs == 0.2
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+    monkeypatch.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "1.0")  # the user's
+    enable_compilation_cache()
+    assert jax.config.jax_persistent_cache_min_compile_time_secs == 1.0
+  finally:
+    jax.config.update("jax_compilation_cache_dir", before_dir)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", before_secs)
