@@ -45,43 +45,43 @@ def test_an_empty_cache_variable_turns_the_cache_off(tmp_path):
   assert not (tmp_path / "cache" / "offpolicy_ac").exists()
 
 
-def test_a_directory_chosen_in_code_is_kept(monkeypatch):
+@pytest.fixture
+def cache_config():
+  """JAX's process-wide cache settings, restored after the test."""
   import jax
 
+  names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs")
+  before = {name: getattr(jax.config, name) for name in names}
+  yield jax.config
+  for name, value in before.items():
+    jax.config.update(name, value)
+
+
+def test_a_directory_chosen_in_code_is_kept(monkeypatch, cache_config):
   from offpolicy_ac.training.experiment import enable_compilation_cache
 
   monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
-  before = jax.config.jax_compilation_cache_dir
-  try:
-    jax.config.update("jax_compilation_cache_dir", "/some/where")
-    assert enable_compilation_cache() == "/some/where"
-    assert jax.config.jax_compilation_cache_dir == "/some/where"
-    jax.config.update("jax_compilation_cache_dir", "")  # set and empty: no cache
-    assert enable_compilation_cache() is None
-    assert jax.config.jax_compilation_cache_dir is None
-  finally:
-    jax.config.update("jax_compilation_cache_dir", before)
+  cache_config.update("jax_compilation_cache_dir", "/some/where")
+  assert enable_compilation_cache() == "/some/where"
+  assert cache_config.jax_compilation_cache_dir == "/some/where"
+  cache_config.update("jax_compilation_cache_dir", "")  # set and empty: no cache
+  assert enable_compilation_cache() is None
+  assert cache_config.jax_compilation_cache_dir is None
 
 
-def test_a_directory_from_the_environment_also_lowers_the_minimum_compile_time(monkeypatch):
+def test_a_directory_from_the_environment_also_lowers_the_minimum_compile_time(
+    monkeypatch, cache_config
+):
   """JAX stores only programs that compiled for 1 s by default: the runner lowers that to
   0.2 s wherever the directory comes from (a user's JAX_COMPILATION_CACHE_DIR included)."""
-  import jax
-
   from offpolicy_ac.training.experiment import enable_compilation_cache
 
   monkeypatch.delenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", raising=False)
-  before_dir = jax.config.jax_compilation_cache_dir
-  before_secs = jax.config.jax_persistent_cache_min_compile_time_secs
-  try:
-    jax.config.update("jax_compilation_cache_dir", "/from/the/environment")
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
-    assert enable_compilation_cache() == "/from/the/environment"
-    assert jax.config.jax_persistent_cache_min_compile_time_secs == 0.2
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
-    monkeypatch.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "1.0")  # the user's
-    enable_compilation_cache()
-    assert jax.config.jax_persistent_cache_min_compile_time_secs == 1.0
-  finally:
-    jax.config.update("jax_compilation_cache_dir", before_dir)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", before_secs)
+  cache_config.update("jax_compilation_cache_dir", "/from/the/environment")
+  cache_config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+  assert enable_compilation_cache() == "/from/the/environment"
+  assert cache_config.jax_persistent_cache_min_compile_time_secs == 0.2
+  cache_config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+  monkeypatch.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "1.0")  # the user's
+  enable_compilation_cache()
+  assert cache_config.jax_persistent_cache_min_compile_time_secs == 1.0
