@@ -91,6 +91,32 @@ def test_impala_with_a_torso_each_keeps_the_value_loss_off_the_policy(spec_name,
   assert action.shape == ((obs.shape[0],) if spec.is_discrete else (obs.shape[0], 1))
 
 
+@pytest.mark.parametrize("spec_name", ["cartpole_spec", "pendulum_spec"])
+def test_impala_clipped_surrogate_takes_the_vtrace_step_on_fresh_data(spec_name, request):
+  # On the unroll the policy just acted on, every ratio pi/mu is 1 and the surrogate's
+  # gradient is V-trace's policy gradient: the first update is the same step.
+  spec = request.getfixturevalue(spec_name)
+  plain = make_impala(spec)
+  clipped = make_impala(spec, ImpalaConfig(surrogate_clip=0.2))
+  state = plain.init(jax.random.PRNGKey(0))
+  traj = _trajectory(spec, plain, state.params, jax.random.PRNGKey(2))
+  after_plain, _ = plain.update(state, traj)
+  after_clipped, metrics = clipped.update(state, traj)
+  assert all(np.isfinite(float(v)) for v in metrics.values())
+  jax.tree.map(
+      lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7),
+      after_plain.params,
+      after_clipped.params,
+  )
+  # A second step on the same unroll sees ratios away from 1: the steps now differ.
+  again_plain, _ = plain.update(after_plain, traj)
+  again_clipped, metrics = clipped.update(after_clipped, traj)
+  assert float(metrics["mean_rho"]) != pytest.approx(1.0, abs=1e-6)
+  differs = jax.tree.map(lambda a, b: bool(jnp.any(jnp.abs(a - b) > 1e-6)),
+                         again_plain.params, again_clipped.params)  # fmt: skip
+  assert any(jax.tree.leaves(differs))
+
+
 def test_impala_rejects_rho_bar_below_c_bar(cartpole_spec):
   with pytest.raises(ValueError, match="rho-bar"):
     make_impala(cartpole_spec, ImpalaConfig(clip_rho_threshold=0.5, clip_c_threshold=1.0))
@@ -98,6 +124,9 @@ def test_impala_rejects_rho_bar_below_c_bar(cartpole_spec):
     make_impala(cartpole_spec, ImpalaConfig(gamma=1.5))
   with pytest.raises(ValueError, match="torso"):
     make_impala(cartpole_spec, ImpalaConfig(torso="nature_cnn"))
+  for epsilon in (0.0, 1.0, 1.5):
+    with pytest.raises(ValueError, match="surrogate_clip"):
+      make_impala(cartpole_spec, ImpalaConfig(surrogate_clip=epsilon))
 
 
 def test_sql_acting_and_update(cartpole_spec):

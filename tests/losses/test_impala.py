@@ -80,14 +80,19 @@ def _inputs(seed, t, batch=(), *, garble=True, weights=False):
 _POS = ("v_tm1", "v_t", "r_t", "discount_t", "log_pi_tm1", "log_mu_tm1", "entropy_tm1")
 
 
-def _impala(x, hp, *, method="scan"):
-  """The loss with all hyper-parameters as (traced) arguments."""
+def _impala(x, hp, *, method="scan", surrogate_clip=None):
+  """The loss with all hyper-parameters but the static `surrogate_clip` traced."""
   return L.impala_loss(
-      *(x[k] for k in _POS), mask=x["mask"], weights=x["weights"], method=method, **hp
+      *(x[k] for k in _POS),
+      mask=x["mask"],
+      weights=x["weights"],
+      method=method,
+      surrogate_clip=surrogate_clip,
+      **hp,
   )
 
 
-def _np_reference(x, hp):
+def _np_reference(x, hp, surrogate_clip=None):
   return ref.impala_loss(
       *(x[k] for k in _POS),
       mask=x["mask"],
@@ -98,6 +103,7 @@ def _np_reference(x, hp):
       clip_rho=hp["clip_rho_threshold"],
       clip_c=hp["clip_c_threshold"],
       clip_pg=hp["clip_pg_rho_threshold"],
+      surrogate_clip=surrogate_clip,
   )
 
 
@@ -221,7 +227,7 @@ def test_impala_loss_matches_numpy_reference_fixed_shapes(maybe_jit, method):
 # -----------------------------------------------------------------------------
 
 
-def _loss_grads(x, hp):
+def _loss_grads(x, hp, surrogate_clip=None):
   def loss(v_tm1, v_t, r_t, discount_t, log_pi, log_mu, ent):
     y = dict(
         x,
@@ -233,7 +239,7 @@ def _loss_grads(x, hp):
         log_mu_tm1=log_mu,
         entropy_tm1=ent,
     )
-    return _impala(y, hp).loss
+    return _impala(y, hp, surrogate_clip=surrogate_clip).loss
 
   return jax.grad(loss, argnums=tuple(range(7)))(*(x[k] for k in _POS))
 
@@ -380,6 +386,119 @@ def test_splitting_at_junctions_changes_nothing(method):
           atol=1e-6,
           err_msg=k,
       )
+
+
+# -----------------------------------------------------------------------------
+# The clipped surrogate policy term (surrogate_clip)
+# -----------------------------------------------------------------------------
+
+
+def test_clipped_surrogate_hand_case(maybe_jit):
+  # epsilon 0.2; ratios [1.5, 0.5, 1.1, 0.5] with advantages [2, 2, -1, -3].
+  log_mu = jnp.log(jnp.array([0.2, 0.4, 0.5, 0.6]))
+  log_pi = jnp.log(jnp.array([0.3, 0.2, 0.55, 0.3]))
+  adv = jnp.array([2.0, 2.0, -1.0, -3.0])
+  fn = maybe_jit(lambda lp: L.clipped_surrogate(lp, log_mu, adv, 0.2))
+  # A > 0, r above 1.2: capped at 1.2 A. A > 0, r below 0.8: r A (the min).
+  # r inside the range: r A. A < 0, r below 0.8: capped at 0.8 A.
+  np.testing.assert_allclose(fn(log_pi), [2.4, 1.0, -1.1, -2.4], rtol=1e-6)
+  grad = jax.grad(lambda lp: jnp.sum(fn(lp)))(log_pi)
+  # d(r A)/d log pi = r A where the unclipped branch is the min, 0 where the cap holds.
+  np.testing.assert_allclose(grad, [0.0, 1.0, -1.1, 0.0], rtol=1e-6)
+
+
+def test_impala_loss_surrogate_hand_case(maybe_jit):
+  # The first hand case's V-trace (values, rewards, discounts), now with pi != mu.
+  # rho = [1.5, 0.5] is ignored by the value targets at rho-bar = c-bar = 1 only where it
+  # exceeds them: rho_0 = 1 (clipped), rho_1 = 0.5.
+  # err_1 = 0.5 * (1 + 1.5 - 2) = 0.25; err_0 = 1 * (1 + 1 - 1) + 0.5 * c_0 * err_1 with
+  # c_0 = 1: 1.125. q_0 = 1 + 0.5 * (2 + 0.25) = 2.125, q_1 = 1 + 0.5 * 3 = 2.5.
+  # A = q - v = [1.125, 0.5]; surrogate = [min(1.5, 1.2) * 1.125, 0.5 * 0.5].
+  out = maybe_jit(functools.partial(L.impala_loss, surrogate_clip=0.2))(
+      jnp.array([1.0, 2.0]),
+      jnp.array([2.0, 3.0]),
+      jnp.array([1.0, 1.0]),
+      jnp.array([0.5, 0.5]),
+      jnp.log(jnp.array([0.6, 0.2])),
+      jnp.log(jnp.array([0.4, 0.4])),
+      jnp.array([0.6, 0.4]),
+  )
+  np.testing.assert_allclose(out.vtrace_errors, [1.125, 0.25], rtol=1e-6)
+  np.testing.assert_allclose(out.policy_loss, -(1.2 * 1.125 + 0.25) / 2, rtol=1e-6)
+
+
+@FEW
+@given(
+    t=st.integers(1, 16),
+    batch=BATCH_STRAT,
+    seed=st.integers(0, 2**31),
+    weights=st.booleans(),
+    lambda_=st.sampled_from([0.0, 0.95, 1.0]),
+    clip_rho=st.sampled_from([0.5, 1.0, 2.0]),
+    epsilon=st.sampled_from([0.05, 0.2, 0.5]),
+)
+def test_impala_loss_surrogate_matches_numpy_reference(
+    t, batch, seed, weights, lambda_, clip_rho, epsilon
+):
+  x = _inputs(seed, t, batch, weights=weights)
+  hp = dict(DEFAULT_HP, lambda_=lambda_, clip_rho_threshold=clip_rho, value_weight=0.7)
+  out = jax.jit(functools.partial(_impala, surrogate_clip=epsilon))(x, hp)
+  _assert_matches(out, _np_reference(x, hp, surrogate_clip=epsilon))
+
+
+@pytest.mark.parametrize("epsilon", [0.1, 0.3])
+def test_impala_loss_surrogate_matches_numpy_reference_eager_and_jitted(maybe_jit, epsilon):
+  x = _inputs(21, 8, (3,), weights=True)
+  hp = dict(DEFAULT_HP, lambda_=0.9)
+  out = maybe_jit(functools.partial(_impala, surrogate_clip=epsilon))(x, hp)
+  _assert_matches(out, _np_reference(x, hp, surrogate_clip=epsilon))
+
+
+@pytest.mark.parametrize("weights", [False, True])
+def test_impala_loss_surrogate_gradients(weights):
+  hp = dict(DEFAULT_HP, lambda_=0.9, value_weight=0.7, entropy_weight=0.05)
+  for seed in range(3):
+    x = _inputs(seed, 8, (3,), weights=weights)
+    g = dict(zip(_POS, jax.jit(functools.partial(_loss_grads, surrogate_clip=0.2))(x, hp)))
+    expected = _np_reference(x, hp, surrogate_clip=0.2)
+    # Some steps are clipped (gradient 0) and some are not.
+    real = np.where(x["mask"], 1.0 if x["weights"] is None else x["weights"], 0.0) > 0
+    assert 0 < np.sum(expected["grad_log_pi"][real] == 0.0) < real.sum()
+    np.testing.assert_allclose(g["log_pi_tm1"], expected["grad_log_pi"], rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(g["v_tm1"], expected["grad_v_tm1"], rtol=1e-4, atol=1e-6)
+    for k in ("v_t", "r_t", "discount_t", "log_mu_tm1"):
+      np.testing.assert_array_equal(g[k], 0.0, err_msg=k)
+    for k in _POS:
+      np.testing.assert_array_equal(np.asarray(g[k])[~x["mask"]], 0.0)
+
+
+def test_impala_loss_surrogate_is_the_vtrace_policy_gradient_on_policy():
+  # At pi = mu every ratio is 1, inside any clip range: the surrogate's gradient is
+  # A grad log pi, V-trace's policy gradient with rho-bar_pg >= 1; the losses differ.
+  hp = dict(DEFAULT_HP, lambda_=0.9)
+  for seed in range(3):
+    x = _inputs(seed, 8, (3,), weights=True)
+    x["log_pi_tm1"] = x["log_mu_tm1"]
+    plain = jax.jit(_loss_grads)(x, hp)
+    clipped = jax.jit(functools.partial(_loss_grads, surrogate_clip=0.2))(x, hp)
+    for k, a, b in zip(_POS, plain, clipped):
+      np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7, err_msg=k)
+    a = jax.jit(_impala)(x, hp)
+    b = jax.jit(functools.partial(_impala, surrogate_clip=0.2))(x, hp)
+    for k in ("value_loss", "entropy", "mean_rho", "pg_advantage", "vtrace_errors"):
+      np.testing.assert_allclose(getattr(a, k), getattr(b, k), rtol=1e-6, err_msg=k)
+
+
+def test_impala_loss_surrogate_finite_with_impossible_actions_at_ignored_steps():
+  x = _inputs(4, 8, (3,), weights=True)
+  x["log_pi_tm1"] = np.where(x["mask"], x["log_pi_tm1"], -np.inf).astype(np.float32)
+  x["log_mu_tm1"] = np.where(x["mask"], x["log_mu_tm1"], -np.inf).astype(np.float32)
+  x["log_pi_tm1"][x["weights"] == 0] = -np.inf
+  fn = functools.partial(_impala, surrogate_clip=0.2)
+  out = jax.jit(fn)(x, DEFAULT_HP)
+  assert all(np.isfinite(getattr(out, k)) for k in SCALARS)
+  for g in jax.jit(functools.partial(_loss_grads, surrogate_clip=0.2))(x, DEFAULT_HP):
+    assert np.all(np.isfinite(g))
 
 
 # -----------------------------------------------------------------------------
@@ -577,6 +696,9 @@ _BAD = [
     ({}, dict(clip_c_threshold=-1.0), ValueError, "clip_c_threshold"),
     ({}, dict(clip_pg_rho_threshold=0.0), ValueError, "clip_pg_rho_threshold"),
     ({}, dict(method="reverse"), ValueError, "method"),
+    ({}, dict(surrogate_clip=0.0), ValueError, "surrogate_clip"),
+    ({}, dict(surrogate_clip=1.0), ValueError, "surrogate_clip"),
+    ({}, dict(surrogate_clip=-0.2), ValueError, "surrogate_clip"),
 ]
 
 

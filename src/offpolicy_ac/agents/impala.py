@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from typing import ClassVar
+from typing import Optional
 from typing import Sequence
 
 import jax
@@ -49,6 +50,10 @@ class ImpalaConfig:
   """c-bar: truncation of the trace coefficients (must be <= rho-bar)."""
   clip_pg_rho_threshold: float = 1.0
   """rho-bar for the policy-gradient weights."""
+  surrogate_clip: Optional[float] = None
+  """None: the paper's V-trace policy gradient. epsilon in (0, 1): PPO's clipped surrogate
+  on pi/mu with V-trace's advantages (IMPACT, Luo et al. 2020), which lets replayed
+  sequences be reused several times (`losses.impala_loss`)."""
   value_weight: float = 0.5
   """w_v, weight of the value loss."""
   entropy_weight: float = 0.01
@@ -97,6 +102,7 @@ class ImpalaConfig:
       )
     base.check_non_negative("value_weight", self.value_weight)
     base.check_non_negative("entropy_weight", self.entropy_weight)
+    losses.check_surrogate_clip(self.surrogate_clip)
 
 
 def make_impala(spec, config: ImpalaConfig = ImpalaConfig()) -> base.Agent:
@@ -150,6 +156,7 @@ def make_impala(spec, config: ImpalaConfig = ImpalaConfig()) -> base.Agent:
         clip_rho_threshold=config.clip_rho_threshold,
         clip_c_threshold=config.clip_c_threshold,
         clip_pg_rho_threshold=config.clip_pg_rho_threshold,
+        surrogate_clip=config.surrogate_clip,
     )
     r_t = li.r_t
     if discrete:

@@ -31,6 +31,8 @@ from offpolicy_ac.losses._distributions import gaussian_kl
 from offpolicy_ac.losses._distributions import gaussian_log_prob
 from offpolicy_ac.losses._distributions import importance_ratios_from_log_probs
 from offpolicy_ac.losses._impala import ImpalaLossOutput
+from offpolicy_ac.losses._impala import check_surrogate_clip
+from offpolicy_ac.losses._impala import clipped_surrogate
 from offpolicy_ac.losses._impala import impala_loss
 from offpolicy_ac.losses._impala import impala_loss_categorical
 from offpolicy_ac.losses._impala import impala_loss_gaussian
@@ -76,6 +78,8 @@ __all__ = [
     "categorical_importance_ratios",
     "categorical_kl",
     "categorical_log_prob",
+    "check_surrogate_clip",
+    "clipped_surrogate",
     "exceeds_threshold",
     "gaussian_entropy",
     "gaussian_kl",

@@ -10,6 +10,17 @@ Per step s (a real transition, weight w_s):
           - w_e * H(pi(.|x_s))
 
 loss = sum_s w_s l_s / sum_s w_s with w = weights * mask (0 if no real step).
+
+With `surrogate_clip` = epsilon, the policy term is instead PPO's clipped surrogate
+(Schulman et al. 2017, arXiv:1707.06347) on the ratio r_s = pi(a_s|x_s) / mu(a_s|x_s) and
+V-trace's advantage A_s = q_s - V(x_s), as in IMPACT (Luo et al. 2020, arXiv:1912.00167):
+
+    -min(r_s A_s, clip(r_s, 1 - epsilon, 1 + epsilon) A_s)
+
+Its gradient is r_s A_s grad log pi(a_s|x_s) while the ratio is inside the clip range, and 0
+once a step has moved the policy past it: replayed data can be reused without the policy
+drifting far from the one that acted. At r_s = 1 (fresh on-policy data) it equals the
+V-trace policy gradient's.
 """
 
 from __future__ import annotations
@@ -57,6 +68,29 @@ def step_weights(shape, mask, weights, dtype) -> jax.Array:
   return jnp.where(mask, weights, jnp.zeros((), dtype)).astype(dtype)
 
 
+def check_surrogate_clip(surrogate_clip: float | None) -> None:
+  """Raises unless `surrogate_clip` is None or an epsilon in (0, 1)."""
+  if surrogate_clip is not None and not 0.0 < surrogate_clip < 1.0:
+    raise ValueError(
+        f"`surrogate_clip` must be None (the V-trace policy gradient) or an epsilon in "
+        f"(0, 1), got {surrogate_clip}"
+    )
+
+
+def clipped_surrogate(
+    log_pi: jax.Array, log_mu: jax.Array, advantage: jax.Array, epsilon: float
+) -> jax.Array:
+  """min(r A, clip(r, 1 - epsilon, 1 + epsilon) A) per step, r = exp(log_pi - log_mu).
+
+  Gradients flow into `log_pi` only. Shapes: all [T, ...].
+  """
+  ratio = _distributions.importance_ratios_from_log_probs(
+      log_pi, jax.lax.stop_gradient(log_mu), stop_gradient=False
+  )
+  clipped = jnp.clip(ratio.rho, 1.0 - epsilon, 1.0 + epsilon)
+  return jnp.minimum(ratio.rho * advantage, clipped * advantage)
+
+
 def impala_loss(
     v_tm1: jax.Array,
     v_t: jax.Array,
@@ -74,6 +108,7 @@ def impala_loss(
     clip_rho_threshold=1.0,
     clip_c_threshold=1.0,
     clip_pg_rho_threshold=1.0,
+    surrogate_clip: float | None = None,
     method: str = "auto",
 ) -> ImpalaLossOutput:
   """IMPALA loss for any policy given log-probabilities and entropies.
@@ -95,7 +130,9 @@ def impala_loss(
     value_weight: w_v >= 0.
     entropy_weight: w_e >= 0.
     lambda_, clip_rho_threshold, clip_c_threshold, clip_pg_rho_threshold, method: as in
-      `vtrace`.
+      `vtrace` (`clip_pg_rho_threshold` is unused with `surrogate_clip`).
+    surrogate_clip: epsilon in (0, 1) of the clipped surrogate policy term (module
+      docstring); None: the V-trace policy gradient.
   """
   for name, x in [
       ("log_pi_tm1", log_pi_tm1),
@@ -106,6 +143,7 @@ def impala_loss(
     _checks.check_shape(name, x, jnp.shape(r_t), "`r_t`")
   _checks.check_non_negative("value_weight", value_weight)
   _checks.check_non_negative("entropy_weight", entropy_weight)
+  check_surrogate_clip(surrogate_clip)
   ratios = _distributions.importance_ratios_from_log_probs(
       log_pi_tm1, log_mu_tm1, stop_gradient=True
   )
@@ -124,9 +162,16 @@ def impala_loss(
       method=method,
   )
   w = step_weights(jnp.shape(r_t), mask, weights, jnp.result_type(v_tm1))
-  pg_adv = jax.lax.stop_gradient(out.pg_advantage)
   safe_log_pi = jnp.where(w > 0, log_pi_tm1, jnp.zeros((), log_pi_tm1.dtype))
-  policy_loss = weighted_mean(-pg_adv * safe_log_pi, w)
+  if surrogate_clip is None:
+    pg_adv = jax.lax.stop_gradient(out.pg_advantage)
+    policy_loss = weighted_mean(-pg_adv * safe_log_pi, w)
+  else:
+    advantage = jax.lax.stop_gradient(out.q_estimate - v_tm1)
+    safe_log_mu = jnp.where(w > 0, log_mu_tm1, jnp.zeros((), log_mu_tm1.dtype))
+    policy_loss = weighted_mean(
+        -clipped_surrogate(safe_log_pi, safe_log_mu, advantage, surrogate_clip), w
+    )
   value_loss = weighted_mean(jnp.square(out.errors), w)
   entropy = weighted_mean(entropy_tm1, w)
   loss = policy_loss + value_weight * value_loss - entropy_weight * entropy

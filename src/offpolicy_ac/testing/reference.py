@@ -326,6 +326,7 @@ def impala_loss(
     clip_rho=1.0,
     clip_c=1.0,
     clip_pg=1.0,
+    surrogate_clip=None,
 ):
   """The IMPALA loss terms and their gradients (Espeholt et al. 2018), as a dict.
 
@@ -337,6 +338,9 @@ def impala_loss(
   entropy_weight entropy. Also returns mean_rho, clipped_rho_fraction, the
   per-step V-trace outputs (pg_advantage, vtrace_errors, q_estimate), and the
   gradients grad_log_pi, grad_v_tm1, grad_entropy, all float64.
+
+  With `surrogate_clip` = epsilon the policy term is instead mean(-min(rho A, clip(rho,
+  1 - epsilon, 1 + epsilon) A)) with A = q_estimate - v_tm1 (PPO's clipped surrogate).
   """
   log_pi = np.asarray(log_pi_tm1, np.float64)
   log_mu = np.asarray(log_mu_tm1, np.float64)
@@ -350,14 +354,28 @@ def impala_loss(
   w = np.ones(shape) if weights is None else np.asarray(weights, np.float64)
   w = np.where(m, w, 0.0)
   # Loops, to keep the reference free of the library's masking tricks.
-  wf, pgf, lpf, errf, entf, rhof = (x.reshape(-1) for x in (w, pg, log_pi, err, ent, rho))
+  adv = qe - np.asarray(v_tm1, np.float64)
+  wf, pgf, lpf, errf, entf, rhof, advf = (
+      x.reshape(-1) for x in (w, pg, log_pi, err, ent, rho, adv)
+  )
   total = 0.0
   pol = val = en = mrho = clipped = 0.0
+  d_log_pi = np.zeros(wf.size)  # d (sum_s w_s policy term_s) / d log pi_s
   for i in range(wf.size):
     if wf[i] == 0:
       continue
     total += wf[i]
-    pol += wf[i] * -pgf[i] * lpf[i]
+    if surrogate_clip is None:
+      pol += wf[i] * -pgf[i] * lpf[i]
+      d_log_pi[i] = -wf[i] * pgf[i]
+    else:
+      low, high = 1.0 - surrogate_clip, 1.0 + surrogate_clip
+      unclipped = rhof[i] * advf[i]
+      bounded = min(max(rhof[i], low), high) * advf[i]
+      pol += wf[i] * -min(unclipped, bounded)
+      # d(rho A)/d log pi = rho A; the clipped branch is flat outside the range.
+      if unclipped <= bounded or low <= rhof[i] <= high:
+        d_log_pi[i] = -wf[i] * unclipped
     val += wf[i] * errf[i] ** 2
     en += wf[i] * entf[i]
     mrho += wf[i] * rhof[i]
@@ -376,7 +394,7 @@ def impala_loss(
   out["loss"] = (
       out["policy_loss"] + value_weight * out["value_loss"] - entropy_weight * out["entropy"]
   )
-  out["grad_log_pi"] = -w * pg / denom
+  out["grad_log_pi"] = d_log_pi.reshape(shape) / denom
   out["grad_v_tm1"] = -2.0 * value_weight * w * err / denom
   out["grad_entropy"] = -entropy_weight * w / denom
   return out
