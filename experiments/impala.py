@@ -32,6 +32,9 @@ class Args:
       reward_scale=0.1,
   )  # fmt: skip
   agent: ImpalaConfig = ImpalaConfig()
+  anneal_learning_rate: bool = False
+  """Decay the step size linearly to 0 over the run's updates (PPO's annealing): sets
+  --learning-rate-decay-updates from the budget."""
   resume: bool = False
   """Continue the run in --run-dir from its last checkpoint."""
   run_dir: Optional[str] = None
@@ -166,9 +169,11 @@ ENV_PRESETS = EnvPresets(
 
 def main(args: Args, **run_kwargs):
   """Trains; `run_kwargs` go to `run_experiment` (e.g. a `rollout_factory`)."""
-  return run_experiment(
-      "impala", args, functools.partial(make_impala, config=args.agent), **run_kwargs
-  )
+  agent = args.agent
+  if args.anneal_learning_rate:
+    updates = args.train.planned_updates(off_policy=agent.use_replay)
+    agent = dataclasses.replace(agent, learning_rate_decay_updates=updates)
+  return run_experiment("impala", args, functools.partial(make_impala, config=agent), **run_kwargs)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from scripts import load_script
 from offpolicy_ac import envs
 from offpolicy_ac.agents import ImpalaConfig
 from offpolicy_ac.agents import SqlConfig
+from offpolicy_ac.agents import base
 from offpolicy_ac.agents import make_impala
 from offpolicy_ac.agents import make_sql
 from offpolicy_ac.agents import make_sql_discrete
@@ -117,6 +118,28 @@ def test_impala_clipped_surrogate_takes_the_vtrace_step_on_fresh_data(spec_name,
   assert any(jax.tree.leaves(differs))
 
 
+def test_learning_rate_decays_linearly_to_zero():
+  # Adam on a constant gradient moves each parameter by about the step size: the moves
+  # fall linearly, 1e-2 (1 - k / 4) at update k, and stop after 4 updates.
+  optimizer = base.make_optimizer("adam", 1e-2, 1e3, eps=1e-12, decay_updates=4)
+  params = jnp.zeros(3)
+  opt_state = optimizer.init(params)
+  moves = []
+  for _ in range(6):
+    new, opt_state, _ = base.gradient_step(optimizer, params, opt_state, jnp.ones(3))
+    moves.append(float(jnp.mean(params - new)))
+    params = new
+  np.testing.assert_allclose(moves, [1e-2, 7.5e-3, 5e-3, 2.5e-3, 0.0, 0.0], rtol=1e-5, atol=1e-9)
+  constant = base.make_optimizer("adam", 1e-2, 1e3, eps=1e-12)
+  state = constant.init(jnp.zeros(3))
+  for _ in range(5):
+    new, state, _ = base.gradient_step(constant, jnp.zeros(3), state, jnp.ones(3))
+  np.testing.assert_allclose(-new, 1e-2, rtol=1e-5)
+  for bad in (-1, 2.5, True):
+    with pytest.raises(ValueError, match="decay_updates"):
+      base.make_optimizer("adam", 1e-2, 1.0, decay_updates=bad)
+
+
 def test_impala_rejects_rho_bar_below_c_bar(cartpole_spec):
   with pytest.raises(ValueError, match="rho-bar"):
     make_impala(cartpole_spec, ImpalaConfig(clip_rho_threshold=0.5, clip_c_threshold=1.0))
@@ -127,6 +150,9 @@ def test_impala_rejects_rho_bar_below_c_bar(cartpole_spec):
   for epsilon in (0.0, 1.0, 1.5):
     with pytest.raises(ValueError, match="surrogate_clip"):
       make_impala(cartpole_spec, ImpalaConfig(surrogate_clip=epsilon))
+  for decay in (-1, 0.5):
+    with pytest.raises(ValueError, match="learning_rate_decay_updates"):
+      make_impala(cartpole_spec, ImpalaConfig(learning_rate_decay_updates=decay))
 
 
 def test_sql_acting_and_update(cartpole_spec):

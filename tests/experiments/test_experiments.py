@@ -9,6 +9,8 @@ import json
 import subprocess
 import sys
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from scripts import EXPERIMENTS
@@ -178,6 +180,34 @@ def test_actor_critics_learn_hopper_reduced_budget(tmp_path, script, env_steps, 
   module.main(_args(module, tmp_path, preset="mujoco", env_id="Hopper-v4",
                     total_env_steps=env_steps, log_every=10_000, checkpoint_every=0))  # fmt: skip
   assert _max_smoothed_return(tmp_path, 3) > bar
+
+
+@pytest.mark.parametrize("replay", [False, True], ids=["fresh", "replayed"])
+def test_impala_anneals_the_learning_rate_over_the_runs_updates(tmp_path, replay):
+  # --anneal-learning-rate sets the decay to the run's planned updates, which are the
+  # updates the run makes: the step size reaches 0 at the last one.
+  module = _script("impala")
+  args = _args(module, tmp_path, total_env_steps=5_000, log_every=2_500, checkpoint_every=0,
+               replay_capacity=64, min_replay_size=40, num_updates_per_train_iter=3,
+               mini_batch_size=8, mini_batch_length=8)  # fmt: skip
+  args = dataclasses.replace(args, anneal_learning_rate=True,
+                             agent=dataclasses.replace(args.agent, use_replay=replay))  # fmt: skip
+  planned = args.train.planned_updates(off_policy=replay)
+  # 20 unrolls of 16 x 16 steps; replayed: 3 updates each from the 3rd (40 sequences).
+  assert planned == (54 if replay else 20)
+  result = module.main(args)
+  assert result.num_updates == planned
+  counts = [int(x) for x in jax.tree.leaves(result.agent_state.opt_state)
+            if jnp.ndim(x) == 0 and jnp.issubdtype(x.dtype, jnp.integer)]  # fmt: skip
+  assert planned in counts  # the schedule's own update count
+
+
+def test_planned_updates_refuses_whole_buffer_training():
+  config = _args(_script("impala"), "unused").train
+  assert config.planned_updates(off_policy=False) == -(-500_000 // 256)
+  envs_config = config.replace(whole_replay_buffer_training=True)
+  with pytest.raises(ValueError, match="data-dependent"):
+    envs_config.planned_updates(off_policy=True)
 
 
 # cleanrl's PPO at 1M env steps (docs/benchmarks.md): where the preset's greedy policy

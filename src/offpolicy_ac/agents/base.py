@@ -79,11 +79,24 @@ def as_batch_fn(batch_fn: Callable[[Any, jax.Array], Any]) -> BatchFn:
 
 
 def make_optimizer(
-    name: str, learning_rate: float, max_grad_norm: float, *, eps: float = 1e-5, decay: float = 0.99
+    name: str,
+    learning_rate: float,
+    max_grad_norm: float,
+    *,
+    eps: float = 1e-5,
+    decay: float = 0.99,
+    decay_updates: int = 0,
 ) -> optax.GradientTransformation:
-  """Global-norm clipping followed by Adam or RMSProp (IMPALA's)."""
+  """Global-norm clipping followed by Adam or RMSProp (IMPALA's).
+
+  `decay_updates` > 0: the step size falls linearly from `learning_rate` to 0 over that
+  many updates and stays at 0 (PPO's annealing); 0: a constant step size."""
   check_positive("learning_rate", learning_rate)
   check_positive("max_grad_norm", max_grad_norm)
+  if not isinstance(decay_updates, int) or isinstance(decay_updates, bool) or decay_updates < 0:
+    raise ValueError(f"decay_updates must be an int >= 0, got {decay_updates!r}")
+  if decay_updates:
+    learning_rate = optax.linear_schedule(learning_rate, 0.0, decay_updates)
   if name == "adam":
     opt = optax.adam(learning_rate, eps=eps)
   elif name == "rmsprop":

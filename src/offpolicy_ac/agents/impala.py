@@ -60,6 +60,9 @@ class ImpalaConfig:
   """w_e, weight of the entropy bonus."""
   learning_rate: float = 3e-3
   """Optimizer step size."""
+  learning_rate_decay_updates: int = 0
+  """> 0: the step size falls linearly to 0 over this many updates (PPO's annealing; the
+  scripts' --anneal-learning-rate sets it to the run's updates); 0: constant."""
   optimizer: str = "adam"
   """'adam' or 'rmsprop'."""
   optimizer_eps: float = 1e-5
@@ -103,6 +106,9 @@ class ImpalaConfig:
     base.check_non_negative("value_weight", self.value_weight)
     base.check_non_negative("entropy_weight", self.entropy_weight)
     losses.check_surrogate_clip(self.surrogate_clip)
+    decay = self.learning_rate_decay_updates
+    if not isinstance(decay, int) or isinstance(decay, bool) or decay < 0:
+      raise ValueError(f"learning_rate_decay_updates must be an int >= 0, got {decay!r}")
 
 
 def make_impala(spec, config: ImpalaConfig = ImpalaConfig()) -> base.Agent:
@@ -120,7 +126,11 @@ def make_impala(spec, config: ImpalaConfig = ImpalaConfig()) -> base.Agent:
       make_net, shared_torso=config.shared_torso, num_policy=1 if discrete else 2
   )
   optimizer = base.make_optimizer(
-      config.optimizer, config.learning_rate, config.max_grad_norm, eps=config.optimizer_eps
+      config.optimizer,
+      config.learning_rate,
+      config.max_grad_norm,
+      eps=config.optimizer_eps,
+      decay_updates=config.learning_rate_decay_updates,
   )
   obs_dtype = jnp.dtype(spec.observation_dtype)
 

@@ -265,6 +265,19 @@ class TrainConfig:
     """Env steps of one unroll of one pool: T x num_envs."""
     return self.env.unroll_length * self.env.num_envs
 
+  def planned_updates(self, *, off_policy: bool) -> int:
+    """Learner updates in the whole run, per seed: one per unroll of T x num_envs env
+    steps for an on-policy learner; `num_updates_per_train_iter` per unroll once
+    `min_replay_size` sequences are stored for an off-policy one (sampled updates; not
+    whole-buffer training, whose count depends on the data)."""
+    if off_policy and self.replay.whole_replay_buffer_training:
+      raise ValueError("whole-replay-buffer training makes a data-dependent number of updates")
+    unrolls = -(-self.budget.total_env_steps // self.steps_per_unroll)
+    if not off_policy:
+      return unrolls
+    filling = -(-self.replay.min_replay_size // self.env.num_envs)  # unrolls to fill
+    return max(0, unrolls - max(filling, 1) + 1) * self.replay.num_updates_per_train_iter
+
   @property
   def eval_interval(self) -> int:
     """Env steps between greedy evaluations (0: none): `eval.eval_every` when set, else
