@@ -8,7 +8,8 @@
     python experiments/sql.py --preset pendulum --run-dir runs/sql-pendulum
     python experiments/record_demos.py --run-dir runs/sql-pendulum --out pendulum.npz
     python experiments/sqil.py --preset pendulum --demos pendulum.npz   # continuous actions
-    python experiments/impala.py --env-id HalfCheetah-v4 --num-seeds 3 --run-dir runs/impala-hc
+    python experiments/impala.py --env-id HalfCheetah-v4 --preset mujoco-pg --num-seeds 3 \
+        --run-dir runs/impala-hc
     python experiments/record_demos.py --run-dir runs/impala-hc/seed1 --out hc.npz \
         --action-box-fraction 0.9   # the best seed: some stop near 1,000, others pass 3,000
     python experiments/sqil.py --env-id HalfCheetah-v4 --demos hc.npz   # the halfcheetah preset
