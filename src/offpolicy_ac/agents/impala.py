@@ -61,8 +61,9 @@ class ImpalaConfig:
   learning_rate: float = 3e-3
   """Optimizer step size."""
   learning_rate_decay_updates: int = 0
-  """> 0: the step size falls linearly to 0 over this many updates (PPO's annealing; the
-  scripts' --anneal-learning-rate sets it to the run's updates); 0: constant."""
+  """> 0: the step size falls linearly to 0 over this many updates (PPO's annealing;
+  `experiments/impala.py --anneal-learning-rate` sets it to the run's updates); 0:
+  constant."""
   optimizer: str = "adam"
   """'adam' or 'rmsprop'."""
   optimizer_eps: float = 1e-5

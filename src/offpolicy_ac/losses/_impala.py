@@ -20,7 +20,7 @@ V-trace's advantage A_s = q_s - V(x_s), as in IMPACT (Luo et al. 2020, arXiv:191
 Its gradient is r_s A_s grad log pi(a_s|x_s) while the ratio is inside the clip range, and 0
 once a step has moved the policy past it: replayed data can be reused without the policy
 drifting far from the one that acted. At r_s = 1 (fresh on-policy data) it equals the
-V-trace policy gradient's.
+V-trace policy gradient's (with rho-bar_pg >= 1).
 """
 
 from __future__ import annotations
