@@ -205,9 +205,9 @@ def test_impala_anneals_the_learning_rate_over_the_runs_updates(tmp_path, replay
 def test_planned_updates_refuses_whole_buffer_training():
   config = _args(_script("impala"), "unused").train
   assert config.planned_updates(off_policy=False) == -(-500_000 // 256)
-  envs_config = config.replace(whole_replay_buffer_training=True)
+  whole = config.replace(whole_replay_buffer_training=True)
   with pytest.raises(ValueError, match="data-dependent"):
-    envs_config.planned_updates(off_policy=True)
+    whole.planned_updates(off_policy=True)
 
 
 # cleanrl's PPO at 1M env steps (docs/benchmarks.md): where the preset's greedy policy

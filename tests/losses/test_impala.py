@@ -408,9 +408,8 @@ def test_clipped_surrogate_hand_case(maybe_jit):
 
 
 def test_impala_loss_surrogate_hand_case(maybe_jit):
-  # The first hand case's V-trace (values, rewards, discounts), now with pi != mu.
-  # rho = [1.5, 0.5] is ignored by the value targets at rho-bar = c-bar = 1 only where it
-  # exceeds them: rho_0 = 1 (clipped), rho_1 = 0.5.
+  # The first hand case's values, rewards and discounts, now with rho = pi / mu = [1.5, 0.5];
+  # V-trace truncates rho_0 and c_0 to rho-bar = c-bar = 1.
   # err_1 = 0.5 * (1 + 1.5 - 2) = 0.25; err_0 = 1 * (1 + 1 - 1) + 0.5 * c_0 * err_1 with
   # c_0 = 1: 1.125. q_0 = 1 + 0.5 * (2 + 0.25) = 2.125, q_1 = 1 + 0.5 * 3 = 2.5.
   # A = q - v = [1.125, 0.5]; surrogate = [min(1.5, 1.2) * 1.125, 0.5 * 0.5].
