@@ -126,9 +126,7 @@ class AcerConfig:
     base.check_non_negative("value_weight", self.value_weight)
     base.check_non_negative("entropy_weight", self.entropy_weight)
     for name, low in (("replay_ratio", 0), ("sdn_samples", 1), ("sdn_hidden_size", 1)):
-      value = getattr(self, name)
-      if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+      base.check_int(name, getattr(self, name), low)
     if not self.hidden_sizes or any(
         isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in self.hidden_sizes
     ):

@@ -93,8 +93,7 @@ def make_optimizer(
   many updates and stays at 0 (PPO's annealing); 0: a constant step size."""
   check_positive("learning_rate", learning_rate)
   check_positive("max_grad_norm", max_grad_norm)
-  if not isinstance(decay_updates, int) or isinstance(decay_updates, bool) or decay_updates < 0:
-    raise ValueError(f"decay_updates must be an int >= 0, got {decay_updates!r}")
+  check_int("decay_updates", decay_updates, 0)
   if decay_updates:
     learning_rate = optax.linear_schedule(learning_rate, 0.0, decay_updates)
   if name == "adam":
@@ -145,6 +144,12 @@ def check_positive(name: str, value: float) -> None:
     return
   if not value > 0:
     raise ValueError(f"{name} must be > 0, got {value}")
+
+
+def check_int(name: str, value: int, low: int) -> None:
+  """Raises unless `value` is an int (not a bool) >= `low` (static settings: counts)."""
+  if isinstance(value, bool) or not isinstance(value, int) or value < low:
+    raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
 
 
 def check_non_negative(name: str, value: float) -> None:

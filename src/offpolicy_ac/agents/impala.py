@@ -107,9 +107,7 @@ class ImpalaConfig:
     base.check_non_negative("value_weight", self.value_weight)
     base.check_non_negative("entropy_weight", self.entropy_weight)
     losses.check_surrogate_clip(self.surrogate_clip)
-    decay = self.learning_rate_decay_updates
-    if not isinstance(decay, int) or isinstance(decay, bool) or decay < 0:
-      raise ValueError(f"learning_rate_decay_updates must be an int >= 0, got {decay!r}")
+    base.check_int("learning_rate_decay_updates", self.learning_rate_decay_updates, 0)
 
 
 def make_impala(spec, config: ImpalaConfig = ImpalaConfig()) -> base.Agent:

@@ -101,9 +101,7 @@ class SqlConfig:
     if not isinstance(self.n_step, int) or self.n_step < 1:
       raise ValueError(f"n_step must be an int >= 1, got {self.n_step!r}")
     for name, low in (("num_value_samples", 1), ("num_particles", 2)):
-      value = getattr(self, name)
-      if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+      base.check_int(name, getattr(self, name), low)
     base.check_non_negative("value_proposal_std", self.value_proposal_std)
     if self.value_proposal_std > 0.0 and self.num_value_samples < 2:
       raise ValueError(
@@ -111,9 +109,7 @@ class SqlConfig:
           f"around the sampler's action: it needs num_value_samples >= 2, got "
           f"{self.num_value_samples}"
       )
-    value = self.num_q_networks
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-      raise ValueError(f"num_q_networks must be an int >= 1, got {value!r}")
+    base.check_int("num_q_networks", self.num_q_networks, 1)
     moved = self.num_updated_particles
     if not 1 <= moved < self.num_particles:
       raise ValueError(
