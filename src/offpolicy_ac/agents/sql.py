@@ -98,8 +98,7 @@ class SqlConfig:
     base.check_in("epsilon", self.epsilon, 0.0, 1.0)
     base.check_in("lambda_", self.lambda_, 0.0, 1.0)
     base.check_in("target_update_tau", self.target_update_tau, 1e-9, 1.0)
-    if not isinstance(self.n_step, int) or self.n_step < 1:
-      raise ValueError(f"n_step must be an int >= 1, got {self.n_step!r}")
+    base.check_int("n_step", self.n_step, 1)
     for name, low in (("num_value_samples", 1), ("num_particles", 2)):
       base.check_int(name, getattr(self, name), low)
     base.check_non_negative("value_proposal_std", self.value_proposal_std)
