@@ -77,6 +77,10 @@ class Args:
       mini_batch_length=4,
   )
   agent: SqlConfig = SqlConfig()
+  learning_rate_cooldown: float = 0.0
+  """> 0: the step size falls linearly to 0 over this last fraction of the run's updates
+  (1: over the whole run); sets --learning-rate-decay-begin and --learning-rate-decay-updates
+  from the budget. 0: as those two say (by default a constant step size)."""
   resume: bool = False
   """Continue the run in --run-dir from its last checkpoint."""
   run_dir: Optional[str] = None
@@ -228,7 +232,13 @@ ENV_PRESETS = EnvPresets(
 
 def main(args: Args, **run_kwargs):
   """Trains; `run_kwargs` go to `run_experiment` (e.g. a `rollout_factory`)."""
-  return run_experiment("sql", args, functools.partial(make_sql, config=args.agent), **run_kwargs)
+  agent = args.agent
+  if args.learning_rate_cooldown:
+    begin, updates = args.train.cooldown_updates(args.learning_rate_cooldown, off_policy=True)
+    agent = dataclasses.replace(
+        agent, learning_rate_decay_begin=begin, learning_rate_decay_updates=updates
+    )
+  return run_experiment("sql", args, functools.partial(make_sql, config=agent), **run_kwargs)
 
 
 if __name__ == "__main__":

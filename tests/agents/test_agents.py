@@ -140,6 +140,25 @@ def test_learning_rate_decays_linearly_to_zero():
       base.make_optimizer("adam", 1e-2, 1.0, decay_updates=bad)
 
 
+def test_learning_rate_cools_down_after_decay_begin():
+  # 1e-2 for the first decay_begin = 3 updates, then 1e-2 (1 - k / 2) at update 3 + k:
+  # the rate reaches 0 decay_updates = 2 updates after it began to fall.
+  optimizer = base.make_optimizer("adam", 1e-2, 1e3, eps=1e-12, decay_updates=2, decay_begin=3)
+  params = jnp.zeros(3)
+  opt_state = optimizer.init(params)
+  moves = []
+  for _ in range(7):
+    new, opt_state, _ = base.gradient_step(optimizer, params, opt_state, jnp.ones(3))
+    moves.append(float(jnp.mean(params - new)))
+    params = new
+  np.testing.assert_allclose(moves, [1e-2, 1e-2, 1e-2, 1e-2, 5e-3, 0.0, 0.0], rtol=1e-5, atol=1e-9)
+  for bad in (-1, 2.5, True):
+    with pytest.raises(ValueError, match="decay_begin"):
+      base.make_optimizer("adam", 1e-2, 1.0, decay_updates=2, decay_begin=bad)
+  with pytest.raises(ValueError, match="needs decay_updates > 0"):
+    base.make_optimizer("adam", 1e-2, 1.0, decay_begin=3)
+
+
 def test_impala_rejects_rho_bar_below_c_bar(cartpole_spec):
   with pytest.raises(ValueError, match="rho-bar"):
     make_impala(cartpole_spec, ImpalaConfig(clip_rho_threshold=0.5, clip_c_threshold=1.0))

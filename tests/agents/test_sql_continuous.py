@@ -115,6 +115,25 @@ def test_update_moves_both_networks_and_the_target_by_tau(pendulum_spec):
   assert not bool(jnp.all(new_state.key == state.key))
 
 
+@pytest.mark.parametrize("spec_name", ["pendulum_spec", "cartpole_spec"])
+def test_the_step_size_cools_down_to_zero(request, spec_name):
+  # Full steps for the first 2 updates, half a step at the 3rd, none from the 4th on: the
+  # networks move on updates 1 to 3 and stay where they are on the 4th and 5th (both
+  # agents, every network, each with its own optimizer state).
+  spec = request.getfixturevalue(spec_name)
+  config = SqlConfig(learning_rate_decay_begin=1, learning_rate_decay_updates=2)
+  agent = make_sql(spec, config)
+  state = agent.init(jax.random.PRNGKey(0))
+  traj = _trajectory(spec, agent, state.params, jax.random.PRNGKey(1))
+  moved = []
+  for _ in range(5):
+    new_state, _ = agent.update(state, traj)
+    changed = jax.tree.map(lambda a, b: bool(jnp.any(a != b)), state.params, new_state.params)
+    moved.append(any(jax.tree.leaves(changed)))
+    state = new_state
+  assert moved == [True, True, True, False, False]
+
+
 def test_mixture_value_proposal_changes_only_the_targets(pendulum_spec):
   """value_proposal_std > 0: the same update, but the soft value of the targets is
   estimated from a mixture around the sampler's action, so Q's loss differs."""
@@ -374,6 +393,12 @@ def test_agents_refuse_the_other_action_space(pendulum_spec, cartpole_spec):
         (dict(value_proposal_std=0.1, num_value_samples=1), "num_value_samples >= 2"),
         (dict(num_q_networks=0), "num_q_networks must be an int >= 1"),
         (dict(num_q_networks=2.0), "num_q_networks must be an int >= 1"),
+        (dict(learning_rate_decay_updates=-1), "learning_rate_decay_updates must be an int >= 0"),
+        (
+            dict(learning_rate_decay_updates=4, learning_rate_decay_begin=0.5),
+            "learning_rate_decay_begin must be an int >= 0",
+        ),
+        (dict(learning_rate_decay_begin=10), "needs learning_rate_decay_updates > 0"),
     ],
 )
 def test_continuous_settings_are_validated(pendulum_spec, cartpole_spec, bad, message):

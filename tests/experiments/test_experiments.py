@@ -202,6 +202,38 @@ def test_impala_anneals_the_learning_rate_over_the_runs_updates(tmp_path, replay
   assert planned in counts  # the schedule's own update count
 
 
+def test_sql_cools_the_learning_rate_down_over_the_last_updates(tmp_path):
+  # --learning-rate-cooldown 0.25: the step size is constant for the first 3/4 of the
+  # planned updates, which are the updates the run makes, and reaches 0 at the last one.
+  module = _script("sql")
+  args = _args(module, tmp_path, preset="pendulum", total_env_steps=2_000, log_every=1_000,
+               eval_every=0, checkpoint_every=0)  # fmt: skip
+  args = dataclasses.replace(args, learning_rate_cooldown=0.25)
+  planned = args.train.planned_updates(off_policy=True)
+  # 63 unrolls of 4 x 8 steps, 16 updates each from the 8th (32 sequences stored).
+  assert planned == 56 * 16
+  assert args.train.cooldown_updates(0.25, off_policy=True) == (672, 224)
+  result = module.main(args)
+  assert result.num_updates == planned
+  counts = [int(x) for x in jax.tree.leaves(result.agent_state.opt_state)
+            if jnp.ndim(x) == 0 and jnp.issubdtype(x.dtype, jnp.integer)]  # fmt: skip
+  assert counts.count(planned) == 4  # Adam's and the schedule's, of Q and of the sampler
+
+
+def test_cooldown_updates_are_a_fraction_of_the_planned_updates():
+  config = _args(_script("impala"), "unused").train
+  updates = config.planned_updates(off_policy=False)
+  assert config.cooldown_updates(1.0, off_policy=False) == (0, updates)  # PPO's annealing
+  assert config.cooldown_updates(0.1, off_policy=False) == (updates - 195, 195)
+  assert config.cooldown_updates(1e-9, off_policy=False) == (updates - 1, 1)
+  for bad in (0.0, -0.1, 1.5, float("nan"), True):
+    with pytest.raises(ValueError, match="cool-down is a fraction"):
+      config.cooldown_updates(bad, off_policy=False)
+  with pytest.raises(ValueError, match="learning-rate cool-down"):
+    main_args = dataclasses.replace(_args(_script("sql"), "unused"), learning_rate_cooldown=2.0)
+    _script("sql").main(main_args)
+
+
 def test_planned_updates_refuses_whole_buffer_training():
   config = _args(_script("impala"), "unused").train
   assert config.planned_updates(off_policy=False) == -(-500_000 // 256)

@@ -86,16 +86,28 @@ def make_optimizer(
     eps: float = 1e-5,
     decay: float = 0.99,
     decay_updates: int = 0,
+    decay_begin: int = 0,
 ) -> optax.GradientTransformation:
   """Global-norm clipping followed by Adam or RMSProp (IMPALA's).
 
-  `decay_updates` > 0: the step size falls linearly from `learning_rate` to 0 over that
-  many updates and stays at 0 (PPO's annealing); 0: a constant step size."""
+  `decay_updates` > 0: the step size stays at `learning_rate` for the first `decay_begin`
+  updates, then falls linearly to 0 over `decay_updates` updates and stays at 0
+  (`decay_begin` = 0: PPO's annealing over the run; > 0: a cool-down at its end); the
+  optimizer state then also counts the updates. `decay_updates` = 0: a constant step size
+  (`decay_begin` must be 0)."""
   check_positive("learning_rate", learning_rate)
   check_positive("max_grad_norm", max_grad_norm)
   check_int("decay_updates", decay_updates, 0)
+  check_int("decay_begin", decay_begin, 0)
+  if decay_begin and not decay_updates:
+    raise ValueError(
+        f"decay_begin ({decay_begin}) is the update at which the step size starts to fall: "
+        "it needs decay_updates > 0"
+    )
   if decay_updates:
-    learning_rate = optax.linear_schedule(learning_rate, 0.0, decay_updates)
+    learning_rate = optax.linear_schedule(
+        learning_rate, 0.0, decay_updates, transition_begin=decay_begin
+    )
   if name == "adam":
     opt = optax.adam(learning_rate, eps=eps)
   elif name == "rmsprop":

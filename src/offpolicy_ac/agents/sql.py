@@ -56,6 +56,13 @@ class SqlConfig:
   """If > 0, soft lambda-returns over the sampled window instead of n-step."""
   learning_rate: float = 1e-3
   """Adam step size."""
+  learning_rate_decay_updates: int = 0
+  """> 0: after the first `learning_rate_decay_begin` updates, the step size falls
+  linearly to 0 over this many updates (`experiments/sql.py --learning-rate-cooldown`
+  sets both from the budget); 0: constant."""
+  learning_rate_decay_begin: int = 0
+  """Updates at the full step size before it starts to fall (with
+  `learning_rate_decay_updates` > 0)."""
   optimizer: str = "adam"
   """'adam' or 'rmsprop'."""
   max_grad_norm: float = 10.0
@@ -109,6 +116,13 @@ class SqlConfig:
           f"{self.num_value_samples}"
       )
     base.check_int("num_q_networks", self.num_q_networks, 1)
+    base.check_int("learning_rate_decay_updates", self.learning_rate_decay_updates, 0)
+    base.check_int("learning_rate_decay_begin", self.learning_rate_decay_begin, 0)
+    if self.learning_rate_decay_begin and not self.learning_rate_decay_updates:
+      raise ValueError(
+          f"learning_rate_decay_begin ({self.learning_rate_decay_begin}) is the update at "
+          "which the step size starts to fall: it needs learning_rate_decay_updates > 0"
+      )
     moved = self.num_updated_particles
     if not 1 <= moved < self.num_particles:
       raise ValueError(
@@ -121,6 +135,18 @@ class SqlConfig:
   def num_updated_particles(self) -> int:
     """Continuous: the particles SVGD moves, int(num_particles * svgd_update_ratio)."""
     return int(self.num_particles * self.svgd_update_ratio)
+
+
+def make_sql_optimizer(config: SqlConfig):
+  """The optimizer of SQL's networks (each network gets its own state): clipping, then
+  Adam or RMSProp with the config's step size and its decay."""
+  return base.make_optimizer(
+      config.optimizer,
+      config.learning_rate,
+      config.max_grad_norm,
+      decay_updates=config.learning_rate_decay_updates,
+      decay_begin=config.learning_rate_decay_begin,
+  )
 
 
 def make_sql(spec, config: SqlConfig = SqlConfig(), *, name: str = "sql") -> base.Agent:
@@ -144,7 +170,7 @@ def make_sql_discrete(spec, config: SqlConfig = SqlConfig(), *, name: str = "sql
   base.check_discrete(spec, name.upper())
   torso = networks.make_torso(config.torso, spec.observation_shape, config.hidden_sizes)
   net = networks.QNetwork(torso, spec.num_actions)
-  optimizer = base.make_optimizer(config.optimizer, config.learning_rate, config.max_grad_norm)
+  optimizer = make_sql_optimizer(config)
   obs_dtype = jnp.dtype(spec.observation_dtype)
   num_actions = spec.num_actions
 

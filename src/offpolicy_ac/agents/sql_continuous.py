@@ -48,6 +48,7 @@ from offpolicy_ac import losses
 from offpolicy_ac import networks
 from offpolicy_ac.agents import base
 from offpolicy_ac.agents.sql import SqlConfig
+from offpolicy_ac.agents.sql import make_sql_optimizer
 from offpolicy_ac.envs import loss_inputs
 
 SQUASH_EPS = 1e-6
@@ -88,7 +89,7 @@ def make_sql_continuous(spec, config: SqlConfig = SqlConfig(), *, name: str = "s
   sampler = networks.AmortizedSampler(
       networks.make_torso(config.torso, obs_shape, ()), d, tuple(config.hidden_sizes)
   )
-  optimizer = base.make_optimizer(config.optimizer, config.learning_rate, config.max_grad_norm)
+  optimizer = make_sql_optimizer(config)
   obs_dtype = jnp.dtype(spec.observation_dtype)
   num_q = config.num_q_networks
   num_fixed = config.num_particles - config.num_updated_particles

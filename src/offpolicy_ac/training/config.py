@@ -278,6 +278,19 @@ class TrainConfig:
     filling = -(-self.replay.min_replay_size // self.env.num_envs)  # unrolls to fill
     return max(0, unrolls - max(filling, 1) + 1) * self.replay.num_updates_per_train_iter
 
+  def cooldown_updates(self, fraction: float, *, off_policy: bool) -> tuple[int, int]:
+    """(decay_begin, decay_updates): a step size that falls linearly to 0 over the last
+    `fraction` (in (0, 1]) of the run's planned updates (1: PPO's annealing over the whole
+    run), in updates, as `agents.base.make_optimizer` takes them."""
+    if isinstance(fraction, bool) or not 0.0 < fraction <= 1.0:
+      raise ValueError(
+          f"the learning-rate cool-down is a fraction of the run's updates in (0, 1], got "
+          f"{fraction!r}"
+      )
+    updates = self.planned_updates(off_policy=off_policy)
+    decay = max(1, round(fraction * updates))
+    return max(0, updates - decay), decay
+
   @property
   def eval_interval(self) -> int:
     """Env steps between greedy evaluations (0: none): `eval.eval_every` when set, else
