@@ -385,7 +385,8 @@ def test_sqil_halfcheetah_preset_trains_from_demonstrations_inside_the_box(tmp_p
 
 def test_sql_mujoco_preset_trains_as_it_is(tmp_path):
   """The hopper preset as it is (two Q networks, the mixture proposal, half an update per
-  env step, alpha / reward scale = 1 / 10) for 2,048 env steps."""
+  env step, alpha / reward scale = 1 / 10, the step size's cool-down) for 2,048 env
+  steps."""
   sql = _script("sql")
   result = sql.main(_args(sql, tmp_path, preset="hopper", total_env_steps=2_048,
                           log_every=1_024, eval_every=0, checkpoint_every=0))  # fmt: skip

@@ -110,6 +110,8 @@ def test_sql_selects_the_reward_scale_per_mujoco_task(env_id, preset, reward_sca
   # preset literals are written).
   assert args.agent.alpha == float(f"{args.train.transform.reward_scale / reward_scale:.2g}")
   assert args.agent.num_q_networks == 2 and args.agent.num_particles == 16
+  # Hopper's preset cools the step size down over the last 10% of the updates.
+  assert args.learning_rate_cooldown == (0.1 if preset == "hopper" else 0.0)
 
 
 def test_sqil_selects_its_halfcheetah_preset(capsys):
