@@ -118,17 +118,23 @@ def test_impala_clipped_surrogate_takes_the_vtrace_step_on_fresh_data(spec_name,
   assert any(jax.tree.leaves(differs))
 
 
-def test_learning_rate_decays_linearly_to_zero():
-  # Adam on a constant gradient moves each parameter by about the step size: the moves
-  # fall linearly, 1e-2 (1 - k / 4) at update k, and stop after 4 updates.
-  optimizer = base.make_optimizer("adam", 1e-2, 1e3, eps=1e-12, decay_updates=4)
+def _moves(optimizer, updates):
+  """How far each of `updates` optimizer steps on a constant gradient moves the parameters:
+  with Adam, about the step size of that update."""
   params = jnp.zeros(3)
   opt_state = optimizer.init(params)
   moves = []
-  for _ in range(6):
+  for _ in range(updates):
     new, opt_state, _ = base.gradient_step(optimizer, params, opt_state, jnp.ones(3))
     moves.append(float(jnp.mean(params - new)))
     params = new
+  return moves
+
+
+def test_learning_rate_decays_linearly_to_zero():
+  # The moves fall linearly, 1e-2 (1 - k / 4) at update k, and stop after 4 updates.
+  optimizer = base.make_optimizer("adam", 1e-2, 1e3, eps=1e-12, decay_updates=4)
+  moves = _moves(optimizer, 6)
   np.testing.assert_allclose(moves, [1e-2, 7.5e-3, 5e-3, 2.5e-3, 0.0, 0.0], rtol=1e-5, atol=1e-9)
   constant = base.make_optimizer("adam", 1e-2, 1e3, eps=1e-12)
   state = constant.init(jnp.zeros(3))
@@ -144,13 +150,7 @@ def test_learning_rate_cools_down_after_decay_begin():
   # 1e-2 for the first decay_begin = 3 updates, then 1e-2 (1 - k / 2) at update 3 + k:
   # the rate reaches 0 decay_updates = 2 updates after it began to fall.
   optimizer = base.make_optimizer("adam", 1e-2, 1e3, eps=1e-12, decay_updates=2, decay_begin=3)
-  params = jnp.zeros(3)
-  opt_state = optimizer.init(params)
-  moves = []
-  for _ in range(7):
-    new, opt_state, _ = base.gradient_step(optimizer, params, opt_state, jnp.ones(3))
-    moves.append(float(jnp.mean(params - new)))
-    params = new
+  moves = _moves(optimizer, 7)
   np.testing.assert_allclose(moves, [1e-2, 1e-2, 1e-2, 1e-2, 5e-3, 0.0, 0.0], rtol=1e-5, atol=1e-9)
   for bad in (-1, 2.5, True):
     with pytest.raises(ValueError, match="decay_begin"):
