@@ -100,7 +100,7 @@ PRESETS = {
     # mujoco preset's 3e-4 and 0.01 the policy's standard deviation kept growing and each
     # of 3 seeds stopped near 900; in a screen on seeds 100 and 101, Adam 1e-3 with a
     # weight of 0.001 or 0 ended at 1,530 to 1,760 (3e-4: 930 to 2,210). On Hopper-v4 and
-    # Walker2d-v4 these settings did worse than the mujoco preset (docs/benchmarks.md).
+    # Walker2d-v4 these settings did worse than the mujoco preset (results/notes/mujoco.md).
     "halfcheetah": dataclasses.replace(
         _MUJOCO,
         agent=dataclasses.replace(_MUJOCO.agent, learning_rate=1e-3, entropy_weight=0.001),

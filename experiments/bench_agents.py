@@ -33,7 +33,7 @@ import tyro
 EXPERIMENTS = pathlib.Path(__file__).resolve().parent
 
 # DI-engine 0.5.3 as the reference (env steps, seconds to 195 on CartPole-v0; medians of 5
-# seeds, measured on a 2-core CPU; see docs/bench/agents.md).
+# seeds, measured on a 2-core CPU; see results/cartpole/agents.md).
 PEER_V0 = {
     "impala": (22_800, 12.0),
     "acer": (39_400, 14.8),

@@ -1,7 +1,7 @@
 """Asynchronous actors against the synchronous loop and raw envpool stepping (IMPALA, CPU).
 
     python experiments/bench_async.py                                   # CartPole and Pong
-    python experiments/bench_async.py --tasks Pong-v5 --repeats 5 --out docs/bench/async_cpu
+    python experiments/bench_async.py --tasks Pong-v5 --repeats 5 --out results/speed/async_cpu
     python experiments/bench_async.py --cartpole-steps 20000 --pong-steps 3000 --repeats 1
 
 It answers two questions: how many env steps per second the asynchronous loop gains over
@@ -130,7 +130,7 @@ class Args:
   seed: int = 0
   """Seed of agents and environments (the same in every repeat)."""
   out: Optional[str] = None
-  """Also write OUT.txt and OUT.json (e.g. docs/bench/async_cpu). Default: print only."""
+  """Also write OUT.txt and OUT.json (e.g. results/speed/async_cpu). Default: print only."""
 
 
 # ---------------------------------------------------------------------------- set-up

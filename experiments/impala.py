@@ -64,7 +64,7 @@ _MUJOCO_PG = Args(
 # from about 8 times); the policy term is PPO's clipped surrogate (epsilon 0.2) on V-trace's
 # advantages (IMPACT), so that reuse cannot drift the policy far from the one that acted;
 # Adam 3e-4 annealed to 0 over the run. Chosen by 2-seed screens on Hopper and Walker2d of
-# updates {8, 32, 64} x lr {2e-4 ... 1e-3}, with and without annealing (docs/benchmarks.md).
+# updates {8, 32, 64} x lr {2e-4 ... 1e-3}, with and without annealing (results/notes/mujoco.md).
 _MUJOCO = dataclasses.replace(
     _MUJOCO_PG,
     train=_MUJOCO_PG.train.replace(

@@ -36,7 +36,7 @@ per 64 env steps). Record the demonstrations inside the box (`record_demos.py
 --action-box-fraction 0.9`): the tanh sampler does not reach a Gaussian policy's
 bang-bang actions, and from those every run fell to a return of about 0. Budget 300k env
 steps (the imitation library's SQIL with SAC: 1,401 at 300k); docs/benchmarks.md has the
-runs. From a stronger demonstrator (SQL's, docs/bench/mujoco_halfcheetah_sql_demos.npz,
+runs. From a stronger demonstrator (SQL's, results/mujoco_sqil/mujoco_halfcheetah_sql_demos.npz,
 return 6,392) weigh the agent's data less and learn faster: with `--mini-batch-size 16
 --demo-batch-size 48 --alpha 0.025 --learning-rate 8e-4` 5 seeds pass 80% of it within
 300k env steps (greedy IQM at 300k: 86%).
