@@ -16,8 +16,8 @@ from typing import Optional
 
 import tyro
 
-from offpolicy_ac.training import plotting
-from offpolicy_ac.training import statistics
+from offpolicy_ac.analysis import plotting
+from offpolicy_ac.analysis import statistics
 
 
 @dataclasses.dataclass(frozen=True)

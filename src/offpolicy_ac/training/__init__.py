@@ -1,5 +1,6 @@
 """The training driver, its configuration, evaluation, and the run directory."""
 
+from offpolicy_ac.analysis.plotting import plot_runs
 from offpolicy_ac.training.anakin import AnakinState
 from offpolicy_ac.training.anakin import CompiledTrain
 from offpolicy_ac.training.anakin import make_train
@@ -31,7 +32,6 @@ from offpolicy_ac.training.logger import write_config
 from offpolicy_ac.training.loop import RunResult
 from offpolicy_ac.training.loop import train
 from offpolicy_ac.training.metrics_io import read_metrics
-from offpolicy_ac.training.plotting import plot_runs
 from offpolicy_ac.training.runs import LoadedRun
 from offpolicy_ac.training.runs import load_run
 from offpolicy_ac.training.sources import make_training_rollout

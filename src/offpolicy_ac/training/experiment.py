@@ -42,6 +42,7 @@ import flax.serialization
 import jax
 
 from offpolicy_ac.agents.registry import AGENTS
+from offpolicy_ac.analysis.plotting import plot_runs
 from offpolicy_ac.training import sweeps
 from offpolicy_ac.training.config import TrainConfig
 from offpolicy_ac.training.evaluation import describe_protocol
@@ -56,7 +57,6 @@ from offpolicy_ac.training.loop import RunResult
 from offpolicy_ac.training.loop import train
 from offpolicy_ac.training.parallel import ensure_cpu_devices
 from offpolicy_ac.training.parallel import initialize_distributed
-from offpolicy_ac.training.plotting import plot_runs
 from offpolicy_ac.training.sources import RolloutFactory
 from offpolicy_ac.training.sources import make_training_rollout
 

@@ -23,10 +23,10 @@ from typing import Any
 from typing import Optional
 from typing import Protocol
 
+from offpolicy_ac.analysis.plotting import plot_runs
 from offpolicy_ac.training import metrics_io
 from offpolicy_ac.training.metrics_io import METRICS_FILE
 from offpolicy_ac.training.metrics_io import jsonable
-from offpolicy_ac.training.plotting import plot_runs
 
 
 class Logger(Protocol):

@@ -103,8 +103,8 @@ def plot_lanes(name: str, config: TrainConfig, root: pathlib.Path, lanes: list[L
   seeds ran). A sweep: one line per setting, the IQM over its seeds with a 95% bootstrap
   interval (<env_id>.png), and the settings' final scores as a table, printed and written
   to sweep_summary.txt."""
-  from offpolicy_ac.training import plotting
-  from offpolicy_ac.training import statistics
+  from offpolicy_ac.analysis import plotting
+  from offpolicy_ac.analysis import statistics
 
   if not config.budget.sweep:
     plotting.plot_runs([lane.run_dir for lane in lanes], root / "learning_curves.png",

@@ -12,8 +12,8 @@ import pytest
 from rliable import metrics as rly_metrics
 from scripts import load_script
 
+from offpolicy_ac.analysis import statistics as S
 from offpolicy_ac.training import TrainConfig
-from offpolicy_ac.training import statistics as S
 from offpolicy_ac.training.metrics_io import encode_line
 from offpolicy_ac.training.metrics_io import jsonable
 

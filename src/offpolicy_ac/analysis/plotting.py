@@ -1,5 +1,5 @@
 """Learning curves from metrics.jsonl: one run, several overlaid (mean and spread), or
-the IQM curves of groups of runs with their bootstrap intervals (`training.statistics`)."""
+the IQM curves of groups of runs with their bootstrap intervals (`analysis.statistics`)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,8 @@ from typing import Sequence
 
 import numpy as np
 
-from offpolicy_ac.training.metrics_io import read_metrics
-
 if TYPE_CHECKING:
-  from offpolicy_ac.training.statistics import GroupCurve
+  from offpolicy_ac.analysis.statistics import GroupCurve
 
 
 def _series(records: list[dict], key: str) -> tuple[np.ndarray, np.ndarray]:
@@ -40,6 +38,10 @@ def plot_runs(
   # A bare Figure draws with Agg without pyplot: the process's matplotlib backend (a
   # notebook's inline one, say) is left as it was.
   from matplotlib.figure import Figure
+
+  # The format of metrics.jsonl is training's (metrics_io), and training imports this package
+  # (plot_runs): imported here, on use, so that either package can be imported first.
+  from offpolicy_ac.training.metrics_io import read_metrics
 
   fig = Figure(figsize=(7, 4.2))
   ax = fig.subplots()

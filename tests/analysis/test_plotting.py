@@ -2,7 +2,7 @@
 
 import matplotlib
 
-from offpolicy_ac.training import plot_runs
+from offpolicy_ac.analysis import plot_runs
 from offpolicy_ac.training.metrics_io import encode_line
 
 
@@ -31,3 +31,9 @@ def test_plot_runs_writes_pngs_and_keeps_the_matplotlib_backend(tmp_path):
     assert not list(tmp_path.glob("*.tmp.png"))
   finally:
     matplotlib.use(before)
+
+
+def test_training_still_exports_plot_runs():
+  from offpolicy_ac import training
+
+  assert training.plot_runs is plot_runs

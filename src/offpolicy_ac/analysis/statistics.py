@@ -42,9 +42,6 @@ from typing import Sequence
 
 import numpy as np
 
-from offpolicy_ac.training.metrics_io import METRICS_FILE
-from offpolicy_ac.training.metrics_io import read_metrics
-
 __all__ = [
     "IGNORED_FIELDS",
     "CurveEstimate",
@@ -179,6 +176,10 @@ def find_runs(paths: Sequence[str | os.PathLike]) -> list[pathlib.Path]:
   Raises:
     ValueError: a path does not exist, or no run directory is found.
   """
+  # The format of metrics.jsonl is training's (metrics_io), and training imports this package
+  # (plot_runs): imported here, on use, so that either package can be imported first.
+  from offpolicy_ac.training.metrics_io import METRICS_FILE
+
   found = set()
   for p in map(pathlib.Path, paths):
     if not p.exists():
@@ -334,6 +335,8 @@ def group_curve(
   Raises:
     ValueError: a run logged no value of the metric.
   """
+  from offpolicy_ac.training.metrics_io import read_metrics  # on use: see `find_runs`
+
   records = [read_metrics(r.run_dir) for r in group.runs]
   if metric is None:
     has_eval = all(_series(rs, "eval_return")[0].size for rs in records)
