@@ -83,8 +83,8 @@ def atari_protocol(task_id: str, **envpool_kwargs: Any) -> AtariProtocol:
   Raises:
     ValueError: not an Atari task, or options envpool refuses.
   """
-  envpool = _envpool_env._check_task_id(task_id)
-  kwargs = _envpool_env._atari_kwargs(envpool, task_id, True, envpool_kwargs)
+  envpool = _envpool_env.check_task_id(task_id)
+  kwargs = _envpool_env.atari_kwargs(envpool, task_id, True, envpool_kwargs)
   pool_spec = _envpool_env.pool_spec_of(envpool, task_id, 1, kwargs)
   config = pool_spec.config
   return AtariProtocol(
@@ -107,7 +107,7 @@ def time_limit(task_id: str, **envpool_kwargs: Any) -> int:
   Raises:
     ValueError: unknown task id.
   """
-  envpool = _envpool_env._check_task_id(task_id)
+  envpool = _envpool_env.check_task_id(task_id)
   return int(
       _envpool_env.pool_spec_of(envpool, task_id, 1, envpool_kwargs).config.max_episode_steps
   )

@@ -573,7 +573,9 @@ def _spec_from_spaces(
   raise ValueError(f"{task_id}: unsupported action space {act_space}")
 
 
-def _check_task_id(task_id: Any) -> Any:
+def check_task_id(task_id: Any) -> Any:
+  """The envpool module, once `task_id` is known to be one of its task ids (ValueError
+  otherwise, with the closest ids as a hint)."""
   envpool = _envpool()
   if not isinstance(task_id, str):
     raise ValueError(f"task_id must be a str, got {task_id!r}")
@@ -600,7 +602,7 @@ def is_atari(task_id: str) -> bool:
   Raises:
     ValueError: unknown task id.
   """
-  return _is_atari(_check_task_id(task_id), task_id)
+  return _is_atari(check_task_id(task_id), task_id)
 
 
 def _pool_kwargs(
@@ -642,7 +644,7 @@ def make(task_id: str, num_envs: int, seed: int, **envpool_kwargs: Any) -> EnvPo
     ValueError: unknown task id, bad num_envs / seed / batch_size, unknown envpool option,
       or an unsupported observation or action space.
   """
-  envpool = _check_task_id(task_id)
+  envpool = check_task_id(task_id)
   if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
     raise ValueError(f"seed must be a non-negative int, got {seed!r}")
   for key in _RESERVED_KWARGS[:2]:
@@ -665,7 +667,7 @@ def make(task_id: str, num_envs: int, seed: int, **envpool_kwargs: Any) -> EnvPo
   return EnvPoolEnv(pool, spec_, atari=_is_atari(envpool, task_id))
 
 
-def _atari_kwargs(envpool: Any, task_id: str, train: bool, envpool_kwargs: dict[str, Any]):
+def atari_kwargs(envpool: Any, task_id: str, train: bool, envpool_kwargs: dict[str, Any]):
   """The Atari preset's envpool options with `envpool_kwargs` on top (checks the id)."""
   if not _is_atari(envpool, task_id):
     raise ValueError(f"make_atari expects an envpool Atari id such as 'Pong-v5', got {task_id!r}")
@@ -689,8 +691,8 @@ def make_atari(
     train: episodic life and reward clipping on (training) or off (evaluation).
     **envpool_kwargs: override any preset option, or add others (batch_size, ...).
   """
-  envpool = _check_task_id(task_id)
-  return make(task_id, num_envs, seed, **_atari_kwargs(envpool, task_id, train, envpool_kwargs))
+  envpool = check_task_id(task_id)
+  return make(task_id, num_envs, seed, **atari_kwargs(envpool, task_id, train, envpool_kwargs))
 
 
 def spec(task_id: str, *, atari: bool = False, num_envs: int = 1, **envpool_kwargs: Any) -> EnvSpec:
@@ -711,11 +713,11 @@ def spec(task_id: str, *, atari: bool = False, num_envs: int = 1, **envpool_kwar
   Raises:
     ValueError: as `make` / `make_atari` would for these arguments.
   """
-  envpool = _check_task_id(task_id)
+  envpool = check_task_id(task_id)
   if "seed" in envpool_kwargs:
     raise ValueError("spec() takes no seed: the spec does not depend on it")
   if atari:
-    envpool_kwargs = _atari_kwargs(envpool, task_id, True, envpool_kwargs)
+    envpool_kwargs = atari_kwargs(envpool, task_id, True, envpool_kwargs)
   pool_spec = pool_spec_of(envpool, task_id, num_envs, envpool_kwargs)
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", UserWarning)  # gymnasium's float64 Box casting notes
