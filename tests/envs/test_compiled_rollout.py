@@ -123,7 +123,7 @@ BATCHED_SCRIPT = textwrap.dedent("""
     sys.path.insert(0, sys.argv[2])
     from rollout_checks import random_act, run_batched_unrolls
     from offpolicy_ac import envs
-    from offpolicy_ac.envs import _rollout as rollout_module
+    from offpolicy_ac.envs import _rollout_base
     from offpolicy_ac.envs import _xla_rollout as xla_module
 
     out = {}
@@ -133,7 +133,7 @@ BATCHED_SCRIPT = textwrap.dedent("""
         # slack 0: the column buffers start with T+1 rows, so they must grow.
         # lead 0: environments with their T+1 rows are parked while a batch stays in flight.
         xla_module._BATCHED_EXTRA_ROWS_PER_STEP = slack
-        rollout_module._MAX_LEAD_ROWS_PER_STEP = lead
+        _rollout_base.MAX_LEAD_ROWS_PER_STEP = lead
         # lead 0: one worker thread, so that envpool returns environments in the order they
         # were sent, which the bound on the lead in run_batched_unrolls assumes.
         threads = {"num_threads": 1} if lead == 0 else {}
@@ -155,7 +155,7 @@ BATCHED_SCRIPT = textwrap.dedent("""
             assert parked >= 3, "the parking path ran"
         out[(num_envs, batch_size, T, slack, lead)] = (trajs, stats, state.num_pending, ahead)
     xla_module._BATCHED_EXTRA_ROWS_PER_STEP = 1
-    rollout_module._MAX_LEAD_ROWS_PER_STEP = 1
+    _rollout_base.MAX_LEAD_ROWS_PER_STEP = 1
 
     # Atari preset, batched stepping: shapes and dtypes.
     def rand(params, obs, key):

@@ -18,7 +18,7 @@ from offpolicy_ac import envs
 from offpolicy_ac.envs import FIRST
 from offpolicy_ac.envs import LAST
 from offpolicy_ac.envs import MID
-from offpolicy_ac.envs import _rollout as rollout_module
+from offpolicy_ac.envs import _rollout_base
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
@@ -76,7 +76,7 @@ def test_batched_rollout_columns_are_environments(num_envs, batch_size, T, lead,
   # With 5 envs in batches of 3 some environments get ahead (the steps carried over to the
   # next unroll), then start the next unroll's buffers; T = 1 is the shortest unroll.
   # lead 0 parks every environment that has its T+1 rows, whenever a batch stays in flight.
-  monkeypatch.setattr(rollout_module, "_MAX_LEAD_ROWS_PER_STEP", lead)
+  monkeypatch.setattr(_rollout_base, "MAX_LEAD_ROWS_PER_STEP", lead)
   k = 6 if T > 1 else 30
   # With lead 0 the bound on how far a column gets ahead assumes that envpool returns the
   # environments in the order they were sent, which only one worker thread guarantees.
@@ -213,14 +213,14 @@ def test_furthest_ahead_holds_the_leaders_within_the_budget():
   count = np.array([3, 9, 5, 12, 9])
   batch = np.array([1, 2, 3, 4])
   # Envs 1, 3, 4 have >= 9 rows; furthest first (env 3), ties in batch order (1 before 4).
-  np.testing.assert_array_equal(rollout_module.furthest_ahead(batch, count, 9, 5), [2, 0, 3])
-  np.testing.assert_array_equal(rollout_module.furthest_ahead(batch, count, 9, 2), [2, 0])
-  assert rollout_module.furthest_ahead(batch, count, 9, 0).size == 0
-  assert rollout_module.furthest_ahead(batch, count, 13, 4).size == 0
+  np.testing.assert_array_equal(_rollout_base.furthest_ahead(batch, count, 9, 5), [2, 0, 3])
+  np.testing.assert_array_equal(_rollout_base.furthest_ahead(batch, count, 9, 2), [2, 0])
+  assert _rollout_base.furthest_ahead(batch, count, 9, 0).size == 0
+  assert _rollout_base.furthest_ahead(batch, count, 13, 4).size == 0
 
 
 def test_parked_actions_send_the_rest_and_keep_the_held():
-  parked, sent = rollout_module.ParkedActions(), []
+  parked, sent = _rollout_base.ParkedActions(), []
   assert parked.state() is None and parked.count == 0
   send = lambda action, env_id: sent.append((action.tolist(), env_id.tolist()))  # noqa: E731
   parked.hold(np.array([1, 2, 3, 4]), np.array([10, 20, 30, 40]), np.array([2, 0]), send)

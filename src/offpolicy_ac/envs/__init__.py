@@ -49,12 +49,12 @@ from offpolicy_ac.envs._functional_rollout import FunctionalRollout
 from offpolicy_ac.envs._functional_rollout import FunctionalRolloutState
 from offpolicy_ac.envs._functional_rollout import finished_episodes
 from offpolicy_ac.envs._functional_rollout import make_functional_rollout
-from offpolicy_ac.envs._rollout import ActFn
-from offpolicy_ac.envs._rollout import Backend
-from offpolicy_ac.envs._rollout import Rollout
-from offpolicy_ac.envs._rollout import RolloutState
-from offpolicy_ac.envs._rollout import default_device
+from offpolicy_ac.envs._host_rollout import RolloutState
 from offpolicy_ac.envs._rollout import make_rollout
+from offpolicy_ac.envs._rollout_base import ActFn
+from offpolicy_ac.envs._rollout_base import Backend
+from offpolicy_ac.envs._rollout_base import Rollout
+from offpolicy_ac.envs._rollout_base import default_device
 from offpolicy_ac.envs._timestep import FIRST
 from offpolicy_ac.envs._timestep import LAST
 from offpolicy_ac.envs._timestep import MID

@@ -38,7 +38,7 @@ import numpy as np
 
 from offpolicy_ac.envs._functional import FunctionalEnv
 from offpolicy_ac.envs._functional import FunctionalEnvState
-from offpolicy_ac.envs._rollout import ActFn
+from offpolicy_ac.envs._rollout_base import ActFn
 from offpolicy_ac.envs._timestep import ENV_ID_DTYPE
 from offpolicy_ac.envs._timestep import FIRST
 from offpolicy_ac.envs._timestep import LAST

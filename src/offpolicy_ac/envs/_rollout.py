@@ -12,23 +12,13 @@ index 0 of the next, and transitions [0, T) of consecutive unrolls tile the stre
 step lost or counted twice. Column b of every unroll is environment `env_id == b`, with
 batched stepping (`batch_size < num_envs`) too.
 
-The host backend (this module) is a Python loop. Between calls every environment has
-exactly one action in flight (or parked, below): the action at its newest collected step.
-`unroll` repeats: `recv_raw()` -> one jitted call that splits the key and runs
-`act(params, obs, key)` -> the action and behaviour outputs to host -> `send()` (validate,
-clip, hand to envpool) -> keep the step's arrays. After the loop the steps are placed into
-`[rows, num_envs, ...]` buffers (one copy per field, a scatter keyed by env_id when stepping
-is batched), and FIRST/MID/LAST, reward 0 at FIRST, discounts and episode statistics are
-computed once per unroll, vectorised over the block (`EnvPoolEnv.convert_block`, the code
-`recv()` uses). Without batched stepping an unroll is exactly T iterations (T+1 after
-`init`). With batched stepping environments progress at different speeds; the ones that get
-ahead keep stepping, and their extra steps are carried in the state as the beginning of the
-next unroll, keyed by env_id. An environment more than T rows ahead is parked: its action is
-held back (and sent first by the next unroll) while enough others stay in flight to fill a
-batch (fewer, and `recv` would block forever), which bounds the rows carried over.
+The backends, one module each, import the shared `_rollout_base.py` and not each other:
 
-The compiled backend (`_xla_rollout.py`) runs the same loop inside one XLA computation per
-unroll, through envpool's XLA interface. It gives the same trajectories, but takes only
+* host (`_host_rollout.py`): a Python recv/act/send loop, one jitted policy call per step.
+* compiled (`_xla_rollout.py`): the same loop inside one XLA computation per unroll,
+  through envpool's XLA interface.
+
+The compiled backend gives the same trajectories as the host backend, but takes only
 int32/float32 actions (MuJoCo tasks take float64), reports an invalid action only after the
 unroll, and runs the policy on the first CPU device. The host backend takes any action
 dtype, rejects a bad action before it is stepped, and runs the policy wherever JAX puts it.
@@ -37,106 +27,27 @@ The policy's action is stored as returned by `act` (continuous actions before cl
 environment receives them clipped to bounds), so behaviour log-probabilities in `extras`
 match the stored action.
 
-State is explicit but the environments are not: a state may be used once. The host loop
-rejects a stale state (one already consumed by `unroll`, or from before `init`).
-
-On a small CPU the host loop's per-step policy call is several times cheaper with
-`jax.config.update("jax_cpu_enable_async_dispatch", False)` at process start (a
-process-wide setting this library does not touch; docs/envs_notes.md).
+State is explicit but the environments are not: a state may be used once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from collections.abc import Sequence
-import itertools
 from typing import Any
-from typing import Literal
-from typing import NamedTuple
 
 import jax
 import numpy as np
 
 from offpolicy_ac.envs._envpool_env import EnvPoolEnv
-from offpolicy_ac.envs._timestep import ENV_ID_DTYPE
+from offpolicy_ac.envs._host_rollout import host_rollout
+from offpolicy_ac.envs._rollout_base import ActFn
+from offpolicy_ac.envs._rollout_base import Backend
+from offpolicy_ac.envs._rollout_base import Rollout
+from offpolicy_ac.envs._rollout_base import default_device
 from offpolicy_ac.envs._timestep import EpisodeStats
-from offpolicy_ac.envs._timestep import check_int
 from offpolicy_ac.envs._trajectory import Trajectory
+from offpolicy_ac.envs._xla_rollout import compiled_rollout
 
-__all__ = ["ActFn", "Backend", "Rollout", "RolloutState", "default_device", "make_rollout"]
-
-ActFn = Callable[[Any, jax.Array, jax.Array], tuple[jax.Array, Any]]
-"""`act(params, obs [B, *obs_shape], key) -> (action [B, *action_shape], extras)`, extras a
-pytree of [B, ...] arrays (behaviour-policy outputs)."""
-
-Backend = Literal["host", "compiled"]
-"""`make_rollout`'s backends: the Python recv/act/send loop, or one compiled loop per
-unroll through envpool's XLA interface."""
-
-_generation = itertools.count(1)
-
-# Batched stepping: an environment is parked once it has this many rows per step of the
-# unroll beyond the unroll's T+1 (the carried steps and their age stay bounded). Tests set 0.
-_MAX_LEAD_ROWS_PER_STEP = 1
-
-
-class RolloutState(NamedTuple):
-  """What carries over between unrolls of the host backend (NumPy arrays, and the key).
-
-  Attributes:
-    key: PRNG key for the next policy call.
-    pending: Trajectory of [P, num_envs, ...]: steps already collected for the next
-      unroll; row 0 of column b is the shared boundary step of env b (index T of the
-      previous unroll), later rows exist only with batched stepping, for environments
-      that got ahead. Empty (P = 0) right after `init`.
-    num_pending: [num_envs] int, how many rows of `pending` are valid per environment.
-      The action of the newest one is in flight, or parked.
-    generation: identifies the live state; a stale one is rejected.
-    parked: batched stepping: (env_id [p], action [p, ...]) of environments whose newest
-      action was held back because they were too far ahead; the next unroll sends them
-      first. None when nothing is parked.
-  """
-
-  key: jax.Array
-  pending: Trajectory | None
-  num_pending: np.ndarray
-  generation: int
-  parked: tuple[np.ndarray, np.ndarray] | None = None
-
-
-class Rollout(NamedTuple):
-  """A rollout of either backend (from `make_rollout`).
-
-  Attributes:
-    init: `init(params, key) -> state`: resets the environments. The compiled backend
-      takes the first action inside `init` (so every unroll is one loop of exactly T
-      steps), with these parameters; the host backend ignores them.
-    unroll: `unroll(params, state) -> (state, Trajectory, EpisodeStats)`: the trajectory
-      `[T+1, num_envs, ...]` (NumPy, or JAX arrays on the default device with
-      `to_device`) and the episodes finished while it ran (returns are raw game scores
-      for the Atari preset). The state type depends on the backend (`RolloutState`,
-      `XlaRolloutState`, `XlaBatchedRolloutState`).
-    env: the `EnvPoolEnv` it steps (closed by its owner, not by the rollout).
-    unroll_length: T.
-    backend: "host" or "compiled".
-  """
-
-  init: Callable[[Any, jax.Array], Any]
-  unroll: Callable[[Any, Any], tuple[Any, Trajectory, EpisodeStats]]
-  env: EnvPoolEnv
-  unroll_length: int
-  backend: str
-
-
-def default_device() -> jax.Device:
-  """The device uncommitted JAX arrays go to (`jax_default_device`, else the first local
-  device of the default backend): where `to_device=True` puts trajectories."""
-  device = jax.config.jax_default_device
-  if device is None:
-    return jax.local_devices()[0]
-  if isinstance(device, str):
-    return jax.local_devices(backend=device)[0]
-  return device
+__all__ = ["make_rollout"]
 
 
 def make_rollout(
@@ -169,12 +80,10 @@ def make_rollout(
       actions).
   """
   if backend == "host":
-    init, unroll = _host_rollout(env, act_fn, unroll_length)
+    init, unroll = host_rollout(env, act_fn, unroll_length)
     put = jax.device_put  # NumPy to the default device
   elif backend == "compiled":
-    from offpolicy_ac.envs import _xla_rollout  # it builds on this module
-
-    init, unroll = _xla_rollout.compiled_rollout(env, act_fn, unroll_length)
+    init, unroll = compiled_rollout(env, act_fn, unroll_length)
     put = lambda traj: jax.device_put(traj, default_device())  # noqa: E731
   else:
     raise ValueError(f"backend must be 'host' or 'compiled', got {backend!r}")
@@ -184,283 +93,3 @@ def make_rollout(
     return state, put(traj) if to_device else jax.tree.map(np.asarray, traj), stats
 
   return Rollout(init, unroll_to, env, int(unroll_length), backend)
-
-
-def _check_batch_leaf(name: str, leaf: np.ndarray, batch: int) -> None:
-  if leaf.ndim < 1 or leaf.shape[0] != batch:
-    raise ValueError(
-        f"act must return arrays with a leading batch axis of {batch}; {name} has shape "
-        f"{leaf.shape}"
-    )
-
-
-def _place_steps(
-    fields: list[Sequence[np.ndarray]],
-    env_id: np.ndarray,
-    lo: np.ndarray,
-    min_rows: int,
-    carried: list[np.ndarray | None],
-) -> tuple[list[np.ndarray], np.ndarray]:
-  """Places steps collected in any environment order into per-environment columns.
-
-  Step j (row j of the concatenated fields) is the next step of environment `env_id[j]`;
-  the steps of one environment are in time order. Environment e's steps go to rows
-  lo[e], lo[e] + 1, ... of column e, after the rows carried over.
-
-  Args:
-    fields: per field, a sequence of arrays whose concatenation along axis 0 is [K, ...].
-    env_id: [K] int, the environment of each step.
-    lo: [num_envs] int, how many rows of each column are carried over.
-    min_rows: the buffers have at least this many rows.
-    carried: per field, None or [P, num_envs, ...] with rows [0, lo[e]) of column e valid.
-
-  Returns:
-    (per field a new [R, num_envs, ...] buffer, zero where nothing was placed;
-    count [num_envs] = lo + the number of steps of each environment),
-    R = max(min_rows, count.max()).
-  """
-  n = lo.shape[0]
-  k = env_id.shape[0]
-  start = int(lo[0]) * n
-  # Whole batches in env_id order (no batched stepping) fill rows [lo, lo + K / n) of
-  # every column: one copy.
-  contiguous = (
-      k % n == 0
-      and (lo == lo[0]).all()
-      and np.array_equal(env_id.reshape(k // n, n), np.broadcast_to(np.arange(n), (k // n, n)))
-  )
-  if contiguous:
-    count = lo + k // n
-  else:
-    new = np.bincount(env_id, minlength=n)
-    count = lo + new
-    order = np.argsort(env_id, kind="stable")
-    sorted_id = env_id[order]
-    row = np.empty((k,), np.int64)
-    row[order] = lo[sorted_id] + np.arange(k) - (np.cumsum(new) - new)[sorted_id]
-    flat = row * n + env_id
-  rows = max(min_rows, int(count.max()))
-  bufs = []
-  for parts, old in zip(fields, carried, strict=True):
-    buf = np.zeros((rows, n, *parts[0].shape[1:]), parts[0].dtype)
-    if old is not None:
-      buf[: old.shape[0]] = old
-    view = buf.reshape(rows * n, *buf.shape[2:])
-    if contiguous:
-      np.concatenate(parts, out=view[start : start + k])
-    else:
-      view[flat] = parts[0] if len(parts) == 1 else np.concatenate(parts)
-    bufs.append(buf)
-  return bufs, count
-
-
-def _split_unroll(
-    columns: list[np.ndarray], extras_tree: Any, count: np.ndarray, unroll_length: int
-) -> tuple[Trajectory, Trajectory]:
-  """(rows [0, T] as the unroll's Trajectory, rows [T, count.max()) as the steps carried
-  into the next unroll), from [R, num_envs, ...] columns ordered as `Trajectory`'s fields
-  without env_id: step_type, reward, discount, observation, action, *extras leaves."""
-  T = unroll_length
-  n = count.shape[0]
-  env_ids = np.broadcast_to(np.arange(n, dtype=ENV_ID_DTYPE), (columns[0].shape[0], n))
-  fields = [*columns[:4], env_ids, *columns[4:]]
-
-  def as_traj(arrays: list[np.ndarray]) -> Trajectory:
-    return Trajectory(*arrays[:6], extras=jax.tree.unflatten(extras_tree, arrays[6:]))
-
-  extra_rows = int(count.max()) - T  # >= 1: row T is the shared boundary
-  unroll = as_traj(
-      [np.ascontiguousarray(x[: T + 1]) if x is env_ids else x[: T + 1] for x in fields]
-  )
-  return unroll, as_traj([x[T : T + extra_rows].copy() for x in fields])
-
-
-def furthest_ahead(
-    env_id: np.ndarray, count: np.ndarray, threshold: int, budget: int
-) -> np.ndarray:
-  """Parking (batched stepping): positions in the batch `env_id` of the environments to hold back,
-  those with at least `threshold` rows (`count` [num_envs]), furthest ahead first, at
-  most `budget` of them (the rest must be sent to keep a batch in flight)."""
-  ahead = np.flatnonzero(count[env_id] >= threshold)
-  if budget <= 0 or not ahead.size:
-    return ahead[:0]
-  return ahead[np.argsort(-count[env_id[ahead]], kind="stable")[:budget]]
-
-
-class ParkedActions:
-  """Parking within one unroll (batched stepping): the actions held back (see
-  `furthest_ahead`), shared by the host loop and the compiled loop's host side."""
-
-  def __init__(self) -> None:
-    self._ids: list[np.ndarray] = []
-    self._actions: list[np.ndarray] = []
-    self.count = 0  # environments parked so far
-
-  def hold(
-      self,
-      env_id: np.ndarray,
-      action: np.ndarray,
-      held: np.ndarray,
-      send: Callable[[np.ndarray, np.ndarray], None],
-  ) -> None:
-    """Sends the batch's actions (`send(action, env_id)`) except those at positions
-    `held`, which are kept."""
-    keep = np.ones(env_id.shape, bool)
-    keep[held] = False
-    if keep.any():
-      send(action[keep], env_id[keep])
-    self._ids.append(env_id[held])
-    self._actions.append(action[held])
-    self.count += held.shape[0]
-
-  def state(self) -> tuple[np.ndarray, np.ndarray] | None:
-    """(env_id [p], action [p, ...]) of every parked environment (the `parked` field
-    of the rollout states), or None."""
-    if not self._ids:
-      return None
-    return np.concatenate(self._ids), np.concatenate(self._actions)
-
-
-def check_rollout_args(env: Any, act_fn: Any, unroll_length: Any) -> int:
-  """Validates the arguments shared by both backends; returns T as an int."""
-  if not isinstance(env, EnvPoolEnv):
-    raise ValueError(f"env must be an EnvPoolEnv (from envs.make), got {type(env).__name__}")
-  if not callable(act_fn):
-    raise ValueError("act_fn must be callable: act(params, obs, key) -> (action, extras)")
-  return check_int("unroll_length", unroll_length)
-
-
-def _host_rollout(env: EnvPoolEnv, act_fn: ActFn, unroll_length: int) -> tuple[
-    Callable[[Any, jax.Array], RolloutState],
-    Callable[[Any, RolloutState], tuple[RolloutState, Trajectory, EpisodeStats]],
-]:
-  """The host backend of `make_rollout`: (init, unroll), NumPy trajectories."""
-  T = check_rollout_args(env, act_fn, unroll_length)
-  spec = env.spec
-  n, b = spec.num_envs, spec.batch_size
-  batched = spec.is_batched
-  atari = env.is_atari
-  all_ids = np.arange(n, dtype=ENV_ID_DTYPE)
-  max_lead = int(_MAX_LEAD_ROWS_PER_STEP * T)
-  live = {"generation": 0}
-  extras_def: list[Any] = []  # the treedef of act's extras, found when tracing
-
-  @jax.jit
-  def policy_step(params, obs, key):
-    key, sub = jax.random.split(key)
-    action, extras = act_fn(params, obs, sub)
-    leaves, treedef = jax.tree.flatten(extras)
-    extras_def[:] = [treedef]
-    return key, action, tuple(leaves)
-
-  def init(params: Any, key: jax.Array) -> RolloutState:
-    del params  # the first action is taken by the first unroll
-    env.async_reset()
-    live["generation"] = next(_generation)
-    return RolloutState(key, None, np.zeros((n,), np.int64), live["generation"])
-
-  def check_outputs(action: np.ndarray, extras: list[np.ndarray], pending: Any) -> None:
-    """act's outputs at the first step of an unroll: batch axes, and the same extras
-    structure as the steps carried over (`pending`)."""
-    if pending is None:
-      for name, leaf in (("action", action), *(("an extras leaf", x) for x in extras)):
-        _check_batch_leaf(name, leaf, b)
-    elif len(jax.tree.leaves(pending.extras)) != len(extras):
-      raise ValueError("act returned extras with a different structure than before")
-
-  def park(
-      env_id: np.ndarray, action: np.ndarray, count: np.ndarray, parked: ParkedActions
-  ) -> None:
-    """Sends the batch's actions, except those of environments more than
-    `max_lead` rows ahead of the unroll's T+1, which are parked (sent by the next unroll)
-    as long as the environments left in flight still fill a batch. Environments that
-    happen to step faster (on Pong some do, steadily) would otherwise collect ever more
-    rows ahead: memory and the age of carried steps would grow without bound."""
-    if count[env_id].max() < T + 1 + max_lead:  # the usual case: nobody too far ahead
-      env.send(action)
-      return
-    if count.min() >= T + 1:  # the unroll is complete: nothing more to receive
-      budget = env_id.shape[0]
-    else:  # keep at least a batch in flight, or the next recv would never return
-      budget = env.num_in_flight + env_id.shape[0] - b
-    held = furthest_ahead(env_id, count, T + 1 + max_lead, budget)
-    if held.size:
-      parked.hold(env_id, action, held, env.send)
-    else:
-      env.send(action)
-
-  def unroll(params: Any, state: RolloutState) -> tuple[RolloutState, Trajectory, EpisodeStats]:
-    if not isinstance(state, RolloutState):
-      raise ValueError(f"unroll expects a RolloutState, got {type(state).__name__}")
-    if state.generation != live["generation"]:
-      raise ValueError(
-          "stale RolloutState: each state can be unrolled once (the environments have "
-          "moved on); use the state returned by the last unroll, or init() again"
-      )
-    live["generation"] = next(_generation)
-    key, pending = state.key, state.pending
-    lo = state.num_pending  # rows [0, lo) of each column were collected before
-    # The loop only collects. Each step's arrays are kept as they are (envpool hands out
-    # new arrays on every recv, and the policy's outputs are immutable) and placed into
-    # the [rows, num_envs, ...] buffers once, after the loop.
-    steps: list[tuple[np.ndarray, ...]] = []  # (env_id, observation, raw..., action, *extras)
-    remaining = T + 1 - int(lo[0])  # not batched: steps still to collect
-    count = lo.copy()  # batched: steps collected per environment
-    checked = False
-    parked = ParkedActions()
-    if state.parked is not None:
-      env.send(state.parked[1], state.parked[0])
-    while (count.min() < T + 1) if batched else (remaining > 0):
-      raw = env.recv_raw()
-      key, action, extras = policy_step(params, raw.obs, key)
-      action = np.asarray(action)
-      extras = [np.asarray(x) for x in extras]
-      if not checked:
-        check_outputs(action, extras, pending)
-        checked = True
-      # Hand the actions to envpool first; keep the step while the environments step.
-      if batched:
-        count[raw.env_id] += 1
-        park(raw.env_id, action, count, parked)
-      else:
-        env.send(action)  # validates and clips; env_id = the batch just received
-        remaining -= 1
-      if atari:
-        game = (raw.game_reward, raw.game_over)
-        steps.append((raw.env_id, *raw[:4], *game, action, *extras))
-      else:
-        steps.append((raw.env_id, *raw[:4], action, *extras))
-
-    columns = list(zip(*steps, strict=True))
-    num_raw = 5 if atari else 3  # reward, terminated, truncated[, game_reward, game_over]
-    carried: list[np.ndarray | None] = [None] * (len(columns) - 1)
-    if pending is not None:
-      carried[0] = pending.observation
-      carried[1 + num_raw :] = [pending.action, *jax.tree.leaves(pending.extras)]
-    (observation, *placed), count = _place_steps(
-        columns[1:], np.concatenate(columns[0]), lo, T + 1, carried
-    )
-    raw_fields, action_and_extras = placed[:num_raw], placed[num_raw:]
-    if not atari:
-      raw_fields += [None, None]
-
-    # Convert the new rows [lo, count) of every column in one vectorised pass.
-    converted = env.convert_block(all_ids, lo, count, *raw_fields)
-    rows = np.arange(observation.shape[0])[:, None]
-    new_rows = (rows >= lo) & (rows < count)
-    done_bufs = []
-    old_rows = (None,) * 3 if pending is None else pending[:3]
-    for value, old in zip(converted, old_rows, strict=True):
-      buf = np.zeros(value.shape, value.dtype)
-      if old is not None:
-        buf[: old.shape[0]] = old
-      np.copyto(buf, value, where=new_rows)
-      done_bufs.append(buf)
-
-    traj_np, pending = _split_unroll(
-        [*done_bufs, observation, *action_and_extras], extras_def[0], count, T
-    )
-    new_state = RolloutState(key, pending, count - T, live["generation"], parked.state())
-    return new_state, traj_np, env.pop_episode_stats()
-
-  return init, unroll

@@ -1,7 +1,7 @@
 """The compiled backend of `make_rollout`: envpool's XLA interface in one compiled loop.
 
 Same `Trajectory` and indexing, same TimeStep semantics and the same `(init, unroll)`
-interface as the host loop of `_rollout.py`, but the steps run inside one compiled loop per
+interface as the host loop of `_host_rollout.py`, but the steps run inside one compiled loop per
 unroll in which envpool's recv/send are XLA custom calls: no Python per step.
 
 Without batched stepping (`batch_size == num_envs`): one `lax.scan` of exactly T steps per
@@ -45,12 +45,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from offpolicy_ac.envs import _rollout
+from offpolicy_ac.envs import _rollout_base
 from offpolicy_ac.envs._envpool_env import EnvPoolEnv
-from offpolicy_ac.envs._rollout import ActFn
-from offpolicy_ac.envs._rollout import ParkedActions
-from offpolicy_ac.envs._rollout import check_rollout_args
-from offpolicy_ac.envs._rollout import furthest_ahead
+from offpolicy_ac.envs._rollout_base import ActFn
+from offpolicy_ac.envs._rollout_base import ParkedActions
+from offpolicy_ac.envs._rollout_base import check_rollout_args
+from offpolicy_ac.envs._rollout_base import furthest_ahead
 from offpolicy_ac.envs._timestep import FIRST
 from offpolicy_ac.envs._timestep import LAST
 from offpolicy_ac.envs._timestep import MID
@@ -297,7 +297,7 @@ def _batched_rollout(
   # would overflow, the compiled loop stops, the host doubles the room and goes on.
   slack = {"rows": int(_BATCHED_EXTRA_ROWS_PER_STEP * T)}
   # Environments more than max_lead rows beyond T+1 are parked, as in the host loop.
-  max_lead = int(_rollout._MAX_LEAD_ROWS_PER_STEP * T)
+  max_lead = int(_rollout_base.MAX_LEAD_ROWS_PER_STEP * T)
 
   @functools.partial(jax.jit, donate_argnums=(4,))
   def collect(params, handle, key, carry, buf, offset, count, in_flight):
