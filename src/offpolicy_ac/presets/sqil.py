@@ -1,0 +1,121 @@
+"""SQIL's settings: the script's `Args`, its presets (SQL's, with SQIL's batches and
+temperatures), and `run`, which loads the demonstrations.
+
+    from offpolicy_ac.presets import sqil
+    args = dataclasses.replace(sqil.PRESETS["pendulum"], demos="pendulum.npz")
+    sqil.run(args)          # what experiments/sqil.py --preset pendulum --demos ... runs
+
+The demonstrations must be of the run's task (`--env-id`): record them from a run on it
+(experiments/record_demos.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Optional
+
+from offpolicy_ac import demos as demos_lib
+from offpolicy_ac.agents import SqlConfig
+from offpolicy_ac.agents import make_sqil
+from offpolicy_ac.agents import make_sqil_batch_fn
+from offpolicy_ac.presets import common
+from offpolicy_ac.presets import sql
+from offpolicy_ac.training import EnvPresets
+from offpolicy_ac.training import run_experiment
+
+
+@dataclasses.dataclass(frozen=True)
+class Args:
+  """experiments/sqil.py's command line."""
+
+  demos: str
+  """Demonstrations (.npz from experiments/record_demos.py)."""
+  train: common.TrainFlags = sql.Args().train.replace(total_env_steps=200_000, mini_batch_size=32)
+  """mini_batch_size is the agent's windows per batch (see --demo-batch-size)."""
+  demo_batch_size: Optional[int] = None
+  """Demonstration windows per batch (default: mini_batch_size, the SQIL paper's half and
+  half batches). More than mini_batch_size weigh the agent's data less in the loss, as
+  the paper's lambda_samp < 1 does (lambda_samp = mini_batch_size / demo_batch_size)."""
+  agent: SqlConfig = SqlConfig()
+  cut_mode: str = "last"
+  """How demonstration episodes are cut into sequences: drop, last, null_padding."""
+  resume: bool = False
+  """Continue the run in --run-dir from its last checkpoint."""
+  run_dir: Optional[str] = None
+  """Run directory (default: runs/sqil-<env>-seed<seed>-<time>)."""
+
+
+def _from_sql(preset: str, train_fields: dict, **agent_fields) -> Args:
+  """SQL's preset `preset` with these train and agent fields changed (no demonstrations)."""
+  base = sql.PRESETS[preset]
+  return Args(
+      demos="",
+      train=base.train.replace(**train_fields),
+      agent=dataclasses.replace(base.agent, **agent_fields),
+  )
+
+
+PRESETS = {
+    "cartpole": Args(demos=""),
+    # DI-engine's CartPole-v0 protocol: SQL's preset with batches of 64 agent + 64
+    # demonstration windows.
+    "cartpole-v0": _from_sql("cartpole-v0", dict(mini_batch_size=64)),
+    # Continuous SQIL: SQL's pendulum preset with discount 0.95 and temperature 0.02 (with
+    # 0.99, or 0.05 and above, the greedy returns fell back after learning) and a budget
+    # of 20k env steps; from 10 demonstrations it reaches about -150 after 4k to 8k.
+    "pendulum": _from_sql(
+        "pendulum", dict(total_env_steps=20_000, mini_batch_size=32), gamma=0.95, alpha=0.02
+    ),
+    # HalfCheetah-v4: SQL's halfcheetah preset with raw rewards, temperature 0.05, batches
+    # of 32 + 32 windows and a 300k budget (the imitation library's SQIL with SAC: 1,401 at
+    # 300k). Record the demonstrations inside the box (`record_demos.py
+    # --action-box-fraction 0.9`): the tanh sampler does not reach bang-bang actions.
+    "halfcheetah": _from_sql(
+        "halfcheetah",
+        dict(total_env_steps=300_000, mini_batch_size=32, reward_scale=1.0),
+        alpha=0.05,
+    ),
+    # Atari: SQL's atari preset with batches of 16 agent + 16 demonstration windows and
+    # temperature 0.1 (SQIL's values are of order 1 / (1 - gamma), its rewards being 1 at
+    # every demonstrated step).
+    "atari": _from_sql("atari", dict(mini_batch_size=16), alpha=0.1),
+}
+"""experiments/sqil.py's presets (--preset NAME); each needs --demos."""
+
+
+ENV_PRESETS = EnvPresets(
+    {
+        "Pendulum-v1": "pendulum",
+        "gymnax:Pendulum-v1": "pendulum",
+        "HalfCheetah-v4": "halfcheetah",
+    },
+    atari="atari",
+)
+"""The preset an --env-id selects when no --preset is given (--preset none: defaults)."""
+
+
+def run(args: Args, **run_kwargs):
+  """Trains SQIL from `args.demos` as experiments/sqil.py does; `run_kwargs` go to
+  `training.run_experiment` (e.g. a `rollout_factory`).
+
+  Raises:
+    ValueError: no demonstrations, a demonstration batch size below 1, or demonstrations
+      of another task than the run's.
+  """
+  if not args.demos:
+    raise ValueError("--demos FILE is required (record one with experiments/record_demos.py)")
+  if args.demo_batch_size is not None and args.demo_batch_size < 1:
+    raise ValueError(f"--demo-batch-size must be >= 1, got {args.demo_batch_size}")
+  demos = demos_lib.load_demos(args.demos)
+  if demos["env_id"] != args.train.env.env_id:
+    raise ValueError(
+        f"the demonstrations are of {demos['env_id']}, the run is on {args.train.env.env_id}"
+    )
+  demo_batch_size = args.demo_batch_size or args.train.replay.mini_batch_size
+  length = args.train.replay.mini_batch_length + 1
+  sequences = demos_lib.cut_episodes(demos, length, args.cut_mode)
+  batch_fn = make_sqil_batch_fn(sequences, batch_size=demo_batch_size, length=length)
+  return run_experiment(
+      "sqil", args, functools.partial(make_sqil, config=args.agent), batch_fn=batch_fn, **run_kwargs
+  )
