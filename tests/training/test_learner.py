@@ -134,15 +134,21 @@ def test_each_vmapped_seed_transforms_its_own_data_as_a_single_learner_does():
   assert len(acting) == 2 and acting[1].transform.obs_stats.count == T * B
 
 
-def test_checkpoint_records_of_another_format_or_seed_count_are_refused():
+def test_checkpoint_records_of_another_format_kind_or_lane_count_are_refused():
   schedule = records.Schedule.start(100, 0, 50)
-  record = records.to_record(schedule, [records.Accumulators()])
-  restored, accs = records.from_record(record, 1, "here")
-  assert restored == schedule and accs == [records.Accumulators()]
-  with pytest.raises(ValueError, match="record format 1; .* reads format 2"):
-    records.from_record({"counters": {}}, 1, "here")
-  with pytest.raises(ValueError, match="holds 1 seeds, the run 2"):
-    records.from_record(record, 2, "here")
+  accs = records.Accumulators()
+  accs.add_episodes(2, 30.0, 40.0)
+  record = records.to_record("envpool", schedule, [accs])
+  restored, restored_accs = records.from_record(record, "envpool", 1, "here")
+  assert restored == schedule and restored_accs == [accs]
+  with pytest.raises(ValueError, match="record format 1; .* reads format 3"):
+    records.from_record({"counters": {}}, "envpool", 1, "here")
+  with pytest.raises(ValueError, match="format 2 runs resume with offpolicy_ac 0.2"):
+    records.from_record({**record, "format": 2}, "envpool", 1, "here")
+  with pytest.raises(ValueError, match="of an envpool run, not of a compiled"):
+    records.from_record(record, "compiled", 1, "here")
+  with pytest.raises(ValueError, match="holds 1 learners, the run 2"):
+    records.from_record(record, "envpool", 2, "here")
 
 
 @pytest.mark.parametrize("num_seeds", [1, 2])

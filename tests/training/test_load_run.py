@@ -15,13 +15,14 @@ from scripts import load_script
 
 from offpolicy_ac import demos as demos_lib
 from offpolicy_ac import envs
+from offpolicy_ac import presets
 from offpolicy_ac.training import EvalConfig
 from offpolicy_ac.training import TrainConfig
 from offpolicy_ac.training import evaluate
 from offpolicy_ac.training import load_params
 from offpolicy_ac.training import load_run
 from offpolicy_ac.training import read_metrics
-from offpolicy_ac.training.loop import WALL_CLOCK_FIELDS
+from offpolicy_ac.training.driver import WALL_CLOCK_FIELDS
 from offpolicy_ac.training.metrics_io import jsonable
 from offpolicy_ac.training.sources import process_seed
 from offpolicy_ac.training.sources import segment_seed
@@ -50,10 +51,10 @@ def demos_path(tmp_path_factory):
 
 
 def _run(script, run_dir, demos=None, **train):
-  module = load_script(script)
+  module = getattr(presets, script)
   args = module.Args() if script != "sqil" else module.Args(demos=demos)
   args = dataclasses.replace(args, run_dir=str(run_dir), train=args.train.replace(**train))
-  module.main(args, progress=False)
+  module.run(args, progress=False)
   return run_dir
 
 

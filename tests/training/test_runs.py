@@ -69,8 +69,8 @@ def test_xla_rollout_stops_resumes_and_logs_exactly_the_host_loop_run(tmp_path, 
   # The compiled loop (envpool's XLA interface) steps the same environments with the same
   # keys as the host loop: every logged number matches, across checkpoint segments,
   # evaluations and a resume.
-  _run("impala", tmp_path / "run", 5120, "--xla-rollout")
-  _run("impala", tmp_path / "run", 7680, "--xla-rollout", "--resume")
+  _run("impala", tmp_path / "run", 5120, "--rollout", "compiled")
+  _run("impala", tmp_path / "run", 7680, "--rollout", "compiled", "--resume")
   assert _metrics(tmp_path / "run") == _metrics(straight_run)
   config = json.loads((tmp_path / "run" / "config.json").read_text())
   assert config["config"]["train"]["env"]["rollout"] == "compiled"
@@ -241,4 +241,4 @@ def test_a_run_of_the_previous_format_is_refused_on_resume(tmp_path, straight_ru
   (run_dir / "config.json").write_text(json.dumps(config))
   proc = _run("impala", run_dir, 10240, "--resume", check=False)
   assert proc.returncode != 0
-  assert "written by offpolicy_ac 0.1" in proc.stderr and "format 2" in proc.stderr
+  assert "written by offpolicy_ac 0.1" in proc.stderr and "format 3" in proc.stderr

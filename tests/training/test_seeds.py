@@ -12,8 +12,8 @@ import shutil
 
 import numpy as np
 import pytest
-from scripts import load_script
 
+from offpolicy_ac import presets
 from offpolicy_ac.training import TrainConfig
 from offpolicy_ac.training import read_metrics
 
@@ -21,7 +21,7 @@ WALL_CLOCK = ("wall_time_s", "env_steps_per_s")
 
 
 def _script(name):
-  return load_script(name)
+  return getattr(presets, name)
 
 
 def _main(name, run_dir, resume=False, **loop):
@@ -30,7 +30,7 @@ def _main(name, run_dir, resume=False, **loop):
   args = dataclasses.replace(
       args, run_dir=str(run_dir), resume=resume, train=args.train.replace(**loop)
   )
-  return module.main(args)
+  return module.run(args)
 
 
 def _lines(run_dir):
@@ -146,7 +146,7 @@ def test_configs_a_vmapped_learner_cannot_serve_run_seeds_one_after_the_other(tm
   )
   assert len(results) == 2
   config = json.loads((tmp_path / "run" / "seed1" / "config.json").read_text())
-  assert "vmapped_seeds_of" not in config
+  assert "learners_of" not in config
   assert (tmp_path / "run" / "learning_curves.png").exists()
   assert np.isfinite([l["loss"] for l in read_metrics(tmp_path / "run" / "seed0")]).all()
 
@@ -160,7 +160,7 @@ def test_vmapped_seeds_non_finite_loss_names_the_seed(tmp_path):
       train=args.train.replace(num_seeds=2, total_env_steps=100_000, checkpoint_every=2560),
       agent=dataclasses.replace(args.agent, learning_rate=1e30, max_grad_norm=1e30),
   )
-  from offpolicy_ac.training.loop import NonFiniteError
+  from offpolicy_ac.training.driver import NonFiniteError
 
   with pytest.raises(NonFiniteError, match=r"for seed [01] at env step"):
-    module.main(args)
+    module.run(args)

@@ -17,21 +17,22 @@ from offpolicy_ac.training.config import ReplayConfig
 from offpolicy_ac.training.config import TrackingConfig
 from offpolicy_ac.training.config import TrainConfig
 from offpolicy_ac.training.config import TransformConfig
+from offpolicy_ac.training.driver import RunResult
+from offpolicy_ac.training.driver import drive
+from offpolicy_ac.training.envpool_program import train
 from offpolicy_ac.training.evaluation import describe_protocol
 from offpolicy_ac.training.evaluation import evaluate
 from offpolicy_ac.training.evaluation import render_episode
 from offpolicy_ac.training.experiment import exit_process
-from offpolicy_ac.training.experiment import load_params
 from offpolicy_ac.training.experiment import run_experiment
-from offpolicy_ac.training.experiment import save_params
 from offpolicy_ac.training.logger import Logger
 from offpolicy_ac.training.logger import MultiLogger
 from offpolicy_ac.training.logger import RunLogger
 from offpolicy_ac.training.logger import WandbLogger
 from offpolicy_ac.training.logger import write_config
-from offpolicy_ac.training.loop import RunResult
-from offpolicy_ac.training.loop import train
 from offpolicy_ac.training.metrics_io import read_metrics
+from offpolicy_ac.training.rundir import load_params
+from offpolicy_ac.training.rundir import save_params
 from offpolicy_ac.training.runs import LoadedRun
 from offpolicy_ac.training.runs import load_run
 from offpolicy_ac.training.sources import make_training_rollout
@@ -58,6 +59,7 @@ __all__ = [
     "TransformConfig",
     "WandbLogger",
     "describe_protocol",
+    "drive",
     "evaluate",
     "exit_process",
     "load_params",

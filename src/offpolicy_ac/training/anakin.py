@@ -23,10 +23,12 @@ hyperparams)`:
 
 `metrics` are arrays with a leading iteration axis: env steps so far, the sums and count
 of the episodes that finished during the iteration (raw environment rewards), the agent's
-update metrics (NaN where it made no update, e.g. while the replay fills) and the greedy
-evaluation's mean and minimum return (NaN where none was due). `train` runs the whole
-budget; `run` runs one chunk of `iterations_per_chunk` iterations (the experiment scripts
-log, checkpoint and stop between chunks; `training/anakin_runs.py`).
+update metrics (NaN where it made no update, e.g. while the replay fills) and, in `train`,
+the greedy evaluation's mean and minimum return (NaN where none was due: evaluations fall
+on the first iteration at or after each multiple of `TrainConfig.eval_interval` env
+steps). `train` runs the whole budget; `run` runs one chunk of `iterations_per_chunk`
+iterations and `evaluate` evaluates a state's greedy policy, for a host that logs,
+evaluates, checkpoints and stops between chunks (`training/compiled_program.py`).
 """
 
 from __future__ import annotations
@@ -84,30 +86,31 @@ class CompiledTrain(NamedTuple):
     train: `train(key, hyperparams) -> (AnakinState, metrics [iterations])`, the whole
       budget.
     init: `init(key, hyperparams) -> AnakinState`.
-    run: `run(state, hyperparams, num_active, evaluate) -> (state, metrics
-      [iterations_per_chunk])`: the next `num_active` (<= iterations_per_chunk)
-      iterations, then a greedy evaluation if `evaluate`; the iterations past
+    run: `run(state, hyperparams, num_active) -> (state, metrics [iterations_per_chunk])`:
+      the next `num_active` (<= iterations_per_chunk) iterations; the iterations past
       `num_active` change nothing (their metrics say `active` False).
+    evaluate: `evaluate(state, hyperparams) -> (mean return, min return)` of the greedy
+      policy over `eval_episodes` episodes, each on its own freshly reset environment
+      (raw rewards), with a key folded from the state's evaluation key and iteration.
     hyperparams: the agent config's tunable fields as float32 scalars (the defaults).
     agent_at: `agent_at(hyperparams) -> Agent`, the agent with those hyper-parameters.
     env: the functional environment.
     config: the TrainConfig.
     iterations: iterations of the whole budget.
-    iterations_per_chunk: iterations of one `run` call (one log line's worth).
-    chunks_per_eval: chunks between greedy evaluations (0: none).
+    iterations_per_chunk: iterations of one `run` call (about one log line's worth).
     steps_per_iteration: env steps of one iteration (unroll_length x num_envs).
   """
 
   train: Callable
   init: Callable
   run: Callable
+  evaluate: Callable
   hyperparams: dict
   agent_at: Callable[[dict], Agent]
   env: Any
   config: TrainConfig
   iterations: int
   iterations_per_chunk: int
-  chunks_per_eval: int
   steps_per_iteration: int
 
 
@@ -184,8 +187,7 @@ def make_train(
   steps_per_iteration = unroll_length * num_envs
   iterations = math.ceil(config.budget.total_env_steps / steps_per_iteration)
   per_chunk = max(1, round(config.budget.log_every / steps_per_iteration))
-  chunk_steps = per_chunk * steps_per_iteration
-  chunks_per_eval = max(1, round(config.eval_interval / chunk_steps)) if config.eval_interval else 0
+  eval_interval = config.eval_interval
   eval_episodes = config.eval.eval_episodes
   num_updates = config.replay.num_updates_per_train_iter
   min_replay = max(config.replay.min_replay_size, 1)
@@ -215,7 +217,8 @@ def make_train(
     zero = jnp.zeros((), jnp.int32)
     return AnakinState(learner, rollout.init(acting, rollout_key), eval_key, zero, zero)
 
-  def evaluate(greedy: Callable, acting: Acting, key: jax.Array) -> tuple[jax.Array, jax.Array]:
+  def greedy_returns(greedy: Callable, acting: Acting,
+                     key: jax.Array) -> tuple[jax.Array, jax.Array]:  # fmt: skip
     """Mean and minimum return of the greedy policy over `eval_episodes` episodes, each
     on its own freshly reset environment (raw rewards)."""
     env_states, ts = jax.vmap(env.reset)(
@@ -240,8 +243,13 @@ def make_train(
     _, _, returns, _, _ = jax.lax.while_loop(cond, body, carry)
     return returns.mean(), returns.min()
 
-  def iteration(state: AnakinState, hp: dict, evaluate_now: jax.Array):
-    agent, act, greedy, rollout = parts(hp)
+  def evaluate(state: AnakinState, hp: dict) -> tuple[jax.Array, jax.Array]:
+    _, _, greedy, _ = parts(hp)
+    acting = Acting(state.learner.agent.params, state.learner.transform)
+    return greedy_returns(greedy, acting, jax.random.fold_in(state.eval_key, state.iteration))
+
+  def iteration(state: AnakinState, hp: dict):
+    agent, _, _, rollout = parts(hp)
     ingest = make_ingest(agent, transformer, replay)
     learner = state.learner
     rollout_state, traj, stats = rollout.unroll(Acting(learner.agent.params, learner.transform),
@@ -260,12 +268,6 @@ def make_train(
                                mix_metrics(fresh, replayed, num_updates), fresh)  # fmt: skip
     else:
       metrics = fresh
-    acting = Acting(learner.agent.params, learner.transform)
-    eval_key = jax.random.fold_in(state.eval_key, state.iteration)
-    nan = jnp.full((), jnp.nan, jnp.float32)
-    eval_return, eval_min = jax.lax.cond(
-        evaluate_now, lambda: evaluate(greedy, acting, eval_key), lambda: (nan, nan)
-    )
     env_steps = state.env_steps + steps_per_iteration
     done = stats.done
     out = {
@@ -276,8 +278,6 @@ def make_train(
         "episode_length_sum": jnp.where(done, stats.episode_length, 0).sum().astype(jnp.float32),
         "updated": jnp.asarray(updated),
         "num_updates": learner.agent.num_updates,
-        "eval_return": eval_return,
-        "eval_return_min": eval_min,
         **{name: jnp.asarray(value, jnp.float32) for name, value in metrics.items()},
     }
     new = AnakinState(learner, rollout_state, state.eval_key, state.iteration + 1, env_steps)
@@ -288,24 +288,29 @@ def make_train(
 
   def train(key: jax.Array, hp: dict):
     state = init(key, hp)
-    every = chunks_per_eval * per_chunk
+    nan = jnp.full((), jnp.nan, jnp.float32)
 
-    def body(state, i):
-      due = jnp.asarray(False) if not every else (i + 1) % every == 0
-      return iteration(state, hp, due)
+    def body(state, _):
+      before = state.env_steps
+      state, out = iteration(state, hp)
+      if eval_interval:  # the first iteration at or after each multiple of the interval
+        due = state.env_steps // eval_interval > before // eval_interval
+        low_mean = jax.lax.cond(due, lambda: evaluate(state, hp), lambda: (nan, nan))
+      else:
+        low_mean = (nan, nan)
+      return state, {**out, "eval_return": low_mean[0], "eval_return_min": low_mean[1]}
 
-    return jax.lax.scan(body, state, jnp.arange(iterations))
+    return jax.lax.scan(body, state, None, length=iterations)
 
-  def run(state: AnakinState, hp: dict, num_active: jax.Array, evaluate_last: jax.Array):
-    template = jax.eval_shape(iteration, state, hp, jnp.asarray(False))[1]
+  def run(state: AnakinState, hp: dict, num_active: jax.Array):
+    template = jax.eval_shape(iteration, state, hp)[1]
 
     def idle(state):
       return state, {**_unset(template), "env_steps": state.env_steps,
                      "num_updates": state.learner.agent.num_updates}  # fmt: skip
 
     def body(state, i):
-      due = jnp.logical_and(evaluate_last, i == num_active - 1)
-      return jax.lax.cond(i < num_active, lambda s: iteration(s, hp, due), idle, state)
+      return jax.lax.cond(i < num_active, lambda s: iteration(s, hp), idle, state)
 
     return jax.lax.scan(body, state, jnp.arange(per_chunk))
 
@@ -313,12 +318,12 @@ def make_train(
       train=train,
       init=init,
       run=run,
+      evaluate=evaluate,
       hyperparams=defaults,
       agent_at=agent_at,
       env=env,
       config=config,
       iterations=iterations,
       iterations_per_chunk=per_chunk,
-      chunks_per_eval=chunks_per_eval,
       steps_per_iteration=steps_per_iteration,
   )

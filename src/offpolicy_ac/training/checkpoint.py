@@ -192,3 +192,22 @@ def checkpoint_steps(directory: str | pathlib.Path) -> list[int]:
       for p in directory.iterdir()
       if p.name.isdigit() and (p / "_CHECKPOINT_METADATA").exists()
   )
+
+
+def restore_newest(checkpointer: Optional[Checkpointer], template: Any,
+                   check_record: Callable[[dict], Any]) -> Optional[tuple[Any, dict]]:  # fmt: skip
+  """(arrays, record) of the newest readable checkpoint, or None, with a warning, when
+  there is none (the run starts over). `check_record(record)` raises for a checkpoint
+  this run must not read (another format, another kind of run)."""
+  if checkpointer is None:
+    raise ValueError("resume needs checkpoints (checkpoint_every > 0)")
+  restored = checkpointer.restore_latest(template, check_record=check_record)
+  if restored is None:
+    warnings.warn(
+        f"no readable checkpoint in {checkpointer.directory}: the run starts again from the "
+        "beginning",
+        RuntimeWarning,
+    )
+    return None
+  _, arrays, record = restored
+  return arrays, record

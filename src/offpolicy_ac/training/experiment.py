@@ -1,25 +1,26 @@
-"""Shared plumbing of the experiment scripts (one piece of library code, not copied).
+"""`run_experiment`: what an experiment script runs.
 
-`run_experiment(name, args, agent_factory)` takes a script's frozen args
-(fields `train: TrainConfig`, `agent: <agent config>`, `run_dir`, `resume`) and:
+`run_experiment(name, args, agent_factory)` takes a script's frozen args (fields
+`train: TrainConfig`, `agent: <agent config>`, `run_dir`, `resume`) and:
 
-* creates the run directory (refusing to overwrite a run unless `resume`),
-  writes config.json (full config, git revision, package versions);
-* on `resume`, refuses a config that differs from the run's in anything but the
-  step budget, and continues from the newest readable checkpoint;
+* builds the run's program (`training/compiled_program.py` for a JAX environment,
+  "gymnax:..." or "brax:...", else `training/envpool_program.py`), which validates
+  everything before anything is written or run;
+* creates the run directory (refusing to overwrite a run unless `resume`; on `resume`,
+  refusing a config that differs from the run's in anything but the step budget) and
+  writes config.json (`training/rundir.py`);
 * installs SIGTERM/SIGINT handlers that save a checkpoint and stop cleanly;
-* trains, logging to metrics.jsonl / TensorBoard / a PNG (and with `--track` to
-  Weights & Biases, `logger.WandbLogger`), checkpointing with
-  orbax every `checkpoint_every` env steps and at the end;
-* writes final_params.msgpack and summary.json;
-* `--num-seeds N`: N seeds with one vmapped learner (or one after the other);
-* `--sweep FIELD=V1,V2,...`: one lane of the vmapped learner per (setting, seed), each
-  logging in <run_dir>/<setting>/seed<k> (`training/sweeps.py`), plus a plot and a
-  table that compare the settings;
-* `--env-id gymnax:...` / `brax:...` (a JAX environment): the whole run is one compiled
-  program (`training.make_train`), with `--sweep` over hyper-parameters
-  (`training/anakin_runs.py`);
-* multi-host (`--num-processes`): joins the jax.distributed job first.
+* trains with the driver (`training/driver.py`), logging to metrics.jsonl / TensorBoard /
+  a PNG (and with `--track` to Weights & Biases), checkpointing with orbax every
+  `checkpoint_every` env steps and at the end;
+* writes the final parameters and summary.json.
+
+Several learners (`--num-seeds N`; `--sweep FIELD=V1,V2,...`: one per setting and seed)
+are lanes of one program, each logging in `<run_dir>/seed<k>` or
+`<run_dir>/<setting>/seed<k>` (`training/sweeps.py`), plus plots (and for a sweep a table)
+that compare them. Seeds that cannot share a learner (actor threads, several devices or
+processes, `--no-vmap-seeds`) run one after the other. A multi-host job
+(`--num-processes`) joins the jax.distributed job first.
 """
 
 from __future__ import annotations
@@ -32,83 +33,33 @@ import pathlib
 import signal
 import sys
 import threading
-import time
 from typing import Any
 from typing import Callable
 from typing import Optional
-from typing import Sequence
 
-import flax.serialization
 import jax
 
 from offpolicy_ac.agents.registry import AGENTS
 from offpolicy_ac.analysis.plotting import plot_runs
+from offpolicy_ac.training import rundir
 from offpolicy_ac.training import sweeps
+from offpolicy_ac.training.anakin import make_train
+from offpolicy_ac.training.compiled_program import CompiledProgram
 from offpolicy_ac.training.config import TrainConfig
+from offpolicy_ac.training.driver import RunResult
+from offpolicy_ac.training.driver import drive
+from offpolicy_ac.training.envpool_program import EnvpoolProgram
 from offpolicy_ac.training.evaluation import describe_protocol
 from offpolicy_ac.training.logger import Logger
 from offpolicy_ac.training.logger import MultiLogger
 from offpolicy_ac.training.logger import RunLogger
 from offpolicy_ac.training.logger import WandbLogger
-from offpolicy_ac.training.logger import jsonable
 from offpolicy_ac.training.logger import require_wandb
-from offpolicy_ac.training.logger import write_config
-from offpolicy_ac.training.loop import RunResult
-from offpolicy_ac.training.loop import train
 from offpolicy_ac.training.parallel import ensure_cpu_devices
 from offpolicy_ac.training.parallel import initialize_distributed
+from offpolicy_ac.training.rundir import default_run_dir
 from offpolicy_ac.training.sources import RolloutFactory
 from offpolicy_ac.training.sources import make_training_rollout
-
-# Config fields that may change when a run is resumed.
-RESUMABLE_CHANGES = (
-    "train.budget.total_env_steps",
-    "train.parallel.coordinator_address",
-    "train.tracking.track",
-    "train.tracking.wandb_project",
-    "train.tracking.wandb_entity",
-    "train.tracking.wandb_mode",
-    "resume",
-    "run_dir",
-)
-
-
-def save_params(path: pathlib.Path, params: Any) -> None:
-  """Writes parameters (flax msgpack) atomically."""
-  tmp = path.with_suffix(".tmp")
-  tmp.write_bytes(flax.serialization.to_bytes(jax.device_get(params)))
-  os.replace(tmp, path)
-
-
-def load_params(path: str | os.PathLike, template: Any) -> Any:
-  """Reads parameters written by `save_params` into the structure of `template`."""
-  return flax.serialization.from_bytes(template, pathlib.Path(path).read_bytes())
-
-
-def default_run_dir(name: str, config: TrainConfig) -> str:
-  stamp = time.strftime("%Y%m%d-%H%M%S")
-  return os.path.join("runs", f"{name}-{config.env.env_id}-seed{config.budget.seed}-{stamp}")
-
-
-def _flatten(d: Any, prefix: str = "") -> dict:
-  if isinstance(d, dict):
-    out = {}
-    for k, v in d.items():
-      out.update(_flatten(v, f"{prefix}{k}."))
-    return out
-  return {prefix[:-1]: d}
-
-
-def config_differences(old: dict, new: dict, defaults: Optional[dict] = None) -> list[str]:
-  """Fields (dotted) whose values differ, ignoring RESUMABLE_CHANGES. A field the old
-  config lacks (added to the library since) counts as unchanged when the new value is
-  its default in `defaults`: a new field's default keeps the old behaviour."""
-  a, b = _flatten(old), _flatten(new)
-  known = _flatten(defaults) if defaults is not None else {}
-  for k in set(b) - set(a):
-    if k in known:
-      a[k] = known[k]
-  return sorted(k for k in set(a) | set(b) if k not in RESUMABLE_CHANGES and a.get(k) != b.get(k))
 
 
 class _StopFlag:
@@ -141,58 +92,6 @@ def _stop_on_signals(flag: _StopFlag):
   finally:
     for sig, old in previous.items():
       signal.signal(sig, old)
-
-
-def _holds_run(run_dir: pathlib.Path) -> bool:
-  """Whether a run logged or checkpointed anything there (a run refused before its
-  first step leaves only config.json and an empty metrics.jsonl: not a run)."""
-  metrics = run_dir / "metrics.jsonl"
-  checkpoints = run_dir / "checkpoints"
-  return (metrics.exists() and metrics.stat().st_size > 0) or (
-      checkpoints.exists() and any(checkpoints.iterdir())
-  )
-
-
-def _field_defaults(args: Any) -> Optional[dict]:
-  """The script's default args as JSON (None when its args class needs arguments)."""
-  try:
-    return jsonable(type(args)())
-  except TypeError:
-    return None
-
-
-def _check_or_write_config(
-    name: str, args: Any, run_dir: pathlib.Path, resume: bool, others: Sequence[pathlib.Path] = ()
-) -> None:
-  """On resume, refuses a changed config; otherwise refuses to overwrite a run (in
-  `run_dir` or any of `others`). Then writes config.json."""
-  config_path = run_dir / "config.json"
-  if resume:
-    if not config_path.exists():
-      raise FileNotFoundError(f"--resume: {run_dir} holds no run (no config.json)")
-    old = json.loads(config_path.read_text())
-    if "loop" in old["config"]:
-      raise ValueError(
-          f"--resume: {run_dir} was written by offpolicy_ac 0.1 (a flat `loop` config, "
-          "checkpoint record format 1); this version reads format 2 (a grouped `train` "
-          "config): resume that run with offpolicy_ac 0.1"
-      )
-    diffs = config_differences(old["config"], jsonable(args), _field_defaults(args))
-    if old.get("algorithm") != name:
-      diffs.insert(0, f"algorithm ({old.get('algorithm')} -> {name})")
-    if diffs:
-      raise ValueError(
-          f"--resume: the config differs from the run's in {diffs}; only the "
-          "step budget (--total-env-steps) and the tracking flags may change"
-      )
-  else:
-    for d in (run_dir, *others):
-      if _holds_run(d):
-        raise FileExistsError(
-            f"{d} already holds a run: pass --resume to continue it, " "or choose another --run-dir"
-        )
-  run_dir.mkdir(parents=True, exist_ok=True)
-  write_config(run_dir, args, extra={"algorithm": name})
 
 
 def _prepare_process(config: TrainConfig) -> None:
@@ -272,24 +171,6 @@ def exit_process(code: int = 0) -> None:
     os._exit(code)
 
 
-def _finish(name: str, run_dir: pathlib.Path, result: RunResult, flag: "_StopFlag",
-            protocol: str) -> None:  # fmt: skip
-  save_params(run_dir / "final_params.msgpack", result.agent_state.params)
-  if jax.tree.leaves(result.transform_state):  # observation statistics the policy acts with
-    save_params(run_dir / "final_transform.msgpack", result.transform_state)
-  summary = {
-      k: v
-      for k, v in dataclasses.asdict(result).items()
-      if k not in ("agent_state", "transform_state")
-  }
-  summary["run_dir"] = str(run_dir)
-  summary["evaluation_protocol"] = protocol
-  if flag.signal_name:
-    summary["stopped_by"] = flag.signal_name
-  (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-  print(f"[{name}] done: {summary}", flush=True)
-
-
 def _seed_args(args: Any, seed: int, run_dir: pathlib.Path) -> Any:
   """The args of seed `seed` alone, logging in `run_dir`."""
   return dataclasses.replace(args, train=args.train.replace(seed=seed, num_seeds=1),
@@ -300,97 +181,93 @@ def run_experiment(name: str, args: Any, agent_factory: Callable, *,
                    batch_fn: Optional[Callable] = None, progress: Optional[bool] = None,
                    rollout_factory: RolloutFactory = make_training_rollout,
                    ) -> RunResult | list[RunResult]:  # fmt: skip
-  """Runs `train` for a script's args; see the module docstring. With `--num-seeds N` > 1
-  it returns one RunResult per seed, each logged in <run_dir>/seed<k>, and plots them."""
+  """Trains a script's args; see the module docstring. With several learners (seeds, a
+  sweep's settings) it returns one RunResult per learner, each logged in its own
+  directory under `args.run_dir`, and plots them."""
   config: TrainConfig = args.train
   config.validate()
   if config.tracking.track:
     require_wandb()
   enable_compilation_cache()
   root = pathlib.Path(args.run_dir or default_run_dir(name, config))
-  if config.compiled:  # a JAX environment: every learner in one compiled program
-    from offpolicy_ac.training.anakin_runs import run_compiled
-
-    results = run_compiled(name, args, root, batch_fn=batch_fn, progress=progress)
-    return results[0] if len(results) == 1 else results
   seeds = config.seeds
-  kwargs = dict(batch_fn=batch_fn, progress=progress, rollout_factory=rollout_factory)
-  if config.budget.sweep:  # every (setting, seed) a lane of the vmapped learner
-    if name not in AGENTS:
-      raise ValueError(f"--sweep needs a known algorithm, one of {sorted(AGENTS)}; "
-                       f"got {name!r}")  # fmt: skip
-    lanes = sweeps.lanes_of(args, root)  # validates the sweep before anything is written
-    results = _run(name, args, root, agent_factory=agent_factory, lanes=lanes, **kwargs)
-    sweeps.plot_lanes(name, config, root, lanes, "vmapped")
-    return results[0] if len(results) == 1 else results
-  if len(seeds) == 1:
-    return _run(name, args, root, agent_factory=agent_factory, **kwargs)[0]
-  if config.budget.vmap_seeds and config.vmap_unsupported_reason() is None:
-    results = _run(name, args, root, agent_factory=agent_factory, **kwargs)
-    how = "vmapped"
-  else:  # one after the other, each a complete run through the same driver
+  shared = (
+      config.compiled
+      or config.budget.sweep
+      or len(seeds) == 1
+      or (config.budget.vmap_seeds and config.vmap_unsupported_reason() is None)
+  )
+  if not shared:  # one after the other, each a complete run through the same driver
     results = [run_experiment(name, _seed_args(args, s, root / f"seed{s}"), agent_factory,
-                              **kwargs) for s in seeds]  # fmt: skip
-    how = "one after the other"
-  plot_runs([root / f"seed{s}" for s in seeds], root / "learning_curves.png", group=True,
-            title=f"{name} {config.env.env_id}, {len(seeds)} seeds ({how})")  # fmt: skip
-  return results
+                              batch_fn=batch_fn, progress=progress,
+                              rollout_factory=rollout_factory) for s in seeds]  # fmt: skip
+    plot_runs([root / f"seed{s}" for s in seeds], root / "learning_curves.png", group=True,
+              title=f"{name} {config.env.env_id}, {len(seeds)} seeds (one after the other)")  # fmt: skip
+    return results
+  results = _run(name, args, root, agent_factory=agent_factory, batch_fn=batch_fn,
+                 progress=progress, rollout_factory=rollout_factory)  # fmt: skip
+  return results[0] if len(results) == 1 else results
+
+
+def _program(name: str, args: Any, lanes: list[sweeps.Lane], *, agent_factory: Callable,
+             batch_fn: Optional[Callable], rollout_factory: RolloutFactory) -> Any:  # fmt: skip
+  """The run's `driver.Program`: the compiled program of a JAX environment, else the
+  envpool program. Validates everything before anything runs."""
+  config: TrainConfig = args.train
+  if (config.compiled or config.budget.sweep) and name not in AGENTS:
+    what = "a compiled run" if config.compiled else "--sweep"
+    raise ValueError(f"{what} needs a known algorithm, one of {sorted(AGENTS)}; got {name!r}")
+  if config.compiled:
+    compiled = make_train(AGENTS[name][0], args.agent, config, batch_fn=batch_fn)
+    return CompiledProgram(compiled, [lane.seed for lane in lanes],
+                           [lane.setting for lane in lanes])  # fmt: skip
+  _after_backend_start()
+  return EnvpoolProgram(agent_factory, config, batch_fn=batch_fn, rollout_factory=rollout_factory,
+                        make_agent=AGENTS[name][0] if config.budget.sweep else None)  # fmt: skip
 
 
 def _run(name: str, args: Any, root: pathlib.Path, *, agent_factory: Callable,
          batch_fn: Optional[Callable], progress: Optional[bool],
-         rollout_factory: RolloutFactory,
-         lanes: Optional[list[sweeps.Lane]] = None) -> list[RunResult]:  # fmt: skip
-  """One learner for the config's seeds: writes the run directories, trains, finishes.
+         rollout_factory: RolloutFactory) -> list[RunResult]:  # fmt: skip
+  """One program for the run's learners: writes the run directories, trains, finishes.
 
-  One seed logs in `root` (a multi-host job's other processes in root/process<i>: they
-  log their own actors' episodes and restore from process 0's checkpoints). Vmapped
-  seeds log in root/seed<k>; root holds the whole config and every seed's checkpoints.
-  A sweep's `lanes` (`sweeps.lanes_of`) log in root/<setting>/seed<k>, as a compiled
-  run's.
+  One learner logs in `root` (a multi-host job's other processes in root/process<i>: they
+  log their own actors' episodes and restore from process 0's checkpoints). Several
+  (`sweeps.lanes_of`: seeds, a sweep's settings x seeds) log in root/seed<k> or
+  root/<setting>/seed<k>; root holds the whole config and every learner's checkpoints.
   """
   config: TrainConfig = args.train
   resume = bool(getattr(args, "resume", False))
-  seeds = config.seeds
-  labels = [""] * len(seeds)
+  lanes = sweeps.lanes_of(args, root)  # validates the sweep before anything is written
   _prepare_process(config)
-  if lanes is not None:
-    seeds, dirs = [lane.seed for lane in lanes], [lane.run_dir for lane in lanes]
-    labels = [lane.label for lane in lanes]
-    _check_or_write_config(name, args, root, resume, others=dirs)
-    sweeps.write_lane_configs(name, args, root, lanes)
-  elif len(seeds) == 1:
-    process = config.parallel.process_id
+  program = _program(name, args, lanes, agent_factory=agent_factory, batch_fn=batch_fn,
+                     rollout_factory=rollout_factory)  # fmt: skip
+  process = config.parallel.process_id
+  if len(lanes) == 1:
     dirs = [root / f"process{process}" if process > 0 else root]
-    _check_or_write_config(name, args, dirs[0], resume)
+    rundir.check_or_write_config(name, args, dirs[0], resume)
   else:
-    dirs = [root / f"seed{s}" for s in seeds]
-    _check_or_write_config(name, args, root, resume, others=dirs)
-    for s, d in zip(seeds, dirs):
-      d.mkdir(parents=True, exist_ok=True)
-      write_config(
-          d, _seed_args(args, s, d), extra={"algorithm": name, "vmapped_seeds_of": str(root)}
-      )
-  _after_backend_start()
+    dirs = [lane.run_dir for lane in lanes]
+    rundir.check_or_write_config(name, args, root, resume, others=dirs)
+    sweeps.write_lane_configs(name, args, root, lanes)
   protocol = describe_protocol(config)
-  if config.parallel.process_id == 0:
+  if process == 0:
     print(f"[{name}] evaluation protocol: {protocol}", flush=True)
+  how = "vmapped, compiled" if config.compiled else "vmapped"
+  if len(lanes) > 1:
+    print(f"[{name}] {len(lanes)} learners in one program ({how})", flush=True)
   checkpointer = _make_checkpointer(config, root)
   loggers = [
-      _make_logger(name, config, s, d, progress=progress if k == 0 else False,
-                   group=root.name if len(seeds) > 1 else None, label=label)
-      for k, (s, d, label) in enumerate(zip(seeds, dirs, labels))
+      _make_logger(name, config, lane.seed, d, progress=progress if k == 0 else False,
+                   group=root.name if len(lanes) > 1 else None, label=lane.label)
+      for k, (lane, d) in enumerate(zip(lanes, dirs))
   ]  # fmt: skip
-  if lanes is not None and len(lanes) > 1:
-    print(f"[{name}] {len(lanes)} learners in one vmapped learner", flush=True)
   flag = _StopFlag()
   try:
     try:
       with _stop_on_signals(flag):
-        results = train(agent_factory, config, loggers, batch_fn=batch_fn,
-                        checkpointer=checkpointer, resume=resume, should_stop=flag,
-                        rollout_factory=rollout_factory,
-                        make_agent=AGENTS[name][0] if lanes is not None else None)  # fmt: skip
+        outcome = drive(program, config, loggers, checkpointer=checkpointer, resume=resume,
+                        should_stop=flag, lane_names=sweeps.lane_names(lanes))  # fmt: skip
     finally:
       for logger in loggers:
         logger.close()
@@ -400,9 +277,11 @@ def _run(name: str, args: Any, root: pathlib.Path, *, agent_factory: Callable,
     if config.parallel.num_processes > 1:
       _abandon_distributed_job(name, config, root, error)
     raise
-  for d, result in zip(dirs, results):
-    _finish(name, d, result, flag, protocol)
-  return results
+  for d, result in zip(dirs, outcome.results):
+    rundir.write_results(name, d, result, protocol, stopped_by=flag.signal_name)
+  if len(lanes) > 1:
+    sweeps.plot_lanes(name, config, root, lanes, how)
+  return outcome.results
 
 
 def _make_logger(name: str, config: TrainConfig, seed: int, run_dir: pathlib.Path, *,

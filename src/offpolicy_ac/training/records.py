@@ -1,25 +1,27 @@
 """The driver's host-side bookkeeping as typed records, and their checkpoint form.
 
-`Schedule` is shared by every seed of a run (the seeds advance in lockstep): env steps,
-the segment, log lines written, and the next log / evaluation / checkpoint points.
-`Accumulators` are per seed: episodes finished and update metrics since the last log
-line, trajectories dropped and policy lag (actor threads), the last evaluation.
+`Schedule` is shared by every lane of a run (seeds and sweep settings advance in
+lockstep): env steps, the segment, log lines written, and the next log / evaluation /
+checkpoint points. `Accumulators` are per lane: episodes finished and update metrics
+since the last log line, trajectories dropped and policy lag (actor threads), the last
+evaluation.
 
 Both go into every checkpoint's JSON record (`to_record` / `from_record`), tagged with
-`RECORD_FORMAT`; a record of another format is refused with a message naming it.
+`RECORD_FORMAT` and the kind of program that wrote it ("envpool" or "compiled"); a
+record of another format or kind is refused with a message naming it.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 from typing import Optional
 
-import numpy as np
+RECORD_FORMAT = 3
+"""Version of the checkpoint record. Format 2 (per-seed lists of episode returns; compiled
+runs with a record of their own) was written by offpolicy_ac 0.2, format 1 (flat
+`counters`, no seed axis) by offpolicy_ac 0.1."""
 
-RECORD_FORMAT = 2
-"""Version of the checkpoint record. Format 1 (flat `counters`, no seed axis and no data
-transformer state in the arrays) was written by offpolicy_ac 0.1."""
+_READ_BY = {1: "offpolicy_ac 0.1", 2: "offpolicy_ac 0.2"}
 
 
 def next_point(point: int, every: int, env_steps: int) -> int:
@@ -70,10 +72,11 @@ class Schedule:
 
 @dataclasses.dataclass
 class Accumulators:
-  """One seed's numbers since its last log line, and its evaluation state."""
+  """One lane's numbers since its last log line, and its evaluation state."""
 
-  returns: list = dataclasses.field(default_factory=list)
-  lengths: list = dataclasses.field(default_factory=list)
+  episodes: int = 0
+  return_sum: float = 0.0
+  length_sum: float = 0.0
   metric_sums: dict = dataclasses.field(default_factory=dict)
   metric_count: int = 0
   discarded: int = 0
@@ -82,9 +85,10 @@ class Accumulators:
   last_eval: Optional[float] = None
   reached: bool = False
 
-  def add_episodes(self, stats: Any) -> None:
-    self.returns.extend(np.asarray(stats.episode_return).tolist())
-    self.lengths.extend(np.asarray(stats.episode_length).tolist())
+  def add_episodes(self, count: int, return_sum: float, length_sum: float) -> None:
+    self.episodes += int(count)
+    self.return_sum += float(return_sum)
+    self.length_sum += float(length_sum)
 
   def add_metrics(self, metrics: dict) -> None:
     for name, value in metrics.items():
@@ -98,16 +102,17 @@ class Accumulators:
   @property
   def pending(self) -> bool:
     """Whether anything was accumulated since the last line."""
-    return bool(self.returns or self.metric_count)
+    return bool(self.episodes or self.metric_count)
 
   def flush(self, env_steps: int, wall_time_s: float, steps_per_s: float, num_updates: int) -> dict:
     """A metrics line from the accumulators, which it then empties."""
+    episodes = self.episodes
     record = {
         "env_steps": env_steps,
         "wall_time_s": wall_time_s,
-        "episode_return": float(np.mean(self.returns)) if self.returns else None,
-        "episode_length": float(np.mean(self.lengths)) if self.lengths else None,
-        "episodes": len(self.returns),
+        "episode_return": self.return_sum / episodes if episodes else None,
+        "episode_length": self.length_sum / episodes if episodes else None,
+        "episodes": episodes,
         "num_updates": num_updates,
         "env_steps_per_s": steps_per_s,
     }
@@ -116,34 +121,49 @@ class Accumulators:
     if self.lag_count:  # actor threads: trajectories dropped, lag of those used
       record["dropped_trajectories"] = self.discarded
       record["policy_lag"] = self.lag_sum / self.lag_count
-    self.returns, self.lengths, self.metric_sums, self.metric_count = [], [], {}, 0
+    self.episodes, self.return_sum, self.length_sum = 0, 0.0, 0.0
+    self.metric_sums, self.metric_count = {}, 0
     self.discarded, self.lag_sum, self.lag_count = 0, 0.0, 0
     return record
 
 
-def to_record(schedule: Schedule, seeds: list[Accumulators]) -> dict:
+def to_record(kind: str, schedule: Schedule, lanes: list[Accumulators]) -> dict:
+  """The JSON record of a checkpoint written by a `kind` program ("envpool", "compiled")."""
   return {
       "format": RECORD_FORMAT,
+      "program": kind,
       "schedule": dataclasses.asdict(schedule),
-      "seeds": [dataclasses.asdict(a) for a in seeds],
+      "lanes": [dataclasses.asdict(a) for a in lanes],
   }
 
 
-def check_format(record: dict, where: str) -> None:
-  """Refuses a checkpoint record of another format than `RECORD_FORMAT`."""
+def check_format(record: dict, where: str, kind: Optional[str] = None) -> None:
+  """Refuses a checkpoint record of another format than `RECORD_FORMAT`, or (given
+  `kind`) one written by another kind of program."""
   found = record.get("format", 1)
   if found != RECORD_FORMAT:
     raise ValueError(
         f"the checkpoint in {where} has record format {found}; this version of offpolicy_ac "
-        f"reads format {RECORD_FORMAT} (format 1 runs resume with offpolicy_ac 0.1)"
+        f"reads format {RECORD_FORMAT} (format {found} runs resume with "
+        f"{_READ_BY.get(found, 'another version')})"
     )
-
-
-def from_record(record: dict, num_seeds: int, where: str) -> tuple[Schedule, list[Accumulators]]:
-  """The records of a checkpoint; refuses another format or another number of seeds."""
-  check_format(record, where)
-  if len(record["seeds"]) != num_seeds:
+  if kind is not None and record.get("program") != kind:
     raise ValueError(
-        f"the checkpoint in {where} holds {len(record['seeds'])} seeds, the run {num_seeds}"
+        f"the checkpoint in {where} is of {_KINDS.get(record.get('program'), 'another')} run, "
+        f"not of {_KINDS[kind]} run"
     )
-  return Schedule(**record["schedule"]), [Accumulators(**a) for a in record["seeds"]]
+
+
+_KINDS = {"envpool": "an envpool", "compiled": "a compiled (JAX environment)"}
+
+
+def from_record(record: dict, kind: str, num_lanes: int,
+                where: str) -> tuple[Schedule, list[Accumulators]]:  # fmt: skip
+  """The records of a checkpoint; refuses another format, another kind of program or
+  another number of lanes."""
+  check_format(record, where, kind)
+  if len(record["lanes"]) != num_lanes:
+    raise ValueError(
+        f"the checkpoint in {where} holds {len(record['lanes'])} learners, the run {num_lanes}"
+    )
+  return Schedule(**record["schedule"]), [Accumulators(**a) for a in record["lanes"]]

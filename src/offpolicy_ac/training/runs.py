@@ -45,15 +45,14 @@ from offpolicy_ac.training import records
 from offpolicy_ac.training.checkpoint import checkpoint_steps
 from offpolicy_ac.training.checkpoint import read_checkpoint
 from offpolicy_ac.training.config import TrainConfig
-from offpolicy_ac.training.experiment import load_params
 from offpolicy_ac.training.learner import Acting
 from offpolicy_ac.training.learner import make_policies
 from offpolicy_ac.training.learner import make_transformer
+from offpolicy_ac.training.rundir import FINAL_PARAMS
+from offpolicy_ac.training.rundir import FINAL_TRANSFORM
+from offpolicy_ac.training.rundir import load_params
 from offpolicy_ac.training.sources import make_env
 from offpolicy_ac.training.sources import task_spec
-
-FINAL_PARAMS = "final_params.msgpack"
-FINAL_TRANSFORM = "final_transform.msgpack"
 
 
 class LoadedRun(NamedTuple):
@@ -175,27 +174,12 @@ def _seeds(config: dict) -> list[int]:
 
 
 def _checkpoint_source(run_dir: pathlib.Path, record: dict) -> tuple[pathlib.Path, int, int]:
-  """(checkpoint directory, seeds in its arrays, this run's index among them): a seed of
-  a vmapped run finds its checkpoints in the root, stacked with the other seeds'; a
-  learner of a compiled run (a seed, or a setting of a sweep) too, among the run's
-  learners."""
-  if record.get("learners_of") is not None:
-    return _compiled_learner_source(run_dir, record)
-  root = record.get("vmapped_seeds_of")
-  if root is None:
+  """(checkpoint directory, learners in its arrays, this run's index among them). A
+  learner of a run of several (seeds, a sweep's settings), written in `<root>/seed<k>` or
+  `<root>/<setting>/seed<k>`, finds its checkpoints in the root, stacked with the other
+  learners' (its config.json records its lane: `learners_of`, `learner`, `learners`)."""
+  if record.get("learners_of") is None:
     return run_dir / "checkpoints", 1, 0
-  root = pathlib.Path(root)
-  if not root.is_dir():  # the run was moved: its parent is the root
-    root = run_dir.parent
-  seeds = _seeds(json.loads((root / "config.json").read_text())["config"])
-  seed = record["config"]["train"]["budget"]["seed"]
-  return root / "checkpoints", len(seeds), seeds.index(seed)
-
-
-def _compiled_learner_source(run_dir: pathlib.Path, record: dict) -> tuple[pathlib.Path, int, int]:
-  """`_checkpoint_source` of one learner of a compiled run or of an envpool sweep,
-  written in `<root>/seed<k>` or `<root>/<setting>/seed<k>`: its lane (`learner` of
-  `learners`, as its config.json records them) among the root's checkpointed learners."""
   recorded = pathlib.Path(record["learners_of"])
   candidates = [recorded, run_dir.parent, run_dir.parent.parent]  # moved: up one or two
   root = next((c for c in candidates if (c / "config.json").exists()), None)
@@ -279,10 +263,7 @@ def _read_acting(ckpt_dir: pathlib.Path, step: int, num_seeds: int, index: int,
     arrays, record = read_checkpoint(ckpt_dir, step, item)
   except Exception as e:  # pylint: disable=broad-except
     raise ValueError(f"checkpoint {step} in {ckpt_dir} could not be read: {e!r}") from e
-  records.check_format(record, f"{ckpt_dir} at step {step}")
-  if compiled != ("compiled" in record):
-    kind = "a compiled (JAX environment)" if "compiled" in record else "an envpool"
-    raise ValueError(f"checkpoint {step} in {ckpt_dir} is of {kind} run, not of this run")
+  records.check_format(record, f"{ckpt_dir} at step {step}", "compiled" if compiled else "envpool")
   learner = jax.tree.map(lambda x: x[index], (arrays["state"] if compiled else arrays)["learner"])
   return (
       flax.serialization.from_state_dict(params, learner["agent"]["params"]),

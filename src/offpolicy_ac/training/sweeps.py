@@ -4,9 +4,8 @@ their run directories, and the plots that compare them.
     lanes = lanes_of(args, root)      # validates --sweep; one Lane per (setting, seed)
     hps = stack_hyperparams(hyperparams_of(args.agent), [lane.setting for lane in lanes])
 
-Shared by both drivers that vmap learners: the compiled (Anakin) run
-(`training/anakin_runs.py`) and the envpool driver (`training/loop.py`, whose sweeps
-`training/experiment.py` sets up). The lane order is the settings of `--sweep`
+Shared by both programs (`training/compiled_program.py`, `training/envpool_program.py`),
+which `training/experiment.py` sets up. The lane order is the settings of `--sweep`
 (`agents.hyperparams.sweep_settings`, the first field slowest), then the seeds; lane k
 trains as the single run with its setting and seed would.
 
@@ -42,6 +41,14 @@ class Lane:
   def label(self) -> str:
     """The setting and a space for log titles ("" without a sweep)."""
     return setting_label(self.setting) + " " * bool(self.setting)
+
+
+def lane_names(lanes: list[Lane]) -> list[str]:
+  """How errors name each lane: " for seed 3", " for learning_rate=0.001 seed 3", or ""
+  for a single learner."""
+  if len(lanes) == 1:
+    return [""]
+  return [f" for {lane.label}seed {lane.seed}" for lane in lanes]
 
 
 def setting_label(setting: dict) -> str:

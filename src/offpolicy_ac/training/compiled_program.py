@@ -1,0 +1,154 @@
+"""The compiled program: every lane of a run on a JAX environment (gymnax, brax) as one
+vmapped program (`training.make_train`), for `training/driver.py` to drive.
+
+The lanes (seeds, or a sweep's settings x seeds) are one `jax.vmap` over
+`CompiledTrain.run`, whose state holds the environments too: a checkpoint is the whole
+run, so a resumed run computes exactly what the uninterrupted run computes, with no
+segments. The host steps the program chunk by chunk (at most `iterations_per_chunk`
+iterations a call) up to the driver's next point, and evaluates with
+`CompiledTrain.evaluate` between chunks.
+
+Both programs (the chunk and the evaluation) are traced at once and compiled on a
+background thread while the host runs `init` and creates the checkpointer and the
+loggers. `--compile-for startup` compiles them with `startup_compile_options()`
+(options on a CPU only).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from offpolicy_ac.training.anakin import CompiledTrain
+from offpolicy_ac.training.driver import Progress
+from offpolicy_ac.training.driver import Update
+from offpolicy_ac.training.learner import run_once
+from offpolicy_ac.training.learner import startup_compile_options
+from offpolicy_ac.training.learner import trace_init_lanes
+from offpolicy_ac.training.sweeps import stack_hyperparams
+
+# Keys of a chunk's metrics that are bookkeeping, not learner statistics.
+BOOKKEEPING = ("active", "env_steps", "episodes", "episode_return_sum", "episode_length_sum",
+               "updated", "num_updates")  # fmt: skip
+
+
+def _one_lane(fn: Callable) -> Callable:
+  """`fn(state, hp, *rest)` of one lane as a function of states with a lane axis of 1."""
+  index = lambda tree: jax.tree.map(lambda x: x[0], tree)
+  expand = lambda tree: jax.tree.map(lambda x: x[None], tree)
+  return lambda state, hp, *rest: expand(fn(index(state), index(hp), *rest))
+
+
+class CompiledProgram:
+  """The lanes of a compiled run (see the module docstring); a `driver.Program`."""
+
+  kind = "compiled"
+
+  def __init__(self, compiled: CompiledTrain, seeds: list[int], settings: list[dict]):
+    """Traces the programs and starts compiling them in the background.
+
+    Args:
+      compiled: `make_train`'s functions for the run's config.
+      seeds: each lane's seed.
+      settings: each lane's hyper-parameters over the defaults ({}: the defaults).
+    """
+    self.compiled, self.num_lanes = compiled, len(seeds)
+    self.steps_per_iteration = compiled.steps_per_iteration
+    self._hps = stack_hyperparams(compiled.hyperparams, settings)
+    self._keys = jnp.stack([jax.random.PRNGKey(seed) for seed in seeds])
+    startup = compiled.config.budget.compile_for == "startup"
+    self._options = startup_compile_options() if startup else {}
+    self._init = trace_init_lanes(compiled.init, self._keys, self._hps)
+    if self.num_lanes == 1:
+      run, evaluate = jax.jit(_one_lane(compiled.run)), jax.jit(_one_lane(compiled.evaluate))
+    else:
+      run = jax.jit(jax.vmap(compiled.run, in_axes=(0, 0, None)))
+      evaluate = jax.jit(jax.vmap(compiled.evaluate))
+    states = self._init.out_info
+    active = jax.ShapeDtypeStruct((), jnp.int32)
+    lowered = [run.trace(states, self._hps, active).lower(),
+               evaluate.trace(states, self._hps).lower()]  # fmt: skip
+    self._programs, self._error = None, None
+    self._thread = threading.Thread(target=self._compile, args=(lowered,), daemon=True,
+                                    name="compile-chunk")  # fmt: skip
+    self._thread.start()
+
+  def _compile(self, lowered: list) -> None:
+    try:
+      self._programs = [program.compile(self._options) for program in lowered]
+    except BaseException as e:  # raised on the main thread by `_compiled`
+      self._error = e
+
+  def _compiled(self) -> list:
+    """[run, evaluate], once compiled (an error compiling them is raised here)."""
+    self._thread.join()
+    if self._error is not None:
+      raise self._error
+    return self._programs
+
+  # -- state and checkpoints ---------------------------------------------------
+
+  def init(self) -> Any:
+    return run_once(self._init, self._keys, self._hps)
+
+  def checkpoint_arrays(self, state: Any) -> dict:
+    return {"state": state}
+
+  def from_checkpoint(self, state: Any, arrays: dict) -> Any:
+    return jax.tree.map(lambda like, x: jnp.asarray(x, like.dtype), state, arrays["state"])
+
+  def agree_on_restore(self, env_steps: int) -> None:
+    del env_steps  # one process
+
+  def num_updates(self, state: Any) -> np.ndarray:
+    return np.asarray(jax.device_get(state.learner.agent.num_updates))
+
+  def final(self, state: Any, lane: int) -> tuple[Any, Any]:
+    learner = jax.tree.map(lambda x: x[lane], state.learner)
+    return learner.agent, learner.transform
+
+  def open(self, state: Any, segment: int) -> None:
+    del state, segment  # the environments are part of the state
+
+  def close(self) -> None:
+    pass
+
+  # -- training ----------------------------------------------------------------
+
+  def advance(self, state: Any, env_steps: int, until: int, cut_at: int,
+              should_stop: Callable[[], bool]) -> tuple[Any, Progress]:  # fmt: skip
+    del cut_at  # no segments
+    run = self._compiled()[0]
+    per_chunk, spi = self.compiled.iterations_per_chunk, self.steps_per_iteration
+    needed = -(-(until - env_steps) // spi)
+    episodes = np.zeros((self.num_lanes, 3), np.float64)
+    updates, taken, stopped = [], 0, False
+    while needed > 0:
+      if should_stop():
+        stopped = True
+        break
+      active = min(per_chunk, needed)
+      state, metrics = run(state, self._hps, jnp.asarray(active, jnp.int32))
+      m = {name: np.asarray(v)[:, :active] for name, v in jax.device_get(metrics).items()}
+      episodes += np.stack([m["episodes"].sum(1), m["episode_return_sum"].sum(1, np.float64),
+                            m["episode_length_sum"].sum(1, np.float64)], axis=1)  # fmt: skip
+      stats = [name for name in m if name not in BOOKKEEPING]
+      for i in range(active):
+        lanes = [
+            {name: m[name][k, i] for name in stats} if m["updated"][k, i] else None
+            for k in range(self.num_lanes)
+        ]  # fmt: skip
+        updates.append(Update(env_steps + taken + (i + 1) * spi, m["num_updates"][:, i], lanes))
+      taken += active * spi
+      needed -= active
+    lanes = [(int(e[0]), float(e[1]), float(e[2])) for e in episodes]
+    return state, Progress(taken, stopped, lanes, updates)
+
+  def evaluate(self, state: Any) -> list[tuple[float, float]]:
+    means, lows = jax.device_get(self._compiled()[1](state, self._hps))
+    return [(float(a), float(b)) for a, b in zip(np.ravel(means), np.ravel(lows))]

@@ -1,0 +1,333 @@
+"""The one host driver of every run: the schedule, metrics lines, evaluation and the target
+return, checkpoints and resume, stop requests and the results.
+
+    outcome = drive(program, config, loggers, checkpointer=..., resume=False)
+
+A `Program` is what trains: the envpool program (`training/envpool_program.py`: pools,
+actor threads, the learner over a seed axis) or the compiled program
+(`training/compiled_program.py`: a JAX environment's run as one vmapped program). Both
+train N *lanes* in lockstep (seeds, or a sweep's (setting, seed) pairs), each with its own
+logger. The driver asks the program to `advance` to the next schedule point (a log line,
+an evaluation, a checkpoint or the end of the budget, in env steps), then acts on it:
+
+* every `log_every` env steps each lane writes a metrics line: the episodes that finished
+  and the mean of the update metrics since the previous line (`records.Accumulators`);
+* every `TrainConfig.eval_interval` env steps (by default about 20 times over the budget)
+  the greedy policies are evaluated (`Program.evaluate`), and the run stops once every
+  lane's mean evaluation return reached `target_return`;
+* every `checkpoint_every` env steps, and at the end, the program's state and the
+  driver's records are checkpointed; a program whose environments cannot be
+  checkpointed (envpool's) starts a new *segment* there (`Program.open`), in the
+  uninterrupted run as in a resumed one, so that a run resumed from a checkpoint logs
+  exactly what the uninterrupted run logs (every number of metrics.jsonl but the
+  wall-clock fields, `WALL_CLOCK_FIELDS`);
+* `should_stop()` (SIGTERM, SIGINT in the scripts) is polled between iterations: the state
+  is checkpointed and the run returns, interrupted.
+
+An advance stops at the first iteration that reaches a point, so a line falls on the first
+iteration boundary at or after its point, whatever the program.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+from typing import Callable
+from typing import NamedTuple
+from typing import Optional
+from typing import Protocol
+from typing import Sequence
+
+import numpy as np
+
+from offpolicy_ac.training import records
+from offpolicy_ac.training.checkpoint import restore_newest
+from offpolicy_ac.training.clock import seconds_since_launch
+from offpolicy_ac.training.config import TrainConfig
+from offpolicy_ac.training.logger import Logger
+
+WALL_CLOCK_FIELDS = ("wall_time_s", "env_steps_per_s")
+"""Fields of a metrics line that depend on the wall clock (excluded from exact resume)."""
+
+
+@dataclasses.dataclass
+class RunResult:
+  """The outcome of one lane (seed) of a run.
+
+  Attributes:
+    env_steps: environment steps taken.
+    num_updates: learner updates made.
+    wall_time_s: wall-clock seconds since the training loop started, after the set-up and
+      the warm-up compilation (plus those of the runs it resumed).
+    reached_target: whether an evaluation's mean return reached the config's target.
+    last_eval_return: the last evaluation return, or None if the run never evaluated.
+    interrupted: whether `should_stop` (SIGTERM or SIGINT in the scripts) stopped the run
+      before its step budget.
+    agent_state: the final agent state (parameters, optimizer state, ...).
+    transform_state: the final data-transformer state (e.g. observation statistics).
+  """
+
+  env_steps: int
+  num_updates: int
+  wall_time_s: float
+  reached_target: bool
+  last_eval_return: Optional[float]
+  interrupted: bool
+  agent_state: Any
+  transform_state: Any = None
+
+
+class NonFiniteError(FloatingPointError):
+  """A loss or gradient became NaN or infinite."""
+
+
+def raise_if_non_finite(values: dict, context: str) -> None:
+  """Raises NonFiniteError naming the first metric that is NaN or infinite; `context`
+  says where (lane, env step, update) and what is kept."""
+  for name, value in values.items():
+    if not np.all(np.isfinite(value)):
+      raise NonFiniteError(f"non-finite {name} = {value}{context}")
+
+
+class Update(NamedTuple):
+  """One iteration's learner statistics.
+
+  Attributes:
+    env_steps: the run's env steps after the iteration.
+    num_updates: [N] each lane's updates so far.
+    metrics: per lane, {name: float} of the iteration's updates, or None where the lane
+      made no update (an off-policy learner while its replay fills).
+  """
+
+  env_steps: int
+  num_updates: Sequence[int]
+  metrics: Sequence[Optional[dict]]
+
+
+class Progress(NamedTuple):
+  """What one `Program.advance` did.
+
+  Attributes:
+    env_steps: env steps taken (by every process of a multi-host job together), including
+      those of trajectories dropped or left unlearned by a stop request.
+    stopped: a stop request ended the advance before its point.
+    episodes: per lane, (episodes finished, sum of their returns, sum of their lengths).
+    updates: the iterations' learner statistics, in order.
+    discarded: per lane, trajectories dropped (actor threads).
+    lags: per lane, the policy lag of each trajectory learned from (actor threads).
+  """
+
+  env_steps: int
+  stopped: bool
+  episodes: Sequence[tuple[int, float, float]]
+  updates: Sequence[Update]
+  discarded: Sequence[int] = ()
+  lags: Sequence[Sequence[float]] = ()
+
+
+class Program(Protocol):
+  """What the driver trains (see the module docstring).
+
+  Attributes:
+    kind: "envpool" or "compiled", recorded in checkpoints.
+    num_lanes: N, the learners trained in lockstep.
+  """
+
+  kind: str
+  num_lanes: int
+
+  def init(self) -> Any:
+    """The fresh state of every lane."""
+
+  def checkpoint_arrays(self, state: Any) -> Any:
+    """The pytree of arrays a checkpoint holds (also the restore template)."""
+
+  def from_checkpoint(self, state: Any, arrays: Any) -> Any:
+    """The state from a checkpoint's arrays (`state`: a fresh state, the template)."""
+
+  def agree_on_restore(self, env_steps: int) -> None:
+    """Raises when the processes of a job restored different checkpoints."""
+
+  def open(self, state: Any, segment: int) -> None:
+    """Starts segment `segment`: at the start of the run and after each checkpoint cut.
+    A program whose environments cannot be checkpointed re-creates them, seeded from the
+    segment; one whose environments go on (actor threads, a compiled program's state)
+    keeps them."""
+
+  def advance(self, state: Any, env_steps: int, until: int, cut_at: int,
+              should_stop: Callable[[], bool]) -> tuple[Any, Progress]:  # fmt: skip
+    """Iterates from `env_steps` until the run's env steps reach `until` (or a stop
+    request); the iteration that reaches `cut_at` ends a segment."""
+
+  def evaluate(self, state: Any) -> list[tuple[float, float]]:
+    """Each lane's greedy evaluation: (mean return, min return)."""
+
+  def num_updates(self, state: Any) -> np.ndarray:
+    """[N] updates made by each lane."""
+
+  def final(self, state: Any, lane: int) -> tuple[Any, Any]:
+    """(agent state, transformer state) of a lane."""
+
+  def close(self) -> None:
+    """Releases the environments and threads (the state stays usable)."""
+
+
+class Outcome(NamedTuple):
+  """What `drive` returns: the final state and one RunResult per lane."""
+
+  state: Any
+  results: list[RunResult]
+
+
+def drive(program: Program, config: TrainConfig, loggers: Sequence[Logger], *,
+          checkpointer: Any = None, resume: bool = False,
+          should_stop: Callable[[], bool] = lambda: False,
+          lane_names: Optional[Sequence[str]] = None) -> Outcome:  # fmt: skip
+  """Trains `program` to the config's budget (see the module docstring).
+
+  Args:
+    program: the lanes to train.
+    config: the run's settings (budget, schedule, evaluation, checkpoints).
+    loggers: one per lane.
+    checkpointer: a `checkpoint.Checkpointer` (None: no checkpoints).
+    resume: continue from the newest readable checkpoint (none: start over, with a
+      warning).
+    should_stop: polled between iterations; True saves a checkpoint and returns with
+      `interrupted=True`.
+    lane_names: how an error names each lane (" for seed 3"); default: "".
+  """
+  if len(loggers) != program.num_lanes:
+    raise ValueError(f"need one logger per learner ({program.num_lanes}), got {len(loggers)}")
+  names = list(lane_names or [""] * program.num_lanes)
+  run = _Driver(program, config, loggers, checkpointer, names)
+  state = program.init()
+  if resume:
+    state = run.restore(state)
+  return run.loop(state, should_stop)
+
+
+class _Driver:
+  """The driver's state between advances: the schedule, each lane's accumulators, the
+  clock."""
+
+  def __init__(self, program: Program, config: TrainConfig, loggers: Sequence[Logger],
+               checkpointer: Any, names: list[str]):  # fmt: skip
+    self.program, self.config, self.loggers = program, config, loggers
+    self.checkpointer, self.names = checkpointer, names
+    self.schedule = records.Schedule.start(
+        config.budget.log_every, config.eval_interval, config.checkpoint.checkpoint_every
+    )
+    self.accs = [records.Accumulators() for _ in loggers]
+    self.wall_offset, self.last_log = 0.0, (0.0, 0)
+
+  def restore(self, state: Any) -> Any:
+    """The newest checkpoint's state and records, the logs cut back to it."""
+    program, where = self.program, str(getattr(self.checkpointer, "directory", ""))
+    check = lambda record: records.from_record(record, program.kind, program.num_lanes, where)
+    restored = restore_newest(self.checkpointer, program.checkpoint_arrays(state), check)
+    program.agree_on_restore(-1 if restored is None else restored[1]["schedule"]["env_steps"])
+    if restored is not None:
+      arrays, record = restored
+      state = program.from_checkpoint(state, arrays)
+      self.schedule, self.accs = check(record)
+    for logger in self.loggers:
+      logger.truncate(self.schedule.log_lines)
+    return state
+
+  def wall_time(self) -> float:
+    return self.wall_offset + seconds_since_launch()
+
+  def save(self, state: Any) -> None:
+    if self.checkpointer is not None:
+      self.schedule.wall_time_s = self.wall_time()
+      self.checkpointer.save(
+          self.schedule.env_steps,
+          self.program.checkpoint_arrays(state),
+          records.to_record(self.program.kind, self.schedule, self.accs),
+      )
+
+  def accumulate(self, progress: Progress) -> None:
+    """Adds an advance's episodes and statistics to the lanes' accumulators; raises
+    `NonFiniteError` on a non-finite statistic, naming the lane and the iteration."""
+    where = f" in {self.checkpointer.directory}" if self.checkpointer is not None else ""
+    for k, acc in enumerate(self.accs):
+      acc.add_episodes(*progress.episodes[k])
+      for update in progress.updates:
+        values = update.metrics[k]
+        if values is None:
+          continue
+        raise_if_non_finite(values, f"{self.names[k]} at env step {update.env_steps} (update "
+                            f"{int(update.num_updates[k])}); stopping. The last good "
+                            f"checkpoint is kept{where}.")  # fmt: skip
+        acc.add_metrics(values)
+      if progress.discarded:
+        acc.discarded += progress.discarded[k]
+      for lag in progress.lags[k] if progress.lags else ():
+        acc.add_lag(lag)
+
+  def log(self, state: Any, evaluate: bool, final: bool = False) -> None:
+    """One metrics line per lane; with `evaluate`, the greedy policies' returns (which
+    decide whether a lane reached the target return)."""
+    schedule, now = self.schedule, seconds_since_launch()
+    rate = (schedule.env_steps - self.last_log[1]) / max(now - self.last_log[0], 1e-9)
+    versions = self.program.num_updates(state)
+    evaluations = self.program.evaluate(state) if evaluate else None
+    target = self.config.eval.target_return
+    for k, (acc, logger) in enumerate(zip(self.accs, self.loggers)):
+      line = acc.flush(schedule.env_steps, self.wall_offset + now, rate, int(versions[k]))
+      if evaluations is not None:
+        mean, low = evaluations[k]
+        line.update(eval_return=float(mean), eval_return_min=float(low))
+        acc.last_eval = float(mean)
+        acc.reached = acc.reached or (target is not None and acc.last_eval >= target)
+      logger.log({**line, "final": True} if final else line)
+    self.last_log = (seconds_since_launch(), schedule.env_steps)
+
+  def loop(self, state: Any, should_stop: Callable[[], bool]) -> Outcome:
+    program, config, schedule = self.program, self.config, self.schedule
+    total = config.budget.total_env_steps
+    self.wall_offset = schedule.wall_time_s - seconds_since_launch()
+    self.last_log = (seconds_since_launch(), schedule.env_steps)
+    interrupted = False
+    program.open(state, schedule.segment)
+    try:
+      while schedule.env_steps < total and not all(a.reached for a in self.accs):
+        points = (schedule.next_log, schedule.next_eval, schedule.next_checkpoint, total)
+        until = min(p for p in points if p is not None)
+        cut_at = min(schedule.next_checkpoint or total, total)
+        state, progress = program.advance(state, schedule.env_steps, until, cut_at, should_stop)
+        schedule.env_steps += progress.env_steps
+        self.accumulate(progress)
+        if progress.stopped:
+          schedule.segment += 1
+          self.save(state)
+          interrupted = True
+          break
+        end = schedule.env_steps >= total
+        due = schedule.checkpoint_due()
+        logged = schedule.log_due()
+        if logged:
+          self.log(state, evaluate=schedule.eval_due())
+          schedule.logged(config.budget.log_every, config.eval_interval)
+        end = end or all(a.reached for a in self.accs)
+        if due or end:
+          schedule.cut(config.checkpoint.checkpoint_every)
+          self.save(state)
+          if not end:
+            program.open(state, schedule.segment)
+        if end and not logged and any(a.pending for a in self.accs):
+          # A final line for the partial interval; a resumed run drops it (it is after
+          # the checkpoint's log_lines) and logs the interval in full.
+          self.log(state, evaluate=False, final=True)
+    finally:
+      program.close()
+    wall, versions = self.wall_time(), program.num_updates(state)
+    results = []
+    for k, acc in enumerate(self.accs):
+      agent_state, transform_state = program.final(state, k)
+      results.append(RunResult(
+          env_steps=schedule.env_steps, num_updates=int(versions[k]), wall_time_s=wall,
+          reached_target=acc.reached, last_eval_return=acc.last_eval,
+          interrupted=interrupted, agent_state=agent_state, transform_state=transform_state,
+      ))  # fmt: skip
+    return Outcome(state, results)

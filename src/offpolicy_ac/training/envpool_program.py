@@ -1,0 +1,293 @@
+"""The envpool program: N lanes (seeds, or a sweep's settings x seeds) of one learner,
+each collecting from its own envpool environments.
+
+    results = train(agent_factory, config, loggers, checkpointer=..., resume=False)
+
+`EnvpoolProgram` is what `training/driver.py` drives for every envpool task. The learner
+(`training/learner.py`) holds the lanes along a leading axis (one vmapped computation);
+each lane has its own source of trajectories (`training/sources.py`: inline, actor pools
+or async actors). One iteration collects an unroll per lane and learns from it: the
+transformer's statistics, the replay, the fresh update and the replayed updates.
+
+Segments. Environments cannot be snapshotted, so the run is cut into segments at the
+driver's checkpoint points: at a cut the last step of the unroll is recorded as a
+time-limit truncation (`mark_cut`: LAST with discount 1, so its value is still
+bootstrapped and learning is not biased), and every environment is re-created with a
+seed derived from (seed, segment) (`Program.open`). An uninterrupted run does exactly
+the same, so a run resumed from a checkpoint repeats it exactly. Actor threads cannot be
+cut exactly: their pools go on across checkpoints, and their runs resume from the last
+checkpoint all the same.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from typing import Callable
+from typing import Optional
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from offpolicy_ac import envs
+from offpolicy_ac.agents.base import Agent
+from offpolicy_ac.agents.hyperparams import hyperparams_of
+from offpolicy_ac.agents.hyperparams import with_hyperparams
+from offpolicy_ac.training.config import TrainConfig
+from offpolicy_ac.training.driver import Progress
+from offpolicy_ac.training.driver import RunResult
+from offpolicy_ac.training.driver import Update
+from offpolicy_ac.training.driver import drive
+from offpolicy_ac.training.evaluation import evaluate
+from offpolicy_ac.training.learner import Learner
+from offpolicy_ac.training.learner import LearnerState
+from offpolicy_ac.training.logger import Logger
+from offpolicy_ac.training.parallel import DataParallel
+from offpolicy_ac.training.sources import RolloutFactory
+from offpolicy_ac.training.sources import make_env
+from offpolicy_ac.training.sources import make_source
+from offpolicy_ac.training.sources import make_training_rollout
+from offpolicy_ac.training.sources import process_seed
+from offpolicy_ac.training.sources import segment_seed
+from offpolicy_ac.training.sources import task_spec
+from offpolicy_ac.training.sweeps import setting_label
+from offpolicy_ac.training.sweeps import stack_hyperparams
+from offpolicy_ac.training.sweeps import sweep_lanes
+
+
+def mark_cut(traj: envs.Trajectory) -> envs.Trajectory:
+  """Records the end of an unroll as a time-limit truncation: LAST, discount 1.
+
+  A step that already is a termination (LAST, discount 0) stays one. Works on device
+  (JAX) and host (NumPy) trajectories.
+  """
+  last_is_termination = (traj.step_type[-1] == envs.LAST) & (traj.discount[-1] == 0)
+  if isinstance(traj.step_type, np.ndarray):
+    step_type, discount = traj.step_type.copy(), traj.discount.copy()
+    step_type[-1] = envs.LAST
+    discount[-1] = np.where(last_is_termination, 0.0, 1.0)
+    return traj._replace(step_type=step_type, discount=discount)
+  return traj._replace(
+      step_type=traj.step_type.at[-1].set(envs.LAST),
+      discount=traj.discount.at[-1].set(jnp.where(last_is_termination, 0.0, 1.0)),
+  )
+
+
+class EnvpoolProgram:
+  """The lanes of an envpool run (see the module docstring); a `driver.Program`."""
+
+  kind = "envpool"
+
+  def __init__(self, agent_factory: Callable[[Any], Agent], config: TrainConfig, *,
+               batch_fn: Optional[Callable] = None,
+               rollout_factory: RolloutFactory = make_training_rollout,
+               make_agent: Optional[Callable[[Any, Any], Agent]] = None):  # fmt: skip
+    """Validates the config and builds the learner; nothing runs before `init`.
+
+    Args:
+      agent_factory: builds the agent from the environment spec (`envs.spec`).
+      config: the run's settings; with `num_seeds` > 1 every seed is a lane of one
+        vmapped learner (`config.vmap_unsupported_reason()` must be None). With `sweep`,
+        one lane per (setting, seed) in `training.sweeps` order.
+      batch_fn: `batch_fn(batch, key) -> batch` applied to each sampled replay batch
+        before the data transformer (SQIL mixes in demonstrations). An `agents.BatchFn`
+        enters the compiled update as an argument, not as a constant.
+      rollout_factory: makes each training pool and its rollout (see `sources`).
+      make_agent: `make_agent(spec, agent_config) -> Agent`, needed with a sweep: each
+        lane's agent is rebuilt with its hyper-parameters inside the vmapped learner.
+    """
+    config.validate()
+    if len(config.seeds) > 1 and config.vmap_unsupported_reason() is not None:
+      raise ValueError(f"seeds cannot share a vmapped learner with "
+                       f"{config.vmap_unsupported_reason()}")  # fmt: skip
+    if config.budget.sweep and make_agent is None:
+      raise ValueError("a sweep rebuilds the agent with each lane's hyper-parameters: "
+                       "pass make_agent")  # fmt: skip
+    dp = DataParallel.create(config.parallel.learner_devices)
+    if dp.num_processes != config.parallel.num_processes:
+      raise ValueError(
+          f"num_processes={config.parallel.num_processes} but this JAX job has "
+          f"{dp.num_processes} process(es): call parallel.initialize_distributed first"
+      )
+    agent = agent_factory(task_spec(config))
+    if agent.off_policy and config.replay.mini_batch_size % dp.num_devices:
+      raise ValueError(
+          f"mini_batch_size ({config.replay.mini_batch_size}) must divide evenly over the "
+          f"{dp.num_devices} learner devices"
+      )
+    lanes = sweep_lanes(agent.config, config)  # without a sweep: the seeds
+    self.seeds = [seed for _, seed in lanes]
+    self.num_lanes = len(lanes)
+    self.lane_names = [f" for seed {s}" if len(lanes) > 1 else "" for s in self.seeds]
+    hyperparams = agent_at = None
+    if config.budget.sweep:
+      spec, base = agent.spec, agent.config
+      agent_at = lambda hp: make_agent(spec, with_hyperparams(base, hp))  # noqa: E731
+      hyperparams = stack_hyperparams(hyperparams_of(base), [setting for setting, _ in lanes])
+      self.lane_names = [f" for {setting_label(setting)} seed {s}" for setting, s in lanes]
+    self.config, self.dp, self.rollout_factory = config, dp, rollout_factory
+    self.learner = Learner(agent, config, dp, num_seeds=self.num_lanes, batch_fn=batch_fn,
+                           hyperparams=hyperparams, agent_at=agent_at)  # fmt: skip
+    self.exact = not config.uses_actor_threads
+    self.sources, self.evals = [], []
+    self._warm, self._acting, self._versions, self._replay_fill = None, None, None, 0
+
+  # -- state and checkpoints ---------------------------------------------------
+
+  def init(self) -> LearnerState:
+    return self.learner.init(self.seeds)
+
+  def checkpoint_arrays(self, state: LearnerState) -> dict:
+    return {"learner": self.dp.local(state)}
+
+  def from_checkpoint(self, state: LearnerState, arrays: dict) -> LearnerState:
+    del state
+    return self.dp.replicate(LearnerState(*jax.tree.map(jnp.asarray, arrays["learner"])))
+
+  def agree_on_restore(self, env_steps: int) -> None:
+    steps = self.dp.gather_processes(np.array(env_steps, np.int64))
+    if (steps != env_steps).any():
+      raise RuntimeError(f"the processes restored different checkpoints (env steps "
+                         f"{steps.tolist()}); resume each from the same step")  # fmt: skip
+
+  def num_updates(self, state: LearnerState) -> np.ndarray:
+    return self.learner.num_updates(state)
+
+  def final(self, state: LearnerState, lane: int) -> tuple[Any, Any]:
+    local = self.dp.local(state)
+    pick = lambda tree: jax.tree.map(lambda x: x[lane], tree)
+    return pick(local.agent), pick(local.transform)
+
+  # -- environments ------------------------------------------------------------
+
+  def open(self, state: LearnerState, segment: int) -> None:
+    if self._warm is None:  # the run's first segment (fresh or resumed)
+      self._start(state)
+    elif not self.exact:
+      return  # actor threads go on across checkpoints
+    self.close()
+    config, learner, process = self.config, self.learner, self.dp.process_index
+    try:
+      for seed, acting in zip(self.seeds, self._acting):
+        self.sources.append(make_source(
+            learner.act, config, seed=seed, segment=segment, process=process, acting=acting,
+            version=int(self._versions[0]), rollout_factory=self.rollout_factory,
+            to_device=self.num_lanes == 1 and learner.dp.trivial,
+        ))  # fmt: skip
+        if config.eval_interval:
+          eval_seed = segment_seed(process_seed(seed + 7, process), segment)
+          self.evals.append(make_env(config, config.eval.eval_episodes, eval_seed, train=False))
+    except Exception:
+      self.close()
+      raise
+
+  def _start(self, state: LearnerState) -> None:
+    """What the loop carries between iterations, from the (fresh or restored) state, and
+    the warm-up compilation of the iteration in the background."""
+    learner, config = self.learner, self.config
+    replay = state.replay
+    self._replay_fill = 0 if replay is None else int(np.ravel(self.dp.local(replay.size))[0])
+    self._acting, self._versions = learner.acting(state), learner.num_updates(state)
+    # A round of several pools is their concatenation along the batch axis.
+    pools = config.acting.num_actors if config.acting.actors == "pools" else 1
+    example = jax.device_get(learner.example(self._acting[0], pools * config.env.num_envs))
+    self._warm = learner.warm_up(state, learner.batch([example] * self.num_lanes))
+
+  def close(self) -> None:
+    for source in self.sources:
+      source.close()
+    for env in self.evals:
+      env.close()
+    self.sources, self.evals = [], []
+
+  # -- training ----------------------------------------------------------------
+
+  def advance(self, state: LearnerState, env_steps: int, until: int, cut_at: int,
+              should_stop: Callable[[], bool]) -> tuple[LearnerState, Progress]:  # fmt: skip
+    learner, config = self.learner, self.config
+    episodes = [[0, 0.0, 0.0] for _ in self.seeds]
+    discarded, lags = [0] * self.num_lanes, [[] for _ in self.seeds]
+    updates, taken, stopped = [], 0, False
+    while True:
+      stop = should_stop()
+      got = [] if stop else [s.collect(a, int(self._versions[0]), should_stop)
+                             for s, a in zip(self.sources, self._acting)]  # fmt: skip
+      stop = stop or any(g.traj is None for g in got)
+      new_steps, stop = self._agree(got[0].env_steps if got else 0, stop)
+      # Steps taken are counted even when a stop request leaves them unlearned.
+      taken += new_steps
+      now = env_steps + taken
+      for k, g in enumerate(got):
+        for stats in g.stats:
+          episodes[k][0] += len(stats.episode_return)
+          episodes[k][1] += float(np.sum(stats.episode_return, dtype=np.float64))
+          episodes[k][2] += float(np.sum(stats.episode_length, dtype=np.float64))
+        discarded[k] += g.discarded
+      if stop:
+        stopped = True
+        break
+      cut = self.exact and now >= cut_at
+      trajs = [mark_cut(g.traj) if cut else g.traj for g in got]
+      for k, g in enumerate(got):
+        if g.policy_lag is not None:
+          lags[k].append(g.policy_lag)
+      batch = learner.batch(trajs)
+      self._warm.join()
+      state, metrics, key = learner.ingest(state, batch)
+      if state.replay is not None:
+        self._replay_fill = min(self._replay_fill + Learner.columns(batch, self.num_lanes),
+                                config.replay.replay_capacity)  # fmt: skip
+        if _can_learn(config, self._replay_fill):
+          state, replayed = learner.sample_and_update(state, key)
+          metrics = learner.mix(metrics, replayed)
+      self._acting, self._versions = learner.acting(state), learner.num_updates(state)
+      if metrics is not None:
+        host = jax.device_get(self.dp.local(metrics))
+        per_lane = [{name: np.asarray(v)[k] for name, v in host.items()}
+                    for k in range(self.num_lanes)]  # fmt: skip
+        updates.append(Update(now, self._versions.tolist(), per_lane))
+      if now >= until:
+        break
+    return state, Progress(taken, stopped, [tuple(e) for e in episodes], updates, discarded, lags)
+
+  def _agree(self, local_steps: int, stop: bool) -> tuple[int, bool]:
+    """Env steps of every process together, and whether any process must stop."""
+    if self.dp.num_processes == 1:
+      return local_steps, stop
+    both = self.dp.gather_processes(np.array([local_steps, int(stop)], np.int64))
+    return int(both[:, 0].sum()), bool(both[:, 1].any())
+
+  def evaluate(self, state: LearnerState) -> list[tuple[float, float]]:
+    """Each lane's greedy policy on its evaluation pool (over every process's pools)."""
+    del state  # the acting parameters are the state's, split off after its last update
+    out = []
+    for env, acting in zip(self.evals, self._acting):
+      returns = evaluate(env, self.learner.greedy, acting, self.config.eval.eval_episodes)
+      stats = np.array([np.mean(returns), np.min(returns)], np.float64)
+      both = self.dp.gather_processes(stats)
+      out.append((float(np.mean(both[:, 0])), float(np.min(both[:, 1]))))
+    return out
+
+
+def _can_learn(config: TrainConfig, replay_fill: int) -> bool:
+  if replay_fill < config.replay.min_replay_size:
+    return False
+  return not (config.replay.whole_replay_buffer_training
+              and replay_fill < config.replay.mini_batch_size)  # fmt: skip
+
+
+def train(agent_factory: Callable[[Any], Agent], config: TrainConfig,
+          loggers: Sequence[Logger], *, batch_fn: Optional[Callable] = None,
+          checkpointer: Any = None, resume: bool = False,
+          should_stop: Callable[[], bool] = lambda: False,
+          rollout_factory: RolloutFactory = make_training_rollout,
+          make_agent: Optional[Callable[[Any, Any], Agent]] = None) -> list[RunResult]:  # fmt: skip
+  """Trains an envpool run's lanes (`EnvpoolProgram`, whose arguments these are) with the
+  driver (`training.driver.drive`: one logger per lane, `checkpointer`, `resume`,
+  `should_stop`); returns one RunResult per lane."""
+  program = EnvpoolProgram(agent_factory, config, batch_fn=batch_fn,
+                           rollout_factory=rollout_factory, make_agent=make_agent)  # fmt: skip
+  outcome = drive(program, config, loggers, checkpointer=checkpointer, resume=resume,
+                  should_stop=should_stop, lane_names=program.lane_names)  # fmt: skip
+  return outcome.results
