@@ -1,19 +1,15 @@
-"""Soft Q-learning (Haarnoja et al. 2017, arXiv:1702.08165): the config, and the agent for
-discrete actions.
+"""Soft Q-learning (Haarnoja et al. 2017, arXiv:1702.08165): the agent for discrete actions.
 
 Q-network with a target network (Polyak averaging), Boltzmann acting with
 temperature alpha mixed with epsilon-greedy, and soft n-step or lambda targets
 bootstrapped from V = alpha * logsumexp(Q_target / alpha), learned from
 replayed sequences (windows may cross episode junctions: the mask cuts them).
 `make_sql` picks this agent or the continuous one (`agents/sql_continuous.py`: Q(s, a),
-importance-sampled soft values and an SVGD-trained sampler) from the action space.
+importance-sampled soft values and an SVGD-trained sampler) from the action space. Both
+take an `SqlConfig` (`agents/sql_config.py`).
 """
 
 from __future__ import annotations
-
-import dataclasses
-from typing import ClassVar
-from typing import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -21,141 +17,18 @@ import jax.numpy as jnp
 from offpolicy_ac import losses
 from offpolicy_ac import networks
 from offpolicy_ac.agents import base
+from offpolicy_ac.agents.sql_config import SqlConfig
+from offpolicy_ac.agents.sql_config import make_sql_optimizer
+from offpolicy_ac.agents.sql_continuous import make_sql_continuous
 from offpolicy_ac.envs import loss_inputs
 
-
-@dataclasses.dataclass(frozen=True)
-class SqlConfig:
-  """Soft Q-learning's (and SQIL's) hyper-parameters: the temperature, exploration, the
-  n-step or lambda targets, the target network, the network and the optimizer."""
-
-  TUNABLE: ClassVar[tuple[str, ...]] = (
-      "gamma",
-      "alpha",
-      "epsilon",
-      "learning_rate",
-      "max_grad_norm",
-      "target_update_tau",
-  )
-  """Fields that may be arrays (swept, vmapped: `agents.hyperparams`). lambda_ is static:
-  0 selects the n-step targets."""
-
-  gamma: float = 0.99
-  """Discount factor."""
-  alpha: float = 0.05
-  """Temperature of the soft value and of the Boltzmann policy (> 0). Scaling the rewards
-  by c (the TrainConfig's reward_scale) acts as dividing alpha by c: the authors fix
-  alpha = 1 and tune the reward scale."""
-  epsilon: float = 0.01
-  """Probability of a uniformly random action on top of Boltzmann acting (continuous: on
-  top of the sampler's action; uniform in the action box)."""
-  n_step: int = 3
-  """n of the soft n-step targets (used when lambda_ == 0). Continuous SQL's paper
-  targets are 1-step."""
-  lambda_: float = 0.0
-  """If > 0, soft lambda-returns over the sampled window instead of n-step."""
-  learning_rate: float = 1e-3
-  """Adam step size."""
-  learning_rate_decay_updates: int = 0
-  """> 0: after the first `learning_rate_decay_begin` updates, the step size falls
-  linearly to 0 over this many updates (`experiments/sql.py --learning-rate-cooldown`
-  sets both from the budget); 0: constant."""
-  learning_rate_decay_begin: int = 0
-  """Updates at the full step size before it starts to fall (with
-  `learning_rate_decay_updates` > 0)."""
-  optimizer: str = "adam"
-  """'adam' or 'rmsprop'."""
-  max_grad_norm: float = 10.0
-  """Global-norm gradient clipping."""
-  target_update_tau: float = 0.05
-  """Polyak step of the target network after each update (1: hard copy)."""
-  torso: str = "auto"
-  """'auto' or one of networks.TORSOS: 'mlp', 'nature_cnn', 'impala_resnet', 'small_cnn',
-  'minatar_cnn'."""
-  hidden_sizes: Sequence[int] = (128, 128)
-  """MLP torso layer sizes. Continuous: the layers of the Q network's MLP over
-  concat(torso(obs), a) and of the sampler's over concat(torso(obs), noise)."""
-  num_value_samples: int = 16
-  """Continuous: M, actions drawn from the proposal q' (see `value_proposal_std`) to
-  estimate the targets' soft value V(s') = alpha log E[exp(Q_target(s', a) / alpha) / q'(a)]
-  (eq. 10)."""
-  value_proposal_std: float = 0.0
-  """Continuous: the proposal q' of the soft value's importance sampling. 0: uniform in the
-  action box (the authors'). > 0: half of the M actions uniform, half from a normal of this
-  std (in the [-1, 1]^d action units) around the sampler's action at s' (its noise-free
-  output), truncated to the box, weighted by the mixture's density
-  (`losses.box_mixture_log_density`). When exp(Q / alpha) is peaked (a small alpha, SQIL's
-  Q at demonstrated actions), few uniform samples miss the peak and underestimate V(s');
-  samples around the sampler's action find it."""
-  num_particles: int = 16
-  """Continuous: SVGD particles drawn from the sampler per state (the authors' 16)."""
-  svgd_update_ratio: float = 0.5
-  """Continuous: the fraction of the particles that SVGD moves (the authors' 0.5); the
-  others, fixed, carry the kernel's sum. Both parts must be non-empty."""
-  num_q_networks: int = 1
-  """Continuous: Q networks, each with its own initial values, all regressed on the same
-  targets. With 2 or more, the targets' soft value and the sampler's SVGD use their
-  minimum (clipped double Q: Fujimoto et al. 2018, arXiv:1802.09477, as in soft
-  actor-critic), which counters the overestimation that bootstrapping from sampled
-  maxima feeds. Discrete SQL takes 1 only."""
-
-  def validate(self) -> None:
-    base.check_in("gamma", self.gamma, 0.0, 1.0)
-    base.check_positive("alpha", self.alpha)
-    base.check_in("epsilon", self.epsilon, 0.0, 1.0)
-    base.check_in("lambda_", self.lambda_, 0.0, 1.0)
-    base.check_in("target_update_tau", self.target_update_tau, 1e-9, 1.0)
-    base.check_int("n_step", self.n_step, 1)
-    for name, low in (("num_value_samples", 1), ("num_particles", 2)):
-      base.check_int(name, getattr(self, name), low)
-    base.check_non_negative("value_proposal_std", self.value_proposal_std)
-    if self.value_proposal_std > 0.0 and self.num_value_samples < 2:
-      raise ValueError(
-          "value_proposal_std > 0 draws half of the num_value_samples uniformly and half "
-          f"around the sampler's action: it needs num_value_samples >= 2, got "
-          f"{self.num_value_samples}"
-      )
-    base.check_int("num_q_networks", self.num_q_networks, 1)
-    base.check_int("learning_rate_decay_updates", self.learning_rate_decay_updates, 0)
-    base.check_int("learning_rate_decay_begin", self.learning_rate_decay_begin, 0)
-    if self.learning_rate_decay_begin and not self.learning_rate_decay_updates:
-      raise ValueError(
-          f"learning_rate_decay_begin ({self.learning_rate_decay_begin}) is the update at "
-          "which the step size starts to fall: it needs learning_rate_decay_updates > 0"
-      )
-    moved = self.num_updated_particles
-    if not 1 <= moved < self.num_particles:
-      raise ValueError(
-          f"svgd_update_ratio ({self.svgd_update_ratio}) must move at least one of the "
-          f"num_particles ({self.num_particles}) SVGD particles and keep one fixed; "
-          f"int(num_particles * svgd_update_ratio) = {moved}"
-      )
-
-  @property
-  def num_updated_particles(self) -> int:
-    """Continuous: the particles SVGD moves, int(num_particles * svgd_update_ratio)."""
-    return int(self.num_particles * self.svgd_update_ratio)
-
-
-def make_sql_optimizer(config: SqlConfig):
-  """The optimizer of SQL's networks (each network gets its own state): clipping, then
-  Adam or RMSProp with the config's step size and its decay."""
-  return base.make_optimizer(
-      config.optimizer,
-      config.learning_rate,
-      config.max_grad_norm,
-      decay_updates=config.learning_rate_decay_updates,
-      decay_begin=config.learning_rate_decay_begin,
-  )
+__all__ = ["SqlConfig", "make_sql", "make_sql_discrete"]
 
 
 def make_sql(spec, config: SqlConfig = SqlConfig(), *, name: str = "sql") -> base.Agent:
   """Builds SQL for an environment spec: discrete or continuous by `spec.is_discrete`."""
   if spec.is_discrete:
     return make_sql_discrete(spec, config, name=name)
-  # Imported here: sql_continuous imports SqlConfig from this module.
-  from offpolicy_ac.agents.sql_continuous import make_sql_continuous
-
   return make_sql_continuous(spec, config, name=name)
 
 

@@ -47,8 +47,8 @@ import numpy as np
 from offpolicy_ac import losses
 from offpolicy_ac import networks
 from offpolicy_ac.agents import base
-from offpolicy_ac.agents.sql import SqlConfig
-from offpolicy_ac.agents.sql import make_sql_optimizer
+from offpolicy_ac.agents.sql_config import SqlConfig
+from offpolicy_ac.agents.sql_config import make_sql_optimizer
 from offpolicy_ac.envs import loss_inputs
 
 SQUASH_EPS = 1e-6
