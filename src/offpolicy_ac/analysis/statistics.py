@@ -59,9 +59,6 @@ __all__ = [
     "summary_table",
 ]
 
-# Dotted fields of config.json's `config` that do not change what is learned; runs that
-# differ only in these are seeds of one configuration. (`loop.*`: the flat config of
-# run directories written by offpolicy_ac 0.1.)
 IGNORED_FIELDS = (
     "run_dir",
     "resume",
@@ -90,6 +87,9 @@ IGNORED_FIELDS = (
     "loop.process_id",
     "loop.coordinator_address",
 )
+"""Dotted fields of config.json's `config` that do not change what is learned: runs that
+differ only in these are seeds of one configuration (`loop.*`: the flat config of run
+directories written by offpolicy_ac 0.1)."""
 
 METRICS = ("eval_return", "episode_return")
 
