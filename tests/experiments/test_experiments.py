@@ -19,12 +19,13 @@ from scripts import load_script
 
 from offpolicy_ac import demos as demos_lib
 from offpolicy_ac import envs
+from offpolicy_ac import presets
 from offpolicy_ac.training import load_run
 from offpolicy_ac.training import read_metrics
 
 
 def _script(name):
-  return load_script(name)
+  return getattr(presets, name)
 
 
 def _args(module, run_dir, preset=None, **loop_overrides):
@@ -45,7 +46,7 @@ def _trailing_return(run_dir, lines=3):
 
 def test_impala_run_directory_has_everything(tmp_path):
   module = _script("impala")
-  result = module.main(
+  result = module.run(
       _args(
           module,
           tmp_path / "run",
@@ -73,7 +74,7 @@ def test_impala_run_directory_has_everything(tmp_path):
 
 def test_num_seeds_runs_and_logs_each_seed(tmp_path):
   module = _script("sql")
-  results = module.main(
+  results = module.run(
       _args(
           module,
           tmp_path / "run",
@@ -107,7 +108,7 @@ def test_num_seeds_runs_and_logs_each_seed(tmp_path):
 def test_bad_configuration_fails_fast(tmp_path, script, overrides, message):
   module = _script(script)
   with pytest.raises(ValueError, match=message):
-    module.main(_args(module, tmp_path / "run", **overrides))
+    module.run(_args(module, tmp_path / "run", **overrides))
 
 
 def test_continuous_sql_settings_are_checked_before_running(tmp_path):
@@ -115,7 +116,7 @@ def test_continuous_sql_settings_are_checked_before_running(tmp_path):
   args = _args(module, tmp_path / "run", preset="pendulum")
   args = dataclasses.replace(args, agent=dataclasses.replace(args.agent, svgd_update_ratio=0.01))
   with pytest.raises(ValueError, match="svgd_update_ratio"):
-    module.main(args)
+    module.run(args)
   assert not (tmp_path / "run" / "metrics.jsonl").exists() or not read_metrics(tmp_path / "run")
 
 
@@ -126,7 +127,7 @@ def test_impala_rejects_rho_bar_below_c_bar_before_running(tmp_path):
       args, agent=dataclasses.replace(args.agent, clip_rho_threshold=0.5, clip_c_threshold=1.0)
   )
   with pytest.raises(ValueError, match="rho-bar"):
-    module.main(args)
+    module.run(args)
   assert not (tmp_path / "run" / "metrics.jsonl").exists() or not read_metrics(tmp_path / "run")
 
 
@@ -135,7 +136,7 @@ def test_impala_rejects_rho_bar_below_c_bar_before_running(tmp_path):
 
 def test_impala_learns_cartpole_reduced_budget(tmp_path):
   module = _script("impala")
-  module.main(_args(module, tmp_path, total_env_steps=60_000, log_every=5_000))
+  module.run(_args(module, tmp_path, total_env_steps=60_000, log_every=5_000))
   assert _trailing_return(tmp_path) > 80
 
 
@@ -153,7 +154,7 @@ def test_impala_gaussian_learns_pendulum_reduced_budget(tmp_path):
   with the seed and with the CPU's rounding: on one machine seed 0 alone was still at -1,397
   at 300k and reached -618 at 540k; the two lanes here reached -229 and -390."""
   module = _script("impala")
-  module.main(
+  module.run(
       _args(module, tmp_path, preset="pendulum", total_env_steps=400_000, num_seeds=2,
             checkpoint_every=0)  # fmt: skip
   )
@@ -165,7 +166,7 @@ def test_impala_gaussian_learns_pendulum_reduced_budget(tmp_path):
 def test_full_budget_impala_gaussian_pendulum_reaches_minus_400(tmp_path):
   """Three vmapped seeds of the preset, each at -400 or better within its 1M env steps."""
   module = _script("impala")
-  module.main(_args(module, tmp_path, preset="pendulum", num_seeds=3, checkpoint_every=0))
+  module.run(_args(module, tmp_path, preset="pendulum", num_seeds=3, checkpoint_every=0))
   for seed in range(3):
     assert _max_smoothed_return(tmp_path / f"seed{seed}") >= -400, seed
 
@@ -177,7 +178,7 @@ def test_full_budget_impala_gaussian_pendulum_reaches_minus_400(tmp_path):
 @pytest.mark.parametrize("script, env_steps, bar", [("impala", 100_000, 100), ("acer", 50_000, 80)])
 def test_actor_critics_learn_hopper_reduced_budget(tmp_path, script, env_steps, bar):
   module = _script(script)
-  module.main(_args(module, tmp_path, preset="mujoco", env_id="Hopper-v4",
+  module.run(_args(module, tmp_path, preset="mujoco", env_id="Hopper-v4",
                     total_env_steps=env_steps, log_every=10_000, checkpoint_every=0))  # fmt: skip
   assert _max_smoothed_return(tmp_path, 3) > bar
 
@@ -195,7 +196,7 @@ def test_impala_anneals_the_learning_rate_over_the_runs_updates(tmp_path, replay
   planned = args.train.planned_updates(off_policy=replay)
   # 20 unrolls of 16 x 16 steps; replayed: 3 updates each from the 3rd (40 sequences).
   assert planned == (54 if replay else 20)
-  result = module.main(args)
+  result = module.run(args)
   assert result.num_updates == planned
   counts = [int(x) for x in jax.tree.leaves(result.agent_state.opt_state)
             if jnp.ndim(x) == 0 and jnp.issubdtype(x.dtype, jnp.integer)]  # fmt: skip
@@ -213,7 +214,7 @@ def test_sql_cools_the_learning_rate_down_over_the_last_updates(tmp_path):
   # 63 unrolls of 4 x 8 steps, 16 updates each from the 8th (32 sequences stored).
   assert planned == 56 * 16
   assert args.train.cooldown_updates(0.25, off_policy=True) == (672, 224)
-  result = module.main(args)
+  result = module.run(args)
   assert result.num_updates == planned
   counts = [int(x) for x in jax.tree.leaves(result.agent_state.opt_state)
             if jnp.ndim(x) == 0 and jnp.issubdtype(x.dtype, jnp.integer)]  # fmt: skip
@@ -231,15 +232,7 @@ def test_cooldown_updates_are_a_fraction_of_the_planned_updates():
       config.cooldown_updates(bad, off_policy=False)
   with pytest.raises(ValueError, match="learning-rate cool-down"):
     main_args = dataclasses.replace(_args(_script("sql"), "unused"), learning_rate_cooldown=2.0)
-    _script("sql").main(main_args)
-
-
-def test_planned_updates_refuses_whole_buffer_training():
-  config = _args(_script("impala"), "unused").train
-  assert config.planned_updates(off_policy=False) == -(-500_000 // 256)
-  whole = config.replace(whole_replay_buffer_training=True)
-  with pytest.raises(ValueError, match="data-dependent"):
-    whole.planned_updates(off_policy=True)
+    _script("sql").run(main_args)
 
 
 # cleanrl's PPO at 1M env steps (docs/benchmarks.md): where the preset's greedy policy
@@ -265,7 +258,7 @@ def _eval_returns(run_dir):
 def test_full_budget_mujoco_greedy_policy_passes_ppo(tmp_path, script, env_id, ppo):
   module = _script(script)
   preset = module.ENV_PRESETS.select(env_id)
-  module.main(_args(module, tmp_path, preset=preset, env_id=env_id, num_seeds=3,
+  module.run(_args(module, tmp_path, preset=preset, env_id=env_id, num_seeds=3,
                     checkpoint_every=0))  # fmt: skip
   finals = [_eval_returns(tmp_path / f"seed{seed}")[-1] for seed in range(3)]
   assert np.mean(finals) > ppo, finals
@@ -273,7 +266,7 @@ def test_full_budget_mujoco_greedy_policy_passes_ppo(tmp_path, script, env_id, p
 
 def test_sql_learns_cartpole_reduced_budget(tmp_path):
   module = _script("sql")
-  module.main(_args(module, tmp_path, total_env_steps=20_000, log_every=2_000))
+  module.run(_args(module, tmp_path, total_env_steps=20_000, log_every=2_000))
   assert _trailing_return(tmp_path) > 80
 
 
@@ -297,7 +290,7 @@ def test_sqil_imitates_demonstrations_reduced_budget(tmp_path, heuristic_demos, 
   args = _args(
       module, tmp_path, demos=str(heuristic_demos), total_env_steps=20_000, log_every=2_000
   )
-  module.main(dataclasses.replace(args, demo_batch_size=demo_batch_size))
+  module.run(dataclasses.replace(args, demo_batch_size=demo_batch_size))
   assert _trailing_return(tmp_path) > 80
 
 
@@ -311,7 +304,7 @@ def _best_eval_return(run_dir):
 def test_continuous_sql_learns_pendulum_reduced_budget(tmp_path):
   module = _script("sql")
   args = _args(module, tmp_path, preset="pendulum", total_env_steps=12_000, checkpoint_every=0)
-  module.main(args)
+  module.run(args)
   assert _best_eval_return(tmp_path) > -500
 
 
@@ -339,7 +332,7 @@ def test_continuous_sqil_imitates_pendulum_demonstrations_reduced_budget(tmp_pat
   module = _script("sqil")
   args = _args(module, tmp_path, preset="pendulum", demos=str(pendulum_demos),
                total_env_steps=10_000, checkpoint_every=0)  # fmt: skip
-  module.main(args)
+  module.run(args)
   assert _best_eval_return(tmp_path) > -500
 
 
@@ -350,9 +343,9 @@ def test_continuous_sqil_with_two_q_networks_resumes_and_loads(tmp_path, pendulu
   args = _args(module, tmp_path, preset="pendulum", demos=str(pendulum_demos),
                total_env_steps=512, log_every=256, eval_every=0, checkpoint_every=256)  # fmt: skip
   args = dataclasses.replace(args, agent=dataclasses.replace(args.agent, num_q_networks=2))
-  module.main(args)
+  module.run(args)
   resumed = dataclasses.replace(args, resume=True, train=args.train.replace(total_env_steps=1024))
-  result = module.main(resumed)
+  result = module.run(resumed)
   assert result.env_steps == 1024
   assert all(np.isfinite(l["loss"]) for l in read_metrics(tmp_path) if "loss" in l)
   run = load_run(tmp_path)
@@ -374,7 +367,7 @@ def test_sqil_halfcheetah_preset_trains_from_demonstrations_inside_the_box(tmp_p
   env.close()
   demos_lib.save_demos(tmp_path / "hc.npz", demos, env_id="HalfCheetah-v4")
   sqil = _script("sqil")
-  result = sqil.main(_args(sqil, tmp_path / "sqil", preset="halfcheetah",
+  result = sqil.run(_args(sqil, tmp_path / "sqil", preset="halfcheetah",
                            demos=str(tmp_path / "hc.npz"), total_env_steps=2_048,
                            log_every=1_024, eval_every=0, checkpoint_every=0))  # fmt: skip
   assert 0 < result.num_updates <= 2_048 // 64 * 32  # 32 per 64 env steps, from 250 stored
@@ -388,7 +381,7 @@ def test_sql_mujoco_preset_trains_as_it_is(tmp_path):
   env step, alpha / reward scale = 1 / 10, the step size's cool-down) for 2,048 env
   steps."""
   sql = _script("sql")
-  result = sql.main(_args(sql, tmp_path, preset="hopper", total_env_steps=2_048,
+  result = sql.run(_args(sql, tmp_path, preset="hopper", total_env_steps=2_048,
                           log_every=1_024, eval_every=0, checkpoint_every=0))  # fmt: skip
   assert 0 < result.num_updates <= 2_048 // 64 * 32  # 32 per 64 env steps, from 250 stored
   metrics = [l for l in read_metrics(tmp_path) if "loss" in l]
@@ -399,9 +392,9 @@ def test_sql_mujoco_preset_trains_as_it_is(tmp_path):
 def test_record_demos_records_continuous_actions(tmp_path):
   """A short continuous SQL run, its greedy policy recorded, and SQIL trained on it."""
   sql = _script("sql")
-  sql.main(_args(sql, tmp_path / "sql", preset="pendulum", total_env_steps=512, log_every=256,
+  sql.run(_args(sql, tmp_path / "sql", preset="pendulum", total_env_steps=512, log_every=256,
                  eval_every=0, checkpoint_every=0))  # fmt: skip
-  record = _script("record_demos")
+  record = load_script("record_demos")
   out = tmp_path / "demos.npz"
   record.main(record.Args(run_dir=str(tmp_path / "sql"), out=str(out), episodes=2))
   demos = demos_lib.load_demos(out)
@@ -415,7 +408,7 @@ def test_record_demos_records_continuous_actions(tmp_path):
   assert np.all(np.abs(clipped) <= 1.0) and np.std(clipped) > 0
   np.testing.assert_array_equal(clipped[:1], np.clip(demos["action"][:1], -1.0, 1.0))
   sqil = _script("sqil")
-  result = sqil.main(_args(sqil, tmp_path / "sqil", preset="pendulum", demos=str(out),
+  result = sqil.run(_args(sqil, tmp_path / "sqil", preset="pendulum", demos=str(out),
                            total_env_steps=512, log_every=256, eval_every=0,
                            checkpoint_every=0))  # fmt: skip
   assert result.num_updates > 0
@@ -425,14 +418,14 @@ def test_record_demos_records_continuous_actions(tmp_path):
 def test_sqil_refuses_demos_of_another_task(tmp_path, heuristic_demos):
   module = _script("sqil")
   with pytest.raises(ValueError, match="demonstrations are of CartPole-v1"):
-    module.main(_args(module, tmp_path, demos=str(heuristic_demos), env_id="CartPole-v0"))
+    module.run(_args(module, tmp_path, demos=str(heuristic_demos), env_id="CartPole-v0"))
 
 
 def test_sqil_refuses_an_empty_demonstration_batch(tmp_path, heuristic_demos):
   module = _script("sqil")
   args = _args(module, tmp_path, demos=str(heuristic_demos))
   with pytest.raises(ValueError, match="--demo-batch-size must be >= 1, got 0"):
-    module.main(dataclasses.replace(args, demo_batch_size=0))
+    module.run(dataclasses.replace(args, demo_batch_size=0))
   assert not tmp_path.exists() or not any(tmp_path.iterdir())  # refused before the run starts
 
 
@@ -440,21 +433,21 @@ def test_sqil_refuses_an_empty_demonstration_batch(tmp_path, heuristic_demos):
 @pytest.mark.parametrize("script", ["impala", "sql"])
 def test_full_budget_cartpole_v1_reaches_475(tmp_path, script):
   module = _script(script)
-  module.main(_args(module, tmp_path, total_env_steps=500_000, log_every=10_000))
+  module.run(_args(module, tmp_path, total_env_steps=500_000, log_every=10_000))
   assert _max_smoothed_return(tmp_path) >= 475
 
 
 @pytest.mark.slow
 def test_full_budget_sqil_from_sql_expert(tmp_path):
   sql = _script("sql")
-  sql.main(_args(sql, tmp_path / "expert", total_env_steps=100_000))
-  _script("record_demos").main(
-      _script("record_demos").Args(
+  sql.run(_args(sql, tmp_path / "expert", total_env_steps=100_000))
+  load_script("record_demos").main(
+      load_script("record_demos").Args(
           run_dir=str(tmp_path / "expert"), out=str(tmp_path / "demos.npz"), episodes=10
       )
   )
   sqil = _script("sqil")
-  sqil.main(
+  sqil.run(
       _args(
           sqil,
           tmp_path / "sqil",
@@ -471,13 +464,13 @@ def test_full_budget_continuous_sqil_from_sql_expert(tmp_path):
   """Continuous SQL's pendulum preset trains an expert, record_demos records 10 greedy
   episodes, SQIL's pendulum preset imitates them."""
   sql = _script("sql")
-  sql.main(_args(sql, tmp_path / "expert", preset="pendulum", total_env_steps=16_000,
+  sql.run(_args(sql, tmp_path / "expert", preset="pendulum", total_env_steps=16_000,
                  checkpoint_every=0))  # fmt: skip
-  record = _script("record_demos")
+  record = load_script("record_demos")
   out = str(tmp_path / "demos.npz")
   record.main(record.Args(run_dir=str(tmp_path / "expert"), out=out, episodes=10))
   sqil = _script("sqil")
-  sqil.main(_args(sqil, tmp_path / "sqil", preset="pendulum", demos=out, total_env_steps=16_000,
+  sqil.run(_args(sqil, tmp_path / "sqil", preset="pendulum", demos=out, total_env_steps=16_000,
                   checkpoint_every=0))  # fmt: skip
   assert _best_eval_return(tmp_path / "sqil") > -300
 
@@ -496,7 +489,7 @@ def _run_impala_subprocess(run_dir, *flags):
 @pytest.mark.parametrize("xla_rollout", [False, True])
 def test_impala_async_actors_learn_cartpole_reduced_budget(tmp_path, xla_rollout):
   module = _script("impala")
-  module.main(
+  module.run(
       _args(
           module,
           tmp_path,
@@ -525,7 +518,7 @@ def test_impala_two_learner_devices_learn_cartpole_reduced_budget(tmp_path):
 @pytest.mark.slow
 def test_full_budget_impala_async_actors_reaches_475(tmp_path):
   module = _script("impala")
-  module.main(
+  module.run(
       _args(
           module,
           tmp_path,
@@ -542,7 +535,7 @@ def test_full_budget_impala_async_actors_reaches_475(tmp_path):
 @pytest.mark.slow
 def test_full_budget_impala_async_xla_actors_reaches_475(tmp_path):
   module = _script("impala")
-  module.main(
+  module.run(
       _args(
           module,
           tmp_path,
@@ -560,7 +553,7 @@ def test_full_budget_impala_async_xla_actors_reaches_475(tmp_path):
 def test_xla_rollout_refuses_float64_actions_before_training(tmp_path):
   module = _script("impala")
   with pytest.raises(ValueError, match="float64 actions"):
-    module.main(
+    module.run(
         _args(
             module,
             tmp_path / "run",
@@ -584,27 +577,9 @@ def test_full_budget_impala_two_learner_devices_reaches_475(tmp_path):
 def test_a_run_refused_before_its_first_step_does_not_block_the_corrected_rerun(tmp_path):
   module = _script("impala")
   with pytest.raises(ValueError):
-    module.main(_args(module, tmp_path / "run", env_id="NoSuchTask-v0"))
-  module.main(_args(module, tmp_path / "run", total_env_steps=512, log_every=256))
+    module.run(_args(module, tmp_path / "run", env_id="NoSuchTask-v0"))
+  module.run(_args(module, tmp_path / "run", total_env_steps=512, log_every=256))
   assert read_metrics(tmp_path / "run")[-1]["env_steps"] == 512
-
-
-def test_whole_buffer_training_waits_for_one_full_batch(tmp_path):
-  # min_replay_size (32) < mini_batch_size (64): the sweep starts once a batch fits.
-  module = _script("sql")
-  module.main(
-      _args(
-          module,
-          tmp_path,
-          total_env_steps=1024,
-          log_every=256,
-          whole_replay_buffer_training=True,
-          min_replay_size=32,
-          checkpoint_every=0,
-      )
-  )
-  lines = read_metrics(tmp_path)
-  assert lines[-1]["num_updates"] > 0 and np.isfinite(lines[-1]["loss"])
 
 
 @pytest.mark.parametrize("backend", ["host", "compiled"])
@@ -612,7 +587,7 @@ def test_batched_env_stepping_trains_through_the_driver(tmp_path, backend):
   # --env-batch-size 4 of 8 envs: envpool returns the first 4 environments to finish a step;
   # the rollout keys steps by env_id, so trajectories are still [T+1, 8], one env a column.
   module = _script("sql")
-  result = module.main(
+  result = module.run(
       _args(
           module, tmp_path / "run", num_envs=8, env_batch_size=4, unroll_length=8,
           total_env_steps=2048, log_every=512, checkpoint_every=1024, rollout=backend,
@@ -628,4 +603,4 @@ def test_batched_env_stepping_trains_through_the_driver(tmp_path, backend):
 def test_batched_env_stepping_is_checked_before_training(tmp_path):
   module = _script("impala")
   with pytest.raises(ValueError, match=r"env_batch_size \(9\) exceeds num_envs \(8\)"):
-    module.main(_args(module, tmp_path / "run", num_envs=8, env_batch_size=9))
+    module.run(_args(module, tmp_path / "run", num_envs=8, env_batch_size=9))

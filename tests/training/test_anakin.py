@@ -209,8 +209,8 @@ def test_a_bad_sweep_fails_before_compiling(tmp_path, sweep, message):
 def test_unsupported_settings_are_refused_before_compiling():
   with pytest.raises(ValueError, match="actor threads"):
     make_train(make_impala, ImpalaConfig(), _config(actors="async", num_actors=2))
-  with pytest.raises(ValueError, match="whole-replay-buffer"):
-    make_train(make_sql, SqlConfig(), _config(whole_replay_buffer_training=True))
+  with pytest.raises(ValueError, match="batched env stepping"):
+    make_train(make_sql, SqlConfig(), _config(env_batch_size=2))
   with pytest.raises(ValueError, match="needs a discrete action space"):
     make_train(make_sql_discrete, SqlConfig(), _config(env_id="gymnax:Pendulum-v1"))
   with pytest.raises(ValueError, match="one vmapped learner, which cannot use actor threads"):

@@ -12,8 +12,8 @@ import json
 import jax
 import numpy as np
 import pytest
-from scripts import load_script
 
+from offpolicy_ac import presets
 from offpolicy_ac.training import TrainConfig
 from offpolicy_ac.training import load_run
 from offpolicy_ac.training import read_metrics
@@ -22,11 +22,11 @@ WALL_CLOCK = ("wall_time_s", "env_steps_per_s")
 
 
 def _main(script, run_dir, resume=False, agent=None, **fields):
-  module = load_script(script)
+  module = getattr(presets, script)
   args = module.Args()
   args = dataclasses.replace(args, run_dir=str(run_dir), resume=resume,
                              train=args.train.replace(**fields), agent=agent or args.agent)  # fmt: skip
-  return module.main(args)
+  return module.run(args)
 
 
 def _lines(run_dir):
@@ -61,7 +61,7 @@ def impala_sweep(tmp_path_factory):
 
 
 def test_an_impala_sweep_lane_is_the_single_run_of_its_setting_and_seed(impala_sweep, tmp_path):
-  agent = dataclasses.replace(load_script("impala").Args().agent, learning_rate=0.01)
+  agent = dataclasses.replace(presets.impala.Args().agent, learning_rate=0.01)
   single = dict(IMPALA, seed=4, num_seeds=1, sweep=())
   _main("impala", tmp_path / "single", agent=agent, **single)
   lane = impala_sweep / "learning_rate=0.01" / "seed4"
@@ -118,7 +118,7 @@ def test_a_sql_sweep_lane_acts_with_its_own_epsilon(tmp_path):
   repeat the single run's episodes."""
   steps = dict(total_env_steps=768, log_every=256, checkpoint_every=0, eval_every=0)
   _main("sql", tmp_path / "sweep", seed=2, sweep=("epsilon=0.01,0.5",), **steps)
-  agent = dataclasses.replace(load_script("sql").Args().agent, epsilon=0.5)
+  agent = dataclasses.replace(presets.sql.Args().agent, epsilon=0.5)
   _main("sql", tmp_path / "single", seed=2, agent=agent, **steps)
   lanes = [_lines(tmp_path / "sweep" / f"epsilon={e}" / "seed2") for e in ("0.01", "0.5")]
   _assert_same_run(_lines(tmp_path / "single"), lanes[1], ["loss", "grad_norm"])
@@ -145,8 +145,6 @@ def test_a_sweep_is_refused_where_seeds_cannot_be_vmapped(tmp_path):
   with pytest.raises(ValueError, match=r"one vmapped learner, which cannot use actor threads"):
     _main("impala", tmp_path / "async", sweep=sweep, actors="async", num_actors=2)
   assert not (tmp_path / "async").exists()
-  with pytest.raises(ValueError, match="whole-replay-buffer"):
-    TrainConfig.of(sweep=sweep, whole_replay_buffer_training=True).validate()
   with pytest.raises(ValueError, match="several devices"):
     TrainConfig.of(sweep=sweep, learner_devices=2, num_envs=16).validate()
   with pytest.raises(ValueError, match="drop --no-vmap-seeds"):

@@ -42,7 +42,6 @@ WALL_CLOCK = ("wall_time_s", "env_steps_per_s")
 CASES = [
     ("impala", "impala", {}, (2, 4)),
     ("sql", "sql", {}, (2, 4)),
-    ("sql-sweep", "sql", {"whole_replay_buffer_training": True}, (2,)),
     ("acer", "acer", {}, (2,)),
 ]
 NUM_ITERS = 4
@@ -93,8 +92,6 @@ def _run_case(case, agent_name, overrides, device_counts, out_dir):
       num_updates_per_train_iter=2,
       **overrides,
   )
-  if config.replay.whole_replay_buffer_training:  # at least one mini-batch per sweep
-    config = config.replace(min_replay_size=config.replay.mini_batch_size)
   env = envs.make("CartPole-v1", config.env.num_envs, 3)
   agent = {"impala": agents.make_impala, "sql": agents.make_sql, "acer": agents.make_acer}[
       agent_name

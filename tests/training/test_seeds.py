@@ -133,8 +133,8 @@ def test_configs_a_vmapped_learner_cannot_serve_run_seeds_one_after_the_other(tm
   assert TrainConfig().vmap_unsupported_reason() is None
   config = TrainConfig.of(actors="async", num_actors=2)
   assert "actor threads" in config.vmap_unsupported_reason()
-  config = TrainConfig.of(whole_replay_buffer_training=True)
-  assert "whole-replay" in config.vmap_unsupported_reason()
+  config = TrainConfig.of(learner_devices=2)
+  assert "several devices" in config.vmap_unsupported_reason()
   results = _main(
       "impala",
       tmp_path / "run",

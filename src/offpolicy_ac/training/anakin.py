@@ -56,7 +56,7 @@ from offpolicy_ac.training.learner import make_sample_and_update
 from offpolicy_ac.training.learner import make_transformer
 from offpolicy_ac.training.learner import mix_metrics
 
-__all__ = ["AnakinState", "CompiledTrain", "make_train", "unsupported_reason"]
+__all__ = ["AnakinState", "CompiledTrain", "make_train"]
 
 
 class AnakinState(NamedTuple):
@@ -125,23 +125,6 @@ def _unset(shapes: Any) -> Any:
   return jax.tree.map(fill, shapes)
 
 
-def unsupported_reason(config: TrainConfig) -> Optional[str]:
-  """Why a config cannot run as one compiled program (None: it can)."""
-  if config.acting.actors != "inline":
-    return "actor threads (--actors pools / async): the compiled loop has no actors"
-  if config.parallel.learner_devices > 1 or config.parallel.num_processes > 1:
-    return "a learner over several devices or processes"
-  if config.replay.whole_replay_buffer_training:
-    return "whole-replay-buffer training (a data-dependent number of batches)"
-  if config.env.env_batch_size:
-    return "batched env stepping (--env-batch-size): JAX environments step together"
-  if config.env.rollout != "host":
-    return "--rollout compiled (an envpool backend): JAX environments always compile"
-  if config.env.atari:
-    return "--atari (envpool's Atari preprocessing)"
-  return None
-
-
 def make_train(
     make_agent: Callable[[Any, Any], Agent],
     agent_config: Any,
@@ -168,14 +151,10 @@ def make_train(
       as an argument), which suits the small demonstrations of a JAX environment.
 
   Raises:
-    ValueError: a bad config, a config the compiled loop cannot run
-      (`unsupported_reason`), or an agent that does not fit the environment; all before
-      anything compiles.
+    ValueError: a bad config, a config the compiled loop cannot run (`config.MODES`), or
+      an agent that does not fit the environment; all before anything compiles.
   """
-  config.validate()
-  reason = unsupported_reason(config)
-  if reason is not None:
-    raise ValueError(f"a compiled (Anakin) run cannot use {reason}")
+  config.validate()  # with what a compiled run cannot use (`config.MODES`)
   if env is None:
     env = envs.make_functional(config.env.env_id, max_episode_steps=config.env.max_episode_steps)
   spec = env.batch_spec(config.env.num_envs)

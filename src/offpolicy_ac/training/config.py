@@ -113,8 +113,6 @@ class ReplayConfig:
   """Sequences per update."""
   mini_batch_length: int = 8
   """Transitions per sampled sequence (windows of length + 1 steps)."""
-  whole_replay_buffer_training: bool = False
-  """Sweep the whole shuffled buffer each iteration instead of sampling."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -268,10 +266,7 @@ class TrainConfig:
   def planned_updates(self, *, off_policy: bool) -> int:
     """Learner updates in the whole run, per seed: one per unroll of T x num_envs env
     steps for an on-policy learner; `num_updates_per_train_iter` per unroll once
-    `min_replay_size` sequences are stored for an off-policy one (sampled updates; not
-    whole-buffer training, whose count depends on the data)."""
-    if off_policy and self.replay.whole_replay_buffer_training:
-      raise ValueError("whole-replay-buffer training makes a data-dependent number of updates")
+    `min_replay_size` sequences are stored for an off-policy one."""
     unrolls = -(-self.budget.total_env_steps // self.steps_per_unroll)
     if not off_policy:
       return unrolls
@@ -311,13 +306,7 @@ class TrainConfig:
 
   def vmap_unsupported_reason(self) -> Optional[str]:
     """Why this config's seeds cannot share one vmapped learner (None: they can)."""
-    if self.uses_actor_threads:
-      return "actor threads (--actors pools / async)"
-    if self.parallel.learner_devices > 1 or self.parallel.num_processes > 1:
-      return "a learner over several devices or processes"
-    if self.replay.whole_replay_buffer_training:
-      return "whole-replay-buffer training (a data-dependent number of batches)"
-    return None
+    return unsupported_reason(self, "vmapped")
 
   @property
   def compiled(self) -> bool:
@@ -371,10 +360,12 @@ class TrainConfig:
           f"replay_capacity ({replay.replay_capacity})"
       )
     _check_actors(actors)
-    if budget.sweep and not self.compiled and self.vmap_unsupported_reason() is not None:
+    if self.compiled and unsupported_reason(self, "compiled") is not None:
+      raise ValueError(f"a compiled (Anakin) run cannot use {unsupported_reason(self, 'compiled')}")
+    if budget.sweep and unsupported_reason(self, "vmapped") is not None:
       raise ValueError(
           "--sweep trains its learners as lanes of one vmapped learner, which cannot use "
-          f"{self.vmap_unsupported_reason()}"
+          f"{unsupported_reason(self, 'vmapped')}"
       )
     if budget.sweep and not budget.vmap_seeds:
       raise ValueError("--sweep runs its learners in one vmapped program: drop --no-vmap-seeds")
@@ -391,6 +382,34 @@ class TrainConfig:
           "min_pools < num_actors gives batches of varying size, which processes of a "
           "multi-host job cannot agree on; use all pools"
       )
+
+
+# What a run shape supports: one table, checked by `TrainConfig.validate` before anything
+# is built or compiled. Each mode a config can ask for, and the run shapes that cannot
+# give it: "compiled", a JAX environment's run as one compiled program
+# (`training.make_train`); "vmapped", learners that are lanes of one vmapped learner
+# (several seeds, a sweep).
+MODES = (
+    ("actor threads (--actors pools / async)",
+     lambda c: c.acting.actors != "inline", ("compiled", "vmapped")),
+    ("a learner over several devices or processes",
+     lambda c: c.parallel.learner_devices > 1 or c.parallel.num_processes > 1,
+     ("compiled", "vmapped")),
+    ("batched env stepping (--env-batch-size): JAX environments step together",
+     lambda c: c.env.env_batch_size > 0, ("compiled",)),
+    ("--rollout compiled (an envpool backend): JAX environments always compile",
+     lambda c: c.env.rollout != "host", ("compiled",)),
+    ("--atari (envpool's Atari preprocessing)", lambda c: c.env.atari, ("compiled",)),
+)  # fmt: skip
+
+
+def unsupported_reason(config: TrainConfig, shape: str) -> Optional[str]:
+  """The first mode of `config` that run shape `shape` ("compiled", "vmapped") cannot
+  give (`MODES`), or None."""
+  for reason, used, shapes in MODES:
+    if shape in shapes and used(config):
+      return reason
+  return None
 
 
 def _check_transform(transform: TransformConfig) -> None:

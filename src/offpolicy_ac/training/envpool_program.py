@@ -238,7 +238,7 @@ class EnvpoolProgram:
       if state.replay is not None:
         self._replay_fill = min(self._replay_fill + Learner.columns(batch, self.num_lanes),
                                 config.replay.replay_capacity)  # fmt: skip
-        if _can_learn(config, self._replay_fill):
+        if self._replay_fill >= config.replay.min_replay_size:
           state, replayed = learner.sample_and_update(state, key)
           metrics = learner.mix(metrics, replayed)
       self._acting, self._versions = learner.acting(state), learner.num_updates(state)
@@ -268,13 +268,6 @@ class EnvpoolProgram:
       both = self.dp.gather_processes(stats)
       out.append((float(np.mean(both[:, 0])), float(np.min(both[:, 1]))))
     return out
-
-
-def _can_learn(config: TrainConfig, replay_fill: int) -> bool:
-  if replay_fill < config.replay.min_replay_size:
-    return False
-  return not (config.replay.whole_replay_buffer_training
-              and replay_fill < config.replay.mini_batch_size)  # fmt: skip
 
 
 def train(agent_factory: Callable[[Any], Agent], config: TrainConfig,

@@ -13,8 +13,7 @@ One training iteration, per seed (docs/design.md, "The data path"):
 2. off-policy agents add the raw unroll to their sequence replay;
 3. on-policy agents (and ACER's `fresh_update_first`) update on the fresh unroll;
 4. off-policy agents then make `num_updates_per_train_iter` updates, each on a replay
-   sample (passed through `batch_fn`, e.g. SQIL's demonstrations), or sweep the whole
-   shuffled buffer (`whole_replay_buffer_training`).
+   sample (passed through `batch_fn`, e.g. SQIL's demonstrations).
 
 Every batch the agent learns from passes through `transformer.apply` exactly once, after
 `batch_fn`; replay and demonstrations hold raw data. With S = 1 the functions run
@@ -268,22 +267,9 @@ class Learner:
     # Trajectories of one seed come without a seed axis (`batch`), keys always with one.
     self._ingest = self._over_seeds(ingest, x_has_seed_axis=False)
     self._sample = self._over_seeds(sample, x_has_seed_axis=True)
-    self._sweep = dp.jit(self._make_sweep(dp.constrain)) if num_seeds == 1 else None
     self._unstack = jax.jit(lambda tree: [_index(tree, k) for k in range(num_seeds)])
 
   # -- the per-seed pure functions -------------------------------------------
-
-  def _make_sweep(self, constrain: Callable) -> Callable:
-    agent, transformer = self.agent, self.transformer
-
-    def sweep(agent_state, transform, batches):
-      def body(agent_state, batch):
-        return agent.update(agent_state, constrain(transformer.apply(transform, batch)))
-
-      agent_state, metrics = jax.lax.scan(body, agent_state, batches)
-      return agent_state, jax.tree.map(jnp.mean, metrics)
-
-    return sweep
 
   def _over_seeds(self, fn: Callable, *, x_has_seed_axis: bool) -> Callable:
     """`fn(state, x, hp, shared)` of one seed as a jitted function of [S, ...] state and
@@ -365,21 +351,7 @@ class Learner:
 
   def sample_and_update(self, state: LearnerState, key: jax.Array) -> tuple[LearnerState, Any]:
     """The replayed updates, with the key `ingest` drew this iteration."""
-    if self.config.replay.whole_replay_buffer_training:
-      return self._sweep_buffer(state, key)
     return self._sample(state, key, self.hyperparams, self._batch_fn)
-
-  def _sweep_buffer(self, state: LearnerState, key: jax.Array) -> tuple[LearnerState, Any]:
-    """One seed: every stored sequence once, shuffled, in mini-batches."""
-    dp = self.dp
-    epoch_key, key = jax.random.split(dp.local(key)[0])
-    batches = self.replay.epoch(_index(dp.local(state.replay), 0), epoch_key)
-    if self._batch_fn is not None:
-      num_batches = jax.tree.leaves(batches)[0].shape[0]
-      batches = jax.vmap(self._batch_fn)(batches, jax.random.split(key, num_batches))
-    transform = _index(state.transform, 0)
-    agent_state, metrics = self._sweep(_index(state.agent, 0), transform, dp.replicate(batches))
-    return state._replace(agent=_expand(agent_state)), _expand(metrics)
 
   def mix(self, fresh: Any, replayed: Any) -> Any:
     if fresh is None:
@@ -394,7 +366,7 @@ class Learner:
     def run():
       # A copy: `ingest` donates its state, and the caller goes on with this one.
       ingested, _, key = self.ingest(jax.tree.map(jnp.copy, state), batch)
-      if self.replay is not None and not self.config.replay.whole_replay_buffer_training:
+      if self.replay is not None:
         jax.block_until_ready(self.sample_and_update(ingested, key))
       acting = self.acting(state)[0]
       obs = _index(self.dp.local(batch).observation, 0)
