@@ -56,14 +56,11 @@ CNN (`--pong-torso nature_cnn` / `mlp` for those).
 from __future__ import annotations
 
 import dataclasses
-import functools
-import importlib.util
 import json
 import os
 import pathlib
 import platform
 import statistics
-import sys
 import threading
 import time
 from typing import Any
@@ -73,8 +70,6 @@ from typing import Optional
 import jax
 import numpy as np
 import tyro
-
-EXPERIMENTS = pathlib.Path(__file__).resolve().parent
 
 Mode = Literal[
     "sync", "sync_pools", "async", "async_nolearn", "sync_xla", "async_xla", "async_xla_nolearn"
@@ -134,16 +129,6 @@ class Args:
 
 
 # ---------------------------------------------------------------------------- set-up
-
-
-@functools.lru_cache(maxsize=None)
-def _load_script(name: str):
-  """experiments/<name>.py as a module, loaded once (registered: dataclasses need it)."""
-  spec = importlib.util.spec_from_file_location(f"bench_async_{name}", EXPERIMENTS / f"{name}.py")
-  module = importlib.util.module_from_spec(spec)
-  sys.modules[spec.name] = module
-  spec.loader.exec_module(module)
-  return module
 
 
 @dataclasses.dataclass(frozen=True)
@@ -232,9 +217,9 @@ def raw_rate(task: Task, pools: int, envs_per_pool: int, seconds: float, seed: i
   """Env steps/s of `pools` envpool pools of `envs_per_pool` envs (built as the loop builds
   them), each stepped in its own thread with envpool's gymnasium `step` and pre-drawn
   random actions."""
+  from offpolicy_ac.envs import random_actions  # the raw baseline of bench_envs.py too
   from offpolicy_ac.training.sources import make_env
 
-  random_actions = _load_script("bench_envs")._random_actions  # the same raw baseline
   envs_ = [make_env(task.loop, envs_per_pool, seed + 1009 * i) for i in range(pools)]
   try:
     counts = [0] * pools
@@ -246,7 +231,7 @@ def raw_rate(task: Task, pools: int, envs_per_pool: int, seconds: float, seed: i
       try:
         pool = envs_[i].pool
         actions = random_actions(
-            envs_[i].spec, 1024, envs_per_pool, np.random.default_rng(seed + i)
+            envs_[i].spec, (1024, envs_per_pool), np.random.default_rng(seed + i)
         )
         pool.reset()
         for j in range(20):  # warm up
@@ -567,7 +552,9 @@ def main(args: Args) -> dict:
     raise ValueError("--warmup-fraction must lie in [0, 1)")
   import envpool
 
-  presets = _load_script("impala").PRESETS
+  from offpolicy_ac.presets import impala
+
+  presets = impala.PRESETS
   header = (
       f"jax {jax.__version__}, envpool {envpool.__version__}, {jax.devices()}, "
       f"{os.cpu_count()} CPU cores, {platform.processor() or platform.machine()}, "

@@ -90,14 +90,6 @@ def _trivial_act(spec: envs.EnvSpec):
   return act
 
 
-def _random_actions(spec: envs.EnvSpec, count: int, batch: int, rng: np.random.Generator):
-  if spec.is_discrete:
-    return rng.integers(0, spec.num_actions, size=(count, batch), dtype=np.int32)
-  low = np.asarray(spec.action_low, np.float32).reshape(spec.action_shape)
-  high = np.asarray(spec.action_high, np.float32).reshape(spec.action_shape)
-  return rng.uniform(low, high, size=(count, batch, *spec.action_shape)).astype(np.float32)
-
-
 def _timed(run_chunk, steps_per_chunk: int):
   """A timer: `timer(seconds)` runs chunks until `seconds` passed and returns
   (steps per wall-clock second, steps per CPU second of this process, all threads)."""
@@ -119,7 +111,7 @@ def raw_timer(task: str, num_envs: int, batch_size: int, args: Args):
   """Raw envpool: the gymnasium API with pre-drawn random actions, nothing else."""
   env = _make(task, num_envs, batch_size, args)
   pool = env.pool
-  actions = _random_actions(env.spec, 1024, batch_size, np.random.default_rng(args.seed))
+  actions = envs.random_actions(env.spec, (1024, batch_size), np.random.default_rng(args.seed))
   counter = [0]
   if batch_size == num_envs:
     pool.reset()

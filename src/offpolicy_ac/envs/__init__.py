@@ -50,6 +50,7 @@ from offpolicy_ac.envs._functional_rollout import FunctionalRolloutState
 from offpolicy_ac.envs._functional_rollout import finished_episodes
 from offpolicy_ac.envs._functional_rollout import make_functional_rollout
 from offpolicy_ac.envs._host_rollout import RolloutState
+from offpolicy_ac.envs._random_actions import random_actions
 from offpolicy_ac.envs._rollout import make_rollout
 from offpolicy_ac.envs._rollout_base import ActFn
 from offpolicy_ac.envs._rollout_base import Backend
@@ -125,6 +126,7 @@ __all__ = [
     "make_functional_rollout",
     "make_rollout",
     "normalize",
+    "random_actions",
     "running_stats_init",
     "running_stats_update",
     "scale_reward",
