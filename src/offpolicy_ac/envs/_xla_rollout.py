@@ -124,6 +124,23 @@ _Init = Callable[[Any, jax.Array], Any]
 _Unroll = Callable[[Any, Any], tuple[Any, Trajectory, EpisodeStats]]
 
 
+def _pool_action_dtype(env: EnvPoolEnv) -> np.dtype:
+  """The dtype of the pool's actions, refused where envpool's XLA interface cannot
+  receive them."""
+  dtype = env.pool_action_dtype
+  if dtype is None:
+    raise ValueError(
+        f"{env.spec.task_id}: envpool does not report the dtype of its actions, which the "
+        "compiled backend needs; use backend='host'"
+    )
+  if dtype == np.float64 and not jax.config.jax_enable_x64:
+    raise ValueError(
+        f"{env.spec.task_id} takes float64 actions, which envpool's XLA interface can only "
+        "receive with jax_enable_x64; use backend='host'"
+    )
+  return dtype
+
+
 def compiled_rollout(env: EnvPoolEnv, act_fn: ActFn, unroll_length: int) -> tuple[_Init, _Unroll]:
   """The compiled backend of `make_rollout`: (init, unroll), trajectories as JAX arrays on
   the first CPU device.
@@ -135,17 +152,7 @@ def compiled_rollout(env: EnvPoolEnv, act_fn: ActFn, unroll_length: int) -> tupl
   T = check_rollout_args(env, act_fn, unroll_length)
   spec = env.spec
   pool = env.pool
-  pool_action_dtype = env.pool_action_dtype
-  if pool_action_dtype is None:
-    raise ValueError(
-        f"{spec.task_id}: envpool does not report the dtype of its actions, which the "
-        "compiled backend needs; use backend='host'"
-    )
-  if pool_action_dtype == np.float64 and not jax.config.jax_enable_x64:
-    raise ValueError(
-        f"{spec.task_id} takes float64 actions, which envpool's XLA interface can only "
-        "receive with jax_enable_x64; use backend='host'"
-    )
+  pool_action_dtype = _pool_action_dtype(env)
   n, b = spec.num_envs, spec.batch_size
   cpu = jax.local_devices(backend="cpu")[0]
   atari = env.is_atari
@@ -281,6 +288,11 @@ def compiled_rollout(env: EnvPoolEnv, act_fn: ActFn, unroll_length: int) -> tupl
   return init, unroll
 
 
+def _ring_take(x: jax.Array, offset: jax.Array, count: int) -> jax.Array:
+  """Rows [0, count) of the ring buffer x [R, ...] whose row 0 is at slot `offset`."""
+  return jnp.take(x, offset + jnp.arange(count), axis=0, mode="wrap")
+
+
 def _batched_rollout(
     env: EnvPoolEnv,
     T: int,
@@ -355,16 +367,12 @@ def _batched_rollout(
     shape = lambda x: jnp.zeros((rows, n, *x.shape[1:]), x.dtype)  # noqa: E731
     return jax.tree.map(shape, traj)
 
-  def ring_take(x, offset, count):
-    """Rows [0, count) of the ring buffer x [R, ...] whose row 0 is at slot `offset`."""
-    return jnp.take(x, offset + jnp.arange(count), axis=0, mode="wrap")
-
   @functools.partial(jax.jit, static_argnums=(2,))
   def grow(buf, offset, rows):
     """The ring buffers `buf` with row 0 moved to slot 0 and room up to `rows` rows."""
 
     def pad(x):
-      x = ring_take(x, offset, x.shape[0])
+      x = _ring_take(x, offset, x.shape[0])
       return jnp.concatenate([x, jnp.zeros((rows - x.shape[0], *x.shape[1:]), x.dtype)])
 
     return jax.tree.map(pad, buf)
@@ -372,7 +380,7 @@ def _batched_rollout(
   @jax.jit
   def unroll_rows(buf, offset):
     """Rows [0, T] of the ring buffers: the unroll (a copy; `buf` stays as it is)."""
-    return jax.tree.map(lambda x: ring_take(x, offset, T + 1), buf)
+    return jax.tree.map(lambda x: _ring_take(x, offset, T + 1), buf)
 
   def send_on_host(action: np.ndarray, env_id: np.ndarray) -> None:
     """Sends through envpool's Python API (the same pool the custom calls step)."""

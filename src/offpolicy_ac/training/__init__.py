@@ -1,12 +1,12 @@
 """The training driver, its configuration, evaluation, and the run directory."""
 
 from offpolicy_ac.analysis.plotting import plot_runs
-from offpolicy_ac.training.anakin import AnakinState
-from offpolicy_ac.training.anakin import CompiledTrain
-from offpolicy_ac.training.anakin import make_train
 from offpolicy_ac.training.cli import EnvPresets
 from offpolicy_ac.training.cli import parse_args
 from offpolicy_ac.training.clock import seconds_since_launch
+from offpolicy_ac.training.compiled_train import AnakinState
+from offpolicy_ac.training.compiled_train import CompiledTrain
+from offpolicy_ac.training.compiled_train import make_train
 from offpolicy_ac.training.config import ActorsConfig
 from offpolicy_ac.training.config import BudgetConfig
 from offpolicy_ac.training.config import CheckpointConfig
@@ -31,10 +31,10 @@ from offpolicy_ac.training.logger import RunLogger
 from offpolicy_ac.training.logger import WandbLogger
 from offpolicy_ac.training.logger import write_config
 from offpolicy_ac.training.metrics_io import read_metrics
+from offpolicy_ac.training.rundir import LoadedRun
 from offpolicy_ac.training.rundir import load_params
+from offpolicy_ac.training.rundir import load_run
 from offpolicy_ac.training.rundir import save_params
-from offpolicy_ac.training.runs import LoadedRun
-from offpolicy_ac.training.runs import load_run
 from offpolicy_ac.training.sources import make_training_rollout
 from offpolicy_ac.training.video import write_video
 

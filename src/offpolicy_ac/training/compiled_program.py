@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from offpolicy_ac.training.anakin import CompiledTrain
+from offpolicy_ac.training.compiled_train import CompiledTrain
 from offpolicy_ac.training.driver import Progress
 from offpolicy_ac.training.driver import Update
 from offpolicy_ac.training.learner import run_once

@@ -43,8 +43,8 @@ from offpolicy_ac.agents.registry import AGENTS
 from offpolicy_ac.analysis.plotting import plot_runs
 from offpolicy_ac.training import rundir
 from offpolicy_ac.training import sweeps
-from offpolicy_ac.training.anakin import make_train
 from offpolicy_ac.training.compiled_program import CompiledProgram
+from offpolicy_ac.training.compiled_train import make_train
 from offpolicy_ac.training.config import TrainConfig
 from offpolicy_ac.training.driver import RunResult
 from offpolicy_ac.training.driver import drive

@@ -1,10 +1,29 @@
-"""The run directory (docs/design.md, contract 3): its config.json, parameters and summary.
+"""The run directory (docs/design.md, contract 3): writing its config.json, parameters and
+summary, and reading a run back as Python objects.
 
-    check_or_write_config(name, args, run_dir, resume)   # refuse overwriting / a changed config
-    write_results(name, run_dir, result, protocol, stopped_by=None)  # parameters, summary.json
-    params = load_params(run_dir / FINAL_PARAMS, template)
+    check_or_write_config(name, args, run_dir, resume)  # refuse overwriting / a changed config
+    write_results(name, run_dir, result, protocol)      # parameters, summary.json
 
-`training.load_run` (`training/runs.py`) reads what these write.
+    run = load_run("runs/impala-cartpole")                  # the final parameters
+    run = load_run("runs/impala-cartpole", checkpoint=20480)  # a checkpoint's (env steps)
+    env = run.make_env(5, seed=0)                           # the run's task, 5 environments
+    returns = evaluate(env, run.greedy, run.acting, num_episodes=5)
+    action = run.greedy_policy()(observation)               # [B, ...] -> [B, ...]
+    action = run.behaviour_policy(seed=0)(observation)      # sampled as in training
+
+Any run directory written by the experiment scripts (`run_experiment`) loads: the agent is
+rebuilt from config.json exactly as the script built it (the algorithm's factory, the
+saved agent config, the training pools' `EnvSpec`), and its parameters come from
+`final_params.msgpack` or from a checkpoint. The policy acts on observations transformed
+as in training: the data transformer's state (observation statistics with
+`--normalize-observations`) comes from `final_transform.msgpack` or the same checkpoint.
+
+Runs on a JAX environment ("gymnax:...", "brax:...": one compiled program,
+`training.make_train`) load alike: the agent gets the functional environment's spec,
+`make_env` gives a host pool over it (`envs.FunctionalPool`), and a learner of a run of
+several seeds or of a sweep (`<run-dir>/seed<k>`, `<run-dir>/<setting>/seed<k>`) finds its
+checkpoints in `<run-dir>/checkpoints`, among the other learners'. So does a lane of a
+sweep on an envpool task (the vmapped learner's lanes, `training/sweeps.py`).
 """
 
 from __future__ import annotations
@@ -15,17 +34,31 @@ import os
 import pathlib
 import time
 from typing import Any
+from typing import Callable
+from typing import NamedTuple
 from typing import Optional
 from typing import Sequence
 
 import flax.serialization
 import jax
+import numpy as np
 
+from offpolicy_ac import envs
+from offpolicy_ac.agents.base import Agent
+from offpolicy_ac.agents.registry import AGENTS
+from offpolicy_ac.agents.registry import make_agent
 from offpolicy_ac.training import records
+from offpolicy_ac.training.checkpoint import checkpoint_steps
+from offpolicy_ac.training.checkpoint import read_checkpoint
 from offpolicy_ac.training.config import TrainConfig
 from offpolicy_ac.training.driver import RunResult
+from offpolicy_ac.training.learner import Acting
+from offpolicy_ac.training.learner import make_policies
+from offpolicy_ac.training.learner import make_transformer
 from offpolicy_ac.training.logger import jsonable
 from offpolicy_ac.training.logger import write_config
+from offpolicy_ac.training.sources import make_env
+from offpolicy_ac.training.sources import task_spec
 
 FINAL_PARAMS = "final_params.msgpack"
 FINAL_TRANSFORM = "final_transform.msgpack"
@@ -153,3 +186,219 @@ def write_results(name: str, run_dir: pathlib.Path, result: RunResult, protocol:
   (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
   print(f"[{name}] done: {summary}", flush=True)
   return summary
+
+
+class LoadedRun(NamedTuple):
+  """A run directory's agent, parameters and task.
+
+  Attributes:
+    run_dir: the run directory.
+    algorithm: the experiment script's name ("impala", "acer", "sql", "sqil").
+    config: the run's `TrainConfig`.
+    agent: the agent, built as the script built it.
+    acting: the parameters and data-transformer state the policy acts with (`Acting`).
+    env_steps: env steps of training behind these parameters (None if unknown).
+    source: where the parameters came from: "final" or "checkpoint".
+    checkpoints: env steps of the run's checkpoints, oldest first.
+    greedy: `greedy(acting, obs [B, ...]) -> action [B, ...]`, jitted: the greedy
+      (discrete) or mean (continuous) action on transformed observations, as the
+      in-training evaluation uses it.
+    act: `act(acting, obs, key) -> (action, extras)`, jitted: the behaviour policy.
+  """
+
+  run_dir: pathlib.Path
+  algorithm: str
+  config: TrainConfig
+  agent: Agent
+  acting: Acting
+  env_steps: Optional[int]
+  source: str
+  checkpoints: tuple[int, ...]
+  greedy: Callable
+  act: Callable
+
+  @property
+  def params(self) -> Any:
+    return self.acting.params
+
+  def make_env(self, num_envs: int, seed: int, *, train: bool = False,
+               **envpool_kwargs) -> envs.EnvPoolEnv | envs.FunctionalPool:  # fmt: skip
+    """A pool of the run's task (env id, Atari options, max_episode_steps).
+
+    `train=False` (default): evaluation settings (Atari: no episodic life, no reward
+    clipping), as the in-training evaluation uses; `train=True`: the training pools'.
+    `envpool_kwargs` are further envpool options, e.g. `render_mode="rgb_array"`.
+    A run on a JAX environment (gymnax, brax: a compiled run) gets an
+    `envs.FunctionalPool` of it, which cannot render.
+    """
+    return make_env(self.config, num_envs, seed, train=train, **envpool_kwargs)
+
+  def greedy_policy(self) -> Callable[[Any], np.ndarray]:
+    """`policy(obs [B, ...]) -> action [B, ...]` with this run's parameters (NumPy out)."""
+    greedy, acting = self.greedy, self.acting
+    return lambda obs: np.asarray(greedy(acting, obs))
+
+  def behaviour_policy(self, seed: int) -> Callable[[Any], np.ndarray]:
+    """`policy(obs [B, ...]) -> action [B, ...]`: actions sampled from the policy the run
+    trained with (`act`), each call with a fresh key split from `PRNGKey(seed)`.
+
+    Use it where the greedy policy gets stuck: a greedy Breakout player that never serves
+    plays until the time limit.
+    """
+    act, acting = self.act, self.acting
+    key = jax.random.PRNGKey(seed)
+
+    def policy(obs):
+      nonlocal key
+      key, step_key = jax.random.split(key)
+      return np.asarray(act(acting, obs, step_key)[0])
+
+    return policy
+
+
+def _read_config(run_dir: str | os.PathLike) -> dict:
+  """config.json of a run directory, checked to be one this version reads.
+
+  Raises:
+    FileNotFoundError: `run_dir` does not exist or holds no config.json.
+    ValueError: a run of another format (offpolicy_ac 0.1), of an unknown algorithm,
+      or the root of a run of several seeds or of a sweep.
+  """
+  run_dir = pathlib.Path(run_dir)
+  if not run_dir.is_dir():
+    raise FileNotFoundError(f"{run_dir} is not a directory")
+  path = run_dir / "config.json"
+  if not path.exists():
+    raise FileNotFoundError(f"{run_dir} is not a run directory (no config.json)")
+  record = json.loads(path.read_text())
+  config = record.get("config")
+  if not isinstance(config, dict) or "algorithm" not in record:
+    raise ValueError(f"{path} was not written by an experiment script (no algorithm/config)")
+  if "loop" in config:
+    raise ValueError(
+        f"{run_dir} was written by offpolicy_ac 0.1 (a flat `loop` config); this version "
+        "reads runs with a grouped `train` config: load it with offpolicy_ac 0.1"
+    )
+  if not isinstance(config.get("train"), dict) or not isinstance(config.get("agent"), dict):
+    raise ValueError(f"{path} has no `train` and `agent` configs")
+  if record["algorithm"] not in AGENTS:
+    raise ValueError(
+        f"{run_dir} is a run of {record['algorithm']!r}; known algorithms: {sorted(AGENTS)}"
+    )
+  sweep = config["train"].get("budget", {}).get("sweep", [])
+  if sweep:
+    learners = sorted(str(p.parent) for p in run_dir.glob("*/seed*/config.json"))
+    raise ValueError(
+        f"{run_dir} is the root of a sweep ({', '.join(sweep)}): load one of its learner "
+        f"directories ({', '.join(learners)})"
+    )
+  num_seeds = config["train"].get("budget", {}).get("num_seeds", 1)
+  if num_seeds > 1:
+    raise ValueError(
+        f"{run_dir} holds {num_seeds} seeds: load one of its seed directories "
+        f"({', '.join(str(run_dir / f'seed{s}') for s in _seeds(config))})"
+    )
+  return record
+
+
+def _seeds(config: dict) -> list[int]:
+  budget = config["train"].get("budget", {})
+  return [budget.get("seed", 0) + k for k in range(budget.get("num_seeds", 1))]
+
+
+def _checkpoint_source(run_dir: pathlib.Path, record: dict) -> tuple[pathlib.Path, int, int]:
+  """(checkpoint directory, learners in its arrays, this run's index among them). A
+  learner of a run of several (seeds, a sweep's settings), written in `<root>/seed<k>` or
+  `<root>/<setting>/seed<k>`, finds its checkpoints in the root, stacked with the other
+  learners' (its config.json records its lane: `learners_of`, `learner`, `learners`)."""
+  if record.get("learners_of") is None:
+    return run_dir / "checkpoints", 1, 0
+  recorded = pathlib.Path(record["learners_of"])
+  candidates = [recorded, run_dir.parent, run_dir.parent.parent]  # moved: up one or two
+  root = next((c for c in candidates if (c / "config.json").exists()), None)
+  if root is None:
+    return run_dir / "checkpoints", 1, 0  # the root is gone: no checkpoints to read
+  return root / "checkpoints", record["learners"], record["learner"]
+
+
+def load_run(run_dir: str | os.PathLike, *, checkpoint: Optional[int] = None) -> LoadedRun:
+  """Loads a run directory written by an experiment script.
+
+  Args:
+    run_dir: the run directory (of a run of several seeds: one of its seed<k>
+      directories; of a sweep: one of its <setting>/seed<k> directories).
+    checkpoint: None: the final parameters (final_params.msgpack), or, if the run
+      wrote none (it is still running or was killed), its newest checkpoint's; an int:
+      the checkpoint taken at that many env steps (see `LoadedRun.checkpoints`).
+
+  Returns:
+    A `LoadedRun`.
+
+  Raises:
+    FileNotFoundError: not a run directory.
+    ValueError: a run of another format or of an unknown algorithm, the root of a run
+      of several seeds or of a sweep, or no parameters saved (no final parameters and no
+      checkpoint, or no checkpoint at `checkpoint`).
+  """
+  run_dir = pathlib.Path(run_dir)
+  record = _read_config(run_dir)
+  algorithm = record["algorithm"]
+  try:
+    config = TrainConfig.from_dict(record["config"]["train"])
+  except (TypeError, ValueError) as e:
+    raise ValueError(f"{run_dir}/config.json: {e}") from e
+  agent = make_agent(algorithm, task_spec(config), record["config"]["agent"])
+  transformer = make_transformer(agent.spec, config)
+  act, greedy = make_policies(agent, transformer)
+  params_template = jax.eval_shape(agent.init, jax.random.PRNGKey(0)).params
+  transform = transformer.init()
+  ckpt_dir, num_seeds, index = _checkpoint_source(run_dir, record)
+  steps = tuple(checkpoint_steps(ckpt_dir))
+  final = run_dir / FINAL_PARAMS
+  if checkpoint is None and final.exists():
+    params = load_params(final, params_template)
+    if (run_dir / FINAL_TRANSFORM).exists():
+      transform = load_params(run_dir / FINAL_TRANSFORM, transform)
+    summary = run_dir / "summary.json"
+    env_steps = json.loads(summary.read_text())["env_steps"] if summary.exists() else None
+    source = "final"
+  else:
+    if checkpoint is None and not steps:
+      raise ValueError(f"{run_dir} holds no parameters: no {FINAL_PARAMS} and no checkpoint")
+    step = steps[-1] if checkpoint is None else checkpoint
+    if step not in steps:
+      raise ValueError(f"{run_dir} has no checkpoint at env step {step}; it has {list(steps)}")
+    params, transform = _read_acting(ckpt_dir, step, num_seeds, index, params_template,
+                                     transform, compiled=config.compiled)  # fmt: skip
+    env_steps, source = step, "checkpoint"
+  acting = jax.device_put(Acting(params, transform))
+  return LoadedRun(
+      run_dir=run_dir, algorithm=algorithm, config=config, agent=agent, acting=acting,
+      env_steps=env_steps, source=source, checkpoints=steps, greedy=jax.jit(greedy),
+      act=jax.jit(act),
+  )  # fmt: skip
+
+
+def _read_acting(ckpt_dir: pathlib.Path, step: int, num_seeds: int, index: int,
+                 params: Any, transform: Any, *, compiled: bool) -> tuple[Any, Any]:  # fmt: skip
+  """The parameters and transformer state of seed `index` in checkpoint `step` (the
+  learner's arrays carry a leading seed axis of `num_seeds`; a compiled run's, of
+  learners, under its whole state's `learner`)."""
+  shapes = lambda tree: jax.tree.map(
+      lambda x: jax.ShapeDtypeStruct((num_seeds,) + tuple(x.shape), x.dtype), tree
+  )
+  to_dict = flax.serialization.to_state_dict
+  item = {"learner": {"agent": {"params": shapes(to_dict(params))},
+                      "transform": shapes(to_dict(transform))}}  # fmt: skip
+  if compiled:
+    item = {"state": item}
+  try:
+    arrays, record = read_checkpoint(ckpt_dir, step, item)
+  except Exception as e:  # pylint: disable=broad-except
+    raise ValueError(f"checkpoint {step} in {ckpt_dir} could not be read: {e!r}") from e
+  records.check_format(record, f"{ckpt_dir} at step {step}", "compiled" if compiled else "envpool")
+  learner = jax.tree.map(lambda x: x[index], (arrays["state"] if compiled else arrays)["learner"])
+  return (
+      flax.serialization.from_state_dict(params, learner["agent"]["params"]),
+      flax.serialization.from_state_dict(transform, learner["transform"]),
+  )

@@ -125,6 +125,53 @@ def _unset(shapes: Any) -> Any:
   return jax.tree.map(fill, shapes)
 
 
+def greedy_returns(env: Any, greedy: Callable, acting: Acting, key: jax.Array,
+                   num_episodes: int) -> tuple[jax.Array, jax.Array]:  # fmt: skip
+  """Mean and minimum return of the greedy policy over `num_episodes` episodes of the
+  functional environment `env`, each on its own freshly reset environment (raw
+  rewards): the protocol of `training.evaluate`, as one compiled loop."""
+  env_states, ts = jax.vmap(env.reset)(
+      jax.random.split(key, num_episodes), jnp.arange(num_episodes, dtype=jnp.int32)
+  )
+  returns = jnp.zeros((num_episodes,), jnp.float32)
+  finished = jnp.zeros((num_episodes,), bool)
+
+  def cond(carry):
+    _, _, _, finished, steps = carry
+    return jnp.logical_and(~finished.all(), steps <= env.max_episode_steps)
+
+  def body(carry):
+    env_states, ts, returns, finished, steps = carry
+    action = greedy(acting, ts.observation)
+    env_states, ts = jax.vmap(env.step)(env_states, action)
+    returns = returns + jnp.where(finished, 0.0, ts.reward)
+    finished = finished | (ts.step_type == envs.LAST)
+    return env_states, ts, returns, finished, steps + 1
+
+  carry = (env_states, ts, returns, finished, jnp.zeros((), jnp.int32))
+  _, _, returns, _, _ = jax.lax.while_loop(cond, body, carry)
+  return returns.mean(), returns.min()
+
+
+def learn(agent: Agent, transformer: envs.DataTransformer, replay: Any,
+          batch_fn: Optional[Callable], num_updates: int, min_replay: int,
+          learner: LearnerState, traj: envs.Trajectory) -> tuple[LearnerState, Any, Any]:  # fmt: skip
+  """One learner iteration on a fresh unroll: `learner.make_ingest`, then, once the replay
+  holds `min_replay` sequences, `learner.make_sample_and_update`. Returns (learner,
+  metrics, whether the agent updated)."""
+  learner, (fresh, key) = make_ingest(agent, transformer, replay)(learner, traj)
+  if replay is None:
+    return learner, fresh, jnp.asarray(True)
+  sample = make_sample_and_update(agent, transformer, replay, batch_fn, num_updates)
+  can_learn = learner.replay.size >= min_replay
+  skipped = _unset(jax.eval_shape(sample, learner, key)[1])
+  learner, replayed = jax.lax.cond(can_learn, sample, lambda s, k: (s, skipped), learner, key)
+  if fresh is None:
+    return learner, replayed, can_learn
+  mixed = mix_metrics(fresh, replayed, num_updates)
+  return learner, jax.tree.map(lambda m, f: jnp.where(can_learn, m, f), mixed, fresh), True
+
+
 def make_train(
     make_agent: Callable[[Any, Any], Agent],
     agent_config: Any,
@@ -196,57 +243,19 @@ def make_train(
     zero = jnp.zeros((), jnp.int32)
     return AnakinState(learner, rollout.init(acting, rollout_key), eval_key, zero, zero)
 
-  def greedy_returns(greedy: Callable, acting: Acting,
-                     key: jax.Array) -> tuple[jax.Array, jax.Array]:  # fmt: skip
-    """Mean and minimum return of the greedy policy over `eval_episodes` episodes, each
-    on its own freshly reset environment (raw rewards)."""
-    env_states, ts = jax.vmap(env.reset)(
-        jax.random.split(key, eval_episodes), jnp.arange(eval_episodes, dtype=jnp.int32)
-    )
-    returns = jnp.zeros((eval_episodes,), jnp.float32)
-    finished = jnp.zeros((eval_episodes,), bool)
-
-    def cond(carry):
-      _, _, _, finished, steps = carry
-      return jnp.logical_and(~finished.all(), steps <= env.max_episode_steps)
-
-    def body(carry):
-      env_states, ts, returns, finished, steps = carry
-      action = greedy(acting, ts.observation)
-      env_states, ts = jax.vmap(env.step)(env_states, action)
-      returns = returns + jnp.where(finished, 0.0, ts.reward)
-      finished = finished | (ts.step_type == envs.LAST)
-      return env_states, ts, returns, finished, steps + 1
-
-    carry = (env_states, ts, returns, finished, jnp.zeros((), jnp.int32))
-    _, _, returns, _, _ = jax.lax.while_loop(cond, body, carry)
-    return returns.mean(), returns.min()
-
   def evaluate(state: AnakinState, hp: dict) -> tuple[jax.Array, jax.Array]:
     _, _, greedy, _ = parts(hp)
     acting = Acting(state.learner.agent.params, state.learner.transform)
-    return greedy_returns(greedy, acting, jax.random.fold_in(state.eval_key, state.iteration))
+    key = jax.random.fold_in(state.eval_key, state.iteration)
+    return greedy_returns(env, greedy, acting, key, eval_episodes)
 
   def iteration(state: AnakinState, hp: dict):
     agent, _, _, rollout = parts(hp)
-    ingest = make_ingest(agent, transformer, replay)
     learner = state.learner
     rollout_state, traj, stats = rollout.unroll(Acting(learner.agent.params, learner.transform),
                                                 state.rollout)  # fmt: skip
-    learner, (fresh, key) = ingest(learner, traj)
-    updated = jnp.asarray(True)
-    if replay is not None:
-      sample = make_sample_and_update(agent, transformer, replay, batch_fn, num_updates)
-      can_learn = learner.replay.size >= min_replay
-      skipped = _unset(jax.eval_shape(sample, learner, key)[1])
-      learner, replayed = jax.lax.cond(can_learn, sample, lambda s, k: (s, skipped), learner, key)
-      if fresh is None:
-        metrics, updated = replayed, can_learn
-      else:
-        metrics = jax.tree.map(lambda m, f: jnp.where(can_learn, m, f),
-                               mix_metrics(fresh, replayed, num_updates), fresh)  # fmt: skip
-    else:
-      metrics = fresh
+    learner, metrics, updated = learn(agent, transformer, replay, batch_fn, num_updates,
+                                      min_replay, learner, traj)  # fmt: skip
     env_steps = state.env_steps + steps_per_iteration
     done = stats.done
     out = {
