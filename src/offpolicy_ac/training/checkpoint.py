@@ -1,12 +1,15 @@
-"""Checkpoints of the whole training state with orbax, written atomically.
+"""Checkpoints of the whole training state with orbax, written atomically and verified.
 
 A checkpoint holds a pytree of arrays (agent state: parameters, target/average
 parameters, optimizer state, RNG keys, counters; replay buffers; loop counters
 and keys) and a JSON record (log accumulators, metadata). Orbax writes each
 step into a temporary directory and renames it when complete, so a kill during
 a save leaves the previous checkpoints untouched; the last `max_to_keep` are
-kept. `restore_latest` falls back to older checkpoints, with a warning, when
-the newest cannot be read (the unreadable one is renamed aside, not deleted).
+kept. Then the CRC-32 of every array is written (`checksums.json`, last, atomically)
+and checked on restore: `restore_latest` falls back to older checkpoints, with a
+warning that names it, when the newest cannot be read, has no checksums (a save that
+did not finish) or does not match them (the damaged one is renamed aside, not
+deleted).
 
 Multi-host jobs: the learner state is replicated, so process 0 alone writes
 (`read_only=False`); the other processes open the same directory read-only
@@ -15,6 +18,7 @@ Multi-host jobs: the learner state is replicated, so process 0 alone writes
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import time
@@ -22,6 +26,7 @@ from typing import Any
 from typing import Callable
 from typing import Optional
 import warnings
+import zlib
 
 import jax
 import numpy as np
@@ -44,6 +49,48 @@ def _to_savable(tree: Any) -> Any:
     return x
 
   return jax.tree.map(convert, tree)
+
+
+CHECKSUMS = "checksums.json"
+
+
+class DamagedCheckpointError(ValueError):
+  """A checkpoint's arrays do not match the checksums written with them."""
+
+
+def path_name(path: tuple) -> str:
+  """A pytree path as "learner/agent/params/..." (dict keys and NamedTuple fields alike)."""
+  parts = []
+  for key in path:
+    parts.append(str(getattr(key, "key", getattr(key, "name", getattr(key, "idx", key)))))
+  return "/".join(parts)
+
+
+def array_checksums(tree: Any) -> dict[str, str]:
+  """The dtype, shape and CRC-32 of every array of `tree`, by its path (`path_name`)."""
+  out = {}
+  for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+    x = np.ascontiguousarray(np.asarray(leaf))
+    out[path_name(path)] = (
+        f"{x.dtype.str}{list(x.shape)}:{zlib.crc32(x.reshape(-1).view(np.uint8)):08x}"
+    )
+  return out
+
+
+def verify_checksums(tree: Any, expected: dict[str, str], where: str) -> None:
+  """Raises DamagedCheckpointError when an array of `tree` differs from its checksum."""
+  for name, value in array_checksums(tree).items():
+    if expected.get(name) != value:
+      raise DamagedCheckpointError(
+          f"{where}: array {name} does not match its checksum (damaged or incomplete)"
+      )
+
+
+def _read_checksums(step_dir: pathlib.Path) -> dict[str, str]:
+  path = step_dir / CHECKSUMS
+  if not path.exists():
+    raise DamagedCheckpointError(f"{step_dir} has no {CHECKSUMS} (its save did not finish)")
+  return json.loads(path.read_text())
 
 
 class Checkpointer:
@@ -88,14 +135,20 @@ class Checkpointer:
     ocp = _ocp()
     if step in self.steps():  # e.g. redoing steps after a fall-back
       self._manager.delete(step)
+    savable = _to_savable(arrays)
     self._manager.save(
         step,
         args=ocp.args.Composite(
-            arrays=ocp.args.StandardSave(_to_savable(arrays)), record=ocp.args.JsonSave(record)
+            arrays=ocp.args.StandardSave(savable), record=ocp.args.JsonSave(record)
         ),
         force=True,
     )
     self._manager.wait_until_finished()
+    # Written last: a checkpoint without them is one whose save did not finish.
+    path = self.directory / str(step) / CHECKSUMS
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(array_checksums(savable)))
+    os.replace(tmp, path)
 
   def steps(self) -> list[int]:
     self._manager.reload()
@@ -123,12 +176,14 @@ class Checkpointer:
         if record is not None:
           check_record(dict(record))  # a checkpoint of another kind: not quarantined
       try:
+        checksums = _read_checksums(self.directory / str(step))
         restored = self._manager.restore(
             step,
             args=ocp.args.Composite(
                 arrays=ocp.args.StandardRestore(template), record=ocp.args.JsonRestore()
             ),
         )
+        verify_checksums(restored["arrays"], checksums, f"checkpoint {step} in {self.directory}")
         return step, restored["arrays"], dict(restored["record"])
       except Exception as e:  # pylint: disable=broad-except
         if self.read_only:
@@ -179,6 +234,8 @@ def read_checkpoint(directory: str | pathlib.Path, step: int, item: Any) -> tupl
       )
     finally:
       manager.close()
+  step_dir = pathlib.Path(directory).absolute() / str(step)
+  verify_checksums(restored["arrays"], _read_checksums(step_dir), f"checkpoint {step_dir}")
   return restored["arrays"], dict(restored["record"])
 
 
@@ -196,16 +253,27 @@ def checkpoint_steps(directory: str | pathlib.Path) -> list[int]:
 
 def restore_newest(checkpointer: Optional[Checkpointer], template: Any,
                    check_record: Callable[[dict], Any]) -> Optional[tuple[Any, dict]]:  # fmt: skip
-  """(arrays, record) of the newest readable checkpoint, or None, with a warning, when
-  there is none (the run starts over). `check_record(record)` raises for a checkpoint
-  this run must not read (another format, another kind of run)."""
+  """(arrays, record) of the newest intact checkpoint, or None, with a warning, when the
+  run wrote none (it starts over). `check_record(record)` raises for a checkpoint this
+  run must not read (another format, another kind of run).
+
+  Raises:
+    DamagedCheckpointError: the run wrote checkpoints but none is intact (each was moved
+      aside, named `<step>.unreadable-<time>`): nothing is started over unasked.
+  """
   if checkpointer is None:
     raise ValueError("resume needs checkpoints (checkpoint_every > 0)")
   restored = checkpointer.restore_latest(template, check_record=check_record)
   if restored is None:
+    damaged = sorted(p.name for p in checkpointer.directory.glob("*.unreadable-*"))
+    if damaged:
+      raise DamagedCheckpointError(
+          f"no intact checkpoint in {checkpointer.directory}: {', '.join(damaged)} could not "
+          "be read (damaged or incomplete). To start the run over, move its directory away "
+          "or choose another --run-dir"
+      )
     warnings.warn(
-        f"no readable checkpoint in {checkpointer.directory}: the run starts again from the "
-        "beginning",
+        f"no checkpoint in {checkpointer.directory}: the run starts again from the beginning",
         RuntimeWarning,
     )
     return None

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from offpolicy_ac.training.compiled_train import CompiledTrain
+from offpolicy_ac.training.driver import NonFiniteError
 from offpolicy_ac.training.driver import Progress
 from offpolicy_ac.training.driver import Update
 from offpolicy_ac.training.learner import run_once
@@ -34,7 +35,7 @@ from offpolicy_ac.training.sweeps import stack_hyperparams
 
 # Keys of a chunk's metrics that are bookkeeping, not learner statistics.
 BOOKKEEPING = ("active", "env_steps", "episodes", "episode_return_sum", "episode_length_sum",
-               "updated", "num_updates")  # fmt: skip
+               "updated", "num_updates", "data_finite")  # fmt: skip
 
 
 def _one_lane(fn: Callable) -> Callable:
@@ -48,6 +49,7 @@ class CompiledProgram:
   """The lanes of a compiled run (see the module docstring); a `driver.Program`."""
 
   kind = "compiled"
+  checkpoint_at_stop = True  # the state is the whole run
 
   def __init__(self, compiled: CompiledTrain, seeds: list[int], settings: list[dict]):
     """Traces the programs and starts compiling them in the background.
@@ -135,6 +137,13 @@ class CompiledProgram:
       active = min(per_chunk, needed)
       state, metrics = run(state, self._hps, jnp.asarray(active, jnp.int32))
       m = {name: np.asarray(v)[:, :active] for name, v in jax.device_get(metrics).items()}
+      if not m["data_finite"].all():
+        k, i = np.argwhere(~m["data_finite"])[0]
+        raise NonFiniteError(
+            f"non-finite rewards or observations from {self.compiled.config.env.env_id} "
+            f"(learner {k}) at env step {env_steps + taken + (i + 1) * spi}; stopping. The "
+            "last checkpoint is kept."
+        )
       episodes += np.stack([m["episodes"].sum(1), m["episode_return_sum"].sum(1, np.float64),
                             m["episode_length_sum"].sum(1, np.float64)], axis=1)  # fmt: skip
       stats = [name for name in m if name not in BOOKKEEPING]

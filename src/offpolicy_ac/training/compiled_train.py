@@ -22,7 +22,8 @@ hyperparams)`:
   cuts as with envpool's environments).
 
 `metrics` are arrays with a leading iteration axis: env steps so far, the sums and count
-of the episodes that finished during the iteration (raw environment rewards), the agent's
+of the episodes that finished during the iteration (raw environment rewards), whether the
+unroll's rewards and observations were all finite (`data_finite`), the agent's
 update metrics (NaN where it made no update, e.g. while the replay fills) and, in `train`,
 the greedy evaluation's mean and minimum return (NaN where none was due: evaluations fall
 on the first iteration at or after each multiple of `TrainConfig.eval_interval` env
@@ -265,6 +266,7 @@ def make_train(
         "episode_return_sum": jnp.where(done, stats.episode_return, 0.0).sum(),
         "episode_length_sum": jnp.where(done, stats.episode_length, 0).sum().astype(jnp.float32),
         "updated": jnp.asarray(updated),
+        "data_finite": jnp.isfinite(traj.reward).all() & jnp.isfinite(traj.observation).all(),
         "num_updates": learner.agent.num_updates,
         **{name: jnp.asarray(value, jnp.float32) for name, value in metrics.items()},
     }

@@ -21,8 +21,12 @@ an evaluation, a checkpoint or the end of the budget, in env steps), then acts o
   uninterrupted run as in a resumed one, so that a run resumed from a checkpoint logs
   exactly what the uninterrupted run logs (every number of metrics.jsonl but the
   wall-clock fields, `WALL_CLOCK_FIELDS`);
-* `should_stop()` (SIGTERM, SIGINT in the scripts) is polled between iterations: the state
-  is checkpointed and the run returns, interrupted.
+* `should_stop()` (SIGTERM, SIGINT in the scripts) is polled between iterations and the
+  run returns, interrupted. A program that can be checkpointed anywhere
+  (`Program.checkpoint_at_stop`: a compiled program, whose state is the whole run) is
+  checkpointed there; an envpool program's environments can only be re-created at a
+  segment's start, so its run resumes from the last checkpoint (the work since is done
+  again, exactly as the uninterrupted run did it).
 
 An advance stops at the first iteration that reaches a point, so a line falls on the first
 iteration boundary at or after its point, whatever the program.
@@ -63,6 +67,8 @@ class RunResult:
     last_eval_return: the last evaluation return, or None if the run never evaluated.
     interrupted: whether `should_stop` (SIGTERM or SIGINT in the scripts) stopped the run
       before its step budget.
+    checkpoint_env_steps: the env steps of the run's newest checkpoint, where `--resume`
+      continues (None: no checkpoint).
     agent_state: the final agent state (parameters, optimizer state, ...).
     transform_state: the final data-transformer state (e.g. observation statistics).
   """
@@ -75,6 +81,7 @@ class RunResult:
   interrupted: bool
   agent_state: Any
   transform_state: Any = None
+  checkpoint_env_steps: Optional[int] = None
 
 
 class NonFiniteError(FloatingPointError):
@@ -131,10 +138,13 @@ class Program(Protocol):
   Attributes:
     kind: "envpool" or "compiled", recorded in checkpoints.
     num_lanes: N, the learners trained in lockstep.
+    checkpoint_at_stop: whether a checkpoint written when a stop request interrupts an
+      advance resumes as the run would have gone on (else the stop writes none).
   """
 
   kind: str
   num_lanes: int
+  checkpoint_at_stop: bool
 
   def init(self) -> Any:
     """The fresh state of every lane."""
@@ -219,6 +229,7 @@ class _Driver:
     )
     self.accs = [records.Accumulators() for _ in loggers]
     self.wall_offset, self.last_log = 0.0, (0.0, 0)
+    self.saved: Optional[int] = None  # env steps of the newest checkpoint
 
   def restore(self, state: Any) -> Any:
     """The newest checkpoint's state and records, the logs cut back to it."""
@@ -230,6 +241,7 @@ class _Driver:
       arrays, record = restored
       state = program.from_checkpoint(state, arrays)
       self.schedule, self.accs = check(record)
+      self.saved = self.schedule.env_steps
     for logger in self.loggers:
       logger.truncate(self.schedule.log_lines)
     return state
@@ -245,6 +257,7 @@ class _Driver:
           self.program.checkpoint_arrays(state),
           records.to_record(self.program.kind, self.schedule, self.accs),
       )
+      self.saved = self.schedule.env_steps
 
   def accumulate(self, progress: Progress) -> None:
     """Adds an advance's episodes and statistics to the lanes' accumulators; raises
@@ -299,9 +312,10 @@ class _Driver:
         schedule.env_steps += progress.env_steps
         self.accumulate(progress)
         if progress.stopped:
-          schedule.segment += 1
-          self.save(state)
           interrupted = True
+          if program.checkpoint_at_stop:
+            schedule.segment += 1
+            self.save(state)
           break
         end = schedule.env_steps >= total
         due = schedule.checkpoint_due()
@@ -329,5 +343,6 @@ class _Driver:
           env_steps=schedule.env_steps, num_updates=int(versions[k]), wall_time_s=wall,
           reached_target=acc.reached, last_eval_return=acc.last_eval,
           interrupted=interrupted, agent_state=agent_state, transform_state=transform_state,
+          checkpoint_env_steps=self.saved if self.checkpointer is not None else None,
       ))  # fmt: skip
     return Outcome(state, results)

@@ -35,6 +35,7 @@ from offpolicy_ac.agents.base import Agent
 from offpolicy_ac.agents.hyperparams import hyperparams_of
 from offpolicy_ac.agents.hyperparams import with_hyperparams
 from offpolicy_ac.training.config import TrainConfig
+from offpolicy_ac.training.driver import NonFiniteError
 from offpolicy_ac.training.driver import Progress
 from offpolicy_ac.training.driver import RunResult
 from offpolicy_ac.training.driver import Update
@@ -72,6 +73,32 @@ def mark_cut(traj: envs.Trajectory) -> envs.Trajectory:
       step_type=traj.step_type.at[-1].set(envs.LAST),
       discount=traj.discount.at[-1].set(jnp.where(last_is_termination, 0.0, 1.0)),
   )
+
+
+_FLOAT_FIELDS = ("reward", "discount", "observation")
+_all_finite = jax.jit(lambda fields: {n: jnp.isfinite(x).all() for n, x in fields.items()})
+
+
+def check_finite_data(traj: envs.Trajectory, where: str) -> None:
+  """Raises NonFiniteError when an unroll's rewards, discounts or (float) observations
+  hold a NaN or an infinity, naming the field, the environment (env_id) and `where`: such
+  data is stopped before the learner's statistics and replay take it, so no checkpoint
+  holds it. Host arrays are checked on the host, device arrays in one compiled call."""
+  fields = {n: getattr(traj, n) for n in _FLOAT_FIELDS
+            if jnp.issubdtype(getattr(traj, n).dtype, jnp.floating)}  # fmt: skip
+  on_host = {n: bool(np.isfinite(x).all()) for n, x in fields.items() if isinstance(x, np.ndarray)}
+  on_device = {n: x for n, x in fields.items() if n not in on_host}
+  finite = {**on_host, **(jax.device_get(_all_finite(on_device)) if on_device else {})}
+  for name, ok in finite.items():
+    if ok:
+      continue
+    values = np.asarray(fields[name])
+    t, b = np.argwhere(~np.isfinite(values.reshape(values.shape[:2] + (-1,))).all(-1))[0]
+    env_id = int(np.asarray(traj.env_id)[t, b])
+    raise NonFiniteError(
+        f"non-finite {name} from environment {env_id} (row {t} of the unroll) of {where}; "
+        "stopping before it is learned from or stored. The last checkpoint is kept."
+    )
 
 
 class EnvpoolProgram:
@@ -130,6 +157,8 @@ class EnvpoolProgram:
     self.learner = Learner(agent, config, dp, num_seeds=self.num_lanes, batch_fn=batch_fn,
                            hyperparams=hyperparams, agent_at=agent_at)  # fmt: skip
     self.exact = not config.uses_actor_threads
+    # Actor threads promise no exact resume: their stop saves what they learned.
+    self.checkpoint_at_stop = not self.exact
     self.sources, self.evals = [], []
     self._warm, self._acting, self._versions, self._replay_fill = None, None, None, 0
 
@@ -229,6 +258,8 @@ class EnvpoolProgram:
         break
       cut = self.exact and now >= cut_at
       trajs = [mark_cut(g.traj) if cut else g.traj for g in got]
+      for k, traj in enumerate(trajs):
+        check_finite_data(traj, f"{config.env.env_id}{self.lane_names[k]} at env step {now}")
       for k, g in enumerate(got):
         if g.policy_lag is not None:
           lags[k].append(g.policy_lag)

@@ -9,7 +9,9 @@
 * creates the run directory (refusing to overwrite a run unless `resume`; on `resume`,
   refusing a config that differs from the run's in anything but the step budget) and
   writes config.json (`training/rundir.py`);
-* installs SIGTERM/SIGINT handlers that save a checkpoint and stop cleanly;
+* holds the run directory's lock (`rundir.locked`: one process per run directory);
+* installs SIGTERM/SIGINT handlers that stop the run cleanly, where `--resume` continues
+  exactly (`training/driver.py`);
 * trains with the driver (`training/driver.py`), logging to metrics.jsonl / TensorBoard /
   a PNG (and with `--track` to Weights & Biases), checkpointing with orbax every
   `checkpoint_every` env steps and at the end;
@@ -83,7 +85,7 @@ def _stop_on_signals(flag: _StopFlag):
     if flag.signal_name is not None:  # a second signal: stop now
       raise KeyboardInterrupt
     flag.signal_name = signal.Signals(signum).name
-    print(f"received {flag.signal_name}: saving a checkpoint and stopping", flush=True)
+    print(f"received {flag.signal_name}: stopping after this iteration", flush=True)
 
   for sig in (signal.SIGTERM, signal.SIGINT):
     previous[sig] = signal.signal(sig, handler)
@@ -198,10 +200,11 @@ def run_experiment(name: str, args: Any, agent_factory: Callable, *,
       or (config.budget.vmap_seeds and config.vmap_unsupported_reason() is None)
   )
   if not shared:  # one after the other, each a complete run through the same driver
-    results = [run_experiment(name, _seed_args(args, s, root / f"seed{s}"), agent_factory,
-                              batch_fn=batch_fn, progress=progress,
-                              rollout_factory=rollout_factory) for s in seeds]  # fmt: skip
-    plot_runs([root / f"seed{s}" for s in seeds], root / "learning_curves.png", group=True,
+    with rundir.locked(root):
+      results = [run_experiment(name, _seed_args(args, s, root / f"seed{s}"), agent_factory,
+                                batch_fn=batch_fn, progress=progress,
+                                rollout_factory=rollout_factory) for s in seeds]  # fmt: skip
+      plot_runs([root / f"seed{s}" for s in seeds], root / "learning_curves.png", group=True,
               title=f"{name} {config.env.env_id}, {len(seeds)} seeds (one after the other)")  # fmt: skip
     return results
   results = _run(name, args, root, agent_factory=agent_factory, batch_fn=batch_fn,
@@ -237,21 +240,30 @@ def _run(name: str, args: Any, root: pathlib.Path, *, agent_factory: Callable,
   root/<setting>/seed<k>; root holds the whole config and every learner's checkpoints.
   """
   config: TrainConfig = args.train
-  resume = bool(getattr(args, "resume", False))
   lanes = sweeps.lanes_of(args, root)  # validates the sweep before anything is written
   _prepare_process(config)
   program = _program(name, args, lanes, agent_factory=agent_factory, batch_fn=batch_fn,
                      rollout_factory=rollout_factory)  # fmt: skip
   process = config.parallel.process_id
+  dirs = [lane.run_dir for lane in lanes]
+  if len(lanes) == 1 and process > 0:  # a multi-host job's other processes: their own logs
+    dirs = [root / f"process{process}"]
+  with rundir.locked(dirs[0] if len(lanes) == 1 else root):
+    return _train(name, args, root, lanes, dirs, program, progress)
+
+
+def _train(name: str, args: Any, root: pathlib.Path, lanes: list[sweeps.Lane],
+           dirs: list[pathlib.Path], program: Any, progress: Optional[bool]) -> list[RunResult]:  # fmt: skip
+  """`_run` once it holds the run directory: config.json, signals, the driver, results."""
+  config: TrainConfig = args.train
+  resume = bool(getattr(args, "resume", False))
   if len(lanes) == 1:
-    dirs = [root / f"process{process}" if process > 0 else root]
     rundir.check_or_write_config(name, args, dirs[0], resume)
   else:
-    dirs = [lane.run_dir for lane in lanes]
     rundir.check_or_write_config(name, args, root, resume, others=dirs)
     sweeps.write_lane_configs(name, args, root, lanes)
   protocol = describe_protocol(config)
-  if process == 0:
+  if config.parallel.process_id == 0:
     print(f"[{name}] evaluation protocol: {protocol}", flush=True)
   how = "vmapped, compiled" if config.compiled else "vmapped"
   if len(lanes) > 1:
@@ -279,6 +291,12 @@ def _run(name: str, args: Any, root: pathlib.Path, *, agent_factory: Callable,
     raise
   for d, result in zip(dirs, outcome.results):
     rundir.write_results(name, d, result, protocol, stopped_by=flag.signal_name)
+  if flag.signal_name:
+    first = outcome.results[0]
+    where = (f"from its checkpoint at env step {first.checkpoint_env_steps:,}"
+             if first.checkpoint_env_steps is not None else "from the beginning (no checkpoint)")  # fmt: skip
+    print(f"[{name}] stopped by {flag.signal_name} at env step {first.env_steps:,}; "
+          f"--resume continues {where}", flush=True)  # fmt: skip
   if len(lanes) > 1:
     sweeps.plot_lanes(name, config, root, lanes, how)
   return outcome.results

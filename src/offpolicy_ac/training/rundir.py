@@ -28,16 +28,21 @@ sweep on an envpool task (the vmapped learner's lanes, `training/sweeps.py`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import json
 import os
 import pathlib
+import socket
+import sys
 import time
 from typing import Any
 from typing import Callable
 from typing import NamedTuple
 from typing import Optional
 from typing import Sequence
+import zlib
 
 import flax.serialization
 import jax
@@ -48,6 +53,7 @@ from offpolicy_ac.agents.base import Agent
 from offpolicy_ac.agents.registry import AGENTS
 from offpolicy_ac.agents.registry import make_agent
 from offpolicy_ac.training import records
+from offpolicy_ac.training.checkpoint import DamagedCheckpointError
 from offpolicy_ac.training.checkpoint import checkpoint_steps
 from offpolicy_ac.training.checkpoint import read_checkpoint
 from offpolicy_ac.training.config import TrainConfig
@@ -76,16 +82,80 @@ RESUMABLE_CHANGES = (
 """Config fields that may change when a run is resumed."""
 
 
-def save_params(path: pathlib.Path, params: Any) -> None:
-  """Writes parameters (flax msgpack) atomically."""
-  tmp = path.with_suffix(".tmp")
-  tmp.write_bytes(flax.serialization.to_bytes(jax.device_get(params)))
+LOCK = ".lock"
+
+
+class RunDirectoryInUse(RuntimeError):
+  """Another process holds the run directory's lock."""
+
+
+@contextlib.contextmanager
+def locked(run_dir: pathlib.Path):
+  """Holds an OS-level lock on `run_dir` (`run_dir/.lock`, `fcntl.flock`) while the
+  context runs, so that one process at a time writes a run directory.
+
+  The lock file says who holds it (host, pid, start time, command line). The kernel
+  releases the lock when its process ends, however it ends (kill -9 included), so a lock
+  left by a dead process never blocks; on a shared filesystem (NFS) the lock is the
+  server's, released when the holder's host stops renewing it.
+
+  Raises:
+    RunDirectoryInUse: another process holds it; the message names the holder.
+  """
+  run_dir.mkdir(parents=True, exist_ok=True)
+  fd = os.open(run_dir / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+  try:
+    try:
+      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      holder = os.pread(fd, 4096, 0).decode(errors="replace").strip() or "unknown"
+      raise RunDirectoryInUse(
+          f"{run_dir} is in use by another process ({holder}): wait for it to finish, stop "
+          "it, or choose another --run-dir"
+      ) from None
+    me = {"host": socket.gethostname(), "pid": os.getpid(),
+          "since": time.strftime("%Y-%m-%d %H:%M:%S"), "command": " ".join(sys.argv)}  # fmt: skip
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, json.dumps(me).encode(), 0)
+    yield
+  finally:
+    os.close(fd)  # releases the lock
+
+
+def _checksum_path(path: pathlib.Path) -> pathlib.Path:
+  return path.with_name(path.name + ".crc32")
+
+
+def _write_atomic(path: pathlib.Path, data: bytes) -> None:
+  tmp = path.with_name(path.name + ".tmp")
+  tmp.write_bytes(data)
   os.replace(tmp, path)
 
 
+def save_params(path: pathlib.Path, params: Any) -> None:
+  """Writes parameters (flax msgpack) atomically, and their CRC-32 beside them
+  (`<path>.crc32`), which `load_params` checks."""
+  path = pathlib.Path(path)
+  data = flax.serialization.to_bytes(jax.device_get(params))
+  _write_atomic(path, data)
+  _write_atomic(_checksum_path(path), f"{zlib.crc32(data):08x}\n".encode())
+
+
 def load_params(path: str | os.PathLike, template: Any) -> Any:
-  """Reads parameters written by `save_params` into the structure of `template`."""
-  return flax.serialization.from_bytes(template, pathlib.Path(path).read_bytes())
+  """Reads parameters written by `save_params` into the structure of `template`.
+
+  Raises:
+    DamagedCheckpointError: the file does not match the checksum written with it.
+  """
+  path = pathlib.Path(path)
+  data = path.read_bytes()
+  checksum = _checksum_path(path)
+  if checksum.exists() and checksum.read_text().strip() != f"{zlib.crc32(data):08x}":
+    raise DamagedCheckpointError(
+        f"{path} does not match its checksum ({checksum.name}): the file is damaged or "
+        "incomplete"
+    )
+  return flax.serialization.from_bytes(template, data)
 
 
 def default_run_dir(name: str, config: TrainConfig) -> str:

@@ -1,0 +1,226 @@
+"""Faults a run must survive without silent damage: stop signals and kill -9 at any moment
+(during a checkpoint write too), two processes on one run directory, flipped bytes in
+checkpoints and parameters, and non-finite data from the environment.
+
+Each scripted run is experiments/impala.py on CartPole in a subprocess, as a user runs it;
+the reference is the uninterrupted run with the same flags (metrics.jsonl but the
+wall-clock fields, and the final parameters byte for byte).
+"""
+
+import dataclasses
+import json
+import pathlib
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from offpolicy_ac.presets import impala
+from offpolicy_ac.training import load_run
+from offpolicy_ac.training import make_training_rollout
+from offpolicy_ac.training.driver import NonFiniteError
+
+ROOT = pathlib.Path(__file__).parents[2]
+WALL_CLOCK = ("wall_time_s", "env_steps_per_s")
+# 256 env steps per iteration (16 envs x 16 steps); a checkpoint every 5 iterations.
+FLAGS = ["--checkpoint-every", "1280", "--log-every", "640", "--eval-every", "1280",
+         "--eval-episodes", "2"]  # fmt: skip
+TOTAL = 6400
+
+
+def _cmd(run_dir, *extra, steps=TOTAL):
+  return [sys.executable, str(ROOT / "experiments" / "impala.py"), "--run-dir", str(run_dir),
+          "--total-env-steps", str(steps), *FLAGS, *extra]  # fmt: skip
+
+
+def _run(run_dir, *extra, check=True, steps=TOTAL):
+  proc = subprocess.run(_cmd(run_dir, *extra, steps=steps), capture_output=True, text=True,
+                        timeout=600)  # fmt: skip
+  if check and proc.returncode != 0:
+    raise AssertionError(f"{run_dir} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
+  return proc
+
+
+def _metrics(run_dir):
+  lines = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
+  return [{k: v for k, v in l.items() if k not in WALL_CLOCK} for l in lines]
+
+
+def _same_run(run_dir, straight):
+  assert _metrics(run_dir) == _metrics(straight)
+  final = "final_params.msgpack"
+  assert (run_dir / final).read_bytes() == (straight / final).read_bytes()
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory):
+  run_dir = tmp_path_factory.mktemp("straight") / "run"
+  _run(run_dir)
+  return run_dir
+
+
+def _checkpoints(run_dir):
+  ckpts = run_dir / "checkpoints"
+  return sorted(int(p.name) for p in ckpts.iterdir() if p.name.isdigit()) if ckpts.exists() else []
+
+
+def _start_and_wait(run_dir, ready, *extra, steps=TOTAL):
+  """Starts a run; returns its process once `ready(run_dir)` holds (polled every ms)."""
+  proc = subprocess.Popen(_cmd(run_dir, *extra, steps=steps), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)  # fmt: skip
+  deadline = time.time() + 300
+  while time.time() < deadline and proc.poll() is None and not ready(run_dir):
+    time.sleep(0.001)
+  assert proc.poll() is None, proc.communicate()[1][-3000:]
+  return proc
+
+
+def _lines(run_dir):
+  path = run_dir / "metrics.jsonl"
+  return path.read_text().count("\n") if path.exists() else 0
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_at_a_random_moment_resumes_exactly(tmp_path, straight, sig):
+  rng = random.Random(sig)
+  run_dir = tmp_path / "run"
+  proc = _start_and_wait(run_dir, lambda d: _lines(d) >= 1)
+  time.sleep(rng.uniform(0.0, 0.8))  # the run takes about 2.5 s from its first line
+  proc.send_signal(sig)
+  out, err = proc.communicate(timeout=120)
+  assert proc.returncode == 0, err[-3000:]
+  summary = json.loads((run_dir / "summary.json").read_text())
+  assert summary["interrupted"] and summary["stopped_by"] == sig.name
+  assert "--resume continues" in out
+  # The stop writes no checkpoint of its own (the environments cannot be saved mid-segment):
+  # the newest is a checkpoint point's, where the resumed run goes on.
+  assert summary["checkpoint_env_steps"] == max(_checkpoints(run_dir), default=None)
+  _run(run_dir, "--resume")
+  _same_run(run_dir, straight)
+
+
+def test_kill_9_at_random_moments_and_mid_checkpoint_resumes_exactly(tmp_path, straight):
+  rng = random.Random(0)
+  run_dir = tmp_path / "run"
+  for _ in range(2):  # at random moments, the run resumed in between
+    extra = ["--resume"] if (run_dir / "config.json").exists() else []
+    proc = _start_and_wait(run_dir, lambda d: _lines(d) >= 1, *extra)
+    time.sleep(rng.uniform(0.0, 1.0))
+    proc.kill()
+    proc.communicate()
+
+  def writing(d):  # orbax writes a checkpoint into a temporary directory, then renames it
+    ckpts = d / "checkpoints"
+    return ckpts.exists() and any("tmp" in p.name for p in ckpts.iterdir())
+
+  proc = _start_and_wait(run_dir, writing, "--resume")
+  proc.kill()
+  proc.communicate()
+  _run(run_dir, "--resume")
+  _same_run(run_dir, straight)
+
+
+def test_a_second_process_on_a_run_directory_is_refused(tmp_path):
+  run_dir = tmp_path / "run"
+  first = _start_and_wait(run_dir, lambda d: _lines(d) >= 1, steps=10_000_000)
+  try:
+    for extra in ([], ["--resume"]):
+      proc = _run(run_dir, *extra, check=False)
+      assert proc.returncode != 0
+      assert "is in use by another process" in proc.stderr
+      assert f'"pid": {first.pid}' in proc.stderr
+    assert first.poll() is None  # the holder goes on
+  finally:
+    first.send_signal(signal.SIGTERM)
+    first.communicate(timeout=120)
+  assert first.returncode == 0
+  _run(run_dir, "--resume", steps=json.loads((run_dir / "summary.json").read_text())["env_steps"])
+
+
+def _flip_byte(path, offset=None):
+  data = bytearray(path.read_bytes())
+  offset = len(data) // 2 if offset is None else offset
+  data[offset] ^= 0x5A
+  path.write_bytes(bytes(data))
+
+
+def test_a_flipped_byte_in_the_newest_checkpoint_is_found_and_skipped(tmp_path, straight):
+  run_dir = tmp_path / "run"
+  _run(run_dir, steps=3840)
+  newest = run_dir / "checkpoints" / "3840"
+  arrays = [p for p in newest.rglob("*") if p.is_file() and "arrays" in str(p.relative_to(newest))]
+  _flip_byte(max(arrays, key=lambda p: p.stat().st_size))
+  proc = _run(run_dir, "--resume")
+  assert "checkpoint 3840" in proc.stderr and "falling back" in proc.stderr
+  _same_run(run_dir, straight)  # from the checkpoint before: the same run
+
+
+def test_no_intact_checkpoint_is_an_error_not_a_fresh_start(tmp_path):
+  run_dir = tmp_path / "run"
+  _run(run_dir, steps=2560)
+  for step in _checkpoints(run_dir):
+    (run_dir / "checkpoints" / str(step) / "checksums.json").unlink()  # as if cut short
+  proc = _run(run_dir, "--resume", check=False)
+  assert proc.returncode != 0 and "no intact checkpoint" in proc.stderr
+
+
+def test_damaged_final_parameters_are_refused_by_load_run_and_evaluate(tmp_path):
+  run_dir = tmp_path / "run"
+  _run(run_dir, steps=1280)
+  load_run(run_dir)  # intact
+  _flip_byte(run_dir / "final_params.msgpack", offset=-3)
+  with pytest.raises(ValueError, match="does not match its checksum"):
+    load_run(run_dir)
+  proc = subprocess.run(
+      [sys.executable, str(ROOT / "experiments" / "evaluate.py"), "--run-dir", str(run_dir)],
+      capture_output=True, text=True, timeout=300,
+  )  # fmt: skip
+  assert proc.returncode != 0 and "does not match its checksum" in proc.stderr
+  assert not (run_dir / "evaluation.json").exists()
+
+
+class _NaNRewardAt:
+  """A rollout factory whose first pool's unroll number `at` returns a NaN reward."""
+
+  def __init__(self, at):
+    self.at, self.calls = at, 0
+
+  def __call__(self, act, config, seed, to_device):
+    rollout = make_training_rollout(act, config, seed, to_device)
+    factory = self
+
+    class Poisoned:
+      env = rollout.env
+      init = staticmethod(rollout.init)
+
+      @staticmethod
+      def unroll(acting, state):
+        state, traj, stats = rollout.unroll(acting, state)
+        factory.calls += 1
+        if factory.calls == factory.at:
+          reward = np.array(traj.reward)
+          reward[3, 5] = np.nan
+          traj = traj._replace(reward=reward)
+        return state, traj, stats
+
+    return Poisoned()
+
+
+def test_non_finite_data_from_the_environment_is_stopped_before_it_is_stored(tmp_path):
+  args = impala.Args()
+  train = args.train.replace(total_env_steps=3840, checkpoint_every=1280, log_every=640,
+                             eval_every=0)  # fmt: skip
+  args = dataclasses.replace(args, train=train, run_dir=str(tmp_path / "run"))
+  with pytest.raises(
+      NonFiniteError, match=r"non-finite reward from environment \d+ .* env step 2560"
+  ):
+    impala.run(args, rollout_factory=_NaNRewardAt(10))  # unroll 10 ends at env step 2560
+  assert _checkpoints(tmp_path / "run") == [1280]  # none holds the NaN
+  straight = dataclasses.replace(args, run_dir=str(tmp_path / "straight"))
+  impala.run(straight)
+  impala.run(dataclasses.replace(args, resume=True))
+  assert _metrics(tmp_path / "run") == _metrics(tmp_path / "straight")
