@@ -129,7 +129,7 @@ def _run(script: str, flags: list[str], run_dir: pathlib.Path) -> dict:
   return {
       "env_steps": summary["env_steps"],
       "wall_s": wall,
-      "reached": summary["reached_target"],
+      "reached": summary["target_reached_at"] is not None,
       "num_updates": summary["num_updates"],
       "updates_per_s": summary["num_updates"] / max(summary["wall_time_s"], 1e-9),
       "train_return_475_at": trailing,

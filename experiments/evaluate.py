@@ -3,6 +3,7 @@
     python experiments/evaluate.py --run-dir runs/impala-cartpole --episodes 10
     python experiments/evaluate.py --run-dir runs/impala-cartpole --video greedy.mp4
     python experiments/evaluate.py --run-dir runs/impala-pong --checkpoint 2000000
+    python experiments/evaluate.py --run-dir runs/impala-cartpole --best   # best evaluated
 
 Plays `--episodes` episodes with the deterministic policy (greedy, or the Gaussian's
 mean), each on its own freshly reset environment, as the in-training evaluation does
@@ -43,6 +44,9 @@ class Args:
   checkpoint: Optional[int] = None
   """Evaluate the checkpoint taken at this many env steps (default: the final
   parameters, or the newest checkpoint of a run that wrote none)."""
+  best: bool = False
+  """Evaluate the best-evaluated parameters (best_params.msgpack) instead of the final
+  ones."""
   out: Optional[str] = None
   """Where to write the results as JSON (default: <run-dir>/evaluation.json)."""
   video: Optional[str] = None
@@ -59,7 +63,7 @@ def main(args: Args) -> dict:
     raise ValueError(f"--episodes must be >= 1, got {args.episodes}")
   if args.seed < 0:
     raise ValueError(f"--seed must be >= 0, got {args.seed}")
-  run = load_run(args.run_dir, checkpoint=args.checkpoint)
+  run = load_run(args.run_dir, checkpoint=args.checkpoint, best=args.best)
   with contextlib.ExitStack() as stack:
     # The video's pool first: a task that cannot render (a JAX environment) fails now.
     video_env = None

@@ -5,8 +5,8 @@ import dataclasses
 
 import numpy as np
 import pytest
-from scripts import load_script
 
+from offpolicy_ac import presets
 from offpolicy_ac.training import read_metrics
 
 pytest.importorskip("gymnax")
@@ -15,13 +15,13 @@ CARTPOLE = "gymnax:CartPole-v1"
 
 
 def _main(script, run_dir, preset=None, agent=None, **fields):
-  module = load_script(script)
+  module = getattr(presets, script)
   args = module.PRESETS[preset] if preset else module.Args()
   if not preset:
     fields = {"env_id": CARTPOLE, **fields}
   train = args.train.replace(**fields)
   agent = dataclasses.replace(args.agent, **(agent or {}))
-  return module.main(dataclasses.replace(args, train=train, agent=agent, run_dir=str(run_dir)))
+  return module.run(dataclasses.replace(args, train=train, agent=agent, run_dir=str(run_dir)))
 
 
 # (script, budget): each reached an evaluation return of 500 on this CPU within about half
@@ -33,7 +33,7 @@ BUDGETS = [("impala", 60_000), ("acer", 30_000), ("sql", 200_000)]
 def test_each_agent_learns_gymnax_cartpole_in_a_reduced_budget(tmp_path, script, budget):
   result = _main(script, tmp_path / script, total_env_steps=budget, log_every=budget // 10,
                  eval_every=budget // 10, target_return=195.0, checkpoint_every=0)  # fmt: skip
-  assert result.reached_target, read_metrics(tmp_path / script)[-3:]
+  assert result.target_reached_at is not None, read_metrics(tmp_path / script)[-3:]
   assert result.env_steps <= budget + budget // 10
 
 
@@ -55,7 +55,7 @@ def test_each_agent_reaches_475_on_gymnax_cartpole_over_five_vmapped_seeds(tmp_p
 def test_the_gymnax_cartpole_preset_reaches_its_target(tmp_path):
   """`impala.py --preset gymnax-cartpole` stops once the greedy policy scores 475."""
   result = _main("impala", tmp_path / "preset", preset="gymnax-cartpole")
-  assert result.reached_target and result.last_eval_return >= 475
+  assert result.target_reached_at is not None and result.last_eval_return >= 475
   lines = read_metrics(tmp_path / "preset")
   assert lines[-1]["env_steps"] == result.env_steps < 200_000
   assert np.isfinite([l["loss"] for l in lines]).all()
@@ -87,7 +87,7 @@ def test_continuous_agents_learn_brax_inverted_pendulum_in_a_reduced_budget(tmp_
                  unroll_length=16, total_env_steps=budget, log_every=20_000, eval_every=20_000,
                  target_return=bar, checkpoint_every=0, reward_scale=0.1)  # fmt: skip
   best = max(l.get("eval_return") or 0 for l in read_metrics(tmp_path / script))
-  assert result.reached_target, best
+  assert result.target_reached_at is not None, best
 
 
 @pytest.mark.parametrize("script", ["impala", "acer"])
@@ -97,7 +97,7 @@ def test_the_brax_presets_start_and_train(tmp_path, script):
   log lines: every loss is finite and every unroll is followed by its updates (ACER's
   replayed ones too)."""
   pytest.importorskip("brax")
-  module = load_script(script)
+  module = getattr(presets, script)
   preset = module.PRESETS["brax"].train
   per_log = 4 * preset.env.num_envs * preset.env.unroll_length
   results = _main(script, tmp_path / script, preset="brax", env_id="brax:inverted_pendulum",

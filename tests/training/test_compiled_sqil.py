@@ -14,6 +14,7 @@ from scripts import load_script
 
 from offpolicy_ac import demos as demos_lib
 from offpolicy_ac import envs
+from offpolicy_ac import presets
 from offpolicy_ac.training import load_run
 from offpolicy_ac.training import read_metrics
 
@@ -22,12 +23,12 @@ pytest.importorskip("gymnax")
 CARTPOLE = "gymnax:CartPole-v1"
 
 
-def _main(script, run_dir, args=None, preset=None, module=None, **train):
-  module = module or load_script(script)
+def _main(script, run_dir, args=None, preset=None, **train):
+  module = getattr(presets, script)
   if args is None:
     args = module.PRESETS[preset] if preset else module.Args()
   args = dataclasses.replace(args, run_dir=str(run_dir), train=args.train.replace(**train))
-  return module.main(args, progress=False)
+  return module.run(args, progress=False)
 
 
 def _record(run_dir, out, episodes):
@@ -37,20 +38,20 @@ def _record(run_dir, out, episodes):
 
 
 def _sqil_args(demos, preset=None):
-  module = load_script("sqil")
+  module = presets.sqil
   args = module.PRESETS[preset] if preset else module.Args(demos="")
   return dataclasses.replace(args, demos=str(demos))
 
 
-def test_sqil_trains_on_demonstrations_of_a_compiled_sql_run(tmp_path):
+def test_sqil_trains_on_demonstrations_of_a_compiled_sql_run(tmp_path, monkeypatch):
   sql_dir = tmp_path / "sql"
   _main("sql", sql_dir, env_id=CARTPOLE, total_env_steps=512, log_every=256,
         min_replay_size=8, mini_batch_size=16, eval_every=0)  # fmt: skip
   demos = _record(sql_dir, tmp_path / "demos.npz", episodes=3)
   assert demos_lib.load_demos(demos)["env_id"] == CARTPOLE
   # Every batch the compiled program learns from, seen through SQIL's batch function.
-  module, batches = load_script("sqil"), []
-  make_batch_fn = module.make_sqil_batch_fn
+  batches = []
+  make_batch_fn = presets.sqil.make_sqil_batch_fn
 
   def spying_make_batch_fn(*args, **kwargs):
     batch_fn = make_batch_fn(*args, **kwargs)
@@ -63,9 +64,9 @@ def test_sqil_trains_on_demonstrations_of_a_compiled_sql_run(tmp_path):
 
     return spying_batch_fn
 
-  module.make_sqil_batch_fn = spying_make_batch_fn
+  monkeypatch.setattr(presets.sqil, "make_sqil_batch_fn", spying_make_batch_fn)
   sqil_dir = tmp_path / "sqil"
-  result = _main("sqil", sqil_dir, _sqil_args(demos), module=module, env_id=CARTPOLE,
+  result = _main("sqil", sqil_dir, _sqil_args(demos), env_id=CARTPOLE,
                  total_env_steps=512, log_every=256, min_replay_size=8, mini_batch_size=16,
                  eval_episodes=2)  # fmt: skip
   assert result.env_steps == 512 and result.num_updates > 0
@@ -129,7 +130,7 @@ def test_sqil_reaches_195_on_gymnax_cartpole(tmp_path):
   sql_dir = tmp_path / "sql"
   sql = _main("sql", sql_dir, preset="cartpole-v0", env_id=CARTPOLE, total_env_steps=30_000,
               log_every=512, target_return=475.0)  # fmt: skip
-  assert sql.reached_target, sql
+  assert sql.target_reached_at is not None, sql
   demos = demos_lib.load_demos(_record(sql_dir, tmp_path / "demos.npz", episodes=10))
   ends = np.cumsum(demos["episode_lengths"])
   returns = [demos["reward"][e - n + 1 : e].sum() for e, n in zip(ends, demos["episode_lengths"])]
@@ -137,4 +138,4 @@ def test_sqil_reaches_195_on_gymnax_cartpole(tmp_path):
                env_id=CARTPOLE, total_env_steps=20_000, log_every=512)  # fmt: skip
   summary = json.loads((tmp_path / "sqil" / "summary.json").read_text())
   print(f"demo returns {returns}; SQIL {summary}; {time.monotonic() - start:.0f} s in all")
-  assert sqil.reached_target and sqil.last_eval_return >= 195.0, summary
+  assert sqil.target_reached_at is not None and sqil.last_eval_return >= 195.0, summary

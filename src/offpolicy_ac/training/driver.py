@@ -13,8 +13,9 @@ an evaluation, a checkpoint or the end of the budget, in env steps), then acts o
 * every `log_every` env steps each lane writes a metrics line: the episodes that finished
   and the mean of the update metrics since the previous line (`records.Accumulators`);
 * every `TrainConfig.eval_interval` env steps (by default about 20 times over the budget)
-  the greedy policies are evaluated (`Program.evaluate`), and the run stops once every
-  lane's mean evaluation return reached `target_return`;
+  the greedy policies are evaluated (`Program.evaluate`); each lane's best-scoring
+  parameters so far go to `keep_best` (the scripts write them beside the final ones), and
+  the run stops once every lane's mean evaluation return reached `target_return`;
 * every `checkpoint_every` env steps, and at the end, the program's state and the
   driver's records are checkpointed; a program whose environments cannot be
   checkpointed (envpool's) starts a new *segment* there (`Program.open`), in the
@@ -42,6 +43,7 @@ from typing import Optional
 from typing import Protocol
 from typing import Sequence
 
+import jax
 import numpy as np
 
 from offpolicy_ac.training import records
@@ -63,8 +65,14 @@ class RunResult:
     num_updates: learner updates made.
     wall_time_s: wall-clock seconds since the training loop started, after the set-up and
       the warm-up compilation (plus those of the runs it resumed).
-    reached_target: whether an evaluation's mean return reached the config's target.
-    last_eval_return: the last evaluation return, or None if the run never evaluated.
+    target_reached_at: the env steps of the first evaluation whose mean return reached the
+      config's `target_return` (None: none did, or no target). A run of several learners
+      goes on until every learner reached it, so a learner's last evaluation may be lower:
+      its best parameters are the ones that scored `best_eval_return`.
+    last_eval_return: the last evaluation's mean return (None: the run never evaluated);
+      the final parameters' score when the run ended on an evaluation.
+    best_eval_return: the highest evaluation mean return, scored by the best parameters.
+    best_env_steps: the env steps of that evaluation.
     interrupted: whether `should_stop` (SIGTERM or SIGINT in the scripts) stopped the run
       before its step budget.
     checkpoint_env_steps: the env steps of the run's newest checkpoint, where `--resume`
@@ -76,8 +84,10 @@ class RunResult:
   env_steps: int
   num_updates: int
   wall_time_s: float
-  reached_target: bool
+  target_reached_at: Optional[int]
   last_eval_return: Optional[float]
+  best_eval_return: Optional[float]
+  best_env_steps: Optional[int]
   interrupted: bool
   agent_state: Any
   transform_state: Any = None
@@ -192,7 +202,8 @@ class Outcome(NamedTuple):
 def drive(program: Program, config: TrainConfig, loggers: Sequence[Logger], *,
           checkpointer: Any = None, resume: bool = False,
           should_stop: Callable[[], bool] = lambda: False,
-          lane_names: Optional[Sequence[str]] = None) -> Outcome:  # fmt: skip
+          lane_names: Optional[Sequence[str]] = None,
+          keep_best: Optional[Callable[[int, Any, Any], None]] = None) -> Outcome:  # fmt: skip
   """Trains `program` to the config's budget (see the module docstring).
 
   Args:
@@ -205,11 +216,13 @@ def drive(program: Program, config: TrainConfig, loggers: Sequence[Logger], *,
     should_stop: polled between iterations; True saves a checkpoint and returns with
       `interrupted=True`.
     lane_names: how an error names each lane (" for seed 3"); default: "".
+    keep_best: `keep_best(lane, params, transform_state)`, called with a lane's
+      parameters (host arrays) whenever an evaluation scores higher than any before.
   """
   if len(loggers) != program.num_lanes:
     raise ValueError(f"need one logger per learner ({program.num_lanes}), got {len(loggers)}")
   names = list(lane_names or [""] * program.num_lanes)
-  run = _Driver(program, config, loggers, checkpointer, names)
+  run = _Driver(program, config, loggers, checkpointer, names, keep_best)
   state = program.init()
   if resume:
     state = run.restore(state)
@@ -221,9 +234,9 @@ class _Driver:
   clock."""
 
   def __init__(self, program: Program, config: TrainConfig, loggers: Sequence[Logger],
-               checkpointer: Any, names: list[str]):  # fmt: skip
+               checkpointer: Any, names: list[str], keep_best: Optional[Callable]):  # fmt: skip
     self.program, self.config, self.loggers = program, config, loggers
-    self.checkpointer, self.names = checkpointer, names
+    self.checkpointer, self.names, self.keep_best = checkpointer, names, keep_best
     self.schedule = records.Schedule.start(
         config.budget.log_every, config.eval_interval, config.checkpoint.checkpoint_every
     )
@@ -291,8 +304,9 @@ class _Driver:
       if evaluations is not None:
         mean, low = evaluations[k]
         line.update(eval_return=float(mean), eval_return_min=float(low))
-        acc.last_eval = float(mean)
-        acc.reached = acc.reached or (target is not None and acc.last_eval >= target)
+        if acc.evaluated(float(mean), schedule.env_steps, target) and self.keep_best:
+          agent_state, transform = self.program.final(state, k)
+          self.keep_best(k, jax.device_get(agent_state.params), jax.device_get(transform))
       logger.log({**line, "final": True} if final else line)
     self.last_log = (seconds_since_launch(), schedule.env_steps)
 
@@ -341,7 +355,8 @@ class _Driver:
       agent_state, transform_state = program.final(state, k)
       results.append(RunResult(
           env_steps=schedule.env_steps, num_updates=int(versions[k]), wall_time_s=wall,
-          reached_target=acc.reached, last_eval_return=acc.last_eval,
+          target_reached_at=acc.reached_at, last_eval_return=acc.last_eval,
+          best_eval_return=acc.best_eval, best_env_steps=acc.best_env_steps,
           interrupted=interrupted, agent_state=agent_state, transform_state=transform_state,
           checkpoint_env_steps=self.saved if self.checkpointer is not None else None,
       ))  # fmt: skip

@@ -15,7 +15,8 @@
 * trains with the driver (`training/driver.py`), logging to metrics.jsonl / TensorBoard /
   a PNG (and with `--track` to Weights & Biases), checkpointing with orbax every
   `checkpoint_every` env steps and at the end;
-* writes the final parameters and summary.json.
+* writes each learner's best-evaluated parameters as they come (best_params.msgpack), and
+  at the end its final parameters and summary.json.
 
 Several learners (`--num-seeds N`; `--sweep FIELD=V1,V2,...`: one per setting and seed)
 are lanes of one program, each logging in `<run_dir>/seed<k>` or
@@ -279,7 +280,8 @@ def _train(name: str, args: Any, root: pathlib.Path, lanes: list[sweeps.Lane],
     try:
       with _stop_on_signals(flag):
         outcome = drive(program, config, loggers, checkpointer=checkpointer, resume=resume,
-                        should_stop=flag, lane_names=sweeps.lane_names(lanes))  # fmt: skip
+                        should_stop=flag, lane_names=sweeps.lane_names(lanes),
+                        keep_best=lambda k, *best: rundir.write_best(dirs[k], *best))  # fmt: skip
     finally:
       for logger in loggers:
         logger.close()

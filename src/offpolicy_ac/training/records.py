@@ -83,7 +83,23 @@ class Accumulators:
   lag_sum: float = 0.0
   lag_count: int = 0
   last_eval: Optional[float] = None
-  reached: bool = False
+  best_eval: Optional[float] = None
+  best_env_steps: Optional[int] = None
+  reached_at: Optional[int] = None
+
+  @property
+  def reached(self) -> bool:
+    return self.reached_at is not None
+
+  def evaluated(self, mean: float, env_steps: int, target: Optional[float]) -> bool:
+    """Records an evaluation's mean return; returns whether it is the best so far."""
+    self.last_eval = mean
+    if target is not None and mean >= target and self.reached_at is None:
+      self.reached_at = env_steps
+    if self.best_eval is not None and mean <= self.best_eval:
+      return False
+    self.best_eval, self.best_env_steps = mean, env_steps
+    return True
 
   def add_episodes(self, count: int, return_sum: float, length_sum: float) -> None:
     self.episodes += int(count)

@@ -68,6 +68,8 @@ from offpolicy_ac.training.sources import task_spec
 
 FINAL_PARAMS = "final_params.msgpack"
 FINAL_TRANSFORM = "final_transform.msgpack"
+BEST_PARAMS = "best_params.msgpack"
+BEST_TRANSFORM = "best_transform.msgpack"
 
 RESUMABLE_CHANGES = (
     "train.budget.total_env_steps",
@@ -236,6 +238,14 @@ def check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: b
   write_config(run_dir, args, extra={"algorithm": name})
 
 
+def write_best(run_dir: pathlib.Path, params: Any, transform_state: Any) -> None:
+  """Writes a learner's best-evaluated parameters so far (and its data transformer's
+  state, when it has one), as SB3's evaluation callback keeps `best_model`."""
+  save_params(run_dir / BEST_PARAMS, params)
+  if jax.tree.leaves(transform_state):
+    save_params(run_dir / BEST_TRANSFORM, transform_state)
+
+
 def write_results(name: str, run_dir: pathlib.Path, result: RunResult, protocol: str,
                   stopped_by: Optional[str] = None) -> dict:  # fmt: skip
   """Writes a finished (or stopped) run's final parameters, its data transformer's state
@@ -268,7 +278,7 @@ class LoadedRun(NamedTuple):
     agent: the agent, built as the script built it.
     acting: the parameters and data-transformer state the policy acts with (`Acting`).
     env_steps: env steps of training behind these parameters (None if unknown).
-    source: where the parameters came from: "final" or "checkpoint".
+    source: where the parameters came from: "final", "best" or "checkpoint".
     checkpoints: env steps of the run's checkpoints, oldest first.
     greedy: `greedy(acting, obs [B, ...]) -> action [B, ...]`, jitted: the greedy
       (discrete) or mean (continuous) action on transformed observations, as the
@@ -391,7 +401,8 @@ def _checkpoint_source(run_dir: pathlib.Path, record: dict) -> tuple[pathlib.Pat
   return root / "checkpoints", record["learners"], record["learner"]
 
 
-def load_run(run_dir: str | os.PathLike, *, checkpoint: Optional[int] = None) -> LoadedRun:
+def load_run(run_dir: str | os.PathLike, *, checkpoint: Optional[int] = None,
+             best: bool = False) -> LoadedRun:  # fmt: skip
   """Loads a run directory written by an experiment script.
 
   Args:
@@ -400,6 +411,9 @@ def load_run(run_dir: str | os.PathLike, *, checkpoint: Optional[int] = None) ->
     checkpoint: None: the final parameters (final_params.msgpack), or, if the run
       wrote none (it is still running or was killed), its newest checkpoint's; an int:
       the checkpoint taken at that many env steps (see `LoadedRun.checkpoints`).
+    best: the best-evaluated parameters (best_params.msgpack: those of the evaluation
+      with the highest mean return, summary.json's `best_eval_return`) instead of the
+      final ones.
 
   Returns:
     A `LoadedRun`.
@@ -407,9 +421,12 @@ def load_run(run_dir: str | os.PathLike, *, checkpoint: Optional[int] = None) ->
   Raises:
     FileNotFoundError: not a run directory.
     ValueError: a run of another format or of an unknown algorithm, the root of a run
-      of several seeds or of a sweep, or no parameters saved (no final parameters and no
-      checkpoint, or no checkpoint at `checkpoint`).
+      of several seeds or of a sweep, no parameters saved (no final parameters and no
+      checkpoint, no checkpoint at `checkpoint`, no best parameters), or parameters that
+      do not match their checksum (damaged).
   """
+  if best and checkpoint is not None:
+    raise ValueError("load_run: choose the best parameters or a checkpoint, not both")
   run_dir = pathlib.Path(run_dir)
   record = _read_config(run_dir)
   algorithm = record["algorithm"]
@@ -425,13 +442,20 @@ def load_run(run_dir: str | os.PathLike, *, checkpoint: Optional[int] = None) ->
   ckpt_dir, num_seeds, index = _checkpoint_source(run_dir, record)
   steps = tuple(checkpoint_steps(ckpt_dir))
   final = run_dir / FINAL_PARAMS
-  if checkpoint is None and final.exists():
+  summary_path = run_dir / "summary.json"
+  summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+  if best:
+    if not (run_dir / BEST_PARAMS).exists():
+      raise ValueError(f"{run_dir} holds no best parameters (no evaluation yet): no {BEST_PARAMS}")
+    params = load_params(run_dir / BEST_PARAMS, params_template)
+    if (run_dir / BEST_TRANSFORM).exists():
+      transform = load_params(run_dir / BEST_TRANSFORM, transform)
+    env_steps, source = summary.get("best_env_steps"), "best"
+  elif checkpoint is None and final.exists():
     params = load_params(final, params_template)
     if (run_dir / FINAL_TRANSFORM).exists():
       transform = load_params(run_dir / FINAL_TRANSFORM, transform)
-    summary = run_dir / "summary.json"
-    env_steps = json.loads(summary.read_text())["env_steps"] if summary.exists() else None
-    source = "final"
+    env_steps, source = summary.get("env_steps"), "final"
   else:
     if checkpoint is None and not steps:
       raise ValueError(f"{run_dir} holds no parameters: no {FINAL_PARAMS} and no checkpoint")
