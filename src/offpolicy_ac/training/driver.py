@@ -213,8 +213,8 @@ def drive(program: Program, config: TrainConfig, loggers: Sequence[Logger], *,
     checkpointer: a `checkpoint.Checkpointer` (None: no checkpoints).
     resume: continue from the newest readable checkpoint (none: start over, with a
       warning).
-    should_stop: polled between iterations; True saves a checkpoint and returns with
-      `interrupted=True`.
+    should_stop: polled between iterations; True returns with `interrupted=True` (and a
+      checkpoint where `program.checkpoint_at_stop`).
     lane_names: how an error names each lane (" for seed 3"); default: "".
     keep_best: `keep_best(lane, params, transform_state)`, called with a lane's
       parameters (host arrays) whenever an evaluation scores higher than any before.

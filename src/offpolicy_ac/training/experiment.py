@@ -66,7 +66,7 @@ from offpolicy_ac.training.sources import make_training_rollout
 
 
 class _StopFlag:
-  """Set by SIGTERM/SIGINT; the loop saves a checkpoint and returns."""
+  """Set by SIGTERM/SIGINT; the driver stops after the current iteration."""
 
   def __init__(self):
     self.signal_name: Optional[str] = None
