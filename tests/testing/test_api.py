@@ -28,12 +28,22 @@ def test_every_exported_name_resolves_and_is_documented(name):
 def test_all_is_complete_and_unique():
   assert len(set(testing.__all__)) == len(testing.__all__)
   public = {n for n in vars(testing) if not n.startswith("_") and n != "importlib"}
-  assert public | {"strategies"} == set(testing.__all__), public ^ set(testing.__all__)
+  lazy = {"checks", "strategies"} | {n for n in testing.__all__ if n.startswith("assert_")}
+  assert public | lazy == set(testing.__all__), public ^ set(testing.__all__)
+  assert set(testing.__all__) <= set(dir(testing))
+
+
+def test_the_checks_and_strategies_load_on_first_access():
+  # They need the testing extra (chex, hypothesis); the rest of the kit needs neither.
+  from offpolicy_ac.testing import checks
+
+  assert testing.checks is checks
+  assert testing.assert_masked_steps_ignored is checks.assert_masked_steps_ignored
 
 
 @pytest.mark.parametrize("path", sorted(TESTING_DIR.glob("*.py")), ids=lambda p: p.name)
-def test_testing_imports_only_numpy_jax_hypothesis_and_itself(path):
-  allowed = {"numpy", "jax", "hypothesis"}
+def test_testing_imports_only_numpy_jax_hypothesis_chex_and_itself(path):
+  allowed = {"numpy", "jax", "hypothesis", "chex"}
   tree = ast.parse(path.read_text(), filename=str(path))
   for node in ast.walk(tree):
     if isinstance(node, ast.Import):

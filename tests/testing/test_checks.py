@@ -216,7 +216,9 @@ def test_matches_reference_for_library_targets():
 
 def test_matches_reference_catches_a_wrong_target_and_names_it():
   wrong = lambda tr: lib_vtrace(tr, clip_pg_rho_threshold=0.5)  # noqa: E731
-  with pytest.raises(AssertionError, match=r"not jitted: output \.pg_advantage differs .*worst"):
+  with pytest.raises(
+      AssertionError, match=r"chex variant without_jit: output \.pg_advantage differs .*worst"
+  ):
     testing.assert_matches_reference(wrong, ref_vtrace, EXAMPLES)
 
 

@@ -20,23 +20,24 @@ with properties any correct target has.
         fn, lambda tr: testing.reference.vtrace(
             tr.v_tm1, tr.v_t, tr.r_t, tr.discount_t, np.exp(tr.log_rho_tm1), mask=tr.mask))
 
+Each check runs `fn` under chex's variants, without and with `jax.jit` by
+default (`variants=("without_jit", "with_jit")`), and compares with chex's
+assertions.
+
 Modules:
-  trajectories: the `Trajectory` layout and NumPy generators (no hypothesis).
-  reference: float64 NumPy loop references of every target in `losses`.
-  checks: the `assert_...` checks (re-exported here).
-  strategies: hypothesis strategies; needs `pip install 'offpolicy_ac[testing]'` and is
-    imported on first access.
+  trajectories: the `Trajectory` layout and NumPy generators (no extra needed).
+  reference: float64 NumPy loop references of every target in `losses` (no extra needed).
+  checks: the `assert_...` checks (re-exported here); need chex.
+  strategies: hypothesis strategies; need hypothesis.
+
+`checks`, the `assert_...` names and `strategies` are imported on first access;
+chex and hypothesis come with `pip install 'offpolicy_ac[testing]'`.
 """
 
 import importlib
 
-from offpolicy_ac.testing import checks
 from offpolicy_ac.testing import reference
 from offpolicy_ac.testing import trajectories
-from offpolicy_ac.testing.checks import assert_junction_split_invariant
-from offpolicy_ac.testing.checks import assert_masked_steps_ignored
-from offpolicy_ac.testing.checks import assert_matches_reference
-from offpolicy_ac.testing.checks import assert_no_gradient_through_targets
 from offpolicy_ac.testing.trajectories import JUNCTION
 from offpolicy_ac.testing.trajectories import MID
 from offpolicy_ac.testing.trajectories import TERMINATION
@@ -76,7 +77,23 @@ __all__ = [
 ]
 
 
+# Imported on first access: they need the testing extra (chex, hypothesis).
+_LAZY_MODULES = ("checks", "strategies")
+_CHECKS = (
+    "assert_junction_split_invariant",
+    "assert_masked_steps_ignored",
+    "assert_matches_reference",
+    "assert_no_gradient_through_targets",
+)
+
+
 def __getattr__(name):
-  if name == "strategies":
-    return importlib.import_module("offpolicy_ac.testing.strategies")
+  if name in _LAZY_MODULES:
+    return importlib.import_module(f"offpolicy_ac.testing.{name}")
+  if name in _CHECKS:
+    return getattr(importlib.import_module("offpolicy_ac.testing.checks"), name)
   raise AttributeError(f"module 'offpolicy_ac.testing' has no attribute {name!r}")
+
+
+def __dir__():
+  return sorted(set(globals()) | set(__all__))

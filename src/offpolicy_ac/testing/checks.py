@@ -15,15 +15,34 @@ sub-sequences), and must not close over arrays shaped like the trajectory.
 Each check takes `examples`: one `Trajectory` or a sequence of them; None uses
 `default_examples()`, small random trajectories with terminations,
 truncations and junctions in every batch shape rank from 0 to 2. A check
-raises `AssertionError` naming the check, the example, the output and the
-worst index, and `ValueError` when it cannot run (outputs not per step, unknown
-fields).
+raises `AssertionError` naming the check, the example, the chex variant, the
+output and the worst index, and `ValueError` when it cannot run (outputs not
+per step, unknown fields).
+
+Each check runs `fn` under chex's variants (`chex.variants`), by default
+`VARIANTS = ("without_jit", "with_jit")`, and judges with chex's assertions
+(`chex.assert_trees_all_close`, `chex.assert_shape`,
+`chex.assert_tree_all_finite`). Both variants matter: XLA rewrites a float
+multiplied by a converted boolean mask into a select, so under `jit` a target
+that masks by multiplying (`mask * x`) hides the NaN that `0 * nan` gives when
+run eagerly; and a target that only runs eagerly (NumPy on its inputs, Python
+branches on values) fails under `jit`.
+
+Needs chex: `pip install 'offpolicy_ac[testing]'`.
 """
 
 from collections.abc import Callable
 from collections.abc import Sequence
+import types
 from typing import Any
 
+try:
+  import chex
+except ImportError as e:  # pragma: no cover - exercised in a subprocess test
+  raise ImportError(
+      "offpolicy_ac.testing.checks needs chex; install the testing extra:"
+      " pip install 'offpolicy_ac[testing]'"
+  ) from e
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -31,6 +50,49 @@ import numpy as np
 from offpolicy_ac.testing import trajectories as _tr
 
 TargetFn = Callable[[_tr.Trajectory], Any]
+
+# The chex variants every check runs by default: the target as is, and under `jax.jit`.
+VARIANTS = ("without_jit", "with_jit")
+# The chex variants a check can run (`with_pmap` needs a device axis the examples lack).
+_KNOWN_VARIANTS = ("without_jit", "with_jit", "without_device", "with_device")
+# What fails when a target cannot be traced (NumPy on a tracer, a Python branch on a value).
+_TRACE_ERRORS = (jax.errors.JAXTypeError, jax.errors.JAXIndexError)
+
+
+def _under_variants(
+    check: str, fn: Callable, variants: Sequence[str]
+) -> list[tuple[str, Callable]]:
+  """[(variant name, fn wrapped by that chex variant)], in the order given.
+
+  `chex.variants` turns a test method into one test per variant, each run with
+  `self.variant` set to the variant's wrapper; running those tests here applies
+  exactly chex's wrappers to `fn`.
+  """
+  variants = tuple(variants)
+  unknown = set(variants) - set(_KNOWN_VARIANTS)
+  if unknown or not variants or len(set(variants)) != len(variants):
+    raise ValueError(
+        f"{check}: variants must be distinct chex variants from {_KNOWN_VARIANTS}, got {variants}"
+    )
+  wrapped = {}
+
+  def wrap(case):
+    wrapped[str(case.variant.type).lstrip("_")] = case.variant(fn)
+
+  for test in chex.variants(wrap, **dict.fromkeys(variants, True)):
+    test(types.SimpleNamespace())
+  return [(name, wrapped[name]) for name in variants]
+
+
+def _call(run, traj, check, where):
+  """run(traj); a failure to trace becomes an AssertionError naming the check."""
+  try:
+    return run(traj)
+  except _TRACE_ERRORS as e:
+    raise AssertionError(
+        f"{check}: {where}: fn cannot be traced ({type(e).__name__}); a target must be"
+        f" jittable: {str(e).splitlines()[0]}"
+    ) from e
 
 
 def _examples(examples) -> list[_tr.Trajectory]:
@@ -50,7 +112,7 @@ def _describe(i, traj):
 
 def _leaves(fn, traj, check, where):
   """Runs fn and returns [(pytree path, NumPy array)] of its leaves, checked to be per step."""
-  out = fn(traj)
+  out = _call(fn, traj, check, where)
   flat, _ = jax.tree_util.tree_flatten_with_path(out)
   if not flat:
     raise ValueError(f"{check}: fn returned no arrays for {where}")
@@ -73,34 +135,51 @@ def _default_tolerance(dtype):
 
 
 def _assert_close(check, where, name, actual, expected, rtol, atol, dtype, select=None):
-  """Raises AssertionError naming the worst index when actual != expected; a tolerance
-  of None is the default for `dtype` (the outputs' dtype)."""
+  """`chex.assert_trees_all_close` at the selected entries (all when `select` is None),
+  with the tolerance `atol * max(1, max|expected|) + rtol * |expected|`; a tolerance of None
+  is the default for `dtype` (the outputs' dtype). The AssertionError names the check, the
+  output and the worst index, then gives chex's report."""
   default = _default_tolerance(dtype)
   rtol = default if rtol is None else rtol
   atol = default if atol is None else atol
   actual = np.asarray(actual, np.float64)
   expected = np.asarray(expected, np.float64)
-  if actual.shape != expected.shape:
-    raise AssertionError(
-        f"{check}: {where}: output {name} has shape {actual.shape}, expected {expected.shape}"
-    )
+  try:
+    chex.assert_shape(actual, expected.shape)
+  except AssertionError as e:
+    raise AssertionError(f"{check}: {where}: output {name}: {e}") from None
+  if select is not None:  # entries left out compare equal
+    actual = np.where(select, actual, expected)
   scale = max(1.0, float(np.max(np.abs(np.where(np.isfinite(expected), expected, 0.0)), initial=0)))
-  tol = atol * scale + rtol * np.abs(expected)
-  same_nan = np.isnan(actual) & np.isnan(expected)
-  with np.errstate(invalid="ignore"):
-    err = np.where(same_nan, 0.0, np.abs(actual - expected))
-    bad = ~(err <= tol)  # NaN counts as bad.
-  if select is not None:
-    bad &= select
-  if not bad.any():
-    return
-  excess = np.where(bad, np.nan_to_num(err - tol, nan=np.inf), -np.inf)
-  idx = np.unravel_index(int(np.argmax(excess)), excess.shape)
-  raise AssertionError(
-      f"{check}: {where}: output {name} differs at {int(bad.sum())} of {bad.size} entries;"
-      f" worst at index {tuple(int(i) for i in idx)}: got {actual[idx]!r}, expected"
-      f" {expected[idx]!r} (|diff| {err[idx]:.3g} > tolerance {tol[idx]:.3g})"
-  )
+  try:
+    chex.assert_trees_all_close(actual, expected, rtol=rtol, atol=atol * scale)
+  except AssertionError as e:
+    tol = atol * scale + rtol * np.abs(expected)
+    with np.errstate(invalid="ignore"):
+      err = np.where(np.isnan(actual) & np.isnan(expected), 0.0, np.abs(actual - expected))
+      bad = ~(err <= tol)  # NaN counts as bad.
+    excess = np.where(bad, np.nan_to_num(err - tol, nan=np.inf), -np.inf)
+    idx = np.unravel_index(int(np.argmax(excess)), excess.shape)
+    raise AssertionError(
+        f"{check}: {where}: output {name} differs at {int(bad.sum())} of {bad.size} entries;"
+        f" worst at index {tuple(int(i) for i in idx)}: got {actual[idx]!r}, expected"
+        f" {expected[idx]!r} (|diff| {err[idx]:.3g} > tolerance {tol[idx]:.3g})\nchex: {e}"
+    ) from None
+
+
+def _assert_finite(check, where, leaves, mask):
+  """`chex.assert_tree_all_finite` on the outputs at the unmasked steps: a NaN there would
+  compare equal to a NaN and hide a difference."""
+  for name, x in leaves:
+    if not np.issubdtype(x.dtype, np.inexact):
+      continue
+    try:
+      chex.assert_tree_all_finite(np.where(_step_select(mask, x.shape), x, 0))
+    except AssertionError as e:
+      raise AssertionError(
+          f"{check}: {where}: output {name} is not finite at an unmasked step of the clean"
+          f" example: {e}"
+      ) from None
 
 
 def _step_select(mask, shape):
@@ -137,7 +216,7 @@ def assert_junction_split_invariant(
     fn: TargetFn,
     examples=None,
     *,
-    jit: bool = True,
+    variants: Sequence[str] = VARIANTS,
     rtol: float | None = None,
     atol: float | None = None,
 ) -> None:
@@ -163,7 +242,9 @@ def assert_junction_split_invariant(
   Args:
     fn: the target function, `fn(traj) -> pytree of [T, *batch, ...] arrays`.
     examples: a Trajectory, a sequence of them, or None for `default_examples()`.
-    jit: run `jax.jit(fn)` (one compilation per segment shape) rather than `fn`.
+    variants: the chex variants to run `fn` under, from "without_jit",
+      "with_jit", "without_device" and "with_device"; by default as is and jitted
+      (one compilation per segment shape).
     rtol, atol: the tolerance, `|a - b| <= atol * max(1, max|b|) + rtol * |b|`;
       None uses 1e-4 for float32 outputs (1e-10 for float64).
 
@@ -174,21 +255,26 @@ def assert_junction_split_invariant(
   """
   check = "assert_junction_split_invariant"
   examples = _examples(examples)
-  run = jax.jit(fn) if jit else fn
-  full = [_leaves(run, traj, check, _describe(i, traj)) for i, traj in enumerate(examples)]
-  # Each segment runs alone (batch axes of size 1, so no column can see another);
-  # segments of one shape share one compilation under jit.
+  for variant, run in _under_variants(check, fn, variants):
+    _assert_split_invariant(check, variant, run, examples, rtol, atol)
+
+
+def _assert_split_invariant(check, variant, run, examples, rtol, atol):
   for i, traj in enumerate(examples):
+    described = f"{_describe(i, traj)}, chex variant {variant}"
+    full = _leaves(run, traj, check, described)
+    _assert_finite(check, described, full, traj.mask)
+    # Each segment runs alone (batch axes of size 1, so no column can see another);
+    # segments of one shape share one compilation under jit.
     for idx in np.ndindex(*traj.batch_shape):
       for a, e in _segments(np.asarray(traj.mask)[(slice(None),) + idx]):
         where = (
-            f"{_describe(i, traj)}, batch index {idx}, steps {a}..{e} computed alone vs"
-            " in the full batch"
+            f"{described}, batch index {idx}, steps {a}..{e} computed alone vs in the full batch"
         )
         parts = _leaves(run, _segment(traj, idx, a, e), check, where)
-        if len(parts) != len(full[i]):
+        if len(parts) != len(full):
           raise ValueError(f"{check}: {where}: fn returned a different pytree on a segment")
-        for (name, whole), (_, part) in zip(full[i], parts):
+        for (name, whole), (_, part) in zip(full, parts):
           got = part[(slice(None),) + (0,) * len(idx)]
           want = whole[(slice(a, e + 1),) + idx]
           dtype = np.result_type(whole.dtype, part.dtype)
@@ -210,7 +296,7 @@ def assert_masked_steps_ignored(
     *,
     fields: Sequence[str] | None = None,
     garbage: Sequence[str] = ("huge", "nan"),
-    jit: bool = True,
+    variants: Sequence[str] = VARIANTS,
     rtol: float | None = None,
     atol: float | None = None,
     seed: int = 0,
@@ -235,7 +321,10 @@ def assert_masked_steps_ignored(
     fields: the Trajectory fields to garble; None garbles every field but
       `mask` and `kind`.
     garbage: the kinds of garbage to try, from `"huge"` and `"nan"`.
-    jit: run `jax.jit(fn)` (one compilation per example shape) rather than `fn`.
+    variants: the chex variants to run `fn` under, from "without_jit",
+      "with_jit", "without_device" and "with_device"; by default as is and jitted.
+      Keep "without_jit": under `jit`, XLA turns `mask * x` into a select and
+      hides the NaN that multiplying by the mask lets through.
     rtol, atol: as in `assert_junction_split_invariant`.
     seed: seeds the garbage.
 
@@ -251,22 +340,27 @@ def assert_masked_steps_ignored(
   bad_kinds = set(garbage) - {"huge", "nan"}
   if bad_kinds or not garbage:
     raise ValueError(f"{check}: garbage must be a non-empty subset of ('huge', 'nan')")
+  runs = _under_variants(check, fn, variants)
   rng = np.random.default_rng(seed)
-  run = jax.jit(fn) if jit else fn
   for i, traj in enumerate(examples):
-    where = _describe(i, traj)
-    clean = _leaves(run, traj, check, where)
-    for kind in garbage:
-      dirty = traj._replace(
-          **{
-              f: _garbage_like(f, getattr(traj, f), traj.mask, traj.num_actions, kind, rng)
-              for f in fields
-          }
-      )
-      for (name, want), (_, got) in zip(clean, _leaves(run, dirty, check, where)):
+    dirty = {
+        kind: traj._replace(
+            **{
+                f: _garbage_like(f, getattr(traj, f), traj.mask, traj.num_actions, kind, rng)
+                for f in fields
+            }
+        )
+        for kind in garbage
+    }
+    for variant, run in runs:
+      where = f"{_describe(i, traj)}, chex variant {variant}"
+      clean = _leaves(run, traj, check, where)
+      _assert_finite(check, where, clean, traj.mask)
+      for kind in garbage:
         what = f"{where}, {kind} garbage in {fields} at masked steps"
-        select = _step_select(traj.mask, want.shape)
-        _assert_close(check, what, name, got, want, rtol, atol, want.dtype, select=select)
+        for (name, want), (_, got) in zip(clean, _leaves(run, dirty[kind], check, what)):
+          select = _step_select(traj.mask, want.shape)
+          _assert_close(check, what, name, got, want, rtol, atol, want.dtype, select=select)
 
 
 _PREDICTIONS = ("v_tm1", "q_tm1")
@@ -277,7 +371,7 @@ def assert_no_gradient_through_targets(
     examples=None,
     *,
     wrt: Sequence[str] | None = None,
-    jit: bool = True,
+    variants: Sequence[str] = VARIANTS,
     atol: float = 0.0,
     seed: int = 0,
 ) -> None:
@@ -304,7 +398,8 @@ def assert_no_gradient_through_targets(
     examples: a Trajectory, a sequence of them, or None for `default_examples()`.
     wrt: the floating Trajectory fields that must get no gradient; None uses
       every floating field but the predictions `v_tm1` and `q_tm1`.
-    jit: compute the gradient under `jax.jit` (one compilation per example).
+    variants: the chex variants to compute the gradient under, from "without_jit",
+      "with_jit", "without_device" and "with_device"; by default as is and jitted.
     atol: the largest absolute gradient allowed (0: exactly none).
     seed: seeds the random cotangents.
   """
@@ -320,30 +415,36 @@ def assert_no_gradient_through_targets(
   if bad or not wrt:
     raise ValueError(f"{check}: wrt must name floating fields from {floating}, got {wrt}")
   rng = np.random.default_rng(seed)
+
+  def pullback(traj, p, cotangent):
+    _, vjp = jax.vjp(lambda q: fn(traj._replace(**q)), p)
+    return vjp(cotangent)[0]
+
+  runs = _under_variants(check, pullback, variants)
   for i, traj in enumerate(examples):
-    where = _describe(i, traj)
-    _leaves(fn, traj, check, where)  # validates the outputs' shapes
+    _leaves(fn, traj, check, _describe(i, traj))  # validates the outputs' shapes
     primals = {f: jnp.asarray(getattr(traj, f)) for f in wrt}
-
-    def pullback(p, cotangent, traj=traj):
-      _, vjp = jax.vjp(lambda q: fn(traj._replace(**q)), p)
-      return vjp(cotangent)[0]
-
-    out = jax.eval_shape(lambda p, traj=traj: fn(traj._replace(**p)), primals)
+    shapes = lambda tr, primals=primals: jax.eval_shape(lambda p: fn(tr._replace(**p)), primals)
+    out = _call(shapes, traj, check, _describe(i, traj))
     cotangent = jax.tree_util.tree_map(
         lambda o: jnp.asarray(rng.normal(size=o.shape), o.dtype), out
     )
-    grads = (jax.jit(pullback) if jit else pullback)(primals, cotangent)
-    for name in wrt:
-      g = np.asarray(grads[name], np.float64)
-      over = np.abs(g) > atol
-      if over.any():
-        idx = np.unravel_index(int(np.argmax(np.abs(g))), g.shape)
-        raise AssertionError(
-            f"{check}: {where}: the outputs carry a gradient into {name}: nonzero at"
-            f" {int(over.sum())} of {g.size} entries, largest {g[idx]!r} at index"
-            f" {tuple(int(k) for k in idx)} (is a stop_gradient missing on the targets?)"
-        )
+    for variant, run in runs:
+      where = f"{_describe(i, traj)}, chex variant {variant}"
+      grads = _call(lambda tr, run=run: run(tr, primals, cotangent), traj, check, where)
+      for name in wrt:
+        g = np.asarray(grads[name], np.float64)
+        try:
+          chex.assert_trees_all_close(g, np.zeros_like(g), rtol=0.0, atol=atol)
+        except AssertionError as e:
+          over = ~(np.abs(g) <= atol)
+          idx = np.unravel_index(int(np.argmax(np.nan_to_num(np.abs(g), nan=np.inf))), g.shape)
+          raise AssertionError(
+              f"{check}: {where}: the outputs carry a gradient into {name}: nonzero at"
+              f" {int(over.sum())} of {g.size} entries, largest {g[idx]!r} at index"
+              f" {tuple(int(k) for k in idx)} (is a stop_gradient missing on the targets?)"
+              f"\nchex: {e}"
+          ) from None
 
 
 def assert_matches_reference(
@@ -351,7 +452,7 @@ def assert_matches_reference(
     reference: Callable[[_tr.Trajectory], Any],
     examples=None,
     *,
-    jit: Sequence[bool] = (False, True),
+    variants: Sequence[str] = VARIANTS,
     compare_masked: bool = False,
     rtol: float | None = None,
     atol: float | None = None,
@@ -360,7 +461,8 @@ def assert_matches_reference(
 
   `reference(traj)` returns the same outputs as `fn` (the same pytree, or any
   pytree with the same leaves in the same order), e.g. a loop from
-  `offpolicy_ac.testing.reference`. `fn` runs as is and under `jax.jit`.
+  `offpolicy_ac.testing.reference`. `fn` runs under each chex variant (by
+  default as is and under `jax.jit`).
   Outputs are compared at the unmasked steps (everywhere with
   `compare_masked=True`), with a tolerance scaled to the reference's
   magnitude.
@@ -378,22 +480,20 @@ def assert_matches_reference(
     fn: the target function, `fn(traj) -> pytree of [T, *batch, ...] arrays`.
     reference: `reference(traj) -> pytree of arrays`, the expected outputs.
     examples: a Trajectory, a sequence of them, or None for `default_examples()`.
-    jit: which of un-jitted (False) and jitted (True) `fn` to run.
+    variants: the chex variants to run `fn` under, from "without_jit",
+      "with_jit", "without_device" and "with_device"; by default as is and jitted.
     compare_masked: also compare the masked steps.
     rtol, atol: as in `assert_junction_split_invariant` (default 1e-4 for
       float32 outputs, 1e-10 for float64).
   """
   check = "assert_matches_reference"
   examples = _examples(examples)
-  jit = tuple(jit)
-  if not jit or not set(jit) <= {False, True}:
-    raise ValueError(f"{check}: jit must be a non-empty subset of (False, True), got {jit}")
+  runs = _under_variants(check, fn, variants)
   for i, traj in enumerate(examples):
     expected = [np.asarray(x, np.float64) for x in jax.tree_util.tree_leaves(reference(traj))]
-    for use_jit in jit:
-      where = f"{_describe(i, traj)}, {'jitted' if use_jit else 'not jitted'}"
-      run = jax.jit(fn) if use_jit else fn
-      out = run(traj)
+    for variant, run in runs:
+      where = f"{_describe(i, traj)}, chex variant {variant}"
+      out = _call(run, traj, check, where)
       flat, _ = jax.tree_util.tree_flatten_with_path(out)
       if len(flat) != len(expected):
         raise AssertionError(
