@@ -24,7 +24,9 @@ from offpolicy_ac.training.evaluation import describe_protocol
 from offpolicy_ac.training.evaluation import evaluate
 from offpolicy_ac.training.evaluation import render_episode
 from offpolicy_ac.training.experiment import exit_process
+from offpolicy_ac.training.experiment import is_refusal
 from offpolicy_ac.training.experiment import run_experiment
+from offpolicy_ac.training.experiment import script_main
 from offpolicy_ac.training.logger import Logger
 from offpolicy_ac.training.logger import MultiLogger
 from offpolicy_ac.training.logger import RunLogger
@@ -62,6 +64,7 @@ __all__ = [
     "drive",
     "evaluate",
     "exit_process",
+    "is_refusal",
     "load_params",
     "load_run",
     "make_train",
@@ -72,6 +75,7 @@ __all__ = [
     "render_episode",
     "run_experiment",
     "save_params",
+    "script_main",
     "seconds_since_launch",
     "train",
     "write_config",

@@ -14,6 +14,7 @@ never fields written back after parsing.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Literal
 from typing import Optional
 from typing import get_args
@@ -347,6 +348,24 @@ class TrainConfig:
       raise ValueError(f"env_batch_size ({env.env_batch_size}) exceeds num_envs ({env.num_envs})")
     if env.max_episode_steps is not None and env.max_episode_steps < 1:
       raise ValueError(f"max_episode_steps must be >= 1, got {env.max_episode_steps}")
+    _check_finite_floats(self)
+    first = self.steps_per_unroll * (actors.num_actors if actors.actors == "pools" else 1)
+    if first > budget.total_env_steps:
+      raise ValueError(
+          f"one iteration takes {first:,} env steps (num_envs {env.num_envs} x unroll_length "
+          f"{env.unroll_length}{' x num_actors' if actors.actors == 'pools' else ''}), more "
+          f"than the whole budget, total_env_steps {budget.total_env_steps:,}"
+      )
+    if replay.replay_capacity < env.num_envs:
+      raise ValueError(
+          f"replay_capacity ({replay.replay_capacity}) holds fewer sequences than one unroll "
+          f"adds (num_envs, {env.num_envs})"
+      )
+    if replay.mini_batch_length > env.unroll_length:
+      raise ValueError(
+          f"mini_batch_length ({replay.mini_batch_length}) exceeds unroll_length "
+          f"({env.unroll_length}): replayed windows lie inside one stored unroll"
+      )
     _check_transform(self.transform)
     if self.tracking.wandb_mode not in ("online", "offline"):
       raise ValueError(
@@ -410,6 +429,17 @@ def unsupported_reason(config: TrainConfig, shape: str) -> Optional[str]:
     if shape in shapes and used(config):
       return reason
   return None
+
+
+def _check_finite_floats(config: TrainConfig) -> None:
+  """Refuses NaN and infinite values in every float setting (a target return included)."""
+  for group in dataclasses.fields(config):
+    values = getattr(config, group.name)
+    for f in dataclasses.fields(values):
+      value = getattr(values, f.name)
+      items = value if isinstance(value, tuple) else (value,)
+      if any(isinstance(v, float) and not math.isfinite(v) for v in items):
+        raise ValueError(f"{f.name} must be finite, got {value!r}")
 
 
 def _check_transform(transform: TransformConfig) -> None:

@@ -98,6 +98,11 @@ class NonFiniteError(FloatingPointError):
   """A loss or gradient became NaN or infinite."""
 
 
+class ResumeError(ValueError):
+  """The run cannot be resumed: no checkpoints configured, none intact, or one of another
+  format or kind of run."""
+
+
 def raise_if_non_finite(values: dict, context: str) -> None:
   """Raises NonFiniteError naming the first metric that is NaN or infinite; `context`
   says where (lane, env step, update) and what is kept."""
@@ -248,7 +253,10 @@ class _Driver:
     """The newest checkpoint's state and records, the logs cut back to it."""
     program, where = self.program, str(getattr(self.checkpointer, "directory", ""))
     check = lambda record: records.from_record(record, program.kind, program.num_lanes, where)
-    restored = restore_newest(self.checkpointer, program.checkpoint_arrays(state), check)
+    try:
+      restored = restore_newest(self.checkpointer, program.checkpoint_arrays(state), check)
+    except ValueError as e:
+      raise ResumeError(str(e)) from e
     program.agree_on_restore(-1 if restored is None else restored[1]["schedule"]["env_steps"])
     if restored is not None:
       arrays, record = restored

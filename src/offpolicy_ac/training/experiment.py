@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import json
 import os
 import pathlib
@@ -49,6 +50,7 @@ from offpolicy_ac.training import sweeps
 from offpolicy_ac.training.compiled_program import CompiledProgram
 from offpolicy_ac.training.compiled_train import make_train
 from offpolicy_ac.training.config import TrainConfig
+from offpolicy_ac.training.driver import ResumeError
 from offpolicy_ac.training.driver import RunResult
 from offpolicy_ac.training.driver import drive
 from offpolicy_ac.training.envpool_program import EnvpoolProgram
@@ -63,6 +65,56 @@ from offpolicy_ac.training.parallel import initialize_distributed
 from offpolicy_ac.training.rundir import default_run_dir
 from offpolicy_ac.training.sources import RolloutFactory
 from offpolicy_ac.training.sources import make_training_rollout
+
+REFUSED = "offpolicy_ac_refused"
+"""The attribute `run_experiment` sets (True) on an error that refused the run before it
+started: bad settings, a run directory in use or holding another run, a checkpoint that
+cannot be resumed. `script_main` prints those as one line and exits with code 2; the
+exception keeps its type for Python callers."""
+
+
+@contextlib.contextmanager
+def _refusals():
+  """Marks the errors raised inside as refusals of the run (`REFUSED`)."""
+  try:
+    yield
+  except (ValueError, TypeError, OSError, rundir.RunDirectoryInUse) as e:
+    setattr(e, REFUSED, True)
+    raise
+
+
+def is_refusal(error: BaseException) -> bool:
+  """Whether `error` refused a run before it started (see `REFUSED`)."""
+  return bool(getattr(error, REFUSED, False))
+
+
+def script_main(parse: Callable[[], Any], run: Callable[[Any], Any]) -> None:
+  """The `__main__` of an experiment script: `run(parse())`, then ends the process
+  (`exit_process`).
+
+  A refusal (`is_refusal`: bad settings, a run directory in use, ...) prints one line,
+  "[<script>] error: <why>", and exits with code 2; a full disk prints one line and exits
+  with code 1 (the last checkpoint is intact). Anything else (a bug, a non-finite loss)
+  keeps its traceback.
+  """
+  prog = pathlib.Path(sys.argv[0]).stem or "script"
+  try:
+    run(parse())
+  except OSError as e:
+    if is_refusal(e) or e.errno == errno.ENOSPC:
+      what = "no space left on device" if e.errno == errno.ENOSPC else str(e)
+      where = f" ({e.filename})" if e.errno == errno.ENOSPC and e.filename else ""
+      after = "; the last checkpoint is intact: free some space, then --resume"
+      print(f"[{prog}] error: {what}{where}{after if e.errno == errno.ENOSPC else ''}",
+            file=sys.stderr, flush=True)  # fmt: skip
+      exit_process(2 if is_refusal(e) and e.errno != errno.ENOSPC else 1)
+    raise
+  except Exception as e:  # pylint: disable=broad-except
+    if not is_refusal(e):
+      raise
+    print(f"[{prog}] error: {e}", file=sys.stderr, flush=True)
+    exit_process(2)
+  exit_process(0)
 
 
 class _StopFlag:
@@ -188,7 +240,8 @@ def run_experiment(name: str, args: Any, agent_factory: Callable, *,
   sweep's settings) it returns one RunResult per learner, each logged in its own
   directory under `args.run_dir`, and plots them."""
   config: TrainConfig = args.train
-  config.validate()
+  with _refusals():
+    config.validate()
   if config.tracking.track:
     require_wandb()
   enable_compilation_cache()
@@ -241,15 +294,19 @@ def _run(name: str, args: Any, root: pathlib.Path, *, agent_factory: Callable,
   root/<setting>/seed<k>; root holds the whole config and every learner's checkpoints.
   """
   config: TrainConfig = args.train
-  lanes = sweeps.lanes_of(args, root)  # validates the sweep before anything is written
+  with _refusals():
+    lanes = sweeps.lanes_of(args, root)  # validates the sweep before anything is written
   _prepare_process(config)
-  program = _program(name, args, lanes, agent_factory=agent_factory, batch_fn=batch_fn,
-                     rollout_factory=rollout_factory)  # fmt: skip
+  with _refusals():
+    program = _program(name, args, lanes, agent_factory=agent_factory, batch_fn=batch_fn,
+                       rollout_factory=rollout_factory)  # fmt: skip
   process = config.parallel.process_id
   dirs = [lane.run_dir for lane in lanes]
   if len(lanes) == 1 and process > 0:  # a multi-host job's other processes: their own logs
     dirs = [root / f"process{process}"]
-  with rundir.locked(dirs[0] if len(lanes) == 1 else root):
+  with contextlib.ExitStack() as held:
+    with _refusals():
+      held.enter_context(rundir.locked(dirs[0] if len(lanes) == 1 else root))
     return _train(name, args, root, lanes, dirs, program, progress)
 
 
@@ -258,11 +315,12 @@ def _train(name: str, args: Any, root: pathlib.Path, lanes: list[sweeps.Lane],
   """`_run` once it holds the run directory: config.json, signals, the driver, results."""
   config: TrainConfig = args.train
   resume = bool(getattr(args, "resume", False))
-  if len(lanes) == 1:
-    rundir.check_or_write_config(name, args, dirs[0], resume)
-  else:
-    rundir.check_or_write_config(name, args, root, resume, others=dirs)
-    sweeps.write_lane_configs(name, args, root, lanes)
+  with _refusals():
+    if len(lanes) == 1:
+      rundir.check_or_write_config(name, args, dirs[0], resume)
+    else:
+      rundir.check_or_write_config(name, args, root, resume, others=dirs)
+      sweeps.write_lane_configs(name, args, root, lanes)
   protocol = describe_protocol(config)
   if config.parallel.process_id == 0:
     print(f"[{name}] evaluation protocol: {protocol}", flush=True)
@@ -288,6 +346,8 @@ def _train(name: str, args: Any, root: pathlib.Path, lanes: list[sweeps.Lane],
       if checkpointer is not None:
         checkpointer.close()  # waits for a save in flight: the checkpoint stays whole
   except Exception as error:
+    if isinstance(error, ResumeError):  # the checkpoints cannot be resumed: nothing ran
+      setattr(error, REFUSED, True)
     if config.parallel.num_processes > 1:
       _abandon_distributed_job(name, config, root, error)
     raise

@@ -220,7 +220,15 @@ def check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: b
           f"{records.RECORD_FORMAT} (a grouped `train` config): resume that run with "
           "offpolicy_ac 0.1"
       )
-    diffs = config_differences(old["config"], jsonable(args), _field_defaults(args))
+    new = jsonable(args)
+    diffs = config_differences(old["config"], new, _field_defaults(args))
+    budget = lambda c: c.get("train", {}).get("budget", {}).get("total_env_steps")
+    if budget(new) is not None and budget(old["config"]) is not None:
+      if budget(new) < budget(old["config"]):
+        raise ValueError(
+            f"--resume: --total-env-steps {budget(new):,} is smaller than the run's "
+            f"{budget(old['config']):,}; a resumed run may only get a larger budget"
+        )
     if old.get("algorithm") != name:
       diffs.insert(0, f"algorithm ({old.get('algorithm')} -> {name})")
     if diffs:
