@@ -30,6 +30,7 @@ import jax.numpy as jnp
 import tyro
 
 from offpolicy_ac import envs
+from offpolicy_ac import presets
 from offpolicy_ac.agents.registry import AGENTS
 from offpolicy_ac.training import make_train
 
@@ -56,15 +57,7 @@ class Args:
 
 def load_script_args(args: Args):
   """The agent's script Args (defaults or preset) with the env id and num_envs applied."""
-  import importlib.util
-  import pathlib
-  import sys
-
-  path = pathlib.Path(__file__).parent / f"{args.agent}.py"
-  spec = importlib.util.spec_from_file_location(f"bench_{args.agent}", path)
-  module = importlib.util.module_from_spec(spec)
-  sys.modules[spec.name] = module
-  spec.loader.exec_module(module)
+  module = getattr(presets, args.agent)
   script_args = module.PRESETS[args.preset] if args.preset else module.Args()
   fields = {"env_id": args.env_id, "eval_every": 0, "checkpoint_every": 0}
   if args.num_envs:

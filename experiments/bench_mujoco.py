@@ -20,10 +20,7 @@ trains the SQL agent on relabelled batches: its cost per update is SQL's.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import pathlib
 import statistics
-import sys
 import tempfile
 import time
 
@@ -31,9 +28,9 @@ import numpy as np
 import tyro
 
 from offpolicy_ac import envs
+from offpolicy_ac import presets
 from offpolicy_ac.training import read_metrics
 
-EXPERIMENTS = pathlib.Path(__file__).resolve().parent
 LOG_LINES = 5
 """Log lines per agent run (the first interval is left out of the speed)."""
 
@@ -66,15 +63,6 @@ class Args:
     for name in ("env_steps", "sql_env_steps"):
       if getattr(self, name) < 5 * LOG_LINES:
         raise ValueError(f"{name} must be at least {5 * LOG_LINES}")
-
-
-def load_script(name: str):
-  """experiments/<name>.py as a module (registered in sys.modules: dataclasses need it)."""
-  spec = importlib.util.spec_from_file_location(f"bench_{name}", EXPERIMENTS / f"{name}.py")
-  module = importlib.util.module_from_spec(spec)
-  sys.modules[spec.name] = module
-  spec.loader.exec_module(module)
-  return module
 
 
 def preset_args(module, task: str, env_steps: int, seed: int, run_dir: str):
@@ -136,7 +124,7 @@ def format_row(row: dict) -> str:
 
 def main(args: Args) -> list[dict]:
   """Times every (task, agent); prints each row as it comes and the table at the end."""
-  modules = {name: load_script(name) for name in args.agents}
+  modules = {name: getattr(presets, name) for name in args.agents}
   rows = []
   for task in args.tasks:
     raw_cache: dict[int, float] = {}
@@ -147,7 +135,7 @@ def main(args: Args) -> list[dict]:
         num_envs = run_args.train.env.num_envs
         if num_envs not in raw_cache:
           raw_cache[num_envs] = raw_steps_per_second(task, num_envs, args)
-        module.main(run_args)
+        module.run(run_args)
         rate = agent_steps_per_second(run_dir)
       raw = raw_cache[num_envs]
       rows.append(dict(task=task, agent=name, preset=preset, num_envs=num_envs,

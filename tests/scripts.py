@@ -1,5 +1,7 @@
-"""Loading the experiment scripts as modules (tests call their `main` in-process), and the
-environment of the script processes that must run on the CPU."""
+"""Loading the experiment scripts whose logic lives in the script (evaluate.py, record_demos.py,
+plot.py, the benchmarks) as modules, so that tests call their `main` in-process, and the
+environment of the script processes that must run on the CPU. The algorithms' settings and
+runs are in the package: `offpolicy_ac.presets`."""
 
 import importlib.util
 import os

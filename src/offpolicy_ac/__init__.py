@@ -8,6 +8,7 @@ Subpackages:
   replay    -- a sequence replay buffer as pure functions.
   demos     -- recording and cutting demonstrations.
   training  -- the training loop, evaluation, run directories, checkpoints.
+  presets   -- the experiment scripts' settings: Args, presets and run() per algorithm.
   analysis  -- statistics over seeds (IQM, bootstrap intervals) and learning-curve plots.
   testing   -- a property-testing kit for target functions: trajectories with
                episode boundaries, float64 loop references and checks.
@@ -22,7 +23,17 @@ from offpolicy_ac import losses
 
 __version__ = "0.2.0"
 
-_LAZY = ("envs", "networks", "agents", "replay", "demos", "training", "analysis", "testing")
+_LAZY = (
+    "envs",
+    "networks",
+    "agents",
+    "replay",
+    "demos",
+    "training",
+    "presets",
+    "analysis",
+    "testing",
+)
 
 __all__ = ["losses", *_LAZY, "__version__"]
 

@@ -14,10 +14,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from scripts import load_script
 
 from offpolicy_ac import envs
 from offpolicy_ac import losses
+from offpolicy_ac import presets
 from offpolicy_ac.agents import AcerConfig
 from offpolicy_ac.agents import make_acer
 from offpolicy_ac.agents import make_acer_continuous
@@ -304,7 +304,7 @@ def test_update_names_missing_behaviour_extras(cartpole_spec, pendulum_spec, age
 
 
 def _script():
-  return load_script("acer")
+  return presets.acer
 
 
 def _args(module, run_dir, agent=None, preset="cartpole", **loop_overrides):
@@ -348,7 +348,7 @@ def test_script_derives_the_loop_updates_from_the_replay_ratio():
 
 def test_script_run_records_the_replay_ratio(tmp_path):
   module = _script()
-  result = module.main(
+  result = module.run(
       _args(
           module,
           tmp_path / "run",
@@ -374,13 +374,13 @@ def test_script_run_records_the_replay_ratio(tmp_path):
 
 def test_acer_learns_cartpole_reduced_budget(tmp_path):
   module = _script()
-  module.main(_args(module, tmp_path, total_env_steps=40_000, log_every=5_000))
+  module.run(_args(module, tmp_path, total_env_steps=40_000, log_every=5_000))
   assert max(_trailing_returns(tmp_path)) > 150
 
 
 def test_acer_improves_on_pendulum_reduced_budget(tmp_path):
   module = _script()
-  module.main(_args(module, tmp_path, preset="pendulum", total_env_steps=60_000))
+  module.run(_args(module, tmp_path, preset="pendulum", total_env_steps=60_000))
   assert _trailing_returns(tmp_path, lines=2)[-1] > -900
 
 
@@ -388,12 +388,12 @@ def test_acer_improves_on_pendulum_reduced_budget(tmp_path):
 def test_acer_reaches_the_cartpole_target(tmp_path):
   module = _script()
   # The target allows 500k steps; the defaults get there in about 50k.
-  module.main(_args(module, tmp_path, total_env_steps=200_000, log_every=10_000))
+  module.run(_args(module, tmp_path, total_env_steps=200_000, log_every=10_000))
   assert max(_trailing_returns(tmp_path)) >= 475
 
 
 @pytest.mark.slow
 def test_acer_reaches_the_pendulum_target(tmp_path):
   module = _script()
-  module.main(_args(module, tmp_path, preset="pendulum"))
+  module.run(_args(module, tmp_path, preset="pendulum"))
   assert max(_trailing_returns(tmp_path)) >= -250

@@ -7,9 +7,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from scripts import load_script
 
 from offpolicy_ac import envs
+from offpolicy_ac import presets
 from offpolicy_ac.agents import ImpalaConfig
 from offpolicy_ac.agents import SqlConfig
 from offpolicy_ac.agents import base
@@ -297,7 +297,7 @@ def test_impala_atari_preset_learns_from_small_advantages():
   on a GPU kept the uniform policy (entropy ln 6). Here a pixel bandit pays 0.01 for
   action 2 (an advantage of Pong's size); 60 on-policy updates of the preset must raise
   that action's probability clearly, and far more than the old setting does."""
-  preset = load_script("impala").PRESETS["atari"]
+  preset = presets.impala.PRESETS["atari"]
   env = envs.make_atari(preset.train.env.env_id, 1, 0)
   spec = env.spec
   env.close()

@@ -19,6 +19,7 @@ import pytest
 from scripts import load_script
 
 from offpolicy_ac import envs
+from offpolicy_ac import presets
 from offpolicy_ac.training import read_metrics
 
 TASK = "Breakout-v5"
@@ -64,7 +65,7 @@ def _final_score(run_dir) -> tuple[float, int]:
 
 def _breakout_args(script: str, run_dir, agent_overrides: dict):
   """The script's atari preset on Breakout-v5 for ENV_STEPS, CPU torso, evaluation off."""
-  module = load_script(script)
+  module = getattr(presets, script)
   preset = module.PRESETS["atari"]
   agent = dataclasses.replace(preset.agent, torso="small_cnn", **agent_overrides)
   train = preset.train.replace(
@@ -114,7 +115,7 @@ class _BreakoutRuns:
       module, args = _breakout_args(script, run_dir, CPU_AGENT_OVERRIDES[script])
       if script == "sqil":
         args = dataclasses.replace(args, demos=str(self.demonstrations()))
-      module.main(args)
+      module.run(args)
       self.dirs[script] = run_dir
     return self.dirs[script]
 

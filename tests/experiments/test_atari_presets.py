@@ -7,10 +7,10 @@ import json
 
 import numpy as np
 import pytest
-from scripts import load_script
 
 from offpolicy_ac import demos as demos_lib
 from offpolicy_ac import envs
+from offpolicy_ac import presets
 from offpolicy_ac.training import read_metrics
 
 # A budget this CPU trains in seconds: 2 environments, a few unrolls of the preset's length,
@@ -46,13 +46,13 @@ def pong_demos(tmp_path_factory):
 
 @pytest.mark.parametrize("script", ["impala", "acer", "sql", "sqil"])
 def test_atari_preset_starts_and_trains(script, tmp_path, pong_demos, capsys):
-  module = load_script(script)
+  module = getattr(presets, script)
   preset = module.PRESETS["atari"]
   assert preset.train.env.atari and preset.train.env.env_id == "Pong-v5"
   args = dataclasses.replace(preset, run_dir=str(tmp_path), train=preset.train.replace(**REDUCED))
   if script == "sqil":
     args = dataclasses.replace(args, demos=str(pong_demos))
-  module.main(args)
+  module.run(args)
   summary = json.loads((tmp_path / "summary.json").read_text())
   assert summary["env_steps"] >= 160 and summary["num_updates"] >= 1
   lines = read_metrics(tmp_path)

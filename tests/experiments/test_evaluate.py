@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from scripts import load_script
 
+from offpolicy_ac import presets
 from offpolicy_ac.training import describe_protocol
 from offpolicy_ac.training import evaluate
 from offpolicy_ac.training import load_run
@@ -15,14 +16,14 @@ from offpolicy_ac.training import write_video
 
 
 def _train(run_dir, preset, steps):
-  module = load_script("impala")
+  module = presets.impala
   args = module.PRESETS[preset]
   args = dataclasses.replace(
       args,
       run_dir=str(run_dir),
       train=args.train.replace(total_env_steps=steps, log_every=steps, checkpoint_every=0),
   )
-  module.main(args, progress=False)
+  module.run(args, progress=False)
   return run_dir
 
 

@@ -1,12 +1,13 @@
-"""The scripts' command lines: presets named, presets selected by --env-id, --preset none."""
+"""The scripts' command lines: presets named, presets selected by --env-id, --preset none,
+aliases and repeated flags."""
 
 import dataclasses
 
 import pytest
 
+from offpolicy_ac import presets
 from offpolicy_ac.training import EnvPresets
 from offpolicy_ac.training import parse_args
-from tests.scripts import load_script
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,7 +80,7 @@ _SELECTED = [("Pendulum-v1", "pendulum"), ("Walker2d-v4", "mujoco"),
     + [("impala", "HalfCheetah-v4", "mujoco"), ("acer", "HalfCheetah-v4", "halfcheetah")],
 )
 def test_actor_critics_select_their_tuned_presets(script, env_id, preset, capsys):
-  module = load_script(script)
+  module = getattr(presets, script)
   args = parse_args(module.Args, module.PRESETS, argv=["--env-id", env_id],
                     env_presets=module.ENV_PRESETS)  # fmt: skip
   assert args.train == module.PRESETS[preset].train.replace(env_id=env_id)
@@ -89,7 +90,7 @@ def test_actor_critics_select_their_tuned_presets(script, env_id, preset, capsys
 
 @pytest.mark.parametrize("script", ["impala", "acer", "sql", "sqil"])
 def test_every_script_selects_only_its_own_presets(script):
-  module = load_script(script)
+  module = getattr(presets, script)
   assert set(module.ENV_PRESETS.names()) <= set(module.PRESETS)
   assert module.ENV_PRESETS.select("Pendulum-v1") == "pendulum"
   assert module.ENV_PRESETS.select("Breakout-v5") == "atari"
@@ -101,7 +102,7 @@ def test_every_script_selects_only_its_own_presets(script):
      ("Walker2d-v4", "walker2d", 10.0), ("Ant-v4", "ant", 300.0)],
 )  # fmt: skip
 def test_sql_selects_the_reward_scale_per_mujoco_task(env_id, preset, reward_scale):
-  sql = load_script("sql")
+  sql = presets.sql
   args = parse_args(sql.Args, sql.PRESETS, argv=["--env-id", env_id],
                     env_presets=sql.ENV_PRESETS)  # fmt: skip
   assert args.train == sql.PRESETS[preset].train and args.train.env.env_id == env_id
@@ -115,7 +116,7 @@ def test_sql_selects_the_reward_scale_per_mujoco_task(env_id, preset, reward_sca
 
 
 def test_sqil_selects_its_halfcheetah_preset(capsys):
-  sqil = load_script("sqil")
+  sqil = presets.sqil
   args = parse_args(sqil.Args, sqil.PRESETS, env_presets=sqil.ENV_PRESETS,
                     argv=["--env-id", "HalfCheetah-v4", "--demos", "hc.npz"])  # fmt: skip
   assert args.train == sqil.PRESETS["halfcheetah"].train and args.demos == "hc.npz"
@@ -125,10 +126,35 @@ def test_sqil_selects_its_halfcheetah_preset(capsys):
 
 @pytest.mark.parametrize("script", ["impala", "acer", "sql"])
 def test_each_minatar_game_selects_the_minatar_preset(script):
-  module = load_script(script)
+  module = getattr(presets, script)
   for game in ("Breakout", "Asterix", "Freeway", "SpaceInvaders"):
     env_id = f"gymnax:{game}-MinAtar"
     args = parse_args(module.Args, module.PRESETS, argv=["--env-id", env_id],
                       env_presets=module.ENV_PRESETS)  # fmt: skip
     assert args.train == module.PRESETS["minatar"].train.replace(env_id=env_id)
     assert args.agent == module.PRESETS["minatar"].agent
+
+
+def test_the_preset_flag_may_come_anywhere_and_is_listed_in_help(capsys):
+  assert _parse(["--learning-rate", "1e-2", "--preset", "minatar"]) == Args(
+      "gymnax:Breakout-MinAtar", 1e-2
+  )
+  with pytest.raises(SystemExit):
+    _parse(["--help"])
+  assert "--preset {atari,minatar,pendulum,none}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("script", ["impala", "sql"])
+@pytest.mark.parametrize("flag", ["--lambda", "--lambda_"])
+def test_lambda_is_accepted_with_and_without_the_underscore(script, flag):
+  module = getattr(presets, script)
+  args = parse_args(module.Args, module.PRESETS, argv=[flag, "0.9"])
+  assert args.agent.lambda_ == 0.9
+
+
+def test_sweep_is_repeated_one_field_per_flag():
+  argv = ["--sweep", "learning_rate=1e-3,3e-3", "--sweep=gamma=0.99,0.995", "--seed", "1"]
+  args = parse_args(presets.impala.Args, presets.impala.PRESETS, argv=argv)
+  assert args.train.budget.sweep == ("learning_rate=1e-3,3e-3", "gamma=0.99,0.995")
+  assert args.train.budget.seed == 1
+  assert parse_args(presets.impala.Args, argv=[]).train.budget.sweep == ()

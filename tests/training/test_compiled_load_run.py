@@ -12,6 +12,7 @@ from scripts import load_script
 
 from offpolicy_ac import demos as demos_lib
 from offpolicy_ac import envs
+from offpolicy_ac import presets
 from offpolicy_ac.envs import FIRST
 from offpolicy_ac.envs import LAST
 from offpolicy_ac.training import TrainConfig
@@ -33,10 +34,10 @@ def _equal_trees(a, b):
 
 
 def _main(script, run_dir, **train):
-  module = load_script(script)
+  module = getattr(presets, script)
   args = module.Args()
   args = dataclasses.replace(args, run_dir=str(run_dir), train=args.train.replace(**train))
-  return module.main(args, progress=False)
+  return module.run(args, progress=False)
 
 
 @pytest.fixture(scope="module")

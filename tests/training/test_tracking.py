@@ -12,8 +12,8 @@ import sys
 import time
 
 import pytest
-from scripts import load_script
 
+from offpolicy_ac import presets
 from offpolicy_ac.training import MultiLogger
 from offpolicy_ac.training import TrainConfig
 from offpolicy_ac.training import WandbLogger
@@ -137,7 +137,7 @@ def test_wandb_logger_rejects_an_unknown_mode(tmp_path):
 
 
 def _impala_args(run_dir, **overrides):
-  module = load_script("impala")
+  module = presets.impala
   args = module.Args()
   train = args.train.replace(total_env_steps=768, log_every=256, eval_every=0, **overrides)
   return module, dataclasses.replace(args, run_dir=str(run_dir), train=train)
@@ -148,7 +148,7 @@ def test_track_logs_a_script_run_to_wandb_and_resume_continues_it(tmp_path, offl
   module, args = _impala_args(
       run_dir, track=True, wandb_mode="offline", wandb_project="tests", checkpoint_every=512
   )
-  module.main(args)
+  module.run(args)
   run_id = json.loads((run_dir / "wandb.json").read_text())["id"]
   (path,) = _offline_runs(offline_wandb, run_id)
   assert _run_record(path).display_name == "run"
@@ -160,9 +160,7 @@ def test_track_logs_a_script_run_to_wandb_and_resume_continues_it(tmp_path, offl
   assert [(r["env_steps"], r.get("episode_return")) for r in history] == logged
   assert all("loss" in r and "wall_time_s" in r for r in history)
 
-  module.main(
-      dataclasses.replace(args, resume=True, train=args.train.replace(total_env_steps=1280))
-  )
+  module.run(dataclasses.replace(args, resume=True, train=args.train.replace(total_env_steps=1280)))
   paths = _offline_runs(offline_wandb, run_id)
   assert len(paths) == 2  # the same W&B run, continued
   more = [r["env_steps"] for r in _history(paths[1])]
@@ -173,7 +171,7 @@ def test_track_logs_a_script_run_to_wandb_and_resume_continues_it(tmp_path, offl
 @pytest.mark.slow  # about 40 s on a 2-core CPU
 def test_vmapped_seeds_each_get_a_wandb_run(tmp_path, offline_wandb):
   module, args = _impala_args(tmp_path / "run", track=True, wandb_mode="offline", num_seeds=2)
-  module.main(args)
+  module.run(args)
   for seed in (0, 1):
     state = json.loads((tmp_path / "run" / f"seed{seed}" / "wandb.json").read_text())
     (path,) = _offline_runs(offline_wandb, state["id"])
@@ -186,7 +184,7 @@ def test_track_without_wandb_fails_before_training_naming_the_extra(tmp_path, mo
   monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` raises ImportError
   module, args = _impala_args(tmp_path / "run", track=True)
   with pytest.raises(ImportError, match=r"offpolicy_ac\[track\]"):
-    module.main(args)
+    module.run(args)
   assert not (tmp_path / "run").exists()
 
 

@@ -12,7 +12,7 @@ same values.
     args = dataclasses.replace(args, train=args.train.replace(seed=1), run_dir="runs/p1")
     impala.run(args)    # = python experiments/impala.py --preset pendulum --seed 1 ...
 
-`common` holds what the modules share.
+`common` holds the task settings IMPALA's and ACER's presets share.
 """
 
 from offpolicy_ac.presets import acer

@@ -27,7 +27,7 @@ _DEFAULT_UPDATES = TrainConfig().replay.num_updates_per_train_iter
 class Args:
   """experiments/acer.py's command line."""
 
-  train: common.TrainFlags = TrainConfig.of(
+  train: TrainConfig = TrainConfig.of(
       env_id="CartPole-v1",
       total_env_steps=500_000,
       num_envs=8,

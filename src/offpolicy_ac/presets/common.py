@@ -1,17 +1,9 @@
-"""What the presets share: the command-line form of a `TrainConfig`, and the task settings
-IMPALA's and ACER's presets have in common (each adds its own replay and agent settings)."""
+"""The task settings IMPALA's and ACER's presets share (each adds its own replay and agent
+settings)."""
 
 from __future__ import annotations
 
-from typing import Annotated
-
-import tyro
-
 from offpolicy_ac.training import TrainConfig
-
-TrainFlags = Annotated[TrainConfig, tyro.conf.UseAppendAction]
-"""`TrainConfig` as an `Args` field: its variable-length fields take one value per flag,
-repeated (`--sweep learning_rate=1e-3,3e-3 --sweep gamma=0.99,0.995`)."""
 
 ATARI = TrainConfig.of(
     env_id="Pong-v5",

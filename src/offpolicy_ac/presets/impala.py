@@ -22,7 +22,7 @@ from offpolicy_ac.training import run_experiment
 class Args:
   """experiments/impala.py's command line."""
 
-  train: common.TrainFlags = TrainConfig.of(
+  train: TrainConfig = TrainConfig.of(
       env_id="CartPole-v1", total_env_steps=500_000, num_envs=16, unroll_length=16,
       reward_scale=0.1,
   )  # fmt: skip

@@ -19,9 +19,9 @@ from offpolicy_ac import demos as demos_lib
 from offpolicy_ac.agents import SqlConfig
 from offpolicy_ac.agents import make_sqil
 from offpolicy_ac.agents import make_sqil_batch_fn
-from offpolicy_ac.presets import common
 from offpolicy_ac.presets import sql
 from offpolicy_ac.training import EnvPresets
+from offpolicy_ac.training import TrainConfig
 from offpolicy_ac.training import run_experiment
 
 
@@ -31,7 +31,7 @@ class Args:
 
   demos: str
   """Demonstrations (.npz from experiments/record_demos.py)."""
-  train: common.TrainFlags = sql.Args().train.replace(total_env_steps=200_000, mini_batch_size=32)
+  train: TrainConfig = sql.Args().train.replace(total_env_steps=200_000, mini_batch_size=32)
   """mini_batch_size is the agent's windows per batch (see --demo-batch-size)."""
   demo_batch_size: Optional[int] = None
   """Demonstration windows per batch (default: mini_batch_size, the SQIL paper's half and

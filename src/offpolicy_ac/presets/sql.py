@@ -14,7 +14,6 @@ from typing import Optional
 
 from offpolicy_ac.agents import SqlConfig
 from offpolicy_ac.agents import make_sql
-from offpolicy_ac.presets import common
 from offpolicy_ac.training import EnvPresets
 from offpolicy_ac.training import TrainConfig
 from offpolicy_ac.training import run_experiment
@@ -24,7 +23,7 @@ from offpolicy_ac.training import run_experiment
 class Args:
   """experiments/sql.py's command line."""
 
-  train: common.TrainFlags = TrainConfig.of(
+  train: TrainConfig = TrainConfig.of(
       env_id="CartPole-v1",
       total_env_steps=500_000,
       num_envs=4,

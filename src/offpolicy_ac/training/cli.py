@@ -3,31 +3,53 @@
     python experiments/impala.py --env-id CartPole-v1 --seed 0      # the script's defaults
     python experiments/impala.py --preset atari --env-id Breakout-v5  # a preset, then flags
 
-A preset is a complete Args value; flags given after it override its fields. Naming an
-environment that has a tuned preset (`EnvPresets`) with no `--preset` applies that preset
-and says so on the first line of output (as rl-baselines3-zoo picks hyper-parameters by
-environment); `--preset none` keeps the script's defaults.
-Nested configs (`train` and its groups, `agent`) are flattened: `--learning-rate`, not
-`--agent.learning-rate`. Shorthands: `--async-actors K` is `--actors async --num-actors
-K`, `--actor-pools K` is `--actors pools --num-actors K`, `--xla-rollout` is
-`--rollout compiled`. `--sweep` may be repeated, one field each (`--sweep
-learning_rate=1e-3,3e-3 --sweep gamma=0.99,0.995`).
+A preset is a complete Args value (`offpolicy_ac.presets`); the other flags override its
+fields. Naming an environment that has a tuned preset (`EnvPresets`) with no `--preset`
+applies that preset and says so on the first line of output (as rl-baselines3-zoo picks
+hyper-parameters by environment); `--preset none` keeps the script's defaults.
+Nested configs (`train` and its groups, `agent`) are flattened (`tyro.conf.OmitArgPrefixes`):
+`--learning-rate`, not `--agent.learning-rate`, so a field's name is its flag. `FIELD_FLAGS`
+adds tyro's per-field settings by that name, through tyro's constructor registry (the
+configs stay plain dataclasses): `--lambda` is an alias of `--lambda_`
+(`tyro.conf.arg(aliases=...)`), and `--sweep` is repeated, one setting each
+(`tyro.conf.UseAppendAction`: `--sweep learning_rate=1e-3,3e-3 --sweep gamma=0.99,0.995`).
+
+Why `--preset` and `--env-id` are read before tyro parses: tyro takes the defaults of every
+field as one value given before parsing (`tyro.cli(..., default=...)`), and picking that value
+from the command line is what `--preset` does. tyro's own way to choose among configs is a
+positional subcommand per preset (`tyro.extras.overridable_config_cli`), which would change
+the command users know (`--preset NAME`) and cannot select a preset from `--env-id`. So an
+argparse parser that knows only these two flags reads them first (`parse_known_args`,
+nothing removed from argv), and tyro then parses the whole command line, `--preset` included
+(a field with the presets' names as choices, shown in `--help`).
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import fnmatch
 import sys
+from typing import Annotated
 from typing import Any
+from typing import Literal
 from typing import Mapping
 from typing import Optional
 from typing import Sequence
 from typing import TypeVar
 
 import tyro
+from tyro.constructors import ConstructorRegistry
+from tyro.constructors import StructConstructorSpec
+from tyro.constructors import StructTypeInfo
 
 ArgsT = TypeVar("ArgsT")
+
+FIELD_FLAGS: Mapping[str, Any] = {
+    "lambda_": tyro.conf.arg(aliases=("--lambda",)),
+    "sweep": tyro.conf.UseAppendAction,
+}
+"""tyro's settings of a field, by field name, wherever the field is in the args' tree."""
 
 NO_PRESET = "none"
 """`--preset none`: the script's defaults, even for an environment with a tuned preset."""
@@ -61,77 +83,50 @@ class EnvPresets:
   def names(self) -> list[str]:
     return [*self.patterns.values(), *([self.atari] if self.atari else [])]
 
-
-SHORTHANDS = {
-    "--async-actors": lambda k: ["--actors", "async", "--num-actors", k],
-    "--actor-pools": lambda k: ["--actors", "pools", "--num-actors", k],
-}
-
-
-def expand_shorthands(argv: Sequence[str]) -> list[str]:
-  """The flags with the shorthands of the module docstring spelled out.
-
-  Raises:
-    ValueError: two flags name different actor topologies (e.g. `--async-actors 2
-      --actor-pools 2`).
-  """
-  out, argv = [], list(argv)
-  topologies = set()
-  while argv:
-    flag = argv.pop(0)
-    name, eq, value = flag.partition("=")
-    if name in SHORTHANDS:
-      if not eq:
-        if not argv:
-          raise SystemExit(f"{name} takes a count")
-        value = argv.pop(0)
-      out += SHORTHANDS[name](value)
-      topologies.add(out[-3])
-    elif name == "--actors" and (eq or argv):
-      topologies.add(value if eq else argv[0])
-      out.append(flag)
-    elif flag == "--xla-rollout":
-      out += ["--rollout", "compiled"]
-    else:
-      out.append(flag)
-  if len(topologies) > 1:
-    raise ValueError(
-        f"choose one actor topology: the flags name {sorted(topologies)} "
-        "(--actors inline|pools|async, or one of --async-actors / --actor-pools)"
-    )
-  return out
+  def describe(self) -> str:
+    """The selection, one `pattern: preset` per line."""
+    lines = [f"{pattern}: {name}" for pattern, name in self.patterns.items()]
+    return "\n".join(lines + ([f"Atari tasks: {self.atari}"] if self.atari else []))
 
 
-def merge_sweeps(argv: Sequence[str]) -> list[str]:
-  """Repeated `--sweep FIELD=VALUES` flags as one `--sweep A B ...` (tyro's form of a
-  tuple), placed where the first one was."""
-  out, sweeps, first, argv = [], [], None, list(argv)
-  while argv:
-    flag = argv.pop(0)
-    name, eq, value = flag.partition("=")
-    if name != "--sweep":
-      out.append(flag)
-      continue
-    if first is None:
-      first = len(out)
-    if eq:
-      sweeps.append(value)
-      continue
-    while argv and not argv[0].startswith("--"):
-      sweeps.append(argv.pop(0))
-  if first is not None:
-    out[first:first] = ["--sweep", *sweeps]
-  return out
+_REGISTRY = ConstructorRegistry()
+_EXPANDING: set[type] = set()
 
 
-def _flag_value(argv: Sequence[str], *names: str) -> Optional[str]:
-  """The value of the last `--name VALUE` or `--name=VALUE` in argv, or None."""
-  value = None
-  for i, flag in enumerate(argv):
-    name, eq, rest = flag.partition("=")
-    if name in names:
-      value = rest if eq else (argv[i + 1] if i + 1 < len(argv) else None)
-  return value
+@_REGISTRY.struct_rule
+def _with_field_flags(info: StructTypeInfo) -> Optional[StructConstructorSpec]:
+  """A dataclass's flags as tyro makes them, with `FIELD_FLAGS` on the fields it names."""
+  kind = info.type
+  if not dataclasses.is_dataclass(kind) or kind in _EXPANDING:
+    return None
+  if not any(f.name in FIELD_FLAGS for f in dataclasses.fields(kind)):
+    return None
+  _EXPANDING.add(kind)  # this rule defers to tyro's own for the fields themselves
+  try:
+    spec = ConstructorRegistry.get_struct_spec(info)
+  finally:
+    _EXPANDING.discard(kind)
+  if not isinstance(spec, StructConstructorSpec):
+    return None
+  fields = tuple(
+      dataclasses.replace(f, type=Annotated[f.type, FIELD_FLAGS[f.name]])
+      if f.name in FIELD_FLAGS
+      else f
+      for f in spec.fields
+  )
+  return dataclasses.replace(spec, fields=fields)
+
+
+def _read_preset_flags(argv: Sequence[str]) -> tuple[Optional[str], Optional[str]]:
+  """(--preset, --env-id) as given in argv (the last of each), None where absent."""
+  parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
+  parser.add_argument("--preset")
+  parser.add_argument("--env-id", "--env_id", dest="env_id")
+  try:
+    known, _ = parser.parse_known_args(argv)
+  except argparse.ArgumentError as e:
+    raise SystemExit(str(e)) from None
+  return known.preset, known.env_id
 
 
 def parse_args(
@@ -148,7 +143,7 @@ def parse_args(
   line `[prog] --env-id X: preset NAME ...` is printed first; `--preset none` selects
   nothing. `prog` defaults to the script's file name.
   """
-  argv = merge_sweeps(expand_shorthands(sys.argv[1:] if argv is None else argv))
+  argv = list(sys.argv[1:] if argv is None else argv)
   presets = presets or {}
   unknown = sorted(set(env_presets.names()) - set(presets))
   if unknown or NO_PRESET in presets:
@@ -157,17 +152,12 @@ def parse_args(
         if unknown
         else f"{NO_PRESET!r} is reserved for the script's defaults: rename that preset"
     )
-  default: Any = None
-  name = _flag_value(argv, "--preset")
-  named = [i for i, f in enumerate(argv) if f.partition("=")[0] == "--preset"]
-  if named:
+  name, env_id = _read_preset_flags(argv)
+  if name is not None:
     if name != NO_PRESET and name not in presets:
       raise SystemExit(f"--preset takes one of {sorted(presets) + [NO_PRESET]}")
-    drop = {j for i in named for j in (i, i + 1)[: 1 if "=" in argv[i] else 2]}
-    argv = [f for j, f in enumerate(argv) if j not in drop]
-  else:
-    env_id = _flag_value(argv, "--env-id", "--env_id")
-    name = env_presets.select(env_id) if env_id else None
+  elif env_id is not None:
+    name = env_presets.select(env_id)
     if name is not None:
       prog = prog or (sys.argv[0].rsplit("/", 1)[-1].removesuffix(".py") or "script")
       print(
@@ -175,21 +165,28 @@ def parse_args(
           f"{NO_PRESET} for the script's defaults)",
           flush=True,
       )
-  if name is not None and name != NO_PRESET:
-    default = presets[name]
-  if presets:
-    selected = "".join(
-        f"\n  {pattern}: {name}" for pattern, name in env_presets.patterns.items()
-    ) + (f"\n  Atari tasks: {env_presets.atari}" if env_presets.atari else "")
-    description = (
-        description + f"\n\nPresets (--preset NAME, before other flags): "
-        f"{', '.join(sorted(presets))}; {NO_PRESET}: the script's defaults."
-        + (f"\nSelected by --env-id when no --preset is given:{selected}" if selected else "")
-    ).strip()
-  return tyro.cli(
-      args_cls,
-      args=argv,
-      default=default,
-      description=description or None,
-      config=(tyro.conf.OmitArgPrefixes,),
+  settings = dict(description=description or None, config=(tyro.conf.OmitArgPrefixes,),
+                  registry=_REGISTRY)  # fmt: skip
+  if not presets:
+    return tyro.cli(args_cls, args=argv, **settings)
+  selection = env_presets.describe().replace("\n", "; ")
+  preset_help = (
+      "Start from this preset; the other flags override its fields. "
+      f"{NO_PRESET}: the script's defaults."
+      + (f" Selected by --env-id when not given: {selection}." if selection else "")
   )
+  choices: Any = Literal[tuple(sorted(presets)) + (NO_PRESET,)]  # type: ignore[misc]
+  args_field: Any = (
+      dataclasses.field(default=presets[name])
+      if name not in (None, NO_PRESET)
+      else dataclasses.field()
+  )
+  command = dataclasses.make_dataclass(
+      "Command",
+      [
+          ("args", Annotated[args_cls, tyro.conf.arg(name="")], args_field),
+          ("preset", Annotated[choices, tyro.conf.arg(help=preset_help)], name or NO_PRESET),
+      ],
+      frozen=True,
+  )
+  return tyro.cli(command, args=argv, **settings).args
