@@ -33,7 +33,7 @@ BUDGETS = [("impala", 60_000), ("acer", 30_000), ("sql", 200_000)]
 def test_each_agent_learns_gymnax_cartpole_in_a_reduced_budget(tmp_path, script, budget):
   result = _main(script, tmp_path / script, total_env_steps=budget, log_every=budget // 10,
                  eval_every=budget // 10, target_return=195.0, checkpoint_every=0)  # fmt: skip
-  assert result.reached_target, read_metrics(tmp_path / script)[-3:]
+  assert result.target_reached_at is not None, read_metrics(tmp_path / script)[-3:]
   assert result.env_steps <= budget + budget // 10
 
 
@@ -55,7 +55,7 @@ def test_each_agent_reaches_475_on_gymnax_cartpole_over_five_vmapped_seeds(tmp_p
 def test_the_gymnax_cartpole_preset_reaches_its_target(tmp_path):
   """`impala.py --preset gymnax-cartpole` stops once the greedy policy scores 475."""
   result = _main("impala", tmp_path / "preset", preset="gymnax-cartpole")
-  assert result.reached_target and result.last_eval_return >= 475
+  assert result.target_reached_at is not None and result.last_eval_return >= 475
   lines = read_metrics(tmp_path / "preset")
   assert lines[-1]["env_steps"] == result.env_steps < 200_000
   assert np.isfinite([l["loss"] for l in lines]).all()
@@ -87,7 +87,7 @@ def test_continuous_agents_learn_brax_inverted_pendulum_in_a_reduced_budget(tmp_
                  unroll_length=16, total_env_steps=budget, log_every=20_000, eval_every=20_000,
                  target_return=bar, checkpoint_every=0, reward_scale=0.1)  # fmt: skip
   best = max(l.get("eval_return") or 0 for l in read_metrics(tmp_path / script))
-  assert result.reached_target, best
+  assert result.target_reached_at is not None, best
 
 
 @pytest.mark.parametrize("script", ["impala", "acer"])

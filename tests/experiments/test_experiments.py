@@ -235,14 +235,6 @@ def test_cooldown_updates_are_a_fraction_of_the_planned_updates():
     _script("sql").run(main_args)
 
 
-def test_planned_updates_refuses_whole_buffer_training():
-  config = _args(_script("impala"), "unused").train
-  assert config.planned_updates(off_policy=False) == -(-500_000 // 256)
-  whole = config.replace(whole_replay_buffer_training=True)
-  with pytest.raises(ValueError, match="data-dependent"):
-    whole.planned_updates(off_policy=True)
-
-
 # cleanrl's PPO at 1M env steps (docs/benchmarks.md): where the preset's greedy policy
 # passes it in the documented protocol, 3 vmapped seeds and the mean of their final greedy
 # evaluations. ACER on Hopper-v4 is left out: two runs of its 3 seeds gave means of 2,840 and
@@ -588,24 +580,6 @@ def test_a_run_refused_before_its_first_step_does_not_block_the_corrected_rerun(
     module.run(_args(module, tmp_path / "run", env_id="NoSuchTask-v0"))
   module.run(_args(module, tmp_path / "run", total_env_steps=512, log_every=256))
   assert read_metrics(tmp_path / "run")[-1]["env_steps"] == 512
-
-
-def test_whole_buffer_training_waits_for_one_full_batch(tmp_path):
-  # min_replay_size (32) < mini_batch_size (64): the sweep starts once a batch fits.
-  module = _script("sql")
-  module.run(
-      _args(
-          module,
-          tmp_path,
-          total_env_steps=1024,
-          log_every=256,
-          whole_replay_buffer_training=True,
-          min_replay_size=32,
-          checkpoint_every=0,
-      )
-  )
-  lines = read_metrics(tmp_path)
-  assert lines[-1]["num_updates"] > 0 and np.isfinite(lines[-1]["loss"])
 
 
 @pytest.mark.parametrize("backend", ["host", "compiled"])

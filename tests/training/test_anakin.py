@@ -73,17 +73,21 @@ def test_chunks_repeat_the_whole_run():
   _, whole = jax.jit(compiled.train)(key, hp)
   run = jax.jit(compiled.run)
   state = jax.jit(compiled.init)(key, hp)
-  chunks = []
+  evaluate = jax.jit(compiled.evaluate)
+  chunks, evaluations = [], []
   per = compiled.iterations_per_chunk
   for c in range(compiled.iterations // per):
-    evaluate = (c + 1) % compiled.chunks_per_eval == 0
-    state, m = run(state, hp, jnp.int32(per), jnp.asarray(evaluate))
+    state, m = run(state, hp, jnp.int32(per))
     chunks.append(m)
+    if (c + 1) * per * compiled.steps_per_iteration % 320 == 0:  # eval_every
+      evaluations.append(evaluate(state, hp))
   chunked = jax.tree.map(lambda *xs: np.concatenate(xs), *chunks)
   for name in ("env_steps", "episodes", "episode_return_sum", "num_updates"):
     np.testing.assert_array_equal(chunked[name], whole[name], err_msg=name)
   np.testing.assert_allclose(chunked["loss"], whole["loss"], rtol=1e-5, equal_nan=True)
-  np.testing.assert_allclose(chunked["eval_return"], whole["eval_return"], equal_nan=True)
+  evaluated = ~np.isnan(whole["eval_return"])
+  np.testing.assert_allclose([mean for mean, _ in evaluations], whole["eval_return"][evaluated])
+  np.testing.assert_allclose([low for _, low in evaluations], whole["eval_return_min"][evaluated])
   # SQL learns only once the replay holds min_replay_size sequences: NaN before.
   assert not whole["updated"][0] and np.isnan(whole["loss"][0]) and whole["updated"][-1]
 
@@ -138,15 +142,21 @@ def test_script_run_writes_the_run_directory_and_resumes_exactly(tmp_path):
   assert _lines(cut) == lines
 
 
-def test_a_run_resumed_with_a_larger_budget_goes_on_after_a_partial_chunk(tmp_path):
-  """400 env steps are 13 iterations of 32: chunks of 5, 5 and a partial 3. Resumed with
-  640, the run goes on from iteration 13 (not from chunk 3's start) to 20."""
+def test_a_run_resumed_with_a_larger_budget_goes_on_after_a_partial_interval(tmp_path):
+  """400 env steps are 13 iterations of 32: lines at 160 and 320, and a final line for
+  the partial interval at 416. Resumed with 640, the run goes on from iteration 13 (not
+  from the interval's start) to 20, and logs what the straight run of 640 logs: the final
+  line is replaced by the whole interval's."""
   run_dir = tmp_path / "grow"
   _impala_main(run_dir, total_env_steps=400)
   assert [l["env_steps"] for l in _lines(run_dir)] == [160, 320, 416]
+  assert _lines(run_dir)[-1]["final"]
   result = _impala_main(run_dir, total_env_steps=640, resume=True)
-  assert [l["env_steps"] for l in _lines(run_dir)] == [160, 320, 416, 576, 640]
+  assert [l["env_steps"] for l in _lines(run_dir)] == [160, 320, 480, 640]
   assert result.env_steps == 640 and result.num_updates == 20
+  straight = tmp_path / "straight"
+  _impala_main(straight)
+  assert _lines(run_dir) == _lines(straight)
 
 
 def test_script_sweep_writes_one_directory_per_learner_and_a_comparison(tmp_path):
@@ -199,8 +209,8 @@ def test_a_bad_sweep_fails_before_compiling(tmp_path, sweep, message):
 def test_unsupported_settings_are_refused_before_compiling():
   with pytest.raises(ValueError, match="actor threads"):
     make_train(make_impala, ImpalaConfig(), _config(actors="async", num_actors=2))
-  with pytest.raises(ValueError, match="whole-replay-buffer"):
-    make_train(make_sql, SqlConfig(), _config(whole_replay_buffer_training=True))
+  with pytest.raises(ValueError, match="batched env stepping"):
+    make_train(make_sql, SqlConfig(), _config(env_batch_size=2))
   with pytest.raises(ValueError, match="needs a discrete action space"):
     make_train(make_sql_discrete, SqlConfig(), _config(env_id="gymnax:Pendulum-v1"))
   with pytest.raises(ValueError, match="one vmapped learner, which cannot use actor threads"):
@@ -256,9 +266,11 @@ def test_the_chunk_compiles_with_the_startup_options_and_its_errors_reach_the_ca
     tmp_path, monkeypatch
 ):
   """The chunk compiles on a background thread: an error there is raised by the run."""
-  from offpolicy_ac.training import anakin_runs
+  from offpolicy_ac.training import compiled_program
 
-  monkeypatch.setattr(anakin_runs, "startup_compile_options", lambda: {"xla_no_such_option": 1})
+  monkeypatch.setattr(
+      compiled_program, "startup_compile_options", lambda: {"xla_no_such_option": 1}
+  )
   with pytest.raises(Exception, match="xla_no_such_option"):
     _impala_main(tmp_path / "run", compile_for="startup")
   _impala_main(tmp_path / "speed")  # the speed program does not use them

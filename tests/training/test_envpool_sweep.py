@@ -145,8 +145,6 @@ def test_a_sweep_is_refused_where_seeds_cannot_be_vmapped(tmp_path):
   with pytest.raises(ValueError, match=r"one vmapped learner, which cannot use actor threads"):
     _main("impala", tmp_path / "async", sweep=sweep, actors="async", num_actors=2)
   assert not (tmp_path / "async").exists()
-  with pytest.raises(ValueError, match="whole-replay-buffer"):
-    TrainConfig.of(sweep=sweep, whole_replay_buffer_training=True).validate()
   with pytest.raises(ValueError, match="several devices"):
     TrainConfig.of(sweep=sweep, learner_devices=2, num_envs=16).validate()
   with pytest.raises(ValueError, match="drop --no-vmap-seeds"):

@@ -22,7 +22,7 @@ from offpolicy_ac.training import evaluate
 from offpolicy_ac.training import load_params
 from offpolicy_ac.training import load_run
 from offpolicy_ac.training import read_metrics
-from offpolicy_ac.training.loop import WALL_CLOCK_FIELDS
+from offpolicy_ac.training.driver import WALL_CLOCK_FIELDS
 from offpolicy_ac.training.metrics_io import jsonable
 from offpolicy_ac.training.sources import process_seed
 from offpolicy_ac.training.sources import segment_seed
@@ -267,3 +267,21 @@ def test_evaluating_changes_nothing_of_the_training(runs, tmp_path):
   assert not any("eval_return" in l for l in quiet_lines)
   assert strip(quiet_lines) == strip(read_metrics(runs["sql"]))
   assert _equal_trees(load_run(quiet).params, load_run(runs["sql"]).params)
+
+
+def test_a_run_keeps_its_best_evaluated_parameters_beside_its_final_ones(tmp_path):
+  """best_params.msgpack holds the parameters of the evaluation with the highest mean
+  return (those of the checkpoint taken there); load_run(best=True) gives them back;
+  summary.json says which scored what."""
+  run_dir = _run("impala", tmp_path / "run", total_env_steps=6144, log_every=1024,
+                 eval_every=1024, checkpoint_every=1024, keep_checkpoints=6)  # fmt: skip
+  summary = json.loads((run_dir / "summary.json").read_text())
+  evals = [(l["env_steps"], l["eval_return"]) for l in read_metrics(run_dir) if "eval_return" in l]
+  best_steps, best_return = max(evals, key=lambda e: e[1])  # the first of equal scores
+  assert (summary["best_env_steps"], summary["best_eval_return"]) == (best_steps, best_return)
+  assert summary["last_eval_return"] == evals[-1][1] and summary["target_reached_at"] is None
+  best = load_run(run_dir, best=True)
+  assert best.source == "best" and best.env_steps == best_steps
+  assert _equal_trees(best.params, load_run(run_dir, checkpoint=best_steps).params)
+  with pytest.raises(ValueError, match="not both"):
+    load_run(run_dir, best=True, checkpoint=1024)

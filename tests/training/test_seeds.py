@@ -133,8 +133,8 @@ def test_configs_a_vmapped_learner_cannot_serve_run_seeds_one_after_the_other(tm
   assert TrainConfig().vmap_unsupported_reason() is None
   config = TrainConfig.of(actors="async", num_actors=2)
   assert "actor threads" in config.vmap_unsupported_reason()
-  config = TrainConfig.of(whole_replay_buffer_training=True)
-  assert "whole-replay" in config.vmap_unsupported_reason()
+  config = TrainConfig.of(learner_devices=2)
+  assert "several devices" in config.vmap_unsupported_reason()
   results = _main(
       "impala",
       tmp_path / "run",
@@ -146,7 +146,7 @@ def test_configs_a_vmapped_learner_cannot_serve_run_seeds_one_after_the_other(tm
   )
   assert len(results) == 2
   config = json.loads((tmp_path / "run" / "seed1" / "config.json").read_text())
-  assert "vmapped_seeds_of" not in config
+  assert "learners_of" not in config
   assert (tmp_path / "run" / "learning_curves.png").exists()
   assert np.isfinite([l["loss"] for l in read_metrics(tmp_path / "run" / "seed0")]).all()
 
@@ -160,7 +160,7 @@ def test_vmapped_seeds_non_finite_loss_names_the_seed(tmp_path):
       train=args.train.replace(num_seeds=2, total_env_steps=100_000, checkpoint_every=2560),
       agent=dataclasses.replace(args.agent, learning_rate=1e30, max_grad_norm=1e30),
   )
-  from offpolicy_ac.training.loop import NonFiniteError
+  from offpolicy_ac.training.driver import NonFiniteError
 
   with pytest.raises(NonFiniteError, match=r"for seed [01] at env step"):
     module.run(args)
