@@ -35,6 +35,7 @@ chex and hypothesis come with `pip install 'offpolicy_ac[testing]'`.
 """
 
 import importlib
+from typing import TYPE_CHECKING
 
 from offpolicy_ac.testing import reference
 from offpolicy_ac.testing import trajectories
@@ -51,6 +52,14 @@ from offpolicy_ac.testing.trajectories import layout_from_kinds
 from offpolicy_ac.testing.trajectories import random_layout
 from offpolicy_ac.testing.trajectories import random_trajectory
 from offpolicy_ac.testing.trajectories import trajectory_from_layout
+
+if TYPE_CHECKING:  # for type checkers and the API docs; at run time `__getattr__` loads them
+  from offpolicy_ac.testing import checks
+  from offpolicy_ac.testing import strategies
+  from offpolicy_ac.testing.checks import assert_junction_split_invariant
+  from offpolicy_ac.testing.checks import assert_masked_steps_ignored
+  from offpolicy_ac.testing.checks import assert_matches_reference
+  from offpolicy_ac.testing.checks import assert_no_gradient_through_targets
 
 __all__ = [
     "JUNCTION",
