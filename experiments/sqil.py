@@ -19,7 +19,7 @@ From a stronger HalfCheetah demonstrator (SQL's,
 results/mujoco_sqil/mujoco_halfcheetah_sql_demos.npz, return 6,392) weigh the agent's data
 less and learn faster: `--mini-batch-size 16 --demo-batch-size 48 --alpha 0.025
 --learning-rate 8e-4`. The presets, and what each one chose, are in
-`offpolicy_ac.presets.sqil`; the runs behind them in docs/benchmarks.md.
+`offpolicy_ac.presets.sqil`; the runs behind them in docs/benchmarks.md and results/notes/.
 """
 
 from offpolicy_ac.presets import sqil

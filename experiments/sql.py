@@ -10,7 +10,7 @@
 
 Discrete or continuous SQL is picked from the task's action space (`agents.make_sql`).
 The presets, and what each one chose, are in `offpolicy_ac.presets.sql`; the runs behind
-them in docs/benchmarks.md.
+them in docs/benchmarks.md and results/notes/.
 """
 
 from offpolicy_ac.presets import sql

@@ -88,7 +88,7 @@ PRESETS = {
     "mujoco": _MUJOCO,
     # HalfCheetah-v4: the mujoco preset with Adam 1e-3 and entropy weight 0.001 (with 3e-4
     # and 0.01 the policy's standard deviation kept growing); on Hopper-v4 and Walker2d-v4
-    # these did worse than the mujoco preset.
+    # these did worse than the mujoco preset (results/notes/mujoco.md).
     "halfcheetah": dataclasses.replace(
         _MUJOCO,
         agent=dataclasses.replace(_MUJOCO.agent, learning_rate=1e-3, entropy_weight=0.001),

@@ -56,7 +56,8 @@ _MUJOCO_PG = Args(
 # MuJoCo, reusing each unroll: its sequences stay in replay for two unrolls and 32 updates
 # of 4 replayed sequences follow each (every transition is learned from about 8 times);
 # the policy term is PPO's clipped surrogate on V-trace's advantages (IMPACT), so that
-# reuse cannot drift the policy far from the one that acted; Adam 3e-4 annealed to 0.
+# reuse cannot drift the policy far from the one that acted; Adam 3e-4 annealed to 0
+# (the screens: results/notes/mujoco.md).
 _MUJOCO = dataclasses.replace(
     _MUJOCO_PG,
     train=_MUJOCO_PG.train.replace(
