@@ -17,10 +17,14 @@ sets the replayed updates after each on-policy update (the loop's
 """
 
 from offpolicy_ac.presets import acer
-from offpolicy_ac.training import exit_process
 from offpolicy_ac.training import parse_args
+from offpolicy_ac.training import script_main
 
 if __name__ == "__main__":
-  acer.run(parse_args(acer.Args, acer.PRESETS, description=__doc__,
-                      env_presets=acer.ENV_PRESETS))  # fmt: skip
-  exit_process()  # skip the interpreter's slow teardown (see its docstring)
+  # One line and exit code 2 for a refused run; exit_process skips the slow teardown.
+  script_main(
+      lambda: parse_args(
+          acer.Args, acer.PRESETS, description=__doc__, env_presets=acer.ENV_PRESETS
+      ),
+      acer.run,
+  )

@@ -30,6 +30,7 @@ from offpolicy_ac.training import describe_protocol
 from offpolicy_ac.training import evaluate
 from offpolicy_ac.training import load_run
 from offpolicy_ac.training import render_episode
+from offpolicy_ac.training import script_main
 from offpolicy_ac.training import write_video
 
 
@@ -116,4 +117,5 @@ def _evaluate(args: Args, run: Any, video_env: Any) -> dict:
 
 
 if __name__ == "__main__":
-  main(tyro.cli(Args, description=__doc__))
+  # A bad run directory, file or setting: one line and exit code 2.
+  script_main(lambda: tyro.cli(Args, description=__doc__), main, refuse=(ValueError, OSError))

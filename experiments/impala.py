@@ -11,10 +11,14 @@ Defaults learn CartPole-v1 on a 2-core CPU. The presets are in `offpolicy_ac.pre
 """
 
 from offpolicy_ac.presets import impala
-from offpolicy_ac.training import exit_process
 from offpolicy_ac.training import parse_args
+from offpolicy_ac.training import script_main
 
 if __name__ == "__main__":
-  impala.run(parse_args(impala.Args, impala.PRESETS, description=__doc__,
-                        env_presets=impala.ENV_PRESETS))  # fmt: skip
-  exit_process()  # skip the interpreter's slow teardown (see its docstring)
+  # One line and exit code 2 for a refused run; exit_process skips the slow teardown.
+  script_main(
+      lambda: parse_args(
+          impala.Args, impala.PRESETS, description=__doc__, env_presets=impala.ENV_PRESETS
+      ),
+      impala.run,
+  )

@@ -18,6 +18,7 @@ import tyro
 
 from offpolicy_ac.analysis import plotting
 from offpolicy_ac.analysis import statistics
+from offpolicy_ac.training import script_main
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,4 +55,5 @@ def main(args: Args) -> list[statistics.GroupCurve]:
 
 
 if __name__ == "__main__":
-  main(tyro.cli(Args))
+  # A bad run directory, file or setting: one line and exit code 2.
+  script_main(lambda: tyro.cli(Args), main, refuse=(ValueError, OSError))

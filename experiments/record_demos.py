@@ -19,6 +19,7 @@ import tyro
 
 from offpolicy_ac import demos as demos_lib
 from offpolicy_ac.training import load_run
+from offpolicy_ac.training import script_main
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,4 +69,5 @@ def main(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-  main(tyro.cli(Args))
+  # A bad run directory, file or setting: one line and exit code 2.
+  script_main(lambda: tyro.cli(Args), main, refuse=(ValueError, OSError))

@@ -23,10 +23,14 @@ less and learn faster: `--mini-batch-size 16 --demo-batch-size 48 --alpha 0.025
 """
 
 from offpolicy_ac.presets import sqil
-from offpolicy_ac.training import exit_process
 from offpolicy_ac.training import parse_args
+from offpolicy_ac.training import script_main
 
 if __name__ == "__main__":
-  sqil.run(parse_args(sqil.Args, sqil.PRESETS, description=__doc__,
-                      env_presets=sqil.ENV_PRESETS))  # fmt: skip
-  exit_process()  # skip the interpreter's slow teardown (see its docstring)
+  # One line and exit code 2 for a refused run; exit_process skips the slow teardown.
+  script_main(
+      lambda: parse_args(
+          sqil.Args, sqil.PRESETS, description=__doc__, env_presets=sqil.ENV_PRESETS
+      ),
+      sqil.run,
+  )

@@ -14,10 +14,12 @@ them in docs/benchmarks.md and results/notes/.
 """
 
 from offpolicy_ac.presets import sql
-from offpolicy_ac.training import exit_process
 from offpolicy_ac.training import parse_args
+from offpolicy_ac.training import script_main
 
 if __name__ == "__main__":
-  sql.run(parse_args(sql.Args, sql.PRESETS, description=__doc__,
-                     env_presets=sql.ENV_PRESETS))  # fmt: skip
-  exit_process()  # skip the interpreter's slow teardown (see its docstring)
+  # One line and exit code 2 for a refused run; exit_process skips the slow teardown.
+  script_main(
+      lambda: parse_args(sql.Args, sql.PRESETS, description=__doc__, env_presets=sql.ENV_PRESETS),
+      sql.run,
+  )

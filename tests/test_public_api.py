@@ -117,7 +117,16 @@ def test_importing_losses_loads_no_other_subpackage():
 
 # Subpackages whose modules must take part in no import cycle and reach no other module's
 # private names. `training` joins once its own cycle is gone.
-ACYCLIC_PACKAGES = ("envs", "agents", "losses", "networks", "analysis", "training", "presets", "testing")
+ACYCLIC_PACKAGES = (
+    "envs",
+    "agents",
+    "losses",
+    "networks",
+    "analysis",
+    "training",
+    "presets",
+    "testing",
+)
 PACKAGE_DIR = pathlib.Path(offpolicy_ac.__file__).parent
 
 

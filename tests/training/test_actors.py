@@ -582,7 +582,7 @@ def test_sigterm_stops_async_actors_saves_a_checkpoint_and_resumes(tmp_path):
         ),
         (
             ["--actors", "pools", "--num-actors", "2", "--grace-period-s", "nan"],
-            "grace_period_s must be >= 0",
+            "grace_period_s must be finite",
         ),
     ],
 )

@@ -6,9 +6,8 @@
 
 Each group is a frozen dataclass; the experiment scripts parse them with flat flags
 (`--env-id`, `--num-envs`, `--actors async --num-actors 4`, ...: field names are
-unique across groups). `--async-actors K`, `--actor-pools K` and `--xla-rollout` stay
-accepted as shorthands (see `training/cli.py`). Derived quantities are properties,
-never fields written back after parsing.
+unique across groups). Derived quantities are properties, never fields written back after
+parsing. What each run shape supports is one table, `MODES`.
 """
 
 from __future__ import annotations

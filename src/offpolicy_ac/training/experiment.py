@@ -88,18 +88,24 @@ def is_refusal(error: BaseException) -> bool:
   return bool(getattr(error, REFUSED, False))
 
 
-def script_main(parse: Callable[[], Any], run: Callable[[Any], Any]) -> None:
+def script_main(parse: Callable[[], Any], run: Callable[[Any], Any], *,
+                refuse: tuple[type[BaseException], ...] = ()) -> None:  # fmt: skip
   """The `__main__` of an experiment script: `run(parse())`, then ends the process
   (`exit_process`).
 
-  A refusal (`is_refusal`: bad settings, a run directory in use, ...) prints one line,
-  "[<script>] error: <why>", and exits with code 2; a full disk prints one line and exits
-  with code 1 (the last checkpoint is intact). Anything else (a bug, a non-finite loss)
-  keeps its traceback.
+  A refusal (`is_refusal`: bad settings, a run directory in use, ...; or an error of a
+  type in `refuse`, for scripts that only read: evaluate.py, record_demos.py, plot.py)
+  prints one line, "[<script>] error: <why>", and exits with code 2; a full disk prints
+  one line and exits with code 1 (the last checkpoint is intact). Anything else (a bug, a
+  non-finite loss) keeps its traceback.
   """
   prog = pathlib.Path(sys.argv[0]).stem or "script"
   try:
-    run(parse())
+    try:
+      run(parse())
+    except refuse as e:
+      setattr(e, REFUSED, True)
+      raise
   except OSError as e:
     if is_refusal(e) or e.errno == errno.ENOSPC:
       what = "no space left on device" if e.errno == errno.ENOSPC else str(e)
