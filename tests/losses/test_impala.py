@@ -706,9 +706,10 @@ def test_impala_loss_categorical_bad_input(jit):
   a = np.zeros((8, 3), np.int32)
   with pytest.raises(ValueError, match="`mu_logits_tm1`"):
     wrap(L.impala_loss_categorical)(logits, logits[:, :2], a, v, v, v, v)
-  with pytest.raises(TypeError, match="`actions`"):
+  # The errors name the caller's argument, `a_tm1` (before: `actions`, the helper's).
+  with pytest.raises(TypeError, match="`a_tm1`"):
     wrap(L.impala_loss_categorical)(logits, logits, v, v, v, v, v)
-  with pytest.raises(ValueError, match="`actions`"):
+  with pytest.raises(ValueError, match="`a_tm1`"):
     wrap(L.impala_loss_categorical)(logits, logits, a[:, :2], v, v, v, v)
   with pytest.raises(ValueError, match="`clip_rho_threshold`"):
     wrap(functools.partial(L.impala_loss_categorical, clip_rho_threshold=0.0))(

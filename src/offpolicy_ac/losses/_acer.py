@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from offpolicy_ac.losses import _checks
-from offpolicy_ac.losses._actions import take_action
+from offpolicy_ac.losses._actions import select_action
 from offpolicy_ac.losses._retrace import general_off_policy_returns
 from offpolicy_ac.losses._retrace import retrace_targets
 
@@ -82,7 +82,9 @@ def acer_policy_objective(
   Args:
     pi_tm1: learner probabilities [T, ..., A] at times [0, T-1].
     mu_tm1: behaviour probabilities [T, ..., A] at times [0, T-1].
-    a_tm1: taken actions int [T, ...].
+    a_tm1: taken actions int [T, ...] in [0, A): checked when concrete
+      (ValueError); under `jit` an out-of-range action makes the objective NaN,
+      and `jax.experimental.checkify.checkify` reports it (see `take_action`).
     q_tm1: Q(x_s, .) [T, ..., A].
     q_ret_tm1: Q^ret_s [T, ...].
     clip_c: truncation c > 0 (10 in the paper).
@@ -101,16 +103,18 @@ def acer_policy_objective(
   _checks.check_shape("q_tm1", q_tm1, jnp.shape(pi_tm1), "`pi_tm1`")
   _checks.check_shape("a_tm1", a_tm1, jnp.shape(pi_tm1)[:-1], "`pi_tm1` without its action axis")
   _checks.check_shape("q_ret_tm1", q_ret_tm1, jnp.shape(a_tm1), "`a_tm1`")
+  _checks.check_action_range("a_tm1", a_tm1, jnp.shape(pi_tm1)[-1], "`pi_tm1`")
   _checks.check_positive("clip_c", clip_c)
+  a_tm1 = jnp.asarray(a_tm1)
 
   sg = jax.lax.stop_gradient
   log_pi = _safe_log(pi_tm1)
   pi_c, q_c = sg(pi_tm1), sg(q_tm1)
   rho = pi_c / (sg(mu_tm1) + eps)
   v = jnp.sum(pi_c * q_c, axis=-1)
-  rho_a = take_action(rho, a_tm1)
+  rho_a = select_action(rho, a_tm1)
   truncated = jnp.minimum(clip_c, rho_a) * (sg(q_ret_tm1) - v)
-  term1 = truncated * take_action(log_pi, a_tm1)
+  term1 = truncated * select_action(log_pi, a_tm1)
   # [1 - c/rho]_+ written as [rho - c]_+ / rho, 0 where rho = 0.
   correction = jnp.where(rho > 0, jax.nn.relu(rho - clip_c) / jnp.where(rho > 0, rho, 1.0), 0.0)
   coeff = correction * pi_c * (q_c - v[..., None])
@@ -207,6 +211,11 @@ def acer_trust_region_policy_loss(
     delta: trust-region size >= 0 (1 in the paper).
   """
   _checks.check_shape("avg_logits_tm1", avg_logits_tm1, jnp.shape(logits_tm1), "`logits_tm1`")
+  _checks.check_integer("a_tm1", a_tm1)
+  _checks.check_shape(
+      "a_tm1", a_tm1, jnp.shape(logits_tm1)[:-1], "`logits_tm1` without its action axis"
+  )
+  _checks.check_action_range("a_tm1", a_tm1, jnp.shape(logits_tm1)[-1], "`logits_tm1`")
   f_avg = jax.lax.stop_gradient(jax.nn.softmax(avg_logits_tm1, axis=-1))
   log_f_avg = _safe_log(f_avg)
 
@@ -223,12 +232,22 @@ def acer_trust_region_policy_loss(
 
 
 def acer_value_loss(q_tm1: jax.Array, a_tm1: jax.Array, q_ret_tm1: jax.Array) -> jax.Array:
-  """Per-step critic loss 1/2 (Q^ret_s - Q(x_s, a_s))^2, [T, ...]."""
+  """Per-step critic loss 1/2 (Q^ret_s - Q(x_s, a_s))^2, [T, ...].
+
+  Args:
+    q_tm1: Q(x_s, .) [T, ..., A].
+    a_tm1: taken actions int [T, ...] in [0, A): checked when concrete
+      (ValueError); under `jit` an out-of-range action makes its loss NaN, and
+      `jax.experimental.checkify.checkify` reports it (see `take_action`).
+    q_ret_tm1: Q^ret_s [T, ...] (a constant).
+  """
   _checks.check_floating("q_tm1", q_tm1)
   _checks.check_integer("a_tm1", a_tm1)
+  _checks.check_min_rank("q_tm1", q_tm1, 1, "a trailing action axis [..., A]")
   _checks.check_shape("a_tm1", a_tm1, jnp.shape(q_tm1)[:-1], "`q_tm1` without its action axis")
   _checks.check_shape("q_ret_tm1", q_ret_tm1, jnp.shape(a_tm1), "`a_tm1`")
-  q_a = take_action(q_tm1, a_tm1)
+  _checks.check_action_range("a_tm1", a_tm1, jnp.shape(q_tm1)[-1], "`q_tm1`")
+  q_a = select_action(jnp.asarray(q_tm1), jnp.asarray(a_tm1))
   return 0.5 * jnp.square(jax.lax.stop_gradient(q_ret_tm1) - q_a)
 
 

@@ -3,6 +3,12 @@
 Every check here runs while JAX traces a function (on static shapes and dtypes),
 so it costs nothing at run time and a bad call fails before any compilation or
 long work, with a message that names the offending argument.
+
+Checks of values (action indices, hyper-parameters) can only run on concrete
+arrays: called eagerly they raise `ValueError`. `check_action_range` on traced
+values (under `jit`, `vmap`, `scan`, ...) adds a `checkify.debug_check`, which
+does nothing unless the caller wraps the function in `checkify.checkify`; then
+the check runs on the device and is reported in the returned error.
 """
 
 from __future__ import annotations
@@ -10,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 import jax
+from jax.experimental import checkify
 import jax.numpy as jnp
 import numpy as np
 
@@ -91,6 +98,38 @@ def _concrete_values(x: Any) -> np.ndarray | None:
     return np.asarray(x, dtype=np.float64)
   except (TypeError, jax.errors.ConcretizationTypeError):
     return None
+
+
+def check_action_range(name: str, actions: Any, num_actions: int, ref: str) -> None:
+  """Action indices must lie in [0, num_actions), the size of `ref`'s action axis.
+
+  Concrete `actions` (an eager call) are checked on the host: ValueError naming
+  the argument, the first bad value and its index, and the valid range. Traced
+  `actions` get a `checkify.debug_check`: a no-op (dead code that XLA removes)
+  unless the function runs under `checkify.checkify`, which then reports it.
+  """
+  what = f"`{name}` must hold actions in [0, {num_actions}) (the action axis of {ref})"
+  if isinstance(actions, jax.core.Tracer):
+    flat = jnp.ravel(actions)
+    ok = (flat >= 0) & (flat < num_actions)
+    checkify.debug_check(
+        jnp.all(ok),
+        what + ", got {value} at flat index {index}.",
+        value=flat[jnp.argmin(ok)],
+        index=jnp.argmin(ok),
+    )
+    return
+  v = np.asarray(actions)
+  bad = (v < 0) | (v >= num_actions)
+  if np.any(bad):
+    where = tuple(int(i) for i in np.argwhere(bad)[0])
+    values = np.unique(v[bad])
+    others = "" if values.size == 1 else f" (all out-of-range values: {values[:8].tolist()}"
+    others += ", ...)" if values.size > 8 else (")" if values.size > 1 else "")
+    raise ValueError(
+        f"{what}, got {v[where].item()} at index {where}{others}; "
+        f"{int(np.sum(bad))} of {v.size} entries are out of range."
+    )
 
 
 def check_in_unit_interval(name: str, x: Any) -> None:

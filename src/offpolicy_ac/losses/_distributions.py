@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from offpolicy_ac.losses import _checks
-from offpolicy_ac.losses._actions import take_action
+from offpolicy_ac.losses._actions import select_action
 
 
 class ImportanceRatios(NamedTuple):
@@ -35,15 +35,26 @@ def categorical_log_prob(logits: jax.Array, actions: jax.Array) -> jax.Array:
 
   Args:
     logits: [..., A] (entries may be -inf for illegal actions).
-    actions: int [...].
+    actions: int [...] in [0, A).
+
+  Raises:
+    ValueError: an action outside [0, A) in a concrete (eager) call. Under `jit`
+      an out-of-range action gives NaN (see `take_action`); wrap the function in
+      `jax.experimental.checkify.checkify` to have the range checked there.
   """
-  _checks.check_floating("logits", logits)
-  _checks.check_integer("actions", actions)
-  _checks.check_min_rank("logits", logits, 1, "a trailing action axis")
+  return log_prob_of(logits, actions, "logits", "actions")
+
+
+def log_prob_of(logits, actions, logits_name: str, actions_name: str) -> jax.Array:
+  """`categorical_log_prob` whose errors name the caller's arguments."""
+  _checks.check_floating(logits_name, logits)
+  _checks.check_integer(actions_name, actions)
+  _checks.check_min_rank(logits_name, logits, 1, "a trailing action axis")
   _checks.check_shape(
-      "actions", actions, jnp.shape(logits)[:-1], "`logits` without its action axis"
+      actions_name, actions, jnp.shape(logits)[:-1], f"`{logits_name}` without its action axis"
   )
-  return take_action(jax.nn.log_softmax(logits, axis=-1), actions)
+  _checks.check_action_range(actions_name, actions, jnp.shape(logits)[-1], f"`{logits_name}`")
+  return select_action(jax.nn.log_softmax(logits, axis=-1), jnp.asarray(actions))
 
 
 def importance_ratios_from_log_probs(
@@ -118,13 +129,14 @@ def categorical_importance_ratios(
   Args:
     pi_logits: target-policy logits [T, ..., A].
     mu_logits: behaviour-policy logits [T, ..., A].
-    actions: taken actions, int [T, ...].
+    actions: taken actions, int [T, ...] in [0, A) (checked as in
+      `categorical_log_prob`).
     stop_gradient: stop gradients through the ratios.
   """
   _checks.check_shape("mu_logits", mu_logits, jnp.shape(pi_logits), "`pi_logits`")
   return importance_ratios_from_log_probs(
-      categorical_log_prob(pi_logits, actions),
-      categorical_log_prob(mu_logits, actions),
+      log_prob_of(pi_logits, actions, "pi_logits", "actions"),
+      log_prob_of(mu_logits, actions, "mu_logits", "actions"),
       stop_gradient=stop_gradient,
   )
 

@@ -53,7 +53,14 @@ class ImpalaLossOutput(NamedTuple):
 
 
 def weighted_mean(x: jax.Array, weights: jax.Array) -> jax.Array:
-  """sum(w x) / sum(w), and 0 where all weights are 0."""
+  """sum(w x) / sum(w) over all entries, and 0 where all weights are 0.
+
+  `weights` must have the shape of `x` (ValueError naming both shapes
+  otherwise): a broadcast weight would be summed once in the denominator but
+  applied to every row in the numerator. Broadcast it explicitly
+  (`jnp.broadcast_to(w, x.shape)`) where that is what you mean.
+  """
+  _checks.check_shape("weights", weights, jnp.shape(x), "`x`")
   total = jnp.sum(weights)
   return jnp.sum(weights * x) / jnp.where(total > 0, total, 1.0)
 
@@ -203,12 +210,14 @@ def impala_loss_categorical(
   Args:
     logits_tm1: learner logits [T, ..., A] at times [0, T-1].
     mu_logits_tm1: behaviour logits [T, ..., A] recorded by the actors.
-    a_tm1: actions int [T, ...].
+    a_tm1: actions int [T, ...] in [0, A): checked when concrete (ValueError);
+      under `jit` an out-of-range action makes the loss NaN, and
+      `jax.experimental.checkify.checkify` reports it (see `take_action`).
     v_tm1, v_t, r_t, discount_t, **kwargs: as in `impala_loss`.
   """
   _checks.check_shape("mu_logits_tm1", mu_logits_tm1, jnp.shape(logits_tm1), "`logits_tm1`")
-  log_pi = _distributions.categorical_log_prob(logits_tm1, a_tm1)
-  log_mu = _distributions.categorical_log_prob(mu_logits_tm1, a_tm1)
+  log_pi = _distributions.log_prob_of(logits_tm1, a_tm1, "logits_tm1", "a_tm1")
+  log_mu = _distributions.log_prob_of(mu_logits_tm1, a_tm1, "mu_logits_tm1", "a_tm1")
   entropy = _distributions.categorical_entropy(logits_tm1)
   return impala_loss(v_tm1, v_t, r_t, discount_t, log_pi, log_mu, entropy, **kwargs)
 

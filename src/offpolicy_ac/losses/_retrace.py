@@ -18,8 +18,8 @@ import jax
 import jax.numpy as jnp
 
 from offpolicy_ac.losses import _checks
+from offpolicy_ac.losses._actions import select_action
 from offpolicy_ac.losses._actions import sum_actions
-from offpolicy_ac.losses._actions import take_action
 from offpolicy_ac.losses._recurrence import reverse_linear_recurrence
 from offpolicy_ac.losses._recurrence import shift_to_previous
 
@@ -92,6 +92,7 @@ def _check_q_inputs(q_tm1, q_t, a_tm1, a_t, r_t, discount_t, pi_t, mu_t):
   _checks.check_shape("pi_t", pi_t, q_shape, "`q_tm1`")
   for name, x in [("a_tm1", a_tm1), ("a_t", a_t), ("discount_t", discount_t), ("mu_t", mu_t)]:
     _checks.check_shape(name, x, shape, "`r_t`")
+  _checks.check_action_range("a_tm1", a_tm1, q_shape[-1], "`q_tm1`")
   return shape
 
 
@@ -113,7 +114,8 @@ def retrace_targets(
 
   Args:
     q_t: Q(x_{s+1}, .) at times [1, T], shape [T, ..., A].
-    a_t: actions a_{s+1} at times [1, T], int [T, ...].
+    a_t: actions a_{s+1} at times [1, T], int [T, ...] in [0, A) (checked as in
+      `retrace`).
     r_t: rewards at times [1, T], [T, ...].
     discount_t: gamma times environment discount at times [1, T].
     pi_t: target-policy probabilities pi(.|x_{s+1}) at times [1, T], [T, ..., A].
@@ -137,14 +139,16 @@ def retrace_targets(
   _checks.check_shape("pi_t", pi_t, q_shape, "`q_t`")
   for name, x in [("a_t", a_t), ("discount_t", discount_t), ("mu_t", mu_t)]:
     _checks.check_shape(name, x, shape, "`r_t`")
+  _checks.check_action_range("a_t", a_t, q_shape[-1], "`q_t`")
   _checks.check_in_unit_interval("lambda_", lambda_)
   _checks.check_non_negative("eps", eps)
   q_t, pi_t = jnp.asarray(q_t), jnp.asarray(pi_t)
-  pi_a_t = take_action(pi_t, a_t)
+  a_t = jnp.asarray(a_t)
+  pi_a_t = select_action(pi_t, a_t)
   c_t = (lambda_ * jnp.minimum(1.0, pi_a_t / (mu_t + eps))).astype(r_t.dtype)
   v_t = sum_actions(pi_t * q_t)
   return general_off_policy_returns(
-      take_action(q_t, a_t),
+      select_action(q_t, a_t),
       v_t,
       r_t,
       discount_t,
@@ -180,8 +184,8 @@ def retrace(
   Args:
     q_tm1: Q(x_s, .) at times [0, T-1], [T, ..., A].
     q_t: Q(x_{s+1}, .) at times [1, T], [T, ..., A] (target network).
-    a_tm1: actions a_s at times [0, T-1], int [T, ...].
-    a_t: actions a_{s+1} at times [1, T], int [T, ...].
+    a_tm1: actions a_s at times [0, T-1], int [T, ...] in [0, A).
+    a_t: actions a_{s+1} at times [1, T], int [T, ...] in [0, A).
     r_t: rewards at times [1, T], [T, ...].
     discount_t: gamma times environment discount at times [1, T].
     pi_t: target-policy probabilities at times [1, T], [T, ..., A].
@@ -191,6 +195,12 @@ def retrace(
     eps: added to mu_t before dividing.
     stop_target_gradients: stop gradients through the targets.
     method: "auto", "scan" or "associative" (see `reverse_linear_recurrence`).
+
+  Raises:
+    ValueError: an action outside [0, A) in a concrete (eager) call. Under `jit`
+      the range is not checked: an out-of-range action selects NaN, so the
+      errors turn NaN (see `take_action`); wrap the function in
+      `jax.experimental.checkify.checkify` to have the range checked there.
   """
   shape = _check_q_inputs(q_tm1, q_t, a_tm1, a_t, r_t, discount_t, pi_t, mu_t)
   mask = _checks.check_mask(mask, shape)
@@ -207,5 +217,5 @@ def retrace(
       stop_target_gradients=stop_target_gradients,
       method=method,
   )
-  q_a_tm1 = take_action(q_tm1, a_tm1)
+  q_a_tm1 = select_action(jnp.asarray(q_tm1), jnp.asarray(a_tm1))
   return jnp.where(mask, targets - q_a_tm1, jnp.zeros((), q_a_tm1.dtype))

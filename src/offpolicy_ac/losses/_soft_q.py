@@ -13,7 +13,7 @@ import jax.numpy as jnp
 
 from offpolicy_ac.losses import _checks
 from offpolicy_ac.losses._actions import logsumexp_actions
-from offpolicy_ac.losses._actions import take_action
+from offpolicy_ac.losses._actions import select_action
 from offpolicy_ac.losses._recurrence import reverse_linear_recurrence
 from offpolicy_ac.losses._recurrence import shift_to_previous
 
@@ -172,7 +172,9 @@ def sql_nstep_td_error(
 
   Args:
     q_tm1: Q(x_s, .) at times [0, T-1], [T, ..., A] (online network).
-    a_tm1: actions a_s at times [0, T-1], int [T, ...].
+    a_tm1: actions a_s at times [0, T-1], int [T, ...] in [0, A): checked when
+      concrete (ValueError); under `jit` an out-of-range action makes its error
+      NaN, and `jax.experimental.checkify.checkify` reports it (see `take_action`).
     r_t: rewards at times [1, T].
     discount_t: gamma times environment discount at times [1, T].
     q_t: Q(x_{s+1}, .) at times [1, T], [T, ..., A] (target network).
@@ -188,11 +190,12 @@ def sql_nstep_td_error(
   _checks.check_min_rank("q_tm1", q_tm1, 2, "[T, ..., A]")
   _checks.check_shape("q_tm1", q_tm1, shape + (jnp.shape(q_tm1)[-1],), "`r_t` plus an action axis")
   _checks.check_shape("a_tm1", a_tm1, shape, "`r_t`")
+  _checks.check_action_range("a_tm1", a_tm1, jnp.shape(q_tm1)[-1], "`q_tm1`")
   mask = _checks.check_mask(mask, shape)
   targets = soft_nstep_targets(
       r_t, discount_t, q_t, alpha=alpha, n=n, mask=mask, stop_target_gradients=stop_target_gradients
   )
-  q_a_tm1 = take_action(q_tm1, a_tm1)
+  q_a_tm1 = select_action(jnp.asarray(q_tm1), jnp.asarray(a_tm1))
   return jnp.where(mask, targets - q_a_tm1, jnp.zeros((), q_a_tm1.dtype))
 
 

@@ -1,0 +1,220 @@
+"""Out-of-range actions and mismatched weights: refused eagerly, NaN under `jit`,
+reported by `checkify` (docs/design.md, Contract 1, "Errors").
+
+Every loss that indexes by action is listed in `_INDEXING`, with the argument that
+holds actions and the array whose action axis bounds them. Each is called with
+actions A, A + 5 and -1 (A = 2 actions, the unrolled path, and A = 40, the gather
+path): eagerly it raises ValueError naming the argument, the value and [0, A);
+under `checkify.checkify(jax.jit(fn))` the same check is reported; with valid
+actions the checked and the plain compiled programs are the same.
+"""
+
+import re
+
+from absl.testing import parameterized
+import chex
+import jax
+from jax.experimental import checkify
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from offpolicy_ac import losses as L
+
+T = 4
+
+
+def _inputs(num_actions: int):
+  rng = np.random.default_rng(0)
+  q = jnp.asarray(rng.normal(size=(T, num_actions)), jnp.float32)
+  logits = jnp.asarray(rng.normal(size=(T, num_actions)), jnp.float32)
+  probs = jax.nn.softmax(logits, axis=-1)
+  r = jnp.asarray(rng.normal(size=T), jnp.float32)
+  d = jnp.full((T,), 0.9, jnp.float32)
+  mu = jnp.full((T,), 0.5, jnp.float32)
+  return q, logits, probs, r, d, mu
+
+
+def _cases(num_actions: int):
+  """(id, argument name, fn(actions) -> outputs) for every loss that indexes by action."""
+  q, logits, probs, r, d, mu = _inputs(num_actions)
+  return [
+      ("take_action", "actions", lambda a: L.take_action(q, a)),
+      ("categorical_log_prob", "actions", lambda a: L.categorical_log_prob(logits, a)),
+      (
+          "categorical_importance_ratios",
+          "actions",
+          lambda a: L.categorical_importance_ratios(logits, logits * 0.5, a),
+      ),
+      ("retrace-a_tm1", "a_tm1", lambda a: L.retrace(q, q, a, jnp.zeros_like(a), r, d, probs, mu)),
+      ("retrace-a_t", "a_t", lambda a: L.retrace(q, q, jnp.zeros_like(a), a, r, d, probs, mu)),
+      ("retrace_targets", "a_t", lambda a: L.retrace_targets(q, a, r, d, probs, mu)),
+      ("acer_q_ret", "a_t", lambda a: L.acer_q_ret(q, a, r, d, probs, mu)),
+      ("acer_policy_objective", "a_tm1", lambda a: L.acer_policy_objective(probs, probs, a, q, r)),
+      ("acer_policy_loss", "a_tm1", lambda a: L.acer_policy_loss(probs, probs, a, q, r)),
+      (
+          "acer_trust_region_policy_loss",
+          "a_tm1",
+          lambda a: L.acer_trust_region_policy_loss(logits, logits, probs, a, q, r),
+      ),
+      ("acer_value_loss", "a_tm1", lambda a: L.acer_value_loss(q, a, r)),
+      (
+          "sql_nstep_td_error",
+          "a_tm1",
+          lambda a: L.sql_nstep_td_error(q, a, r, d, q, alpha=0.5, n=2),
+      ),
+      (
+          "impala_loss_categorical",
+          "a_tm1",
+          lambda a: L.impala_loss_categorical(logits, logits, a, r, r, r, d),
+      ),
+  ]
+
+
+_NUM_ACTIONS = [2, 40]  # the unrolled path (A <= 32) and the gather path
+_CASE_IDS = [c[0] for c in _cases(2)]
+
+
+def _case(case_id: str, num_actions: int):
+  return next(c for c in _cases(num_actions) if c[0] == case_id)
+
+
+def _actions_with(bad: int) -> jax.Array:
+  return jnp.asarray([0, 1, bad, 0], jnp.int32)
+
+
+@pytest.mark.parametrize("num_actions", _NUM_ACTIONS)
+@pytest.mark.parametrize("offset", [0, 5, -1], ids=["A", "A+5", "minus1"])
+@pytest.mark.parametrize("case_id", _CASE_IDS)
+def test_eager_out_of_range_action_raises_naming_the_argument(case_id, offset, num_actions):
+  _, name, fn = _case(case_id, num_actions)
+  bad = -1 if offset < 0 else num_actions + offset
+  message = rf"`{name}` must hold actions in \[0, {num_actions}\).*got {bad} at index \(2,\)"
+  with pytest.raises(ValueError, match=message):
+    fn(_actions_with(bad))
+
+
+@pytest.mark.parametrize("num_actions", _NUM_ACTIONS)
+@pytest.mark.parametrize("case_id", _CASE_IDS)
+def test_checkify_reports_an_out_of_range_action_under_jit(case_id, num_actions):
+  _, name, fn = _case(case_id, num_actions)
+  bad = num_actions + 5
+  err, _ = checkify.checkify(jax.jit(fn))(_actions_with(bad))
+  message = err.get()
+  assert message is not None
+  assert f"`{name}` must hold actions in [0, {num_actions})" in message
+  assert f"got {bad} at flat index 2" in message
+  with pytest.raises(checkify.JaxRuntimeError, match=re.escape(f"`{name}`")):
+    err.throw()
+
+
+@pytest.mark.parametrize("num_actions", _NUM_ACTIONS)
+@pytest.mark.parametrize("case_id", _CASE_IDS)
+def test_checkify_with_valid_actions_reports_nothing_and_changes_nothing(case_id, num_actions):
+  _, _, fn = _case(case_id, num_actions)
+  actions = _actions_with(1)
+  err, checked = checkify.checkify(jax.jit(fn))(actions)
+  assert err.get() is None
+  chex.assert_trees_all_equal(checked, jax.jit(fn)(actions))
+
+
+def test_checkify_reports_a_negative_action_in_a_batch():
+  q, _, _, r, _, _ = _inputs(3)
+  a = jnp.zeros((T, 2), jnp.int32).at[3, 1].set(-2)
+  qb = jnp.stack([q, q], axis=1)
+  err, _ = checkify.checkify(jax.jit(L.acer_value_loss))(qb, a, jnp.stack([r, r], axis=1))
+  assert "`a_tm1` must hold actions in [0, 3)" in err.get()
+  assert "got -2 at flat index 7" in err.get()
+
+
+def test_checkify_reports_an_out_of_range_action_under_vmap():
+  q, *_ = _inputs(2)
+  err, _ = checkify.checkify(jax.vmap(L.take_action))(
+      jnp.stack([q, q]), jnp.asarray([[0, 1, 0, 1], [0, 2, 0, 1]], jnp.int32)
+  )
+  assert "`actions` must hold actions in [0, 2)" in err.get()
+
+
+@pytest.mark.parametrize("num_actions", _NUM_ACTIONS)
+def test_eager_error_lists_every_bad_value(num_actions):
+  q, *_ = _inputs(num_actions)
+  a = jnp.asarray([-1, num_actions, 0, num_actions + 3], jnp.int32)
+  message = rf"got -1 at index \(0,\) \(all out-of-range values: \[-1, {num_actions}, "
+  with pytest.raises(ValueError, match=message + rf"{num_actions + 3}\]\); 3 of 4 entries"):
+    L.take_action(q, a)
+
+
+@pytest.mark.parametrize("num_actions", _NUM_ACTIONS)
+@pytest.mark.parametrize("bad", [-1, 0, 5], ids=["minus1", "A", "A+5"])
+def test_jit_out_of_range_action_selects_nan(num_actions, bad):
+  """What the docs promise under `jit` without checkify: NaN at the bad entry only."""
+  bad = -1 if bad < 0 else num_actions + bad
+  q, logits, *_ = _inputs(num_actions)
+  actions = _actions_with(bad)
+  for out in (
+      jax.jit(L.take_action)(q, actions),
+      jax.jit(L.categorical_log_prob)(logits, actions),
+  ):
+    np.testing.assert_array_equal(np.isnan(np.asarray(out)), [False, False, True, False])
+  np.testing.assert_array_equal(
+      np.asarray(jax.jit(L.take_action)(q.astype(jnp.int32), actions))[2],
+      np.iinfo(np.int32).min,
+  )
+
+
+def _compiled_ops(fn, *args) -> list[str]:
+  """The opcodes of the compiled program."""
+  text = jax.jit(fn).lower(*args).compile().as_text()
+  return re.findall(r"= \S+ ([\w-]+)\(", text)
+
+
+@pytest.mark.parametrize("num_actions", _NUM_ACTIONS)
+def test_range_check_costs_nothing_when_not_checkified(num_actions):
+  """Under plain `jit` the check (an all-reduce and an argmin) is dead code that XLA
+  removes; checkified, it is in the program."""
+  q, *_ = _inputs(num_actions)
+  actions = _actions_with(1)
+  plain = _compiled_ops(L.take_action, q, actions)
+  checked = _compiled_ops(checkify.checkify(L.take_action), q, actions)
+  assert plain and not any(op.startswith("reduce") for op in plain), plain
+  assert any(op.startswith("reduce") for op in checked), checked
+
+
+# ---------------------------------------------------------------------------
+# Weighted reductions.
+# ---------------------------------------------------------------------------
+
+
+def test_weighted_mean_of_the_issue_example_is_the_mean():
+  x = jnp.arange(15.0).reshape(5, 3)
+  w = jnp.broadcast_to(jnp.ones(3), x.shape)
+  np.testing.assert_allclose(L.weighted_mean(x, w), 7.0)
+
+
+def test_impala_loss_refuses_mismatched_weights():
+  z = jnp.zeros((T, 2))
+  with pytest.raises(ValueError, match=r"`weights` must have shape \(4, 2\)"):
+    L.impala_loss(z, z, z, z, z, z, z, weights=jnp.ones((2,)))
+
+
+class WeightedMeanVariantsTest(chex.TestCase):
+  """`weighted_mean` with and without `jit`: shapes must match."""
+
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.parameters(
+      ((5, 3), (3,)), ((5, 3), (5, 1)), ((3,), (5, 3)), ((5, 3), ()), ((5, 3), (3, 5))
+  )
+  def test_weighted_mean_refuses_mismatched_shapes(self, x_shape, w_shape):
+    x, w = jnp.ones(x_shape), jnp.ones(w_shape)
+    expected = re.escape(f"`weights` must have shape {x_shape} (matching `x`), got shape {w_shape}")
+    with jax.numpy_rank_promotion("allow"), pytest.raises(ValueError, match=expected):
+      self.variant(L.weighted_mean)(x, w)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.parameters(((5, 3),), ((7,),), ((2, 3, 4),))
+  def test_weighted_mean_matches_numpy(self, shape):
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=shape).astype(np.float32)
+    w = rng.uniform(size=shape).astype(np.float32)
+    out = self.variant(L.weighted_mean)(x, w)
+    np.testing.assert_allclose(out, np.sum(w * x) / np.sum(w), rtol=1e-5)
