@@ -6,12 +6,14 @@ References are independent float64 NumPy loops of the paper's algorithms
 Q^ret <- min(1, rho)(Q^ret - Q) + V" going backwards; the objective and its
 gradient g written out by hand; z* = g - max(0, (k.g - delta)/|k|^2) k).
 
-Forward values run eagerly and jitted (`maybe_jit`) on fixed shapes;
+Forward values run eagerly and jitted (chex variants, `self.variant`) on fixed shapes;
 gradients and the hypothesis properties run jitted.
 """
 
 import functools
 
+from absl.testing import parameterized
+import chex
 from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -31,11 +33,6 @@ BATCH_STRAT = st.one_of(
 )
 SEEDS = st.integers(0, 2**31 - 1)
 FEW = settings(max_examples=6)
-
-
-@pytest.fixture(params=[False, True], ids=["eager", "jit"], scope="module")
-def maybe_jit(request):
-  return jax.jit if request.param else (lambda f: f)
 
 
 def _probs(rng, shape, scale=1.5):
@@ -83,32 +80,6 @@ def _np_q_ret(x):
   return ref.acer_q_ret(*(x[k] for k in _Q_RET_ARGS), mask=x["mask"])
 
 
-def test_acer_q_ret_hand_case(maybe_jit):
-  q_t = jnp.array([[1.0, 2.0], [3.0, 4.0]])
-  a_t = jnp.array([1, 0])
-  r_t, d_t = jnp.array([1.0, 1.0]), jnp.array([0.9, 0.9])
-  pi_t = jnp.array([[0.5, 0.5], [0.25, 0.75]])
-  fn = maybe_jit(lambda mu_t: L.acer_q_ret(q_t, a_t, r_t, d_t, pi_t, mu_t))
-  # V(x_1) = 1.5, V(x_2) = 3.75; G_1 = 1 + 0.9 * 3.75 = 4.375.
-  # rho_1 = 0.5 / 0.25 = 2 -> c = 1: G_0 = 1 + 0.9 (1.5 + (4.375 - 2)).
-  np.testing.assert_allclose(fn(jnp.array([0.25, 0.5])), [4.4875, 4.375], rtol=1e-6)
-  # rho_1 = 0.5 / 1.0 -> c = 0.5: G_0 = 1 + 0.9 (1.5 + 0.5 (4.375 - 2)).
-  np.testing.assert_allclose(fn(jnp.array([1.0, 0.5])), [3.41875, 4.375], rtol=1e-6)
-
-
-def test_acer_q_ret_hand_case_with_mask_and_termination(maybe_jit):
-  q_t = jnp.array([[1.0, 2.0], [9.0, 9.0], [3.0, 4.0], [0.0, 2.0]])
-  a_t = jnp.array([1, 0, 0, 1])
-  r_t, d_t = jnp.array([1.0, 9.0, 2.0, 0.5]), jnp.array([0.9, 9.0, 0.0, 0.9])
-  pi_t = jnp.full((4, 2), 0.5)
-  mu_t = jnp.full((4,), 0.5)
-  mask = jnp.array([True, False, True, True])
-  out = maybe_jit(lambda m: L.acer_q_ret(q_t, a_t, r_t, d_t, pi_t, mu_t, mask=m))(mask)
-  # Step 0 bootstraps from V(x_1) = 1.5 (next step masked); step 2 is a
-  # termination (discount 0); step 3 bootstraps from V(x_4) = 1.
-  np.testing.assert_allclose(out, [1 + 0.9 * 1.5, 0.0, 2.0, 0.5 + 0.9 * 1.0], rtol=1e-6)
-
-
 @FEW
 @given(t=T_STRAT, batch=BATCH_STRAT, seed=SEEDS, n_actions=st.integers(1, 4))
 @pytest.mark.parametrize("method", ["scan", "associative"])
@@ -118,14 +89,6 @@ def test_acer_q_ret_matches_algorithm_2(method, t, batch, seed, n_actions):
   assert out.shape == (t,) + batch
   np.testing.assert_allclose(out, _np_q_ret(x), rtol=RTOL, atol=ATOL)
   np.testing.assert_array_equal(np.asarray(out)[~x["mask"]], 0.0)
-
-
-@pytest.mark.parametrize("method", ["scan", "associative"])
-def test_acer_q_ret_matches_algorithm_2_fixed_shapes(maybe_jit, method):
-  fn = maybe_jit(functools.partial(_q_ret, method=method))
-  for i, shape in enumerate([(8, 3)]):  # other shapes: hypothesis, jitted
-    x = _q_ret_inputs(i, shape[0], shape[1:])
-    np.testing.assert_allclose(fn(x), _np_q_ret(x), rtol=RTOL, atol=ATOL)
 
 
 def test_acer_q_ret_identities():
@@ -193,22 +156,6 @@ def _objective(x, clip_c):
   return L.acer_policy_objective(x["pi"], x["mu"], x["a"], x["q"], x["q_ret"], clip_c=clip_c)
 
 
-def test_acer_policy_objective_hand_case(maybe_jit):
-  pi, mu = jnp.array([[0.8, 0.2]]), jnp.array([[0.2, 0.8]])
-  q, q_ret, a = jnp.array([[1.0, 3.0]]), jnp.array([2.0]), jnp.array([0])
-  # rho = [4, 1/4], V = 1.4, c = 2: min(2, 4) (2 - 1.4) log 0.8 plus the
-  # correction [1 - 2/4]_+ 0.8 (1 - 1.4) log 0.8 (zero for action 1).
-  obj = maybe_jit(lambda pi: L.acer_policy_objective(pi, mu, a, q, q_ret, clip_c=2.0))(pi)
-  np.testing.assert_allclose(obj, [1.04 * np.log(0.8)], rtol=1e-5)
-  loss = maybe_jit(lambda pi: L.acer_policy_loss(pi, mu, a, q, q_ret, clip_c=2.0))(pi)
-  np.testing.assert_allclose(loss, -obj, rtol=1e-6)
-  # g = [2 * 0.6 / 0.8 + 0.5 * (1 - 1.4), 0].
-  g = jax.jit(
-      jax.grad(lambda pi: jnp.sum(L.acer_policy_objective(pi, mu, a, q, q_ret, clip_c=2.0)))
-  )(pi)
-  np.testing.assert_allclose(g, [[1.3, 0.0]], rtol=1e-5, atol=1e-7)
-
-
 @FEW
 @given(
     t=T_STRAT,
@@ -242,27 +189,6 @@ def test_acer_policy_objective_and_gradient_match_numpy(t, batch, seed, n_action
     np.testing.assert_array_equal(g, 0.0)
 
 
-def test_acer_policy_objective_fixed_shapes(maybe_jit):
-  fn = maybe_jit(_objective)
-  for seed, clip_c in [(0, 1.0), (1, 0.5)]:
-    x = _policy_inputs(seed)
-    np.testing.assert_allclose(
-        fn(x, clip_c),
-        ref.acer_policy_objective(x["pi"], x["mu"], x["a"], x["q"], x["q_ret"], clip_c)[0],
-        rtol=1e-4,
-        atol=1e-4,
-    )
-    np.testing.assert_allclose(
-        maybe_jit(
-            lambda x: L.acer_policy_loss(
-                x["pi"], x["mu"], x["a"], x["q"], x["q_ret"], clip_c=clip_c
-            )
-        )(x),
-        -np.asarray(fn(x, clip_c)),
-        rtol=1e-6,
-    )
-
-
 def test_acer_policy_objective_zero_probabilities_are_finite():
   pi = jnp.array([[0.7, 0.3, 0.0]])  # an action with pi = 0 (not taken)
   mu = jnp.array([[0.1, 0.1, 0.8]])
@@ -281,22 +207,6 @@ def test_acer_policy_objective_zero_probabilities_are_finite():
 # -----------------------------------------------------------------------------
 # Trust region
 # -----------------------------------------------------------------------------
-
-
-def test_trust_region_projection_hand_cases(maybe_jit):
-  proj = maybe_jit(lambda g, k: L.trust_region_projection(g, k, 0.5))
-  g = jnp.array([[1.0, 0.0], [1.0, 0.0], [1.0, 2.0], [3.0, 4.0]])
-  k = jnp.array([[1.0, 0.0], [0.0, 1.0], [0.0, 0.0], [-1.0, 0.0]])
-  z = proj(g, k)
-  # Row 0: k.g = 1 > 0.5 -> z = g - 0.5 k, and k.z = delta.
-  # Rows 1-3: k.g = 0, k = 0 and k.g = -3 are inside: z = g.
-  np.testing.assert_allclose(z, [[0.5, 0.0], [1.0, 0.0], [1.0, 2.0], [3.0, 4.0]], rtol=1e-6)
-  z2 = maybe_jit(lambda g, k: L.trust_region_projection(g, k, 2.0))(
-      jnp.array([[1.0, 2.0]]), jnp.array([[2.0, 1.0]])
-  )
-  # k.g = 4 > 2: z = g - (4 - 2)/5 k = [0.2, 1.6]; k.z = 2.
-  np.testing.assert_allclose(z2, [[0.2, 1.6]], rtol=1e-6)
-  np.testing.assert_allclose(jnp.sum(z2 * jnp.array([[2.0, 1.0]])), 2.0, rtol=1e-6)
 
 
 @FEW
@@ -320,42 +230,6 @@ def test_trust_region_projection_properties(shape, dim, seed, delta):
   np.testing.assert_allclose(kz[active], delta, rtol=1e-4, atol=1e-4)
   np.testing.assert_array_equal(z[~active], g[~active])
   assert np.all(kz <= delta + 1e-4 * (1 + np.abs(kg)))
-
-
-def test_trust_region_surrogate_gradient_is_minus_z(maybe_jit):
-  rng = np.random.default_rng(0)
-  stats = rng.uniform(0.2, 2.0, size=(8, 3, 4)).astype(np.float32)
-  c = rng.uniform(0.1, 2.0, size=stats.shape).astype(np.float32)
-  b = rng.uniform(0.0, 1.0, size=stats.shape).astype(np.float32)
-  objective_fn = lambda s: jnp.sum(c * jnp.log(s), axis=-1)
-  kl_fn = lambda s: jnp.sum(b * jnp.square(s), axis=-1)
-  g, k = c / stats, 2.0 * b * stats  # per-step gradients
-  kg = np.sum(k.astype(np.float64) * g, -1)
-  delta = float(np.median(kg))  # about half the steps active (kg > 0 here)
-  out = maybe_jit(lambda s: L.trust_region_surrogate(objective_fn, kl_fn, s, delta=delta))(stats)
-  assert isinstance(out, L.TrustRegionOutput)
-  assert out.surrogate.shape == (8, 3)
-  np.testing.assert_array_equal(out.active, kg > delta)
-  assert 0 < np.sum(out.active) < out.active.size
-  np.testing.assert_allclose(out.objective, objective_fn(stats), rtol=1e-6)
-  np.testing.assert_allclose(out.kl, kl_fn(stats), rtol=1e-6)
-  grads = jax.jit(
-      jax.grad(
-          lambda s: jnp.sum(L.trust_region_surrogate(objective_fn, kl_fn, s, delta=delta).surrogate)
-      )
-  )(stats)
-  z = ref.trust_region_projection(g, k, delta)
-  np.testing.assert_allclose(grads, -z, rtol=1e-4, atol=1e-5)
-  # The reported objective and KL are diagnostics: no gradient.
-  for field in ("objective", "kl"):
-    gz = jax.jit(
-        jax.grad(
-            lambda s: jnp.sum(
-                getattr(L.trust_region_surrogate(objective_fn, kl_fn, s, delta=delta), field)
-            )
-        )
-    )(stats)
-    np.testing.assert_array_equal(gz, 0.0)
 
 
 def _tr_inputs(seed, shape=(8, 3), n_actions=4):
@@ -413,33 +287,9 @@ def test_acer_trust_region_policy_loss_matches_paper(delta):
       np.testing.assert_allclose(grads, plain, rtol=1e-4, atol=1e-5)
 
 
-def test_acer_trust_region_policy_loss_forward(maybe_jit):
-  x = _tr_inputs(3)
-  out = maybe_jit(_tr_loss)(x["logits"], x, 0.5, 10.0)
-  f = ref.softmax(x["logits"])
-  obj, _ = ref.acer_policy_objective(f, x["mu"], x["a"], x["q"], x["q_ret"], 10.0)
-  np.testing.assert_allclose(out.objective, obj, rtol=1e-4, atol=1e-4)
-  assert out.surrogate.shape == (8, 3) and out.active.dtype == jnp.bool_
-
-
 # -----------------------------------------------------------------------------
 # Critic loss (discrete)
 # -----------------------------------------------------------------------------
-
-
-def test_acer_value_loss(maybe_jit):
-  rng = np.random.default_rng(0)
-  q = rng.normal(size=(8, 3, 4)).astype(np.float32)
-  a = rng.integers(0, 4, size=(8, 3)).astype(np.int32)
-  q_ret = rng.normal(size=(8, 3)).astype(np.float32)
-  out = maybe_jit(L.acer_value_loss)(q, a, q_ret)
-  q_a = np.take_along_axis(q, a[..., None], -1)[..., 0]
-  np.testing.assert_allclose(out, 0.5 * (q_ret - q_a) ** 2, rtol=1e-6)
-  g_q, g_ret = jax.jit(jax.grad(lambda q, r: jnp.sum(L.acer_value_loss(q, a, r)), argnums=(0, 1)))(
-      q, q_ret
-  )
-  np.testing.assert_allclose(g_q, -(q_ret - q_a)[..., None] * np.eye(4)[a], rtol=1e-6, atol=1e-7)
-  np.testing.assert_array_equal(g_ret, 0.0)
 
 
 # -----------------------------------------------------------------------------
@@ -481,23 +331,6 @@ def _np_continuous(x, action_dim):
   )
 
 
-def test_acer_continuous_targets_hand_case(maybe_jit):
-  x = dict(
-      q_a_t=np.array([1.0, 2.0], np.float32),
-      v_t=np.array([0.5, 3.0], np.float32),
-      r_t=np.array([1.0, 1.0], np.float32),
-      discount_t=np.array([0.9, 0.9], np.float32),
-      log_rho_t=np.log(np.array([0.25, 1.0], np.float32)),
-      mask=None,
-  )
-  out = maybe_jit(functools.partial(_continuous, action_dim=2))(x)
-  assert isinstance(out, L.AcerContinuousTargets)
-  last = 1.0 + 0.9 * 3.0
-  # c_ret = min(1, 0.25^(1/2)) = 0.5; c_opc = 1.
-  np.testing.assert_allclose(out.q_ret, [1.0 + 0.9 * (0.5 + 0.5 * (last - 1.0)), last], rtol=1e-6)
-  np.testing.assert_allclose(out.q_opc, [1.0 + 0.9 * (0.5 + (last - 1.0)), last], rtol=1e-6)
-
-
 @FEW
 @given(t=T_STRAT, batch=BATCH_STRAT, seed=SEEDS, action_dim=st.integers(1, 6))
 @pytest.mark.parametrize("method", ["scan", "associative"])
@@ -509,17 +342,6 @@ def test_acer_continuous_targets_match_algorithm(method, t, batch, seed, action_
   np.testing.assert_allclose(out.q_opc, q_opc, rtol=RTOL, atol=ATOL)
   np.testing.assert_array_equal(np.asarray(out.q_ret)[~x["mask"]], 0.0)
   np.testing.assert_array_equal(np.asarray(out.q_opc)[~x["mask"]], 0.0)
-
-
-def test_acer_continuous_targets_fixed_shapes(maybe_jit):
-  for action_dim in [1, 3]:
-    fn = maybe_jit(functools.partial(_continuous, action_dim=action_dim))
-    for i, shape in enumerate([(8, 3)]):  # other shapes: hypothesis, jitted
-      x = _continuous_inputs(i, shape[0], shape[1:])
-      out = fn(x)
-      q_ret, q_opc = _np_continuous(x, action_dim)
-      np.testing.assert_allclose(out.q_ret, q_ret, rtol=RTOL, atol=ATOL)
-      np.testing.assert_allclose(out.q_opc, q_opc, rtol=RTOL, atol=ATOL)
 
 
 def test_acer_continuous_targets_identities():
@@ -558,18 +380,6 @@ def test_acer_continuous_targets_identities():
     np.testing.assert_allclose(joined.q_opc[sl], alone.q_opc, rtol=1e-6, atol=1e-6)
 
 
-def test_sdn_q_value(maybe_jit):
-  out = maybe_jit(L.sdn_q_value)(
-      jnp.array([1.0, 0.0]), jnp.array([2.0, -1.0]), jnp.array([[1.0, 3.0], [0.5, 0.5]])
-  )
-  np.testing.assert_allclose(out, [1.0, -1.5], rtol=1e-6)
-  rng = np.random.default_rng(0)
-  v, adv = rng.normal(size=(8, 3)), rng.normal(size=(8, 3))
-  samples = rng.normal(size=(8, 3, 5))
-  out = maybe_jit(L.sdn_q_value)(*(np.float32(a) for a in (v, adv, samples)))
-  np.testing.assert_allclose(out, v + adv - samples.mean(-1), rtol=1e-5, atol=1e-6)
-
-
 _CP_ARGS = ("log_pi_a", "log_pi_sample", "log_rho_a", "log_rho_sample", "q_opc", "q_sample", "v")
 
 
@@ -583,19 +393,6 @@ def _cp_inputs(seed, shape=(8, 3)):
 
 def _cp_objective(x, clip_c):
   return L.acer_continuous_policy_objective(*(x[k] for k in _CP_ARGS), clip_c=clip_c)
-
-
-@pytest.mark.parametrize("clip_c", [0.5, 2.0, 10.0])
-def test_acer_continuous_policy_objective(maybe_jit, clip_c):
-  x = _cp_inputs(int(clip_c * 10))
-  obj = maybe_jit(_cp_objective)(x, clip_c)
-  exp_obj, g_a, g_s = ref.acer_continuous_policy_objective(*(x[k] for k in _CP_ARGS), clip_c=clip_c)
-  np.testing.assert_allclose(obj, exp_obj, rtol=1e-5, atol=1e-5)
-  grads = jax.jit(jax.grad(lambda x: jnp.sum(_cp_objective(x, clip_c))))(x)
-  np.testing.assert_allclose(grads["log_pi_a"], g_a, rtol=1e-5, atol=1e-6)
-  np.testing.assert_allclose(grads["log_pi_sample"], g_s, rtol=1e-5, atol=1e-6)
-  for k in ("log_rho_a", "log_rho_sample", "q_opc", "q_sample", "v"):
-    np.testing.assert_array_equal(grads[k], 0.0, err_msg=k)
 
 
 def test_acer_continuous_policy_objective_extreme_log_rho():
@@ -612,22 +409,6 @@ def test_acer_continuous_policy_objective_extreme_log_rho():
   )
   adv_s = x["q_sample"] - x["v"]
   np.testing.assert_allclose(grads["log_pi_sample"], [0.0, adv_s[1], adv_s[2], 0.0], rtol=1e-5)
-
-
-def test_acer_continuous_value_losses(maybe_jit):
-  rng = np.random.default_rng(1)
-  args = [rng.normal(size=(8, 3)).astype(np.float32) for _ in range(4)]
-  args[3] = (2.0 * args[3]).astype(np.float32)  # log_rho_a
-  out = maybe_jit(L.acer_continuous_value_losses)(*args)
-  exp, g_q, g_v = ref.acer_continuous_value_losses(*args)
-  np.testing.assert_allclose(out, exp, rtol=1e-5, atol=1e-6)
-  grads = jax.jit(
-      jax.grad(lambda *a: jnp.sum(L.acer_continuous_value_losses(*a)), argnums=(0, 1, 2, 3))
-  )(*args)
-  np.testing.assert_allclose(grads[0], g_q, rtol=1e-5, atol=1e-6)
-  np.testing.assert_allclose(grads[1], g_v, rtol=1e-5, atol=1e-6)
-  np.testing.assert_array_equal(grads[2], 0.0)  # Q^ret is a target
-  np.testing.assert_array_equal(grads[3], 0.0)  # the ratio is a constant
 
 
 # -----------------------------------------------------------------------------
@@ -728,8 +509,237 @@ _BAD = [
 ]
 
 
-@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
-@pytest.mark.parametrize("call,exc,name", [b[1:] for b in _BAD], ids=[b[0] for b in _BAD])
-def test_bad_input_names_the_argument(jit, call, exc, name):
-  with pytest.raises(exc, match=f"`{name}`"):
-    (jax.jit(call) if jit else call)()
+class AcerVariantsTest(chex.TestCase):
+  """Tests run eagerly and jitted: `self.variant` is chex's with_jit or without_jit."""
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_acer_q_ret_hand_case(self):
+    q_t = jnp.array([[1.0, 2.0], [3.0, 4.0]])
+    a_t = jnp.array([1, 0])
+    r_t, d_t = jnp.array([1.0, 1.0]), jnp.array([0.9, 0.9])
+    pi_t = jnp.array([[0.5, 0.5], [0.25, 0.75]])
+    fn = self.variant(lambda mu_t: L.acer_q_ret(q_t, a_t, r_t, d_t, pi_t, mu_t))
+    # V(x_1) = 1.5, V(x_2) = 3.75; G_1 = 1 + 0.9 * 3.75 = 4.375.
+    # rho_1 = 0.5 / 0.25 = 2 -> c = 1: G_0 = 1 + 0.9 (1.5 + (4.375 - 2)).
+    np.testing.assert_allclose(fn(jnp.array([0.25, 0.5])), [4.4875, 4.375], rtol=1e-6)
+    # rho_1 = 0.5 / 1.0 -> c = 0.5: G_0 = 1 + 0.9 (1.5 + 0.5 (4.375 - 2)).
+    np.testing.assert_allclose(fn(jnp.array([1.0, 0.5])), [3.41875, 4.375], rtol=1e-6)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_acer_q_ret_hand_case_with_mask_and_termination(self):
+    q_t = jnp.array([[1.0, 2.0], [9.0, 9.0], [3.0, 4.0], [0.0, 2.0]])
+    a_t = jnp.array([1, 0, 0, 1])
+    r_t, d_t = jnp.array([1.0, 9.0, 2.0, 0.5]), jnp.array([0.9, 9.0, 0.0, 0.9])
+    pi_t = jnp.full((4, 2), 0.5)
+    mu_t = jnp.full((4,), 0.5)
+    mask = jnp.array([True, False, True, True])
+    out = self.variant(lambda m: L.acer_q_ret(q_t, a_t, r_t, d_t, pi_t, mu_t, mask=m))(mask)
+    # Step 0 bootstraps from V(x_1) = 1.5 (next step masked); step 2 is a
+    # termination (discount 0); step 3 bootstraps from V(x_4) = 1.
+    np.testing.assert_allclose(out, [1 + 0.9 * 1.5, 0.0, 2.0, 0.5 + 0.9 * 1.0], rtol=1e-6)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.product(method=["scan", "associative"])
+  def test_acer_q_ret_matches_algorithm_2_fixed_shapes(self, method):
+    fn = self.variant(functools.partial(_q_ret, method=method))
+    for i, shape in enumerate([(8, 3)]):  # other shapes: hypothesis, jitted
+      x = _q_ret_inputs(i, shape[0], shape[1:])
+      np.testing.assert_allclose(fn(x), _np_q_ret(x), rtol=RTOL, atol=ATOL)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_acer_policy_objective_hand_case(self):
+    pi, mu = jnp.array([[0.8, 0.2]]), jnp.array([[0.2, 0.8]])
+    q, q_ret, a = jnp.array([[1.0, 3.0]]), jnp.array([2.0]), jnp.array([0])
+    # rho = [4, 1/4], V = 1.4, c = 2: min(2, 4) (2 - 1.4) log 0.8 plus the
+    # correction [1 - 2/4]_+ 0.8 (1 - 1.4) log 0.8 (zero for action 1).
+    obj = self.variant(lambda pi: L.acer_policy_objective(pi, mu, a, q, q_ret, clip_c=2.0))(pi)
+    np.testing.assert_allclose(obj, [1.04 * np.log(0.8)], rtol=1e-5)
+    loss = self.variant(lambda pi: L.acer_policy_loss(pi, mu, a, q, q_ret, clip_c=2.0))(pi)
+    np.testing.assert_allclose(loss, -obj, rtol=1e-6)
+    # g = [2 * 0.6 / 0.8 + 0.5 * (1 - 1.4), 0].
+    g = jax.jit(
+        jax.grad(lambda pi: jnp.sum(L.acer_policy_objective(pi, mu, a, q, q_ret, clip_c=2.0)))
+    )(pi)
+    np.testing.assert_allclose(g, [[1.3, 0.0]], rtol=1e-5, atol=1e-7)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_acer_policy_objective_fixed_shapes(self):
+    fn = self.variant(_objective)
+    for seed, clip_c in [(0, 1.0), (1, 0.5)]:
+      x = _policy_inputs(seed)
+      np.testing.assert_allclose(
+          fn(x, clip_c),
+          ref.acer_policy_objective(x["pi"], x["mu"], x["a"], x["q"], x["q_ret"], clip_c)[0],
+          rtol=1e-4,
+          atol=1e-4,
+      )
+      np.testing.assert_allclose(
+          self.variant(
+              lambda x: L.acer_policy_loss(
+                  x["pi"], x["mu"], x["a"], x["q"], x["q_ret"], clip_c=clip_c
+              )
+          )(x),
+          -np.asarray(fn(x, clip_c)),
+          rtol=1e-6,
+      )
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_trust_region_projection_hand_cases(self):
+    proj = self.variant(lambda g, k: L.trust_region_projection(g, k, 0.5))
+    g = jnp.array([[1.0, 0.0], [1.0, 0.0], [1.0, 2.0], [3.0, 4.0]])
+    k = jnp.array([[1.0, 0.0], [0.0, 1.0], [0.0, 0.0], [-1.0, 0.0]])
+    z = proj(g, k)
+    # Row 0: k.g = 1 > 0.5 -> z = g - 0.5 k, and k.z = delta.
+    # Rows 1-3: k.g = 0, k = 0 and k.g = -3 are inside: z = g.
+    np.testing.assert_allclose(z, [[0.5, 0.0], [1.0, 0.0], [1.0, 2.0], [3.0, 4.0]], rtol=1e-6)
+    z2 = self.variant(lambda g, k: L.trust_region_projection(g, k, 2.0))(
+        jnp.array([[1.0, 2.0]]), jnp.array([[2.0, 1.0]])
+    )
+    # k.g = 4 > 2: z = g - (4 - 2)/5 k = [0.2, 1.6]; k.z = 2.
+    np.testing.assert_allclose(z2, [[0.2, 1.6]], rtol=1e-6)
+    np.testing.assert_allclose(jnp.sum(z2 * jnp.array([[2.0, 1.0]])), 2.0, rtol=1e-6)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_trust_region_surrogate_gradient_is_minus_z(self):
+    rng = np.random.default_rng(0)
+    stats = rng.uniform(0.2, 2.0, size=(8, 3, 4)).astype(np.float32)
+    c = rng.uniform(0.1, 2.0, size=stats.shape).astype(np.float32)
+    b = rng.uniform(0.0, 1.0, size=stats.shape).astype(np.float32)
+    objective_fn = lambda s: jnp.sum(c * jnp.log(s), axis=-1)
+    kl_fn = lambda s: jnp.sum(b * jnp.square(s), axis=-1)
+    g, k = c / stats, 2.0 * b * stats  # per-step gradients
+    kg = np.sum(k.astype(np.float64) * g, -1)
+    delta = float(np.median(kg))  # about half the steps active (kg > 0 here)
+    out = self.variant(lambda s: L.trust_region_surrogate(objective_fn, kl_fn, s, delta=delta))(
+        stats
+    )
+    assert isinstance(out, L.TrustRegionOutput)
+    assert out.surrogate.shape == (8, 3)
+    np.testing.assert_array_equal(out.active, kg > delta)
+    assert 0 < np.sum(out.active) < out.active.size
+    np.testing.assert_allclose(out.objective, objective_fn(stats), rtol=1e-6)
+    np.testing.assert_allclose(out.kl, kl_fn(stats), rtol=1e-6)
+    grads = jax.jit(
+        jax.grad(
+            lambda s: jnp.sum(
+                L.trust_region_surrogate(objective_fn, kl_fn, s, delta=delta).surrogate
+            )
+        )
+    )(stats)
+    z = ref.trust_region_projection(g, k, delta)
+    np.testing.assert_allclose(grads, -z, rtol=1e-4, atol=1e-5)
+    # The reported objective and KL are diagnostics: no gradient.
+    for field in ("objective", "kl"):
+      gz = jax.jit(
+          jax.grad(
+              lambda s: jnp.sum(
+                  getattr(L.trust_region_surrogate(objective_fn, kl_fn, s, delta=delta), field)
+              )
+          )
+      )(stats)
+      np.testing.assert_array_equal(gz, 0.0)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_acer_trust_region_policy_loss_forward(self):
+    x = _tr_inputs(3)
+    out = self.variant(_tr_loss)(x["logits"], x, 0.5, 10.0)
+    f = ref.softmax(x["logits"])
+    obj, _ = ref.acer_policy_objective(f, x["mu"], x["a"], x["q"], x["q_ret"], 10.0)
+    np.testing.assert_allclose(out.objective, obj, rtol=1e-4, atol=1e-4)
+    assert out.surrogate.shape == (8, 3) and out.active.dtype == jnp.bool_
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_acer_value_loss(self):
+    rng = np.random.default_rng(0)
+    q = rng.normal(size=(8, 3, 4)).astype(np.float32)
+    a = rng.integers(0, 4, size=(8, 3)).astype(np.int32)
+    q_ret = rng.normal(size=(8, 3)).astype(np.float32)
+    out = self.variant(L.acer_value_loss)(q, a, q_ret)
+    q_a = np.take_along_axis(q, a[..., None], -1)[..., 0]
+    np.testing.assert_allclose(out, 0.5 * (q_ret - q_a) ** 2, rtol=1e-6)
+    g_q, g_ret = jax.jit(
+        jax.grad(lambda q, r: jnp.sum(L.acer_value_loss(q, a, r)), argnums=(0, 1))
+    )(q, q_ret)
+    np.testing.assert_allclose(g_q, -(q_ret - q_a)[..., None] * np.eye(4)[a], rtol=1e-6, atol=1e-7)
+    np.testing.assert_array_equal(g_ret, 0.0)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_acer_continuous_targets_hand_case(self):
+    x = dict(
+        q_a_t=np.array([1.0, 2.0], np.float32),
+        v_t=np.array([0.5, 3.0], np.float32),
+        r_t=np.array([1.0, 1.0], np.float32),
+        discount_t=np.array([0.9, 0.9], np.float32),
+        log_rho_t=np.log(np.array([0.25, 1.0], np.float32)),
+        mask=None,
+    )
+    out = self.variant(functools.partial(_continuous, action_dim=2))(x)
+    assert isinstance(out, L.AcerContinuousTargets)
+    last = 1.0 + 0.9 * 3.0
+    # c_ret = min(1, 0.25^(1/2)) = 0.5; c_opc = 1.
+    np.testing.assert_allclose(out.q_ret, [1.0 + 0.9 * (0.5 + 0.5 * (last - 1.0)), last], rtol=1e-6)
+    np.testing.assert_allclose(out.q_opc, [1.0 + 0.9 * (0.5 + (last - 1.0)), last], rtol=1e-6)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_acer_continuous_targets_fixed_shapes(self):
+    for action_dim in [1, 3]:
+      fn = self.variant(functools.partial(_continuous, action_dim=action_dim))
+      for i, shape in enumerate([(8, 3)]):  # other shapes: hypothesis, jitted
+        x = _continuous_inputs(i, shape[0], shape[1:])
+        out = fn(x)
+        q_ret, q_opc = _np_continuous(x, action_dim)
+        np.testing.assert_allclose(out.q_ret, q_ret, rtol=RTOL, atol=ATOL)
+        np.testing.assert_allclose(out.q_opc, q_opc, rtol=RTOL, atol=ATOL)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_sdn_q_value(self):
+    out = self.variant(L.sdn_q_value)(
+        jnp.array([1.0, 0.0]), jnp.array([2.0, -1.0]), jnp.array([[1.0, 3.0], [0.5, 0.5]])
+    )
+    np.testing.assert_allclose(out, [1.0, -1.5], rtol=1e-6)
+    rng = np.random.default_rng(0)
+    v, adv = rng.normal(size=(8, 3)), rng.normal(size=(8, 3))
+    samples = rng.normal(size=(8, 3, 5))
+    out = self.variant(L.sdn_q_value)(*(np.float32(a) for a in (v, adv, samples)))
+    np.testing.assert_allclose(out, v + adv - samples.mean(-1), rtol=1e-5, atol=1e-6)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.product(clip_c=[0.5, 2.0, 10.0])
+  def test_acer_continuous_policy_objective(self, clip_c):
+    x = _cp_inputs(int(clip_c * 10))
+    obj = self.variant(_cp_objective)(x, clip_c)
+    exp_obj, g_a, g_s = ref.acer_continuous_policy_objective(
+        *(x[k] for k in _CP_ARGS), clip_c=clip_c
+    )
+    np.testing.assert_allclose(obj, exp_obj, rtol=1e-5, atol=1e-5)
+    grads = jax.jit(jax.grad(lambda x: jnp.sum(_cp_objective(x, clip_c))))(x)
+    np.testing.assert_allclose(grads["log_pi_a"], g_a, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(grads["log_pi_sample"], g_s, rtol=1e-5, atol=1e-6)
+    for k in ("log_rho_a", "log_rho_sample", "q_opc", "q_sample", "v"):
+      np.testing.assert_array_equal(grads[k], 0.0, err_msg=k)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_acer_continuous_value_losses(self):
+    rng = np.random.default_rng(1)
+    args = [rng.normal(size=(8, 3)).astype(np.float32) for _ in range(4)]
+    args[3] = (2.0 * args[3]).astype(np.float32)  # log_rho_a
+    out = self.variant(L.acer_continuous_value_losses)(*args)
+    exp, g_q, g_v = ref.acer_continuous_value_losses(*args)
+    np.testing.assert_allclose(out, exp, rtol=1e-5, atol=1e-6)
+    grads = jax.jit(
+        jax.grad(lambda *a: jnp.sum(L.acer_continuous_value_losses(*a)), argnums=(0, 1, 2, 3))
+    )(*args)
+    np.testing.assert_allclose(grads[0], g_q, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(grads[1], g_v, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(grads[2], 0.0)  # Q^ret is a target
+    np.testing.assert_array_equal(grads[3], 0.0)  # the ratio is a constant
+
+
+class AcerBadInputTest(chex.TestCase):
+  """Tests run eagerly and jitted: `self.variant` is chex's with_jit or without_jit."""
+
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.parameters(*[b[1:] for b in _BAD])
+  def test_bad_input_names_the_argument(self, call, exc, name):
+    with pytest.raises(exc, match=f"`{name}`"):
+      self.variant(call)()

@@ -5,11 +5,14 @@ via hypothesis), and the numerical edge cases the log-space formulation
 exists for: logits differing by 1e4, -inf logits (illegal actions), finite
 gradients everywhere.
 
-Forward values run both eagerly and jitted (`maybe_jit`); gradients and the
+Forward values run both eagerly and jitted (chex variants: `self.variant` in
+`DistributionsVariantsTest` and `BadInputTest`); gradients and the
 hypothesis properties run jitted (eager dispatch would recompile each small op
 per new shape for no extra coverage).
 """
 
+from absl.testing import parameterized
+import chex
 from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -32,11 +35,6 @@ FEW = settings(max_examples=6)
 MAX_LOG32 = float(np.log(np.finfo(np.float32).max)) - 1.0
 
 
-@pytest.fixture(params=[False, True], ids=["eager", "jit"], scope="module")
-def maybe_jit(request):
-  return jax.jit if request.param else (lambda f: f)
-
-
 def _logits(rng, shape, n_actions, scale=2.0):
   return (scale * rng.normal(size=shape + (n_actions,))).astype(np.float32)
 
@@ -44,15 +42,6 @@ def _logits(rng, shape, n_actions, scale=2.0):
 # -----------------------------------------------------------------------------
 # categorical_log_prob
 # -----------------------------------------------------------------------------
-
-
-def test_categorical_log_prob_hand_case(maybe_jit):
-  logits = jnp.array([[0.0, np.log(3.0)], [1.0, 1.0], [0.0, -jnp.inf]])
-  actions = jnp.array([1, 0, 0])
-  out = maybe_jit(L.categorical_log_prob)(logits, actions)
-  np.testing.assert_allclose(out, np.log([0.75, 0.5, 1.0]), rtol=1e-6, atol=1e-7)
-  out_inf = L.categorical_log_prob(logits[2:], jnp.array([1]))
-  assert np.isneginf(out_inf[0])
 
 
 @FEW
@@ -72,16 +61,6 @@ def test_categorical_log_prob_matches_numpy(shape, seed, n_actions):
 # -----------------------------------------------------------------------------
 
 
-def test_categorical_importance_ratios_hand_case(maybe_jit):
-  pi_logits = jnp.log(jnp.array([[0.5, 0.25, 0.25], [0.1, 0.6, 0.3]]))
-  mu_logits = jnp.log(jnp.array([[0.25, 0.25, 0.5], [0.2, 0.2, 0.6]]))
-  actions = jnp.array([0, 2])
-  out = maybe_jit(L.categorical_importance_ratios)(pi_logits, mu_logits, actions)
-  assert isinstance(out, L.ImportanceRatios)
-  np.testing.assert_allclose(out.rho, [2.0, 0.5], rtol=1e-5)
-  np.testing.assert_allclose(out.log_rho, np.log([2.0, 0.5]), rtol=1e-5)
-
-
 @FEW
 @given(shape=SHAPES, seed=SEEDS, n_actions=st.integers(1, 5))
 def test_categorical_importance_ratios_match_numpy(shape, seed, n_actions):
@@ -94,40 +73,6 @@ def test_categorical_importance_ratios_match_numpy(shape, seed, n_actions):
   assert out.rho.shape == shape and out.log_rho.shape == shape
   np.testing.assert_allclose(out.log_rho, log_rho, rtol=1e-5, atol=1e-5)
   np.testing.assert_allclose(out.rho, np.exp(log_rho), rtol=1e-4)
-
-
-def test_importance_ratios_finite_for_logits_differing_by_1e4(maybe_jit):
-  pi = jnp.array([[0.0, 1e4], [1e4, 0.0], [0.0, 1e4], [5e3, -5e3]])
-  mu = jnp.array([[1e4, 0.0], [0.0, 1e4], [0.0, 1e4], [-5e3, 5e3]])
-  actions = jnp.array([1, 1, 1, 0])
-  out = maybe_jit(L.categorical_importance_ratios)(pi, mu, actions)
-  assert np.all(np.isfinite(out.rho)) and np.all(np.isfinite(out.log_rho))
-  # True log-ratios: +1e4, -1e4, 0, +1e4: clamped to the finite range.
-  np.testing.assert_allclose(out.log_rho, [MAX_LOG32, -MAX_LOG32, 0.0, MAX_LOG32], rtol=1e-6)
-  np.testing.assert_allclose(
-      out.rho, np.exp(np.asarray(out.log_rho, np.float64)), rtol=1e-5, atol=1e-37
-  )  # subnormals may flush
-  assert out.rho[0] > 1e37 and out.rho[1] < 1e-37 and out.rho[2] == 1.0
-  # Products with clip thresholds stay finite.
-  assert np.isfinite(np.float32(out.rho[0]) * np.float32(2.0))
-
-
-def test_importance_ratios_minus_inf_under_pi_gives_zero(maybe_jit):
-  pi = jnp.array([[0.0, -jnp.inf, 1.0], [0.0, -jnp.inf, 1.0]])
-  mu = jnp.array([[0.0, 0.0, 0.0], [0.0, -jnp.inf, 1.0]])
-  actions = jnp.array([1, 1])
-  out = maybe_jit(L.categorical_importance_ratios)(pi, mu, actions)
-  # Impossible under pi only: rho = 0; impossible under both: log_rho = 0.
-  np.testing.assert_array_equal(out.rho, [0.0, 1.0])
-  assert np.all(np.isfinite(out.log_rho)) and out.log_rho[1] == 0.0
-
-  def total_rho(pi, mu):
-    return jnp.sum(L.categorical_importance_ratios(pi, mu, actions, stop_gradient=False).rho)
-
-  g_pi, g_mu = jax.jit(jax.grad(total_rho, argnums=(0, 1)))(pi, mu)
-  finite = np.isfinite(np.asarray(pi))
-  assert np.all(np.isfinite(np.asarray(g_pi)[finite]))
-  assert np.all(np.isfinite(np.asarray(g_mu)[np.isfinite(np.asarray(mu))]))
 
 
 def test_importance_ratios_minus_inf_under_mu_only_is_finite():
@@ -173,21 +118,6 @@ def test_importance_ratios_from_log_probs_match_numpy(shape, seed):
 # -----------------------------------------------------------------------------
 
 
-def test_categorical_entropy_hand_cases(maybe_jit):
-  logits = jnp.array(
-      [
-          [0.0, 0.0, 0.0, 0.0],
-          [0.0, -jnp.inf, 0.0, -jnp.inf],
-          [100.0, 0.0, 0.0, 0.0],
-          [np.log(0.5), np.log(0.25), np.log(0.25), -jnp.inf],
-      ]
-  )
-  out = maybe_jit(L.categorical_entropy)(logits)
-  np.testing.assert_allclose(
-      out, [np.log(4), np.log(2), 0.0, 1.5 * np.log(2)], rtol=1e-5, atol=1e-6
-  )
-
-
 def test_categorical_entropy_gradient_finite_with_minus_inf():
   logits = jnp.array([[0.3, -jnp.inf, 1.0, -jnp.inf], [2.0, 0.0, -1.0, 0.5]])
   g = jax.jit(jax.grad(lambda lg: jnp.sum(L.categorical_entropy(lg))))(logits)
@@ -219,17 +149,6 @@ def test_categorical_entropy_and_kl_match_numpy(shape, seed, n_actions):
   assert np.all(np.asarray(ent) <= np.log(n_actions) + 1e-5)
 
 
-def test_categorical_kl_hand_case(maybe_jit):
-  p = jnp.log(jnp.array([[0.5, 0.5], [1.0, 0.0]]))
-  q = jnp.log(jnp.array([[0.25, 0.75], [0.5, 0.5]]))
-  out = maybe_jit(L.categorical_kl)(p, q)
-  np.testing.assert_allclose(
-      out, [0.5 * np.log(2) + 0.5 * np.log(0.5 / 0.75), np.log(2)], rtol=1e-5
-  )
-  g = jax.jit(jax.grad(lambda p, q: jnp.sum(L.categorical_kl(p, q)), argnums=(0, 1)))(p, q)
-  assert all(np.all(np.isfinite(np.asarray(x)[np.isfinite(np.asarray(p))])) for x in g)
-
-
 # -----------------------------------------------------------------------------
 # Gaussians
 # -----------------------------------------------------------------------------
@@ -255,27 +174,6 @@ def test_gaussian_log_prob_and_entropy_match_scipy(shape, seed, dim):
   np.testing.assert_allclose(
       ent, scipy.stats.norm.entropy(0.0, np.exp(log_std)).sum(-1), rtol=1e-5, atol=1e-5
   )
-
-
-def test_gaussian_log_prob_broadcast_log_std(maybe_jit):
-  rng = np.random.default_rng(2)
-  mean = rng.normal(size=(8, 3, 2)).astype(np.float32)
-  actions = rng.normal(size=(8, 3, 2)).astype(np.float32)
-  log_std = np.array([-0.5, 0.3], np.float32)
-  out = maybe_jit(L.gaussian_log_prob)(mean, log_std, actions)
-  full = maybe_jit(L.gaussian_log_prob)(mean, np.broadcast_to(log_std, mean.shape), actions)
-  np.testing.assert_allclose(out, full, rtol=1e-6)
-  np.testing.assert_allclose(
-      out, scipy.stats.norm.logpdf(actions, mean, np.exp(log_std)).sum(-1), rtol=1e-5
-  )
-  # Gradients: d/dmean = (a - m) / s^2; d/dlog_std = z^2 - 1.
-  g_mean, g_log_std = jax.jit(
-      jax.grad(lambda m, s: jnp.sum(L.gaussian_log_prob(m, s, actions)), argnums=(0, 1))
-  )(mean, log_std)
-  var = np.exp(2.0 * log_std.astype(np.float64))
-  np.testing.assert_allclose(g_mean, (actions - mean) / var, rtol=1e-5, atol=1e-5)
-  z2 = (actions - mean.astype(np.float64)) ** 2 / var
-  np.testing.assert_allclose(g_log_std, np.sum(z2 - 1.0, axis=(0, 1)), rtol=1e-4)
 
 
 @FEW
@@ -355,15 +253,16 @@ _BAD = [
 ]
 
 
-@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
-@pytest.mark.parametrize(
-    "fn,args,exc,name",
-    _BAD,
-    ids=[f"{f.__name__}-{n}-{e.__name__}-{i}" for i, (f, _, e, n) in enumerate(_BAD)],
-)
-def test_bad_input_names_the_argument(jit, fn, args, exc, name):
-  with pytest.raises(exc, match=f"`{name}`"):
-    (jax.jit(fn) if jit else fn)(*args)
+class BadInputTest(chex.TestCase):
+
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.named_parameters(
+      (f"_{f.__name__}_{n}_{e.__name__}_{i}", f, args, e, n)
+      for i, (f, args, e, n) in enumerate(_BAD)
+  )
+  def test_bad_input_names_the_argument(self, fn, args, exc, name):
+    with pytest.raises(exc, match=f"`{name}`"):
+      self.variant(fn)(*args)
 
 
 def _on_policy_log_probs(n=4096, n_actions=6, seed=0):
@@ -377,15 +276,6 @@ def _on_policy_log_probs(n=4096, n_actions=6, seed=0):
   return log_pi, log_mu
 
 
-def test_exceeds_threshold_is_false_on_on_policy_ratios(maybe_jit):
-  log_pi, log_mu = _on_policy_log_probs()
-  rho = L.importance_ratios_from_log_probs(log_pi, log_mu).rho
-  assert float(jnp.max(jnp.abs(rho - 1.0))) < 1e-5
-  # The float noise the tolerance is for: a plain comparison counts part of these.
-  assert int(jnp.sum(rho > 1.0)) > 0
-  assert not bool(jnp.any(maybe_jit(L.exceeds_threshold)(rho, 1.0)))
-
-
 def test_on_policy_impala_loss_reports_no_clipped_ratios():
   log_pi, log_mu = _on_policy_log_probs(n=512)
   shape = log_pi.shape
@@ -395,23 +285,136 @@ def test_on_policy_impala_loss_reports_no_clipped_ratios():
   np.testing.assert_allclose(float(out.mean_rho), 1.0, rtol=1e-6)
 
 
-def test_exceeds_threshold_counts_ratios_clearly_above(maybe_jit):
-  rho = jnp.array([0.5, 1.0, 1.0 + 1e-7, 1.0 + 1e-4, 1.5, 2.0, 3.0], jnp.float32)
-  np.testing.assert_array_equal(
-      maybe_jit(L.exceeds_threshold)(rho, 1.0), [False, False, False, True, True, True, True]
-  )
-  np.testing.assert_array_equal(
-      maybe_jit(L.exceeds_threshold)(rho, 2.0), [False] * 5 + [False, True]
-  )
-  # rtol=0 is the plain comparison.
-  assert bool(L.exceeds_threshold(jnp.float32(1.0 + 1e-7), 1.0, rtol=0.0))
-  log_pi = jnp.log(jnp.array([0.9, 0.5, 0.2, 0.2]))
-  log_mu = jnp.log(jnp.array([0.3, 0.5, 0.2, 0.4]))  # rho = [3, 1, 1, 0.5]
-  zeros, ones = jnp.zeros(4), jnp.ones(4)
-  out = L.impala_loss(zeros, zeros, ones, 0.9 * ones, log_pi, log_mu, zeros)
-  assert float(out.clipped_rho_fraction) == 0.25
-
-
 def test_exceeds_threshold_rejects_negative_rtol():
   with pytest.raises(ValueError, match="rtol"):
     L.exceeds_threshold(jnp.ones(3), 1.0, rtol=-1e-5)
+
+
+class DistributionsVariantsTest(chex.TestCase):
+  """Tests run eagerly and jitted: `self.variant` is chex's with_jit or without_jit."""
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_categorical_log_prob_hand_case(self):
+    logits = jnp.array([[0.0, np.log(3.0)], [1.0, 1.0], [0.0, -jnp.inf]])
+    actions = jnp.array([1, 0, 0])
+    out = self.variant(L.categorical_log_prob)(logits, actions)
+    np.testing.assert_allclose(out, np.log([0.75, 0.5, 1.0]), rtol=1e-6, atol=1e-7)
+    out_inf = L.categorical_log_prob(logits[2:], jnp.array([1]))
+    assert np.isneginf(out_inf[0])
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_categorical_importance_ratios_hand_case(self):
+    pi_logits = jnp.log(jnp.array([[0.5, 0.25, 0.25], [0.1, 0.6, 0.3]]))
+    mu_logits = jnp.log(jnp.array([[0.25, 0.25, 0.5], [0.2, 0.2, 0.6]]))
+    actions = jnp.array([0, 2])
+    out = self.variant(L.categorical_importance_ratios)(pi_logits, mu_logits, actions)
+    assert isinstance(out, L.ImportanceRatios)
+    np.testing.assert_allclose(out.rho, [2.0, 0.5], rtol=1e-5)
+    np.testing.assert_allclose(out.log_rho, np.log([2.0, 0.5]), rtol=1e-5)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_importance_ratios_finite_for_logits_differing_by_1e4(self):
+    pi = jnp.array([[0.0, 1e4], [1e4, 0.0], [0.0, 1e4], [5e3, -5e3]])
+    mu = jnp.array([[1e4, 0.0], [0.0, 1e4], [0.0, 1e4], [-5e3, 5e3]])
+    actions = jnp.array([1, 1, 1, 0])
+    out = self.variant(L.categorical_importance_ratios)(pi, mu, actions)
+    assert np.all(np.isfinite(out.rho)) and np.all(np.isfinite(out.log_rho))
+    # True log-ratios: +1e4, -1e4, 0, +1e4: clamped to the finite range.
+    np.testing.assert_allclose(out.log_rho, [MAX_LOG32, -MAX_LOG32, 0.0, MAX_LOG32], rtol=1e-6)
+    np.testing.assert_allclose(
+        out.rho, np.exp(np.asarray(out.log_rho, np.float64)), rtol=1e-5, atol=1e-37
+    )  # subnormals may flush
+    assert out.rho[0] > 1e37 and out.rho[1] < 1e-37 and out.rho[2] == 1.0
+    # Products with clip thresholds stay finite.
+    assert np.isfinite(np.float32(out.rho[0]) * np.float32(2.0))
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_importance_ratios_minus_inf_under_pi_gives_zero(self):
+    pi = jnp.array([[0.0, -jnp.inf, 1.0], [0.0, -jnp.inf, 1.0]])
+    mu = jnp.array([[0.0, 0.0, 0.0], [0.0, -jnp.inf, 1.0]])
+    actions = jnp.array([1, 1])
+    out = self.variant(L.categorical_importance_ratios)(pi, mu, actions)
+    # Impossible under pi only: rho = 0; impossible under both: log_rho = 0.
+    np.testing.assert_array_equal(out.rho, [0.0, 1.0])
+    assert np.all(np.isfinite(out.log_rho)) and out.log_rho[1] == 0.0
+
+    def total_rho(pi, mu):
+      return jnp.sum(L.categorical_importance_ratios(pi, mu, actions, stop_gradient=False).rho)
+
+    g_pi, g_mu = jax.jit(jax.grad(total_rho, argnums=(0, 1)))(pi, mu)
+    finite = np.isfinite(np.asarray(pi))
+    assert np.all(np.isfinite(np.asarray(g_pi)[finite]))
+    assert np.all(np.isfinite(np.asarray(g_mu)[np.isfinite(np.asarray(mu))]))
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_categorical_entropy_hand_cases(self):
+    logits = jnp.array(
+        [
+            [0.0, 0.0, 0.0, 0.0],
+            [0.0, -jnp.inf, 0.0, -jnp.inf],
+            [100.0, 0.0, 0.0, 0.0],
+            [np.log(0.5), np.log(0.25), np.log(0.25), -jnp.inf],
+        ]
+    )
+    out = self.variant(L.categorical_entropy)(logits)
+    np.testing.assert_allclose(
+        out, [np.log(4), np.log(2), 0.0, 1.5 * np.log(2)], rtol=1e-5, atol=1e-6
+    )
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_categorical_kl_hand_case(self):
+    p = jnp.log(jnp.array([[0.5, 0.5], [1.0, 0.0]]))
+    q = jnp.log(jnp.array([[0.25, 0.75], [0.5, 0.5]]))
+    out = self.variant(L.categorical_kl)(p, q)
+    np.testing.assert_allclose(
+        out, [0.5 * np.log(2) + 0.5 * np.log(0.5 / 0.75), np.log(2)], rtol=1e-5
+    )
+    g = jax.jit(jax.grad(lambda p, q: jnp.sum(L.categorical_kl(p, q)), argnums=(0, 1)))(p, q)
+    assert all(np.all(np.isfinite(np.asarray(x)[np.isfinite(np.asarray(p))])) for x in g)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_gaussian_log_prob_broadcast_log_std(self):
+    rng = np.random.default_rng(2)
+    mean = rng.normal(size=(8, 3, 2)).astype(np.float32)
+    actions = rng.normal(size=(8, 3, 2)).astype(np.float32)
+    log_std = np.array([-0.5, 0.3], np.float32)
+    out = self.variant(L.gaussian_log_prob)(mean, log_std, actions)
+    full = self.variant(L.gaussian_log_prob)(mean, np.broadcast_to(log_std, mean.shape), actions)
+    np.testing.assert_allclose(out, full, rtol=1e-6)
+    np.testing.assert_allclose(
+        out, scipy.stats.norm.logpdf(actions, mean, np.exp(log_std)).sum(-1), rtol=1e-5
+    )
+    # Gradients: d/dmean = (a - m) / s^2; d/dlog_std = z^2 - 1.
+    g_mean, g_log_std = jax.jit(
+        jax.grad(lambda m, s: jnp.sum(L.gaussian_log_prob(m, s, actions)), argnums=(0, 1))
+    )(mean, log_std)
+    var = np.exp(2.0 * log_std.astype(np.float64))
+    np.testing.assert_allclose(g_mean, (actions - mean) / var, rtol=1e-5, atol=1e-5)
+    z2 = (actions - mean.astype(np.float64)) ** 2 / var
+    np.testing.assert_allclose(g_log_std, np.sum(z2 - 1.0, axis=(0, 1)), rtol=1e-4)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_exceeds_threshold_is_false_on_on_policy_ratios(self):
+    log_pi, log_mu = _on_policy_log_probs()
+    rho = L.importance_ratios_from_log_probs(log_pi, log_mu).rho
+    assert float(jnp.max(jnp.abs(rho - 1.0))) < 1e-5
+    # The float noise the tolerance is for: a plain comparison counts part of these.
+    assert int(jnp.sum(rho > 1.0)) > 0
+    assert not bool(jnp.any(self.variant(L.exceeds_threshold)(rho, 1.0)))
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_exceeds_threshold_counts_ratios_clearly_above(self):
+    rho = jnp.array([0.5, 1.0, 1.0 + 1e-7, 1.0 + 1e-4, 1.5, 2.0, 3.0], jnp.float32)
+    np.testing.assert_array_equal(
+        self.variant(L.exceeds_threshold)(rho, 1.0), [False, False, False, True, True, True, True]
+    )
+    np.testing.assert_array_equal(
+        self.variant(L.exceeds_threshold)(rho, 2.0), [False] * 5 + [False, True]
+    )
+    # rtol=0 is the plain comparison.
+    assert bool(L.exceeds_threshold(jnp.float32(1.0 + 1e-7), 1.0, rtol=0.0))
+    log_pi = jnp.log(jnp.array([0.9, 0.5, 0.2, 0.2]))
+    log_mu = jnp.log(jnp.array([0.3, 0.5, 0.2, 0.4]))  # rho = [3, 1, 1, 0.5]
+    zeros, ones = jnp.zeros(4), jnp.ones(4)
+    out = L.impala_loss(zeros, zeros, ones, 0.9 * ones, log_pi, log_mu, zeros)
+    assert float(out.clipped_rho_fraction) == 0.25

@@ -7,12 +7,14 @@ junctions and step weights; gradients against the closed forms
 d loss / d H = -w_e w / sum w, nothing into targets); identities (pi = mu is
 the on-policy advantage, splitting at junctions, [T] / [T, B] / vmap).
 
-Forward values run eagerly and jitted (`maybe_jit`) on fixed shapes;
+Forward values run eagerly and jitted (chex variants, `self.variant`) on fixed shapes;
 gradients and the hypothesis properties run jitted.
 """
 
 import functools
 
+from absl.testing import parameterized
+import chex
 from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -39,11 +41,6 @@ DEFAULT_HP = dict(
     clip_c_threshold=1.0,
     clip_pg_rho_threshold=1.0,
 )
-
-
-@pytest.fixture(params=[False, True], ids=["eager", "jit"], scope="module")
-def maybe_jit(request):
-  return jax.jit if request.param else (lambda f: f)
 
 
 def _inputs(seed, t, batch=(), *, garble=True, weights=False):
@@ -119,65 +116,6 @@ def _assert_matches(out, expected, rtol=RTOL, atol=ATOL):
 # -----------------------------------------------------------------------------
 
 
-def test_impala_loss_hand_case(maybe_jit):
-  half = np.log(0.5)
-  out = maybe_jit(L.impala_loss)(
-      jnp.array([1.0, 2.0]),
-      jnp.array([2.0, 3.0]),
-      jnp.array([1.0, 1.0]),
-      jnp.array([0.5, 0.5]),
-      jnp.array([half, half]),
-      jnp.array([half, half]),
-      jnp.array([0.6, 0.4]),
-  )
-  # rho = 1: err_1 = 1 + 1.5 - 2 = 0.5; err_0 = (1 + 1 - 1) + 0.5 * 0.5 = 1.25
-  # q_0 = 1 + 0.5 * vs_1 = 2.25, q_1 = 1 + 0.5 * 3 = 2.5: pg = [1.25, 0.5].
-  np.testing.assert_allclose(out.vtrace_errors, [1.25, 0.5], rtol=1e-6)
-  np.testing.assert_allclose(out.pg_advantage, [1.25, 0.5], rtol=1e-6)
-  np.testing.assert_allclose(out.policy_loss, 0.875 * np.log(2), rtol=1e-6)
-  np.testing.assert_allclose(out.value_loss, (1.25**2 + 0.5**2) / 2, rtol=1e-6)
-  np.testing.assert_allclose(out.entropy, 0.5, rtol=1e-6)
-  np.testing.assert_allclose(out.loss, 0.875 * np.log(2) + 0.5 * 0.90625 - 0.01 * 0.5, rtol=1e-6)
-  np.testing.assert_allclose(out.mean_rho, 1.0, rtol=1e-6)
-  np.testing.assert_allclose(out.clipped_rho_fraction, 0.0)
-
-
-def test_impala_loss_hand_case_with_mask_and_weights(maybe_jit):
-  # Step 1 is masked: step 0 bootstraps from v_t[0]; step 2 stands alone.
-  v_tm1, v_t = jnp.array([1.0, 9.0, 0.0]), jnp.array([2.0, 9.0, 1.0])
-  r, d = jnp.array([1.0, 9.0, 0.5]), jnp.array([0.5, 9.0, 1.0])
-  log_pi = jnp.log(jnp.array([0.5, 0.9, 0.2]))
-  log_mu = jnp.log(jnp.array([0.25, 0.1, 0.4]))  # rho = [2, (9), 0.5]
-  ent = jnp.array([1.0, 9.0, 2.0])
-  mask = jnp.array([True, False, True])
-  weights = jnp.array([1.0, 5.0, 3.0])
-  out = maybe_jit(
-      lambda *a: L.impala_loss(
-          *a,
-          mask=mask,
-          weights=weights,
-          value_weight=1.0,
-          entropy_weight=0.1,
-          clip_rho_threshold=1.5,
-          clip_pg_rho_threshold=0.9,
-      )
-  )(v_tm1, v_t, r, d, log_pi, log_mu, ent)
-  err = [1.5 * (1 + 0.5 * 2 - 1), 0.0, 0.5 * (0.5 + 1.0 * 1 - 0)]
-  pg = [0.9 * (2.0 - 1.0), 0.0, 0.5 * (1.5 - 0.0)]
-  np.testing.assert_allclose(out.vtrace_errors, err, rtol=1e-6)
-  np.testing.assert_allclose(out.pg_advantage, pg, rtol=1e-6)
-  w = np.array([1.0, 0.0, 3.0])
-  policy = np.sum(w * -np.array(pg) * np.log([0.5, 0.9, 0.2])) / 4
-  value = np.sum(w * np.square(err)) / 4
-  entropy = (1.0 + 6.0) / 4
-  np.testing.assert_allclose(out.policy_loss, policy, rtol=1e-6)
-  np.testing.assert_allclose(out.value_loss, value, rtol=1e-6)
-  np.testing.assert_allclose(out.entropy, entropy, rtol=1e-6)
-  np.testing.assert_allclose(out.loss, policy + value - 0.1 * entropy, rtol=1e-6)
-  np.testing.assert_allclose(out.mean_rho, (2.0 + 1.5) / 4, rtol=1e-6)
-  np.testing.assert_allclose(out.clipped_rho_fraction, 0.25, rtol=1e-6)
-
-
 # -----------------------------------------------------------------------------
 # NumPy reference
 # -----------------------------------------------------------------------------
@@ -211,16 +149,6 @@ def test_impala_loss_matches_numpy_reference(
   assert out.pg_advantage.shape == (t,) + batch
   assert out.loss.shape == ()
   _assert_matches(out, _np_reference(x, hp, surrogate_clip=surrogate_clip))
-
-
-@pytest.mark.parametrize("method", ["scan", "associative"])
-def test_impala_loss_matches_numpy_reference_fixed_shapes(maybe_jit, method):
-  fn = maybe_jit(functools.partial(_impala, method=method))
-  for i, shape in enumerate([(8, 3)]):  # other shapes: hypothesis, jitted
-    for weights in [False, True]:
-      x = _inputs(10 * i + weights, shape[0], shape[1:], weights=weights)
-      hp = dict(DEFAULT_HP, lambda_=0.9, clip_pg_rho_threshold=2.0)
-      _assert_matches(fn(x, hp), _np_reference(x, hp))
 
 
 # -----------------------------------------------------------------------------
@@ -278,17 +206,6 @@ def test_impala_loss_finite_with_impossible_actions_at_ignored_steps():
   assert all(np.isfinite(getattr(out, k)) for k in SCALARS)
   for g in jax.jit(_loss_grads)(x, DEFAULT_HP):
     assert np.all(np.isfinite(g))
-
-
-def test_impala_loss_all_masked_is_zero_and_finite(maybe_jit):
-  x = _inputs(5, 8, (3,))
-  x["mask"] = np.zeros_like(x["mask"])
-  out = maybe_jit(_impala)(x, DEFAULT_HP)
-  for k in SCALARS:
-    assert getattr(out, k) == 0.0, k
-  np.testing.assert_array_equal(out.pg_advantage, 0.0)
-  for g in jax.jit(_loss_grads)(x, DEFAULT_HP):
-    np.testing.assert_array_equal(g, 0.0)
 
 
 # -----------------------------------------------------------------------------
@@ -394,47 +311,6 @@ def test_splitting_at_junctions_changes_nothing(method):
 # -----------------------------------------------------------------------------
 
 
-def test_clipped_surrogate_hand_case(maybe_jit):
-  # epsilon 0.2; ratios [1.5, 0.5, 1.1, 0.5] with advantages [2, 2, -1, -3].
-  log_mu = jnp.log(jnp.array([0.2, 0.4, 0.5, 0.6]))
-  log_pi = jnp.log(jnp.array([0.3, 0.2, 0.55, 0.3]))
-  adv = jnp.array([2.0, 2.0, -1.0, -3.0])
-  fn = maybe_jit(lambda lp: L.clipped_surrogate(lp, log_mu, adv, 0.2))
-  # A > 0, r above 1.2: capped at 1.2 A. A > 0, r below 0.8: r A (the min).
-  # r inside the range: r A. A < 0, r below 0.8: capped at 0.8 A.
-  np.testing.assert_allclose(fn(log_pi), [2.4, 1.0, -1.1, -2.4], rtol=1e-6)
-  grad = jax.grad(lambda lp: jnp.sum(fn(lp)))(log_pi)
-  # d(r A)/d log pi = r A where the unclipped branch is the min, 0 where the cap holds.
-  np.testing.assert_allclose(grad, [0.0, 1.0, -1.1, 0.0], rtol=1e-6)
-
-
-def test_impala_loss_surrogate_hand_case(maybe_jit):
-  # The first hand case's values, rewards and discounts, now with rho = pi / mu = [1.5, 0.5];
-  # V-trace truncates rho_0 and c_0 to rho-bar = c-bar = 1.
-  # err_1 = 0.5 * (1 + 1.5 - 2) = 0.25; err_0 = 1 * (1 + 1 - 1) + 0.5 * c_0 * err_1 with
-  # c_0 = 1: 1.125. q_0 = 1 + 0.5 * (2 + 0.25) = 2.125, q_1 = 1 + 0.5 * 3 = 2.5.
-  # A = q - v = [1.125, 0.5]; surrogate = [min(1.5, 1.2) * 1.125, 0.5 * 0.5].
-  out = maybe_jit(functools.partial(L.impala_loss, surrogate_clip=0.2))(
-      jnp.array([1.0, 2.0]),
-      jnp.array([2.0, 3.0]),
-      jnp.array([1.0, 1.0]),
-      jnp.array([0.5, 0.5]),
-      jnp.log(jnp.array([0.6, 0.2])),
-      jnp.log(jnp.array([0.4, 0.4])),
-      jnp.array([0.6, 0.4]),
-  )
-  np.testing.assert_allclose(out.vtrace_errors, [1.125, 0.25], rtol=1e-6)
-  np.testing.assert_allclose(out.policy_loss, -(1.2 * 1.125 + 0.25) / 2, rtol=1e-6)
-
-
-@pytest.mark.parametrize("epsilon", [0.1, 0.3])
-def test_impala_loss_surrogate_matches_numpy_reference_eager_and_jitted(maybe_jit, epsilon):
-  x = _inputs(21, 8, (3,), weights=True)
-  hp = dict(DEFAULT_HP, lambda_=0.9)
-  out = maybe_jit(functools.partial(_impala, surrogate_clip=epsilon))(x, hp)
-  _assert_matches(out, _np_reference(x, hp, surrogate_clip=epsilon))
-
-
 @pytest.mark.parametrize("weights", [False, True])
 def test_impala_loss_surrogate_gradients(weights):
   hp = dict(DEFAULT_HP, lambda_=0.9, value_weight=0.7, entropy_weight=0.05)
@@ -512,31 +388,6 @@ def _categorical_loss(logits, mu_logits, actions, x, hp):
   )
 
 
-def test_impala_loss_categorical_is_impala_loss_of_the_helpers(maybe_jit):
-  x, logits, mu_logits, actions = _categorical_inputs(0)
-  hp = dict(DEFAULT_HP, lambda_=0.9)
-  out = maybe_jit(_categorical_loss)(logits, mu_logits, actions, x, hp)
-  y = dict(
-      x,
-      log_pi_tm1=L.categorical_log_prob(logits, actions),
-      log_mu_tm1=L.categorical_log_prob(mu_logits, actions),
-      entropy_tm1=L.categorical_entropy(logits),
-  )
-  expected = maybe_jit(_impala)(y, hp)
-  for k in out._fields:
-    np.testing.assert_allclose(
-        getattr(out, k), getattr(expected, k), rtol=1e-6, atol=1e-6, err_msg=k
-    )
-  take = lambda lg: np.take_along_axis(ref.log_softmax(lg), actions[..., None], -1)[..., 0]
-  y = dict(
-      x,
-      log_pi_tm1=take(logits),
-      log_mu_tm1=take(mu_logits),
-      entropy_tm1=ref.categorical_entropy(logits),
-  )
-  _assert_matches(out, _np_reference(y, hp))
-
-
 def test_impala_loss_categorical_gradient_wrt_logits():
   x, logits, mu_logits, actions = _categorical_inputs(1)
   hp = dict(DEFAULT_HP, entropy_weight=0.3)
@@ -567,83 +418,9 @@ def test_impala_loss_categorical_gradient_wrt_logits():
   np.testing.assert_array_equal(np.asarray(g)[..., -1], 0.0)
 
 
-def test_impala_loss_gaussian_is_impala_loss_of_the_helpers(maybe_jit):
-  rng = np.random.default_rng(2)
-  x = _inputs(2, 8, (3,), weights=True)
-  mean = rng.normal(size=(8, 3, 2)).astype(np.float32)
-  log_std = np.array([-0.3, 0.2], np.float32)
-  actions = (mean + rng.normal(size=mean.shape)).astype(np.float32)
-  log_mu = rng.uniform(-4, -1, size=(8, 3)).astype(np.float32)
-  hp = dict(DEFAULT_HP, lambda_=0.9)
-
-  def gaussian_loss(mean, log_std):
-    return L.impala_loss_gaussian(
-        mean,
-        log_std,
-        log_mu,
-        actions,
-        x["v_tm1"],
-        x["v_t"],
-        x["r_t"],
-        x["discount_t"],
-        mask=x["mask"],
-        weights=x["weights"],
-        **hp,
-    )
-
-  out = maybe_jit(gaussian_loss)(mean, log_std)
-  full = maybe_jit(gaussian_loss)(mean, np.broadcast_to(log_std, mean.shape))
-  y = dict(
-      x,
-      log_pi_tm1=L.gaussian_log_prob(mean, log_std, actions),
-      log_mu_tm1=log_mu,
-      entropy_tm1=L.gaussian_entropy(np.broadcast_to(log_std, mean.shape)),
-  )
-  expected = maybe_jit(_impala)(y, hp)
-  for k in out._fields:
-    np.testing.assert_allclose(
-        getattr(out, k), getattr(expected, k), rtol=1e-6, atol=1e-6, err_msg=k
-    )
-    np.testing.assert_allclose(
-        getattr(full, k), getattr(expected, k), rtol=1e-6, atol=1e-6, err_msg=k
-    )
-  # d loss / d mean = grad_log_pi * (a - m) / sigma^2.
-  g_mean = jax.jit(jax.grad(lambda m: gaussian_loss(m, log_std).loss))(mean)
-  np_ref = _np_reference(
-      dict(y, log_pi_tm1=np.asarray(y["log_pi_tm1"]), entropy_tm1=np.asarray(y["entropy_tm1"])), hp
-  )
-  np.testing.assert_allclose(
-      g_mean,
-      np_ref["grad_log_pi"][..., None]
-      * (actions - mean)
-      / np.exp(2.0 * log_std.astype(np.float64)),
-      rtol=1e-4,
-      atol=1e-6,
-  )
-
-
 # -----------------------------------------------------------------------------
 # step_weights / weighted_mean
 # -----------------------------------------------------------------------------
-
-
-def test_step_weights_and_weighted_mean(maybe_jit):
-  mask = np.array([[True, False], [True, True]])
-  w = np.array([[2.0, 3.0], [0.5, 0.0]], np.float32)
-  np.testing.assert_array_equal(L.step_weights((2, 2), None, None, jnp.float32), np.ones((2, 2)))
-  np.testing.assert_array_equal(L.step_weights((2, 2), mask, None, jnp.float32), mask.astype(float))
-  sw = L.step_weights((2, 2), mask, w, jnp.float32)
-  np.testing.assert_array_equal(sw, [[2.0, 0.0], [0.5, 0.0]])
-  assert sw.dtype == jnp.float32
-  x = np.array([[1.0, 100.0], [4.0, 7.0]], np.float32)
-  np.testing.assert_allclose(maybe_jit(L.weighted_mean)(x, sw), (2.0 + 2.0) / 2.5, rtol=1e-6)
-  assert maybe_jit(L.weighted_mean)(x, np.zeros_like(x)) == 0.0
-  with pytest.raises(TypeError, match="`weights`"):
-    L.step_weights((2, 2), mask, w.astype(np.int32), jnp.float32)
-  with pytest.raises(ValueError, match="`weights`"):
-    L.step_weights((2, 2), mask, w[:1], jnp.float32)
-  with pytest.raises(TypeError, match="`mask`"):
-    L.step_weights((2, 2), w, None, jnp.float32)
 
 
 # -----------------------------------------------------------------------------
@@ -683,35 +460,255 @@ _BAD = [
 ]
 
 
-@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
-@pytest.mark.parametrize(
-    "arrays,kwargs,exc,name", _BAD, ids=[f"{b[3]}-{b[2].__name__}" for b in _BAD]
-)
-def test_impala_loss_bad_input(jit, arrays, kwargs, exc, name):
-  args = dict(_GOOD, **arrays)
-  kw = dict(kwargs)
-  mask, weights = kw.pop("mask", None), kw.pop("weights", None)
-  fn = lambda args, mask, weights: L.impala_loss(
-      *(args[k] for k in _POS), mask=mask, weights=weights, **kw
-  )
-  with pytest.raises(exc, match=f"`{name}`"):
-    (jax.jit(fn) if jit else fn)(args, mask, weights)
+class ImpalaVariantsTest(chex.TestCase):
+  """Tests run eagerly and jitted: `self.variant` is chex's with_jit or without_jit."""
 
-
-@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
-def test_impala_loss_categorical_bad_input(jit):
-  wrap = jax.jit if jit else (lambda f: f)
-  logits = np.zeros((8, 3, 4), np.float32)
-  v = np.zeros((8, 3), np.float32)
-  a = np.zeros((8, 3), np.int32)
-  with pytest.raises(ValueError, match="`mu_logits_tm1`"):
-    wrap(L.impala_loss_categorical)(logits, logits[:, :2], a, v, v, v, v)
-  # The errors name the caller's argument, `a_tm1` (before: `actions`, the helper's).
-  with pytest.raises(TypeError, match="`a_tm1`"):
-    wrap(L.impala_loss_categorical)(logits, logits, v, v, v, v, v)
-  with pytest.raises(ValueError, match="`a_tm1`"):
-    wrap(L.impala_loss_categorical)(logits, logits, a[:, :2], v, v, v, v)
-  with pytest.raises(ValueError, match="`clip_rho_threshold`"):
-    wrap(functools.partial(L.impala_loss_categorical, clip_rho_threshold=0.0))(
-        logits, logits, a, v, v, v, v
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_impala_loss_hand_case(self):
+    half = np.log(0.5)
+    out = self.variant(L.impala_loss)(
+        jnp.array([1.0, 2.0]),
+        jnp.array([2.0, 3.0]),
+        jnp.array([1.0, 1.0]),
+        jnp.array([0.5, 0.5]),
+        jnp.array([half, half]),
+        jnp.array([half, half]),
+        jnp.array([0.6, 0.4]),
     )
+    # rho = 1: err_1 = 1 + 1.5 - 2 = 0.5; err_0 = (1 + 1 - 1) + 0.5 * 0.5 = 1.25
+    # q_0 = 1 + 0.5 * vs_1 = 2.25, q_1 = 1 + 0.5 * 3 = 2.5: pg = [1.25, 0.5].
+    np.testing.assert_allclose(out.vtrace_errors, [1.25, 0.5], rtol=1e-6)
+    np.testing.assert_allclose(out.pg_advantage, [1.25, 0.5], rtol=1e-6)
+    np.testing.assert_allclose(out.policy_loss, 0.875 * np.log(2), rtol=1e-6)
+    np.testing.assert_allclose(out.value_loss, (1.25**2 + 0.5**2) / 2, rtol=1e-6)
+    np.testing.assert_allclose(out.entropy, 0.5, rtol=1e-6)
+    np.testing.assert_allclose(out.loss, 0.875 * np.log(2) + 0.5 * 0.90625 - 0.01 * 0.5, rtol=1e-6)
+    np.testing.assert_allclose(out.mean_rho, 1.0, rtol=1e-6)
+    np.testing.assert_allclose(out.clipped_rho_fraction, 0.0)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_impala_loss_hand_case_with_mask_and_weights(self):
+    v_tm1, v_t = jnp.array([1.0, 9.0, 0.0]), jnp.array([2.0, 9.0, 1.0])
+    r, d = jnp.array([1.0, 9.0, 0.5]), jnp.array([0.5, 9.0, 1.0])
+    log_pi = jnp.log(jnp.array([0.5, 0.9, 0.2]))
+    log_mu = jnp.log(jnp.array([0.25, 0.1, 0.4]))  # rho = [2, (9), 0.5]
+    ent = jnp.array([1.0, 9.0, 2.0])
+    mask = jnp.array([True, False, True])
+    weights = jnp.array([1.0, 5.0, 3.0])
+    out = self.variant(
+        lambda *a: L.impala_loss(
+            *a,
+            mask=mask,
+            weights=weights,
+            value_weight=1.0,
+            entropy_weight=0.1,
+            clip_rho_threshold=1.5,
+            clip_pg_rho_threshold=0.9,
+        )
+    )(v_tm1, v_t, r, d, log_pi, log_mu, ent)
+    err = [1.5 * (1 + 0.5 * 2 - 1), 0.0, 0.5 * (0.5 + 1.0 * 1 - 0)]
+    pg = [0.9 * (2.0 - 1.0), 0.0, 0.5 * (1.5 - 0.0)]
+    np.testing.assert_allclose(out.vtrace_errors, err, rtol=1e-6)
+    np.testing.assert_allclose(out.pg_advantage, pg, rtol=1e-6)
+    w = np.array([1.0, 0.0, 3.0])
+    policy = np.sum(w * -np.array(pg) * np.log([0.5, 0.9, 0.2])) / 4
+    value = np.sum(w * np.square(err)) / 4
+    entropy = (1.0 + 6.0) / 4
+    np.testing.assert_allclose(out.policy_loss, policy, rtol=1e-6)
+    np.testing.assert_allclose(out.value_loss, value, rtol=1e-6)
+    np.testing.assert_allclose(out.entropy, entropy, rtol=1e-6)
+    np.testing.assert_allclose(out.loss, policy + value - 0.1 * entropy, rtol=1e-6)
+    np.testing.assert_allclose(out.mean_rho, (2.0 + 1.5) / 4, rtol=1e-6)
+    np.testing.assert_allclose(out.clipped_rho_fraction, 0.25, rtol=1e-6)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.product(method=["scan", "associative"])
+  def test_impala_loss_matches_numpy_reference_fixed_shapes(self, method):
+    fn = self.variant(functools.partial(_impala, method=method))
+    for i, shape in enumerate([(8, 3)]):  # other shapes: hypothesis, jitted
+      for weights in [False, True]:
+        x = _inputs(10 * i + weights, shape[0], shape[1:], weights=weights)
+        hp = dict(DEFAULT_HP, lambda_=0.9, clip_pg_rho_threshold=2.0)
+        _assert_matches(fn(x, hp), _np_reference(x, hp))
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_impala_loss_all_masked_is_zero_and_finite(self):
+    x = _inputs(5, 8, (3,))
+    x["mask"] = np.zeros_like(x["mask"])
+    out = self.variant(_impala)(x, DEFAULT_HP)
+    for k in SCALARS:
+      assert getattr(out, k) == 0.0, k
+    np.testing.assert_array_equal(out.pg_advantage, 0.0)
+    for g in jax.jit(_loss_grads)(x, DEFAULT_HP):
+      np.testing.assert_array_equal(g, 0.0)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_clipped_surrogate_hand_case(self):
+    log_mu = jnp.log(jnp.array([0.2, 0.4, 0.5, 0.6]))
+    log_pi = jnp.log(jnp.array([0.3, 0.2, 0.55, 0.3]))
+    adv = jnp.array([2.0, 2.0, -1.0, -3.0])
+    fn = self.variant(lambda lp: L.clipped_surrogate(lp, log_mu, adv, 0.2))
+    # A > 0, r above 1.2: capped at 1.2 A. A > 0, r below 0.8: r A (the min).
+    # r inside the range: r A. A < 0, r below 0.8: capped at 0.8 A.
+    np.testing.assert_allclose(fn(log_pi), [2.4, 1.0, -1.1, -2.4], rtol=1e-6)
+    grad = jax.grad(lambda lp: jnp.sum(fn(lp)))(log_pi)
+    # d(r A)/d log pi = r A where the unclipped branch is the min, 0 where the cap holds.
+    np.testing.assert_allclose(grad, [0.0, 1.0, -1.1, 0.0], rtol=1e-6)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_impala_loss_surrogate_hand_case(self):
+    out = self.variant(functools.partial(L.impala_loss, surrogate_clip=0.2))(
+        jnp.array([1.0, 2.0]),
+        jnp.array([2.0, 3.0]),
+        jnp.array([1.0, 1.0]),
+        jnp.array([0.5, 0.5]),
+        jnp.log(jnp.array([0.6, 0.2])),
+        jnp.log(jnp.array([0.4, 0.4])),
+        jnp.array([0.6, 0.4]),
+    )
+    np.testing.assert_allclose(out.vtrace_errors, [1.125, 0.25], rtol=1e-6)
+    np.testing.assert_allclose(out.policy_loss, -(1.2 * 1.125 + 0.25) / 2, rtol=1e-6)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.product(epsilon=[0.1, 0.3])
+  def test_impala_loss_surrogate_matches_numpy_reference_eager_and_jitted(self, epsilon):
+    x = _inputs(21, 8, (3,), weights=True)
+    hp = dict(DEFAULT_HP, lambda_=0.9)
+    out = self.variant(functools.partial(_impala, surrogate_clip=epsilon))(x, hp)
+    _assert_matches(out, _np_reference(x, hp, surrogate_clip=epsilon))
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_impala_loss_categorical_is_impala_loss_of_the_helpers(self):
+    x, logits, mu_logits, actions = _categorical_inputs(0)
+    hp = dict(DEFAULT_HP, lambda_=0.9)
+    out = self.variant(_categorical_loss)(logits, mu_logits, actions, x, hp)
+    y = dict(
+        x,
+        log_pi_tm1=L.categorical_log_prob(logits, actions),
+        log_mu_tm1=L.categorical_log_prob(mu_logits, actions),
+        entropy_tm1=L.categorical_entropy(logits),
+    )
+    expected = self.variant(_impala)(y, hp)
+    for k in out._fields:
+      np.testing.assert_allclose(
+          getattr(out, k), getattr(expected, k), rtol=1e-6, atol=1e-6, err_msg=k
+      )
+    take = lambda lg: np.take_along_axis(ref.log_softmax(lg), actions[..., None], -1)[..., 0]
+    y = dict(
+        x,
+        log_pi_tm1=take(logits),
+        log_mu_tm1=take(mu_logits),
+        entropy_tm1=ref.categorical_entropy(logits),
+    )
+    _assert_matches(out, _np_reference(y, hp))
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_impala_loss_gaussian_is_impala_loss_of_the_helpers(self):
+    rng = np.random.default_rng(2)
+    x = _inputs(2, 8, (3,), weights=True)
+    mean = rng.normal(size=(8, 3, 2)).astype(np.float32)
+    log_std = np.array([-0.3, 0.2], np.float32)
+    actions = (mean + rng.normal(size=mean.shape)).astype(np.float32)
+    log_mu = rng.uniform(-4, -1, size=(8, 3)).astype(np.float32)
+    hp = dict(DEFAULT_HP, lambda_=0.9)
+
+    def gaussian_loss(mean, log_std):
+      return L.impala_loss_gaussian(
+          mean,
+          log_std,
+          log_mu,
+          actions,
+          x["v_tm1"],
+          x["v_t"],
+          x["r_t"],
+          x["discount_t"],
+          mask=x["mask"],
+          weights=x["weights"],
+          **hp,
+      )
+
+    out = self.variant(gaussian_loss)(mean, log_std)
+    full = self.variant(gaussian_loss)(mean, np.broadcast_to(log_std, mean.shape))
+    y = dict(
+        x,
+        log_pi_tm1=L.gaussian_log_prob(mean, log_std, actions),
+        log_mu_tm1=log_mu,
+        entropy_tm1=L.gaussian_entropy(np.broadcast_to(log_std, mean.shape)),
+    )
+    expected = self.variant(_impala)(y, hp)
+    for k in out._fields:
+      np.testing.assert_allclose(
+          getattr(out, k), getattr(expected, k), rtol=1e-6, atol=1e-6, err_msg=k
+      )
+      np.testing.assert_allclose(
+          getattr(full, k), getattr(expected, k), rtol=1e-6, atol=1e-6, err_msg=k
+      )
+    # d loss / d mean = grad_log_pi * (a - m) / sigma^2.
+    g_mean = jax.jit(jax.grad(lambda m: gaussian_loss(m, log_std).loss))(mean)
+    np_ref = _np_reference(
+        dict(y, log_pi_tm1=np.asarray(y["log_pi_tm1"]), entropy_tm1=np.asarray(y["entropy_tm1"])),
+        hp,
+    )
+    np.testing.assert_allclose(
+        g_mean,
+        np_ref["grad_log_pi"][..., None]
+        * (actions - mean)
+        / np.exp(2.0 * log_std.astype(np.float64)),
+        rtol=1e-4,
+        atol=1e-6,
+    )
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_step_weights_and_weighted_mean(self):
+    mask = np.array([[True, False], [True, True]])
+    w = np.array([[2.0, 3.0], [0.5, 0.0]], np.float32)
+    np.testing.assert_array_equal(L.step_weights((2, 2), None, None, jnp.float32), np.ones((2, 2)))
+    np.testing.assert_array_equal(
+        L.step_weights((2, 2), mask, None, jnp.float32), mask.astype(float)
+    )
+    sw = L.step_weights((2, 2), mask, w, jnp.float32)
+    np.testing.assert_array_equal(sw, [[2.0, 0.0], [0.5, 0.0]])
+    assert sw.dtype == jnp.float32
+    x = np.array([[1.0, 100.0], [4.0, 7.0]], np.float32)
+    np.testing.assert_allclose(self.variant(L.weighted_mean)(x, sw), (2.0 + 2.0) / 2.5, rtol=1e-6)
+    assert self.variant(L.weighted_mean)(x, np.zeros_like(x)) == 0.0
+    with pytest.raises(TypeError, match="`weights`"):
+      L.step_weights((2, 2), mask, w.astype(np.int32), jnp.float32)
+    with pytest.raises(ValueError, match="`weights`"):
+      L.step_weights((2, 2), mask, w[:1], jnp.float32)
+    with pytest.raises(TypeError, match="`mask`"):
+      L.step_weights((2, 2), w, None, jnp.float32)
+
+
+class ImpalaBadInputTest(chex.TestCase):
+  """Tests run eagerly and jitted: `self.variant` is chex's with_jit or without_jit."""
+
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.parameters(*_BAD)
+  def test_impala_loss_bad_input(self, arrays, kwargs, exc, name):
+    args = dict(_GOOD, **arrays)
+    kw = dict(kwargs)
+    mask, weights = kw.pop("mask", None), kw.pop("weights", None)
+    fn = lambda args, mask, weights: L.impala_loss(
+        *(args[k] for k in _POS), mask=mask, weights=weights, **kw
+    )
+    with pytest.raises(exc, match=f"`{name}`"):
+      self.variant(fn)(args, mask, weights)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_impala_loss_categorical_bad_input(self):
+    wrap = self.variant
+    logits = np.zeros((8, 3, 4), np.float32)
+    v = np.zeros((8, 3), np.float32)
+    a = np.zeros((8, 3), np.int32)
+    with pytest.raises(ValueError, match="`mu_logits_tm1`"):
+      wrap(L.impala_loss_categorical)(logits, logits[:, :2], a, v, v, v, v)
+    # The errors name the caller's argument, `a_tm1` (before: `actions`, the helper's).
+    with pytest.raises(TypeError, match="`a_tm1`"):
+      wrap(L.impala_loss_categorical)(logits, logits, v, v, v, v, v)
+    with pytest.raises(ValueError, match="`a_tm1`"):
+      wrap(L.impala_loss_categorical)(logits, logits, a[:, :2], v, v, v, v)
+    with pytest.raises(ValueError, match="`clip_rho_threshold`"):
+      wrap(functools.partial(L.impala_loss_categorical, clip_rho_threshold=0.0))(
+          logits, logits, a, v, v, v, v
+      )

@@ -7,14 +7,16 @@ inputs with terminations, truncations and masked junctions, and identities
 splitting at junctions changes nothing, no gradient reaches stopped targets).
 
 Dispatch: hand cases, fixed-shape reference comparisons, the extreme-value
-checks and SQIL run both eagerly and under `jax.jit` (the `maybe_jit`
-fixture). Gradients, properties over hypothesis-drawn shapes and the
+checks and SQIL run both eagerly and under `jax.jit` (chex variants,
+`self.variant`). Gradients, properties over hypothesis-drawn shapes and the
 identities run jitted: eager execution would recompile every small op for
 every new shape, for no extra coverage.
 """
 
 import functools
 
+from absl.testing import parameterized
+import chex
 from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -36,12 +38,6 @@ BATCH_STRAT = st.one_of(
 SEED_STRAT = st.integers(0, 2**31 - 1)
 FEW = settings(max_examples=6)
 SOME = settings(max_examples=4)  # the costlier properties
-
-
-@pytest.fixture(params=[False, True], ids=["eager", "jit"], scope="module")
-def maybe_jit(request):
-  """Runs a test both eagerly and under `jax.jit`."""
-  return jax.jit if request.param else (lambda f: f)
 
 
 def _soft_q_inputs(seed, t, batch, n_actions=3, *, garble=True):
@@ -85,40 +81,8 @@ def test_random_layouts_cover_every_kind_of_step():
 # -----------------------------------------------------------------------------
 
 
-def test_soft_value_hand_cases(maybe_jit):
-  q = jnp.array([[1.0, 2.0], [0.0, 0.0]])
-  v1 = maybe_jit(lambda q: L.soft_value(q, 1.0))(q)
-  np.testing.assert_allclose(v1, [np.log(np.e + np.e**2), np.log(2.0)], rtol=1e-6)
-  v_half = maybe_jit(lambda q: L.soft_value(q, 0.5))(q)
-  np.testing.assert_allclose(
-      v_half, [0.5 * np.log(np.e**2 + np.e**4), 0.5 * np.log(2.0)], rtol=1e-6
-  )
-  assert v1.shape == (2,)
-
-
 def _soft_value_sum(q, alpha):
   return jnp.sum(L.soft_value(q, alpha))
-
-
-@pytest.mark.parametrize("scale", [1.0, 1e2, 1e4])
-def test_soft_value_finite_and_bounded_for_extreme_inputs(maybe_jit, scale):
-  rng = np.random.default_rng(0)
-  q = (scale * rng.uniform(-1, 1, size=(5, 4))).astype(np.float32)
-  q[0] = [scale, -scale, scale, -scale]  # exact ties at the extremes
-  value_fn = maybe_jit(L.soft_value)
-  grad_fn = jax.jit(jax.grad(_soft_value_sum))
-  for alpha in [1e-4, 1e-3, 1e-2, 1.0, 100.0]:
-    v = np.asarray(value_fn(q, alpha), np.float64)
-    assert np.all(np.isfinite(v))
-    q_max = q.max(-1).astype(np.float64)
-    # max Q <= V <= max Q + alpha log A (up to float32 rounding of q/alpha).
-    tol = 1e-6 * scale + 1e-6 * alpha * 4
-    assert np.all(v >= q_max - tol)
-    assert np.all(v <= q_max + alpha * np.log(4) + tol)
-    np.testing.assert_allclose(v, ref.soft_value(q, alpha), rtol=1e-5, atol=tol)
-    grad = grad_fn(q, alpha)
-    assert np.all(np.isfinite(grad))
-    np.testing.assert_allclose(grad, ref.softmax(q.astype(np.float64) / alpha), atol=1e-5)
 
 
 def test_soft_value_gradient_is_the_boltzmann_policy():
@@ -156,20 +120,6 @@ def test_soft_value_tends_to_hard_max():
   np.testing.assert_allclose(L.soft_value(q, 1e-4), [3.0, 0.0], atol=2e-4)
 
 
-def test_soft_value_ignores_minus_inf(maybe_jit):
-  q = jnp.array([[1.0, -jnp.inf, 2.0], [-jnp.inf, 0.5, -jnp.inf]])
-  v = maybe_jit(lambda q: L.soft_value(q, 0.7))(q)
-  np.testing.assert_allclose(v, [0.7 * np.log(np.exp(1 / 0.7) + np.exp(2 / 0.7)), 0.5], rtol=1e-6)
-  grad = jax.jit(jax.grad(lambda q: jnp.sum(L.soft_value(q, 0.7))))(q)
-  assert np.all(np.isfinite(grad))
-  np.testing.assert_array_equal(np.asarray(grad)[[0, 1, 1], [1, 0, 2]], 0.0)
-  np.testing.assert_allclose(np.sum(grad, -1), 1.0, rtol=1e-6)
-  all_inf = L.soft_value(jnp.full((2,), -jnp.inf), 1.0)
-  assert np.isneginf(all_inf)
-  pol = L.soft_policy(q, 0.7)
-  np.testing.assert_array_equal(np.asarray(pol)[[0, 1, 1], [1, 0, 2]], 0.0)
-
-
 def test_soft_value_per_state_alpha():
   q = jnp.array([[1.0, 2.0], [3.0, -1.0]])
   alpha = jnp.array([0.5, 2.0])
@@ -199,35 +149,6 @@ _Q = np.array([[0.0, 1.0], [2.0, 2.0], [-1.0, 1.0], [0.5, 0.0]], np.float32)
 
 def _v(row, alpha=1.0):
   return alpha * np.log(np.sum(np.exp(np.asarray(row, np.float64) / alpha)))
-
-
-@pytest.mark.parametrize("method", ["scan", "associative"])
-def test_soft_q_targets_hand_lambda_0(maybe_jit, method):
-  fn = maybe_jit(lambda r, d, q: L.soft_q_targets(r, d, q, alpha=1.0, method=method))
-  expected = [_R[s] + _D[s] * _v(_Q[s]) for s in range(4)]
-  np.testing.assert_allclose(fn(_R, _D, _Q), expected, rtol=1e-6)
-
-
-@pytest.mark.parametrize("method", ["scan", "associative"])
-def test_soft_q_targets_hand_lambda_half_with_mask(maybe_jit, method):
-  mask = np.array([True, True, False, True])
-  fn = maybe_jit(
-      lambda r, d, q, m: L.soft_q_targets(r, d, q, alpha=1.0, lambda_=0.5, mask=m, method=method)
-  )
-  g3 = _R[3] + _D[3] * _v(_Q[3])  # last step: full bootstrap
-  g2 = 0.0  # masked
-  g1 = _R[1] + _D[1] * _v(_Q[1])  # next step masked: trace cut
-  g0 = _R[0] + _D[0] * (0.5 * _v(_Q[0]) + 0.5 * g1)
-  np.testing.assert_allclose(fn(_R, _D, _Q, mask), [g0, g1, g2, g3], rtol=1e-6)
-
-
-def test_soft_q_targets_hand_lambda_1(maybe_jit):
-  fn = maybe_jit(lambda r, d, q: L.soft_q_targets(r, d, q, alpha=2.0, lambda_=1.0))
-  g = [0.0] * 4
-  g[3] = _R[3] + _D[3] * _v(_Q[3], 2.0)
-  for s in [2, 1, 0]:
-    g[s] = _R[s] + _D[s] * g[s + 1]
-  np.testing.assert_allclose(fn(_R, _D, _Q), g, rtol=1e-6)
 
 
 # -----------------------------------------------------------------------------
@@ -262,14 +183,6 @@ def _check_soft_q_reference(fn, seed, shape, lambda_, alpha, n_actions):
 def test_soft_q_targets_matches_numpy_reference(method, t, batch, seed, lambda_, alpha, n_actions):
   fn = jax.jit(functools.partial(_soft_q_lam, method=method))
   _check_soft_q_reference(fn, seed, (t,) + batch, lambda_, alpha, n_actions)
-
-
-@pytest.mark.parametrize("method", ["scan", "associative"])
-def test_soft_q_targets_matches_numpy_reference_fixed_shapes(maybe_jit, method):
-  fn = maybe_jit(functools.partial(_soft_q_lam, method=method))
-  for i, shape in enumerate(FIXED_SHAPES):
-    for lambda_ in [0.0, 0.7, 1.0]:
-      _check_soft_q_reference(fn, 100 * i, shape, lambda_, 0.4, 3)
 
 
 @FEW
@@ -420,43 +333,6 @@ def test_soft_q_targets_gradient_matches_finite_differences():
 # -----------------------------------------------------------------------------
 
 
-def test_soft_nstep_targets_hand_case(maybe_jit):
-  fn = maybe_jit(lambda r, d, q: L.soft_nstep_targets(r, d, q, alpha=1.0, n=2))
-  v = [_v(row) for row in _Q]
-  expected = [
-      _R[0] + _D[0] * (_R[1] + _D[1] * v[1]),
-      _R[1] + _D[1] * (_R[2] + _D[2] * v[2]),
-      _R[2] + _D[2] * (_R[3] + _D[3] * v[3]),
-      _R[3] + _D[3] * v[3],  # truncated at the sequence end
-  ]
-  np.testing.assert_allclose(fn(_R, _D, _Q), expected, rtol=1e-6)
-
-
-def test_soft_nstep_targets_hand_case_with_mask(maybe_jit):
-  mask = np.array([True, True, False, True])
-  fn = maybe_jit(lambda r, d, q, m: L.soft_nstep_targets(r, d, q, alpha=1.0, n=3, mask=m))
-  v = [_v(row) for row in _Q]
-  out = np.asarray(fn(_R, _D, _Q, mask))
-  np.testing.assert_allclose(
-      out[[0, 1, 3]],
-      [
-          _R[0] + _D[0] * (_R[1] + _D[1] * v[1]),  # stops before masked step 2
-          _R[1] + _D[1] * v[1],
-          _R[3] + _D[3] * v[3],
-      ],
-      rtol=1e-6,
-  )
-
-
-def test_soft_nstep_targets_are_zero_at_masked_steps(maybe_jit):
-  """The docstring: 'targets at times [0, T-1] ... (0 at masked steps)'."""
-  mask = np.array([True, True, False, True])
-  for n in [1, 2, 3]:
-    fn = maybe_jit(lambda r, d, q, m: L.soft_nstep_targets(r, d, q, alpha=1.0, n=n, mask=m))
-    out = np.asarray(fn(_R, _D, _Q, mask))
-    assert out[2] == 0.0, f"n={n}: masked step target {out[2]} != 0"
-
-
 def _soft_nstep(r, d, q, m, alpha, *, n):
   return L.soft_nstep_targets(r, d, q, alpha=alpha, n=n, mask=m)
 
@@ -469,13 +345,6 @@ def test_soft_nstep_targets_match_numpy_reference(t, batch, seed, n, alpha):
   _check_soft_nstep_reference(
       jax.jit(functools.partial(_soft_nstep, n=n)), seed, (t,) + batch, n, alpha
   )
-
-
-def test_soft_nstep_targets_match_numpy_reference_fixed_shapes(maybe_jit):
-  for n in [2, 5]:
-    fn = maybe_jit(functools.partial(_soft_nstep, n=n))
-    for i, shape in enumerate(FIXED_SHAPES):
-      _check_soft_nstep_reference(fn, 10 * i + n, shape, n, 0.6)
 
 
 def _check_soft_nstep_reference(fn, seed, shape, n, alpha):
@@ -578,13 +447,6 @@ def test_sql_nstep_td_error_matches_numpy_reference(t, batch, seed, n):
   _check_sql_reference(jax.jit(functools.partial(_sql_error, n=n)), seed, t, batch, n)
 
 
-def test_sql_nstep_td_error_matches_numpy_reference_fixed_shapes(maybe_jit):
-  for n in [3]:
-    fn = maybe_jit(functools.partial(_sql_error, n=n))
-    for i, shape in enumerate(FIXED_SHAPES):
-      _check_sql_reference(fn, i + 7 * n, shape[0], shape[1:], n)
-
-
 def _check_sql_reference(fn, seed, t, batch, n):
   r, d, q, mask = _soft_q_inputs(seed, t, batch, 4)
   rng = np.random.default_rng(seed + 1)
@@ -627,31 +489,6 @@ def test_sql_nstep_td_error_n1_is_one_step_soft_td():
 # -----------------------------------------------------------------------------
 # SQIL
 # -----------------------------------------------------------------------------
-
-
-def test_sqil_rewards(maybe_jit):
-  demo = np.array([[True, False], [True, False], [False, True]])
-  out = maybe_jit(L.sqil_rewards)(demo)
-  assert out.dtype == jnp.float32 and out.shape == (3, 2)
-  np.testing.assert_array_equal(out, demo.astype(np.float32))
-  out16 = L.sqil_rewards(jnp.asarray(demo), dtype=jnp.bfloat16)
-  assert out16.dtype == jnp.bfloat16
-  np.testing.assert_array_equal(np.asarray(out16, np.float32), demo)
-
-
-def test_sqil_relabel_broadcasts_to_rewards(maybe_jit):
-  r = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
-  is_demo = np.array([True, True, False, False])  # [B], half and half
-  out = maybe_jit(L.sqil_relabel)(r, is_demo)
-  assert out.shape == r.shape and out.dtype == jnp.float32
-  np.testing.assert_array_equal(out, np.broadcast_to([1.0, 1.0, 0.0, 0.0], r.shape))
-  np.testing.assert_array_equal(L.sqil_relabel(r, True), np.ones_like(r))
-  np.testing.assert_array_equal(L.sqil_relabel(r, False), np.zeros_like(r))
-  full = np.zeros(r.shape, bool)
-  full[2, 1] = True
-  np.testing.assert_array_equal(L.sqil_relabel(r, full), full.astype(r.dtype))
-  r16 = jnp.asarray(r, jnp.bfloat16)
-  assert L.sqil_relabel(r16, is_demo).dtype == jnp.bfloat16
 
 
 @pytest.mark.parametrize("bad", [np.array([1, 0]), np.array([1.0, 0.0]), 1, 1.0])
@@ -714,85 +551,243 @@ _SOFT_Q_BAD = [
 ]
 
 
-@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
-@pytest.mark.parametrize("arrays,hyper,exc,name", _SOFT_Q_BAD)
-def test_soft_q_targets_bad_input(jit, arrays, hyper, exc, name):
-  args = _good_soft_args()
-  args.update(arrays)
-  mask = args.pop("mask", None)
-  kw = dict(alpha=1.0, lambda_=0.5)
-  kw.update(hyper)
-  fn = lambda r, d, q, m: L.soft_q_targets(r, d, q, mask=m, **kw)
-  if jit:
-    fn = jax.jit(fn)
-  with pytest.raises(exc, match=f"`{name}`"):
-    fn(args["r_t"], args["discount_t"], args["q_t"], mask)
+class SoftQVariantsTest(chex.TestCase):
+  """Tests run eagerly and jitted: `self.variant` is chex's with_jit or without_jit."""
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_soft_value_hand_cases(self):
+    q = jnp.array([[1.0, 2.0], [0.0, 0.0]])
+    v1 = self.variant(lambda q: L.soft_value(q, 1.0))(q)
+    np.testing.assert_allclose(v1, [np.log(np.e + np.e**2), np.log(2.0)], rtol=1e-6)
+    v_half = self.variant(lambda q: L.soft_value(q, 0.5))(q)
+    np.testing.assert_allclose(
+        v_half, [0.5 * np.log(np.e**2 + np.e**4), 0.5 * np.log(2.0)], rtol=1e-6
+    )
+    assert v1.shape == (2,)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.product(scale=[1.0, 1e2, 1e4])
+  def test_soft_value_finite_and_bounded_for_extreme_inputs(self, scale):
+    rng = np.random.default_rng(0)
+    q = (scale * rng.uniform(-1, 1, size=(5, 4))).astype(np.float32)
+    q[0] = [scale, -scale, scale, -scale]  # exact ties at the extremes
+    value_fn = self.variant(L.soft_value)
+    grad_fn = jax.jit(jax.grad(_soft_value_sum))
+    for alpha in [1e-4, 1e-3, 1e-2, 1.0, 100.0]:
+      v = np.asarray(value_fn(q, alpha), np.float64)
+      assert np.all(np.isfinite(v))
+      q_max = q.max(-1).astype(np.float64)
+      # max Q <= V <= max Q + alpha log A (up to float32 rounding of q/alpha).
+      tol = 1e-6 * scale + 1e-6 * alpha * 4
+      assert np.all(v >= q_max - tol)
+      assert np.all(v <= q_max + alpha * np.log(4) + tol)
+      np.testing.assert_allclose(v, ref.soft_value(q, alpha), rtol=1e-5, atol=tol)
+      grad = grad_fn(q, alpha)
+      assert np.all(np.isfinite(grad))
+      np.testing.assert_allclose(grad, ref.softmax(q.astype(np.float64) / alpha), atol=1e-5)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_soft_value_ignores_minus_inf(self):
+    q = jnp.array([[1.0, -jnp.inf, 2.0], [-jnp.inf, 0.5, -jnp.inf]])
+    v = self.variant(lambda q: L.soft_value(q, 0.7))(q)
+    np.testing.assert_allclose(v, [0.7 * np.log(np.exp(1 / 0.7) + np.exp(2 / 0.7)), 0.5], rtol=1e-6)
+    grad = jax.jit(jax.grad(lambda q: jnp.sum(L.soft_value(q, 0.7))))(q)
+    assert np.all(np.isfinite(grad))
+    np.testing.assert_array_equal(np.asarray(grad)[[0, 1, 1], [1, 0, 2]], 0.0)
+    np.testing.assert_allclose(np.sum(grad, -1), 1.0, rtol=1e-6)
+    all_inf = L.soft_value(jnp.full((2,), -jnp.inf), 1.0)
+    assert np.isneginf(all_inf)
+    pol = L.soft_policy(q, 0.7)
+    np.testing.assert_array_equal(np.asarray(pol)[[0, 1, 1], [1, 0, 2]], 0.0)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.product(method=["scan", "associative"])
+  def test_soft_q_targets_hand_lambda_0(self, method):
+    fn = self.variant(lambda r, d, q: L.soft_q_targets(r, d, q, alpha=1.0, method=method))
+    expected = [_R[s] + _D[s] * _v(_Q[s]) for s in range(4)]
+    np.testing.assert_allclose(fn(_R, _D, _Q), expected, rtol=1e-6)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.product(method=["scan", "associative"])
+  def test_soft_q_targets_hand_lambda_half_with_mask(self, method):
+    mask = np.array([True, True, False, True])
+    fn = self.variant(
+        lambda r, d, q, m: L.soft_q_targets(r, d, q, alpha=1.0, lambda_=0.5, mask=m, method=method)
+    )
+    g3 = _R[3] + _D[3] * _v(_Q[3])  # last step: full bootstrap
+    g2 = 0.0  # masked
+    g1 = _R[1] + _D[1] * _v(_Q[1])  # next step masked: trace cut
+    g0 = _R[0] + _D[0] * (0.5 * _v(_Q[0]) + 0.5 * g1)
+    np.testing.assert_allclose(fn(_R, _D, _Q, mask), [g0, g1, g2, g3], rtol=1e-6)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_soft_q_targets_hand_lambda_1(self):
+    fn = self.variant(lambda r, d, q: L.soft_q_targets(r, d, q, alpha=2.0, lambda_=1.0))
+    g = [0.0] * 4
+    g[3] = _R[3] + _D[3] * _v(_Q[3], 2.0)
+    for s in [2, 1, 0]:
+      g[s] = _R[s] + _D[s] * g[s + 1]
+    np.testing.assert_allclose(fn(_R, _D, _Q), g, rtol=1e-6)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.product(method=["scan", "associative"])
+  def test_soft_q_targets_matches_numpy_reference_fixed_shapes(self, method):
+    fn = self.variant(functools.partial(_soft_q_lam, method=method))
+    for i, shape in enumerate(FIXED_SHAPES):
+      for lambda_ in [0.0, 0.7, 1.0]:
+        _check_soft_q_reference(fn, 100 * i, shape, lambda_, 0.4, 3)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_soft_nstep_targets_hand_case(self):
+    fn = self.variant(lambda r, d, q: L.soft_nstep_targets(r, d, q, alpha=1.0, n=2))
+    v = [_v(row) for row in _Q]
+    expected = [
+        _R[0] + _D[0] * (_R[1] + _D[1] * v[1]),
+        _R[1] + _D[1] * (_R[2] + _D[2] * v[2]),
+        _R[2] + _D[2] * (_R[3] + _D[3] * v[3]),
+        _R[3] + _D[3] * v[3],  # truncated at the sequence end
+    ]
+    np.testing.assert_allclose(fn(_R, _D, _Q), expected, rtol=1e-6)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_soft_nstep_targets_hand_case_with_mask(self):
+    mask = np.array([True, True, False, True])
+    fn = self.variant(lambda r, d, q, m: L.soft_nstep_targets(r, d, q, alpha=1.0, n=3, mask=m))
+    v = [_v(row) for row in _Q]
+    out = np.asarray(fn(_R, _D, _Q, mask))
+    np.testing.assert_allclose(
+        out[[0, 1, 3]],
+        [
+            _R[0] + _D[0] * (_R[1] + _D[1] * v[1]),  # stops before masked step 2
+            _R[1] + _D[1] * v[1],
+            _R[3] + _D[3] * v[3],
+        ],
+        rtol=1e-6,
+    )
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_soft_nstep_targets_are_zero_at_masked_steps(self):
+    """The docstring: 'targets at times [0, T-1] ... (0 at masked steps)'."""
+    mask = np.array([True, True, False, True])
+    for n in [1, 2, 3]:
+      fn = self.variant(lambda r, d, q, m: L.soft_nstep_targets(r, d, q, alpha=1.0, n=n, mask=m))
+      out = np.asarray(fn(_R, _D, _Q, mask))
+      assert out[2] == 0.0, f"n={n}: masked step target {out[2]} != 0"
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_soft_nstep_targets_match_numpy_reference_fixed_shapes(self):
+    for n in [2, 5]:
+      fn = self.variant(functools.partial(_soft_nstep, n=n))
+      for i, shape in enumerate(FIXED_SHAPES):
+        _check_soft_nstep_reference(fn, 10 * i + n, shape, n, 0.6)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_sql_nstep_td_error_matches_numpy_reference_fixed_shapes(self):
+    for n in [3]:
+      fn = self.variant(functools.partial(_sql_error, n=n))
+      for i, shape in enumerate(FIXED_SHAPES):
+        _check_sql_reference(fn, i + 7 * n, shape[0], shape[1:], n)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_sqil_rewards(self):
+    demo = np.array([[True, False], [True, False], [False, True]])
+    out = self.variant(L.sqil_rewards)(demo)
+    assert out.dtype == jnp.float32 and out.shape == (3, 2)
+    np.testing.assert_array_equal(out, demo.astype(np.float32))
+    out16 = L.sqil_rewards(jnp.asarray(demo), dtype=jnp.bfloat16)
+    assert out16.dtype == jnp.bfloat16
+    np.testing.assert_array_equal(np.asarray(out16, np.float32), demo)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_sqil_relabel_broadcasts_to_rewards(self):
+    r = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
+    is_demo = np.array([True, True, False, False])  # [B], half and half
+    out = self.variant(L.sqil_relabel)(r, is_demo)
+    assert out.shape == r.shape and out.dtype == jnp.float32
+    np.testing.assert_array_equal(out, np.broadcast_to([1.0, 1.0, 0.0, 0.0], r.shape))
+    np.testing.assert_array_equal(L.sqil_relabel(r, True), np.ones_like(r))
+    np.testing.assert_array_equal(L.sqil_relabel(r, False), np.zeros_like(r))
+    full = np.zeros(r.shape, bool)
+    full[2, 1] = True
+    np.testing.assert_array_equal(L.sqil_relabel(r, full), full.astype(r.dtype))
+    r16 = jnp.asarray(r, jnp.bfloat16)
+    assert L.sqil_relabel(r16, is_demo).dtype == jnp.bfloat16
 
 
-@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
-@pytest.mark.parametrize(
-    "arrays,hyper,exc,name",
-    [
-        (dict(q_t=np.zeros((_T, _B, _A), np.int32)), {}, TypeError, "q_t"),
-        (dict(mask=np.ones((_T, _B), np.int32)), {}, TypeError, "mask"),
-        (dict(q_t=np.zeros((_T + 1, _B, _A), np.float32)), {}, ValueError, "q_t"),
-        ({}, dict(n=0), ValueError, "n"),
-        ({}, dict(n=-2), ValueError, "n"),
-        ({}, dict(n=2.0), ValueError, "n"),
-        ({}, dict(alpha=0.0), ValueError, "alpha"),
-    ],
-)
-def test_soft_nstep_targets_bad_input(jit, arrays, hyper, exc, name):
-  args = _good_soft_args()
-  args.update(arrays)
-  mask = args.pop("mask", None)
-  kw = dict(alpha=1.0, n=2)
-  kw.update(hyper)
-  fn = lambda r, d, q, m: L.soft_nstep_targets(r, d, q, mask=m, **kw)
-  if jit:
-    fn = jax.jit(fn)
-  with pytest.raises(exc, match=f"`{name}`"):
-    fn(args["r_t"], args["discount_t"], args["q_t"], mask)
+class SoftQBadInputTest(chex.TestCase):
+  """Tests run eagerly and jitted: `self.variant` is chex's with_jit or without_jit."""
 
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.parameters(*_SOFT_Q_BAD)
+  def test_soft_q_targets_bad_input(self, arrays, hyper, exc, name):
+    args = _good_soft_args()
+    args.update(arrays)
+    mask = args.pop("mask", None)
+    kw = dict(alpha=1.0, lambda_=0.5)
+    kw.update(hyper)
+    fn = lambda r, d, q, m: L.soft_q_targets(r, d, q, mask=m, **kw)
+    fn = self.variant(fn)
+    with pytest.raises(exc, match=f"`{name}`"):
+      fn(args["r_t"], args["discount_t"], args["q_t"], mask)
 
-@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
-@pytest.mark.parametrize(
-    "arrays,hyper,exc,name",
-    [
-        (dict(q_tm1=np.zeros((_T, _B, _A), np.int32)), {}, TypeError, "q_tm1"),
-        (dict(a_tm1=np.zeros((_T, _B), np.float32)), {}, TypeError, "a_tm1"),
-        (dict(q_tm1=np.zeros((_T, _B, _A + 1, 1), np.float32)), {}, ValueError, "q_tm1"),
-        (dict(q_tm1=np.zeros((_T, _B), np.float32)), {}, ValueError, "q_tm1"),
-        (dict(a_tm1=np.zeros((_T,), np.int32)), {}, ValueError, "a_tm1"),
-        (dict(q_t=np.zeros((_T, _B, _A), np.int32)), {}, TypeError, "q_t"),
-        (dict(mask=np.ones((_T, _B + 1), bool)), {}, ValueError, "mask"),
-        ({}, dict(n=0), ValueError, "n"),
-        ({}, dict(alpha=-0.5), ValueError, "alpha"),
-    ],
-)
-def test_sql_nstep_td_error_bad_input(jit, arrays, hyper, exc, name):
-  args = _good_soft_args()
-  args.update(q_tm1=np.zeros((_T, _B, _A), np.float32), a_tm1=np.zeros((_T, _B), np.int32))
-  args.update(arrays)
-  mask = args.pop("mask", None)
-  kw = dict(alpha=1.0, n=2)
-  kw.update(hyper)
-  fn = lambda q_tm1, a, r, d, q, m: L.sql_nstep_td_error(q_tm1, a, r, d, q, mask=m, **kw)
-  if jit:
-    fn = jax.jit(fn)
-  with pytest.raises(exc, match=f"`{name}`"):
-    fn(args["q_tm1"], args["a_tm1"], args["r_t"], args["discount_t"], args["q_t"], mask)
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.parameters(
+      *[
+          (dict(q_t=np.zeros((_T, _B, _A), np.int32)), {}, TypeError, "q_t"),
+          (dict(mask=np.ones((_T, _B), np.int32)), {}, TypeError, "mask"),
+          (dict(q_t=np.zeros((_T + 1, _B, _A), np.float32)), {}, ValueError, "q_t"),
+          ({}, dict(n=0), ValueError, "n"),
+          ({}, dict(n=-2), ValueError, "n"),
+          ({}, dict(n=2.0), ValueError, "n"),
+          ({}, dict(alpha=0.0), ValueError, "alpha"),
+      ]
+  )
+  def test_soft_nstep_targets_bad_input(self, arrays, hyper, exc, name):
+    args = _good_soft_args()
+    args.update(arrays)
+    mask = args.pop("mask", None)
+    kw = dict(alpha=1.0, n=2)
+    kw.update(hyper)
+    fn = lambda r, d, q, m: L.soft_nstep_targets(r, d, q, mask=m, **kw)
+    fn = self.variant(fn)
+    with pytest.raises(exc, match=f"`{name}`"):
+      fn(args["r_t"], args["discount_t"], args["q_t"], mask)
 
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.parameters(
+      *[
+          (dict(q_tm1=np.zeros((_T, _B, _A), np.int32)), {}, TypeError, "q_tm1"),
+          (dict(a_tm1=np.zeros((_T, _B), np.float32)), {}, TypeError, "a_tm1"),
+          (dict(q_tm1=np.zeros((_T, _B, _A + 1, 1), np.float32)), {}, ValueError, "q_tm1"),
+          (dict(q_tm1=np.zeros((_T, _B), np.float32)), {}, ValueError, "q_tm1"),
+          (dict(a_tm1=np.zeros((_T,), np.int32)), {}, ValueError, "a_tm1"),
+          (dict(q_t=np.zeros((_T, _B, _A), np.int32)), {}, TypeError, "q_t"),
+          (dict(mask=np.ones((_T, _B + 1), bool)), {}, ValueError, "mask"),
+          ({}, dict(n=0), ValueError, "n"),
+          ({}, dict(alpha=-0.5), ValueError, "alpha"),
+      ]
+  )
+  def test_sql_nstep_td_error_bad_input(self, arrays, hyper, exc, name):
+    args = _good_soft_args()
+    args.update(q_tm1=np.zeros((_T, _B, _A), np.float32), a_tm1=np.zeros((_T, _B), np.int32))
+    args.update(arrays)
+    mask = args.pop("mask", None)
+    kw = dict(alpha=1.0, n=2)
+    kw.update(hyper)
+    fn = lambda q_tm1, a, r, d, q, m: L.sql_nstep_td_error(q_tm1, a, r, d, q, mask=m, **kw)
+    fn = self.variant(fn)
+    with pytest.raises(exc, match=f"`{name}`"):
+      fn(args["q_tm1"], args["a_tm1"], args["r_t"], args["discount_t"], args["q_t"], mask)
 
-@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
-def test_soft_value_bad_input(jit):
-  wrap = jax.jit if jit else (lambda f: f)
-  with pytest.raises(TypeError, match="`q`"):
-    wrap(lambda q: L.soft_value(q, 1.0))(np.zeros((2, 3), np.int32))
-  with pytest.raises(ValueError, match="`q`"):
-    wrap(lambda q: L.soft_value(q, 1.0))(np.zeros((), np.float32))
-  for alpha in [0.0, -1e-3, float("nan"), np.array([1.0, 0.0])]:
-    with pytest.raises(ValueError, match="`alpha`"):
-      wrap(lambda q: L.soft_value(q, alpha))(np.zeros((2, 3), np.float32))
-    with pytest.raises(ValueError, match="`alpha`"):
-      wrap(lambda q: L.soft_policy(q, alpha))(np.zeros((2, 3), np.float32))
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_soft_value_bad_input(self):
+    wrap = self.variant
+    with pytest.raises(TypeError, match="`q`"):
+      wrap(lambda q: L.soft_value(q, 1.0))(np.zeros((2, 3), np.int32))
+    with pytest.raises(ValueError, match="`q`"):
+      wrap(lambda q: L.soft_value(q, 1.0))(np.zeros((), np.float32))
+    for alpha in [0.0, -1e-3, float("nan"), np.array([1.0, 0.0])]:
+      with pytest.raises(ValueError, match="`alpha`"):
+        wrap(lambda q: L.soft_value(q, alpha))(np.zeros((2, 3), np.float32))
+      with pytest.raises(ValueError, match="`alpha`"):
+        wrap(lambda q: L.soft_policy(q, alpha))(np.zeros((2, 3), np.float32))

@@ -2,7 +2,7 @@
 RBF kernel and the Stein variational gradient (Haarnoja et al. 2017, eqs. 10 and 13).
 
 Hand-computed cases and fixed-shape float64 loop references
-(`offpolicy_ac.testing.reference`) run eagerly and jitted (`maybe_jit`); hypothesis draws
+(`offpolicy_ac.testing.reference`) run eagerly and jitted (chex variants); hypothesis draws
 shapes and values for jitted reference comparisons; identities (the discrete soft value,
 a constant Q under a uniform proposal, alpha -> 0, autodiff of the kernel) and an SVGD
 run towards a Gaussian close the loop.
@@ -10,6 +10,8 @@ run towards a Gaussian close the loop.
 
 import math
 
+from absl.testing import parameterized
+import chex
 from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -26,28 +28,9 @@ RTOL, ATOL = 2e-5, 2e-5
 FEW = settings(max_examples=6, deadline=None)
 
 
-@pytest.fixture(params=[False, True], ids=["eager", "jit"], scope="module")
-def maybe_jit(request):
-  """Runs a test both eagerly and under `jax.jit`."""
-  return jax.jit if request.param else (lambda f: f)
-
-
 # -----------------------------------------------------------------------------
 # importance_sampled_soft_value
 # -----------------------------------------------------------------------------
-
-
-def test_importance_sampled_soft_value_hand_cases(maybe_jit):
-  fn = maybe_jit(L.importance_sampled_soft_value)
-  q = jnp.array([[1.0, 2.0], [0.0, 0.0]])
-  np.testing.assert_allclose(
-      fn(q, 0.0, 1.0), [np.log((np.e + np.e**2) / 2), 0.0], rtol=1e-6, atol=1e-7
-  )
-  # q'(a) = 1/2 on both samples: V = alpha log mean(2 exp(q / alpha)).
-  log_p = jnp.full((2, 2), -np.log(2.0))
-  np.testing.assert_allclose(
-      fn(q, log_p, 0.5), [0.5 * np.log(np.e**2 + np.e**4), 0.5 * np.log(2.0)], rtol=1e-6
-  )
 
 
 def test_importance_sampled_soft_value_of_a_discrete_uniform_proposal_is_the_soft_value():
@@ -84,21 +67,6 @@ def test_importance_sampled_soft_value_tends_to_the_max_as_alpha_vanishes():
     assert np.all(v >= low - 1e-5) and np.all(v <= high + 1e-5)
     gaps.append(np.max(np.abs(v - q.max(-1))))
   assert gaps[-1] < 1e-3 and gaps == sorted(gaps, reverse=True)
-
-
-@pytest.mark.parametrize("scale", [1.0, 1e2, 1e4])
-def test_importance_sampled_soft_value_is_finite_for_extreme_inputs(maybe_jit, scale):
-  q = (scale * np.random.default_rng(2).uniform(-1, 1, size=(4, 8))).astype(np.float32)
-  fn = maybe_jit(L.importance_sampled_soft_value)
-  grad_fn = jax.jit(jax.grad(lambda q, a: jnp.sum(L.importance_sampled_soft_value(q, 0.0, a))))
-  for alpha in (1e-4, 1e-2, 1.0, 100.0):
-    v = fn(q, -1.0, alpha)
-    assert np.all(np.isfinite(v))
-    np.testing.assert_allclose(
-        v, ref.importance_sampled_soft_value(q, -1.0, alpha), rtol=1e-5, atol=1e-6 * scale
-    )
-    # The gradient w.r.t. Q is the self-normalised importance weight of each sample.
-    np.testing.assert_allclose(grad_fn(q, alpha), ref.softmax(q / alpha), atol=1e-5)
 
 
 def test_importance_sampled_soft_value_per_state_and_traced_alpha():
@@ -141,20 +109,6 @@ def test_importance_sampled_soft_value_matches_numpy_reference(lead, m, alpha, s
 # -----------------------------------------------------------------------------
 
 
-def test_box_mixture_log_density_hand_cases(maybe_jit):
-  # d = 1, centre 0, std 1: TN(0) = phi(0) / (Phi(1) - Phi(-1)) = 0.398942 / 0.682689.
-  a = jnp.array([[0.0]])
-  density = maybe_jit(lambda a, c: L.box_mixture_log_density(a, c, 1.0, 0.0))(a, jnp.zeros(1))
-  np.testing.assert_allclose(density, [math.log(0.3989423 / 0.6826895)], rtol=1e-5)
-  # f = 1 is the uniform density 2^-d wherever the normal puts its mass.
-  a = jnp.array([[0.9, -0.9, 0.0], [0.0, 0.0, 0.0]])
-  uniform = L.box_mixture_log_density(a, jnp.full(3, 0.5), 0.01, 1.0)
-  np.testing.assert_allclose(uniform, [-3 * math.log(2.0)] * 2, rtol=1e-6)
-  # f = 1/2: log(1/2 * 1/2 + 1/2 * TN(0)).
-  half = L.box_mixture_log_density(jnp.array([[0.0]]), jnp.zeros(1), 1.0, 0.5)
-  np.testing.assert_allclose(half, [math.log(0.25 + 0.5 * 0.3989423 / 0.6826895)], rtol=1e-5)
-
-
 @pytest.mark.parametrize("center, std", [(0.0, 0.3), (0.95, 0.1), (-0.7, 2.0)])
 def test_box_mixture_density_integrates_to_one_over_the_box(center, std):
   grid = np.linspace(-1.0, 1.0, 200_001)
@@ -163,18 +117,6 @@ def test_box_mixture_density_integrates_to_one_over_the_box(center, std):
   )[0]
   integral = np.trapezoid(np.exp(np.asarray(log_q, np.float64)), grid)
   np.testing.assert_allclose(integral, 1.0, rtol=1e-4)
-
-
-@pytest.mark.parametrize(
-    "lead, m, d, f", [((), 3, 1, 0.5), ((2,), 5, 3, 0.0), ((2, 3), 4, 2, 0.75)]
-)
-def test_box_mixture_log_density_matches_numpy_reference(maybe_jit, lead, m, d, f):
-  rng = np.random.default_rng(m * d)
-  a = rng.uniform(-1.0, 1.0, lead + (m, d)).astype(np.float32)
-  c = rng.uniform(-0.99, 0.99, lead + (d,)).astype(np.float32)
-  got = maybe_jit(lambda a, c: L.box_mixture_log_density(a, c, 0.2, f))(a, c)
-  want = ref.box_mixture_log_density(a, c, 0.2, f)
-  np.testing.assert_allclose(got, want, rtol=RTOL, atol=1e-4)
 
 
 @FEW
@@ -282,36 +224,6 @@ def test_sample_box_mixture_rejects_bad_input(args, name):
 # -----------------------------------------------------------------------------
 
 
-def test_rbf_kernel_hand_cases(maybe_jit):
-  fn = maybe_jit(L.rbf_kernel)
-  # K = M = 1, d = 1: h = 1 / log 2, so kappa = exp(-log 2) = 1/2, grad = -2 (1) log 2 / 2.
-  out = fn(jnp.array([[1.0]]), jnp.array([[0.0]]))
-  np.testing.assert_allclose(out.kappa, [[0.5]], rtol=1e-6)
-  np.testing.assert_allclose(out.grad_x, [[[-np.log(2.0)]]], rtol=1e-6)
-  # Coinciding particles: the bandwidth floor gives kappa = 1 and no gradient.
-  out = fn(jnp.array([[0.3, -0.2]]), jnp.array([[0.3, -0.2]]))
-  np.testing.assert_allclose(out.kappa, [[1.0]])
-  np.testing.assert_array_equal(out.grad_x, np.zeros((1, 1, 2)))
-  # A given bandwidth h = 1: kappa = exp(-|x - y|^2).
-  out = maybe_jit(lambda x, y: L.rbf_kernel(x, y, 1.0))(
-      jnp.array([[0.0], [1.0]]), jnp.array([[0.0]])
-  )
-  np.testing.assert_allclose(out.kappa, [[1.0], [np.exp(-1.0)]], rtol=1e-6)
-  np.testing.assert_allclose(out.grad_x, [[[0.0]], [[-2 * np.exp(-1.0)]]], rtol=1e-6)
-
-
-def test_rbf_kernel_matches_numpy_reference_fixed_shapes(maybe_jit):
-  rng = np.random.default_rng(4)
-  x = rng.normal(size=(3, 5, 2)).astype(np.float32)
-  y = rng.normal(size=(3, 4, 2)).astype(np.float32)
-  for bandwidth in (None, 0.7, np.array([0.5, 1.0, 2.0], np.float32)):
-    out = maybe_jit(lambda x, y: L.rbf_kernel(x, y, bandwidth))(x, y)
-    kappa, grad = ref.rbf_kernel(x, y, bandwidth)
-    assert out.kappa.shape == (3, 5, 4) and out.grad_x.shape == (3, 5, 4, 2)
-    np.testing.assert_allclose(out.kappa, kappa, rtol=RTOL, atol=ATOL)
-    np.testing.assert_allclose(out.grad_x, grad, rtol=RTOL, atol=ATOL)
-
-
 @FEW
 @given(
     lead=strategies.batch_shapes(max_rank=2),
@@ -344,32 +256,6 @@ def test_rbf_kernel_gradient_is_autodiff_with_the_bandwidth_held_constant():
 # -----------------------------------------------------------------------------
 # svgd_direction
 # -----------------------------------------------------------------------------
-
-
-def test_svgd_direction_hand_cases(maybe_jit):
-  fn = maybe_jit(L.svgd_direction)
-  # K = M = 1, x = 1, y = 0: phi = kappa g + grad_x = g / 2 - log 2.
-  phi = fn(jnp.array([[1.0]]), jnp.array([[3.0]]), jnp.array([[0.0]]))
-  np.testing.assert_allclose(phi, [[1.5 - np.log(2.0)]], rtol=1e-6)
-  # K = 2 at 0 and 2, M = 1 at 1 (d = 1): squared distances 1 and 1, h = 1 / log 3, both
-  # kappa = 1/3; the repulsive terms +-2 log(3) / 3 cancel: phi = (1/3) (g_0 + g_1) / 2.
-  phi = fn(jnp.array([[0.0], [2.0]]), jnp.array([[1.0], [3.0]]), jnp.array([[1.0]]))
-  np.testing.assert_allclose(phi, [[2.0 / 3.0]], rtol=1e-6)
-  # A single particle where p is flat (g = 0) is pushed away from the fixed one.
-  phi = fn(jnp.array([[0.0]]), jnp.array([[0.0]]), jnp.array([[0.5]]))
-  assert float(phi[0, 0]) > 0
-
-
-def test_svgd_direction_matches_numpy_reference_fixed_shapes(maybe_jit):
-  rng = np.random.default_rng(6)
-  fixed = rng.uniform(-1, 1, size=(4, 3, 8, 2)).astype(np.float32)
-  grad_log_p = rng.normal(size=(4, 3, 8, 2)).astype(np.float32)
-  updated = rng.uniform(-1, 1, size=(4, 3, 8, 2)).astype(np.float32)
-  phi = maybe_jit(L.svgd_direction)(fixed, grad_log_p, updated)
-  assert phi.shape == updated.shape
-  np.testing.assert_allclose(
-      phi, ref.svgd_direction(fixed, grad_log_p, updated), rtol=1e-4, atol=1e-5
-  )
 
 
 @FEW
@@ -454,3 +340,114 @@ def test_validation_skips_traced_hyper_parameters():
   np.testing.assert_allclose(v, 0.0, atol=1e-6)
   out = jax.jit(L.rbf_kernel)(jnp.zeros((2, 1)), jnp.ones((2, 1)), jnp.float32(1.0))
   np.testing.assert_allclose(out.kappa, math.exp(-1.0), rtol=1e-6)
+
+
+class SvgdVariantsTest(chex.TestCase):
+  """Tests run eagerly and jitted: `self.variant` is chex's with_jit or without_jit."""
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_importance_sampled_soft_value_hand_cases(self):
+    fn = self.variant(L.importance_sampled_soft_value)
+    q = jnp.array([[1.0, 2.0], [0.0, 0.0]])
+    np.testing.assert_allclose(
+        fn(q, 0.0, 1.0), [np.log((np.e + np.e**2) / 2), 0.0], rtol=1e-6, atol=1e-7
+    )
+    # q'(a) = 1/2 on both samples: V = alpha log mean(2 exp(q / alpha)).
+    log_p = jnp.full((2, 2), -np.log(2.0))
+    np.testing.assert_allclose(
+        fn(q, log_p, 0.5), [0.5 * np.log(np.e**2 + np.e**4), 0.5 * np.log(2.0)], rtol=1e-6
+    )
+
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.product(scale=[1.0, 1e2, 1e4])
+  def test_importance_sampled_soft_value_is_finite_for_extreme_inputs(self, scale):
+    q = (scale * np.random.default_rng(2).uniform(-1, 1, size=(4, 8))).astype(np.float32)
+    fn = self.variant(L.importance_sampled_soft_value)
+    grad_fn = jax.jit(jax.grad(lambda q, a: jnp.sum(L.importance_sampled_soft_value(q, 0.0, a))))
+    for alpha in (1e-4, 1e-2, 1.0, 100.0):
+      v = fn(q, -1.0, alpha)
+      assert np.all(np.isfinite(v))
+      np.testing.assert_allclose(
+          v, ref.importance_sampled_soft_value(q, -1.0, alpha), rtol=1e-5, atol=1e-6 * scale
+      )
+      # The gradient w.r.t. Q is the self-normalised importance weight of each sample.
+      np.testing.assert_allclose(grad_fn(q, alpha), ref.softmax(q / alpha), atol=1e-5)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_box_mixture_log_density_hand_cases(self):
+    a = jnp.array([[0.0]])
+    density = self.variant(lambda a, c: L.box_mixture_log_density(a, c, 1.0, 0.0))(a, jnp.zeros(1))
+    np.testing.assert_allclose(density, [math.log(0.3989423 / 0.6826895)], rtol=1e-5)
+    # f = 1 is the uniform density 2^-d wherever the normal puts its mass.
+    a = jnp.array([[0.9, -0.9, 0.0], [0.0, 0.0, 0.0]])
+    uniform = L.box_mixture_log_density(a, jnp.full(3, 0.5), 0.01, 1.0)
+    np.testing.assert_allclose(uniform, [-3 * math.log(2.0)] * 2, rtol=1e-6)
+    # f = 1/2: log(1/2 * 1/2 + 1/2 * TN(0)).
+    half = L.box_mixture_log_density(jnp.array([[0.0]]), jnp.zeros(1), 1.0, 0.5)
+    np.testing.assert_allclose(half, [math.log(0.25 + 0.5 * 0.3989423 / 0.6826895)], rtol=1e-5)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.parameters(*[((), 3, 1, 0.5), ((2,), 5, 3, 0.0), ((2, 3), 4, 2, 0.75)])
+  def test_box_mixture_log_density_matches_numpy_reference(self, lead, m, d, f):
+    rng = np.random.default_rng(m * d)
+    a = rng.uniform(-1.0, 1.0, lead + (m, d)).astype(np.float32)
+    c = rng.uniform(-0.99, 0.99, lead + (d,)).astype(np.float32)
+    got = self.variant(lambda a, c: L.box_mixture_log_density(a, c, 0.2, f))(a, c)
+    want = ref.box_mixture_log_density(a, c, 0.2, f)
+    np.testing.assert_allclose(got, want, rtol=RTOL, atol=1e-4)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_rbf_kernel_hand_cases(self):
+    fn = self.variant(L.rbf_kernel)
+    # K = M = 1, d = 1: h = 1 / log 2, so kappa = exp(-log 2) = 1/2, grad = -2 (1) log 2 / 2.
+    out = fn(jnp.array([[1.0]]), jnp.array([[0.0]]))
+    np.testing.assert_allclose(out.kappa, [[0.5]], rtol=1e-6)
+    np.testing.assert_allclose(out.grad_x, [[[-np.log(2.0)]]], rtol=1e-6)
+    # Coinciding particles: the bandwidth floor gives kappa = 1 and no gradient.
+    out = fn(jnp.array([[0.3, -0.2]]), jnp.array([[0.3, -0.2]]))
+    np.testing.assert_allclose(out.kappa, [[1.0]])
+    np.testing.assert_array_equal(out.grad_x, np.zeros((1, 1, 2)))
+    # A given bandwidth h = 1: kappa = exp(-|x - y|^2).
+    out = self.variant(lambda x, y: L.rbf_kernel(x, y, 1.0))(
+        jnp.array([[0.0], [1.0]]), jnp.array([[0.0]])
+    )
+    np.testing.assert_allclose(out.kappa, [[1.0], [np.exp(-1.0)]], rtol=1e-6)
+    np.testing.assert_allclose(out.grad_x, [[[0.0]], [[-2 * np.exp(-1.0)]]], rtol=1e-6)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_rbf_kernel_matches_numpy_reference_fixed_shapes(self):
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(3, 5, 2)).astype(np.float32)
+    y = rng.normal(size=(3, 4, 2)).astype(np.float32)
+    for bandwidth in (None, 0.7, np.array([0.5, 1.0, 2.0], np.float32)):
+      out = self.variant(lambda x, y: L.rbf_kernel(x, y, bandwidth))(x, y)
+      kappa, grad = ref.rbf_kernel(x, y, bandwidth)
+      assert out.kappa.shape == (3, 5, 4) and out.grad_x.shape == (3, 5, 4, 2)
+      np.testing.assert_allclose(out.kappa, kappa, rtol=RTOL, atol=ATOL)
+      np.testing.assert_allclose(out.grad_x, grad, rtol=RTOL, atol=ATOL)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_svgd_direction_hand_cases(self):
+    fn = self.variant(L.svgd_direction)
+    # K = M = 1, x = 1, y = 0: phi = kappa g + grad_x = g / 2 - log 2.
+    phi = fn(jnp.array([[1.0]]), jnp.array([[3.0]]), jnp.array([[0.0]]))
+    np.testing.assert_allclose(phi, [[1.5 - np.log(2.0)]], rtol=1e-6)
+    # K = 2 at 0 and 2, M = 1 at 1 (d = 1): squared distances 1 and 1, h = 1 / log 3, both
+    # kappa = 1/3; the repulsive terms +-2 log(3) / 3 cancel: phi = (1/3) (g_0 + g_1) / 2.
+    phi = fn(jnp.array([[0.0], [2.0]]), jnp.array([[1.0], [3.0]]), jnp.array([[1.0]]))
+    np.testing.assert_allclose(phi, [[2.0 / 3.0]], rtol=1e-6)
+    # A single particle where p is flat (g = 0) is pushed away from the fixed one.
+    phi = fn(jnp.array([[0.0]]), jnp.array([[0.0]]), jnp.array([[0.5]]))
+    assert float(phi[0, 0]) > 0
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_svgd_direction_matches_numpy_reference_fixed_shapes(self):
+    rng = np.random.default_rng(6)
+    fixed = rng.uniform(-1, 1, size=(4, 3, 8, 2)).astype(np.float32)
+    grad_log_p = rng.normal(size=(4, 3, 8, 2)).astype(np.float32)
+    updated = rng.uniform(-1, 1, size=(4, 3, 8, 2)).astype(np.float32)
+    phi = self.variant(L.svgd_direction)(fixed, grad_log_p, updated)
+    assert phi.shape == updated.shape
+    np.testing.assert_allclose(
+        phi, ref.svgd_direction(fixed, grad_log_p, updated), rtol=1e-4, atol=1e-5
+    )
