@@ -25,10 +25,12 @@ from __future__ import annotations
 import os
 from typing import Any
 from typing import Callable
+import zipfile
 
 import numpy as np
 
 from offpolicy_ac.envs import LAST
+from offpolicy_ac.envs import EnvSpec
 from offpolicy_ac.envs import Trajectory
 
 __all__ = [
@@ -122,9 +124,20 @@ def save_demos(path: str | os.PathLike, demos: dict[str, np.ndarray], *, env_id:
 
 
 def load_demos(path: str | os.PathLike) -> dict[str, Any]:
-  """Loads and validates a demonstration file."""
-  with np.load(path, allow_pickle=False) as f:
-    demos = {k: f[k] for k in f.files}
+  """Loads and validates a demonstration file.
+
+  Raises:
+    FileNotFoundError: no such file.
+    ValueError: not a demonstration file (not an `.npz`, damaged, or missing fields), or
+      fields whose step counts disagree.
+  """
+  try:
+    with np.load(path, allow_pickle=False) as f:
+      demos = {k: f[k] for k in f.files}
+  except FileNotFoundError:
+    raise
+  except (zipfile.BadZipFile, ValueError, EOFError, OSError, KeyError) as e:
+    raise ValueError(f"{path} is not a readable demonstration file ({e})") from e
   missing = [k for k in (*_FIELDS, "episode_lengths", "env_id") if k not in demos]
   if missing:
     raise ValueError(f"{path} is not a demonstration file: missing {missing}")
@@ -136,6 +149,38 @@ def load_demos(path: str | os.PathLike) -> dict[str, Any]:
       )
   demos["env_id"] = str(demos["env_id"])
   return demos
+
+
+def check_demos(demos: dict[str, Any], spec: EnvSpec, where: str = "the demonstrations") -> None:
+  """Refuses demonstrations that do not fit a task (`envs.EnvSpec`): observations of
+  another shape, actions of another shape, kind or range (a discrete action outside
+  [0, num_actions), a continuous one outside the action box or not finite), non-finite
+  rewards, discounts or observations."""
+  obs, action = demos["observation"], demos["action"]
+  if tuple(obs.shape[1:]) != tuple(spec.observation_shape):
+    raise ValueError(f"{where}: observations of shape {tuple(obs.shape[1:])}, the task's are "
+                     f"{tuple(spec.observation_shape)} ({spec.task_id})")  # fmt: skip
+  if tuple(action.shape[1:]) != tuple(spec.action_shape):
+    raise ValueError(f"{where}: actions of shape {tuple(action.shape[1:])}, the task's are "
+                     f"{tuple(spec.action_shape)} ({spec.task_id})")  # fmt: skip
+  if spec.is_discrete:
+    if not np.issubdtype(action.dtype, np.integer):
+      raise ValueError(f"{where}: {action.dtype} actions, the task's are discrete (integers)")
+    bad = (action < 0) | (action >= spec.num_actions)
+    if bad.any():
+      raise ValueError(
+          f"{where}: actions must lie in [0, {spec.num_actions}) for {spec.task_id}, got "
+          f"{sorted(set(action[bad].tolist()))[:5]} ({int(bad.sum())} of {bad.size} steps)"
+      )
+  else:
+    low, high = np.asarray(spec.action_low), np.asarray(spec.action_high)
+    if not np.isfinite(action).all() or (action < low).any() or (action > high).any():
+      raise ValueError(f"{where}: actions outside the task's action box [{spec.action_low}, "
+                       f"{spec.action_high}] or not finite")  # fmt: skip
+  for name in ("reward", "discount", "observation"):
+    values = demos[name]
+    if np.issubdtype(values.dtype, np.floating) and not np.isfinite(values).all():
+      raise ValueError(f"{where}: non-finite {name}s")
 
 
 def _pieces(n: int, length: int, mode: str) -> list[tuple[int, int]]:

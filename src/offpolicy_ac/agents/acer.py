@@ -127,10 +127,7 @@ class AcerConfig:
     base.check_non_negative("entropy_weight", self.entropy_weight)
     for name, low in (("replay_ratio", 0), ("sdn_samples", 1), ("sdn_hidden_size", 1)):
       base.check_int(name, getattr(self, name), low)
-    if not self.hidden_sizes or any(
-        isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in self.hidden_sizes
-    ):
-      raise ValueError(f"hidden_sizes must be positive ints, got {self.hidden_sizes!r}")
+    base.check_hidden_sizes(self.hidden_sizes)
     if not math.isfinite(self.init_log_std):
       raise ValueError(f"init_log_std must be finite, got {self.init_log_std}")
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 from typing import Callable
 from typing import NamedTuple
+from typing import Sequence
 
 import flax.struct
 import jax
@@ -162,6 +163,13 @@ def check_int(name: str, value: int, low: int) -> None:
   """Raises unless `value` is an int (not a bool) >= `low` (static settings: counts)."""
   if isinstance(value, bool) or not isinstance(value, int) or value < low:
     raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+
+
+def check_hidden_sizes(sizes: Sequence[int]) -> None:
+  """Raises unless `sizes` (a network's hidden layer widths) is a non-empty sequence of
+  positive ints."""
+  if not sizes or any(isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in sizes):
+    raise ValueError(f"hidden_sizes must be positive ints, got {tuple(sizes)!r}")
 
 
 def check_non_negative(name: str, value: float) -> None:

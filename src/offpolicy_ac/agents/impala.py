@@ -87,6 +87,7 @@ class ImpalaConfig:
 
   def validate(self) -> None:
     base.check_in("gamma", self.gamma, 0.0, 1.0)
+    base.check_hidden_sizes(self.hidden_sizes)
     base.check_in("lambda_", self.lambda_, 0.0, 1.0)
     for name in (
         "clip_rho_threshold",

@@ -22,7 +22,9 @@ from offpolicy_ac.agents import make_sqil_batch_fn
 from offpolicy_ac.presets import sql
 from offpolicy_ac.training import EnvPresets
 from offpolicy_ac.training import TrainConfig
+from offpolicy_ac.training import refusals
 from offpolicy_ac.training import run_experiment
+from offpolicy_ac.training.sources import task_spec
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,15 +105,17 @@ def run(args: Args, **run_kwargs):
     ValueError: no demonstrations, a demonstration batch size below 1, or demonstrations
       of another task than the run's.
   """
-  if not args.demos:
-    raise ValueError("--demos FILE is required (record one with experiments/record_demos.py)")
-  if args.demo_batch_size is not None and args.demo_batch_size < 1:
-    raise ValueError(f"--demo-batch-size must be >= 1, got {args.demo_batch_size}")
-  demos = demos_lib.load_demos(args.demos)
-  if demos["env_id"] != args.train.env.env_id:
-    raise ValueError(
-        f"the demonstrations are of {demos['env_id']}, the run is on {args.train.env.env_id}"
-    )
+  with refusals():  # bad demonstrations: one line from the script, before anything runs
+    if not args.demos:
+      raise ValueError("--demos FILE is required (record one with experiments/record_demos.py)")
+    if args.demo_batch_size is not None and args.demo_batch_size < 1:
+      raise ValueError(f"--demo-batch-size must be >= 1, got {args.demo_batch_size}")
+    demos = demos_lib.load_demos(args.demos)
+    if demos["env_id"] != args.train.env.env_id:
+      raise ValueError(
+          f"the demonstrations are of {demos['env_id']}, the run is on {args.train.env.env_id}"
+      )
+    demos_lib.check_demos(demos, task_spec(args.train), where=args.demos)
   demo_batch_size = args.demo_batch_size or args.train.replay.mini_batch_size
   length = args.train.replay.mini_batch_length + 1
   sequences = demos_lib.cut_episodes(demos, length, args.cut_mode)

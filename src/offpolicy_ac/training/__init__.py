@@ -25,6 +25,7 @@ from offpolicy_ac.training.evaluation import evaluate
 from offpolicy_ac.training.evaluation import render_episode
 from offpolicy_ac.training.experiment import exit_process
 from offpolicy_ac.training.experiment import is_refusal
+from offpolicy_ac.training.experiment import refusals
 from offpolicy_ac.training.experiment import run_experiment
 from offpolicy_ac.training.experiment import script_main
 from offpolicy_ac.training.logger import Logger
@@ -72,6 +73,7 @@ __all__ = [
     "parse_args",
     "plot_runs",
     "read_metrics",
+    "refusals",
     "render_episode",
     "run_experiment",
     "save_params",

@@ -153,9 +153,10 @@ def parse_args(
         else f"{NO_PRESET!r} is reserved for the script's defaults: rename that preset"
     )
   name, env_id = _read_preset_flags(argv)
+  explicit = name is not None
   if name is not None:
     if name != NO_PRESET and name not in presets:
-      raise SystemExit(f"--preset takes one of {sorted(presets) + [NO_PRESET]}")
+      raise ValueError(f"--preset {name}: choose one of {sorted(presets) + [NO_PRESET]}")
   elif env_id is not None:
     name = env_presets.select(env_id)
     if name is not None:
@@ -189,4 +190,34 @@ def parse_args(
       ],
       frozen=True,
   )
-  return tyro.cli(command, args=argv, **settings).args
+  args = tyro.cli(command, args=argv, **settings).args
+  if explicit and name not in (None, NO_PRESET) and hasattr(args, "train"):
+    check_preset_task(name, presets[name].train, args.train, env_presets)
+  return args
+
+
+def _task_kind(config: Any) -> tuple[bool, int, str]:
+  """(discrete actions, observation rank, a description) of a config's task."""
+  from offpolicy_ac.training.sources import task_spec  # envpool's registry, only when needed
+
+  spec = task_spec(config)
+  kind = "discrete" if spec.is_discrete else "continuous"
+  rank = len(spec.observation_shape)
+  return spec.is_discrete, rank, f"{kind} actions, {rank}-d observations"
+
+
+def check_preset_task(name: str, preset: Any, config: Any, env_presets: EnvPresets) -> None:
+  """Refuses a preset used on a task of another kind than the one it was made for
+  (discrete or continuous actions, vector or image observations): its networks and
+  settings would not fit, and the run would train for nothing."""
+  made_for, env_id = preset.env.env_id, config.env.env_id
+  if made_for == env_id:
+    return
+  (*theirs, what), (*ours, given) = _task_kind(preset), _task_kind(config)
+  if theirs != ours:
+    selected = env_presets.select(env_id)
+    hint = f"--preset {selected}" if selected else f"--preset {NO_PRESET} (the defaults)"
+    raise ValueError(
+        f"--preset {name} is made for {made_for} ({what}), not for {env_id} ({given}); "
+        f"use {hint}"
+    )

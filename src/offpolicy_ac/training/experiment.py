@@ -74,8 +74,9 @@ exception keeps its type for Python callers."""
 
 
 @contextlib.contextmanager
-def _refusals():
-  """Marks the errors raised inside as refusals of the run (`REFUSED`)."""
+def refusals():
+  """Marks the errors raised inside (ValueError, TypeError, OSError, a run directory in
+  use) as refusals of the run (`REFUSED`): for checks a script makes before its run."""
   try:
     yield
   except (ValueError, TypeError, OSError, rundir.RunDirectoryInUse) as e:
@@ -102,7 +103,12 @@ def script_main(parse: Callable[[], Any], run: Callable[[Any], Any], *,
   prog = pathlib.Path(sys.argv[0]).stem or "script"
   try:
     try:
-      run(parse())
+      args = parse()
+    except (ValueError, OSError) as e:  # bad flags or files named on the command line
+      setattr(e, REFUSED, True)
+      raise
+    try:
+      run(args)
     except refuse as e:
       setattr(e, REFUSED, True)
       raise
@@ -246,7 +252,7 @@ def run_experiment(name: str, args: Any, agent_factory: Callable, *,
   sweep's settings) it returns one RunResult per learner, each logged in its own
   directory under `args.run_dir`, and plots them."""
   config: TrainConfig = args.train
-  with _refusals():
+  with refusals():
     config.validate()
   if config.tracking.track:
     require_wandb()
@@ -300,10 +306,10 @@ def _run(name: str, args: Any, root: pathlib.Path, *, agent_factory: Callable,
   root/<setting>/seed<k>; root holds the whole config and every learner's checkpoints.
   """
   config: TrainConfig = args.train
-  with _refusals():
+  with refusals():
     lanes = sweeps.lanes_of(args, root)  # validates the sweep before anything is written
   _prepare_process(config)
-  with _refusals():
+  with refusals():
     program = _program(name, args, lanes, agent_factory=agent_factory, batch_fn=batch_fn,
                        rollout_factory=rollout_factory)  # fmt: skip
   process = config.parallel.process_id
@@ -311,7 +317,7 @@ def _run(name: str, args: Any, root: pathlib.Path, *, agent_factory: Callable,
   if len(lanes) == 1 and process > 0:  # a multi-host job's other processes: their own logs
     dirs = [root / f"process{process}"]
   with contextlib.ExitStack() as held:
-    with _refusals():
+    with refusals():
       held.enter_context(rundir.locked(dirs[0] if len(lanes) == 1 else root))
     return _train(name, args, root, lanes, dirs, program, progress)
 
@@ -321,7 +327,7 @@ def _train(name: str, args: Any, root: pathlib.Path, lanes: list[sweeps.Lane],
   """`_run` once it holds the run directory: config.json, signals, the driver, results."""
   config: TrainConfig = args.train
   resume = bool(getattr(args, "resume", False))
-  with _refusals():
+  with refusals():
     if len(lanes) == 1:
       rundir.check_or_write_config(name, args, dirs[0], resume)
     else:

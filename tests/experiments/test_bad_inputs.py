@@ -1,0 +1,96 @@
+"""Bad command lines get one clear line and exit code 2, before anything runs, from every
+script: no traceback, no run directory left holding a run.
+
+Each case runs the script in a subprocess, as a user would, and checks the exact outcome.
+"""
+
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from offpolicy_ac import demos as demos_lib
+from offpolicy_ac import envs
+
+ROOT = pathlib.Path(__file__).parents[2]
+
+# (script, flags, a fragment of the one error line). `{demos}` is a directory of
+# demonstration files (see the `demos` fixture); `{run}` the run directory.
+CASES = [
+    ("impala", ["--num-envs", "100000", "--total-env-steps", "2048"], "more than the whole budget"),
+    ("impala", ["--num-envs", "0"], "num_envs must be a positive int"),
+    ("impala", ["--total-env-steps", "-5"], "total_env_steps must be a positive int"),
+    ("impala", ["--hidden-sizes", "0"], "hidden_sizes must be positive ints"),
+    ("impala", ["--learning-rate", "nan"], "learning_rate must be > 0"),
+    ("impala", ["--reward-scale", "inf"], "reward_scale must be finite"),
+    ("impala", ["--target-return", "nan"], "target_return must be finite"),
+    ("impala", ["--env-id", "CartPol-v1"], "unknown task id 'CartPol-v1'; did you mean"),
+    ("impala", ["--env-id", "gymnax:CartPol-v1"], "did you mean ['CartPole-v1']"),
+    ("impala", ["--preset", "nope"], "--preset nope: choose one of"),
+    ("impala", ["--sweep", "no_such_field=1,2"], "no_such_field"),
+    ("acer", ["--preset", "pendulum", "--env-id", "CartPole-v1"], "--preset pendulum is made for"),
+    ("sql", ["--env-id", "Hopper-v4", "--preset", "cartpole"], "use --preset hopper"),
+    ("sql", ["--replay-capacity", "1", "--min-replay-size", "0"], "replay_capacity (1) holds"),
+    ("sql", ["--mini-batch-length", "40"], "mini_batch_length (40) exceeds unroll_length"),
+    ("sql", ["--gamma", "1.5"], "gamma"),
+    ("sqil", ["--demos", "{demos}/missing.npz"], "No such file"),
+    ("sqil", ["--demos", "{demos}/corrupt.npz"], "is not a readable demonstration file"),
+    ("sqil", ["--demos", "{demos}/action7.npz"], "actions must lie in [0, 2) for CartPole-v1"),
+    ("sqil", ["--demos", "{demos}/obs3.npz"], "observations of shape (3,)"),
+    ("sqil", ["--demos", "{demos}/good.npz", "--env-id", "Acrobot-v1"], "the run is on Acrobot"),
+    ("evaluate", ["--run-dir", "{demos}/no-run"], "is not a directory"),
+    ("evaluate", ["--run-dir", "{demos}", "--episodes", "0"], "--episodes must be >= 1"),
+    ("evaluate", ["--run-dir", "{demos}"], "is not a run directory (no config.json)"),
+    ("record_demos", ["--run-dir", "{demos}/no-run", "--out", "{demos}/x.npz"], "not a directory"),
+    ("plot", ["{demos}/no-run"], "no-run"),
+]
+TRAINS = ("impala", "acer", "sql", "sqil")
+
+
+@pytest.fixture(scope="module")
+def demos(tmp_path_factory):
+  root = tmp_path_factory.mktemp("demos")
+  env = envs.make("CartPole-v1", 2, 0)
+  recorded = demos_lib.record_episodes(env, lambda obs: np.zeros(len(obs), np.int32), 2)
+  env.close()
+  save = lambda name, **fields: demos_lib.save_demos(
+      root / name, {**recorded, **fields}, env_id="CartPole-v1"
+  )
+  save("good.npz")
+  save("action7.npz", action=np.full_like(recorded["action"], 7))
+  save("obs3.npz", observation=recorded["observation"][:, :3])
+  (root / "corrupt.npz").write_bytes(b"PK\x03\x04 not a zip file")
+  return root
+
+
+@pytest.mark.parametrize("script, flags, fragment", CASES, ids=lambda c: str(c)[:40])
+def test_a_bad_command_line_gets_one_line_and_exit_code_2(tmp_path, demos, script, flags,
+                                                           fragment):  # fmt: skip
+  run_dir = tmp_path / "run"
+  flags = [f.format(demos=demos, run=run_dir) for f in flags]
+  extra = ["--run-dir", str(run_dir)] if script in TRAINS else []
+  proc = subprocess.run([sys.executable, str(ROOT / "experiments" / f"{script}.py"), *extra,
+                         *flags], capture_output=True, text=True, timeout=300)  # fmt: skip
+  lines = [l for l in proc.stderr.splitlines() if l.strip()]
+  assert proc.returncode == 2, proc.stderr[-3000:]
+  assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+  assert lines[-1].startswith(f"[{script}] error: ") and fragment in lines[-1], lines[-1]
+  assert not (run_dir / "metrics.jsonl").exists() and not (run_dir / "checkpoints").exists()
+
+
+def test_resume_with_a_smaller_budget_is_refused_and_leaves_the_config(tmp_path):
+  run_dir = tmp_path / "run"
+  cmd = [sys.executable, str(ROOT / "experiments" / "impala.py"), "--run-dir", str(run_dir),
+         "--checkpoint-every", "512", "--log-every", "512"]  # fmt: skip
+  subprocess.run([*cmd, "--total-env-steps", "1024"], check=True, capture_output=True, timeout=300)
+  config = (run_dir / "config.json").read_text()
+  proc = subprocess.run([*cmd, "--total-env-steps", "512", "--resume"], capture_output=True,
+                        text=True, timeout=300)  # fmt: skip
+  assert proc.returncode == 2 and "Traceback" not in proc.stderr
+  assert "[impala] error: --resume: --total-env-steps 512 is smaller" in proc.stderr
+  assert (run_dir / "config.json").read_text() == config
+  proc = subprocess.run([*cmd, "--total-env-steps", "1024"], capture_output=True, text=True,
+                        timeout=300)  # fmt: skip
+  assert proc.returncode == 2 and "already holds a run: pass --resume" in proc.stderr
