@@ -739,7 +739,7 @@ class AcerBadInputTest(chex.TestCase):
   """Tests run eagerly and jitted: `self.variant` is chex's with_jit or without_jit."""
 
   @chex.variants(with_jit=True, without_jit=True)
-  @parameterized.parameters(*[b[1:] for b in _BAD])
+  @parameterized.named_parameters(*_BAD)
   def test_bad_input_names_the_argument(self, call, exc, name):
     with pytest.raises(exc, match=f"`{name}`"):
       self.variant(call)()
