@@ -294,3 +294,9 @@ def test_no_function_is_longer_than_150_lines():
         if lines > 150:
           long.append(f"{path.relative_to(PACKAGE_DIR)}:{node.lineno} {node.name} ({lines})")
   assert not long, long
+
+
+def test_dir_of_the_package_lists_every_subpackage():
+  assert {"losses", "envs", "agents", "training", "presets", "analysis", "testing"} <= set(
+      dir(offpolicy_ac)
+  )

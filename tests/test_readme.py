@@ -6,6 +6,7 @@ fresh directory, each command in its own process, with the training budgets divi
 its budgets shortened the same way. The install commands are what `.ci/run` executes.
 """
 
+import json
 import pathlib
 import re
 import shlex
@@ -105,14 +106,23 @@ def test_walkthrough_runs_in_order(tmp_path):
 
 
 def test_python_example_runs(tmp_path):
+  """The README's Python example writes the run directory the script writes, and
+  load_run opens it (its best parameters)."""
   code = python_block("From Python")
-  assert code.count("20_000") == 2 and "10_000" in code
-  code = code.replace("20_000", "2_000").replace("10_000", "1_000")
+  assert code.count("20_000") == 1
+  code = code.replace("20_000", "10_240")  # evaluations at 5,120 and 10,240
   proc = run([sys.executable, "-c", code], tmp_path)
-  env_steps, last_eval = proc.stdout.split()[-2:]
-  assert int(env_steps) >= 2_000
-  assert float(last_eval) > 0
-  assert (tmp_path / "runs" / "from-python" / "metrics.jsonl").is_file()
+  env_steps, best_eval, source = proc.stdout.split()[-3:]
+  assert int(env_steps) == 10_240 and float(best_eval) > 0 and source == "best"
+  run_dir = tmp_path / "runs" / "from-python"
+  for name in ("config.json", "metrics.jsonl", "final_params.msgpack", "best_params.msgpack",
+               "summary.json"):  # fmt: skip
+    assert (run_dir / name).is_file(), name
+  config = json.loads((run_dir / "config.json").read_text())
+  assert (
+      config["algorithm"] == "impala"
+      and config["config"]["train"]["transform"]["reward_scale"] == 0.1
+  )  # the script's default, not TrainConfig()'s 1.0
 
 
 def test_readme_links_point_at_files():

@@ -42,3 +42,8 @@ def __getattr__(name):
   if name in _LAZY:
     return importlib.import_module(f"offpolicy_ac.{name}")
   raise AttributeError(f"module 'offpolicy_ac' has no attribute {name!r}")
+
+
+def __dir__():
+  """Every subpackage, the lazily imported ones included (`dir(offpolicy_ac)`)."""
+  return sorted({*globals(), *__all__})

@@ -100,7 +100,11 @@ def test_a_stop_signal_at_a_random_moment_resumes_exactly(tmp_path, straight, si
   # The stop writes no checkpoint of its own (the environments cannot be saved mid-segment):
   # the newest is a checkpoint point's, where the resumed run goes on.
   assert summary["checkpoint_env_steps"] == max(_checkpoints(run_dir), default=None)
-  _run(run_dir, "--resume")
+  resumed = _run(run_dir, "--resume")
+  if summary["checkpoint_env_steps"] is not None:  # the run says where it goes on
+    assert f"resuming from the checkpoint at env step {summary['checkpoint_env_steps']:,}" in (
+        resumed.stdout
+    )
   _same_run(run_dir, straight)
 
 

@@ -208,7 +208,8 @@ def drive(program: Program, config: TrainConfig, loggers: Sequence[Logger], *,
           checkpointer: Any = None, resume: bool = False,
           should_stop: Callable[[], bool] = lambda: False,
           lane_names: Optional[Sequence[str]] = None,
-          keep_best: Optional[Callable[[int, Any, Any], None]] = None) -> Outcome:  # fmt: skip
+          keep_best: Optional[Callable[[int, Any, Any], None]] = None,
+          announce: Callable[[str], None] = lambda message: None) -> Outcome:  # fmt: skip
   """Trains `program` to the config's budget (see the module docstring).
 
   Args:
@@ -223,6 +224,7 @@ def drive(program: Program, config: TrainConfig, loggers: Sequence[Logger], *,
     lane_names: how an error names each lane (" for seed 3"); default: "".
     keep_best: `keep_best(lane, params, transform_state)`, called with a lane's
       parameters (host arrays) whenever an evaluation scores higher than any before.
+    announce: told, in a sentence, where a resumed run continues.
   """
   if len(loggers) != program.num_lanes:
     raise ValueError(f"need one logger per learner ({program.num_lanes}), got {len(loggers)}")
@@ -231,6 +233,9 @@ def drive(program: Program, config: TrainConfig, loggers: Sequence[Logger], *,
   state = program.init()
   if resume:
     state = run.restore(state)
+    where = getattr(checkpointer, "directory", "")
+    announce(f"resuming from the checkpoint at env step {run.saved:,} ({where})"
+             if run.saved is not None else "no checkpoint to resume from: starting over")  # fmt: skip
   return run.loop(state, should_stop)
 
 

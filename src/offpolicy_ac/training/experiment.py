@@ -351,7 +351,8 @@ def _train(name: str, args: Any, root: pathlib.Path, lanes: list[sweeps.Lane],
       with _stop_on_signals(flag):
         outcome = drive(program, config, loggers, checkpointer=checkpointer, resume=resume,
                         should_stop=flag, lane_names=sweeps.lane_names(lanes),
-                        keep_best=lambda k, *best: rundir.write_best(dirs[k], *best))  # fmt: skip
+                        keep_best=lambda k, *best: rundir.write_best(dirs[k], *best),
+                        announce=lambda message: print(f"[{name}] {message}", flush=True))  # fmt: skip
     finally:
       for logger in loggers:
         logger.close()
