@@ -109,18 +109,18 @@ def measure(args: Args) -> list[dict]:
     keys = jax.random.split(jax.random.PRNGKey(0), num_lanes)
     hps = {k: jnp.stack([v] * num_lanes) for k, v in compiled.hyperparams.items()}
     state = jax.jit(jax.vmap(compiled.init))(keys, hps)
-    run = jax.jit(jax.vmap(compiled.run, in_axes=(0, 0, None, None)))
-    active, no_eval = jnp.int32(iterations), jnp.asarray(False)
+    run = jax.jit(jax.vmap(compiled.run, in_axes=(0, 0, None)))
+    active = jnp.int32(iterations)
     bound = _bound(compiled.env, num_lanes, config.env.num_envs,
                    iterations * config.env.unroll_length)  # fmt: skip
     steps = iterations * per_iteration
-    state, metrics = run(state, hps, active, no_eval)  # compile
+    state, metrics = run(state, hps, active)  # compile
     jax.block_until_ready(metrics)
     jax.block_until_ready(bound(jax.random.PRNGKey(0)))
     train_s, bound_s = [], []
     for r in range(args.repeats):
       start = time.perf_counter()
-      state, metrics = run(state, hps, active, no_eval)
+      state, metrics = run(state, hps, active)
       jax.block_until_ready(metrics)
       train_s.append(time.perf_counter() - start)
       start = time.perf_counter()

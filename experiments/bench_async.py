@@ -353,7 +353,7 @@ class _Recorder:
 
 def train_rate(task: Task, mode: str, agents: _Agents, args: Args) -> dict:
   """Runs `train` for one mode; env steps/s etc. over the steady part of the run."""
-  from offpolicy_ac.training.loop import train
+  from offpolicy_ac.training import train
 
   config = _loop_for(task, mode, args)
   nolearn = mode.endswith("nolearn")

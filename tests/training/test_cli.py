@@ -62,7 +62,7 @@ def test_preset_none_keeps_the_defaults_and_a_named_preset_wins(capsys):
 
 
 def test_bad_presets_are_refused():
-  with pytest.raises(SystemExit, match=r"--preset takes one of \['atari', 'minatar', "):
+  with pytest.raises(ValueError, match=r"--preset mujoco: choose one of \['atari', 'minatar', "):
     _parse(["--preset", "mujoco"])
   with pytest.raises(ValueError, match=r"name presets \['mujoco'\] that are not among"):
     parse_args(Args, PRESETS, argv=[], env_presets=EnvPresets({"Hopper-v4": "mujoco"}))

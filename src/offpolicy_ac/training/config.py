@@ -355,16 +355,6 @@ class TrainConfig:
           f"{env.unroll_length}{' x num_actors' if actors.actors == 'pools' else ''}), more "
           f"than the whole budget, total_env_steps {budget.total_env_steps:,}"
       )
-    if replay.replay_capacity < env.num_envs:
-      raise ValueError(
-          f"replay_capacity ({replay.replay_capacity}) holds fewer sequences than one unroll "
-          f"adds (num_envs, {env.num_envs})"
-      )
-    if replay.mini_batch_length > env.unroll_length:
-      raise ValueError(
-          f"mini_batch_length ({replay.mini_batch_length}) exceeds unroll_length "
-          f"({env.unroll_length}): replayed windows lie inside one stored unroll"
-      )
     _check_transform(self.transform)
     if self.tracking.wandb_mode not in ("online", "offline"):
       raise ValueError(

@@ -13,7 +13,9 @@ an evaluation, a checkpoint or the end of the budget, in env steps), then acts o
 * every `log_every` env steps each lane writes a metrics line: the episodes that finished
   and the mean of the update metrics since the previous line (`records.Accumulators`);
 * every `TrainConfig.eval_interval` env steps (by default about 20 times over the budget)
-  the greedy policies are evaluated (`Program.evaluate`); each lane's best-scoring
+  the greedy policies are evaluated (`Program.evaluate`), and at the end of the budget
+  too, for `RunResult.last_eval_return` (that one is not logged: the line at the end is
+  the one a longer run would log); each lane's best-scoring
   parameters so far go to `keep_best` (the scripts write them beside the final ones), and
   the run stops once every lane's mean evaluation return reached `target_return`;
 * every `checkpoint_every` env steps, and at the end, the program's state and the
@@ -69,8 +71,8 @@ class RunResult:
       config's `target_return` (None: none did, or no target). A run of several learners
       goes on until every learner reached it, so a learner's last evaluation may be lower:
       its best parameters are the ones that scored `best_eval_return`.
-    last_eval_return: the last evaluation's mean return (None: the run never evaluated);
-      the final parameters' score when the run ended on an evaluation.
+    last_eval_return: the last evaluation's mean return (None: the run never evaluated):
+      the final parameters' score when the run used its whole budget.
     best_eval_return: the highest evaluation mean return, scored by the best parameters.
     best_env_steps: the env steps of that evaluation.
     interrupted: whether `should_stop` (SIGTERM or SIGINT in the scripts) stopped the run
@@ -345,10 +347,11 @@ class _Driver:
             self.save(state)
           break
         end = schedule.env_steps >= total
+        evaluate_end = end and bool(config.eval_interval)  # the final policy is scored
         due = schedule.checkpoint_due()
-        logged = schedule.log_due()
+        logged, evaluated = schedule.log_due(), schedule.eval_due()
         if logged:
-          self.log(state, evaluate=schedule.eval_due())
+          self.log(state, evaluate=evaluated)
           schedule.logged(config.budget.log_every, config.eval_interval)
         end = end or all(a.reached for a in self.accs)
         if due or end:
@@ -360,6 +363,9 @@ class _Driver:
           # A final line for the partial interval; a resumed run drops it (it is after
           # the checkpoint's log_lines) and logs the interval in full.
           self.log(state, evaluate=False, final=True)
+        if evaluate_end and not evaluated:  # the final policy's score, for the results
+          for acc, (mean, _) in zip(self.accs, program.evaluate(state)):
+            acc.last_eval = float(mean)
     finally:
       program.close()
     wall, versions = self.wall_time(), program.num_updates(state)

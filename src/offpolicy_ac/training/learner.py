@@ -107,7 +107,14 @@ def make_policies(agent: Agent, transformer: envs.DataTransformer,
 
 
 def make_replay(config: TrainConfig) -> replay_lib.SequenceReplay:
+  """The sequence replay of an off-policy learner; refuses one that holds less than an
+  unroll (num_envs sequences)."""
   r = config.replay
+  if r.replay_capacity < config.env.num_envs:
+    raise ValueError(
+        f"replay_capacity ({r.replay_capacity}) holds fewer sequences than one unroll adds "
+        f"(num_envs, {config.env.num_envs})"
+    )
   return replay_lib.make_sequence_replay(
       capacity=r.replay_capacity,
       sequence_length=config.env.unroll_length + 1,
