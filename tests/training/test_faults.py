@@ -9,6 +9,7 @@ wall-clock fields, and the final parameters byte for byte).
 
 import dataclasses
 import json
+import os
 import pathlib
 import random
 import signal
@@ -165,6 +166,19 @@ def test_a_flipped_byte_in_the_newest_checkpoint_is_found_and_skipped(tmp_path, 
   _same_run(run_dir, straight)  # from the checkpoint before: the same run
 
 
+def test_a_changed_record_in_the_newest_checkpoint_is_found_and_skipped(tmp_path, straight):
+  """The record (schedule, accumulators) is JSON that may still parse after a flipped
+  byte; its checksum catches that."""
+  run_dir = tmp_path / "run"
+  _run(run_dir, steps=3840)
+  [record] = [p for p in (run_dir / "checkpoints" / "3840" / "record").iterdir() if p.is_file()
+              and b'"log_lines"' in p.read_bytes()]  # fmt: skip
+  record.write_bytes(record.read_bytes().replace(b'"log_lines": 6', b'"log_lines": 4'))
+  proc = _run(run_dir, "--resume")
+  assert "checkpoint 3840" in proc.stderr and "record does not match" in proc.stderr
+  _same_run(run_dir, straight)
+
+
 def test_no_intact_checkpoint_is_an_error_not_a_fresh_start(tmp_path):
   run_dir = tmp_path / "run"
   _run(run_dir, steps=2560)
@@ -230,3 +244,27 @@ def test_non_finite_data_from_the_environment_is_stopped_before_it_is_stored(tmp
   impala.run(straight)
   impala.run(dataclasses.replace(args, resume=True))
   assert _metrics(tmp_path / "run") == _metrics(tmp_path / "straight")
+
+
+def test_a_full_disk_stops_with_one_line_and_resumes_exactly(tmp_path, straight):
+  """The run directory on a 300 KiB tmpfs fills before the run ends: the script ends
+  with exit code 1 and one last line, the last checkpoint intact; with the space freed
+  (the tmpfs grown), --resume repeats the uninterrupted run."""
+  if os.geteuid() != 0:
+    pytest.skip("mounting a small tmpfs needs root")
+  disk = tmp_path / "disk"
+  disk.mkdir()
+  mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=300k", "tmpfs", str(disk)],
+                           capture_output=True, text=True)  # fmt: skip
+  if mounted.returncode != 0:
+    pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+  try:
+    proc = _run(disk / "run", check=False)
+    last = [l for l in proc.stderr.splitlines() if l.strip()][-1]
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert last.startswith("[impala] error: no space left on device"), last
+    subprocess.run(["mount", "-o", "remount,size=64m", str(disk)], check=True)
+    _run(disk / "run", "--resume")
+    _same_run(disk / "run", straight)
+  finally:
+    subprocess.run(["umount", str(disk)], check=False)

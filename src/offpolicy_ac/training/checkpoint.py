@@ -77,6 +77,15 @@ def array_checksums(tree: Any) -> dict[str, str]:
   return out
 
 
+RECORD = "<record>"
+"""The key of the record's checksum in checksums.json."""
+
+
+def record_checksum(record: dict) -> str:
+  """The CRC-32 of a checkpoint's JSON record (keys sorted)."""
+  return f"{zlib.crc32(json.dumps(record, sort_keys=True).encode()):08x}"
+
+
 def verify_checksums(tree: Any, expected: dict[str, str], where: str) -> None:
   """Raises DamagedCheckpointError when an array of `tree` differs from its checksum."""
   for name, value in array_checksums(tree).items():
@@ -147,7 +156,7 @@ class Checkpointer:
     # Written last: a checkpoint without them is one whose save did not finish.
     path = self.directory / str(step) / CHECKSUMS
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(array_checksums(savable)))
+    tmp.write_text(json.dumps({**array_checksums(savable), RECORD: record_checksum(record)}))
     os.replace(tmp, path)
 
   def steps(self) -> list[int]:
@@ -183,7 +192,10 @@ class Checkpointer:
                 arrays=ocp.args.StandardRestore(template), record=ocp.args.JsonRestore()
             ),
         )
-        verify_checksums(restored["arrays"], checksums, f"checkpoint {step} in {self.directory}")
+        where = f"checkpoint {step} in {self.directory}"
+        verify_checksums(restored["arrays"], checksums, where)
+        if checksums.get(RECORD) != record_checksum(dict(restored["record"])):
+          raise DamagedCheckpointError(f"{where}: its record does not match its checksum")
         return step, restored["arrays"], dict(restored["record"])
       except Exception as e:  # pylint: disable=broad-except
         if self.read_only:

@@ -117,15 +117,13 @@ def script_main(parse: Callable[[], Any], run: Callable[[Any], Any], *,
       what = "no space left on device" if e.errno == errno.ENOSPC else str(e)
       where = f" ({e.filename})" if e.errno == errno.ENOSPC and e.filename else ""
       after = "; the last checkpoint is intact: free some space, then --resume"
-      print(f"[{prog}] error: {what}{where}{after if e.errno == errno.ENOSPC else ''}",
-            file=sys.stderr, flush=True)  # fmt: skip
-      exit_process(2 if is_refusal(e) and e.errno != errno.ENOSPC else 1)
+      message = f"[{prog}] error: {what}{where}{after if e.errno == errno.ENOSPC else ''}"
+      exit_process(2 if is_refusal(e) and e.errno != errno.ENOSPC else 1, last_words=message)
     raise
   except Exception as e:  # pylint: disable=broad-except
     if not is_refusal(e):
       raise
-    print(f"[{prog}] error: {e}", file=sys.stderr, flush=True)
-    exit_process(2)
+    exit_process(2, last_words=f"[{prog}] error: {e}")
   exit_process(0)
 
 
@@ -215,7 +213,7 @@ def _make_checkpointer(config: TrainConfig, root: pathlib.Path) -> Any:
   )
 
 
-def exit_process(code: int = 0) -> None:
+def exit_process(code: int = 0, last_words: Optional[str] = None) -> None:
   """Ends a finished script's process at once: flushes stdout and stderr, runs the
   `atexit` handlers, then `os._exit(code)`.
 
@@ -225,13 +223,23 @@ def exit_process(code: int = 0) -> None:
   which took 0.6-0.9 s of a CartPole run's launch-to-stop time on this 2-core machine
   and does nothing a finished run needs. Never call it from library code or tests: it
   ends the calling process.
+
+  `last_words` (an error) is printed to stderr last, after the handlers, whose own errors
+  and those of dying threads are then silenced (a full disk fails every writer's cleanup
+  too), so that it is the last line a user reads.
   """
   import atexit
 
   try:
     sys.stdout.flush()
     sys.stderr.flush()
-    atexit._run_exitfuncs()  # pylint: disable=protected-access
+    if last_words is not None:
+      threading.excepthook = lambda args: None
+      with open(os.devnull, "w") as quiet, contextlib.redirect_stderr(quiet):
+        atexit._run_exitfuncs()  # pylint: disable=protected-access
+      print(last_words, file=sys.stderr, flush=True)
+    else:
+      atexit._run_exitfuncs()  # pylint: disable=protected-access
     sys.stdout.flush()
     sys.stderr.flush()
   finally:
