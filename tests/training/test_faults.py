@@ -268,3 +268,24 @@ def test_a_full_disk_stops_with_one_line_and_resumes_exactly(tmp_path, straight)
     _same_run(disk / "run", straight)
   finally:
     subprocess.run(["umount", str(disk)], check=False)
+
+
+def test_a_stop_signal_in_a_compiled_run_checkpoints_there_and_resumes_exactly(tmp_path):
+  """A JAX environment's run holds its environments in its state: a stop writes a
+  checkpoint where it stopped (between two chunks), and --resume repeats the
+  uninterrupted run."""
+  pytest.importorskip("gymnax")
+  flags = ["--env-id", "gymnax:CartPole-v1", "--preset", "none", "--log-every", "16384",
+           "--eval-every", "65536", "--checkpoint-every", "1000000"]  # fmt: skip
+  steps = 4_194_304
+  straight = tmp_path / "straight"
+  _run(straight, *flags, steps=steps)
+  run_dir = tmp_path / "run"
+  proc = _start_and_wait(run_dir, lambda d: _lines(d) >= 3, *flags, steps=steps)
+  proc.send_signal(signal.SIGTERM)
+  out, err = proc.communicate(timeout=120)
+  assert proc.returncode == 0, err[-3000:]
+  summary = json.loads((run_dir / "summary.json").read_text())
+  assert summary["interrupted"] and summary["checkpoint_env_steps"] == summary["env_steps"] < steps
+  _run(run_dir, "--resume", *flags, steps=steps)
+  _same_run(run_dir, straight)
