@@ -18,6 +18,7 @@ Multi-host jobs: the learner state is replicated, so process 0 alone writes
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import pathlib
@@ -145,14 +146,21 @@ class Checkpointer:
     if step in self.steps():  # e.g. redoing steps after a fall-back
       self._manager.delete(step)
     savable = _to_savable(arrays)
-    self._manager.save(
-        step,
-        args=ocp.args.Composite(
-            arrays=ocp.args.StandardSave(savable), record=ocp.args.JsonSave(record)
-        ),
-        force=True,
-    )
-    self._manager.wait_until_finished()
+    try:
+      self._manager.save(
+          step,
+          args=ocp.args.Composite(
+              arrays=ocp.args.StandardSave(savable), record=ocp.args.JsonSave(record)
+          ),
+          force=True,
+      )
+      self._manager.wait_until_finished()
+    except Exception as e:  # pylint: disable=broad-except
+      # tensorstore reports a full disk as a ValueError ("RESOURCE_EXHAUSTED ... No space
+      # left on device"): the OSError it is, so that scripts say so in one line.
+      if "No space left on device" in str(e) and not isinstance(e, OSError):
+        raise OSError(errno.ENOSPC, "No space left on device", str(self.directory)) from e
+      raise
     # Written last: a checkpoint without them is one whose save did not finish.
     path = self.directory / str(step) / CHECKSUMS
     tmp = path.with_suffix(".tmp")
