@@ -56,4 +56,4 @@ def main(args: Args) -> list[statistics.GroupCurve]:
 
 if __name__ == "__main__":
   # A bad run directory, file or setting: one line and exit code 2.
-  script_main(lambda: tyro.cli(Args), main, refuse=(ValueError, OSError))
+  script_main(lambda: tyro.cli(Args, description=__doc__), main, refuse=(ValueError, OSError))
