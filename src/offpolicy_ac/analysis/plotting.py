@@ -53,8 +53,9 @@ def plot_runs(
       series = [s for s in series if s[0].size]
       if not series:
         continue
-      end = min(s[0][-1] for s in series)
-      grid = np.linspace(0, end, 200)
+      # Where every run has a value: no flat start before a run's first point.
+      start, end = max(s[0][0] for s in series), min(s[0][-1] for s in series)
+      grid = np.linspace(start, end, 200)
       ys = np.stack([np.interp(grid, x, y) for x, y in series])
       (line,) = ax.plot(grid, ys.mean(0), label=f"{key} (mean of {len(series)})")
       ax.fill_between(grid, ys.min(0), ys.max(0), alpha=0.2, color=line.get_color())
@@ -66,8 +67,8 @@ def plot_runs(
   ax.set_ylabel("return")
   ax.set_title(title)
   ax.grid(alpha=0.3)
-  if keys:
-    ax.legend(fontsize=8)
+  if keys:  # below the axes, where it covers no curve
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
   fig.tight_layout()
   return _save(fig, pathlib.Path(out))
 
