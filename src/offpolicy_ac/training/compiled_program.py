@@ -28,9 +28,12 @@ from offpolicy_ac.training.compiled_train import CompiledTrain
 from offpolicy_ac.training.driver import NonFiniteError
 from offpolicy_ac.training.driver import Progress
 from offpolicy_ac.training.driver import Update
+from offpolicy_ac.training.learner import add_lane_axis
 from offpolicy_ac.training.learner import run_once
 from offpolicy_ac.training.learner import startup_compile_options
+from offpolicy_ac.training.learner import take_lane
 from offpolicy_ac.training.learner import trace_init_lanes
+from offpolicy_ac.training.sweeps import lane_names
 from offpolicy_ac.training.sweeps import stack_hyperparams
 
 # Keys of a chunk's metrics that are bookkeeping, not learner statistics.
@@ -40,9 +43,7 @@ BOOKKEEPING = ("active", "env_steps", "episodes", "episode_return_sum", "episode
 
 def _one_lane(fn: Callable) -> Callable:
   """`fn(state, hp, *rest)` of one lane as a function of states with a lane axis of 1."""
-  index = lambda tree: jax.tree.map(lambda x: x[0], tree)
-  expand = lambda tree: jax.tree.map(lambda x: x[None], tree)
-  return lambda state, hp, *rest: expand(fn(index(state), index(hp), *rest))
+  return lambda state, hp, *rest: add_lane_axis(fn(take_lane(state, 0), take_lane(hp, 0), *rest))
 
 
 class CompiledProgram:
@@ -60,6 +61,7 @@ class CompiledProgram:
       settings: each lane's hyper-parameters over the defaults ({}: the defaults).
     """
     self.compiled, self.num_lanes = compiled, len(seeds)
+    self.lane_names = lane_names(list(zip(settings, seeds)))
     self.steps_per_iteration = compiled.steps_per_iteration
     self._hps = stack_hyperparams(compiled.hyperparams, settings)
     self._keys = jnp.stack([jax.random.PRNGKey(seed) for seed in seeds])
@@ -111,7 +113,7 @@ class CompiledProgram:
     return np.asarray(jax.device_get(state.learner.agent.num_updates))
 
   def final(self, state: Any, lane: int) -> tuple[Any, Any]:
-    learner = jax.tree.map(lambda x: x[lane], state.learner)
+    learner = take_lane(state.learner, lane)
     return learner.agent, learner.transform
 
   def open(self, state: Any, segment: int) -> None:
@@ -140,9 +142,9 @@ class CompiledProgram:
       if not m["data_finite"].all():
         k, i = np.argwhere(~m["data_finite"])[0]
         raise NonFiniteError(
-            f"non-finite rewards or observations from {self.compiled.config.env.env_id} "
-            f"(learner {k}) at env step {env_steps + taken + (i + 1) * spi}; stopping. The "
-            "last checkpoint is kept."
+            f"non-finite rewards or observations from {self.compiled.config.env.env_id}"
+            f"{self.lane_names[k]} at env step {env_steps + taken + (i + 1) * spi}; stopping. "
+            "The last checkpoint is kept."
         )
       episodes += np.stack([m["episodes"].sum(1), m["episode_return_sum"].sum(1, np.float64),
                             m["episode_length_sum"].sum(1, np.float64)], axis=1)  # fmt: skip

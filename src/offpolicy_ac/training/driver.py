@@ -155,12 +155,14 @@ class Program(Protocol):
   Attributes:
     kind: "envpool" or "compiled", recorded in checkpoints.
     num_lanes: N, the learners trained in lockstep.
+    lane_names: how errors name each lane (" for seed 3"; "" for a single learner).
     checkpoint_at_stop: whether a checkpoint written when a stop request interrupts an
       advance resumes as the run would have gone on (else the stop writes none).
   """
 
   kind: str
   num_lanes: int
+  lane_names: Sequence[str]
   checkpoint_at_stop: bool
 
   def init(self) -> Any:
@@ -209,7 +211,6 @@ class Outcome(NamedTuple):
 def drive(program: Program, config: TrainConfig, loggers: Sequence[Logger], *,
           checkpointer: Any = None, resume: bool = False,
           should_stop: Callable[[], bool] = lambda: False,
-          lane_names: Optional[Sequence[str]] = None,
           keep_best: Optional[Callable[[int, Any, Any], None]] = None,
           announce: Callable[[str], None] = lambda message: None) -> Outcome:  # fmt: skip
   """Trains `program` to the config's budget (see the module docstring).
@@ -223,15 +224,13 @@ def drive(program: Program, config: TrainConfig, loggers: Sequence[Logger], *,
       warning).
     should_stop: polled between iterations; True returns with `interrupted=True` (and a
       checkpoint where `program.checkpoint_at_stop`).
-    lane_names: how an error names each lane (" for seed 3"); default: "".
     keep_best: `keep_best(lane, params, transform_state)`, called with a lane's
       parameters (host arrays) whenever an evaluation scores higher than any before.
     announce: told, in a sentence, where a resumed run continues.
   """
   if len(loggers) != program.num_lanes:
     raise ValueError(f"need one logger per learner ({program.num_lanes}), got {len(loggers)}")
-  names = list(lane_names or [""] * program.num_lanes)
-  run = _Driver(program, config, loggers, checkpointer, names, keep_best)
+  run = _Driver(program, config, loggers, checkpointer, keep_best)
   state = program.init()
   if resume:
     state = run.restore(state)
@@ -246,9 +245,9 @@ class _Driver:
   clock."""
 
   def __init__(self, program: Program, config: TrainConfig, loggers: Sequence[Logger],
-               checkpointer: Any, names: list[str], keep_best: Optional[Callable]):  # fmt: skip
+               checkpointer: Any, keep_best: Optional[Callable]):  # fmt: skip
     self.program, self.config, self.loggers = program, config, loggers
-    self.checkpointer, self.names, self.keep_best = checkpointer, names, keep_best
+    self.checkpointer, self.keep_best = checkpointer, keep_best
     self.schedule = records.Schedule.start(
         config.budget.log_every, config.eval_interval, config.checkpoint.checkpoint_every
     )
@@ -291,15 +290,16 @@ class _Driver:
     """Adds an advance's episodes and statistics to the lanes' accumulators; raises
     `NonFiniteError` on a non-finite statistic, naming the lane and the iteration."""
     where = f" in {self.checkpointer.directory}" if self.checkpointer is not None else ""
+    names = self.program.lane_names
     for k, acc in enumerate(self.accs):
       acc.add_episodes(*progress.episodes[k])
       for update in progress.updates:
         values = update.metrics[k]
         if values is None:
           continue
-        raise_if_non_finite(values, f"{self.names[k]} at env step {update.env_steps} (update "
-                            f"{int(update.num_updates[k])}); stopping. The last good "
-                            f"checkpoint is kept{where}.")  # fmt: skip
+        name, steps, version = names[k], update.env_steps, int(update.num_updates[k])
+        raise_if_non_finite(values, f"{name} at env step {steps} (update {version}); stopping. "
+                            f"The last good checkpoint is kept{where}.")  # fmt: skip
         acc.add_metrics(values)
       if progress.discarded:
         acc.discarded += progress.discarded[k]

@@ -43,6 +43,7 @@ from offpolicy_ac.training.driver import drive
 from offpolicy_ac.training.evaluation import evaluate
 from offpolicy_ac.training.learner import Learner
 from offpolicy_ac.training.learner import LearnerState
+from offpolicy_ac.training.learner import take_lane
 from offpolicy_ac.training.logger import Logger
 from offpolicy_ac.training.parallel import DataParallel
 from offpolicy_ac.training.sources import RolloutFactory
@@ -52,7 +53,7 @@ from offpolicy_ac.training.sources import make_training_rollout
 from offpolicy_ac.training.sources import process_seed
 from offpolicy_ac.training.sources import segment_seed
 from offpolicy_ac.training.sources import task_spec
-from offpolicy_ac.training.sweeps import setting_label
+from offpolicy_ac.training.sweeps import lane_names
 from offpolicy_ac.training.sweeps import stack_hyperparams
 from offpolicy_ac.training.sweeps import sweep_lanes
 
@@ -146,13 +147,12 @@ class EnvpoolProgram:
     lanes = sweep_lanes(agent.config, config)  # without a sweep: the seeds
     self.seeds = [seed for _, seed in lanes]
     self.num_lanes = len(lanes)
-    self.lane_names = [f" for seed {s}" if len(lanes) > 1 else "" for s in self.seeds]
+    self.lane_names = lane_names(lanes)
     hyperparams = agent_at = None
     if config.budget.sweep:
       spec, base = agent.spec, agent.config
       agent_at = lambda hp: make_agent(spec, with_hyperparams(base, hp))  # noqa: E731
       hyperparams = stack_hyperparams(hyperparams_of(base), [setting for setting, _ in lanes])
-      self.lane_names = [f" for {setting_label(setting)} seed {s}" for setting, s in lanes]
     self.config, self.dp, self.rollout_factory = config, dp, rollout_factory
     self.learner = Learner(agent, config, dp, num_seeds=self.num_lanes, batch_fn=batch_fn,
                            hyperparams=hyperparams, agent_at=agent_at)  # fmt: skip
@@ -185,8 +185,7 @@ class EnvpoolProgram:
 
   def final(self, state: LearnerState, lane: int) -> tuple[Any, Any]:
     local = self.dp.local(state)
-    pick = lambda tree: jax.tree.map(lambda x: x[lane], tree)
-    return pick(local.agent), pick(local.transform)
+    return take_lane(local.agent, lane), take_lane(local.transform, lane)
 
   # -- environments ------------------------------------------------------------
 
@@ -313,5 +312,5 @@ def train(agent_factory: Callable[[Any], Agent], config: TrainConfig,
   program = EnvpoolProgram(agent_factory, config, batch_fn=batch_fn,
                            rollout_factory=rollout_factory, make_agent=make_agent)  # fmt: skip
   outcome = drive(program, config, loggers, checkpointer=checkpointer, resume=resume,
-                  should_stop=should_stop, lane_names=program.lane_names)  # fmt: skip
+                  should_stop=should_stop)  # fmt: skip
   return outcome.results

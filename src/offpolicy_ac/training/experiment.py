@@ -112,15 +112,11 @@ def script_main(parse: Callable[[], Any], run: Callable[[Any], Any], *,
     except refuse as e:
       setattr(e, REFUSED, True)
       raise
-  except OSError as e:
-    if is_refusal(e) or e.errno == errno.ENOSPC:
-      what = "no space left on device" if e.errno == errno.ENOSPC else str(e)
-      where = f" ({e.filename})" if e.errno == errno.ENOSPC and e.filename else ""
-      after = "; the last checkpoint is intact: free some space, then --resume"
-      message = f"[{prog}] error: {what}{where}{after if e.errno == errno.ENOSPC else ''}"
-      exit_process(2 if is_refusal(e) and e.errno != errno.ENOSPC else 1, last_words=message)
-    raise
   except Exception as e:  # pylint: disable=broad-except
+    if isinstance(e, OSError) and e.errno == errno.ENOSPC:
+      where = f" ({e.filename})" if e.filename else ""
+      exit_process(1, last_words=f"[{prog}] error: no space left on device{where}; the last "
+                   "checkpoint is intact: free some space, then --resume")  # fmt: skip
     if not is_refusal(e):
       raise
     exit_process(2, last_words=f"[{prog}] error: {e}")
@@ -358,7 +354,7 @@ def _train(name: str, args: Any, root: pathlib.Path, lanes: list[sweeps.Lane],
     try:
       with _stop_on_signals(flag):
         outcome = drive(program, config, loggers, checkpointer=checkpointer, resume=resume,
-                        should_stop=flag, lane_names=sweeps.lane_names(lanes),
+                        should_stop=flag,
                         keep_best=lambda k, *best: rundir.write_best(dirs[k], *best),
                         announce=lambda message: print(f"[{name}] {message}", flush=True))  # fmt: skip
     finally:

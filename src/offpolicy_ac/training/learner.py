@@ -179,11 +179,13 @@ def init_lanes(init: Callable, *lanes: Any) -> Any:
   return run_once(trace_init_lanes(init, *lanes), *lanes)
 
 
-def _index(tree: Any, k: int) -> Any:
+def take_lane(tree: Any, k: int) -> Any:
+  """Lane (seed) `k` of a tree whose leaves have a leading lane axis."""
   return jax.tree.map(lambda x: x[k], tree)
 
 
-def _expand(tree: Any) -> Any:
+def add_lane_axis(tree: Any) -> Any:
+  """A tree of one lane with a lane axis of 1 in front of every leaf."""
   return jax.tree.map(lambda x: x[None], tree)
 
 
@@ -274,7 +276,7 @@ class Learner:
     # Trajectories of one seed come without a seed axis (`batch`), keys always with one.
     self._ingest = self._over_seeds(ingest, x_has_seed_axis=False)
     self._sample = self._over_seeds(sample, x_has_seed_axis=True)
-    self._unstack = jax.jit(lambda tree: [_index(tree, k) for k in range(num_seeds)])
+    self._unstack = jax.jit(lambda tree: [take_lane(tree, k) for k in range(num_seeds)])
 
   # -- the per-seed pure functions -------------------------------------------
 
@@ -292,9 +294,9 @@ class Learner:
       return jax.jit(jax.vmap(fn, in_axes=(0, 0, 0, None)), donate_argnums=0)
 
     def single(state, x, hp, shared):
-      x = _index(x, 0) if x_has_seed_axis else x
-      state, out = fn(_index(state, 0), x, _index(hp, 0), shared)
-      return _expand(state), None if out is None else _expand(out)
+      x = take_lane(x, 0) if x_has_seed_axis else x
+      state, out = fn(take_lane(state, 0), x, take_lane(hp, 0), shared)
+      return add_lane_axis(state), None if out is None else add_lane_axis(out)
 
     return self.dp.jit(single, donate_argnums=0)
 
@@ -314,7 +316,7 @@ class Learner:
     transform = self.transformer.init()
     replay_state = None
     if self.replay is not None:
-      act0 = Acting(_index(agent_state.params, 0), transform)
+      act0 = Acting(take_lane(agent_state.params, 0), transform)
       replay_state = self.replay.init(self.example(act0, self.config.env.num_envs))
     broadcast = lambda tree: jax.tree.map(
         lambda x: jnp.broadcast_to(x, (self.num_seeds,) + x.shape), tree
@@ -376,9 +378,9 @@ class Learner:
       if self.replay is not None:
         jax.block_until_ready(self.sample_and_update(ingested, key))
       acting = self.acting(state)[0]
-      obs = _index(self.dp.local(batch).observation, 0)
+      obs = take_lane(self.dp.local(batch).observation, 0)
       if self.num_seeds > 1:
-        obs = _index(obs, 0)
+        obs = take_lane(obs, 0)
       jax.block_until_ready(self.greedy(acting, obs))
 
     return Background(run)

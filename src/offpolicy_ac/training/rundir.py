@@ -61,6 +61,7 @@ from offpolicy_ac.training.driver import RunResult
 from offpolicy_ac.training.learner import Acting
 from offpolicy_ac.training.learner import make_policies
 from offpolicy_ac.training.learner import make_transformer
+from offpolicy_ac.training.learner import take_lane
 from offpolicy_ac.training.logger import jsonable
 from offpolicy_ac.training.logger import write_config
 from offpolicy_ac.training.sources import make_env
@@ -499,7 +500,7 @@ def _read_acting(ckpt_dir: pathlib.Path, step: int, num_seeds: int, index: int,
   except Exception as e:  # pylint: disable=broad-except
     raise ValueError(f"checkpoint {step} in {ckpt_dir} could not be read: {e!r}") from e
   records.check_format(record, f"{ckpt_dir} at step {step}", "compiled" if compiled else "envpool")
-  learner = jax.tree.map(lambda x: x[index], (arrays["state"] if compiled else arrays)["learner"])
+  learner = take_lane((arrays["state"] if compiled else arrays)["learner"], index)
   return (
       flax.serialization.from_state_dict(params, learner["agent"]["params"]),
       flax.serialization.from_state_dict(transform, learner["transform"]),

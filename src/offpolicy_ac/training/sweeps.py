@@ -43,12 +43,13 @@ class Lane:
     return setting_label(self.setting) + " " * bool(self.setting)
 
 
-def lane_names(lanes: list[Lane]) -> list[str]:
-  """How errors name each lane: " for seed 3", " for learning_rate=0.001 seed 3", or ""
-  for a single learner."""
+def lane_names(lanes: list[tuple[dict, int]]) -> list[str]:
+  """How errors name each lane, (setting, seed) in lane order: " for seed 3",
+  " for learning_rate=0.001 seed 3", or "" for a single learner."""
   if len(lanes) == 1:
     return [""]
-  return [f" for {lane.label}seed {lane.seed}" for lane in lanes]
+  return [f" for {setting_label(setting)}{' ' * bool(setting)}seed {seed}"
+          for setting, seed in lanes]  # fmt: skip
 
 
 def setting_label(setting: dict) -> str:
