@@ -33,29 +33,33 @@ class EnvConfig:
   """The training environments and how they are stepped."""
 
   env_id: str = "CartPole-v1"
-  """envpool task id."""
+  """The task to learn. An envpool id (CartPole-v1, Pong-v5, HalfCheetah-v4, ...), or
+  gymnax:NAME / brax:NAME for a JAX environment, whose whole run is one compiled program."""
   num_envs: int = 16
-  """Environments stepped together (per pool: each actor has its own)."""
+  """Environments stepped together. With actor threads (--actors pools or async), each
+  actor steps this many."""
   env_batch_size: int = 0
-  """Batched env stepping: envpool returns the first `env_batch_size` environments to
-  finish a step (its `batch_size`), keyed by env_id. 0: every environment each step."""
+  """Asynchronous stepping: each step acts on the first this-many environments to finish
+  their previous step (envpool's batch_size). 0: every environment, every step."""
   unroll_length: int = 16
-  """T: steps per environment per unroll (trajectories are [T+1, num_envs])."""
+  """Steps each environment takes per unroll. An unroll gives the learner num_envs
+  sequences of this length."""
   max_episode_steps: Optional[int] = None
-  """Override the task's time limit (envpool's max_episode_steps)."""
+  """The task's time limit in steps (default: the task's own)."""
   atari: bool = False
   """Atari preprocessing (84x84 grey, frame stack 4, no-op starts; episodic life for
   training only); returns are raw game scores."""
   rollout: envs.Backend = "host"
-  """'host': a Python loop of recv / jitted policy / send per step (any task).
-  'compiled': one compiled loop per unroll over envpool's XLA interface (no Python per
-  step; an actor thread holds the GIL only between unrolls; int32/float32 actions only,
-  the policy runs on the CPU)."""
+  """How envpool environments are stepped. 'host': one step at a time from Python (any
+  task). 'compiled': each unroll is one compiled loop, with no Python per step, so actor
+  threads get in each other's way less (the policy runs on the CPU; int32/float32 actions
+  only)."""
 
 
 @dataclasses.dataclass(frozen=True)
 class TransformConfig:
-  """Data transformers (ALF's): applied once to every batch the agent learns from."""
+  """Observation normalisation, reward clipping and scaling: applied once to every batch the
+  agent learns from."""
 
   normalize_observations: bool = False
   """Normalise observations with their running mean and variance (from fresh data;
@@ -63,9 +67,9 @@ class TransformConfig:
   obs_clip: float = 5.0
   """Normalised observations are clipped to [-obs_clip, obs_clip]."""
   reward_clip: Optional[tuple[float, float]] = None
-  """(low, high) with low <= 0 <= high: rewards are clipped before scaling."""
+  """Clip rewards to (low, high), with low <= 0 <= high, before scaling them."""
   reward_scale: float = 1.0
-  """Rewards are multiplied by this (after clipping) before the loss."""
+  """Multiply rewards by this (after clipping) before learning from them."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,28 +79,30 @@ class BudgetConfig:
   seed: int = 0
   """Seeds the agent, the environments and replay sampling."""
   total_env_steps: int = 500_000
-  """Budget of environment steps (all envs together, per seed)."""
+  """Environment steps to train for (all environments together, per seed)."""
   log_every: int = 5_000
-  """Env steps between metrics.jsonl lines."""
+  """Environment steps between metrics lines (on screen and in metrics.jsonl)."""
   num_seeds: int = 1
-  """Run this many seeds (seed, seed + 1, ...), each with its own env pools, run
-  directory <run-dir>/seed<k> and logs; plus a plot of all. The learners are one
-  vmapped computation unless vmap_seeds is off or the config cannot share a learner
-  (`TrainConfig.vmap_unsupported_reason`); then the seeds run one after the other."""
+  """Seeds to train (seed, seed + 1, ...). Each has its own environments, logs and run
+  directory <run-dir>/seed<k>, and a plot shows them all. The seeds learn together, as one
+  vectorised (vmapped) learner, unless --no-vmap-seeds is given or a setting rules it out
+  (actor threads, a learner on several devices or processes); then they run one after the
+  other."""
   vmap_seeds: bool = True
-  """With num_seeds > 1: vmap the seeds' learners in one process (see num_seeds)."""
+  """With --num-seeds > 1: train the seeds together as one vectorised learner (see
+  --num-seeds)."""
   sweep: tuple[str, ...] = ()
-  """Hyper-parameter sweep, FIELD=V1,V2,... per tunable agent field (repeat the flag:
-  `--sweep learning_rate=1e-3,3e-3 --sweep gamma=0.99,0.995`): one learner per
-  combination and seed, all lanes of one vmapped program (a JAX environment's compiled
-  run, `training.make_train`; on envpool tasks the vmapped learner, each lane with its
-  own environments, wherever seeds can be vmapped). See `agents.hyperparams`."""
+  """Sweep an agent setting over values: FIELD=V1,V2,...; repeat the flag for more fields
+  (`--sweep learning_rate=1e-3,3e-3 --sweep gamma=0.99,0.995`). One learner per combination
+  and seed, each with its own environments, all trained together as one vectorised learner
+  (the settings that --num-seeds can vectorise). Numeric settings such as the learning rate
+  and the discount can be swept; a setting that cannot is refused with the list of those
+  that can."""
   compile_for: CompileFor = "speed"
-  """What XLA optimises a compiled run's program for (a JAX environment's run): "speed",
-  or "startup": on a CPU, without LLVM optimisation and with XLA:CPU's older kernel
-  emitters, IMPALA's CartPole program compiles in about 0.7 s instead of 3.5 to 4.5 s and
-  runs 2 to 3 times slower. For runs that train in less time than they compile (the
-  gymnax-cartpole preset); other devices ignore it."""
+  """Compile a JAX environment's run for "speed" or for "startup". On a CPU, "startup"
+  compiles IMPALA's CartPole program in about 0.7 s instead of 3.5 to 4.5 s, and the program
+  runs 2 to 3 times slower: for runs that train in less time than they compile (the
+  gymnax-cartpole preset). Other devices than the CPU ignore it."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,11 +110,11 @@ class ReplayConfig:
   """Off-policy agents: the sequence replay buffer and the updates per iteration."""
 
   replay_capacity: int = 2_000
-  """Stored sequences (each unroll adds num_envs of them)."""
+  """Sequences the replay buffer holds (each unroll adds num_envs of them)."""
   min_replay_size: int = 64
   """Sequences stored before training starts."""
   num_updates_per_train_iter: int = 1
-  """Updates per training iteration."""
+  """Learner updates after each unroll."""
   mini_batch_size: int = 64
   """Sequences per update."""
   mini_batch_length: int = 8
@@ -120,11 +126,11 @@ class ActorsConfig:
   """Who steps the training environments."""
 
   actors: ActorMode = "inline"
-  """'inline': unroll, then update, in the learner's thread (exact resume).
-  'pools': num_actors pools unroll in threads with the same parameters each iteration
-  (MARO's synchronous mode; see min_pools). 'async': num_actors actor threads unroll
-  with the newest parameters they have; the learner updates on each trajectory as it
-  arrives (IMPALA's actor-learner)."""
+  """Who steps the environments. 'inline': the learner unrolls, then updates (a resumed
+  run continues exactly). 'pools': --num-actors threads unroll with the same parameters,
+  and the learner waits for them every iteration (see --min-pools). 'async': --num-actors
+  threads unroll with the newest parameters they have, and the learner updates on each
+  trajectory as it arrives (IMPALA's actor-learner)."""
   num_actors: int = 1
   """Actor threads (pools or async); 1 with 'inline'."""
   max_policy_lag: Optional[int] = None
@@ -134,10 +140,10 @@ class ActorsConfig:
   """Trajectories waiting for the learner before actors block (back-pressure).
   0: one per actor."""
   min_pools: int = 0
-  """Pools: go on once this many pools reported, waiting at most grace_period_s for the
+  """Pools: go on once this many pools reported, waiting at most --grace-period-s for the
   others; a late trajectory is dropped and counted. 0: wait for every pool."""
   grace_period_s: float = 0.5
-  """Pools: how long to wait for the remaining pools once min_pools reported."""
+  """Pools: how long to wait for the remaining pools once --min-pools reported."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,19 +157,18 @@ class ParallelConfig:
   """Processes of a multi-host job (jax.distributed); each runs its own actors and a
   learner shard, and learners all-reduce gradients every update."""
   process_id: int = 0
-  """This process's index in [0, num_processes)."""
+  """This process's index in [0, --num-processes)."""
   coordinator_address: Optional[str] = None
   """HOST:PORT of process 0 (multi-host only)."""
 
 
 @dataclasses.dataclass(frozen=True)
 class EvalConfig:
-  """Greedy evaluation on a separate pool."""
+  """Greedy evaluation, on environments of its own."""
 
   eval_every: Optional[int] = None
-  """Env steps between greedy evaluations. None (the default): about
-  `AUTO_EVALUATIONS` evaluations over the budget, at log points
-  (`TrainConfig.eval_interval`); 0: never."""
+  """Environment steps between greedy evaluations. None (the default): about 20
+  evaluations over the run, each at a metrics line; 0: never."""
   eval_episodes: int = 5
   """Episodes per evaluation, each on its own environment."""
   target_return: Optional[float] = None
@@ -172,7 +177,7 @@ class EvalConfig:
 
 @dataclasses.dataclass(frozen=True)
 class CheckpointConfig:
-  """Checkpoints (and with them the segments of an exactly resumable run)."""
+  """Checkpoints, from which --resume continues a run."""
 
   checkpoint_every: int = 10_000
   """Env steps between checkpoints (0: none, not even at the end)."""
