@@ -312,9 +312,30 @@ def test_make_functional_rejects_bad_arguments(task_id, kwargs, match):
 @pytest.mark.parametrize("module, task_id", [("gymnax", "gymnax:CartPole-v1"),
                                              ("brax", "brax:ant")])  # fmt: skip
 def test_missing_package_says_what_to_install(module, task_id, monkeypatch):
-  monkeypatch.setitem(sys.modules, module, None)  # import raises ImportError
-  with pytest.raises(ImportError, match=rf"needs {module}: pip install 'offpolicy_ac\[jax-envs\]'"):
+  monkeypatch.setitem(sys.modules, module, None)  # import raises ModuleNotFoundError
+  with pytest.raises(
+      ImportError,
+      match=rf"needs {module}, which is not installed: pip install 'offpolicy_ac\[jax-envs\]'$",
+  ):
     envs.make_functional(task_id)
+
+
+def test_installed_package_that_fails_to_import_shows_its_own_error(tmp_path, monkeypatch):
+  """gymnax installed without a dependency of its own (gymnax 1.0.1 needs six and does not
+  say so): the message quotes gymnax's error rather than claiming gymnax is missing."""
+  (tmp_path / "gymnax").mkdir()
+  (tmp_path / "gymnax" / "__init__.py").write_text("import six_is_not_installed\n")
+  monkeypatch.syspath_prepend(str(tmp_path))
+  for name in [n for n in sys.modules if n == "gymnax" or n.startswith("gymnax.")]:
+    monkeypatch.delitem(sys.modules, name)
+  with pytest.raises(ImportError) as raised:
+    envs.make_functional("gymnax:CartPole-v1")
+  assert str(raised.value) == (
+      "gymnax:CartPole-v1 needs gymnax, which is installed but fails to import "
+      "(ModuleNotFoundError: No module named 'six_is_not_installed'). "
+      "pip install 'offpolicy_ac[jax-envs]' installs it with what it needs"
+  )
+  assert isinstance(raised.value.__cause__, ModuleNotFoundError)
 
 
 def test_bad_actions_and_states_raise_when_traced(cartpole):

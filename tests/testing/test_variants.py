@@ -5,6 +5,7 @@ NaN at real steps when run eagerly, while under `jit` XLA turns the product into
 the NaN is gone; a target that uses NumPy on its inputs runs eagerly and cannot be traced.
 """
 
+import os
 import subprocess
 import sys
 
@@ -224,6 +225,33 @@ def test_without_chex_the_references_import_and_the_checks_name_the_extra():
   out = subprocess.run(
       [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120
   )
-  assert "needs chex" in out.stdout and "pip install 'offpolicy_ac[testing]'" in out.stdout, (
-      out.stdout + out.stderr
+  assert out.stdout.strip() == (
+      "offpolicy_ac.testing.checks needs chex, which is not installed: "
+      "pip install 'offpolicy_ac[testing]'"
+  ), (out.stdout + out.stderr)
+
+
+def test_with_a_broken_chex_the_checks_show_its_error(tmp_path):
+  """chex installed but failing to import: the message quotes chex's own error."""
+  (tmp_path / "chex").mkdir()
+  (tmp_path / "chex" / "__init__.py").write_text("import toolz_is_not_installed\n")
+  script = (
+      "import offpolicy_ac.testing as t\n"
+      "try:\n"
+      "  t.assert_masked_steps_ignored\n"
+      "except ImportError as e:\n"
+      "  print(e)\n"
   )
+  out = subprocess.run(
+      [sys.executable, "-c", script],
+      capture_output=True,
+      text=True,
+      check=True,
+      timeout=120,
+      env={**os.environ, "PYTHONPATH": str(tmp_path)},
+  )
+  assert out.stdout.strip() == (
+      "offpolicy_ac.testing.checks needs chex, which is installed but fails to import "
+      "(ModuleNotFoundError: No module named 'toolz_is_not_installed'). "
+      "pip install 'offpolicy_ac[testing]' installs it with what it needs"
+  ), (out.stdout + out.stderr)

@@ -183,8 +183,32 @@ def test_vmapped_seeds_each_get_a_wandb_run(tmp_path, offline_wandb):
 def test_track_without_wandb_fails_before_training_naming_the_extra(tmp_path, monkeypatch):
   monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` raises ImportError
   module, args = _impala_args(tmp_path / "run", track=True)
-  with pytest.raises(ImportError, match=r"offpolicy_ac\[track\]"):
+  with pytest.raises(
+      ImportError,
+      match=r"needs wandb, which is not installed: pip install 'offpolicy_ac\[track\]'$",
+  ):
     module.run(args)
+  assert not (tmp_path / "run").exists()
+
+
+def test_track_with_a_broken_wandb_shows_its_error(tmp_path, monkeypatch):
+  """wandb installed but failing to import (a dependency at a version it does not take):
+  the message quotes wandb's own error."""
+  (tmp_path / "fake" / "wandb").mkdir(parents=True)
+  (tmp_path / "fake" / "wandb" / "__init__.py").write_text(
+      "raise ImportError('cannot import name builder from google.protobuf.internal')\n"
+  )
+  monkeypatch.syspath_prepend(str(tmp_path / "fake"))
+  for name in [n for n in sys.modules if n == "wandb" or n.startswith("wandb.")]:
+    monkeypatch.delitem(sys.modules, name)
+  module, args = _impala_args(tmp_path / "run", track=True)
+  with pytest.raises(ImportError) as raised:
+    module.run(args)
+  assert str(raised.value) == (
+      "--track (Weights & Biases logging) needs wandb, which is installed but fails to import "
+      "(ImportError: cannot import name builder from google.protobuf.internal). "
+      "pip install 'offpolicy_ac[track]' installs it with what it needs"
+  )
   assert not (tmp_path / "run").exists()
 
 

@@ -66,6 +66,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from offpolicy_ac._extras import require
 from offpolicy_ac.envs._timestep import FIRST
 from offpolicy_ac.envs._timestep import LAST
 from offpolicy_ac.envs._timestep import MID
@@ -339,15 +340,9 @@ def _unknown_name(task_id: str, name: str, valid: list[str]) -> ValueError:
 
 
 def _require(task_id: str, package: str, module: str) -> Any:
-  """Imports `module` of an optional `package`, or says how to install it."""
-  try:
-    importlib.import_module(package)  # a submodule already imported would skip this check
-    return importlib.import_module(module)
-  except ImportError as e:
-    raise ImportError(
-        f"{task_id} needs {package}: pip install 'offpolicy_ac[jax-envs]' (or pip install "
-        f"{package})"
-    ) from e
+  """Imports `module` of an optional `package`, or says why it does not import (not
+  installed, or installed and failing) and how to install it."""
+  return require(task_id, package, "jax-envs", module)
 
 
 # gymnax imports these at import time for rendering alone (about 1.5 s of a launch).

@@ -36,13 +36,12 @@ from collections.abc import Sequence
 import types
 from typing import Any
 
+from offpolicy_ac._extras import missing
+
 try:
   import chex
 except ImportError as e:  # pragma: no cover - exercised in a subprocess test
-  raise ImportError(
-      "offpolicy_ac.testing.checks needs chex; install the testing extra:"
-      " pip install 'offpolicy_ac[testing]'"
-  ) from e
+  raise missing("offpolicy_ac.testing.checks", "chex", "testing", e) from e
 import jax
 import jax.numpy as jnp
 import numpy as np

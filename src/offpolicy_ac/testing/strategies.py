@@ -16,13 +16,12 @@ a drawn seed.
 Needs hypothesis: `pip install 'offpolicy_ac[testing]'`.
 """
 
+from offpolicy_ac._extras import missing
+
 try:
   from hypothesis import strategies as st
 except ImportError as e:  # pragma: no cover - exercised in a subprocess test
-  raise ImportError(
-      "offpolicy_ac.testing.strategies needs hypothesis; install the testing extra:"
-      " pip install 'offpolicy_ac[testing]'"
-  ) from e
+  raise missing("offpolicy_ac.testing.strategies", "hypothesis", "testing", e) from e
 
 import numpy as np
 

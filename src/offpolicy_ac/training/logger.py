@@ -23,6 +23,7 @@ from typing import Any
 from typing import Optional
 from typing import Protocol
 
+from offpolicy_ac._extras import require
 from offpolicy_ac.analysis.plotting import plot_runs
 from offpolicy_ac.training import metrics_io
 from offpolicy_ac.training.metrics_io import METRICS_FILE
@@ -238,14 +239,9 @@ WANDB_STATE_FILE = "wandb.json"
 
 
 def require_wandb() -> None:
-  """Raises ImportError naming the extra to install when wandb is missing."""
-  try:
-    import wandb  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
-  except ImportError as e:
-    raise ImportError(
-        "--track logs to Weights & Biases, which is not installed: "
-        "pip install 'offpolicy_ac[track]'"
-    ) from e
+  """Raises ImportError naming the extra to install when wandb does not import (not
+  installed, or installed and failing: its own error is quoted)."""
+  require("--track (Weights & Biases logging)", "wandb", "track")
 
 
 def _new_run_id() -> str:
