@@ -69,7 +69,7 @@ class TransformConfig:
   reward_clip: Optional[tuple[float, float]] = None
   """Clip rewards to (low, high), with low <= 0 <= high, before scaling them."""
   reward_scale: float = 1.0
-  """Multiply rewards by this (after clipping) before learning from them."""
+  """Multiply rewards by this before learning from them (after --reward-clip)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,9 +79,10 @@ class BudgetConfig:
   seed: int = 0
   """Seeds the agent, the environments and replay sampling."""
   total_env_steps: int = 500_000
-  """Environment steps to train for (all environments together, per seed)."""
+  """Environment steps to train for. All environments together, per seed."""
   log_every: int = 5_000
-  """Environment steps between metrics lines (on screen and in metrics.jsonl)."""
+  """Environment steps between metrics lines. Each goes to metrics.jsonl and to the
+  progress shown on screen."""
   num_seeds: int = 1
   """Seeds to train (seed, seed + 1, ...). Each has its own environments, logs and run
   directory <run-dir>/seed<k>, and a plot shows them all. The seeds learn together, as one
@@ -99,7 +100,7 @@ class BudgetConfig:
   and the discount can be swept; a setting that cannot is refused with the list of those
   that can."""
   compile_for: CompileFor = "speed"
-  """Compile a JAX environment's run for "speed" or for "startup". On a CPU, "startup"
+  """JAX environments: compile the run for "speed" or "startup". On a CPU, "startup"
   compiles IMPALA's CartPole program in about 0.7 s instead of 3.5 to 4.5 s, and the program
   runs 2 to 3 times slower: for runs that train in less time than they compile (the
   gymnax-cartpole preset). Other devices than the CPU ignore it."""
@@ -151,8 +152,10 @@ class ParallelConfig:
   """The learner across devices and hosts."""
 
   learner_devices: int = 1
-  """Local devices the learner splits each batch over (data parallel, gradients
-  all-reduced). On CPU the scripts create that many host devices."""
+  """Devices the learner splits each batch over. Data parallel: each device takes a part
+  of the batch and the gradients are averaged over the devices (all-reduced); with
+  --num-processes, the devices of each process. On a CPU the scripts create that many host
+  devices."""
   num_processes: int = 1
   """Processes of a multi-host job (jax.distributed); each runs its own actors and a
   learner shard, and learners all-reduce gradients every update."""
@@ -167,8 +170,8 @@ class EvalConfig:
   """Greedy evaluation, on environments of its own."""
 
   eval_every: Optional[int] = None
-  """Environment steps between greedy evaluations. None (the default): about 20
-  evaluations over the run, each at a metrics line; 0: never."""
+  """Environment steps between greedy evaluations (by default about 20 over the run, each at
+  a metrics line; 0: never)."""
   eval_episodes: int = 5
   """Episodes per evaluation, each on its own environment."""
   target_return: Optional[float] = None
@@ -180,7 +183,7 @@ class CheckpointConfig:
   """Checkpoints, from which --resume continues a run."""
 
   checkpoint_every: int = 10_000
-  """Env steps between checkpoints (0: none, not even at the end)."""
+  """Environment steps between checkpoints. 0: none, not even at the end."""
   keep_checkpoints: int = 3
   """How many of the newest checkpoints are kept."""
 
@@ -191,8 +194,8 @@ class TrackingConfig:
   Changes nothing that is learned; may change when a run is resumed."""
 
   track: bool = False
-  """Also log every metrics line to Weights & Biases (the run named after its directory,
-  config.json as its config; a resumed run continues the same W&B run)."""
+  """Also log every metrics line to Weights & Biases. The W&B run is named after the run
+  directory, with config.json as its config; a resumed run continues the same W&B run."""
   wandb_project: str = "offpolicy_ac"
   """W&B project."""
   wandb_entity: Optional[str] = None
