@@ -1,4 +1,4 @@
-"""ACER (Retrace + truncated IS with bias correction + trust region) on an envpool task or a
+r"""ACER (Retrace + truncated IS with bias correction + trust region) on an envpool task or a
 JAX environment.
 
     python experiments/acer.py --env-id CartPole-v1 --seed 0 \
@@ -20,11 +20,15 @@ from offpolicy_ac.presets import acer
 from offpolicy_ac.training import parse_args
 from offpolicy_ac.training import script_main
 
+
+def parse(argv=None) -> acer.Args:
+  """The command line (sys.argv's, or `argv`) as this script reads it, without training;
+  -h/--help and --help-all print the help and exit."""
+  return parse_args(
+      acer.Args, acer.PRESETS, argv=argv, description=__doc__, env_presets=acer.ENV_PRESETS
+  )
+
+
 if __name__ == "__main__":
   # One line and exit code 2 for a refused run; exit_process skips the slow teardown.
-  script_main(
-      lambda: parse_args(
-          acer.Args, acer.PRESETS, description=__doc__, env_presets=acer.ENV_PRESETS
-      ),
-      acer.run,
-  )
+  script_main(parse, acer.run)

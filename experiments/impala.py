@@ -1,4 +1,4 @@
-"""IMPALA (V-trace actor-critic) on an envpool task or a JAX environment.
+r"""IMPALA (V-trace actor-critic) on an envpool task or a JAX environment.
 
     python experiments/impala.py --env-id CartPole-v1 --seed 0 \
         --total-env-steps 500000 --run-dir runs/impala-cartpole
@@ -14,11 +14,15 @@ from offpolicy_ac.presets import impala
 from offpolicy_ac.training import parse_args
 from offpolicy_ac.training import script_main
 
+
+def parse(argv=None) -> impala.Args:
+  """The command line (sys.argv's, or `argv`) as this script reads it, without training;
+  -h/--help and --help-all print the help and exit."""
+  return parse_args(
+      impala.Args, impala.PRESETS, argv=argv, description=__doc__, env_presets=impala.ENV_PRESETS
+  )
+
+
 if __name__ == "__main__":
   # One line and exit code 2 for a refused run; exit_process skips the slow teardown.
-  script_main(
-      lambda: parse_args(
-          impala.Args, impala.PRESETS, description=__doc__, env_presets=impala.ENV_PRESETS
-      ),
-      impala.run,
-  )
+  script_main(parse, impala.run)

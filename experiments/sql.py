@@ -1,4 +1,4 @@
-"""Soft Q-learning on an envpool task or a JAX environment (discrete or continuous actions).
+r"""Soft Q-learning on an envpool task or a JAX environment (discrete or continuous actions).
 
     python experiments/sql.py --env-id CartPole-v1 --seed 0 \
         --total-env-steps 500000 --run-dir runs/sql-cartpole
@@ -17,9 +17,15 @@ from offpolicy_ac.presets import sql
 from offpolicy_ac.training import parse_args
 from offpolicy_ac.training import script_main
 
+
+def parse(argv=None) -> sql.Args:
+  """The command line (sys.argv's, or `argv`) as this script reads it, without training;
+  -h/--help and --help-all print the help and exit."""
+  return parse_args(
+      sql.Args, sql.PRESETS, argv=argv, description=__doc__, env_presets=sql.ENV_PRESETS
+  )
+
+
 if __name__ == "__main__":
   # One line and exit code 2 for a refused run; exit_process skips the slow teardown.
-  script_main(
-      lambda: parse_args(sql.Args, sql.PRESETS, description=__doc__, env_presets=sql.ENV_PRESETS),
-      sql.run,
-  )
+  script_main(parse, sql.run)

@@ -140,8 +140,13 @@ def test_the_preset_flag_may_come_anywhere_and_is_listed_in_help(capsys):
       "gymnax:Breakout-MinAtar", 1e-2
   )
   with pytest.raises(SystemExit):
-    _parse(["--help"])
+    _parse(["--help-all"])
   assert "--preset {atari,minatar,pendulum,none}" in capsys.readouterr().out
+  with pytest.raises(SystemExit):
+    _parse(["--help"])
+  assert "atari (Atari tasks), minatar (gymnax:*-MinAtar), pendulum (Pendulum-v1); none: " in (
+      " ".join(capsys.readouterr().out.split())
+  )
 
 
 @pytest.mark.parametrize("script", ["impala", "sql"])

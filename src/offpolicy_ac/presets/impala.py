@@ -28,7 +28,7 @@ class Args:
   )  # fmt: skip
   agent: ImpalaConfig = ImpalaConfig()
   anneal_learning_rate: bool = False
-  """Decay the step size linearly to 0 over the run's updates (PPO's annealing): sets
+  """Anneal the learning rate linearly to 0 over the run, as PPO does. It sets
   --learning-rate-decay-updates from the budget."""
   resume: bool = False
   """Continue the run in --run-dir from its last checkpoint."""

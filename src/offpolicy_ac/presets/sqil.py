@@ -34,11 +34,11 @@ class Args:
   demos: str
   """Demonstrations (.npz from experiments/record_demos.py)."""
   train: TrainConfig = sql.Args().train.replace(total_env_steps=200_000, mini_batch_size=32)
-  """mini_batch_size is the agent's windows per batch (see --demo-batch-size)."""
+  """--mini-batch-size is the agent's sequences per batch (see --demo-batch-size)."""
   demo_batch_size: Optional[int] = None
-  """Demonstration windows per batch (default: mini_batch_size, the SQIL paper's half and
-  half batches). More than mini_batch_size weigh the agent's data less in the loss, as
-  the paper's lambda_samp < 1 does (lambda_samp = mini_batch_size / demo_batch_size)."""
+  """Demonstration sequences per batch (by default --mini-batch-size: half and half, as in
+  the SQIL paper). More than --mini-batch-size weigh the agent's data less in the loss, as
+  the paper's lambda_samp < 1 does (lambda_samp = --mini-batch-size / --demo-batch-size)."""
   agent: SqlConfig = SqlConfig()
   cut_mode: str = "last"
   """How demonstration episodes are cut into sequences: drop, last, null_padding."""

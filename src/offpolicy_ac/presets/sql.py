@@ -36,9 +36,10 @@ class Args:
   )
   agent: SqlConfig = SqlConfig()
   learning_rate_cooldown: float = 0.0
-  """> 0: the step size falls linearly to 0 over this last fraction of the run's updates
-  (1: over the whole run); sets --learning-rate-decay-begin and --learning-rate-decay-updates
-  from the budget. 0: as those two say (by default a constant step size)."""
+  """Lower the learning rate to 0 over this last fraction of the run. Linearly, over this
+  fraction of the run's updates (1: the whole run), setting --learning-rate-decay-begin and
+  --learning-rate-decay-updates from the budget; 0: as those two say (by default a
+  constant learning rate)."""
   resume: bool = False
   """Continue the run in --run-dir from its last checkpoint."""
   run_dir: Optional[str] = None

@@ -21,22 +21,40 @@ positional subcommand per preset (`tyro.extras.overridable_config_cli`), which w
 the command users know (`--preset NAME`) and cannot select a preset from `--env-id`. So an
 argparse parser that knows only these two flags reads them first (`parse_known_args`,
 nothing removed from argv), and tyro then parses the whole command line, `--preset` included
-(a field with the presets' names as choices, shown in `--help`).
+(a field with the presets' names as choices, shown in `--help-all`).
+
+`--help` is short: the common flags of each group (`HELP_GROUPS`), each with its default
+in the preset the command line selects and the first clause of its docstring, then a line
+naming `--help-all`, tyro's listing of every flag. The short help reads the dataclasses and
+the preset's values that tyro parses (no defaults written twice), and the tests pass each flag
+it shows back with the default it shows.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import collections.abc
 import dataclasses
 import fnmatch
+import functools
+import inspect
+import shutil
 import sys
+import textwrap
+import types
 from typing import Annotated
 from typing import Any
+from typing import Iterator
 from typing import Literal
 from typing import Mapping
 from typing import Optional
 from typing import Sequence
 from typing import TypeVar
+from typing import Union
+from typing import get_args
+from typing import get_origin
+from typing import get_type_hints
 
 import tyro
 from tyro.constructors import ConstructorRegistry
@@ -53,6 +71,29 @@ FIELD_FLAGS: Mapping[str, Any] = {
 
 NO_PRESET = "none"
 """`--preset none`: the script's defaults, even for an environment with a tuned preset."""
+
+HELP_ALL = "--help-all"
+"""The flag that prints tyro's full listing: every flag with its whole description."""
+
+PRESET = "preset"
+"""`HELP_GROUPS`' name for the `--preset` flag (not a field of the args)."""
+
+HELP_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("Task and budget",
+     ("env_id", "demos", "total_env_steps", "num_envs", "reward_scale", "seed", "num_seeds",
+      "sweep")),
+    ("Agent",
+     ("gamma", "lambda_", "alpha", "learning_rate", "entropy_weight", "trust_region_delta",
+      "replay_ratio", "n_step", "hidden_sizes", "anneal_learning_rate",
+      "learning_rate_cooldown", "demo_batch_size")),
+    ("Acting and speed", ("actors", "num_actors", "unroll_length", "learner_devices",
+                          "compile_for")),
+    ("Evaluation and logging", ("eval_every", "eval_episodes", "target_return", "log_every",
+                                "track")),
+    ("Run directory", (PRESET, "run_dir", "resume", "checkpoint_every")),
+)  # fmt: skip
+"""The short `--help`: its groups and the fields each shows, by field name wherever the
+field is in the args' tree; a script shows the names its args have."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,9 +182,13 @@ def parse_args(
 
   Without `--preset`, an `--env-id` that `env_presets` knows selects its preset, and a
   line `[prog] --env-id X: preset NAME ...` is printed first; `--preset none` selects
-  nothing. `prog` defaults to the script's file name.
+  nothing. `prog` defaults to the script's file name. `-h`/`--help` prints the short help
+  (`short_help`) and `--help-all` tyro's full one; both exit (SystemExit(0)).
   """
   argv = list(sys.argv[1:] if argv is None else argv)
+  help_request = _help_request(argv)
+  if help_request == HELP_ALL:
+    argv = ["--help" if arg == HELP_ALL else arg for arg in argv]
   presets = presets or {}
   unknown = sorted(set(env_presets.names()) - set(presets))
   if unknown or NO_PRESET in presets:
@@ -166,6 +211,11 @@ def parse_args(
           f"{NO_PRESET} for the script's defaults)",
           flush=True,
       )
+  if help_request == "--help":
+    defaults = presets[name] if name not in (None, NO_PRESET) else None
+    print(short_help(args_cls, defaults, description, presets=sorted(presets),
+                     preset=name or NO_PRESET, env_presets=env_presets))  # fmt: skip
+    raise SystemExit(0)
   settings = dict(description=description or None, config=(tyro.conf.OmitArgPrefixes,),
                   registry=_REGISTRY)  # fmt: skip
   if not presets:
@@ -194,6 +244,228 @@ def parse_args(
   if explicit and name not in (None, NO_PRESET) and hasattr(args, "train"):
     check_preset_task(name, presets[name].train, args.train, env_presets)
   return args
+
+
+def _help_request(argv: Sequence[str]) -> Optional[str]:
+  """Which help argv asks for: HELP_ALL, "--help" (-h too) or None; flags after `--` are
+  values."""
+  flags = argv[: argv.index("--")] if "--" in argv else argv
+  if HELP_ALL in flags:
+    return HELP_ALL
+  return "--help" if "-h" in flags or "--help" in flags else None
+
+
+@dataclasses.dataclass(frozen=True)
+class HelpEntry:
+  """One flag of the short help.
+
+  Attributes:
+    name: the field's name (`PRESET` for --preset).
+    flag: what to type: `--env-id`, `--lambda` (its alias), `--[no-]resume` for a bool.
+    metavar: the value's form, as tyro writes it (`INT`, `{inline,pools,async}`); "" for
+      a bool.
+    default: the value of the args' defaults (the selected preset's, if any); MISSING for a
+      required field.
+    summary: the docstring's first sentence, up to its first semicolon.
+  """
+
+  name: str
+  flag: str
+  metavar: str
+  default: Any
+  summary: str
+
+  def describe(self) -> str:
+    """The summary and the default, one sentence."""
+    text = self.summary[:-1] if self.summary.endswith((".", ":")) else self.summary
+    if text.endswith(".."):
+      text += "."
+    if self.default is dataclasses.MISSING:
+      said = "(required)"
+    elif self.default is None and "default" in text:  # the docstring says what None means
+      said = ""
+    elif self.default == "":  # unset: the docstring says what to give
+      said = ""
+    elif self.default == ():
+      said = "(repeatable)" if FIELD_FLAGS.get(self.name) is tyro.conf.UseAppendAction else ""
+    else:
+      said = f"(default: {format_value(self.default)})"
+    return f"{text} {said}".strip()
+
+
+def format_value(value: Any) -> str:
+  """A default as it is typed on the command line (tuples as space-separated values)."""
+  if isinstance(value, (tuple, list)):
+    return " ".join(format_value(v) for v in value) or "()"
+  if isinstance(value, str):
+    return value if value and " " not in value else repr(value)
+  return str(value)
+
+
+@functools.cache
+def field_docstrings(cls: type) -> dict[str, str]:
+  """The docstrings written under a dataclass's fields (`field: T = v` then a string), as
+  tyro reads them for --help-all."""
+  try:
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+  except (OSError, TypeError, SyntaxError):  # no source: a class made at run time
+    return {}
+  body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+  docs = {}
+  for node, after in zip(body, body[1:]):
+    if (
+        isinstance(node, ast.AnnAssign)
+        and isinstance(node.target, ast.Name)
+        and isinstance(after, ast.Expr)
+        and isinstance(after.value, ast.Constant)
+        and isinstance(after.value.value, str)
+    ):
+      docs[node.target.id] = inspect.cleandoc(after.value.value)
+  return docs
+
+
+def summary(doc: str) -> str:
+  """A docstring's first sentence, up to its first semicolon (outside brackets), on one
+  line."""
+  text, depth = " ".join(doc.split()), 0
+  for i, char in enumerate(text):
+    depth += (char in "([{") - (char in ")]}")
+    if depth == 0 and char in ".;" and text[i + 1 : i + 2] in (" ", ""):
+      return text[: i + (char == ".")]
+  return text
+
+
+def _unwrap(kind: Any) -> Any:
+  """The type under `Annotated` and `Optional`."""
+  while get_origin(kind) is Annotated:
+    kind = get_args(kind)[0]
+  if get_origin(kind) in (Union, types.UnionType):
+    members = [a for a in get_args(kind) if a is not type(None)]
+    if len(members) == 1:
+      return _unwrap(members[0])
+  return kind
+
+
+def _metavar(kind: Any) -> str:
+  """The value's form in tyro's words: INT, FLOAT, STR, {a,b}, INT ..., FLOAT FLOAT."""
+  kind = _unwrap(kind)
+  origin, args = get_origin(kind), get_args(kind)
+  if kind is bool:
+    return ""
+  if origin is Literal:
+    return "{" + ",".join(str(a) for a in args) + "}"
+  if origin is tuple and args and args[-1] is not Ellipsis:
+    return " ".join(_metavar(a) for a in args)
+  if origin in (tuple, list, collections.abc.Sequence):
+    return f"{_metavar(args[0]) if args else 'VALUE'} ..."
+  return kind.__name__.upper() if kind in (int, float, str) else "VALUE"
+
+
+def _leaf_fields(
+    cls: type, value: Any = None
+) -> Iterator[tuple[type, dataclasses.Field, Any, Any]]:
+  """(owner class, field, type, value) of every field that is a flag, depth first; values
+  from `value`, else the class's defaults (MISSING where a field has none)."""
+  hints = get_type_hints(cls, include_extras=True)
+  for f in dataclasses.fields(cls):
+    if value is not None:
+      current = getattr(value, f.name)
+    elif f.default is not dataclasses.MISSING:
+      current = f.default
+    elif f.default_factory is not dataclasses.MISSING:
+      current = f.default_factory()
+    else:
+      current = dataclasses.MISSING
+    kind = _unwrap(hints[f.name])
+    if dataclasses.is_dataclass(kind) and isinstance(kind, type):
+      yield from _leaf_fields(kind, None if current is dataclasses.MISSING else current)
+    else:
+      yield cls, f, hints[f.name], current
+
+
+def flag_name(field_name: str) -> str:
+  """The flag users type for a field: its first alias (`FIELD_FLAGS`), else tyro's."""
+  settings = FIELD_FLAGS.get(field_name)
+  aliases = getattr(settings, "aliases", None)
+  return aliases[0] if aliases else "--" + field_name.replace("_", "-")
+
+
+def help_entries(args_cls: type, defaults: Any = None) -> dict[str, HelpEntry]:
+  """Every flag of `args_cls` as the short help shows it, by field name, with the defaults
+  of `defaults` (an `args_cls` value) or else of the class."""
+  entries = {}
+  for owner, f, kind, value in _leaf_fields(args_cls, defaults):
+    repeated = FIELD_FLAGS.get(f.name) is tyro.conf.UseAppendAction  # one value a flag
+    metavar = _metavar(get_args(_unwrap(kind))[0] if repeated else kind)
+    name = flag_name(f.name)
+    flag = f"--[no-]{name[2:]}" if _unwrap(kind) is bool else name
+    doc = summary(field_docstrings(owner).get(f.name, ""))
+    entries[f.name] = HelpEntry(f.name, flag, metavar, value, doc)
+  return entries
+
+
+def short_help(
+    args_cls: type,
+    defaults: Any = None,
+    description: str = "",
+    presets: Sequence[str] = (),
+    preset: str = NO_PRESET,
+    env_presets: EnvPresets = EnvPresets(),
+    prog: Optional[str] = None,
+    width: Optional[int] = None,
+    column: Optional[int] = None,
+) -> str:
+  """The short --help: usage, the description's summary and examples, the common flags of
+  each group (`HELP_GROUPS`) with their defaults in `defaults` (the selected preset's
+  args; None: the script's), and a last line naming --help-all."""
+  prog = prog or sys.argv[0] or "script"
+  width = width or min(100, max(80, shutil.get_terminal_size((100, 24)).columns))
+  column = column or (32 if width >= 100 else 26)
+  wrap = functools.partial(textwrap.wrap, width=width, break_on_hyphens=False,
+                           subsequent_indent=" " * column)  # fmt: skip
+  lines = [f"usage: {prog} {'[--preset NAME] ' if presets else ''}[FLAGS]", ""]
+  paragraphs = [p for p in textwrap.dedent(description or "").strip().split("\n\n") if p]
+  if paragraphs:  # the summary, and the examples when they follow it (indented lines)
+    lines += [paragraphs[0].strip(), ""]
+    if len(paragraphs) > 1 and paragraphs[1].startswith(" "):
+      lines += [*paragraphs[1].splitlines(), ""]
+  entries = help_entries(args_cls, defaults)
+  if presets:
+    entries[PRESET] = HelpEntry(
+        PRESET, "--preset", "NAME", preset, "Start from a preset; other flags change its settings"
+    )
+
+  def entry_lines(entry: HelpEntry) -> list[str]:
+    left = f"  {entry.flag}{' ' + entry.metavar if entry.metavar else ''}"
+    text = entry.describe()
+    if len(left) > column - 2:
+      return [left, *wrap(text, initial_indent=" " * column)]
+    return wrap(text, initial_indent=left.ljust(column))
+
+  for title, names in HELP_GROUPS:
+    shown = [entries[n] for n in names if n in entries]
+    if not shown:
+      continue
+    lines.append(f"{title}:")
+    for entry in shown:
+      lines += entry_lines(entry)
+      if entry.name == PRESET:
+        lines += wrap(_presets_note(presets, env_presets), initial_indent=" " * column)
+    lines.append("")
+  lines.append(f"Every flag, with what it does: {prog} {HELP_ALL}")
+  return "\n".join(lines)
+
+
+def _presets_note(presets: Sequence[str], env_presets: EnvPresets) -> str:
+  """The presets, each with the env ids that select it when no --preset is given."""
+  selecting: dict[str, list[str]] = {}
+  for pattern, name in env_presets.patterns.items():
+    selecting.setdefault(name, []).append(pattern)
+  if env_presets.atari:
+    selecting.setdefault(env_presets.atari, []).append("Atari tasks")
+  named = [f"{n} ({', '.join(selecting[n])})" if n in selecting else n for n in presets]
+  intro = "Presets, and the --env-id that selects each without --preset" if selecting else "Presets"
+  return f"{intro}: {', '.join(named)}; {NO_PRESET}: the defaults."
 
 
 def _task_kind(config: Any) -> tuple[bool, int, str]:
