@@ -1,4 +1,4 @@
-"""Records demonstrations with a finished run's final parameters (`load_run`).
+"""Records demonstrations with a finished run's final (or `--best`) parameters (`load_run`).
 
     python experiments/record_demos.py --run-dir runs/sql-cartpole --episodes 10 \
         --out demos/cartpole.npz
@@ -32,6 +32,8 @@ class Args:
   """Episodes to record (one per environment, each from a fresh reset)."""
   seed: int = 12345
   """Seed of the recording environments (and of the behaviour policy's actions)."""
+  best: bool = False
+  """Play the best-evaluated parameters (best_params.msgpack) instead of the final ones."""
   policy: Literal["greedy", "behaviour"] = "greedy"
   """'greedy': the greedy (discrete) or mean (continuous) action, as the in-training
   evaluation acts; 'behaviour': actions sampled from the policy the run trained with."""
@@ -44,7 +46,7 @@ class Args:
 
 
 def main(args: Args) -> dict:
-  run = load_run(args.run_dir)
+  run = load_run(args.run_dir, best=args.best)
   env_id = run.config.env.env_id
   policy = run.greedy_policy() if args.policy == "greedy" else run.behaviour_policy(args.seed)
   if args.action_box_fraction is not None:
@@ -62,7 +64,8 @@ def main(args: Args) -> dict:
   starts = np.concatenate([[0], ends[:-1]])
   returns = [float(demos["reward"][s + 1 : e].sum()) for s, e in zip(starts, ends)]
   print(
-      f"recorded {args.episodes} episodes of {env_id} ({args.policy} policy) to {args.out}: "
+      f"recorded {args.episodes} episodes of {env_id} ({args.policy} policy, {run.source} "
+      f"parameters) to {args.out}: "
       f"returns {returns} (mean {np.mean(returns):.1f})"
   )
   return demos

@@ -285,3 +285,30 @@ def test_a_run_keeps_its_best_evaluated_parameters_beside_its_final_ones(tmp_pat
   assert _equal_trees(best.params, load_run(run_dir, checkpoint=best_steps).params)
   with pytest.raises(ValueError, match="not both"):
     load_run(run_dir, best=True, checkpoint=1024)
+
+
+def test_the_final_policys_score_counts_as_an_evaluation(tmp_path):
+  """A budget that ends between evaluation points: the final policy is scored (no metrics
+  line), and when that score is the best, the final parameters are the best ones; a run
+  too short for any evaluation still has best parameters, its final ones."""
+  run_dir = _run("impala", tmp_path / "run", total_env_steps=2560, log_every=512,
+                 eval_every=2048, checkpoint_every=512)  # fmt: skip
+  summary = json.loads((run_dir / "summary.json").read_text())
+  logged = [(l["env_steps"], l["eval_return"]) for l in read_metrics(run_dir) if "eval_return" in l]
+  assert [steps for steps, _ in logged] == [2048]
+  final, best = load_run(run_dir), load_run(run_dir, best=True)
+  # The environments of the fifth segment's first evaluation (a segment per checkpoint).
+  seed = segment_seed(process_seed(final.config.budget.seed + 7, 0), 4)
+  with final.make_env(5, seed) as env:
+    final_score = float(np.mean(evaluate(env, final.greedy, final.acting, 5)))
+  assert summary["last_eval_return"] == pytest.approx(final_score)
+  assert summary["best_eval_return"] == max(logged[0][1], summary["last_eval_return"])
+  if summary["last_eval_return"] > logged[0][1]:
+    assert summary["best_env_steps"] == summary["env_steps"] == best.env_steps
+    assert _equal_trees(best.params, final.params)
+  else:
+    assert summary["best_env_steps"] == 2048
+
+  short = _run("impala", tmp_path / "short", total_env_steps=512, log_every=512,
+               eval_every=2048, checkpoint_every=512)  # fmt: skip
+  assert _equal_trees(load_run(short, best=True).params, load_run(short).params)

@@ -14,10 +14,11 @@ an evaluation, a checkpoint or the end of the budget, in env steps), then acts o
   and the mean of the update metrics since the previous line (`records.Accumulators`);
 * every `TrainConfig.eval_interval` env steps (by default about 20 times over the budget)
   the greedy policies are evaluated (`Program.evaluate`), and at the end of the budget
-  too, for `RunResult.last_eval_return` (that one is not logged: the line at the end is
-  the one a longer run would log); each lane's best-scoring
-  parameters so far go to `keep_best` (the scripts write them beside the final ones), and
-  the run stops once every lane's mean evaluation return reached `target_return`;
+  too (that score is not logged: the line at the end is the one a longer run would log;
+  it is `RunResult.last_eval_return` and counts as an evaluation); each lane's
+  best-scoring parameters so far go to `keep_best` (the scripts write them beside the
+  final ones), and the run stops once every lane's mean evaluation return reached
+  `target_return`;
 * every `checkpoint_every` env steps, and at the end, the program's state and the
   driver's records are checkpointed; a program whose environments cannot be
   checkpointed (envpool's) starts a new *segment* there (`Program.open`), in the
@@ -313,17 +314,21 @@ class _Driver:
     rate = (schedule.env_steps - self.last_log[1]) / max(now - self.last_log[0], 1e-9)
     versions = self.program.num_updates(state)
     evaluations = self.program.evaluate(state) if evaluate else None
-    target = self.config.eval.target_return
     for k, (acc, logger) in enumerate(zip(self.accs, self.loggers)):
       line = acc.flush(schedule.env_steps, self.wall_offset + now, rate, int(versions[k]))
       if evaluations is not None:
         mean, low = evaluations[k]
         line.update(eval_return=float(mean), eval_return_min=float(low))
-        if acc.evaluated(float(mean), schedule.env_steps, target) and self.keep_best:
-          agent_state, transform = self.program.final(state, k)
-          self.keep_best(k, jax.device_get(agent_state.params), jax.device_get(transform))
+        self.scored(state, k, float(mean))
       logger.log({**line, "final": True} if final else line)
     self.last_log = (seconds_since_launch(), schedule.env_steps)
+
+  def scored(self, state: Any, lane: int, mean: float) -> None:
+    """Records lane `lane`'s evaluation; keeps its parameters when they scored best."""
+    target = self.config.eval.target_return
+    if self.accs[lane].evaluated(mean, self.schedule.env_steps, target) and self.keep_best:
+      agent_state, transform = self.program.final(state, lane)
+      self.keep_best(lane, jax.device_get(agent_state.params), jax.device_get(transform))
 
   def loop(self, state: Any, should_stop: Callable[[], bool]) -> Outcome:
     program, config, schedule = self.program, self.config, self.schedule
@@ -353,6 +358,11 @@ class _Driver:
         if logged:
           self.log(state, evaluate=evaluated)
           schedule.logged(config.budget.log_every, config.eval_interval)
+        if evaluate_end and not evaluated:
+          # The final policy is scored (no metrics line): its score counts as an
+          # evaluation (best parameters, target), and the last checkpoint records it.
+          for k, (mean, _) in enumerate(program.evaluate(state)):
+            self.scored(state, k, float(mean))
         end = end or all(a.reached for a in self.accs)
         if due or end:
           schedule.cut(config.checkpoint.checkpoint_every)
@@ -363,9 +373,6 @@ class _Driver:
           # A final line for the partial interval; a resumed run drops it (it is after
           # the checkpoint's log_lines) and logs the interval in full.
           self.log(state, evaluate=False, final=True)
-        if evaluate_end and not evaluated:  # the final policy's score, for the results
-          for acc, (mean, _) in zip(self.accs, program.evaluate(state)):
-            acc.last_eval = float(mean)
     finally:
       program.close()
     wall, versions = self.wall_time(), program.num_updates(state)
