@@ -8,7 +8,7 @@ r"""Soft Q-learning on an envpool task or a JAX environment (discrete or continu
     python experiments/sql.py --env-id HalfCheetah-v4 --num-seeds 3   # halfcheetah preset
     python experiments/sql.py --env-id gymnax:Breakout-MinAtar --num-seeds 5   # minatar
 
-Discrete or continuous SQL is picked from the task's action space (`agents.make_sql`).
+Discrete or continuous SQL is picked from the task's action space.
 The presets, and what each one chose, are in `offpolicy_ac.presets.sql`; the runs behind
 them in docs/benchmarks.md and results/notes/.
 """
