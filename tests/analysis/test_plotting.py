@@ -3,7 +3,7 @@
 import matplotlib
 
 from offpolicy_ac.analysis import plot_runs
-from offpolicy_ac.training.metrics_io import encode_line
+from offpolicy_ac.analysis.metrics_file import encode_line
 
 
 def _write_run(run_dir, returns):

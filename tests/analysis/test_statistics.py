@@ -1,7 +1,7 @@
 """Grouping runs by configuration, aligning them, and the IQM with bootstrap intervals.
 
 Synthetic run directories (config.json and metrics.jsonl written here, in the format of
-`metrics_io`); the IQM checked by hand and against NumPy; the script end to end.
+`analysis.metrics_file`); the IQM checked by hand and against NumPy; the script end to end.
 """
 
 import json
@@ -13,9 +13,9 @@ from rliable import metrics as rly_metrics
 from scripts import load_script
 
 from offpolicy_ac.analysis import statistics as S
+from offpolicy_ac.analysis.metrics_file import encode_line
+from offpolicy_ac.analysis.metrics_file import jsonable
 from offpolicy_ac.training import TrainConfig
-from offpolicy_ac.training.metrics_io import encode_line
-from offpolicy_ac.training.metrics_io import jsonable
 
 
 def write_run(run_dir, *, algorithm="impala", seed=0, lr=6e-4, steps=(0, 100, 200),

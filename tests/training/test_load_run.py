@@ -16,6 +16,7 @@ from scripts import load_script
 from offpolicy_ac import demos as demos_lib
 from offpolicy_ac import envs
 from offpolicy_ac import presets
+from offpolicy_ac.analysis.metrics_file import jsonable
 from offpolicy_ac.training import EvalConfig
 from offpolicy_ac.training import TrainConfig
 from offpolicy_ac.training import evaluate
@@ -23,7 +24,6 @@ from offpolicy_ac.training import load_params
 from offpolicy_ac.training import load_run
 from offpolicy_ac.training import read_metrics
 from offpolicy_ac.training.driver import WALL_CLOCK_FIELDS
-from offpolicy_ac.training.metrics_io import jsonable
 from offpolicy_ac.training.sources import process_seed
 from offpolicy_ac.training.sources import segment_seed
 

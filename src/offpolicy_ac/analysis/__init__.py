@@ -5,10 +5,13 @@
     curves = [group_curve(g) for g in groups]             # IQM with 95% bootstrap intervals
     plot_group_curves(curves, group_labels(groups), "plots/")
     plot_runs(["runs/impala-0"], "curve.png")             # one run, or seeds overlaid
+    lines = read_metrics("runs/impala-0")                 # metrics.jsonl's records
 
 The statistics follow Agarwal et al. 2021 (arXiv:2108.13264); docs/statistics.md.
 """
 
+from offpolicy_ac.analysis.metrics_file import METRICS_FILE
+from offpolicy_ac.analysis.metrics_file import read_metrics
 from offpolicy_ac.analysis.plotting import plot_group_curves
 from offpolicy_ac.analysis.plotting import plot_runs
 from offpolicy_ac.analysis.statistics import IGNORED_FIELDS
@@ -28,6 +31,8 @@ from offpolicy_ac.analysis.statistics import summary_table
 
 __all__ = [
     "IGNORED_FIELDS",
+    "METRICS_FILE",
+    "read_metrics",
     "CurveEstimate",
     "GroupCurve",
     "RunGroup",

@@ -10,6 +10,8 @@ from typing import Sequence
 
 import numpy as np
 
+from offpolicy_ac.analysis.metrics_file import read_metrics
+
 if TYPE_CHECKING:
   from offpolicy_ac.analysis.statistics import GroupCurve
 
@@ -38,10 +40,6 @@ def plot_runs(
   # A bare Figure draws with Agg without pyplot: the process's matplotlib backend (a
   # notebook's inline one, say) is left as it was.
   from matplotlib.figure import Figure
-
-  # The format of metrics.jsonl is training's (metrics_io), and training imports this package
-  # (plot_runs): imported here, on use, so that either package can be imported first.
-  from offpolicy_ac.training.metrics_io import read_metrics
 
   fig = Figure(figsize=(7, 4.2))
   ax = fig.subplots()

@@ -42,6 +42,9 @@ from typing import Sequence
 
 import numpy as np
 
+from offpolicy_ac.analysis.metrics_file import METRICS_FILE
+from offpolicy_ac.analysis.metrics_file import read_metrics
+
 __all__ = [
     "IGNORED_FIELDS",
     "CurveEstimate",
@@ -176,10 +179,6 @@ def find_runs(paths: Sequence[str | os.PathLike]) -> list[pathlib.Path]:
   Raises:
     ValueError: a path does not exist, or no run directory is found.
   """
-  # The format of metrics.jsonl is training's (metrics_io), and training imports this package
-  # (plot_runs): imported here, on use, so that either package can be imported first.
-  from offpolicy_ac.training.metrics_io import METRICS_FILE
-
   found = set()
   for p in map(pathlib.Path, paths):
     if not p.exists():
@@ -335,8 +334,6 @@ def group_curve(
   Raises:
     ValueError: a run logged no value of the metric.
   """
-  from offpolicy_ac.training.metrics_io import read_metrics  # on use: see `find_runs`
-
   records = [read_metrics(r.run_dir) for r in group.runs]
   if metric is None:
     has_eval = all(_series(rs, "eval_return")[0].size for rs in records)

@@ -1,5 +1,6 @@
 """The training driver, its configuration, evaluation, and the run directory."""
 
+from offpolicy_ac.analysis.metrics_file import read_metrics
 from offpolicy_ac.analysis.plotting import plot_runs
 from offpolicy_ac.training.cli import EnvPresets
 from offpolicy_ac.training.cli import parse_args
@@ -33,7 +34,6 @@ from offpolicy_ac.training.logger import MultiLogger
 from offpolicy_ac.training.logger import RunLogger
 from offpolicy_ac.training.logger import WandbLogger
 from offpolicy_ac.training.logger import write_config
-from offpolicy_ac.training.metrics_io import read_metrics
 from offpolicy_ac.training.rundir import LoadedRun
 from offpolicy_ac.training.rundir import load_params
 from offpolicy_ac.training.rundir import load_run

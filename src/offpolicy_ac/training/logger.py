@@ -1,7 +1,7 @@
 """A run directory: config.json, metrics.jsonl, TensorBoard events, a learning-curve PNG.
 
 The run directory is described in docs/design.md (Contract 3). `RunLogger.log(record)`
-appends one JSON object per line to metrics.jsonl (format: `metrics_io`; at least
+appends one JSON object per line to metrics.jsonl (format: `analysis.metrics_file`; at least
 `env_steps`, `wall_time_s`, `episode_return`), writes the same scalars to TensorBoard, and
 prints a progress line (a tqdm bar on a terminal, plain lines otherwise).
 
@@ -24,10 +24,10 @@ from typing import Optional
 from typing import Protocol
 
 from offpolicy_ac._extras import require
+from offpolicy_ac.analysis import metrics_file
+from offpolicy_ac.analysis.metrics_file import METRICS_FILE
+from offpolicy_ac.analysis.metrics_file import jsonable
 from offpolicy_ac.analysis.plotting import plot_runs
-from offpolicy_ac.training import metrics_io
-from offpolicy_ac.training.metrics_io import METRICS_FILE
-from offpolicy_ac.training.metrics_io import jsonable
 
 
 class Logger(Protocol):
@@ -144,7 +144,7 @@ class RunLogger:
 
   def log(self, record: dict) -> None:
     record = jsonable(record)
-    self._file.write(metrics_io.encode_line(record))
+    self._file.write(metrics_file.encode_line(record))
     step = int(record["env_steps"])
     if self._writer is not None:
       for key, value in record.items():

@@ -5,8 +5,8 @@ of the episodes finished since the previous line, or null), plus losses and, whe
 policy was evaluated, `eval_return`. Values are made JSON-safe by `jsonable`: dataclasses
 become objects, NumPy scalars Python numbers, non-finite floats null.
 
-This module is the one place that knows the format; the logger writes it, the plots and
-the tests read it.
+This module is the one place that knows the format: training's logger writes it with
+`encode_line`, the statistics and plots read it with `read_metrics`.
 """
 
 from __future__ import annotations
