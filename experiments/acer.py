@@ -16,8 +16,8 @@ sets the replayed updates after each on-policy update (and with it
 `offpolicy_ac.presets.acer`.
 """
 
+from offpolicy_ac.cli import parse_args
 from offpolicy_ac.presets import acer
-from offpolicy_ac.training import parse_args
 from offpolicy_ac.training import script_main
 
 

@@ -10,8 +10,8 @@ r"""IMPALA (V-trace actor-critic) on an envpool task or a JAX environment.
 Defaults learn CartPole-v1 on a 2-core CPU. The presets are in `offpolicy_ac.presets.impala`.
 """
 
+from offpolicy_ac.cli import parse_args
 from offpolicy_ac.presets import impala
-from offpolicy_ac.training import parse_args
 from offpolicy_ac.training import script_main
 
 

@@ -25,8 +25,8 @@ less and learn faster: `--mini-batch-size 16 --demo-batch-size 48 --alpha 0.025
 `offpolicy_ac.presets.sqil`; the runs behind them in docs/benchmarks.md and results/notes/.
 """
 
+from offpolicy_ac.cli import parse_args
 from offpolicy_ac.presets import sqil
-from offpolicy_ac.training import parse_args
 from offpolicy_ac.training import script_main
 
 

@@ -13,8 +13,8 @@ The presets, and what each one chose, are in `offpolicy_ac.presets.sql`; the run
 them in docs/benchmarks.md and results/notes/.
 """
 
+from offpolicy_ac.cli import parse_args
 from offpolicy_ac.presets import sql
-from offpolicy_ac.training import parse_args
 from offpolicy_ac.training import script_main
 
 

@@ -9,6 +9,7 @@ Subpackages:
   demos     -- recording and cutting demonstrations.
   training  -- the training loop, evaluation, run directories, checkpoints.
   presets   -- the experiment scripts' settings: Args, presets and run() per algorithm.
+  cli       -- the experiment scripts' command line: tyro over a script's Args, presets.
   analysis  -- statistics over seeds (IQM, bootstrap intervals) and learning-curve plots.
   testing   -- a property-testing kit for target functions: trajectories with
                episode boundaries, float64 loop references and checks.
@@ -31,6 +32,7 @@ _LAZY = (
     "demos",
     "training",
     "presets",
+    "cli",
     "analysis",
     "testing",
 )

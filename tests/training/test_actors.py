@@ -24,9 +24,9 @@ import pytest
 from offpolicy_ac import demos as demos_lib
 from offpolicy_ac import envs
 from offpolicy_ac import presets
+from offpolicy_ac.cli import parse_args
 from offpolicy_ac.training import TrainConfig
 from offpolicy_ac.training import make_training_rollout
-from offpolicy_ac.training import parse_args
 from offpolicy_ac.training import read_metrics
 from offpolicy_ac.training.actors import ActorError
 from offpolicy_ac.training.actors import Actors

@@ -18,10 +18,10 @@ from offpolicy_ac.agents import make_acer
 from offpolicy_ac.agents import make_impala
 from offpolicy_ac.agents import make_sql
 from offpolicy_ac.agents import make_sql_discrete
+from offpolicy_ac.cli import parse_args
 from offpolicy_ac.training import TrainConfig
 from offpolicy_ac.training import load_run
 from offpolicy_ac.training import make_train
-from offpolicy_ac.training import parse_args
 from offpolicy_ac.training import read_metrics
 
 pytest.importorskip("gymnax")

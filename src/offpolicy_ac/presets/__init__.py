@@ -2,7 +2,7 @@
 script's command-line dataclass `Args`, its named `PRESETS`, the `ENV_PRESETS` an `--env-id`
 selects, and `run(args, **run_kwargs)`, which composes the agent and calls
 `training.run_experiment`. `experiments/<name>.py` parses its command line into these
-(`training.parse_args`) and calls `run`; tests, benchmarks and notebooks start from the
+(`cli.parse_args`) and calls `run`; tests, benchmarks and notebooks start from the
 same values.
 
     import dataclasses

@@ -15,8 +15,8 @@ from typing import Optional
 
 from offpolicy_ac.agents import AcerConfig
 from offpolicy_ac.agents import make_acer
+from offpolicy_ac.cli import EnvPresets
 from offpolicy_ac.presets import common
-from offpolicy_ac.training import EnvPresets
 from offpolicy_ac.training import TrainConfig
 from offpolicy_ac.training import run_experiment
 

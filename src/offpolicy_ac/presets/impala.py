@@ -12,8 +12,8 @@ from typing import Optional
 
 from offpolicy_ac.agents import ImpalaConfig
 from offpolicy_ac.agents import make_impala
+from offpolicy_ac.cli import EnvPresets
 from offpolicy_ac.presets import common
-from offpolicy_ac.training import EnvPresets
 from offpolicy_ac.training import TrainConfig
 from offpolicy_ac.training import run_experiment
 

@@ -19,8 +19,8 @@ from offpolicy_ac import demos as demos_lib
 from offpolicy_ac.agents import SqlConfig
 from offpolicy_ac.agents import make_sqil
 from offpolicy_ac.agents import make_sqil_batch_fn
+from offpolicy_ac.cli import EnvPresets
 from offpolicy_ac.presets import sql
-from offpolicy_ac.training import EnvPresets
 from offpolicy_ac.training import TrainConfig
 from offpolicy_ac.training import refusals
 from offpolicy_ac.training import run_experiment

@@ -14,7 +14,7 @@ from typing import Optional
 
 from offpolicy_ac.agents import SqlConfig
 from offpolicy_ac.agents import make_sql
-from offpolicy_ac.training import EnvPresets
+from offpolicy_ac.cli import EnvPresets
 from offpolicy_ac.training import TrainConfig
 from offpolicy_ac.training import run_experiment
 

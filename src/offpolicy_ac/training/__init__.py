@@ -2,8 +2,6 @@
 
 from offpolicy_ac.analysis.metrics_file import read_metrics
 from offpolicy_ac.analysis.plotting import plot_runs
-from offpolicy_ac.training.cli import EnvPresets
-from offpolicy_ac.training.cli import parse_args
 from offpolicy_ac.training.clock import seconds_since_launch
 from offpolicy_ac.training.compiled_train import AnakinState
 from offpolicy_ac.training.compiled_train import CompiledTrain
@@ -48,7 +46,6 @@ __all__ = [
     "BudgetConfig",
     "CheckpointConfig",
     "EnvConfig",
-    "EnvPresets",
     "EvalConfig",
     "LoadedRun",
     "ParallelConfig",
@@ -70,7 +67,6 @@ __all__ = [
     "load_run",
     "make_train",
     "make_training_rollout",
-    "parse_args",
     "plot_runs",
     "read_metrics",
     "refusals",

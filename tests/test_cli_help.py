@@ -9,9 +9,9 @@ import shlex
 import pytest
 from scripts import load_script
 
+from offpolicy_ac import cli
 from offpolicy_ac import presets
-from offpolicy_ac.training import cli
-from offpolicy_ac.training import parse_args
+from offpolicy_ac.cli import parse_args
 from offpolicy_ac.training.config import AUTO_EVALUATIONS
 
 SCRIPTS = ("impala", "acer", "sql", "sqil")

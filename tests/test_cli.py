@@ -6,8 +6,8 @@ import dataclasses
 import pytest
 
 from offpolicy_ac import presets
-from offpolicy_ac.training import EnvPresets
-from offpolicy_ac.training import parse_args
+from offpolicy_ac.cli import EnvPresets
+from offpolicy_ac.cli import parse_args
 
 
 @dataclasses.dataclass(frozen=True)
