@@ -8,15 +8,19 @@ Retrace with pi = mu is Q(lambda) (`offpolicy_ac.testing.reference.q_lambda_erro
 expected-TD-error sum form), splitting at junctions changes nothing, gradient
 stopping, equality with `rlax.retrace`, scan == associative == auto, batch
 shapes == vmap, garbage at masked steps is ignored. Every numeric test runs
-jitted and not; bad input fails at trace time naming the argument.
+jitted and not: the tests in `RetraceVariantsTest` and `RetraceBadInputTest` run
+under chex's variants (`self.variant` is chex's with_jit or without_jit); bad
+input fails at trace time naming the argument.
 
 As in test_vtrace.py: hypothesis drives the jitted runs (inputs padded with
-masked steps to T_PAD, hyper-parameters traced, so each variant compiles
-once); the eager runs use a few fixed seeded examples.
+masked steps to T_PAD, hyper-parameters traced, so each shape and method
+compiles once); the variants' runs use a few fixed seeded examples.
 """
 
 import functools
 
+from absl.testing import parameterized
+import chex
 from hypothesis import given
 from hypothesis import strategies as st
 import jax
@@ -31,17 +35,12 @@ from offpolicy_ac.losses import retrace
 from offpolicy_ac.losses import retrace_targets
 from offpolicy_ac.testing import reference as ref
 
-JIT = pytest.mark.parametrize("jit", [False, True], ids=["nojit", "jit"])
-METHODS = pytest.mark.parametrize("method", ["scan", "associative"])
-ALL_METHODS = pytest.mark.parametrize("method", ["scan", "associative", "auto"])
+METHODS = ["scan", "associative"]
+ALL_METHODS = ["scan", "associative", "auto"]
 # Eager `associative_scan` compiles each of its small ops for every new shape
 # or transformation (1-3 s each): tests adding vmap / grad variants run it
-# jitted only (the eager associative path is covered by the other tests).
-JIT_METHODS_LIGHT = pytest.mark.parametrize(
-    "jit,method",
-    [(False, "scan"), (True, "scan"), (True, "associative")],
-    ids=["scan-nojit", "scan-jit", "associative-jit"],
-)
+# jitted only, a `_scan` test under both chex variants and an `_associative`
+# one under with_jit (the eager associative path is covered by the other tests).
 T_PAD = 20
 NUM_ACTIONS = 3
 BATCH_SHAPES = [(), (3,), (2, 3)]
@@ -55,28 +54,37 @@ G_ARGS = ("q_a_t", "v_t", "r_t", "discount_t", "c_t")
 
 
 @functools.lru_cache(maxsize=None)
-def _static_fn(fn, jit, **static):
-  f = functools.partial(fn, **static)
-  return jax.jit(f) if jit else f
+def _static_fn(fn, **static):
+  """One function per setting: jitting it again reuses its compilations."""
+  return functools.partial(fn, **static)
 
 
-def _run(fn, jit, *arrays, mask=None, **static):
+def _run(fn, wrap, *arrays, mask=None, **static):
+  """`wrap` (`self.variant`: jitted or eager) applied to fn, `static` bound."""
   arrays = [jnp.asarray(x) for x in arrays]
   if mask is not None:
     mask = jnp.asarray(mask)
-  return _static_fn(fn, jit, **static)(*arrays, mask=mask)
+  return wrap(_static_fn(fn, **static))(*arrays, mask=mask)
+
+
+def _retrace_fn(wrap, method="scan", stop_target_gradients=True):
+  """retrace with (lambda_, eps) traced: one compilation per shape.
+
+  `wrap` is `jax.jit` or `self.variant` (jitted or eager). With
+  stop_target_gradients it reuses the program of `_errors_and_targets_fn`
+  (fewer compilations across tests).
+  """
+  if stop_target_gradients:
+    both = wrap(_errors_and_targets_fn(method))
+    return lambda *args: both(*args)[0]
+  return wrap(_retrace_unstopped_fn(method))
 
 
 @functools.lru_cache(maxsize=None)
-def _retrace_fn(jit, method="scan", stop_target_gradients=True):
-  """retrace with (lambda_, eps) traced: one compilation per shape.
+def _retrace_unstopped_fn(method="scan", stop_target_gradients=False):
+  """retrace with (lambda_, eps) traced, target gradients flowing.
 
-  With stop_target_gradients it reuses the program of
-  `_errors_and_targets_fn` (fewer compilations across tests).
-  """
-  if stop_target_gradients:
-    both = _errors_and_targets_fn(jit, method)
-    return lambda *args: both(*args)[0]
+  Not jitted: `_retrace_fn` wraps it."""
 
   def f(q_tm1, q_t, a_tm1, a_t, r_t, discount_t, pi_t, mu_t, mask, lambda_, eps):
     return retrace(
@@ -95,12 +103,14 @@ def _retrace_fn(jit, method="scan", stop_target_gradients=True):
         method=method,
     )
 
-  return jax.jit(f) if jit else f
+  return f
 
 
 @functools.lru_cache(maxsize=None)
-def _errors_and_targets_fn(jit, method="scan"):
-  """(retrace(...), retrace_targets(...)) in one program, traced hypers."""
+def _errors_and_targets_fn(method="scan"):
+  """(retrace(...), retrace_targets(...)) in one program, traced hypers.
+
+  Not jitted: callers wrap it (`jax.jit` or `self.variant`)."""
 
   def f(q_tm1, q_t, a_tm1, a_t, r_t, discount_t, pi_t, mu_t, mask, lambda_, eps):
     errors = retrace(
@@ -122,11 +132,12 @@ def _errors_and_targets_fn(jit, method="scan"):
     )
     return errors, targets
 
-  return jax.jit(f) if jit else f
+  return f
 
 
 @functools.lru_cache(maxsize=None)
-def _general_fn(jit, method="scan", stop_target_gradients=True):
+def _general_fn(method="scan", stop_target_gradients=True):
+  """Not jitted: callers wrap it (`jax.jit` or `self.variant`)."""
 
   def f(q_a_t, v_t, r_t, discount_t, c_t, mask):
     return general_off_policy_returns(
@@ -140,7 +151,7 @@ def _general_fn(jit, method="scan", stop_target_gradients=True):
         method=method,
     )
 
-  return jax.jit(f) if jit else f
+  return f
 
 
 def _assert_scaled_close(actual, expected, scale, rtol, atol=0.0, what=""):
@@ -247,38 +258,8 @@ _HYPER = dict(
 
 
 # ---------------------------------------------------------------------------
-# Layer 1: hand-computed cases.
+# Layer 1: hand-computed cases (in `RetraceVariantsTest`).
 # ---------------------------------------------------------------------------
-
-
-@JIT
-@METHODS
-def test_general_returns_hand_computed(jit, method):
-  q_a_t, v_t, r_t = [1.0, 2.0, 3.0], [2.0, 1.0, 0.5], [1.0, 1.0, 1.0]
-  d, c = [0.5, 0.5, 0.5], [0.5, 1.0, 0.7]
-  # G_2 = 1 + .5 * .5 = 1.25 (the last c is unused);
-  # G_1 = 1 + .5 (1 - 1 * 2 + 1 * 1.25) = 1.125;
-  # G_0 = 1 + .5 (2 - .5 * 1 + .5 * 1.125) = 2.03125.
-  out = _run(general_off_policy_returns, jit, q_a_t, v_t, r_t, d, c, method=method)
-  assert out.dtype == jnp.float32 and out.shape == (3,)
-  np.testing.assert_allclose(out, [2.03125, 1.125, 1.25], rtol=1e-6)
-  # A masked junction at step 1: step 0 bootstraps fully from v_t[0]
-  # (G_0 = 1 + .5 * 2 = 2), step 1 is 0, step 2 unchanged.
-  out = _run(
-      general_off_policy_returns,
-      jit,
-      q_a_t,
-      v_t,
-      r_t,
-      d,
-      c,
-      mask=[True, False, True],
-      method=method,
-  )
-  np.testing.assert_allclose(out, [2.0, 0.0, 1.25], rtol=1e-6)
-  # A termination at step 0 (discount 0): G_0 = r_0 = 1.
-  out = _run(general_off_policy_returns, jit, q_a_t, v_t, r_t, [0.0, 0.5, 0.5], c, method=method)
-  np.testing.assert_allclose(out, [1.0, 1.125, 1.25], rtol=1e-6)
 
 
 _R1 = dict(
@@ -293,56 +274,12 @@ _R1 = dict(
 )
 
 
-@JIT
-@ALL_METHODS
-def test_retrace_hand_computed(jit, method):
-  # V(x_1) = .25 * 3 + .75 * 5 = 4.5, V(x_2) = .5 * 0 + .5 * 2 = 1;
-  # c_1 = min(1, .75 / .5) = 1 (lambda 1), Q(x_1, a_1 = 1) = 5.
-  # G_1 = 2 + .9 * 1 = 2.9; G_0 = 1 + .5 (4.5 - 1 * 5 + 1 * 2.9) = 2.2.
-  # errors = G - q_tm1[a_tm1] = [2.2 - 1, 2.9 - 4] = [1.2, -1.1].
-  args = [_R1[k] for k in Q_ARGS]
-  out = _run(retrace, jit, *args, eps=0.0, method=method)
-  assert out.dtype == jnp.float32 and out.shape == (2,)
-  np.testing.assert_allclose(out, [1.2, -1.1], rtol=1e-5)
-  targets = _run(retrace_targets, jit, *args[1:2], *args[3:], eps=0.0, method=method)
-  np.testing.assert_allclose(targets, [2.2, 2.9], rtol=1e-5)
-  # lambda = .5 and mu_t[0] = 1: c_1 = .5 * min(1, .75 / 1) = .375;
-  # G_0 = 1 + .5 (4.5 - .375 * 5 + .375 * 2.9) = 2.85625.
-  args[-1] = [1.0, 0.4]
-  out = _run(retrace, jit, *args, lambda_=0.5, eps=0.0, method=method)
-  np.testing.assert_allclose(out, [1.85625, -1.1], rtol=1e-5)
-
-
-@JIT
-@METHODS
-def test_retrace_hand_computed_truncation_junction_termination(jit, method):
-  # Step 0: LAST by time limit (discount .9) -> bootstraps fully from
-  # V(final obs) = .5 * 2 + .5 * 4 = 3: G_0 = 1 + .9 * 3 = 3.7, error
-  # 3.7 - q_tm1[0, 1] = 1.7 (a_t[0], mu_t[0] and the masked step's garbage
-  # are unused).  Step 1: masked -> 0.  Step 2: terminates: G_2 = r = 3,
-  # error 3 - .5 = 2.5.
-  args = [
-      [[1.0, 2.0], [99.0, -99.0], [0.5, 1.5]],
-      [[2.0, 4.0], [55.0, 66.0], [7.0, 8.0]],
-      np.array([1, 0, 0], np.int32),
-      np.array([0, 1, 1], np.int32),
-      [1.0, 77.0, 3.0],
-      [0.9, 0.9, 0.0],
-      [[0.5, 0.5], [0.1, 0.9], [0.2, 0.8]],
-      [1e-30, 0.3, 0.9],
-  ]
-  out = _run(retrace, jit, *args, mask=[True, False, True], method=method)
-  np.testing.assert_allclose(out, [1.7, 0.0, 2.5], rtol=1e-5)
-  targets = _run(retrace_targets, jit, args[1], *args[3:], mask=[True, False, True], method=method)
-  np.testing.assert_allclose(targets, [3.7, 0.0, 3.0], rtol=1e-5)
-
-
 # ---------------------------------------------------------------------------
 # Layer 2: the float64 loop references on random inputs.
 # ---------------------------------------------------------------------------
 
 
-def _check_retrace_example(jit, methods, x64, t_len, batch, use_mask, lambda_, eps, seed):
+def _check_retrace_example(wrap, methods, x64, t_len, batch, use_mask, lambda_, eps, seed):
   rng = np.random.default_rng(seed)
   dtype = np.float64 if x64 else np.float32
   if not use_mask:
@@ -359,9 +296,9 @@ def _check_retrace_example(jit, methods, x64, t_len, batch, use_mask, lambda_, e
     with jax.enable_x64(x64):
       args = [jnp.asarray(padded[k]) for k in Q_ARGS]
       errors, targets = (
-          np.asarray(x) for x in _errors_and_targets_fn(jit, method)(*args, pad_mask, lambda_, eps)
+          np.asarray(x) for x in wrap(_errors_and_targets_fn(method))(*args, pad_mask, lambda_, eps)
       )
-    assert errors.dtype == dtype and targets.dtype == dtype
+    chex.assert_type([errors, targets], dtype)
     np.testing.assert_array_equal(errors[t_len:], 0.0)
     np.testing.assert_array_equal(targets[t_len:], 0.0)
     _assert_scaled_close(errors[:t_len], exp_errors, e_scale, rtol, what="errors")
@@ -384,26 +321,22 @@ def test_retrace_matches_loop_reference_jit(x64, t_len, batch, use_mask, seed, l
   # float64 (tight tolerance: checks the algorithm, not rounding): scan only;
   # the methods' agreement is checked in float32.
   methods = ("scan",) if x64 else ("scan", "associative")
-  _check_retrace_example(True, methods, x64, t_len, batch, use_mask, lambda_, eps, seed)
+  _check_retrace_example(jax.jit, methods, x64, t_len, batch, use_mask, lambda_, eps, seed)
 
 
-# Eager cases: scan over the three batch ranks; associative on [T, 2, 3]
-# only (eager associative_scan compiles its many ops per new shape).
-@pytest.mark.parametrize(
-    "method,t_len,batch,use_mask,lambda_,eps,seed",
-    [
-        ("scan", 13, (), True, 1.0, 1e-8, 0),
-        ("scan", T_PAD, (3,), False, 0.7, 0.0, 1),
-        ("scan", T_PAD, (2, 3), True, 0.0, 1e-3, 2),
-        ("associative", T_PAD, (2, 3), True, 0.0, 1e-3, 2),
-        ("associative", 2, (2, 3), True, 0.9, 1e-8, 3),
-    ],
-)
-def test_retrace_matches_loop_reference_nojit(method, t_len, batch, use_mask, lambda_, eps, seed):
-  _check_retrace_example(False, (method,), False, t_len, batch, use_mask, lambda_, eps, seed)
+# Fixed examples, eager and jitted (`RetraceVariantsTest`): scan over the three
+# batch ranks; associative on [T, 2, 3] only (eager associative_scan compiles
+# its many ops per new shape).
+_FIXED_RETRACE_EXAMPLES = [
+    ("scan", 13, (), True, 1.0, 1e-8, 0),
+    ("scan", T_PAD, (3,), False, 0.7, 0.0, 1),
+    ("scan", T_PAD, (2, 3), True, 0.0, 1e-3, 2),
+    ("associative", T_PAD, (2, 3), True, 0.0, 1e-3, 2),
+    ("associative", 2, (2, 3), True, 0.9, 1e-8, 3),
+]
 
 
-def _check_general_example(jit, methods, t_len, batch, seed):
+def _check_general_example(wrap, methods, t_len, batch, seed):
   rng = np.random.default_rng(seed)
   shape = (t_len,) + tuple(batch)
   d, mask, _ = testing.random_layout(rng, t_len, batch, p_termination=0.12, p_truncation=0.12)
@@ -430,7 +363,7 @@ def _check_general_example(jit, methods, t_len, batch, seed):
       mask,
   )
   for method in methods:
-    out = np.asarray(_general_fn(jit, method)(*padded, pad_mask))
+    out = np.asarray(wrap(_general_fn(method))(*padded, pad_mask))
     np.testing.assert_array_equal(out[t_len:], 0.0)
     _assert_scaled_close(out[:t_len], expected, scale, 2e-5, what=method)
 
@@ -439,28 +372,15 @@ def _check_general_example(jit, methods, t_len, batch, seed):
     t_len=st.integers(1, T_PAD), batch=st.sampled_from(BATCH_SHAPES), seed=st.integers(0, 2**32 - 1)
 )
 def test_general_returns_match_loop_reference_jit(t_len, batch, seed):
-  _check_general_example(True, ("scan", "associative"), t_len, batch, seed)
+  _check_general_example(jax.jit, ("scan", "associative"), t_len, batch, seed)
 
 
-@pytest.mark.parametrize(
-    "method,t_len,batch,seed",
-    [("scan", T_PAD, (3,), 0), ("scan", 9, (2, 3), 1), ("associative", 9, (2, 3), 1)],
-)
-def test_general_returns_match_loop_reference_nojit(method, t_len, batch, seed):
-  _check_general_example(False, (method,), t_len, batch, seed)
-
-
-@JIT
-@pytest.mark.parametrize("num_actions", [1, 40])
-def test_retrace_other_action_counts(jit, num_actions):
-  # A = 1 (a single action) and A = 40 (beyond the elementwise-unrolled
-  # action path of the library) against the reference.
-  rng = np.random.default_rng(num_actions)
-  inputs, mask, _ = _random_q_inputs(rng, T_PAD, (3,), num_actions=num_actions)
-  errors = _retrace_fn(jit)(*(inputs[k] for k in Q_ARGS), mask, 0.9, 1e-8)
-  expected, _ = ref.retrace(*(inputs[k] for k in Q_ARGS), mask, 0.9, 1e-8)
-  _, scale = _retrace_scales(inputs, mask, 0.9, 1e-8)
-  _assert_scaled_close(errors, expected, scale, 2e-5)
+# Fixed examples, eager and jitted (`RetraceVariantsTest`).
+_FIXED_GENERAL_EXAMPLES = [
+    ("scan", T_PAD, (3,), 0),
+    ("scan", 9, (2, 3), 1),
+    ("associative", 9, (2, 3), 1),
+]
 
 
 # ---------------------------------------------------------------------------
@@ -502,16 +422,16 @@ def _on_policy_consistent_example(seed, t_len, batch):
   return inputs, mask
 
 
-def _check_q_lambda(jit, methods, seed, batch, lambda_):
+def _check_q_lambda(wrap, methods, seed, batch, lambda_):
   for method in methods:
-    _check_q_lambda_one(jit, method, seed, batch, lambda_)
+    _check_q_lambda_one(wrap, method, seed, batch, lambda_)
 
 
-def _check_q_lambda_one(jit, method, seed, batch, lambda_):
+def _check_q_lambda_one(wrap, method, seed, batch, lambda_):
   inputs, mask = _on_policy_consistent_example(seed, T_PAD, batch)
   args = [inputs[k] for k in Q_ARGS]
   # eps = 0: c = lambda min(1, pi/pi) = lambda exactly.
-  errors = _retrace_fn(jit, method)(*args, mask, lambda_, 0.0)
+  errors = _retrace_fn(wrap, method)(*args, mask, lambda_, 0.0)
   expected = ref.q_lambda_errors(
       inputs["q_tm1"],
       inputs["a_tm1"],
@@ -529,7 +449,7 @@ def _check_q_lambda_one(jit, method, seed, batch, lambda_):
   # The same with general_off_policy_returns and c = lambda.
   q_a_t = _take(inputs["q_t"], inputs["a_t"]).astype(np.float32)
   v_t = np.sum(inputs["pi_t"] * inputs["q_t"], -1)
-  g = _general_fn(jit, method)(
+  g = wrap(_general_fn(method))(
       q_a_t,
       v_t,
       inputs["r_t"],
@@ -547,15 +467,7 @@ def _check_q_lambda_one(jit, method, seed, batch, lambda_):
     lambda_=st.one_of(st.just(1.0), st.floats(0.0, 1.0)),
 )
 def test_on_policy_retrace_is_q_lambda_jit(seed, batch, lambda_):
-  _check_q_lambda(True, ("scan", "associative"), seed, batch, lambda_)
-
-
-@pytest.mark.parametrize(
-    "method,seed,batch,lambda_",
-    [("scan", 0, (2, 3), 0.8), ("scan", 1, (), 1.0), ("associative", 0, (2, 3), 0.8)],
-)
-def test_on_policy_retrace_is_q_lambda_nojit(method, seed, batch, lambda_):
-  _check_q_lambda(False, (method,), seed, batch, lambda_)
+  _check_q_lambda(jax.jit, ("scan", "associative"), seed, batch, lambda_)
 
 
 # Episodes of lengths 2 and 3 ending by termination, truncation or the end of
@@ -581,13 +493,13 @@ def _split_layout(pattern, gamma):
   return np.array(d), np.array(mask), spans
 
 
-def _check_split(jit, method, seed, lambda_):
+def _check_split(wrap, method, seed, lambda_):
   rng = np.random.default_rng(seed)
-  f = _retrace_fn(jit, method)
+  f = _retrace_fn(wrap, method)
   cols = []
   for pattern in _SPLIT_PATTERNS:
     d, mask, spans = _split_layout(pattern, rng.uniform(0.8, 1.0))
-    assert d.shape == (T_PAD,)
+    chex.assert_shape(d, (T_PAD,))
     inputs, _, _ = _random_q_inputs(rng, T_PAD, (), use_mask=False)
     inputs["discount_t"] = d.astype(np.float32)
     for k in ("q_tm1", "q_t", "r_t", "pi_t", "mu_t"):  # Large garbage.
@@ -604,21 +516,15 @@ def _check_split(jit, method, seed, lambda_):
   for j, (inputs, mask, spans) in enumerate(cols):
     for start, stop in spans:
       alone_args = [inputs[k][start:stop] for k in Q_ARGS]
-      assert alone_args[0].shape == (stop - start, NUM_ACTIONS)
+      chex.assert_shape(alone_args[0], (stop - start, NUM_ACTIONS))
       alone = f(*alone_args, None, lambda_, 1e-8)
       np.testing.assert_allclose(joined[start:stop, j], alone, rtol=1e-6, atol=1e-6)
 
 
 @given(seed=st.integers(0, 2**32 - 1), lambda_=st.one_of(st.just(1.0), st.floats(0.0, 1.0)))
 def test_split_at_junctions_changes_nothing_jit(seed, lambda_):
-  _check_split(True, "scan", seed, lambda_)
-  _check_split(True, "associative", seed, lambda_)
-
-
-def test_split_at_junctions_changes_nothing_nojit():
-  # Scan only: eager associative would compile for three more shapes; the
-  # jitted test runs both methods.
-  _check_split(False, "scan", 0, 0.9)
+  _check_split(jax.jit, "scan", seed, lambda_)
+  _check_split(jax.jit, "associative", seed, lambda_)
 
 
 def _grad_example():
@@ -636,11 +542,10 @@ def _grad_example():
   return inputs, mask
 
 
-@JIT_METHODS_LIGHT
-def test_stop_target_gradients(jit, method):
+def _check_stop_target_gradients(wrap, method):
   inputs, mask = _grad_example()
   float_names = ("q_tm1", "q_t", "r_t", "discount_t", "pi_t", "mu_t")
-  f = _retrace_fn(jit, method, True)
+  f = _retrace_fn(wrap, method, True)
 
   def loss(*floats):
     kw = dict(zip(float_names, floats), a_tm1=inputs["a_tm1"], a_t=inputs["a_t"])
@@ -663,48 +568,9 @@ def test_stop_target_gradients(jit, method):
           np.full(mask.shape, 0.7),
       )
   ]
-  gf = _general_fn(jit, method, True)
+  gf = wrap(_general_fn(method, True))
   for g in jax.grad(lambda *a: jnp.sum(gf(*a, mask)), argnums=tuple(range(5)))(*g_args):
     np.testing.assert_array_equal(g, 0.0)
-
-
-@JIT
-def test_target_gradients_flow_without_stop(jit):
-  # Scan only (differentiating the associative scan: test_recurrence.py).
-  inputs, mask = _grad_example()
-  float_names = ("q_tm1", "q_t", "r_t", "discount_t", "pi_t", "mu_t")
-  f = _retrace_fn(jit, "scan", False)
-
-  def loss(*floats):
-    kw = dict(zip(float_names, floats), a_tm1=inputs["a_tm1"], a_t=inputs["a_t"])
-    return jnp.sum(f(*(kw[k] for k in Q_ARGS), mask, 0.9, 1e-8))
-
-  grads = jax.grad(loss, argnums=tuple(range(6)))(*(inputs[k] for k in float_names))
-  for k, g in zip(float_names, grads):
-    g = np.asarray(g)
-    assert np.all(np.isfinite(g)), k
-    assert np.any(g != 0.0), k
-    # Nothing flows into the masked steps' garbage.
-    np.testing.assert_array_equal(g[~mask], 0.0, err_msg=k)
-  np.testing.assert_array_equal(
-      grads[0], np.where(mask[..., None], -np.eye(NUM_ACTIONS)[inputs["a_tm1"]], 0.0)
-  )
-  # general_off_policy_returns: gradient reaches every input.
-  g_args = [
-      np.asarray(x, np.float32)
-      for x in (
-          _take(inputs["q_t"], inputs["a_t"]),
-          inputs["r_t"],
-          inputs["r_t"],
-          inputs["discount_t"],
-          np.full(mask.shape, 0.7),
-      )
-  ]
-  gf = _general_fn(jit, "scan", False)
-  for name, g in zip(
-      G_ARGS, jax.grad(lambda *a: jnp.sum(gf(*a, mask)), argnums=tuple(range(5)))(*g_args)
-  ):
-    assert np.any(np.asarray(g) != 0.0), name
 
 
 @functools.lru_cache(maxsize=None)
@@ -719,49 +585,20 @@ def _rlax_retrace():
   )
 
 
-@JIT
-def test_matches_rlax_retrace(jit):
-  for seed, lambda_ in enumerate([1.0, 0.6, 0.0]):
-    rng = np.random.default_rng(seed)
-    inputs, _, _ = _random_q_inputs(rng, T_PAD, (3,), use_mask=False)
-    args = [inputs[k] for k in Q_ARGS]
-    ours = _retrace_fn(jit)(*args, None, lambda_, 1e-8)
-    theirs = _rlax_retrace()(*args, lambda_)
-    _, scale = _retrace_scales(inputs, None, lambda_, 1e-8)
-    _assert_scaled_close(ours, np.asarray(theirs, np.float64), scale, 2e-5)
-    # And unbatched [T].
-    ours_1d = _retrace_fn(jit)(*(a[:, 0] for a in args), None, lambda_, 1e-8)
-    np.testing.assert_allclose(ours_1d, np.asarray(ours)[:, 0], rtol=1e-6, atol=1e-6)
-
-
-@JIT
-@pytest.mark.parametrize("seed", [0, 1])
-def test_scan_associative_and_auto_agree(jit, seed):
-  rng = np.random.default_rng(seed)
-  inputs, mask, _ = _random_q_inputs(rng, T_PAD, (2, 3))
-  args = [inputs[k] for k in Q_ARGS]
-  _, scale = _retrace_scales(inputs, mask, 0.95, 1e-8)
-  scan = _retrace_fn(jit, "scan")(*args, mask, 0.95, 1e-8)
-  for method in ("associative", "auto"):
-    other = _retrace_fn(jit, method)(*args, mask, 0.95, 1e-8)
-    _assert_scaled_close(other, np.asarray(scan, np.float64), scale, 4e-5, what=method)
-
-
-@JIT_METHODS_LIGHT
-def test_batch_shapes_and_vmap_agree(jit, method):
+def _check_batch_shapes_and_vmap_agree(wrap, method):
   rng = np.random.default_rng(4)
   inputs, mask, _ = _random_q_inputs(rng, T_PAD, (2, 3))
   args = [inputs[k] for k in Q_ARGS]
-  f = _retrace_fn(jit, method)
+  f = _retrace_fn(wrap, method)
   full = np.asarray(f(*args, mask, 0.8, 1e-8))
-  assert full.shape == (T_PAD, 2, 3)
+  chex.assert_shape(full, (T_PAD, 2, 3))
   for i in range(2):
     rows = [a[:, i] for a in args]
-    assert rows[0].shape == (T_PAD, 3, NUM_ACTIONS)
+    chex.assert_shape(rows[0], (T_PAD, 3, NUM_ACTIONS))
     np.testing.assert_allclose(f(*rows, mask[:, i], 0.8, 1e-8), full[:, i], rtol=1e-6, atol=1e-5)
     for j in (i, 2):
       cols = [a[:, i, j] for a in args]
-      assert cols[0].shape == (T_PAD, NUM_ACTIONS)
+      chex.assert_shape(cols[0], (T_PAD, NUM_ACTIONS))
       np.testing.assert_allclose(
           f(*cols, mask[:, i, j], 0.8, 1e-8), full[:, i, j], rtol=1e-6, atol=1e-5
       )
@@ -775,52 +612,275 @@ def test_batch_shapes_and_vmap_agree(jit, method):
   np.testing.assert_allclose(g(*args, mask), full, rtol=1e-6, atol=1e-5)
 
 
-@JIT
-def test_mask_none_equals_all_true(jit):
-  rng = np.random.default_rng(5)
-  inputs, _, _ = _random_q_inputs(rng, T_PAD, (3,), use_mask=False)
-  args = [inputs[k] for k in Q_ARGS]
-  f = _retrace_fn(jit)
-  np.testing.assert_allclose(
-      f(*args, None, 0.9, 1e-8),
-      f(*args, np.ones((T_PAD, 3), bool), 0.9, 1e-8),
-      rtol=1e-6,
-      atol=1e-6,
-  )
+class RetraceVariantsTest(chex.TestCase):
+  """Tests run eagerly and jitted: `self.variant` is chex's with_jit or without_jit."""
 
+  # -------------------------------------------------------------------------
+  # Layer 1: hand-computed cases.
+  # -------------------------------------------------------------------------
 
-@JIT
-@METHODS
-def test_huge_garbage_at_masked_steps_is_ignored(jit, method):
-  rng = np.random.default_rng(6)
-  inputs, mask, _ = _random_q_inputs(rng, T_PAD, (2, 3))
-  mask[0, 0, 1] = mask[-1, 1, 2] = False
-  f = _retrace_fn(jit, method)
-  outs = []
-  for value in (0.0, 1e30, -1e30):
-    garbled = {
-        k: (testing.fill_masked(v, mask, value) if k not in ("a_tm1", "a_t") else v)
-        for k, v in inputs.items()
-    }
-    out = np.asarray(f(*(garbled[k] for k in Q_ARGS), mask, 1.0, 1e-8))
-    assert np.all(np.isfinite(out)), value
-    np.testing.assert_array_equal(out[~mask], 0.0)
-    outs.append(out)
-  for out in outs[1:]:
-    np.testing.assert_array_equal(out, outs[0])
-
-
-def test_traced_lambda_vmap_over_a_sweep():
-  rng = np.random.default_rng(7)
-  inputs, mask, _ = _random_q_inputs(rng, T_PAD, (3,))
-  args = [inputs[k] for k in Q_ARGS]
-  f = _retrace_fn(True)
-  lambdas = jnp.array([0.0, 0.5, 1.0])
-  swept = jax.vmap(lambda lam: f(*args, mask, lam, 1e-8))(lambdas)
-  for i in range(3):
-    np.testing.assert_allclose(
-        swept[i], f(*args, mask, float(lambdas[i]), 1e-8), rtol=1e-6, atol=1e-6
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.product(method=METHODS)
+  def test_general_returns_hand_computed(self, method):
+    q_a_t, v_t, r_t = [1.0, 2.0, 3.0], [2.0, 1.0, 0.5], [1.0, 1.0, 1.0]
+    d, c = [0.5, 0.5, 0.5], [0.5, 1.0, 0.7]
+    # G_2 = 1 + .5 * .5 = 1.25 (the last c is unused);
+    # G_1 = 1 + .5 (1 - 1 * 2 + 1 * 1.25) = 1.125;
+    # G_0 = 1 + .5 (2 - .5 * 1 + .5 * 1.125) = 2.03125.
+    out = _run(general_off_policy_returns, self.variant, q_a_t, v_t, r_t, d, c, method=method)
+    chex.assert_type(out, jnp.float32)
+    chex.assert_shape(out, (3,))
+    np.testing.assert_allclose(out, [2.03125, 1.125, 1.25], rtol=1e-6)
+    # A masked junction at step 1: step 0 bootstraps fully from v_t[0]
+    # (G_0 = 1 + .5 * 2 = 2), step 1 is 0, step 2 unchanged.
+    out = _run(
+        general_off_policy_returns,
+        self.variant,
+        q_a_t,
+        v_t,
+        r_t,
+        d,
+        c,
+        mask=[True, False, True],
+        method=method,
     )
+    np.testing.assert_allclose(out, [2.0, 0.0, 1.25], rtol=1e-6)
+    # A termination at step 0 (discount 0): G_0 = r_0 = 1.
+    out = _run(
+        general_off_policy_returns,
+        self.variant,
+        q_a_t,
+        v_t,
+        r_t,
+        [0.0, 0.5, 0.5],
+        c,
+        method=method,
+    )
+    np.testing.assert_allclose(out, [1.0, 1.125, 1.25], rtol=1e-6)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.product(method=ALL_METHODS)
+  def test_retrace_hand_computed(self, method):
+    # V(x_1) = .25 * 3 + .75 * 5 = 4.5, V(x_2) = .5 * 0 + .5 * 2 = 1;
+    # c_1 = min(1, .75 / .5) = 1 (lambda 1), Q(x_1, a_1 = 1) = 5.
+    # G_1 = 2 + .9 * 1 = 2.9; G_0 = 1 + .5 (4.5 - 1 * 5 + 1 * 2.9) = 2.2.
+    # errors = G - q_tm1[a_tm1] = [2.2 - 1, 2.9 - 4] = [1.2, -1.1].
+    args = [_R1[k] for k in Q_ARGS]
+    out = _run(retrace, self.variant, *args, eps=0.0, method=method)
+    chex.assert_type(out, jnp.float32)
+    chex.assert_shape(out, (2,))
+    np.testing.assert_allclose(out, [1.2, -1.1], rtol=1e-5)
+    targets = _run(retrace_targets, self.variant, *args[1:2], *args[3:], eps=0.0, method=method)
+    np.testing.assert_allclose(targets, [2.2, 2.9], rtol=1e-5)
+    # lambda = .5 and mu_t[0] = 1: c_1 = .5 * min(1, .75 / 1) = .375;
+    # G_0 = 1 + .5 (4.5 - .375 * 5 + .375 * 2.9) = 2.85625.
+    args[-1] = [1.0, 0.4]
+    out = _run(retrace, self.variant, *args, lambda_=0.5, eps=0.0, method=method)
+    np.testing.assert_allclose(out, [1.85625, -1.1], rtol=1e-5)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.product(method=METHODS)
+  def test_retrace_hand_computed_truncation_junction_termination(self, method):
+    # Step 0: LAST by time limit (discount .9) -> bootstraps fully from
+    # V(final obs) = .5 * 2 + .5 * 4 = 3: G_0 = 1 + .9 * 3 = 3.7, error
+    # 3.7 - q_tm1[0, 1] = 1.7 (a_t[0], mu_t[0] and the masked step's garbage
+    # are unused).  Step 1: masked -> 0.  Step 2: terminates: G_2 = r = 3,
+    # error 3 - .5 = 2.5.
+    args = [
+        [[1.0, 2.0], [99.0, -99.0], [0.5, 1.5]],
+        [[2.0, 4.0], [55.0, 66.0], [7.0, 8.0]],
+        np.array([1, 0, 0], np.int32),
+        np.array([0, 1, 1], np.int32),
+        [1.0, 77.0, 3.0],
+        [0.9, 0.9, 0.0],
+        [[0.5, 0.5], [0.1, 0.9], [0.2, 0.8]],
+        [1e-30, 0.3, 0.9],
+    ]
+    out = _run(retrace, self.variant, *args, mask=[True, False, True], method=method)
+    np.testing.assert_allclose(out, [1.7, 0.0, 2.5], rtol=1e-5)
+    targets = _run(
+        retrace_targets,
+        self.variant,
+        args[1],
+        *args[3:],
+        mask=[True, False, True],
+        method=method,
+    )
+    np.testing.assert_allclose(targets, [3.7, 0.0, 3.0], rtol=1e-5)
+
+  # -------------------------------------------------------------------------
+  # Layer 2: the float64 loop references on fixed examples.
+  # -------------------------------------------------------------------------
+
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.parameters(*_FIXED_RETRACE_EXAMPLES)
+  def test_retrace_matches_loop_reference_fixed_examples(
+      self, method, t_len, batch, use_mask, lambda_, eps, seed
+  ):
+    _check_retrace_example(
+        self.variant, (method,), False, t_len, batch, use_mask, lambda_, eps, seed
+    )
+
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.parameters(*_FIXED_GENERAL_EXAMPLES)
+  def test_general_returns_match_loop_reference_fixed_examples(self, method, t_len, batch, seed):
+    _check_general_example(self.variant, (method,), t_len, batch, seed)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.product(num_actions=[1, 40])
+  def test_retrace_other_action_counts(self, num_actions):
+    # A = 1 (a single action) and A = 40 (beyond the elementwise-unrolled
+    # action path of the library) against the reference.
+    rng = np.random.default_rng(num_actions)
+    inputs, mask, _ = _random_q_inputs(rng, T_PAD, (3,), num_actions=num_actions)
+    errors = _retrace_fn(self.variant)(*(inputs[k] for k in Q_ARGS), mask, 0.9, 1e-8)
+    expected, _ = ref.retrace(*(inputs[k] for k in Q_ARGS), mask, 0.9, 1e-8)
+    _, scale = _retrace_scales(inputs, mask, 0.9, 1e-8)
+    _assert_scaled_close(errors, expected, scale, 2e-5)
+
+  # -------------------------------------------------------------------------
+  # Layer 3: identities.
+  # -------------------------------------------------------------------------
+
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.parameters(
+      ("scan", 0, (2, 3), 0.8), ("scan", 1, (), 1.0), ("associative", 0, (2, 3), 0.8)
+  )
+  def test_on_policy_retrace_is_q_lambda_fixed_examples(self, method, seed, batch, lambda_):
+    _check_q_lambda(self.variant, (method,), seed, batch, lambda_)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_split_at_junctions_changes_nothing_fixed_example(self):
+    # Scan only: eager associative would compile for three more shapes; the
+    # hypothesis test runs both methods jitted.
+    _check_split(self.variant, "scan", 0, 0.9)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_stop_target_gradients_scan(self):
+    _check_stop_target_gradients(self.variant, "scan")
+
+  @chex.variants(with_jit=True)
+  def test_stop_target_gradients_associative(self):
+    _check_stop_target_gradients(self.variant, "associative")
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_target_gradients_flow_without_stop(self):
+    # Scan only (differentiating the associative scan: test_recurrence.py).
+    inputs, mask = _grad_example()
+    float_names = ("q_tm1", "q_t", "r_t", "discount_t", "pi_t", "mu_t")
+    f = _retrace_fn(self.variant, "scan", False)
+
+    def loss(*floats):
+      kw = dict(zip(float_names, floats), a_tm1=inputs["a_tm1"], a_t=inputs["a_t"])
+      return jnp.sum(f(*(kw[k] for k in Q_ARGS), mask, 0.9, 1e-8))
+
+    grads = jax.grad(loss, argnums=tuple(range(6)))(*(inputs[k] for k in float_names))
+    for k, g in zip(float_names, grads):
+      g = np.asarray(g)
+      assert np.all(np.isfinite(g)), k
+      assert np.any(g != 0.0), k
+      # Nothing flows into the masked steps' garbage.
+      np.testing.assert_array_equal(g[~mask], 0.0, err_msg=k)
+    np.testing.assert_array_equal(
+        grads[0], np.where(mask[..., None], -np.eye(NUM_ACTIONS)[inputs["a_tm1"]], 0.0)
+    )
+    # general_off_policy_returns: gradient reaches every input.
+    g_args = [
+        np.asarray(x, np.float32)
+        for x in (
+            _take(inputs["q_t"], inputs["a_t"]),
+            inputs["r_t"],
+            inputs["r_t"],
+            inputs["discount_t"],
+            np.full(mask.shape, 0.7),
+        )
+    ]
+    gf = self.variant(_general_fn("scan", False))
+    for name, g in zip(
+        G_ARGS, jax.grad(lambda *a: jnp.sum(gf(*a, mask)), argnums=tuple(range(5)))(*g_args)
+    ):
+      assert np.any(np.asarray(g) != 0.0), name
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_matches_rlax_retrace(self):
+    f = _retrace_fn(self.variant)
+    for seed, lambda_ in enumerate([1.0, 0.6, 0.0]):
+      rng = np.random.default_rng(seed)
+      inputs, _, _ = _random_q_inputs(rng, T_PAD, (3,), use_mask=False)
+      args = [inputs[k] for k in Q_ARGS]
+      ours = f(*args, None, lambda_, 1e-8)
+      theirs = _rlax_retrace()(*args, lambda_)
+      _, scale = _retrace_scales(inputs, None, lambda_, 1e-8)
+      _assert_scaled_close(ours, np.asarray(theirs, np.float64), scale, 2e-5)
+      # And unbatched [T].
+      ours_1d = f(*(a[:, 0] for a in args), None, lambda_, 1e-8)
+      chex.assert_trees_all_close(ours_1d, np.asarray(ours)[:, 0], rtol=1e-6, atol=1e-6)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.product(seed=[0, 1])
+  def test_scan_associative_and_auto_agree(self, seed):
+    rng = np.random.default_rng(seed)
+    inputs, mask, _ = _random_q_inputs(rng, T_PAD, (2, 3))
+    args = [inputs[k] for k in Q_ARGS]
+    _, scale = _retrace_scales(inputs, mask, 0.95, 1e-8)
+    scan = _retrace_fn(self.variant, "scan")(*args, mask, 0.95, 1e-8)
+    for method in ("associative", "auto"):
+      other = _retrace_fn(self.variant, method)(*args, mask, 0.95, 1e-8)
+      _assert_scaled_close(other, np.asarray(scan, np.float64), scale, 4e-5, what=method)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_batch_shapes_and_vmap_agree_scan(self):
+    _check_batch_shapes_and_vmap_agree(self.variant, "scan")
+
+  @chex.variants(with_jit=True)
+  def test_batch_shapes_and_vmap_agree_associative(self):
+    _check_batch_shapes_and_vmap_agree(self.variant, "associative")
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_mask_none_equals_all_true(self):
+    rng = np.random.default_rng(5)
+    inputs, _, _ = _random_q_inputs(rng, T_PAD, (3,), use_mask=False)
+    args = [inputs[k] for k in Q_ARGS]
+    f = _retrace_fn(self.variant)
+    chex.assert_trees_all_close(
+        f(*args, None, 0.9, 1e-8),
+        f(*args, np.ones((T_PAD, 3), bool), 0.9, 1e-8),
+        rtol=1e-6,
+        atol=1e-6,
+    )
+
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.product(method=METHODS)
+  def test_huge_garbage_at_masked_steps_is_ignored(self, method):
+    rng = np.random.default_rng(6)
+    inputs, mask, _ = _random_q_inputs(rng, T_PAD, (2, 3))
+    mask[0, 0, 1] = mask[-1, 1, 2] = False
+    f = _retrace_fn(self.variant, method)
+    outs = []
+    for value in (0.0, 1e30, -1e30):
+      garbled = {
+          k: (testing.fill_masked(v, mask, value) if k not in ("a_tm1", "a_t") else v)
+          for k, v in inputs.items()
+      }
+      out = np.asarray(f(*(garbled[k] for k in Q_ARGS), mask, 1.0, 1e-8))
+      assert np.all(np.isfinite(out)), value
+      np.testing.assert_array_equal(out[~mask], 0.0)
+      outs.append(out)
+    for out in outs[1:]:
+      chex.assert_trees_all_equal(out, outs[0])
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_traced_lambda_vmap_over_a_sweep(self):
+    rng = np.random.default_rng(7)
+    inputs, mask, _ = _random_q_inputs(rng, T_PAD, (3,))
+    args = [inputs[k] for k in Q_ARGS]
+    f = _retrace_fn(self.variant)
+    lambdas = jnp.array([0.0, 0.5, 1.0])
+    swept = jax.vmap(lambda lam: f(*args, mask, lam, 1e-8))(lambdas)
+    for i in range(3):
+      np.testing.assert_allclose(
+          swept[i], f(*args, mask, float(lambdas[i]), 1e-8), rtol=1e-6, atol=1e-6
+      )
 
 
 # ---------------------------------------------------------------------------
@@ -844,9 +904,9 @@ def _good_q_args(t=3, b=2, a=4):
 _TARGET_ARGS = ("q_t", "a_t", "r_t", "discount_t", "pi_t", "mu_t")
 
 
-def _call(fn, jit, kwargs, mask=None, **static):
+def _call(fn, wrap, kwargs, mask=None, **static):
   names = Q_ARGS if fn is retrace else _TARGET_ARGS
-  return _run(fn, jit, *(kwargs[k] for k in names), mask=mask, **static)
+  return _run(fn, wrap, *(kwargs[k] for k in names), mask=mask, **static)
 
 
 _WRONG_SHAPES = [
@@ -861,97 +921,103 @@ _WRONG_SHAPES = [
     ("mu_t", jnp.ones((2, 2))),
 ]
 _FNS = [(retrace, Q_ARGS), (retrace_targets, _TARGET_ARGS)]
-
-
-@JIT
-@pytest.mark.parametrize(
-    "fn,name,value",
-    [(fn, name, value) for fn, names in _FNS for name, value in _WRONG_SHAPES if name in names],
-    ids=lambda x: getattr(x, "__name__", None),
-)
-def test_q_wrong_shape_names_the_argument(jit, fn, name, value):
-  kwargs = _good_q_args()
-  kwargs[name] = value
-  with pytest.raises(ValueError, match=f"`{name}`"):
-    _call(fn, jit, kwargs)
-
-
-@JIT
-@pytest.mark.parametrize(
-    "fn,name",
-    [(fn, name) for fn, names in _FNS for name in names],
-    ids=lambda x: getattr(x, "__name__", None),
-)
-def test_q_wrong_dtype_names_the_argument(jit, fn, name):
-  kwargs = _good_q_args()
-  x = kwargs[name]
-  kwargs[name] = (
-      x.astype(jnp.float32) if jnp.issubdtype(x.dtype, jnp.integer) else x.astype(jnp.int32)
-  )
-  with pytest.raises(TypeError, match=f"`{name}`"):
-    _call(fn, jit, kwargs)
-
-
-@JIT
-@pytest.mark.parametrize("fn", [retrace, retrace_targets], ids=["retrace", "retrace_targets"])
-def test_q_wrong_rank_and_bad_mask(jit, fn):
-  kwargs = _good_q_args()
-  kwargs["r_t"] = jnp.float32(1.0)
-  with pytest.raises(ValueError, match="`r_t`"):
-    _call(fn, jit, kwargs)
-  kwargs = _good_q_args(t=0)
-  with pytest.raises(ValueError, match="`r_t`"):
-    _call(fn, jit, kwargs)
-  with pytest.raises(TypeError, match="`mask`"):
-    _call(fn, jit, _good_q_args(), mask=jnp.ones((3, 2), jnp.float32))
-  with pytest.raises(ValueError, match="`mask`"):
-    _call(fn, jit, _good_q_args(), mask=jnp.ones((3,), bool))
-
-
-@JIT
-@pytest.mark.parametrize("fn", [retrace, retrace_targets], ids=["retrace", "retrace_targets"])
-@pytest.mark.parametrize(
-    "kwargs,name",
-    [
-        (dict(lambda_=-0.01), "lambda_"),
-        (dict(lambda_=1.01), "lambda_"),
-        (dict(lambda_=float("nan")), "lambda_"),
-        (dict(eps=-1e-8), "eps"),
-        (dict(method="loop"), "method"),
-    ],
-)
-def test_q_bad_hyperparameters(jit, fn, kwargs, name):
-  with pytest.raises(ValueError, match=f"`{name}`"):
-    _call(fn, jit, _good_q_args(), **kwargs)
+_Q_BAD_HYPERPARAMETERS = [
+    (dict(lambda_=-0.01), "lambda_"),
+    (dict(lambda_=1.01), "lambda_"),
+    (dict(lambda_=float("nan")), "lambda_"),
+    (dict(eps=-1e-8), "eps"),
+    (dict(method="loop"), "method"),
+]
+# Named cases (a function's repr holds its address, which would make the test
+# names differ between processes, e.g. pytest-xdist's workers).
+_Q_FNS = [("retrace", retrace), ("retrace_targets", retrace_targets)]
 
 
 def _good_g_args(shape=(3, 2)):
   return [jnp.ones(shape) for _ in G_ARGS]
 
 
-@JIT
-@pytest.mark.parametrize("index", range(5), ids=G_ARGS)
-def test_general_wrong_shape_and_dtype_name_the_argument(jit, index):
-  args = _good_g_args()
-  args[index] = jnp.ones((3, 5))
-  # r_t is the reference shape: a mismatch there is reported on the others.
-  with pytest.raises(ValueError, match=f"`{G_ARGS[index]}`" if index != 2 else "`q_a_t`"):
-    _run(general_off_policy_returns, jit, *args)
-  args = _good_g_args()
-  args[index] = jnp.ones((3, 2), jnp.int32)
-  with pytest.raises(TypeError, match=f"`{G_ARGS[index]}`"):
-    _run(general_off_policy_returns, jit, *args)
+class RetraceBadInputTest(chex.TestCase):
+  """Tests run eagerly and jitted: `self.variant` is chex's with_jit or without_jit."""
 
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.named_parameters(
+      *(
+          (f"{fn.__name__}_{name}_{i}", fn, name, value)
+          for fn, names in _FNS
+          for i, (name, value) in enumerate(_WRONG_SHAPES)
+          if name in names
+      )
+  )
+  def test_q_wrong_shape_names_the_argument(self, fn, name, value):
+    kwargs = _good_q_args()
+    kwargs[name] = value
+    with pytest.raises(ValueError, match=f"`{name}`"):
+      _call(fn, self.variant, kwargs)
 
-@JIT
-def test_general_bad_rank_mask_and_method(jit):
-  with pytest.raises(ValueError, match="`r_t`"):
-    _run(general_off_policy_returns, jit, *[jnp.float32(1.0)] * 5)
-  with pytest.raises(ValueError, match="`r_t`"):
-    _run(general_off_policy_returns, jit, *_good_g_args((0, 2)))
-  with pytest.raises(TypeError, match="`mask`"):
-    _run(general_off_policy_returns, jit, *_good_g_args(), mask=jnp.ones((3, 2), jnp.int32))
-  with pytest.raises(ValueError, match="`mask`"):
-    _run(general_off_policy_returns, jit, *_good_g_args(), mask=jnp.ones((3, 3), bool))
-  with pytest.raises(ValueError, match="`method`"):
-    _run(general_off_policy_returns, jit, *_good_g_args(), method="loop")
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.named_parameters(
+      *((f"{fn.__name__}_{name}", fn, name) for fn, names in _FNS for name in names)
+  )
+  def test_q_wrong_dtype_names_the_argument(self, fn, name):
+    kwargs = _good_q_args()
+    x = kwargs[name]
+    kwargs[name] = (
+        x.astype(jnp.float32) if jnp.issubdtype(x.dtype, jnp.integer) else x.astype(jnp.int32)
+    )
+    with pytest.raises(TypeError, match=f"`{name}`"):
+      _call(fn, self.variant, kwargs)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.named_parameters(*_Q_FNS)
+  def test_q_wrong_rank_and_bad_mask(self, fn):
+    kwargs = _good_q_args()
+    kwargs["r_t"] = jnp.float32(1.0)
+    with pytest.raises(ValueError, match="`r_t`"):
+      _call(fn, self.variant, kwargs)
+    kwargs = _good_q_args(t=0)
+    with pytest.raises(ValueError, match="`r_t`"):
+      _call(fn, self.variant, kwargs)
+    with pytest.raises(TypeError, match="`mask`"):
+      _call(fn, self.variant, _good_q_args(), mask=jnp.ones((3, 2), jnp.float32))
+    with pytest.raises(ValueError, match="`mask`"):
+      _call(fn, self.variant, _good_q_args(), mask=jnp.ones((3,), bool))
+
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.named_parameters(
+      *(
+          (f"{fn_name}_{name}_{i}", fn, kwargs, name)
+          for fn_name, fn in _Q_FNS
+          for i, (kwargs, name) in enumerate(_Q_BAD_HYPERPARAMETERS)
+      )
+  )
+  def test_q_bad_hyperparameters(self, fn, kwargs, name):
+    with pytest.raises(ValueError, match=f"`{name}`"):
+      _call(fn, self.variant, _good_q_args(), **kwargs)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.named_parameters(*((name, index) for index, name in enumerate(G_ARGS)))
+  def test_general_wrong_shape_and_dtype_name_the_argument(self, index):
+    args = _good_g_args()
+    args[index] = jnp.ones((3, 5))
+    # r_t is the reference shape: a mismatch there is reported on the others.
+    with pytest.raises(ValueError, match=f"`{G_ARGS[index]}`" if index != 2 else "`q_a_t`"):
+      _run(general_off_policy_returns, self.variant, *args)
+    args = _good_g_args()
+    args[index] = jnp.ones((3, 2), jnp.int32)
+    with pytest.raises(TypeError, match=f"`{G_ARGS[index]}`"):
+      _run(general_off_policy_returns, self.variant, *args)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_general_bad_rank_mask_and_method(self):
+    wrap = self.variant
+    with pytest.raises(ValueError, match="`r_t`"):
+      _run(general_off_policy_returns, wrap, *[jnp.float32(1.0)] * 5)
+    with pytest.raises(ValueError, match="`r_t`"):
+      _run(general_off_policy_returns, wrap, *_good_g_args((0, 2)))
+    with pytest.raises(TypeError, match="`mask`"):
+      _run(general_off_policy_returns, wrap, *_good_g_args(), mask=jnp.ones((3, 2), jnp.int32))
+    with pytest.raises(ValueError, match="`mask`"):
+      _run(general_off_policy_returns, wrap, *_good_g_args(), mask=jnp.ones((3, 3), bool))
+    with pytest.raises(ValueError, match="`method`"):
+      _run(general_off_policy_returns, wrap, *_good_g_args(), method="loop")

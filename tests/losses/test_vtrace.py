@@ -7,20 +7,25 @@ truncations and junctions, via hypothesis; (3) identities: rho = 1, lambda = 1
 is the n-step bootstrapped return, splitting at junctions changes nothing,
 gradient stopping, equality with rlax, scan == associative, batch shapes ==
 vmap, garbage at masked steps is ignored. Every numeric test runs jitted and
-not; bad input fails at trace time.
+not: the tests in `VTraceVariantsTest` and `VTraceBadInputTest` run under chex's
+variants (`self.variant` is chex's with_jit or without_jit); bad input fails at
+trace time.
 
 Compilation budget: random examples are padded (with masked steps) to one time
 length T_PAD and one of three batch shapes, and hyper-parameters are passed as
-traced arguments in the hypothesis tests, so each (shape, method, jit) variant
-compiles once. Hand-computed and bad-input tests bind them statically.
-Hypothesis drives the jitted runs; the un-jitted runs of the same checks use a
-few fixed seeded examples, because an eager call re-traces and re-compiles its
-reverse scan every time (~50 ms) -- what differs between jit and eager is
-trace-time behaviour, which a few examples exercise as well as many.
+traced arguments in the hypothesis tests, so each (shape, method) compiles
+once under jit. Hand-computed and bad-input tests bind them statically.
+Hypothesis drives the jitted runs; the chex variants' runs (eager and jitted)
+of the same checks use a few fixed seeded examples, because an eager call
+re-traces and re-compiles its reverse scan every time (~50 ms) -- what differs
+between jit and eager is trace-time behaviour, which a few examples exercise as
+well as many.
 """
 
 import functools
 
+from absl.testing import parameterized
+import chex
 from hypothesis import given
 from hypothesis import strategies as st
 import jax
@@ -34,23 +39,18 @@ from offpolicy_ac.losses import VTraceOutput
 from offpolicy_ac.losses import vtrace
 from offpolicy_ac.testing import reference as ref
 
-JIT = pytest.mark.parametrize("jit", [False, True], ids=["nojit", "jit"])
-METHODS = pytest.mark.parametrize("method", ["scan", "associative"])
+METHODS = ["scan", "associative"]
 # "auto" (the default: scan on CPU) joins the first hand-computed case (and
 # the method-agreement test).
-ALL_METHODS = pytest.mark.parametrize("method", ["scan", "associative", "auto"])
+ALL_METHODS = ["scan", "associative", "auto"]
 T_PAD = 20
 BATCH_SHAPES = [(), (3,), (2, 3)]
 ARGS = ("v_tm1", "v_t", "r_t", "discount_t", "rho_tm1")
 # Eager `associative_scan` compiles each of its many small ops on first use of
 # every new shape or transformation (1-3 s each): tests that add vmap / grad
-# variants run it jitted only. The eager associative path is covered by the
-# hand-computed, reference, n-step and split tests.
-JIT_METHODS_LIGHT = pytest.mark.parametrize(
-    "jit,method",
-    [(False, "scan"), (True, "scan"), (True, "associative")],
-    ids=["scan-nojit", "scan-jit", "associative-jit"],
-)
+# variants run it jitted only: a `_scan` test under both chex variants and an
+# `_associative` one under with_jit. The eager associative path is covered by
+# the hand-computed, reference, n-step and split tests.
 
 
 # ---------------------------------------------------------------------------
@@ -59,22 +59,26 @@ JIT_METHODS_LIGHT = pytest.mark.parametrize(
 
 
 @functools.lru_cache(maxsize=None)
-def _static_fn(jit, **static):
-  """vtrace with hyper-parameters bound statically (jit compiles per value)."""
-  f = functools.partial(vtrace, **static)
-  return jax.jit(f) if jit else f
+def _static_fn(**static):
+  """vtrace with hyper-parameters bound statically (jit compiles per value).
+
+  One function per setting: jitting it again reuses its compilations."""
+  return functools.partial(vtrace, **static)
 
 
-def _run(jit, *arrays, mask=None, **static):
+def _run(wrap, *arrays, mask=None, **static):
+  """`wrap` (`self.variant`: jitted or eager) applied to vtrace, `static` bound."""
   arrays = [jnp.asarray(x) for x in arrays]
   if mask is not None:
     mask = jnp.asarray(mask)
-  return _static_fn(jit, **static)(*arrays, mask=mask)
+  return wrap(_static_fn(**static))(*arrays, mask=mask)
 
 
 @functools.lru_cache(maxsize=None)
-def _traced_fn(jit, method="scan", stop_target_gradients=True):
-  """vtrace with hyper-parameters as (traced) arguments: one compile/shape."""
+def _traced_fn(method="scan", stop_target_gradients=True):
+  """vtrace with hyper-parameters as (traced) arguments: one compile/shape.
+
+  Not jitted: callers wrap it (`jax.jit` or `self.variant`)."""
 
   def f(v_tm1, v_t, r_t, discount_t, rho_tm1, mask, lambda_, rho_bar, c_bar, pg_bar):
     return vtrace(
@@ -92,7 +96,7 @@ def _traced_fn(jit, method="scan", stop_target_gradients=True):
         method=method,
     )
 
-  return jax.jit(f) if jit else f
+  return f
 
 
 def _assert_scaled_close(actual, expected, scale, rtol, atol=0.0, what=""):
@@ -194,121 +198,22 @@ _HYPER = dict(
 
 
 # ---------------------------------------------------------------------------
-# Layer 1: hand-computed cases.
+# Layer 1: hand-computed cases (in `VTraceVariantsTest`).
 # ---------------------------------------------------------------------------
 
 
 def _assert_output(out, errors, pg_advantage, q_estimate, rtol=1e-5):
   assert isinstance(out, VTraceOutput)
   for got, want in zip(out, (errors, pg_advantage, q_estimate)):
-    assert got.dtype == jnp.float32 and got.shape == np.shape(want)
+    chex.assert_type(got, jnp.float32)
+    chex.assert_shape(got, np.shape(want))
     np.testing.assert_allclose(got, want, rtol=rtol, atol=1e-6)
 
 
-@JIT
-@ALL_METHODS
-def test_hand_computed_no_mask(jit, method):
-  # rho = [.5, 2, 1] -> rho_v = c = [.5, 1, 1] (all thresholds 1, lambda 1).
-  # td_s = rho_v (r + d v_t - v_tm1) = [.5 * 1.8, 0.7, -0.4] = [.9, .7, -.4]
-  # err_2 = -.4; err_1 = .7 + .9 * 1 * -.4 = .34; err_0 = .9 + .9 * .5 * .34
-  # = 1.053.  vs = [2.053, 2.34, 2.6].
-  # q_0 = 1 + .9 * 2.34 = 3.106; q_1 = 0 + .9 * 2.6 = 2.34;
-  # q_2 = -1 + .9 * v_t[2] = 2.6.  pg = min(1, rho) (q - v_tm1)
-  # = [.5 * 2.106, .34, -.4].
-  out = _run(
-      jit,
-      [1.0, 2.0, 3.0],
-      [2.0, 3.0, 4.0],
-      [1.0, 0.0, -1.0],
-      [0.9, 0.9, 0.9],
-      [0.5, 2.0, 1.0],
-      method=method,
-  )
-  _assert_output(out, [1.053, 0.34, -0.4], [1.053, 0.34, -0.4], [3.106, 2.34, 2.6])
-
-
-@JIT
-@METHODS
-def test_hand_computed_separate_thresholds_and_lambda(jit, method):
-  # lambda = .5, rho_bar = 2, c_bar = .5, rho_bar_pg = 3, rho = [4, .25]:
-  # rho_v = [2, .25], c = .5 * min(.5, rho) = [.25, .125], rho_pg = [3, .25].
-  # err_1 = .25 * (1 + 2 - 1) = .5; err_0 = 2 * (1 + 1 - 0) + 1 * .25 * .5
-  # = 4.125.  q_0 = 1 + vs_1 = 1 + 1.5 = 2.5 (the contract's v_{s+1}; rlax's
-  # lambda-mixed bootstrap would give 2.25), q_1 = 1 + 2 = 3.
-  # pg = [3 * 2.5, .25 * (3 - 1)] = [7.5, .5].
-  out = _run(
-      jit,
-      [0.0, 1.0],
-      [1.0, 2.0],
-      [1.0, 1.0],
-      [1.0, 1.0],
-      [4.0, 0.25],
-      lambda_=0.5,
-      clip_rho_threshold=2.0,
-      clip_c_threshold=0.5,
-      clip_pg_rho_threshold=3.0,
-      method=method,
-  )
-  _assert_output(out, [4.125, 0.5], [7.5, 0.5], [2.5, 3.0])
-
-
-@JIT
-@METHODS
-def test_hand_computed_termination(jit, method):
-  # Step 1 terminates (discount 0): its bootstrap v_t = 5 is ignored.
-  # err_1 = 1 + 0 - 2 = -1; err_0 = (1 + .5 * 2 - 1) + .5 * 1 * -1 = .5.
-  # q = [1 + .5 * vs_1, 1 + 0] = [1.5, 1]; pg = q - v_tm1 = [.5, -1].
-  out = _run(jit, [1.0, 2.0], [2.0, 5.0], [1.0, 1.0], [0.5, 0.0], [1.0, 1.0], method=method)
-  _assert_output(out, [0.5, -1.0], [0.5, -1.0], [1.5, 1.0])
-
-
-@JIT
-@METHODS
-def test_hand_computed_termination_then_masked_junction(jit, method):
-  # Step 0 terminates, step 1 is the masked auto-reset step (garbage), step 2
-  # starts the next episode and is the end of the window.
-  # s0: rho_v = min(1, 2) = 1, err_0 = 2 + 0 * 3 - 1 = 1 (cut), q_0 = 2,
-  #     pg_0 = 1.  s1: zeros.  s2: rho_v = .5: err_2 = .5 (1 + .5 * 4 - 2) = .5,
-  #     q_2 = 1 + .5 * 4 = 3, pg_2 = .5 * (3 - 2) = .5.
-  out = _run(
-      jit,
-      [1.0, 100.0, 2.0],
-      [3.0, -100.0, 4.0],
-      [2.0, 50.0, 1.0],
-      [0.0, 0.9, 0.5],
-      [2.0, 7.0, 0.5],
-      mask=[True, False, True],
-      method=method,
-  )
-  _assert_output(out, [1.0, 0.0, 0.5], [1.0, 0.0, 0.5], [2.0, 0.0, 3.0])
-
-
-@JIT
-@METHODS
-def test_hand_computed_truncation_then_masked_junction(jit, method):
-  # Step 0 is LAST by time limit (discount .9): it bootstraps from the value
-  # of the true final observation v_t[0] = 10, not from the next step's
-  # v_tm1[1] = -7 (the masked auto-reset step, whose values are garbage).
-  # err_0 = .5 + .9 * 10 - 1 = 8.5, q_0 = .5 + .9 * 10 = 9.5, pg_0 = 8.5.
-  # err_2 = 1 + .9 * 3 - 2 = 1.7, q_2 = 3.7, pg_2 = 1.7.
-  out = _run(
-      jit,
-      [1.0, -7.0, 2.0],
-      [10.0, 33.0, 3.0],
-      [0.5, 9.0, 1.0],
-      [0.9, 0.9, 0.9],
-      [1.0, 1.0, 1.0],
-      mask=[True, False, True],
-      method=method,
-  )
-  _assert_output(out, [8.5, 0.0, 1.7], [8.5, 0.0, 1.7], [9.5, 0.0, 3.7])
-
-
-@JIT_METHODS_LIGHT
-def test_hand_computed_batch_columns(jit, method):
+def _check_hand_computed_batch_columns(wrap, method):
   # The two previous cases side by side as a [T=3, B=2] batch.
   out = _run(
-      jit,
+      wrap,
       [[1.0, 1.0], [100.0, -7.0], [2.0, 2.0]],
       [[3.0, 10.0], [-100.0, 33.0], [4.0, 3.0]],
       [[2.0, 0.5], [50.0, 9.0], [1.0, 1.0]],
@@ -330,7 +235,7 @@ def test_hand_computed_batch_columns(jit, method):
 # ---------------------------------------------------------------------------
 
 
-def _check_reference_example(jit, methods, x64, t_len, batch, use_mask, hyper, seed):
+def _check_reference_example(wrap, methods, x64, t_len, batch, use_mask, hyper, seed):
   rng = np.random.default_rng(seed)
   dtype = np.float64 if x64 else np.float32
   if not use_mask:
@@ -345,9 +250,9 @@ def _check_reference_example(jit, methods, x64, t_len, batch, use_mask, hyper, s
   for m in methods:
     with jax.enable_x64(x64):
       args = [jnp.asarray(padded[k]) for k in ARGS]
-      out = _traced_fn(jit, m)(*args, jnp.asarray(pad_mask), *hyper)
+      out = wrap(_traced_fn(m))(*args, jnp.asarray(pad_mask), *hyper)
       out = VTraceOutput(*(np.asarray(x) for x in out))
-    assert all(x.dtype == dtype for x in out)
+    chex.assert_type(out, dtype)
     _check_against_reference(
         out,
         inputs,
@@ -376,40 +281,20 @@ def test_matches_loop_reference_jit(
   # the methods' agreement is checked in float32.
   methods = ("scan",) if x64 else ("scan", "associative")
   _check_reference_example(
-      True, methods, x64, t_len, batch, use_mask, (lambda_, rho_bar, c_bar, pg_bar), seed
+      jax.jit, methods, x64, t_len, batch, use_mask, (lambda_, rho_bar, c_bar, pg_bar), seed
   )
 
 
-# Eager cases: scan over the three batch ranks; associative on [T, 2, 3]
-# only (eager associative_scan compiles its many ops per new shape).
-@pytest.mark.parametrize(
-    "method,t_len,batch,use_mask,hyper,seed",
-    [
-        ("scan", 13, (), True, (0.9, 1.0, 1.0, 1.0), 0),
-        ("scan", T_PAD, (3,), False, (1.0, 2.0, 0.5, 3.0), 1),
-        ("scan", T_PAD, (2, 3), True, (0.0, 0.3, 1.7, 0.8), 2),
-        ("associative", T_PAD, (2, 3), True, (0.0, 0.3, 1.7, 0.8), 2),
-        ("associative", 4, (2, 3), True, (0.6, 5.0, 1.3, 1.0), 3),
-    ],
-)
-def test_matches_loop_reference_nojit(method, t_len, batch, use_mask, hyper, seed):
-  _check_reference_example(False, (method,), False, t_len, batch, use_mask, hyper, seed)
-
-
-@JIT
-@pytest.mark.parametrize("t_len", [1, 2, 3])
-def test_matches_loop_reference_short_unpadded(jit, t_len):
-  # Unpadded short sequences (T = 1 included), every mask pattern.
-  rng = np.random.default_rng(t_len)
-  hyper = (0.7, 1.5, 0.8, 2.0)
-  # Every mask pattern jitted; eagerly (each call re-compiles the scan)
-  # all-real, all-masked and alternating.
-  patterns = range(2**t_len) if jit else sorted({0, 2**t_len - 1, 0b101 & (2**t_len - 1)})
-  for bits in patterns:
-    mask = np.array([(bits >> i) & 1 == 1 for i in range(t_len)])
-    inputs, _, _ = _random_inputs(rng, t_len, (), use_mask=False)
-    out = _traced_fn(jit)(*(inputs[k] for k in ARGS), mask, *hyper)
-    _check_against_reference(out, inputs, mask, hyper, rtol=2e-5)
+# Fixed examples, eager and jitted (`VTraceVariantsTest`): scan over the three
+# batch ranks; associative on [T, 2, 3] only (eager associative_scan compiles
+# its many ops per new shape).
+_FIXED_REFERENCE_EXAMPLES = [
+    ("scan", 13, (), True, (0.9, 1.0, 1.0, 1.0), 0),
+    ("scan", T_PAD, (3,), False, (1.0, 2.0, 0.5, 3.0), 1),
+    ("scan", T_PAD, (2, 3), True, (0.0, 0.3, 1.7, 0.8), 2),
+    ("associative", T_PAD, (2, 3), True, (0.0, 0.3, 1.7, 0.8), 2),
+    ("associative", 4, (2, 3), True, (0.6, 5.0, 1.3, 1.0), 3),
+]
 
 
 # ---------------------------------------------------------------------------
@@ -438,7 +323,7 @@ def _nstep_example(seed, t_len, batch):
   return [x.astype(np.float32) for x in (v_tm1, v_t, r, d)], mask
 
 
-def _check_nstep(jit, methods, seed, batch, rho_bar, c_bar):
+def _check_nstep(wrap, methods, seed, batch, rho_bar, c_bar):
   (v_tm1, v_t, r, d), mask = _nstep_example(seed, T_PAD, batch)
   rho = np.where(mask, 1.0, 1e3).astype(np.float32)  # garbage rho when masked
   g = ref.nstep_bootstrapped_returns(v_t, r, d, mask)
@@ -446,7 +331,7 @@ def _check_nstep(jit, methods, seed, batch, rho_bar, c_bar):
   scale = g_abs + np.abs(v_tm1)
   expected_err = np.where(mask, g - v_tm1, 0.0)
   for method in methods:
-    out = _traced_fn(jit, method)(v_tm1, v_t, r, d, rho, mask, 1.0, rho_bar, c_bar, 1.0)
+    out = wrap(_traced_fn(method))(v_tm1, v_t, r, d, rho, mask, 1.0, rho_bar, c_bar, 1.0)
     _assert_scaled_close(out.errors, expected_err, scale, 2e-5, what="errors")
     # q_estimate = r + d * G_{s+1} inside the segment = G_s; pg = q - V.
     _assert_scaled_close(out.q_estimate, g, scale, 2e-5, what="q")
@@ -461,14 +346,7 @@ def _check_nstep(jit, methods, seed, batch, rho_bar, c_bar):
 )
 def test_rho_one_lambda_one_is_nstep_bootstrapped_return_jit(seed, batch, rho_bar, c_bar):
   # Thresholds >= 1 do not clip rho = 1.
-  _check_nstep(True, ("scan", "associative"), seed, batch, rho_bar, c_bar)
-
-
-@pytest.mark.parametrize(
-    "method,seed,batch", [("scan", 0, (2, 3)), ("scan", 1, ()), ("associative", 0, (2, 3))]
-)
-def test_rho_one_lambda_one_is_nstep_bootstrapped_return_nojit(method, seed, batch):
-  _check_nstep(False, (method,), seed, batch, 1.0, 1.0)
+  _check_nstep(jax.jit, ("scan", "associative"), seed, batch, rho_bar, c_bar)
 
 
 # Episodes of lengths 2 and 3 (shapes shared with the hand-computed tests),
@@ -496,18 +374,18 @@ def _split_layout(pattern, gamma):
   return np.array(d), np.array(mask), spans
 
 
-def _check_split(jit, method, seed, lambda_, rho_bar, c_bar, pg_bar):
+def _check_split(wrap, method, seed, lambda_, rho_bar, c_bar, pg_bar):
   rng = np.random.default_rng(seed)
   hyper = (lambda_, rho_bar, c_bar, pg_bar)
   if method == "both":  # One example, both methods.
-    _check_split(jit, "scan", seed, *hyper)
-    _check_split(jit, "associative", seed, *hyper)
+    _check_split(wrap, "scan", seed, *hyper)
+    _check_split(wrap, "associative", seed, *hyper)
     return
-  f = _traced_fn(jit, method)
+  f = wrap(_traced_fn(method))
   cols = []
   for pattern in _SPLIT_PATTERNS:
     d, mask, spans = _split_layout(pattern, rng.uniform(0.8, 1.0))
-    assert d.shape == (T_PAD,)
+    chex.assert_shape(d, (T_PAD,))
     inputs = dict(
         v_tm1=rng.normal(size=T_PAD),
         v_t=rng.normal(size=T_PAD),
@@ -529,7 +407,7 @@ def _check_split(jit, method, seed, lambda_, rho_bar, c_bar, pg_bar):
       np.testing.assert_array_equal(x[~mask, j], 0.0, err_msg=name)
     for start, stop in spans:
       alone_inputs = [inputs[k][start:stop] for k in ARGS]
-      assert alone_inputs[0].shape == (stop - start,)
+      chex.assert_shape(alone_inputs[0], (stop - start,))
       alone = f(*alone_inputs, None, *hyper)
       for name, x, y in zip(VTraceOutput._fields, joined, alone):
         np.testing.assert_allclose(x[start:stop, j], y, rtol=1e-6, atol=1e-6, err_msg=name)
@@ -537,13 +415,7 @@ def _check_split(jit, method, seed, lambda_, rho_bar, c_bar, pg_bar):
 
 @given(seed=st.integers(0, 2**32 - 1), **_HYPER)
 def test_split_at_junctions_changes_nothing_jit(seed, lambda_, rho_bar, c_bar, pg_bar):
-  _check_split(True, "both", seed, lambda_, rho_bar, c_bar, pg_bar)
-
-
-def test_split_at_junctions_changes_nothing_nojit():
-  # Scan only: eager associative would compile for three more shapes; the
-  # jitted test runs both methods.
-  _check_split(False, "scan", 0, 0.8, 1.5, 0.9, 2.0)
+  _check_split(jax.jit, "both", seed, lambda_, rho_bar, c_bar, pg_bar)
 
 
 def _grad_example():
@@ -554,12 +426,11 @@ def _grad_example():
   return inputs, mask
 
 
-@JIT_METHODS_LIGHT
-def test_stop_target_gradients(jit, method):
+def _check_stop_target_gradients(wrap, method):
   inputs, mask = _grad_example()
   hyper = (0.9, 1.0, 1.0, 1.0)
   args = [jnp.asarray(inputs[k]) for k in ARGS]
-  f = _traced_fn(jit, method, True)
+  f = wrap(_traced_fn(method, True))
   out, vjp = jax.vjp(lambda *a: f(*a, mask, *hyper), *args)
 
   def grads(output_index):
@@ -581,29 +452,6 @@ def test_stop_target_gradients(jit, method):
   np.testing.assert_allclose(g_v_tm1, np.where(mask, -rho_pg, 0.0), rtol=1e-6)
   for g in (g_v_t, g_r, g_d):
     np.testing.assert_array_equal(g, 0.0)
-
-
-@JIT
-def test_target_gradients_flow_without_stop(jit):
-  # Scan only: differentiating through the associative scan is checked in
-  # test_recurrence.py; here it would only add a slow compilation.
-  method = "scan"
-  inputs, mask = _grad_example()
-  hyper = (0.9, 1.0, 1.0, 1.0)
-  args = [jnp.asarray(inputs[k]) for k in ARGS]
-  f = _traced_fn(jit, method, False)
-  loss = lambda *a: jnp.sum(f(*a, mask, *hyper).errors)
-  g_v_tm1, g_v_t, g_r, _, g_rho = jax.grad(loss, argnums=tuple(range(5)))(*args)
-  for name, g in [("v_t", g_v_t), ("r_t", g_r), ("rho_tm1", g_rho), ("v_tm1", g_v_tm1)]:
-    g = np.asarray(g)
-    assert np.all(np.isfinite(g)), name
-    assert np.any(g[mask] != 0.0), name
-    # Nothing flows into masked steps' (garbage) inputs.
-    np.testing.assert_array_equal(g[~mask], 0.0, err_msg=name)
-  # d sum(err) / d r_t[s] = sum over earlier steps of the trace products: at
-  # least rho_v[s] > 0 at every real step.
-  assert np.all(np.asarray(g_r)[mask] > 0)
-  assert not np.allclose(g_v_tm1, -mask.astype(np.float32))
 
 
 def _no_mask_example(seed, batch, t_len=T_PAD):
@@ -643,63 +491,14 @@ def _rlax_oracles():
   return td_and_adv, errors
 
 
-@JIT
-def test_matches_rlax_vtrace_td_error_and_advantage(jit):
-  for seed, (rho_bar, pg_bar) in enumerate([(1.0, 1.0), (2.5, 0.7), (0.3, 4.0)]):
-    args = _no_mask_example(seed, (3,))
-    ours = _traced_fn(jit)(*args, None, 1.0, rho_bar, 1.0, pg_bar)
-    theirs = _rlax_oracles()[0](*args, rho_bar, pg_bar)
-    scales = _scales(dict(zip(ARGS, args)), None, 1.0, rho_bar, 1.0, pg_bar)
-    for name, x, y, s in zip(VTraceOutput._fields, ours, theirs, scales):
-      _assert_scaled_close(x, np.asarray(y, np.float64), s, 2e-5, what=name)
-    # And unbatched [T].
-    ours_1d = _traced_fn(jit)(*(a[:, 0] for a in args), None, 1.0, rho_bar, 1.0, pg_bar)
-    for name, x, y in zip(VTraceOutput._fields, ours_1d, ours):
-      np.testing.assert_allclose(x, np.asarray(y)[:, 0], rtol=1e-6, atol=1e-6, err_msg=name)
-
-
-@JIT
-def test_errors_match_rlax_vtrace_with_lambda(jit):
-  for seed, lambda_ in enumerate([0.0, 0.3, 0.95]):
-    args = _no_mask_example(seed + 10, (3,))
-    ours = _traced_fn(jit)(*args, None, lambda_, 1.7, 1.0, 1.0)
-    theirs = _rlax_oracles()[1](*args, lambda_, 1.7)
-    scale = _scales(dict(zip(ARGS, args)), None, lambda_, 1.7, 1.0, 1.0)[0]
-    _assert_scaled_close(ours.errors, np.asarray(theirs, np.float64), scale, 2e-5)
-    # q_estimate deliberately differs from rlax's lambda-mixed one for
-    # lambda < 1: it bootstraps from the V-trace target vs_{s+1}.
-    vs = np.asarray(args[0], np.float64) + np.asarray(ours.errors, np.float64)
-    expected_q = np.asarray(args[2], np.float64) + np.asarray(args[3], np.float64) * np.concatenate(
-        [vs[1:], args[1][-1:]]
-    )
-    np.testing.assert_allclose(ours.q_estimate, expected_q, rtol=1e-5, atol=1e-4)
-
-
-@JIT
-@pytest.mark.parametrize("seed", [0, 1])
-def test_scan_and_associative_agree(jit, seed):
-  rng = np.random.default_rng(seed)
-  inputs, mask, _ = _random_inputs(rng, T_PAD, (2, 3))
-  hyper = (0.8, 1.5, 1.2, 2.0)
-  args = [inputs[k] for k in ARGS]
-  scan = _traced_fn(jit, "scan")(*args, mask, *hyper)
-  assoc = _traced_fn(jit, "associative")(*args, mask, *hyper)
-  auto = _traced_fn(jit, "auto")(*args, mask, *hyper)
-  scales = _scales(inputs, mask, *hyper)
-  for name, x, y, z, s in zip(VTraceOutput._fields, scan, assoc, auto, scales):
-    _assert_scaled_close(x, np.asarray(y, np.float64), s, 4e-5, what=name)
-    _assert_scaled_close(z, np.asarray(x, np.float64), s, 4e-5, what=name)
-
-
-@JIT_METHODS_LIGHT
-def test_batch_shapes_and_vmap_agree(jit, method):
+def _check_batch_shapes_and_vmap_agree(wrap, method):
   rng = np.random.default_rng(3)
   inputs, mask, _ = _random_inputs(rng, T_PAD, (2, 3))
   args = [inputs[k] for k in ARGS]
   hyper = (0.9, 2.0, 0.7, 1.5)
-  f = _traced_fn(jit, method)
+  f = wrap(_traced_fn(method))
   full = f(*args, mask, *hyper)
-  assert all(x.shape == (T_PAD, 2, 3) for x in full)
+  chex.assert_shape(full, (T_PAD, 2, 3))
 
   def close(x, y):
     for name, a, b in zip(VTraceOutput._fields, x, y):
@@ -707,11 +506,11 @@ def test_batch_shapes_and_vmap_agree(jit, method):
 
   for i in range(2):
     rows = [a[:, i] for a in args]
-    assert rows[0].shape == (T_PAD, 3)
+    chex.assert_shape(rows[0], (T_PAD, 3))
     close(f(*rows, mask[:, i], *hyper), [np.asarray(x)[:, i] for x in full])
     for j in (i, 2):
       cols = [a[:, i, j] for a in args]
-      assert cols[0].shape == (T_PAD,)
+      chex.assert_shape(cols[0], (T_PAD,))
       close(f(*cols, mask[:, i, j], *hyper), [np.asarray(x)[:, i, j] for x in full])
   # jax.vmap over batch axis 1 of [T, B1, B2]. (Jitted only: vmap traces the
   # function either way; eager vmap would compile every batched op again.)
@@ -733,62 +532,300 @@ def test_batch_shapes_and_vmap_agree(jit, method):
   close(g(*args, mask), full)
 
 
-@JIT
-@METHODS
-def test_mask_none_equals_all_true(jit, method):
-  args = _no_mask_example(11, (2, 3))
-  hyper = (0.6, 1.3, 0.9, 1.1)
-  f = _traced_fn(jit, method)
-  a = f(*args, None, *hyper)
-  b = f(*args, np.ones((T_PAD, 2, 3), bool), *hyper)
-  for x, y in zip(a, b):  # Two different programs: equal up to rounding.
-    np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-6)
+class VTraceVariantsTest(chex.TestCase):
+  """Tests run eagerly and jitted: `self.variant` is chex's with_jit or without_jit."""
 
+  # -------------------------------------------------------------------------
+  # Layer 1: hand-computed cases.
+  # -------------------------------------------------------------------------
 
-@JIT
-@METHODS
-def test_huge_garbage_at_masked_steps_is_ignored(jit, method):
-  rng = np.random.default_rng(5)
-  inputs, mask, _ = _random_inputs(rng, T_PAD, (2, 3))
-  mask[0, 0, 1] = mask[-1, 1, 2] = False
-  hyper = (1.0, 1e3, 1e3, 1e3)  # No clipping: rho's garbage is not bounded.
-  f = _traced_fn(jit, method)
-  outs = []
-  for value in (0.0, 1e30, -1e30):
-    garbled = [testing.fill_masked(inputs[k], mask, value) for k in ARGS]
-    out = f(*garbled, mask, *hyper)
-    for name, x in zip(VTraceOutput._fields, out):
-      x = np.asarray(x)
-      assert np.all(np.isfinite(x)), (name, value)
-      np.testing.assert_array_equal(x[~mask], 0.0, err_msg=name)
-    outs.append(out)
-  for out in outs[1:]:
-    for x, y in zip(out, outs[0]):
-      np.testing.assert_array_equal(x, y)
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.product(method=ALL_METHODS)
+  def test_hand_computed_no_mask(self, method):
+    # rho = [.5, 2, 1] -> rho_v = c = [.5, 1, 1] (all thresholds 1, lambda 1).
+    # td_s = rho_v (r + d v_t - v_tm1) = [.5 * 1.8, 0.7, -0.4] = [.9, .7, -.4]
+    # err_2 = -.4; err_1 = .7 + .9 * 1 * -.4 = .34; err_0 = .9 + .9 * .5 * .34
+    # = 1.053.  vs = [2.053, 2.34, 2.6].
+    # q_0 = 1 + .9 * 2.34 = 3.106; q_1 = 0 + .9 * 2.6 = 2.34;
+    # q_2 = -1 + .9 * v_t[2] = 2.6.  pg = min(1, rho) (q - v_tm1)
+    # = [.5 * 2.106, .34, -.4].
+    out = _run(
+        self.variant,
+        [1.0, 2.0, 3.0],
+        [2.0, 3.0, 4.0],
+        [1.0, 0.0, -1.0],
+        [0.9, 0.9, 0.9],
+        [0.5, 2.0, 1.0],
+        method=method,
+    )
+    _assert_output(out, [1.053, 0.34, -0.4], [1.053, 0.34, -0.4], [3.106, 2.34, 2.6])
 
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.product(method=METHODS)
+  def test_hand_computed_separate_thresholds_and_lambda(self, method):
+    # lambda = .5, rho_bar = 2, c_bar = .5, rho_bar_pg = 3, rho = [4, .25]:
+    # rho_v = [2, .25], c = .5 * min(.5, rho) = [.25, .125], rho_pg = [3, .25].
+    # err_1 = .25 * (1 + 2 - 1) = .5; err_0 = 2 * (1 + 1 - 0) + 1 * .25 * .5
+    # = 4.125.  q_0 = 1 + vs_1 = 1 + 1.5 = 2.5 (the contract's v_{s+1}; rlax's
+    # lambda-mixed bootstrap would give 2.25), q_1 = 1 + 2 = 3.
+    # pg = [3 * 2.5, .25 * (3 - 1)] = [7.5, .5].
+    out = _run(
+        self.variant,
+        [0.0, 1.0],
+        [1.0, 2.0],
+        [1.0, 1.0],
+        [1.0, 1.0],
+        [4.0, 0.25],
+        lambda_=0.5,
+        clip_rho_threshold=2.0,
+        clip_c_threshold=0.5,
+        clip_pg_rho_threshold=3.0,
+        method=method,
+    )
+    _assert_output(out, [4.125, 0.5], [7.5, 0.5], [2.5, 3.0])
 
-def test_traced_hyperparameters_vmap_over_a_sweep():
-  # Hyper-parameters can be traced (e.g. vmapped over a sweep).
-  args = _no_mask_example(13, (3,))
-  lambdas = jnp.array([0.0, 0.5, 1.0])
-  c_bars = jnp.array([0.5, 1.0, 2.0])
-  f = _traced_fn(True)
-  swept = jax.vmap(lambda lam, cb: f(*args, None, lam, 1.0, cb, 1.0))(lambdas, c_bars)
-  for i in range(3):
-    single = f(*args, None, float(lambdas[i]), 1.0, float(c_bars[i]), 1.0)
-    for x, y in zip(swept, single):
-      np.testing.assert_allclose(x[i], y, rtol=1e-6, atol=1e-6)
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.product(method=METHODS)
+  def test_hand_computed_termination(self, method):
+    # Step 1 terminates (discount 0): its bootstrap v_t = 5 is ignored.
+    # err_1 = 1 + 0 - 2 = -1; err_0 = (1 + .5 * 2 - 1) + .5 * 1 * -1 = .5.
+    # q = [1 + .5 * vs_1, 1 + 0] = [1.5, 1]; pg = q - v_tm1 = [.5, -1].
+    out = _run(
+        self.variant, [1.0, 2.0], [2.0, 5.0], [1.0, 1.0], [0.5, 0.0], [1.0, 1.0], method=method
+    )
+    _assert_output(out, [0.5, -1.0], [0.5, -1.0], [1.5, 1.0])
 
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.product(method=METHODS)
+  def test_hand_computed_termination_then_masked_junction(self, method):
+    # Step 0 terminates, step 1 is the masked auto-reset step (garbage), step 2
+    # starts the next episode and is the end of the window.
+    # s0: rho_v = min(1, 2) = 1, err_0 = 2 + 0 * 3 - 1 = 1 (cut), q_0 = 2,
+    #     pg_0 = 1.  s1: zeros.  s2: rho_v = .5: err_2 = .5 (1 + .5 * 4 - 2) = .5,
+    #     q_2 = 1 + .5 * 4 = 3, pg_2 = .5 * (3 - 2) = .5.
+    out = _run(
+        self.variant,
+        [1.0, 100.0, 2.0],
+        [3.0, -100.0, 4.0],
+        [2.0, 50.0, 1.0],
+        [0.0, 0.9, 0.5],
+        [2.0, 7.0, 0.5],
+        mask=[True, False, True],
+        method=method,
+    )
+    _assert_output(out, [1.0, 0.0, 0.5], [1.0, 0.0, 0.5], [2.0, 0.0, 3.0])
 
-@JIT
-def test_output_dtype_follows_inputs(jit):
-  args = _no_mask_example(17, ())
-  out = _run(jit, *args)
-  assert all(x.dtype == jnp.float32 for x in out)
-  if jit:  # (Eager float64 would compile every op once more.)
-    with jax.enable_x64(True):
-      out = _run(jit, *(a.astype(np.float64) for a in args))
-      assert all(x.dtype == jnp.float64 for x in out)
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.product(method=METHODS)
+  def test_hand_computed_truncation_then_masked_junction(self, method):
+    # Step 0 is LAST by time limit (discount .9): it bootstraps from the value
+    # of the true final observation v_t[0] = 10, not from the next step's
+    # v_tm1[1] = -7 (the masked auto-reset step, whose values are garbage).
+    # err_0 = .5 + .9 * 10 - 1 = 8.5, q_0 = .5 + .9 * 10 = 9.5, pg_0 = 8.5.
+    # err_2 = 1 + .9 * 3 - 2 = 1.7, q_2 = 3.7, pg_2 = 1.7.
+    out = _run(
+        self.variant,
+        [1.0, -7.0, 2.0],
+        [10.0, 33.0, 3.0],
+        [0.5, 9.0, 1.0],
+        [0.9, 0.9, 0.9],
+        [1.0, 1.0, 1.0],
+        mask=[True, False, True],
+        method=method,
+    )
+    _assert_output(out, [8.5, 0.0, 1.7], [8.5, 0.0, 1.7], [9.5, 0.0, 3.7])
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_hand_computed_batch_columns_scan(self):
+    _check_hand_computed_batch_columns(self.variant, "scan")
+
+  @chex.variants(with_jit=True)
+  def test_hand_computed_batch_columns_associative(self):
+    _check_hand_computed_batch_columns(self.variant, "associative")
+
+  # -------------------------------------------------------------------------
+  # Layer 2: the float64 loop reference on fixed examples.
+  # -------------------------------------------------------------------------
+
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.parameters(*_FIXED_REFERENCE_EXAMPLES)
+  def test_matches_loop_reference_fixed_examples(self, method, t_len, batch, use_mask, hyper, seed):
+    _check_reference_example(self.variant, (method,), False, t_len, batch, use_mask, hyper, seed)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.product(t_len=[1, 2, 3])
+  def test_matches_loop_reference_short_unpadded(self, t_len):
+    # Unpadded short sequences (T = 1 included), every mask pattern.
+    rng = np.random.default_rng(t_len)
+    hyper = (0.7, 1.5, 0.8, 2.0)
+    # Every mask pattern jitted; eagerly (each call re-compiles the scan)
+    # all-real, all-masked and alternating.
+    jit = self.variant.type == chex.ChexVariantType.WITH_JIT
+    patterns = range(2**t_len) if jit else sorted({0, 2**t_len - 1, 0b101 & (2**t_len - 1)})
+    f = self.variant(_traced_fn())
+    for bits in patterns:
+      mask = np.array([(bits >> i) & 1 == 1 for i in range(t_len)])
+      inputs, _, _ = _random_inputs(rng, t_len, (), use_mask=False)
+      out = f(*(inputs[k] for k in ARGS), mask, *hyper)
+      _check_against_reference(out, inputs, mask, hyper, rtol=2e-5)
+
+  # -------------------------------------------------------------------------
+  # Layer 3: identities.
+  # -------------------------------------------------------------------------
+
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.parameters(("scan", 0, (2, 3)), ("scan", 1, ()), ("associative", 0, (2, 3)))
+  def test_rho_one_lambda_one_is_nstep_bootstrapped_return_fixed_examples(
+      self, method, seed, batch
+  ):
+    _check_nstep(self.variant, (method,), seed, batch, 1.0, 1.0)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_split_at_junctions_changes_nothing_fixed_example(self):
+    # Scan only: eager associative would compile for three more shapes; the
+    # hypothesis test runs both methods jitted.
+    _check_split(self.variant, "scan", 0, 0.8, 1.5, 0.9, 2.0)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_stop_target_gradients_scan(self):
+    _check_stop_target_gradients(self.variant, "scan")
+
+  @chex.variants(with_jit=True)
+  def test_stop_target_gradients_associative(self):
+    _check_stop_target_gradients(self.variant, "associative")
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_target_gradients_flow_without_stop(self):
+    # Scan only: differentiating through the associative scan is checked in
+    # test_recurrence.py; here it would only add a slow compilation.
+    method = "scan"
+    inputs, mask = _grad_example()
+    hyper = (0.9, 1.0, 1.0, 1.0)
+    args = [jnp.asarray(inputs[k]) for k in ARGS]
+    f = self.variant(_traced_fn(method, False))
+    loss = lambda *a: jnp.sum(f(*a, mask, *hyper).errors)
+    g_v_tm1, g_v_t, g_r, _, g_rho = jax.grad(loss, argnums=tuple(range(5)))(*args)
+    for name, g in [("v_t", g_v_t), ("r_t", g_r), ("rho_tm1", g_rho), ("v_tm1", g_v_tm1)]:
+      g = np.asarray(g)
+      assert np.all(np.isfinite(g)), name
+      assert np.any(g[mask] != 0.0), name
+      # Nothing flows into masked steps' (garbage) inputs.
+      np.testing.assert_array_equal(g[~mask], 0.0, err_msg=name)
+    # d sum(err) / d r_t[s] = sum over earlier steps of the trace products: at
+    # least rho_v[s] > 0 at every real step.
+    assert np.all(np.asarray(g_r)[mask] > 0)
+    assert not np.allclose(g_v_tm1, -mask.astype(np.float32))
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_matches_rlax_vtrace_td_error_and_advantage(self):
+    f = self.variant(_traced_fn())
+    for seed, (rho_bar, pg_bar) in enumerate([(1.0, 1.0), (2.5, 0.7), (0.3, 4.0)]):
+      args = _no_mask_example(seed, (3,))
+      ours = f(*args, None, 1.0, rho_bar, 1.0, pg_bar)
+      theirs = _rlax_oracles()[0](*args, rho_bar, pg_bar)
+      scales = _scales(dict(zip(ARGS, args)), None, 1.0, rho_bar, 1.0, pg_bar)
+      for name, x, y, s in zip(VTraceOutput._fields, ours, theirs, scales):
+        _assert_scaled_close(x, np.asarray(y, np.float64), s, 2e-5, what=name)
+      # And unbatched [T].
+      ours_1d = f(*(a[:, 0] for a in args), None, 1.0, rho_bar, 1.0, pg_bar)
+      chex.assert_trees_all_close(
+          ours_1d, jax.tree.map(lambda y: np.asarray(y)[:, 0], ours), rtol=1e-6, atol=1e-6
+      )
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_errors_match_rlax_vtrace_with_lambda(self):
+    f = self.variant(_traced_fn())
+    for seed, lambda_ in enumerate([0.0, 0.3, 0.95]):
+      args = _no_mask_example(seed + 10, (3,))
+      ours = f(*args, None, lambda_, 1.7, 1.0, 1.0)
+      theirs = _rlax_oracles()[1](*args, lambda_, 1.7)
+      scale = _scales(dict(zip(ARGS, args)), None, lambda_, 1.7, 1.0, 1.0)[0]
+      _assert_scaled_close(ours.errors, np.asarray(theirs, np.float64), scale, 2e-5)
+      # q_estimate deliberately differs from rlax's lambda-mixed one for
+      # lambda < 1: it bootstraps from the V-trace target vs_{s+1}.
+      vs = np.asarray(args[0], np.float64) + np.asarray(ours.errors, np.float64)
+      expected_q = np.asarray(args[2], np.float64) + np.asarray(
+          args[3], np.float64
+      ) * np.concatenate([vs[1:], args[1][-1:]])
+      np.testing.assert_allclose(ours.q_estimate, expected_q, rtol=1e-5, atol=1e-4)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.product(seed=[0, 1])
+  def test_scan_and_associative_agree(self, seed):
+    rng = np.random.default_rng(seed)
+    inputs, mask, _ = _random_inputs(rng, T_PAD, (2, 3))
+    hyper = (0.8, 1.5, 1.2, 2.0)
+    args = [inputs[k] for k in ARGS]
+    scan = self.variant(_traced_fn("scan"))(*args, mask, *hyper)
+    assoc = self.variant(_traced_fn("associative"))(*args, mask, *hyper)
+    auto = self.variant(_traced_fn("auto"))(*args, mask, *hyper)
+    scales = _scales(inputs, mask, *hyper)
+    for name, x, y, z, s in zip(VTraceOutput._fields, scan, assoc, auto, scales):
+      _assert_scaled_close(x, np.asarray(y, np.float64), s, 4e-5, what=name)
+      _assert_scaled_close(z, np.asarray(x, np.float64), s, 4e-5, what=name)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_batch_shapes_and_vmap_agree_scan(self):
+    _check_batch_shapes_and_vmap_agree(self.variant, "scan")
+
+  @chex.variants(with_jit=True)
+  def test_batch_shapes_and_vmap_agree_associative(self):
+    _check_batch_shapes_and_vmap_agree(self.variant, "associative")
+
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.product(method=METHODS)
+  def test_mask_none_equals_all_true(self, method):
+    args = _no_mask_example(11, (2, 3))
+    hyper = (0.6, 1.3, 0.9, 1.1)
+    f = self.variant(_traced_fn(method))
+    a = f(*args, None, *hyper)
+    b = f(*args, np.ones((T_PAD, 2, 3), bool), *hyper)
+    # Two different programs: equal up to rounding.
+    chex.assert_trees_all_close(a, b, rtol=1e-6, atol=1e-6)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.product(method=METHODS)
+  def test_huge_garbage_at_masked_steps_is_ignored(self, method):
+    rng = np.random.default_rng(5)
+    inputs, mask, _ = _random_inputs(rng, T_PAD, (2, 3))
+    mask[0, 0, 1] = mask[-1, 1, 2] = False
+    hyper = (1.0, 1e3, 1e3, 1e3)  # No clipping: rho's garbage is not bounded.
+    f = self.variant(_traced_fn(method))
+    outs = []
+    for value in (0.0, 1e30, -1e30):
+      garbled = [testing.fill_masked(inputs[k], mask, value) for k in ARGS]
+      out = f(*garbled, mask, *hyper)
+      for name, x in zip(VTraceOutput._fields, out):
+        x = np.asarray(x)
+        assert np.all(np.isfinite(x)), (name, value)
+        np.testing.assert_array_equal(x[~mask], 0.0, err_msg=name)
+      outs.append(out)
+    for out in outs[1:]:
+      chex.assert_trees_all_equal(out, outs[0])
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_traced_hyperparameters_vmap_over_a_sweep(self):
+    # Hyper-parameters can be traced (e.g. vmapped over a sweep).
+    args = _no_mask_example(13, (3,))
+    lambdas = jnp.array([0.0, 0.5, 1.0])
+    c_bars = jnp.array([0.5, 1.0, 2.0])
+    f = self.variant(_traced_fn())
+    swept = jax.vmap(lambda lam, cb: f(*args, None, lam, 1.0, cb, 1.0))(lambdas, c_bars)
+    for i in range(3):
+      single = f(*args, None, float(lambdas[i]), 1.0, float(c_bars[i]), 1.0)
+      for x, y in zip(swept, single):
+        np.testing.assert_allclose(x[i], y, rtol=1e-6, atol=1e-6)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_output_dtype_follows_inputs(self):
+    args = _no_mask_example(17, ())
+    out = _run(self.variant, *args)
+    chex.assert_type(out, jnp.float32)
+    if self.variant.type == chex.ChexVariantType.WITH_JIT:
+      # (Eager float64 would compile every op once more.)
+      with jax.enable_x64(True):
+        out = _run(self.variant, *(a.astype(np.float64) for a in args))
+        chex.assert_type(out, jnp.float64)
 
 
 # ---------------------------------------------------------------------------
@@ -800,63 +837,59 @@ def _good_args(shape=(3, 2)):
   return [jnp.ones(shape, jnp.float32) for _ in ARGS]
 
 
-@JIT
-@pytest.mark.parametrize("index", range(5), ids=ARGS)
-def test_wrong_shape_names_the_argument(jit, index):
-  args = _good_args()
-  args[index] = jnp.ones((3, 4), jnp.float32)
-  name = ARGS[index] if index else ARGS[1]  # v_tm1 is the reference shape.
-  with pytest.raises(ValueError, match=f"`{name}`"):
-    _run(jit, *args)
+class VTraceBadInputTest(chex.TestCase):
+  """Tests run eagerly and jitted: `self.variant` is chex's with_jit or without_jit."""
 
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.named_parameters(*((name, index) for index, name in enumerate(ARGS)))
+  def test_wrong_shape_names_the_argument(self, index):
+    args = _good_args()
+    args[index] = jnp.ones((3, 4), jnp.float32)
+    name = ARGS[index] if index else ARGS[1]  # v_tm1 is the reference shape.
+    with pytest.raises(ValueError, match=f"`{name}`"):
+      _run(self.variant, *args)
 
-@JIT
-def test_wrong_rank_or_empty_time_axis(jit):
-  with pytest.raises(ValueError, match="`v_tm1`"):
-    _run(jit, *[jnp.float32(1.0)] * 5)
-  with pytest.raises(ValueError, match="`v_tm1`"):
-    _run(jit, *_good_args((0, 2)))
-  args = _good_args((3,))
-  args[2] = jnp.ones((3, 1))
-  with pytest.raises(ValueError, match="`r_t`"):
-    _run(jit, *args)
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_wrong_rank_or_empty_time_axis(self):
+    with pytest.raises(ValueError, match="`v_tm1`"):
+      _run(self.variant, *[jnp.float32(1.0)] * 5)
+    with pytest.raises(ValueError, match="`v_tm1`"):
+      _run(self.variant, *_good_args((0, 2)))
+    args = _good_args((3,))
+    args[2] = jnp.ones((3, 1))
+    with pytest.raises(ValueError, match="`r_t`"):
+      _run(self.variant, *args)
 
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.named_parameters(*((name, index) for index, name in enumerate(ARGS)))
+  def test_wrong_dtype_names_the_argument(self, index):
+    args = _good_args()
+    args[index] = jnp.ones((3, 2), jnp.int32)
+    with pytest.raises(TypeError, match=f"`{ARGS[index]}`"):
+      _run(self.variant, *args)
 
-@JIT
-@pytest.mark.parametrize("index", range(5), ids=ARGS)
-def test_wrong_dtype_names_the_argument(jit, index):
-  args = _good_args()
-  args[index] = jnp.ones((3, 2), jnp.int32)
-  with pytest.raises(TypeError, match=f"`{ARGS[index]}`"):
-    _run(jit, *args)
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_bad_mask(self):
+    with pytest.raises(TypeError, match="`mask`"):
+      _run(self.variant, *_good_args(), mask=jnp.ones((3, 2), jnp.float32))
+    with pytest.raises(TypeError, match="`mask`"):
+      _run(self.variant, *_good_args(), mask=jnp.ones((3, 2), jnp.int32))
+    with pytest.raises(ValueError, match="`mask`"):
+      _run(self.variant, *_good_args(), mask=jnp.ones((3,), bool))
 
-
-@JIT
-def test_bad_mask(jit):
-  with pytest.raises(TypeError, match="`mask`"):
-    _run(jit, *_good_args(), mask=jnp.ones((3, 2), jnp.float32))
-  with pytest.raises(TypeError, match="`mask`"):
-    _run(jit, *_good_args(), mask=jnp.ones((3, 2), jnp.int32))
-  with pytest.raises(ValueError, match="`mask`"):
-    _run(jit, *_good_args(), mask=jnp.ones((3,), bool))
-
-
-@JIT
-@pytest.mark.parametrize(
-    "kwargs,name",
-    [
-        (dict(lambda_=-0.1), "lambda_"),
-        (dict(lambda_=1.5), "lambda_"),
-        (dict(lambda_=float("nan")), "lambda_"),
-        (dict(clip_rho_threshold=0.0), "clip_rho_threshold"),
-        (dict(clip_rho_threshold=-1.0), "clip_rho_threshold"),
-        (dict(clip_c_threshold=0.0), "clip_c_threshold"),
-        (dict(clip_c_threshold=-2.0), "clip_c_threshold"),
-        (dict(clip_pg_rho_threshold=0.0), "clip_pg_rho_threshold"),
-        (dict(clip_pg_rho_threshold=-0.5), "clip_pg_rho_threshold"),
-        (dict(method="fft"), "method"),
-    ],
-)
-def test_bad_hyperparameters(jit, kwargs, name):
-  with pytest.raises(ValueError, match=f"`{name}`"):
-    _run(jit, *_good_args(), **kwargs)
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.parameters(
+      (dict(lambda_=-0.1), "lambda_"),
+      (dict(lambda_=1.5), "lambda_"),
+      (dict(lambda_=float("nan")), "lambda_"),
+      (dict(clip_rho_threshold=0.0), "clip_rho_threshold"),
+      (dict(clip_rho_threshold=-1.0), "clip_rho_threshold"),
+      (dict(clip_c_threshold=0.0), "clip_c_threshold"),
+      (dict(clip_c_threshold=-2.0), "clip_c_threshold"),
+      (dict(clip_pg_rho_threshold=0.0), "clip_pg_rho_threshold"),
+      (dict(clip_pg_rho_threshold=-0.5), "clip_pg_rho_threshold"),
+      (dict(method="fft"), "method"),
+  )
+  def test_bad_hyperparameters(self, kwargs, name):
+    with pytest.raises(ValueError, match=f"`{name}`"):
+      _run(self.variant, *_good_args(), **kwargs)
