@@ -17,8 +17,8 @@ sets the replayed updates after each on-policy update (and with it
 """
 
 from offpolicy_ac.cli import parse_args
+from offpolicy_ac.cli import script_main
 from offpolicy_ac.presets import acer
-from offpolicy_ac.training import script_main
 
 
 def parse(argv=None) -> acer.Args:

@@ -26,11 +26,11 @@ from typing import Optional
 import numpy as np
 import tyro
 
+from offpolicy_ac.cli import script_main
 from offpolicy_ac.training import describe_protocol
 from offpolicy_ac.training import evaluate
 from offpolicy_ac.training import load_run
 from offpolicy_ac.training import render_episode
-from offpolicy_ac.training import script_main
 from offpolicy_ac.training import write_video
 
 

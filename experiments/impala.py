@@ -11,8 +11,8 @@ Defaults learn CartPole-v1 on a 2-core CPU. The presets are in `offpolicy_ac.pre
 """
 
 from offpolicy_ac.cli import parse_args
+from offpolicy_ac.cli import script_main
 from offpolicy_ac.presets import impala
-from offpolicy_ac.training import script_main
 
 
 def parse(argv=None) -> impala.Args:

@@ -18,7 +18,7 @@ import tyro
 
 from offpolicy_ac.analysis import plotting
 from offpolicy_ac.analysis import statistics
-from offpolicy_ac.training import script_main
+from offpolicy_ac.cli import script_main
 
 
 @dataclasses.dataclass(frozen=True)

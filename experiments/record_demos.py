@@ -18,8 +18,8 @@ import numpy as np
 import tyro
 
 from offpolicy_ac import demos as demos_lib
+from offpolicy_ac.cli import script_main
 from offpolicy_ac.training import load_run
-from offpolicy_ac.training import script_main
 
 
 @dataclasses.dataclass(frozen=True)

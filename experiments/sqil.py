@@ -26,8 +26,8 @@ less and learn faster: `--mini-batch-size 16 --demo-batch-size 48 --alpha 0.025
 """
 
 from offpolicy_ac.cli import parse_args
+from offpolicy_ac.cli import script_main
 from offpolicy_ac.presets import sqil
-from offpolicy_ac.training import script_main
 
 
 def parse(argv=None) -> sqil.Args:

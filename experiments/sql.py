@@ -14,8 +14,8 @@ them in docs/benchmarks.md and results/notes/.
 """
 
 from offpolicy_ac.cli import parse_args
+from offpolicy_ac.cli import script_main
 from offpolicy_ac.presets import sql
-from offpolicy_ac.training import script_main
 
 
 def parse(argv=None) -> sql.Args:

@@ -35,16 +35,22 @@ from __future__ import annotations
 import argparse
 import ast
 import collections.abc
+import contextlib
 import dataclasses
+import errno
 import fnmatch
 import functools
 import inspect
+import os
+import pathlib
 import shutil
 import sys
 import textwrap
+import threading
 import types
 from typing import Annotated
 from typing import Any
+from typing import Callable
 from typing import Iterator
 from typing import Literal
 from typing import Mapping
@@ -60,6 +66,9 @@ import tyro
 from tyro.constructors import ConstructorRegistry
 from tyro.constructors import StructConstructorSpec
 from tyro.constructors import StructTypeInfo
+
+from offpolicy_ac.training.experiment import REFUSED
+from offpolicy_ac.training.experiment import is_refusal
 
 ArgsT = TypeVar("ArgsT")
 
@@ -493,3 +502,70 @@ def check_preset_task(name: str, preset: Any, config: Any, env_presets: EnvPrese
         f"--preset {name} is made for {made_for} ({what}), not for {env_id} ({given}); "
         f"use {hint}"
     )
+
+
+def script_main(parse: Callable[[], Any], run: Callable[[Any], Any], *,
+                refuse: tuple[type[BaseException], ...] = ()) -> None:  # fmt: skip
+  """The `__main__` of an experiment script: `run(parse())`, then ends the process
+  (`exit_process`).
+
+  A refusal (`is_refusal`: bad settings, a run directory in use, ...; or an error of a
+  type in `refuse`, for scripts that only read: evaluate.py, record_demos.py, plot.py)
+  prints one line, "[<script>] error: <why>", and exits with code 2; a full disk prints
+  one line and exits with code 1 (the last checkpoint is intact). Anything else (a bug, a
+  non-finite loss) keeps its traceback.
+  """
+  prog = pathlib.Path(sys.argv[0]).stem or "script"
+  try:
+    try:
+      args = parse()
+    except (ValueError, OSError) as e:  # bad flags or files named on the command line
+      setattr(e, REFUSED, True)
+      raise
+    try:
+      run(args)
+    except refuse as e:
+      setattr(e, REFUSED, True)
+      raise
+  except Exception as e:  # pylint: disable=broad-except
+    if isinstance(e, OSError) and e.errno == errno.ENOSPC:
+      where = f" ({e.filename})" if e.filename else ""
+      exit_process(1, last_words=f"[{prog}] error: no space left on device{where}; the last "
+                   "checkpoint is intact: free some space, then --resume")  # fmt: skip
+    if not is_refusal(e):
+      raise
+    exit_process(2, last_words=f"[{prog}] error: {e}")
+  exit_process(0)
+
+
+def exit_process(code: int = 0, last_words: Optional[str] = None) -> None:
+  """Ends a finished script's process at once: flushes stdout and stderr, runs the
+  `atexit` handlers, then `os._exit(code)`.
+
+  For the `__main__` block of a script whose `main` has returned: every file is closed
+  and every checkpoint written by then. What it skips is the interpreter's own
+  finalization (module teardown, the C++ destructors of envpool's and XLA's libraries),
+  which took 0.6-0.9 s of a CartPole run's launch-to-stop time on this 2-core machine
+  and does nothing a finished run needs. Never call it from library code or tests: it
+  ends the calling process.
+
+  `last_words` (an error) is printed to stderr last, after the handlers, whose own errors
+  and those of dying threads are then silenced (a full disk fails every writer's cleanup
+  too), so that it is the last line a user reads.
+  """
+  import atexit
+
+  try:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if last_words is not None:
+      threading.excepthook = lambda args: None
+      with open(os.devnull, "w") as quiet, contextlib.redirect_stderr(quiet):
+        atexit._run_exitfuncs()  # pylint: disable=protected-access
+      print(last_words, file=sys.stderr, flush=True)
+    else:
+      atexit._run_exitfuncs()  # pylint: disable=protected-access
+    sys.stdout.flush()
+    sys.stderr.flush()
+  finally:
+    os._exit(code)

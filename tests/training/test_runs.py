@@ -175,7 +175,7 @@ def test_exit_process_flushes_runs_atexit_handlers_and_keeps_the_exit_code(tmp_p
   marker = tmp_path / "atexit.txt"
   code = (
       "import atexit, pathlib, sys\n"
-      "from offpolicy_ac.training import exit_process\n"
+      "from offpolicy_ac.cli import exit_process\n"
       f"atexit.register(lambda: pathlib.Path({str(marker)!r}).write_text('ran'))\n"
       "sys.stdout.write('buffered out')\n"
       "sys.stderr.write('buffered err')\n"

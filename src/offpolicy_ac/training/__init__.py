@@ -22,11 +22,9 @@ from offpolicy_ac.training.envpool_program import train
 from offpolicy_ac.training.evaluation import describe_protocol
 from offpolicy_ac.training.evaluation import evaluate
 from offpolicy_ac.training.evaluation import render_episode
-from offpolicy_ac.training.experiment import exit_process
 from offpolicy_ac.training.experiment import is_refusal
 from offpolicy_ac.training.experiment import refusals
 from offpolicy_ac.training.experiment import run_experiment
-from offpolicy_ac.training.experiment import script_main
 from offpolicy_ac.training.logger import Logger
 from offpolicy_ac.training.logger import MultiLogger
 from offpolicy_ac.training.logger import RunLogger
@@ -61,7 +59,6 @@ __all__ = [
     "describe_protocol",
     "drive",
     "evaluate",
-    "exit_process",
     "is_refusal",
     "load_params",
     "load_run",
@@ -73,7 +70,6 @@ __all__ = [
     "render_episode",
     "run_experiment",
     "save_params",
-    "script_main",
     "seconds_since_launch",
     "train",
     "write_config",
