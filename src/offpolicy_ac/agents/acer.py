@@ -92,15 +92,14 @@ class AcerConfig:
   entropy_weight: float = 0.01
   """Weight of the entropy bonus."""
   replay_ratio: int = 4
-  """Replayed updates after each on-policy update; experiments/acer.py passes it to
-  the loop as `num_updates_per_train_iter` (which must be >= 1 today)."""
+  """Replayed updates after each on-policy update (at least 1)."""
   sdn_samples: int = 5
   """Continuous: n, actions u_i ~ pi sampled for the stochastic dueling network."""
   sdn_hidden_size: int = 64
   """Continuous: hidden units of the SDN's advantage head A(x, a)."""
   torso: str = "auto"
-  """'auto' or one of networks.TORSOS: 'mlp', 'nature_cnn', 'impala_resnet', 'small_cnn',
-  'minatar_cnn'."""
+  """Network body: 'auto' (by observation shape), 'mlp', 'nature_cnn', 'impala_resnet',
+  'small_cnn' or 'minatar_cnn'."""
   shared_torso: bool = False
   """True: policy and critic share one torso (the paper's Atari network). False (the
   default) gives the critic (Q, or V and A) a torso of its own, so critic updates

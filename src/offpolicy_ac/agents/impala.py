@@ -43,7 +43,8 @@ class ImpalaConfig:
   gamma: float = 0.99
   """Discount factor."""
   lambda_: float = 1.0
-  """V-trace lambda (AlphaStar's mixing); 1 is the paper's V-trace."""
+  """V-trace lambda: below 1 mixes in shorter returns, as in TD(lambda); 1 is the paper's
+  V-trace."""
   clip_rho_threshold: float = 1.0
   """rho-bar: truncation of the value-target importance weights."""
   clip_c_threshold: float = 1.0
@@ -53,11 +54,11 @@ class ImpalaConfig:
   surrogate_clip: Optional[float] = None
   """None: the paper's V-trace policy gradient. epsilon in (0, 1): PPO's clipped surrogate
   on pi/mu with V-trace's advantages (IMPACT, Luo et al. 2020), which lets replayed
-  sequences be reused several times (`losses.impala_loss`)."""
+  sequences be reused several times."""
   value_weight: float = 0.5
-  """w_v, weight of the value loss."""
+  """Weight of the value loss (the paper's w_v)."""
   entropy_weight: float = 0.01
-  """w_e, weight of the entropy bonus."""
+  """Weight of the entropy bonus (the paper's w_e)."""
   learning_rate: float = 3e-3
   """Optimizer step size."""
   learning_rate_decay_updates: int = 0
@@ -71,8 +72,8 @@ class ImpalaConfig:
   max_grad_norm: float = 0.5
   """Global-norm gradient clipping."""
   torso: str = "auto"
-  """'auto' or one of networks.TORSOS: 'mlp', 'nature_cnn', 'impala_resnet', 'small_cnn',
-  'minatar_cnn'."""
+  """Network body: 'auto' (by observation shape), 'mlp', 'nature_cnn', 'impala_resnet',
+  'small_cnn' or 'minatar_cnn'."""
   hidden_sizes: Sequence[int] = (64, 64)
   """MLP torso layer sizes."""
   shared_torso: bool = True

@@ -33,7 +33,7 @@ class SqlConfig:
   """Discount factor."""
   alpha: float = 0.05
   """Temperature of the soft value and of the Boltzmann policy (> 0). Scaling the rewards
-  by c (the TrainConfig's reward_scale) acts as dividing alpha by c: the authors fix
+  by c (--reward-scale) acts as dividing alpha by c: the authors fix
   alpha = 1 and tune the reward scale."""
   epsilon: float = 0.01
   """Probability of a uniformly random action on top of Boltzmann acting (continuous: on
@@ -59,8 +59,8 @@ class SqlConfig:
   target_update_tau: float = 0.05
   """Polyak step of the target network after each update (1: hard copy)."""
   torso: str = "auto"
-  """'auto' or one of networks.TORSOS: 'mlp', 'nature_cnn', 'impala_resnet', 'small_cnn',
-  'minatar_cnn'."""
+  """Network body: 'auto' (by observation shape), 'mlp', 'nature_cnn', 'impala_resnet',
+  'small_cnn' or 'minatar_cnn'."""
   hidden_sizes: Sequence[int] = (128, 128)
   """MLP torso layer sizes. Continuous: the layers of the Q network's MLP over
   concat(torso(obs), a) and of the sampler's over concat(torso(obs), noise)."""
@@ -72,8 +72,7 @@ class SqlConfig:
   """Continuous: the proposal q' of the soft value's importance sampling. 0: uniform in the
   action box (the authors'). > 0: half of the M actions uniform, half from a normal of this
   std (in the [-1, 1]^d action units) around the sampler's action at s' (its noise-free
-  output), truncated to the box, weighted by the mixture's density
-  (`losses.box_mixture_log_density`). When exp(Q / alpha) is peaked (a small alpha, SQIL's
+  output), truncated to the box, weighted by the mixture's density. When exp(Q / alpha) is peaked (a small alpha, SQIL's
   Q at demonstrated actions), few uniform samples miss the peak and underestimate V(s');
   samples around the sampler's action find it."""
   num_particles: int = 16
