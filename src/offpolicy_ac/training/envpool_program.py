@@ -80,14 +80,26 @@ _FLOAT_FIELDS = ("reward", "discount", "observation")
 _all_finite = jax.jit(lambda fields: {n: jnp.isfinite(x).all() for n, x in fields.items()})
 
 
+def _host_view(x: Any) -> Optional[np.ndarray]:
+  """`x` as a NumPy array when that costs no transfer (a host array, or a JAX array on the
+  CPU, which NumPy reads in place); None for an accelerator's array."""
+  if isinstance(x, np.ndarray):
+    return x
+  if all(d.platform == "cpu" for d in x.devices()):
+    return np.asarray(x)
+  return None
+
+
 def check_finite_data(traj: envs.Trajectory, where: str) -> None:
   """Raises NonFiniteError when an unroll's rewards, discounts or (float) observations
   hold a NaN or an infinity, naming the field, the environment (env_id) and `where`: such
   data is stopped before the learner's statistics and replay take it, so no checkpoint
-  holds it. Host arrays are checked on the host, device arrays in one compiled call."""
+  holds it. Host arrays are checked on the host, an accelerator's arrays in one compiled
+  call."""
   fields = {n: getattr(traj, n) for n in _FLOAT_FIELDS
-            if jnp.issubdtype(getattr(traj, n).dtype, jnp.floating)}  # fmt: skip
-  on_host = {n: bool(np.isfinite(x).all()) for n, x in fields.items() if isinstance(x, np.ndarray)}
+            if np.issubdtype(getattr(traj, n).dtype, np.floating)}  # fmt: skip
+  host = {n: _host_view(x) for n, x in fields.items()}
+  on_host = {n: bool(np.isfinite(x).all()) for n, x in host.items() if x is not None}
   on_device = {n: x for n, x in fields.items() if n not in on_host}
   finite = {**on_host, **(jax.device_get(_all_finite(on_device)) if on_device else {})}
   for name, ok in finite.items():
