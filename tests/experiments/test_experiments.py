@@ -20,6 +20,7 @@ from scripts import load_script
 from offpolicy_ac import demos as demos_lib
 from offpolicy_ac import envs
 from offpolicy_ac import presets
+from offpolicy_ac.training import is_refusal
 from offpolicy_ac.training import load_run
 from offpolicy_ac.training import read_metrics
 
@@ -219,6 +220,20 @@ def test_sql_cools_the_learning_rate_down_over_the_last_updates(tmp_path):
   counts = [int(x) for x in jax.tree.leaves(result.agent_state.opt_state)
             if jnp.ndim(x) == 0 and jnp.issubdtype(x.dtype, jnp.integer)]  # fmt: skip
   assert counts.count(planned) == 4  # Adam's and the schedule's, of Q and of the sampler
+
+
+def test_sql_refuses_a_cooldown_beside_a_decay_of_its_own(tmp_path):
+  # The script's default cools the step size down over the whole run; decay settings given
+  # as well would be overwritten, so the two together are refused.
+  module = _script("sql")
+  args = _args(module, tmp_path, total_env_steps=1_000)
+  assert module.Args().learning_rate_cooldown == 1.0
+  args = dataclasses.replace(
+      args, agent=dataclasses.replace(args.agent, learning_rate_decay_updates=100)
+  )
+  with pytest.raises(ValueError, match="--learning-rate-cooldown 0") as refused:
+    module.run(args)
+  assert is_refusal(refused.value) and not (tmp_path / "config.json").exists()
 
 
 def test_cooldown_updates_are_a_fraction_of_the_planned_updates():
