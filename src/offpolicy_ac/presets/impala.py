@@ -91,20 +91,22 @@ PRESETS = {
     ),
     # JAX environments: the whole run is one compiled program (training.make_train).
     # 100k env steps take about a second: checkpoint that often. The run trains in less
-    # time than its program compiles for speed: compile it for startup.
+    # time than its program compiles for speed: compile it for startup. The step size is
+    # annealed to 0 over the 200k env steps: at a constant one, 1 of 5 seeds' final greedy
+    # policy scored 292 after 500k (results/defaults/).
     "gymnax-cartpole": Args(
         train=TrainConfig.of(
             env_id="gymnax:CartPole-v1",
-            total_env_steps=500_000,
+            total_env_steps=200_000,
             num_envs=16,
             unroll_length=16,
             log_every=5_000,
             eval_every=5_000,
             checkpoint_every=100_000,
-            target_return=475.0,
             reward_scale=0.1,
             compile_for="startup",
         ),
+        anneal_learning_rate=True,
     ),
     # MinAtar: the MinAtar network (auto torso), lambda 0.95, lr 3e-3 (the best of
     # 3e-4, 1e-3, 3e-3 on Breakout).

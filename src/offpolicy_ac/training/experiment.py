@@ -64,6 +64,7 @@ from offpolicy_ac.training.parallel import initialize_distributed
 from offpolicy_ac.training.rundir import default_run_dir
 from offpolicy_ac.training.sources import RolloutFactory
 from offpolicy_ac.training.sources import make_training_rollout
+from offpolicy_ac.training.sources import task_spec
 
 REFUSED = "offpolicy_ac_refused"
 """The attribute `run_experiment` sets (True) on an error that refused the run before it
@@ -223,7 +224,10 @@ def _program(name: str, args: Any, lanes: list[sweeps.Lane], *, agent_factory: C
     what = "a compiled run" if config.compiled else "--sweep"
     raise ValueError(f"{what} needs a known algorithm, one of {sorted(AGENTS)}; got {name!r}")
   if config.compiled:
-    compiled = make_train(AGENTS[name][0], args.agent, config, batch_fn=batch_fn)
+    # The agent's config as the factory builds it: a script may derive settings from the
+    # budget there (IMPALA's --anneal-learning-rate, SQL's --learning-rate-cooldown).
+    agent_config = agent_factory(task_spec(config)).config
+    compiled = make_train(AGENTS[name][0], agent_config, config, batch_fn=batch_fn)
     return CompiledProgram(compiled, [lane.seed for lane in lanes],
                            [lane.setting for lane in lanes])  # fmt: skip
   _after_backend_start()
