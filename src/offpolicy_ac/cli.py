@@ -70,6 +70,8 @@ from tyro.constructors import StructTypeInfo
 from offpolicy_ac.training.experiment import REFUSED
 from offpolicy_ac.training.experiment import is_refusal
 
+__all__ = ["EnvPresets", "parse_args", "script_main", "exit_process"]
+
 ArgsT = TypeVar("ArgsT")
 
 FIELD_FLAGS: Mapping[str, Any] = {

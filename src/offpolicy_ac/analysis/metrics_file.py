@@ -23,6 +23,7 @@ import numpy as np
 __all__ = ["METRICS_FILE", "jsonable", "encode_line", "read_metrics"]
 
 METRICS_FILE = "metrics.jsonl"
+"""The metrics file's name in a run directory."""
 
 
 def jsonable(x: Any) -> Any:
