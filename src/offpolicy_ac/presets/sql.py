@@ -214,21 +214,27 @@ ENV_PRESETS = EnvPresets(
 """The preset an --env-id selects when no --preset is given (--preset none: defaults)."""
 
 
-def run(args: Args, **run_kwargs):
-  """Trains SQL as experiments/sql.py does; `run_kwargs` go to `training.run_experiment`
-  (e.g. a `rollout_factory`)."""
-  agent = args.agent
-  if args.learning_rate_cooldown and (agent.learning_rate_decay_updates
-                                      or agent.learning_rate_decay_begin):  # fmt: skip
+def cooled_agent(agent: SqlConfig, train: TrainConfig, cooldown: float) -> SqlConfig:
+  """`agent` with its step size falling linearly to 0 over the last `cooldown` fraction of
+  the run's updates (`--learning-rate-cooldown`; 0: `agent` as given). Refuses decay
+  settings given beside it, which it would overwrite."""
+  if not cooldown:
+    return agent
+  if agent.learning_rate_decay_updates or agent.learning_rate_decay_begin:
     with refusals():
       raise ValueError(
           "--learning-rate-cooldown sets --learning-rate-decay-begin and "
           "--learning-rate-decay-updates from the budget: give those two with "
           "--learning-rate-cooldown 0, or the cool-down alone"
       )
-  if args.learning_rate_cooldown:
-    begin, updates = args.train.cooldown_updates(args.learning_rate_cooldown, off_policy=True)
-    agent = dataclasses.replace(
-        agent, learning_rate_decay_begin=begin, learning_rate_decay_updates=updates
-    )
+  begin, updates = train.cooldown_updates(cooldown, off_policy=True)
+  return dataclasses.replace(
+      agent, learning_rate_decay_begin=begin, learning_rate_decay_updates=updates
+  )
+
+
+def run(args: Args, **run_kwargs):
+  """Trains SQL as experiments/sql.py does; `run_kwargs` go to `training.run_experiment`
+  (e.g. a `rollout_factory`)."""
+  agent = cooled_agent(args.agent, args.train, args.learning_rate_cooldown)
   return run_experiment("sql", args, functools.partial(make_sql, config=agent), **run_kwargs)
