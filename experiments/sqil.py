@@ -3,13 +3,16 @@ r"""SQIL on an envpool task or a JAX environment, from recorded demonstrations.
     python experiments/record_demos.py --run-dir runs/sql-cartpole --episodes 10 --out demos.npz
     python experiments/sqil.py --demos demos.npz --env-id CartPole-v1 --run-dir runs/sqil
     python experiments/sqil.py --preset cartpole-v0 --demos demos-v0.npz  # DI-engine's v0
-    python experiments/sqil.py --preset cartpole-v0 --env-id gymnax:CartPole-v1 \
-        --demos gymnax-demos.npz   # one compiled program; demos of a gymnax:CartPole-v1 run
     python experiments/sql.py --preset pendulum --run-dir runs/sql-pendulum
     python experiments/record_demos.py --run-dir runs/sql-pendulum --out pendulum.npz
     python experiments/sqil.py --preset pendulum --demos pendulum.npz   # continuous actions
 
 The demonstrations must be of the run's task (`--env-id`): record them from a run on it.
+On a JAX environment the run is one compiled program:
+
+    python experiments/sqil.py --preset cartpole-v0 --env-id gymnax:CartPole-v1 \
+        --demos gymnax-demos.npz   # demos of a gymnax:CartPole-v1 run
+
 HalfCheetah-v4, from IMPALA's best seed of three (some stop near 1,000, others pass 3,000):
 
     python experiments/impala.py --env-id HalfCheetah-v4 --preset mujoco-pg --num-seeds 3 \

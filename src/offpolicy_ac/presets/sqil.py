@@ -36,15 +36,15 @@ class Args:
   train: TrainConfig = sql.Args().train.replace(total_env_steps=200_000, mini_batch_size=32)
   """--mini-batch-size is the agent's sequences per batch (see --demo-batch-size)."""
   demo_batch_size: Optional[int] = None
-  """Demonstration sequences per batch (by default --mini-batch-size: half and half, as in
-  the SQIL paper). More than --mini-batch-size weigh the agent's data less in the loss, as
+  """Demonstration sequences per batch (default: --mini-batch-size, as in SQIL's paper).
+  More than --mini-batch-size weigh the agent's data less in the loss, as
   the paper's lambda_samp < 1 does (lambda_samp = --mini-batch-size / --demo-batch-size)."""
   agent: SqlConfig = SqlConfig()
   cut_mode: str = "last"
   """How demonstration episodes are cut into sequences: drop, last, null_padding."""
   learning_rate_cooldown: float = 0.0
-  """Lower the learning rate to 0 over this last fraction of the run (as sql.py's; 0: a
-  constant learning rate unless --learning-rate-decay-* are set)."""
+  """Lower the learning rate to 0 over this last fraction of the run. As sql.py's: 0 keeps
+  it constant unless --learning-rate-decay-* are set."""
   resume: bool = False
   """Continue the run in --run-dir from its last checkpoint."""
   run_dir: Optional[str] = None
