@@ -21,6 +21,7 @@ from jax import test_util as jtu
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from scan_variants import scan_and_associative
 
 from offpolicy_ac.losses import reverse_linear_recurrence
 from offpolicy_ac.testing import reference as ref
@@ -305,13 +306,9 @@ class RecurrenceVariantsTest(chex.TestCase):
           atol=1e-6 * float(np.max(scale)),
       )
 
-  @chex.variants(with_jit=True, without_jit=True)
-  def test_batch_shapes_and_vmap_agree_scan(self):
-    _check_batch_shapes_and_vmap_agree(self.variant, "scan")
-
-  @chex.variants(with_jit=True)
-  def test_batch_shapes_and_vmap_agree_associative(self):
-    _check_batch_shapes_and_vmap_agree(self.variant, "associative")
+  test_batch_shapes_and_vmap_agree_scan, test_batch_shapes_and_vmap_agree_associative = (
+      scan_and_associative(_check_batch_shapes_and_vmap_agree)
+  )
 
   @chex.variants(with_jit=True, without_jit=True)
   @parameterized.product(method=METHODS)
@@ -332,21 +329,13 @@ class RecurrenceVariantsTest(chex.TestCase):
     f = self.variant(_cached(method))
     chex.assert_trees_all_close(f(a, b), f(a, b, jnp.zeros((2, 3))), rtol=1e-6)
 
-  @chex.variants(with_jit=True, without_jit=True)
-  def test_gradient_closed_form_scan(self):
-    _check_gradient_closed_form(self.variant, "scan")
+  test_gradient_closed_form_scan, test_gradient_closed_form_associative = scan_and_associative(
+      _check_gradient_closed_form
+  )
 
-  @chex.variants(with_jit=True)
-  def test_gradient_closed_form_associative(self):
-    _check_gradient_closed_form(self.variant, "associative")
-
-  @chex.variants(with_jit=True, without_jit=True)
-  def test_preserves_float_dtypes_scan(self):
-    _check_preserves_float_dtypes(self.variant, "scan")
-
-  @chex.variants(with_jit=True)
-  def test_preserves_float_dtypes_associative(self):
-    _check_preserves_float_dtypes(self.variant, "associative")
+  test_preserves_float_dtypes_scan, test_preserves_float_dtypes_associative = scan_and_associative(
+      _check_preserves_float_dtypes
+  )
 
 
 # ---------------------------------------------------------------------------

@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import rlax
+from scan_variants import scan_and_associative
 
 from offpolicy_ac import testing
 from offpolicy_ac.losses import general_off_policy_returns
@@ -755,13 +756,9 @@ class RetraceVariantsTest(chex.TestCase):
     # hypothesis test runs both methods jitted.
     _check_split(self.variant, "scan", 0, 0.9)
 
-  @chex.variants(with_jit=True, without_jit=True)
-  def test_stop_target_gradients_scan(self):
-    _check_stop_target_gradients(self.variant, "scan")
-
-  @chex.variants(with_jit=True)
-  def test_stop_target_gradients_associative(self):
-    _check_stop_target_gradients(self.variant, "associative")
+  test_stop_target_gradients_scan, test_stop_target_gradients_associative = scan_and_associative(
+      _check_stop_target_gradients
+  )
 
   @chex.variants(with_jit=True, without_jit=True)
   def test_target_gradients_flow_without_stop(self):
@@ -828,13 +825,9 @@ class RetraceVariantsTest(chex.TestCase):
       other = _retrace_fn(self.variant, method)(*args, mask, 0.95, 1e-8)
       _assert_scaled_close(other, np.asarray(scan, np.float64), scale, 4e-5, what=method)
 
-  @chex.variants(with_jit=True, without_jit=True)
-  def test_batch_shapes_and_vmap_agree_scan(self):
-    _check_batch_shapes_and_vmap_agree(self.variant, "scan")
-
-  @chex.variants(with_jit=True)
-  def test_batch_shapes_and_vmap_agree_associative(self):
-    _check_batch_shapes_and_vmap_agree(self.variant, "associative")
+  test_batch_shapes_and_vmap_agree_scan, test_batch_shapes_and_vmap_agree_associative = (
+      scan_and_associative(_check_batch_shapes_and_vmap_agree)
+  )
 
   @chex.variants(with_jit=True, without_jit=True)
   def test_mask_none_equals_all_true(self):

@@ -33,6 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import rlax
+from scan_variants import scan_and_associative
 
 from offpolicy_ac import testing
 from offpolicy_ac.losses import VTraceOutput
@@ -635,13 +636,9 @@ class VTraceVariantsTest(chex.TestCase):
     )
     _assert_output(out, [8.5, 0.0, 1.7], [8.5, 0.0, 1.7], [9.5, 0.0, 3.7])
 
-  @chex.variants(with_jit=True, without_jit=True)
-  def test_hand_computed_batch_columns_scan(self):
-    _check_hand_computed_batch_columns(self.variant, "scan")
-
-  @chex.variants(with_jit=True)
-  def test_hand_computed_batch_columns_associative(self):
-    _check_hand_computed_batch_columns(self.variant, "associative")
+  test_hand_computed_batch_columns_scan, test_hand_computed_batch_columns_associative = (
+      scan_and_associative(_check_hand_computed_batch_columns)
+  )
 
   # -------------------------------------------------------------------------
   # Layer 2: the float64 loop reference on fixed examples.
@@ -686,13 +683,9 @@ class VTraceVariantsTest(chex.TestCase):
     # hypothesis test runs both methods jitted.
     _check_split(self.variant, "scan", 0, 0.8, 1.5, 0.9, 2.0)
 
-  @chex.variants(with_jit=True, without_jit=True)
-  def test_stop_target_gradients_scan(self):
-    _check_stop_target_gradients(self.variant, "scan")
-
-  @chex.variants(with_jit=True)
-  def test_stop_target_gradients_associative(self):
-    _check_stop_target_gradients(self.variant, "associative")
+  test_stop_target_gradients_scan, test_stop_target_gradients_associative = scan_and_associative(
+      _check_stop_target_gradients
+  )
 
   @chex.variants(with_jit=True, without_jit=True)
   def test_target_gradients_flow_without_stop(self):
@@ -764,13 +757,9 @@ class VTraceVariantsTest(chex.TestCase):
       _assert_scaled_close(x, np.asarray(y, np.float64), s, 4e-5, what=name)
       _assert_scaled_close(z, np.asarray(x, np.float64), s, 4e-5, what=name)
 
-  @chex.variants(with_jit=True, without_jit=True)
-  def test_batch_shapes_and_vmap_agree_scan(self):
-    _check_batch_shapes_and_vmap_agree(self.variant, "scan")
-
-  @chex.variants(with_jit=True)
-  def test_batch_shapes_and_vmap_agree_associative(self):
-    _check_batch_shapes_and_vmap_agree(self.variant, "associative")
+  test_batch_shapes_and_vmap_agree_scan, test_batch_shapes_and_vmap_agree_associative = (
+      scan_and_associative(_check_batch_shapes_and_vmap_agree)
+  )
 
   @chex.variants(with_jit=True, without_jit=True)
   @parameterized.product(method=METHODS)
