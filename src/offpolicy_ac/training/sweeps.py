@@ -40,7 +40,7 @@ class Lane:
   @property
   def label(self) -> str:
     """The setting and a space for log titles ("" without a sweep)."""
-    return setting_label(self.setting) + " " * bool(self.setting)
+    return setting_prefix(self.setting)
 
 
 def lane_names(lanes: list[tuple[dict, int]]) -> list[str]:
@@ -48,13 +48,17 @@ def lane_names(lanes: list[tuple[dict, int]]) -> list[str]:
   " for learning_rate=0.001 seed 3", or "" for a single learner."""
   if len(lanes) == 1:
     return [""]
-  return [f" for {setting_label(setting)}{' ' * bool(setting)}seed {seed}"
-          for setting, seed in lanes]  # fmt: skip
+  return [f" for {setting_prefix(setting)}seed {seed}" for setting, seed in lanes]
 
 
 def setting_label(setting: dict) -> str:
   """A sweep setting as `field=value,...`, its learners' directory name."""
   return ",".join(f"{k}={v:g}" for k, v in setting.items())
+
+
+def setting_prefix(setting: dict) -> str:
+  """`setting_label` and a space, to stand before a seed ("" without a sweep)."""
+  return setting_label(setting) + " " * bool(setting)
 
 
 def sweep_lanes(agent_config: Any, config: TrainConfig) -> list[tuple[dict, int]]:
