@@ -277,7 +277,8 @@ def test_a_run_keeps_its_best_evaluated_parameters_beside_its_final_ones(tmp_pat
                  eval_every=1024, checkpoint_every=1024, keep_checkpoints=6)  # fmt: skip
   summary = json.loads((run_dir / "summary.json").read_text())
   evals = [(l["env_steps"], l["eval_return"]) for l in read_metrics(run_dir) if "eval_return" in l]
-  best_steps, best_return = max(evals, key=lambda e: e[1])  # the first of equal scores
+  # Of equal scores, the latest.
+  best_steps, best_return = max(evals, key=lambda e: (e[1], e[0]))
   assert (summary["best_env_steps"], summary["best_eval_return"]) == (best_steps, best_return)
   assert summary["last_eval_return"] == evals[-1][1] and summary["target_reached_at"] is None
   best = load_run(run_dir, best=True)

@@ -92,11 +92,15 @@ class Accumulators:
     return self.reached_at is not None
 
   def evaluated(self, mean: float, env_steps: int, target: Optional[float]) -> bool:
-    """Records an evaluation's mean return; returns whether it is the best so far."""
+    """Records an evaluation's mean return; returns whether it is the best so far.
+
+    Of equal means the latest is the best: at a return cap (CartPole's 500) many evaluations
+    tie, and the latest of them is the policy that has held the cap longest.
+    """
     self.last_eval = mean
     if target is not None and mean >= target and self.reached_at is None:
       self.reached_at = env_steps
-    if self.best_eval is not None and mean <= self.best_eval:
+    if self.best_eval is not None and mean < self.best_eval:
       return False
     self.best_eval, self.best_env_steps = mean, env_steps
     return True
