@@ -151,6 +151,15 @@ def test_checkpoint_records_of_another_format_kind_or_lane_count_are_refused():
     records.from_record(record, "envpool", 2, "here")
 
 
+def test_the_best_evaluation_is_the_highest_mean_and_of_equal_means_the_latest():
+  accs = records.Accumulators()
+  scores = [(100, 20.0), (200, 500.0), (300, 480.0), (400, 500.0), (500, 499.0)]
+  news = [accs.evaluated(mean, steps, target=475.0) for steps, mean in scores]
+  assert news == [True, True, False, True, False]
+  assert (accs.best_eval, accs.best_env_steps) == (500.0, 400)
+  assert (accs.last_eval, accs.reached_at) == (499.0, 200)
+
+
 @pytest.mark.parametrize("num_seeds", [1, 2])
 def test_ingest_and_replayed_updates_reuse_the_state_buffers_instead_of_copying(num_seeds):
   """The learner donates its state (an Atari replay buffer is gigabytes): the state passed
