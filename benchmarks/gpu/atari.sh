@@ -1,0 +1,176 @@
+#!/usr/bin/env bash
+# One command on the device machine (one H200, 16 CPU cores): Atari throughput, then a table
+# run in the time left, with what comes back under $OUT. See benchmarks/gpu/README.md.
+#
+#   OUT=/tmp/out bash benchmarks/gpu/atari.sh                      # every phase, Pong, IMPALA
+#   PHASES=train GAME=Qbert-v5 OUT=/tmp/out bash benchmarks/gpu/atari.sh
+#
+# Phases (PHASES, comma-separated, default raw,noop,learner,train):
+#   raw      raw envpool stepping over RAW_CONFIGS (raw_sweep.py; K x N[:threads[:batch]])
+#   noop     the training loop with a no-op learner (experiments/bench_async.py async_nolearn)
+#   learner  the same with the real learner (bench_async.py async), NUM_ACTORS x NUM_ENVS
+#   train    experiments/$AGENT.py --preset atari --env-id $GAME for the time left, stopped
+#            by SIGTERM before BUDGET_S; resumed from $CKPT/run.tgz* when that is there
+# $OUT gets at most 8 files: log.txt, summary.txt, results.json, metrics.jsonl, config.json,
+# plot.png, and the run (its newest checkpoint, for --resume) as run.tgz or run.tgz.0, .1.
+set -uo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT"
+START=$(date +%s)
+: "${OUT:?set OUT (the folder whose files come back)}"
+BUDGET_S=${BUDGET_S:-570}          # the whole command, install to packing (timeout_s 600)
+PHASES=${PHASES:-raw,noop,learner,train}
+GAME=${GAME:-Pong-v5}
+AGENT=${AGENT:-impala}             # impala, acer, sql or sqil (each has an atari preset)
+SEED=${SEED:-0}
+TOTAL_STEPS=${TOTAL_STEPS:-10000000}
+NUM_ENVS=${NUM_ENVS:-32}
+NUM_ACTORS=${NUM_ACTORS:-4}
+LAG=${LAG:-8}
+TRAIN_ARGS=${TRAIN_ARGS:---num-envs $NUM_ENVS --actors async --num-actors $NUM_ACTORS --max-policy-lag $LAG --log-every 50000}
+RAW_CONFIGS=${RAW_CONFIGS:-1x32:16:32 1x64:16:64 1x64:16:32 1x128:16:128 1x128:16:64 1x96:16:48 1x64:8:32 4x32 8x16}
+RAW_SECONDS=${RAW_SECONDS:-2}
+BENCH_STEPS=${BENCH_STEPS:-300000}
+BENCH_TORSO=${BENCH_TORSO:-nature_cnn}
+BENCH_ARGS=${BENCH_ARGS:-}
+PHASE_MAX_S=${PHASE_MAX_S:-240}    # a cap on each of raw and the bench (noop + learner)
+RESERVE_S=${RESERVE_S:-60}         # kept after training: its stop, the plot, packing
+MIN_TRAIN_S=${MIN_TRAIN_S:-60}     # train only with at least this much time left
+TRAIN_MAX_S=${TRAIN_MAX_S:-}       # a cap on the training time (default: all that is left)
+KILL_AFTER_S=${KILL_AFTER_S:-30}   # SIGKILL this long after the SIGTERM
+CKPT_MAX_PARTS=${CKPT_MAX_PARTS:-2}
+PART_BYTES=${PART_BYTES:-15728640} # the packed run is split into files of at most this (15 MiB)
+WHEELS=${WHEELS:-.whl}
+CKPT=${CKPT:-.ckpt}                # a carried folder with run.tgz or run.tgz.0, .1, ...
+WORK=${WORK:-/tmp/atari_gpu}
+SKIP_INSTALL=${SKIP_INSTALL:-0}    # 1: the Python environment already has everything
+PY=${PYTHON:-python3}
+export PYTHONUNBUFFERED=1
+
+mkdir -p "$OUT"
+exec > >(tee -a "$OUT/log.txt") 2>&1
+elapsed() { echo $(($(date +%s) - START)); }
+left() { echo $((START + BUDGET_S - $(date +%s))); }
+has() { [[ ",$PHASES," == *",$1,"* ]]; }
+say() { echo "=== [$(elapsed) s] $*"; }
+
+say "atari.sh: PHASES=$PHASES GAME=$GAME AGENT=$AGENT SEED=$SEED BUDGET_S=$BUDGET_S"
+rm -rf "$WORK" && mkdir -p "$WORK"
+if [[ "$SKIP_INSTALL" != 1 ]]; then
+  say "installing $(ls "$WHEELS"/*.whl 2>/dev/null | wc -l) wheels from $WHEELS into /tmp/site"
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site "$WHEELS"/*.whl || { say "install failed"; exit 1; }
+  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+export PYTHONPATH=$ROOT/src${PYTHONPATH:+:$PYTHONPATH}
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null || echo "no nvidia-smi"
+echo "$(nproc) CPU cores; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+"$PY" -c "import jax, envpool, offpolicy_ac; print('python', __import__('sys').version.split()[0], '| jax', jax.__version__, jax.devices(), '| envpool', envpool.__version__)" ||
+  { say "the Python environment is not complete"; exit 1; }
+
+if has raw; then
+  say "raw envpool stepping (at most $PHASE_MAX_S s)"
+  # shellcheck disable=SC2086
+  timeout --signal=TERM --kill-after=10 "$PHASE_MAX_S" "$PY" benchmarks/gpu/raw_sweep.py \
+    --task "$GAME" --configs $RAW_CONFIGS --seconds "$RAW_SECONDS" --out "$WORK/raw.json" ||
+    say "raw: exit code $?"
+fi
+
+modes=()
+has noop && modes+=(async_nolearn)
+has learner && modes+=(async)
+if ((${#modes[@]})); then
+  say "training loop, ${modes[*]}, $NUM_ACTORS actors x $NUM_ENVS envs (at most $PHASE_MAX_S s)"
+  # shellcheck disable=SC2086
+  timeout --signal=TERM --kill-after=10 "$PHASE_MAX_S" "$PY" experiments/bench_async.py \
+    --tasks "$GAME" --modes "${modes[@]}" --actors "$NUM_ACTORS" --pong-envs "$NUM_ENVS" \
+    --pong-torso "$BENCH_TORSO" --pong-steps "$BENCH_STEPS" --max-policy-lag "$LAG" \
+    --repeats 1 --raw-seconds "$RAW_SECONDS" --probe-seconds 1 --out "$WORK/bench" $BENCH_ARGS ||
+    say "bench: exit code $?"
+fi
+
+RUN=$WORK/run
+start_steps=0
+train_s=
+train_rc=
+if has train; then
+  resume=()
+  parts=$(ls "$CKPT"/run.tgz "$CKPT"/run.tgz.* 2>/dev/null | sort -V)
+  if [[ -n "$parts" ]]; then
+    mkdir -p "$RUN"
+    # shellcheck disable=SC2086
+    cat $parts | tar -xzf - -C "$RUN" || { say "cannot unpack $CKPT"; exit 1; }
+    start_steps=$(ls "$RUN/checkpoints" | grep -E '^[0-9]+$' | sort -n | tail -1)
+    resume=(--resume)
+    say "resuming from the checkpoint at ${start_steps:-?} env steps ($(echo $parts))"
+    start_steps=${start_steps:-0}
+  fi
+  limit=$(($(left) - RESERVE_S))
+  if [[ -n "$TRAIN_MAX_S" ]] && ((TRAIN_MAX_S < limit)); then limit=$TRAIN_MAX_S; fi
+  if ((limit < MIN_TRAIN_S)); then
+    say "train: only $limit s left (MIN_TRAIN_S=$MIN_TRAIN_S): skipped"
+  else
+    say "train: $AGENT on $GAME for at most $limit s, then SIGTERM"
+    t0=$(date +%s)
+    # shellcheck disable=SC2086
+    timeout --signal=TERM --kill-after="$KILL_AFTER_S" "$limit" "$PY" "experiments/$AGENT.py" \
+      --preset atari --env-id "$GAME" --seed "$SEED" --total-env-steps "$TOTAL_STEPS" \
+      --run-dir "$RUN" $TRAIN_ARGS "${resume[@]}"
+    train_rc=$?
+    train_s=$(($(date +%s) - t0))
+    say "train: exit code $train_rc after $train_s s (124: stopped by SIGTERM at the limit)"
+  fi
+fi
+
+if [[ -f "$RUN/metrics.jsonl" ]]; then
+  cp "$RUN/metrics.jsonl" "$RUN/config.json" "$OUT/" 2>/dev/null
+  if timeout 60 "$PY" experiments/plot.py "$RUN" --out-dir "$WORK/plots" --reps 200 >/dev/null 2>&1 &&
+    ls "$WORK"/plots/*.png >/dev/null 2>&1; then
+    cp "$(ls "$WORK"/plots/*.png | head -1)" "$OUT/plot.png"
+  elif [[ -f "$RUN/learning_curve.png" ]]; then
+    say "experiments/plot.py failed: plot.png is the run's learning_curve.png"
+    cp "$RUN/learning_curve.png" "$OUT/plot.png"
+  fi
+  newest=$(ls "$RUN/checkpoints" 2>/dev/null | grep -E '^[0-9]+$' | sort -n | tail -1)
+  if [[ -n "$newest" ]]; then
+    # the run without its older checkpoints, final parameters, TensorBoard files and lock
+    pack=$WORK/pack
+    packed=0
+    for with_best in 1 0; do
+      rm -rf "$pack" "$WORK/run.tgz" "$OUT"/run.tgz*
+      mkdir -p "$pack/checkpoints"
+      cp -r "$RUN/checkpoints/$newest" "$pack/checkpoints/"
+      for f in config.json metrics.jsonl summary.json learning_curve.png; do
+        [[ -e "$RUN/$f" ]] && cp "$RUN/$f" "$pack/"
+      done
+      if ((with_best)); then
+        cp "$RUN"/best_params.msgpack* "$pack/" 2>/dev/null
+      fi
+      tar -czf "$WORK/run.tgz" -C "$pack" .
+      size=$(stat -c %s "$WORK/run.tgz")
+      nparts=$(((size + PART_BYTES - 1) / PART_BYTES))
+      if ((nparts <= CKPT_MAX_PARTS)); then
+        if ((nparts == 1)); then
+          cp "$WORK/run.tgz" "$OUT/run.tgz"
+        else
+          split -b "$PART_BYTES" -d -a 1 "$WORK/run.tgz" "$OUT/run.tgz."
+        fi
+        say "packed the run at its checkpoint of $newest env steps: $((size / 1024)) KiB in $nparts file(s)$( ((with_best)) || echo ', without best_params')"
+        packed=1
+        break
+      fi
+    done
+    ((packed)) || say "the run's checkpoint ($((size / 1048576)) MiB) does not fit $CKPT_MAX_PARTS files: not packed"
+  else
+    say "the run wrote no checkpoint: nothing to resume from"
+  fi
+fi
+
+[[ -f "$WORK/bench.txt" ]] && cat "$WORK/bench.txt"
+"$PY" benchmarks/gpu/summarize.py summary --work "$WORK" --out "$OUT" --game "$GAME" \
+  --agent "$AGENT" --start-env-steps "$start_steps" ${train_s:+--train-seconds "$train_s"} \
+  ${train_rc:+--train-rc "$train_rc"} || say "summary failed"
+"$PY" benchmarks/gpu/summarize.py check "$OUT"
+check_rc=$?
+say "done: $(ls "$OUT" | tr '\n' ' ')"
+exit "$check_rc"
