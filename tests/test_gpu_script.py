@@ -1,0 +1,172 @@
+"""benchmarks/gpu/: the device machine's prepared Atari script, run here on the CPU.
+
+The fast tests check the pieces (the limits on what comes back from $OUT, the raw configs,
+the slimmed envpool wheel); the slow one runs atari.sh twice with a tiny budget, as a
+session with the machine would run it twice: every phase, then the run resumed from the
+packed checkpoint carried back.
+"""
+
+import base64
+import hashlib
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+ROOT = pathlib.Path(__file__).parents[1]
+GPU = ROOT / "benchmarks" / "gpu"
+sys.path.insert(0, str(GPU))
+
+import raw_sweep  # noqa: E402
+import slim_wheel  # noqa: E402
+import summarize  # noqa: E402
+
+
+def test_check_out_accepts_the_layout_and_names_each_breach(tmp_path):
+  for name in ("log.txt", "summary.txt", "results.json", "metrics.jsonl", "config.json",
+               "plot.png", "run.tgz.0", "run.tgz.1"):  # fmt: skip
+    (tmp_path / name).write_text("x")
+  assert summarize.check_out(tmp_path) == []
+  (tmp_path / "a" / "b" / "c").mkdir(parents=True)
+  (tmp_path / "a" / "b" / "c" / "deep.txt").write_text("x")
+  (tmp_path / "odd name.txt").write_text("x")
+  with open(tmp_path / "big.bin", "wb") as f:
+    f.truncate(summarize.MAX_FILE_BYTES + 1)
+  problems = "\n".join(summarize.check_out(tmp_path))
+  assert "a/b/c/deep.txt: more than 2 folders down" in problems
+  assert "odd name.txt: a name" in problems
+  assert "big.bin: 16.0 MiB, over 16 MiB" in problems
+  assert "11 files, over 8" in problems
+
+
+def test_raw_configs():
+  assert raw_sweep.parse_config("1x64:16:32") == {
+      "config": "1x64:16:32", "pools": 1, "envs_per_pool": 64, "num_threads": 16,
+      "batch_size": 32,
+  }  # fmt: skip
+  assert raw_sweep.parse_config("4x32")["batch_size"] == 32
+  for bad in ("64", "1x8:0:9", "4x32:8", "0x8"):
+    with pytest.raises(ValueError):
+      raw_sweep.parse_config(bad)
+
+
+def _wheel(path: pathlib.Path, files: dict[str, bytes]) -> None:
+  with zipfile.ZipFile(path, "w") as z:
+    for name, data in files.items():
+      z.writestr(name, data)
+    z.writestr("envpool-1.2.5.dist-info/RECORD", "whatever\n")
+
+
+def test_slim_wheel_keeps_the_families_and_rewrites_entry_and_record(tmp_path):
+  entry = (
+      b'"""Entry point."""\n\nimport envpool.atari.registration  # noqa: F401\n'
+      b"import envpool.mujoco.dmc.registration  # noqa: F401\n"
+  )
+  wheel = tmp_path / "envpool-1.2.5-cp312-cp312-manylinux_2_28_x86_64.whl"
+  _wheel(wheel, {
+      "envpool/__init__.py": b"import envpool.entry\n",
+      "envpool/entry.py": entry,
+      "envpool/python/api.py": b"",
+      "envpool/atari/__init__.py": b"",
+      "envpool/atari/registration.py": b"",
+      "envpool/atari/atari_envpool.so": b"\0" * 100,
+      "envpool/mujoco/dmc/registration.py": b"",
+      "envpool/mujoco/dmc/mujoco_dmc_envpool.so": b"\0" * 100,
+      "envpool-1.2.5.dist-info/METADATA": b"Name: envpool\n",
+  })  # fmt: skip
+  out = tmp_path / "out"
+  out.mkdir()
+  slim_wheel.slim(wheel, out, {"atari"})
+  with zipfile.ZipFile(out / wheel.name) as z:
+    names = set(z.namelist())
+    assert not any("mujoco" in n for n in names)
+    assert "envpool/atari/atari_envpool.so" in names and "envpool/python/api.py" in names
+    new_entry = z.read("envpool/entry.py")
+    assert b"envpool.atari.registration" in new_entry and b"mujoco" not in new_entry
+    record = z.read("envpool-1.2.5.dist-info/RECORD").decode().splitlines()
+    listed = {line.split(",")[0] for line in record}
+    assert listed == names
+    digest = base64.urlsafe_b64encode(hashlib.sha256(new_entry).digest()).rstrip(b"=").decode()
+    assert f"envpool/entry.py,sha256={digest},{len(new_entry)}" in record
+  with pytest.raises(ValueError, match="no environment family"):
+    slim_wheel.slim(wheel, out, {"atari", "pong"})
+
+
+TRAIN_ARGS = (
+    "--num-envs 4 --unroll-length 8 --actors async --num-actors 1 --max-policy-lag 8 "
+    "--log-every 160 --checkpoint-every 320 --eval-every 0 --torso small_cnn"
+)
+
+
+def _run_script(out: pathlib.Path, work: pathlib.Path, ckpt: pathlib.Path, **env) -> str:
+  full = {
+      **os.environ,
+      "OUT": str(out),
+      "WORK": str(work),
+      "CKPT": str(ckpt),
+      "SKIP_INSTALL": "1",
+      "PYTHON": sys.executable,
+      "GAME": "Pong-v5",
+      "TOTAL_STEPS": "1000000",
+      "NUM_ENVS": "4",
+      "NUM_ACTORS": "1",
+      "TRAIN_ARGS": TRAIN_ARGS,
+      "RAW_CONFIGS": "1x4:2:2 2x2",
+      "RAW_SECONDS": "1",
+      "BENCH_STEPS": "960",
+      "BENCH_TORSO": "small_cnn",
+      "BENCH_ARGS": "--pong-unroll 8",
+      "BUDGET_S": "400",
+      "RESERVE_S": "20",
+      "MIN_TRAIN_S": "5",
+      # the packed run (about 0.5 MB here) is split, as a Nature CNN run's is on the device
+      "PART_BYTES": "300000",
+      **env,
+  }
+  proc = subprocess.run(
+      ["bash", str(GPU / "atari.sh")], env=full, cwd=ROOT, capture_output=True, text=True,
+      timeout=600,
+  )  # fmt: skip
+  log = proc.stdout + proc.stderr
+  assert proc.returncode == 0, log[-4000:]
+  return log
+
+
+@pytest.mark.slow
+def test_atari_script_on_the_cpu_then_resumed_from_its_packed_run(tmp_path):
+  out1, out2, work, ckpt = (tmp_path / n for n in ("out1", "out2", "work", "ckpt"))
+  log = _run_script(out1, work, ckpt, PHASES="raw,noop,learner,train", TRAIN_MAX_S="30")
+  assert summarize.check_out(out1) == []
+  files = {p.name for p in out1.iterdir()}
+  assert {"log.txt", "summary.txt", "results.json", "metrics.jsonl", "config.json",
+          "plot.png", "run.tgz.0", "run.tgz.1"} == files, log[-4000:]  # fmt: skip
+  summary = (out1 / "summary.txt").read_text()
+  for part in ("raw envpool stepping, best of 2 configs", "no-op learner", "real learner",
+               "table run", "protocol: Pong-v5: raw game score"):  # fmt: skip
+    assert part in summary, summary
+  results = json.loads((out1 / "results.json").read_text())
+  assert results["raw"]["best"]["env_steps_per_s"] > 0
+  assert {"async", "async_nolearn"} <= set(results["bench"]["medians"])
+  first = results["train"]
+  assert first["interrupted"] and first["resumed_from_env_steps"] is None
+  steps = first["checkpoint_env_steps"]
+  assert steps and steps > 0 and first["env_steps"] >= steps
+
+  # the next command: the returned parts carried back in CKPT, the work folder gone
+  ckpt.mkdir()
+  for part in out1.glob("run.tgz*"):
+    (ckpt / part.name).write_bytes(part.read_bytes())
+  log = _run_script(out2, work, ckpt, PHASES="train", TRAIN_MAX_S="60")
+  assert f"resuming from the checkpoint at {steps} env steps" in log, log[-4000:]
+  assert summarize.check_out(out2) == []
+  second = json.loads((out2 / "results.json").read_text())["train"]
+  assert second["resumed_from_env_steps"] == steps
+  assert second["env_steps"] > steps, log[-4000:]
+  metrics = [json.loads(line) for line in (out2 / "metrics.jsonl").read_text().splitlines()]
+  env_steps = [m["env_steps"] for m in metrics]
+  assert env_steps == sorted(env_steps) and env_steps[-1] == second["env_steps"]
+  assert any(s <= steps for s in env_steps) and any(s > steps for s in env_steps)
