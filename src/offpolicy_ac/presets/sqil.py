@@ -43,8 +43,8 @@ class Args:
   cut_mode: str = "last"
   """How demonstration episodes are cut into sequences: drop, last, null_padding."""
   learning_rate_cooldown: float = 1.0
-  """Lower the learning rate to 0 over this last fraction of the run (default: the whole
-  run, as sql.py's). 0 keeps it constant unless --learning-rate-decay-* are set."""
+  """Lower the learning rate to 0 over this last fraction of the run, as in sql.py. 0
+  keeps it constant unless --learning-rate-decay-* are set."""
   resume: bool = False
   """Continue the run in --run-dir from its last checkpoint."""
   run_dir: Optional[str] = None
