@@ -239,12 +239,18 @@ def host_rollout(env: EnvPoolEnv, act_fn: ActFn, unroll_length: int) -> tuple[
     remaining = T + 1 - int(lo[0])  # not batched: steps still to collect
     count = lo.copy()  # batched: steps collected per environment
     checked = False
+    off_host = None  # act's outputs are on an accelerator (found at the first step)
     parked = ParkedActions()
     if state.parked is not None:
       env.send(state.parked[1], state.parked[0])
     while (count.min() < T + 1) if batched else (remaining > 0):
       raw = env.recv_raw()
       key, action, extras = policy_step(params, raw.obs, key)
+      if off_host is None:
+        off_host = any(d.platform != "cpu" for d in action.devices())
+      if off_host:  # one wait for every output's copy instead of one per output
+        for x in (action, *extras):
+          x.copy_to_host_async()
       action = np.asarray(action)
       extras = [np.asarray(x) for x in extras]
       if not checked:

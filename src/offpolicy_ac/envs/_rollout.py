@@ -82,14 +82,18 @@ def make_rollout(
   if backend == "host":
     init, unroll = host_rollout(env, act_fn, unroll_length)
     put = jax.device_put  # NumPy to the default device
+    to_host = None  # the host loop's trajectories are NumPy already
   elif backend == "compiled":
     init, unroll = compiled_rollout(env, act_fn, unroll_length)
     put = lambda traj: jax.device_put(traj, default_device())  # noqa: E731
+    to_host = lambda traj: jax.tree.map(np.asarray, traj)  # noqa: E731
   else:
     raise ValueError(f"backend must be 'host' or 'compiled', got {backend!r}")
 
   def unroll_to(params: Any, state: Any) -> tuple[Any, Trajectory, EpisodeStats]:
     state, traj, stats = unroll(params, state)
-    return state, put(traj) if to_device else jax.tree.map(np.asarray, traj), stats
+    if to_device:
+      return state, put(traj), stats
+    return state, traj if to_host is None else to_host(traj), stats
 
   return Rollout(init, unroll_to, env, int(unroll_length), backend)
