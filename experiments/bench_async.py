@@ -114,6 +114,10 @@ class Args:
   'impala_resnet'."""
   pong_hidden_sizes: tuple[int, ...] = (32,)
   """MLP layer sizes of the Atari agent (with --pong-torso mlp)."""
+  env_batch_size: int = 0
+  """Batched stepping of the training runs' pools: each recv returns this many of their N
+  environments, so the others step while the policy runs (0: all N, no batched stepping).
+  Raw stepping is never batched."""
   warmup_fraction: float = 0.3
   """Leading fraction of each training run's env steps left out of its rate."""
   raw_seconds: float = 2.0
@@ -173,7 +177,9 @@ def _task(task: str, args: Args, presets: dict) -> Task:
 
 def _loop_for(task: Task, mode: str, args: Args):
   k = args.actors
-  loop = task.loop.replace(rollout="compiled" if "xla" in mode else "host")
+  loop = task.loop.replace(
+      rollout="compiled" if "xla" in mode else "host", env_batch_size=args.env_batch_size
+  )
   if mode in ("sync", "sync_xla"):
     return loop
   if mode == "sync_pools":
