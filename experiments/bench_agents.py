@@ -75,6 +75,8 @@ def _case_flags(case: str, args: Args, algo: str = "") -> list[str]:
         "200000",
         "--log-every",
         "5000",
+        "--learning-rate-cooldown",
+        "0",
     ]
   if case == "v0":
     # SQL and SQIL start from their scripts' cartpole-v0 presets (high replay ratio,
@@ -92,7 +94,10 @@ def _case_flags(case: str, args: Args, algo: str = "") -> list[str]:
         "--total-env-steps",
         str(args.max_steps_v0),
     ]
-  return [
+  # SQL's default anneals its step size over the budget; a run to a target keeps it
+  # constant, so that the budget does not change the run.
+  constant = ["--learning-rate-cooldown", "0"] if algo == "sql" else []
+  return constant + [
       "--env-id",
       "CartPole-v1",
       "--eval-episodes",
