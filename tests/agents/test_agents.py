@@ -194,6 +194,21 @@ def test_sql_acting_and_update(cartpole_spec):
   )
 
 
+@pytest.mark.parametrize("spec_name", ["cartpole_spec", "pendulum_spec"])
+@pytest.mark.parametrize("name", ["impala", "acer", "sql"])
+def test_updates_have_no_effects_so_jit_keeps_its_fast_dispatch(name, spec_name, request):
+  """The losses' in-program action-range checks (`checkify.debug_check`) would give every
+  update an effect, and jit would dispatch it through its slow Python path: the agents
+  trace their updates `without_range_checks`."""
+  from offpolicy_ac.agents.registry import make_agent
+
+  spec = request.getfixturevalue(spec_name)
+  agent = make_agent(name, spec, {})
+  state = agent.init(jax.random.PRNGKey(0))
+  traj = _trajectory(spec, agent, state.params, jax.random.PRNGKey(2))
+  assert jax.make_jaxpr(agent.update)(state, traj).effects == set()
+
+
 def test_sql_keys_are_split_not_reused(cartpole_spec):
   agent = make_sql(cartpole_spec)
   state = agent.init(jax.random.PRNGKey(0))

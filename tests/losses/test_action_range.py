@@ -180,6 +180,22 @@ def test_range_check_costs_nothing_when_not_checkified(num_actions):
   assert any(op.startswith("reduce") for op in checked), checked
 
 
+def test_without_range_checks_the_traced_function_has_no_effect_and_nothing_to_report():
+  """`jax.jit` dispatches a function with an effect through its slow Python path; without
+  the range checks the function has none, and under jit a bad action still selects NaN."""
+  q, *_ = _inputs(3)
+  actions = _actions_with(7)
+  assert jax.make_jaxpr(L.take_action)(q, actions).effects  # the debug_check's
+  fast = L.without_range_checks(L.take_action)
+  assert jax.make_jaxpr(fast)(q, actions).effects == set()
+  err, out = checkify.checkify(jax.jit(fast))(q, actions)
+  assert err.get() is None
+  np.testing.assert_array_equal(np.isnan(np.asarray(out)), [False, False, True, False])
+  with pytest.raises(ValueError, match="must hold actions"):  # eager checks stay
+    fast(q, actions)
+  assert jax.make_jaxpr(L.take_action)(q, actions).effects  # outside, the checks are back
+
+
 # ---------------------------------------------------------------------------
 # Weighted reductions.
 # ---------------------------------------------------------------------------

@@ -167,6 +167,7 @@ def _make_update(loss_fn, optimizer, config: AcerConfig):
   """update(state, traj): one gradient step, then the average network's EMA step."""
 
   @jax.jit
+  @losses.without_range_checks  # no effect: jit's fast dispatch (losses._checks)
   def update(state, traj):
     key, loss_key = jax.random.split(state.key)
     grads, metrics = jax.grad(loss_fn, has_aux=True)(

@@ -20,6 +20,7 @@ from offpolicy_ac.losses._acer import sdn_q_value
 from offpolicy_ac.losses._acer import trust_region_projection
 from offpolicy_ac.losses._acer import trust_region_surrogate
 from offpolicy_ac.losses._actions import take_action
+from offpolicy_ac.losses._checks import without_range_checks
 from offpolicy_ac.losses._distributions import ImportanceRatios
 from offpolicy_ac.losses._distributions import categorical_entropy
 from offpolicy_ac.losses._distributions import categorical_importance_ratios
@@ -110,4 +111,5 @@ __all__ = [
     "trust_region_surrogate",
     "vtrace",
     "weighted_mean",
+    "without_range_checks",
 ]
