@@ -61,8 +61,11 @@ class Args:
 
 
 def _case_flags(case: str, args: Args, algo: str = "") -> list[str]:
+  # SQL's and SQIL's defaults anneal the step size over the budget; a run to a target keeps
+  # it constant, so that the budget does not change the run.
+  constant = ["--learning-rate-cooldown", "0"] if algo in ("sql", "sqil") else []
   if case == "v1" and algo == "sqil":  # SQIL: stop at 450, with a budget of 200k steps
-    return [
+    return constant + [
         "--env-id",
         "CartPole-v1",
         "--eval-episodes",
@@ -75,8 +78,6 @@ def _case_flags(case: str, args: Args, algo: str = "") -> list[str]:
         "200000",
         "--log-every",
         "5000",
-        "--learning-rate-cooldown",
-        "0",
     ]
   if case == "v0":
     # SQL and SQIL start from their scripts' cartpole-v0 presets (high replay ratio,
@@ -94,9 +95,6 @@ def _case_flags(case: str, args: Args, algo: str = "") -> list[str]:
         "--total-env-steps",
         str(args.max_steps_v0),
     ]
-  # SQL's default anneals its step size over the budget; a run to a target keeps it
-  # constant, so that the budget does not change the run.
-  constant = ["--learning-rate-cooldown", "0"] if algo == "sql" else []
   return constant + [
       "--env-id",
       "CartPole-v1",

@@ -166,8 +166,7 @@ def _check_extras(traj, keys, kind: str) -> None:
 def _make_update(loss_fn, optimizer, config: AcerConfig):
   """update(state, traj): one gradient step, then the average network's EMA step."""
 
-  @jax.jit
-  @losses.without_range_checks  # no effect: jit's fast dispatch (losses._checks)
+  @base.jit_update
   def update(state, traj):
     key, loss_key = jax.random.split(state.key)
     grads, metrics = jax.grad(loss_fn, has_aux=True)(

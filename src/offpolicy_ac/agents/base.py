@@ -6,7 +6,7 @@
     action = agent.greedy_act(state.params, obs)
     state, metrics = agent.update(state, batch) # batch: a time-major Trajectory
 
-All functions are jit-compatible; `update` is jitted by the factory. Keys are
+All functions are jit-compatible; `update` is jitted by the factory (`jit_update`). Keys are
 split, never reused: `update` draws from and advances `state.key`.
 """
 
@@ -20,6 +20,8 @@ from typing import Sequence
 import flax.struct
 import jax
 import optax
+
+from offpolicy_ac import losses
 
 
 class AgentState(NamedTuple):
@@ -116,6 +118,14 @@ def make_optimizer(
   else:
     raise ValueError(f"optimizer must be 'adam' or 'rmsprop', got {name!r}")
   return optax.chain(optax.clip_by_global_norm(max_grad_norm), opt)
+
+
+def jit_update(update: Callable) -> Callable:
+  """`jax.jit(update)`, traced without the losses' in-program action-range checks
+  (`losses.without_range_checks`): their `checkify.debug_check` would give the update an
+  effect, and jit dispatches a function with an effect through its slow Python path on
+  every call."""
+  return jax.jit(losses.without_range_checks(update))
 
 
 def gradient_step(

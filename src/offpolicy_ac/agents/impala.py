@@ -205,8 +205,7 @@ def make_impala(spec, config: ImpalaConfig = ImpalaConfig()) -> base.Agent:
     )
     return res.loss, metrics
 
-  @jax.jit
-  @losses.without_range_checks  # no effect: jit's fast dispatch (losses._checks)
+  @base.jit_update
   def update(state, traj):
     grads, metrics = jax.grad(loss_fn, has_aux=True)(state.params, traj)
     params, opt_state, metrics["grad_norm"] = base.gradient_step(

@@ -93,8 +93,7 @@ def make_sql_discrete(spec, config: SqlConfig = SqlConfig(), *, name: str = "sql
         "abs_td_error": losses.weighted_mean(jnp.abs(errors), w),
     }
 
-  @jax.jit
-  @losses.without_range_checks  # no effect: jit's fast dispatch (losses._checks)
+  @base.jit_update
   def update(state, batch):
     grads, metrics = jax.grad(loss_fn, has_aux=True)(state.params, state.target_params, batch)
     params, opt_state, metrics["grad_norm"] = base.gradient_step(

@@ -208,8 +208,7 @@ def make_sql_continuous(spec, config: SqlConfig = SqlConfig(), *, name: str = "s
     }
     return q_loss + svgd_loss, metrics
 
-  @jax.jit
-  @losses.without_range_checks  # no effect: jit's fast dispatch (losses._checks)
+  @base.jit_update
   def update(state, batch):
     key, loss_key = jax.random.split(state.key)
     grads, metrics = jax.grad(loss_fn, has_aux=True)(

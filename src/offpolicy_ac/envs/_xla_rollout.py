@@ -165,7 +165,6 @@ class _PlacedParams:
     if (
         self._treedef is not None
         and treedef == self._treedef
-        and len(leaves) == len(self._leaves)
         and all(a is b for a, b in zip(leaves, self._leaves))
     ):
       return self._placed
