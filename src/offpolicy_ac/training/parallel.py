@@ -126,7 +126,6 @@ class DataParallel:
     self.process_index = jax.process_index()
     self.trivial = self.num_devices == 1
     self.replicated = NamedSharding(mesh, P())
-    self._local_device = jax.local_devices()[0]
 
   @classmethod
   def create(cls, learner_devices: int = 1) -> "DataParallel":
