@@ -44,8 +44,8 @@ and learner on different cores, so on a loaded machine they shrink. `--out PATH`
 writes PATH.txt (the printed report) and PATH.json (every repeat).
 
 Networks: CartPole uses IMPALA's default MLP (64, 64). Pong uses the Atari preset's agent
-(`experiments/impala.py --preset atari`: RMSProp etc.) with the library's SMALL pixel torso
-by default (`small_cnn`: 4x4 average pooling, two small convs, dense 128): a Nature CNN
+(`experiments/impala.py --preset atari`) with the library's SMALL pixel torso by default
+(`small_cnn`: 4x4 max pooling, two small convs, dense 128): a Nature CNN
 update on a [21, 8] batch takes over a second on 2 CPU cores (the learner could never keep
 up), and an MLP on the raw 4x84x84 frames costs the actors more per step than the small
 CNN (`--pong-torso nature_cnn` / `mlp` for those).

@@ -264,17 +264,30 @@ def test_pixel_torsos_map_frames_to_features(kind, features):
     "dtype,shape",
     [(jnp.uint8, (3, 4, 84, 84)), (jnp.uint8, (2, 2, 10, 7)), (jnp.float32, (2, 3, 9, 12))],
 )
-def test_small_cnn_pooling_is_flax_average_pooling(dtype, shape):
+def test_small_cnn_pooling_is_flax_max_pooling(dtype, shape):
   import flax.linen as nn
 
-  from offpolicy_ac.networks.torsos import _average_pool_to_nhwc
+  from offpolicy_ac.networks.torsos import _max_pool_to_nhwc
   from offpolicy_ac.networks.torsos import _to_nhwc
 
   frames = jax.random.randint(jax.random.PRNGKey(3), shape, 0, 256).astype(dtype)
-  expected = nn.avg_pool(_to_nhwc(frames), (4, 4), strides=(4, 4))
-  got = jax.jit(_average_pool_to_nhwc, static_argnums=1)(frames, 4)
+  expected = nn.max_pool(_to_nhwc(frames), (4, 4), strides=(4, 4))
+  got = jax.jit(_max_pool_to_nhwc, static_argnums=1)(frames, 4)
   assert got.shape == expected.shape and got.dtype == jnp.float32
   np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-7)
+
+
+def test_small_cnn_pooling_keeps_a_two_pixel_ball_at_full_contrast():
+  """Pong's ball (2 x 2 pixels of value 236 on a background of 87) lifts its pooled cell by
+  (236 - 87) / 255 = 0.58, not the sixteenth of that a block mean would give."""
+  from offpolicy_ac.networks.torsos import _max_pool_to_nhwc
+
+  background = jnp.full((1, 4, 84, 84), 87, jnp.uint8)
+  with_ball = background.at[:, :, 65:67, 81:83].set(236)
+  lift = _max_pool_to_nhwc(with_ball, 4) - _max_pool_to_nhwc(background, 4)
+  assert lift.shape == (1, 21, 21, 4)
+  np.testing.assert_allclose(lift[0, 16, 20], (236 - 87) / 255, rtol=1e-6)
+  assert float(jnp.abs(lift).sum()) == pytest.approx(4 * (236 - 87) / 255, rel=1e-5)
 
 
 def test_minatar_cnn_is_the_3x3_convolution_then_dense():

@@ -4,7 +4,7 @@ CI runs every preset's reduced budget in test_atari_presets.py). SQIL learns fro
 recorded with ACER's run (so its test trains ACER first when run alone).
 
 Each run is its script's Atari preset on Breakout-v5 with the CPU-sized torso
-(`small_cnn`: 4x4 average pooling, two small convolutions, dense 128) and no greedy
+(`small_cnn`: 4x4 max pooling, two small convolutions, dense 128) and no greedy
 evaluation (a greedy Breakout policy that never serves plays on to the 27,000-step time
 limit).
 The score is the raw game score of whole games the training actors finish (episodic life

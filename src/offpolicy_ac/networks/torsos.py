@@ -77,35 +77,40 @@ class ImpalaResNet(nn.Module):
     return nn.relu(nn.Dense(self.dense_size)(x))
 
 
-def _average_pool_to_nhwc(obs: jnp.ndarray, size: int) -> jnp.ndarray:
-  """[B, C, H, W] frames -> [B, H // size, W // size, C] block means scaled to [0, 1] (as
-  `nn.avg_pool(_to_nhwc(obs), (size, size), strides=(size, size))`, trailing rows and
-  columns dropped). Integer frames are summed as int32 and converted once per block: on
-  CPU about 3x faster than pooling the float frames (4 x 84 x 84, 8 or 168 frames)."""
+def _max_pool_to_nhwc(obs: jnp.ndarray, size: int) -> jnp.ndarray:
+  """[B, C, H, W] frames -> [B, H // size, W // size, C] block maxima scaled to [0, 1] (as
+  `nn.max_pool(_to_nhwc(obs), (size, size), strides=(size, size))`, trailing rows and
+  columns dropped). The maxima are taken on the 8-bit frames and converted once per block,
+  so pooling costs about what a block mean on int32 sums does."""
   b, c, h, w = obs.shape
   h, w = h // size, w // size
-  x = obs[:, :, : h * size, : w * size].reshape(b, c, h, size, w, size)
-  if jnp.issubdtype(obs.dtype, jnp.integer):
-    x = x.astype(jnp.int32).sum((3, 5)).astype(jnp.float32)
-  else:
-    x = x.astype(jnp.float32).sum((3, 5))
-  return jnp.transpose(x * (1.0 / (size * size * 255.0)), (0, 2, 3, 1))
+  x = obs[:, :, : h * size, : w * size].reshape(b, c, h, size, w, size).max((3, 5))
+  return jnp.transpose(x.astype(jnp.float32) * (1.0 / 255.0), (0, 2, 3, 1))
 
 
 class SmallCNN(nn.Module):
-  """A light pixel torso for CPU runs: 4x4 average pooling (84x84 -> 21x21), conv
-  16x4x4/2, conv 32x3x3/2, dense 128. [B, C, H, W] -> [B, dense_size]; about 1/25 of
-  the Nature CNN's multiply-adds, so a CPU learner keeps up with the actors."""
+  """A light pixel torso for CPU runs: 4x4 max pooling (84x84 -> 21x21), conv 16x4x4/2,
+  conv 32x3x3/2, dense 128, ReLU, orthogonal initialisation with gain sqrt(2) (as OpenAI
+  baselines' and CleanRL's Atari networks). [B, C, H, W] -> [B, dense_size]; about 1/25 of
+  the Nature CNN's multiply-adds, so a CPU learner keeps up with the actors.
+
+  Max pooling keeps small objects at full contrast: Pong's ball (about 2 x 2 pixels of
+  the 84 x 84 frame) is 0.56 of the pixel range above the background in its pooled cell,
+  against 0.06 in a block mean. With 4x4 average pooling, or Flax's default (LeCun)
+  initialisation, IMPALA's policy on Pong-v5 stayed uniform for 2M env steps
+  (results/notes/atari.md)."""
 
   dense_size: int = 128
 
   @nn.compact
   def __call__(self, obs: jnp.ndarray) -> jnp.ndarray:
-    x = _average_pool_to_nhwc(obs, 4)
+    init = nn.initializers.orthogonal(jnp.sqrt(2.0))
+    x = _max_pool_to_nhwc(obs, 4)
     for features, kernel, stride in ((16, 4, 2), (32, 3, 2)):
-      x = nn.relu(nn.Conv(features, (kernel, kernel), (stride, stride), padding="VALID")(x))
+      conv = nn.Conv(features, (kernel, kernel), (stride, stride), "VALID", kernel_init=init)
+      x = nn.relu(conv(x))
     x = x.reshape(x.shape[0], -1)
-    return nn.relu(nn.Dense(self.dense_size)(x))
+    return nn.relu(nn.Dense(self.dense_size, kernel_init=init)(x))
 
 
 class MinAtarCNN(nn.Module):
