@@ -279,7 +279,7 @@ def test_small_cnn_pooling_is_flax_max_pooling(dtype, shape):
 
 def test_small_cnn_pooling_keeps_a_two_pixel_ball_at_full_contrast():
   """Pong's ball (2 x 2 pixels of value 236 on a background of 87) lifts its pooled cell by
-  (236 - 87) / 255 = 0.58, not the sixteenth of that a block mean would give."""
+  (236 - 87) / 255 = 0.58, not the quarter of that a block mean would give."""
   from offpolicy_ac.networks.torsos import _max_pool_to_nhwc
 
   background = jnp.full((1, 4, 84, 84), 87, jnp.uint8)
