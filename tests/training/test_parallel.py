@@ -300,6 +300,41 @@ def test_initialize_distributed_after_jax_started_raises():
   assert jax.config.jax_num_cpu_devices == before
 
 
+_IMPORT_EVERYTHING = """
+import pkgutil, runpy, sys
+import offpolicy_ac
+from offpolicy_ac.training import parallel
+for module in pkgutil.walk_packages(offpolicy_ac.__path__, "offpolicy_ac."):
+  __import__(module.name)
+for script in sys.argv[1:]:
+  demos = ["--demos", "demos.npz"] if script.endswith("sqil.py") else []
+  runpy.run_path(script, run_name="imported")["parse"](["--seed", "0", *demos])
+assert not parallel._backend_started(), "importing or parsing started a JAX backend"
+"""
+
+
+def test_importing_the_package_and_parsing_a_command_line_start_no_jax_backend():
+  """A module-level JAX value (say `jnp.sqrt(2.0)` as an initialiser's gain) starts the
+  backend at import, and every job of several processes then fails in
+  initialize_distributed. Imports every module and parses every script's command line in a
+  fresh process."""
+  scripts = sorted(str(path) for path in EXPERIMENTS.glob("*.py") if _has_parse(path))
+  assert scripts
+  proc = subprocess.run(
+      [sys.executable, "-c", _IMPORT_EVERYTHING, *scripts],
+      env=cpu_process_env(),
+      capture_output=True,
+      text=True,
+      timeout=300,
+      check=False,
+  )
+  assert proc.returncode == 0, proc.stderr[-4000:]
+
+
+def _has_parse(path):
+  return "\ndef parse(" in path.read_text()
+
+
 def test_train_refuses_num_processes_without_a_distributed_job(tmp_path):
   config = TrainConfig.of(
       num_envs=4,

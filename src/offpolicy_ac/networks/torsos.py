@@ -6,13 +6,17 @@ stack), scale them to [0, 1] and work in NHWC internally.
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import flax.linen as nn
 import jax.numpy as jnp
 
-_ORTHOGONAL_SQRT2 = nn.initializers.orthogonal(jnp.sqrt(2.0))
-"""Kernel initialisation of the MLP and the small CNN (OpenAI baselines', CleanRL's)."""
+_ORTHOGONAL_SQRT2 = nn.initializers.orthogonal(math.sqrt(2.0))
+"""Kernel initialisation of the MLP and the small CNN (OpenAI baselines', CleanRL's).
+
+The gain is a Python float: a module-level `jnp` value would start a JAX backend at
+import, before `jax.distributed.initialize` can run."""
 
 
 class MLPTorso(nn.Module):
