@@ -123,8 +123,8 @@ def _run_script(out: pathlib.Path, work: pathlib.Path, ckpt: pathlib.Path, **env
       "BUDGET_S": "400",
       "RESERVE_S": "20",
       "MIN_TRAIN_S": "5",
-      # the packed run (about 0.5 MB here) is split, as a Nature CNN run's is on the device
-      "PART_BYTES": "300000",
+      # the packed run (about 0.65 MB here) is split, as a Nature CNN run's is on the device
+      "PART_BYTES": "400000",
       **env,
   }
   proc = subprocess.run(
@@ -168,5 +168,8 @@ def test_atari_script_on_the_cpu_then_resumed_from_its_packed_run(tmp_path):
   assert second["env_steps"] > steps, log[-4000:]
   metrics = [json.loads(line) for line in (out2 / "metrics.jsonl").read_text().splitlines()]
   env_steps = [m["env_steps"] for m in metrics]
-  assert env_steps == sorted(env_steps) and env_steps[-1] == second["env_steps"]
+  assert env_steps == sorted(env_steps)
+  # A stopped run logs no partial interval (the resumed run logs it in full): the last
+  # line is within one --log-every (160) of where the stop came.
+  assert 0 <= second["env_steps"] - env_steps[-1] < 160
   assert any(s <= steps for s in env_steps) and any(s > steps for s in env_steps)
