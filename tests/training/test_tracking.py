@@ -160,6 +160,10 @@ def test_track_logs_a_script_run_to_wandb_and_resume_continues_it(tmp_path, offl
   assert [(r["env_steps"], r.get("episode_return")) for r in history] == logged
   assert all("loss" in r and "wall_time_s" in r for r in history)
 
+  # W&B names an offline run's folder by the second it started and the run id: a resume
+  # in the same second as the first run would write into the first run's folder.
+  started = time.time()
+  time.sleep(max(0.0, 1.05 - (started - int(started))))
   module.run(dataclasses.replace(args, resume=True, train=args.train.replace(total_env_steps=1280)))
   paths = _offline_runs(offline_wandb, run_id)
   assert len(paths) == 2  # the same W&B run, continued
