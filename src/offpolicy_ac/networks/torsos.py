@@ -102,7 +102,7 @@ class SmallCNN(nn.Module):
   the Nature CNN's multiply-adds, so a CPU learner keeps up with the actors.
 
   Max pooling keeps small objects at full contrast: in a Pong frame measured, the ball (2 x
-  2 pixels of 96 to 229 on a background of 87) lifts its pooled cell by 0.56 of the pixel
+  2 pixels, up to 229, on a background of 87) lifts its pooled cell by 0.56 of the pixel
   range, and a block mean by 0.06. With 4x4 average pooling, or Flax's default (LeCun)
   initialisation, IMPALA's policy on Pong-v5 stayed uniform for 2M env steps
   (results/notes/atari.md)."""
