@@ -289,3 +289,87 @@ def test_a_stop_signal_in_a_compiled_run_checkpoints_there_and_resumes_exactly(t
   assert summary["interrupted"] and summary["checkpoint_env_steps"] == summary["env_steps"] < steps
   _run(run_dir, "--resume", *flags, steps=steps)
   _same_run(run_dir, straight)
+
+
+_KILLED_WHILE_SAVING = """
+import os, signal, sys
+import numpy as np
+from offpolicy_ac.training import checkpoint
+
+saves = []
+checksums = checkpoint.array_checksums
+
+def checksums_then_die(tree):  # the second save dies after orbax finished its part
+  saves.append(1)
+  if len(saves) == 2:
+    os.kill(os.getpid(), signal.SIGKILL)
+  return checksums(tree)
+
+checkpoint.array_checksums = checksums_then_die
+ckpt = checkpoint.Checkpointer(sys.argv[1], max_to_keep=1)
+ckpt.save(1, {"x": np.ones(3)}, {"step": 1})
+ckpt.save(2, {"x": np.full(3, 2.0)}, {"step": 2})
+"""
+
+
+def test_a_kill_as_a_checkpoint_completes_keeps_the_one_before(tmp_path):
+  """With one checkpoint kept, the older one goes only once the new one is complete."""
+  from offpolicy_ac.training.checkpoint import Checkpointer
+
+  proc = subprocess.run([sys.executable, "-c", _KILLED_WHILE_SAVING, str(tmp_path)],
+                        capture_output=True, text=True, timeout=300)  # fmt: skip
+  assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
+  ckpt = Checkpointer(tmp_path, max_to_keep=1)
+  with pytest.warns(RuntimeWarning, match="checkpoint 2 .* could not be read"):
+    step, arrays, record = ckpt.restore_latest({"x": np.zeros(3)})
+  ckpt.close()
+  assert step == 1 and record == {"step": 1}
+  np.testing.assert_array_equal(arrays["x"], np.ones(3))
+
+
+def test_a_changed_format_in_the_newest_record_is_damage_not_another_version(tmp_path, straight):
+  run_dir = tmp_path / "run"
+  _run(run_dir, steps=3840)
+  [record] = [p for p in (run_dir / "checkpoints" / "3840" / "record").iterdir() if p.is_file()
+              and b'"format": 3' in p.read_bytes()]  # fmt: skip
+  record.write_bytes(record.read_bytes().replace(b'"format": 3', b'"format": 1'))
+  proc = _run(run_dir, "--resume")
+  assert "checkpoint 3840" in proc.stderr and "record does not match" in proc.stderr
+  _same_run(run_dir, straight)
+
+
+def test_a_stop_signal_ends_a_run_of_seeds_one_after_the_other_and_resume_finishes_it(tmp_path):
+  seeds = ["--num-seeds", "2", "--no-vmap-seeds"]
+  straight = tmp_path / "straight"
+  _run(straight, *seeds)
+  run_dir = tmp_path / "run"
+  proc = _start_and_wait(run_dir, lambda d: _lines(d / "seed0") >= 1, *seeds)
+  proc.send_signal(signal.SIGTERM)
+  out, err = proc.communicate(timeout=120)
+  assert proc.returncode == 0, err[-3000:]
+  assert json.loads((run_dir / "seed0" / "summary.json").read_text())["interrupted"]
+  assert not (run_dir / "seed1").exists()  # the stop ended the run, not only its seed
+  _run(run_dir, *seeds, "--resume")  # seed 0 goes on, seed 1 starts
+  for seed in ("seed0", "seed1"):
+    _same_run(run_dir / seed, straight / seed)
+
+
+def test_resume_on_one_learner_of_a_run_of_several_is_refused(tmp_path):
+  run_dir = tmp_path / "run"
+  _run(run_dir, "--num-seeds", "2", steps=1280)
+  before = (run_dir / "seed0" / "metrics.jsonl").read_text()
+  proc = _run(run_dir / "seed0", "--resume", steps=1280, check=False)
+  assert proc.returncode == 2
+  assert f"is one learner of the run in {run_dir}: resume that run" in proc.stderr
+  assert (run_dir / "seed0" / "metrics.jsonl").read_text() == before
+
+
+def test_a_metrics_file_cut_short_is_refused_in_one_line_on_resume(tmp_path):
+  run_dir = tmp_path / "run"
+  _run(run_dir, steps=2560)
+  metrics = run_dir / "metrics.jsonl"
+  metrics.write_text(metrics.read_text().splitlines(keepends=True)[0])
+  proc = _run(run_dir, "--resume", check=False)
+  assert proc.returncode == 2 and "Traceback" not in proc.stderr
+  last = proc.stderr.strip().splitlines()[-1]
+  assert last.startswith("[impala] error:") and "cut or edited" in last, last

@@ -3,13 +3,13 @@
 A checkpoint holds a pytree of arrays (agent state: parameters, target/average
 parameters, optimizer state, RNG keys, counters; replay buffers; loop counters
 and keys) and a JSON record (log accumulators, metadata). Orbax writes each
-step into a temporary directory and renames it when complete, so a kill during
-a save leaves the previous checkpoints untouched; the last `max_to_keep` are
-kept. Then the CRC-32 of every array is written (`checksums.json`, last, atomically)
-and checked on restore: `restore_latest` falls back to older checkpoints, with a
-warning that names it, when the newest cannot be read, has no checksums (a save that
-did not finish) or does not match them (the damaged one is renamed aside, not
-deleted).
+step into a temporary directory and renames it when complete; then the CRC-32 of every
+array and of the record is written (`checksums.json`, last, atomically), and only then
+are the checkpoints older than the newest `max_to_keep` deleted, so a kill at any moment
+of a save leaves the previous checkpoints intact. On restore, `restore_latest` falls back
+to older checkpoints, with a warning that names it, when the newest cannot be read, has
+no checksums (a save that did not finish) or does not match them (the damaged one is
+renamed aside, not deleted).
 
 Multi-host jobs: the learner state is replicated, so process 0 alone writes
 (`read_only=False`); the other processes open the same directory read-only
@@ -131,7 +131,7 @@ class Checkpointer:
         )
       self.directory.mkdir(parents=True, exist_ok=True)
       options = ocp.CheckpointManagerOptions(
-          max_to_keep=self._max_to_keep,
+          max_to_keep=None,  # `save` deletes the old ones, once the new one is complete
           create=not kwargs,
           enable_async_checkpointing=False,
           **kwargs,
@@ -166,6 +166,8 @@ class Checkpointer:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps({**array_checksums(savable), RECORD: record_checksum(record)}))
     os.replace(tmp, path)
+    for old in self.steps()[: -self._max_to_keep]:
+      self._manager.delete(old)
 
   def steps(self) -> list[int]:
     self._manager.reload()
@@ -184,14 +186,18 @@ class Checkpointer:
     template = _to_savable(template)
     for step in reversed(self.steps()):
       if check_record is not None:
+        record, expected = None, None
         try:
-          record = self._manager.restore(
+          record = dict(self._manager.restore(
               step, args=ocp.args.Composite(record=ocp.args.JsonRestore())
-          )["record"]
+          )["record"])  # fmt: skip
+          expected = json.loads((self.directory / str(step) / CHECKSUMS).read_text()).get(RECORD)
         except Exception:  # pylint: disable=broad-except
-          record = None  # unreadable: handled with the arrays below
-        if record is not None:
-          check_record(dict(record))  # a checkpoint of another kind: not quarantined
+          pass  # unreadable, or no checksums (an older version's): handled below
+        # A record that does not match its checksum is damaged (set aside below), not a
+        # checkpoint of another format or kind (refused here, and not set aside).
+        if record is not None and expected in (None, record_checksum(record)):
+          check_record(record)
       try:
         checksums = _read_checksums(self.directory / str(step))
         restored = self._manager.restore(

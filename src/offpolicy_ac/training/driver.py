@@ -271,7 +271,11 @@ class _Driver:
       self.schedule, self.accs = check(record)
       self.saved = self.schedule.env_steps
     for logger in self.loggers:
-      logger.truncate(self.schedule.log_lines)
+      try:
+        logger.truncate(self.schedule.log_lines)
+      except ValueError as e:  # metrics.jsonl lost lines the checkpoint counts
+        raise ResumeError(f"{e} (it was cut or edited after the checkpoint): restore it, or "
+                          "start the run over in another --run-dir") from e  # fmt: skip
     return state
 
   def wall_time(self) -> float:
@@ -347,7 +351,8 @@ class _Driver:
         self.accumulate(progress)
         if progress.stopped:
           interrupted = True
-          if program.checkpoint_at_stop:
+          # Nothing new since the newest checkpoint: it stays as it is (not written again).
+          if program.checkpoint_at_stop and self.saved != schedule.env_steps:
             schedule.segment += 1
             self.save(state)
           break
@@ -369,10 +374,11 @@ class _Driver:
           self.save(state)
           if not end:
             program.open(state, schedule.segment)
-        if end and not logged and any(a.pending for a in self.accs):
-          # A final line for the partial interval; a resumed run drops it (it is after
-          # the checkpoint's log_lines) and logs the interval in full.
-          self.log(state, evaluate=False, final=True)
+      if not interrupted and any(a.pending for a in self.accs):
+        # A final line for the partial interval at the end, after the last checkpoint:
+        # resuming that checkpoint writes it again, or, with a larger budget, drops it (it
+        # is after the checkpoint's log_lines) and logs the interval in full.
+        self.log(state, evaluate=False, final=True)
     finally:
       program.close()
     wall, versions = self.wall_time(), program.num_updates(state)

@@ -22,7 +22,8 @@ Several learners (`--num-seeds N`; `--sweep FIELD=V1,V2,...`: one per setting an
 are lanes of one program, each logging in `<run_dir>/seed<k>` or
 `<run_dir>/<setting>/seed<k>` (`training/sweeps.py`), plus plots (and for a sweep a table)
 that compare them. Seeds that cannot share a learner (actor threads, several devices or
-processes, `--no-vmap-seeds`) run one after the other. A multi-host job
+processes, `--no-vmap-seeds`) run one after the other; a stop signal ends the run with the
+seed it stopped, and `--resume` continues that seed, then starts the next. A multi-host job
 (`--num-processes`) joins the jax.distributed job first.
 """
 
@@ -176,9 +177,12 @@ def _make_checkpointer(config: TrainConfig, root: pathlib.Path) -> Any:
 
 
 def _seed_args(args: Any, seed: int, run_dir: pathlib.Path) -> Any:
-  """The args of seed `seed` alone, logging in `run_dir`."""
-  return dataclasses.replace(args, train=args.train.replace(seed=seed, num_seeds=1),
-                             run_dir=str(run_dir))  # fmt: skip
+  """The args of seed `seed` alone, logging in `run_dir`. Resuming, a seed that never
+  started (its run was stopped before) starts."""
+  changes = {"train": args.train.replace(seed=seed, num_seeds=1), "run_dir": str(run_dir)}
+  if getattr(args, "resume", False):
+    changes["resume"] = (run_dir / "config.json").exists()
+  return dataclasses.replace(args, **changes)
 
 
 def run_experiment(name: str, args: Any, agent_factory: Callable, *,
@@ -193,6 +197,12 @@ def run_experiment(name: str, args: Any, agent_factory: Callable, *,
     config.validate()
   if config.tracking.track:
     require_wandb()
+  if getattr(args, "resume", False):  # refused before anything is created on disk
+    with refusals():
+      if not args.run_dir:
+        raise ValueError("--resume needs --run-dir: the run directory to continue")
+      if not pathlib.Path(args.run_dir).is_dir():
+        raise FileNotFoundError(f"--resume: {args.run_dir} is not a run directory")
   enable_compilation_cache()
   root = pathlib.Path(args.run_dir or default_run_dir(name, config))
   seeds = config.seeds
@@ -203,11 +213,21 @@ def run_experiment(name: str, args: Any, agent_factory: Callable, *,
       or (config.budget.vmap_seeds and config.vmap_unsupported_reason() is None)
   )
   if not shared:  # one after the other, each a complete run through the same driver
-    with rundir.locked(root):
-      results = [run_experiment(name, _seed_args(args, s, root / f"seed{s}"), agent_factory,
-                                batch_fn=batch_fn, progress=progress,
-                                rollout_factory=rollout_factory) for s in seeds]  # fmt: skip
-      plot_runs([root / f"seed{s}" for s in seeds], root / "learning_curves.png", group=True,
+    dirs, between = [root / f"seed{s}" for s in seeds], _StopFlag()
+    with contextlib.ExitStack() as held:
+      with refusals():
+        held.enter_context(rundir.locked(root))
+        if getattr(args, "resume", False) and not any((d / "config.json").exists() for d in dirs):
+          raise FileNotFoundError(f"--resume: {root} holds no run (no seed<k>/config.json)")
+      held.enter_context(_stop_on_signals(between))  # a signal between two seeds
+      results = []
+      for seed, seed_dir in zip(seeds, dirs):
+        results.append(run_experiment(name, _seed_args(args, seed, seed_dir), agent_factory,
+                                      batch_fn=batch_fn, progress=progress,
+                                      rollout_factory=rollout_factory))  # fmt: skip
+        if results[-1].interrupted or between():  # --resume goes on from here
+          break
+      plot_runs(dirs[: len(results)], root / "learning_curves.png", group=True,
               title=f"{name} {config.env.env_id}, {len(seeds)} seeds (one after the other)")  # fmt: skip
     return results
   results = _run(name, args, root, agent_factory=agent_factory, batch_fn=batch_fn,
@@ -257,8 +277,9 @@ def _run(name: str, args: Any, root: pathlib.Path, *, agent_factory: Callable,
   if len(lanes) == 1 and process > 0:  # a multi-host job's other processes: their own logs
     dirs = [root / f"process{process}"]
   with contextlib.ExitStack() as held:
-    with refusals():
-      held.enter_context(rundir.locked(dirs[0] if len(lanes) == 1 else root))
+    with refusals():  # several learners: the root and each learner's directory
+      for locked in [dirs[0]] if len(lanes) == 1 else [root, *dirs]:
+        held.enter_context(rundir.locked(locked))
     return _train(name, args, root, lanes, dirs, program, progress)
 
 
@@ -304,9 +325,11 @@ def _train(name: str, args: Any, root: pathlib.Path, lanes: list[sweeps.Lane],
     if config.parallel.num_processes > 1:
       _abandon_distributed_job(name, config, root, error)
     raise
+  # A signal after the last step stopped nothing: the run finished.
+  stopped_by = flag.signal_name if outcome.results[0].interrupted else None
   for d, result in zip(dirs, outcome.results):
-    rundir.write_results(name, d, result, protocol, stopped_by=flag.signal_name)
-  if flag.signal_name:
+    rundir.write_results(name, d, result, protocol, stopped_by=stopped_by)
+  if stopped_by:
     first = outcome.results[0]
     where = (f"from its checkpoint at env step {first.checkpoint_env_steps:,}"
              if first.checkpoint_env_steps is not None else "from the beginning (no checkpoint)")  # fmt: skip

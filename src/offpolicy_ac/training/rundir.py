@@ -210,6 +210,12 @@ def check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: b
   """On resume, refuses a changed config; otherwise refuses to overwrite a run (in
   `run_dir` or any of `others`). Then writes config.json."""
   config_path = run_dir / "config.json"
+  lane_of = json.loads(config_path.read_text()).get("learners_of") if config_path.exists() else None
+  if lane_of is not None:  # its checkpoints and config are the whole run's
+    raise ValueError(
+        f"{run_dir} is one learner of the run in {lane_of}: resume that run (--run-dir "
+        f"{lane_of} --resume), or choose another --run-dir"
+    )
   if resume:
     if not config_path.exists():
       raise FileNotFoundError(f"--resume: {run_dir} holds no run (no config.json)")

@@ -1,0 +1,132 @@
+"""The host driver's schedule around stops and checkpoints, on a program with no learner:
+each iteration takes 10 env steps, and its state is the env steps taken."""
+
+import dataclasses
+import pathlib
+
+import numpy as np
+
+from offpolicy_ac.training import TrainConfig
+from offpolicy_ac.training.driver import Progress
+from offpolicy_ac.training.driver import Update
+from offpolicy_ac.training.driver import drive
+
+STEPS = 10  # per iteration
+
+
+@dataclasses.dataclass
+class CountingProgram:
+  """A compiled-like program (checkpointed anywhere, so a stop writes a checkpoint) that
+  asks to stop when its env steps reach `stop_at`."""
+
+  stop_at: int = -1
+  kind: str = "compiled"
+  num_lanes: int = 1
+  lane_names: tuple = ("",)
+  checkpoint_at_stop: bool = True
+
+  def init(self):
+    return np.zeros((), np.int64)
+
+  def checkpoint_arrays(self, state):
+    return {"steps": state}
+
+  def from_checkpoint(self, state, arrays):
+    return np.asarray(arrays["steps"])
+
+  def agree_on_restore(self, env_steps):
+    pass
+
+  def open(self, state, segment):
+    pass
+
+  def advance(self, state, env_steps, until, cut_at, should_stop):
+    taken, updates = 0, []
+    while env_steps + taken < until:
+      if env_steps + taken == self.stop_at:
+        return state + taken, Progress(taken, True, [(0, 0.0, 0.0)], updates)
+      taken += STEPS
+      updates.append(Update(env_steps + taken, [int(state) + taken], [{"loss": 1.0}]))
+    return state + taken, Progress(taken, False, [(1, 5.0, float(taken))], updates)
+
+  def evaluate(self, state):
+    return [(0.0, 0.0)]
+
+  def num_updates(self, state):
+    return np.array([int(state)])
+
+  def final(self, state, lane):
+    return None, None
+
+  def close(self):
+    pass
+
+
+class MemoryCheckpointer:
+  """Keeps every save in memory, as `checkpoint.Checkpointer` keeps them on disk."""
+
+  directory = pathlib.Path("memory")
+
+  def __init__(self):
+    self.saves = {}
+    self.writes = []
+
+  def save(self, step, arrays, record):
+    self.saves[step] = (arrays, record)
+    self.writes.append(step)
+
+  def restore_latest(self, template, check_record=None):
+    if not self.saves:
+      return None
+    step = max(self.saves)
+    arrays, record = self.saves[step]
+    check_record(record)
+    return step, arrays, record
+
+
+class ListLogger:
+
+  def __init__(self):
+    self.lines = []
+
+  def log(self, record):
+    self.lines.append(record)
+
+  def truncate(self, num_lines):
+    del self.lines[num_lines:]
+
+  def close(self):
+    pass
+
+
+CONFIG = TrainConfig.of(total_env_steps=95, log_every=30, checkpoint_every=40, eval_every=0)
+
+
+def _lines(logger):
+  return [{k: v for k, v in line.items() if k not in ("wall_time_s", "env_steps_per_s")}
+          for line in logger.lines]  # fmt: skip
+
+
+def test_a_stop_right_after_a_checkpoint_leaves_it_as_it_is():
+  checkpointer, logger = MemoryCheckpointer(), ListLogger()
+  outcome = drive(CountingProgram(stop_at=40), CONFIG, [logger], checkpointer=checkpointer)
+  assert outcome.results[0].interrupted and outcome.results[0].env_steps == 40
+  assert checkpointer.writes == [40]  # not written a second time, which deletes it first
+
+
+def test_a_stop_between_checkpoints_writes_one_there():
+  checkpointer, logger = MemoryCheckpointer(), ListLogger()
+  drive(CountingProgram(stop_at=50), CONFIG, [logger], checkpointer=checkpointer)
+  assert checkpointer.writes == [40, 50]
+
+
+def test_resuming_a_finished_run_logs_its_final_partial_line_again():
+  checkpointer, straight = MemoryCheckpointer(), ListLogger()
+  drive(CountingProgram(), CONFIG, [straight], checkpointer=checkpointer)
+  assert [line["env_steps"] for line in straight.lines] == [30, 60, 90, 100]
+  assert straight.lines[-1]["final"] and checkpointer.writes == [40, 80, 100]
+  resumed = ListLogger()
+  resumed.lines = list(straight.lines)
+  outcome = drive(CountingProgram(), CONFIG, [resumed], checkpointer=checkpointer, resume=True)
+  assert _lines(resumed) == _lines(straight)
+  assert outcome.results[0].env_steps == 100 and checkpointer.writes == [40, 80, 100]
