@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
 import pathlib
 from typing import Any
 from typing import Optional
@@ -32,6 +33,7 @@ from offpolicy_ac.training import evaluate
 from offpolicy_ac.training import load_run
 from offpolicy_ac.training import render_episode
 from offpolicy_ac.training import write_video
+from offpolicy_ac.training.evaluation import EpisodeLimitError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,13 +66,20 @@ def main(args: Args) -> dict:
     raise ValueError(f"--episodes must be >= 1, got {args.episodes}")
   if args.seed < 0:
     raise ValueError(f"--seed must be >= 0, got {args.seed}")
+  if args.max_steps < 1:
+    raise ValueError(f"--max-steps must be >= 1, got {args.max_steps}")
+  if not (math.isfinite(args.fps) and args.fps > 0):
+    raise ValueError(f"--fps must be > 0, got {args.fps}")
   run = load_run(args.run_dir, checkpoint=args.checkpoint, best=args.best)
   with contextlib.ExitStack() as stack:
     # The video's pool first: a task that cannot render (a JAX environment) fails now.
     video_env = None
     if args.video:
       video_env = stack.enter_context(run.make_env(1, args.seed, render_mode="rgb_array"))
-    return _evaluate(args, run, video_env)
+    try:
+      return _evaluate(args, run, video_env)
+    except EpisodeLimitError as e:
+      raise ValueError(f"{e}: raise --max-steps") from e
 
 
 def _evaluate(args: Args, run: Any, video_env: Any) -> dict:

@@ -24,6 +24,15 @@ CASES = [
     ("impala", ["--total-env-steps", "-5"], "total_env_steps must be a positive int"),
     ("impala", ["--hidden-sizes", "0"], "hidden_sizes must be positive ints"),
     ("impala", ["--learning-rate", "nan"], "learning_rate must be > 0"),
+    ("impala", ["--learning-rate", "inf"], "learning_rate must be finite"),
+    ("impala", ["--entropy-weight", "inf"], "entropy_weight must be finite"),
+    ("impala", ["--preset", "pendulum", "--init-log-std", "nan"], "init_log_std must be finite"),
+    ("impala", ["--sweep", "learning_rate=inf,1e-3"], "learning_rate must be finite"),
+    ("impala", ["--resume", "--run-dir", "{run}/missing"], "is not a run directory"),
+    ("acer", ["--value-weight", "inf"], "value_weight must be finite"),
+    ("sql", ["--alpha", "inf"], "alpha must be finite"),
+    ("sql", ["--learning-rate-cooldown", "2"], "--learning-rate-cooldown must lie in [0, 1]"),
+    ("sqil", ["--demos", "{demos}/good.npz", "--learning-rate-cooldown", "nan"], "must lie in"),
     ("impala", ["--reward-scale", "inf"], "reward_scale must be finite"),
     ("impala", ["--target-return", "nan"], "target_return must be finite"),
     ("impala", ["--env-id", "CartPol-v1"], "unknown task id 'CartPol-v1'; did you mean"),
@@ -43,6 +52,8 @@ CASES = [
     ("evaluate", ["--run-dir", "{demos}/no-run"], "is not a directory"),
     ("evaluate", ["--run-dir", "{demos}", "--episodes", "0"], "--episodes must be >= 1"),
     ("evaluate", ["--run-dir", "{demos}"], "is not a run directory (no config.json)"),
+    ("evaluate", ["--run-dir", "{demos}", "--max-steps", "0"], "--max-steps must be >= 1"),
+    ("evaluate", ["--run-dir", "{demos}", "--fps", "0"], "--fps must be > 0"),
     ("record_demos", ["--run-dir", "{demos}/no-run", "--out", "{demos}/x.npz"], "not a directory"),
     ("plot", ["{demos}/no-run"], "no-run"),
 ]
@@ -94,3 +105,13 @@ def test_resume_with_a_smaller_budget_is_refused_and_leaves_the_config(tmp_path)
   proc = subprocess.run([*cmd, "--total-env-steps", "1024"], capture_output=True, text=True,
                         timeout=300)  # fmt: skip
   assert proc.returncode == 2 and "already holds a run: pass --resume" in proc.stderr
+
+
+def test_resume_without_a_run_directory_is_refused_and_creates_nothing(tmp_path):
+  proc = subprocess.run([sys.executable, str(ROOT / "experiments" / "impala.py"), "--resume"],
+                        capture_output=True, text=True, timeout=300, cwd=tmp_path)  # fmt: skip
+  assert proc.returncode == 2, proc.stderr[-3000:]
+  assert proc.stderr.strip().splitlines()[-1] == (
+      "[impala] error: --resume needs --run-dir: the run directory to continue"
+  )
+  assert list(tmp_path.iterdir()) == []

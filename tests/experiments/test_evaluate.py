@@ -94,3 +94,10 @@ def test_write_video_round_trip_pads_odd_sizes(tmp_path):
 def test_write_video_refuses_bad_frames(tmp_path, frames, message):
   with pytest.raises(ValueError, match=message):
     write_video(tmp_path / "v.mp4", frames)
+
+
+def test_evaluate_says_to_raise_max_steps_when_the_episodes_outlast_it(tmp_path):
+  run_dir = _train(tmp_path / "run", "cartpole", 512)
+  module = load_script("evaluate")
+  with pytest.raises(ValueError, match=r"did not finish 2 episodes in 3 steps: raise --max-steps"):
+    module.main(module.Args(run_dir=str(run_dir), episodes=2, max_steps=3))

@@ -12,6 +12,7 @@ split, never reused: `update` draws from and advances `state.key`.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 from typing import Callable
 from typing import NamedTuple
@@ -99,6 +100,7 @@ def make_optimizer(
   optimizer state then also counts the updates. `decay_updates` = 0: a constant step size
   (`decay_begin` must be 0)."""
   check_positive("learning_rate", learning_rate)
+  check_finite("learning_rate", learning_rate)
   check_positive("max_grad_norm", max_grad_norm)
   check_int("decay_updates", decay_updates, 0)
   check_int("decay_begin", decay_begin, 0)
@@ -180,6 +182,13 @@ def check_hidden_sizes(sizes: Sequence[int]) -> None:
   positive ints."""
   if not sizes or any(isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in sizes):
     raise ValueError(f"hidden_sizes must be positive ints, got {tuple(sizes)!r}")
+
+
+def check_finite(name: str, *values: float) -> None:
+  """Raises unless every value is finite (a setting where inf or NaN means nothing)."""
+  for value in values:
+    if not is_traced(value) and not math.isfinite(value):
+      raise ValueError(f"{name} must be finite, got {value}")
 
 
 def check_non_negative(name: str, value: float) -> None:

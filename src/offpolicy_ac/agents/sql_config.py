@@ -91,6 +91,7 @@ class SqlConfig:
     base.check_in("gamma", self.gamma, 0.0, 1.0)
     base.check_hidden_sizes(self.hidden_sizes)
     base.check_positive("alpha", self.alpha)
+    base.check_finite("alpha", self.alpha)
     base.check_in("epsilon", self.epsilon, 0.0, 1.0)
     base.check_in("lambda_", self.lambda_, 0.0, 1.0)
     base.check_in("target_update_tau", self.target_update_tau, 1e-9, 1.0)

@@ -218,6 +218,12 @@ def cooled_agent(agent: SqlConfig, train: TrainConfig, cooldown: float) -> SqlCo
   """`agent` with its step size falling linearly to 0 over the last `cooldown` fraction of
   the run's updates (`--learning-rate-cooldown`; 0: `agent` as given). Refuses decay
   settings given beside it, which it would overwrite."""
+  if isinstance(cooldown, bool) or not 0.0 <= cooldown <= 1.0:
+    with refusals():
+      raise ValueError(
+          f"--learning-rate-cooldown must lie in [0, 1] (a fraction of the run's updates; 0: "
+          f"none), got {cooldown!r}"
+      )
   if not cooldown:
     return agent
   if agent.learning_rate_decay_updates or agent.learning_rate_decay_begin:

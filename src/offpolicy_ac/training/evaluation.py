@@ -21,6 +21,10 @@ from offpolicy_ac.training.config import TrainConfig
 from offpolicy_ac.training.sources import task_kwargs
 
 
+class EpisodeLimitError(RuntimeError):
+  """The episodes did not end within the steps allowed (`max_steps`)."""
+
+
 def describe_protocol(config: TrainConfig, num_episodes: int | None = None) -> str:
   """The evaluation protocol of a run's scores in one line: the policy, the episodes, the
   schedule (in-training evaluation; pass `num_episodes` for a one-off evaluation) and, on
@@ -69,7 +73,7 @@ def evaluate(
         returns[env_id] = ret
     if not np.isnan(returns).any():
       return returns
-  raise RuntimeError(f"evaluation did not finish {num_episodes} episodes in {max_steps} steps")
+  raise EpisodeLimitError(f"evaluation did not finish {num_episodes} episodes in {max_steps} steps")
 
 
 def render_episode(
@@ -97,4 +101,4 @@ def render_episode(
     if ts.step_type[0] == LAST:
       stats = env.pop_episode_stats()
       return np.stack(frames), float(stats.episode_return[0])
-  raise RuntimeError(f"the episode did not finish in {max_steps} steps")
+  raise EpisodeLimitError(f"the episode did not finish in {max_steps} steps")
