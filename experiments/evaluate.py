@@ -27,6 +27,7 @@ from typing import Optional
 import numpy as np
 import tyro
 
+from offpolicy_ac.cli import check_output_file
 from offpolicy_ac.cli import script_main
 from offpolicy_ac.training import describe_protocol
 from offpolicy_ac.training import evaluate
@@ -70,6 +71,10 @@ def main(args: Args) -> dict:
     raise ValueError(f"--max-steps must be >= 1, got {args.max_steps}")
   if not (math.isfinite(args.fps) and args.fps > 0):
     raise ValueError(f"--fps must be > 0, got {args.fps}")
+  if args.out:
+    check_output_file("--out", args.out)
+  if args.video:
+    check_output_file("--video", args.video)
   run = load_run(args.run_dir, checkpoint=args.checkpoint, best=args.best)
   with contextlib.ExitStack() as stack:
     # The video's pool first: a task that cannot render (a JAX environment) fails now.

@@ -18,6 +18,7 @@ import numpy as np
 import tyro
 
 from offpolicy_ac import demos as demos_lib
+from offpolicy_ac.cli import check_output_file
 from offpolicy_ac.cli import script_main
 from offpolicy_ac.training import load_run
 
@@ -46,6 +47,12 @@ class Args:
 
 
 def main(args: Args) -> dict:
+  if args.episodes < 1:
+    raise ValueError(f"--episodes must be >= 1, got {args.episodes}")
+  fraction = args.action_box_fraction
+  if fraction is not None and not 0.0 < fraction <= 1.0:
+    raise ValueError(f"--action-box-fraction must lie in (0, 1], got {fraction}")
+  check_output_file("--out", args.out)
   run = load_run(args.run_dir, best=args.best)
   env_id = run.config.env.env_id
   policy = run.greedy_policy() if args.policy == "greedy" else run.behaviour_policy(args.seed)

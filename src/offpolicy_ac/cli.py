@@ -493,17 +493,36 @@ def check_preset_task(name: str, preset: Any, config: Any, env_presets: EnvPrese
   """Refuses a preset used on a task of another kind than the one it was made for
   (discrete or continuous actions, vector or image observations): its networks and
   settings would not fit, and the run would train for nothing."""
+  from offpolicy_ac import envs  # envpool's registry, only when needed
+
   made_for, env_id = preset.env.env_id, config.env.env_id
   if made_for == env_id:
     return
-  (*theirs, what), (*ours, given) = _task_kind(preset), _task_kind(config)
-  if theirs != ours:
-    selected = env_presets.select(env_id)
-    hint = f"--preset {selected}" if selected else f"--preset {NO_PRESET} (the defaults)"
-    raise ValueError(
-        f"--preset {name} is made for {made_for} ({what}), not for {env_id} ({given}); "
-        f"use {hint}"
-    )
+  selected = env_presets.select(env_id)
+  hint = f"--preset {selected}" if selected else f"--preset {NO_PRESET} (the defaults)"
+  if preset.budget.compile_for == "startup" and not envs.is_functional(env_id):
+    what, given = "a JAX environment's run, compiled for startup", "an envpool task"
+  elif preset.env.atari and (envs.is_functional(env_id) or not envs.is_atari(env_id)):
+    made_for, what, given = "Atari tasks", "envpool ids such as Pong-v5", "not an Atari task"
+  else:
+    (*theirs, what), (*ours, given) = _task_kind(preset), _task_kind(config)
+    if theirs == ours:
+      return
+  raise ValueError(
+      f"--preset {name} is made for {made_for} ({what}), not for {env_id} ({given}); use {hint}"
+  )
+
+
+def check_output_file(flag: str, path: str | os.PathLike) -> pathlib.Path:
+  """Refuses (ValueError naming `flag`) an output file that cannot be written: a
+  directory, or a path under a file. For scripts to call before their long work."""
+  path = pathlib.Path(path)
+  if path.is_dir():
+    raise ValueError(f"{flag} {path} is a directory: give a file path")
+  parent = next((d for d in path.parents if d.exists()), None)
+  if parent is not None and not parent.is_dir():
+    raise ValueError(f"{flag} {path}: {parent} is a file, not a directory")
+  return path
 
 
 def script_main(parse: Callable[[], Any], run: Callable[[Any], Any], *,

@@ -131,13 +131,21 @@ def load_demos(path: str | os.PathLike) -> dict[str, Any]:
     ValueError: not a demonstration file (not an `.npz`, damaged, or missing fields), or
       fields whose step counts disagree.
   """
+  not_demos = (f"{path} is not a readable demonstration file (an .npz written by "
+               "experiments/record_demos.py or demos.save_demos)")  # fmt: skip
   try:
-    with np.load(path, allow_pickle=False) as f:
-      demos = {k: f[k] for k in f.files}
+    loaded = np.load(path, allow_pickle=False)
   except FileNotFoundError:
-    raise
+    raise FileNotFoundError(f"no demonstration file {path}") from None
   except (zipfile.BadZipFile, ValueError, EOFError, OSError, KeyError) as e:
-    raise ValueError(f"{path} is not a readable demonstration file ({e})") from e
+    raise ValueError(not_demos) from e
+  if not isinstance(loaded, np.lib.npyio.NpzFile):  # a single array (.npy)
+    raise ValueError(not_demos)
+  try:
+    with loaded as f:
+      demos = {k: f[k] for k in f.files}
+  except (zipfile.BadZipFile, ValueError, EOFError, OSError, KeyError) as e:
+    raise ValueError(f"{not_demos}: {e}") from e
   missing = [k for k in (*_FIELDS, "episode_lengths", "env_id") if k not in demos]
   if missing:
     raise ValueError(f"{path} is not a demonstration file: missing {missing}")

@@ -258,6 +258,12 @@ def test_pixel_torsos_map_frames_to_features(kind, features):
   np.testing.assert_allclose(one, out[1], rtol=1e-5, atol=1e-6)
   with pytest.raises(ValueError, match="frames"):
     networks.make_torso(kind, (4,))
+  # Channels last (CarRacing's 96 x 96 x 3): refused by name, not a ZeroDivisionError at init.
+  with pytest.raises(ValueError, match=r"shape \(96, 96, 3\) look like \[H, W, C\]"):
+    networks.make_torso(kind, (96, 96, 3))
+  if kind == "nature_cnn":  # frames too narrow for its 8x8, 4x4 and 3x3 convolutions
+    with pytest.raises(ValueError, match=r"does not fit frames of shape \(4, 84, 8\)"):
+      networks.make_torso(kind, (4, 84, 8))
 
 
 @pytest.mark.parametrize(

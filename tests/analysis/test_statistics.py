@@ -206,6 +206,23 @@ def test_group_curve_prefers_evaluation_returns(tmp_path):
   assert S.group_curve(group, metric="episode_return", reps=50).iqm[-1] == 0.0
 
 
+def test_a_short_run_or_a_repeated_seed_in_a_group_is_named(tmp_path):
+  for s in range(3):
+    write_run(tmp_path / f"r{s}", seed=s, steps=(0, 100, 200))
+  write_run(tmp_path / "smoke", seed=0, steps=(0, 50, 100))
+  (group,) = _groups([tmp_path])
+  with pytest.warns(RuntimeWarning) as caught:
+    curve = S.group_curve(group, reps=50)
+  messages = [str(w.message) for w in caught]
+  assert any("the curve stops at 100 env steps, where" in m and "smoke" in m for m in messages)
+  assert any("the same seed" in m and "r0" in m and "smoke" in m for m in messages)
+  assert curve.env_steps[-1] == 100
+  write_run(tmp_path / "late", seed=5, steps=(300, 400))  # no overlap with the others
+  (group,) = _groups([tmp_path])
+  with pytest.warns(RuntimeWarning), pytest.raises(ValueError, match=r"late \[300, 400\]"):
+    S.group_curve(group, reps=50)
+
+
 def test_plot_script_end_to_end(tmp_path, capsys):
   runs = tmp_path / "runs"
   for s in range(3):

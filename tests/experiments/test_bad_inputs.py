@@ -22,6 +22,7 @@ CASES = [
     ("impala", ["--num-envs", "100000", "--total-env-steps", "2048"], "more than the whole budget"),
     ("impala", ["--num-envs", "0"], "num_envs must be a positive int"),
     ("impala", ["--total-env-steps", "-5"], "total_env_steps must be a positive int"),
+    ("impala", ["--seed", "-1"], "seed must be an int >= 0"),
     ("impala", ["--hidden-sizes", "0"], "hidden_sizes must be positive ints"),
     ("impala", ["--learning-rate", "nan"], "learning_rate must be > 0"),
     ("impala", ["--learning-rate", "inf"], "learning_rate must be finite"),
@@ -29,6 +30,12 @@ CASES = [
     ("impala", ["--preset", "pendulum", "--init-log-std", "nan"], "init_log_std must be finite"),
     ("impala", ["--sweep", "learning_rate=inf,1e-3"], "learning_rate must be finite"),
     ("impala", ["--resume", "--run-dir", "{run}/missing"], "is not a run directory"),
+    ("impala", ["--run-dir", "{demos}/good.npz"], "is a file, not a directory"),
+    (
+        "impala",
+        ["--resume", "--run-dir", "{demos}", "--checkpoint-every", "0"],
+        "--resume needs checkpoints",
+    ),
     ("acer", ["--value-weight", "inf"], "value_weight must be finite"),
     ("sql", ["--alpha", "inf"], "alpha must be finite"),
     ("sql", ["--learning-rate-cooldown", "2"], "--learning-rate-cooldown must lie in [0, 1]"),
@@ -44,7 +51,9 @@ CASES = [
     ("sql", ["--replay-capacity", "1", "--min-replay-size", "0"], "replay_capacity (1) holds"),
     ("sql", ["--mini-batch-length", "40"], "longer than"),
     ("sql", ["--gamma", "1.5"], "gamma"),
-    ("sqil", ["--demos", "{demos}/missing.npz"], "No such file"),
+    ("sqil", ["--demos", "{demos}/missing.npz"], "no demonstration file"),
+    ("sqil", ["--demos", "{demos}/array.npy"], "is not a readable demonstration file (an .npz"),
+    ("sqil", ["--demos", "{demos}/text.npz"], "is not a readable demonstration file (an .npz"),
     ("sqil", ["--demos", "{demos}/corrupt.npz"], "is not a readable demonstration file"),
     ("sqil", ["--demos", "{demos}/action7.npz"], "actions must lie in [0, 2) for CartPole-v1"),
     ("sqil", ["--demos", "{demos}/obs3.npz"], "observations of shape (3,)"),
@@ -55,7 +64,31 @@ CASES = [
     ("evaluate", ["--run-dir", "{demos}", "--max-steps", "0"], "--max-steps must be >= 1"),
     ("evaluate", ["--run-dir", "{demos}", "--fps", "0"], "--fps must be > 0"),
     ("record_demos", ["--run-dir", "{demos}/no-run", "--out", "{demos}/x.npz"], "not a directory"),
+    (
+        "record_demos",
+        ["--run-dir", "{demos}", "--out", "{demos}"],
+        "is a directory: give a file path",
+    ),
+    ("record_demos", ["--run-dir", "{demos}", "--out", "{demos}/good.npz/x.npz"], "is a file"),
+    ("record_demos", ["--run-dir", "{demos}", "--out", "x.npz", "--episodes", "0"], "--episodes"),
+    (
+        "record_demos",
+        ["--run-dir", "{demos}", "--out", "x.npz", "--action-box-fraction", "2"],
+        "--action-box-fraction must lie in (0, 1]",
+    ),
+    ("evaluate", ["--run-dir", "{demos}", "--out", "{demos}/good.npz/e.json"], "--out"),
+    ("evaluate", ["--run-dir", "{demos}", "--video", "{demos}"], "--video"),
     ("plot", ["{demos}/no-run"], "no-run"),
+    ("plot", ["{demos}/damaged"], "config.json is damaged (not valid JSON"),
+    ("evaluate", ["--run-dir", "{demos}/damaged"], "config.json is damaged (not valid JSON"),
+    (
+        "impala",
+        ["--preset", "gymnax-cartpole", "--env-id", "CartPole-v1"],
+        "--preset gymnax-cartpole is made for gymnax:CartPole-v1",
+    ),
+    ("impala", ["--preset", "atari", "--env-id", "CartPole-v1"], "made for Atari tasks"),
+    ("impala", ["--atari"], "--atari applies to Atari tasks"),
+    ("sql", ["--env-id", "CarRacing-v2"], "(96, 96, 3) look like [H, W, C]"),
 ]
 TRAINS = ("impala", "acer", "sql", "sqil")
 
@@ -73,6 +106,11 @@ def demos(tmp_path_factory):
   save("action7.npz", action=np.full_like(recorded["action"], 7))
   save("obs3.npz", observation=recorded["observation"][:, :3])
   (root / "corrupt.npz").write_bytes(b"PK\x03\x04 not a zip file")
+  np.save(root / "array.npy", np.zeros(3))
+  (root / "damaged").mkdir()
+  (root / "damaged" / "config.json").write_text('{"config": {\n')
+  (root / "damaged" / "metrics.jsonl").write_text('{"env_steps": 1, "episode_return": 1.0}\n')
+  (root / "text.npz").write_text("observation, action\n")
   return root
 
 

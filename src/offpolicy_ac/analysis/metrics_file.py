@@ -64,3 +64,12 @@ def read_metrics(run_dir: str | os.PathLike) -> list[dict]:
     except json.JSONDecodeError:  # a line cut by a kill
       continue
   return lines
+
+
+def read_json(path: str | os.PathLike) -> Any:
+  """A run directory's JSON file (config.json, summary.json), refusing one that does not
+  parse with a ValueError that names it."""
+  try:
+    return json.loads(pathlib.Path(path).read_text())
+  except json.JSONDecodeError as e:
+    raise ValueError(f"{path} is damaged (not valid JSON: {e})") from e

@@ -18,7 +18,9 @@ Statistical Precipice" (NeurIPS; arXiv:2108.13264), with their library `rliable`
 * **Alignment.** Runs log at slightly different env steps. When every run of a group
   logged at the same steps, those steps are used; otherwise each run is linearly
   interpolated onto a common grid of evenly spaced steps over the range every run
-  covers (the latest first step to the earliest last step), never extrapolated.
+  covers (the latest first step to the earliest last step), never extrapolated. A run that
+  ends before 90% of the longest run's steps (a smoke run beside the real ones) cuts the
+  group's curve there, with a warning that names it; so does a seed that appears twice.
 * **IQM.** The interquartile mean across runs at each step: the mean of the middle 50%
   (`scipy.stats.trim_mean(x, 0.25)`, `rliable.metrics.aggregate_iqm`). Less sensitive to
   an outlier seed than the mean, far less noisy than the median.
@@ -32,17 +34,18 @@ All functions are pure except `find_runs` and `run_info`, which read run directo
 
 from __future__ import annotations
 
-import json
 import os
 import pathlib
 from typing import Any
 from typing import NamedTuple
 from typing import Optional
 from typing import Sequence
+import warnings
 
 import numpy as np
 
 from offpolicy_ac.analysis.metrics_file import METRICS_FILE
+from offpolicy_ac.analysis.metrics_file import read_json
 from offpolicy_ac.analysis.metrics_file import read_metrics
 
 __all__ = [
@@ -160,7 +163,7 @@ def run_info(run_dir: str | os.PathLike) -> RunInfo:
   path = run_dir / "config.json"
   if not path.exists():
     raise ValueError(f"{run_dir} holds no config.json: not a run directory")
-  record = json.loads(path.read_text())
+  record = read_json(path)
   config = record.get("config", {})
   flat = {k: _hashable(v) for k, v in _flatten(config).items()}
   env_id = flat.get("train.env.env_id", flat.get("loop.env_id"))
@@ -342,7 +345,23 @@ def group_curve(
   for run, (x, _) in zip(group.runs, series):
     if not x.size:
       raise ValueError(f"{run.run_dir} logged no {metric}")
-  steps, values = align_runs(series, max_points)
+  name = f"{group.algorithm} {group.env_id}"
+  ends = [float(x[-1]) for x, _ in series]
+  short = [str(r.run_dir) for r, end in zip(group.runs, ends) if end < 0.9 * max(ends)]
+  if short:  # e.g. a smoke run beside the real ones: it cuts every curve short
+    warnings.warn(f"{name}: the curve stops at {min(ends):,.0f} env steps, where "
+                  f"{', '.join(short)} end; the group's other runs go on to "
+                  f"{max(ends):,.0f}", RuntimeWarning, stacklevel=2)  # fmt: skip
+  seeds = [r.seed for r in group.runs]
+  twice = [str(r.run_dir) for r in group.runs if seeds.count(r.seed) > 1]
+  if twice:
+    warnings.warn(f"{name}: runs of the same seed are pooled as different seeds: "
+                  f"{', '.join(twice)}", RuntimeWarning, stacklevel=2)  # fmt: skip
+  try:
+    steps, values = align_runs(series, max_points)
+  except ValueError as e:
+    ranges = [f"{r.run_dir} [{x[0]:,.0f}, {x[-1]:,.0f}]" for r, (x, _) in zip(group.runs, series)]
+    raise ValueError(f"{name}: {e}; the runs' env steps: {', '.join(ranges)}") from e
   est = iqm_with_intervals(values, reps=reps, seed=seed)
   return GroupCurve(group, metric, steps, est.point, est.lower, est.upper)
 

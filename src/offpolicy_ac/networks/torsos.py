@@ -10,6 +10,7 @@ import math
 from typing import Sequence
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 
 _ORTHOGONAL_SQRT2 = nn.initializers.orthogonal(math.sqrt(2.0))
@@ -183,4 +184,20 @@ def make_torso(
     raise ValueError(
         f"torso {kind!r} needs [C, H, W] frames, got observation shape " f"{observation_shape}"
     )
-  return _PIXEL_TORSOS[kind]()
+  if observation_shape[-1] <= 4 < observation_shape[0]:  # CarRacing's (96, 96, 3)
+    raise ValueError(
+        f"torso {kind!r} takes [C, H, W] frames; observations of shape {observation_shape} "
+        "look like [H, W, C]: move their channels first"
+    )
+  torso = _PIXEL_TORSOS[kind]()
+  key, frames = jax.ShapeDtypeStruct((2,), jnp.uint32), jax.ShapeDtypeStruct(
+      (1, *observation_shape), jnp.float32
+  )
+  try:  # shapes only: nothing is computed, compiled or started (no JAX backend)
+    jax.eval_shape(torso.init, key, frames)
+  except Exception as e:  # pylint: disable=broad-except
+    raise ValueError(
+        f"torso {kind!r} does not fit frames of shape {observation_shape}: it takes [C, H, W] "
+        f"frames large enough for its convolutions ({type(e).__name__}: {e})"
+    ) from e
+  return torso

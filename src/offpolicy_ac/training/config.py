@@ -337,6 +337,7 @@ class TrainConfig:
     _positive_ints(actors, "num_actors")
     _positive_ints(parallel, "learner_devices")
     _non_negative_ints(env, "env_batch_size")
+    _non_negative_ints(budget, "seed")  # as envpool's and the evaluation tools' seeds
     if evaluation.eval_every is not None:
       _non_negative_ints(evaluation, "eval_every")
     _non_negative_ints(ckpt, "checkpoint_every")
@@ -356,6 +357,9 @@ class TrainConfig:
     if env.max_episode_steps is not None and env.max_episode_steps < 1:
       raise ValueError(f"max_episode_steps must be >= 1, got {env.max_episode_steps}")
     _check_finite_floats(self)
+    if env.atari and not self.compiled and not envs.is_atari(env.env_id):
+      raise ValueError(f"--atari applies to Atari tasks (envpool ids such as Pong-v5), not to "
+                       f"{env.env_id}")  # fmt: skip
     first = self.steps_per_unroll * (actors.num_actors if actors.actors == "pools" else 1)
     if first > budget.total_env_steps:
       raise ValueError(

@@ -197,12 +197,15 @@ def run_experiment(name: str, args: Any, agent_factory: Callable, *,
     config.validate()
   if config.tracking.track:
     require_wandb()
-  if getattr(args, "resume", False):  # refused before anything is created on disk
-    with refusals():
-      if not args.run_dir:
-        raise ValueError("--resume needs --run-dir: the run directory to continue")
-      if not pathlib.Path(args.run_dir).is_dir():
-        raise FileNotFoundError(f"--resume: {args.run_dir} is not a run directory")
+  with refusals():  # before anything is created on disk
+    if args.run_dir and pathlib.Path(args.run_dir).exists() and not os.path.isdir(args.run_dir):
+      raise ValueError(f"--run-dir {args.run_dir} is a file, not a directory")
+    if getattr(args, "resume", False) and not args.run_dir:
+      raise ValueError("--resume needs --run-dir: the run directory to continue")
+    if getattr(args, "resume", False) and not pathlib.Path(args.run_dir).is_dir():
+      raise FileNotFoundError(f"--resume: {args.run_dir} is not a run directory")
+    if getattr(args, "resume", False) and not config.checkpoint.checkpoint_every:
+      raise ValueError("--resume needs checkpoints: --checkpoint-every 0 writes none")
   enable_compilation_cache()
   root = pathlib.Path(args.run_dir or default_run_dir(name, config))
   seeds = config.seeds

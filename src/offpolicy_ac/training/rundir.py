@@ -52,6 +52,7 @@ from offpolicy_ac import envs
 from offpolicy_ac.agents.base import Agent
 from offpolicy_ac.agents.registry import AGENTS
 from offpolicy_ac.agents.registry import make_agent
+from offpolicy_ac.analysis.metrics_file import read_json
 from offpolicy_ac.training import records
 from offpolicy_ac.training.checkpoint import DamagedCheckpointError
 from offpolicy_ac.training.checkpoint import checkpoint_steps
@@ -210,7 +211,7 @@ def check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: b
   """On resume, refuses a changed config; otherwise refuses to overwrite a run (in
   `run_dir` or any of `others`). Then writes config.json."""
   config_path = run_dir / "config.json"
-  lane_of = json.loads(config_path.read_text()).get("learners_of") if config_path.exists() else None
+  lane_of = read_json(config_path).get("learners_of") if config_path.exists() else None
   if lane_of is not None:  # its checkpoints and config are the whole run's
     raise ValueError(
         f"{run_dir} is one learner of the run in {lane_of}: resume that run (--run-dir "
@@ -219,7 +220,7 @@ def check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: b
   if resume:
     if not config_path.exists():
       raise FileNotFoundError(f"--resume: {run_dir} holds no run (no config.json)")
-    old = json.loads(config_path.read_text())
+    old = read_json(config_path)
     if "loop" in old["config"]:
       raise ValueError(
           f"--resume: {run_dir} was written by offpolicy_ac 0.1 (a flat `loop` config, "
@@ -365,7 +366,7 @@ def _read_config(run_dir: str | os.PathLike) -> dict:
   path = run_dir / "config.json"
   if not path.exists():
     raise FileNotFoundError(f"{run_dir} is not a run directory (no config.json)")
-  record = json.loads(path.read_text())
+  record = read_json(path)
   config = record.get("config")
   if not isinstance(config, dict) or "algorithm" not in record:
     raise ValueError(f"{path} was not written by an experiment script (no algorithm/config)")
@@ -458,7 +459,7 @@ def load_run(run_dir: str | os.PathLike, *, checkpoint: Optional[int] = None,
   steps = tuple(checkpoint_steps(ckpt_dir))
   final = run_dir / FINAL_PARAMS
   summary_path = run_dir / "summary.json"
-  summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+  summary = read_json(summary_path) if summary_path.exists() else {}
   if best:
     if not (run_dir / BEST_PARAMS).exists():
       raise ValueError(f"{run_dir} holds no best parameters (no evaluation yet): no {BEST_PARAMS}")
