@@ -57,7 +57,7 @@ def test_seeds_pool_and_a_different_learning_rate_separates(tmp_path):
   for s in range(3):
     write_run(tmp_path / f"a{s}", seed=s, log_every=1000 + s, checkpoint_every=500 * s)
   for s in range(2):
-    write_run(tmp_path / f"b{s}", seed=s, lr=1e-3, total_env_steps=10**6 * (s + 1))
+    write_run(tmp_path / f"b{s}", seed=s, lr=1e-3)
   groups = _groups([tmp_path])
   assert sorted(len(g.runs) for g in groups) == [2, 3]
   by_size = {len(g.runs): g for g in groups}
@@ -89,7 +89,9 @@ def test_fields_that_change_learning_are_kept(tmp_path):
   write_run(tmp_path / "a", seed=0)
   write_run(tmp_path / "b", seed=1, num_envs=8)
   write_run(tmp_path / "c", seed=2, eval_every=1000)
-  assert len(_groups([tmp_path])) == 3
+  # The budget: the default evaluation interval and an annealed step size derive from it.
+  write_run(tmp_path / "d", seed=3, total_env_steps=10**6)
+  assert len(_groups([tmp_path])) == 4
   assert "train.budget.seed" in S.IGNORED_FIELDS
   assert "train.env.num_envs" not in S.IGNORED_FIELDS
 

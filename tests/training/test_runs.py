@@ -60,8 +60,9 @@ def straight_run(tmp_path_factory):
 
 def test_stop_and_resume_logs_exactly_the_straight_run(tmp_path, straight_run):
   _run("impala", tmp_path / "run", 5120)
-  _run("impala", tmp_path / "run", 7680, "--resume")
-  assert _metrics(tmp_path / "run") == _metrics(straight_run)
+  proc = _run("impala", tmp_path / "run", 7680, "--resume")
+  assert _metrics(tmp_path / "run") == _metrics(straight_run)  # --eval-every is explicit
+  assert "the budget grows from 5,120 to 7,680 env steps" in proc.stdout
   summary = json.loads((tmp_path / "run" / "summary.json").read_text())
   assert summary["env_steps"] == 7680
 

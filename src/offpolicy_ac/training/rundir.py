@@ -237,6 +237,11 @@ def check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: b
             f"--resume: --total-env-steps {budget(new):,} is smaller than the run's "
             f"{budget(old['config']):,}; a resumed run may only get a larger budget"
         )
+      if budget(new) > budget(old["config"]):
+        print(f"[{name}] the budget grows from {budget(old['config']):,} to {budget(new):,} env "
+              "steps: the default evaluation interval and a step size annealed over the run "
+              "follow the new budget from here on (a run started with it would differ)",
+              flush=True)  # fmt: skip
     if old.get("algorithm") != name:
       diffs.insert(0, f"algorithm ({old.get('algorithm')} -> {name})")
     if diffs:
