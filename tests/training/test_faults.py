@@ -373,3 +373,33 @@ def test_a_metrics_file_cut_short_is_refused_in_one_line_on_resume(tmp_path):
   assert proc.returncode == 2 and "Traceback" not in proc.stderr
   last = proc.stderr.strip().splitlines()[-1]
   assert last.startswith("[impala] error:") and "cut or edited" in last, last
+
+
+_KILLED_WHILE_SAVING_PARAMS = """
+import os, signal, sys
+import numpy as np
+from offpolicy_ac.training import rundir
+
+path, kill_at = sys.argv[1], int(sys.argv[2])
+rundir.save_params(path, {"w": np.ones(3)})
+replaced, replace = [], os.replace
+
+def replace_or_die(src, dst):  # the second save dies before its `kill_at`-th rename
+  replaced.append(dst)
+  if len(replaced) == kill_at:
+    os.kill(os.getpid(), signal.SIGKILL)
+  replace(src, dst)
+
+os.replace = replace_or_die
+rundir.save_params(path, {"w": np.full(3, 2.0)})
+"""
+
+
+@pytest.mark.parametrize("kill_at, value", [(1, 1.0), (2, 1.0), (3, 2.0)])
+def test_a_kill_while_parameters_are_replaced_leaves_a_matching_pair(tmp_path, kill_at, value):
+  path = tmp_path / "best_params.msgpack"
+  proc = subprocess.run([sys.executable, "-c", _KILLED_WHILE_SAVING_PARAMS, str(path),
+                         str(kill_at)], capture_output=True, text=True, timeout=300)  # fmt: skip
+  assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
+  loaded = rundir.load_params(path, {"w": np.zeros(3)})  # no DamagedCheckpointError
+  np.testing.assert_array_equal(loaded["w"], np.full(3, value))

@@ -138,11 +138,19 @@ def _write_atomic(path: pathlib.Path, data: bytes) -> None:
 
 def save_params(path: pathlib.Path, params: Any) -> None:
   """Writes parameters (flax msgpack) atomically, and their CRC-32 beside them
-  (`<path>.crc32`), which `load_params` checks."""
-  path = pathlib.Path(path)
+  (`<path>.crc32`), which `load_params` checks. While the file is replaced, the checksum
+  file holds the old file's CRC beside the new one's, so a kill at any moment leaves a
+  pair that matches."""
+  path, checksum = pathlib.Path(path), _checksum_path(pathlib.Path(path))
   data = flax.serialization.to_bytes(jax.device_get(params))
+  new = f"{zlib.crc32(data):08x}"
+  old = []  # the file being replaced, when it is intact
+  if path.exists() and checksum.exists():
+    current = f"{zlib.crc32(path.read_bytes()):08x}"
+    old = [current] if current in checksum.read_text().split() else []
+  _write_atomic(checksum, " ".join([new, *old]).encode() + b"\n")
   _write_atomic(path, data)
-  _write_atomic(_checksum_path(path), f"{zlib.crc32(data):08x}\n".encode())
+  _write_atomic(checksum, f"{new}\n".encode())
 
 
 def load_params(path: str | os.PathLike, template: Any) -> Any:
@@ -154,7 +162,7 @@ def load_params(path: str | os.PathLike, template: Any) -> Any:
   path = pathlib.Path(path)
   data = path.read_bytes()
   checksum = _checksum_path(path)
-  if checksum.exists() and checksum.read_text().strip() != f"{zlib.crc32(data):08x}":
+  if checksum.exists() and f"{zlib.crc32(data):08x}" not in checksum.read_text().split():
     raise DamagedCheckpointError(
         f"{path} does not match its checksum ({checksum.name}): the file is damaged or "
         "incomplete"
