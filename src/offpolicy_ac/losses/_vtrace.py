@@ -79,7 +79,8 @@ def vtrace(
 
   Returns:
     A `VTraceOutput` of [T, ...] arrays. With lambda = 1, c_bar = 1 and no mask
-    it equals `rlax.vtrace_td_error_and_advantage`.
+    it equals `rlax.vtrace_td_error_and_advantage`; below lambda = 1 the errors still do,
+    but rlax bootstraps the advantage from lambda * v_{s+1} + (1 - lambda) * V(x_{s+1}).
   """
   names = [
       ("v_tm1", v_tm1),
