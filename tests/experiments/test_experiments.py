@@ -245,7 +245,7 @@ def test_cooldown_updates_are_a_fraction_of_the_planned_updates():
   for bad in (0.0, -0.1, 1.5, float("nan"), True):
     with pytest.raises(ValueError, match="cool-down is a fraction"):
       config.cooldown_updates(bad, off_policy=False)
-  with pytest.raises(ValueError, match="learning-rate cool-down"):
+  with pytest.raises(ValueError, match="--learning-rate-cooldown must lie in"):
     main_args = dataclasses.replace(_args(_script("sql"), "unused"), learning_rate_cooldown=2.0)
     _script("sql").run(main_args)
 
