@@ -46,6 +46,13 @@ CASES = [
     ("impala", ["--env-id", "gymnax:CartPol-v1"], "did you mean ['CartPole-v1']"),
     ("impala", ["--preset", "nope"], "--preset nope: choose one of"),
     ("impala", ["--sweep", "no_such_field=1,2"], "no_such_field"),
+    ("impala", ["--sweep", "gamma=0.99,0.9999999,1.0"], "would share the directory gamma=1"),
+    ("impala", ["--actor-queue-size", "3"], "actor_queue_size applies to actor threads"),
+    (
+        "impala",
+        ["--actors", "async", "--num-actors", "2", "--grace-period-s", "3"],
+        "grace_period_s applies to --actors pools with --min-pools",
+    ),
     ("acer", ["--preset", "pendulum", "--env-id", "CartPole-v1"], "--preset pendulum is made for"),
     ("sql", ["--env-id", "Hopper-v4", "--preset", "cartpole"], "use --preset hopper"),
     ("sql", ["--replay-capacity", "1", "--min-replay-size", "0"], "replay_capacity (1) holds"),

@@ -204,6 +204,18 @@ def test_impala_anneals_the_learning_rate_over_the_runs_updates(tmp_path, replay
   assert planned in counts  # the schedule's own update count
 
 
+def test_impala_anneals_over_the_updates_of_a_run_with_actor_pools(tmp_path):
+  # Each iteration learns from both pools' unrolls: half the updates of the inline run.
+  module = _script("impala")
+  args = _args(module, tmp_path, total_env_steps=4_096, log_every=1_024, checkpoint_every=0,
+               actors="pools", num_actors=2)  # fmt: skip
+  args = dataclasses.replace(args, anneal_learning_rate=True)
+  planned = args.train.planned_updates(off_policy=False)
+  assert planned == 8 and args.train.replace(actors="inline", num_actors=1).planned_updates(
+      off_policy=False) == 16  # fmt: skip
+  assert module.run(args).num_updates == planned
+
+
 def test_sql_cools_the_learning_rate_down_over_the_last_updates(tmp_path):
   # --learning-rate-cooldown 0.25: the step size is constant for the first 3/4 of the
   # planned updates, which are the updates the run makes, and reaches 0 at the last one.

@@ -450,7 +450,7 @@ def test_sync_actor_pools_run(tmp_path, script, pools, min_pools):
       actors="pools",
       num_actors=pools,
       min_pools=min_pools,
-      grace_period_s=0.05,
+      **({"grace_period_s": 0.05} if min_pools else {}),
   )
   counter = CountingFactory()
   result = _bounded(lambda: module.run(args, rollout_factory=counter))

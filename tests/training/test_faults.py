@@ -403,3 +403,48 @@ def test_a_kill_while_parameters_are_replaced_leaves_a_matching_pair(tmp_path, k
   assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
   loaded = rundir.load_params(path, {"w": np.zeros(3)})  # no DamagedCheckpointError
   np.testing.assert_array_equal(loaded["w"], np.full(3, value))
+
+
+_SEEDS_STOPPED = """
+import dataclasses, json, os, signal, sys
+from offpolicy_ac import agents, presets
+from offpolicy_ac.training import make_training_rollout, run_experiment
+
+moment, run_dir = sys.argv[1], sys.argv[2]
+args = presets.impala.Args()
+args = dataclasses.replace(args, run_dir=run_dir, train=args.train.replace(
+    num_seeds=3, vmap_seeds=False, total_env_steps=1024, log_every=512, checkpoint_every=0))
+built, rollouts = [], []
+
+def agent_factory(spec):  # "build": the signal comes while seed 1's program is built
+  built.append(spec)
+  if moment == "build" and len(built) == 2:
+    os.kill(os.getpid(), signal.SIGINT)
+  return agents.make_impala(spec, args.agent)
+
+def rollout_factory(act, config, seed, to_device):  # "close": as seed 0's pool closes
+  rollout = make_training_rollout(act, config, seed, to_device)
+  rollouts.append(rollout)
+  if moment == "close" and len(rollouts) == 1:
+    close = rollout.env.close
+    rollout.env.close = lambda: (os.kill(os.getpid(), signal.SIGINT), close())
+  return rollout
+
+results = run_experiment("impala", args, agent_factory, rollout_factory=rollout_factory)
+print(json.dumps([[r.env_steps, r.interrupted] for r in results]))
+"""
+
+
+@pytest.mark.parametrize("moment, expected", [("close", [[1024, False]]),
+                                              ("build", [[1024, False], [0, True]])])  # fmt: skip
+def test_a_stop_signal_between_seeds_run_one_after_the_other_starts_no_more(tmp_path, moment,
+                                                                             expected):  # fmt: skip
+  """However late in a seed the signal comes (its pool closing, the next seed's program
+  being built), no further seed trains."""
+  proc = subprocess.run([sys.executable, "-c", _SEEDS_STOPPED, moment, str(tmp_path / "run")],
+                        capture_output=True, text=True, timeout=600)  # fmt: skip
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert json.loads(proc.stdout.strip().splitlines()[-1]) == expected
+  assert not (tmp_path / "run" / "seed2").exists()
+  if moment == "close":
+    assert "[impala] stopped by SIGINT before seed 1; --resume starts it" in proc.stdout

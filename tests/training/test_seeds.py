@@ -151,6 +151,18 @@ def test_configs_a_vmapped_learner_cannot_serve_run_seeds_one_after_the_other(tm
   assert np.isfinite([l["loss"] for l in read_metrics(tmp_path / "run" / "seed0")]).all()
 
 
+def test_a_compiled_run_honours_no_vmap_seeds_and_each_seed_is_the_vmapped_lane(tmp_path):
+  pytest.importorskip("gymnax")
+  loop = dict(env_id="gymnax:CartPole-v1", num_seeds=2, total_env_steps=2048, log_every=512,
+              checkpoint_every=1024)  # fmt: skip
+  one_by_one = _main("impala", tmp_path / "seq", vmap_seeds=False, **loop)
+  _main("impala", tmp_path / "vmapped", **loop)
+  assert len(one_by_one) == 2 and (tmp_path / "seq" / "seed1" / "checkpoints").is_dir()
+  for seed in ("seed0", "seed1"):
+    _assert_same_run(_lines(tmp_path / "vmapped" / seed), _lines(tmp_path / "seq" / seed),
+                     ["loss", "grad_norm", "entropy"])  # fmt: skip
+
+
 def test_vmapped_seeds_non_finite_loss_names_the_seed(tmp_path):
   module = _script("impala")
   args = module.Args()

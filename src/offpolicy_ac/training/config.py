@@ -102,8 +102,9 @@ class BudgetConfig:
   compile_for: CompileFor = "speed"
   """JAX environments: compile the run for "speed" or "startup". On a CPU, "startup"
   compiles IMPALA's CartPole program in about 0.7 s instead of 3.5 to 4.5 s, and the program
-  runs 2 to 3 times slower: for runs that train in less time than they compile (the
-  gymnax-cartpole preset). Other devices than the CPU ignore it."""
+  runs 2 to 3 times slower, with float results that differ slightly from the optimised
+  program's: for runs that train in less time than they compile (the gymnax-cartpole
+  preset). Other devices than the CPU ignore it."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -271,15 +272,25 @@ class TrainConfig:
     """Env steps of one unroll of one pool: T x num_envs."""
     return self.env.unroll_length * self.env.num_envs
 
+  @property
+  def unrolls_per_iteration(self) -> int:
+    """Unrolls a learner iteration learns from: one per pool with `--actors pools`, one
+    per process of a multi-host job (their batches are joined), else one."""
+    pools = self.acting.num_actors if self.acting.actors == "pools" else 1
+    return pools * self.parallel.num_processes
+
   def planned_updates(self, *, off_policy: bool) -> int:
-    """Learner updates in the whole run, per seed: one per unroll of T x num_envs env
-    steps for an on-policy learner; `num_updates_per_train_iter` per unroll once
-    `min_replay_size` sequences are stored for an off-policy one."""
-    unrolls = -(-self.budget.total_env_steps // self.steps_per_unroll)
+    """Learner updates in the whole run, per seed: one per iteration (its unrolls of T x
+    num_envs env steps, `unrolls_per_iteration`) for an on-policy learner;
+    `num_updates_per_train_iter` per iteration once `min_replay_size` sequences are
+    stored for an off-policy one. Exact unless iterations drop trajectories (async actors'
+    `max_policy_lag`, pools' `min_pools`)."""
+    per_iteration = self.unrolls_per_iteration
+    iterations = -(-self.budget.total_env_steps // (self.steps_per_unroll * per_iteration))
     if not off_policy:
-      return unrolls
-    filling = -(-self.replay.min_replay_size // self.env.num_envs)  # unrolls to fill
-    return max(0, unrolls - max(filling, 1) + 1) * self.replay.num_updates_per_train_iter
+      return iterations
+    filling = -(-self.replay.min_replay_size // (self.env.num_envs * per_iteration))
+    return max(0, iterations - max(filling, 1) + 1) * self.replay.num_updates_per_train_iter
 
   def cooldown_updates(self, fraction: float, *, off_policy: bool) -> tuple[int, int]:
     """(decay_begin, decay_updates): a step size that falls linearly to 0 over the last
@@ -463,10 +474,14 @@ def _check_actors(actors: ActorsConfig) -> None:
     raise ValueError(f"num_actors={actors.num_actors} needs actor threads: --actors pools or async")
   if actors.min_pools and actors.actors != "pools":
     raise ValueError("min_pools applies to --actors pools")
+  if actors.actor_queue_size and actors.actors == "inline":
+    raise ValueError("actor_queue_size applies to actor threads (--actors pools or async)")
   if actors.min_pools > actors.num_actors:
     raise ValueError(f"min_pools ({actors.min_pools}) exceeds num_actors ({actors.num_actors})")
   if not actors.grace_period_s >= 0:
     raise ValueError(f"grace_period_s must be >= 0, got {actors.grace_period_s}")
+  if actors.grace_period_s != ActorsConfig.grace_period_s and not actors.min_pools:
+    raise ValueError("grace_period_s applies to --actors pools with --min-pools")
   if actors.max_policy_lag is not None:
     if actors.actors != "async":
       raise ValueError("max_policy_lag applies to --actors async")

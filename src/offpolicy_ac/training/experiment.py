@@ -102,17 +102,26 @@ class _StopFlag:
 
 @contextlib.contextmanager
 def _stop_on_signals(flag: _StopFlag):
+  """Sets `flag` on SIGTERM/SIGINT while the context runs. Inside another such context
+  (seeds run one after the other), a signal sets the outer flag too, and one the outer
+  context received before (while this run was being built) sets `flag` at once."""
   if threading.current_thread() is not threading.main_thread():
     yield
     return
   previous = {}
+  outer = getattr(signal.getsignal(signal.SIGTERM), "stop_flag", None)
+  if outer is not None and outer.signal_name is not None:
+    flag.signal_name = outer.signal_name
 
   def handler(signum, frame):
     if flag.signal_name is not None:  # a second signal: stop now
       raise KeyboardInterrupt
     flag.signal_name = signal.Signals(signum).name
+    if outer is not None:
+      outer.signal_name = outer.signal_name or flag.signal_name
     print(f"received {flag.signal_name}: stopping after this iteration", flush=True)
 
+  handler.stop_flag = flag
   for sig in (signal.SIGTERM, signal.SIGINT):
     previous[sig] = signal.signal(sig, handler)
   try:
@@ -210,8 +219,7 @@ def run_experiment(name: str, args: Any, agent_factory: Callable, *,
   root = pathlib.Path(args.run_dir or default_run_dir(name, config))
   seeds = config.seeds
   shared = (
-      config.compiled
-      or config.budget.sweep
+      config.budget.sweep
       or len(seeds) == 1
       or (config.budget.vmap_seeds and config.vmap_unsupported_reason() is None)
   )
@@ -229,6 +237,9 @@ def run_experiment(name: str, args: Any, agent_factory: Callable, *,
                                       batch_fn=batch_fn, progress=progress,
                                       rollout_factory=rollout_factory))  # fmt: skip
         if results[-1].interrupted or between():  # --resume goes on from here
+          if not results[-1].interrupted and len(results) < len(seeds):
+            print(f"[{name}] stopped by {between.signal_name} before seed "
+                  f"{seeds[len(results)]}; --resume starts it", flush=True)  # fmt: skip
           break
       plot_runs(dirs[: len(results)], root / "learning_curves.png", group=True,
               title=f"{name} {config.env.env_id}, {len(seeds)} seeds (one after the other)")  # fmt: skip

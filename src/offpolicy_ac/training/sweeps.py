@@ -66,6 +66,12 @@ def sweep_lanes(agent_config: Any, config: TrainConfig) -> list[tuple[dict, int]
   sweep is validated here (`agents.hyperparams.parse_sweep`), before anything compiles."""
   values = hyperparams_lib.parse_sweep(agent_config, config.budget.sweep)
   settings = hyperparams_lib.sweep_settings(values)
+  labels = [setting_label(setting) for setting in settings]
+  for label in labels:
+    if labels.count(label) > 1:
+      alike = [setting for setting, other in zip(settings, labels) if other == label]
+      raise ValueError(f"--sweep settings {alike} would share the directory {label}: give "
+                       "values that differ in their first 6 significant digits")  # fmt: skip
   return [(setting, seed) for setting in settings for seed in config.seeds]
 
 
