@@ -71,6 +71,8 @@ def test_describe_protocol_of_a_run():
       "mean return of 5 episodes, each on its own freshly reset environment every 5,000 "
       "env steps"
   )
+  short = config.replace(total_env_steps=2_048, log_every=5_000)  # no point before the end
+  assert describe_protocol(short).endswith("freshly reset environment at the end of the run")
   off = config.replace(eval_every=0, max_episode_steps=200)
   assert describe_protocol(off).startswith(
       "CartPole-v1: sum of rewards per episode, time limit 200"
