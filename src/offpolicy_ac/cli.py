@@ -491,8 +491,9 @@ def _task_kind(config: Any) -> tuple[bool, int, str]:
 
 def check_preset_task(name: str, preset: Any, config: Any, env_presets: EnvPresets) -> None:
   """Refuses a preset used on a task of another kind than the one it was made for
-  (discrete or continuous actions, vector or image observations): its networks and
-  settings would not fit, and the run would train for nothing."""
+  (discrete or continuous actions, vector or image observations; Atari; a JAX
+  environment's run compiled for startup): its networks and settings would not fit, and
+  the run would train for nothing."""
   from offpolicy_ac import envs  # envpool's registry, only when needed
 
   made_for, env_id = preset.env.env_id, config.env.env_id
