@@ -35,6 +35,7 @@ from offpolicy_ac.training import load_run
 from offpolicy_ac.training import render_episode
 from offpolicy_ac.training import write_video
 from offpolicy_ac.training.evaluation import EpisodeLimitError
+from offpolicy_ac.training.video import check_video_path
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,6 +76,7 @@ def main(args: Args) -> dict:
     check_output_file("--out", args.out)
   if args.video:
     check_output_file("--video", args.video)
+    check_video_path(args.video)
   run = load_run(args.run_dir, checkpoint=args.checkpoint, best=args.best)
   with contextlib.ExitStack() as stack:
     # The video's pool first: a task that cannot render (a JAX environment) fails now.

@@ -4,6 +4,7 @@ script: no traceback, no run directory left holding a run.
 Each case runs the script in a subprocess, as a user would, and checks the exact outcome.
 """
 
+import os
 import pathlib
 import subprocess
 import sys
@@ -85,6 +86,7 @@ CASES = [
     ),
     ("evaluate", ["--run-dir", "{demos}", "--out", "{demos}/good.npz/e.json"], "--out"),
     ("evaluate", ["--run-dir", "{demos}", "--video", "{demos}"], "--video"),
+    ("evaluate", ["--run-dir", "{demos}", "--video", "{demos}/v.txt"], "a path ending in .mp4"),
     ("plot", ["{demos}/no-run"], "no-run"),
     ("plot", ["{demos}/damaged"], "config.json is damaged (not valid JSON"),
     ("evaluate", ["--run-dir", "{demos}/damaged"], "config.json is damaged (not valid JSON"),
@@ -160,3 +162,18 @@ def test_resume_without_a_run_directory_is_refused_and_creates_nothing(tmp_path)
       "[impala] error: --resume needs --run-dir: the run directory to continue"
   )
   assert list(tmp_path.iterdir()) == []
+
+
+def test_track_without_wandb_installed_is_one_line(tmp_path):
+  shim = tmp_path / "shim" / "wandb"  # wandb as it imports where it is not installed
+  shim.mkdir(parents=True)
+  (shim / "__init__.py").write_text('raise ModuleNotFoundError("No module named wandb")\n')
+  proc = subprocess.run([sys.executable, str(ROOT / "experiments" / "impala.py"), "--track",
+                         "--run-dir", str(tmp_path / "run")], capture_output=True, text=True,
+                        timeout=300, env={**os.environ, "PYTHONPATH": str(shim.parent)})  # fmt: skip
+  assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+  assert (
+      proc.stderr.strip()
+      .splitlines()[-1]
+      .startswith("[impala] error: --track (Weights & Biases logging) needs wandb")
+  )

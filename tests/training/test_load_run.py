@@ -50,10 +50,11 @@ def demos_path(tmp_path_factory):
   return str(path)
 
 
-def _run(script, run_dir, demos=None, **train):
+def _run(script, run_dir, demos=None, resume=False, **train):
   module = getattr(presets, script)
   args = module.Args() if script != "sqil" else module.Args(demos=demos)
-  args = dataclasses.replace(args, run_dir=str(run_dir), train=args.train.replace(**train))
+  args = dataclasses.replace(args, run_dir=str(run_dir), resume=resume,
+                             train=args.train.replace(**train))  # fmt: skip
   module.run(args, progress=False)
   return run_dir
 
@@ -170,6 +171,22 @@ def test_without_final_parameters_the_newest_checkpoint_is_loaded(runs, tmp_path
   shutil.rmtree(run_dir / "checkpoints")
   with pytest.raises(ValueError, match="holds no parameters"):
     load_run(run_dir)
+
+
+def test_a_resumed_run_killed_before_its_end_loads_its_newest_checkpoint(runs, tmp_path):
+  """Its final parameters and summary are the first run's; the resumed run's checkpoints
+  and best parameters are newer."""
+  run_dir = tmp_path / "run"
+  shutil.copytree(runs["impala"], run_dir)
+  before = {name: (run_dir / name).read_bytes() for name in ("final_params.msgpack",
+            "final_params.msgpack.crc32", "summary.json")}  # fmt: skip
+  _run("impala", run_dir, total_env_steps=2048, log_every=256, checkpoint_every=256,
+       keep_checkpoints=4, resume=True)  # fmt: skip
+  for name, data in before.items():  # as if killed before its end
+    (run_dir / name).write_bytes(data)
+  loaded = load_run(run_dir)
+  assert loaded.source == "checkpoint" and loaded.env_steps == loaded.checkpoints[-1] == 2048
+  assert load_run(run_dir, best=True).env_steps is None  # the summary's is the first run's
 
 
 def test_bad_run_directories_are_refused_clearly(runs, tmp_path):

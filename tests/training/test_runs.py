@@ -78,6 +78,23 @@ def test_xla_rollout_stops_resumes_and_logs_exactly_the_host_loop_run(tmp_path, 
   assert config["config"]["train"]["env"]["rollout"] == "compiled"
 
 
+def _tensorboard_restarts(run_dir):
+  """The steps at which TensorBoard event files restart a run (SessionLog START: points
+  at or after them, written before, are dropped)."""
+  from tensorboardX.proto import event_pb2
+
+  steps = []
+  for path in sorted((run_dir / "tensorboard").iterdir()):
+    data, at = path.read_bytes(), 0
+    while at < len(data):  # TFRecords: length, its CRC, the record, its CRC
+      length = int.from_bytes(data[at : at + 8], "little")
+      event = event_pb2.Event.FromString(data[at + 12 : at + 12 + length])
+      at += 12 + length + 4
+      if event.HasField("session_log") and event.session_log.status == event.session_log.START:
+        steps.append(event.step)
+  return steps
+
+
 def test_resume_drops_a_final_partial_line(tmp_path, straight_run):
   # 5120 + 256 is not a log point: the run ends with a "final" partial line.
   _run("impala", tmp_path / "run", 5120 + 256)
@@ -85,6 +102,7 @@ def test_resume_drops_a_final_partial_line(tmp_path, straight_run):
   shutil.rmtree(tmp_path / "run" / "checkpoints" / "5376")  # back to the 5120 point
   _run("impala", tmp_path / "run", 7680, "--resume")
   assert _metrics(tmp_path / "run") == _metrics(straight_run)
+  assert _tensorboard_restarts(tmp_path / "run") == [5121]  # TensorBoard drops 5376 too
 
 
 def test_kill_9_during_training_then_resume(tmp_path, straight_run):

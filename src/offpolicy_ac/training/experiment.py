@@ -76,11 +76,12 @@ exception keeps its type for Python callers."""
 
 @contextlib.contextmanager
 def refusals():
-  """Marks the errors raised inside (ValueError, TypeError, OSError, a run directory in
-  use) as refusals of the run (`REFUSED`): for checks a script makes before its run."""
+  """Marks the errors raised inside (ValueError, TypeError, OSError, an optional package
+  not installed, a run directory in use) as refusals of the run (`REFUSED`): for checks a
+  script makes before its run."""
   try:
     yield
-  except (ValueError, TypeError, OSError, rundir.RunDirectoryInUse) as e:
+  except (ValueError, TypeError, OSError, ImportError, rundir.RunDirectoryInUse) as e:
     setattr(e, REFUSED, True)
     raise
 
@@ -204,8 +205,8 @@ def run_experiment(name: str, args: Any, agent_factory: Callable, *,
   config: TrainConfig = args.train
   with refusals():
     config.validate()
-  if config.tracking.track:
-    require_wandb()
+    if config.tracking.track:
+      require_wandb()
   with refusals():  # before anything is created on disk
     if args.run_dir and pathlib.Path(args.run_dir).exists() and not os.path.isdir(args.run_dir):
       raise ValueError(f"--run-dir {args.run_dir} is a file, not a directory")

@@ -170,7 +170,8 @@ class RunLogger:
 
   def truncate(self, num_lines: int) -> None:
     """Keeps the first `num_lines` lines of metrics.jsonl (resuming drops what was
-    logged after the checkpoint, including a cut-off last line)."""
+    logged after the checkpoint, including a cut-off last line), and has TensorBoard
+    drop its points after them (`purge_step`)."""
     self._file.close()
     lines = (
         self.metrics_path.read_text().splitlines(keepends=True)
@@ -189,6 +190,12 @@ class RunLogger:
     self._file = open(self.metrics_path, "a", buffering=1)
     if kept:
       self._steps_shown = int(json.loads(kept[-1])["env_steps"])
+    if self._writer is not None:  # TensorBoard drops its points after the kept lines too
+      from tensorboardX import SummaryWriter
+
+      self._writer.close()
+      purge_step = self._steps_shown + 1 if kept else 0
+      self._writer = SummaryWriter(str(self.run_dir / "tensorboard"), purge_step=purge_step)
 
   def plot(self) -> pathlib.Path | None:
     """Writes learning_curve.png from metrics.jsonl (episode and eval returns)."""

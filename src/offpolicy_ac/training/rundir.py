@@ -438,8 +438,9 @@ def load_run(run_dir: str | os.PathLike, *, checkpoint: Optional[int] = None,
     run_dir: the run directory (of a run of several seeds: one of its seed<k>
       directories; of a sweep: one of its <setting>/seed<k> directories).
     checkpoint: None: the final parameters (final_params.msgpack), or, if the run
-      wrote none (it is still running or was killed), its newest checkpoint's; an int:
-      the checkpoint taken at that many env steps (see `LoadedRun.checkpoints`).
+      wrote none or went on since (it is still running, or was killed, resumed or not),
+      its newest checkpoint's; an int: the checkpoint taken at that many env steps (see
+      `LoadedRun.checkpoints`).
     best: the best-evaluated parameters (best_params.msgpack: those of the evaluation
       with the highest mean return, summary.json's `best_eval_return`) instead of the
       final ones.
@@ -473,14 +474,17 @@ def load_run(run_dir: str | os.PathLike, *, checkpoint: Optional[int] = None,
   final = run_dir / FINAL_PARAMS
   summary_path = run_dir / "summary.json"
   summary = read_json(summary_path) if summary_path.exists() else {}
+  # A run resumed after its summary went on (it is running, or was killed): the final
+  # parameters and the summary's steps are older than its newest checkpoint.
+  stale = bool(steps) and summary.get("env_steps", -1) < steps[-1]
   if best:
     if not (run_dir / BEST_PARAMS).exists():
       raise ValueError(f"{run_dir} holds no best parameters (no evaluation yet): no {BEST_PARAMS}")
     params = load_params(run_dir / BEST_PARAMS, params_template)
     if (run_dir / BEST_TRANSFORM).exists():
       transform = load_params(run_dir / BEST_TRANSFORM, transform)
-    env_steps, source = summary.get("best_env_steps"), "best"
-  elif checkpoint is None and final.exists():
+    env_steps, source = None if stale else summary.get("best_env_steps"), "best"
+  elif checkpoint is None and final.exists() and not stale:
     params = load_params(final, params_template)
     if (run_dir / FINAL_TRANSFORM).exists():
       transform = load_params(run_dir / FINAL_TRANSFORM, transform)

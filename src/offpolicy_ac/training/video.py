@@ -13,6 +13,12 @@ import warnings
 import numpy as np
 
 
+def check_video_path(path: str | os.PathLike) -> None:
+  """Refuses a video path `write_video` does not write (it writes .mp4 files)."""
+  if pathlib.Path(path).suffix.lower() != ".mp4":
+    raise ValueError(f"videos are written as H.264 MP4: give a path ending in .mp4, got {path}")
+
+
 def write_video(path: str | os.PathLike, frames: np.ndarray, fps: float = 30.0) -> pathlib.Path:
   """Writes frames [N, H, W, 3] uint8 as an H.264 MP4, one video frame per frame.
 
@@ -24,6 +30,7 @@ def write_video(path: str | os.PathLike, frames: np.ndarray, fps: float = 30.0) 
     raise ValueError(f"frames must be [N >= 1, H, W, 3] uint8, got {frames.shape} {frames.dtype}")
   if not fps > 0:
     raise ValueError(f"fps must be > 0, got {fps}")
+  check_video_path(path)
   import imageio.v2 as imageio  # slow to import: only when writing a video
 
   _, height, width, _ = frames.shape
