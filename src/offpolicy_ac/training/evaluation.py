@@ -34,7 +34,7 @@ def describe_protocol(config: TrainConfig, num_episodes: int | None = None) -> s
     episodes = config.eval.eval_episodes
     interval = config.eval_interval
     when = f" every {interval:,} env steps" if interval else " (evaluation off)"
-    if interval >= config.budget.total_env_steps:  # the one at the end of the budget
+    if interval > config.budget.total_env_steps:  # only the one at the end of the budget
       when = " at the end of the run"
   else:
     episodes, when = num_episodes, ""
