@@ -124,13 +124,11 @@ class AcerConfig:
       )
     base.check_non_negative("value_weight", self.value_weight)
     base.check_non_negative("entropy_weight", self.entropy_weight)
-    for name in ("learning_rate", "value_weight", "entropy_weight"):
+    for name in ("learning_rate", "value_weight", "entropy_weight", "init_log_std"):
       base.check_finite(name, getattr(self, name))
     for name, low in (("replay_ratio", 0), ("sdn_samples", 1), ("sdn_hidden_size", 1)):
       base.check_int(name, getattr(self, name), low)
     base.check_hidden_sizes(self.hidden_sizes)
-    if not math.isfinite(self.init_log_std):
-      raise ValueError(f"init_log_std must be finite, got {self.init_log_std}")
 
 
 def make_acer(spec, config: AcerConfig = AcerConfig()) -> base.Agent:

@@ -184,11 +184,10 @@ def check_hidden_sizes(sizes: Sequence[int]) -> None:
     raise ValueError(f"hidden_sizes must be positive ints, got {tuple(sizes)!r}")
 
 
-def check_finite(name: str, *values: float) -> None:
-  """Raises unless every value is finite (a setting where inf or NaN means nothing)."""
-  for value in values:
-    if not is_traced(value) and not math.isfinite(value):
-      raise ValueError(f"{name} must be finite, got {value}")
+def check_finite(name: str, value: float) -> None:
+  """Raises unless `value` is finite (a setting where inf or NaN means nothing)."""
+  if not is_traced(value) and not math.isfinite(value):
+    raise ValueError(f"{name} must be finite, got {value}")
 
 
 def check_non_negative(name: str, value: float) -> None:

@@ -6,6 +6,7 @@ stack), scale them to [0, 1] and work in NHWC internally.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Sequence
 
@@ -189,15 +190,21 @@ def make_torso(
         f"torso {kind!r} takes [C, H, W] frames; observations of shape {observation_shape} "
         "look like [H, W, C]: move their channels first"
     )
-  torso = _PIXEL_TORSOS[kind]()
-  key, frames = jax.ShapeDtypeStruct((2,), jnp.uint32), jax.ShapeDtypeStruct(
-      (1, *observation_shape), jnp.float32
-  )
-  try:  # shapes only: nothing is computed, compiled or started (no JAX backend)
-    jax.eval_shape(torso.init, key, frames)
+  _check_frames_fit(kind, tuple(observation_shape))
+  return _PIXEL_TORSOS[kind]()
+
+
+@functools.lru_cache(maxsize=None)
+def _check_frames_fit(kind: str, observation_shape: tuple[int, ...]) -> None:
+  """Raises ValueError when pixel torso `kind` cannot take frames of this shape. Traces
+  its init on shapes only (nothing is computed, compiled or started: no JAX backend), once
+  per torso and shape: an agent is rebuilt in every program that traces it (a sweep)."""
+  key = jax.ShapeDtypeStruct((2,), jnp.uint32)
+  frames = jax.ShapeDtypeStruct((1, *observation_shape), jnp.float32)
+  try:
+    jax.eval_shape(_PIXEL_TORSOS[kind]().init, key, frames)
   except Exception as e:  # pylint: disable=broad-except
     raise ValueError(
         f"torso {kind!r} does not fit frames of shape {observation_shape}: it takes [C, H, W] "
         f"frames large enough for its convolutions ({type(e).__name__}: {e})"
     ) from e
-  return torso

@@ -371,12 +371,13 @@ class TrainConfig:
     if env.atari and not self.compiled and not envs.is_atari(env.env_id):
       raise ValueError(f"--atari applies to Atari tasks (envpool ids such as Pong-v5), not to "
                        f"{env.env_id}")  # fmt: skip
-    first = self.steps_per_unroll * (actors.num_actors if actors.actors == "pools" else 1)
+    first = self.steps_per_unroll * self.unrolls_per_iteration
     if first > budget.total_env_steps:
       raise ValueError(
           f"one iteration takes {first:,} env steps (num_envs {env.num_envs} x unroll_length "
-          f"{env.unroll_length}{' x num_actors' if actors.actors == 'pools' else ''}), more "
-          f"than the whole budget, total_env_steps {budget.total_env_steps:,}"
+          f"{env.unroll_length}{' x num_actors' if actors.actors == 'pools' else ''}"
+          f"{' x num_processes' if parallel.num_processes > 1 else ''}), more than the whole "
+          f"budget, total_env_steps {budget.total_env_steps:,}"
       )
     _check_transform(self.transform)
     if self.tracking.wandb_mode not in ("online", "offline"):

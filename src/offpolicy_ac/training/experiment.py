@@ -207,14 +207,15 @@ def run_experiment(name: str, args: Any, agent_factory: Callable, *,
     config.validate()
     if config.tracking.track:
       require_wandb()
+  resume = bool(getattr(args, "resume", False))
   with refusals():  # before anything is created on disk
     if args.run_dir and pathlib.Path(args.run_dir).exists() and not os.path.isdir(args.run_dir):
       raise ValueError(f"--run-dir {args.run_dir} is a file, not a directory")
-    if getattr(args, "resume", False) and not args.run_dir:
+    if resume and not args.run_dir:
       raise ValueError("--resume needs --run-dir: the run directory to continue")
-    if getattr(args, "resume", False) and not pathlib.Path(args.run_dir).is_dir():
+    if resume and not pathlib.Path(args.run_dir).is_dir():
       raise FileNotFoundError(f"--resume: {args.run_dir} is not a run directory")
-    if getattr(args, "resume", False) and not config.checkpoint.checkpoint_every:
+    if resume and not config.checkpoint.checkpoint_every:
       raise ValueError("--resume needs checkpoints: --checkpoint-every 0 writes none")
   enable_compilation_cache()
   root = pathlib.Path(args.run_dir or default_run_dir(name, config))
@@ -229,7 +230,7 @@ def run_experiment(name: str, args: Any, agent_factory: Callable, *,
     with contextlib.ExitStack() as held:
       with refusals():
         held.enter_context(rundir.locked(root))
-        if getattr(args, "resume", False) and not any((d / "config.json").exists() for d in dirs):
+        if resume and not any((d / "config.json").exists() for d in dirs):
           raise FileNotFoundError(f"--resume: {root} holds no run (no seed<k>/config.json)")
       held.enter_context(_stop_on_signals(between))  # a signal between two seeds
       results = []
