@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
+import pathlib
 from typing import Optional
 
 from offpolicy_ac import demos as demos_lib
@@ -136,6 +138,6 @@ def run(args: Args, **run_kwargs):
   sequences = demos_lib.cut_episodes(demos, length, args.cut_mode)
   batch_fn = make_sqil_batch_fn(sequences, batch_size=demo_batch_size, length=length)
   agent = sql.cooled_agent(args.agent, args.train, args.learning_rate_cooldown)
-  return run_experiment(
-      "sqil", args, functools.partial(make_sqil, config=agent), batch_fn=batch_fn, **run_kwargs
-  )
+  digest = hashlib.sha256(pathlib.Path(args.demos).read_bytes()).hexdigest()
+  return run_experiment("sqil", args, functools.partial(make_sqil, config=agent),
+                        batch_fn=batch_fn, inputs={"--demos": digest}, **run_kwargs)  # fmt: skip

@@ -198,10 +198,13 @@ def _seed_args(args: Any, seed: int, run_dir: pathlib.Path) -> Any:
 def run_experiment(name: str, args: Any, agent_factory: Callable, *,
                    batch_fn: Optional[Callable] = None, progress: Optional[bool] = None,
                    rollout_factory: RolloutFactory = make_training_rollout,
+                   inputs: Optional[dict[str, str]] = None,
                    ) -> RunResult | list[RunResult]:  # fmt: skip
   """Trains a script's args; see the module docstring. With several learners (seeds, a
   sweep's settings) it returns one RunResult per learner, each logged in its own
-  directory under `args.run_dir`, and plots them."""
+  directory under `args.run_dir`, and plots them. `inputs` names the digests of files
+  the run reads (`{"--demos": sha256}`): recorded in config.json, and a resumed run
+  refuses files whose content changed."""
   config: TrainConfig = args.train
   with refusals():
     config.validate()
@@ -237,7 +240,7 @@ def run_experiment(name: str, args: Any, agent_factory: Callable, *,
       for seed, seed_dir in zip(seeds, dirs):
         results.append(run_experiment(name, _seed_args(args, seed, seed_dir), agent_factory,
                                       batch_fn=batch_fn, progress=progress,
-                                      rollout_factory=rollout_factory))  # fmt: skip
+                                      rollout_factory=rollout_factory, inputs=inputs))  # fmt: skip
         if results[-1].interrupted or between():  # --resume goes on from here
           if not results[-1].interrupted and len(results) < len(seeds):
             print(f"[{name}] stopped by {between.signal_name} before seed "
@@ -247,7 +250,7 @@ def run_experiment(name: str, args: Any, agent_factory: Callable, *,
               title=f"{name} {config.env.env_id}, {len(seeds)} seeds (one after the other)")  # fmt: skip
     return results
   results = _run(name, args, root, agent_factory=agent_factory, batch_fn=batch_fn,
-                 progress=progress, rollout_factory=rollout_factory)  # fmt: skip
+                 progress=progress, rollout_factory=rollout_factory, inputs=inputs)  # fmt: skip
   return results[0] if len(results) == 1 else results
 
 
@@ -273,7 +276,7 @@ def _program(name: str, args: Any, lanes: list[sweeps.Lane], *, agent_factory: C
 
 def _run(name: str, args: Any, root: pathlib.Path, *, agent_factory: Callable,
          batch_fn: Optional[Callable], progress: Optional[bool],
-         rollout_factory: RolloutFactory) -> list[RunResult]:  # fmt: skip
+         rollout_factory: RolloutFactory, inputs: Optional[dict]) -> list[RunResult]:  # fmt: skip
   """One program for the run's learners: writes the run directories, trains, finishes.
 
   One learner logs in `root` (a multi-host job's other processes in root/process<i>: they
@@ -296,19 +299,20 @@ def _run(name: str, args: Any, root: pathlib.Path, *, agent_factory: Callable,
     with refusals():  # several learners: the root and each learner's directory
       for locked in [dirs[0]] if len(lanes) == 1 else [root, *dirs]:
         held.enter_context(rundir.locked(locked))
-    return _train(name, args, root, lanes, dirs, program, progress)
+    return _train(name, args, root, lanes, dirs, program, progress, inputs)
 
 
 def _train(name: str, args: Any, root: pathlib.Path, lanes: list[sweeps.Lane],
-           dirs: list[pathlib.Path], program: Any, progress: Optional[bool]) -> list[RunResult]:  # fmt: skip
+           dirs: list[pathlib.Path], program: Any, progress: Optional[bool],
+           inputs: Optional[dict]) -> list[RunResult]:  # fmt: skip
   """`_run` once it holds the run directory: config.json, signals, the driver, results."""
   config: TrainConfig = args.train
   resume = bool(getattr(args, "resume", False))
   with refusals():
     if len(lanes) == 1:
-      rundir.check_or_write_config(name, args, dirs[0], resume)
+      rundir.check_or_write_config(name, args, dirs[0], resume, inputs=inputs)
     else:
-      rundir.check_or_write_config(name, args, root, resume, others=dirs)
+      rundir.check_or_write_config(name, args, root, resume, others=dirs, inputs=inputs)
       sweeps.write_lane_configs(name, args, root, lanes)
   protocol = describe_protocol(config)
   if config.parallel.process_id == 0:

@@ -215,9 +215,11 @@ def _field_defaults(args: Any) -> Optional[dict]:
 
 
 def check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: bool,
-                          others: Sequence[pathlib.Path] = ()) -> None:  # fmt: skip
-  """On resume, refuses a changed config; otherwise refuses to overwrite a run (in
-  `run_dir` or any of `others`). Then writes config.json."""
+                          others: Sequence[pathlib.Path] = (),
+                          inputs: Optional[dict] = None) -> None:  # fmt: skip
+  """On resume, refuses a changed config or a changed input file (`inputs`: digests by
+  flag, kept in config.json); otherwise refuses to overwrite a run (in `run_dir` or any
+  of `others`). Then writes config.json."""
   config_path = run_dir / "config.json"
   lane_of = read_json(config_path).get("learners_of") if config_path.exists() else None
   if lane_of is not None:  # its checkpoints and config are the whole run's
@@ -252,6 +254,10 @@ def check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: b
               flush=True)  # fmt: skip
     if old.get("algorithm") != name:
       diffs.insert(0, f"algorithm ({old.get('algorithm')} -> {name})")
+    for flag, digest in (inputs or {}).items():
+      if old.get("inputs", {}).get(flag, digest) != digest:
+        raise ValueError(f"--resume: the {flag} file's content differs from the one the run "
+                         "started with; resume with that file, or start a new run")  # fmt: skip
     if diffs:
       raise ValueError(
           f"--resume: the config differs from the run's in {diffs}; only the "
@@ -264,7 +270,7 @@ def check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: b
             f"{d} already holds a run: pass --resume to continue it, or choose another --run-dir"
         )
   run_dir.mkdir(parents=True, exist_ok=True)
-  write_config(run_dir, args, extra={"algorithm": name})
+  write_config(run_dir, args, extra={"algorithm": name, **({"inputs": inputs} if inputs else {})})
 
 
 def write_best(run_dir: pathlib.Path, params: Any, transform_state: Any) -> None:
