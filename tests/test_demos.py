@@ -1,6 +1,8 @@
 """Demonstrations: cutting episodes into sequences with drop / last / null_padding, and
 clipping a policy's actions to the action box."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -150,3 +152,33 @@ def test_clip_to_box_takes_flattened_bounds_for_shaped_actions():
 def test_clip_to_box_refuses_bad_input(low, high, fraction, message):
   with pytest.raises(ValueError, match=message):
     demos_lib.clip_to_box(lambda obs: obs, low, high, fraction)
+
+
+@pytest.mark.parametrize(
+    "change, fragment",
+    [
+        ({"episode_lengths": np.array([5.0, 4.0])}, "`episode_lengths` must be integers >= 2"),
+        ({"episode_lengths": np.array([-1, 10])}, "`episode_lengths` must be integers >= 2"),
+        ({"reward": np.zeros((9, 1), np.float32)}, "`reward` must be [N], one per step"),
+        ({"step_type": np.full(9, MID, np.int32)}, "each episode FIRST (0), MID (1) ..., LAST (2)"),
+        ({"step_type": _episodes([5, 4])["step_type"].astype(np.float32)}, "`step_type` must be"),
+        ({"discount": np.full(9, 5.0, np.float32)}, "`discount` must be floats in [0, 1]"),
+        ({"action": np.zeros(8, np.int32)}, "`action` has (8,) steps, episode lengths add up to 9"),
+    ],
+    ids=lambda c: str(c)[:30],
+)
+def test_load_demos_refuses_fields_that_are_not_whole_episodes(tmp_path, change, fragment):
+  path = tmp_path / "demos.npz"
+  demos_lib.save_demos(path, {**_episodes([5, 4]), **change}, env_id="CartPole-v1")
+  with pytest.raises(ValueError, match=re.escape(fragment)):
+    demos_lib.load_demos(path)
+
+
+def test_check_demos_refuses_observations_of_another_kind():
+  spec = envs.spec("CartPole-v1")
+  demos = _episodes([5, 4])
+  demos["observation"] = np.zeros((9, 4), np.float32)
+  demos_lib.check_demos(demos, spec)
+  demos["observation"] = np.zeros((9, 4), np.int64)
+  with pytest.raises(ValueError, match="int64 observations, the task's are float32"):
+    demos_lib.check_demos(demos, spec)

@@ -29,12 +29,15 @@ import zipfile
 
 import numpy as np
 
+from offpolicy_ac.envs import FIRST
 from offpolicy_ac.envs import LAST
+from offpolicy_ac.envs import MID
 from offpolicy_ac.envs import EnvSpec
 from offpolicy_ac.envs import Trajectory
 
 __all__ = [
     "CUT_MODES",
+    "check_demos",
     "clip_to_box",
     "cut_episodes",
     "load_demos",
@@ -129,8 +132,9 @@ def load_demos(path: str | os.PathLike) -> dict[str, Any]:
   Raises:
     FileNotFoundError: no such file.
     ValueError: not a demonstration file (not an `.npz`, damaged, or missing fields), or
-      fields whose step counts disagree.
-  """
+      fields that are not whole episodes: step counts that disagree, `reward`,
+      `discount` or `step_type` not [N], episodes that do not run FIRST, MID, ..., LAST
+      over `episode_lengths` (integers >= 2), discounts outside [0, 1]."""
   not_demos = (f"{path} is not a readable demonstration file (an .npz written by "
                "experiments/record_demos.py or demos.save_demos)")  # fmt: skip
   try:
@@ -149,25 +153,48 @@ def load_demos(path: str | os.PathLike) -> dict[str, Any]:
   missing = [k for k in (*_FIELDS, "episode_lengths", "env_id") if k not in demos]
   if missing:
     raise ValueError(f"{path} is not a demonstration file: missing {missing}")
-  n = int(demos["episode_lengths"].sum())
-  for name in _FIELDS:
-    if demos[name].shape[0] != n:
-      raise ValueError(
-          f"{path}: `{name}` has {demos[name].shape[0]} steps, episode " f"lengths add up to {n}"
-      )
+  _check_episodes(demos, path)
   demos["env_id"] = str(demos["env_id"])
   return demos
 
 
+def _check_episodes(demos: dict[str, np.ndarray], path: Any) -> None:
+  """Refuses fields that do not describe whole episodes in the file layout above."""
+  lengths = demos["episode_lengths"]
+  if lengths.ndim != 1 or not np.issubdtype(lengths.dtype, np.integer) or (lengths < 2).any():
+    raise ValueError(f"{path}: `episode_lengths` must be integers >= 2 (an episode's FIRST to "
+                     f"its LAST step), got {lengths.dtype} {lengths[:5].tolist()}")  # fmt: skip
+  n = int(lengths.sum())
+  for name in _FIELDS:
+    if demos[name].shape[:1] != (n,):
+      raise ValueError(f"{path}: `{name}` has {demos[name].shape[:1]} steps, episode lengths "
+                       f"add up to {n}")  # fmt: skip
+  for name in ("step_type", "reward", "discount"):
+    if demos[name].ndim != 1:
+      raise ValueError(f"{path}: `{name}` must be [N], one per step, got shape "
+                       f"{demos[name].shape}")  # fmt: skip
+  step_type, discount = demos["step_type"], demos["discount"]
+  expected = np.full(n, MID)
+  expected[np.cumsum(lengths) - lengths], expected[np.cumsum(lengths) - 1] = FIRST, LAST
+  if not np.issubdtype(step_type.dtype, np.integer) or (step_type != expected).any():
+    raise ValueError(f"{path}: `step_type` must be integers, each episode FIRST ({FIRST}), MID "
+                     f"({MID}) ..., LAST ({LAST})")  # fmt: skip
+  if not np.issubdtype(discount.dtype, np.floating) or ((discount < 0) | (discount > 1)).any():
+    raise ValueError(f"{path}: `discount` must be floats in [0, 1]")
+
+
 def check_demos(demos: dict[str, Any], spec: EnvSpec, where: str = "the demonstrations") -> None:
   """Refuses demonstrations that do not fit a task (`envs.EnvSpec`): observations of
-  another shape, actions of another shape, kind or range (a discrete action outside
+  another shape or kind (integers for a float task), actions of another shape, kind or range (a discrete action outside
   [0, num_actions), a continuous one outside the action box or not finite), non-finite
   rewards, discounts or observations."""
   obs, action = demos["observation"], demos["action"]
   if tuple(obs.shape[1:]) != tuple(spec.observation_shape):
     raise ValueError(f"{where}: observations of shape {tuple(obs.shape[1:])}, the task's are "
                      f"{tuple(spec.observation_shape)} ({spec.task_id})")  # fmt: skip
+  if np.dtype(obs.dtype).kind != np.dtype(spec.observation_dtype).kind:
+    raise ValueError(f"{where}: {obs.dtype} observations, the task's are "
+                     f"{spec.observation_dtype} ({spec.task_id})")  # fmt: skip
   if tuple(action.shape[1:]) != tuple(spec.action_shape):
     raise ValueError(f"{where}: actions of shape {tuple(action.shape[1:])}, the task's are "
                      f"{tuple(spec.action_shape)} ({spec.task_id})")  # fmt: skip
@@ -184,7 +211,8 @@ def check_demos(demos: dict[str, Any], spec: EnvSpec, where: str = "the demonstr
     low, high = np.asarray(spec.action_low), np.asarray(spec.action_high)
     if not np.isfinite(action).all() or (action < low).any() or (action > high).any():
       raise ValueError(f"{where}: actions outside the task's action box [{spec.action_low}, "
-                       f"{spec.action_high}] or not finite")  # fmt: skip
+                       f"{spec.action_high}] or not finite (record_demos.py "
+                       "--action-box-fraction 1 records the actions the task clips them to)")  # fmt: skip
   for name in ("reward", "discount", "observation"):
     values = demos[name]
     if np.issubdtype(values.dtype, np.floating) and not np.isfinite(values).all():

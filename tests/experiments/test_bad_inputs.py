@@ -66,6 +66,12 @@ CASES = [
     ("sqil", ["--demos", "{demos}/action7.npz"], "actions must lie in [0, 2) for CartPole-v1"),
     ("sqil", ["--demos", "{demos}/obs3.npz"], "observations of shape (3,)"),
     ("sqil", ["--demos", "{demos}/good.npz", "--env-id", "Acrobot-v1"], "the run is on Acrobot"),
+    (
+        "sqil",
+        ["--demos", "{demos}/good.npz", "--unroll-length", "64", "--mini-batch-length", "40",
+         "--cut-mode", "drop"],
+        "no sequence of 41 steps could be cut with mode 'drop'",
+    ),  # fmt: skip
     ("evaluate", ["--run-dir", "{demos}/no-run"], "is not a directory"),
     ("evaluate", ["--run-dir", "{demos}", "--episodes", "0"], "--episodes must be >= 1"),
     ("evaluate", ["--run-dir", "{demos}"], "is not a run directory (no config.json)"),

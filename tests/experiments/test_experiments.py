@@ -385,7 +385,7 @@ def test_continuous_sqil_with_two_q_networks_resumes_and_loads(tmp_path, pendulu
 
 def test_sqil_resume_refuses_demonstrations_whose_content_changed(tmp_path, pendulum_demos):
   """The --demos path is the same, its content is not: --resume refuses it before
-  training; the run's own file resumes."""
+  training; the run's own file resumes, at another path too."""
   module = _script("sqil")
   demos = tmp_path / "demos.npz"
   demos.write_bytes(pendulum_demos.read_bytes())
@@ -393,7 +393,7 @@ def test_sqil_resume_refuses_demonstrations_whose_content_changed(tmp_path, pend
                total_env_steps=256, log_every=256, eval_every=0, checkpoint_every=256)  # fmt: skip
   module.run(args)
   config = json.loads((tmp_path / "run" / "config.json").read_text())
-  assert len(config["inputs"]["--demos"]) == 64  # the file's sha256
+  assert len(config["inputs"]["demos"]) == 64  # the file's sha256
   resumed = dataclasses.replace(args, resume=True, train=args.train.replace(total_env_steps=512))
   env = envs.make("Pendulum-v1", 10, 8)
   other = demos_lib.record_episodes(env, lambda obs: np.zeros((len(obs), 1), np.float32), 10)
@@ -402,8 +402,9 @@ def test_sqil_resume_refuses_demonstrations_whose_content_changed(tmp_path, pend
   with pytest.raises(ValueError, match="--demos file's content differs"):
     module.run(resumed)
   assert len(read_metrics(tmp_path / "run")) == 1  # nothing trained
-  demos.write_bytes(pendulum_demos.read_bytes())
-  assert module.run(resumed).env_steps == 512
+  moved = tmp_path / "moved.npz"  # the run's file at another path: compared by content
+  moved.write_bytes(pendulum_demos.read_bytes())
+  assert module.run(dataclasses.replace(resumed, demos=str(moved))).env_steps == 512
 
 
 def test_sqil_halfcheetah_preset_trains_from_demonstrations_inside_the_box(tmp_path):

@@ -15,6 +15,7 @@ import dataclasses
 import functools
 import hashlib
 import pathlib
+from typing import Literal
 from typing import Optional
 
 from offpolicy_ac import demos as demos_lib
@@ -46,7 +47,7 @@ class Args:
   More than --mini-batch-size weigh the agent's data less in the loss, as
   the paper's lambda_samp < 1 does (lambda_samp = --mini-batch-size / --demo-batch-size)."""
   agent: SqlConfig = SqlConfig()
-  cut_mode: str = "last"
+  cut_mode: Literal["drop", "last", "null_padding"] = "last"
   """How demonstration episodes are cut into sequences: drop, last, null_padding."""
   learning_rate_cooldown: float = 1.0
   """Lower the learning rate to 0 over this last fraction of the run, as in sql.py. 0
@@ -133,11 +134,11 @@ def run(args: Args, **run_kwargs):
           f"the demonstrations are of {demos['env_id']}, the run is on {args.train.env.env_id}"
       )
     demos_lib.check_demos(demos, task_spec(args.train), where=args.demos)
-  demo_batch_size = args.demo_batch_size or args.train.replay.mini_batch_size
-  length = args.train.replay.mini_batch_length + 1
-  sequences = demos_lib.cut_episodes(demos, length, args.cut_mode)
-  batch_fn = make_sqil_batch_fn(sequences, batch_size=demo_batch_size, length=length)
+    demo_batch_size = args.demo_batch_size or args.train.replay.mini_batch_size
+    length = args.train.replay.mini_batch_length + 1
+    sequences = demos_lib.cut_episodes(demos, length, args.cut_mode)
+    batch_fn = make_sqil_batch_fn(sequences, batch_size=demo_batch_size, length=length)
   agent = sql.cooled_agent(args.agent, args.train, args.learning_rate_cooldown)
   digest = hashlib.sha256(pathlib.Path(args.demos).read_bytes()).hexdigest()
   return run_experiment("sqil", args, functools.partial(make_sqil, config=agent),
-                        batch_fn=batch_fn, inputs={"--demos": digest}, **run_kwargs)  # fmt: skip
+                        batch_fn=batch_fn, inputs={"demos": digest}, **run_kwargs)  # fmt: skip

@@ -202,9 +202,9 @@ def run_experiment(name: str, args: Any, agent_factory: Callable, *,
                    ) -> RunResult | list[RunResult]:  # fmt: skip
   """Trains a script's args; see the module docstring. With several learners (seeds, a
   sweep's settings) it returns one RunResult per learner, each logged in its own
-  directory under `args.run_dir`, and plots them. `inputs` names the digests of files
-  the run reads (`{"--demos": sha256}`): recorded in config.json, and a resumed run
-  refuses files whose content changed."""
+  directory under `args.run_dir`, and plots them. `inputs` holds the digests of files
+  that args fields name (`{"demos": sha256}`): kept in config.json, a resumed run compares
+  them instead of the paths."""
   config: TrainConfig = args.train
   with refusals():
     config.validate()

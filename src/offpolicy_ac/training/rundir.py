@@ -217,8 +217,8 @@ def _field_defaults(args: Any) -> Optional[dict]:
 def check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: bool,
                           others: Sequence[pathlib.Path] = (),
                           inputs: Optional[dict] = None) -> None:  # fmt: skip
-  """On resume, refuses a changed config or a changed input file (`inputs`: digests by
-  flag, kept in config.json); otherwise refuses to overwrite a run (in `run_dir` or any
+  """On resume, refuses a changed config or input file (`inputs`: the digests of the
+  files that args fields name, kept in config.json, compared instead of the paths); otherwise refuses to overwrite a run (in `run_dir` or any
   of `others`). Then writes config.json."""
   config_path = run_dir / "config.json"
   lane_of = read_json(config_path).get("learners_of") if config_path.exists() else None
@@ -254,10 +254,13 @@ def check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: b
               flush=True)  # fmt: skip
     if old.get("algorithm") != name:
       diffs.insert(0, f"algorithm ({old.get('algorithm')} -> {name})")
-    for flag, digest in (inputs or {}).items():
-      if old.get("inputs", {}).get(flag, digest) != digest:
-        raise ValueError(f"--resume: the {flag} file's content differs from the one the run "
-                         "started with; resume with that file, or start a new run")  # fmt: skip
+    for field, digest in (inputs or {}).items():  # compared by content, not by path
+      if field in old.get("inputs", {}):
+        diffs = [d for d in diffs if d != field]
+        if old["inputs"][field] != digest:
+          raise ValueError(f"--resume: the --{field.replace('_', '-')} file's content differs "
+                           "from the one the run started with; resume with that file, or "
+                           "start a new run")  # fmt: skip
     if diffs:
       raise ValueError(
           f"--resume: the config differs from the run's in {diffs}; only the "
@@ -298,7 +301,7 @@ def write_results(name: str, run_dir: pathlib.Path, result: RunResult, protocol:
   summary["evaluation_protocol"] = protocol
   if stopped_by:
     summary["stopped_by"] = stopped_by
-  (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+  _write_atomic(run_dir / "summary.json", json.dumps(summary, indent=2).encode())
   print(f"[{name}] done: {summary}", flush=True)
   return summary
 
