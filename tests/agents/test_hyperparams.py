@@ -106,3 +106,15 @@ def test_a_combination_out_of_range_is_refused():
 def test_sql_lambda_is_static():
   with pytest.raises(ValueError, match="'lambda_' is a static field"):
     hp_lib.parse_sweep(SqlConfig(), ["lambda_=0.5"])
+
+
+def test_concrete_hyperparams_are_checked_inside_a_trace(cartpole_spec):
+  """A concrete array compared inside a `lax.cond` branch would be traced: the checks
+  compare it on the host, so an eager compiled run (its evaluation is a cond branch)
+  refuses a bad value instead of failing on a traced bool."""
+  good = hp_lib.with_hyperparams(ImpalaConfig(), {"gamma": jnp.float32(0.9)})
+  bad = hp_lib.with_hyperparams(ImpalaConfig(), {"gamma": jnp.float32(2.0)})
+  make = lambda config: (make_impala(cartpole_spec, config), jnp.float32(0.0))[1]  # noqa: E731
+  jax.lax.cond(True, lambda: make(good), lambda: jnp.float32(0.0))
+  with pytest.raises(ValueError, match=r"gamma must lie in \[0.0, 1.0\], got 2.0"):
+    jax.lax.cond(True, lambda: make(bad), lambda: jnp.float32(0.0))

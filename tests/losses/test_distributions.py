@@ -44,6 +44,16 @@ def _logits(rng, shape, n_actions, scale=2.0):
 # -----------------------------------------------------------------------------
 
 
+def test_nan_logits_give_nan_entropy_and_kl_not_zero():
+  """-inf logits are impossible actions (0); NaN logits are a diverged policy: NaN."""
+  nan = jnp.array([jnp.nan, jnp.nan])
+  assert np.isnan(L.categorical_entropy(nan)) and np.isnan(jax.jit(L.categorical_entropy)(nan))
+  assert np.isnan(L.categorical_kl(nan, jnp.zeros(2)))
+  assert np.isnan(L.categorical_kl(jnp.zeros(2), nan))
+  np.testing.assert_allclose(L.categorical_kl(jnp.array([0.0, -jnp.inf]), jnp.zeros(2)),
+                             np.log(2.0), rtol=1e-6)  # fmt: skip
+
+
 @FEW
 @given(shape=SHAPES, seed=SEEDS, n_actions=st.integers(1, 5))
 def test_categorical_log_prob_matches_numpy(shape, seed, n_actions):

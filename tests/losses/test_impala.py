@@ -712,3 +712,29 @@ class ImpalaBadInputTest(chex.TestCase):
       wrap(functools.partial(L.impala_loss_categorical, clip_rho_threshold=0.0))(
           logits, logits, a, v, v, v, v
       )
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_a_nan_at_a_masked_step_does_not_reach_the_loss(jit):
+  """Masked steps are left out of the mean, not multiplied by 0 (0 x NaN is NaN), eagerly
+  and jitted alike, with and without step weights."""
+  z, r, d = jnp.zeros((3, 1)), jnp.ones((3, 1)), jnp.full((3, 1), 0.9)
+  mask = jnp.array([[True], [False], [True]])
+  entropy = jnp.ones((3, 1)).at[1].set(jnp.nan)
+  loss = jax.jit(L.impala_loss) if jit else L.impala_loss
+  plain = loss(z, z, r, d, z, z, entropy, mask=mask).loss
+  weighted = loss(z, z, r, d, z, z, entropy, mask=mask, weights=jnp.ones((3, 1))).loss
+  clean = loss(z, z, r, d, z, z, jnp.ones((3, 1)), mask=mask).loss
+  assert np.isfinite(plain) and plain == weighted == clean
+  assert np.isnan(L.weighted_mean(entropy, jnp.ones((3, 1))))  # a real step's NaN stays
+
+
+def test_surrogate_clip_can_be_traced():
+  k1, k2 = jax.random.split(jax.random.PRNGKey(0))
+  logits, mu_logits = jax.random.normal(k1, (5, 3, 4)), jax.random.normal(k2, (5, 3, 4))
+  a, v, d = jnp.zeros((5, 3), jnp.int32), jnp.ones((5, 3)), jnp.full((5, 3), 0.9)
+  loss = lambda eps: L.impala_loss_categorical(logits, mu_logits, a, v, v, v, d,
+                                               surrogate_clip=eps).loss  # fmt: skip
+  np.testing.assert_allclose(jax.jit(loss)(0.2), loss(0.2), rtol=1e-5)
+  with pytest.raises(ValueError, match="an epsilon in"):
+    loss(1.5)

@@ -257,6 +257,16 @@ def test_soft_q_targets_nan_garbage_at_masked_steps_does_not_leak(method):
     )
 
 
+def test_soft_q_targets_do_not_bootstrap_a_terminal_state_with_no_legal_action():
+  """Every action illegal (-inf) at a terminal state: the target is the reward, not
+  0 x -inf = NaN; with mixed dtypes the message names the argument."""
+  q = jnp.full((2, 1, 3), -jnp.inf).at[1].set(0.0)
+  targets = L.soft_q_targets(jnp.ones((2, 1)), jnp.array([[0.0], [0.5]]), q, alpha=0.5)
+  np.testing.assert_allclose(targets, [[1.0], [1.0 + 0.5 * 0.5 * np.log(3.0)]], rtol=1e-6)
+  with pytest.raises(TypeError, match="`discount_t` must have the dtype of `r_t`"):
+    L.soft_q_targets(jnp.ones((2, 1), jnp.bfloat16), jnp.ones((2, 1)), q, alpha=0.5)
+
+
 def test_soft_q_targets_tend_to_hard_max_targets():
   # |G_soft - G_hard| <= max_s (V_soft - max Q) <= alpha log A: the error of
   # each soft value is discounted (d <= 1) and averaged by the lambda mix.

@@ -850,6 +850,16 @@ class VTraceBadInputTest(chex.TestCase):
       _run(self.variant, *args)
 
   @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.named_parameters(*((name, index) for index, name in enumerate(ARGS) if index))
+  def test_mixed_float_dtypes_name_the_argument(self, index):
+    """bfloat16 values with a float32 discount (`jnp.full(..., 0.99)`): the message names
+    the argument, not a variable of the recurrence."""
+    args = [x.astype(jnp.bfloat16) for x in _good_args()]
+    args[index] = args[index].astype(jnp.float32)
+    with pytest.raises(TypeError, match=f"`{ARGS[index]}` must have the dtype of `v_tm1`"):
+      _run(self.variant, *args)
+
+  @chex.variants(with_jit=True, without_jit=True)
   @parameterized.named_parameters(*((name, index) for index, name in enumerate(ARGS)))
   def test_wrong_dtype_names_the_argument(self, index):
     args = _good_args()

@@ -222,6 +222,16 @@ def test_matches_reference_catches_a_wrong_target_and_names_it():
     testing.assert_matches_reference(wrong, ref_vtrace, EXAMPLES)
 
 
+def test_matches_reference_fails_where_both_sides_are_nan():
+  """chex takes NaN as close to NaN: a NaN output at a compared step fails on its own."""
+  nan_target = lambda tr: jnp.log(tr.r_t * 0) * 0  # noqa: E731
+  nan_reference = lambda tr: np.full(np.shape(tr.r_t), np.nan)  # noqa: E731
+  with pytest.raises(
+      AssertionError, match=r"output \(the array\) is NaN at index \(0,\), and so is the expected"
+  ):
+    testing.assert_matches_reference(nan_target, nan_reference, EXAMPLES[0])
+
+
 def test_matches_reference_runs_the_jitted_function():
   calls = []
 

@@ -20,6 +20,7 @@ from typing import Sequence
 
 import flax.struct
 import jax
+import numpy as np
 import optax
 
 from offpolicy_ac import losses
@@ -153,21 +154,28 @@ def apply_batched(apply_fn: Callable, params: Any, obs: jax.Array, lead_dims: in
 
 def is_traced(value: Any) -> bool:
   """Whether a hyper-parameter is a traced array (hyper-parameters as data, see
-  `agents.hyperparams`): its range was checked on the concrete value before tracing."""
+  `agents.hyperparams`): the checks below skip it, so its range is the caller's to check
+  on the concrete value (`agents.hyperparams.check_setting`) before tracing."""
   return isinstance(value, jax.core.Tracer)
+
+
+def host_value(value: Any) -> Any:
+  """A concrete JAX array as NumPy: compared inside a trace (a `lax.cond` branch), JAX
+  would turn the comparison into a traced value."""
+  return np.asarray(value) if isinstance(value, jax.Array) else value
 
 
 def check_in(name: str, value: float, low: float, high: float) -> None:
   if is_traced(value):
     return
-  if not (low <= value <= high):
+  if not (low <= host_value(value) <= high):
     raise ValueError(f"{name} must lie in [{low}, {high}], got {value}")
 
 
 def check_positive(name: str, value: float) -> None:
   if is_traced(value):
     return
-  if not value > 0:
+  if not host_value(value) > 0:
     raise ValueError(f"{name} must be > 0, got {value}")
 
 
@@ -186,14 +194,14 @@ def check_hidden_sizes(sizes: Sequence[int]) -> None:
 
 def check_finite(name: str, value: float) -> None:
   """Raises unless `value` is finite (a setting where inf or NaN means nothing)."""
-  if not is_traced(value) and not math.isfinite(value):
+  if not is_traced(value) and not math.isfinite(host_value(value)):
     raise ValueError(f"{name} must be finite, got {value}")
 
 
 def check_non_negative(name: str, value: float) -> None:
   if is_traced(value):
     return
-  if not value >= 0:
+  if not host_value(value) >= 0:
     raise ValueError(f"{name} must be >= 0, got {value}")
 
 

@@ -100,7 +100,9 @@ class ImpalaConfig:
     ):
       base.check_positive(name, getattr(self, name))
     traced = base.is_traced(self.clip_rho_threshold) or base.is_traced(self.clip_c_threshold)
-    if not traced and self.clip_rho_threshold < self.clip_c_threshold:
+    if not traced and base.host_value(self.clip_rho_threshold) < base.host_value(
+        self.clip_c_threshold
+    ):
       raise ValueError(
           f"rho-bar ({self.clip_rho_threshold}) < c-bar ({self.clip_c_threshold}): "
           "V-trace needs clip_rho_threshold >= clip_c_threshold (Espeholt et al. 2018, "

@@ -40,6 +40,18 @@ def check_floating(name: str, x: Any) -> None:
     raise TypeError(f"`{name}` must have a floating-point dtype, got {_describe(x)}.")
 
 
+def check_floating_alike(names_and_arrays: list[tuple[str, Any]]) -> None:
+  """Raises TypeError unless every array has a floating-point dtype, the first's."""
+  ref_name, ref = names_and_arrays[0]
+  for name, x in names_and_arrays:
+    check_floating(name, x)
+    if jnp.result_type(x) != jnp.result_type(ref):
+      raise TypeError(
+          f"`{name}` must have the dtype of `{ref_name}`, {jnp.result_type(ref)}, got "
+          f"{_describe(x)} (cast the float inputs to one dtype)."
+      )
+
+
 def check_integer(name: str, x: Any) -> None:
   """Raises TypeError unless `x` has an integer dtype (action indices)."""
   if not jnp.issubdtype(jnp.result_type(x), jnp.integer):

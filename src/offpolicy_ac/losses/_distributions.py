@@ -145,26 +145,27 @@ def categorical_entropy(logits: jax.Array) -> jax.Array:
   """Entropy -sum_a p log p over the last axis; -inf logits contribute 0.
 
   Safe for -inf logits in value and gradient (the p log p term of an
-  impossible action is 0, with a zero gradient, not NaN).
+  impossible action is 0, with a zero gradient, not NaN); NaN logits give NaN.
   """
   _checks.check_floating("logits", logits)
   _checks.check_min_rank("logits", logits, 1, "a trailing action axis [..., A]")
   log_p = jax.nn.log_softmax(logits, axis=-1)
-  possible = jnp.isfinite(log_p)
+  possible = ~jnp.isneginf(log_p)  # NaN stays NaN
   safe_log_p = jnp.where(possible, log_p, jnp.zeros((), log_p.dtype))
   p = jnp.exp(safe_log_p) * possible
   return -jnp.sum(p * safe_log_p, axis=-1)
 
 
 def categorical_kl(p_logits: jax.Array, q_logits: jax.Array) -> jax.Array:
-  """KL(p || q) over the last axis of two logits arrays [..., A]."""
+  """KL(p || q) over the last axis of two logits arrays [..., A]; actions impossible under
+  p (-inf logits) contribute 0, NaN logits give NaN."""
   _checks.check_floating("p_logits", p_logits)
   _checks.check_floating("q_logits", q_logits)
   _checks.check_min_rank("p_logits", p_logits, 1, "a trailing action axis [..., A]")
   _checks.check_shape("q_logits", q_logits, jnp.shape(p_logits), "`p_logits`")
   log_p = jax.nn.log_softmax(p_logits, axis=-1)
   log_q = jax.nn.log_softmax(q_logits, axis=-1)
-  possible = jnp.isfinite(log_p)
+  possible = ~jnp.isneginf(log_p)  # NaN stays NaN
   zero = jnp.zeros((), log_p.dtype)
   p = jnp.exp(jnp.where(possible, log_p, zero)) * possible
   diff = jnp.where(possible, log_p - log_q, zero)

@@ -53,7 +53,8 @@ class ImpalaLossOutput(NamedTuple):
 
 
 def weighted_mean(x: jax.Array, weights: jax.Array) -> jax.Array:
-  """sum(w x) / sum(w) over all entries, and 0 where all weights are 0.
+  """sum(w x) / sum(w) over all entries, and 0 where all weights are 0; entries of weight
+  0 are left out, not multiplied by 0 (a NaN there does not reach the mean).
 
   `weights` must have the shape of `x` (ValueError naming both shapes
   otherwise): a broadcast weight would be summed once in the denominator but
@@ -62,7 +63,8 @@ def weighted_mean(x: jax.Array, weights: jax.Array) -> jax.Array:
   """
   _checks.check_shape("weights", weights, jnp.shape(x), "`x`")
   total = jnp.sum(weights)
-  return jnp.sum(weights * x) / jnp.where(total > 0, total, 1.0)
+  weighted = jnp.where(weights != 0, weights * x, jnp.zeros((), jnp.result_type(weights, x)))
+  return jnp.sum(weighted) / jnp.where(total > 0, total, 1.0)
 
 
 def step_weights(shape, mask, weights, dtype) -> jax.Array:
@@ -76,8 +78,11 @@ def step_weights(shape, mask, weights, dtype) -> jax.Array:
 
 
 def check_surrogate_clip(surrogate_clip: float | None) -> None:
-  """Raises unless `surrogate_clip` is None or an epsilon in (0, 1)."""
-  if surrogate_clip is not None and not 0.0 < surrogate_clip < 1.0:
+  """Raises unless `surrogate_clip` is None or an epsilon in (0, 1) (a traced epsilon
+  is not checked)."""
+  if surrogate_clip is None or isinstance(surrogate_clip, jax.core.Tracer):
+    return
+  if not 0.0 < float(surrogate_clip) < 1.0:
     raise ValueError(
         f"`surrogate_clip` must be None (the V-trace policy gradient) or an epsilon in "
         f"(0, 1), got {surrogate_clip}"

@@ -54,8 +54,7 @@ def general_off_policy_returns(
     targets G_s at times [0, T-1], shape [T, ...].
   """
   names = [("q_a_t", q_a_t), ("v_t", v_t), ("r_t", r_t), ("discount_t", discount_t), ("c_t", c_t)]
-  for name, x in names:
-    _checks.check_floating(name, x)
+  _checks.check_floating_alike([names[2]] + names[:2] + names[3:])
   _checks.check_time_major("r_t", r_t)
   shape = _checks.check_same_shape([names[2]] + names[:2] + names[3:])
   mask = _checks.check_mask(mask, shape)
@@ -72,15 +71,16 @@ def general_off_policy_returns(
 
 
 def _check_q_inputs(q_tm1, q_t, a_tm1, a_t, r_t, discount_t, pi_t, mu_t):
-  for name, x in [
-      ("q_tm1", q_tm1),
-      ("q_t", q_t),
-      ("r_t", r_t),
-      ("discount_t", discount_t),
-      ("pi_t", pi_t),
-      ("mu_t", mu_t),
-  ]:
-    _checks.check_floating(name, x)
+  _checks.check_floating_alike(
+      [
+          ("r_t", r_t),
+          ("q_tm1", q_tm1),
+          ("q_t", q_t),
+          ("discount_t", discount_t),
+          ("pi_t", pi_t),
+          ("mu_t", mu_t),
+      ]
+  )
   _checks.check_integer("a_tm1", a_tm1)
   _checks.check_integer("a_t", a_t)
   _checks.check_time_major("r_t", r_t)
@@ -122,14 +122,15 @@ def retrace_targets(
     mu_t: behaviour probability mu(a_{s+1}|x_{s+1}) at times [1, T], [T, ...].
     mask, lambda_, eps, stop_target_gradients, method: as in `retrace`.
   """
-  for name, x in [
-      ("q_t", q_t),
-      ("r_t", r_t),
-      ("discount_t", discount_t),
-      ("pi_t", pi_t),
-      ("mu_t", mu_t),
-  ]:
-    _checks.check_floating(name, x)
+  _checks.check_floating_alike(
+      [
+          ("r_t", r_t),
+          ("q_t", q_t),
+          ("discount_t", discount_t),
+          ("pi_t", pi_t),
+          ("mu_t", mu_t),
+      ]
+  )
   _checks.check_integer("a_t", a_t)
   _checks.check_time_major("r_t", r_t)
   _checks.check_min_rank("q_t", q_t, 2, "[T, ..., A]")

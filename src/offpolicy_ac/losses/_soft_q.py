@@ -85,8 +85,7 @@ def soft_q_targets(
   Returns:
     targets G_s at times [0, T-1], shape [T, ...].
   """
-  for name, x in [("r_t", r_t), ("discount_t", discount_t), ("q_t", q_t)]:
-    _checks.check_floating(name, x)
+  _checks.check_floating_alike([("r_t", r_t), ("discount_t", discount_t), ("q_t", q_t)])
   _checks.check_time_major("r_t", r_t)
   shape = tuple(jnp.shape(r_t))
   _checks.check_shape("discount_t", discount_t, shape, "`r_t`")
@@ -97,7 +96,9 @@ def soft_q_targets(
   mask_next = shift_to_previous(mask, False)
   zero = jnp.zeros((), jnp.result_type(r_t))
 
-  v_t = soft_value(q_t, alpha)
+  # Not bootstrapped where discount_t is 0: a terminal state's V_soft may be -inf (every
+  # action illegal), and 0 x -inf is NaN.
+  v_t = jnp.where(discount_t != 0, soft_value(q_t, alpha), zero)
   lam = jnp.where(mask_next, jnp.asarray(lambda_, r_t.dtype), zero)
   b = jnp.where(mask, r_t + discount_t * (1.0 - lam) * v_t, zero)
   a = jnp.where(mask, discount_t * lam, zero)

@@ -89,8 +89,7 @@ def vtrace(
       ("discount_t", discount_t),
       ("rho_tm1", rho_tm1),
   ]
-  for name, x in names:
-    _checks.check_floating(name, x)
+  _checks.check_floating_alike(names)
   _checks.check_time_major("v_tm1", v_tm1)
   shape = _checks.check_same_shape(names)
   mask = _checks.check_mask(mask, shape)
