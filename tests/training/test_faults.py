@@ -196,6 +196,27 @@ def test_no_intact_checkpoint_is_an_error_not_a_fresh_start(tmp_path):
   assert proc.returncode != 0 and "no intact checkpoint" in proc.stderr
 
 
+def test_checkpoints_of_other_shapes_are_refused_and_left_as_they_are(tmp_path):
+  """config.json edited to other network sizes: the intact checkpoints do not fit the
+  run's arrays. That is one line naming an array, not damage: none is moved aside, and
+  with the config put back the run resumes."""
+  run_dir = tmp_path / "run"
+  _run(run_dir, steps=2560)
+  config_path = run_dir / "config.json"
+  original = config_path.read_text()
+  config = json.loads(original)
+  config["config"]["agent"]["hidden_sizes"] = [32, 32]
+  config_path.write_text(json.dumps(config))
+  proc = _run(run_dir, "--resume", "--hidden-sizes", "32", "32", check=False)
+  last = proc.stderr.strip().splitlines()[-1]
+  assert proc.returncode == 2 and "hold arrays of other shapes than this run's" in last, last
+  assert "stored <f4[" in last and "this run's <f4[" in last
+  assert _checkpoints(run_dir) == [1280, 2560]
+  assert not list((run_dir / "checkpoints").glob("*.unreadable-*"))
+  config_path.write_text(original)
+  _run(run_dir, "--resume", steps=3840)
+
+
 def test_damaged_final_parameters_are_refused_by_load_run_and_evaluate(tmp_path):
   run_dir = tmp_path / "run"
   _run(run_dir, steps=1280)

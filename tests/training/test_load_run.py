@@ -160,6 +160,19 @@ def test_a_seed_of_a_vmapped_run_loads_from_the_shared_checkpoints(tmp_path):
   assert not _equal_trees(load_run(root / "seed3").params, load_run(root / "seed4").params)
 
 
+def test_a_copied_run_of_seeds_loads_its_own_checkpoints(tmp_path, monkeypatch):
+  """The copy's seed directories read the copy's checkpoints, not those at the root the
+  original recorded (relative to the directory it was started from), which go on."""
+  monkeypatch.chdir(tmp_path)
+  _run("sql", "run", total_env_steps=128, log_every=64, checkpoint_every=64, num_seeds=2)
+  shutil.copytree(tmp_path / "run", tmp_path / "copy")
+  _run("sql", "run", resume=True, total_env_steps=256, log_every=64, checkpoint_every=64,
+       num_seeds=2)  # fmt: skip
+  assert load_run("run/seed0").checkpoints[-1] == 256
+  copy = load_run(tmp_path / "copy" / "seed0")
+  assert copy.checkpoints[-1] == 128 and copy.env_steps == 128
+
+
 def test_without_final_parameters_the_newest_checkpoint_is_loaded(runs, tmp_path):
   run_dir = tmp_path / "run"
   shutil.copytree(runs["sql"], run_dir)

@@ -96,6 +96,22 @@ def verify_checksums(tree: Any, expected: dict[str, str], where: str) -> None:
       )
 
 
+def layout_mismatch(template: Any, checksums: dict[str, str]) -> Optional[str]:
+  """How the arrays a checkpoint holds (`checksums`: their dtypes and shapes) differ from
+  `template`'s, or None when they agree: a checkpoint of another configuration, not a
+  damaged one."""
+  stored = {k: v.rpartition(":")[0] for k, v in checksums.items() if k != RECORD}
+  try:
+    wanted = {path_name(path): f"{np.dtype(leaf.dtype).str}{list(leaf.shape)}"
+              for path, leaf in jax.tree_util.tree_flatten_with_path(template)[0]}  # fmt: skip
+  except TypeError:  # a dtype NumPy does not know: no judgement
+    return None
+  for key in sorted(set(stored) | set(wanted)):
+    if stored.get(key) != wanted.get(key):
+      return f"{key}: stored {stored.get(key, 'nothing')}, this run's {wanted.get(key, 'nothing')}"
+  return None
+
+
 def _read_checksums(step_dir: pathlib.Path) -> dict[str, str]:
   path = step_dir / CHECKSUMS
   if not path.exists():
@@ -184,6 +200,7 @@ class Checkpointer:
     """
     ocp = _ocp()
     template = _to_savable(template)
+    self.unfit: list[str] = []  # checkpoints of other arrays: left as they are
     for step in reversed(self.steps()):
       if check_record is not None:
         record, expected = None, None
@@ -200,6 +217,10 @@ class Checkpointer:
           check_record(record)
       try:
         checksums = _read_checksums(self.directory / str(step))
+        mismatch = layout_mismatch(template, checksums)
+        if mismatch is not None:
+          self.unfit.append(f"{step} ({mismatch})")
+          continue
         restored = self._manager.restore(
             step,
             args=ocp.args.Composite(
@@ -286,10 +307,18 @@ def restore_newest(checkpointer: Optional[Checkpointer], template: Any,
   Raises:
     DamagedCheckpointError: the run wrote checkpoints but none is intact (each was moved
       aside, named `<step>.unreadable-<time>`): nothing is started over unasked.
+    ValueError: no checkpoint holds arrays of the template's shapes (left as they are).
   """
   if checkpointer is None:
     raise ValueError("resume needs checkpoints (checkpoint_every > 0)")
   restored = checkpointer.restore_latest(template, check_record=check_record)
+  unfit = getattr(checkpointer, "unfit", [])  # checkpoints of other shapes, left as they are
+  if restored is None and unfit:
+    raise ValueError(
+        f"the checkpoints in {checkpointer.directory} hold arrays of other shapes than this "
+        f"run's (checkpoint {unfit[0]}): config.json no longer describes them, "
+        "or the library's networks changed. They are left as they are"
+    )
   if restored is None:
     damaged = sorted(p.name for p in checkpointer.directory.glob("*.unreadable-*"))
     if damaged:

@@ -431,8 +431,9 @@ def _checkpoint_source(run_dir: pathlib.Path, record: dict) -> tuple[pathlib.Pat
   learners' (its config.json records its lane: `learners_of`, `learner`, `learners`)."""
   if record.get("learners_of") is None:
     return run_dir / "checkpoints", 1, 0
-  recorded = pathlib.Path(record["learners_of"])
-  candidates = [recorded, run_dir.parent, run_dir.parent.parent]  # moved: up one or two
+  # Where the lane lies first (root/seed<k>, root/<setting>/seed<k>): a copied or moved run
+  # reads its own checkpoints, not those at the path recorded when it was written.
+  candidates = [run_dir.parent, run_dir.parent.parent, pathlib.Path(record["learners_of"])]
   root = next((c for c in candidates if (c / "config.json").exists()), None)
   if root is None:
     return run_dir / "checkpoints", 1, 0  # the root is gone: no checkpoints to read

@@ -103,7 +103,12 @@ def write_lane_configs(name: str, args: Any, root: pathlib.Path, lanes: list[Lan
   for k, lane in enumerate(lanes):
     if lane.run_dir != root:
       lane.run_dir.mkdir(parents=True, exist_ok=True)
-      extra = {"algorithm": name, "learners_of": str(root), "learner": k, "learners": len(lanes)}
+      extra = {
+          "algorithm": name,
+          "learners_of": str(root.absolute()),
+          "learner": k,
+          "learners": len(lanes),
+      }
       write_config(lane.run_dir, lane_args(args, lane), extra=extra)
 
 
