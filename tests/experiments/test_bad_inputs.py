@@ -101,6 +101,9 @@ CASES = [
         ["--preset", "gymnax-cartpole", "--env-id", "CartPole-v1"],
         "--preset gymnax-cartpole is made for gymnax:CartPole-v1",
     ),
+    ("impala", ["--run-dir", "{demos}/foreign"], "foreign/config.json is not a run's config"),
+    ("impala", ["--run-dir", "{demos}/foreign", "--resume"], "is not a run's config.json"),
+    ("sql", ["--run-dir", "{demos}/impala-run", "--resume"], "is a run of impala, not of sql"),
     ("impala", ["--preset", "atari", "--env-id", "CartPole-v1"], "made for Atari tasks"),
     ("impala", ["--atari"], "--atari applies to Atari tasks"),
     ("sql", ["--env-id", "CarRacing-v2"], "(96, 96, 3) look like [H, W, C]"),
@@ -126,6 +129,10 @@ def demos(tmp_path_factory):
   (root / "damaged" / "config.json").write_text('{"config": {\n')
   (root / "damaged" / "metrics.jsonl").write_text('{"env_steps": 1, "episode_return": 1.0}\n')
   (root / "text.npz").write_text("observation, action\n")
+  (root / "foreign").mkdir()  # a project's own files, not a run's
+  (root / "foreign" / "config.json").write_text('{"my": "settings"}')
+  (root / "impala-run").mkdir()
+  (root / "impala-run" / "config.json").write_text('{"algorithm": "impala", "config": {}}')
   return root
 
 

@@ -197,13 +197,24 @@ def config_differences(old: dict, new: dict, defaults: Optional[dict] = None) ->
 
 
 def holds_run(run_dir: pathlib.Path) -> bool:
-  """Whether a run logged or checkpointed anything there (a run refused before its
-  first step leaves only config.json and an empty metrics.jsonl: not a run)."""
+  """Whether a run logged, checkpointed or summed up anything there (a run refused before
+  its first step leaves only config.json and an empty metrics.jsonl: not a run)."""
   metrics = run_dir / "metrics.jsonl"
   checkpoints = run_dir / "checkpoints"
-  return (metrics.exists() and metrics.stat().st_size > 0) or (
-      checkpoints.exists() and any(checkpoints.iterdir())
+  return (
+      (metrics.exists() and metrics.stat().st_size > 0)
+      or (checkpoints.exists() and any(checkpoints.iterdir()))
+      or (run_dir / "summary.json").exists()
   )
+
+
+def _run_config(path: pathlib.Path) -> dict:
+  """A run's config.json, refusing a file of that name that is not one."""
+  record = read_json(path)
+  if not isinstance(record, dict) or not isinstance(record.get("config"), dict):
+    raise ValueError(f"{path} is not a run's config.json (no `config` object): choose "
+                     "another --run-dir")  # fmt: skip
+  return record
 
 
 def _field_defaults(args: Any) -> Optional[dict]:
@@ -218,19 +229,23 @@ def check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: b
                           others: Sequence[pathlib.Path] = (),
                           inputs: Optional[dict] = None) -> None:  # fmt: skip
   """On resume, refuses a changed config or input file (`inputs`: the digests of the
-  files that args fields name, kept in config.json, compared instead of the paths); otherwise refuses to overwrite a run (in `run_dir` or any
-  of `others`). Then writes config.json."""
+  files that args fields name, kept in config.json, compared instead of the paths);
+  otherwise refuses to overwrite a run (in `run_dir` or any of `others`). Then writes
+  config.json."""
   config_path = run_dir / "config.json"
-  lane_of = read_json(config_path).get("learners_of") if config_path.exists() else None
+  old = _run_config(config_path) if config_path.exists() else None
+  lane_of = old.get("learners_of") if old is not None else None
   if lane_of is not None:  # its checkpoints and config are the whole run's
     raise ValueError(
         f"{run_dir} is one learner of the run in {lane_of}: resume that run (--run-dir "
         f"{lane_of} --resume), or choose another --run-dir"
     )
   if resume:
-    if not config_path.exists():
+    if old is None:
       raise FileNotFoundError(f"--resume: {run_dir} holds no run (no config.json)")
-    old = read_json(config_path)
+    if old.get("algorithm") != name:
+      raise ValueError(f"--resume: {run_dir} is a run of {old.get('algorithm')}, not of "
+                       f"{name}: resume it with experiments/{old.get('algorithm')}.py")  # fmt: skip
     if "loop" in old["config"]:
       raise ValueError(
           f"--resume: {run_dir} was written by offpolicy_ac 0.1 (a flat `loop` config, "
@@ -252,8 +267,6 @@ def check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: b
               "steps: the default evaluation interval and a step size annealed over the run "
               "follow the new budget from here on (a run started with it would differ)",
               flush=True)  # fmt: skip
-    if old.get("algorithm") != name:
-      diffs.insert(0, f"algorithm ({old.get('algorithm')} -> {name})")
     for field, digest in (inputs or {}).items():  # compared by content, not by path
       if field in old.get("inputs", {}):
         diffs = [d for d in diffs if d != field]
@@ -268,6 +281,8 @@ def check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: b
       )
   else:
     for d in (run_dir, *others):
+      if (d / "config.json").exists():
+        _run_config(d / "config.json")  # a file of that name that is not a run's: kept
       if holds_run(d):
         raise FileExistsError(
             f"{d} already holds a run: pass --resume to continue it, or choose another --run-dir"
