@@ -466,3 +466,50 @@ def test_a_stop_signal_between_seeds_run_one_after_the_other_starts_no_more(tmp_
   assert not (tmp_path / "run" / "seed2").exists()
   if moment == "close":
     assert "[impala] stopped by SIGINT before seed 1; --resume starts it" in proc.stdout
+
+
+_ONE_SEED_SIGNALLED = """
+import dataclasses, json, os, signal, sys
+from offpolicy_ac import agents, presets
+from offpolicy_ac.training import logger, run_experiment
+
+moment, run_dir = sys.argv[1], sys.argv[2]
+args = presets.impala.Args()
+args = dataclasses.replace(args, run_dir=run_dir, train=args.train.replace(
+    total_env_steps=1024, log_every=512, checkpoint_every=512))
+
+def agent_factory(spec):  # "build": a signal while the program is built
+  if moment == "build":
+    os.kill(os.getpid(), signal.SIGINT)
+  return agents.make_impala(spec, args.agent)
+
+close = logger.RunLogger.close
+def close_signalled(self):  # "finish": two signals as the run's files are written
+  if moment == "finish":
+    os.kill(os.getpid(), signal.SIGTERM)
+    os.kill(os.getpid(), signal.SIGTERM)
+  close(self)
+logger.RunLogger.close = close_signalled
+
+result = run_experiment("impala", args, agent_factory)
+print(json.dumps([result.env_steps, result.interrupted]))
+"""
+
+
+@pytest.mark.parametrize("moment, expected", [("build", [0, True]), ("finish", [1024, False])])
+def test_a_signal_while_the_run_is_built_or_its_files_written_is_not_lost_or_fatal(
+    tmp_path, moment, expected
+):
+  """A signal before training stops the run at env step 0 (it used to be a traceback, or
+  lost inside a native callback); two signals as the finished run writes its files wait
+  for them (the second used to cut them short)."""
+  run_dir = tmp_path / "run"
+  proc = subprocess.run([sys.executable, "-c", _ONE_SEED_SIGNALLED, moment, str(run_dir)],
+                        capture_output=True, text=True, timeout=600)  # fmt: skip
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert json.loads(proc.stdout.strip().splitlines()[-1]) == expected
+  summary = json.loads((run_dir / "summary.json").read_text())
+  assert (run_dir / "final_params.msgpack").exists() and summary["env_steps"] == expected[0]
+  assert summary.get("stopped_by") == ("SIGINT" if moment == "build" else None)
+  if moment == "finish":
+    assert proc.stdout.count("received SIGTERM: writing the run's files first") == 2

@@ -158,6 +158,17 @@ def test_the_best_evaluation_is_the_highest_mean_and_of_equal_means_the_latest()
   assert news == [True, True, False, True, False]
   assert (accs.best_eval, accs.best_env_steps) == (500.0, 400)
   assert (accs.last_eval, accs.reached_at) == (499.0, 200)
+  nan = records.Accumulators()  # a NaN evaluation (a diverged policy) is never the best
+  assert [nan.evaluated(m, s, None) for s, m in enumerate([np.nan, 100.0, np.nan, 50.0])] == [
+      False, True, False, False]  # fmt: skip
+  assert (nan.best_eval, nan.best_env_steps) == (100.0, 1)
+
+
+def test_training_train_refuses_a_jax_environment():
+  from offpolicy_ac.training import train  # pylint: disable=import-outside-toplevel
+
+  with pytest.raises(ValueError, match="is a JAX environment.*training.make_train"):
+    train(lambda spec: None, TrainConfig.of(env_id="gymnax:CartPole-v1"), [None])
 
 
 @pytest.mark.parametrize("num_seeds", [1, 2])

@@ -138,6 +138,9 @@ class EnvpoolProgram:
         lane's agent is rebuilt with its hyper-parameters inside the vmapped learner.
     """
     config.validate()
+    if config.compiled:
+      raise ValueError(f"{config.env.env_id} is a JAX environment, whose run is one compiled "
+                       "program: training.make_train (or run_experiment), not training.train")  # fmt: skip
     if len(config.seeds) > 1 and config.vmap_unsupported_reason() is not None:
       raise ValueError(f"seeds cannot share a vmapped learner with "
                        f"{config.vmap_unsupported_reason()}")  # fmt: skip
@@ -206,7 +209,7 @@ class EnvpoolProgram:
       self._start(state)
     elif not self.exact:
       return  # actor threads go on across checkpoints
-    self.close()
+    self._close_environments()
     config, learner, process = self.config, self.learner, self.dp.process_index
     try:
       for seed, acting in zip(self.seeds, self._acting):
@@ -234,12 +237,19 @@ class EnvpoolProgram:
     example = jax.device_get(learner.example(self._acting[0], pools * config.env.num_envs))
     self._warm = learner.warm_up(state, learner.batch([example] * self.num_lanes))
 
-  def close(self) -> None:
+  def _close_environments(self) -> None:
     for source in self.sources:
       source.close()
     for env in self.evals:
       env.close()
     self.sources, self.evals = [], []
+
+  def close(self) -> None:
+    """The environments, and the warm-up compilation still running (a run stopped before
+    its first update): a thread left compiling aborts the interpreter at exit."""
+    self._close_environments()
+    if self._warm is not None:
+      self._warm.join()
 
   # -- training ----------------------------------------------------------------
 

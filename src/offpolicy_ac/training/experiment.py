@@ -96,6 +96,8 @@ class _StopFlag:
 
   def __init__(self):
     self.signal_name: Optional[str] = None
+    self.finishing = False  # the run's files are being written: a second signal waits
+    self.outer: Optional[_StopFlag] = None  # the enclosing context's flag, set with this one
 
   def __call__(self) -> bool:
     return self.signal_name is not None
@@ -103,23 +105,27 @@ class _StopFlag:
 
 @contextlib.contextmanager
 def _stop_on_signals(flag: _StopFlag):
-  """Sets `flag` on SIGTERM/SIGINT while the context runs. Inside another such context
-  (seeds run one after the other), a signal sets the outer flag too, and one the outer
-  context received before (while this run was being built) sets `flag` at once."""
+  """Sets `flag` on SIGTERM/SIGINT while the context runs. Inside other such contexts
+  (the run being built, seeds run one after the other), a signal sets the outer flags
+  too, and one an outer context received before sets `flag` at once."""
   if threading.current_thread() is not threading.main_thread():
     yield
     return
   previous = {}
-  outer = getattr(signal.getsignal(signal.SIGTERM), "stop_flag", None)
-  if outer is not None and outer.signal_name is not None:
-    flag.signal_name = outer.signal_name
+  flag.outer = getattr(signal.getsignal(signal.SIGTERM), "stop_flag", None)
+  if flag.outer is not None and flag.outer.signal_name is not None:
+    flag.signal_name = flag.outer.signal_name
 
   def handler(signum, frame):
+    if flag.finishing:
+      print(f"received {signal.Signals(signum).name}: writing the run's files first",
+            flush=True)  # fmt: skip
+      return
     if flag.signal_name is not None:  # a second signal: stop now
       raise KeyboardInterrupt
-    flag.signal_name = signal.Signals(signum).name
-    if outer is not None:
-      outer.signal_name = outer.signal_name or flag.signal_name
+    flag.signal_name, outer = signal.Signals(signum).name, flag.outer
+    while outer is not None:
+      outer.signal_name, outer = outer.signal_name or flag.signal_name, outer.outer
     print(f"received {flag.signal_name}: stopping after this iteration", flush=True)
 
   handler.stop_flag = flag
@@ -205,6 +211,15 @@ def run_experiment(name: str, args: Any, agent_factory: Callable, *,
   directory under `args.run_dir`, and plots them. `inputs` holds the digests of files
   that args fields name (`{"demos": sha256}`): kept in config.json, a resumed run compares
   them instead of the paths."""
+  with _stop_on_signals(_StopFlag()):  # a signal while the run is built stops it at once
+    return _experiment(name, args, agent_factory, batch_fn=batch_fn, progress=progress,
+                       rollout_factory=rollout_factory, inputs=inputs)  # fmt: skip
+
+
+def _experiment(name: str, args: Any, agent_factory: Callable, *, batch_fn: Optional[Callable],
+                progress: Optional[bool], rollout_factory: RolloutFactory,
+                inputs: Optional[dict[str, str]]) -> RunResult | list[RunResult]:  # fmt: skip
+  """`run_experiment` with its signal handlers installed."""
   config: TrainConfig = args.train
   with refusals():
     config.validate()
@@ -327,18 +342,30 @@ def _train(name: str, args: Any, root: pathlib.Path, lanes: list[sweeps.Lane],
       for k, (lane, d) in enumerate(zip(lanes, dirs))
   ]  # fmt: skip
   flag = _StopFlag()
+  with _stop_on_signals(flag):  # to the end: a second signal never cuts the files short
+    return _drive_and_finish(name, config, root, lanes, dirs, program, protocol, loggers,
+                             checkpointer, resume, flag)  # fmt: skip
+
+
+def _drive_and_finish(name: str, config: TrainConfig, root: pathlib.Path,
+                      lanes: list[sweeps.Lane], dirs: list[pathlib.Path], program: Any,
+                      protocol: str, loggers: list[Logger], checkpointer: Any, resume: bool,
+                      flag: _StopFlag) -> list[RunResult]:  # fmt: skip
+  """Trains with the driver, then writes each learner's results and the plots."""
   try:
     try:
-      with _stop_on_signals(flag):
-        outcome = drive(program, config, loggers, checkpointer=checkpointer, resume=resume,
-                        should_stop=flag,
-                        keep_best=lambda k, *best: rundir.write_best(dirs[k], *best),
-                        announce=lambda message: print(f"[{name}] {message}", flush=True))  # fmt: skip
+      outcome = drive(program, config, loggers, checkpointer=checkpointer, resume=resume,
+                      should_stop=flag,
+                      keep_best=lambda k, *best: rundir.write_best(dirs[k], *best),
+                      announce=lambda message: print(f"[{name}] {message}", flush=True))  # fmt: skip
     finally:
-      for logger in loggers:
-        logger.close()
-      if checkpointer is not None:
-        checkpointer.close()  # waits for a save in flight: the checkpoint stays whole
+      flag.finishing = True  # from here a second signal waits for the files to be written
+      try:
+        for logger in loggers:
+          logger.close()
+      finally:
+        if checkpointer is not None:
+          checkpointer.close()  # waits for a save in flight: the checkpoint stays whole
   except Exception as error:
     if isinstance(error, ResumeError):  # the checkpoints cannot be resumed: nothing ran
       setattr(error, REFUSED, True)
@@ -356,7 +383,8 @@ def _train(name: str, args: Any, root: pathlib.Path, lanes: list[sweeps.Lane],
     print(f"[{name}] stopped by {flag.signal_name} at env step {first.env_steps:,}; "
           f"--resume continues {where}", flush=True)  # fmt: skip
   if len(lanes) > 1:
-    sweeps.plot_lanes(name, config, root, lanes, how)
+    sweeps.plot_lanes(name, config, root, lanes,
+                      "vmapped, compiled" if config.compiled else "vmapped")  # fmt: skip
   return outcome.results
 
 

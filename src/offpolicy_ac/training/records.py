@@ -95,12 +95,13 @@ class Accumulators:
     """Records an evaluation's mean return; returns whether it is the best so far.
 
     Of equal means the latest is the best: at a return cap (CartPole's 500) many evaluations
-    tie, and the latest of them is the policy that has held the cap longest.
+    tie, and the latest of them is the policy that has held the cap longest. A NaN mean (a
+    diverged policy) is never the best.
     """
     self.last_eval = mean
     if target is not None and mean >= target and self.reached_at is None:
       self.reached_at = env_steps
-    if self.best_eval is not None and mean < self.best_eval:
+    if mean != mean or (self.best_eval is not None and mean < self.best_eval):
       return False
     self.best_eval, self.best_env_steps = mean, env_steps
     return True
