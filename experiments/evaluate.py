@@ -72,8 +72,7 @@ def main(args: Args) -> dict:
     raise ValueError(f"--max-steps must be >= 1, got {args.max_steps}")
   if not (math.isfinite(args.fps) and args.fps > 0):
     raise ValueError(f"--fps must be > 0, got {args.fps}")
-  if args.out:
-    check_output_file("--out", args.out)
+  check_output_file("--out", args.out or pathlib.Path(args.run_dir) / "evaluation.json")
   if args.video:
     check_output_file("--video", args.video)
     check_video_path(args.video)
@@ -118,7 +117,7 @@ def _evaluate(args: Args, run: Any, video_env: Any) -> dict:
       f"min {result['min']:.2f} max {result['max']:.2f}"
   )
   print(f"protocol: {protocol}")
-  out = pathlib.Path(args.out) if args.out else run.run_dir / "evaluation.json"
+  out = pathlib.Path(args.out).expanduser() if args.out else run.run_dir / "evaluation.json"
   out.parent.mkdir(parents=True, exist_ok=True)
   out.write_text(json.dumps(result, indent=2))  # before rendering, which may fail
   print(f"wrote {out}")

@@ -2,6 +2,7 @@
 aliases and repeated flags."""
 
 import dataclasses
+import pathlib
 
 import pytest
 
@@ -163,3 +164,21 @@ def test_sweep_is_repeated_one_field_per_flag():
   assert args.train.budget.sweep == ("learning_rate=1e-3,3e-3", "gamma=0.99,0.995")
   assert args.train.budget.seed == 1
   assert parse_args(presets.impala.Args, argv=[]).train.budget.sweep == ()
+
+
+def test_an_output_file_is_checked_before_the_work(tmp_path, monkeypatch):
+  from offpolicy_ac.cli import check_output_file  # pylint: disable=import-outside-toplevel
+
+  assert check_output_file("--out", tmp_path / "new" / "x.json") == tmp_path / "new" / "x.json"
+  with pytest.raises(ValueError, match="is a directory: give a file path"):
+    check_output_file("--out", tmp_path)
+  (tmp_path / "file").write_text("")
+  with pytest.raises(ValueError, match="is a file, not a directory"):
+    check_output_file("--out", tmp_path / "file" / "x.json")
+  # Not writable (root may write anywhere, so the permission is what the OS answers).
+  monkeypatch.setattr("os.access", lambda path, mode: pathlib.Path(path) != tmp_path)
+  with pytest.raises(ValueError, match=f"{tmp_path} is not writable"):
+    check_output_file("--out", tmp_path / "x.json")
+  monkeypatch.setenv("HOME", str(tmp_path / "home"))
+  (tmp_path / "home").mkdir()
+  assert check_output_file("--out", "~/x.json") == tmp_path / "home" / "x.json"

@@ -516,13 +516,17 @@ def check_preset_task(name: str, preset: Any, config: Any, env_presets: EnvPrese
 
 def check_output_file(flag: str, path: str | os.PathLike) -> pathlib.Path:
   """Refuses (ValueError naming `flag`) an output file that cannot be written: a
-  directory, or a path under a file. For scripts to call before their long work."""
-  path = pathlib.Path(path)
+  directory, a path under a file, or one this process may not write. For scripts to
+  call before their long work."""
+  path = pathlib.Path(path).expanduser()
   if path.is_dir():
     raise ValueError(f"{flag} {path} is a directory: give a file path")
   parent = next((d for d in path.parents if d.exists()), None)
   if parent is not None and not parent.is_dir():
     raise ValueError(f"{flag} {path}: {parent} is a file, not a directory")
+  blocking = path if path.exists() else parent
+  if blocking is not None and not os.access(blocking, os.W_OK):
+    raise ValueError(f"{flag} {path}: {blocking} is not writable")
   return path
 
 

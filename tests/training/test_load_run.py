@@ -227,6 +227,18 @@ def test_bad_run_directories_are_refused_clearly(runs, tmp_path):
   (other / "config.json").write_text(json.dumps({"lr": 1}))
   with pytest.raises(ValueError, match="not written by an experiment script"):
     load_run(other)
+  edited = shutil.copytree(runs["sql"], tmp_path / "edited")  # other network sizes
+  config = json.loads((edited / "config.json").read_text())
+  config["config"]["agent"]["hidden_sizes"] = [7]
+  (edited / "config.json").write_text(json.dumps(config))
+  with pytest.raises(ValueError, match=r"final_params.msgpack holds parameters of other shapes"):
+    load_run(edited)
+  with pytest.raises(ValueError, match=r"checkpoint \d+ in .* holds parameters of other shapes"):
+    load_run(edited, checkpoint=load_run(runs["sql"]).checkpoints[-1])
+  (edited / "final_params.msgpack").write_bytes(b"\x85")  # cut short, its checksum gone
+  (edited / "final_params.msgpack.crc32").unlink()
+  with pytest.raises(ValueError, match="final_params.msgpack could not be read as the run's"):
+    load_run(edited)
 
 
 def test_record_demos_records_the_runs_greedy_policy(runs, tmp_path):
@@ -343,3 +355,13 @@ def test_the_final_policys_score_counts_as_an_evaluation(tmp_path):
   short = _run("impala", tmp_path / "short", total_env_steps=512, log_every=512,
                eval_every=2048, checkpoint_every=512)  # fmt: skip
   assert _equal_trees(load_run(short, best=True).params, load_run(short).params)
+
+
+def test_a_tilde_in_a_run_directory_is_the_home_directory(tmp_path, monkeypatch):
+  """`--run-dir=~/x` and a quoted "~/x" reach the script unexpanded by the shell."""
+  monkeypatch.setenv("HOME", str(tmp_path / "home"))
+  monkeypatch.chdir(tmp_path)
+  _run("sql", "~/run", total_env_steps=128, log_every=64, checkpoint_every=64)
+  assert (tmp_path / "home" / "run" / "summary.json").exists()
+  assert not (tmp_path / "~").exists()
+  assert load_run("~/run").run_dir == tmp_path / "home" / "run"

@@ -234,3 +234,17 @@ def test_a_run_of_the_previous_format_is_refused_on_resume(tmp_path, straight_ru
   proc = _run("impala", run_dir, 10240, "--resume", check=False)
   assert proc.returncode != 0
   assert "written by offpolicy_ac 0.1" in proc.stderr and "format 3" in proc.stderr
+
+
+def test_runs_started_in_the_same_second_get_their_own_default_directories(tmp_path,
+                                                                           monkeypatch):  # fmt: skip
+  from offpolicy_ac.training import TrainConfig  # pylint: disable=import-outside-toplevel
+  from offpolicy_ac.training.rundir import default_run_dir  # pylint: disable=import-outside-toplevel
+
+  monkeypatch.chdir(tmp_path)
+  monkeypatch.setattr(time, "strftime", lambda fmt: "20261129-120000")
+  config = TrainConfig.of(env_id="gymnax:CartPole-v1")
+  dirs = [default_run_dir("impala", config) for _ in range(3)]
+  assert dirs == [f"runs/impala-gymnax-CartPole-v1-seed0-20261129-120000{s}"
+                  for s in ("", "-2", "-3")]  # fmt: skip
+  assert all((tmp_path / d).is_dir() for d in dirs)

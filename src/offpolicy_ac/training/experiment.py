@@ -220,6 +220,10 @@ def _experiment(name: str, args: Any, agent_factory: Callable, *, batch_fn: Opti
                 progress: Optional[bool], rollout_factory: RolloutFactory,
                 inputs: Optional[dict[str, str]]) -> RunResult | list[RunResult]:  # fmt: skip
   """`run_experiment` with its signal handlers installed."""
+  if args.run_dir and args.run_dir.startswith(
+      "~"
+  ):  # quoted, or --run-dir=~/...: no shell expanded it
+    args = dataclasses.replace(args, run_dir=os.path.expanduser(args.run_dir))
   config: TrainConfig = args.train
   with refusals():
     config.validate()

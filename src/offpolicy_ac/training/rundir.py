@@ -158,6 +158,7 @@ def load_params(path: str | os.PathLike, template: Any) -> Any:
 
   Raises:
     DamagedCheckpointError: the file does not match the checksum written with it.
+    ValueError: the file is not parameters of `template`'s structure and shapes.
   """
   path = pathlib.Path(path)
   data = path.read_bytes()
@@ -167,12 +168,42 @@ def load_params(path: str | os.PathLike, template: Any) -> Any:
         f"{path} does not match its checksum ({checksum.name}): the file is damaged or "
         "incomplete"
     )
-  return flax.serialization.from_bytes(template, data)
+  try:
+    loaded = flax.serialization.from_bytes(template, data)
+  except Exception as e:  # pylint: disable=broad-except
+    raise ValueError(f"{path} could not be read as the run's parameters: {e}") from e
+  return _check_shapes(template, loaded, str(path))
+
+
+def _check_shapes(template: Any, loaded: Any, where: str) -> Any:
+  """`loaded`, refused (ValueError) where its shapes are not `template`'s: parameters of
+  another agent than config.json describes (an edited config, changed networks)."""
+  shape = lambda x: tuple(getattr(x, "shape", np.shape(x)))  # noqa: E731
+  for (path, want), got in zip(jax.tree_util.tree_flatten_with_path(template)[0],
+                               jax.tree.leaves(loaded)):  # fmt: skip
+    if shape(want) != shape(got):
+      raise ValueError(f"{where} holds parameters of other shapes than config.json describes "
+                       f"({jax.tree_util.keystr(path)}: {shape(got)}, the agent's "
+                       f"{shape(want)})")  # fmt: skip
+  return loaded
 
 
 def default_run_dir(name: str, config: TrainConfig) -> str:
-  stamp = time.strftime("%Y%m%d-%H%M%S")
-  return os.path.join("runs", f"{name}-{config.env.env_id}-seed{config.budget.seed}-{stamp}")
+  """runs/<name>-<task>-seed<k>-<time>, created here: a run started in the same second
+  gets the next free name (-2, -3, ...). The task's ':' is a '-' (scp reads ':' as a host)."""
+  task = config.env.env_id.replace(":", "-")
+  base = os.path.join(
+      "runs", f"{name}-{task}-seed{config.budget.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
+  )
+  os.makedirs("runs", exist_ok=True)
+  for k in range(1, 1000):
+    path = base if k == 1 else f"{base}-{k}"
+    try:
+      os.mkdir(path)  # atomic: of two processes, one gets the name
+      return path
+    except FileExistsError:
+      continue
+  raise FileExistsError(f"{base}: no free run directory name; give --run-dir")
 
 
 def _flatten(d: Any, prefix: str = "") -> dict:
@@ -397,7 +428,7 @@ def _read_config(run_dir: str | os.PathLike) -> dict:
     ValueError: a run of another format (offpolicy_ac 0.1), of an unknown algorithm,
       or the root of a run of several seeds or of a sweep.
   """
-  run_dir = pathlib.Path(run_dir)
+  run_dir = pathlib.Path(run_dir).expanduser()
   if not run_dir.is_dir():
     raise FileNotFoundError(f"{run_dir} is not a directory")
   path = run_dir / "config.json"
@@ -482,7 +513,7 @@ def load_run(run_dir: str | os.PathLike, *, checkpoint: Optional[int] = None,
   """
   if best and checkpoint is not None:
     raise ValueError("load_run: choose the best parameters or a checkpoint, not both")
-  run_dir = pathlib.Path(run_dir)
+  run_dir = pathlib.Path(run_dir).expanduser()
   record = _read_config(run_dir)
   algorithm = record["algorithm"]
   try:
@@ -550,7 +581,10 @@ def _read_acting(ckpt_dir: pathlib.Path, step: int, num_seeds: int, index: int,
     raise ValueError(f"checkpoint {step} in {ckpt_dir} could not be read: {e!r}") from e
   records.check_format(record, f"{ckpt_dir} at step {step}", "compiled" if compiled else "envpool")
   learner = take_lane((arrays["state"] if compiled else arrays)["learner"], index)
+  where = f"checkpoint {step} in {ckpt_dir}"
   return (
-      flax.serialization.from_state_dict(params, learner["agent"]["params"]),
-      flax.serialization.from_state_dict(transform, learner["transform"]),
-  )
+      _check_shapes(params, flax.serialization.from_state_dict(params, learner["agent"]["params"]),
+                    where),
+      _check_shapes(transform, flax.serialization.from_state_dict(transform, learner["transform"]),
+                    where),
+  )  # fmt: skip
