@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from typing import Optional
+import warnings
 
 import tyro
 
@@ -55,5 +56,7 @@ def main(args: Args) -> list[statistics.GroupCurve]:
 
 
 if __name__ == "__main__":
+  # Warnings (a short run, a repeated seed, NaN values) as one line each.
+  warnings.formatwarning = lambda message, *args, **kwargs: f"warning: {message}\n"
   # A bad run directory, file or setting: one line and exit code 2.
   script_main(lambda: tyro.cli(Args, description=__doc__), main, refuse=(ValueError, OSError))

@@ -225,6 +225,37 @@ def test_a_short_run_or_a_repeated_seed_in_a_group_is_named(tmp_path):
     S.group_curve(group, reps=50)
 
 
+def test_nan_values_and_a_run_without_evaluations_are_named(tmp_path):
+  """NaN is logged as null: left out of the curve, with a warning naming the run; a run
+  without evaluations moves the group to episode_return, with a warning naming it."""
+  for s in range(3):
+    write_run(tmp_path / f"r{s}", seed=s, steps=(0, 100, 200), eval_returns=[0.0, 1.0, 2.0])
+  metrics = tmp_path / "r1" / "metrics.jsonl"
+  metrics.write_text(metrics.read_text().replace('"eval_return": 2.0', '"eval_return": null'))
+  (group,) = _groups([tmp_path])
+  with pytest.warns(RuntimeWarning, match=r"r1 logged eval_return NaN at env steps 200"):
+    assert S.group_curve(group, reps=50).metric == "eval_return"
+  write_run(tmp_path / "r3", seed=3, steps=(0, 100, 200))
+  (group,) = _groups([tmp_path])
+  with pytest.warns(RuntimeWarning, match=r"compared on episode_return, since .*r3 logged no"):
+    assert S.group_curve(group, reps=50).metric == "episode_return"
+
+
+@pytest.mark.parametrize("line, fragment", [
+    ('[1, 2]\n', "line 4 is not a metrics line"),
+    ('{"wall_time_s": 1.0}\n', "line 4 is not a metrics line"),
+    ('{"env_steps": 3\n{"env_steps": 4}\n', "is damaged: line 4 is not valid JSON"),
+])  # fmt: skip
+def test_metrics_lines_that_are_not_metrics_are_refused(tmp_path, line, fragment):
+  run = write_run(tmp_path / "run", steps=(0, 1, 2))
+  good = (run / "metrics.jsonl").read_text()
+  (run / "metrics.jsonl").write_text(good + line)
+  with pytest.raises(ValueError, match=fragment):
+    S.group_curve(_groups([tmp_path])[0], reps=50)
+  (run / "metrics.jsonl").write_text(good + '{"env_st')
+  assert len(S.read_metrics(run)) == 3  # a last line cut by a kill is skipped
+
+
 def test_plot_script_end_to_end(tmp_path, capsys):
   runs = tmp_path / "runs"
   for s in range(3):

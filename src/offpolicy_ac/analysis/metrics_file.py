@@ -53,16 +53,27 @@ def read_metrics(run_dir: str | os.PathLike) -> list[dict]:
   """The records of `run_dir`/metrics.jsonl in order ([] if there is none yet).
 
   A last line cut short by a killed process is skipped.
+
+  Raises:
+    ValueError: a line that is not a metrics line (a JSON object with `env_steps`), or
+      one that does not parse before the last: the file is damaged.
   """
   path = pathlib.Path(run_dir) / METRICS_FILE
   if not path.exists():
     return []
+  text = path.read_text().splitlines()
   lines = []
-  for line in path.read_text().splitlines():
+  for number, line in enumerate(text, 1):
     try:
-      lines.append(json.loads(line))
-    except json.JSONDecodeError:  # a line cut by a kill
-      continue
+      record = json.loads(line)
+    except json.JSONDecodeError:
+      if number == len(text):  # a line cut by a kill
+        continue
+      raise ValueError(f"{path} is damaged: line {number} is not valid JSON") from None
+    if not isinstance(record, dict) or not isinstance(record.get("env_steps"), (int, float)):
+      raise ValueError(f"{path} line {number} is not a metrics line (a JSON object with "
+                       "env_steps)")  # fmt: skip
+    lines.append(record)
   return lines
 
 

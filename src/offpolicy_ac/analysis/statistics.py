@@ -336,14 +336,23 @@ def group_curve(
     ValueError: a run logged no value of the metric.
   """
   records = [read_metrics(r.run_dir) for r in group.runs]
+  name = f"{group.algorithm} {group.env_id}"
   if metric is None:
-    has_eval = all(_series(rs, "eval_return")[0].size for rs in records)
-    metric = "eval_return" if has_eval else "episode_return"
+    without = [str(r.run_dir) for r, rs in zip(group.runs, records)
+               if not _series(rs, "eval_return")[0].size]  # fmt: skip
+    metric = "episode_return" if without else "eval_return"
+    if without and len(without) < len(records):
+      warnings.warn(f"{name}: compared on episode_return, since {', '.join(without)} logged "
+                    "no eval_return", RuntimeWarning, stacklevel=2)  # fmt: skip
   series = [_series(rs, metric) for rs in records]
-  for run, (x, _) in zip(group.runs, series):
+  for run, (x, _), rs in zip(group.runs, series, records):
     if not x.size:
       raise ValueError(f"{run.run_dir} logged no {metric}")
-  name = f"{group.algorithm} {group.env_id}"
+    nan = [r["env_steps"] for r in rs if metric in r and r[metric] is None]
+    if nan:  # NaN is written as null
+      warnings.warn(f"{name}: {run.run_dir} logged {metric} NaN at env steps "
+                    f"{', '.join(f'{s:,}' for s in nan[:5])}: left out of the curve",
+                    RuntimeWarning, stacklevel=2)  # fmt: skip
   ends = [float(x[-1]) for x, _ in series]
   short = [str(r.run_dir) for r, end in zip(group.runs, ends) if end < 0.9 * max(ends)]
   if short:  # e.g. a smoke run beside the real ones: it cuts every curve short
