@@ -82,3 +82,25 @@ def test_replay_full_equals_init_then_add(jit):
   for got, want in zip(jax.tree.leaves(full), jax.tree.leaves(expected)):
     assert got.dtype == want.dtype
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_add_refuses_sequences_that_are_not_rows_of_the_buffer(jit):
+  """A broadcast, a cast or a batch over the capacity would write something else."""
+  replay = replay_lib.make_sequence_replay(
+      capacity=3, sequence_length=5, sample_length=3, batch_size=4
+  )
+  state = replay.init(_sequences(0, 2))
+  add = jax.jit(replay.add) if jit else replay.add
+  good = _sequences(0, 2)
+  bad = [
+      ({**good, "obs": good["obs"][..., :1]}, r"\['obs'\] is int32\[5, 2, 1\]"),
+      ({**good, "x": good["x"][:4]}, r"\['x'\] is float32\[4, 2\]"),
+      ({**good, "x": good["x"].astype(jnp.int32)}, r"\['x'\] is int32"),
+      ({"x": good["x"]}, "sequences of structure"),
+      (_sequences(0, 4), "4 sequences, more than the capacity 3"),
+  ]
+  for sequences, message in bad:
+    with pytest.raises(ValueError, match=message):
+      add(state, sequences)
+  assert int(add(state, good).size) == 2

@@ -56,8 +56,24 @@ def replay_init(example: Any, capacity: int) -> ReplayState:
 
 
 def replay_add(state: ReplayState, sequences: Any, *, capacity: int) -> ReplayState:
-  """Writes the B sequences of `sequences` ([L, B, ...]) as rows, oldest overwritten."""
+  """Writes the B sequences of `sequences` ([L, B, ...]) as rows, oldest overwritten.
+
+  Raises:
+    ValueError: sequences of another structure, shape or dtype than the buffer's rows
+      (a broadcast or a cast would write something else), or B > capacity.
+  """
   batch = jax.tree.leaves(sequences)[0].shape[1]
+  if batch > capacity:
+    raise ValueError(f"replay_add: {batch} sequences, more than the capacity {capacity}")
+  if jax.tree.structure(sequences) != jax.tree.structure(state.data):
+    raise ValueError(f"replay_add: sequences of structure {jax.tree.structure(sequences)}, "
+                     f"the buffer's {jax.tree.structure(state.data)}")  # fmt: skip
+  for (path, buf), x in zip(jax.tree_util.tree_flatten_with_path(state.data)[0],
+                            jax.tree.leaves(sequences)):  # fmt: skip
+    if tuple(x.shape) != (buf.shape[1], batch, *buf.shape[2:]) or x.dtype != buf.dtype:
+      raise ValueError(f"replay_add: {jax.tree_util.keystr(path)} is {x.dtype}{list(x.shape)},"
+                       f" the buffer takes {buf.dtype} [L, B, ...] with [L, ...] = "
+                       f"{[buf.shape[1], *buf.shape[2:]]}")  # fmt: skip
   rows = (state.insert_index + jnp.arange(batch)) % capacity
   data = jax.tree.map(lambda buf, x: buf.at[rows].set(jnp.swapaxes(x, 0, 1)), state.data, sequences)
   return ReplayState(
