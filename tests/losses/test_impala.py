@@ -738,3 +738,18 @@ def test_surrogate_clip_can_be_traced():
   np.testing.assert_allclose(jax.jit(loss)(0.2), loss(0.2), rtol=1e-5)
   with pytest.raises(ValueError, match="an epsilon in"):
     loss(1.5)
+
+
+def test_the_categorical_loss_names_an_input_without_the_logits_batch_shape():
+  logits = jnp.zeros((5, 3, 4))
+  a, v = jnp.zeros((5, 3), jnp.int32), jnp.ones((5, 3))
+  with pytest.raises(ValueError, match=r"`r_t` must have shape \(5, 3\) \(matching `a_tm1`"):
+    L.impala_loss_categorical(logits, logits, a, v, v, jnp.ones((5, 3, 1)), v)
+
+
+def test_a_per_step_lambda_must_broadcast_to_the_inputs():
+  v = jnp.ones((5, 3))
+  with pytest.raises(ValueError, match=r"`lambda_` of shape \(5,\) does not broadcast"):
+    L.vtrace(v, v, v, v, v, lambda_=jnp.full((5,), 0.9))
+  per_step = L.vtrace(v, v, v, v, v, lambda_=jnp.full((5, 1), 0.9)).errors
+  np.testing.assert_allclose(per_step, L.vtrace(v, v, v, v, v, lambda_=0.9).errors)

@@ -223,6 +223,8 @@ def impala_loss_categorical(
   _checks.check_shape("mu_logits_tm1", mu_logits_tm1, jnp.shape(logits_tm1), "`logits_tm1`")
   log_pi = _distributions.log_prob_of(logits_tm1, a_tm1, "logits_tm1", "a_tm1")
   log_mu = _distributions.log_prob_of(mu_logits_tm1, a_tm1, "mu_logits_tm1", "a_tm1")
+  for name, x in [("v_tm1", v_tm1), ("v_t", v_t), ("r_t", r_t), ("discount_t", discount_t)]:
+    _checks.check_shape(name, x, jnp.shape(a_tm1), "`a_tm1`, `logits_tm1` without its action axis")
   entropy = _distributions.categorical_entropy(logits_tm1)
   return impala_loss(v_tm1, v_t, r_t, discount_t, log_pi, log_mu, entropy, **kwargs)
 
@@ -247,5 +249,7 @@ def impala_loss_gaussian(
     v_tm1, v_t, r_t, discount_t, **kwargs: as in `impala_loss`.
   """
   log_pi = _distributions.gaussian_log_prob(mean_tm1, log_std_tm1, a_tm1)
+  for name, x in [("v_tm1", v_tm1), ("v_t", v_t), ("r_t", r_t), ("discount_t", discount_t)]:
+    _checks.check_shape(name, x, jnp.shape(mean_tm1)[:-1], "`mean_tm1` without its action axis")
   entropy = _distributions.gaussian_entropy(jnp.broadcast_to(log_std_tm1, jnp.shape(mean_tm1)))
   return impala_loss(v_tm1, v_t, r_t, discount_t, log_pi, log_mu_tm1, entropy, **kwargs)

@@ -141,7 +141,7 @@ def retrace_targets(
   for name, x in [("a_t", a_t), ("discount_t", discount_t), ("mu_t", mu_t)]:
     _checks.check_shape(name, x, shape, "`r_t`")
   _checks.check_action_range("a_t", a_t, q_shape[-1], "`q_t`")
-  _checks.check_in_unit_interval("lambda_", lambda_)
+  _checks.check_in_unit_interval("lambda_", lambda_, shape)
   _checks.check_non_negative("eps", eps)
   q_t, pi_t = jnp.asarray(q_t), jnp.asarray(pi_t)
   a_t = jnp.asarray(a_t)

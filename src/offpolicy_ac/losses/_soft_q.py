@@ -91,7 +91,7 @@ def soft_q_targets(
   _checks.check_shape("discount_t", discount_t, shape, "`r_t`")
   _checks.check_min_rank("q_t", q_t, 2, "[T, ..., A]")
   _checks.check_shape("q_t", q_t, shape + (jnp.shape(q_t)[-1],), "`r_t` plus an action axis")
-  _checks.check_in_unit_interval("lambda_", lambda_)
+  _checks.check_in_unit_interval("lambda_", lambda_, shape)
   mask = _checks.check_mask(mask, shape)
   mask_next = shift_to_previous(mask, False)
   zero = jnp.zeros((), jnp.result_type(r_t))

@@ -93,7 +93,7 @@ def vtrace(
   _checks.check_time_major("v_tm1", v_tm1)
   shape = _checks.check_same_shape(names)
   mask = _checks.check_mask(mask, shape)
-  _checks.check_in_unit_interval("lambda_", lambda_)
+  _checks.check_in_unit_interval("lambda_", lambda_, shape)
   _checks.check_positive("clip_rho_threshold", clip_rho_threshold)
   _checks.check_positive("clip_c_threshold", clip_c_threshold)
   _checks.check_positive("clip_pg_rho_threshold", clip_pg_rho_threshold)

@@ -316,7 +316,8 @@ def check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: b
         _run_config(d / "config.json")  # a file of that name that is not a run's: kept
       if holds_run(d):
         raise FileExistsError(
-            f"{d} already holds a run: pass --resume to continue it, or choose another --run-dir"
+            f"{d} already holds a run: pass --resume to continue it (from Python: "
+            "resume=True in the args), or choose another --run-dir"
         )
   run_dir.mkdir(parents=True, exist_ok=True)
   write_config(run_dir, args, extra={"algorithm": name, **({"inputs": inputs} if inputs else {})})
