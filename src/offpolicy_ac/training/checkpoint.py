@@ -18,8 +18,10 @@ Multi-host jobs: the learner state is replicated, so process 0 alone writes
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
+import logging
 import os
 import pathlib
 import time
@@ -255,6 +257,18 @@ class Checkpointer:
       self._manager_or_none.close()
 
 
+@contextlib.contextmanager
+def _quiet_absl():
+  """absl's log lines below ERROR dropped while the context runs."""
+  absl = logging.getLogger("absl")
+  level = absl.level
+  absl.setLevel(logging.ERROR)
+  try:
+    yield
+  finally:
+    absl.setLevel(level)
+
+
 def read_checkpoint(directory: str | pathlib.Path, step: int, item: Any) -> tuple[Any, dict]:
   """Reads part of one checkpoint without writing anything: (arrays, record).
 
@@ -264,9 +278,9 @@ def read_checkpoint(directory: str | pathlib.Path, step: int, item: Any) -> tupl
   structure.
   """
   ocp = _ocp()
-  options = ocp.CheckpointManagerOptions(read_only=True, create=False)
-  with warnings.catch_warnings():
-    warnings.simplefilter("ignore")  # orbax's notes on read-only managers and shardings
+  with warnings.catch_warnings(), _quiet_absl():  # orbax's notes on read-only managers
+    warnings.simplefilter("ignore")
+    options = ocp.CheckpointManagerOptions(read_only=True, create=False)
     manager = ocp.CheckpointManager(pathlib.Path(directory).absolute(), options=options)
     try:
       restore_args = jax.tree.map(lambda _: ocp.ArrayRestoreArgs(restore_type=np.ndarray), item)
@@ -287,14 +301,15 @@ def read_checkpoint(directory: str | pathlib.Path, step: int, item: Any) -> tupl
 
 
 def checkpoint_steps(directory: str | pathlib.Path) -> list[int]:
-  """The steps of the complete checkpoints in `directory` (none when it does not exist)."""
+  """The steps of the complete checkpoints in `directory` (none when it does not exist):
+  those with their checksums, written last (a save in progress is not listed)."""
   directory = pathlib.Path(directory)
   if not directory.is_dir():
     return []
   return sorted(
       int(p.name)
       for p in directory.iterdir()
-      if p.name.isdigit() and (p / "_CHECKPOINT_METADATA").exists()
+      if p.name.isdigit() and (p / "_CHECKPOINT_METADATA").exists() and (p / CHECKSUMS).exists()
   )
 
 
