@@ -72,11 +72,14 @@ def main(args: Args) -> dict:
     raise ValueError(f"--max-steps must be >= 1, got {args.max_steps}")
   if not (math.isfinite(args.fps) and args.fps > 0):
     raise ValueError(f"--fps must be > 0, got {args.fps}")
-  check_output_file("--out", args.out or pathlib.Path(args.run_dir) / "evaluation.json")
+  if args.out:
+    check_output_file("--out", args.out)
   if args.video:
     check_output_file("--video", args.video)
     check_video_path(args.video)
   run = load_run(args.run_dir, checkpoint=args.checkpoint, best=args.best)
+  if not args.out:  # before the episodes are played
+    check_output_file("--out", run.run_dir / "evaluation.json")
   with contextlib.ExitStack() as stack:
     # The video's pool first: a task that cannot render (a JAX environment) fails now.
     video_env = None

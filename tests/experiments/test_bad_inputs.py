@@ -177,6 +177,16 @@ def test_resume_without_a_run_directory_is_refused_and_creates_nothing(tmp_path)
   assert list(tmp_path.iterdir()) == []
 
 
+def test_a_refused_run_leaves_no_default_run_directory(tmp_path):
+  """Refused after its default directory was made (the agent's settings are checked as
+  the program is built): the empty directory goes again."""
+  proc = subprocess.run([sys.executable, str(ROOT / "experiments" / "impala.py"),
+                         "--learning-rate", "inf"], capture_output=True, text=True,
+                        timeout=300, cwd=tmp_path)  # fmt: skip
+  assert proc.returncode == 2 and "learning_rate must be finite" in proc.stderr, proc.stderr
+  assert list((tmp_path / "runs").iterdir()) == []
+
+
 def test_track_without_wandb_installed_is_one_line(tmp_path):
   shim = tmp_path / "shim" / "wandb"  # wandb as it imports where it is not installed
   shim.mkdir(parents=True)

@@ -356,6 +356,27 @@ def test_a_kill_as_a_checkpoint_completes_keeps_the_one_before(tmp_path):
   np.testing.assert_array_equal(arrays["x"], np.ones(3))
 
 
+def test_a_checkpoint_of_scalars_keys_and_bfloat16_fits_its_own_template(tmp_path):
+  """The layout check compares what the checksums recorded (a scalar as [1]) with the
+  template, for every kind of leaf; another shape is named."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+
+  from offpolicy_ac.training.checkpoint import Checkpointer  # pylint: disable=import-outside-toplevel
+  from offpolicy_ac.training.checkpoint import restore_newest  # pylint: disable=import-outside-toplevel
+
+  tree = {"x": np.zeros(3), "step": jnp.int32(3), "key": jax.random.PRNGKey(0),
+          "typed_key": jax.random.key(1), "half": jnp.ones((2,), jnp.bfloat16)}  # fmt: skip
+  ckpt = Checkpointer(tmp_path, max_to_keep=1)
+  ckpt.save(1, tree, {"step": 1})
+  arrays, record = restore_newest(ckpt, tree, lambda record: None)
+  assert record == {"step": 1} and int(arrays["step"]) == 3
+  with pytest.raises(ValueError, match=r"checkpoint 1 \(x: stored <f8\[3\], this run's <f8\[4\]"):
+    restore_newest(ckpt, {**tree, "x": np.zeros(4)}, lambda record: None)
+  ckpt.close()
+  assert [p.name for p in tmp_path.iterdir() if "unreadable" in p.name] == []
+
+
 def test_a_stop_signal_ends_a_run_of_seeds_one_after_the_other_and_resume_finishes_it(tmp_path):
   seeds = ["--num-seeds", "2", "--no-vmap-seeds"]
   straight = tmp_path / "straight"
@@ -426,7 +447,7 @@ def test_a_kill_while_parameters_are_replaced_leaves_a_matching_pair(tmp_path, k
 _SEEDS_STOPPED = """
 import dataclasses, json, os, signal, sys
 from offpolicy_ac import agents, presets
-from offpolicy_ac.training import make_training_rollout, run_experiment
+from offpolicy_ac.training import logger, make_training_rollout, run_experiment
 
 moment, run_dir = sys.argv[1], sys.argv[2]
 args = presets.impala.Args()
@@ -448,28 +469,38 @@ def rollout_factory(act, config, seed, to_device):  # "close": as seed 0's pool 
     rollout.env.close = lambda: (os.kill(os.getpid(), signal.SIGINT), close())
   return rollout
 
+closed = []
+close = logger.RunLogger.close
+def close_signalled(self):  # "finish": as seed 0 writes its files
+  closed.append(self)
+  if moment == "finish" and len(closed) == 1:
+    os.kill(os.getpid(), signal.SIGTERM)
+  close(self)
+logger.RunLogger.close = close_signalled
+
 results = run_experiment("impala", args, agent_factory, rollout_factory=rollout_factory)
 print(json.dumps([[r.env_steps, r.interrupted] for r in results]))
 """
 
 
 @pytest.mark.parametrize("moment, expected", [("close", [[1024, False]]),
+                                              ("finish", [[1024, False]]),
                                               ("build", [[1024, False], [0, True]])])  # fmt: skip
 def test_a_stop_signal_between_seeds_run_one_after_the_other_starts_no_more(tmp_path, moment,
                                                                              expected):  # fmt: skip
-  """However late in a seed the signal comes (its pool closing, the next seed's program
-  being built), no further seed trains."""
+  """However late in a seed the signal comes (its pool closing, its files being written,
+  the next seed's program being built), no further seed trains."""
   proc = subprocess.run([sys.executable, "-c", _SEEDS_STOPPED, moment, str(tmp_path / "run")],
                         capture_output=True, text=True, timeout=600)  # fmt: skip
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert json.loads(proc.stdout.strip().splitlines()[-1]) == expected
   assert not (tmp_path / "run" / "seed2").exists()
-  if moment == "close":
-    assert "[impala] stopped by SIGINT before seed 1; --resume starts it" in proc.stdout
+  if moment != "build":
+    assert "before seed 1; --resume starts it" in proc.stdout
 
 
 _ONE_SEED_SIGNALLED = """
-import dataclasses, json, os, signal, sys
+import dataclasses, json, os, signal, sys, time
 from offpolicy_ac import agents, presets
 from offpolicy_ac.training import logger, run_experiment
 
@@ -478,9 +509,16 @@ args = presets.impala.Args()
 args = dataclasses.replace(args, run_dir=run_dir, train=args.train.replace(
     total_env_steps=1024, log_every=512, checkpoint_every=512))
 
-def agent_factory(spec):  # "build": a signal while the program is built
-  if moment == "build":
-    os.kill(os.getpid(), signal.SIGINT)
+def agent_factory(spec):  # "build": a Ctrl-C while the program is built
+  if moment.startswith("build"):
+    try:
+      os.kill(os.getpid(), signal.SIGINT)
+      time.sleep(1)
+    except KeyboardInterrupt:
+      if moment == "build-dropped":  # as a native callback drops it
+        pass
+      else:
+        raise
   return agents.make_impala(spec, args.agent)
 
 close = logger.RunLogger.close
@@ -496,20 +534,26 @@ print(json.dumps([result.env_steps, result.interrupted]))
 """
 
 
-@pytest.mark.parametrize("moment, expected", [("build", [0, True]), ("finish", [1024, False])])
+@pytest.mark.parametrize("moment, expected", [("build", None), ("build-dropped", [0, True]),
+                                              ("finish", [1024, False])])  # fmt: skip
 def test_a_signal_while_the_run_is_built_or_its_files_written_is_not_lost_or_fatal(
     tmp_path, moment, expected
 ):
-  """A signal before training stops the run at env step 0 (it used to be a traceback, or
-  lost inside a native callback); two signals as the finished run writes its files wait
-  for them (the second used to cut them short)."""
+  """A Ctrl-C while the run is built interrupts it, and should native code drop the
+  KeyboardInterrupt (it used to be lost, and the run trained on) the run stops at env
+  step 0; two signals as the finished run writes its files wait for them (the second used
+  to cut them short)."""
   run_dir = tmp_path / "run"
   proc = subprocess.run([sys.executable, "-c", _ONE_SEED_SIGNALLED, moment, str(run_dir)],
                         capture_output=True, text=True, timeout=600)  # fmt: skip
+  if expected is None:
+    assert proc.returncode != 0 and "KeyboardInterrupt" in proc.stderr
+    assert not (run_dir / "metrics.jsonl").exists()
+    return
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert json.loads(proc.stdout.strip().splitlines()[-1]) == expected
   summary = json.loads((run_dir / "summary.json").read_text())
   assert (run_dir / "final_params.msgpack").exists() and summary["env_steps"] == expected[0]
-  assert summary.get("stopped_by") == ("SIGINT" if moment == "build" else None)
+  assert summary.get("stopped_by") == ("SIGINT" if moment == "build-dropped" else None)
   if moment == "finish":
     assert proc.stdout.count("received SIGTERM: writing the run's files first") == 2

@@ -187,3 +187,12 @@ def test_ingest_and_replayed_updates_reuse_the_state_buffers_instead_of_copying(
   updated, _ = learner.sample_and_update(ingested, key)
   assert ingested.replay.data.observation.is_deleted()
   np.testing.assert_array_equal(learner.num_updates(updated), [1] * num_seeds)
+
+
+def test_the_replay_holds_what_an_iteration_of_every_pool_adds():
+  from offpolicy_ac.training.learner import make_replay  # pylint: disable=import-outside-toplevel
+
+  config = TrainConfig.of(num_envs=16, replay_capacity=32, min_replay_size=16)
+  make_replay(config)
+  with pytest.raises(ValueError, match=r"holds fewer sequences than one iteration adds \(64"):
+    make_replay(config.replace(actors="pools", num_actors=4))

@@ -349,7 +349,8 @@ def group_curve(
     if not x.size:
       raise ValueError(f"{run.run_dir} logged no {metric}")
     nan = [r["env_steps"] for r in rs if metric in r and r[metric] is None]
-    if nan:  # NaN is written as null
+    if nan and metric != "episode_return":  # NaN is written as null (and so is a return
+      # of an interval in which no episode ended)
       warnings.warn(f"{name}: {run.run_dir} logged {metric} NaN at env steps "
                     f"{', '.join(f'{s:,}' for s in nan[:5])}: left out of the curve",
                     RuntimeWarning, stacklevel=2)  # fmt: skip

@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-import pathlib
 from typing import Literal
 from typing import Optional
 
@@ -138,7 +137,8 @@ def run(args: Args, **run_kwargs):
     length = args.train.replay.mini_batch_length + 1
     sequences = demos_lib.cut_episodes(demos, length, args.cut_mode)
     batch_fn = make_sqil_batch_fn(sequences, batch_size=demo_batch_size, length=length)
+    with open(args.demos, "rb") as f:  # compared on --resume
+      digest = hashlib.file_digest(f, "sha256").hexdigest()
   agent = sql.cooled_agent(args.agent, args.train, args.learning_rate_cooldown)
-  digest = hashlib.sha256(pathlib.Path(args.demos).read_bytes()).hexdigest()
   return run_experiment("sqil", args, functools.partial(make_sqil, config=agent),
                         batch_fn=batch_fn, inputs={"demos": digest}, **run_kwargs)  # fmt: skip

@@ -103,8 +103,8 @@ def layout_mismatch(template: Any, checksums: dict[str, str]) -> Optional[str]:
   `template`'s, or None when they agree: a checkpoint of another configuration, not a
   damaged one."""
   stored = {k: v.rpartition(":")[0] for k, v in checksums.items() if k != RECORD}
-  try:
-    wanted = {path_name(path): f"{np.dtype(leaf.dtype).str}{list(leaf.shape)}"
+  try:  # `array_checksums` saw a scalar as [1] (np.ascontiguousarray)
+    wanted = {path_name(path): f"{np.dtype(leaf.dtype).str}{list(leaf.shape) or [1]}"
               for path, leaf in jax.tree_util.tree_flatten_with_path(template)[0]}  # fmt: skip
   except TypeError:  # a dtype NumPy does not know: no judgement
     return None

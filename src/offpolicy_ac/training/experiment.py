@@ -34,6 +34,7 @@ import dataclasses
 import json
 import os
 import pathlib
+import shutil
 import signal
 import sys
 import threading
@@ -104,38 +105,57 @@ class _StopFlag:
 
 
 @contextlib.contextmanager
-def _stop_on_signals(flag: _StopFlag):
+def _stop_on_signals(flag: _StopFlag, *, building: bool = False):
   """Sets `flag` on SIGTERM/SIGINT while the context runs. Inside other such contexts
-  (the run being built, seeds run one after the other), a signal sets the outer flags
-  too, and one an outer context received before sets `flag` at once."""
-  if threading.current_thread() is not threading.main_thread():
-    yield
+  (seeds run one after the other), a signal sets the outer flags too, and one an outer
+  context received before sets `flag` at once.
+
+  `building`: the run is being built, outside any other context. SIGINT sets `flag` and
+  interrupts at once (KeyboardInterrupt, as Python's default); should native code drop
+  that, the flag stops the run at its first iteration. SIGTERM keeps its default.
+  """
+  outer = getattr(signal.getsignal(signal.SIGINT), "stop_flag", None)
+  if threading.current_thread() is not threading.main_thread() or (building and outer):
+    yield  # (nested: the enclosing context's handler answers)
     return
-  previous = {}
-  flag.outer = getattr(signal.getsignal(signal.SIGTERM), "stop_flag", None)
-  if flag.outer is not None and flag.outer.signal_name is not None:
-    flag.signal_name = flag.outer.signal_name
+  flag.outer = outer
+  if outer is not None and outer.signal_name is not None:
+    flag.signal_name = outer.signal_name
 
   def handler(signum, frame):
-    if flag.finishing:
-      print(f"received {signal.Signals(signum).name}: writing the run's files first",
-            flush=True)  # fmt: skip
-      return
-    if flag.signal_name is not None:  # a second signal: stop now
+    name, again = signal.Signals(signum).name, flag.signal_name is not None
+    flag.signal_name, up = flag.signal_name or name, flag.outer
+    while up is not None:
+      up.signal_name, up = up.signal_name or name, up.outer
+    if building:
       raise KeyboardInterrupt
-    flag.signal_name, outer = signal.Signals(signum).name, flag.outer
-    while outer is not None:
-      outer.signal_name, outer = outer.signal_name or flag.signal_name, outer.outer
-    print(f"received {flag.signal_name}: stopping after this iteration", flush=True)
+    if flag.finishing:  # the files of a finished or stopped run: they are written first
+      print(f"received {name}: writing the run's files first", flush=True)
+    elif again:  # a second signal: stop now
+      raise KeyboardInterrupt
+    else:
+      print(f"received {name}: stopping after this iteration", flush=True)
 
   handler.stop_flag = flag
-  for sig in (signal.SIGTERM, signal.SIGINT):
-    previous[sig] = signal.signal(sig, handler)
+  signals = (signal.SIGINT,) if building else (signal.SIGTERM, signal.SIGINT)
+  previous = {sig: signal.signal(sig, handler) for sig in signals}
   try:
     yield
   finally:
     for sig, old in previous.items():
       signal.signal(sig, old)
+
+
+@contextlib.contextmanager
+def _removed_if_unused(made: Optional[str]):
+  """A default run directory made for this run is removed again when the run ends with an
+  error before anything but its lock is written there (a refusal)."""
+  try:
+    yield
+  except BaseException:
+    if made is not None and set(os.listdir(made)) <= {".lock"}:
+      shutil.rmtree(made, ignore_errors=True)
+    raise
 
 
 def _prepare_process(config: TrainConfig) -> None:
@@ -211,7 +231,7 @@ def run_experiment(name: str, args: Any, agent_factory: Callable, *,
   directory under `args.run_dir`, and plots them. `inputs` holds the digests of files
   that args fields name (`{"demos": sha256}`): kept in config.json, a resumed run compares
   them instead of the paths."""
-  with _stop_on_signals(_StopFlag()):  # a signal while the run is built stops it at once
+  with _stop_on_signals(_StopFlag(), building=True):  # a Ctrl-C is never lost
     return _experiment(name, args, agent_factory, batch_fn=batch_fn, progress=progress,
                        rollout_factory=rollout_factory, inputs=inputs)  # fmt: skip
 
@@ -220,9 +240,7 @@ def _experiment(name: str, args: Any, agent_factory: Callable, *, batch_fn: Opti
                 progress: Optional[bool], rollout_factory: RolloutFactory,
                 inputs: Optional[dict[str, str]]) -> RunResult | list[RunResult]:  # fmt: skip
   """`run_experiment` with its signal handlers installed."""
-  if args.run_dir and args.run_dir.startswith(
-      "~"
-  ):  # quoted, or --run-dir=~/...: no shell expanded it
+  if args.run_dir and args.run_dir.startswith("~"):  # quoted, or --run-dir=~/x: unexpanded
     args = dataclasses.replace(args, run_dir=os.path.expanduser(args.run_dir))
   config: TrainConfig = args.train
   with refusals():
@@ -239,38 +257,42 @@ def _experiment(name: str, args: Any, agent_factory: Callable, *, batch_fn: Opti
       raise FileNotFoundError(f"--resume: {args.run_dir} is not a run directory")
     if resume and not config.checkpoint.checkpoint_every:
       raise ValueError("--resume needs checkpoints: --checkpoint-every 0 writes none")
+    if not args.run_dir and config.parallel.num_processes > 1:
+      raise ValueError("a multi-process job needs --run-dir: one directory all processes share")
   enable_compilation_cache()
-  root = pathlib.Path(args.run_dir or default_run_dir(name, config))
-  seeds = config.seeds
-  shared = (
-      config.budget.sweep
-      or len(seeds) == 1
-      or (config.budget.vmap_seeds and config.vmap_unsupported_reason() is None)
-  )
-  if not shared:  # one after the other, each a complete run through the same driver
-    dirs, between = [root / f"seed{s}" for s in seeds], _StopFlag()
-    with contextlib.ExitStack() as held:
-      with refusals():
-        held.enter_context(rundir.locked(root))
-        if resume and not any((d / "config.json").exists() for d in dirs):
-          raise FileNotFoundError(f"--resume: {root} holds no run (no seed<k>/config.json)")
-      held.enter_context(_stop_on_signals(between))  # a signal between two seeds
-      results = []
-      for seed, seed_dir in zip(seeds, dirs):
-        results.append(run_experiment(name, _seed_args(args, seed, seed_dir), agent_factory,
-                                      batch_fn=batch_fn, progress=progress,
-                                      rollout_factory=rollout_factory, inputs=inputs))  # fmt: skip
-        if results[-1].interrupted or between():  # --resume goes on from here
-          if not results[-1].interrupted and len(results) < len(seeds):
-            print(f"[{name}] stopped by {between.signal_name} before seed "
-                  f"{seeds[len(results)]}; --resume starts it", flush=True)  # fmt: skip
-          break
-      plot_runs(dirs[: len(results)], root / "learning_curves.png", group=True,
-              title=f"{name} {config.env.env_id}, {len(seeds)} seeds (one after the other)")  # fmt: skip
-    return results
-  results = _run(name, args, root, agent_factory=agent_factory, batch_fn=batch_fn,
-                 progress=progress, rollout_factory=rollout_factory, inputs=inputs)  # fmt: skip
-  return results[0] if len(results) == 1 else results
+  made = None if args.run_dir else default_run_dir(name, config)
+  root = pathlib.Path(args.run_dir or made)
+  with _removed_if_unused(made):
+    seeds = config.seeds
+    shared = (
+        config.budget.sweep
+        or len(seeds) == 1
+        or (config.budget.vmap_seeds and config.vmap_unsupported_reason() is None)
+    )
+    if not shared:  # one after the other, each a complete run through the same driver
+      dirs, between = [root / f"seed{s}" for s in seeds], _StopFlag()
+      with contextlib.ExitStack() as held:
+        with refusals():
+          held.enter_context(rundir.locked(root))
+          if resume and not any((d / "config.json").exists() for d in dirs):
+            raise FileNotFoundError(f"--resume: {root} holds no run (no seed<k>/config.json)")
+        held.enter_context(_stop_on_signals(between))  # a signal between two seeds
+        results = []
+        for seed, seed_dir in zip(seeds, dirs):
+          results.append(run_experiment(name, _seed_args(args, seed, seed_dir), agent_factory,
+                                        batch_fn=batch_fn, progress=progress,
+                                        rollout_factory=rollout_factory, inputs=inputs))  # fmt: skip
+          if results[-1].interrupted or between():  # --resume goes on from here
+            if not results[-1].interrupted and len(results) < len(seeds):
+              print(f"[{name}] stopped by {between.signal_name} before seed "
+                    f"{seeds[len(results)]}; --resume starts it", flush=True)  # fmt: skip
+            break
+        plot_runs(dirs[: len(results)], root / "learning_curves.png", group=True,
+                  title=f"{name} {config.env.env_id}, {len(seeds)} seeds (one after the other)")  # fmt: skip
+      return results
+    results = _run(name, args, root, agent_factory=agent_factory, batch_fn=batch_fn,
+                   progress=progress, rollout_factory=rollout_factory, inputs=inputs)  # fmt: skip
+    return results[0] if len(results) == 1 else results
 
 
 def _program(name: str, args: Any, lanes: list[sweeps.Lane], *, agent_factory: Callable,

@@ -108,12 +108,13 @@ def make_policies(agent: Agent, transformer: envs.DataTransformer,
 
 def make_replay(config: TrainConfig) -> replay_lib.SequenceReplay:
   """The sequence replay of an off-policy learner; refuses one that holds less than an
-  unroll (num_envs sequences)."""
+  iteration adds (num_envs sequences per unroll, `unrolls_per_iteration` unrolls)."""
   r = config.replay
-  if r.replay_capacity < config.env.num_envs:
+  added = config.env.num_envs * config.unrolls_per_iteration
+  if r.replay_capacity < added:
     raise ValueError(
-        f"replay_capacity ({r.replay_capacity}) holds fewer sequences than one unroll adds "
-        f"(num_envs, {config.env.num_envs})"
+        f"replay_capacity ({r.replay_capacity}) holds fewer sequences than one iteration "
+        f"adds ({added}: num_envs x {config.unrolls_per_iteration} unrolls)"
     )
   return replay_lib.make_sequence_replay(
       capacity=r.replay_capacity,
