@@ -185,6 +185,12 @@ def test_a_refused_run_leaves_no_default_run_directory(tmp_path):
                         timeout=300, cwd=tmp_path)  # fmt: skip
   assert proc.returncode == 2 and "learning_rate must be finite" in proc.stderr, proc.stderr
   assert list((tmp_path / "runs").iterdir()) == []
+  (tmp_path / "runs").rmdir()
+  (tmp_path / "runs").write_text("")  # ./runs is a file: no default run directory
+  proc = subprocess.run([sys.executable, str(ROOT / "experiments" / "impala.py")],
+                        capture_output=True, text=True, timeout=300, cwd=tmp_path)  # fmt: skip
+  assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+  assert "the default run directory cannot be made in ./runs" in proc.stderr
 
 
 def test_track_without_wandb_installed_is_one_line(tmp_path):

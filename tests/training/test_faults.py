@@ -447,7 +447,7 @@ def test_a_kill_while_parameters_are_replaced_leaves_a_matching_pair(tmp_path, k
 _SEEDS_STOPPED = """
 import dataclasses, json, os, signal, sys
 from offpolicy_ac import agents, presets
-from offpolicy_ac.training import logger, make_training_rollout, run_experiment
+from offpolicy_ac.training import experiment, logger, make_training_rollout, run_experiment
 
 moment, run_dir = sys.argv[1], sys.argv[2]
 args = presets.impala.Args()
@@ -469,6 +469,14 @@ def rollout_factory(act, config, seed, to_device):  # "close": as seed 0's pool 
     rollout.env.close = lambda: (os.kill(os.getpid(), signal.SIGINT), close())
   return rollout
 
+plot_runs = experiment.plot_runs
+def plot_signalled(*a, **k):  # "plot": two signals as the seeds' plot is drawn
+  if moment == "plot":
+    os.kill(os.getpid(), signal.SIGINT)
+    os.kill(os.getpid(), signal.SIGINT)
+  return plot_runs(*a, **k)
+experiment.plot_runs = plot_signalled
+
 closed = []
 close = logger.RunLogger.close
 def close_signalled(self):  # "finish": as seed 0 writes its files
@@ -485,6 +493,7 @@ print(json.dumps([[r.env_steps, r.interrupted] for r in results]))
 
 @pytest.mark.parametrize("moment, expected", [("close", [[1024, False]]),
                                               ("finish", [[1024, False]]),
+                                              ("plot", [[1024, False]] * 3),
                                               ("build", [[1024, False], [0, True]])])  # fmt: skip
 def test_a_stop_signal_between_seeds_run_one_after_the_other_starts_no_more(tmp_path, moment,
                                                                              expected):  # fmt: skip
@@ -494,9 +503,11 @@ def test_a_stop_signal_between_seeds_run_one_after_the_other_starts_no_more(tmp_
                         capture_output=True, text=True, timeout=600)  # fmt: skip
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert json.loads(proc.stdout.strip().splitlines()[-1]) == expected
-  assert not (tmp_path / "run" / "seed2").exists()
-  if moment != "build":
+  assert (tmp_path / "run" / "seed2").exists() == (moment == "plot")
+  if moment in ("close", "finish"):
     assert "before seed 1; --resume starts it" in proc.stdout
+  if moment == "plot":
+    assert (tmp_path / "run" / "learning_curves.png").exists()
 
 
 _ONE_SEED_SIGNALLED = """
@@ -557,3 +568,28 @@ def test_a_signal_while_the_run_is_built_or_its_files_written_is_not_lost_or_fat
   assert summary.get("stopped_by") == ("SIGINT" if moment == "build-dropped" else None)
   if moment == "finish":
     assert proc.stdout.count("received SIGTERM: writing the run's files first") == 2
+
+
+def test_a_second_signal_while_a_checkpoint_is_written_waits_for_it():
+  """The first signal stops the run; a second one stops it at once, except while a
+  checkpoint (the one a stop writes, in a compiled run) is being written."""
+  import threading  # pylint: disable=import-outside-toplevel
+
+  from offpolicy_ac.training import checkpoint  # pylint: disable=import-outside-toplevel
+  from offpolicy_ac.training import experiment  # pylint: disable=import-outside-toplevel
+
+  assert threading.current_thread() is threading.main_thread()  # signals reach this test
+  flag = experiment._StopFlag()  # pylint: disable=protected-access
+  with experiment._stop_on_signals(flag):  # pylint: disable=protected-access
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(0.05)
+    assert flag.signal_name == "SIGINT"
+    checkpoint.SAVING.set()
+    try:
+      os.kill(os.getpid(), signal.SIGINT)  # no KeyboardInterrupt: the save goes on
+      time.sleep(0.05)
+    finally:
+      checkpoint.SAVING.clear()
+    with pytest.raises(KeyboardInterrupt):
+      os.kill(os.getpid(), signal.SIGINT)
+      time.sleep(0.05)

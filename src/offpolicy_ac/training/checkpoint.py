@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import pathlib
+import threading
 import time
 from typing import Any
 from typing import Callable
@@ -121,6 +122,10 @@ def _read_checksums(step_dir: pathlib.Path) -> dict[str, str]:
   return json.loads(path.read_text())
 
 
+SAVING = threading.Event()
+"""Set while a checkpoint is written: the scripts' stop handlers let it finish."""
+
+
 class Checkpointer:
   """Saves and restores `(arrays pytree, json dict)` pairs under `directory`."""
 
@@ -160,6 +165,13 @@ class Checkpointer:
   def save(self, step: int, arrays: Any, record: dict) -> None:
     if self.read_only:
       return
+    SAVING.set()
+    try:
+      self._save(step, arrays, record)
+    finally:
+      SAVING.clear()
+
+  def _save(self, step: int, arrays: Any, record: dict) -> None:
     ocp = _ocp()
     if step in self.steps():  # e.g. redoing steps after a fall-back
       self._manager.delete(step)

@@ -46,6 +46,7 @@ import jax
 
 from offpolicy_ac.agents.registry import AGENTS
 from offpolicy_ac.analysis.plotting import plot_runs
+from offpolicy_ac.training import checkpoint
 from offpolicy_ac.training import rundir
 from offpolicy_ac.training import sweeps
 from offpolicy_ac.training.compiled_program import CompiledProgram
@@ -129,7 +130,7 @@ def _stop_on_signals(flag: _StopFlag, *, building: bool = False):
       up.signal_name, up = up.signal_name or name, up.outer
     if building:
       raise KeyboardInterrupt
-    if flag.finishing:  # the files of a finished or stopped run: they are written first
+    if flag.finishing or checkpoint.SAVING.is_set():  # the files are written first
       print(f"received {name}: writing the run's files first", flush=True)
     elif again:  # a second signal: stop now
       raise KeyboardInterrupt
@@ -203,9 +204,7 @@ def _make_checkpointer(config: TrainConfig, root: pathlib.Path) -> Any:
   """<root>/checkpoints (None without checkpoints); multi-host: only process 0 writes."""
   if not config.checkpoint.checkpoint_every:
     return None
-  from offpolicy_ac.training.checkpoint import Checkpointer  # orbax: slow to import
-
-  return Checkpointer(
+  return checkpoint.Checkpointer(
       root / "checkpoints",
       max_to_keep=config.checkpoint.keep_checkpoints,
       read_only=config.parallel.process_id > 0,
@@ -260,7 +259,8 @@ def _experiment(name: str, args: Any, agent_factory: Callable, *, batch_fn: Opti
     if not args.run_dir and config.parallel.num_processes > 1:
       raise ValueError("a multi-process job needs --run-dir: one directory all processes share")
   enable_compilation_cache()
-  made = None if args.run_dir else default_run_dir(name, config)
+  with refusals():
+    made = None if args.run_dir else default_run_dir(name, config)
   root = pathlib.Path(args.run_dir or made)
   with _removed_if_unused(made):
     seeds = config.seeds
@@ -287,6 +287,7 @@ def _experiment(name: str, args: Any, agent_factory: Callable, *, batch_fn: Opti
               print(f"[{name}] stopped by {between.signal_name} before seed "
                     f"{seeds[len(results)]}; --resume starts it", flush=True)  # fmt: skip
             break
+        between.finishing = True  # the seeds' files are written: a signal waits for the plot
         plot_runs(dirs[: len(results)], root / "learning_curves.png", group=True,
                   title=f"{name} {config.env.env_id}, {len(seeds)} seeds (one after the other)")  # fmt: skip
       return results

@@ -195,7 +195,11 @@ def default_run_dir(name: str, config: TrainConfig) -> str:
   base = os.path.join(
       "runs", f"{name}-{task}-seed{config.budget.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
   )
-  os.makedirs("runs", exist_ok=True)
+  try:
+    os.makedirs("runs", exist_ok=True)
+  except OSError as e:  # a file named runs, or no permission
+    raise ValueError(f"the default run directory cannot be made in ./runs ({e.strerror}): "
+                     "give --run-dir") from e  # fmt: skip
   for k in range(1, 1000):
     path = base if k == 1 else f"{base}-{k}"
     try:
