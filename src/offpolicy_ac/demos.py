@@ -185,9 +185,9 @@ def _check_episodes(demos: dict[str, np.ndarray], path: Any) -> None:
 
 def check_demos(demos: dict[str, Any], spec: EnvSpec, where: str = "the demonstrations") -> None:
   """Refuses demonstrations that do not fit a task (`envs.EnvSpec`): observations of
-  another shape or kind (integers for a float task), actions of another shape, kind or range (a discrete action outside
-  [0, num_actions), a continuous one outside the action box or not finite), non-finite
-  rewards, discounts or observations."""
+  another shape or kind (integers for a float task), actions of another shape, kind or
+  range (a discrete action outside [0, num_actions), a continuous one outside the action
+  box or not finite), non-finite rewards, discounts or observations."""
   obs, action = demos["observation"], demos["action"]
   if tuple(obs.shape[1:]) != tuple(spec.observation_shape):
     raise ValueError(f"{where}: observations of shape {tuple(obs.shape[1:])}, the task's are "

@@ -210,11 +210,13 @@ class Checkpointer:
 
     `template` gives the pytree structure, shapes and dtypes of `arrays`.
     `check_record(record)` may raise for a checkpoint this code must not read (another
-    format): the error propagates and the checkpoint is left as it is.
+    format): the error propagates and the checkpoint is left as it is. Checkpoints of
+    other arrays than `template`'s are left as they are too: with no other one readable,
+    that is a ValueError naming the first difference.
     """
     ocp = _ocp()
     template = _to_savable(template)
-    self.unfit: list[str] = []  # checkpoints of other arrays: left as they are
+    unfit = []  # checkpoints of other arrays (another configuration), not damaged ones
     for step in reversed(self.steps()):
       if check_record is not None:
         record, expected = None, None
@@ -233,7 +235,7 @@ class Checkpointer:
         checksums = _read_checksums(self.directory / str(step))
         mismatch = layout_mismatch(template, checksums)
         if mismatch is not None:
-          self.unfit.append(f"{step} ({mismatch})")
+          unfit.append(f"{step} ({mismatch})")
           continue
         restored = self._manager.restore(
             step,
@@ -262,6 +264,12 @@ class Checkpointer:
         )
         os.replace(self.directory / str(step), quarantine)
         self._manager.reload()
+    if unfit:
+      raise ValueError(
+          f"the checkpoints in {self.directory} hold arrays of other shapes than this run's "
+          f"(checkpoint {unfit[0]}): config.json no longer describes them, or the library's "
+          "networks changed. They are left as they are"
+      )
     return None
 
   def close(self) -> None:
@@ -339,13 +347,6 @@ def restore_newest(checkpointer: Optional[Checkpointer], template: Any,
   if checkpointer is None:
     raise ValueError("resume needs checkpoints (checkpoint_every > 0)")
   restored = checkpointer.restore_latest(template, check_record=check_record)
-  unfit = getattr(checkpointer, "unfit", [])  # checkpoints of other shapes, left as they are
-  if restored is None and unfit:
-    raise ValueError(
-        f"the checkpoints in {checkpointer.directory} hold arrays of other shapes than this "
-        f"run's (checkpoint {unfit[0]}): config.json no longer describes them, "
-        "or the library's networks changed. They are left as they are"
-    )
   if restored is None:
     damaged = sorted(p.name for p in checkpointer.directory.glob("*.unreadable-*"))
     if damaged:

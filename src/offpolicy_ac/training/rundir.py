@@ -433,7 +433,7 @@ def _read_config(run_dir: str | os.PathLike) -> dict:
     ValueError: a run of another format (offpolicy_ac 0.1), of an unknown algorithm,
       or the root of a run of several seeds or of a sweep.
   """
-  run_dir = pathlib.Path(run_dir).expanduser()
+  run_dir = pathlib.Path(run_dir)
   if not run_dir.is_dir():
     raise FileNotFoundError(f"{run_dir} is not a directory")
   path = run_dir / "config.json"
