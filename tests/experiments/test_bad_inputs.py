@@ -22,6 +22,10 @@ ROOT = pathlib.Path(__file__).parents[2]
 CASES = [
     ("impala", ["--num-envs", "100000", "--total-env-steps", "2048"], "more than the whole budget"),
     ("impala", ["--num-envs", "0"], "num_envs must be a positive int"),
+    # A learning-rate schedule counts the run's updates: the config is checked first.
+    ("impala", ["--anneal-learning-rate", "--unroll-length", "0"], "unroll_length must be a"),
+    ("impala", ["--env-id", "gymnax:CartPole-v1", "--num-envs", "0"], "num_envs must be a"),
+    ("sql", ["--num-envs", "0"], "num_envs must be a positive int"),
     ("impala", ["--total-env-steps", "-5"], "total_env_steps must be a positive int"),
     ("impala", ["--seed", "-1"], "seed must be an int >= 0"),
     ("impala", ["--hidden-sizes", "0"], "hidden_sizes must be positive ints"),

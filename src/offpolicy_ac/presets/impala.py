@@ -15,6 +15,7 @@ from offpolicy_ac.agents import make_impala
 from offpolicy_ac.cli import EnvPresets
 from offpolicy_ac.presets import common
 from offpolicy_ac.training import TrainConfig
+from offpolicy_ac.training import refusals
 from offpolicy_ac.training import run_experiment
 
 
@@ -170,6 +171,7 @@ def run(args: Args, **run_kwargs):
   `training.run_experiment` (e.g. a `rollout_factory`)."""
   agent = args.agent
   if args.anneal_learning_rate:
-    updates = args.train.planned_updates(off_policy=agent.use_replay)
+    with refusals():  # a bad config is one line
+      updates = args.train.planned_updates(off_policy=agent.use_replay)
     agent = dataclasses.replace(agent, learning_rate_decay_updates=updates)
   return run_experiment("impala", args, functools.partial(make_impala, config=agent), **run_kwargs)

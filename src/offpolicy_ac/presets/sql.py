@@ -233,7 +233,8 @@ def cooled_agent(agent: SqlConfig, train: TrainConfig, cooldown: float) -> SqlCo
           "--learning-rate-decay-updates from the budget: give those two with "
           "--learning-rate-cooldown 0, or the cool-down alone"
       )
-  begin, updates = train.cooldown_updates(cooldown, off_policy=True)
+  with refusals():  # a bad config is one line
+    begin, updates = train.cooldown_updates(cooldown, off_policy=True)
   return dataclasses.replace(
       agent, learning_rate_decay_begin=begin, learning_rate_decay_updates=updates
   )

@@ -284,7 +284,8 @@ class TrainConfig:
     num_envs env steps, `unrolls_per_iteration`) for an on-policy learner;
     `num_updates_per_train_iter` per iteration once `min_replay_size` sequences are
     stored for an off-policy one. Exact unless iterations drop trajectories (async actors'
-    `max_policy_lag`, pools' `min_pools`)."""
+    `max_policy_lag`, pools' `min_pools`). Raises ValueError where `validate` does."""
+    self.validate()
     per_iteration = self.unrolls_per_iteration
     iterations = -(-self.budget.total_env_steps // (self.steps_per_unroll * per_iteration))
     if not off_policy:
