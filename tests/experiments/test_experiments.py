@@ -321,6 +321,16 @@ def test_sqil_imitates_demonstrations_reduced_budget(tmp_path, heuristic_demos, 
   assert _trailing_return(tmp_path) > 80
 
 
+def test_sqil_on_two_learner_devices_from_the_command_line(tmp_path, heuristic_demos):
+  # sqil.py puts its demonstrations on the device before the run: the host devices the
+  # learner needs must exist by then (they cannot be added once JAX has started).
+  cmd = [sys.executable, str(EXPERIMENTS / "sqil.py"), "--demos", str(heuristic_demos),
+         "--learner-devices", "2", "--total-env-steps", "4096", "--run-dir", str(tmp_path)]  # fmt: skip
+  proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=cpu_process_env())
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert read_metrics(tmp_path)[-1]["env_steps"] == 4096
+
+
 def _best_eval_return(run_dir):
   return max(_eval_returns(run_dir))
 

@@ -24,6 +24,7 @@ from offpolicy_ac.agents import make_sqil_batch_fn
 from offpolicy_ac.cli import EnvPresets
 from offpolicy_ac.presets import sql
 from offpolicy_ac.training import TrainConfig
+from offpolicy_ac.training import prepare_process
 from offpolicy_ac.training import refusals
 from offpolicy_ac.training import run_experiment
 from offpolicy_ac.training.sources import task_spec
@@ -136,6 +137,8 @@ def run(args: Args, **run_kwargs):
     demo_batch_size = args.demo_batch_size or args.train.replay.mini_batch_size
     length = args.train.replay.mini_batch_length + 1
     sequences = demos_lib.cut_episodes(demos, length, args.cut_mode)
+    args.train.validate()
+    prepare_process(args.train)  # before the demonstrations go to the device
     batch_fn = make_sqil_batch_fn(sequences, batch_size=demo_batch_size, length=length)
     with open(args.demos, "rb") as f:  # compared on --resume
       digest = hashlib.file_digest(f, "sha256").hexdigest()

@@ -23,6 +23,7 @@ from offpolicy_ac.training.evaluation import describe_protocol
 from offpolicy_ac.training.evaluation import evaluate
 from offpolicy_ac.training.evaluation import render_episode
 from offpolicy_ac.training.experiment import is_refusal
+from offpolicy_ac.training.experiment import prepare_process
 from offpolicy_ac.training.experiment import refusals
 from offpolicy_ac.training.experiment import run_experiment
 from offpolicy_ac.training.logger import Logger
@@ -65,6 +66,7 @@ __all__ = [
     "make_train",
     "make_training_rollout",
     "plot_runs",
+    "prepare_process",
     "read_metrics",
     "refusals",
     "render_episode",

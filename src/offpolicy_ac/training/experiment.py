@@ -159,9 +159,12 @@ def _removed_if_unused(made: Optional[str]):
     raise
 
 
-def _prepare_process(config: TrainConfig) -> None:
-  """Process-wide settings, before any JAX computation."""
-  # Join the multi-host job, and on CPU create the host devices the learner needs.
+def prepare_process(config: TrainConfig) -> None:
+  """The process-wide settings a run needs before any JAX computation: joins the
+  multi-host job (`--num-processes`) and, on a CPU, creates the host devices the learner
+  needs (`--learner-devices`). `run_experiment` calls it; a script that computes with JAX
+  before (sqil.py puts its demonstrations on the device) calls it first. Calling it again
+  does nothing."""
   parallel = config.parallel
   initialize_distributed(parallel.num_processes, parallel.process_id, parallel.coordinator_address)
   ensure_cpu_devices(parallel.learner_devices)
@@ -329,7 +332,7 @@ def _run(name: str, args: Any, root: pathlib.Path, *, agent_factory: Callable,
   config: TrainConfig = args.train
   with refusals():
     lanes = sweeps.lanes_of(args, root)  # validates the sweep before anything is written
-  _prepare_process(config)
+  prepare_process(config)
   with refusals():
     program = _program(name, args, lanes, agent_factory=agent_factory, batch_fn=batch_fn,
                        rollout_factory=rollout_factory)  # fmt: skip
