@@ -617,6 +617,7 @@ def test_a_killed_process_ends_the_job_at_once_and_it_resumes_from_the_checkpoin
   assert took < 30, took
   assert "process 0 of 2 stopped" in out and "--resume" in out, out[-3000:]
   saved = sorted(int(p.name) for p in (run / "checkpoints").iterdir() if p.name.isdigit())
+  assert f"The last checkpoint, at env step {saved[-1]:,}" in out, out[-3000:]
   assert saved and saved[0] >= 20480 and saved[-1] < 81920
   end = 81920  # the job's budget: a resumed run may not get a smaller one
   _two_processes(run, "--total-env-steps", str(end), "--resume", *MULTI_HOST_FLAGS)
@@ -651,6 +652,12 @@ def test_two_processes_with_two_learner_devices_each(tmp_path):
   for la, lb in zip(a, b):
     assert la["loss"] == pytest.approx(lb["loss"], rel=1e-6, abs=1e-7)
   assert a[-1]["episode_return"] > a[0]["episode_return"]
+  # Evaluations: 5 episodes on each process, their mean gathered exactly (not in float32):
+  # CartPole's integer returns over 10 episodes make multiples of 0.1.
+  summary = json.loads((run / "summary.json").read_text())
+  assert "mean return of 10 episodes" in summary["evaluation_protocol"]
+  for value in [l["eval_return"] for l in a] + [summary["last_eval_return"]]:
+    assert value * 10 == pytest.approx(round(value * 10), abs=1e-9), value
 
 
 @pytest.mark.slow

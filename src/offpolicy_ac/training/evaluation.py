@@ -31,7 +31,7 @@ def describe_protocol(config: TrainConfig, num_episodes: int | None = None) -> s
   Atari, how the games are played (`envs.atari_protocol`: sticky actions, no-op starts,
   action set, episodic life, frames)."""
   if num_episodes is None:
-    episodes = config.eval.eval_episodes
+    episodes = config.eval.eval_episodes * config.parallel.num_processes  # each its own
     interval = config.eval_interval
     when = f" every {interval:,} env steps" if interval else " (evaluation off)"
     if interval > config.budget.total_env_steps:  # only the one at the end of the budget

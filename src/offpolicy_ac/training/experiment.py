@@ -460,14 +460,16 @@ def _abandon_distributed_job(
   import traceback
 
   traceback.print_exception(error)
+  saved = checkpoint.checkpoint_steps(root_dir / "checkpoints")
+  where = (f"The last checkpoint, at env step {saved[-1]:,} in {root_dir / 'checkpoints'}, is "
+           "intact: start every process again with --resume." if saved else
+           "No checkpoint was written yet: start every process again (--resume starts over).")  # fmt: skip
   print(
       f"[{name}] process {config.parallel.process_id} of {config.parallel.num_processes} "
       "stopped: "
       f"{type(error).__name__}: {error}\n[{name}] a multi-process job cannot go on "
       "once one of its processes has failed (a collective failing with 'Connection "
-      "closed by peer' means another process died: see its log). The last checkpoint "
-      f"in {root_dir / 'checkpoints'} is intact: start every process again with "
-      "--resume.",
+      f"closed by peer' means another process died: see its log). {where}",
       file=sys.stderr,
       flush=True,
   )

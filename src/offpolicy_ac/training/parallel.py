@@ -243,10 +243,16 @@ class DataParallel:
   # -- agreeing across processes ----------------------------------------------
 
   def gather_processes(self, values: np.ndarray) -> np.ndarray:
-    """[num_processes, ...]: every process's `values`, on every process."""
+    """[num_processes, ...]: every process's `values`, on every process, exactly (64-bit
+    values too: JAX without x64 would cast them to 32 bits, so their bits are sent)."""
     values = np.asarray(values)
     if self.num_processes == 1:
       return values[None]
     from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
 
-    return np.asarray(multihost_utils.process_allgather(values, tiled=False))
+    wide = values.dtype.itemsize == 8
+    sent = np.ascontiguousarray(values).reshape(-1).view(np.int32) if wide else values
+    got = np.asarray(multihost_utils.process_allgather(sent, tiled=False))
+    if wide:
+      got = np.ascontiguousarray(got).view(values.dtype).reshape((-1, *values.shape))
+    return got
