@@ -67,6 +67,26 @@ def test_stop_and_resume_logs_exactly_the_straight_run(tmp_path, straight_run):
   assert summary["env_steps"] == 7680
 
 
+def test_resuming_a_finished_run_changes_nothing(tmp_path, straight_run):
+  shutil.copytree(straight_run, tmp_path / "run")
+  before = json.loads((tmp_path / "run" / "summary.json").read_text())
+  _run("impala", tmp_path / "run", 7680, "--resume")
+  after = json.loads((tmp_path / "run" / "summary.json").read_text())
+  assert _metrics(tmp_path / "run") == _metrics(straight_run)
+  assert after["wall_time_s"] <= before["wall_time_s"]  # no time added: the checkpoint's
+  del before["wall_time_s"], after["wall_time_s"], before["run_dir"], after["run_dir"]
+  assert after == before
+  for name in ("final_params.msgpack", "best_params.msgpack"):
+    assert (tmp_path / "run" / name).read_bytes() == (straight_run / name).read_bytes()
+
+
+def test_a_refused_resume_does_not_announce_a_new_budget(tmp_path, straight_run):
+  shutil.copytree(straight_run, tmp_path / "run")
+  proc = _run("impala", tmp_path / "run", 10240, "--resume", "--num-envs", "8", check=False)
+  assert proc.returncode == 2 and "differs from the run's" in proc.stderr, proc.stderr
+  assert "budget grows" not in proc.stdout
+
+
 def test_xla_rollout_stops_resumes_and_logs_exactly_the_host_loop_run(tmp_path, straight_run):
   # The compiled loop (envpool's XLA interface) steps the same environments with the same
   # keys as the host loop: every logged number matches, across checkpoint segments,

@@ -66,8 +66,8 @@ class RunResult:
   Attributes:
     env_steps: environment steps taken.
     num_updates: learner updates made.
-    wall_time_s: wall-clock seconds since the training loop started, after the set-up and
-      the warm-up compilation (plus those of the runs it resumed).
+    wall_time_s: wall-clock seconds of the training loop, after the set-up and the warm-up
+      compilation (plus those of the runs it resumed).
     target_reached_at: the env steps of the first evaluation whose mean return reached the
       config's `target_return` (None: none did, or no target). A run of several learners
       goes on until every learner reached it, so a learner's last evaluation may be lower:
@@ -339,7 +339,7 @@ class _Driver:
     total = config.budget.total_env_steps
     self.wall_offset = schedule.wall_time_s - seconds_since_launch()
     self.last_log = (seconds_since_launch(), schedule.env_steps)
-    interrupted = False
+    interrupted, advanced = False, False
     program.open(state, schedule.segment)
     try:
       while schedule.env_steps < total and not all(a.reached for a in self.accs):
@@ -347,7 +347,7 @@ class _Driver:
         until = min(p for p in points if p is not None)
         cut_at = min(schedule.next_checkpoint or total, total)
         state, progress = program.advance(state, schedule.env_steps, until, cut_at, should_stop)
-        schedule.env_steps += progress.env_steps
+        schedule.env_steps, advanced = schedule.env_steps + progress.env_steps, True
         self.accumulate(progress)
         if progress.stopped:
           interrupted = True
@@ -379,9 +379,11 @@ class _Driver:
         # resuming that checkpoint writes it again, or, with a larger budget, drops it (it
         # is after the checkpoint's log_lines) and logs the interval in full.
         self.log(state, evaluate=False, final=True)
+      # A run resumed with nothing left to do keeps the time its checkpoint recorded.
+      wall = self.wall_time() if advanced or self.saved is None else schedule.wall_time_s
     finally:
       program.close()
-    wall, versions = self.wall_time(), program.num_updates(state)
+    versions = program.num_updates(state)
     results = []
     for k, acc in enumerate(self.accs):
       agent_state, transform_state = program.final(state, k)

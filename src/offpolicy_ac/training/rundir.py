@@ -291,17 +291,12 @@ def check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: b
     new = jsonable(args)
     diffs = config_differences(old["config"], new, _field_defaults(args))
     budget = lambda c: c.get("train", {}).get("budget", {}).get("total_env_steps")
-    if budget(new) is not None and budget(old["config"]) is not None:
-      if budget(new) < budget(old["config"]):
-        raise ValueError(
-            f"--resume: --total-env-steps {budget(new):,} is smaller than the run's "
-            f"{budget(old['config']):,}; a resumed run may only get a larger budget"
-        )
-      if budget(new) > budget(old["config"]):
-        print(f"[{name}] the budget grows from {budget(old['config']):,} to {budget(new):,} env "
-              "steps: the default evaluation interval and a step size annealed over the run "
-              "follow the new budget from here on (a run started with it would differ)",
-              flush=True)  # fmt: skip
+    before, after = budget(old["config"]), budget(new)
+    if after is not None and before is not None and after < before:
+      raise ValueError(
+          f"--resume: --total-env-steps {after:,} is smaller than the run's {before:,}; a "
+          "resumed run may only get a larger budget"
+      )
     for field, digest in (inputs or {}).items():  # compared by content, not by path
       if field in old.get("inputs", {}):
         diffs = [d for d in diffs if d != field]
@@ -314,6 +309,10 @@ def check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: b
           f"--resume: the config differs from the run's in {diffs}; only the "
           "step budget (--total-env-steps) and the tracking flags may change"
       )
+    if after is not None and before is not None and after > before:
+      print(f"[{name}] the budget grows from {before:,} to {after:,} env steps: the default "
+            "evaluation interval and a step size annealed over the run follow the new budget "
+            "from here on (a run started with it would differ)", flush=True)  # fmt: skip
   else:
     for d in (run_dir, *others):
       if (d / "config.json").exists():
