@@ -115,7 +115,8 @@ def _evaluate(args: Args, run: Any, video_env: Any) -> dict:
   for k, ret in enumerate(returns):
     print(f"episode {k}: return {ret:.2f}")
   print(
-      f"{run.algorithm} {env_id} ({run.source} parameters, {run.env_steps} env steps): "
+      f"{run.algorithm} {env_id} ({run.source} parameters, "
+      f"{'unknown' if run.env_steps is None else f'{run.env_steps:,}'} env steps): "
       f"{args.episodes} episodes, mean {result['mean']:.2f} std {result['std']:.2f} "
       f"min {result['min']:.2f} max {result['max']:.2f}"
   )

@@ -195,11 +195,15 @@ def test_a_resumed_run_killed_before_its_end_loads_its_newest_checkpoint(runs, t
             "final_params.msgpack.crc32", "summary.json")}  # fmt: skip
   _run("impala", run_dir, total_env_steps=2048, log_every=256, checkpoint_every=256,
        keep_checkpoints=4, resume=True)  # fmt: skip
+  best_steps = json.loads((run_dir / "summary.json").read_text())["best_env_steps"]
   for name, data in before.items():  # as if killed before its end
     (run_dir / name).write_bytes(data)
   loaded = load_run(run_dir)
   assert loaded.source == "checkpoint" and loaded.env_steps == loaded.checkpoints[-1] == 2048
-  assert load_run(run_dir, best=True).env_steps is None  # the summary's is the first run's
+  assert load_run(run_dir, best=True).env_steps == best_steps  # best.json's, not the summary's
+  (run_dir / "best_params.msgpack").write_bytes(before["final_params.msgpack"])
+  (run_dir / "best_params.msgpack.crc32").write_bytes(before["final_params.msgpack.crc32"])
+  assert load_run(run_dir, best=True).env_steps is None  # best.json is of other parameters
 
 
 def test_bad_run_directories_are_refused_clearly(runs, tmp_path):

@@ -212,7 +212,7 @@ class Outcome(NamedTuple):
 def drive(program: Program, config: TrainConfig, loggers: Sequence[Logger], *,
           checkpointer: Any = None, resume: bool = False,
           should_stop: Callable[[], bool] = lambda: False,
-          keep_best: Optional[Callable[[int, Any, Any], None]] = None,
+          keep_best: Optional[Callable[[int, Any, Any, int], None]] = None,
           announce: Callable[[str], None] = lambda message: None) -> Outcome:  # fmt: skip
   """Trains `program` to the config's budget (see the module docstring).
 
@@ -225,8 +225,9 @@ def drive(program: Program, config: TrainConfig, loggers: Sequence[Logger], *,
       warning).
     should_stop: polled between iterations; True returns with `interrupted=True` (and a
       checkpoint where `program.checkpoint_at_stop`).
-    keep_best: `keep_best(lane, params, transform_state)`, called with a lane's
-      parameters (host arrays) whenever an evaluation scores higher than any before.
+    keep_best: `keep_best(lane, params, transform_state, env_steps)`, called with a
+      lane's parameters (host arrays) whenever an evaluation scores higher than any
+      before.
     announce: told, in a sentence, where a resumed run continues.
   """
   if len(loggers) != program.num_lanes:
@@ -332,7 +333,8 @@ class _Driver:
     target = self.config.eval.target_return
     if self.accs[lane].evaluated(mean, self.schedule.env_steps, target) and self.keep_best:
       agent_state, transform = self.program.final(state, lane)
-      self.keep_best(lane, jax.device_get(agent_state.params), jax.device_get(transform))
+      self.keep_best(lane, jax.device_get(agent_state.params), jax.device_get(transform),
+                     self.schedule.env_steps)  # fmt: skip
 
   def loop(self, state: Any, should_stop: Callable[[], bool]) -> Outcome:
     program, config, schedule = self.program, self.config, self.schedule

@@ -72,6 +72,7 @@ FINAL_PARAMS = "final_params.msgpack"
 FINAL_TRANSFORM = "final_transform.msgpack"
 BEST_PARAMS = "best_params.msgpack"
 BEST_TRANSFORM = "best_transform.msgpack"
+BEST_RECORD = "best.json"
 
 RESUMABLE_CHANGES = (
     "train.budget.total_env_steps",
@@ -136,11 +137,11 @@ def _write_atomic(path: pathlib.Path, data: bytes) -> None:
   os.replace(tmp, path)
 
 
-def save_params(path: pathlib.Path, params: Any) -> None:
+def save_params(path: pathlib.Path, params: Any) -> str:
   """Writes parameters (flax msgpack) atomically, and their CRC-32 beside them
   (`<path>.crc32`), which `load_params` checks. While the file is replaced, the checksum
   file holds the old file's CRC beside the new one's, so a kill at any moment leaves a
-  pair that matches."""
+  pair that matches. Returns the CRC-32 (8 hex digits)."""
   path, checksum = pathlib.Path(path), _checksum_path(pathlib.Path(path))
   data = flax.serialization.to_bytes(jax.device_get(params))
   new = f"{zlib.crc32(data):08x}"
@@ -151,6 +152,7 @@ def save_params(path: pathlib.Path, params: Any) -> None:
   _write_atomic(checksum, " ".join([new, *old]).encode() + b"\n")
   _write_atomic(path, data)
   _write_atomic(checksum, f"{new}\n".encode())
+  return new
 
 
 def load_params(path: str | os.PathLike, template: Any) -> Any:
@@ -326,12 +328,29 @@ def check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: b
   write_config(run_dir, args, extra={"algorithm": name, **({"inputs": inputs} if inputs else {})})
 
 
-def write_best(run_dir: pathlib.Path, params: Any, transform_state: Any) -> None:
+def write_best(run_dir: pathlib.Path, params: Any, transform_state: Any,
+               env_steps: Optional[int] = None) -> None:  # fmt: skip
   """Writes a learner's best-evaluated parameters so far (and its data transformer's
-  state, when it has one), as SB3's evaluation callback keeps `best_model`."""
-  save_params(run_dir / BEST_PARAMS, params)
+  state, when it has one), as SB3's evaluation callback keeps `best_model`, and the env
+  steps they were trained for (best.json, with the parameters' CRC-32: a kill between the
+  two files leaves the steps unknown, never wrong)."""
+  crc = save_params(run_dir / BEST_PARAMS, params)
   if jax.tree.leaves(transform_state):
     save_params(run_dir / BEST_TRANSFORM, transform_state)
+  if env_steps is not None:
+    record = {"env_steps": int(env_steps), "params_crc32": crc}
+    _write_atomic(run_dir / BEST_RECORD, json.dumps(record).encode())
+
+
+def _best_env_steps(run_dir: pathlib.Path) -> Optional[int]:
+  """The env steps of the best parameters, from best.json when it is theirs."""
+  try:
+    record = read_json(run_dir / BEST_RECORD)
+  except (OSError, ValueError):
+    return None
+  crc = f"{zlib.crc32((run_dir / BEST_PARAMS).read_bytes()):08x}"
+  steps = record.get("env_steps") if isinstance(record, dict) else None
+  return steps if record.get("params_crc32") == crc and isinstance(steps, int) else None
 
 
 def write_results(name: str, run_dir: pathlib.Path, result: RunResult, protocol: str,
@@ -543,7 +562,9 @@ def load_run(run_dir: str | os.PathLike, *, checkpoint: Optional[int] = None,
     params = load_params(run_dir / BEST_PARAMS, params_template)
     if (run_dir / BEST_TRANSFORM).exists():
       transform = load_params(run_dir / BEST_TRANSFORM, transform)
-    env_steps, source = None if stale else summary.get("best_env_steps"), "best"
+    env_steps, source = _best_env_steps(run_dir), "best"
+    if env_steps is None and not stale:  # a run from before best.json
+      env_steps = summary.get("best_env_steps")
   elif checkpoint is None and final.exists() and not stale:
     params = load_params(final, params_template)
     if (run_dir / FINAL_TRANSFORM).exists():
