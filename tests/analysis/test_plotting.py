@@ -1,6 +1,7 @@
 """Learning-curve PNGs: one run, seeds grouped, and no change to the process's matplotlib."""
 
 import matplotlib
+import pytest
 
 from offpolicy_ac.analysis import plot_runs
 from offpolicy_ac.analysis.metrics_file import encode_line
@@ -31,6 +32,17 @@ def test_plot_runs_writes_pngs_and_keeps_the_matplotlib_backend(tmp_path):
     assert not list(tmp_path.glob("*.tmp.png"))
   finally:
     matplotlib.use(before)
+
+
+def test_plot_runs_refuses_what_it_cannot_draw(tmp_path):
+  run = _write_run(tmp_path / "run", [1.0, 2.0])
+  with pytest.raises(ValueError, match="does not end in .png"):
+    plot_runs([run], tmp_path / "curve.jpg")
+  with pytest.raises(ValueError, match="one label per run: 1 labels, 2 runs"):
+    plot_runs([run, run], tmp_path / "curve.png", labels=["a"])
+  with pytest.raises(ValueError, match="no such run directory"):
+    plot_runs([tmp_path / "missing"], tmp_path / "curve.png")
+  assert not list(tmp_path.glob("*.png"))
 
 
 def test_training_still_exports_plot_runs():

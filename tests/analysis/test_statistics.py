@@ -110,6 +110,24 @@ def test_find_runs_searches_below_and_skips_dirs_without_metrics(tmp_path):
     S.run_info(tmp_path)
 
 
+def test_find_runs_follows_links_to_run_directories_once(tmp_path):
+  a = write_run(tmp_path / "runs" / "a", seed=0)
+  (tmp_path / "linked").mkdir()
+  (tmp_path / "linked" / "a").symlink_to(a, target_is_directory=True)
+  (tmp_path / "linked" / "loop").symlink_to(tmp_path / "linked", target_is_directory=True)
+  assert S.find_runs([tmp_path / "linked"]) == [a.resolve()]
+
+
+def test_a_field_a_config_lacks_is_not_its_null(tmp_path):
+  # Two groups that differ only there (configs of two versions) get labels of their own.
+  a, b = write_run(tmp_path / "a", seed=0), write_run(tmp_path / "b", seed=0)
+  config = json.loads((b / "config.json").read_text())
+  assert config["config"]["train"]["env"].pop("max_episode_steps") is None
+  (b / "config.json").write_text(json.dumps(config))
+  labels = S.group_labels(_groups([a, b]))
+  assert len(set(labels)) == 2 and any("(not recorded)" in label for label in labels), labels
+
+
 # --- alignment -------------------------------------------------------------------------
 
 
@@ -130,6 +148,14 @@ def test_align_interpolates_on_the_common_range():
   np.testing.assert_allclose(ys[1], 5.0)
   with pytest.raises(ValueError, match="overlap"):
     S.align_runs([(np.array([0.0, 1.0]), np.zeros(2)), (np.array([2.0, 3.0]), np.zeros(2))])
+
+
+def test_runs_that_share_one_step_align_there():
+  # A run that logged one line (just started, or killed early) cuts the curve to its step.
+  steps, ys = S.align_runs([(np.array([5.0, 10.0]), np.array([1.0, 2.0])),
+                            (np.array([5.0]), np.array([7.0]))])  # fmt: skip
+  np.testing.assert_array_equal(steps, [5.0])
+  np.testing.assert_array_equal(ys, [[1.0], [7.0]])
 
 
 # --- IQM and intervals -----------------------------------------------------------------
@@ -190,6 +216,12 @@ def test_bad_scores_raise():
     S.iqm_with_intervals(np.zeros(3))
   with pytest.raises(ValueError, match="finite"):
     S.iqm_with_intervals(np.array([[np.nan]]))
+  with pytest.raises(ValueError, match="at least one run"):
+    S.iqm(np.zeros((0, 3)))
+  with pytest.raises(ValueError, match="at least one run"):
+    S.iqm([])
+  with pytest.raises(ValueError, match="finite"):
+    S.iqm([[1.0], [np.nan], [3.0], [4.0]])
 
 
 # --- curves, table, script -------------------------------------------------------------

@@ -98,6 +98,8 @@ CASES = [
     ("evaluate", ["--run-dir", "{demos}", "--video", "{demos}"], "--video"),
     ("evaluate", ["--run-dir", "{demos}", "--video", "{demos}/v.txt"], "a path ending in .mp4"),
     ("plot", ["{demos}/no-run"], "no-run"),
+    ("plot", ["{demos}", "--seed", "-1"], "--seed in [0, 2**32)"),
+    ("plot", ["{demos}", "--max-points", "1"], "--max-points >= 2"),
     ("plot", ["{demos}/damaged"], "config.json is damaged (not valid JSON"),
     ("evaluate", ["--run-dir", "{demos}/damaged"], "config.json is damaged (not valid JSON"),
     (

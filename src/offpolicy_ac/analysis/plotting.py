@@ -36,7 +36,18 @@ def plot_runs(
 
   With `group=True`, runs are seeds of one configuration: the mean is drawn with
   a min-max band over the runs (interpolated onto a common step grid).
+
+  Raises:
+    ValueError: `out` is not a .png file, `labels` are not one per run, or a run
+      directory does not exist (one without metrics yet is an empty curve).
   """
+  if pathlib.Path(out).suffix.lower() != ".png":
+    raise ValueError(f"plot_runs writes PNG files: {out} does not end in .png")
+  if labels is not None and len(labels) != len(run_dirs):
+    raise ValueError(f"need one label per run: {len(labels)} labels, {len(run_dirs)} runs")
+  missing = [str(d) for d in run_dirs if not os.path.isdir(d)]
+  if missing:
+    raise ValueError(f"no such run directory: {', '.join(missing)}")
   # A bare Figure draws with Agg without pyplot: the process's matplotlib backend (a
   # notebook's inline one, say) is left as it was.
   from matplotlib.figure import Figure

@@ -19,7 +19,7 @@ Statistical Precipice" (NeurIPS; arXiv:2108.13264), with their library `rliable`
   logged at the same steps, those steps are used; otherwise each run is linearly
   interpolated onto a common grid of evenly spaced steps over the range every run
   covers (the latest first step to the earliest last step), never extrapolated. A run that
-  ends before 90% of the longest run's steps (a smoke run beside the real ones) cuts the
+  ends before 90% of the longest run's steps (one stopped early, or still running) cuts the
   group's curve there, with a warning that names it; so does a seed that appears twice.
 * **IQM.** The interquartile mean across runs at each step: the mean of the middle 50%
   (`scipy.stats.trim_mean(x, 0.25)`, `rliable.metrics.aggregate_iqm`). Less sensitive to
@@ -176,6 +176,7 @@ def run_info(run_dir: str | os.PathLike) -> RunInfo:
 def find_runs(paths: Sequence[str | os.PathLike]) -> list[pathlib.Path]:
   """Run directories at or below `paths`: those holding config.json and a non-empty
   metrics.jsonl (a vmapped multi-seed run's root holds no metrics, its seed<k>/ do).
+  Symbolic links to directories are followed, each directory read once.
 
   Raises:
     ValueError: a path does not exist, or no run directory is found.
@@ -184,14 +185,29 @@ def find_runs(paths: Sequence[str | os.PathLike]) -> list[pathlib.Path]:
   for p in map(pathlib.Path, paths):
     if not p.exists():
       raise ValueError(f"{p} does not exist")
-    candidates = [p, *(c.parent for c in p.rglob("config.json"))] if p.is_dir() else []
-    for d in candidates:
+    for d in _directories_below(p) if p.is_dir() else []:
       metrics = d / METRICS_FILE
       if (d / "config.json").exists() and metrics.exists() and metrics.stat().st_size > 0:
         found.add(d.resolve())
   if not found:
     raise ValueError(f"no run directory (config.json and metrics.jsonl) in {list(paths)}")
   return sorted(found)
+
+
+def _directories_below(root: pathlib.Path) -> list[pathlib.Path]:
+  """`root` and the directories below it, links followed, each real directory once."""
+  seen, order, stack = set(), [], [root]
+  while stack:
+    d = stack.pop()
+    if d.resolve() in seen:
+      continue
+    seen.add(d.resolve())
+    order.append(d)
+    try:
+      stack.extend(c for c in d.iterdir() if c.is_dir())
+    except OSError:  # unreadable: skipped, as rglob skips it
+      continue
+  return order
 
 
 def group_runs(runs: Sequence[RunInfo]) -> list[RunGroup]:
@@ -212,13 +228,15 @@ def group_labels(groups: Sequence[RunGroup]) -> list[str]:
   for g in groups:
     peers = [dict(p.settings) for p in groups if (p.env_id, p.algorithm) == (g.env_id, g.algorithm)]
     keys = sorted(set().union(*peers))
-    differing = [k for k in keys if len({repr(d.get(k)) for d in peers}) > 1]
+    # A field a run's config.json lacks (written by another version) is not its null.
+    absent = "(not recorded)"
+    differing = [k for k in keys if len({repr(d.get(k, absent)) for d in peers}) > 1]
     short = [k.rsplit(".", 1)[-1] for k in differing]
     names = [s if short.count(s) == 1 else k for k, s in zip(differing, short)]
     mine = dict(g.settings)
-    labels.append(
-        " ".join([g.algorithm] + [f"{n}={mine.get(k)}" for n, k in zip(names, differing)])
-    )
+    labels.append(" ".join(
+        [g.algorithm] + [f"{n}={mine.get(k, absent)}" for n, k in zip(names, differing)]
+    ))  # fmt: skip
   return labels
 
 
@@ -230,7 +248,7 @@ def align_runs(
   Runs that logged at the same steps keep them. Otherwise each run is interpolated
   linearly at evenly spaced steps between the latest first step and the earliest last
   step (the range every run covers), as many as the densest run logged there, at most
-  `max_points`.
+  `max_points` (one, where the runs share only one step).
 
   Raises:
     ValueError: no runs, a run without points, or runs whose step ranges do not overlap.
@@ -246,10 +264,10 @@ def align_runs(
   if all(x.shape == xs[0].shape and np.array_equal(x, xs[0]) for x in xs):
     return xs[0], np.stack(ys)
   lo, hi = max(x[0] for x in xs), min(x[-1] for x in xs)
-  if lo >= hi:
+  if lo > hi:
     raise ValueError(f"the runs' step ranges do not overlap (latest start {lo}, earliest end {hi})")
   inside = max(int(np.sum((x >= lo) & (x <= hi))) for x in xs)
-  grid = np.linspace(lo, hi, int(np.clip(inside, 2, max_points)))
+  grid = np.linspace(lo, hi, 1 if lo == hi else int(np.clip(inside, 2, max_points)))
   return grid, np.stack([np.interp(grid, x, y) for x, y in zip(xs, ys)])
 
 
@@ -259,6 +277,10 @@ def iqm(scores: np.ndarray) -> np.ndarray:
   import scipy.stats
 
   scores = np.asarray(scores, np.float64)
+  if scores.ndim < 1 or scores.shape[0] < 1:
+    raise ValueError(f"iqm needs scores of at least one run ([runs, ...]), got {scores.shape}")
+  if not np.all(np.isfinite(scores)):
+    raise ValueError("scores must be finite")
   return scipy.stats.trim_mean(scores.reshape(scores.shape[0], -1), 0.25, axis=0).reshape(
       scores.shape[1:]
   )
@@ -356,7 +378,7 @@ def group_curve(
                     RuntimeWarning, stacklevel=2)  # fmt: skip
   ends = [float(x[-1]) for x, _ in series]
   short = [str(r.run_dir) for r, end in zip(group.runs, ends) if end < 0.9 * max(ends)]
-  if short:  # e.g. a smoke run beside the real ones: it cuts every curve short
+  if short:  # e.g. a run stopped early, or still running: it cuts every curve short
     warnings.warn(f"{name}: the curve stops at {min(ends):,.0f} env steps, where "
                   f"{', '.join(short)} end; the group's other runs go on to "
                   f"{max(ends):,.0f}", RuntimeWarning, stacklevel=2)  # fmt: skip
