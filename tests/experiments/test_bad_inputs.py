@@ -113,6 +113,8 @@ CASES = [
     ("impala", ["--preset", "atari", "--env-id", "CartPole-v1"], "made for Atari tasks"),
     ("impala", ["--atari"], "--atari applies to Atari tasks"),
     ("sql", ["--env-id", "CarRacing-v2"], "(96, 96, 3) look like [H, W, C]"),
+    ("impala", ["--env-id", "Hopper-v4", "--rollout", "compiled"], "use the host backend"),
+    ("sql", ["--env-id", "Hopper-v4", "--rollout", "compiled"], "takes float64 actions"),
 ]
 TRAINS = ("impala", "acer", "sql", "sqil")
 

@@ -33,6 +33,7 @@ from offpolicy_ac.envs._envpool_env import EnvPoolEnv
 from offpolicy_ac.envs._envpool_env import is_atari
 from offpolicy_ac.envs._envpool_env import make
 from offpolicy_ac.envs._envpool_env import make_atari
+from offpolicy_ac.envs._envpool_env import pool_action_dtype
 from offpolicy_ac.envs._envpool_env import spec
 from offpolicy_ac.envs._functional import BRAX_BACKENDS
 from offpolicy_ac.envs._functional import BRAX_DEFAULT_BACKEND
@@ -77,6 +78,7 @@ from offpolicy_ac.envs._transformers import running_stats_update
 from offpolicy_ac.envs._transformers import scale_reward
 from offpolicy_ac.envs._xla_rollout import XlaBatchedRolloutState
 from offpolicy_ac.envs._xla_rollout import XlaRolloutState
+from offpolicy_ac.envs._xla_rollout import check_action_dtype
 
 __all__ = [
     "ATARI_EVAL_KWARGS",
@@ -112,6 +114,7 @@ __all__ = [
     "XlaBatchedRolloutState",
     "XlaRolloutState",
     "atari_protocol",
+    "check_action_dtype",
     "clip_reward",
     "default_device",
     "finished_episodes",
@@ -126,6 +129,7 @@ __all__ = [
     "make_functional_rollout",
     "make_rollout",
     "normalize",
+    "pool_action_dtype",
     "random_actions",
     "running_stats_init",
     "running_stats_update",

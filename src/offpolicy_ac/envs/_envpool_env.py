@@ -536,10 +536,21 @@ class ActionChecker:
 
 def _pool_action_dtype(pool: Any) -> np.dtype | None:
   """The dtype envpool takes actions in (its action spec's last entry), or None."""
+  return _action_dtype_of(pool.spec)
+
+
+def _action_dtype_of(pool_spec: Any) -> np.dtype | None:
   try:
-    return np.dtype(pool.spec.action_array_spec["action"].dtype)
+    return np.dtype(pool_spec.action_array_spec["action"].dtype)
   except (AttributeError, KeyError, TypeError):
     return None
+
+
+def pool_action_dtype(task_id: str, **envpool_kwargs: Any) -> np.dtype | None:
+  """The dtype envpool takes the task's actions in (float64 for MuJoCo, where `spec` says
+  float32), without making a pool; None where envpool does not report it."""
+  envpool = check_task_id(task_id)
+  return _action_dtype_of(pool_spec_of(envpool, task_id, 1, dict(envpool_kwargs)))
 
 
 def _spec_from_spaces(

@@ -180,21 +180,28 @@ _Init = Callable[[Any, jax.Array], Any]
 _Unroll = Callable[[Any, Any], tuple[Any, Trajectory, EpisodeStats]]
 
 
-def _pool_action_dtype(env: EnvPoolEnv) -> np.dtype:
-  """The dtype of the pool's actions, refused where envpool's XLA interface cannot
-  receive them."""
-  dtype = env.pool_action_dtype
+def check_action_dtype(task_id: str, dtype: np.dtype | None) -> np.dtype:
+  """`dtype`, the dtype envpool takes the task's actions in, refused (ValueError) where
+  envpool's XLA interface cannot receive it: unreported, or float64 (MuJoCo) without
+  `jax_enable_x64`. Before a run is built: `check_action_dtype(task_id,
+  envs.pool_action_dtype(task_id, ...))`."""
   if dtype is None:
     raise ValueError(
-        f"{env.spec.task_id}: envpool does not report the dtype of its actions, which the "
-        "compiled backend needs; use backend='host'"
+        f"{task_id}: envpool does not report the dtype of its actions, which the compiled "
+        "backend needs; use the host backend (backend='host', --rollout host)"
     )
   if dtype == np.float64 and not jax.config.jax_enable_x64:
     raise ValueError(
-        f"{env.spec.task_id} takes float64 actions, which envpool's XLA interface can only "
-        "receive with jax_enable_x64; use backend='host'"
+        f"{task_id} takes float64 actions, which envpool's XLA interface can only receive "
+        "with jax_enable_x64; use the host backend (backend='host', --rollout host)"
     )
   return dtype
+
+
+def _pool_action_dtype(env: EnvPoolEnv) -> np.dtype:
+  """The dtype of the pool's actions, refused where envpool's XLA interface cannot
+  receive them."""
+  return check_action_dtype(env.spec.task_id, env.pool_action_dtype)
 
 
 def compiled_rollout(env: EnvPoolEnv, act_fn: ActFn, unroll_length: int) -> tuple[_Init, _Unroll]:

@@ -52,6 +52,7 @@ from offpolicy_ac.training.sources import make_source
 from offpolicy_ac.training.sources import make_training_rollout
 from offpolicy_ac.training.sources import process_seed
 from offpolicy_ac.training.sources import segment_seed
+from offpolicy_ac.training.sources import task_kwargs
 from offpolicy_ac.training.sources import task_spec
 from offpolicy_ac.training.sweeps import lane_names
 from offpolicy_ac.training.sweeps import stack_hyperparams
@@ -153,6 +154,9 @@ class EnvpoolProgram:
           f"num_processes={config.parallel.num_processes} but this JAX job has "
           f"{dp.num_processes} process(es): call parallel.initialize_distributed first"
       )
+    if config.env.rollout == "compiled":  # refused here, before anything is built
+      env_id = config.env.env_id
+      envs.check_action_dtype(env_id, envs.pool_action_dtype(env_id, **task_kwargs(config)))
     agent = agent_factory(task_spec(config))
     if agent.off_policy and config.replay.mini_batch_size % dp.num_devices:
       raise ValueError(
