@@ -114,6 +114,17 @@ CASES = [
     ("impala", ["--atari"], "--atari applies to Atari tasks"),
     ("sql", ["--env-id", "CarRacing-v2"], "(96, 96, 3) look like [H, W, C]"),
     ("impala", ["--env-id", "Hopper-v4", "--rollout", "compiled"], "use the host backend"),
+    (
+        "sql",
+        ["--total-env-steps", "1024", "--min-replay-size", "1000"],
+        "the run would make no update: total_env_steps 1,024 ends before the replay holds "
+        "min_replay_size (1000) sequences; give at least 8,000 env steps",
+    ),
+    (
+        "sql",
+        ["--env-id", "gymnax:CartPole-v1", "--total-env-steps", "512", "--min-replay-size", "999"],
+        "the run would make no update",
+    ),
     ("sql", ["--env-id", "Hopper-v4", "--rollout", "compiled"], "takes float64 actions"),
 ]
 TRAINS = ("impala", "acer", "sql", "sqil")

@@ -49,6 +49,7 @@ from offpolicy_ac.agents.base import Agent
 from offpolicy_ac.training.config import TrainConfig
 from offpolicy_ac.training.learner import Acting
 from offpolicy_ac.training.learner import LearnerState
+from offpolicy_ac.training.learner import check_learns
 from offpolicy_ac.training.learner import example_trajectory
 from offpolicy_ac.training.learner import make_ingest
 from offpolicy_ac.training.learner import make_policies
@@ -207,6 +208,7 @@ def make_train(
     env = envs.make_functional(config.env.env_id, max_episode_steps=config.env.max_episode_steps)
   spec = env.batch_spec(config.env.num_envs)
   agent = make_agent(spec, agent_config)  # validates the config against the task
+  check_learns(agent, config)
   defaults = hyperparams_lib.hyperparams_of(agent_config)
   transformer = make_transformer(spec, config)
   replay = make_replay(config) if agent.off_policy else None

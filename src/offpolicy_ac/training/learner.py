@@ -124,6 +124,22 @@ def make_replay(config: TrainConfig) -> replay_lib.SequenceReplay:
   )
 
 
+def check_learns(agent: Agent, config: TrainConfig) -> None:
+  """Refuses a run that would make no update: an off-policy agent that learns only from
+  its replay, with a budget that ends before the replay holds `min_replay_size`
+  sequences."""
+  if not agent.off_policy or agent.fresh_update_first or config.planned_updates(off_policy=True):
+    return
+  per_iteration = config.env.num_envs * config.unrolls_per_iteration
+  filling = max(1, -(-config.replay.min_replay_size // per_iteration))
+  needed = filling * config.steps_per_unroll * config.unrolls_per_iteration
+  raise ValueError(
+      f"the run would make no update: total_env_steps {config.budget.total_env_steps:,} "
+      f"ends before the replay holds min_replay_size ({config.replay.min_replay_size}) "
+      f"sequences; give at least {needed:,} env steps, or a smaller --min-replay-size"
+  )
+
+
 def example_trajectory(act: Callable, acting: Acting, spec: Any, config: TrainConfig,
                        num_columns: int) -> envs.Trajectory:  # fmt: skip
   """Zeros shaped like a rollout's trajectories [T+1, num_columns, ...]."""
@@ -257,6 +273,7 @@ class Learner:
     self.hyperparams = None if hyperparams is None else jax.device_put(dict(hyperparams))
     self._agent_at = agent_at
     self.transformer = make_transformer(agent.spec, config)
+    check_learns(agent, config)
     self.replay = make_replay(config) if agent.off_policy else None
     self.act, greedy = make_policies(agent, self.transformer, agent_at)
     self.greedy = jax.jit(greedy)
