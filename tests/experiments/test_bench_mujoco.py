@@ -8,7 +8,7 @@ from scripts import load_script
 def test_bench_mujoco_times_each_agent_against_raw_stepping(capsys):
   bench = load_script("bench_mujoco")
   rows = bench.main(bench.Args(tasks=("Hopper-v4",), agents=("impala", "sql"), env_steps=2_048,
-                               sql_env_steps=320, raw_seconds=0.05, repeats=1))  # fmt: skip
+                               sql_env_steps=1_024, raw_seconds=0.05, repeats=1))  # fmt: skip
   assert [(r["agent"], r["preset"], r["num_envs"]) for r in rows] == [
       ("impala", "mujoco", 16),
       ("sql", "hopper", 16),

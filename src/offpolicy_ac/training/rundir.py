@@ -348,9 +348,10 @@ def _best_env_steps(run_dir: pathlib.Path) -> Optional[int]:
     record = read_json(run_dir / BEST_RECORD)
   except (OSError, ValueError):
     return None
+  if not isinstance(record, dict) or not isinstance(record.get("env_steps"), int):
+    return None
   crc = f"{zlib.crc32((run_dir / BEST_PARAMS).read_bytes()):08x}"
-  steps = record.get("env_steps") if isinstance(record, dict) else None
-  return steps if record.get("params_crc32") == crc and isinstance(steps, int) else None
+  return record["env_steps"] if record.get("params_crc32") == crc else None
 
 
 def write_results(name: str, run_dir: pathlib.Path, result: RunResult, protocol: str,
