@@ -149,7 +149,7 @@ def test_the_transformer_statistics_are_loaded(runs):
 
 def test_a_seed_of_a_vmapped_run_loads_from_the_shared_checkpoints(tmp_path):
   root = _run("sql", tmp_path / "run", total_env_steps=128, log_every=64,
-              checkpoint_every=64, num_seeds=2, seed=3)  # fmt: skip
+              checkpoint_every=64, num_seeds=2, seed=3, min_replay_size=16)  # fmt: skip
   with pytest.raises(ValueError, match="holds 2 seeds.*seed3"):
     load_run(root)
   for seed in (3, 4):
@@ -164,10 +164,10 @@ def test_a_copied_run_of_seeds_loads_its_own_checkpoints(tmp_path, monkeypatch):
   """The copy's seed directories read the copy's checkpoints, not those at the root the
   original recorded (relative to the directory it was started from), which go on."""
   monkeypatch.chdir(tmp_path)
-  _run("sql", "run", total_env_steps=128, log_every=64, checkpoint_every=64, num_seeds=2)
+  short = dict(log_every=64, checkpoint_every=64, num_seeds=2, min_replay_size=16)
+  _run("sql", "run", total_env_steps=128, **short)
   shutil.copytree(tmp_path / "run", tmp_path / "copy")
-  _run("sql", "run", resume=True, total_env_steps=256, log_every=64, checkpoint_every=64,
-       num_seeds=2)  # fmt: skip
+  _run("sql", "run", resume=True, total_env_steps=256, **short)
   assert load_run("run/seed0").checkpoints[-1] == 256
   copy = load_run(tmp_path / "copy" / "seed0")
   assert copy.checkpoints[-1] == 128 and copy.env_steps == 128
@@ -365,7 +365,8 @@ def test_a_tilde_in_a_run_directory_is_the_home_directory(tmp_path, monkeypatch)
   """`--run-dir=~/x` and a quoted "~/x" reach the script unexpanded by the shell."""
   monkeypatch.setenv("HOME", str(tmp_path / "home"))
   monkeypatch.chdir(tmp_path)
-  _run("sql", "~/run", total_env_steps=128, log_every=64, checkpoint_every=64)
+  _run("sql", "~/run", total_env_steps=128, log_every=64, checkpoint_every=64,
+       min_replay_size=16)  # fmt: skip
   assert (tmp_path / "home" / "run" / "summary.json").exists()
   assert not (tmp_path / "~").exists()
   assert load_run("~/run").run_dir == tmp_path / "home" / "run"

@@ -174,8 +174,8 @@ class EvalConfig:
   """Environment steps between greedy evaluations (by default about 20 over the run, each at
   a metrics line; 0: never)."""
   eval_episodes: int = 5
-  """Episodes per evaluation, each on its own environment (in a multi-host job, on each
-  process: the mean is over them all)."""
+  """Episodes per evaluation, each on its own environment (per process of a multi-host
+  job)."""
   target_return: Optional[float] = None
   """Stop once an evaluation's mean return reaches this."""
 
