@@ -199,9 +199,10 @@ def _directories_below(root: pathlib.Path) -> list[pathlib.Path]:
   seen, order, stack = set(), [], [root]
   while stack:
     d = stack.pop()
-    if d.resolve() in seen:
+    real = d.resolve()
+    if real in seen:
       continue
-    seen.add(d.resolve())
+    seen.add(real)
     order.append(d)
     try:
       stack.extend(c for c in d.iterdir() if c.is_dir())
@@ -274,13 +275,18 @@ def align_runs(
 def iqm(scores: np.ndarray) -> np.ndarray:
   """Interquartile mean over runs (axis 0) of [runs, ...] scores: `scipy.stats.trim_mean`
   with 25% cut at each end, as `rliable.metrics.aggregate_iqm` at each point."""
-  import scipy.stats
-
   scores = np.asarray(scores, np.float64)
   if scores.ndim < 1 or scores.shape[0] < 1:
     raise ValueError(f"iqm needs scores of at least one run ([runs, ...]), got {scores.shape}")
   if not np.all(np.isfinite(scores)):
     raise ValueError("scores must be finite")
+  return _trimmed_iqm(scores)
+
+
+def _trimmed_iqm(scores: np.ndarray) -> np.ndarray:
+  """`iqm` of scores already checked (the bootstrap's resamples of checked scores)."""
+  import scipy.stats
+
   return scipy.stats.trim_mean(scores.reshape(scores.shape[0], -1), 0.25, axis=0).reshape(
       scores.shape[1:]
   )
@@ -318,7 +324,7 @@ def iqm_with_intervals(
   try:
     point, interval = library.get_interval_estimates(
         {"scores": per_task},
-        lambda s: iqm(s.reshape(s.shape[0] * s.shape[1], -1)),
+        lambda s: _trimmed_iqm(s.reshape(s.shape[0] * s.shape[1], -1)),
         reps=reps,
         confidence_interval_size=confidence,
     )

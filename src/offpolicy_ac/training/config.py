@@ -287,12 +287,23 @@ class TrainConfig:
     stored for an off-policy one. Exact unless iterations drop trajectories (async actors'
     `max_policy_lag`, pools' `min_pools`). Raises ValueError where `validate` does."""
     self.validate()
-    per_iteration = self.unrolls_per_iteration
-    iterations = -(-self.budget.total_env_steps // (self.steps_per_unroll * per_iteration))
+    iterations = -(-self.budget.total_env_steps // self.steps_per_iteration)
     if not off_policy:
       return iterations
-    filling = -(-self.replay.min_replay_size // (self.env.num_envs * per_iteration))
-    return max(0, iterations - max(filling, 1) + 1) * self.replay.num_updates_per_train_iter
+    updating = max(0, iterations - self.filling_iterations + 1)
+    return updating * self.replay.num_updates_per_train_iter
+
+  @property
+  def steps_per_iteration(self) -> int:
+    """Env steps of one learner iteration: `steps_per_unroll` x `unrolls_per_iteration`."""
+    return self.steps_per_unroll * self.unrolls_per_iteration
+
+  @property
+  def filling_iterations(self) -> int:
+    """Iterations until the replay holds `min_replay_size` sequences (at least one): the
+    first update of an off-policy learner follows the last of them."""
+    added = self.env.num_envs * self.unrolls_per_iteration
+    return max(1, -(-self.replay.min_replay_size // added))
 
   def cooldown_updates(self, fraction: float, *, off_policy: bool) -> tuple[int, int]:
     """(decay_begin, decay_updates): a step size that falls linearly to 0 over the last
@@ -373,7 +384,7 @@ class TrainConfig:
     if env.atari and not self.compiled and not envs.is_atari(env.env_id):
       raise ValueError(f"--atari applies to Atari tasks (envpool ids such as Pong-v5), not to "
                        f"{env.env_id}")  # fmt: skip
-    first = self.steps_per_unroll * self.unrolls_per_iteration
+    first = self.steps_per_iteration
     if first > budget.total_env_steps:
       raise ValueError(
           f"one iteration takes {first:,} env steps (num_envs {env.num_envs} x unroll_length "

@@ -130,9 +130,7 @@ def check_learns(agent: Agent, config: TrainConfig) -> None:
   sequences."""
   if not agent.off_policy or agent.fresh_update_first or config.planned_updates(off_policy=True):
     return
-  per_iteration = config.env.num_envs * config.unrolls_per_iteration
-  filling = max(1, -(-config.replay.min_replay_size // per_iteration))
-  needed = filling * config.steps_per_unroll * config.unrolls_per_iteration
+  needed = config.filling_iterations * config.steps_per_iteration
   raise ValueError(
       f"the run would make no update: total_env_steps {config.budget.total_env_steps:,} "
       f"ends before the replay holds min_replay_size ({config.replay.min_replay_size}) "
