@@ -104,3 +104,26 @@ def test_add_refuses_sequences_that_are_not_rows_of_the_buffer(jit):
     with pytest.raises(ValueError, match=message):
       add(state, sequences)
   assert int(add(state, good).size) == 2
+
+
+def test_init_and_sample_refuse_sequences_of_another_length():
+  """Windows longer than the stored rows would be gathered out of bounds (NaN or garbage)."""
+  replay = replay_lib.make_sequence_replay(
+      capacity=4, sequence_length=9, sample_length=9, batch_size=3
+  )
+  with pytest.raises(ValueError, match="the example's sequences have 5 steps, not sequence_le"):
+    replay.init(_sequences(0, 2))
+  state = replay_lib.replay_init(_sequences(0, 2), 4)
+  with pytest.raises(ValueError, match="windows of 9 steps from stored sequences of 5"):
+    replay_lib.replay_sample(state, jax.random.PRNGKey(0), batch_size=3, length=9)
+
+
+def test_add_takes_the_numpy_example_init_was_built_from():
+  """With x64 off, float64/int64 NumPy data is stored as float32/int32 by both."""
+  replay = replay_lib.make_sequence_replay(
+      capacity=4, sequence_length=5, sample_length=3, batch_size=2
+  )
+  example = (np.ones((5, 2), np.float64), np.ones((5, 2), np.int64))
+  state = replay.add(replay.init(example), example)
+  assert [x.dtype for x in state.data] == [jnp.float32, jnp.int32]
+  assert int(state.size) == 2

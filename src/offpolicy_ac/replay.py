@@ -50,8 +50,14 @@ class ReplayState(NamedTuple):
 
 
 def replay_init(example: Any, capacity: int) -> ReplayState:
-  """An empty buffer for sequences shaped like `example` ([L, B, ...] time-major)."""
-  data = jax.tree.map(lambda x: jnp.zeros((capacity, x.shape[0]) + x.shape[2:], x.dtype), example)
+  """An empty buffer for sequences shaped like `example` ([L, B, ...] time-major), of its
+  dtypes as JAX stores them (float64 as float32 unless x64 is enabled)."""
+  data = jax.tree.map(
+      lambda x: jnp.zeros(
+          (capacity, x.shape[0]) + x.shape[2:], jax.dtypes.canonicalize_dtype(x.dtype)
+      ),
+      example,
+  )
   return ReplayState(data, jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32))
 
 
@@ -70,7 +76,8 @@ def replay_add(state: ReplayState, sequences: Any, *, capacity: int) -> ReplaySt
                      f"the buffer's {jax.tree.structure(state.data)}")  # fmt: skip
   for (path, buf), x in zip(jax.tree_util.tree_flatten_with_path(state.data)[0],
                             jax.tree.leaves(sequences)):  # fmt: skip
-    if tuple(x.shape) != (buf.shape[1], batch, *buf.shape[2:]) or x.dtype != buf.dtype:
+    dtype = jax.dtypes.canonicalize_dtype(x.dtype)  # as `replay_init` stored it (x64 off)
+    if tuple(x.shape) != (buf.shape[1], batch, *buf.shape[2:]) or dtype != buf.dtype:
       raise ValueError(f"replay_add: {jax.tree_util.keystr(path)} is {x.dtype}{list(x.shape)},"
                        f" the buffer takes {buf.dtype} [L, B, ...] with [L, ...] = "
                        f"{[buf.shape[1], *buf.shape[2:]]}")  # fmt: skip
@@ -96,8 +103,14 @@ def replay_sample(state: ReplayState, key: jax.Array, *, batch_size: int, length
 
   Rows are drawn uniformly among the filled ones, each window's start uniformly
   in [0, L - length]. Sampling an empty buffer returns zeros (guard with size).
+
+  Raises:
+    ValueError: `length` exceeds the stored sequences' L.
   """
   seq_len = jax.tree.leaves(state.data)[0].shape[1]
+  if length > seq_len:
+    raise ValueError(f"replay_sample: windows of {length} steps from stored sequences of "
+                     f"{seq_len}")  # fmt: skip
   row_key, start_key = jax.random.split(key)
   rows = jax.random.randint(row_key, (batch_size,), 0, jnp.maximum(state.size, 1))
   starts = jax.random.randint(start_key, (batch_size,), 0, seq_len - length + 1)
@@ -170,8 +183,16 @@ def make_sequence_replay(
     )
   if sample_length < 2:
     raise ValueError(f"sample_length must be >= 2 (one transition), got {sample_length}")
+
+  def init(example: Any) -> ReplayState:
+    length = jax.tree.leaves(example)[0].shape[0]
+    if length != sequence_length:
+      raise ValueError(f"replay init: the example's sequences have {length} steps, not "
+                       f"sequence_length={sequence_length} ([L, B, ...] time-major)")  # fmt: skip
+    return replay_init(example, capacity)
+
   return SequenceReplay(
-      init=functools.partial(replay_init, capacity=capacity),
+      init=init,
       add=functools.partial(replay_add, capacity=capacity),
       sample=functools.partial(replay_sample, batch_size=batch_size, length=sample_length),
       epoch=functools.partial(replay_epoch, batch_size=batch_size),

@@ -749,7 +749,25 @@ def test_the_categorical_loss_names_an_input_without_the_logits_batch_shape():
 
 def test_a_per_step_lambda_must_broadcast_to_the_inputs():
   v = jnp.ones((5, 3))
-  with pytest.raises(ValueError, match=r"`lambda_` of shape \(5,\) does not broadcast"):
+  with pytest.raises(ValueError, match=r"`lambda_` of shape \(5,\) must be a scalar or have"):
     L.vtrace(v, v, v, v, v, lambda_=jnp.full((5,), 0.9))
   per_step = L.vtrace(v, v, v, v, v, lambda_=jnp.full((5, 1), 0.9)).errors
   np.testing.assert_allclose(per_step, L.vtrace(v, v, v, v, v, lambda_=0.9).errors)
+
+
+@pytest.mark.parametrize("name", ["lambda_", "clip_rho_threshold", "clip_c_threshold",
+                                  "clip_pg_rho_threshold"])  # fmt: skip
+def test_a_per_step_hyper_parameter_of_rank_one_is_refused_when_t_equals_b(name):
+  # [T] against [T, B] with T == B would broadcast over the batch columns, silently.
+  v = jnp.ones((3, 3))
+  with pytest.raises(ValueError, match=rf"`{name}` of shape \(3,\) must be a scalar or have"):
+    L.vtrace(v, v, v, v, v, **{name: jnp.array([1.0, 1.0, 0.5])})
+  with pytest.raises(ValueError, match=rf"`{name}`.*broadcast to their shape \(4, 3\)"):
+    L.vtrace(*[jnp.ones((4, 3))] * 5, **{name: jnp.ones((4,))})
+
+
+def test_array_clip_thresholds_take_the_inputs_dtype():
+  v = [jnp.ones((3, 2), jnp.bfloat16)] * 5
+  for name in ["clip_rho_threshold", "clip_c_threshold", "clip_pg_rho_threshold"]:
+    out = L.vtrace(*v, **{name: jnp.float32(2.0)})
+    assert [x.dtype for x in out] == [jnp.bfloat16] * 3, name

@@ -801,3 +801,27 @@ class SoftQBadInputTest(chex.TestCase):
         wrap(lambda q: L.soft_value(q, alpha))(np.zeros((2, 3), np.float32))
       with pytest.raises(ValueError, match="`alpha`"):
         wrap(lambda q: L.soft_policy(q, alpha))(np.zeros((2, 3), np.float32))
+
+
+def test_a_rank_one_alpha_or_lambda_is_refused_where_it_would_meet_the_batch_axis():
+  # [T] against [T, B] with T == B would broadcast over the batch columns, silently.
+  r = jnp.zeros((3, 3))
+  q = jnp.zeros((3, 3, 2))
+  for kwargs in [{"alpha": jnp.array([0.1, 1.0, 10.0])},
+                 {"alpha": 1.0, "lambda_": jnp.array([1.0, 1.0, 0.0])}]:  # fmt: skip
+    name = "lambda_" if "lambda_" in kwargs else "alpha"
+    with pytest.raises(ValueError, match=rf"`{name}` of shape \(3,\) must be a scalar or have"):
+      L.soft_q_targets(r, r, q, **kwargs)
+  with pytest.raises(ValueError, match=r"`alpha` of shape \(4,\).*broadcast to their shape"):
+    L.soft_q_targets(jnp.zeros((4, 3)), jnp.zeros((4, 3)), jnp.zeros((4, 3, 2)), alpha=jnp.ones(4))
+  per_step = L.soft_q_targets(r, r, q, alpha=jnp.full((3, 1), 0.5))
+  np.testing.assert_allclose(per_step, L.soft_q_targets(r, r, q, alpha=0.5))
+
+
+def test_sql_nstep_td_error_refuses_target_q_values_of_another_action_count():
+  q_tm1, a = jnp.zeros((4, 3, 2)), jnp.zeros((4, 3), jnp.int32)
+  r, d = jnp.zeros((4, 3)), jnp.full((4, 3), 0.9)
+  with pytest.raises(ValueError, match=r"`q_t` must have shape \(4, 3, 2\) \(matching `q_tm1`"):
+    L.sql_nstep_td_error(q_tm1, a, r, d, jnp.zeros((4, 3, 5)), alpha=1.0, n=2)
+  with pytest.raises(TypeError, match="`r_t` must have the dtype of `q_tm1`"):
+    L.sql_nstep_td_error(q_tm1.astype(jnp.bfloat16), a, r, d, q_tm1, alpha=1.0)

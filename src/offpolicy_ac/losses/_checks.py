@@ -176,29 +176,41 @@ def check_action_range(name: str, actions: Any, num_actions: int, ref: str) -> N
     )
 
 
+def check_broadcasts(name: str, x: Any, shape: tuple[int, ...]) -> None:
+  """ValueError unless `x` is a scalar or an array of `shape`'s rank that broadcasts to
+  it. A lower-rank array is refused even where NumPy would broadcast it: a per-step [T]
+  value would meet the last axis, and silently so when that axis also has T entries."""
+  if not jnp.ndim(x):
+    return
+  try:
+    fits = np.broadcast_shapes(tuple(jnp.shape(x)), tuple(shape)) == tuple(shape)
+  except ValueError:
+    fits = False
+  if not fits or jnp.ndim(x) != len(shape):
+    raise ValueError(f"`{name}` of shape {tuple(jnp.shape(x))} must be a scalar or have the "
+                     f"inputs' rank and broadcast to their shape {tuple(shape)} (a per-step "
+                     f"[T] value: `{name}[:, None]`).")  # fmt: skip
+
+
 def check_in_unit_interval(name: str, x: Any, shape: tuple[int, ...] | None = None) -> None:
   """ValueError unless every (concrete) value of `x` lies in [0, 1], and, given `shape`,
-  unless `x` broadcasts to it (a scalar, or an array that NumPy broadcasts to `shape`).
+  unless `x` broadcasts to it (`check_broadcasts`).
 
   Traced values (for example a hyper-parameter `vmap`-ed over a sweep) cannot be
   inspected at trace time and are accepted.
   """
-  if shape is not None and jnp.ndim(x):
-    try:
-      fits = np.broadcast_shapes(tuple(jnp.shape(x)), tuple(shape)) == tuple(shape)
-    except ValueError:
-      fits = False
-    if not fits:
-      raise ValueError(f"`{name}` of shape {tuple(jnp.shape(x))} does not broadcast to the "
-                       f"inputs' {tuple(shape)} (a per-step [T] value needs trailing axes: "
-                       f"`{name}[:, None]`).")  # fmt: skip
+  if shape is not None:
+    check_broadcasts(name, x, shape)
   v = _concrete_values(x)
   if v is not None and (np.any(np.isnan(v)) or np.any(v < 0) or np.any(v > 1)):
     raise ValueError(f"`{name}` must lie in [0, 1], got {v if v.ndim == 0 else v.tolist()}.")
 
 
-def check_positive(name: str, x: Any) -> None:
-  """ValueError unless every (concrete) value of `x` is > 0."""
+def check_positive(name: str, x: Any, shape: tuple[int, ...] | None = None) -> None:
+  """ValueError unless every (concrete) value of `x` is > 0, and, given `shape`, unless
+  `x` broadcasts to it (`check_broadcasts`)."""
+  if shape is not None:
+    check_broadcasts(name, x, shape)
   v = _concrete_values(x)
   if v is not None and (np.any(np.isnan(v)) or np.any(v <= 0)):
     raise ValueError(f"`{name}` must be > 0, got {v if v.ndim == 0 else v.tolist()}.")

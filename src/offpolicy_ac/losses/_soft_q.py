@@ -32,22 +32,25 @@ def soft_value(q: jax.Array, alpha) -> jax.Array:
 
   Args:
     q: action values [..., A].
-    alpha: temperature > 0 (scalar, or broadcastable to q.shape[:-1]).
+    alpha: temperature > 0: a scalar, or an array of q.shape[:-1]'s rank that broadcasts
+      to it.
 
   Returns:
     soft values of shape q.shape[:-1]. As alpha -> 0 this tends to max_a Q.
   """
   _checks.check_floating("q", q)
   _checks.check_min_rank("q", q, 1, "a trailing action axis [..., A]")
-  _checks.check_positive("alpha", alpha)
+  _checks.check_positive("alpha", alpha, jnp.shape(q)[:-1])
   alpha = jnp.asarray(alpha, dtype=jnp.result_type(q))
   return alpha * logsumexp_actions(q / _per_action(alpha))
 
 
 def soft_policy(q: jax.Array, alpha) -> jax.Array:
-  """Boltzmann policy pi(a|x) = softmax(Q / alpha) over the last axis, [..., A]."""
+  """Boltzmann policy pi(a|x) = softmax(Q / alpha) over the last axis, [..., A]; `alpha`
+  as in `soft_value`."""
   _checks.check_floating("q", q)
-  _checks.check_positive("alpha", alpha)
+  _checks.check_min_rank("q", q, 1, "a trailing action axis [..., A]")
+  _checks.check_positive("alpha", alpha, jnp.shape(q)[:-1])
   alpha = jnp.asarray(alpha, dtype=jnp.result_type(q))
   return jax.nn.softmax(q / _per_action(alpha), axis=-1)
 
@@ -77,6 +80,8 @@ def soft_q_targets(
     q_t: Q(x_{s+1}, .) at times [1, T] (usually a target network), [T, ..., A].
     alpha: temperature > 0.
     lambda_: in [0, 1].
+      `alpha` and `lambda_` are scalars, or arrays of `r_t`'s rank that broadcast to its
+      shape (per step: [T, 1, ...]).
     mask: optional bool [T, ...]; False where step s is not a real
       transition. Its target is 0 and must not be learned from.
     stop_target_gradients: stop gradients through the targets.
@@ -92,6 +97,7 @@ def soft_q_targets(
   _checks.check_min_rank("q_t", q_t, 2, "[T, ..., A]")
   _checks.check_shape("q_t", q_t, shape + (jnp.shape(q_t)[-1],), "`r_t` plus an action axis")
   _checks.check_in_unit_interval("lambda_", lambda_, shape)
+  _checks.check_positive("alpha", alpha, shape)
   mask = _checks.check_mask(mask, shape)
   mask_next = shift_to_previous(mask, False)
   zero = jnp.zeros((), jnp.result_type(r_t))
@@ -184,12 +190,15 @@ def sql_nstep_td_error(
     mask: optional bool [T, ...].
     stop_target_gradients: stop gradients through the targets.
   """
-  _checks.check_floating("q_tm1", q_tm1)
+  _checks.check_floating_alike(
+      [("q_tm1", q_tm1), ("r_t", r_t), ("discount_t", discount_t), ("q_t", q_t)]
+  )
   _checks.check_integer("a_tm1", a_tm1)
   _checks.check_time_major("r_t", r_t)
   shape = tuple(jnp.shape(r_t))
   _checks.check_min_rank("q_tm1", q_tm1, 2, "[T, ..., A]")
   _checks.check_shape("q_tm1", q_tm1, shape + (jnp.shape(q_tm1)[-1],), "`r_t` plus an action axis")
+  _checks.check_shape("q_t", q_t, jnp.shape(q_tm1), "`q_tm1`")
   _checks.check_shape("a_tm1", a_tm1, shape, "`r_t`")
   _checks.check_action_range("a_tm1", a_tm1, jnp.shape(q_tm1)[-1], "`q_tm1`")
   mask = _checks.check_mask(mask, shape)

@@ -70,10 +70,12 @@ def vtrace(
       termination, gamma at a truncation).
     rho_tm1: importance ratios pi(a_s|x_s) / mu(a_s|x_s) at times [0, T-1].
     mask: optional bool, False where step s is not a real transition.
-    lambda_: trace mixing in [0, 1] (scalar or broadcastable to [T, ...]).
+    lambda_: trace mixing in [0, 1]: a scalar, or an array of the inputs' rank that
+      broadcasts to [T, ...] (per step: [T, 1, ...]).
     clip_rho_threshold: rho_bar > 0, truncation of the value-target weights.
     clip_c_threshold: c_bar > 0, truncation of the trace coefficients.
     clip_pg_rho_threshold: rho_bar_pg > 0, truncation of the pg weights.
+      The three thresholds are scalars or arrays as `lambda_`, cast to the inputs' dtype.
     stop_target_gradients: stop gradients through v_s and q_estimate.
     method: "auto", "scan" or "associative" (see `reverse_linear_recurrence`).
 
@@ -94,12 +96,16 @@ def vtrace(
   shape = _checks.check_same_shape(names)
   mask = _checks.check_mask(mask, shape)
   _checks.check_in_unit_interval("lambda_", lambda_, shape)
-  _checks.check_positive("clip_rho_threshold", clip_rho_threshold)
-  _checks.check_positive("clip_c_threshold", clip_c_threshold)
-  _checks.check_positive("clip_pg_rho_threshold", clip_pg_rho_threshold)
+  _checks.check_positive("clip_rho_threshold", clip_rho_threshold, shape)
+  _checks.check_positive("clip_c_threshold", clip_c_threshold, shape)
+  _checks.check_positive("clip_pg_rho_threshold", clip_pg_rho_threshold, shape)
 
   mask_next = shift_to_previous(mask, False)
   dtype = jnp.result_type(v_tm1)
+  # Array thresholds (a sweep's) take the inputs' dtype, as `lambda_` does below.
+  clip_rho_threshold, clip_c_threshold, clip_pg_rho_threshold = (
+      jnp.asarray(x, dtype) for x in (clip_rho_threshold, clip_c_threshold, clip_pg_rho_threshold)
+  )
   zero = jnp.zeros((), dtype)
 
   rho_v = jnp.minimum(clip_rho_threshold, rho_tm1)
