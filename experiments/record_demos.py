@@ -10,7 +10,6 @@ policy stalls: a Breakout player that never serves plays until the time limit).
 from __future__ import annotations
 
 import dataclasses
-import pathlib
 from typing import Literal
 from typing import Optional
 
@@ -52,7 +51,7 @@ def main(args: Args) -> dict:
   fraction = args.action_box_fraction
   if fraction is not None and not 0.0 < fraction <= 1.0:
     raise ValueError(f"--action-box-fraction must lie in (0, 1], got {fraction}")
-  check_output_file("--out", args.out)
+  out = check_output_file("--out", args.out)  # with ~ expanded
   run = load_run(args.run_dir, best=args.best)
   env_id = run.config.env.env_id
   policy = run.greedy_policy() if args.policy == "greedy" else run.behaviour_policy(args.seed)
@@ -65,14 +64,14 @@ def main(args: Args) -> dict:
                                    args.action_box_fraction)  # fmt: skip
   with run.make_env(args.episodes, args.seed) as env:
     demos = demos_lib.record_episodes(env, policy, args.episodes)
-  pathlib.Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-  demos_lib.save_demos(args.out, demos, env_id=env_id)
+  out.parent.mkdir(parents=True, exist_ok=True)
+  demos_lib.save_demos(out, demos, env_id=env_id)
   ends = np.cumsum(demos["episode_lengths"])
   starts = np.concatenate([[0], ends[:-1]])
   returns = [float(demos["reward"][s + 1 : e].sum()) for s, e in zip(starts, ends)]
   print(
       f"recorded {args.episodes} episodes of {env_id} ({args.policy} policy, {run.source} "
-      f"parameters) to {args.out}: "
+      f"parameters) to {out}: "
       f"returns {returns} (mean {np.mean(returns):.1f})"
   )
   return demos

@@ -163,6 +163,7 @@ def test_clip_to_box_refuses_bad_input(low, high, fraction, message):
         ({"step_type": np.full(9, MID, np.int32)}, "each episode FIRST (0), MID (1) ..., LAST (2)"),
         ({"step_type": _episodes([5, 4])["step_type"].astype(np.float32)}, "`step_type` must be"),
         ({"discount": np.full(9, 5.0, np.float32)}, "`discount` must be floats in [0, 1]"),
+        ({"reward": np.zeros(9, np.int64)}, "`reward` must be floats, got int64"),
         ({"action": np.zeros(8, np.int32)}, "`action` has (8,) steps, episode lengths add up to 9"),
     ],
     ids=lambda c: str(c)[:30],
@@ -182,3 +183,23 @@ def test_check_demos_refuses_observations_of_another_kind():
   demos["observation"] = np.zeros((9, 4), np.int64)
   with pytest.raises(ValueError, match="int64 observations, the task's are float32"):
     demos_lib.check_demos(demos, spec)
+
+
+def test_check_demos_refuses_integer_actions_for_a_continuous_task():
+  spec = envs.spec("Pendulum-v1")
+  demos = _episodes([5, 4])
+  demos["observation"] = np.zeros((9, 3), np.float32)
+  demos["action"] = np.zeros((9, 1), np.float32)
+  demos_lib.check_demos(demos, spec)
+  demos["action"] = np.zeros((9, 1), np.int32)  # rounded when the file was made
+  with pytest.raises(ValueError, match=r"int32 actions, the task's are continuous \(floats\)"):
+    demos_lib.check_demos(demos, spec)
+
+
+def test_cut_episodes_names_why_no_sequence_could_be_cut():
+  demos = _episodes([5, 4])
+  with pytest.raises(ValueError, match="the longest episode has 5 steps"):
+    demos_lib.cut_episodes(demos, 6, "drop")
+  empty = {k: v[:0] for k, v in demos.items()}
+  with pytest.raises(ValueError, match="the demonstrations hold no episode"):
+    demos_lib.cut_episodes(empty, 6, "last")

@@ -181,6 +181,8 @@ def _check_episodes(demos: dict[str, np.ndarray], path: Any) -> None:
                      f"({MID}) ..., LAST ({LAST})")  # fmt: skip
   if not np.issubdtype(discount.dtype, np.floating) or ((discount < 0) | (discount > 1)).any():
     raise ValueError(f"{path}: `discount` must be floats in [0, 1]")
+  if not np.issubdtype(demos["reward"].dtype, np.floating):
+    raise ValueError(f"{path}: `reward` must be floats, got {demos['reward'].dtype}")
 
 
 def check_demos(demos: dict[str, Any], spec: EnvSpec, where: str = "the demonstrations") -> None:
@@ -208,6 +210,8 @@ def check_demos(demos: dict[str, Any], spec: EnvSpec, where: str = "the demonstr
           f"{sorted(set(action[bad].tolist()))[:5]} ({int(bad.sum())} of {bad.size} steps)"
       )
   else:
+    if not np.issubdtype(action.dtype, np.floating):
+      raise ValueError(f"{where}: {action.dtype} actions, the task's are continuous (floats)")
     low, high = np.asarray(spec.action_low), np.asarray(spec.action_high)
     if not np.isfinite(action).all() or (action < low).any() or (action > high).any():
       raise ValueError(f"{where}: actions outside the task's action box [{spec.action_low}, "
@@ -269,8 +273,13 @@ def cut_episodes(demos: dict[str, Any], length: int, mode: str = "last") -> Traj
             filler = np.zeros((pad,) + x.shape[1:], x.dtype)
           x = np.concatenate([x, filler])
         sequences[name].append(x)
+  if not len(demos["episode_lengths"]):
+    raise ValueError("the demonstrations hold no episode")
   if not sequences["step_type"]:
-    raise ValueError(f"no sequence of {length} steps could be cut with mode {mode!r}")
+    longest = int(np.max(demos["episode_lengths"]))
+    raise ValueError(f"no sequence of {length} steps could be cut with mode {mode!r}: the "
+                     f"longest episode has {longest} steps (sqil.py: a --mini-batch-length "
+                     f"below {longest}, or --cut-mode last)")  # fmt: skip
   stacked = {name: np.stack(v, axis=1) for name, v in sequences.items()}
   s = stacked["step_type"].shape[1]
   return Trajectory(

@@ -118,6 +118,12 @@ def test_find_runs_follows_links_to_run_directories_once(tmp_path):
   assert S.find_runs([tmp_path / "linked"]) == [a.resolve()]
 
 
+def test_find_runs_expands_the_home_directory(tmp_path, monkeypatch):
+  a = write_run(tmp_path / "runs" / "a", seed=0)
+  monkeypatch.setenv("HOME", str(tmp_path))
+  assert S.find_runs(["~/runs"]) == [a.resolve()]
+
+
 def test_a_field_a_config_lacks_is_not_its_null(tmp_path):
   # Two groups that differ only there (configs of two versions) get labels of their own.
   a, b = write_run(tmp_path / "a", seed=0), write_run(tmp_path / "b", seed=0)

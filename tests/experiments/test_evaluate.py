@@ -83,6 +83,14 @@ def test_write_video_round_trip_pads_odd_sizes(tmp_path):
   assert not list(path.parent.glob(".*tmp*"))
 
 
+def test_write_video_expands_the_home_directory(tmp_path, monkeypatch):
+  monkeypatch.setenv("HOME", str(tmp_path / "home"))
+  monkeypatch.chdir(tmp_path)
+  path = write_video("~/v.mp4", np.zeros((2, 8, 8, 3), np.uint8), fps=10)
+  assert path == tmp_path / "home" / "v.mp4" and path.exists()
+  assert not (tmp_path / "~").exists()
+
+
 @pytest.mark.parametrize(
     "frames, message",
     [

@@ -450,7 +450,7 @@ def test_sql_mujoco_preset_trains_as_it_is(tmp_path):
   assert load_run(tmp_path).agent.config.num_q_networks == 2
 
 
-def test_record_demos_records_continuous_actions(tmp_path):
+def test_record_demos_records_continuous_actions(tmp_path, monkeypatch):
   """A short continuous SQL run, its greedy policy recorded, and SQIL trained on it."""
   sql = _script("sql")
   sql.run(_args(sql, tmp_path / "sql", preset="pendulum", total_env_steps=512, log_every=256,
@@ -462,9 +462,12 @@ def test_record_demos_records_continuous_actions(tmp_path):
   assert demos["env_id"] == "Pendulum-v1" and list(demos["episode_lengths"]) == [201, 201]
   assert demos["action"].shape == (402, 1) and demos["action"].dtype == np.float32
   assert np.all(np.abs(demos["action"]) <= 2.0) and np.std(demos["action"]) > 0
-  inner = tmp_path / "inner.npz"  # the box [-2, 2] shrunk by half: [-1, 1]
-  record.main(record.Args(run_dir=str(tmp_path / "sql"), out=str(inner), episodes=2,
+  inner = tmp_path / "home" / "inner.npz"  # the box [-2, 2] shrunk by half: [-1, 1]
+  monkeypatch.setenv("HOME", str(tmp_path / "home"))
+  monkeypatch.chdir(tmp_path)  # `--out ~/inner.npz` is written in $HOME, not in ./~
+  record.main(record.Args(run_dir=str(tmp_path / "sql"), out="~/inner.npz", episodes=2,
                           action_box_fraction=0.5))  # fmt: skip
+  assert not (tmp_path / "~").exists()
   clipped = demos_lib.load_demos(inner)["action"]
   assert np.all(np.abs(clipped) <= 1.0) and np.std(clipped) > 0
   np.testing.assert_array_equal(clipped[:1], np.clip(demos["action"][:1], -1.0, 1.0))

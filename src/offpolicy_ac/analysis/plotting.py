@@ -113,7 +113,7 @@ def plot_group_curves(
 
   if len(labels) != len(curves):
     raise ValueError(f"need one label per curve ({len(curves)}), got {len(labels)}")
-  out_dir = pathlib.Path(out_dir)
+  out_dir = pathlib.Path(out_dir).expanduser()
   out_dir.mkdir(parents=True, exist_ok=True)
   envs = list(dict.fromkeys(c.group.env_id for c in curves))
   paths = []

@@ -182,7 +182,7 @@ def find_runs(paths: Sequence[str | os.PathLike]) -> list[pathlib.Path]:
     ValueError: a path does not exist, or no run directory is found.
   """
   found = set()
-  for p in map(pathlib.Path, paths):
+  for p in (pathlib.Path(p).expanduser() for p in paths):
     if not p.exists():
       raise ValueError(f"{p} does not exist")
     for d in _directories_below(p) if p.is_dir() else []:

@@ -131,7 +131,8 @@ def run(args: Args, **run_kwargs):
     demos = demos_lib.load_demos(args.demos)
     if demos["env_id"] != args.train.env.env_id:
       raise ValueError(
-          f"the demonstrations are of {demos['env_id']}, the run is on {args.train.env.env_id}"
+          f"the demonstrations are of {demos['env_id']}, --env-id is {args.train.env.env_id}: "
+          f"pass --env-id {demos['env_id']}, or record demonstrations of {args.train.env.env_id}"
       )
     demos_lib.check_demos(demos, task_spec(args.train), where=args.demos)
     demo_batch_size = args.demo_batch_size or args.train.replay.mini_batch_size

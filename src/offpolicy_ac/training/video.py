@@ -35,7 +35,7 @@ def write_video(path: str | os.PathLike, frames: np.ndarray, fps: float = 30.0) 
 
   _, height, width, _ = frames.shape
   frames = np.pad(frames, ((0, 0), (0, height % 2), (0, width % 2), (0, 0)))
-  path = pathlib.Path(path)
+  path = pathlib.Path(path).expanduser()
   path.parent.mkdir(parents=True, exist_ok=True)
   tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
   with warnings.catch_warnings():
