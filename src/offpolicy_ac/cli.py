@@ -254,7 +254,27 @@ def parse_args(
   args = tyro.cli(command, args=argv, **settings).args
   if explicit and name not in (None, NO_PRESET) and hasattr(args, "train"):
     check_preset_task(name, presets[name].train, args.train, env_presets)
+  if hasattr(args, "agent") and hasattr(args, "train"):
+    base = presets[name] if name not in (None, NO_PRESET) else None
+    base_agent = base.agent if base is not None else _field_default(args_cls, "agent")
+    _check_swept_fields(args.agent, base_agent, args.train.budget.sweep)
   return args
+
+
+def _field_default(cls: type, name: str) -> Any:
+  field = next(f for f in dataclasses.fields(cls) if f.name == name)
+  return field.default_factory() if field.default is dataclasses.MISSING else field.default
+
+
+def _check_swept_fields(agent: Any, base_agent: Any, sweep: Sequence[str]) -> None:
+  """Refuses a flag that sets a field `--sweep` sweeps (its value differs from the
+  preset's or the default's): the sweep's values would replace it, silently."""
+  for entry in sweep:
+    field = entry.split("=", 1)[0].strip()
+    given = getattr(agent, field, None)
+    if given != getattr(base_agent, field, None):
+      raise ValueError(f"{flag_name(field)} {format_value(given)} sets a field --sweep "
+                       f"sweeps ({entry}): drop {flag_name(field)}")  # fmt: skip
 
 
 def _help_request(argv: Sequence[str]) -> Optional[str]:
@@ -505,6 +525,8 @@ def check_preset_task(name: str, preset: Any, config: Any, env_presets: EnvPrese
     what, given = "a JAX environment's run, compiled for startup", "an envpool task"
   elif preset.env.atari and (envs.is_functional(env_id) or not envs.is_atari(env_id)):
     made_for, what, given = "Atari tasks", "envpool ids such as Pong-v5", "not an Atari task"
+  elif not preset.env.atari and not envs.is_functional(env_id) and envs.is_atari(env_id):
+    what, given = "no Atari preprocessing", "an Atari task"
   else:
     (*theirs, what), (*ours, given) = _task_kind(preset), _task_kind(config)
     if theirs == ours:

@@ -69,12 +69,12 @@ CASES = [
     ("sqil", ["--demos", "{demos}/corrupt.npz"], "is not a readable demonstration file"),
     ("sqil", ["--demos", "{demos}/action7.npz"], "actions must lie in [0, 2) for CartPole-v1"),
     ("sqil", ["--demos", "{demos}/obs3.npz"], "observations of shape (3,)"),
-    ("sqil", ["--demos", "{demos}/good.npz", "--env-id", "Acrobot-v1"], "the run is on Acrobot"),
+    ("sqil", ["--demos", "{demos}/good.npz", "--env-id", "Acrobot-v1"], "--env-id is Acrobot"),
     (
         "sqil",
         ["--demos", "{demos}/good.npz", "--unroll-length", "64", "--mini-batch-length", "40",
          "--cut-mode", "drop"],
-        "no sequence of 41 steps could be cut with mode 'drop'",
+        "no sequence of 41 steps could be cut with mode 'drop': the longest episode has",
     ),  # fmt: skip
     ("evaluate", ["--run-dir", "{demos}/no-run"], "is not a directory"),
     ("evaluate", ["--run-dir", "{demos}", "--episodes", "0"], "--episodes must be >= 1"),
@@ -126,6 +126,19 @@ CASES = [
         "the run would make no update",
     ),
     ("sql", ["--env-id", "Hopper-v4", "--rollout", "compiled"], "takes float64 actions"),
+    (
+        "impala",
+        ["--preset", "minatar", "--env-id", "Pong-v5"],
+        "not for Pong-v5 (an Atari task); use --preset atari",
+    ),
+    (
+        "impala",
+        ["--anneal-learning-rate", "--learning-rate-decay-updates", "100"],
+        "--anneal-learning-rate sets --learning-rate-decay-updates from the budget",
+    ),
+    ("impala", ["--wandb-mode", "offline"], "apply to --track"),
+    ("impala", ["--gamma", "0.5", "--sweep", "gamma=0.9,0.99"], "--gamma 0.5 sets a field --sweep"),
+    ("impala", ["--coordinator-address", "localhost:1234"], "applies to a multi-process job"),
 ]
 TRAINS = ("impala", "acer", "sql", "sqil")
 

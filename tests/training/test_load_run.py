@@ -370,3 +370,13 @@ def test_a_tilde_in_a_run_directory_is_the_home_directory(tmp_path, monkeypatch)
   assert (tmp_path / "home" / "run" / "summary.json").exists()
   assert not (tmp_path / "~").exists()
   assert load_run("~/run").run_dir == tmp_path / "home" / "run"
+
+
+def test_the_root_of_seeds_run_one_after_the_other_names_its_seed_directories(tmp_path):
+  for k in (0, 1):  # `--no-vmap-seeds` (or actor threads): no config.json at the root
+    (tmp_path / f"seed{k}").mkdir()
+    (tmp_path / f"seed{k}" / "config.json").write_text("{}")
+  with pytest.raises(
+      FileNotFoundError, match=r"holds the seeds of one: load one of them \(.*seed0"
+  ):
+    load_run(tmp_path)

@@ -247,3 +247,25 @@ def test_multi_logger_fans_out_and_closes_all():
 def test_config_rejects_an_unknown_wandb_mode():
   with pytest.raises(ValueError, match="wandb_mode"):
     TrainConfig.of(wandb_mode="cloud").validate()
+
+
+def test_wandb_refusing_its_run_refuses_the_run_in_one_line(tmp_path, monkeypatch):
+  import wandb  # pylint: disable=import-outside-toplevel
+
+  from offpolicy_ac.training import is_refusal  # pylint: disable=import-outside-toplevel
+
+  def no_key(**kwargs):
+    raise wandb.errors.UsageError("No API key configured. Use `wandb login` to log in.")
+
+  monkeypatch.setattr(wandb, "init", no_key)
+  module, args = _impala_args(tmp_path / "run", track=True)
+  with pytest.raises(ValueError, match=r"--track: W&B could not start its run: No API key") as e:
+    module.run(args)
+  assert is_refusal(e.value)
+
+
+def test_tracking_settings_without_track_are_refused():
+  for field, value in [("wandb_mode", "offline"), ("wandb_project", "p"), ("wandb_entity", "e")]:
+    with pytest.raises(ValueError, match="apply to --track"):
+      TrainConfig.of(**{field: value}).validate()
+  TrainConfig.of(track=True, wandb_mode="offline").validate()

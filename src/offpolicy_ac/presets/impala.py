@@ -172,6 +172,11 @@ def run(args: Args, **run_kwargs):
   agent = args.agent
   if args.anneal_learning_rate:
     with refusals():  # a bad config is one line
+      if agent.learning_rate_decay_updates:
+        raise ValueError(
+            "--anneal-learning-rate sets --learning-rate-decay-updates from the budget: give "
+            "one of the two (a preset that anneals: --no-anneal-learning-rate)"
+        )
       updates = args.train.planned_updates(off_policy=agent.use_replay)
     agent = dataclasses.replace(agent, learning_rate_decay_updates=updates)
   return run_experiment("impala", args, functools.partial(make_impala, config=agent), **run_kwargs)

@@ -397,6 +397,8 @@ class TrainConfig:
       raise ValueError(
           f"wandb_mode must be 'online' or 'offline', got {self.tracking.wandb_mode!r}"
       )
+    if not self.tracking.track and self.tracking != TrackingConfig():
+      raise ValueError("wandb_project, wandb_entity and wandb_mode apply to --track")
     if evaluation.target_return is not None and evaluation.eval_every == 0:
       raise ValueError("target_return needs evaluations: set eval_every > 0")
     if replay.min_replay_size > replay.replay_capacity:

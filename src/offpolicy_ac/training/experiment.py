@@ -430,14 +430,15 @@ def _make_logger(name: str, config: TrainConfig, seed: int, run_dir: pathlib.Pat
   if not tracking.track:
     return logger
   try:
-    tracker = WandbLogger(
-        run_dir,
-        project=tracking.wandb_project,
-        entity=tracking.wandb_entity,
-        mode=tracking.wandb_mode,
-        config=json.loads((run_dir / "config.json").read_text()),
-        group=group,
-    )
+    with refusals():  # W&B refusing the run (no API key): one line
+      tracker = WandbLogger(
+          run_dir,
+          project=tracking.wandb_project,
+          entity=tracking.wandb_entity,
+          mode=tracking.wandb_mode,
+          config=json.loads((run_dir / "config.json").read_text()),
+          group=group,
+      )
   except BaseException:
     logger.close()
     raise

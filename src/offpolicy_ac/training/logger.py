@@ -290,19 +290,23 @@ class WandbLogger:
     state = json.loads(self._state_path.read_text()) if self._state_path.exists() else {}
     self.run_id: str = state.get("id") or _new_run_id()
     self._logged_steps: Optional[int] = state.get("logged_env_steps")
-    self._run = wandb.init(
-        project=project,
-        entity=entity,
-        mode=mode,
-        id=self.run_id,
-        name=self.run_dir.name,
-        group=group,
-        config=config,
-        resume="allow",
-        reinit="create_new",  # several seeds of one process: one W&B run each
-        # wandb reads WANDB_DIR once per process; each run reads it again.
-        dir=os.environ.get("WANDB_DIR"),
-    )
+    try:
+      self._run = wandb.init(
+          project=project,
+          entity=entity,
+          mode=mode,
+          id=self.run_id,
+          name=self.run_dir.name,
+          group=group,
+          config=config,
+          resume="allow",
+          reinit="create_new",  # several seeds of one process: one W&B run each
+          # wandb reads WANDB_DIR once per process; each run reads it again.
+          dir=os.environ.get("WANDB_DIR"),
+      )
+    except wandb.errors.Error as e:  # no API key, a project it may not write, ...
+      raise ValueError(f"--track: W&B could not start its run: {e} (`wandb login`, or "
+                       "--wandb-mode offline)") from e  # fmt: skip
     self._run.define_metric("*", step_metric="env_steps")
     self._save_state()
 

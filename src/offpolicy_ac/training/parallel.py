@@ -69,6 +69,8 @@ def check_distributed_args(
       )
   elif process_id != 0:
     raise ValueError("process_id must be 0 with one process")
+  elif coordinator_address is not None:
+    raise ValueError("coordinator_address applies to a multi-process job (num_processes > 1)")
 
 
 def initialize_distributed(

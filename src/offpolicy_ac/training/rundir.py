@@ -457,7 +457,10 @@ def _read_config(run_dir: str | os.PathLike) -> dict:
     raise FileNotFoundError(f"{run_dir} is not a directory")
   path = run_dir / "config.json"
   if not path.exists():
-    raise FileNotFoundError(f"{run_dir} is not a run directory (no config.json)")
+    learners = sorted(str(p.parent) for p in run_dir.glob("seed*/config.json"))
+    raise FileNotFoundError(f"{run_dir} is not a run directory (no config.json)" + (
+        f"; it holds the seeds of one: load one of them ({', '.join(learners)})"
+        if learners else ""))  # fmt: skip
   record = read_json(path)
   config = record.get("config")
   if not isinstance(config, dict) or "algorithm" not in record:
