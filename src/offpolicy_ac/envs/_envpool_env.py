@@ -594,6 +594,8 @@ def check_task_id(task_id: Any) -> Any:
   if task_id not in all_ids:
     close = difflib.get_close_matches(task_id, all_ids, n=5)
     hint = f"; did you mean one of {close}?" if close else "; see envpool.list_all_envs()"
+    if ":" in task_id and not close:  # not a JAX environment's prefix either
+      hint += " (JAX environments: gymnax:NAME, brax:NAME)"
     raise ValueError(f"unknown task id {task_id!r}{hint}")
   return envpool
 

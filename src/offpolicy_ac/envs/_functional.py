@@ -53,10 +53,12 @@ of theirs is made.
 from __future__ import annotations
 
 from collections.abc import Callable
+import contextlib
 import difflib
 import importlib
 import importlib.util
 import inspect
+import io
 import sys
 import types
 from typing import Any
@@ -429,7 +431,10 @@ def _gymnax(task_id: str, name: str, kwargs: dict[str, Any]) -> _Simulator:
 
 
 def _brax(task_id: str, name: str, kwargs: dict[str, Any]) -> _Simulator:
-  brax_envs = _require(task_id, "brax", "brax.envs")
+  # MuJoCo's MJX prints "Failed to import warp" twice when brax imports it without the
+  # optional warp package (which no backend here uses): not the user's concern.
+  with contextlib.redirect_stdout(io.StringIO()):
+    brax_envs = _require(task_id, "brax", "brax.envs")
 
   registry = getattr(brax_envs, "_envs", {})  # brax has no public listing
   valid = sorted(registry)
