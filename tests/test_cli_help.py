@@ -145,6 +145,12 @@ def test_short_help_shows_the_selected_presets_defaults(name, preset, capsys):
   assert _normal(module.parse(argv)) == _normal(expected), f"{shlex.join(argv)} changed them"
 
 
+def test_short_help_of_a_preset_an_env_id_selects_shows_that_env_id(capsys):
+  entries = _entries(_help(load_script("impala"), ["--env-id", "gymnax:Asterix-MinAtar", "--help"],
+                           capsys))  # fmt: skip
+  assert "(default: gymnax:Asterix-MinAtar)" in entries["--env-id"]
+
+
 def test_help_all_lists_every_flag_and_the_short_help_lists_only_real_ones(script, capsys):
   name, module = script
   full = _plain(_help(module, ["--help-all"], capsys))

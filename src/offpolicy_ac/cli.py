@@ -224,6 +224,8 @@ def parse_args(
       )
   if help_request == "--help":
     defaults = presets[name] if name not in (None, NO_PRESET) else None
+    if defaults is not None and env_id is not None and hasattr(defaults, "train"):
+      defaults = dataclasses.replace(defaults, train=defaults.train.replace(env_id=env_id))
     print(short_help(args_cls, defaults, description, presets=sorted(presets),
                      preset=name or NO_PRESET, env_presets=env_presets))  # fmt: skip
     raise SystemExit(0)

@@ -294,6 +294,14 @@ def test_metrics_lines_that_are_not_metrics_are_refused(tmp_path, line, fragment
   assert len(S.read_metrics(run)) == 3  # a last line cut by a kill is skipped
 
 
+def test_read_metrics_takes_the_run_directory_or_its_metrics_file(tmp_path):
+  run = write_run(tmp_path / "run", steps=(0, 1, 2))
+  by_dir = S.read_metrics(run)
+  assert [r["env_steps"] for r in by_dir] == [0, 1, 2]
+  assert S.read_metrics(run / "metrics.jsonl") == by_dir
+  assert S.read_metrics(tmp_path / "empty") == []  # no metrics yet
+
+
 def test_plot_script_end_to_end(tmp_path, capsys):
   runs = tmp_path / "runs"
   for s in range(3):

@@ -50,7 +50,8 @@ def encode_line(record: dict) -> str:
 
 
 def read_metrics(run_dir: str | os.PathLike) -> list[dict]:
-  """The records of `run_dir`/metrics.jsonl in order ([] if there is none yet).
+  """The records of `run_dir`/metrics.jsonl in order ([] if there is none yet);
+  `run_dir` may also be the metrics.jsonl file itself.
 
   A last line cut short by a killed process is skipped.
 
@@ -58,7 +59,8 @@ def read_metrics(run_dir: str | os.PathLike) -> list[dict]:
     ValueError: a line that is not a metrics line (a JSON object with `env_steps`), or
       one that does not parse before the last: the file is damaged.
   """
-  path = pathlib.Path(run_dir) / METRICS_FILE
+  path = pathlib.Path(run_dir).expanduser()
+  path = path if path.is_file() else path / METRICS_FILE
   if not path.exists():
     return []
   text = path.read_text().splitlines()

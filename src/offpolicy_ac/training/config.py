@@ -81,8 +81,8 @@ class BudgetConfig:
   total_env_steps: int = 500_000
   """Environment steps to train for. All environments together, per seed."""
   log_every: int = 5_000
-  """Environment steps between metrics lines. Each goes to metrics.jsonl and to the
-  progress shown on screen."""
+  """Environment steps between metrics lines; an evaluation adds a line at its step. Each
+  goes to metrics.jsonl and to the progress shown on screen."""
   num_seeds: int = 1
   """Seeds to train (seed, seed + 1, ...). Each has its own environments, logs and run
   directory <run-dir>/seed<k>, and a plot shows them all. The seeds learn together, as one
