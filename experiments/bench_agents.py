@@ -26,6 +26,7 @@ import pathlib
 import subprocess
 import sys
 import time
+from typing import Literal
 
 import numpy as np
 import tyro
@@ -44,9 +45,14 @@ PEER_V0 = {
 
 @dataclasses.dataclass(frozen=True)
 class Args:
-  algorithms: tuple[str, ...] = ("impala", "acer", "sql", "sqil")
+  algorithms: tuple[Literal["impala", "acer", "sql", "sqil"], ...] = (
+      "impala",
+      "acer",
+      "sql",
+      "sqil",
+  )
   """Agents to benchmark."""
-  cases: tuple[str, ...] = ("v0", "v1")
+  cases: tuple[Literal["v0", "v1"], ...] = ("v0", "v1")
   """Which protocols to run."""
   seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
   """Seeds per case."""

@@ -60,7 +60,7 @@ def load_script_args(args: Args):
   module = getattr(presets, args.agent)
   script_args = module.PRESETS[args.preset] if args.preset else module.Args()
   fields = {"env_id": args.env_id, "eval_every": 0, "checkpoint_every": 0}
-  if args.num_envs:
+  if args.num_envs is not None:
     fields["num_envs"] = args.num_envs
   train = script_args.train.replace(**fields)
   if hasattr(script_args, "resolved_train"):  # ACER derives the replay ratio
@@ -148,6 +148,11 @@ def main(args: Args) -> list[dict]:
     raise ValueError(f"--agent must be impala, acer or sql, got {args.agent!r}")
   if not args.seeds or min(args.seeds) < 1 or args.repeats < 1:
     raise ValueError("--seeds must be positive counts and --repeats >= 1")
+  if args.num_envs is not None and args.num_envs < 1:
+    raise ValueError(f"--num-envs must be >= 1, got {args.num_envs}")
+  known = sorted(getattr(presets, args.agent).PRESETS)
+  if args.preset is not None and args.preset not in known:
+    raise ValueError(f"--preset {args.preset}: {args.agent}'s presets are {known}")
   print(f"jax {jax.__version__} on {jax.devices()[0].platform}: {jax.devices()[0]}")
   rows = measure(args)
   if args.out:

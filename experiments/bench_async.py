@@ -32,7 +32,8 @@ each measuring in turn:
 Training runs use no checkpoints, no evaluation and a logger that only records each
 metrics line with its wall-clock and process CPU time (a line per iteration). Env steps per
 second are measured between the first line past `warmup_fraction` of the budget and the
-last line, which leaves out environment creation, compilation and the actors' start; env
+second-to-last line, which leaves out environment creation, compilation, the actors' start
+and the run's one-off end work; env
 steps count every step the actors took, dropped trajectories included (the report also
 gives the async rate of the trajectories the learner used). Medians of the
 repeats are printed with the ratios, learner updates per second, steps per CPU-second of
@@ -368,17 +369,20 @@ def train_rate(task: Task, mode: str, agents: _Agents, args: Args) -> dict:
   [result] = train(lambda spec: agents.get(task, spec, nolearn), config, [recorder])
   total_wall = time.perf_counter() - t0
   lines = recorder.lines
-  if len(lines) < 2:
+  if len(lines) < 3:
     raise RuntimeError(
         f"{task.task} {mode}: only {len(lines)} metrics line(s); raise the " "step budget"
     )
+  # The window ends at the second-to-last line: the last iteration does the run's one-off
+  # end work (about 0.6 s of small compiles on a CPU, the first run of a layout).
+  last = len(lines) - 2
   warm = args.warmup_fraction * task.total_env_steps
   first = next((i for i, (_, _, r) in enumerate(lines) if r["env_steps"] >= warm), 0)
-  warmup_included = first >= len(lines) - 1
+  warmup_included = first >= last
   if warmup_included:  # too few lines past the warm-up: use the whole run
     first = 0
-  (ta, ca, ra), (tb, cb, rb) = lines[first], lines[-1]
-  window = [r for _, _, r in lines[first + 1 :]]
+  (ta, ca, ra), (tb, cb, rb) = lines[first], lines[last]
+  window = [r for _, _, r in lines[first + 1 : last + 1]]
   steps, dt = rb["env_steps"] - ra["env_steps"], tb - ta
   out = {
       "env_steps_per_s": steps / dt,

@@ -26,6 +26,7 @@ import re
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from typing import Optional
 
@@ -63,6 +64,8 @@ def launch(args: Args, seed: int, run_dir: pathlib.Path, cache: pathlib.Path) ->
   start = time.perf_counter()
   proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           env=env)  # fmt: skip
+  timer = threading.Timer(args.timeout_s, proc.kill)  # a hung run ends the read below
+  timer.start()
   target_s, target_steps, tail = None, None, []
   for line in proc.stdout:
     tail = (tail + [line])[-20:]
@@ -70,8 +73,12 @@ def launch(args: Args, seed: int, run_dir: pathlib.Path, cache: pathlib.Path) ->
     if target_s is None and match and match.group(2) != "nan":
       if float(match.group(2)) >= args.target:
         target_s, target_steps = time.perf_counter() - start, int(match.group(1))
-  code = proc.wait(timeout=args.timeout_s)
+  code = proc.wait()
+  timer.cancel()
   exit_s = time.perf_counter() - start
+  if exit_s >= args.timeout_s:
+    raise RuntimeError(f"{' '.join(cmd)} ran past --timeout-s {args.timeout_s:g} s:\n"
+                       f"{''.join(tail)}")  # fmt: skip
   if code != 0:
     raise RuntimeError(f"{' '.join(cmd)} failed ({code}):\n{''.join(tail)}")
   return {"seed": seed, "target_s": target_s, "target_env_steps": target_steps, "exit_s": exit_s}

@@ -21,8 +21,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import re
 import time
 from typing import Callable
+from typing import Literal
 
 import jax
 import jax.numpy as jnp
@@ -39,9 +41,9 @@ class Args:
   """Time-major shapes TxB to time."""
   num_actions: int = 4
   """Action-axis size A for Retrace and soft-Q ([T, B, A] Q-values)."""
-  methods: tuple[str, ...] = ("auto",)
+  methods: tuple[Literal["auto", "scan", "associative"], ...] = ("auto",)
   """Recurrence implementations of ours to time (auto, scan, associative)."""
-  estimators: tuple[str, ...] = ("vtrace", "retrace", "soft_q")
+  estimators: tuple[Literal["vtrace", "retrace", "soft_q"], ...] = ("vtrace", "retrace", "soft_q")
   """Which estimators to time."""
   repeats: int = 30
   """Timed calls per measurement (median reported)."""
@@ -150,6 +152,11 @@ def main(args: Args) -> list[dict]:
       f"jax {jax.__version__} on {jax.devices()[0].device_kind} "
       f"({jax.default_backend()}), rlax {rlax.__version__}"
   )
+  for shape in args.shapes:
+    if not re.fullmatch(r"[1-9][0-9]*x[1-9][0-9]*", shape.lower()):
+      raise SystemExit(f"bench_losses: --shapes takes TxB sizes such as 128x1024, got {shape!r}")
+  if args.repeats < 1 or args.rounds < 1:
+    raise SystemExit("bench_losses: --repeats and --rounds must be >= 1")
   header = (
       f"{'estimator':9s} {'shape':>9s} {'method':>11s} {'ours ms':>8s} "
       f"{'rlax ms':>8s} {'bound ms':>8s} {'rlax/ours':>9s} "
@@ -164,7 +171,7 @@ def main(args: Args) -> list[dict]:
       cases = _cases(x, method)
       for name in args.estimators:
         ours, ref, bound, fn_args = cases[name]
-        for fn in (ours, ref, bound):  # compile and check agreement
+        for fn in (ours, ref, bound):  # compile (tests/losses check that they agree)
           jax.block_until_ready(fn(*fn_args))
         samples = {"ours": [], "rlax": [], "bound": []}
         for _ in range(args.rounds):  # interleave to share the noise

@@ -104,12 +104,13 @@ def raw_steps_per_second(task: str, num_envs: int, args: Args) -> float:
 
 
 def agent_steps_per_second(run_dir: str) -> float:
-  """Env steps/s of a finished run from its metrics, first log interval left out."""
+  """Env steps/s of a finished run from its metrics, its first log interval (compilation)
+  and its last (the run's one-off end work) left out."""
   lines = [l for l in read_metrics(run_dir) if "wall_time_s" in l]
   if len(lines) < 3:
     raise RuntimeError(f"{run_dir} logged {len(lines)} lines; need 3 to time a run")
-  steps = lines[-1]["env_steps"] - lines[0]["env_steps"]
-  return steps / (lines[-1]["wall_time_s"] - lines[0]["wall_time_s"])
+  steps = lines[-2]["env_steps"] - lines[0]["env_steps"]
+  return steps / (lines[-2]["wall_time_s"] - lines[0]["wall_time_s"])
 
 
 HEADER = (f"{'task':<16}{'agent':<8}{'preset':<13}{'envs':>5}{'raw s/1M':>10}"

@@ -44,6 +44,8 @@ def _time_steps(step, state, traj, key, repeats):
 
 
 def main(args: Args) -> list[dict]:
+  if args.repeats < 1:
+    raise SystemExit(f"bench_replay: --repeats must be >= 1, got {args.repeats}")
   rows = []
   for name, capacity, unroll, columns, shape, dtype in CASES:
     replay = replay_lib.make_sequence_replay(

@@ -593,3 +593,13 @@ def test_a_second_signal_while_a_checkpoint_is_written_waits_for_it():
     with pytest.raises(KeyboardInterrupt):
       os.kill(os.getpid(), signal.SIGINT)
       time.sleep(0.05)
+
+
+def test_a_stopped_run_without_checkpoints_says_it_cannot_be_resumed(tmp_path):
+  run_dir = tmp_path / "run"
+  proc = _start_and_wait(run_dir, lambda d: _lines(d) >= 1, "--checkpoint-every", "0",
+                         steps=64_000)  # fmt: skip
+  proc.send_signal(signal.SIGINT)
+  out, err = proc.communicate(timeout=120)
+  assert proc.returncode == 0, err[-3000:]
+  assert "wrote no checkpoint (--checkpoint-every 0) and cannot be resumed" in out, out

@@ -408,10 +408,14 @@ def _drive_and_finish(name: str, config: TrainConfig, root: pathlib.Path,
     rundir.write_results(name, d, result, protocol, stopped_by=stopped_by)
   if stopped_by:
     first = outcome.results[0]
-    where = (f"from its checkpoint at env step {first.checkpoint_env_steps:,}"
-             if first.checkpoint_env_steps is not None else "from the beginning (no checkpoint)")  # fmt: skip
-    print(f"[{name}] stopped by {flag.signal_name} at env step {first.env_steps:,}; "
-          f"--resume continues {where}", flush=True)  # fmt: skip
+    where = (f"--resume continues from its checkpoint at env step {first.checkpoint_env_steps:,}"
+             if first.checkpoint_env_steps is not None else
+             "--resume continues from the beginning (no checkpoint yet)"
+             if config.checkpoint.checkpoint_every else
+             "it wrote no checkpoint (--checkpoint-every 0) and cannot be resumed: start it "
+             "again in another --run-dir")  # fmt: skip
+    print(f"[{name}] stopped by {flag.signal_name} at env step {first.env_steps:,}; {where}",
+          flush=True)  # fmt: skip
   if len(lanes) > 1:
     sweeps.plot_lanes(name, config, root, lanes,
                       "vmapped, compiled" if config.compiled else "vmapped")  # fmt: skip
