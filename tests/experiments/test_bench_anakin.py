@@ -21,7 +21,12 @@ def test_bench_reports_train_and_bound_for_each_seed_count(tmp_path):
 
 @pytest.mark.parametrize(
     "fields, message",
-    [({"env_id": "CartPole-v1"}, "JAX environment"), ({"agent": "ppo"}, "--agent")],
+    [
+        ({"env_id": "CartPole-v1"}, "JAX environment"),
+        ({"agent": "ppo"}, "--agent"),
+        ({"num_envs": 0}, "--num-envs must be >= 1"),
+        ({"preset": "nope"}, r"--preset nope: impala's presets are \["),
+    ],
 )
 def test_bench_refuses_bad_arguments(fields, message):
   bench = load_script("bench_anakin")

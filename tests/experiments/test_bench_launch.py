@@ -39,3 +39,10 @@ def test_bench_refuses_bad_arguments(fields, message):
   bench = load_script("bench_launch")
   with pytest.raises(ValueError, match=message):
     bench.main(bench.Args(**fields))
+
+
+def test_bench_stops_a_run_past_its_timeout(tmp_path):
+  bench = load_script("bench_launch")
+  flags = ("--total-env-steps", "100000", "--num-envs", "4", "--unroll-length", "8")
+  with pytest.raises(RuntimeError, match="ran past --timeout-s 2 s"):
+    bench.main(bench.Args(seeds=(0,), flags=flags, out_dir=str(tmp_path), timeout_s=2.0))
