@@ -267,4 +267,4 @@ def _plot(results: dict, path: pathlib.Path) -> None:
 
 
 if __name__ == "__main__":
-  main(tyro.cli(Args))
+  main(tyro.cli(Args, description=__doc__))

@@ -606,4 +606,4 @@ def main(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-  main(tyro.cli(Args))
+  main(tyro.cli(Args, description=__doc__))

@@ -28,6 +28,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Annotated
 from typing import Optional
 
 import tyro
@@ -47,8 +48,9 @@ class Args:
   """The evaluation return to reach."""
   seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
   """One cold and one warm run per seed."""
-  flags: tuple[str, ...] = ()
-  """More flags for every run, e.g. --flags=--total-env-steps=100000."""
+  flags: Annotated[tuple[str, ...], tyro.conf.UseAppendAction] = ()
+  """More flags for every run, one per --flags: --flags=--total-env-steps=100000
+  --flags=--compile-for=speed."""
   out_dir: str = "bench/launch"
   """Run directories, compilation caches and launch.json go here."""
   timeout_s: float = 600.0

@@ -150,4 +150,4 @@ def main(args: Args) -> list[dict]:
 
 
 if __name__ == "__main__":
-  main(tyro.cli(Args))
+  main(tyro.cli(Args, description=__doc__))

@@ -59,4 +59,4 @@ def main(args: Args) -> None:
 
 
 if __name__ == "__main__":
-  main(tyro.cli(Args))
+  main(tyro.cli(Args, description=__doc__))

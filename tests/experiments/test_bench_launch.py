@@ -46,3 +46,11 @@ def test_bench_stops_a_run_past_its_timeout(tmp_path):
   flags = ("--total-env-steps", "100000", "--num-envs", "4", "--unroll-length", "8")
   with pytest.raises(RuntimeError, match="ran past --timeout-s 2 s"):
     bench.main(bench.Args(seeds=(0,), flags=flags, out_dir=str(tmp_path), timeout_s=2.0))
+
+
+def test_bench_takes_several_flags_for_its_runs():
+  import tyro  # pylint: disable=import-outside-toplevel
+
+  bench = load_script("bench_launch")
+  argv = ["--flags=--compile-for=speed", "--flags=--total-env-steps=1000"]
+  assert tyro.cli(bench.Args, args=argv).flags == ("--compile-for=speed", "--total-env-steps=1000")
