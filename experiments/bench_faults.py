@@ -246,9 +246,10 @@ def main(args: Args) -> dict:
   for script, flags in _bad_inputs():
     faults[f"bad input: {script} {' '.join(flags)}"] = (_bad_input((script, flags)), 0)
   unknown = [name for name in args.faults if name not in faults]
-  if unknown or args.tries < 1:
-    raise SystemExit(f"bench_faults: --tries must be >= 1, got {args.tries}" if not unknown else
-                     f"bench_faults: unknown --faults {unknown}; the faults: {list(faults)}")  # fmt: skip
+  if unknown:
+    raise SystemExit(f"bench_faults: unknown --faults {unknown}; the faults: {list(faults)}")
+  if args.tries < 1:
+    raise SystemExit(f"bench_faults: --tries must be >= 1, got {args.tries}")
   chosen = {k: v for k, v in faults.items() if not args.faults or k in args.faults}
   with tempfile.TemporaryDirectory() as tmp:
     straight_dir = pathlib.Path(tmp) / "straight"

@@ -67,6 +67,7 @@ from tyro.constructors import ConstructorRegistry
 from tyro.constructors import StructConstructorSpec
 from tyro.constructors import StructTypeInfo
 
+from offpolicy_ac.agents import hyperparams
 from offpolicy_ac.training.experiment import REFUSED
 from offpolicy_ac.training.experiment import is_refusal
 
@@ -271,12 +272,11 @@ def _field_default(cls: type, name: str) -> Any:
 def _check_swept_fields(agent: Any, base_agent: Any, sweep: Sequence[str]) -> None:
   """Refuses a flag that sets a field `--sweep` sweeps (its value differs from the
   preset's or the default's): the sweep's values would replace it, silently."""
-  for entry in sweep:
-    field = entry.split("=", 1)[0].strip()
-    given = getattr(agent, field, None)
-    if given != getattr(base_agent, field, None):
+  for field in hyperparams.parse_sweep(agent, sweep):  # a bad --sweep is refused here too
+    given = getattr(agent, field)
+    if given != getattr(base_agent, field):
       raise ValueError(f"{flag_name(field)} {format_value(given)} sets a field --sweep "
-                       f"sweeps ({entry}): drop {flag_name(field)}")  # fmt: skip
+                       f"sweeps: drop {flag_name(field)}")  # fmt: skip
 
 
 def _help_request(argv: Sequence[str]) -> Optional[str]:

@@ -138,6 +138,11 @@ CASES = [
     ),
     ("impala", ["--wandb-mode", "offline"], "apply to --track"),
     ("impala", ["--gamma", "0.5", "--sweep", "gamma=0.9,0.99"], "--gamma 0.5 sets a field --sweep"),
+    (
+        "impala",
+        ["--learning-rate", "0.1", "--sweep", "learning-rate=1e-3,3e-3"],
+        "--learning-rate 0.1 sets a field --sweep sweeps",
+    ),
     ("impala", ["--coordinator-address", "localhost:1234"], "applies to a multi-process job"),
 ]
 TRAINS = ("impala", "acer", "sql", "sqil")
