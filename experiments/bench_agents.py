@@ -152,7 +152,16 @@ def _median(xs):
 
 
 def main(args: Args) -> dict:
-  out = pathlib.Path(args.out_dir)
+  out = pathlib.Path(args.out_dir).expanduser()
+  planned = [f"{a}-{c}-seed{s}" for a in args.algorithms for c in args.cases for s in args.seeds]
+  if "sqil" in args.algorithms:
+    planned += [f"expert-sql-{c}" for c in args.cases]
+  taken = [name for name in planned if (out / name).exists()]
+  if taken:
+    raise SystemExit(
+        f"bench_agents: --out-dir {out} already holds {', '.join(taken)}: choose another "
+        "--out-dir or remove them"
+    )
   out.mkdir(parents=True, exist_ok=True)
   results: dict = {}
   experts: dict = {}

@@ -122,6 +122,7 @@ def run_case(name: str, args: Args, out: pathlib.Path) -> dict:
     if not demos.exists():
       _record_demos(_lane_dirs(out / case.demos_from, args.num_seeds)[0], demos)
   wall = _train(case, out / name, args, demos and str(demos))
+  budget = [] if args.total_env_steps is None else ["--total-env-steps", str(args.total_env_steps)]
   seeds = []
   for lane in _lane_dirs(out / name, args.num_seeds):
     summary = json.loads((lane / "summary.json").read_text())
@@ -137,7 +138,7 @@ def run_case(name: str, args: Args, out: pathlib.Path) -> dict:
   bests = [s["best"]["mean"] for s in seeds]
   result = {
       "case": name,
-      "command": " ".join([f"{case.script}.py", *case.flags]),
+      "command": " ".join([f"{case.script}.py", *case.flags, *budget]),
       "bar": case.bar,
       "wall_s": wall,
       "env_steps": int(np.median([s["final"]["env_steps"] for s in seeds])),
@@ -176,8 +177,21 @@ def table(results: list[dict], episodes: int) -> str:
 def main(args: Args) -> list[dict]:
   unknown = sorted(set(args.cases) - set(CASES))
   if unknown:
-    raise ValueError(f"unknown cases {unknown}; known: {list(CASES)}")
-  out = pathlib.Path(args.out_dir)
+    raise SystemExit(f"bench_defaults: unknown --cases {unknown}; known: {list(CASES)}")
+  out = pathlib.Path(args.out_dir).expanduser()
+  for i, name in enumerate(args.cases):
+    source = CASES[name].demos_from
+    if source and source not in args.cases[:i] and not (out / source).exists():
+      raise SystemExit(
+          f"bench_defaults: {name} learns from {source}'s demonstrations: run {source} before it"
+          f" (in --cases, or earlier into {out})"
+      )
+  taken = [name for name in args.cases if (out / name).exists()]
+  if taken:
+    raise SystemExit(
+        f"bench_defaults: --out-dir {out} already holds {', '.join(taken)}: choose another "
+        "--out-dir or remove them"
+    )
   out.mkdir(parents=True, exist_ok=True)
   results = []
   for name in args.cases:

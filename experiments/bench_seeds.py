@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Literal
 
 import tyro
 
@@ -27,8 +28,8 @@ EXPERIMENTS = pathlib.Path(__file__).resolve().parent
 
 @dataclasses.dataclass(frozen=True)
 class Args:
-  script: str = "impala"
-  """Experiment script (impala, acer, sql)."""
+  script: Literal["impala", "acer", "sql"] = "impala"
+  """Experiment script."""
   env_id: str = "CartPole-v1"
   num_seeds: int = 4
   total_env_steps: int = 50_000
@@ -58,11 +59,17 @@ def _run(args: Args, vmap: bool, run_dir: pathlib.Path) -> float:
       "--vmap-seeds" if vmap else "--no-vmap-seeds",
   ]
   start = time.perf_counter()
-  subprocess.run(cmd, check=True, capture_output=True, text=True)
+  proc = subprocess.run(cmd, capture_output=True, text=True)
+  if proc.returncode != 0:
+    raise SystemExit(f"bench_seeds: {' '.join(cmd[1:])} failed:\n{proc.stderr[-4000:]}")
   return time.perf_counter() - start
 
 
 def main(args: Args) -> dict:
+  if args.num_seeds < 2 or args.repeats < 1 or args.total_env_steps < 4:
+    raise SystemExit(
+        "bench_seeds: --num-seeds must be >= 2, --repeats >= 1, --total-env-steps >= 4"
+    )
   times = {"vmapped": [], "sequential": []}
   returns = {}
   with tempfile.TemporaryDirectory() as tmp:

@@ -33,10 +33,20 @@ def test_bench_scores_final_and_best_parameters_of_every_seed(tmp_path):
   assert results[0]["seeds"][1]["best"]["mean"] == pytest.approx(mean)
   assert json.loads((tmp_path / "results.json").read_text()) == results
   table = (tmp_path / "results.md").read_text()
-  assert "`sqil.py`" in table and table.count("\n| `") == 3
+  assert "`sqil.py --total-env-steps 1024`" in table and table.count("\n| `") == 3
+  # Run again into the same folder, the bench refuses before training anything.
+  with pytest.raises(SystemExit, match=r"already holds impala, sql: choose another --out-dir"):
+    bench.main(bench.Args(cases=("impala", "sql"), out_dir=str(tmp_path)))
 
 
-def test_bench_refuses_unknown_cases(tmp_path):
+@pytest.mark.parametrize(
+    "cases, message",
+    [
+        (("ppo",), r"unknown --cases \['ppo'\]"),
+        (("sqil", "sql"), "sqil learns from sql's demonstrations: run sql before it"),
+    ],
+)
+def test_bench_refuses_bad_cases(tmp_path, cases, message):
   bench = load_script("bench_defaults")
-  with pytest.raises(ValueError, match="unknown cases"):
-    bench.main(bench.Args(cases=("ppo",), out_dir=str(tmp_path)))
+  with pytest.raises(SystemExit, match=message):
+    bench.main(bench.Args(cases=cases, out_dir=str(tmp_path)))
