@@ -771,3 +771,33 @@ def test_array_clip_thresholds_take_the_inputs_dtype():
   for name in ["clip_rho_threshold", "clip_c_threshold", "clip_pg_rho_threshold"]:
     out = L.vtrace(*v, **{name: jnp.float32(2.0)})
     assert [x.dtype for x in out] == [jnp.bfloat16] * 3, name
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+def test_the_categorical_loss_runs_in_half_precision_near_float32(dtype):
+  rng = np.random.default_rng(0)
+  T, B, A = 6, 3, 4
+  logits, mu_logits = rng.normal(size=(2, T, B, A))
+  a = rng.integers(0, A, (T, B))
+  v_tm1, v_t, r = rng.normal(size=(3, T, B))
+  d = np.full((T, B), 0.9)
+  args32 = [jnp.asarray(x, jnp.float32) for x in (logits, mu_logits)]
+  rest32 = [jnp.asarray(x, jnp.float32) for x in (v_tm1, v_t, r, d)]
+  full = L.impala_loss_categorical(*args32, jnp.asarray(a), *rest32)
+  half = L.impala_loss_categorical(*[x.astype(dtype) for x in args32], jnp.asarray(a),
+                                   *[x.astype(dtype) for x in rest32])  # fmt: skip
+  assert half.loss.dtype == dtype
+  np.testing.assert_allclose(float(half.loss), float(full.loss), rtol=0.05, atol=0.02)
+  np.testing.assert_allclose(float(half.mean_rho), float(full.mean_rho), rtol=0.05)
+
+
+def test_mean_rho_stays_finite_when_every_ratio_is_at_the_clamp():
+  # Ratios near the dtype's maximum: their sum overflows, their weighted mean does not.
+  T, B = 8, 4
+  logits = jnp.zeros((T, B, 2)).at[..., 0].set(1e4)
+  mu_logits = jnp.zeros((T, B, 2)).at[..., 1].set(1e4)
+  v = jnp.zeros((T, B))
+  out = L.impala_loss_categorical(logits, mu_logits, jnp.zeros((T, B), jnp.int32), v, v, v,
+                                  jnp.full((T, B), 0.9))  # fmt: skip
+  assert np.isfinite(float(out.loss)) and np.isfinite(float(out.mean_rho))
+  assert float(out.mean_rho) > 1e37

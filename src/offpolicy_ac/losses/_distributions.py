@@ -27,7 +27,7 @@ class ImportanceRatios(NamedTuple):
 
 def _max_log(dtype) -> float:
   # exp(_max_log) is finite and leaves headroom for products with thresholds.
-  return float(np.log(np.finfo(dtype).max)) - 1.0
+  return float(np.log(float(jnp.finfo(dtype).max))) - 1.0  # jnp's finfo knows bfloat16
 
 
 def categorical_log_prob(logits: jax.Array, actions: jax.Array) -> jax.Array:

@@ -54,7 +54,9 @@ class ImpalaLossOutput(NamedTuple):
 
 def weighted_mean(x: jax.Array, weights: jax.Array) -> jax.Array:
   """sum(w x) / sum(w) over all entries, and 0 where all weights are 0; entries of weight
-  0 are left out, not multiplied by 0 (a NaN there does not reach the mean).
+  0 are left out, not multiplied by 0 (a NaN there does not reach the mean). Summed as
+  (w / sum(w)) x, so the mean of finite values is finite (ratios near the dtype's maximum,
+  many float16 losses).
 
   `weights` must have the shape of `x` (ValueError naming both shapes
   otherwise): a broadcast weight would be summed once in the denominator but
@@ -63,8 +65,8 @@ def weighted_mean(x: jax.Array, weights: jax.Array) -> jax.Array:
   """
   _checks.check_shape("weights", weights, jnp.shape(x), "`x`")
   total = jnp.sum(weights)
-  weighted = jnp.where(weights != 0, weights * x, jnp.zeros((), jnp.result_type(weights, x)))
-  return jnp.sum(weighted) / jnp.where(total > 0, total, 1.0)
+  share = weights / jnp.where(total > 0, total, 1.0)  # summing shares cannot overflow
+  return jnp.sum(jnp.where(weights != 0, share * x, jnp.zeros((), jnp.result_type(weights, x))))
 
 
 def step_weights(shape, mask, weights, dtype) -> jax.Array:
