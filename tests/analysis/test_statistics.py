@@ -230,6 +230,17 @@ def test_bad_scores_raise():
     S.iqm([[1.0], [np.nan], [3.0], [4.0]])
 
 
+def test_too_few_bootstrap_replications_raise():
+  scores = np.arange(8.0).reshape(4, 2)
+  with pytest.raises(ValueError, match=r"reps=39 is too few for a 0.95 interval.*reps >= 40"):
+    S.iqm_with_intervals(scores, reps=39)
+  with pytest.raises(ValueError, match=r"reps >= 200"):
+    S.iqm_with_intervals(scores, reps=100, confidence=0.99)
+  S.iqm_with_intervals(scores, reps=40)
+  with pytest.raises(ValueError, match=r"confidence must be in \(0, 1\)"):
+    S.iqm_with_intervals(scores, confidence=1.0)
+
+
 # --- curves, table, script -------------------------------------------------------------
 
 

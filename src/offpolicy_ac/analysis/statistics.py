@@ -34,6 +34,7 @@ All functions are pure except `find_runs` and `run_info`, which read run directo
 
 from __future__ import annotations
 
+import math
 import os
 import pathlib
 from typing import Any
@@ -299,7 +300,8 @@ def iqm_with_intervals(
 
   Args:
     scores: [runs, points] (one task: the bootstrap resamples runs).
-    reps: bootstrap replications.
+    reps: bootstrap replications, at least 2 / (1 - confidence) (40 at 0.95), so that each
+      tail of the interval holds a replication.
     confidence: the interval's coverage, in (0, 1).
     seed: seeds the bootstrap (same inputs and seed, same intervals). Runs are resampled
       independently at each point (pointwise intervals, as rliable's curves).
@@ -314,8 +316,14 @@ def iqm_with_intervals(
     raise ValueError(f"scores must be [runs, points] with both >= 1, got {scores.shape}")
   if not np.all(np.isfinite(scores)):
     raise ValueError("scores must be finite")
-  if reps < 1 or not 0.0 < confidence < 1.0:
-    raise ValueError(f"need reps >= 1 and 0 < confidence < 1, got {reps}, {confidence}")
+  if not 0.0 < confidence < 1.0:
+    raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+  fewest = math.ceil(2 / (1 - confidence) - 1e-9)
+  if reps < fewest:
+    raise ValueError(
+        f"reps={reps} is too few for a {confidence:g} interval: each tail needs at least one "
+        f"bootstrap replication, so reps >= {fewest}"
+    )
   per_task = scores[:, None, :]  # rliable's [runs, tasks, ...]
   # rliable's StratifiedBootstrap draws its indices from NumPy's global generator (its
   # `random_state` argument does not reach them): seed that, and restore it afterwards.
