@@ -54,8 +54,8 @@ class ImpalaLossOutput(NamedTuple):
 
 def weighted_mean(x: jax.Array, weights: jax.Array) -> jax.Array:
   """sum(w x) / sum(w) over all entries, and 0 where all weights are 0; entries of weight
-  0 are left out, not multiplied by 0 (a NaN there does not reach the mean). Summed as
-  (w / sum(w)) x, so the mean of finite values is finite (ratios near the dtype's maximum,
+  0 are left out, not multiplied by 0 (a NaN there does not reach the mean). The mean of
+  finite values is finite, even where sum(w x) is not (ratios near the dtype's maximum,
   many float16 losses).
 
   `weights` must have the shape of `x` (ValueError naming both shapes
@@ -64,9 +64,12 @@ def weighted_mean(x: jax.Array, weights: jax.Array) -> jax.Array:
   (`jnp.broadcast_to(w, x.shape)`) where that is what you mean.
   """
   _checks.check_shape("weights", weights, jnp.shape(x), "`x`")
-  total = jnp.sum(weights)
-  share = weights / jnp.where(total > 0, total, 1.0)  # summing shares cannot overflow
-  return jnp.sum(jnp.where(weights != 0, share * x, jnp.zeros((), jnp.result_type(weights, x))))
+  total = jnp.where(jnp.sum(weights) > 0, jnp.sum(weights), 1.0)
+  zero = jnp.zeros((), jnp.result_type(weights, x))
+  mean = jnp.sum(jnp.where(weights != 0, weights * x, zero)) / total
+  # Where sum(w x) overflows, sum the shares w / sum(w) instead (rounded differently).
+  shares = jnp.sum(jnp.where(weights != 0, (weights / total) * x, zero))
+  return jnp.where(jnp.isfinite(mean), mean, shares)
 
 
 def step_weights(shape, mask, weights, dtype) -> jax.Array:
