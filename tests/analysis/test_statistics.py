@@ -310,7 +310,16 @@ def test_read_metrics_takes_the_run_directory_or_its_metrics_file(tmp_path):
   by_dir = S.read_metrics(run)
   assert [r["env_steps"] for r in by_dir] == [0, 1, 2]
   assert S.read_metrics(run / "metrics.jsonl") == by_dir
-  assert S.read_metrics(tmp_path / "empty") == []  # no metrics yet
+  (tmp_path / "started").mkdir()
+  assert S.read_metrics(tmp_path / "started") == []  # no metrics yet
+  with pytest.raises(FileNotFoundError, match="runz does not exist"):
+    S.read_metrics(tmp_path / "runz")
+  write_run(tmp_path / "seeds" / "seed0")
+  write_run(tmp_path / "seeds" / "seed1")
+  with pytest.raises(
+      ValueError, match=r"holds several learners' runs: read one of them \(.*seed0, .*seed1\)"
+  ):
+    S.read_metrics(tmp_path / "seeds")
 
 
 def test_plot_script_end_to_end(tmp_path, capsys):

@@ -50,18 +50,30 @@ def encode_line(record: dict) -> str:
 
 
 def read_metrics(run_dir: str | os.PathLike) -> list[dict]:
-  """The records of `run_dir`/metrics.jsonl in order ([] if there is none yet);
+  """The records of `run_dir`/metrics.jsonl in order ([] if the run has logged none yet);
   `run_dir` may also be the metrics.jsonl file itself.
 
   A last line cut short by a killed process is skipped.
 
   Raises:
-    ValueError: a line that is not a metrics line (a JSON object with `env_steps`), or
-      one that does not parse before the last: the file is damaged.
+    FileNotFoundError: `run_dir` does not exist.
+    ValueError: `run_dir` is the root of a run of several seeds or of a sweep (the message
+      names its learners' directories); a line that is not a metrics line (a JSON object
+      with `env_steps`), or one that does not parse before the last: the file is damaged.
   """
   path = pathlib.Path(run_dir).expanduser()
+  if not path.exists():
+    raise FileNotFoundError(f"{path} does not exist")
   path = path if path.is_file() else path / METRICS_FILE
   if not path.exists():
+    learners = sorted(
+        str(p.parent) for p in (*path.parent.glob(f"seed*/{METRICS_FILE}"),
+                                *path.parent.glob(f"*/seed*/{METRICS_FILE}"))
+    )  # fmt: skip
+    if learners:
+      raise ValueError(
+          f"{path.parent} holds several learners' runs: read one of them ({', '.join(learners)})"
+      )
     return []
   text = path.read_text().splitlines()
   lines = []
