@@ -464,9 +464,10 @@ def test_data_parallel_methods_across_two_processes(tmp_path):
     assert report["gathered"] == [[0, 10], [1, 11]]
 
 
-def _start_two_processes(run_dir, flags, procs, logs):
+def _start_two_processes(run_dir, flags, procs, logs, own_flags=((), ())):
   """Starts experiments/impala.py as processes 0 and 1 of one job (appending to
-  `procs` and to `logs`, their output files, so the caller can always clean up)."""
+  `procs` and to `logs`, their output files, so the caller can always clean up);
+  `own_flags[i]` go to process i only."""
   address = f"localhost:{_free_port()}"
   for pid in (0, 1):
     logs.append(open(run_dir.parent / f"{run_dir.name}-process{pid}-{time.time_ns()}.log", "w+"))
@@ -482,6 +483,7 @@ def _start_two_processes(run_dir, flags, procs, logs):
         "--coordinator-address",
         address,
         *flags,
+        *own_flags[pid],
     ]
     procs.append(
         subprocess.Popen(
@@ -517,6 +519,37 @@ def _two_processes(run_dir, *flags, timeout=300):
   for pid, (proc, out) in enumerate(zip(procs, outputs)):
     assert proc.returncode == 0, f"process {pid} failed:\n{out[-4000:]}"
   return outputs
+
+
+def test_processes_given_different_settings_are_refused_before_anything_is_written(tmp_path):
+  run = tmp_path / "run"
+  procs, logs = [], []
+  try:
+    _start_two_processes(run, ["--total-env-steps", "40960"], procs, logs,
+                         own_flags=((), ("--learning-rate", "0.001")))  # fmt: skip
+    for proc in procs:
+      proc.wait(timeout=240)
+  finally:
+    outputs = _stop_and_read(procs, logs)
+  for pid, (proc, out) in enumerate(zip(procs, outputs)):
+    assert proc.returncode == 2, f"process {pid}:\n{out[-3000:]}"
+    assert out.strip().splitlines()[-1] == (
+        "[impala] error: the processes of this job were given different settings "
+        "(--learning-rate): start every process with the same flags but --process-id"
+    )
+  assert not (run / "config.json").exists() and not (run / "checkpoints").exists()
+
+
+def test_a_process_without_its_coordinator_stops_with_one_line():
+  code = (
+      "from offpolicy_ac.training import parallel\n"
+      f"parallel.initialize_distributed(2, 1, 'localhost:{_free_port()}', timeout_s=2)"
+  )
+  proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                        timeout=120, env=cpu_process_env())  # fmt: skip
+  assert proc.returncode != 0
+  assert "ConnectionError: process 1 of 2 found no coordinator at localhost:" in proc.stderr
+  assert "within 2 s: start process 0, which hosts it" in proc.stderr
 
 
 def _lines(run_dir):

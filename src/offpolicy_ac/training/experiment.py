@@ -62,6 +62,8 @@ from offpolicy_ac.training.logger import MultiLogger
 from offpolicy_ac.training.logger import RunLogger
 from offpolicy_ac.training.logger import WandbLogger
 from offpolicy_ac.training.logger import require_wandb
+from offpolicy_ac.training.parallel import JOIN_TIMEOUT_S
+from offpolicy_ac.training.parallel import check_same_settings
 from offpolicy_ac.training.parallel import ensure_cpu_devices
 from offpolicy_ac.training.parallel import initialize_distributed
 from offpolicy_ac.training.rundir import default_run_dir
@@ -166,6 +168,10 @@ def prepare_process(config: TrainConfig) -> None:
   before (sqil.py puts its demonstrations on the device) calls it first. Calling it again
   does nothing."""
   parallel = config.parallel
+  if parallel.num_processes > 1 and not jax.distributed.is_initialized():
+    where = parallel.coordinator_address
+    print(f"process {parallel.process_id} of {parallel.num_processes}: joining the job at "
+          f"{where} (every process must join within {JOIN_TIMEOUT_S} s)", flush=True)  # fmt: skip
   initialize_distributed(parallel.num_processes, parallel.process_id, parallel.coordinator_address)
   ensure_cpu_devices(parallel.learner_devices)
 
@@ -332,7 +338,12 @@ def _run(name: str, args: Any, root: pathlib.Path, *, agent_factory: Callable,
   config: TrainConfig = args.train
   with refusals():
     lanes = sweeps.lanes_of(args, root)  # validates the sweep before anything is written
-  prepare_process(config)
+  with refusals():
+    prepare_process(config)
+    # Input files are compared by content (their paths may differ between hosts).
+    differing = ("train.parallel.process_id", "train.parallel.coordinator_address")
+    mine = {k: v for k, v in rundir.flat_settings(args).items() if k not in differing}
+    check_same_settings({**mine, **(inputs or {})})
   with refusals():
     program = _program(name, args, lanes, agent_factory=agent_factory, batch_fn=batch_fn,
                        rollout_factory=rollout_factory)  # fmt: skip

@@ -27,11 +27,16 @@ processes exchange collectives with gloo.
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import socket
+import time
 from typing import Any
 from typing import Callable
+from typing import Mapping
 from typing import Optional
+import zlib
 
 import jax
 import jax.numpy as jnp
@@ -41,6 +46,7 @@ from jax.sharding import PartitionSpec as P
 import numpy as np
 
 AXIS = "data"
+JOIN_TIMEOUT_S = 120  # how long the processes of a job wait for each other to join
 _ADDRESS = re.compile(r"^[^:\s]+:\d{1,5}$")
 
 
@@ -74,13 +80,21 @@ def check_distributed_args(
 
 
 def initialize_distributed(
-    num_processes: int, process_id: int, coordinator_address: Optional[str], timeout_s: int = 120
+    num_processes: int,
+    process_id: int,
+    coordinator_address: Optional[str],
+    timeout_s: int = JOIN_TIMEOUT_S,
 ) -> None:
   """Joins a `jax.distributed` job (nothing to do for one process).
 
   Must run before any JAX computation. Every process calls it with the same
   `num_processes` and `coordinator_address` and its own `process_id`; process 0
   hosts the coordinator. On CPU, collectives go through gloo.
+
+  Raises:
+    ConnectionError: (process_id > 0) no coordinator accepted connections within
+      `timeout_s`. (Once connected, JAX itself ends every process, with a native stack,
+      when one does not join within `timeout_s`.)
   """
   check_distributed_args(num_processes, process_id, coordinator_address)
   if num_processes == 1:
@@ -92,6 +106,8 @@ def initialize_distributed(
         "initialize_distributed must run before any JAX computation "
         "(a JAX backend is already running in this process)"
     )
+  if process_id > 0:  # JAX would abort the process, with a native stack, after its timeout
+    _wait_for_coordinator(coordinator_address, process_id, num_processes, timeout_s)
   jax.config.update("jax_cpu_collectives_implementation", "gloo")
   jax.distributed.initialize(
       coordinator_address=coordinator_address,
@@ -99,6 +115,64 @@ def initialize_distributed(
       process_id=process_id,
       initialization_timeout=timeout_s,
   )
+
+
+def _wait_for_coordinator(address: str, process_id: int, num_processes: int, timeout_s: float):
+  """Returns once the coordinator (process 0) accepts connections at `address`.
+
+  Raises:
+    ConnectionError: it did not within `timeout_s`.
+  """
+  host, port = address.rsplit(":", 1)
+  deadline = time.monotonic() + timeout_s
+  while True:
+    try:
+      with socket.create_connection((host.strip("[]"), int(port)), timeout=2.0):
+        return
+    except OSError:
+      if time.monotonic() > deadline:
+        raise ConnectionError(
+            f"process {process_id} of {num_processes} found no coordinator at {address} within "
+            f"{timeout_s:g} s: start process 0, which hosts it, with the same "
+            "--coordinator-address"
+        ) from None
+      time.sleep(0.5)
+
+
+def check_same_settings(settings: Mapping[str, Any]) -> None:
+  """Refuses a multi-process job whose processes were given different settings: every
+  process calls it with its own (dotted field -> JSON value; leave out the ones that may
+  differ, such as the process id), right after `initialize_distributed`. A learning rate
+  given to one process only would otherwise train different parameters in each, silently,
+  and other settings (the number of environments) fail in a collective much later.
+
+  Raises:
+    ValueError (on every process): the fields whose values differ, as flags.
+  """
+  if jax.process_count() == 1:
+    return
+  from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
+
+  names = sorted(settings)
+  digest = lambda value: zlib.crc32(json.dumps(value, sort_keys=True, default=str).encode())
+  gather = lambda values: np.asarray(
+      multihost_utils.process_allgather(np.array(values, np.uint32).view(np.int32), tiled=False)
+  )
+  # The fields themselves first: the next gather needs as many values from every process.
+  fields = gather([len(names), digest(names)])
+  if (fields != fields[0]).any():
+    raise ValueError(
+        "the processes of this job run different scripts or library versions (their settings "
+        "have other fields): start every process with the same command but --process-id"
+    )
+  values = gather([digest(settings[name]) for name in names])
+  differ = [names[i] for i in np.flatnonzero((values != values[0]).any(axis=0))]
+  if differ:
+    flags = ", ".join("--" + name.rsplit(".", 1)[-1].replace("_", "-") for name in differ)
+    raise ValueError(
+        f"the processes of this job were given different settings ({flags}): start every "
+        "process with the same flags but --process-id"
+    )
 
 
 def ensure_cpu_devices(num_devices: int) -> None:

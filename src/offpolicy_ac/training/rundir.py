@@ -221,6 +221,12 @@ def _flatten(d: Any, prefix: str = "") -> dict:
   return {prefix[:-1]: d}
 
 
+def flat_settings(args: Any) -> dict[str, Any]:
+  """A script's `args` as config.json records them, by dotted field
+  ("agent.learning_rate": 0.003)."""
+  return _flatten(jsonable(args))
+
+
 def config_differences(old: dict, new: dict, defaults: Optional[dict] = None) -> list[str]:
   """Fields (dotted) whose values differ, ignoring RESUMABLE_CHANGES. A field the old
   config lacks (added to the library since) counts as unchanged when the new value is
