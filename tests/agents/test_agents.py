@@ -264,6 +264,28 @@ def test_pixel_torsos_map_frames_to_features(kind, features):
   if kind == "nature_cnn":  # frames too narrow for its 8x8, 4x4 and 3x3 convolutions
     with pytest.raises(ValueError, match=r"does not fit frames of shape \(4, 84, 8\)"):
       networks.make_torso(kind, (4, 84, 8))
+  # A frame without its batch axis is refused by name, not misread as a batch.
+  with pytest.raises(
+      ValueError, match=r"takes a batch of frames \[B, C, H, W\], got shape \(4, 84, 84\)"
+  ):
+    torso.apply(params, frames[0])
+
+
+@pytest.mark.parametrize("kind", ["nature_cnn", "impala_resnet", "small_cnn"])
+def test_frame_torsos_scale_8_bit_frames_only(kind):
+  """uint8 frames are scaled to [0, 1]; float frames (MinAtar's 0/1 grids, normalised
+  observations) are taken as they are: 8-bit frames of 0 and 255 give the features of the
+  float grid of 0 and 1."""
+  from offpolicy_ac import networks
+
+  torso = networks.make_torso(kind, (4, 84, 84))
+  grid = jax.random.bernoulli(jax.random.PRNGKey(0), 0.3, (2, 4, 84, 84))
+  params = torso.init(jax.random.PRNGKey(1), grid.astype(jnp.float32))
+  with jax.default_matmul_precision("highest"):
+    as_floats = torso.apply(params, grid.astype(jnp.float32))
+    as_bytes = torso.apply(params, grid.astype(jnp.uint8) * 255)
+  assert float(jnp.std(as_floats)) > 0.05  # the grid reached the features unscaled
+  np.testing.assert_allclose(as_bytes, as_floats, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,6 @@
-"""Flax networks: torsos (MLP, Nature-CNN, IMPALA-ResNet), agent heads, and actor-critics
-with a shared torso or one torso each (`actor_critic`)."""
+"""Flax networks: torsos (MLP, Nature-CNN, IMPALA-ResNet, a small CNN, the MinAtar
+network), agent heads, and actor-critics with a shared torso or one torso each
+(`actor_critic`)."""
 
 from offpolicy_ac.networks.heads import ActorQCritic
 from offpolicy_ac.networks.heads import AmortizedSampler
@@ -12,8 +13,10 @@ from offpolicy_ac.networks.split import SplitTorsos
 from offpolicy_ac.networks.split import actor_critic
 from offpolicy_ac.networks.torsos import TORSOS
 from offpolicy_ac.networks.torsos import ImpalaResNet
+from offpolicy_ac.networks.torsos import MinAtarCNN
 from offpolicy_ac.networks.torsos import MLPTorso
 from offpolicy_ac.networks.torsos import NatureCNN
+from offpolicy_ac.networks.torsos import SmallCNN
 from offpolicy_ac.networks.torsos import make_torso
 
 __all__ = [
@@ -23,8 +26,10 @@ __all__ = [
     "GaussianActorCritic",
     "ImpalaResNet",
     "MLPTorso",
+    "MinAtarCNN",
     "NatureCNN",
     "QNetwork",
+    "SmallCNN",
     "SplitTorsos",
     "StateActionQNetwork",
     "StochasticDuelingNetwork",

@@ -1,7 +1,9 @@
-"""Feature extractors (flax.linen): an MLP for vectors; Nature-CNN, IMPALA-ResNet and a small CNN for pixels.
+"""Feature extractors (flax.linen): an MLP for vectors; Nature-CNN, IMPALA-ResNet, a small
+CNN and the MinAtar network for frames.
 
-Pixel torsos take envpool's channels-first uint8 frames [B, C, H, W] (C = frame
-stack), scale them to [0, 1] and work in NHWC internally.
+Pixel torsos take channels-first frames [B, C, H, W] (C = frame stack) and work in NHWC
+internally. envpool's uint8 frames are scaled to [0, 1]; frames of other dtypes (MinAtar's
+0/1 grids, normalised observations) are taken as they are.
 """
 
 from __future__ import annotations
@@ -36,8 +38,17 @@ class MLPTorso(nn.Module):
     return x
 
 
+def _check_frames(obs: jnp.ndarray, torso: str) -> None:
+  if obs.ndim != 4:
+    raise ValueError(f"{torso} takes a batch of frames [B, C, H, W], got shape {obs.shape}")
+
+
 def _to_nhwc(obs: jnp.ndarray) -> jnp.ndarray:
-  x = obs.astype(jnp.float32) / 255.0
+  """[B, C, H, W] -> float32 [B, H, W, C]; 8-bit frames scaled to [0, 1], other dtypes
+  (0/1 grids, frames already scaled or normalised) taken as they are."""
+  x = obs.astype(jnp.float32)
+  if obs.dtype == jnp.uint8:
+    x = x / 255.0
   return jnp.transpose(x, (0, 2, 3, 1))
 
 
@@ -48,6 +59,7 @@ class NatureCNN(nn.Module):
 
   @nn.compact
   def __call__(self, obs: jnp.ndarray) -> jnp.ndarray:
+    _check_frames(obs, "NatureCNN")
     x = _to_nhwc(obs)
     for features, kernel, stride in ((32, 8, 4), (64, 4, 2), (64, 3, 1)):
       x = nn.relu(nn.Conv(features, (kernel, kernel), (stride, stride), padding="VALID")(x))
@@ -76,6 +88,7 @@ class ImpalaResNet(nn.Module):
 
   @nn.compact
   def __call__(self, obs: jnp.ndarray) -> jnp.ndarray:
+    _check_frames(obs, "ImpalaResNet")
     x = _to_nhwc(obs)
     for channels in self.channels:
       x = nn.Conv(channels, (3, 3))(x)
@@ -113,6 +126,7 @@ class SmallCNN(nn.Module):
 
   @nn.compact
   def __call__(self, obs: jnp.ndarray) -> jnp.ndarray:
+    _check_frames(obs, "SmallCNN")
     x = _max_pool_to_nhwc(obs, 4)
     for features, kernel, stride in ((16, 4, 2), (32, 3, 2)):
       conv = nn.Conv(
@@ -136,6 +150,7 @@ class MinAtarCNN(nn.Module):
 
   @nn.compact
   def __call__(self, obs: jnp.ndarray) -> jnp.ndarray:
+    _check_frames(obs, "MinAtarCNN")
     x = jnp.transpose(obs.astype(jnp.float32), (0, 2, 3, 1))
     h, w = x.shape[1] - 2, x.shape[2] - 2
     patches = jnp.concatenate(
