@@ -29,8 +29,12 @@ from typing import Literal
 import jax
 import jax.numpy as jnp
 import numpy as np
-import rlax
 import tyro
+
+try:
+  import rlax
+except ModuleNotFoundError:  # a development dependency
+  raise SystemExit("bench_losses compares with rlax: pip install 'offpolicy_ac[dev]'") from None
 
 from offpolicy_ac import losses
 

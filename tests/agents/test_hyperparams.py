@@ -118,3 +118,15 @@ def test_concrete_hyperparams_are_checked_inside_a_trace(cartpole_spec):
   jax.lax.cond(True, lambda: make(good), lambda: jnp.float32(0.0))
   with pytest.raises(ValueError, match=r"gamma must lie in \[0.0, 1.0\], got 2.0"):
     jax.lax.cond(True, lambda: make(bad), lambda: jnp.float32(0.0))
+
+
+@pytest.mark.parametrize("shape", [(3,), (1,)])
+def test_a_hyperparameter_that_is_not_a_scalar_is_refused_by_name(shape):
+  # Several values are several learners: vmap over them. Unchecked, (3,) failed deep in
+  # the optimizer and (1,) trained silently.
+  with pytest.raises(
+      ValueError, match=rf"'learning_rate' must be a scalar, got shape \({shape[0]},\)"
+  ):
+    hp_lib.with_hyperparams(ImpalaConfig(), {"learning_rate": jnp.full(shape, 1e-3)})
+  each = lambda lr: hp_lib.with_hyperparams(ImpalaConfig(), {"learning_rate": lr}).learning_rate
+  assert jax.vmap(each)(jnp.full((3,), 1e-3)).shape == (3,)

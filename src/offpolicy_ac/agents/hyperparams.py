@@ -48,8 +48,19 @@ def hyperparams_of(config: Any) -> dict[str, Any]:
 
 
 def with_hyperparams(config: Any, hyperparams: Mapping[str, Any]) -> Any:
-  """A copy of the config whose tunable fields are the given (possibly traced) arrays."""
+  """A copy of the config whose tunable fields are the given (possibly traced) arrays.
+
+  Raises:
+    ValueError: a name that is not a tunable field, or a value that is not a scalar
+      (several values are several learners: `jax.vmap` over them).
+  """
   _check_names(config, hyperparams)
+  for name, value in hyperparams.items():
+    if jnp.shape(value) != ():
+      raise ValueError(
+          f"hyper-parameter {name!r} must be a scalar, got shape {jnp.shape(value)}: for "
+          "several values, jax.vmap over them (one learner each)"
+      )
   return dataclasses.replace(config, **dict(hyperparams))
 
 
