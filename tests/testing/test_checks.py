@@ -129,8 +129,25 @@ def test_split_invariance_without_junctions_still_separates_columns():
 
 
 def test_checks_reject_reduced_outputs():
+  reduced = lambda tr: jnp.mean(lib_soft_q(tr))  # noqa: E731
   with pytest.raises(ValueError, match=r"per step, shaped \[T, \*batch"):
-    testing.assert_junction_split_invariant(lambda tr: jnp.mean(lib_soft_q(tr)), EXAMPLES)
+    testing.assert_junction_split_invariant(reduced, EXAMPLES)
+  # The reference check too (it compared a reduced loss whole, junction garbage included).
+  with pytest.raises(ValueError, match=r"assert_matches_reference: .* per step, shaped"):
+    testing.assert_matches_reference(reduced, lambda tr: np.mean(tr.r_t), EXAMPLES)
+
+
+def test_split_failures_name_the_index_in_the_example():
+  # A wrong value at step 6 of batch column 1, on the full batch only: the segment of
+  # steps 6..9 computed alone differs at its first step, which is (6, 1) in the example.
+  ex = testing.default_examples()[1]
+  assert ex.r_t.shape == (10, 3) and bool(np.all(ex.mask[6:, 1]))
+  bump = jnp.zeros((10, 3)).at[6, 1].set(1.0)
+  bad = lambda tr: lib_soft_q(tr) + (bump if tr.r_t.shape == (10, 3) else 0.0)  # noqa: E731
+  with pytest.raises(
+      AssertionError, match=r"batch index \(1,\), steps 6\.\.9 .* worst at index \(6, 1\)"
+  ):
+    testing.assert_junction_split_invariant(bad, ex, variants=("without_jit",))
 
 
 # --- assert_masked_steps_ignored ---------------------------------------------
@@ -160,6 +177,25 @@ def test_masked_garbage_catches_multiplying_by_the_mask():
 def test_masked_garbage_catches_reading_the_junction():
   with pytest.raises(AssertionError, match="assert_masked_steps_ignored"):
     testing.assert_masked_steps_ignored(unmasked_lambda_return, EXAMPLES)
+
+
+def test_masked_garbage_tolerance_is_scaled_to_the_real_steps_only():
+  """A leak of 2e-3 from the junction's reward into the step before it is caught whatever
+  fn writes at the junction itself (there the kit's own garbage, up to 1e6, once scaled the
+  tolerance)."""
+
+  def leaking(tr, junction_output):
+    g = lib_soft_q(tr)
+    next_mask = jnp.concatenate([tr.mask[1:], jnp.ones_like(tr.mask[:1])])
+    next_r = jnp.concatenate([tr.r_t[1:], jnp.zeros_like(tr.r_t[:1])])
+    g = g + jnp.where(tr.mask & ~next_mask, 2e-3 * jnp.clip(next_r, -1.0, 1.0), 0.0)
+    return jnp.where(tr.mask, g, tr.r_t if junction_output else 0.0)
+
+  for junction_output in (False, True):
+    with pytest.raises(AssertionError, match="assert_masked_steps_ignored"):
+      testing.assert_masked_steps_ignored(
+          lambda tr: leaking(tr, junction_output), EXAMPLES, garbage=("huge",)
+      )
 
 
 def test_masked_garbage_validates_its_settings():

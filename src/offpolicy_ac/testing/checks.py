@@ -133,11 +133,13 @@ def _default_tolerance(dtype):
   return 1e-10 if np.dtype(dtype) == np.float64 else 1e-4
 
 
-def _assert_close(check, where, name, actual, expected, rtol, atol, dtype, select=None):
+def _assert_close(check, where, name, actual, expected, rtol, atol, dtype, select=None,
+                  locate=None):  # fmt: skip
   """`chex.assert_trees_all_close` at the selected entries (all when `select` is None),
-  with the tolerance `atol * max(1, max|expected|) + rtol * |expected|`; a tolerance of None
-  is the default for `dtype` (the outputs' dtype). The AssertionError names the check, the
-  output and the worst index, then gives chex's report."""
+  with the tolerance `atol * max(1, max|expected|) + rtol * |expected|` (the maximum over
+  the selected entries); a tolerance of None is the default for `dtype` (the outputs'
+  dtype). The AssertionError names the check, the output and the worst index
+  (`locate(index)`: its index in the example, for a part of it), then gives chex's report."""
   default = _default_tolerance(dtype)
   rtol = default if rtol is None else rtol
   atol = default if atol is None else atol
@@ -154,9 +156,11 @@ def _assert_close(check, where, name, actual, expected, rtol, atol, dtype, selec
     idx = tuple(int(i) for i in np.argwhere(both_nan)[0])
     raise AssertionError(f"{check}: {where}: output {name} is NaN at index {idx}, and so is "
                          "the expected value")  # fmt: skip
-  if select is not None:  # entries left out compare equal
+  compared = np.isfinite(expected)
+  if select is not None:  # entries left out compare equal, and do not set the scale
     actual = np.where(select, actual, expected)
-  scale = max(1.0, float(np.max(np.abs(np.where(np.isfinite(expected), expected, 0.0)), initial=0)))
+    compared &= select
+  scale = max(1.0, float(np.max(np.abs(np.where(compared, expected, 0.0)), initial=0)))
   try:
     chex.assert_trees_all_close(actual, expected, rtol=rtol, atol=atol * scale)
   except AssertionError as e:
@@ -166,9 +170,10 @@ def _assert_close(check, where, name, actual, expected, rtol, atol, dtype, selec
       bad = ~(err <= tol)  # NaN counts as bad.
     excess = np.where(bad, np.nan_to_num(err - tol, nan=np.inf), -np.inf)
     idx = np.unravel_index(int(np.argmax(excess)), excess.shape)
+    shown = tuple(int(i) for i in (locate(idx) if locate is not None else idx))
     raise AssertionError(
         f"{check}: {where}: output {name} differs at {int(bad.sum())} of {bad.size} entries;"
-        f" worst at index {tuple(int(i) for i in idx)}: got {actual[idx]!r}, expected"
+        f" worst at index {shown}: got {actual[idx]!r}, expected"
         f" {expected[idx]!r} (|diff| {err[idx]:.3g} > tolerance {tol[idx]:.3g})\nchex: {e}"
     ) from None
 
@@ -284,7 +289,8 @@ def _assert_split_invariant(check, variant, run, examples, rtol, atol):
           got = part[(slice(None),) + (0,) * len(idx)]
           want = whole[(slice(a, e + 1),) + idx]
           dtype = np.result_type(whole.dtype, part.dtype)
-          _assert_close(check, where, name, got, want, rtol, atol, dtype)
+          locate = lambda i, a=a, idx=idx: (a + i[0], *idx, *i[1:])  # noqa: E731
+          _assert_close(check, where, name, got, want, rtol, atol, dtype, locate=locate)
 
 
 def _garbage_like(name, x, mask, num_actions, kind, rng):
@@ -499,17 +505,12 @@ def assert_matches_reference(
     expected = [np.asarray(x, np.float64) for x in jax.tree_util.tree_leaves(reference(traj))]
     for variant, run in runs:
       where = f"{_describe(i, traj)}, chex variant {variant}"
-      out = _call(run, traj, check, where)
-      flat, _ = jax.tree_util.tree_flatten_with_path(out)
+      flat = _leaves(run, traj, check, where)  # per step, or a ValueError
       if len(flat) != len(expected):
         raise AssertionError(
             f"{check}: {where}: fn returned {len(flat)} arrays, the reference {len(expected)}"
         )
-      for (path, got), want in zip(flat, expected):
-        name = jax.tree_util.keystr(path) or "(the array)"
-        lead = np.shape(traj.r_t)
-        select = None
-        if not compare_masked and np.shape(got)[: len(lead)] == lead:
-          select = _step_select(traj.mask, np.shape(got))
-        dtype = np.asarray(got).dtype
+      for (name, got), want in zip(flat, expected):
+        select = None if compare_masked else _step_select(traj.mask, np.shape(got))
+        dtype = got.dtype
         _assert_close(check, where, name, got, want, rtol, atol, dtype, select=select)
