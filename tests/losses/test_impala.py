@@ -801,3 +801,15 @@ def test_mean_rho_stays_finite_when_every_ratio_is_at_the_clamp():
                                   jnp.full((T, B), 0.9))  # fmt: skip
   assert np.isfinite(float(out.loss)) and np.isfinite(float(out.mean_rho))
   assert float(out.mean_rho) > 1e37
+
+
+@pytest.mark.parametrize("dtype", [jnp.float16, jnp.bfloat16])
+def test_weighted_mean_of_many_half_precision_values(dtype):
+  # 70,000 weights sum past float16's 65,504: the sums are taken in float32.
+  n = 70_000
+  got = L.weighted_mean(jnp.full((n,), 2.0, dtype), jnp.ones((n,), dtype))
+  assert got.dtype == dtype and float(got) == 2.0
+  grad = jax.grad(lambda x: L.weighted_mean(x, jnp.ones((n,), dtype)).astype(jnp.float32))(
+      jnp.full((n,), 2.0, dtype)
+  )
+  np.testing.assert_allclose(np.asarray(grad, np.float32), 1.0 / n, rtol=1e-2)

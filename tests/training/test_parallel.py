@@ -540,6 +540,24 @@ def test_processes_given_different_settings_are_refused_before_anything_is_writt
   assert not (run / "config.json").exists() and not (run / "checkpoints").exists()
 
 
+def test_processes_may_name_their_shared_run_directory_differently(tmp_path):
+  # A shared filesystem mounted at another path on another host: here a link.
+  run = tmp_path / "run"
+  run.mkdir()
+  (tmp_path / "mounted").symlink_to(run)
+  procs, logs = [], []
+  try:
+    _start_two_processes(run, ["--total-env-steps", "4096", "--eval-every", "0"], procs, logs,
+                         own_flags=((), ("--run-dir", str(tmp_path / "mounted"))))  # fmt: skip
+    for proc in procs:
+      proc.wait(timeout=240)
+  finally:
+    outputs = _stop_and_read(procs, logs)
+  for pid, (proc, out) in enumerate(zip(procs, outputs)):
+    assert proc.returncode == 0, f"process {pid}:\n{out[-3000:]}"
+  assert (run / "final_params.msgpack").exists() and (run / "process1").is_dir()
+
+
 def test_a_process_without_its_coordinator_stops_with_one_line():
   code = (
       "from offpolicy_ac.training import parallel\n"

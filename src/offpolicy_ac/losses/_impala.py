@@ -55,8 +55,8 @@ class ImpalaLossOutput(NamedTuple):
 def weighted_mean(x: jax.Array, weights: jax.Array) -> jax.Array:
   """sum(w x) / sum(w) over all entries, and 0 where all weights are 0; entries of weight
   0 are left out, not multiplied by 0 (a NaN there does not reach the mean). The mean of
-  finite values is finite, even where sum(w x) is not (ratios near the dtype's maximum,
-  many float16 losses).
+  finite values is finite, even where sum(w x) is not in the inputs' dtype (ratios near
+  the dtype's maximum; float16 and bfloat16 are summed in float32).
 
   `weights` must have the shape of `x` (ValueError naming both shapes
   otherwise): a broadcast weight would be summed once in the denominator but
@@ -64,12 +64,17 @@ def weighted_mean(x: jax.Array, weights: jax.Array) -> jax.Array:
   (`jnp.broadcast_to(w, x.shape)`) where that is what you mean.
   """
   _checks.check_shape("weights", weights, jnp.shape(x), "`x`")
-  total = jnp.where(jnp.sum(weights) > 0, jnp.sum(weights), 1.0)
-  zero = jnp.zeros((), jnp.result_type(weights, x))
-  mean = jnp.sum(jnp.where(weights != 0, weights * x, zero)) / total
+  dtype = jnp.result_type(weights, x)
+  # Half precision is summed in float32 (its sums overflow at 65504); float32 and float64
+  # as they are.
+  acc = jnp.promote_types(dtype, jnp.float32)
+  w, x = jnp.asarray(weights, acc), jnp.asarray(x, acc)
+  total = jnp.where(jnp.sum(w) > 0, jnp.sum(w), 1.0)
+  zero = jnp.zeros((), acc)
+  mean = jnp.sum(jnp.where(w != 0, w * x, zero)) / total
   # Where sum(w x) overflows, sum the shares w / sum(w) instead (rounded differently).
-  shares = jnp.sum(jnp.where(weights != 0, (weights / total) * x, zero))
-  return jnp.where(jnp.isfinite(mean), mean, shares)
+  shares = jnp.sum(jnp.where(w != 0, (w / total) * x, zero))
+  return jnp.where(jnp.isfinite(mean), mean, shares).astype(dtype)
 
 
 def step_weights(shape, mask, weights, dtype) -> jax.Array:

@@ -340,10 +340,12 @@ def _run(name: str, args: Any, root: pathlib.Path, *, agent_factory: Callable,
     lanes = sweeps.lanes_of(args, root)  # validates the sweep before anything is written
   with refusals():
     prepare_process(config)
-    # Input files are compared by content (their paths may differ between hosts).
-    differing = ("train.parallel.process_id", "train.parallel.coordinator_address")
-    mine = {k: v for k, v in rundir.flat_settings(args).items() if k not in differing}
-    check_same_settings({**mine, **(inputs or {})})
+    # Paths may differ between hosts (a shared filesystem mounted elsewhere, `~`): input
+    # files are compared by their contents, the run directory not at all.
+    own = {"run_dir", "train.parallel.process_id", "train.parallel.coordinator_address"}
+    own |= set(inputs or {})
+    mine = {k: v for k, v in rundir.flat_settings(args).items() if k not in own}
+    check_same_settings({**mine, **{f"{k} (contents)": v for k, v in (inputs or {}).items()}})
   with refusals():
     program = _program(name, args, lanes, agent_factory=agent_factory, batch_fn=batch_fn,
                        rollout_factory=rollout_factory)  # fmt: skip

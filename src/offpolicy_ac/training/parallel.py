@@ -106,25 +106,27 @@ def initialize_distributed(
         "initialize_distributed must run before any JAX computation "
         "(a JAX backend is already running in this process)"
     )
+  deadline = time.monotonic() + timeout_s
   if process_id > 0:  # JAX would abort the process, with a native stack, after its timeout
-    _wait_for_coordinator(coordinator_address, process_id, num_processes, timeout_s)
+    _wait_for_coordinator(coordinator_address, process_id, num_processes, deadline, timeout_s)
   jax.config.update("jax_cpu_collectives_implementation", "gloo")
   jax.distributed.initialize(
       coordinator_address=coordinator_address,
       num_processes=num_processes,
       process_id=process_id,
-      initialization_timeout=timeout_s,
+      initialization_timeout=max(1, round(deadline - time.monotonic())),
   )
 
 
-def _wait_for_coordinator(address: str, process_id: int, num_processes: int, timeout_s: float):
+def _wait_for_coordinator(address: str, process_id: int, num_processes: int, deadline: float,
+                          timeout_s: float) -> None:  # fmt: skip
   """Returns once the coordinator (process 0) accepts connections at `address`.
 
   Raises:
-    ConnectionError: it did not within `timeout_s`.
+    ConnectionError: it did not by `deadline` (`time.monotonic()`; `timeout_s` after the
+      start).
   """
   host, port = address.rsplit(":", 1)
-  deadline = time.monotonic() + timeout_s
   while True:
     try:
       with socket.create_connection((host.strip("[]"), int(port)), timeout=2.0):
