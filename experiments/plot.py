@@ -41,8 +41,8 @@ class Args:
 
 def main(args: Args) -> list[statistics.GroupCurve]:
   if args.reps < 40 or args.max_points < 2 or not 0 <= args.seed < 2**32:
-    raise ValueError(f"need --reps >= 40 (95% intervals), --max-points >= 2 and --seed in [0, 2**32), got "
-                     f"{args.reps}, {args.max_points} and {args.seed}")  # fmt: skip
+    raise ValueError(f"need --reps >= 40 (95% intervals), --max-points >= 2 and --seed in "
+                     f"[0, 2**32), got {args.reps}, {args.max_points} and {args.seed}")  # fmt: skip
   runs = [statistics.run_info(d) for d in statistics.find_runs(args.paths)]
   groups = statistics.group_runs(runs)
   curves = [

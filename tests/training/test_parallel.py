@@ -506,33 +506,33 @@ def _stop_and_read(procs, logs):
   return outputs
 
 
-def _two_processes(run_dir, *flags, timeout=300):
-  """Runs experiments/impala.py as processes 0 and 1 of one job; both must exit 0."""
+def _job(run_dir, flags, own_flags=((), ()), timeout=300):
+  """Runs experiments/impala.py as processes 0 and 1 of one job to their end:
+  [(return code, output)] of each."""
   procs, logs = [], []
   try:
-    _start_two_processes(run_dir, flags, procs, logs)
+    _start_two_processes(run_dir, flags, procs, logs, own_flags)
     deadline = time.monotonic() + timeout
     for proc in procs:
       proc.wait(timeout=max(deadline - time.monotonic(), 1))
   finally:
     outputs = _stop_and_read(procs, logs)
-  for pid, (proc, out) in enumerate(zip(procs, outputs)):
-    assert proc.returncode == 0, f"process {pid} failed:\n{out[-4000:]}"
-  return outputs
+  return [(proc.returncode, out) for proc, out in zip(procs, outputs)]
+
+
+def _two_processes(run_dir, *flags, own_flags=((), ()), timeout=300):
+  """Runs experiments/impala.py as processes 0 and 1 of one job; both must exit 0."""
+  results = _job(run_dir, flags, own_flags, timeout)
+  for pid, (code, out) in enumerate(results):
+    assert code == 0, f"process {pid} failed:\n{out[-4000:]}"
+  return [out for _, out in results]
 
 
 def test_processes_given_different_settings_are_refused_before_anything_is_written(tmp_path):
   run = tmp_path / "run"
-  procs, logs = [], []
-  try:
-    _start_two_processes(run, ["--total-env-steps", "40960"], procs, logs,
-                         own_flags=((), ("--learning-rate", "0.001")))  # fmt: skip
-    for proc in procs:
-      proc.wait(timeout=240)
-  finally:
-    outputs = _stop_and_read(procs, logs)
-  for pid, (proc, out) in enumerate(zip(procs, outputs)):
-    assert proc.returncode == 2, f"process {pid}:\n{out[-3000:]}"
+  results = _job(run, ["--total-env-steps", "40960"], own_flags=((), ("--learning-rate", "0.001")))
+  for pid, (code, out) in enumerate(results):
+    assert code == 2, f"process {pid}:\n{out[-3000:]}"
     assert out.strip().splitlines()[-1] == (
         "[impala] error: the processes of this job were given different settings "
         "(--learning-rate): start every process with the same flags but --process-id"
@@ -545,16 +545,8 @@ def test_processes_may_name_their_shared_run_directory_differently(tmp_path):
   run = tmp_path / "run"
   run.mkdir()
   (tmp_path / "mounted").symlink_to(run)
-  procs, logs = [], []
-  try:
-    _start_two_processes(run, ["--total-env-steps", "4096", "--eval-every", "0"], procs, logs,
-                         own_flags=((), ("--run-dir", str(tmp_path / "mounted"))))  # fmt: skip
-    for proc in procs:
-      proc.wait(timeout=240)
-  finally:
-    outputs = _stop_and_read(procs, logs)
-  for pid, (proc, out) in enumerate(zip(procs, outputs)):
-    assert proc.returncode == 0, f"process {pid}:\n{out[-3000:]}"
+  _two_processes(run, "--total-env-steps", "4096", "--eval-every", "0",
+                 own_flags=((), ("--run-dir", str(tmp_path / "mounted"))))  # fmt: skip
   assert (run / "final_params.msgpack").exists() and (run / "process1").is_dir()
 
 
