@@ -79,10 +79,14 @@ class Args:
   """Every case's budget instead of its own (a quick check of the benchmark itself)."""
 
 
+def _budget_flags(args: Args) -> list[str]:
+  """The flags of `--total-env-steps`, the budget override (none: each case's own)."""
+  return [] if args.total_env_steps is None else ["--total-env-steps", str(args.total_env_steps)]
+
+
 def _train(case: Case, run_dir: pathlib.Path, args: Args, demos: Optional[str]) -> float:
-  flags = [*case.flags, "--num-seeds", str(args.num_seeds), "--run-dir", str(run_dir)]
-  if args.total_env_steps is not None:
-    flags += ["--total-env-steps", str(args.total_env_steps)]
+  flags = [*case.flags, *_budget_flags(args), "--num-seeds", str(args.num_seeds),
+           "--run-dir", str(run_dir)]  # fmt: skip
   if demos:
     flags += ["--demos", demos]
   cmd = [sys.executable, str(EXPERIMENTS / f"{case.script}.py"), *flags]
@@ -122,7 +126,6 @@ def run_case(name: str, args: Args, out: pathlib.Path) -> dict:
     if not demos.exists():
       _record_demos(_lane_dirs(out / case.demos_from, args.num_seeds)[0], demos)
   wall = _train(case, out / name, args, demos and str(demos))
-  budget = [] if args.total_env_steps is None else ["--total-env-steps", str(args.total_env_steps)]
   seeds = []
   for lane in _lane_dirs(out / name, args.num_seeds):
     summary = json.loads((lane / "summary.json").read_text())
@@ -138,7 +141,7 @@ def run_case(name: str, args: Args, out: pathlib.Path) -> dict:
   bests = [s["best"]["mean"] for s in seeds]
   result = {
       "case": name,
-      "command": " ".join([f"{case.script}.py", *case.flags, *budget]),
+      "command": " ".join([f"{case.script}.py", *case.flags, *_budget_flags(args)]),
       "bar": case.bar,
       "wall_s": wall,
       "env_steps": int(np.median([s["final"]["env_steps"] for s in seeds])),

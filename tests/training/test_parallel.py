@@ -535,7 +535,7 @@ def test_processes_given_different_settings_are_refused_before_anything_is_writt
     assert code == 2, f"process {pid}:\n{out[-3000:]}"
     assert out.strip().splitlines()[-1] == (
         "[impala] error: the processes of this job were given different settings "
-        "(--learning-rate): start every process with the same flags but --process-id"
+        "(agent.learning_rate): start every process with the same flags but --process-id"
     )
   assert not (run / "config.json").exists() and not (run / "checkpoints").exists()
 

@@ -69,7 +69,8 @@ def weighted_mean(x: jax.Array, weights: jax.Array) -> jax.Array:
   # as they are.
   acc = jnp.promote_types(dtype, jnp.float32)
   w, x = jnp.asarray(weights, acc), jnp.asarray(x, acc)
-  total = jnp.where(jnp.sum(w) > 0, jnp.sum(w), 1.0)
+  total = jnp.sum(w)
+  total = jnp.where(total > 0, total, 1.0)
   zero = jnp.zeros((), acc)
   mean = jnp.sum(jnp.where(w != 0, w * x, zero)) / total
   # Where sum(w x) overflows, sum the shares w / sum(w) instead (rounded differently).

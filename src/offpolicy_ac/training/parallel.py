@@ -149,7 +149,8 @@ def check_same_settings(settings: Mapping[str, Any]) -> None:
   and other settings (the number of environments) fail in a collective much later.
 
   Raises:
-    ValueError (on every process): the fields whose values differ, as flags.
+    ValueError (on every process): the fields whose values differ, dotted as a resume's
+      refusal names them.
   """
   if jax.process_count() == 1:
     return
@@ -170,10 +171,9 @@ def check_same_settings(settings: Mapping[str, Any]) -> None:
   values = gather([digest(settings[name]) for name in names])
   differ = [names[i] for i in np.flatnonzero((values != values[0]).any(axis=0))]
   if differ:
-    flags = ", ".join("--" + name.rsplit(".", 1)[-1].replace("_", "-") for name in differ)
     raise ValueError(
-        f"the processes of this job were given different settings ({flags}): start every "
-        "process with the same flags but --process-id"
+        f"the processes of this job were given different settings ({', '.join(differ)}): "
+        "start every process with the same flags but --process-id"
     )
 
 
