@@ -269,6 +269,13 @@ def test_pixel_torsos_map_frames_to_features(kind, features):
       ValueError, match=r"takes a batch of frames \[B, C, H, W\], got shape \(4, 84, 84\)"
   ):
     torso.apply(params, frames[0])
+  # Called directly on channel-last frames, or on frames too small for its convolutions:
+  # refused by name, not a ZeroDivisionError in the dense layer's initialisation.
+  with pytest.raises(ValueError, match=r"looks like \[B, H, W, C\]"):
+    type(torso)().init(jax.random.PRNGKey(1), jnp.zeros((2, 84, 84, 4), jnp.uint8))
+  if kind != "impala_resnet":  # its SAME convolutions take any frame
+    with pytest.raises(ValueError, match="leave no feature"):
+      type(torso)().init(jax.random.PRNGKey(1), jnp.zeros((2, 4, 20, 20), jnp.uint8))
 
 
 @pytest.mark.parametrize("kind", ["nature_cnn", "impala_resnet", "small_cnn"])
@@ -344,6 +351,28 @@ def test_minatar_cnn_is_the_3x3_convolution_then_dense():
     expected = nn.relu(conv_out.reshape(3, -1) @ dense["kernel"] + dense["bias"][None])
     got = torso.apply(params, grids)
   np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+  # gymnax's own MinAtar grids are [H, W, C]: with more than 4 channels too, refused by name.
+  with pytest.raises(ValueError, match=r"\(10, 10, 7\) look like \[H, W, C\]"):
+    networks.make_torso("auto", (10, 10, 7))
+  with pytest.raises(ValueError, match="leaves no feature"):
+    torso.init(jax.random.PRNGKey(1), grids[:, :, :2, :2])
+
+
+def test_mlp_torso_refuses_an_observation_without_its_batch_axis():
+  """make_torso's MLP knows one observation's rank: [D] is refused, not read as D
+  observations of one feature; scalar observations take a batch [B]."""
+  from offpolicy_ac import networks
+
+  torso = networks.make_torso("mlp", (4,))
+  params = torso.init(jax.random.PRNGKey(0), jnp.zeros((3, 4)))
+  assert torso.apply(params, jnp.ones((3, 4))).shape == (3, 64)
+  with pytest.raises(ValueError, match=r"rank 1, \[B, \.\.\.\], got shape \(4,\)"):
+    torso.apply(params, jnp.ones(4))
+  scalar = networks.make_torso("mlp", ())
+  assert scalar.apply(scalar.init(jax.random.PRNGKey(0), jnp.zeros(3)), jnp.ones(3)).shape == (
+      3,
+      64,
+  )
 
 
 def test_impala_atari_preset_learns_from_small_advantages():

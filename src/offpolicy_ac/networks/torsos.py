@@ -24,13 +24,23 @@ import, before `jax.distributed.initialize` can run."""
 
 
 class MLPTorso(nn.Module):
-  """Fully connected torso: [B, D] (or [B, ...], flattened) -> [B, hidden_sizes[-1]]."""
+  """Fully connected torso: [B, D] (or [B, ...], flattened) -> [B, hidden_sizes[-1]].
+
+  `observation_ndim` (one observation's rank; `make_torso` sets it) refuses a batch of
+  another rank, as one observation without its batch axis: [D] would be read as D
+  observations of one feature."""
 
   hidden_sizes: Sequence[int] = (64, 64)
   activation: str = "tanh"
+  observation_ndim: int | None = None
 
   @nn.compact
   def __call__(self, obs: jnp.ndarray) -> jnp.ndarray:
+    if self.observation_ndim is not None and obs.ndim != self.observation_ndim + 1:
+      raise ValueError(
+          f"MLPTorso takes a batch of observations of rank {self.observation_ndim}, "
+          f"[B, ...], got shape {obs.shape}: add the batch axis (obs[None]) to one observation"
+      )
     act = getattr(nn, self.activation)
     x = obs.reshape(obs.shape[0], -1).astype(jnp.float32)
     for size in self.hidden_sizes:
@@ -38,9 +48,28 @@ class MLPTorso(nn.Module):
     return x
 
 
+def _looks_channels_last(frame_shape: tuple[int, ...]) -> bool:
+  """True when one frame's shape reads as [H, W, C]: its last axis is shorter than both the
+  others (CarRacing's (96, 96, 3), gymnax MinAtar's (10, 10, 7)). A square frame with as
+  many channels as pixels a side cannot be told apart, and passes."""
+  return frame_shape[-1] < min(frame_shape[0], frame_shape[1])
+
+
 def _check_frames(obs: jnp.ndarray, torso: str) -> None:
   if obs.ndim != 4:
     raise ValueError(f"{torso} takes a batch of frames [B, C, H, W], got shape {obs.shape}")
+  if _looks_channels_last(obs.shape[1:]):
+    raise ValueError(
+        f"{torso} takes frames [B, C, H, W]; shape {obs.shape} looks like [B, H, W, C]: "
+        "move the channels first (obs.transpose(0, 3, 1, 2))"
+    )
+
+
+def _check_features(x: jnp.ndarray, obs: jnp.ndarray, torso: str) -> None:
+  """Refuses frames too small for a torso's convolutions (no feature left), before its
+  dense layer's initialisation divides by a fan-in of 0."""
+  if x.size == 0:
+    raise ValueError(f"{torso}'s convolutions leave no feature of frames of shape {obs.shape}")
 
 
 def _to_nhwc(obs: jnp.ndarray) -> jnp.ndarray:
@@ -63,6 +92,7 @@ class NatureCNN(nn.Module):
     x = _to_nhwc(obs)
     for features, kernel, stride in ((32, 8, 4), (64, 4, 2), (64, 3, 1)):
       x = nn.relu(nn.Conv(features, (kernel, kernel), (stride, stride), padding="VALID")(x))
+    _check_features(x, obs, "NatureCNN")
     x = x.reshape(x.shape[0], -1)
     return nn.relu(nn.Dense(self.dense_size)(x))
 
@@ -134,6 +164,7 @@ class SmallCNN(nn.Module):
           features, (kernel, kernel), (stride, stride), "VALID", kernel_init=_ORTHOGONAL_SQRT2
       )
       x = nn.relu(conv(x))
+    _check_features(x, obs, "SmallCNN")
     x = x.reshape(x.shape[0], -1)
     return nn.relu(nn.Dense(self.dense_size, kernel_init=_ORTHOGONAL_SQRT2)(x))
 
@@ -154,6 +185,8 @@ class MinAtarCNN(nn.Module):
     _check_frames(obs, "MinAtarCNN")
     x = jnp.transpose(obs.astype(jnp.float32), (0, 2, 3, 1))
     h, w = x.shape[1] - 2, x.shape[2] - 2
+    if min(h, w) < 1:
+      raise ValueError(f"MinAtarCNN's 3x3 convolution leaves no feature of frames {obs.shape}")
     patches = jnp.concatenate(
         [x[:, i : i + h, j : j + w, :] for i in range(3) for j in range(3)], axis=-1
     )
@@ -196,12 +229,12 @@ def make_torso(
   if kind not in TORSOS:
     raise ValueError(f"unknown torso {kind!r}; choose one of {TORSOS} or 'auto'")
   if kind == "mlp":
-    return MLPTorso(tuple(hidden_sizes))
+    return MLPTorso(tuple(hidden_sizes), observation_ndim=rank)
   if rank != 3:
     raise ValueError(
         f"torso {kind!r} needs [C, H, W] frames, got observation shape " f"{observation_shape}"
     )
-  if observation_shape[-1] <= 4 < observation_shape[0]:  # CarRacing's (96, 96, 3)
+  if _looks_channels_last(observation_shape):
     raise ValueError(
         f"torso {kind!r} takes [C, H, W] frames; observations of shape {observation_shape} "
         "look like [H, W, C]: move their channels first"
