@@ -199,7 +199,7 @@ def _boundary_trajectory(t=7, b=3, d=2):
   )
 
 
-@pytest.mark.parametrize("n_step, lambda_", [(1, 0.0), (3, 0.0), (1, 0.6)])
+@pytest.mark.parametrize("n_step, lambda_", [(1, 0.0), (3, 0.0), (3, 0.6)])
 def test_targets_at_terminations_truncations_and_junctions(box_spec, n_step, lambda_):
   """With Q_target = c everywhere, the importance-sampled V(s') is c + alpha d log 2 for
   any sampled actions, so the loss is known exactly: the soft targets of the discrete

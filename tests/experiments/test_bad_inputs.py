@@ -144,6 +144,16 @@ CASES = [
         "--learning-rate 0.1 sets a field --sweep sweeps",
     ),
     ("impala", ["--coordinator-address", "localhost:1234"], "applies to a multi-process job"),
+    (
+        "impala",
+        ["--mini-batch-size", "7", "--num-updates-per-train-iter", "5"],
+        "num_updates_per_train_iter, mini_batch_size: replay settings, and this agent learns "
+        "on-policy, with no replay (IMPALA replays with --use-replay)",
+    ),
+    ("sql", ["--num-particles", "64"], "num_particles: settings of continuous SQL's sampler"),
+    ("sql", ["--lambda", "0.9", "--n-step", "7"], "n_step=7 with lambda_=0.9: lambda_ > 0"),
+    ("sql", ["--n-step", "50"], "n_step (50) exceeds mini_batch_length (4)"),
+    ("sqil", ["--demos", "{demos}/good.npz", "--n-step", "50"], "n_step (50) exceeds"),
 ]
 TRAINS = ("impala", "acer", "sql", "sqil")
 

@@ -189,9 +189,10 @@ def test_impala_anneals_the_learning_rate_over_the_runs_updates(tmp_path, replay
   # --anneal-learning-rate sets the decay to the run's planned updates, which are the
   # updates the run makes: the step size reaches 0 at the last one.
   module = _script("impala")
+  replay_settings = dict(replay_capacity=64, min_replay_size=40, num_updates_per_train_iter=3,
+                         mini_batch_size=8, mini_batch_length=8)  # fmt: skip
   args = _args(module, tmp_path, total_env_steps=5_000, log_every=2_500, checkpoint_every=0,
-               replay_capacity=64, min_replay_size=40, num_updates_per_train_iter=3,
-               mini_batch_size=8, mini_batch_length=8)  # fmt: skip
+               **(replay_settings if replay else {}))  # fmt: skip
   args = dataclasses.replace(args, anneal_learning_rate=True,
                              agent=dataclasses.replace(args.agent, use_replay=replay))  # fmt: skip
   planned = args.train.planned_updates(off_policy=replay)

@@ -2,6 +2,8 @@
 replayed, SQIL's demonstrations, each vmapped seed) passes the data transformer exactly
 once; the checkpoint record format is checked."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -9,6 +11,7 @@ import pytest
 
 from offpolicy_ac import agents
 from offpolicy_ac import envs
+from offpolicy_ac.training import ReplayConfig
 from offpolicy_ac.training import TrainConfig
 from offpolicy_ac.training import records
 from offpolicy_ac.training.learner import Learner
@@ -54,7 +57,8 @@ def _traj(seed):
 
 
 def _learner(agent, num_seeds=1, batch_fn=None):
-  return Learner(_recording(agent), CONFIG, DataParallel.create(1), num_seeds=num_seeds,
+  config = CONFIG if agent.off_policy else dataclasses.replace(CONFIG, replay=ReplayConfig())
+  return Learner(_recording(agent), config, DataParallel.create(1), num_seeds=num_seeds,
                  batch_fn=batch_fn)  # fmt: skip
 
 

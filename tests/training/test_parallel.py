@@ -82,15 +82,10 @@ def _run_case(case, agent_name, overrides, device_counts, out_dir):
   """Trains NUM_ITERS iterations with the driver's `Learner` on one device and on each
   count of `device_counts`; saves states and metrics (npz) and a report."""
 
+  replay = dict(replay_capacity=64, min_replay_size=8, mini_batch_size=16, mini_batch_length=4,
+                num_updates_per_train_iter=2)  # fmt: skip
   config = TrainConfig.of(
-      num_envs=8,
-      unroll_length=8,
-      replay_capacity=64,
-      min_replay_size=8,
-      mini_batch_size=16,
-      mini_batch_length=4,
-      num_updates_per_train_iter=2,
-      **overrides,
+      num_envs=8, unroll_length=8, **({} if agent_name == "impala" else replay), **overrides
   )
   env = envs.make("CartPole-v1", config.env.num_envs, 3)
   agent = {"impala": agents.make_impala, "sql": agents.make_sql, "acer": agents.make_acer}[

@@ -161,6 +161,12 @@ def test_a_compiled_run_honours_no_vmap_seeds_and_each_seed_is_the_vmapped_lane(
   for seed in ("seed0", "seed1"):
     _assert_same_run(_lines(tmp_path / "vmapped" / seed), _lines(tmp_path / "seq" / seed),
                      ["loss", "grad_norm", "entropy"])  # fmt: skip
+  # Each resumes only in the shape it was run in: the other is refused by name.
+  longer = dict(loop, total_env_steps=4096)
+  with pytest.raises(ValueError, match="runs one after the other: .* with --no-vmap-seeds"):
+    _main("impala", tmp_path / "seq", resume=True, **longer)
+  with pytest.raises(ValueError, match="lanes of one vmapped learner: .* without --no-vmap"):
+    _main("impala", tmp_path / "vmapped", resume=True, vmap_seeds=False, **longer)
 
 
 def test_vmapped_seeds_non_finite_loss_names_the_seed(tmp_path):

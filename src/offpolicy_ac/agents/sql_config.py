@@ -39,8 +39,8 @@ class SqlConfig:
   """Probability of a uniformly random action on top of Boltzmann acting (continuous: on
   top of the sampler's action; uniform in the action box)."""
   n_step: int = 3
-  """n of the soft n-step targets (used when lambda_ == 0). Continuous SQL's paper
-  targets are 1-step."""
+  """n of the soft n-step targets (lambda_ == 0; at most the sampled windows' length,
+  `mini_batch_length`). Continuous SQL's paper targets are 1-step."""
   lambda_: float = 0.0
   """If > 0, soft lambda-returns over the sampled window instead of n-step."""
   learning_rate: float = 1e-3
@@ -96,6 +96,11 @@ class SqlConfig:
     base.check_in("lambda_", self.lambda_, 0.0, 1.0)
     base.check_in("target_update_tau", self.target_update_tau, 1e-9, 1.0)
     base.check_int("n_step", self.n_step, 1)
+    if self.lambda_ > 0 and self.n_step != SqlConfig.n_step:
+      raise ValueError(
+          f"n_step={self.n_step} with lambda_={self.lambda_}: lambda_ > 0 selects the soft "
+          "lambda-returns, and n_step sets the n-step targets (lambda_ 0): give one of the two"
+      )
     for name, low in (("num_value_samples", 1), ("num_particles", 2)):
       base.check_int(name, getattr(self, name), low)
     base.check_non_negative("value_proposal_std", self.value_proposal_std)

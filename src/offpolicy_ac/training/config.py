@@ -109,14 +109,15 @@ class BudgetConfig:
 
 @dataclasses.dataclass(frozen=True)
 class ReplayConfig:
-  """Off-policy agents: the sequence replay buffer and the updates per iteration."""
+  """Off-policy agents: the sequence replay buffer and the updates per iteration (refused
+  for an agent that learns on-policy)."""
 
   replay_capacity: int = 2_000
   """Sequences the replay buffer holds (each unroll adds num_envs of them)."""
   min_replay_size: int = 64
   """Sequences stored before training starts."""
   num_updates_per_train_iter: int = 1
-  """Learner updates after each unroll."""
+  """Replayed updates after each unroll."""
   mini_batch_size: int = 64
   """Sequences per update."""
   mini_batch_length: int = 8

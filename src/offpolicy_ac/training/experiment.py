@@ -283,6 +283,11 @@ def _experiment(name: str, args: Any, agent_factory: Callable, *, batch_fn: Opti
       with contextlib.ExitStack() as held:
         with refusals():
           held.enter_context(rundir.locked(root))
+          if resume and (root / "config.json").exists():
+            raise ValueError(
+                f"--resume: {root} holds one run of its seeds, trained as lanes of one "
+                "vmapped learner: resume it as it was run, without --no-vmap-seeds"
+            )
           if resume and not any((d / "config.json").exists() for d in dirs):
             raise FileNotFoundError(f"--resume: {root} holds no run (no seed<k>/config.json)")
         held.enter_context(_stop_on_signals(between))  # a signal between two seeds
@@ -300,6 +305,13 @@ def _experiment(name: str, args: Any, agent_factory: Callable, *, batch_fn: Opti
         plot_runs(dirs[: len(results)], root / "learning_curves.png", group=True,
                   title=f"{name} {config.env.env_id}, {len(seeds)} seeds (one after the other)")  # fmt: skip
       return results
+    with refusals():
+      if resume and len(seeds) > 1 and not (root / "config.json").exists():
+        if any((root / f"seed{seed}" / "config.json").exists() for seed in seeds):
+          raise ValueError(
+              f"--resume: {root} holds its seeds as runs one after the other: resume it as "
+              "it was run, with --no-vmap-seeds"
+          )
     results = _run(name, args, root, agent_factory=agent_factory, batch_fn=batch_fn,
                    progress=progress, rollout_factory=rollout_factory, inputs=inputs)  # fmt: skip
     return results[0] if len(results) == 1 else results

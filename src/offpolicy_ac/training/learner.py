@@ -27,6 +27,7 @@ lane's into the vmapped functions and its `Acting`, where the agent is rebuilt w
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from typing import Any
 from typing import Callable
@@ -41,6 +42,7 @@ from offpolicy_ac import envs
 from offpolicy_ac import replay as replay_lib
 from offpolicy_ac.agents.base import Agent
 from offpolicy_ac.agents.base import as_batch_fn
+from offpolicy_ac.training.config import ReplayConfig
 from offpolicy_ac.training.config import TrainConfig
 from offpolicy_ac.training.parallel import DataParallel
 
@@ -125,10 +127,23 @@ def make_replay(config: TrainConfig) -> replay_lib.SequenceReplay:
 
 
 def check_learns(agent: Agent, config: TrainConfig) -> None:
-  """Refuses a run that would make no update: an off-policy agent that learns only from
-  its replay, with a budget that ends before the replay holds `min_replay_size`
-  sequences."""
-  if not agent.off_policy or agent.fresh_update_first or config.planned_updates(off_policy=True):
+  """Refuses replay settings given to an agent that learns on-policy (it has no replay:
+  they would be ignored), and a run that would make no update: an off-policy agent that
+  learns only from its replay, with a budget that ends before the replay holds
+  `min_replay_size` sequences."""
+  if not agent.off_policy:
+    given = [
+        f.name
+        for f in dataclasses.fields(ReplayConfig)
+        if getattr(config.replay, f.name) != getattr(ReplayConfig(), f.name)
+    ]
+    if given:
+      raise ValueError(
+          f"{', '.join(given)}: replay settings, and this agent learns on-policy, with no "
+          "replay (IMPALA replays with --use-replay)"
+      )
+    return
+  if agent.fresh_update_first or config.planned_updates(off_policy=True):
     return
   needed = config.filling_iterations * config.steps_per_iteration
   raise ValueError(
