@@ -95,7 +95,7 @@ def test_add_refuses_sequences_that_are_not_rows_of_the_buffer(jit):
   good = _sequences(0, 2)
   bad = [
       ({**good, "obs": good["obs"][..., :1]}, r"\['obs'\] is int32\[5, 2, 1\]"),
-      ({**good, "x": good["x"][:4]}, r"\['x'\] is float32\[4, 2\]"),
+      ({**good, "x": good["x"][:4]}, r"\['x'\] has shape \[4, 2\]; every leaf is \[L, B"),
       ({**good, "x": good["x"].astype(jnp.int32)}, r"\['x'\] is int32"),
       ({"x": good["x"]}, "sequences of structure"),
       (_sequences(0, 4), "4 sequences, more than the capacity 3"),
@@ -104,6 +104,28 @@ def test_add_refuses_sequences_that_are_not_rows_of_the_buffer(jit):
     with pytest.raises(ValueError, match=message):
       add(state, sequences)
   assert int(add(state, good).size) == 2
+  # A capacity that is not the buffer's would write rows past its end (dropped).
+  with pytest.raises(ValueError, match="capacity=5, and the buffer holds 3 rows"):
+    replay_lib.replay_add(state, good, capacity=5)
+
+
+def test_sequences_must_be_time_major_alike_in_every_leaf():
+  """A leaf of another L or B, or without its batch axis, is refused by name at init (it
+  would sample NaN or fill values past its end) and by `replay_full`."""
+  good = _sequences(0, 2)
+  replay = replay_lib.make_sequence_replay(
+      capacity=np.int64(4), sequence_length=5, sample_length=3, batch_size=np.int32(2)
+  )
+  for bad, message in [
+      ({**good, "x": good["x"][:4]}, r"\['x'\] has shape \[4, 2\].* \[L, B\] = \[5, 2\]"),
+      ({**good, "x": good["x"][:, 0]}, r"\['x'\] has shape \[5\]"),
+      ({**good, "x": good["x"][:, :1]}, r"\['x'\] has shape \[5, 1\]"),
+  ]:
+    with pytest.raises(ValueError, match="replay init: " + message):
+      replay.init(bad)
+    with pytest.raises(ValueError, match="replay_full: " + message):
+      replay_lib.replay_full(bad)
+  assert replay.capacity == 4 and int(replay.init(good).size) == 0
 
 
 def test_init_and_sample_refuse_sequences_of_another_length():

@@ -49,9 +49,32 @@ class ReplayState(NamedTuple):
   size: jax.Array
 
 
+def _sequence_axes(sequences: Any, where: str) -> tuple[int, int]:
+  """(L, B) of `sequences`, refusing leaves that are not all [L, B, ...] alike."""
+  leaves = jax.tree_util.tree_flatten_with_path(sequences)[0]
+  if not leaves:
+    raise ValueError(f"{where}: sequences with no arrays")
+  first = None
+  for path, x in leaves:
+    lead = tuple(np.shape(x)[:2])
+    if len(lead) < 2 or lead != (first or lead):
+      raise ValueError(
+          f"{where}: {jax.tree_util.keystr(path) or 'the sequences'} has shape "
+          f"{list(np.shape(x))}; every leaf is [L, B, ...] time-major"
+          + (f" with [L, B] = {list(first)}" if first else "")
+      )
+    first = lead
+  return first
+
+
 def replay_init(example: Any, capacity: int) -> ReplayState:
   """An empty buffer for sequences shaped like `example` ([L, B, ...] time-major), of its
-  dtypes as JAX stores them (float64 as float32 unless x64 is enabled)."""
+  dtypes as JAX stores them (float64 as float32 unless x64 is enabled).
+
+  Raises:
+    ValueError: leaves that are not all [L, B, ...] with the same L and B.
+  """
+  _sequence_axes(example, "replay_init")
   data = jax.tree.map(
       lambda x: jnp.zeros(
           (capacity, x.shape[0]) + x.shape[2:], jax.dtypes.canonicalize_dtype(x.dtype)
@@ -66,14 +89,18 @@ def replay_add(state: ReplayState, sequences: Any, *, capacity: int) -> ReplaySt
 
   Raises:
     ValueError: sequences of another structure, shape or dtype than the buffer's rows
-      (a broadcast or a cast would write something else), or B > capacity.
+      (a broadcast or a cast would write something else), B > capacity, or a capacity
+      that is not the buffer's.
   """
-  batch = jax.tree.leaves(sequences)[0].shape[1]
-  if batch > capacity:
-    raise ValueError(f"replay_add: {batch} sequences, more than the capacity {capacity}")
   if jax.tree.structure(sequences) != jax.tree.structure(state.data):
     raise ValueError(f"replay_add: sequences of structure {jax.tree.structure(sequences)}, "
                      f"the buffer's {jax.tree.structure(state.data)}")  # fmt: skip
+  rows_held = jax.tree.leaves(state.data)[0].shape[0]
+  if capacity != rows_held:
+    raise ValueError(f"replay_add: capacity={capacity}, and the buffer holds {rows_held} rows")
+  _, batch = _sequence_axes(sequences, "replay_add")
+  if batch > capacity:
+    raise ValueError(f"replay_add: {batch} sequences, more than the capacity {capacity}")
   for (path, buf), x in zip(jax.tree_util.tree_flatten_with_path(state.data)[0],
                             jax.tree.leaves(sequences)):  # fmt: skip
     dtype = jax.dtypes.canonicalize_dtype(x.dtype)  # as `replay_init` stored it (x64 off)
@@ -92,8 +119,12 @@ def replay_full(sequences: Any) -> ReplayState:
   """A buffer holding exactly the B sequences of `sequences` ([L, B, ...]), capacity B:
   what `replay_add(replay_init(sequences, B), sequences, capacity=B)` builds, laid out
   on the host and copied once (no JAX op runs, so nothing compiles). For fixed data
-  such as demonstrations."""
-  batch = jax.tree.leaves(sequences)[0].shape[1]
+  such as demonstrations.
+
+  Raises:
+    ValueError: leaves that are not all [L, B, ...] with the same L and B.
+  """
+  _, batch = _sequence_axes(sequences, "replay_full")
   data = jax.tree.map(lambda x: jnp.asarray(np.swapaxes(np.asarray(x), 0, 1)), sequences)
   return ReplayState(data, jnp.zeros((), jnp.int32), jnp.asarray(batch, jnp.int32))
 
@@ -131,7 +162,8 @@ def replay_epoch(state: ReplayState, key: jax.Array, *, batch_size: int) -> Any:
   """Whole-buffer training: all filled rows shuffled along the batch axis (time
   order kept), as [num_batches, L, batch_size, ...]; the remainder is dropped.
 
-  Needs a concrete `state.size` (call outside `jit`, or with a full buffer).
+  The number of batches depends on `state.size`: call it outside `jit`, on a concrete
+  state.
   """
   size = int(state.size)
   num_batches = size // batch_size
@@ -173,8 +205,10 @@ def make_sequence_replay(
       ("sample_length", sample_length),
       ("batch_size", batch_size),
   ]:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
       raise ValueError(f"`{name}` must be a positive int, got {value!r}")
+  capacity, sequence_length = int(capacity), int(sequence_length)
+  sample_length, batch_size = int(sample_length), int(batch_size)
   if sample_length > sequence_length:
     raise ValueError(
         f"sample_length={sample_length} (mini_batch_length + 1) is longer than the "
@@ -185,7 +219,7 @@ def make_sequence_replay(
     raise ValueError(f"sample_length must be >= 2 (one transition), got {sample_length}")
 
   def init(example: Any) -> ReplayState:
-    length = jax.tree.leaves(example)[0].shape[0]
+    length, _ = _sequence_axes(example, "replay init")
     if length != sequence_length:
       raise ValueError(f"replay init: the example's sequences have {length} steps, not "
                        f"sequence_length={sequence_length} ([L, B, ...] time-major)")  # fmt: skip
