@@ -72,6 +72,8 @@ def main(args: Args) -> dict:
     raise ValueError(f"--max-steps must be >= 1, got {args.max_steps}")
   if not (math.isfinite(args.fps) and args.fps > 0):
     raise ValueError(f"--fps must be > 0, got {args.fps}")
+  if args.fps != Args.fps and not args.video:
+    raise ValueError("--fps sets the video's frame rate: it applies to --video")
   if args.out:
     check_output_file("--out", args.out)
   if args.video:

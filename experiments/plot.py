@@ -12,6 +12,7 @@ table of the groups' final IQM and interval. See docs/statistics.md.
 from __future__ import annotations
 
 import dataclasses
+import pathlib
 from typing import Optional
 import warnings
 
@@ -43,6 +44,10 @@ def main(args: Args) -> list[statistics.GroupCurve]:
   if args.reps < 40 or args.max_points < 2 or not 0 <= args.seed < 2**32:
     raise ValueError(f"need --reps >= 40 (95% intervals), --max-points >= 2 and --seed in "
                      f"[0, 2**32), got {args.reps}, {args.max_points} and {args.seed}")  # fmt: skip
+  out_dir = pathlib.Path(args.out_dir).expanduser()
+  blocking = next((d for d in (out_dir, *out_dir.parents) if d.exists()), None)
+  if blocking is not None and not blocking.is_dir():
+    raise ValueError(f"--out-dir {out_dir}: {blocking} is a file, not a directory")
   runs = [statistics.run_info(d) for d in statistics.find_runs(args.paths)]
   groups = statistics.group_runs(runs)
   curves = [

@@ -122,7 +122,12 @@ class EnvPresets:
   atari: Optional[str] = None
 
   def select(self, env_id: str) -> Optional[str]:
-    """The preset name for `env_id`, or None if it has none."""
+    """The preset name for `env_id`, or None if it has none.
+
+    Raises:
+      ValueError: an envpool id that no pattern matches and envpool does not know (when
+        `atari` is set, the Atari check looks it up), naming the closest known ids.
+    """
     for pattern, name in self.patterns.items():
       if fnmatch.fnmatchcase(env_id, pattern):
         return name

@@ -229,6 +229,40 @@ def test_sql_lambda_targets_variant(cartpole_spec):
   assert np.isfinite(float(metrics["loss"]))
 
 
+@pytest.mark.parametrize("name", ["impala", "acer", "sql"])
+def test_updates_refuse_actions_of_the_other_kind_and_missing_extras(
+    name, cartpole_spec, pendulum_spec
+):
+  """A float action given to a discrete agent would be truncated to an index (ACER's
+  was), an integer one to a continuous agent read as a float: both are refused, as are
+  behaviour extras missing from the trajectory (a bare KeyError deep in the loss)."""
+  from offpolicy_ac import agents
+
+  make = getattr(agents, f"make_{name}")
+  for spec, wrong in ((cartpole_spec, jnp.float32), (pendulum_spec, jnp.int32)):
+    agent = make(spec)
+    state = agent.init(jax.random.PRNGKey(0))
+    traj = _trajectory(spec, agent, state.params, jax.random.PRNGKey(2))
+    with pytest.raises(TypeError, match="integer action indices|float actions"):
+      agent.update(state, traj._replace(action=traj.action.astype(wrong)))
+    if traj.extras:
+      with pytest.raises(ValueError, match=r"update needs the behaviour policy in traj.extras"):
+        agent.update(state, traj._replace(extras={}))
+
+
+def test_impala_continuous_actions_keep_the_action_shape(pendulum_spec):
+  """Actions [B, *action_shape], as the other agents' and the Trajectory contract's."""
+  spec = pendulum_spec._replace(action_shape=(2, 2), action_low=(-1.0,) * 4, action_high=(1.0,) * 4)
+  agent = make_impala(spec)
+  state = agent.init(jax.random.PRNGKey(0))
+  obs = jnp.zeros((5, 3))
+  action, extras = agent.act(state.params, obs, jax.random.PRNGKey(1))
+  assert action.shape == (5, 2, 2) and extras["log_prob"].shape == (5,)
+  assert agent.greedy_act(state.params, obs).shape == (5, 2, 2)
+  traj = _trajectory(spec, agent, state.params, jax.random.PRNGKey(2))
+  assert np.isfinite(float(agent.update(state, traj)[1]["loss"]))
+
+
 def test_discrete_agents_refuse_continuous_tasks(pendulum_spec):
   with pytest.raises(ValueError, match="discrete action space"):
     make_sql_discrete(pendulum_spec)
@@ -482,5 +516,10 @@ def test_sqil_batch_fn_joins_agent_and_demonstration_windows(jit, num_demo):
     t0, s = np.argwhere(obs[..., 0] == first)[0]
     np.testing.assert_array_equal(out.observation[:, j], obs[t0 : t0 + length, s])
     np.testing.assert_array_equal(out.action[:, j], (obs[t0 : t0 + length, s, 0] % 2))
+  # Float demonstration actions for a discrete agent would be truncated to indices.
+  float_demos = demos._replace(action=demos.action.astype(np.float32) + 0.5)
+  float_fn = make_sqil_batch_fn(float_demos, batch_size=num_demo, length=length)
+  with pytest.raises(TypeError, match="demonstrations' actions are float32 and the agent's int32"):
+    (jax.jit(float_fn) if jit else float_fn)(agent_batch, jax.random.PRNGKey(0))
   with pytest.raises(ValueError, match="fewer than"):
     make_sqil_batch_fn(demos, batch_size=b, length=seq_len + 1)

@@ -81,6 +81,7 @@ CASES = [
     ("evaluate", ["--run-dir", "{demos}"], "is not a run directory (no config.json)"),
     ("evaluate", ["--run-dir", "{demos}", "--max-steps", "0"], "--max-steps must be >= 1"),
     ("evaluate", ["--run-dir", "{demos}", "--fps", "0"], "--fps must be > 0"),
+    ("evaluate", ["--run-dir", "{demos}", "--fps", "60"], "--fps sets the video's frame rate"),
     ("record_demos", ["--run-dir", "{demos}/no-run", "--out", "{demos}/x.npz"], "not a directory"),
     (
         "record_demos",
@@ -100,6 +101,7 @@ CASES = [
     ("plot", ["{demos}/no-run"], "no-run"),
     ("plot", ["{demos}", "--seed", "-1"], "--seed in [0, 2**32)"),
     ("plot", ["{demos}", "--max-points", "1"], "--max-points >= 2"),
+    ("plot", ["{demos}", "--out-dir", "{demos}/good.npz/p"], "good.npz is a file, not a direc"),
     ("plot", ["{demos}/damaged"], "config.json is damaged (not valid JSON"),
     ("evaluate", ["--run-dir", "{demos}/damaged"], "config.json is damaged (not valid JSON"),
     (

@@ -152,17 +152,6 @@ def _agent(init, act, greedy_act, update, spec, config) -> base.Agent:
   )
 
 
-def _check_extras(traj, keys, kind: str) -> None:
-  """Names what the update needs when the behaviour policy's outputs are missing."""
-  extras = traj.extras if isinstance(traj.extras, dict) else {}
-  missing = [k for k in keys if k not in extras]
-  if missing:
-    raise ValueError(
-        f"{kind} ACER's update needs the behaviour policy in traj.extras {list(keys)} "
-        f"(as written by its act); missing {missing}, got keys {sorted(extras)}"
-    )
-
-
 def _make_update(loss_fn, optimizer, config: AcerConfig):
   """update(state, traj): one gradient step, then the average network's EMA step."""
 
@@ -224,7 +213,8 @@ def make_acer_discrete(spec, config: AcerConfig = AcerConfig()) -> base.Agent:
 
   def loss_fn(params, avg_params, traj, key):
     del key  # discrete ACER draws no samples
-    _check_extras(traj, ("logits",), "discrete")
+    base.check_extras(traj, ("logits",), "discrete ACER")
+    base.check_action_dtype(traj.action, True, "discrete ACER")
     sg = jax.lax.stop_gradient
     li = loss_inputs(traj, config.gamma)
     r_t = li.r_t
@@ -339,7 +329,8 @@ def make_acer_continuous(spec, config: AcerConfig = AcerConfig()) -> base.Agent:
     return adv.reshape(lead + adv.shape[1:])
 
   def loss_fn(params, avg_params, traj, key):
-    _check_extras(traj, ("log_prob", "mean", "log_std"), "continuous")
+    base.check_extras(traj, ("log_prob", "mean", "log_std"), "continuous ACER")
+    base.check_action_dtype(traj.action, False, "continuous ACER")
     sg = jax.lax.stop_gradient
     li = loss_inputs(traj, config.gamma)
     r_t = li.r_t

@@ -20,6 +20,7 @@ from typing import Sequence
 
 import flax.struct
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 
@@ -203,6 +204,27 @@ def check_non_negative(name: str, value: float) -> None:
     return
   if not host_value(value) >= 0:
     raise ValueError(f"{name} must be >= 0, got {value}")
+
+
+def check_extras(traj: Any, keys: Sequence[str], agent: str) -> None:
+  """Names what an update needs when the behaviour policy's outputs are missing from
+  `traj.extras` (a KeyError deep in the loss otherwise)."""
+  extras = traj.extras if isinstance(traj.extras, dict) else {}
+  missing = [k for k in keys if k not in extras]
+  if missing:
+    raise ValueError(
+        f"{agent}'s update needs the behaviour policy in traj.extras {list(keys)} "
+        f"(as written by its act); missing {missing}, got keys {sorted(extras)}"
+    )
+
+
+def check_action_dtype(action: Any, discrete: bool, agent: str) -> None:
+  """Refuses actions of the other kind: a discrete agent takes integer indices (a float
+  would be truncated to one), a continuous agent floats."""
+  dtype = jnp.result_type(action)
+  if jnp.issubdtype(dtype, jnp.integer) != discrete:
+    kind = "integer action indices" if discrete else "float actions"
+    raise TypeError(f"{agent} takes {kind}; got actions of dtype {dtype}")
 
 
 def check_discrete(spec: Any, agent: str) -> None:

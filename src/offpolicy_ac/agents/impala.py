@@ -138,6 +138,7 @@ def make_impala(spec, config: ImpalaConfig = ImpalaConfig()) -> base.Agent:
       decay_updates=config.learning_rate_decay_updates,
   )
   obs_dtype = jnp.dtype(spec.observation_dtype)
+  action_shape = tuple(spec.action_shape)  # continuous: [B, d] -> [B, *action_shape]
 
   def init(key):
     init_key, key = jax.random.split(key)
@@ -152,15 +153,19 @@ def make_impala(spec, config: ImpalaConfig = ImpalaConfig()) -> base.Agent:
       return action, {"logits": logits}
     mean, log_std = policy(params, obs)
     action = mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape)
-    return action, {"log_prob": losses.gaussian_log_prob(mean, log_std, action)}
+    log_prob = losses.gaussian_log_prob(mean, log_std, action)
+    return action.reshape(mean.shape[:-1] + action_shape), {"log_prob": log_prob}
 
   def greedy_act(params, obs):
     if discrete:
       (logits,) = policy(params, obs)
       return jnp.argmax(logits, axis=-1).astype(jnp.int32)
-    return policy(params, obs)[0]
+    mean = policy(params, obs)[0]
+    return mean.reshape(mean.shape[:-1] + action_shape)
 
   def loss_fn(params, traj):
+    base.check_extras(traj, ("logits",) if discrete else ("log_prob",), "IMPALA")
+    base.check_action_dtype(traj.action, discrete, "IMPALA")
     li = loss_inputs(traj, config.gamma)
     out = base.apply_batched(net.apply, params, traj.observation)
     kwargs = dict(

@@ -88,6 +88,10 @@ class StochasticDuelingNetwork(nn.Module):
 
   `__call__(obs)` -> (mean [B, D], log_std [B, D], V [B], features [B, H]);
   `advantage(features, actions [B, ..., D])` -> A(x, a) [B, ...].
+
+  `init(key, obs)` creates only the parameters `__call__` uses. For all of them, initialise
+  a function that calls both, e.g. `sdn.init(key, obs, method=lambda m, o:
+  m.advantage(m(o)[3], jnp.zeros_like(m(o)[0])))` (continuous ACER's `init` does this).
   """
 
   torso: nn.Module
