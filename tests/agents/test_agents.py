@@ -248,6 +248,12 @@ def test_updates_refuse_actions_of_the_other_kind_and_missing_extras(
     if traj.extras:
       with pytest.raises(ValueError, match=r"update needs the behaviour policy in traj.extras"):
         agent.update(state, traj._replace(extras={}))
+    # Observations or actions of another task's shapes: named, not a Flax shape error.
+    wider = jnp.concatenate([traj.observation, traj.observation[..., :1]], axis=-1)
+    with pytest.raises(ValueError, match=r"traj.observation \[T\+1, B, \*\(\d,\)\]"):
+      agent.update(state, traj._replace(observation=wider))
+    with pytest.raises(ValueError, match=r"traj.action \[T\+1, B, \*\("):
+      agent.update(state, traj._replace(action=traj.action[..., None]))
 
 
 def test_impala_continuous_actions_keep_the_action_shape(pendulum_spec):

@@ -218,6 +218,20 @@ def check_extras(traj: Any, keys: Sequence[str], agent: str) -> None:
     )
 
 
+def check_step_shapes(traj: Any, spec: Any, agent: str) -> None:
+  """Refuses a trajectory [T+1, B, ...] whose observations or actions are not of the
+  task's shapes (a parameter shape error deep in Flax, or a failed reshape, otherwise)."""
+  for name, x, shape in (
+      ("observation", traj.observation, spec.observation_shape),
+      ("action", traj.action, spec.action_shape),
+  ):
+    if tuple(np.shape(x)[2:]) != tuple(shape) or np.ndim(x) < 2:
+      raise ValueError(
+          f"{agent}'s update takes traj.{name} [T+1, B, *{tuple(shape)}] ({spec.task_id}'s "
+          f"{name}s), got shape {tuple(np.shape(x))}"
+      )
+
+
 def check_action_dtype(action: Any, discrete: bool, agent: str) -> None:
   """Refuses actions of the other kind: a discrete agent takes integer indices (a float
   would be truncated to one), a continuous agent floats."""
