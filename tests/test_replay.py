@@ -95,7 +95,7 @@ def test_add_refuses_sequences_that_are_not_rows_of_the_buffer(jit):
   good = _sequences(0, 2)
   bad = [
       ({**good, "obs": good["obs"][..., :1]}, r"\['obs'\] is int32\[5, 2, 1\]"),
-      ({**good, "x": good["x"][:4]}, r"\['x'\] has shape \[4, 2\]; every leaf is \[L, B"),
+      ({**good, "x": good["x"][:4]}, r"\['x'\] has shape \[4, 2\] and \['obs'\] \[5, 2, 2\]"),
       ({**good, "x": good["x"].astype(jnp.int32)}, r"\['x'\] is int32"),
       ({"x": good["x"]}, "sequences of structure"),
       (_sequences(0, 4), "4 sequences, more than the capacity 3"),
@@ -117,7 +117,7 @@ def test_sequences_must_be_time_major_alike_in_every_leaf():
       capacity=np.int64(4), sequence_length=5, sample_length=3, batch_size=np.int32(2)
   )
   for bad, message in [
-      ({**good, "x": good["x"][:4]}, r"\['x'\] has shape \[4, 2\].* \[L, B\] = \[5, 2\]"),
+      ({**good, "x": good["x"][:4]}, r"\['x'\] has shape \[4, 2\] and \['obs'\] \[5, 2, 2\]"),
       ({**good, "x": good["x"][:, 0]}, r"\['x'\] has shape \[5\]"),
       ({**good, "x": good["x"][:, :1]}, r"\['x'\] has shape \[5, 1\]"),
   ]:

@@ -54,16 +54,18 @@ def _sequence_axes(sequences: Any, where: str) -> tuple[int, int]:
   leaves = jax.tree_util.tree_flatten_with_path(sequences)[0]
   if not leaves:
     raise ValueError(f"{where}: sequences with no arrays")
-  first = None
+  name = lambda path: jax.tree_util.keystr(path) or "the sequences"
+  first_path, first = leaves[0][0], tuple(np.shape(leaves[0][1])[:2])
   for path, x in leaves:
     lead = tuple(np.shape(x)[:2])
-    if len(lead) < 2 or lead != (first or lead):
-      raise ValueError(
-          f"{where}: {jax.tree_util.keystr(path) or 'the sequences'} has shape "
-          f"{list(np.shape(x))}; every leaf is [L, B, ...] time-major"
-          + (f" with [L, B] = {list(first)}" if first else "")
+    if len(lead) < 2 or lead != first:
+      other = (
+          f" and {name(first_path)} {list(np.shape(leaves[0][1]))}" if path != first_path else ""
       )
-    first = lead
+      raise ValueError(
+          f"{where}: {name(path)} has shape {list(np.shape(x))}{other}; every leaf is "
+          "[L, B, ...] time-major, with the same L and B"
+      )
   return first
 
 

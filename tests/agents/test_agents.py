@@ -243,7 +243,7 @@ def test_updates_refuse_actions_of_the_other_kind_and_missing_extras(
     agent = make(spec)
     state = agent.init(jax.random.PRNGKey(0))
     traj = _trajectory(spec, agent, state.params, jax.random.PRNGKey(2))
-    with pytest.raises(TypeError, match="integer action indices|float actions"):
+    with pytest.raises(ValueError, match="integer action indices|float actions"):
       agent.update(state, traj._replace(action=traj.action.astype(wrong)))
     if traj.extras:
       with pytest.raises(ValueError, match=r"update needs the behaviour policy in traj.extras"):
@@ -525,7 +525,7 @@ def test_sqil_batch_fn_joins_agent_and_demonstration_windows(jit, num_demo):
   # Float demonstration actions for a discrete agent would be truncated to indices.
   float_demos = demos._replace(action=demos.action.astype(np.float32) + 0.5)
   float_fn = make_sqil_batch_fn(float_demos, batch_size=num_demo, length=length)
-  with pytest.raises(TypeError, match="demonstrations' actions are float32 and the agent's int32"):
+  with pytest.raises(ValueError, match="demonstrations' actions are float32 and the agent's int32"):
     (jax.jit(float_fn) if jit else float_fn)(agent_batch, jax.random.PRNGKey(0))
   with pytest.raises(ValueError, match="fewer than"):
     make_sqil_batch_fn(demos, batch_size=b, length=seq_len + 1)

@@ -223,8 +223,9 @@ def test_unsupported_settings_are_refused_before_compiling():
 def test_continuous_agents_compile_on_a_continuous_jax_environment(make, config):
   """IMPALA's Gaussian policy and ACER's stochastic dueling network in one program, on
   gymnax's Pendulum (float32 actions clipped to the bounds by the environment)."""
-  compiled = make_train(make, config, _config(env_id="gymnax:Pendulum-v1", min_replay_size=8,
-                                              mini_batch_size=8, mini_batch_length=4))  # fmt: skip
+  replay = {} if make is make_impala else dict(min_replay_size=8, mini_batch_size=8,
+                                               mini_batch_length=4)  # fmt: skip
+  compiled = make_train(make, config, _config(env_id="gymnax:Pendulum-v1", **replay))
   _, metrics = jax.jit(compiled.train)(jax.random.PRNGKey(0), compiled.hyperparams)
   assert np.isfinite(metrics["loss"][metrics["updated"]]).all() and metrics["updated"].any()
   assert metrics["episodes"].sum() == 0  # 640 steps over 4 envs: no 200-step episode ended yet

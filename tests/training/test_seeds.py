@@ -163,9 +163,9 @@ def test_a_compiled_run_honours_no_vmap_seeds_and_each_seed_is_the_vmapped_lane(
                      ["loss", "grad_norm", "entropy"])  # fmt: skip
   # Each resumes only in the shape it was run in: the other is refused by name.
   longer = dict(loop, total_env_steps=4096)
-  with pytest.raises(ValueError, match="runs one after the other: .* with --no-vmap-seeds"):
+  with pytest.raises(ValueError, match=r"runs one after the other \(run with --no-vmap-seeds\)"):
     _main("impala", tmp_path / "seq", resume=True, **longer)
-  with pytest.raises(ValueError, match="lanes of one vmapped learner: .* without --no-vmap"):
+  with pytest.raises(ValueError, match=r"one learner of 2 seed\(s\), .* \(--no-vmap-seeds\)"):
     _main("impala", tmp_path / "vmapped", resume=True, vmap_seeds=False, **longer)
 
 

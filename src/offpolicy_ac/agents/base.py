@@ -236,9 +236,9 @@ def check_action_dtype(action: Any, discrete: bool, agent: str) -> None:
   """Refuses actions of the other kind: a discrete agent takes integer indices (a float
   would be truncated to one), a continuous agent floats."""
   dtype = jnp.result_type(action)
-  if jnp.issubdtype(dtype, jnp.integer) != discrete:
+  if not jnp.issubdtype(dtype, jnp.integer if discrete else jnp.floating):
     kind = "integer action indices" if discrete else "float actions"
-    raise TypeError(f"{agent} takes {kind}; got actions of dtype {dtype}")
+    raise ValueError(f"{agent} takes {kind}; got actions of dtype {dtype}")
 
 
 def check_discrete(spec: Any, agent: str) -> None:

@@ -78,7 +78,7 @@ def _mix_in_demonstrations(batch_size: int, length: int, demos: Any, agent_batch
   demo_batch = replay_lib.replay_sample(demos, key, batch_size=batch_size, length=length)
   demo_dtype, agent_dtype = demo_batch.action.dtype, agent_batch.action.dtype
   if jnp.issubdtype(demo_dtype, jnp.integer) != jnp.issubdtype(agent_dtype, jnp.integer):
-    raise TypeError(
+    raise ValueError(
         f"the demonstrations' actions are {demo_dtype} and the agent's {agent_dtype}: "
         "integer action indices and float actions do not mix (a cast would truncate them)"
     )

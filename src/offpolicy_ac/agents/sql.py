@@ -35,6 +35,7 @@ def make_sql(spec, config: SqlConfig = SqlConfig(), *, name: str = "sql") -> bas
 def make_sql_discrete(spec, config: SqlConfig = SqlConfig(), *, name: str = "sql") -> base.Agent:
   """Builds the SQL agent for discrete actions."""
   config.validate()
+  base.check_discrete(spec, name.upper())
   if config.num_q_networks != 1:
     raise ValueError(
         f"num_q_networks={config.num_q_networks}: several Q networks (clipped double Q) are "
@@ -50,7 +51,6 @@ def make_sql_discrete(spec, config: SqlConfig = SqlConfig(), *, name: str = "sql
         f"{', '.join(continuous_only)}: settings of continuous {name.upper()}'s sampler and "
         f"soft value; discrete {name.upper()} computes its soft value exactly, with no sampler"
     )
-  base.check_discrete(spec, name.upper())
   torso = networks.make_torso(config.torso, spec.observation_shape, config.hidden_sizes)
   net = networks.QNetwork(torso, spec.num_actions)
   optimizer = make_sql_optimizer(config)

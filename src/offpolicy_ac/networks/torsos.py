@@ -50,8 +50,9 @@ class MLPTorso(nn.Module):
 
 def _looks_channels_last(frame_shape: tuple[int, ...]) -> bool:
   """True when one frame's shape reads as [H, W, C]: its last axis is shorter than both the
-  others (CarRacing's (96, 96, 3), gymnax MinAtar's (10, 10, 7)). A square frame with as
-  many channels as pixels a side cannot be told apart, and passes."""
+  others (CarRacing's (96, 96, 3), gymnax MinAtar's (10, 10, 7)). [H, W, C] frames with at
+  least min(H, W) channels (gymnax's Seaquest-MinAtar, (10, 10, 10)) cannot be told apart
+  from [C, H, W] ones, and pass."""
   return frame_shape[-1] < min(frame_shape[0], frame_shape[1])
 
 
@@ -68,7 +69,7 @@ def _check_frames(obs: jnp.ndarray, torso: str) -> None:
 def _check_features(x: jnp.ndarray, obs: jnp.ndarray, torso: str) -> None:
   """Refuses frames too small for a torso's convolutions (no feature left), before its
   dense layer's initialisation divides by a fan-in of 0."""
-  if x.size == 0:
+  if math.prod(x.shape[1:]) == 0:
     raise ValueError(f"{torso}'s convolutions leave no feature of frames of shape {obs.shape}")
 
 

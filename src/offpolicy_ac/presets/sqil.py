@@ -123,7 +123,6 @@ def run(args: Args, **run_kwargs):
     ValueError: no demonstrations, a demonstration batch size below 1, or demonstrations
       of another task than the run's.
   """
-  sql.check_targets_fit(args.agent, args.train)
   with refusals():  # bad demonstrations: one line from the script, before anything runs
     if not args.demos:
       raise ValueError("--demos FILE is required (record one with experiments/record_demos.py)")

@@ -240,22 +240,8 @@ def cooled_agent(agent: SqlConfig, train: TrainConfig, cooldown: float) -> SqlCo
   )
 
 
-def check_targets_fit(agent: SqlConfig, train: TrainConfig) -> None:
-  """Refuses n-step targets longer than the sampled windows: each window's targets stop at
-  its end, so an n_step above `mini_batch_length` would act as a shorter one."""
-  window = train.replay.mini_batch_length
-  if agent.lambda_ == 0 and agent.n_step > window:
-    with refusals():
-      raise ValueError(
-          f"n_step ({agent.n_step}) exceeds mini_batch_length ({window}): the targets stop at "
-          f"the end of each sampled window; give --n-step {window} or less, or a longer "
-          "--mini-batch-length"
-      )
-
-
 def run(args: Args, **run_kwargs):
   """Trains SQL as experiments/sql.py does; `run_kwargs` go to `training.run_experiment`
   (e.g. a `rollout_factory`)."""
-  check_targets_fit(args.agent, args.train)
   agent = cooled_agent(args.agent, args.train, args.learning_rate_cooldown)
   return run_experiment("sql", args, functools.partial(make_sql, config=agent), **run_kwargs)

@@ -45,6 +45,7 @@ from typing import Optional
 import jax
 
 from offpolicy_ac.agents.registry import AGENTS
+from offpolicy_ac.analysis.metrics_file import read_json
 from offpolicy_ac.analysis.plotting import plot_runs
 from offpolicy_ac.training import checkpoint
 from offpolicy_ac.training import rundir
@@ -283,11 +284,8 @@ def _experiment(name: str, args: Any, agent_factory: Callable, *, batch_fn: Opti
       with contextlib.ExitStack() as held:
         with refusals():
           held.enter_context(rundir.locked(root))
-          if resume and (root / "config.json").exists():
-            raise ValueError(
-                f"--resume: {root} holds one run of its seeds, trained as lanes of one "
-                "vmapped learner: resume it as it was run, without --no-vmap-seeds"
-            )
+          if resume:
+            _refuse_another_seeds_shape(root, config, one_after_another=True)
           if resume and not any((d / "config.json").exists() for d in dirs):
             raise FileNotFoundError(f"--resume: {root} holds no run (no seed<k>/config.json)")
         held.enter_context(_stop_on_signals(between))  # a signal between two seeds
@@ -306,15 +304,41 @@ def _experiment(name: str, args: Any, agent_factory: Callable, *, batch_fn: Opti
                   title=f"{name} {config.env.env_id}, {len(seeds)} seeds (one after the other)")  # fmt: skip
       return results
     with refusals():
-      if resume and len(seeds) > 1 and not (root / "config.json").exists():
-        if any((root / f"seed{seed}" / "config.json").exists() for seed in seeds):
-          raise ValueError(
-              f"--resume: {root} holds its seeds as runs one after the other: resume it as "
-              "it was run, with --no-vmap-seeds"
-          )
+      if resume and len(seeds) > 1:
+        _refuse_another_seeds_shape(root, config, one_after_another=False)
     results = _run(name, args, root, agent_factory=agent_factory, batch_fn=batch_fn,
                    progress=progress, rollout_factory=rollout_factory, inputs=inputs)  # fmt: skip
     return results[0] if len(results) == 1 else results
+
+
+def _refuse_another_seeds_shape(root: pathlib.Path, config: TrainConfig, *,
+                                one_after_another: bool) -> None:  # fmt: skip
+  """On --resume, refuses a run of several seeds whose directory holds them in the other
+  shape: one learner of them all (config.json at the root), or one run per seed after
+  the other (seed<k>/config.json only)."""
+  seeds = [root / f"seed{seed}" / "config.json" for seed in config.seeds]
+  budget_of = lambda path: read_json(path).get("config", {}).get("train", {}).get("budget", {})
+  if one_after_another and (root / "config.json").exists():
+    budget = budget_of(root / "config.json")
+    why = (
+        "--no-vmap-seeds"
+        if not config.budget.vmap_seeds
+        else f"a vmapped learner cannot use {config.vmap_unsupported_reason()}"
+    )
+    raise ValueError(
+        f"--resume: {root} holds one learner of {budget.get('num_seeds', 1)} seed(s), and these "
+        f"settings train {len(seeds)} seeds one after the other ({why}): resume it with the "
+        "settings it was run with"
+    )
+  if not one_after_another and not (root / "config.json").exists():
+    held = next((path for path in seeds if path.exists()), None)
+    if held is not None:
+      vmapped = budget_of(held).get("vmap_seeds", True)
+      raise ValueError(
+          f"--resume: {root} holds its seeds as runs one after the other"
+          f"{'' if vmapped else ' (run with --no-vmap-seeds)'}, and these settings train them "
+          "as one vmapped learner: resume it with the settings it was run with"
+      )
 
 
 def _program(name: str, args: Any, lanes: list[sweeps.Lane], *, agent_factory: Callable,

@@ -128,9 +128,10 @@ def make_replay(config: TrainConfig) -> replay_lib.SequenceReplay:
 
 def check_learns(agent: Agent, config: TrainConfig) -> None:
   """Refuses replay settings given to an agent that learns on-policy (it has no replay:
-  they would be ignored), and a run that would make no update: an off-policy agent that
-  learns only from its replay, with a budget that ends before the replay holds
-  `min_replay_size` sequences."""
+  they would be ignored), n-step targets longer than the sampled windows (each window's
+  targets stop at its end: an n_step above `mini_batch_length` acts as a shorter one), and
+  a run that would make no update: an off-policy agent that learns only from its replay,
+  with a budget that ends before the replay holds `min_replay_size` sequences."""
   if not agent.off_policy:
     given = [
         f.name
@@ -143,6 +144,13 @@ def check_learns(agent: Agent, config: TrainConfig) -> None:
           "replay (IMPALA replays with --use-replay)"
       )
     return
+  n_step, window = getattr(agent.config, "n_step", 1), config.replay.mini_batch_length
+  if getattr(agent.config, "lambda_", 0) == 0 and n_step > window:
+    raise ValueError(
+        f"n_step ({n_step}) exceeds mini_batch_length ({window}): the targets stop at the "
+        f"end of each sampled window; give --n-step {window} or less, or a longer "
+        "--mini-batch-length"
+    )
   if agent.fresh_update_first or config.planned_updates(off_policy=True):
     return
   needed = config.filling_iterations * config.steps_per_iteration
