@@ -527,5 +527,11 @@ def test_sqil_batch_fn_joins_agent_and_demonstration_windows(jit, num_demo):
   float_fn = make_sqil_batch_fn(float_demos, batch_size=num_demo, length=length)
   with pytest.raises(ValueError, match="demonstrations' actions are float32 and the agent's int32"):
     (jax.jit(float_fn) if jit else float_fn)(agent_batch, jax.random.PRNGKey(0))
+  # Observations of another task, or agent windows of another length: named, not a
+  # concatenation error.
+  with pytest.raises(ValueError, match=r"observation windows are \[3, \d, 2\] .* \[3, 4, 3\]"):
+    fn(agent_batch._replace(observation=-jnp.ones((length, b, 3))), jax.random.PRNGKey(0))
+  with pytest.raises(ValueError, match=r"the agent's \[2, 4, 2\]"):
+    fn(jax.tree.map(lambda x: x[:2], agent_batch), jax.random.PRNGKey(0))
   with pytest.raises(ValueError, match="fewer than"):
     make_sqil_batch_fn(demos, batch_size=b, length=seq_len + 1)

@@ -214,8 +214,7 @@ def make_acer_discrete(spec, config: AcerConfig = AcerConfig()) -> base.Agent:
   def loss_fn(params, avg_params, traj, key):
     del key  # discrete ACER draws no samples
     base.check_extras(traj, ("logits",), "discrete ACER")
-    base.check_action_dtype(traj.action, True, "discrete ACER")
-    base.check_step_shapes(traj, spec, "discrete ACER")
+    base.check_trajectory(traj, spec, "discrete ACER")
     sg = jax.lax.stop_gradient
     li = loss_inputs(traj, config.gamma)
     r_t = li.r_t
@@ -331,8 +330,7 @@ def make_acer_continuous(spec, config: AcerConfig = AcerConfig()) -> base.Agent:
 
   def loss_fn(params, avg_params, traj, key):
     base.check_extras(traj, ("log_prob", "mean", "log_std"), "continuous ACER")
-    base.check_action_dtype(traj.action, False, "continuous ACER")
-    base.check_step_shapes(traj, spec, "continuous ACER")
+    base.check_trajectory(traj, spec, "continuous ACER")
     sg = jax.lax.stop_gradient
     li = loss_inputs(traj, config.gamma)
     r_t = li.r_t

@@ -218,9 +218,11 @@ def check_extras(traj: Any, keys: Sequence[str], agent: str) -> None:
     )
 
 
-def check_step_shapes(traj: Any, spec: Any, agent: str) -> None:
-  """Refuses a trajectory [T+1, B, ...] whose observations or actions are not of the
-  task's shapes (a parameter shape error deep in Flax, or a failed reshape, otherwise)."""
+def check_trajectory(traj: Any, spec: Any, agent: str) -> None:
+  """Refuses a trajectory [T+1, B, ...] whose actions are not of the task's kind, or whose
+  observations or actions are not of its shapes (a parameter shape error deep in Flax,
+  or a failed reshape, otherwise)."""
+  _check_action_kind(traj.action, spec.is_discrete, agent)
   for name, x, shape in (
       ("observation", traj.observation, spec.observation_shape),
       ("action", traj.action, spec.action_shape),
@@ -232,7 +234,7 @@ def check_step_shapes(traj: Any, spec: Any, agent: str) -> None:
       )
 
 
-def check_action_dtype(action: Any, discrete: bool, agent: str) -> None:
+def _check_action_kind(action: Any, discrete: bool, agent: str) -> None:
   """Refuses actions of the other kind: a discrete agent takes integer indices (a float
   would be truncated to one), a continuous agent floats."""
   dtype = jnp.result_type(action)

@@ -165,8 +165,7 @@ def make_impala(spec, config: ImpalaConfig = ImpalaConfig()) -> base.Agent:
 
   def loss_fn(params, traj):
     base.check_extras(traj, ("logits",) if discrete else ("log_prob",), "IMPALA")
-    base.check_action_dtype(traj.action, discrete, "IMPALA")
-    base.check_step_shapes(traj, spec, "IMPALA")
+    base.check_trajectory(traj, spec, "IMPALA")
     li = loss_inputs(traj, config.gamma)
     out = base.apply_batched(net.apply, params, traj.observation)
     kwargs = dict(

@@ -76,6 +76,13 @@ def _mix_in_demonstrations(batch_size: int, length: int, demos: Any, agent_batch
   demonstrations' replay state `demos`, relabelled with reward 1, along the batch axis.
   The demonstrations have no behaviour extras: theirs are zeros of the agent's shapes."""
   demo_batch = replay_lib.replay_sample(demos, key, batch_size=batch_size, length=length)
+  for field in ("observation", "action"):
+    demo_shape, agent_shape = getattr(demo_batch, field).shape, getattr(agent_batch, field).shape
+    if demo_shape[2:] != agent_shape[2:] or agent_shape[0] != length:
+      raise ValueError(
+          f"the demonstrations' {field} windows are {list(demo_shape)} [length, batch, ...], "
+          f"the agent's {list(agent_shape)}: they join along the batch axis"
+      )
   demo_dtype, agent_dtype = demo_batch.action.dtype, agent_batch.action.dtype
   if jnp.issubdtype(demo_dtype, jnp.integer) != jnp.issubdtype(agent_dtype, jnp.integer):
     raise ValueError(

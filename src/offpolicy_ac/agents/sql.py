@@ -74,8 +74,7 @@ def make_sql_discrete(spec, config: SqlConfig = SqlConfig(), *, name: str = "sql
     return jnp.argmax(net.apply(params, obs), axis=-1).astype(jnp.int32)
 
   def loss_fn(params, target_params, batch):
-    base.check_action_dtype(batch.action, True, f"discrete {name.upper()}")
-    base.check_step_shapes(batch, spec, f"discrete {name.upper()}")
+    base.check_trajectory(batch, spec, f"discrete {name.upper()}")
     li = loss_inputs(batch, config.gamma)
     r_t = li.r_t
     q = base.apply_batched(net.apply, params, batch.observation)

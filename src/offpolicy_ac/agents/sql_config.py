@@ -39,8 +39,8 @@ class SqlConfig:
   """Probability of a uniformly random action on top of Boltzmann acting (continuous: on
   top of the sampler's action; uniform in the action box)."""
   n_step: int = 3
-  """n of the soft n-step targets (lambda_ == 0; at most the sampled windows' length,
-  `mini_batch_length`). Continuous SQL's paper targets are 1-step."""
+  """n of the soft n-step targets (lambda_ == 0), at most mini_batch_length. Continuous
+  SQL's paper targets are 1-step."""
   lambda_: float = 0.0
   """If > 0, soft lambda-returns over the sampled window instead of n-step."""
   learning_rate: float = 1e-3

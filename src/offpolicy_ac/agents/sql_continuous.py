@@ -210,8 +210,7 @@ def make_sql_continuous(spec, config: SqlConfig = SqlConfig(), *, name: str = "s
 
   @base.jit_update
   def update(state, batch):
-    base.check_action_dtype(batch.action, False, f"continuous {name.upper()}")
-    base.check_step_shapes(batch, spec, f"continuous {name.upper()}")
+    base.check_trajectory(batch, spec, f"continuous {name.upper()}")
     key, loss_key = jax.random.split(state.key)
     grads, metrics = jax.grad(loss_fn, has_aux=True)(
         state.params, state.target_params, batch, loss_key
