@@ -144,8 +144,9 @@ def check_learns(agent: Agent, config: TrainConfig) -> None:
           "replay (IMPALA replays with --use-replay)"
       )
     return
-  n_step, window = getattr(agent.config, "n_step", 1), config.replay.mini_batch_length
-  if getattr(agent.config, "lambda_", 0) == 0 and n_step > window:
+  # SQL's n-step targets (lambda_ 0; its lambda_ is static: IMPALA's may be swept, an array)
+  n_step, window = getattr(agent.config, "n_step", None), config.replay.mini_batch_length
+  if n_step is not None and agent.config.lambda_ == 0 and n_step > window:
     raise ValueError(
         f"n_step ({n_step}) exceeds mini_batch_length ({window}): the targets stop at the "
         f"end of each sampled window; give --n-step {window} or less, or a longer "
