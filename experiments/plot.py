@@ -20,6 +20,7 @@ import tyro
 
 from offpolicy_ac.analysis import plotting
 from offpolicy_ac.analysis import statistics
+from offpolicy_ac.cli import check_output_file
 from offpolicy_ac.cli import script_main
 
 
@@ -44,10 +45,7 @@ def main(args: Args) -> list[statistics.GroupCurve]:
   if args.reps < 40 or args.max_points < 2 or not 0 <= args.seed < 2**32:
     raise ValueError(f"need --reps >= 40 (95% intervals), --max-points >= 2 and --seed in "
                      f"[0, 2**32), got {args.reps}, {args.max_points} and {args.seed}")  # fmt: skip
-  out_dir = pathlib.Path(args.out_dir).expanduser()
-  blocking = next((d for d in (out_dir, *out_dir.parents) if d.exists()), None)
-  if blocking is not None and not blocking.is_dir():
-    raise ValueError(f"--out-dir {out_dir}: {blocking} is a file, not a directory")
+  check_output_file("--out-dir", pathlib.Path(args.out_dir) / "<env_id>.png")
   runs = [statistics.run_info(d) for d in statistics.find_runs(args.paths)]
   groups = statistics.group_runs(runs)
   curves = [

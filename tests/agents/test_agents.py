@@ -243,7 +243,7 @@ def test_updates_refuse_actions_of_the_other_kind_and_missing_extras(
     agent = make(spec)
     state = agent.init(jax.random.PRNGKey(0))
     traj = _trajectory(spec, agent, state.params, jax.random.PRNGKey(2))
-    with pytest.raises(ValueError, match="integer action indices|float actions"):
+    with pytest.raises(ValueError, match="actions must have an integer dtype|a floating dtype"):
       agent.update(state, traj._replace(action=traj.action.astype(wrong)))
     if traj.extras:
       with pytest.raises(ValueError, match=r"update needs the behaviour policy in traj.extras"):

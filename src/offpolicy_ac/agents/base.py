@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from offpolicy_ac import envs
 from offpolicy_ac import losses
 
 
@@ -219,10 +220,10 @@ def check_extras(traj: Any, keys: Sequence[str], agent: str) -> None:
 
 
 def check_trajectory(traj: Any, spec: Any, agent: str) -> None:
-  """Refuses a trajectory [T+1, B, ...] whose actions are not of the task's kind, or whose
-  observations or actions are not of its shapes (a parameter shape error deep in Flax,
-  or a failed reshape, otherwise)."""
-  _check_action_kind(traj.action, spec.is_discrete, agent)
+  """Refuses a trajectory [T+1, B, ...] whose observations or actions are not of the
+  task's shapes (a parameter shape error deep in Flax, or a failed reshape, otherwise), or
+  whose actions are not of its kind (`envs.check_traced_actions`: a float given to a
+  discrete agent would be truncated to an index)."""
   for name, x, shape in (
       ("observation", traj.observation, spec.observation_shape),
       ("action", traj.action, spec.action_shape),
@@ -232,15 +233,8 @@ def check_trajectory(traj: Any, spec: Any, agent: str) -> None:
           f"{agent}'s update takes traj.{name} [T+1, B, *{tuple(shape)}] ({spec.task_id}'s "
           f"{name}s), got shape {tuple(np.shape(x))}"
       )
-
-
-def _check_action_kind(action: Any, discrete: bool, agent: str) -> None:
-  """Refuses actions of the other kind: a discrete agent takes integer indices (a float
-  would be truncated to one), a continuous agent floats."""
-  dtype = jnp.result_type(action)
-  if not jnp.issubdtype(dtype, jnp.integer if discrete else jnp.floating):
-    kind = "integer action indices" if discrete else "float actions"
-    raise ValueError(f"{agent} takes {kind}; got actions of dtype {dtype}")
+  step = jax.ShapeDtypeStruct(np.shape(traj.action)[1:], jnp.result_type(traj.action))
+  envs.check_traced_actions(spec, step, step.shape[0])
 
 
 def check_discrete(spec: Any, agent: str) -> None:
