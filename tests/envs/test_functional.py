@@ -9,6 +9,7 @@ float32 rounding.
 
 import subprocess
 import sys
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -240,6 +241,14 @@ def pendulum():
   pytest.importorskip("brax")
   env = envs.make_functional("brax:inverted_pendulum", max_episode_steps=8)
   return env, jax.jit(jax.vmap(env.reset)), jax.jit(jax.vmap(env.step))
+
+
+def test_brax_tasks_load_without_brax_maintenance_notice():
+  pytest.importorskip("brax")
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    envs.make_functional("brax:inverted_pendulum")
+  assert not [w for w in caught if "Brax System" in str(w.message)]
 
 
 def test_brax_spec_termination_truncation_clipping_and_final_observation(pendulum):

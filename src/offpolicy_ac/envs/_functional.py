@@ -63,6 +63,7 @@ import sys
 import types
 from typing import Any
 from typing import NamedTuple
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -448,7 +449,9 @@ def _brax(task_id: str, name: str, kwargs: dict[str, Any]) -> _Simulator:
   if registry:
     _bad_kwargs(task_id, registry[name].__init__, kwargs, reserved=("backend",))
   try:
-    env = brax_envs.get_environment(name, **kwargs)
+    with warnings.catch_warnings():  # brax's notice, at every system it loads, that MJX
+      warnings.filterwarnings("ignore", "Brax System", UserWarning)  # is maintained: docs
+      env = brax_envs.get_environment(name, **kwargs)
   except KeyError as e:
     raise _unknown_name(task_id, name, valid) from e
   except TypeError as e:
