@@ -743,3 +743,69 @@ class AcerBadInputTest(chex.TestCase):
   def test_bad_input_names_the_argument(self, call, exc, name):
     with pytest.raises(exc, match=f"`{name}`"):
       self.variant(call)()
+
+
+def test_trust_region_loss_is_nan_at_an_out_of_range_action_under_jit():
+  # The objective's NaN has no gradient of its own (a `where` picks it): z* carries it.
+  T, B, A = 4, 2, 3
+  logits = jax.random.normal(jax.random.PRNGKey(0), (T, B, A))
+  mu, q, q_ret = jax.nn.softmax(logits + 1.0), 2.0 * logits, jnp.ones((T, B))
+  bad = jnp.zeros((T, B), jnp.int32).at[0, 0].set(5)
+  loss = jax.jit(lambda lg, a: L.acer_trust_region_policy_loss(lg, lg, mu, a, q, q_ret))
+  surrogate = np.asarray(loss(logits, bad).surrogate)
+  assert np.isnan(surrogate[0, 0]) and np.isfinite(np.delete(surrogate.ravel(), 0)).all()
+  grad = jax.grad(lambda lg: jnp.sum(loss(lg, bad).surrogate))(logits)
+  assert np.isnan(np.asarray(grad)[0, 0]).all()
+  good = jax.grad(lambda lg: jnp.sum(loss(lg, jnp.zeros_like(bad)).surrogate))(logits)
+  assert np.isfinite(np.asarray(good)).all()
+
+
+def test_acer_array_hyper_parameters_are_per_step_with_the_inputs_rank():
+  rng = np.random.default_rng(0)
+  T = B = A = 3  # a [T] value would meet the batch axis, silently
+  pi, mu = _probs(rng, (T, B, A)), _probs(rng, (T, B, A))
+  q = rng.normal(size=(T, B, A)).astype(np.float32)
+  a = rng.integers(0, A, (T, B)).astype(np.int32)
+  q_ret = rng.normal(size=(T, B)).astype(np.float32)
+  clip_c = np.array([0.5, 1.0, 2.0], np.float32)
+  got = L.acer_policy_objective(pi, mu, a, q, q_ret, clip_c=clip_c[:, None])
+  for t in range(T):  # each step with its own scalar c
+    want = L.acer_policy_objective(pi[t:t + 1], mu[t:t + 1], a[t:t + 1], q[t:t + 1],
+                                   q_ret[t:t + 1], clip_c=float(clip_c[t]))  # fmt: skip
+    np.testing.assert_allclose(got[t], want[0], rtol=1e-6)
+  with pytest.raises(ValueError, match=r"`clip_c` of shape \(3,\) must be a scalar or have"):
+    L.acer_policy_objective(pi, mu, a, q, q_ret, clip_c=clip_c)
+  g, k = rng.normal(size=(2, T, B, A)).astype(np.float32)
+  delta = np.array([0.0, 1.0, 10.0], np.float32)
+  got = L.trust_region_projection(g, k, delta[:, None])
+  for t in range(T):
+    np.testing.assert_allclose(got[t], L.trust_region_projection(g[t], k[t], delta[t]), rtol=1e-6)
+  with pytest.raises(ValueError, match=r"`delta` of shape \(3,\) must be a scalar or have"):
+    L.trust_region_projection(g, k, delta)
+  x = jnp.zeros((T, B))
+  with pytest.raises(ValueError, match=r"`clip_c` of shape \(3,\) must be a scalar or have"):
+    L.acer_continuous_policy_objective(x, x, x, x, x, x, x, clip_c=jnp.asarray(clip_c))
+
+
+def test_acer_objectives_stay_finite_in_float16_where_mu_is_zero():
+  # eps = 1e-8 rounds to 0 in float16: the floor is float16's smallest normal number.
+  pi = jnp.full((1, 1, 3), 1 / 3, jnp.float16)
+  mu = jnp.array([[[0.5, 0.5, 0.0]]], jnp.float16)
+  q = jnp.array([[[1.0, 2.0, 3.0]]], jnp.float16)
+  a, q_ret = jnp.zeros((1, 1), jnp.int32), jnp.ones((1, 1), jnp.float16)
+  half = L.acer_policy_objective(pi, mu, a, q, q_ret)
+  full = L.acer_policy_objective(*(x.astype(jnp.float32) for x in (pi, mu)), a,
+                                 q.astype(jnp.float32), q_ret.astype(jnp.float32))  # fmt: skip
+  assert half.dtype == jnp.float16
+  np.testing.assert_allclose(float(half[0, 0]), float(full[0, 0]), rtol=1e-2)
+  loss = L.acer_trust_region_policy_loss(jnp.log(pi), jnp.log(pi), mu, a, q, q_ret)
+  assert np.isfinite(np.asarray(loss.surrogate, np.float32)).all()
+  targets = L.retrace_targets(q, a, jnp.ones((1, 1), jnp.float16), jnp.full((1, 1), 0.9, jnp.float16),
+                              pi, jnp.zeros((1, 1), jnp.float16), eps=0.0)  # fmt: skip
+  assert np.isfinite(np.asarray(targets, np.float32)).all()
+
+
+def test_acer_dtype_errors_name_the_arguments_given():
+  x = jnp.zeros((4, 2))
+  with pytest.raises(TypeError, match="`log_rho_t` must have the dtype of `r_t`"):
+    L.acer_continuous_targets(x, x, x, x, x.astype(jnp.bfloat16), action_dim=2)

@@ -813,3 +813,66 @@ def test_weighted_mean_of_many_half_precision_values(dtype):
       jnp.full((n,), 2.0, dtype)
   )
   np.testing.assert_allclose(np.asarray(grad, np.float32), 1.0 / n, rtol=1e-2)
+
+
+def test_an_action_the_learner_gives_probability_zero_leaves_the_loss_finite():
+  T, B, A = 4, 3, 3
+  logits = jnp.zeros((T, B, A)).at[0, 0, 0].set(-jnp.inf)
+  a, v = jnp.zeros((T, B), jnp.int32), jnp.ones((T, B))
+  mu_logits = jnp.full((T, B, A), 0.1)
+  out = L.impala_loss_categorical(logits, mu_logits, a, v, v, v, 0.9 * v)
+  assert np.isfinite(float(out.loss)) and np.isfinite(float(out.policy_loss))
+  grad = jax.grad(lambda lg: L.impala_loss_categorical(lg, mu_logits, a, v, v, v, 0.9 * v).loss)
+  assert np.isfinite(np.asarray(grad(logits))).all()
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+def test_the_gaussian_loss_runs_in_half_precision(dtype):
+  x, y = jnp.zeros((4, 2, 3), dtype), jnp.zeros((4, 2), dtype)
+  assert L.gaussian_log_prob(x, x, x).dtype == dtype and L.gaussian_entropy(x).dtype == dtype
+  out = L.impala_loss_gaussian(x, x[0, 0], y, x, y, y, y, y + 0.9)
+  assert out.loss.dtype == dtype and np.isfinite(float(out.loss))
+  with pytest.raises(TypeError, match="`log_pi_tm1` must have the dtype of `v_tm1`"):
+    L.impala_loss(y, y, y, y, y.astype(jnp.float32), y, y)
+
+
+def test_a_float16_value_loss_is_finite_where_one_squared_error_is_not():
+  # 300^2 = 90,000 is past float16's maximum; the mean over 8 steps (11,250) is not.
+  v = jnp.zeros((4, 2), jnp.float16)
+  r = v.at[-1, 0].set(300.0)  # the only error: no discount carries it to earlier steps
+  logits = jnp.zeros((4, 2, 2), jnp.float16)
+  half = L.impala_loss_categorical(logits, logits, jnp.zeros((4, 2), jnp.int32), v, v, r, v)
+  full = L.impala_loss_categorical(*(x.astype(jnp.float32) for x in (logits, logits)),
+                                   jnp.zeros((4, 2), jnp.int32),
+                                   *(x.astype(jnp.float32) for x in (v, v, r, v)))  # fmt: skip
+  assert float(full.value_loss) == 11_250.0
+  assert half.value_loss.dtype == jnp.float16
+  np.testing.assert_allclose(float(half.value_loss), float(full.value_loss), rtol=1e-3)
+
+
+def test_clipped_surrogate_checks_its_shapes_and_epsilon():
+  z = jnp.zeros((3, 3))
+  with pytest.raises(ValueError, match=r"`advantage` must have shape \(3, 3\)"):
+    L.clipped_surrogate(z, z, jnp.arange(3.0), 0.2)  # [T] would meet the batch axis
+  with pytest.raises(ValueError, match=r"`epsilon` must be in \(0, 1\), got 1.5"):
+    L.clipped_surrogate(z, z + 1, jnp.ones_like(z), 1.5)
+
+
+def test_eager_estimators_refuse_bad_values_at_real_steps_only():
+  v = jnp.zeros((3, 2))
+  d = jnp.full((3, 2), 0.9)
+  with pytest.raises(ValueError, match=r"`discount_t` must be \[0, 1\].*got 1.5 at index \(1, 0\)"):
+    L.vtrace(v, v, v, d.at[1, 0].set(1.5), jnp.ones((3, 2)))
+  with pytest.raises(ValueError, match=r"`discount_t` must be \[0, 1\].*got nan"):
+    L.retrace_targets(jnp.zeros((3, 2, 2)), jnp.zeros((3, 2), jnp.int32), v,
+                      d.at[2, 1].set(jnp.nan), jnp.full((3, 2, 2), 0.5), jnp.full((3, 2), 0.5))  # fmt: skip
+  with pytest.raises(ValueError, match=r"`rho_tm1` must be >= 0 \(importance ratios\)"):
+    L.vtrace(v, v, v, d, jnp.ones((3, 2)).at[0, 1].set(-1.0))
+  with pytest.raises(ValueError, match=r"`c_t` must be >= 0 \(trace coefficients\)"):
+    L.general_off_policy_returns(v, v, v, d, jnp.ones((3, 2)).at[0, 0].set(-0.5))
+  with pytest.raises(ValueError, match=r"`weights` must be >= 0, got -1.0 at index \(2, 1\)"):
+    L.impala_loss(v, v, v, d, v, v, v, weights=jnp.ones((3, 2)).at[2, 1].set(-1.0))
+  # Masked steps may hold anything (the testing kit's garbage); under jit nothing is read.
+  mask = jnp.ones((3, 2), bool).at[1, 0].set(False)
+  L.vtrace(v, v, v, d.at[1, 0].set(7.0), jnp.ones((3, 2)).at[1, 0].set(-3.0), mask=mask)
+  jax.jit(L.vtrace)(v, v, v, d.at[1, 0].set(1.5), jnp.ones((3, 2)))

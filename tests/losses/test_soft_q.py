@@ -825,3 +825,33 @@ def test_sql_nstep_td_error_refuses_target_q_values_of_another_action_count():
     L.sql_nstep_td_error(q_tm1, a, r, d, jnp.zeros((4, 3, 5)), alpha=1.0, n=2)
   with pytest.raises(TypeError, match="`r_t` must have the dtype of `q_tm1`"):
     L.sql_nstep_td_error(q_tm1.astype(jnp.bfloat16), a, r, d, q_tm1, alpha=1.0)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float16, jnp.bfloat16, jnp.float32])
+def test_soft_value_and_policy_do_not_overflow_where_q_over_alpha_would(dtype):
+  # 100 / 1e-3 is past float16's maximum (65504): the maximum is subtracted first.
+  q = jnp.array([[100.0, 99.0, 0.0]], dtype)
+  np.testing.assert_allclose(float(L.soft_value(q, 1e-3)[0]), 100.0, rtol=1e-3)
+  np.testing.assert_allclose(np.asarray(L.soft_policy(q, 1e-3), np.float32), [[1, 0, 0]], atol=1e-3)
+  samples = jnp.array([[100.0, 99.0]], dtype)
+  assert np.isfinite(float(L.importance_sampled_soft_value(samples, 0.0, 1e-3)[0]))
+
+
+def test_a_terminal_state_of_only_illegal_actions_has_zero_gradient_not_nan():
+  q_t = jnp.array([[1.0, 2.0], [-jnp.inf, -jnp.inf]])
+  r, d = jnp.zeros(2), jnp.array([0.9, 0.0])
+  for fn in (lambda q: L.soft_q_targets(r, d, q, alpha=1.0, stop_target_gradients=False),
+             lambda q: L.soft_nstep_targets(r, d, q, alpha=1.0, n=1, stop_target_gradients=False)):  # fmt: skip
+    np.testing.assert_array_equal(np.isfinite(fn(q_t)), True)
+    grad = np.asarray(jax.grad(lambda q: fn(q).sum())(q_t))
+    np.testing.assert_array_equal(grad[1], 0.0)  # terminal: not bootstrapped
+    np.testing.assert_allclose(grad[0], 0.9 * jax.nn.softmax(q_t[0]), rtol=1e-6)
+
+
+def test_soft_targets_refuse_a_discount_outside_the_unit_interval_at_real_steps():
+  q_t, r = jnp.zeros((3, 2)), jnp.zeros(3)
+  with pytest.raises(ValueError, match=r"`discount_t` must be \[0, 1\].*got 1.5 at index \(1,\)"):
+    L.soft_q_targets(r, jnp.array([0.9, 1.5, 0.9]), q_t, alpha=1.0)
+  # A masked step's discount is never used: anything goes there.
+  mask = jnp.array([True, False, True])
+  L.soft_q_targets(r, jnp.array([0.9, 7.0, 0.9]), q_t, alpha=1.0, mask=mask)

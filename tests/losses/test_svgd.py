@@ -71,7 +71,9 @@ def test_importance_sampled_soft_value_tends_to_the_max_as_alpha_vanishes():
 
 def test_importance_sampled_soft_value_per_state_and_traced_alpha():
   q = np.random.default_rng(3).normal(size=(2, 3, 4)).astype(np.float32)
-  alpha = np.array([0.5, 1.0, 2.0], np.float32)  # per column, broadcast over the leading axis
+  alpha = np.array([[0.5, 1.0, 2.0]], np.float32)  # per column, broadcast over the leading axis
+  with pytest.raises(ValueError, match=r"`alpha` of shape \(3,\) must be a scalar or have"):
+    L.importance_sampled_soft_value(q, 0.3, alpha[0])  # [3] would meet [2, 3]'s last axis
   np.testing.assert_allclose(
       L.importance_sampled_soft_value(q, 0.3, alpha),
       ref.importance_sampled_soft_value(q, 0.3, alpha),
@@ -451,3 +453,10 @@ class SvgdVariantsTest(chex.TestCase):
     np.testing.assert_allclose(
         phi, ref.svgd_direction(fixed, grad_log_p, updated), rtol=1e-4, atol=1e-5
     )
+
+
+def test_an_rbf_bandwidth_of_another_rank_is_refused():
+  x = jnp.zeros((3, 4, 2))  # [B, K, d]: a bandwidth per state is [3]; [4] would not fit
+  L.rbf_kernel(x, x, bandwidth=jnp.ones(3))
+  with pytest.raises(ValueError, match=r"`bandwidth` of shape \(1, 3\) must be a scalar or have"):
+    L.rbf_kernel(x, x, bandwidth=jnp.ones((1, 3)))

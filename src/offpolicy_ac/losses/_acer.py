@@ -17,6 +17,7 @@ import jax.numpy as jnp
 
 from offpolicy_ac.losses import _checks
 from offpolicy_ac.losses._actions import select_action
+from offpolicy_ac.losses._distributions import probability_floor
 from offpolicy_ac.losses._retrace import general_off_policy_returns
 from offpolicy_ac.losses._retrace import retrace_targets
 
@@ -87,8 +88,10 @@ def acer_policy_objective(
       and `jax.experimental.checkify.checkify` reports it (see `take_action`).
     q_tm1: Q(x_s, .) [T, ..., A].
     q_ret_tm1: Q^ret_s [T, ...].
-    clip_c: truncation c > 0 (10 in the paper).
-    eps: added to mu before dividing.
+    clip_c: truncation c > 0 (10 in the paper): a scalar, or an array of `a_tm1`'s rank
+      that broadcasts to its shape (per step: [T, 1, ...]).
+    eps: added to mu before dividing (at least the dtype's smallest normal number, so
+      that a probability of 0 in float16 does not divide by 0).
   """
   for name, x in [
       ("pi_tm1", pi_tm1),
@@ -104,19 +107,21 @@ def acer_policy_objective(
   _checks.check_shape("a_tm1", a_tm1, jnp.shape(pi_tm1)[:-1], "`pi_tm1` without its action axis")
   _checks.check_shape("q_ret_tm1", q_ret_tm1, jnp.shape(a_tm1), "`a_tm1`")
   _checks.check_action_range("a_tm1", a_tm1, jnp.shape(pi_tm1)[-1], "`pi_tm1`")
-  _checks.check_positive("clip_c", clip_c)
+  _checks.check_positive("clip_c", clip_c, jnp.shape(a_tm1))
+  _checks.check_non_negative("eps", eps)
   a_tm1 = jnp.asarray(a_tm1)
+  clip_c_a = clip_c if not jnp.ndim(clip_c) else jnp.asarray(clip_c)[..., None]  # [T, ..., 1]
 
   sg = jax.lax.stop_gradient
   log_pi = _safe_log(pi_tm1)
   pi_c, q_c = sg(pi_tm1), sg(q_tm1)
-  rho = pi_c / (sg(mu_tm1) + eps)
+  rho = pi_c / (sg(mu_tm1) + probability_floor(eps, pi_c.dtype))
   v = jnp.sum(pi_c * q_c, axis=-1)
   rho_a = select_action(rho, a_tm1)
   truncated = jnp.minimum(clip_c, rho_a) * (sg(q_ret_tm1) - v)
   term1 = truncated * select_action(log_pi, a_tm1)
   # [1 - c/rho]_+ written as [rho - c]_+ / rho, 0 where rho = 0.
-  correction = jnp.where(rho > 0, jax.nn.relu(rho - clip_c) / jnp.where(rho > 0, rho, 1.0), 0.0)
+  correction = jnp.where(rho > 0, jax.nn.relu(rho - clip_c_a) / jnp.where(rho > 0, rho, 1.0), 0.0)
   coeff = correction * pi_c * (q_c - v[..., None])
   term2 = jnp.sum(jnp.where(coeff != 0, coeff * log_pi, 0.0), axis=-1)
   return term1 + term2
@@ -137,13 +142,15 @@ def trust_region_projection(g: jax.Array, k: jax.Array, delta) -> jax.Array:
   Args:
     g: objective gradients w.r.t. the policy statistics [..., K].
     k: gradients of KL(average policy || policy) w.r.t. the same [..., K].
-    delta: trust-region size >= 0.
+    delta: trust-region size >= 0: a scalar, or an array of g.shape[:-1]'s rank that
+      broadcasts to it.
   """
   _checks.check_shape("k", k, jnp.shape(g), "`g`")
-  _checks.check_non_negative("delta", delta)
+  _checks.check_non_negative("delta", delta, jnp.shape(g)[:-1])
   kg = jnp.sum(k * g, axis=-1, keepdims=True)
   kk = jnp.sum(k * k, axis=-1, keepdims=True)
-  scale = jax.nn.relu(kg - delta) / jnp.where(kk > 0, kk, 1.0)
+  delta_k = delta if not jnp.ndim(delta) else jnp.asarray(delta)[..., None]  # [..., 1]
+  scale = jax.nn.relu(kg - delta_k) / jnp.where(kk > 0, kk, 1.0)
   return g - jnp.where(kk > 0, scale, 0.0) * k
 
 
@@ -175,12 +182,16 @@ def trust_region_surrogate(
   g = jax.grad(lambda s: jnp.sum(objective_fn(s)))(stats)
   k = jax.grad(lambda s: jnp.sum(kl_fn(s)))(stats)
   g, k = jax.lax.stop_gradient(g), jax.lax.stop_gradient(k)
+  objective = jax.lax.stop_gradient(objective_fn(stats))
   z = trust_region_projection(g, k, delta)
+  # A NaN objective (an out-of-range action under `jit`) can have a finite gradient (a
+  # `where` gives the NaN branch none): the step's surrogate and gradient are NaN too.
+  z = jnp.where(jnp.isnan(objective)[..., None], jnp.nan, z)
   surrogate = -jnp.sum(jax.lax.stop_gradient(z) * stats, axis=-1)
   kg = jnp.sum(k * g, axis=-1)
   return TrustRegionOutput(
       surrogate=surrogate,
-      objective=jax.lax.stop_gradient(objective_fn(stats)),
+      objective=objective,
       kl=jax.lax.stop_gradient(kl_fn(stats)),
       active=(kg > delta) & (jnp.sum(k * k, axis=-1) > 0),
   )
@@ -283,7 +294,7 @@ def acer_continuous_targets(
   """
   if not isinstance(action_dim, int) or action_dim < 1:
     raise ValueError(f"`action_dim` must be an int >= 1, got {action_dim!r}.")
-  _checks.check_floating("log_rho_t", log_rho_t)
+  _checks.check_floating_alike([("r_t", r_t), ("log_rho_t", log_rho_t)])
   _checks.check_shape("log_rho_t", log_rho_t, jnp.shape(r_t), "`r_t`")
   c_ret = jnp.exp(jnp.minimum(0.0, log_rho_t / action_dim))
   q_ret = general_off_policy_returns(q_a_t, v_t, r_t, discount_t, c_ret, mask=mask, method=method)
@@ -340,8 +351,8 @@ def acer_continuous_policy_objective(
   ]
   for name, x in names:
     _checks.check_floating(name, x)
-  _checks.check_same_shape(names)
-  _checks.check_positive("clip_c", clip_c)
+  shape = _checks.check_same_shape(names)
+  _checks.check_positive("clip_c", clip_c, shape)
   sg = jax.lax.stop_gradient
   log_c = jnp.log(jnp.asarray(clip_c, log_rho_a.dtype))
   rho_a_trunc = jnp.exp(jnp.minimum(log_c, sg(log_rho_a)))

@@ -216,11 +216,40 @@ def check_positive(name: str, x: Any, shape: tuple[int, ...] | None = None) -> N
     raise ValueError(f"`{name}` must be > 0, got {v if v.ndim == 0 else v.tolist()}.")
 
 
-def check_non_negative(name: str, x: Any) -> None:
-  """ValueError unless every (concrete) value of `x` is >= 0."""
+def check_non_negative(name: str, x: Any, shape: tuple[int, ...] | None = None) -> None:
+  """ValueError unless every (concrete) value of `x` is >= 0, and, given `shape`, unless
+  `x` broadcasts to it (`check_broadcasts`)."""
+  if shape is not None:
+    check_broadcasts(name, x, shape)
   v = _concrete_values(x)
   if v is not None and (np.any(np.isnan(v)) or np.any(v < 0)):
     raise ValueError(f"`{name}` must be >= 0, got {v if v.ndim == 0 else v.tolist()}.")
+
+
+def check_entries(name: str, x: Any, low: float, high: float = np.inf, what: str = "", *,
+                  where: Any = True) -> None:  # fmt: skip
+  """ValueError unless every (concrete) entry of `x` lies in [low, high] (NaN does not)
+  where `where` (a bool array of x's shape: the steps whose entries are used) is True,
+  naming the first bad entry, its index and how many there are. Traced values (under
+  `jit`, `vmap`, ...) cannot be inspected at trace time and are accepted."""
+  v, used = _concrete_values(x), _concrete_values(where)
+  if v is None or used is None:
+    return
+  bad = ~((v >= low) & (v <= high)) & (used > 0)
+  if np.any(bad):
+    where = tuple(int(i) for i in np.argwhere(bad)[0])
+    bounds = f"[{low:g}, {high:g}]" if np.isfinite(high) else f">= {low:g}"
+    raise ValueError(
+        f"`{name}` must be {bounds}{what}, got {v[where].item()} at index {where}; "
+        f"{int(np.sum(bad))} of {v.size} entries are not."
+    )
+
+
+def check_discounts(discount_t: Any, mask: Any) -> None:
+  """`check_entries` for `discount_t`: gamma times the environment's discount, in [0, 1]
+  at the real steps (`mask`; a masked step's discount is never used)."""
+  check_entries("discount_t", discount_t, 0.0, 1.0, " (gamma times the environment's discount)",
+                where=mask)  # fmt: skip
 
 
 def check_method(method: str) -> None:

@@ -8,6 +8,7 @@ logits give a finite rho; an action with log-probability -inf (masked out by
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import jax
@@ -23,6 +24,15 @@ class ImportanceRatios(NamedTuple):
 
   rho: jax.Array
   log_rho: jax.Array
+
+
+_LOG_2PI = math.log(2 * math.pi)  # a Python float: keeps half-precision inputs' dtype
+
+
+def probability_floor(eps, dtype) -> jax.Array:
+  """`eps` (added to a probability before dividing by it), at least `dtype`'s smallest
+  normal number: 1e-8 rounds to 0 in float16, where a probability may underflow to 0."""
+  return jnp.maximum(jnp.asarray(eps, dtype), jnp.finfo(dtype).tiny)
 
 
 def _max_log(dtype) -> float:
@@ -185,7 +195,7 @@ def gaussian_log_prob(mean: jax.Array, log_std: jax.Array, actions: jax.Array) -
   _checks.check_shape("actions", actions, jnp.shape(mean), "`mean`")
   log_std = _broadcast_log_std(log_std, mean)
   z = (actions - mean) * jnp.exp(-log_std)
-  return jnp.sum(-0.5 * jnp.square(z) - log_std - 0.5 * np.log(2 * np.pi), axis=-1)
+  return jnp.sum(-0.5 * jnp.square(z) - log_std - 0.5 * _LOG_2PI, axis=-1)
 
 
 def _broadcast_log_std(log_std, mean, name: str = "log_std"):
@@ -203,7 +213,7 @@ def gaussian_entropy(log_std: jax.Array) -> jax.Array:
   """Entropy of a diagonal Gaussian, summed over the last axis."""
   _checks.check_floating("log_std", log_std)
   _checks.check_min_rank("log_std", log_std, 1, "a trailing action axis [..., D]")
-  return jnp.sum(log_std + 0.5 * (1.0 + np.log(2 * np.pi)), axis=-1)
+  return jnp.sum(log_std + 0.5 * (1.0 + _LOG_2PI), axis=-1)
 
 
 def gaussian_kl(mean_p, log_std_p, mean_q, log_std_q) -> jax.Array:

@@ -85,6 +85,7 @@ def step_weights(shape, mask, weights, dtype) -> jax.Array:
     return mask.astype(dtype)
   _checks.check_floating("weights", weights)
   _checks.check_shape("weights", weights, shape, "`r_t`")
+  _checks.check_entries("weights", weights, 0.0, where=mask)
   return jnp.where(mask, weights, jnp.zeros((), dtype)).astype(dtype)
 
 
@@ -105,8 +106,14 @@ def clipped_surrogate(
 ) -> jax.Array:
   """min(r A, clip(r, 1 - epsilon, 1 + epsilon) A) per step, r = exp(log_pi - log_mu).
 
-  Gradients flow into `log_pi` only. Shapes: all [T, ...].
+  Gradients flow into `log_pi` only. Shapes: all [T, ...]; `epsilon` in (0, 1).
   """
+  names = [("log_pi", log_pi), ("log_mu", log_mu), ("advantage", advantage)]
+  for name, x in names:
+    _checks.check_floating(name, x)
+  _checks.check_same_shape(names)
+  if epsilon is None or not isinstance(epsilon, jax.core.Tracer) and not 0 < epsilon < 1:
+    raise ValueError(f"`epsilon` must be in (0, 1), got {epsilon!r}")
   ratio = _distributions.importance_ratios_from_log_probs(
       log_pi, jax.lax.stop_gradient(log_mu), stop_gradient=False
   )
@@ -157,12 +164,15 @@ def impala_loss(
     surrogate_clip: epsilon in (0, 1) of the clipped surrogate policy term (module
       docstring); None: the V-trace policy gradient.
   """
+  _checks.check_floating_alike([
+      ("v_tm1", v_tm1), ("log_pi_tm1", log_pi_tm1), ("log_mu_tm1", log_mu_tm1),
+      ("entropy_tm1", entropy_tm1),
+  ])  # fmt: skip
   for name, x in [
       ("log_pi_tm1", log_pi_tm1),
       ("log_mu_tm1", log_mu_tm1),
       ("entropy_tm1", entropy_tm1),
   ]:
-    _checks.check_floating(name, x)
     _checks.check_shape(name, x, jnp.shape(r_t), "`r_t`")
   _checks.check_non_negative("value_weight", value_weight)
   _checks.check_non_negative("entropy_weight", entropy_weight)
@@ -184,18 +194,25 @@ def impala_loss(
       stop_target_gradients=True,
       method=method,
   )
-  w = step_weights(jnp.shape(r_t), mask, weights, jnp.result_type(v_tm1))
-  safe_log_pi = jnp.where(w > 0, log_pi_tm1, jnp.zeros((), log_pi_tm1.dtype))
+  dtype = jnp.result_type(v_tm1)
+  w = step_weights(jnp.shape(r_t), mask, weights, dtype)
+  zero = jnp.zeros((), dtype)
+  safe_log_pi = jnp.where(w > 0, log_pi_tm1, zero)
   if surrogate_clip is None:
     pg_adv = jax.lax.stop_gradient(out.pg_advantage)
-    policy_loss = weighted_mean(-pg_adv * safe_log_pi, w)
+    # A step whose advantage is 0 adds nothing, not 0 x log pi: an action the learner
+    # gives probability 0 (log pi = -inf, so rho = 0 and pg_adv = 0) would make it NaN.
+    policy_loss = weighted_mean(-pg_adv * jnp.where(pg_adv != 0, safe_log_pi, zero), w)
   else:
     advantage = jax.lax.stop_gradient(out.q_estimate - v_tm1)
     safe_log_mu = jnp.where(w > 0, log_mu_tm1, jnp.zeros((), log_mu_tm1.dtype))
     policy_loss = weighted_mean(
         -clipped_surrogate(safe_log_pi, safe_log_mu, advantage, surrogate_clip), w
     )
-  value_loss = weighted_mean(jnp.square(out.errors), w)
+  # Squared in the summing dtype (float32 for half precision): an error over 256 squares
+  # past float16's maximum, while the mean of the squares may not.
+  acc = jnp.promote_types(dtype, jnp.float32)
+  value_loss = weighted_mean(jnp.square(out.errors.astype(acc)), w.astype(acc)).astype(dtype)
   entropy = weighted_mean(entropy_tm1, w)
   loss = policy_loss + value_weight * value_loss - entropy_weight * entropy
   clipped = _distributions.exceeds_threshold(ratios.rho, clip_rho_threshold).astype(w.dtype)

@@ -20,6 +20,7 @@ import jax.numpy as jnp
 from offpolicy_ac.losses import _checks
 from offpolicy_ac.losses._actions import select_action
 from offpolicy_ac.losses._actions import sum_actions
+from offpolicy_ac.losses._distributions import probability_floor
 from offpolicy_ac.losses._recurrence import reverse_linear_recurrence
 from offpolicy_ac.losses._recurrence import shift_to_previous
 
@@ -59,6 +60,8 @@ def general_off_policy_returns(
   shape = _checks.check_same_shape([names[2]] + names[:2] + names[3:])
   mask = _checks.check_mask(mask, shape)
   mask_next = shift_to_previous(mask, False)
+  _checks.check_discounts(discount_t, mask)
+  _checks.check_entries("c_t", c_t, 0.0, what=" (trace coefficients)", where=mask & mask_next)
   zero = jnp.zeros((), jnp.result_type(r_t))
 
   c = jnp.where(mask_next, c_t, zero)
@@ -146,7 +149,8 @@ def retrace_targets(
   q_t, pi_t = jnp.asarray(q_t), jnp.asarray(pi_t)
   a_t = jnp.asarray(a_t)
   pi_a_t = select_action(pi_t, a_t)
-  c_t = (lambda_ * jnp.minimum(1.0, pi_a_t / (mu_t + eps))).astype(r_t.dtype)
+  c_t = lambda_ * jnp.minimum(1.0, pi_a_t / (mu_t + probability_floor(eps, jnp.result_type(mu_t))))
+  c_t = c_t.astype(r_t.dtype)
   v_t = sum_actions(pi_t * q_t)
   return general_off_policy_returns(
       select_action(q_t, a_t),
@@ -193,7 +197,7 @@ def retrace(
     mu_t: behaviour probability of a_t at times [1, T], [T, ...].
     mask: optional bool [T, ...], False where step s is not a real transition.
     lambda_: trace mixing in [0, 1].
-    eps: added to mu_t before dividing.
+    eps: added to mu_t before dividing (at least the dtype's smallest normal number).
     stop_target_gradients: stop gradients through the targets.
     method: "auto", "scan" or "associative" (see `reverse_linear_recurrence`).
 

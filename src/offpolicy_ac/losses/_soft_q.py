@@ -13,6 +13,7 @@ import jax.numpy as jnp
 
 from offpolicy_ac.losses import _checks
 from offpolicy_ac.losses._actions import logsumexp_actions
+from offpolicy_ac.losses._actions import max_actions
 from offpolicy_ac.losses._actions import select_action
 from offpolicy_ac.losses._recurrence import reverse_linear_recurrence
 from offpolicy_ac.losses._recurrence import shift_to_previous
@@ -42,7 +43,15 @@ def soft_value(q: jax.Array, alpha) -> jax.Array:
   _checks.check_min_rank("q", q, 1, "a trailing action axis [..., A]")
   _checks.check_positive("alpha", alpha, jnp.shape(q)[:-1])
   alpha = jnp.asarray(alpha, dtype=jnp.result_type(q))
-  return alpha * logsumexp_actions(q / _per_action(alpha))
+  m = _finite_max(q)
+  return m + alpha * logsumexp_actions((q - m[..., None]) / _per_action(alpha))
+
+
+def _finite_max(q: jax.Array) -> jax.Array:
+  """max_a Q [...] (gradient stopped; 0 where it is not finite), subtracted before dividing
+  by alpha, so that Q / alpha cannot overflow (float16's maximum is 65504)."""
+  m = jax.lax.stop_gradient(max_actions(q))
+  return jnp.where(jnp.isfinite(m), m, jnp.zeros((), m.dtype))
 
 
 def soft_policy(q: jax.Array, alpha) -> jax.Array:
@@ -52,7 +61,7 @@ def soft_policy(q: jax.Array, alpha) -> jax.Array:
   _checks.check_min_rank("q", q, 1, "a trailing action axis [..., A]")
   _checks.check_positive("alpha", alpha, jnp.shape(q)[:-1])
   alpha = jnp.asarray(alpha, dtype=jnp.result_type(q))
-  return jax.nn.softmax(q / _per_action(alpha), axis=-1)
+  return jax.nn.softmax((q - _finite_max(q)[..., None]) / _per_action(alpha), axis=-1)
 
 
 def soft_q_targets(
@@ -99,12 +108,16 @@ def soft_q_targets(
   _checks.check_in_unit_interval("lambda_", lambda_, shape)
   _checks.check_positive("alpha", alpha, shape)
   mask = _checks.check_mask(mask, shape)
+  _checks.check_discounts(discount_t, mask)
   mask_next = shift_to_previous(mask, False)
   zero = jnp.zeros((), jnp.result_type(r_t))
 
   # Not bootstrapped where discount_t is 0: a terminal state's V_soft may be -inf (every
-  # action illegal), and 0 x -inf is NaN.
-  v_t = jnp.where(discount_t != 0, soft_value(q_t, alpha), zero)
+  # action illegal), and 0 x -inf is NaN; its Q values are replaced before the soft value,
+  # so that the gradient (stop_target_gradients=False) is 0 there, not NaN.
+  bootstrapped = discount_t != 0
+  q_t = jnp.where(bootstrapped[..., None], q_t, jnp.zeros((), q_t.dtype))
+  v_t = jnp.where(bootstrapped, soft_value(q_t, alpha), zero)
   lam = jnp.where(mask_next, jnp.asarray(lambda_, r_t.dtype), zero)
   b = jnp.where(mask, r_t + discount_t * (1.0 - lam) * v_t, zero)
   a = jnp.where(mask, discount_t * lam, zero)

@@ -43,7 +43,8 @@ def importance_sampled_soft_value(q_samples: jax.Array, log_proposal, alpha) -> 
     q_samples: Q(s, a_j) for M actions a_j ~ q' [..., M].
     log_proposal: log q'(a_j), broadcastable to q_samples (e.g. a scalar -d log 2 for
       actions uniform in [-1, 1]^d).
-    alpha: temperature > 0, a scalar or broadcastable to q_samples.shape[:-1].
+    alpha: temperature > 0, a scalar or an array of q_samples.shape[:-1]'s rank that
+      broadcasts to it.
 
   Returns:
     soft values [...] (q_samples.shape[:-1]).
@@ -52,8 +53,7 @@ def importance_sampled_soft_value(q_samples: jax.Array, log_proposal, alpha) -> 
   _checks.check_min_rank("q_samples", q_samples, 1, "a trailing sample axis [..., M]")
   _checks.check_floating("log_proposal", log_proposal)
   _check_broadcasts_to("log_proposal", log_proposal, jnp.shape(q_samples), "`q_samples`")
-  _checks.check_positive("alpha", alpha)
-  _check_broadcasts_to("alpha", alpha, jnp.shape(q_samples)[:-1], "`q_samples` less its last axis")
+  _checks.check_positive("alpha", alpha, jnp.shape(q_samples)[:-1])
   # alpha log E[exp(Q / alpha) / q'] = soft_value(Q - alpha log q') - alpha log M.
   dtype, shape = jnp.result_type(q_samples), jnp.shape(q_samples)
   alpha = jnp.asarray(alpha, dtype)
@@ -146,7 +146,8 @@ def rbf_kernel(x: jax.Array, y: jax.Array, bandwidth=None) -> RbfKernelOutput:
   Args:
     x: particles [..., K, d].
     y: particles [..., M, d] (the same leading axes and d).
-    bandwidth: None (adaptive) or h > 0, a scalar or broadcastable to x.shape[:-2].
+    bandwidth: None (adaptive) or h > 0, a scalar or an array of x.shape[:-2]'s rank that
+      broadcasts to it.
 
   Returns:
     `RbfKernelOutput(kappa [..., K, M], grad_x [..., K, M, d])`, grad_x the gradient of
@@ -160,8 +161,7 @@ def rbf_kernel(x: jax.Array, y: jax.Array, bandwidth=None) -> RbfKernelOutput:
     h = jnp.median(pairs, axis=-1) / math.log(jnp.shape(x)[-2] + 1)
     h = jax.lax.stop_gradient(jnp.maximum(h, MIN_BANDWIDTH))
   else:
-    _checks.check_positive("bandwidth", bandwidth)
-    _check_broadcasts_to("bandwidth", bandwidth, jnp.shape(x)[:-2], "`x` less its last 2 axes")
+    _checks.check_positive("bandwidth", bandwidth, jnp.shape(x)[:-2])
     h = jnp.broadcast_to(jnp.asarray(bandwidth, sq_dist.dtype), jnp.shape(x)[:-2])
   h = h[..., None, None]
   kappa = jnp.exp(-sq_dist / h)

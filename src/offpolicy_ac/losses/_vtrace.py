@@ -95,6 +95,8 @@ def vtrace(
   _checks.check_time_major("v_tm1", v_tm1)
   shape = _checks.check_same_shape(names)
   mask = _checks.check_mask(mask, shape)
+  _checks.check_discounts(discount_t, mask)
+  _checks.check_entries("rho_tm1", rho_tm1, 0.0, what=" (importance ratios)", where=mask)
   _checks.check_in_unit_interval("lambda_", lambda_, shape)
   _checks.check_positive("clip_rho_threshold", clip_rho_threshold, shape)
   _checks.check_positive("clip_c_threshold", clip_c_threshold, shape)
