@@ -8,12 +8,14 @@ measured from process launch to stop, imports and compilation included):
   env steps.
 * ``v1``: CartPole-v1, stop when a greedy evaluation (5 episodes, every 5000
   steps) reaches 475 (SQIL: 450, with a budget of 200k steps); also
-  reports the first env step where the trailing mean training return (3 log
-  lines) reaches 475.
+  finds the first env step where the trailing mean training return (3 log
+  lines) reaches 475 (in results.json, not in the table: each run's
+  "train_return_475_at", each case's "median_train_return_475_at").
 
 SQIL learns from 10 demonstration episodes recorded from an SQL expert trained
-here first (its steps are reported separately). Prints the table of medians,
-writes JSON, a markdown table and a PNG of the learning curves.
+here first (its steps and wall-clock are in results.json's "experts", not in the
+table). Prints the table of medians; writes it (results.md), results.json (every
+run) and the learning curves (learning_curves.png) into --out-dir.
 
     python experiments/bench_agents.py --seeds 0 1 2 3 4 --out-dir bench/agents
 """
@@ -30,6 +32,10 @@ from typing import Literal
 
 import numpy as np
 import tyro
+
+from offpolicy_ac.cli import check_output_file
+from offpolicy_ac.cli import script_main
+from offpolicy_ac.training import refusals
 
 EXPERIMENTS = pathlib.Path(__file__).resolve().parent
 
@@ -63,7 +69,7 @@ class Args:
   max_steps_v0: int = 100_000
   """Budget of a v0 run (a run that does not reach 195 counts as not reached)."""
   max_steps_v1: int = 500_000
-  """Budget of a v1 run."""
+  """Budget of a v1 run (SQIL's v1 runs: 200,000 steps, their own)."""
 
 
 def _case_flags(case: str, args: Args, algo: str = "") -> list[str]:
@@ -151,17 +157,36 @@ def _median(xs):
   return float(np.median(xs)) if xs else None
 
 
-def main(args: Args) -> dict:
-  out = pathlib.Path(args.out_dir).expanduser()
+def check(args: Args) -> pathlib.Path:
+  """Refuses (ValueError) bad arguments and an --out-dir that holds their runs or cannot
+  hold them, before any run; returns the --out-dir."""
+  for flag, values in (("--algorithms", args.algorithms), ("--cases", args.cases),
+                       ("--seeds", args.seeds)):  # fmt: skip
+    if not values or len(set(values)) < len(values):
+      raise ValueError(f"{flag} needs at least one value, each once; got {list(values)}")
+  if min(args.seeds) < 0:
+    raise ValueError(f"--seeds must be >= 0, got {list(args.seeds)}")
+  for flag, value in (("--expert-steps", args.expert_steps),
+                      ("--max-steps-v0", args.max_steps_v0),
+                      ("--max-steps-v1", args.max_steps_v1)):  # fmt: skip
+    if value < 1:
+      raise ValueError(f"{flag} must be >= 1, got {value}")
+  out = check_output_file("--out-dir", pathlib.Path(args.out_dir) / "results.json").parent
   planned = [f"{a}-{c}-seed{s}" for a in args.algorithms for c in args.cases for s in args.seeds]
   if "sqil" in args.algorithms:
     planned += [f"expert-sql-{c}" for c in args.cases]
   taken = [name for name in planned if (out / name).exists()]
   if taken:
-    raise SystemExit(
-        f"bench_agents: --out-dir {out} already holds {', '.join(taken)}: choose another "
-        "--out-dir or remove them"
+    raise ValueError(
+        f"--out-dir {out} already holds {', '.join(taken)}: choose another --out-dir or "
+        "remove them"
     )
+  return out
+
+
+def main(args: Args) -> dict:
+  with refusals():  # bad arguments: one line and exit code 2 (script_main), before any run
+    out = check(args)
   out.mkdir(parents=True, exist_ok=True)
   results: dict = {}
   experts: dict = {}
@@ -276,4 +301,4 @@ def _plot(results: dict, path: pathlib.Path) -> None:
 
 
 if __name__ == "__main__":
-  main(tyro.cli(Args, description=__doc__))
+  script_main(lambda: tyro.cli(Args, description=__doc__), main)

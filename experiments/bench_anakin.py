@@ -1,8 +1,7 @@
 """Compiled training against the environment's own bound, for 1 to 64 vmapped seeds.
 
     python experiments/bench_anakin.py --env-id gymnax:CartPole-v1 --agent impala
-    python experiments/bench_anakin.py --env-id gymnax:Breakout-MinAtar --agent impala \
-        --num-envs 64 --seeds 1 4 16
+    python experiments/bench_anakin.py --env-id gymnax:Breakout-MinAtar --num-envs 64 --seeds 1 4 16
 
 For each number of seeds S, side by side in one process (interleaved, medians of
 `--repeats`):
@@ -21,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import pathlib
 import statistics
 import time
 from typing import Optional
@@ -32,7 +32,11 @@ import tyro
 from offpolicy_ac import envs
 from offpolicy_ac import presets
 from offpolicy_ac.agents.registry import AGENTS
+from offpolicy_ac.cli import check_output_file
+from offpolicy_ac.cli import script_main
 from offpolicy_ac.training import make_train
+from offpolicy_ac.training import refusals
+from offpolicy_ac.training.sources import task_spec
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,25 +145,40 @@ def measure(args: Args) -> list[dict]:
   return rows
 
 
-def main(args: Args) -> list[dict]:
+def check(args: Args) -> None:
+  """Refuses (ValueError) bad arguments before anything is compiled."""
   if not envs.is_functional(args.env_id):
     raise ValueError(f"--env-id must name a JAX environment (gymnax:/brax:), got {args.env_id!r}")
   if args.agent not in ("impala", "acer", "sql"):
     raise ValueError(f"--agent must be impala, acer or sql, got {args.agent!r}")
-  if not args.seeds or min(args.seeds) < 1 or args.repeats < 1:
-    raise ValueError("--seeds must be positive counts and --repeats >= 1")
-  if args.num_envs is not None and args.num_envs < 1:
-    raise ValueError(f"--num-envs must be >= 1, got {args.num_envs}")
+  if not args.seeds or min(args.seeds) < 1:
+    raise ValueError(f"--seeds must be positive counts, got {list(args.seeds)}")
+  for flag, value in (("--repeats", args.repeats), ("--num-envs", args.num_envs),
+                      ("--steps-per-measurement", args.steps_per_measurement)):  # fmt: skip
+    if value is not None and value < 1:
+      raise ValueError(f"{flag} must be >= 1, got {value}")
   known = sorted(getattr(presets, args.agent).PRESETS)
   if args.preset is not None and args.preset not in known:
     raise ValueError(f"--preset {args.preset}: {args.agent}'s presets are {known}")
+  if args.out:
+    check_output_file("--out", args.out)
+  config = load_script_args(args).train
+  config.validate()
+  task_spec(config)  # an unknown task id, naming the closest ones
+
+
+def main(args: Args) -> list[dict]:
+  with refusals():  # bad arguments: one line and exit code 2 (script_main), before any work
+    check(args)
   print(f"jax {jax.__version__} on {jax.devices()[0].platform}: {jax.devices()[0]}")
   rows = measure(args)
   if args.out:
-    with open(args.out, "w") as f:
+    out = pathlib.Path(args.out).expanduser()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "w") as f:
       json.dump({"device": str(jax.devices()[0]), "rows": rows}, f, indent=2)
   return rows
 
 
 if __name__ == "__main__":
-  main(tyro.cli(Args, description=__doc__))
+  script_main(lambda: tyro.cli(Args, description=__doc__), main)

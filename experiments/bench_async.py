@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import pathlib
 import platform
@@ -71,6 +72,10 @@ from typing import Optional
 import jax
 import numpy as np
 import tyro
+
+from offpolicy_ac.cli import check_output_file
+from offpolicy_ac.cli import script_main
+from offpolicy_ac.training import refusals
 
 Mode = Literal[
     "sync", "sync_pools", "async", "async_nolearn", "sync_xla", "async_xla", "async_xla_nolearn"
@@ -552,19 +557,50 @@ def _report(task: Task, runs: dict, probes: list, args: Args) -> tuple[str, dict
 # ---------------------------------------------------------------------------- main
 
 
-def main(args: Args) -> dict:
-  # A process-wide setting, read when JAX's CPU client starts: set it before any JAX work
-  # (run_experiment does the same on CPU).
-  jax.config.update("jax_cpu_enable_async_dispatch", False)
+def check(args: Args, presets: dict) -> Optional[pathlib.Path]:
+  """Refuses (ValueError) bad arguments, and a training run's config (each task's, in each
+  mode) that `train` would refuse, before anything is timed; returns the --out base."""
   if args.actors < 1 or args.repeats < 1:
     raise ValueError("--actors and --repeats must be >= 1")
   if not 0 <= args.warmup_fraction < 1:
     raise ValueError("--warmup-fraction must lie in [0, 1)")
+  for name in ("raw_seconds", "probe_seconds"):
+    if not (math.isfinite(getattr(args, name)) and getattr(args, name) > 0):
+      raise ValueError(f"--{name.replace('_', '-')} must be > 0, got {getattr(args, name)}")
+  for name in args.tasks:
+    task = _task(name, args, presets)
+    for mode in args.modes:
+      config = _loop_for(task, mode, args)
+      try:
+        config.validate()
+      except ValueError as e:
+        raise ValueError(f"{name}, {mode}: {e}") from None
+      if task.total_env_steps <= 2 * config.steps_per_iteration:  # a line per iteration
+        raise ValueError(
+            f"{name}, {mode}: {task.total_env_steps:,} env steps are not 3 iterations of "
+            f"{config.steps_per_iteration:,}, the 3 metrics lines a rate needs: raise "
+            f"--{'pong' if task.atari else 'cartpole'}-steps"
+        )
+  if not args.out:
+    return None
+  base = pathlib.Path(args.out).expanduser()
+  base = base.with_suffix("") if base.suffix in (".txt", ".json") else base
+  for suffix in (".txt", ".json"):
+    check_output_file("--out", base.with_suffix(suffix))
+  return base
+
+
+def main(args: Args) -> dict:
+  # A process-wide setting, read when JAX's CPU client starts: set it before any JAX work
+  # (run_experiment does the same on CPU).
+  jax.config.update("jax_cpu_enable_async_dispatch", False)
   import envpool
 
   from offpolicy_ac.presets import impala
 
   presets = impala.PRESETS
+  with refusals():  # bad arguments: one line and exit code 2 (script_main), before any work
+    base = check(args, presets)
   header = (
       f"jax {jax.__version__}, envpool {envpool.__version__}, {jax.devices()}, "
       f"{os.cpu_count()} CPU cores, {platform.processor() or platform.machine()}, "
@@ -594,10 +630,7 @@ def main(args: Args) -> dict:
     texts.append(text)
     results[name] = summary
   out = {"args": dataclasses.asdict(args), "header": header, "tasks": results}
-  if args.out:
-    base = pathlib.Path(args.out)
-    if base.suffix in (".txt", ".json"):
-      base = base.with_suffix("")
+  if base is not None:
     base.parent.mkdir(parents=True, exist_ok=True)
     base.with_suffix(".txt").write_text("\n\n".join(texts) + "\n")
     base.with_suffix(".json").write_text(json.dumps(out, indent=1))
@@ -606,4 +639,4 @@ def main(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-  main(tyro.cli(Args, description=__doc__))
+  script_main(lambda: tyro.cli(Args, description=__doc__), main)

@@ -35,6 +35,10 @@ from typing import Optional
 import numpy as np
 import tyro
 
+from offpolicy_ac.cli import check_output_file
+from offpolicy_ac.cli import script_main
+from offpolicy_ac.training import refusals
+
 EXPERIMENTS = pathlib.Path(__file__).resolve().parent
 
 
@@ -177,24 +181,39 @@ def table(results: list[dict], episodes: int) -> str:
   return head + "\n".join(_row(r) for r in results) + "\n"
 
 
-def main(args: Args) -> list[dict]:
+def check(args: Args) -> pathlib.Path:
+  """Refuses (ValueError) bad arguments and an --out-dir that holds a case's runs or cannot
+  hold them, before any case runs; returns the --out-dir."""
   unknown = sorted(set(args.cases) - set(CASES))
   if unknown:
-    raise SystemExit(f"bench_defaults: unknown --cases {unknown}; known: {list(CASES)}")
-  out = pathlib.Path(args.out_dir).expanduser()
+    raise ValueError(f"unknown --cases {unknown}; known: {list(CASES)}")
+  repeated = sorted({name for name in args.cases if args.cases.count(name) > 1})
+  if repeated or not args.cases:
+    raise ValueError(f"--cases names {repeated} twice" if repeated else "--cases needs a case")
+  for flag, value in (("--num-seeds", args.num_seeds), ("--episodes", args.episodes),
+                      ("--total-env-steps", args.total_env_steps)):  # fmt: skip
+    if value is not None and value < 1:
+      raise ValueError(f"{flag} must be >= 1, got {value}")
+  out = check_output_file("--out-dir", pathlib.Path(args.out_dir) / "results.json").parent
   for i, name in enumerate(args.cases):
     source = CASES[name].demos_from
     if source and source not in args.cases[:i] and not (out / source).exists():
-      raise SystemExit(
-          f"bench_defaults: {name} learns from {source}'s demonstrations: run {source} before it"
+      raise ValueError(
+          f"{name} learns from {source}'s demonstrations: run {source} before it"
           f" (in --cases, or earlier into {out})"
       )
   taken = [name for name in args.cases if (out / name).exists()]
   if taken:
-    raise SystemExit(
-        f"bench_defaults: --out-dir {out} already holds {', '.join(taken)}: choose another "
-        "--out-dir or remove them"
+    raise ValueError(
+        f"--out-dir {out} already holds {', '.join(taken)}: choose another --out-dir or "
+        "remove them"
     )
+  return out
+
+
+def main(args: Args) -> list[dict]:
+  with refusals():  # bad arguments: one line and exit code 2 (script_main), before any run
+    out = check(args)
   out.mkdir(parents=True, exist_ok=True)
   results = []
   for name in args.cases:
@@ -207,4 +226,4 @@ def main(args: Args) -> list[dict]:
 
 
 if __name__ == "__main__":
-  main(tyro.cli(Args, description=__doc__))
+  script_main(lambda: tyro.cli(Args, description=__doc__), main)

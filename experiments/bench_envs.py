@@ -21,8 +21,10 @@ environment per `recv`. Results are summarised in docs/benchmarks.md.
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 import time
+from typing import Literal
 
 import jax
 import jax.numpy as jnp
@@ -30,13 +32,15 @@ import numpy as np
 import tyro
 
 from offpolicy_ac import envs
+from offpolicy_ac.cli import script_main
+from offpolicy_ac.training import refusals
 
 
 @dataclasses.dataclass(frozen=True)
 class Args:
   tasks: tuple[str, ...] = ("CartPole-v1", "Pong-v5")
   """envpool task ids to benchmark."""
-  modes: tuple[str, ...] = ("sync", "batched")
+  modes: tuple[Literal["sync", "batched"], ...] = ("sync", "batched")
   """"sync" (batch_size = num_envs) and/or "batched" (batched stepping, batch_size =
     num_envs // 2)."""
   cartpole_envs: int = 32
@@ -159,7 +163,24 @@ def rollout_timer(task: str, num_envs: int, batch_size: int, args: Args, xla: bo
   return _timed(chunk, args.unroll_length * num_envs)
 
 
+def check(args: Args) -> None:
+  """Refuses (ValueError) bad arguments and unknown tasks before anything is timed."""
+  if not args.tasks or not args.modes:
+    raise ValueError("--tasks and --modes need at least one value each")
+  for name, low in (("cartpole_envs", 1), ("atari_envs", 1), ("unroll_length", 1),
+                    ("repeats", 1), ("num_threads", 0), ("seed", 0)):  # fmt: skip
+    if getattr(args, name) < low:
+      raise ValueError(f"--{name.replace('_', '-')} must be >= {low}, got {getattr(args, name)}")
+  for name in ("cartpole_seconds", "atari_seconds"):
+    if not (math.isfinite(getattr(args, name)) and getattr(args, name) > 0):
+      raise ValueError(f"--{name.replace('_', '-')} must be > 0, got {getattr(args, name)}")
+  for task in args.tasks:
+    envs.spec(task)  # an unknown task id, naming the closest ones
+
+
 def main(args: Args) -> None:
+  with refusals():  # bad arguments: one line and exit code 2 (script_main), before any work
+    check(args)
   # A process-wide setting, read when JAX's CPU client starts: set it before any JAX work.
   jax.config.update("jax_cpu_enable_async_dispatch", args.cpu_async_dispatch)
   print(
@@ -175,8 +196,6 @@ def main(args: Args) -> None:
     num_envs = args.atari_envs if atari else args.cartpole_envs
     seconds = args.atari_seconds if atari else args.cartpole_seconds
     for mode in args.modes:
-      if mode not in ("sync", "batched"):
-        raise ValueError(f"mode must be 'sync' or 'batched', got {mode!r}")
       batch = num_envs if mode == "sync" else max(1, num_envs // 2)
       timers = {
           "raw": raw_timer(task, num_envs, batch, args),
@@ -200,4 +219,4 @@ def main(args: Args) -> None:
 
 
 if __name__ == "__main__":
-  main(tyro.cli(Args, description=__doc__))
+  script_main(lambda: tyro.cli(Args, description=__doc__), main)

@@ -8,7 +8,8 @@ env steps, a checkpoint every 1,280) and injects one fault. It *held* when the o
 the promised one:
 
 * kill -9 (at a random moment, or while a checkpoint is being written), SIGTERM, SIGINT,
-  a flipped byte in the newest checkpoint, a full disk (a small tmpfs, as root): after
+  a flipped byte in the newest checkpoint, a full disk (a small tmpfs: as root only,
+  skipped otherwise): after
   `--resume` the run's metrics.jsonl (all but the wall-clock fields) and final parameters
   equal the uninterrupted run's, byte for byte;
 * a second process on the run directory, or a `--resume` while the run goes on: refused
@@ -16,10 +17,11 @@ the promised one:
 * a flipped byte in final_params.msgpack: `evaluate.py` refuses it (exit code 2);
 * a NaN reward from the environment: the run stops naming it, no checkpoint holds it, and
   the resumed run (without the NaN) equals the uninterrupted one;
-* a bad command line (tests/experiments/test_bad_inputs.py's table): exit code 2, one
-  line, no traceback.
+* a bad command line (10 of the cases of tests/experiments/test_bad_inputs.py): exit
+  code 2, one line, no traceback.
 
-Prints `fault | tries | held`; `--out PATH` also writes PATH.txt and PATH.json.
+Prints `fault | tries | held` (a fault skipped here says why); `--out PATH` also writes
+PATH.txt and PATH.json.
 """
 
 from __future__ import annotations
@@ -39,10 +41,16 @@ from typing import Optional
 
 import tyro
 
+from offpolicy_ac.cli import check_output_file
+from offpolicy_ac.cli import script_main
+from offpolicy_ac.training import refusals
+
 ROOT = pathlib.Path(__file__).parents[1]
 FLAGS = ["--checkpoint-every", "1280", "--log-every", "640", "--eval-every", "1280",
          "--eval-episodes", "2", "--total-env-steps", "6400"]  # fmt: skip
 WALL_CLOCK = ("wall_time_s", "env_steps_per_s")
+FULL_DISK = "a full disk (tmpfs)"
+"""The fault that needs root (it mounts a tmpfs): skipped without."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -240,17 +248,25 @@ def main(args: Args) -> dict:
       "--resume while the run goes on": (_second_process(True), 1),
       "a flipped byte in the newest checkpoint": (_flipped_checkpoint, 1),
       "a flipped byte in final_params.msgpack": (_flipped_params, 1),
-      "a full disk (tmpfs)": (_full_disk, 1),
+      FULL_DISK: (_full_disk, 1),
       "a NaN reward from the environment": (_nan_reward, 1),
   }
   for script, flags in _bad_inputs():
     faults[f"bad input: {script} {' '.join(flags)}"] = (_bad_input((script, flags)), 0)
-  unknown = [name for name in args.faults if name not in faults]
-  if unknown:
-    raise SystemExit(f"bench_faults: unknown --faults {unknown}; the faults: {list(faults)}")
-  if args.tries < 1:
-    raise SystemExit(f"bench_faults: --tries must be >= 1, got {args.tries}")
-  chosen = {k: v for k, v in faults.items() if not args.faults or k in args.faults}
+  root = os.geteuid() == 0
+  with refusals():  # bad arguments: one line and exit code 2 (script_main), before any run
+    unknown = [name for name in args.faults if name not in faults]
+    if unknown:
+      raise ValueError(f"unknown --faults {unknown}; the faults: {list(faults)}")
+    if args.tries < 1:
+      raise ValueError(f"--tries must be >= 1, got {args.tries}")
+    if FULL_DISK in args.faults and not root:
+      raise ValueError(f"--faults {FULL_DISK!r} needs root: it mounts a tmpfs")
+    out = pathlib.Path(args.out).expanduser() if args.out else None
+    for suffix in (".txt", ".json") if out else ():
+      check_output_file("--out", out.with_suffix(suffix))
+  skipped = [] if root or args.faults else [FULL_DISK]
+  chosen = {k: v for k, v in faults.items() if k in (args.faults or faults) and k not in skipped}
   with tempfile.TemporaryDirectory() as tmp:
     straight_dir = pathlib.Path(tmp) / "straight"
     if _run(straight_dir).returncode != 0:
@@ -271,10 +287,9 @@ def main(args: Args) -> dict:
       print(f"{name:<70} {len(held):>5} {sum(held):>5}", flush=True)
   table = "\n".join(["| fault | tries | held |", "|---|---|---|"] + [
       f"| {name} | {len(h)} | {sum(h)} |" for name, h in results.items()
-  ])  # fmt: skip
+  ] + [f"| {name} | 0 | skipped: needs root |" for name in skipped])  # fmt: skip
   print(table)
-  if args.out:
-    out = pathlib.Path(args.out)
+  if out is not None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".txt").write_text(table + "\n")
     out.with_suffix(".json").write_text(json.dumps(results, indent=2))
@@ -282,4 +297,4 @@ def main(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-  main(tyro.cli(Args, description=__doc__))
+  script_main(lambda: tyro.cli(Args, description=__doc__), main)

@@ -13,13 +13,15 @@ the interpreter's start, the imports, compilation and the evaluations are all in
 * **warm**: the same directory again, for a second run of the same seed: the programs load
   from JAX's persistent compilation cache (`training.experiment.enable_compilation_cache`).
 
-Prints each run and the medians; writes `<out-dir>/launch.json`.
+Prints each run and the medians; writes `<out-dir>/launch-<date>-<time>.json` (a run
+directory's names carry the same stamp, so that runs into one --out-dir keep theirs).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import pathlib
 import re
@@ -32,6 +34,10 @@ from typing import Annotated
 from typing import Optional
 
 import tyro
+
+from offpolicy_ac.cli import check_output_file
+from offpolicy_ac.cli import script_main
+from offpolicy_ac.training import refusals
 
 EXPERIMENTS = pathlib.Path(__file__).resolve().parent
 AGENTS = ("impala", "acer", "sql")
@@ -92,12 +98,18 @@ def _median(rows: list[dict], key: str) -> Optional[float]:
 
 
 def main(args: Args) -> dict:
-  if args.agent not in AGENTS:
-    raise ValueError(f"--agent must be one of {AGENTS}, got {args.agent!r}")
-  if not args.seeds:
-    raise ValueError("--seeds needs at least one seed")
-  out = pathlib.Path(args.out_dir)
   stamp = time.strftime("%Y%m%d-%H%M%S")
+  with refusals():  # bad arguments: one line and exit code 2 (script_main), before any run
+    if args.agent not in AGENTS:
+      raise ValueError(f"--agent must be one of {AGENTS}, got {args.agent!r}")
+    if not args.seeds or len(set(args.seeds)) < len(args.seeds) or min(args.seeds) < 0:
+      raise ValueError(f"--seeds needs at least one seed, each once and >= 0; got {args.seeds}")
+    if not (math.isfinite(args.timeout_s) and args.timeout_s > 0):
+      raise ValueError(f"--timeout-s must be > 0, got {args.timeout_s}")
+    if not math.isfinite(args.target):
+      raise ValueError(f"--target must be finite, got {args.target}")
+    report_path = pathlib.Path(args.out_dir) / f"launch-{stamp}.json"
+    out = check_output_file("--out-dir", report_path).parent
   results: dict[str, list[dict]] = {"cold": [], "warm": []}
   for seed in args.seeds:
     cache = out / f"cache-{stamp}-seed{seed}"  # empty: the cold run compiles everything
@@ -120,9 +132,10 @@ def main(args: Args) -> dict:
           f"launch to exit {s['median_exit_s']:.2f} s")  # fmt: skip
   report = {"args": dataclasses.asdict(args), "runs": results, "summary": summary}
   out.mkdir(parents=True, exist_ok=True)
-  (out / "launch.json").write_text(json.dumps(report, indent=2))
+  (out / report_path.name).write_text(json.dumps(report, indent=2))
+  print(f"wrote {out / report_path.name}")
   return report
 
 
 if __name__ == "__main__":
-  main(tyro.cli(Args, description=__doc__))
+  script_main(lambda: tyro.cli(Args, description=__doc__), main)

@@ -37,6 +37,9 @@ except ModuleNotFoundError:  # a development dependency
   raise SystemExit("bench_losses compares with rlax: pip install 'offpolicy_ac[dev]'") from None
 
 from offpolicy_ac import losses
+from offpolicy_ac.cli import check_output_file
+from offpolicy_ac.cli import script_main
+from offpolicy_ac.training import refusals
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,15 +155,19 @@ def _cases(x: dict[str, jax.Array], method: str):
 
 
 def main(args: Args) -> list[dict]:
+  with refusals():  # bad arguments: one line and exit code 2 (script_main), before any work
+    if not args.shapes or not args.methods or not args.estimators:
+      raise ValueError("--shapes, --methods and --estimators need at least one value each")
+    for shape in args.shapes:
+      if not re.fullmatch(r"[1-9][0-9]*x[1-9][0-9]*", shape.lower()):
+        raise ValueError(f"--shapes takes TxB sizes such as 128x1024, got {shape!r}")
+    if args.repeats < 1 or args.rounds < 1 or args.num_actions < 1:
+      raise ValueError("--repeats, --rounds and --num-actions must be >= 1")
+    out = check_output_file("--json-out", args.json_out) if args.json_out else None
   print(
       f"jax {jax.__version__} on {jax.devices()[0].device_kind} "
       f"({jax.default_backend()}), rlax {rlax.__version__}"
   )
-  for shape in args.shapes:
-    if not re.fullmatch(r"[1-9][0-9]*x[1-9][0-9]*", shape.lower()):
-      raise SystemExit(f"bench_losses: --shapes takes TxB sizes such as 128x1024, got {shape!r}")
-  if args.repeats < 1 or args.rounds < 1:
-    raise SystemExit("bench_losses: --repeats and --rounds must be >= 1")
   header = (
       f"{'estimator':9s} {'shape':>9s} {'method':>11s} {'ours ms':>8s} "
       f"{'rlax ms':>8s} {'bound ms':>8s} {'rlax/ours':>9s} "
@@ -201,11 +208,11 @@ def main(args: Args) -> list[dict]:
             f"{row['speedup_vs_rlax']:9.2f} {row['fraction_of_bound']:10.2f}",
             flush=True,
         )
-  if args.json_out:
-    with open(args.json_out, "w") as f:
-      json.dump(results, f, indent=1)
+  if out is not None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=1))
   return results
 
 
 if __name__ == "__main__":
-  main(tyro.cli(Args, description=__doc__))
+  script_main(lambda: tyro.cli(Args, description=__doc__), main)

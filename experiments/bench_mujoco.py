@@ -10,8 +10,8 @@ For each task, in one process:
 * agent: the agent's script with the preset the task selects (as `--env-id` alone does),
   one seed, trained for `env_steps` (SQL: `sql_env_steps`, fewer: it is compute-bound)
   with no evaluation and no checkpoints. Its speed comes from its own metrics: env
-  steps over wall-clock across the log intervals after the first (which holds the
-  compilation).
+  steps over wall-clock across its log intervals but the first (which holds the
+  compilation) and the last (which holds the run's one-off end work).
 
 Prints seconds per 1M env steps of both and the agent's fraction of raw speed. SQIL
 trains the SQL agent on relabelled batches: its cost per update is SQL's.
@@ -20,6 +20,7 @@ trains the SQL agent on relabelled batches: its cost per update is SQL's.
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 import tempfile
 import time
@@ -29,10 +30,12 @@ import tyro
 
 from offpolicy_ac import envs
 from offpolicy_ac import presets
+from offpolicy_ac.cli import script_main
 from offpolicy_ac.training import read_metrics
+from offpolicy_ac.training import refusals
 
 LOG_LINES = 5
-"""Log lines per agent run (the first interval is left out of the speed)."""
+"""Log lines per agent run (the first and the last interval are left out of the speed)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,17 +55,6 @@ class Args:
   """Timed runs of raw stepping (the median is reported)."""
   seed: int = 0
   """Seed of the environments and the agents."""
-
-  def __post_init__(self):
-    for name in self.agents:
-      if name not in ("impala", "acer", "sql"):
-        raise ValueError(f"agents must be among impala, acer, sql; got {name!r}")
-    for task in self.tasks:
-      if envs.is_atari(task):
-        raise ValueError(f"{task} is an Atari task; this benchmark times MuJoCo tasks")
-    for name in ("env_steps", "sql_env_steps"):
-      if getattr(self, name) < 5 * LOG_LINES:
-        raise ValueError(f"{name} must be at least {5 * LOG_LINES}")
 
 
 def preset_args(module, task: str, env_steps: int, seed: int, run_dir: str):
@@ -123,8 +115,37 @@ def format_row(row: dict) -> str:
           f"{row['agent_steps_per_s'] / row['raw_steps_per_s']:>11.3f}")  # fmt: skip
 
 
+def check(args: Args) -> None:
+  """Refuses (ValueError) bad arguments, and a task an agent has no preset for, or whose
+  preset cannot train for the budget, before anything is timed."""
+  if not args.tasks or not args.agents:
+    raise ValueError("--tasks and --agents need at least one value each")
+  for name in args.agents:
+    if name not in ("impala", "acer", "sql"):
+      raise ValueError(f"agents must be among impala, acer, sql; got {name!r}")
+  for name in ("env_steps", "sql_env_steps"):
+    if getattr(args, name) < 5 * LOG_LINES:
+      raise ValueError(f"{name} must be at least {5 * LOG_LINES}")
+  if args.repeats < 1:
+    raise ValueError(f"--repeats must be >= 1, got {args.repeats}")
+  if not (math.isfinite(args.raw_seconds) and args.raw_seconds > 0):
+    raise ValueError(f"--raw-seconds must be > 0, got {args.raw_seconds}")
+  for task in args.tasks:
+    if envs.is_atari(task):
+      raise ValueError(f"{task} is an Atari task; this benchmark times MuJoCo tasks")
+    for name in args.agents:
+      steps = args.sql_env_steps if name == "sql" else args.env_steps
+      _, run_args = preset_args(getattr(presets, name), task, steps, args.seed, "")
+      try:
+        run_args.train.validate()
+      except ValueError as e:
+        raise ValueError(f"{name} on {task}, {steps} env steps: {e}") from None
+
+
 def main(args: Args) -> list[dict]:
   """Times every (task, agent); prints each row as it comes and the table at the end."""
+  with refusals():  # bad arguments: one line and exit code 2 (script_main), before any work
+    check(args)
   modules = {name: getattr(presets, name) for name in args.agents}
   rows = []
   for task in args.tasks:
@@ -150,4 +171,4 @@ def main(args: Args) -> list[dict]:
 
 
 if __name__ == "__main__":
-  main(tyro.cli(Args, description=__doc__))
+  script_main(lambda: tyro.cli(Args, description=__doc__), main)

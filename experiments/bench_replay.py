@@ -17,6 +17,8 @@ import jax.numpy as jnp
 import tyro
 
 from offpolicy_ac import replay as replay_lib
+from offpolicy_ac.cli import script_main
+from offpolicy_ac.training import refusals
 
 # (name, capacity, unroll T, columns B, observation shape, dtype): the scripts' presets.
 CASES = (
@@ -44,8 +46,9 @@ def _time_steps(step, state, traj, key, repeats):
 
 
 def main(args: Args) -> list[dict]:
-  if args.repeats < 1:
-    raise SystemExit(f"bench_replay: --repeats must be >= 1, got {args.repeats}")
+  with refusals():  # bad arguments: one line and exit code 2 (script_main), before any work
+    if args.repeats < 1:
+      raise ValueError(f"--repeats must be >= 1, got {args.repeats}")
   rows = []
   for name, capacity, unroll, columns, shape, dtype in CASES:
     replay = replay_lib.make_sequence_replay(
@@ -70,4 +73,4 @@ def main(args: Args) -> list[dict]:
 
 
 if __name__ == "__main__":
-  main(tyro.cli(Args, description=__doc__))
+  script_main(lambda: tyro.cli(Args, description=__doc__), main)

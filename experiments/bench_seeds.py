@@ -23,6 +23,10 @@ from typing import Literal
 
 import tyro
 
+from offpolicy_ac.cli import check_output_file
+from offpolicy_ac.cli import script_main
+from offpolicy_ac.training import refusals
+
 EXPERIMENTS = pathlib.Path(__file__).resolve().parent
 
 
@@ -31,9 +35,13 @@ class Args:
   script: Literal["impala", "acer", "sql"] = "impala"
   """Experiment script."""
   env_id: str = "CartPole-v1"
+  """Task of every run."""
   num_seeds: int = 4
+  """Seeds of each run (at least 2)."""
   total_env_steps: int = 50_000
+  """Env steps of each seed."""
   repeats: int = 3
+  """Rounds of the two variants, interleaved (medians are reported)."""
   out: str = ""
   """Also write the report to this file."""
 
@@ -61,15 +69,15 @@ def _run(args: Args, vmap: bool, run_dir: pathlib.Path) -> float:
   start = time.perf_counter()
   proc = subprocess.run(cmd, capture_output=True, text=True)
   if proc.returncode != 0:
-    raise SystemExit(f"bench_seeds: {' '.join(cmd[1:])} failed:\n{proc.stderr[-4000:]}")
+    raise RuntimeError(f"{' '.join(cmd[1:])} failed:\n{proc.stderr[-4000:]}")
   return time.perf_counter() - start
 
 
 def main(args: Args) -> dict:
-  if args.num_seeds < 2 or args.repeats < 1 or args.total_env_steps < 4:
-    raise SystemExit(
-        "bench_seeds: --num-seeds must be >= 2, --repeats >= 1, --total-env-steps >= 4"
-    )
+  with refusals():  # bad arguments: one line and exit code 2 (script_main), before any run
+    if args.num_seeds < 2 or args.repeats < 1 or args.total_env_steps < 4:
+      raise ValueError("--num-seeds must be >= 2, --repeats >= 1, --total-env-steps >= 4")
+    out = check_output_file("--out", args.out) if args.out else None
   times = {"vmapped": [], "sequential": []}
   returns = {}
   with tempfile.TemporaryDirectory() as tmp:
@@ -83,20 +91,22 @@ def main(args: Args) -> dict:
           finals.append(json.loads(lines[-1])["episode_return"])
         returns[name] = finals
   med = {k: statistics.median(v) for k, v in times.items()}
+  show = lambda xs: ", ".join("none" if x is None else f"{x:.1f}" for x in xs)
   report = (
       f"{args.script} {args.env_id}: {args.num_seeds} seeds x {args.total_env_steps} "
       f"env steps, medians of {args.repeats} (launch to exit)\n"
-      f"  vmapped learner : {med['vmapped']:7.1f} s  {times['vmapped']}\n"
-      f"  one after other : {med['sequential']:7.1f} s  {times['sequential']}\n"
+      f"  vmapped learner : {med['vmapped']:7.1f} s  ({show(times['vmapped'])})\n"
+      f"  one after other : {med['sequential']:7.1f} s  ({show(times['sequential'])})\n"
       f"  speed-up        : {med['sequential'] / med['vmapped']:.2f}x\n"
-      f"  final returns (vmapped)   : {returns['vmapped']}\n"
-      f"  final returns (sequential): {returns['sequential']}\n"
+      f"  final returns (vmapped)   : {show(returns['vmapped'])}\n"
+      f"  final returns (sequential): {show(returns['sequential'])}\n"
   )
   print(report)
-  if args.out:
-    pathlib.Path(args.out).write_text(report)
+  if out is not None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(report)
   return {"times": times, "median": med}
 
 
 if __name__ == "__main__":
-  main(tyro.cli(Args, description=__doc__))
+  script_main(lambda: tyro.cli(Args, description=__doc__), main)

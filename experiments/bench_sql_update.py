@@ -30,7 +30,9 @@ import tyro
 from offpolicy_ac import envs
 from offpolicy_ac.agents import SqlConfig
 from offpolicy_ac.agents.sql_continuous import make_sql_continuous
+from offpolicy_ac.cli import script_main
 from offpolicy_ac.envs import Trajectory
+from offpolicy_ac.training import refusals
 
 LAYOUTS = ("vmapped", "mapped", "calls")
 
@@ -40,23 +42,25 @@ class Args:
   env_id: str = "HalfCheetah-v4"
   """A continuous envpool task (its observation and action shapes)."""
   num_seeds: int = 3
+  """N: seeds updated in each layout."""
   windows: int = 64
   """Windows per update (SQIL: agent and demonstration windows together)."""
   window_transitions: int = 2
+  """Transitions per window."""
   num_q_networks: tuple[int, ...] = (1, 2)
+  """Numbers of Q networks to time, one table row each."""
   hidden_sizes: tuple[int, ...] = (128, 128)
+  """Layer sizes of the networks."""
   num_particles: int = 16
+  """SVGD particles of the sampler."""
   num_value_samples: int = 16
+  """Actions sampled for each soft value."""
   value_proposal_std: float = 0.1
+  """Spread of the value samples drawn around the sampler's action."""
   repeats: int = 20
   """Timed updates per layout and round (after one untimed update)."""
   rounds: int = 5
   """Rounds over the layouts, interleaved; the report is the median of the rounds'."""
-
-  def __post_init__(self):
-    for name in ("num_seeds", "windows", "window_transitions", "repeats", "rounds"):
-      if getattr(self, name) < 1:
-        raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
 
 
 def random_batch(key, spec, windows: int, length: int) -> Trajectory:
@@ -119,18 +123,24 @@ def time_layouts(agent, spec, args: Args) -> dict[str, float]:
 
 
 def main(args: Args) -> list[dict]:
-  spec = envs.spec(args.env_id)
-  if spec.num_actions is not None:
-    raise ValueError(f"{args.env_id} has discrete actions; continuous SQL needs a box")
+  with refusals():  # bad arguments: one line and exit code 2 (script_main), before any work
+    for name in ("num_seeds", "windows", "window_transitions", "repeats", "rounds"):
+      if getattr(args, name) < 1:
+        raise ValueError(f"{name} must be at least 1, got {getattr(args, name)}")
+    if not args.num_q_networks:
+      raise ValueError("--num-q-networks needs at least one number of Q networks")
+    spec = envs.spec(args.env_id)
+    if spec.num_actions is not None:
+      raise ValueError(f"{args.env_id} has discrete actions; continuous SQL needs a box")
+    configs = [SqlConfig(hidden_sizes=args.hidden_sizes, num_particles=args.num_particles,
+                         num_value_samples=args.num_value_samples,
+                         value_proposal_std=args.value_proposal_std, num_q_networks=num_q)
+               for num_q in args.num_q_networks]  # fmt: skip
+    for config in configs:
+      config.validate()
   rows = []
-  for num_q in args.num_q_networks:
-    config = SqlConfig(
-        hidden_sizes=args.hidden_sizes,
-        num_particles=args.num_particles,
-        num_value_samples=args.num_value_samples,
-        value_proposal_std=args.value_proposal_std,
-        num_q_networks=num_q,
-    )
+  for config in configs:
+    num_q = config.num_q_networks
     ms = time_layouts(make_sql_continuous(spec, config), spec, args)
     row = dict(num_q_networks=num_q, num_seeds=args.num_seeds, **ms)
     row.update({f"{name}_speedup": ms["vmapped"] / ms[name] for name in LAYOUTS[1:]})
@@ -144,4 +154,4 @@ def main(args: Args) -> list[dict]:
 
 
 if __name__ == "__main__":
-  main(tyro.cli(Args, description=__doc__))
+  script_main(lambda: tyro.cli(Args, description=__doc__), main)

@@ -35,7 +35,7 @@ def test_bench_scores_final_and_best_parameters_of_every_seed(tmp_path):
   table = (tmp_path / "results.md").read_text()
   assert "`sqil.py --total-env-steps 1024`" in table and table.count("\n| `") == 3
   # Run again into the same folder, the bench refuses before training anything.
-  with pytest.raises(SystemExit, match=r"already holds impala, sql: choose another --out-dir"):
+  with pytest.raises(ValueError, match=r"already holds impala, sql: choose another --out-dir"):
     bench.main(bench.Args(cases=("impala", "sql"), out_dir=str(tmp_path)))
 
 
@@ -48,5 +48,5 @@ def test_bench_scores_final_and_best_parameters_of_every_seed(tmp_path):
 )
 def test_bench_refuses_bad_cases(tmp_path, cases, message):
   bench = load_script("bench_defaults")
-  with pytest.raises(SystemExit, match=message):
+  with pytest.raises(ValueError, match=message):
     bench.main(bench.Args(cases=cases, out_dir=str(tmp_path)))

@@ -29,4 +29,4 @@ def test_bench_mujoco_times_each_agent_against_raw_stepping(capsys):
 def test_bench_mujoco_refuses_bad_arguments(kwargs, message):
   bench = load_script("bench_mujoco")
   with pytest.raises(ValueError, match=message):
-    bench.Args(**kwargs)
+    bench.main(bench.Args(**kwargs))

@@ -46,4 +46,4 @@ def test_the_layouts_update_to_the_same_states():
 def test_bench_sql_update_refuses_empty_settings(field):
   bench = load_script("bench_sql_update")
   with pytest.raises(ValueError, match=f"{field} must be at least 1"):
-    bench.Args(**{field: 0})
+    bench.main(bench.Args(**{field: 0}))
