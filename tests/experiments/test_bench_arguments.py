@@ -1,7 +1,15 @@
-"""Benchmark scripts refuse bad arguments before any work, naming them."""
+"""Benchmark scripts refuse bad arguments before any work, naming them: in-process a
+ValueError, from the command line one line and exit code 2."""
+
+import os
+import pathlib
+import subprocess
+import sys
 
 import pytest
 from scripts import load_script
+
+ROOT = pathlib.Path(__file__).parents[2]
 
 
 @pytest.mark.parametrize(
@@ -34,3 +42,68 @@ def test_bench_seeds_reports_its_childs_error(tmp_path):
       RuntimeError, match=r"failed:\n\[impala\] error: one iteration takes 256 env steps"
   ):
     bench.main(bench.Args(num_seeds=2, total_env_steps=8, repeats=1))
+
+
+_NOT_AS_ROOT = pytest.mark.skipif(os.geteuid() == 0, reason="as root the full disk runs")
+
+# (script, flags, a fragment of the one error line); `{file}` is a file (not a directory).
+COMMAND_LINES = [
+    ("bench_seeds", ["--num-seeds", "1"], "--num-seeds must be >= 2"),
+    ("bench_seeds", ["--out", "{file}/seeds.txt"], "is a file, not a directory"),
+    ("bench_replay", ["--repeats", "0"], "--repeats must be >= 1"),
+    ("bench_sql_update", ["--num-q-networks"], "--num-q-networks needs at least one"),
+    ("bench_sql_update", ["--num-q-networks", "0"], "num_q_networks must be an int >= 1"),
+    ("bench_sql_update", ["--hidden-sizes", "0"], "hidden_sizes must be positive ints"),
+    ("bench_sql_update", ["--windows", "0"], "windows must be at least 1"),
+    ("bench_mujoco", ["--tasks", "Hopper-v4", "Humanoid-v4"], "no preset for Humanoid-v4"),
+    ("bench_mujoco", ["--repeats", "0"], "--repeats must be >= 1"),
+    ("bench_mujoco", ["--raw-seconds", "-1"], "--raw-seconds must be > 0"),
+    ("bench_mujoco", ["--env-steps", "100"], "impala on HalfCheetah-v4, 100 env steps: one"),
+    ("bench_defaults", ["--episodes", "0"], "--episodes must be >= 1"),
+    ("bench_defaults", ["--num-seeds", "0"], "--num-seeds must be >= 1"),
+    ("bench_defaults", ["--total-env-steps", "0"], "--total-env-steps must be >= 1"),
+    ("bench_defaults", ["--cases", "impala", "acer", "impala"], "names ['impala'] twice"),
+    ("bench_defaults", ["--out-dir", "{file}"], "is a file, not a directory"),
+    ("bench_agents", ["--seeds"], "--seeds needs at least one value, each once"),
+    ("bench_agents", ["--seeds", "1", "1"], "--seeds needs at least one value, each once"),
+    ("bench_agents", ["--max-steps-v0", "0"], "--max-steps-v0 must be >= 1"),
+    ("bench_agents", ["--out-dir", "{file}/agents"], "is a file, not a directory"),
+    ("bench_anakin", ["--steps-per-measurement", "-5"], "--steps-per-measurement must be >= 1"),
+    ("bench_anakin", ["--repeats", "0"], "--repeats must be >= 1"),
+    ("bench_anakin", ["--seeds"], "--seeds must be positive counts"),
+    ("bench_anakin", ["--env-id", "CartPole-v1"], "--env-id must name a JAX environment"),
+    ("bench_anakin", ["--out", "{file}/anakin.json"], "is a file, not a directory"),
+    ("bench_envs", ["--repeats", "0"], "--repeats must be >= 1"),
+    ("bench_envs", ["--cartpole-seconds", "-1"], "--cartpole-seconds must be > 0"),
+    ("bench_envs", ["--unroll-length", "0"], "--unroll-length must be >= 1"),
+    ("bench_losses", ["--num-actions", "0"], "--num-actions must be >= 1"),
+    ("bench_losses", ["--json-out", "{file}/losses.json"], "is a file, not a directory"),
+    ("bench_async", ["--raw-seconds", "-1"], "--raw-seconds must be > 0"),
+    ("bench_async", ["--probe-seconds", "-1"], "--probe-seconds must be > 0"),
+    ("bench_async", ["--cartpole-steps", "100"], "CartPole-v1, sync: one iteration takes 256"),
+    ("bench_async", ["--env-batch-size", "40"], "env_batch_size (40) exceeds num_envs (16)"),
+    ("bench_async", ["--cartpole-steps", "768"], "not 3 iterations of 512"),
+    ("bench_async", ["--out", "{file}/async"], "is a file, not a directory"),
+    ("bench_launch", ["--timeout-s", "-1"], "--timeout-s must be > 0"),
+    ("bench_launch", ["--out-dir", "{file}/launch"], "is a file, not a directory"),
+    ("bench_faults", ["--tries", "0"], "--tries must be >= 1"),
+    ("bench_faults", ["--out", "{file}/campaign"], "is a file, not a directory"),
+    pytest.param("bench_faults", ["--faults", "a full disk (tmpfs)"], "needs root",
+                 marks=_NOT_AS_ROOT),  # fmt: skip
+]
+
+
+@pytest.mark.parametrize("script, flags, fragment", COMMAND_LINES, ids=lambda c: str(c)[:40])
+def test_a_bad_bench_command_line_gets_one_line_and_exit_code_2(tmp_path, script, flags,
+                                                                fragment):  # fmt: skip
+  """Refused before any work: nothing is written (default output folders are relative to
+  the working directory, here `tmp_path`)."""
+  (tmp_path / "file").write_text("")
+  flags = [f.format(file=tmp_path / "file") for f in flags]
+  proc = subprocess.run([sys.executable, str(ROOT / "experiments" / f"{script}.py"), *flags],
+                        capture_output=True, text=True, timeout=300, cwd=tmp_path)  # fmt: skip
+  lines = [l for l in proc.stderr.splitlines() if l.strip()]
+  assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-3000:]
+  assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+  assert lines[-1].startswith(f"[{script}] error: ") and fragment in lines[-1], lines[-1]
+  assert [p.name for p in tmp_path.iterdir()] == ["file"]
