@@ -428,3 +428,14 @@ class DistributionsVariantsTest(chex.TestCase):
     zeros, ones = jnp.zeros(4), jnp.ones(4)
     out = L.impala_loss(zeros, zeros, ones, 0.9 * ones, log_pi, log_mu, zeros)
     assert float(out.clipped_rho_fraction) == 0.25
+
+
+def test_ratio_helpers_refuse_mixed_dtypes_and_thresholds_of_another_rank():
+  x = jnp.zeros((3, 3))
+  with pytest.raises(TypeError, match="`log_mu` must have the dtype of `log_pi`"):
+    L.importance_ratios_from_log_probs(x, x.astype(jnp.bfloat16))
+  with pytest.raises(ValueError, match=r"`threshold` of shape \(3,\) must be a scalar or have"):
+    L.exceeds_threshold(jnp.ones((3, 3)), jnp.ones(3))  # [T] would meet the batch axis
+  with pytest.raises(ValueError, match=r"`threshold` must be > 0"):
+    L.exceeds_threshold(jnp.ones((3, 3)), -1.0)
+  assert L.exceeds_threshold(jnp.ones((3, 3)), jnp.full((3, 1), 0.5)).all()

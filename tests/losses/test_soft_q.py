@@ -855,3 +855,15 @@ def test_soft_targets_refuse_a_discount_outside_the_unit_interval_at_real_steps(
   # A masked step's discount is never used: anything goes there.
   mask = jnp.array([True, False, True])
   L.soft_q_targets(r, jnp.array([0.9, 7.0, 0.9]), q_t, alpha=1.0, mask=mask)
+
+
+def test_static_counts_take_numpy_ints_and_sqil_rewards_a_float_dtype():
+  r, d, q = jnp.zeros((4, 2)), jnp.full((4, 2), 0.9), jnp.zeros((4, 2, 3))
+  np.testing.assert_array_equal(
+      L.soft_nstep_targets(r, d, q, alpha=1.0, n=np.int64(2)),
+      L.soft_nstep_targets(r, d, q, alpha=1.0, n=2),
+  )
+  with pytest.raises(ValueError, match=r"`n` must be an int >= 1, got True"):
+    L.soft_nstep_targets(r, d, q, alpha=1.0, n=True)
+  with pytest.raises(TypeError, match="`dtype` must be a floating-point dtype, got int32"):
+    L.sqil_rewards(jnp.ones(3, bool), jnp.int32)

@@ -460,3 +460,28 @@ def test_an_rbf_bandwidth_of_another_rank_is_refused():
   L.rbf_kernel(x, x, bandwidth=jnp.ones(3))
   with pytest.raises(ValueError, match=r"`bandwidth` of shape \(1, 3\) must be a scalar or have"):
     L.rbf_kernel(x, x, bandwidth=jnp.ones((1, 3)))
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32])
+def test_box_mixture_samples_take_the_centre_dtype_and_numpy_counts(dtype):
+  center = jnp.zeros((2, 3), dtype)
+  samples = L.sample_box_mixture(jax.random.PRNGKey(0), center, 0.3, np.int64(2), 3)
+  assert samples.shape == (2, 5, 3) and samples.dtype == dtype
+
+
+def test_box_mixture_density_in_bfloat16_and_empty_particle_axes_are_refused():
+  actions = jax.random.uniform(jax.random.PRNGKey(0), (2, 5, 3), minval=-1.0, maxval=1.0)
+  center = jnp.zeros((2, 3))
+  full = L.box_mixture_log_density(actions, center, 0.3, 0.5)
+  half = L.box_mixture_log_density(actions.astype(jnp.bfloat16), center.astype(jnp.bfloat16),
+                                   0.3, 0.5)  # fmt: skip
+  assert half.dtype == jnp.bfloat16
+  np.testing.assert_allclose(np.asarray(half, np.float32), full, rtol=2e-2, atol=2e-2)
+  with pytest.raises(ValueError, match="`q_samples` has no samples"):
+    L.importance_sampled_soft_value(jnp.zeros((2, 0)), 0.0, 1.0)
+  with pytest.raises(ValueError, match="`fixed_actions` has no particles"):
+    L.svgd_direction(jnp.zeros((0, 2)), jnp.zeros((0, 2)), jnp.zeros((3, 2)))
+  with pytest.raises(ValueError, match="`q` has no actions"):
+    L.soft_value(jnp.zeros((2, 0)), 1.0)
+  with pytest.raises(ValueError, match="`adv_samples` has no samples"):
+    L.sdn_q_value(jnp.zeros(2), jnp.zeros(2), jnp.zeros((2, 0)))

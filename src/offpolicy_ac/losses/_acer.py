@@ -292,8 +292,7 @@ def acer_continuous_targets(
     mask: optional bool [T, ...], False where step s is not a real transition.
     method: "auto", "scan" or "associative" (see `reverse_linear_recurrence`).
   """
-  if not isinstance(action_dim, int) or action_dim < 1:
-    raise ValueError(f"`action_dim` must be an int >= 1, got {action_dim!r}.")
+  action_dim = _checks.static_int("action_dim", action_dim, 1)
   _checks.check_floating_alike([("r_t", r_t), ("log_rho_t", log_rho_t)])
   _checks.check_shape("log_rho_t", log_rho_t, jnp.shape(r_t), "`r_t`")
   c_ret = jnp.exp(jnp.minimum(0.0, log_rho_t / action_dim))
@@ -319,6 +318,7 @@ def sdn_q_value(v: jax.Array, adv_a: jax.Array, adv_samples: jax.Array) -> jax.A
       jnp.shape(v) + (jnp.shape(adv_samples)[-1],),
       "`v` plus a samples axis",
   )
+  _checks.check_nonempty("adv_samples", adv_samples, -1, "samples")
   return v + adv_a - jnp.mean(adv_samples, axis=-1)
 
 

@@ -78,6 +78,12 @@ def check_min_rank(name: str, x: Any, min_rank: int, what: str) -> None:
     raise ValueError(f"`{name}` must have rank >= {min_rank} ({what}), got {_describe(x)}.")
 
 
+def check_nonempty(name: str, x: Any, axis: int, what: str) -> None:
+  """Raises ValueError if `x`'s `axis` (of `what`: actions, samples, particles) is empty."""
+  if jnp.shape(x)[axis] < 1:
+    raise ValueError(f"`{name}` has no {what} (an empty axis {axis}): {_describe(x)}.")
+
+
 def check_shape(name: str, x: Any, expected: tuple[int, ...], ref: str) -> None:
   """Raises ValueError unless `x.shape == expected` (the shape of `ref`)."""
   if tuple(jnp.shape(x)) != tuple(expected):
@@ -250,6 +256,14 @@ def check_discounts(discount_t: Any, mask: Any) -> None:
   at the real steps (`mask`; a masked step's discount is never used)."""
   check_entries("discount_t", discount_t, 0.0, 1.0, " (gamma times the environment's discount)",
                 where=mask)  # fmt: skip
+
+
+def static_int(name: str, value: Any, minimum: int) -> int:
+  """`value` as a Python int (a NumPy integer too, as `np.prod(shape)` gives), refusing
+  bools, floats and values below `minimum` (ValueError naming the argument)."""
+  if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+    raise ValueError(f"`{name}` must be an int >= {minimum}, got {value!r}.")
+  return int(value)
 
 
 def check_method(method: str) -> None:

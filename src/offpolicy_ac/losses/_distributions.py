@@ -82,8 +82,7 @@ def importance_ratios_from_log_probs(
     `ImportanceRatios`; both -inf gives log_rho = 0 (the action is impossible
     under both policies), log_pi = -inf alone gives rho = 0.
   """
-  _checks.check_floating("log_pi", log_pi)
-  _checks.check_floating("log_mu", log_mu)
+  _checks.check_floating_alike([("log_pi", log_pi), ("log_mu", log_mu)])
   _checks.check_shape("log_mu", log_mu, jnp.shape(log_pi), "`log_pi`")
   dtype = jnp.result_type(log_pi)
   both_impossible = jnp.isneginf(log_pi) & jnp.isneginf(log_mu)
@@ -116,13 +115,15 @@ def exceeds_threshold(rho: jax.Array, threshold, *, rtol: float = CLIP_RTOL) -> 
 
   Args:
     rho: importance ratios [T, ...] (>= 0).
-    threshold: the truncation level (rho-bar, c), a scalar > 0.
+    threshold: the truncation level (rho-bar, c) > 0: a scalar, or an array of `rho`'s
+      rank that broadcasts to its shape (as the estimators' thresholds).
     rtol: relative tolerance >= 0.
 
   Returns:
     bool [T, ...]: rho > threshold * (1 + rtol).
   """
   _checks.check_floating("rho", rho)
+  _checks.check_positive("threshold", threshold, jnp.shape(rho))
   _checks.check_non_negative("rtol", rtol)
   return rho > threshold * (1.0 + rtol)
 

@@ -41,6 +41,7 @@ def soft_value(q: jax.Array, alpha) -> jax.Array:
   """
   _checks.check_floating("q", q)
   _checks.check_min_rank("q", q, 1, "a trailing action axis [..., A]")
+  _checks.check_nonempty("q", q, -1, "actions")
   _checks.check_positive("alpha", alpha, jnp.shape(q)[:-1])
   alpha = jnp.asarray(alpha, dtype=jnp.result_type(q))
   m = _finite_max(q)
@@ -59,6 +60,7 @@ def soft_policy(q: jax.Array, alpha) -> jax.Array:
   as in `soft_value`."""
   _checks.check_floating("q", q)
   _checks.check_min_rank("q", q, 1, "a trailing action axis [..., A]")
+  _checks.check_nonempty("q", q, -1, "actions")
   _checks.check_positive("alpha", alpha, jnp.shape(q)[:-1])
   alpha = jnp.asarray(alpha, dtype=jnp.result_type(q))
   return jax.nn.softmax((q - _finite_max(q)[..., None]) / _per_action(alpha), axis=-1)
@@ -153,8 +155,7 @@ def soft_nstep_targets(
   Returns:
     targets at times [0, T-1], shape [T, ...] (0 at masked steps).
   """
-  if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-    raise ValueError(f"`n` must be a Python int >= 1, got {n!r}.")
+  n = _checks.static_int("n", n, 1)
   one_step = soft_q_targets(
       r_t, discount_t, q_t, alpha=alpha, lambda_=0.0, mask=mask, stop_target_gradients=False
   )
@@ -230,6 +231,8 @@ def sqil_rewards(is_demonstration: jax.Array, dtype=jnp.float32) -> jax.Array:
     dtype: floating dtype of the result.
   """
   _checks.check_bool("is_demonstration", is_demonstration)
+  if not jnp.issubdtype(dtype, jnp.floating):
+    raise TypeError(f"`dtype` must be a floating-point dtype, got {jnp.dtype(dtype)}.")
   return jnp.asarray(is_demonstration).astype(dtype)
 
 

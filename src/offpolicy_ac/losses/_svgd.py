@@ -51,6 +51,7 @@ def importance_sampled_soft_value(q_samples: jax.Array, log_proposal, alpha) -> 
   """
   _checks.check_floating("q_samples", q_samples)
   _checks.check_min_rank("q_samples", q_samples, 1, "a trailing sample axis [..., M]")
+  _checks.check_nonempty("q_samples", q_samples, -1, "samples")
   _checks.check_floating("log_proposal", log_proposal)
   _check_broadcasts_to("log_proposal", log_proposal, jnp.shape(q_samples), "`q_samples`")
   _checks.check_positive("alpha", alpha, jnp.shape(q_samples)[:-1])
@@ -96,7 +97,10 @@ def box_mixture_log_density(
   _checks.check_positive("std", std)
   _checks.check_in_unit_interval("uniform_fraction", uniform_fraction)
   d = shape[-1]
-  mu = center[..., None, :]
+  dtype = jnp.result_type(actions, center)
+  # Half precision is evaluated in float32 (jax.scipy's normal CDF refuses bfloat16).
+  acc = jnp.promote_types(dtype, jnp.float32)
+  actions, mu = jnp.asarray(actions, acc), jnp.asarray(center, acc)[..., None, :]
   upper = jax.scipy.stats.norm.cdf((1.0 - mu) / std)
   lower = jax.scipy.stats.norm.cdf((-1.0 - mu) / std)
   # mu in (-1, 1): one bound is above the mean and one below, so upper - lower > 0.
@@ -104,12 +108,12 @@ def box_mixture_log_density(
   log_normal = jnp.sum(per_dim - jnp.log(upper - lower), axis=-1)
   log_uniform = -d * math.log(2.0)
   if uniform_fraction == 0.0:
-    return log_normal
+    return log_normal.astype(dtype)
   if uniform_fraction == 1.0:
-    return jnp.full(shape[:-1], log_uniform, log_normal.dtype)
+    return jnp.full(shape[:-1], log_uniform, dtype)
   return jnp.logaddexp(
       math.log(uniform_fraction) + log_uniform, math.log1p(-uniform_fraction) + log_normal
-  )
+  ).astype(dtype)
 
 
 def sample_box_mixture(
@@ -121,12 +125,11 @@ def sample_box_mixture(
   _checks.check_floating("center", center)
   _checks.check_min_rank("center", center, 1, "action dimensions [..., d]")
   _checks.check_positive("std", std)
-  for name, count in (("num_uniform", num_uniform), ("num_normal", num_normal)):
-    if not isinstance(count, int) or count < 0:
-      raise ValueError(f"`{name}` must be an int >= 0, got {count!r}")
+  num_uniform = _checks.static_int("num_uniform", num_uniform, 0)
+  num_normal = _checks.static_int("num_normal", num_normal, 0)
   uniform_key, normal_key = jax.random.split(key)
   lead, d = jnp.shape(center)[:-1], jnp.shape(center)[-1]
-  uniform = jax.random.uniform(uniform_key, lead + (num_uniform, d), minval=-1.0, maxval=1.0)
+  uniform = jax.random.uniform(uniform_key, lead + (num_uniform, d), center.dtype, -1.0, 1.0)
   mu = center[..., None, :]
   z = jax.random.truncated_normal(
       normal_key, (-1.0 - mu) / std, (1.0 - mu) / std, lead + (num_normal, d), center.dtype
@@ -203,6 +206,7 @@ def _check_particles(x_name: str, x, y_name: str, y) -> None:
   for name, v in ((x_name, x), (y_name, y)):
     _checks.check_floating(name, v)
     _checks.check_min_rank(name, v, 2, "particles and action dimensions [..., K, d]")
+    _checks.check_nonempty(name, v, -2, "particles")
   x_shape, y_shape = jnp.shape(x), jnp.shape(y)
   if x_shape[:-2] != y_shape[:-2] or x_shape[-1] != y_shape[-1]:
     raise ValueError(
