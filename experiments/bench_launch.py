@@ -58,7 +58,7 @@ class Args:
   """More flags for every run, one per --flags: --flags=--total-env-steps=100000
   --flags=--compile-for=speed."""
   out_dir: str = "bench/launch"
-  """Run directories, compilation caches and launch.json go here."""
+  """Run directories, compilation caches and launch-<date>-<time>.json go here."""
   timeout_s: float = 600.0
   """Longest a run may take."""
 

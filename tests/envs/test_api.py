@@ -34,10 +34,10 @@ def test_spec_is_hashable_and_describes_spaces():
         (dict(task_id="foo:bar"), r"'foo:bar'.*\(JAX environments: gymnax:NAME, brax:NAME\)"),
         (dict(num_envs=0), "num_envs must be >= 1"),
         (dict(num_envs=2.0), "num_envs must be an int"),
-        (dict(seed=-1), "seed must be a non-negative int"),
+        (dict(seed=-1), r"seed must be in \[0, 2147483648\), got -1"),
         (dict(batch_size=5), r"batch_size \(5\) must be <= num_envs \(4\)"),
         (dict(batch_size=0), "batch_size must be >= 1"),
-        (dict(max_episode_steps=0), "max_episode_steps must be >= 1"),
+        (dict(max_episode_steps=0), r"max_episode_steps must be in \[1, 2147483648\), got 0"),
         (dict(frame_skip=4), r"unknown envpool option\(s\) \['frame_skip'\]"),
         (dict(gym_reset_return_info=False), "gym_reset_return_info=False is not supported"),
     ],
@@ -160,3 +160,44 @@ def test_spec_rejects_what_make_rejects():
     envs.spec("CartPole-v1", batch_size=2)
   with pytest.raises(ValueError, match="unknown task id"):
     envs.is_atari("Pongg-v5")
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(seed=2**31), r"seed must be in \[0, 2147483648\), got 2147483648"),
+        (dict(env_seed=[1, 2, 3, 4]), "pass seed as an argument of make"),
+        (dict(num_threads=-1), r"num_threads must be in \[0, 2147483648\), got -1"),
+        (dict(max_episode_steps=2**31), r"max_episode_steps must be in \[1, 2147483648\)"),
+        (
+            dict(task_id="gymnax:CartPole-v1"),
+            "is a JAX environment: make it with envs.make_functional",
+        ),
+    ],
+)
+def test_make_refuses_what_envpool_would_abort_on_or_ignore(kwargs, match):
+  test_make_rejects_bad_arguments(kwargs, match)
+
+
+def test_atari_options_are_checked_before_envpool():
+  with pytest.raises(ValueError, match=r"max_num_players must be in \[1, "):
+    envs.make("Pong-v5", 1, 0, max_num_players=0)
+  with pytest.raises(ValueError, match=r"repeat_action_probability must be a number in \[0, 1\]"):
+    envs.make("Pong-v5", 1, 0, repeat_action_probability=2.0)
+
+
+def test_a_closed_pool_refuses_to_step():
+  env = envs.make("CartPole-v1", 2, 0)
+  env.reset()
+  env.close()
+  for call in (env.reset, lambda: env.step(np.zeros(2, np.int32))):
+    with pytest.raises(RuntimeError, match="the environments were closed"):
+      call()
+
+
+def test_is_functional_needs_a_prefix_and_a_name():
+  assert envs.is_functional("gymnax:CartPole-v1") and envs.is_functional("brax:ant")
+  assert not envs.is_functional("gymnax") and not envs.is_functional(None)
+  assert not envs.is_functional("CartPole-v1")
+  with pytest.raises(ValueError, match=r"max_episode_steps must be in \[1, 2147483648\)"):
+    envs.make_functional("gymnax:CartPole-v1", max_episode_steps=2**40)

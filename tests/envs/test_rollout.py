@@ -230,3 +230,49 @@ def test_parked_actions_send_the_rest_and_keep_the_held():
   np.testing.assert_array_equal(env_id, [3, 1, 0, 5])
   np.testing.assert_array_equal(action, [30, 10, 50, 60])
   assert parked.count == 4
+
+
+def _zeros_policy(extras):
+  return lambda params, obs, key: (jnp.zeros(obs.shape[0], jnp.int32), extras(obs))
+
+
+@pytest.mark.parametrize("backend", ["host", "compiled"])
+def test_a_state_is_unrolled_once_and_extras_carry_the_batch_axis(backend):
+  env = envs.make("CartPole-v1", 2, 0)
+  rollout = envs.make_rollout(env, _zeros_policy(lambda obs: {}), 3, backend=backend)
+  state = rollout.init(None, jax.random.PRNGKey(0))
+  rollout.unroll(None, state)
+  with pytest.raises(ValueError, match="stale .*RolloutState: each state can be unrolled once"):
+    rollout.unroll(None, state)
+  for extras, shape in (({"lp": jnp.float32(0)}, r"\(\)"), ({"lp": jnp.zeros(5)}, r"\(5,\)")):
+    bad = envs.make_rollout(envs.make("CartPole-v1", 2, 0), _zeros_policy(lambda obs: extras), 3,
+                            backend=backend)  # fmt: skip
+    with pytest.raises(
+        ValueError, match=rf"leading batch axis of 2; extras\['lp'\] has shape {shape}"
+    ):
+      bad.unroll(None, bad.init(None, jax.random.PRNGKey(0)))
+  bare = envs.make_rollout(envs.make("CartPole-v1", 2, 0),
+                           lambda p, obs, k: jnp.zeros(obs.shape[0], jnp.int32), 3, backend=backend)  # fmt: skip
+  with pytest.raises(ValueError, match=r"act must return a pair \(action"):
+    bare.unroll(None, bare.init(None, jax.random.PRNGKey(0)))
+
+
+def test_loss_inputs_refuses_fields_that_disagree_and_a_bad_gamma():
+  T1, B = 6, 2
+  traj = envs.Trajectory(
+      step_type=np.ones((T1, B), np.int32), reward=np.zeros((T1, B), np.float32),
+      discount=np.ones((T1, B), np.float32), observation=np.zeros((T1, B, 4), np.float32),
+      env_id=np.zeros((T1, B), np.int32), action=np.zeros((T1, B), np.int32), extras={},
+  )  # fmt: skip
+  envs.loss_inputs(traj, np.float32(0.9))
+  for bad, match in (
+      (traj._replace(reward=traj.reward[1:]), r"reward has shape \(5, 2\), its step_type \(6, 2\)"),
+      (traj._replace(discount=traj.discount[..., None]), r"discount has shape \(6, 2, 1\)"),
+      (traj._replace(step_type=traj.step_type + 0.5), "step_type must be integers"),
+  ):
+    with pytest.raises(ValueError, match=match):
+      envs.loss_inputs(bad, 0.9)
+  for gamma in (np.float32(1.5), jnp.array(-1.0), True, "0.9"):
+    with pytest.raises(ValueError, match="gamma must be"):
+      envs.loss_inputs(traj, gamma)
+  jax.jit(envs.loss_inputs)(traj, 0.9)  # a traced gamma is not read

@@ -1,6 +1,6 @@
 """Environments: envpool with ALF's TimeStep semantics, rollouts, data transformers.
 
-docs/design.md, "Contract 2 — environments". Public API:
+docs/design.md, "Contract 2: environments". Public API:
 
     env = make(task_id, num_envs, seed, **envpool_kwargs)   # or make_atari(..., train=True)
     ts = env.reset(); ts = env.step(action)                # TimeStep, batched

@@ -1,4 +1,4 @@
-"""envpool environments with ALF's TimeStep semantics (docs/design.md, "Contract 2 —
+"""envpool environments with ALF's TimeStep semantics (docs/design.md, "Contract 2:
 environments").
 
 Built on envpool's *gymnasium* API: its dm_env API reports a time-limit end as discount 0,
@@ -78,7 +78,12 @@ ATARI_TRAIN_KWARGS: dict[str, Any] = {
 """envpool options for Atari training: `ATARI_EVAL_KWARGS` plus episodic life and reward
 clipping."""
 
-_RESERVED_KWARGS = ("num_envs", "seed", "gym_reset_return_info")
+_RESERVED_KWARGS = ("num_envs", "seed", "env_seed", "gym_reset_return_info")
+
+# envpool's integer options and their smallest valid value (envpool aborts the process on
+# some bad ones, e.g. num_threads=-1, or fails a bare assertion).
+_INT_OPTIONS = {"num_threads": 0, "thread_affinity_offset": -1, "max_num_players": 1,
+                "frame_skip": 1, "stack_num": 1, "noop_max": 0, "img_height": 1, "img_width": 1}  # fmt: skip
 
 # envpool's rendering options, outside every task's config: with render_mode="rgb_array",
 # `EnvPoolEnv.render()` returns RGB frames (classic control, MuJoCo, Atari).
@@ -235,6 +240,7 @@ class EnvPoolEnv:
     self._episode_length = np.zeros((n,), np.int64)
     self._finished: list[EpisodeStats] = []
     self._was_reset = False
+    self._closed = False
     self._obs_dtype = np.dtype(spec.observation_dtype)
     self._convert_obs = self._obs_dtype != np.dtype(pool.observation_space.dtype)
     self._check_action = ActionChecker(spec)
@@ -255,6 +261,7 @@ class EnvPoolEnv:
   def async_reset(self) -> None:
     """Starts resetting every environment without waiting: their FIRST steps come out
     of the following `recv()` calls. Same preconditions as `reset()`."""
+    self._check_open()
     if self._num_in_flight:
       raise RuntimeError(
           f"reset with {self._num_in_flight} environment(s) still stepping; call "
@@ -284,6 +291,7 @@ class EnvPoolEnv:
     an action in flight, before anything is sent. Continuous actions are clipped to
     their bounds.
     """
+    self._check_open()
     if not self._was_reset:
       raise RuntimeError("call reset() before the first send()/step()")
     env_id = self._check_env_id(env_id)
@@ -430,10 +438,15 @@ class EnvPoolEnv:
     return np.array(self._pool.render(env_ids=ids.astype(np.int32)), copy=True)
 
   def close(self) -> None:
-    """Releases the simulators."""
+    """Releases the simulators; `reset`, `send` and `step` raise RuntimeError after it."""
+    self._closed = True
     close = getattr(self._pool, "close", None)
     if close is not None:
       close()
+
+  def _check_open(self) -> None:
+    if self._closed:
+      raise RuntimeError(f"{self.spec.task_id}: the environments were closed (close())")
 
   def __enter__(self) -> EnvPoolEnv:
     return self
@@ -590,6 +603,9 @@ def check_task_id(task_id: Any) -> Any:
   envpool = _envpool()
   if not isinstance(task_id, str):
     raise ValueError(f"task_id must be a str, got {task_id!r}")
+  if task_id.partition(":")[0] in ("gymnax", "brax"):
+    raise ValueError(f"{task_id!r} is a JAX environment: make it with envs.make_functional "
+                     "(envpool takes ids such as CartPole-v1)")  # fmt: skip
   all_ids = envpool.list_all_envs()
   if task_id not in all_ids:
     close = difflib.get_close_matches(task_id, all_ids, n=5)
@@ -636,7 +652,13 @@ def _pool_kwargs(
   if batch_size > num_envs:
     raise ValueError(f"batch_size ({batch_size}) must be <= num_envs ({num_envs})")
   if "max_episode_steps" in envpool_kwargs:
-    check_int("max_episode_steps", envpool_kwargs["max_episode_steps"])
+    check_int("max_episode_steps", envpool_kwargs["max_episode_steps"], 1, 2**31)
+  for name, low in _INT_OPTIONS.items():
+    if name in envpool_kwargs:
+      check_int(name, envpool_kwargs[name], low, 2**31)
+  sticky = envpool_kwargs.get("repeat_action_probability", 0.0)
+  if isinstance(sticky, bool) or not isinstance(sticky, (int, float)) or not 0 <= sticky <= 1:
+    raise ValueError(f"repeat_action_probability must be a number in [0, 1], got {sticky!r}")
   return num_envs, batch_size, envpool_kwargs
 
 
@@ -658,11 +680,11 @@ def make(task_id: str, num_envs: int, seed: int, **envpool_kwargs: Any) -> EnvPo
       or an unsupported observation or action space.
   """
   envpool = check_task_id(task_id)
-  if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-    raise ValueError(f"seed must be a non-negative int, got {seed!r}")
-  for key in _RESERVED_KWARGS[:2]:
+  check_int("seed", seed, 0, 2**31)  # envpool's seeds are int32
+  for key in _RESERVED_KWARGS[:3]:
     if key in envpool_kwargs:
-      raise ValueError(f"pass {key} as an argument of make(), not in envpool_kwargs")
+      arg = "seed" if key == "env_seed" else key  # env_seed would override seed, silently
+      raise ValueError(f"pass {arg} as an argument of make(), not {key} in envpool_kwargs")
   num_envs, batch_size, envpool_kwargs = _pool_kwargs(envpool, task_id, num_envs, envpool_kwargs)
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", UserWarning)  # gymnasium's float64 Box casting notes

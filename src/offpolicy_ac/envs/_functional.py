@@ -1,6 +1,6 @@
 """The functional form of Contract 2: JAX-native environments (gymnax, brax) as pure functions.
 
-docs/design.md, "Contract 2 — environments", "Functional form". One environment at a time,
+docs/design.md, "Contract 2: environments", "Functional form". One environment at a time,
 pure and jittable (vmap it for a batch), with the PRNG key inside the state:
 
     env = make_functional("gymnax:CartPole-v1", max_episode_steps=None)
@@ -20,7 +20,8 @@ counts the actions taken in the episode: LAST comes at the step where that count
 
 Dtypes: step_type int32, reward float32, discount float32, env_id int32, observations
 float32. Discrete actions are taken as integers and clipped to [0, num_actions) (a jitted
-function cannot raise on a value); continuous ones as floats, clipped to the spec's bounds.
+function cannot raise on a value); continuous ones as floats, clipped to the spec's bounds (a NaN one is passed on: the
+simulator's observation and reward become NaN, on which a training run stops).
 A wrong action shape or dtype kind raises a ValueError when `step` is traced.
 
 Adapters (`task_id` = "<prefix>:<name>"):
@@ -124,7 +125,11 @@ _NO_GYMNAX_LIMIT = 2**31 - 1
 def is_functional(task_id: str) -> bool:
   """Whether `task_id` names a JAX environment ("gymnax:...", "brax:...") rather than an
   envpool task."""
-  return task_id.partition(":")[0] in FUNCTIONAL_PREFIXES
+  return (
+      isinstance(task_id, str)
+      and task_id.partition(":")[0] in FUNCTIONAL_PREFIXES
+      and (":" in task_id)
+  )
 
 
 class FunctionalEnvState(NamedTuple):
@@ -217,7 +222,7 @@ def make_functional(
         f"unknown prefix {prefix!r} of task_id {task_id!r}; valid: {list(FUNCTIONAL_PREFIXES)}"
     )
   if max_episode_steps is not None:
-    check_int("max_episode_steps", max_episode_steps)
+    check_int("max_episode_steps", max_episode_steps, 1, 2**31)  # an int32 step count
   sim = _gymnax(task_id, name, kwargs) if prefix == "gymnax" else _brax(task_id, name, kwargs)
   limit = sim.default_limit if max_episode_steps is None else int(max_episode_steps)
   game_length = _GAME_LENGTH.get(name) if prefix == "gymnax" else None
@@ -441,6 +446,7 @@ def _brax(task_id: str, name: str, kwargs: dict[str, Any]) -> _Simulator:
   valid = sorted(registry)
   if registry and name not in valid:
     raise _unknown_name(task_id, name, valid)
+  given = sorted(kwargs)  # the caller's (a failure below is theirs, not the default backend's)
   kwargs = {"backend": BRAX_DEFAULT_BACKEND, **kwargs}
   if kwargs["backend"] not in BRAX_BACKENDS:
     raise ValueError(
@@ -455,7 +461,7 @@ def _brax(task_id: str, name: str, kwargs: dict[str, Any]) -> _Simulator:
   except KeyError as e:
     raise _unknown_name(task_id, name, valid) from e
   except TypeError as e:
-    raise ValueError(f"bad keyword arguments {sorted(kwargs)} for {task_id}: {e}") from e
+    raise ValueError(f"bad keyword arguments {given} for {task_id}: {e}") from e
   obs_shape = (int(env.observation_size),)
   act_shape = (int(env.action_size),)
 

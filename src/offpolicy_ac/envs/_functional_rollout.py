@@ -39,6 +39,7 @@ import numpy as np
 from offpolicy_ac.envs._functional import FunctionalEnv
 from offpolicy_ac.envs._functional import FunctionalEnvState
 from offpolicy_ac.envs._rollout_base import ActFn
+from offpolicy_ac.envs._rollout_base import call_policy
 from offpolicy_ac.envs._timestep import ENV_ID_DTYPE
 from offpolicy_ac.envs._timestep import FIRST
 from offpolicy_ac.envs._timestep import LAST
@@ -149,15 +150,9 @@ def make_functional_rollout(
   spec = env.spec
 
   def act(params: Any, obs: jax.Array, key: jax.Array) -> tuple[jax.Array, Any]:
-    action, extras = act_fn(params, obs, key)
+    action, extras = call_policy(act_fn, params, obs, key, B)
     action = jnp.asarray(action)
     check_traced_actions(spec, action, B)
-    for path, leaf in jax.tree_util.tree_leaves_with_path(extras):
-      if jnp.ndim(leaf) < 1 or jnp.shape(leaf)[0] != B:
-        raise ValueError(
-            f"act must return extras with a leading batch axis of {B}; extras"
-            f"{jax.tree_util.keystr(path)} has shape {jnp.shape(leaf)}"
-        )
     return action, extras
 
   @jax.jit

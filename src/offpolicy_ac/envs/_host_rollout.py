@@ -180,7 +180,7 @@ def host_rollout(env: EnvPoolEnv, act_fn: ActFn, unroll_length: int) -> tuple[
   @jax.jit
   def policy_step(params, obs, key):
     key, sub = jax.random.split(key)
-    action, extras = act_fn(params, obs, sub)
+    action, extras = _rollout_base.call_policy(act_fn, params, obs, sub, obs.shape[0])
     leaves, treedef = jax.tree.flatten(extras)
     extras_def[:] = [treedef]
     return key, action, tuple(leaves)

@@ -1,6 +1,6 @@
 """TimeStep, EnvSpec and EpisodeStats: the data types of the environment layer.
 
-ALF's TimeStep semantics (docs/design.md, "Contract 2 — environments"):
+ALF's TimeStep semantics (docs/design.md, "Contract 2: environments"):
 
 | step_type | discount | meaning                                                          |
 |-----------|----------|------------------------------------------------------------------|

@@ -14,7 +14,7 @@ Transition t (t in [0, T)) goes from step t to step t+1: source `o_t, a_t, x_t`,
 `r_t := reward[t+1]`, `discount_t := discount[t+1]`, destination `o_{t+1}` (and `a_{t+1}`,
 `x_{t+1}` for Q-style targets). It is a real transition iff `step_type[t] != LAST`: the
 transition leaving a LAST step lands on the next episode's FIRST step (reward 0) and is
-masked out (`mask=False` of docs/design.md, "Contract 1 — losses").
+masked out (`mask=False` of docs/design.md, "Contract 1: losses").
 
 Consecutive unrolls share their boundary: index T of one unroll *is* index 0 of the next,
 every field included (`action[T]` is the action actually taken next, chosen by the policy
@@ -27,7 +27,9 @@ from __future__ import annotations
 from typing import Any
 from typing import NamedTuple
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 
 from offpolicy_ac.envs._timestep import LAST
 
@@ -89,6 +91,16 @@ class LossInputs(NamedTuple):
   mask: Any
 
 
+def _check_gamma(gamma: Any) -> None:
+  """A scalar in [0, 1]: checked when concrete (a number or an eager array), not when traced
+  (a hyper-parameter under `jit` or `vmap`)."""
+  if isinstance(gamma, (bool, np.bool_, str)) or jnp.ndim(gamma) != 0:
+    what = f"shape {jnp.shape(gamma)}" if jnp.ndim(gamma) else repr(gamma)
+    raise ValueError(f"gamma must be a scalar number in [0, 1], got {what}")
+  if not isinstance(gamma, jax.core.Tracer) and not 0.0 <= float(gamma) <= 1.0:
+    raise ValueError(f"gamma must be in [0, 1], got {gamma!r}")
+
+
 def loss_inputs(traj: Trajectory | TransformedTrajectory, gamma: float = 1.0) -> LossInputs:
   """Per-transition reward, discount and mask of a `[T+1, B]` trajectory.
 
@@ -102,16 +114,18 @@ def loss_inputs(traj: Trajectory | TransformedTrajectory, gamma: float = 1.0) ->
   """
   if not isinstance(traj, (Trajectory, TransformedTrajectory)):
     raise ValueError(f"loss_inputs expects a Trajectory, got {type(traj).__name__}")
-  if isinstance(gamma, (int, float)):
-    if not 0.0 <= gamma <= 1.0:
-      raise ValueError(f"gamma must be in [0, 1], got {gamma!r}")
-  elif jnp.ndim(gamma) != 0:
-    raise ValueError(f"gamma must be a scalar, got shape {jnp.shape(gamma)}")
-  if traj.step_type.ndim < 1 or traj.step_type.shape[0] < 2:
-    raise ValueError(
-        f"a trajectory needs T+1 >= 2 time steps, got step_type shape {traj.step_type.shape}"
-    )
+  _check_gamma(gamma)
+  shape = jnp.shape(traj.step_type)
+  if len(shape) < 1 or shape[0] < 2:
+    raise ValueError(f"a trajectory needs T+1 >= 2 time steps, got step_type shape {shape}")
+  for name in ("reward", "discount"):
+    if jnp.shape(getattr(traj, name)) != shape:
+      raise ValueError(f"the trajectory's {name} has shape {jnp.shape(getattr(traj, name))}, "
+                       f"its step_type {shape}: both are [T+1, B]")  # fmt: skip
   step_type = jnp.asarray(traj.step_type)
+  if not jnp.issubdtype(step_type.dtype, jnp.integer):
+    raise ValueError(f"the trajectory's step_type must be integers (FIRST, MID, LAST), got "
+                     f"{step_type.dtype}")  # fmt: skip
   return LossInputs(
       r_t=jnp.asarray(traj.reward)[1:],
       discount_t=gamma * jnp.asarray(traj.discount)[1:],

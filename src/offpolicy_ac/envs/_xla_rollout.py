@@ -38,8 +38,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 import functools
+import itertools
 from typing import Any
 from typing import NamedTuple
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
@@ -66,6 +68,8 @@ __all__ = ["XlaBatchedRolloutState", "XlaRolloutState", "compiled_rollout"]
 # plenty). Tests set 0 to exercise the growth path.
 _BATCHED_EXTRA_ROWS_PER_STEP = 1
 
+_generation = itertools.count(1)  # identifies live states
+
 
 class _EnvCarry(NamedTuple):
   """Per-environment state, [num_envs] each (indexed by env_id)."""
@@ -86,12 +90,15 @@ class XlaRolloutState(NamedTuple):
     boundary: Trajectory of [num_envs, ...], the shared boundary step (index T of the last
       unroll, index 0 of the next); its action is in flight.
     env_carry: per-environment TimeStep and episode-statistics state.
+    generation: identifies the live state (a state can be unrolled once; a stale one is
+      refused, as the host backend's); None inside the compiled loop.
   """
 
   handle: jax.Array
   key: jax.Array
   boundary: Trajectory
   env_carry: _EnvCarry
+  generation: Optional[int] = None
 
 
 class XlaBatchedRolloutState(NamedTuple):
@@ -274,7 +281,7 @@ def compiled_rollout(env: EnvPoolEnv, act_fn: ActFn, unroll_length: int) -> tupl
 
   def policy(params, obs, key):
     key, sub = jax.random.split(key)
-    action, extras = act_fn(params, obs, sub)
+    action, extras = _rollout_base.call_policy(act_fn, params, obs, sub, obs.shape[0])
     check_action(action)
     return key, action, extras
 
@@ -303,6 +310,24 @@ def compiled_rollout(env: EnvPoolEnv, act_fn: ActFn, unroll_length: int) -> tupl
         env, T, one_step, xla_send, initial_carry, handle0, bad_action_message, cpu
     )
 
+  return _unbatched_rollout(
+      env, T, one_step, initial_carry, handle0, bad_action_message, cpu, place
+  )
+
+
+def _unbatched_rollout(
+    env: EnvPoolEnv,
+    T: int,
+    one_step: Callable,
+    initial_carry: Callable[[], _EnvCarry],
+    handle0: np.ndarray,
+    bad_action_message: str,
+    cpu: Any,
+    place: _PlacedParams,
+) -> tuple[_Init, _Unroll]:
+  """`compiled_rollout` without batched stepping: every step receives all environments
+  in env_id order, and each unroll is one `lax.scan` of T steps."""
+
   @jax.jit
   def init_step(params, handle, key):
     carry = initial_carry()
@@ -325,20 +350,32 @@ def compiled_rollout(env: EnvPoolEnv, act_fn: ActFn, unroll_length: int) -> tupl
 
   unroll_core = _Precompiled(unroll_core)
 
+  live = {"generation": 0}
+
   def init(params: Any, key: jax.Array) -> XlaRolloutState:
     env.async_reset()
     params, handle, key = jax.device_put((params, handle0, key), cpu)
     state, bad = init_step(params, handle, key)
+    live["generation"] = next(_generation)
     if bool(bad):
       raise ValueError(bad_action_message)
-    return state
+    return state._replace(generation=live["generation"])
 
   def unroll(
       params: Any, state: XlaRolloutState
   ) -> tuple[XlaRolloutState, Trajectory, EpisodeStats]:
     if not isinstance(state, XlaRolloutState):
       raise ValueError(f"unroll expects an XlaRolloutState, got {type(state).__name__}")
-    state, traj, (over, ret, length, in_order), bad = unroll_core(place(params), state)
+    if state.generation != live["generation"]:
+      raise ValueError(
+          "stale XlaRolloutState: each state can be unrolled once (the environments have "
+          "moved on); use the state returned by the last unroll, or init() again"
+      )
+    live["generation"] = next(_generation)
+    state, traj, (over, ret, length, in_order), bad = unroll_core(
+        place(params), state._replace(generation=None)
+    )
+    state = state._replace(generation=live["generation"])
     over, ret, length, in_order, bad = jax.device_get((over, ret, length, in_order, bad))
     if not in_order.all():
       raise RuntimeError("envpool returned a whole batch out of env_id order")

@@ -200,8 +200,9 @@ def make_train(
       as an argument), which suits the small demonstrations of a JAX environment.
 
   Raises:
-    ValueError: a bad config, a config the compiled loop cannot run (`config.MODES`), or
-      an agent that does not fit the environment; all before anything compiles.
+    ValueError: a bad config, a config the compiled loop cannot run
+      (`training.config.MODES`), or an agent that does not fit the environment; all before
+      anything compiles.
   """
   config.validate()  # with what a compiled run cannot use (`config.MODES`)
   if env is None:

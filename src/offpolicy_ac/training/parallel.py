@@ -92,6 +92,8 @@ def initialize_distributed(
   hosts the coordinator. On CPU, collectives go through gloo.
 
   Raises:
+    ValueError: bad `num_processes`, `process_id` or `coordinator_address`.
+    RuntimeError: a JAX backend is already running in this process.
     ConnectionError: (process_id > 0) no coordinator accepted connections within
       `timeout_s`. (Once connected, JAX itself ends every process, with a native stack,
       when one does not join within `timeout_s`.)
