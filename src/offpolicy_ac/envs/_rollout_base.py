@@ -26,27 +26,6 @@ from offpolicy_ac.envs._timestep import EpisodeStats
 from offpolicy_ac.envs._timestep import check_int
 from offpolicy_ac.envs._trajectory import Trajectory
 
-
-def call_policy(act_fn: Callable, params: Any, obs: Any, key: Any, batch: int) -> tuple[Any, Any]:
-  """`act_fn(params, obs, key)`, refusing (ValueError) outputs that are not an
-  `(action, extras)` pair, or extras leaves without a leading batch axis of `batch`."""
-  out = act_fn(params, obs, key)
-  if not isinstance(out, tuple) or len(out) != 2:
-    raise ValueError(
-        "act must return a pair (action [B, ...], extras: a pytree of [B, ...] arrays, {} for "
-        f"none), got {type(out).__name__}"
-        + (f" of length {len(out)}" if isinstance(out, tuple) else "")
-    )
-  action, extras = out
-  for path, leaf in jax.tree_util.tree_leaves_with_path(extras):
-    if np.ndim(leaf) < 1 or np.shape(leaf)[0] != batch:
-      raise ValueError(
-          f"act must return extras with a leading batch axis of {batch}; extras"
-          f"{jax.tree_util.keystr(path)} has shape {np.shape(leaf)}"
-      )
-  return action, extras
-
-
 __all__ = ["ActFn", "Backend", "Rollout", "default_device"]
 
 ActFn = Callable[[Any, jax.Array, jax.Array], tuple[jax.Array, Any]]
@@ -152,3 +131,23 @@ def check_rollout_args(env: Any, act_fn: Any, unroll_length: Any) -> int:
   if not callable(act_fn):
     raise ValueError("act_fn must be callable: act(params, obs, key) -> (action, extras)")
   return check_int("unroll_length", unroll_length)
+
+
+def call_policy(act_fn: Callable, params: Any, obs: Any, key: Any, batch: int) -> tuple[Any, Any]:
+  """`act_fn(params, obs, key)`, refusing (ValueError) outputs that are not an
+  `(action, extras)` pair, or extras leaves without a leading batch axis of `batch`."""
+  out = act_fn(params, obs, key)
+  if not isinstance(out, (tuple, list)) or len(out) != 2:
+    raise ValueError(
+        "act must return a pair (action [B, ...], extras: a pytree of [B, ...] arrays, {} for "
+        f"none), got {type(out).__name__}"
+        + (f" of length {len(out)}" if isinstance(out, (tuple, list)) else "")
+    )
+  action, extras = out
+  for path, leaf in jax.tree_util.tree_leaves_with_path(extras):
+    if np.ndim(leaf) < 1 or np.shape(leaf)[0] != batch:
+      raise ValueError(
+          f"act must return extras with a leading batch axis of {batch}; extras"
+          f"{jax.tree_util.keystr(path)} has shape {np.shape(leaf)}"
+      )
+  return action, extras

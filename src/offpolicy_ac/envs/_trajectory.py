@@ -109,8 +109,8 @@ def loss_inputs(traj: Trajectory | TransformedTrajectory, gamma: float = 1.0) ->
 
   Args:
     traj: a Trajectory or TransformedTrajectory with at least 2 time steps.
-    gamma: discount factor in [0, 1] (a Python number, checked, or a scalar array, e.g.
-      a traced hyper-parameter).
+    gamma: discount factor in [0, 1]: a number or a scalar array, checked unless traced
+      (a hyper-parameter under `jit` or `vmap`).
   """
   if not isinstance(traj, (Trajectory, TransformedTrajectory)):
     raise ValueError(f"loss_inputs expects a Trajectory, got {type(traj).__name__}")
