@@ -103,8 +103,11 @@ def _gymnax_sweep() -> str:
 
 # The chex checks on the library's V-trace, on one of the default examples (T=9, no batch
 # axes: every segment shape compiles once per variant); then the same check on a target
-# that ignores the mask, which must fail (the checks really compare).
+# that ignores the mask, which must fail (the checks really compare). That target is
+# jitted: called eagerly, V-trace itself refuses the garbage discounts of the masked steps
+# once no mask says they are not real.
 TESTING_CHECKS = """
+    import jax
     import jax.numpy as jnp
     from offpolicy_ac import losses, testing
 
@@ -116,7 +119,8 @@ TESTING_CHECKS = """
     testing.assert_junction_split_invariant(vtrace, example)
     testing.assert_masked_steps_ignored(vtrace, example)
     try:
-      testing.assert_junction_split_invariant(lambda tr: vtrace(tr, masked=False), example)
+      unmasked = jax.jit(lambda tr: vtrace(tr, masked=False))
+      testing.assert_junction_split_invariant(unmasked, example)
     except AssertionError:
       print("checks ok")
 """
