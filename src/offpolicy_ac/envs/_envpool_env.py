@@ -83,7 +83,8 @@ _RESERVED_KWARGS = ("num_envs", "seed", "env_seed", "gym_reset_return_info")
 # envpool's integer options and their smallest valid value (envpool aborts the process on
 # some bad ones, e.g. num_threads=-1, or fails a bare assertion).
 _INT_OPTIONS = {"num_threads": 0, "thread_affinity_offset": -1, "max_num_players": 1,
-                "frame_skip": 1, "stack_num": 1, "noop_max": 0, "img_height": 1, "img_width": 1}  # fmt: skip
+                "frame_skip": 1, "stack_num": 1, "noop_max": 0, "img_height": 1,
+                "img_width": 1}  # fmt: skip
 
 # envpool's rendering options, outside every task's config: with render_mode="rgb_array",
 # `EnvPoolEnv.render()` returns RGB frames (classic control, MuJoCo, Atari).

@@ -20,8 +20,9 @@ counts the actions taken in the episode: LAST comes at the step where that count
 
 Dtypes: step_type int32, reward float32, discount float32, env_id int32, observations
 float32. Discrete actions are taken as integers and clipped to [0, num_actions) (a jitted
-function cannot raise on a value); continuous ones as floats, clipped to the spec's bounds (a NaN one is passed on: the
-simulator's observation and reward become NaN, on which a training run stops).
+function cannot raise on a value); continuous ones as floats, clipped to the spec's bounds
+(a NaN one is passed on: the simulator's observation and reward become NaN, on which a
+training run stops).
 A wrong action shape or dtype kind raises a ValueError when `step` is traced.
 
 Adapters (`task_id` = "<prefix>:<name>"):
@@ -455,8 +456,8 @@ def _brax(task_id: str, name: str, kwargs: dict[str, Any]) -> _Simulator:
   if registry:
     _bad_kwargs(task_id, registry[name].__init__, kwargs, reserved=("backend",))
   try:
-    with warnings.catch_warnings():  # brax's notice, at every system it loads, that MJX
-      warnings.filterwarnings("ignore", "Brax System", UserWarning)  # is maintained: docs
+    with warnings.catch_warnings():  # brax's notice that MJX is maintained (docs/anakin.md)
+      warnings.filterwarnings("ignore", "Brax System", UserWarning)
       env = brax_envs.get_environment(name, **kwargs)
   except KeyError as e:
     raise _unknown_name(task_id, name, valid) from e
