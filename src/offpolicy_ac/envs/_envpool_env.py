@@ -36,6 +36,7 @@ import warnings
 
 import numpy as np
 
+from offpolicy_ac.envs._functional import is_functional
 from offpolicy_ac.envs._timestep import ENV_ID_DTYPE
 from offpolicy_ac.envs._timestep import FIRST
 from offpolicy_ac.envs._timestep import MID
@@ -604,7 +605,7 @@ def check_task_id(task_id: Any) -> Any:
   envpool = _envpool()
   if not isinstance(task_id, str):
     raise ValueError(f"task_id must be a str, got {task_id!r}")
-  if task_id.partition(":")[0] in ("gymnax", "brax"):
+  if is_functional(task_id):
     raise ValueError(f"{task_id!r} is a JAX environment: make it with envs.make_functional "
                      "(envpool takes ids such as CartPole-v1)")  # fmt: skip
   all_ids = envpool.list_all_envs()
