@@ -33,6 +33,7 @@ from typing import Literal
 import numpy as np
 import tyro
 
+from offpolicy_ac import presets
 from offpolicy_ac.cli import check_output_file
 from offpolicy_ac.cli import script_main
 from offpolicy_ac.training import refusals
@@ -123,6 +124,15 @@ def _case_flags(case: str, args: Args, algo: str = "") -> list[str]:
   ]
 
 
+def _expert_flags(case: str, args: Args) -> list[str]:
+  env_id = "CartPole-v0" if case == "v0" else "CartPole-v1"
+  return ["--env-id", env_id, "--total-env-steps", str(args.expert_steps)]
+
+
+def _demos_flags(algo: str, case: str, out: pathlib.Path) -> list[str]:
+  return ["--demos", str(out / f"demos-{case}.npz")] if algo == "sqil" else []
+
+
 def _run(script: str, flags: list[str], run_dir: pathlib.Path) -> dict:
   cmd = [sys.executable, str(EXPERIMENTS / f"{script}.py"), *flags, "--run-dir", str(run_dir)]
   start = time.perf_counter()
@@ -171,6 +181,11 @@ def check(args: Args) -> pathlib.Path:
                       ("--max-steps-v1", args.max_steps_v1)):  # fmt: skip
     if value < 1:
       raise ValueError(f"{flag} must be >= 1, got {value}")
+  runs = [("sql", _expert_flags(case, args)) for case in args.cases if "sqil" in args.algorithms]
+  runs += [(a, _case_flags(c, args, a) + _demos_flags(a, c, pathlib.Path(".")))
+           for a in args.algorithms for c in args.cases]  # fmt: skip
+  for algo, flags in runs:  # e.g. a budget below one iteration, refused before any run
+    presets.check_command(algo, flags)
   out = check_output_file("--out-dir", pathlib.Path(args.out_dir) / "results.json").parent
   planned = [f"{a}-{c}-seed{s}" for a in args.algorithms for c in args.cases for s in args.seeds]
   if "sqil" in args.algorithms:
@@ -192,11 +207,8 @@ def main(args: Args) -> dict:
   experts: dict = {}
   if "sqil" in args.algorithms:
     for case in args.cases:
-      env_id = "CartPole-v0" if case == "v0" else "CartPole-v1"
       expert_dir = out / f"expert-sql-{case}"
-      experts[case] = _run(
-          "sql", ["--env-id", env_id, "--total-env-steps", str(args.expert_steps)], expert_dir
-      )
+      experts[case] = _run("sql", _expert_flags(case, args), expert_dir)
       subprocess.run(
           [
               sys.executable,
@@ -214,9 +226,8 @@ def main(args: Args) -> dict:
     for case in args.cases:
       runs = []
       for seed in args.seeds:
-        flags = _case_flags(case, args, algo) + ["--seed", str(seed)]
-        if algo == "sqil":
-          flags += ["--demos", str(out / f"demos-{case}.npz")]
+        flags = _case_flags(case, args, algo) + _demos_flags(algo, case, out)
+        flags += ["--seed", str(seed)]
         run = _run(algo, flags, out / f"{algo}-{case}-seed{seed}")
         runs.append(run)
         print(

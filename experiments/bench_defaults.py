@@ -35,6 +35,7 @@ from typing import Optional
 import numpy as np
 import tyro
 
+from offpolicy_ac import presets
 from offpolicy_ac.cli import check_output_file
 from offpolicy_ac.cli import script_main
 from offpolicy_ac.training import refusals
@@ -88,11 +89,14 @@ def _budget_flags(args: Args) -> list[str]:
   return [] if args.total_env_steps is None else ["--total-env-steps", str(args.total_env_steps)]
 
 
+def _flags(case: Case, args: Args, demos: Optional[str]) -> list[str]:
+  """The case's command line, without --run-dir."""
+  flags = [*case.flags, *_budget_flags(args), "--num-seeds", str(args.num_seeds)]
+  return flags + ["--demos", demos] if demos else flags
+
+
 def _train(case: Case, run_dir: pathlib.Path, args: Args, demos: Optional[str]) -> float:
-  flags = [*case.flags, *_budget_flags(args), "--num-seeds", str(args.num_seeds),
-           "--run-dir", str(run_dir)]  # fmt: skip
-  if demos:
-    flags += ["--demos", demos]
+  flags = _flags(case, args, demos) + ["--run-dir", str(run_dir)]
   cmd = [sys.executable, str(EXPERIMENTS / f"{case.script}.py"), *flags]
   print("+", " ".join(cmd[1:]), flush=True)
   start = time.perf_counter()
@@ -194,6 +198,9 @@ def check(args: Args) -> pathlib.Path:
                       ("--total-env-steps", args.total_env_steps)):  # fmt: skip
     if value is not None and value < 1:
       raise ValueError(f"{flag} must be >= 1, got {value}")
+  for name in args.cases:  # e.g. a budget below one iteration, refused before any case runs
+    case = CASES[name]
+    presets.check_command(case.script, _flags(case, args, case.demos_from and "demos.npz"))
   out = check_output_file("--out-dir", pathlib.Path(args.out_dir) / "results.json").parent
   for i, name in enumerate(args.cases):
     source = CASES[name].demos_from

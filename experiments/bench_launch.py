@@ -35,6 +35,7 @@ from typing import Optional
 
 import tyro
 
+from offpolicy_ac import presets
 from offpolicy_ac.cli import check_output_file
 from offpolicy_ac.cli import script_main
 from offpolicy_ac.training import refusals
@@ -63,11 +64,16 @@ class Args:
   """Longest a run may take."""
 
 
+def _flags(args: Args, seed: int) -> list[str]:
+  """A run's command line, without --run-dir."""
+  return ["--env-id", args.env_id, "--seed", str(seed), "--target-return", str(args.target),
+          *args.flags]  # fmt: skip
+
+
 def launch(args: Args, seed: int, run_dir: pathlib.Path, cache: pathlib.Path) -> dict:
   """One run: seconds from launch to the target's log line (None: not reached) and to exit."""
-  cmd = [sys.executable, str(EXPERIMENTS / f"{args.agent}.py"), "--env-id", args.env_id,
-         "--seed", str(seed), "--target-return", str(args.target), "--run-dir", str(run_dir),
-         *args.flags]  # fmt: skip
+  cmd = [sys.executable, str(EXPERIMENTS / f"{args.agent}.py"), *_flags(args, seed),
+         "--run-dir", str(run_dir)]  # fmt: skip
   env = dict(os.environ, PYTHONUNBUFFERED="1", JAX_COMPILATION_CACHE_DIR=str(cache))
   start = time.perf_counter()
   proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -108,6 +114,7 @@ def main(args: Args) -> dict:
       raise ValueError(f"--timeout-s must be > 0, got {args.timeout_s}")
     if not math.isfinite(args.target):
       raise ValueError(f"--target must be finite, got {args.target}")
+    presets.check_command(args.agent, _flags(args, args.seeds[0]))  # e.g. --flags
     report_path = pathlib.Path(args.out_dir) / f"launch-{stamp}.json"
     out = check_output_file("--out-dir", report_path).parent
   results: dict[str, list[dict]] = {"cold": [], "warm": []}

@@ -23,6 +23,7 @@ from typing import Literal
 
 import tyro
 
+from offpolicy_ac import presets
 from offpolicy_ac.cli import check_output_file
 from offpolicy_ac.cli import script_main
 from offpolicy_ac.training import refusals
@@ -46,10 +47,9 @@ class Args:
   """Also write the report to this file."""
 
 
-def _run(args: Args, vmap: bool, run_dir: pathlib.Path) -> float:
-  cmd = [
-      sys.executable,
-      str(EXPERIMENTS / f"{args.script}.py"),
+def _flags(args: Args, vmap: bool) -> list[str]:
+  """A run's command line, without --run-dir."""
+  return [
       "--env-id",
       args.env_id,
       "--num-seeds",
@@ -62,10 +62,13 @@ def _run(args: Args, vmap: bool, run_dir: pathlib.Path) -> float:
       "0",
       "--log-every",
       str(args.total_env_steps // 4),
-      "--run-dir",
-      str(run_dir),
       "--vmap-seeds" if vmap else "--no-vmap-seeds",
   ]
+
+
+def _run(args: Args, vmap: bool, run_dir: pathlib.Path) -> float:
+  cmd = [sys.executable, str(EXPERIMENTS / f"{args.script}.py"), *_flags(args, vmap),
+         "--run-dir", str(run_dir)]  # fmt: skip
   start = time.perf_counter()
   proc = subprocess.run(cmd, capture_output=True, text=True)
   if proc.returncode != 0:
@@ -77,6 +80,8 @@ def main(args: Args) -> dict:
   with refusals():  # bad arguments: one line and exit code 2 (script_main), before any run
     if args.num_seeds < 2 or args.repeats < 1 or args.total_env_steps < 4:
       raise ValueError("--num-seeds must be >= 2, --repeats >= 1, --total-env-steps >= 4")
+    for vmap in (True, False):  # e.g. a budget below one iteration
+      presets.check_command(args.script, _flags(args, vmap))
     out = check_output_file("--out", args.out) if args.out else None
   times = {"vmapped": [], "sequential": []}
   returns = {}

@@ -182,3 +182,26 @@ def test_an_output_file_is_checked_before_the_work(tmp_path, monkeypatch):
   monkeypatch.setenv("HOME", str(tmp_path / "home"))
   (tmp_path / "home").mkdir()
   assert check_output_file("--out", "~/x.json") == tmp_path / "home" / "x.json"
+
+
+def test_check_command_reads_a_scripts_flags_quietly_and_names_them_when_refused(capsys):
+  args = presets.check_command("sql", ["--env-id", "gymnax:Breakout-MinAtar", "--seed", "3"])
+  assert args == dataclasses.replace(
+      presets.sql.PRESETS["minatar"],
+      train=presets.sql.PRESETS["minatar"].train.replace(seed=3),
+  )
+  acer = presets.check_command("acer", ["--replay-ratio", "2"])
+  assert acer.agent.replay_ratio == 2
+  assert capsys.readouterr() == ("", "")  # no preset line, no tyro box
+  refused = [
+      ("impala", ["--total-env-steps", "10"], "impala.py --total-env-steps 10: one iteration"),
+      ("acer", ["--replay-buffer-size", "1"], "Unrecognized options: --replay-buffer-size"),
+      ("sql", ["--num-envs", "x"], "Error parsing --num-envs: invalid literal for int()"),
+      ("sqil", ["--demos", "d.npz", "--preset", "minatar"], "--preset minatar: choose one of"),
+      ("ppo", [], "unknown algorithm 'ppo'; known: ['acer', 'impala', 'sqil', 'sql']"),
+  ]
+  for algo, argv, message in refused:
+    with pytest.raises(ValueError) as info:
+      presets.check_command(algo, argv)
+    assert message in str(info.value), str(info.value)
+  assert capsys.readouterr() == ("", "")

@@ -36,11 +36,10 @@ def test_bench_agents_refuses_a_folder_holding_its_runs(tmp_path):
     bench.main(bench.Args(algorithms=("sql",), cases=("v1",), seeds=(3,), out_dir=str(tmp_path)))
 
 
-def test_bench_seeds_reports_its_childs_error(tmp_path):
+def test_bench_seeds_checks_its_runs_before_the_first(tmp_path):
   bench = load_script("bench_seeds")
-  with pytest.raises(
-      RuntimeError, match=r"failed:\n\[impala\] error: one iteration takes 256 env steps"
-  ):
+  with pytest.raises(ValueError, match=r"^impala.py --env-id CartPole-v1 --num-seeds 2 "
+                     r"--total-env-steps 8 .*: one iteration takes 256 env steps"):  # fmt: skip
     bench.main(bench.Args(num_seeds=2, total_env_steps=8, repeats=1))
 
 
@@ -64,10 +63,20 @@ COMMAND_LINES = [
     ("bench_defaults", ["--total-env-steps", "0"], "--total-env-steps must be >= 1"),
     ("bench_defaults", ["--cases", "impala", "acer", "impala"], "names ['impala'] twice"),
     ("bench_defaults", ["--out-dir", "{file}"], "is a file, not a directory"),
+    ("bench_defaults", ["--cases", "sql", "impala-minatar-spaceinvaders", "--total-env-steps",
+                        "300"], "one iteration takes 1,024 env steps"),
     ("bench_agents", ["--seeds"], "--seeds needs at least one value, each once"),
     ("bench_agents", ["--seeds", "1", "1"], "--seeds needs at least one value, each once"),
     ("bench_agents", ["--max-steps-v0", "0"], "--max-steps-v0 must be >= 1"),
     ("bench_agents", ["--out-dir", "{file}/agents"], "is a file, not a directory"),
+    ("bench_agents", ["--algorithms", "impala", "--max-steps-v0", "10"],
+     "impala.py --env-id CartPole-v0 --eval-episodes 5 --eval-every 500 --target-return 195 "
+     "--total-env-steps 10: one iteration takes 256 env steps"),
+    ("bench_agents", ["--cases", "v1", "--expert-steps", "10"],
+     "sql.py --env-id CartPole-v1 --total-env-steps 10: one iteration takes 32 env steps"),
+    ("bench_seeds", ["--total-env-steps", "8"], "one iteration takes 256 env steps"),
+    ("bench_launch", ["--flags=--nope=1"], "--nope=1: Unrecognized options: --nope=1"),
+    ("bench_launch", ["--flags=--total-env-steps=10"], "one iteration takes 256 env steps"),
     ("bench_anakin", ["--steps-per-measurement", "-5"], "--steps-per-measurement must be >= 1"),
     ("bench_anakin", ["--repeats", "0"], "--repeats must be >= 1"),
     ("bench_anakin", ["--seeds"], "--seeds must be positive counts"),

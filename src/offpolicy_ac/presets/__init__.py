@@ -12,13 +12,55 @@ same values.
     args = dataclasses.replace(args, train=args.train.replace(seed=1), run_dir="runs/p1")
     impala.run(args)    # = python experiments/impala.py --preset pendulum --seed 1 ...
 
-`common` holds the task settings IMPALA's and ACER's presets share.
+`common` holds the task settings IMPALA's and ACER's presets share; `check_command`
+checks a script's command line without training.
 """
 
+import contextlib
+import io
+from typing import Any
+from typing import Sequence
+
+from offpolicy_ac.cli import parse_args
 from offpolicy_ac.presets import acer
 from offpolicy_ac.presets import common
 from offpolicy_ac.presets import impala
 from offpolicy_ac.presets import sqil
 from offpolicy_ac.presets import sql
 
-__all__ = ["acer", "common", "impala", "sql", "sqil"]
+__all__ = ["acer", "check_command", "common", "impala", "sql", "sqil"]
+
+_ALGORITHMS = {"impala": impala, "acer": acer, "sql": sql, "sqil": sqil}
+
+
+def check_command(algo: str, argv: Sequence[str]) -> Any:
+  """Reads `argv` as `experiments/<algo>.py` reads its command line (`cli.parse_args` with
+  the algorithm's `Args`, `PRESETS` and `ENV_PRESETS`, printing nothing) and checks the
+  training config it would run (`TrainConfig.validate`), without training; returns its
+  `Args`. A benchmark that launches runs checks them all with it before the first.
+
+  Raises:
+    ValueError: an unknown `algo`; or, naming the command line, an unknown `--preset`, a
+      preset for another task, or a training config `TrainConfig.validate` refuses (e.g. a
+      budget below one iteration).
+      Flags tyro cannot parse are a ValueError too, with tyro's message.
+    SystemExit: -h/--help (code 0; the help is not printed).
+  """
+  if algo not in _ALGORITHMS:
+    raise ValueError(f"unknown algorithm {algo!r}; known: {sorted(_ALGORITHMS)}")
+  module = _ALGORITHMS[algo]
+  command = f"{algo}.py {' '.join(argv)}"
+  errors = io.StringIO()  # tyro's parse errors
+  try:  # (stdout: the preset an --env-id selects)
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(errors):
+      args = parse_args(module.Args, module.PRESETS, argv=argv,
+                        env_presets=module.ENV_PRESETS, prog=algo)  # fmt: skip
+    getattr(args, "resolved_train", args.train).validate()  # ACER: its replay ratio's updates
+  except ValueError as e:
+    raise ValueError(f"{command}: {e}") from None
+  except SystemExit as e:
+    if e.code:  # tyro's box: a title, then the message
+      lines = [line.strip() for line in errors.getvalue().splitlines() if line.strip(" -")]
+      raise ValueError(f"{command}: {lines[1] if len(lines) > 1 else 'cannot parse'}") from None
+    raise
+  return args
