@@ -535,3 +535,27 @@ def test_sqil_batch_fn_joins_agent_and_demonstration_windows(jit, num_demo):
     fn(jax.tree.map(lambda x: x[:2], agent_batch), jax.random.PRNGKey(0))
   with pytest.raises(ValueError, match="fewer than"):
     make_sqil_batch_fn(demos, batch_size=b, length=seq_len + 1)
+
+
+def test_factories_refuse_another_agents_config_and_settings_of_the_wrong_type(
+    cartpole_spec, pendulum_spec
+):
+  from offpolicy_ac.agents import AcerConfig
+  from offpolicy_ac.agents import make_acer
+
+  for factory, spec, config, message in [
+      (make_acer, cartpole_spec, ImpalaConfig(), "make_acer_discrete takes AcerConfig, got Imp"),
+      (make_acer, pendulum_spec, SqlConfig(), "make_acer_continuous takes AcerConfig, got Sql"),
+      (make_impala, cartpole_spec, AcerConfig(), "make_impala takes ImpalaConfig, got AcerConfig"),
+      (make_sql, cartpole_spec, ImpalaConfig(), "make_sql_discrete takes SqlConfig, got Impala"),
+      (make_sql, pendulum_spec, AcerConfig(), "make_sql_continuous takes SqlConfig, got Acer"),
+      (make_impala, cartpole_spec, ImpalaConfig(learning_rate="3e-3"),
+       "learning_rate must be a number, got '3e-3'"),
+      (make_impala, cartpole_spec, ImpalaConfig(gamma=True), "gamma must be a number, got True"),
+      (make_sql, cartpole_spec, SqlConfig(alpha="0.1"), "alpha must be a number, got '0.1'"),
+      (make_impala, cartpole_spec, ImpalaConfig(hidden_sizes=64),
+       "hidden_sizes must be a sequence of positive ints, got 64"),
+  ]:  # fmt: skip
+    with pytest.raises(ValueError, match=message):
+      factory(spec, config)
+  make_impala(cartpole_spec, ImpalaConfig(learning_rate=np.float32(1e-3), gamma=jnp.float32(0.9)))

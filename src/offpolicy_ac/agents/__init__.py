@@ -15,6 +15,7 @@ from offpolicy_ac.agents.hyperparams import tunable_fields
 from offpolicy_ac.agents.hyperparams import with_hyperparams
 from offpolicy_ac.agents.impala import ImpalaConfig
 from offpolicy_ac.agents.impala import make_impala
+from offpolicy_ac.agents.registry import register_agent
 from offpolicy_ac.agents.sqil import SqilConfig
 from offpolicy_ac.agents.sqil import make_sqil
 from offpolicy_ac.agents.sqil import make_sqil_batch_fn
@@ -43,6 +44,7 @@ __all__ = [
     "make_sql_continuous",
     "make_sql_discrete",
     "parse_sweep",
+    "register_agent",
     "sweep_settings",
     "tunable_fields",
     "with_hyperparams",

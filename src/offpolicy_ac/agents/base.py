@@ -138,7 +138,10 @@ def gradient_step(
 ) -> tuple[Any, Any, jax.Array]:
   """One optimizer step: (new params, new optimizer state, global norm of grads)."""
   updates, opt_state = optimizer.update(grads, opt_state, params)
-  return optax.apply_updates(params, updates), opt_state, optax.global_norm(grads)
+  # The global norm as optax computes it (its `global_norm` is deprecated from 0.2.5 on;
+  # its replacement, `optax.tree.norm`, is not in 0.2.4).
+  norm = jnp.sqrt(sum(jnp.sum(jnp.square(g)) for g in jax.tree.leaves(grads)))
+  return optax.apply_updates(params, updates), opt_state, norm
 
 
 def polyak(target: Any, params: Any, tau) -> Any:
@@ -167,9 +170,28 @@ def host_value(value: Any) -> Any:
   return np.asarray(value) if isinstance(value, jax.Array) else value
 
 
+def check_config(config: Any, config_cls: type, factory: str) -> None:
+  """Raises unless `config` is a `config_cls` (another agent's config would fail at the
+  first update, on a field it lacks)."""
+  if not isinstance(config, config_cls):
+    raise ValueError(f"{factory} takes {config_cls.__name__}, got {type(config).__name__}")
+
+
+def _check_number(name: str, value: Any) -> None:
+  """Raises unless `value` is a real number or a NumPy/JAX array of them (a string or a
+  bool would be compared, or fail to compare, as something else)."""
+  value = host_value(value)
+  kind = value.dtype.kind if isinstance(value, (np.ndarray, np.generic)) else None
+  if kind not in ("i", "u", "f") and (
+      isinstance(value, bool) or not isinstance(value, (int, float))
+  ):
+    raise ValueError(f"{name} must be a number, got {value!r}")
+
+
 def check_in(name: str, value: float, low: float, high: float) -> None:
   if is_traced(value):
     return
+  _check_number(name, value)
   if not (low <= host_value(value) <= high):
     raise ValueError(f"{name} must lie in [{low}, {high}], got {value}")
 
@@ -177,6 +199,7 @@ def check_in(name: str, value: float, low: float, high: float) -> None:
 def check_positive(name: str, value: float) -> None:
   if is_traced(value):
     return
+  _check_number(name, value)
   if not host_value(value) > 0:
     raise ValueError(f"{name} must be > 0, got {value}")
 
@@ -190,19 +213,27 @@ def check_int(name: str, value: int, low: int) -> None:
 def check_hidden_sizes(sizes: Sequence[int]) -> None:
   """Raises unless `sizes` (a network's hidden layer widths) is a non-empty sequence of
   positive ints."""
-  if not sizes or any(isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in sizes):
-    raise ValueError(f"hidden_sizes must be positive ints, got {tuple(sizes)!r}")
+  if (
+      not isinstance(sizes, (tuple, list))
+      or not sizes
+      or any(isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in sizes)
+  ):
+    raise ValueError(f"hidden_sizes must be a sequence of positive ints, got {sizes!r}")
 
 
 def check_finite(name: str, value: float) -> None:
   """Raises unless `value` is finite (a setting where inf or NaN means nothing)."""
-  if not is_traced(value) and not math.isfinite(host_value(value)):
+  if is_traced(value):
+    return
+  _check_number(name, value)
+  if not math.isfinite(host_value(value)):
     raise ValueError(f"{name} must be finite, got {value}")
 
 
 def check_non_negative(name: str, value: float) -> None:
   if is_traced(value):
     return
+  _check_number(name, value)
   if not host_value(value) >= 0:
     raise ValueError(f"{name} must be >= 0, got {value}")
 

@@ -1,9 +1,15 @@
-"""Agent factories by algorithm name (used to rebuild an agent from a run's config.json)."""
+"""Agent factories by algorithm name: a run directory's agent is rebuilt from its
+config.json's algorithm and agent config (`training.load_run`, `--resume`, a compiled run,
+`--sweep`). A custom agent trained with `training.run_experiment` is registered first, under
+a name of its own, in every process that trains or loads it (`register_agent`)."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 from typing import Any
+from typing import Callable
 
 from offpolicy_ac.agents.acer import AcerConfig
 from offpolicy_ac.agents.acer import make_acer
@@ -21,6 +27,67 @@ AGENTS: dict[str, tuple[Any, type]] = {
 }
 
 
+def register_agent(name: str, make_agent: Callable[[Any, Any], Any], config_cls: type) -> None:
+  """Registers `make_agent(spec, config) -> Agent`, with `config_cls` its frozen config
+  dataclass, as algorithm `name` (`training.run_experiment(name, ...)`, `load_run`).
+
+  Registering a name again with the same factory and config class does nothing.
+
+  Raises:
+    ValueError: a name that is empty or taken by another factory, a `make_agent` that is
+      not callable, or a `config_cls` that is not a dataclass.
+  """
+  if not isinstance(name, str) or not name:
+    raise ValueError(f"an algorithm's name must be a non-empty str, got {name!r}")
+  if not callable(make_agent):
+    raise ValueError(f"make_agent must be callable (spec, config) -> Agent, got {make_agent!r}")
+  if not (isinstance(config_cls, type) and dataclasses.is_dataclass(config_cls)):
+    raise ValueError(f"config_cls must be a dataclass, got {config_cls!r}")
+  if AGENTS.get(name, (make_agent, config_cls)) != (make_agent, config_cls):
+    raise ValueError(f"algorithm {name!r} is registered with another factory: choose a name")
+  AGENTS[name] = (make_agent, config_cls)
+
+
+def _code(fn: Any) -> Any:
+  """The code a function runs, through partials and wrappers (`jax.jit`, functools.wraps)."""
+  while isinstance(fn := inspect.unwrap(fn), functools.partial):
+    fn = fn.func
+  return getattr(fn, "__code__", type(fn))
+
+
+def check_registered(algorithm: str, agent: Any) -> None:
+  """Refuses (ValueError) an agent that `algorithm`'s registered factory would not rebuild
+  from its config: a run directory could not load it (`load_run`, evaluate.py), resume it,
+  or compile and sweep it, without silently building another network or update.
+
+  The agent's `init`, `act`, `greedy_act` and `update` must run the code of those that
+  `make_agent(agent.spec, agent.config)` returns, and its config must be `config_cls`'s.
+  """
+  if algorithm not in AGENTS:
+    raise ValueError(
+        f"unknown algorithm {algorithm!r}; known: {sorted(AGENTS)}. A custom agent needs a "
+        "name of its own, registered with agents.register_agent(name, make_agent, "
+        "ConfigClass) before it trains or loads"
+    )
+  make_agent, config_cls = AGENTS[algorithm]
+  if not isinstance(agent.config, config_cls):
+    raise ValueError(
+        f"the agent's config is {type(agent.config).__name__}; {algorithm!r} takes "
+        f"{config_cls.__name__}"
+    )
+  rebuilt = make_agent(agent.spec, agent.config)
+  fields = ("init", "act", "greedy_act", "update")
+  differ = [f for f in fields if _code(getattr(agent, f)) is not _code(getattr(rebuilt, f))]
+  if differ:
+    raise ValueError(
+        f"{algorithm!r}'s factory ({getattr(make_agent, '__name__', make_agent)}) builds "
+        f"other {'/'.join(differ)} functions than the agent's, and it rebuilds a run's agent "
+        "from the run's config (load_run, --resume, a compiled run, --sweep): register the "
+        "custom agent under a name of its own with agents.register_agent(name, make_agent, "
+        "ConfigClass)"
+    )
+
+
 def config_from_dict(config_cls: type, values: dict) -> Any:
   """Rebuilds a frozen config dataclass from its JSON form (lists back to tuples)."""
   names = {f.name for f in dataclasses.fields(config_cls)}
@@ -32,6 +99,9 @@ def config_from_dict(config_cls: type, values: dict) -> Any:
 
 def make_agent(algorithm: str, spec: Any, agent_config: dict) -> Any:
   if algorithm not in AGENTS:
-    raise ValueError(f"unknown algorithm {algorithm!r}; known: {sorted(AGENTS)}")
+    raise ValueError(
+        f"unknown algorithm {algorithm!r}; known: {sorted(AGENTS)} (a custom agent: "
+        "agents.register_agent first)"
+    )
   factory, config_cls = AGENTS[algorithm]
   return factory(spec, config_from_dict(config_cls, agent_config))

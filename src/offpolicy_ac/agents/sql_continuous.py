@@ -77,6 +77,7 @@ def _apply(module, params, obs, actions):
 def make_sql_continuous(spec, config: SqlConfig = SqlConfig(), *, name: str = "sql") -> base.Agent:
   """Builds SQL for continuous actions (Q(s, a), importance-sampled targets, SVGD sampler)."""
   base.check_continuous(spec, f"continuous {name.upper()} (make_sql_continuous)")
+  base.check_config(config, SqlConfig, "make_sql_continuous")
   config.validate()
   low, high = _action_box(spec)
   action_shape = tuple(spec.action_shape)

@@ -45,6 +45,7 @@ from typing import Optional
 import jax
 
 from offpolicy_ac.agents.registry import AGENTS
+from offpolicy_ac.agents.registry import check_registered
 from offpolicy_ac.analysis.metrics_file import read_json
 from offpolicy_ac.analysis.plotting import plot_runs
 from offpolicy_ac.training import checkpoint
@@ -346,18 +347,19 @@ def _program(name: str, args: Any, lanes: list[sweeps.Lane], *, agent_factory: C
   """The run's `driver.Program`: the compiled program of a JAX environment, else the
   envpool program. Validates everything before anything runs."""
   config: TrainConfig = args.train
-  if (config.compiled or config.budget.sweep) and name not in AGENTS:
-    what = "a compiled run" if config.compiled else "--sweep"
-    raise ValueError(f"{what} needs a known algorithm, one of {sorted(AGENTS)}; got {name!r}")
+  agent = agent_factory(task_spec(config))
+  # The run directory rebuilds its agent from `name` and the config (load_run, --resume), as
+  # do compiled runs and sweeps: a custom agent under a built-in name would be replaced.
+  check_registered(name, agent)
   if config.compiled:
     # The agent's config as the factory builds it: a script may derive settings from the
     # budget there (IMPALA's --anneal-learning-rate, SQL's --learning-rate-cooldown).
-    agent_config = agent_factory(task_spec(config)).config
-    compiled = make_train(AGENTS[name][0], agent_config, config, batch_fn=batch_fn)
+    compiled = make_train(AGENTS[name][0], agent.config, config, batch_fn=batch_fn)
     return CompiledProgram(compiled, [lane.seed for lane in lanes],
                            [lane.setting for lane in lanes])  # fmt: skip
   _after_backend_start()
-  return EnvpoolProgram(agent_factory, config, batch_fn=batch_fn, rollout_factory=rollout_factory,
+  return EnvpoolProgram(lambda spec: agent, config, batch_fn=batch_fn,
+                        rollout_factory=rollout_factory,
                         make_agent=AGENTS[name][0] if config.budget.sweep else None)  # fmt: skip
 
 

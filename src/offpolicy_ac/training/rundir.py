@@ -480,7 +480,8 @@ def _read_config(run_dir: str | os.PathLike) -> dict:
     raise ValueError(f"{path} has no `train` and `agent` configs")
   if record["algorithm"] not in AGENTS:
     raise ValueError(
-        f"{run_dir} is a run of {record['algorithm']!r}; known algorithms: {sorted(AGENTS)}"
+        f"{run_dir} is a run of {record['algorithm']!r}; known algorithms: {sorted(AGENTS)} "
+        "(a custom agent: register it in this process first, agents.register_agent)"
     )
   sweep = config["train"].get("budget", {}).get("sweep", [])
   if sweep:

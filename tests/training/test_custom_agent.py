@@ -1,0 +1,101 @@
+"""A custom agent through `run_experiment`: registered under a name of its own
+(`agents.register_agent`), it trains on envpool and compiled, and its run directory loads
+it back (`load_run`); under a built-in name, it is refused before anything is written
+(the run directory would rebuild the built-in agent)."""
+
+import dataclasses
+import functools
+
+import jax.numpy as jnp
+import pytest
+
+from offpolicy_ac import agents
+from offpolicy_ac import presets
+from offpolicy_ac.agents import registry
+from offpolicy_ac.training import load_run
+from offpolicy_ac.training import read_metrics
+from offpolicy_ac.training import run_experiment
+
+NAME = "marked-impala"
+
+
+def make_marked_impala(spec, config):
+  """IMPALA whose update also logs `marked`: the same parameters, other functions."""
+  agent = agents.make_impala(spec, config)
+
+  def update(state, batch):
+    state, metrics = agent.update(state, batch)
+    return state, {**metrics, "marked": jnp.float32(1.0)}
+
+  return agent._replace(name=NAME, update=update)
+
+
+@pytest.fixture
+def registered():
+  agents.register_agent(NAME, make_marked_impala, agents.ImpalaConfig)
+  agents.register_agent(NAME, make_marked_impala, agents.ImpalaConfig)  # again: a no-op
+  yield
+  registry.AGENTS.pop(NAME)
+
+
+def _args(run_dir, env_id):
+  args = presets.impala.Args()
+  train = args.train.replace(env_id=env_id, total_env_steps=512, eval_every=0, log_every=256)
+  return dataclasses.replace(args, train=train, run_dir=str(run_dir))
+
+
+def _factory(args):
+  return functools.partial(make_marked_impala, config=args.agent)
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "gymnax:CartPole-v1"])
+def test_a_registered_custom_agent_trains_and_its_run_loads_it(registered, tmp_path, env_id):
+  args = _args(tmp_path / "run", env_id)
+  result = run_experiment(NAME, args, _factory(args), progress=False)
+  assert result.env_steps == 512
+  lines = [line for line in read_metrics(tmp_path / "run") if line.get("num_updates")]
+  assert lines and all(line["marked"] == 1.0 for line in lines)  # its own update trained
+  run = load_run(tmp_path / "run")
+  assert run.agent.name == NAME
+  registry.check_registered(NAME, run.agent)  # rebuilt by its own factory
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "gymnax:CartPole-v1"])
+def test_a_custom_agent_under_a_built_in_name_is_refused_before_anything_is_written(
+    tmp_path, env_id
+):
+  args = _args(tmp_path / "run", env_id)
+  with pytest.raises(ValueError, match=r"'impala''s factory \(make_impala\) builds other "
+                     r"update functions than the agent's.*agents.register_agent"):  # fmt: skip
+    run_experiment("impala", args, _factory(args), progress=False)
+  with pytest.raises(ValueError, match=r"unknown algorithm 'mine'.*agents.register_agent"):
+    run_experiment("mine", args, _factory(args), progress=False)
+  sql = functools.partial(agents.make_sql, config=agents.SqlConfig())
+  with pytest.raises(ValueError, match="the agent's config is SqlConfig; 'impala' takes "):
+    run_experiment("impala", args, lambda spec: sql(spec), progress=False)
+  assert not (tmp_path / "run").exists()
+
+
+def test_a_run_of_an_unregistered_agent_names_the_registration(registered, tmp_path):
+  args = _args(tmp_path / "run", "CartPole-v1")
+  run_experiment(NAME, args, _factory(args), progress=False)
+  registry.AGENTS.pop(NAME)  # another process, which has not registered it
+  try:
+    with pytest.raises(ValueError, match="register it in this process first"):
+      load_run(tmp_path / "run")
+  finally:
+    agents.register_agent(NAME, make_marked_impala, agents.ImpalaConfig)
+
+
+def test_register_agent_refuses_a_taken_name_and_bad_arguments():
+  with pytest.raises(ValueError, match="'impala' is registered with another factory"):
+    agents.register_agent("impala", make_marked_impala, agents.ImpalaConfig)
+  agents.register_agent("impala", agents.make_impala, agents.ImpalaConfig)  # its own: a no-op
+  for name, make, config_cls, message in [
+      ("", make_marked_impala, agents.ImpalaConfig, "non-empty str"),
+      ("x", None, agents.ImpalaConfig, "make_agent must be callable"),
+      ("x", make_marked_impala, dict, "config_cls must be a dataclass"),
+  ]:
+    with pytest.raises(ValueError, match=message):
+      agents.register_agent(name, make, config_cls)
+  assert "x" not in registry.AGENTS
