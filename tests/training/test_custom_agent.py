@@ -6,6 +6,7 @@ it back (`load_run`); under a built-in name, it is refused before anything is wr
 import dataclasses
 import functools
 
+import jax
 import jax.numpy as jnp
 import pytest
 
@@ -99,3 +100,61 @@ def test_register_agent_refuses_a_taken_name_and_bad_arguments():
     with pytest.raises(ValueError, match=message):
       agents.register_agent(name, make, config_cls)
   assert "x" not in registry.AGENTS
+
+
+class _NoLogger:
+
+  def log(self, record):
+    pass
+
+  def truncate(self, num_lines):
+    pass
+
+  def close(self):
+    pass
+
+
+def _broken(spec, config, how):
+  """IMPALA whose update breaks its contract as `how` says."""
+  agent = agents.make_impala(spec, config)
+
+  def update(state, batch):
+    state, metrics = agent.update(state, batch)
+    if how == "three":
+      return state, metrics, 1
+    if how == "list":
+      return state, list(metrics.values())
+    if how == "metrics only":
+      return metrics
+    if how == "vector metric":
+      return state, {**metrics, "per_step": batch.reward}
+    return state._replace(target_params={"extra": jnp.zeros(())}), metrics  # "state"
+
+  return agent._replace(update=update)
+
+
+@pytest.mark.parametrize(
+    "how, message",
+    [
+        ("three", "; got a tuple of AgentState, dict, int"),
+        ("list", ", the metrics a dict of scalars; got a list"),
+        ("metrics only", "; got a dict"),
+        ("vector metric", r", the metrics a dict of scalars; got per_step of shape \(9, 4\)"),
+        ("state", r", the state of the structure it is given \(a AgentState\); got a AgentSt"),
+    ],
+)
+def test_an_update_that_breaks_its_contract_is_named_where_it_is_traced(how, message):
+  from offpolicy_ac.training import TrainConfig
+  from offpolicy_ac.training import make_train
+  from offpolicy_ac.training import train
+
+  prefix = r"impala's update\(state, batch\) must return \(state, metrics\)"
+  config = TrainConfig.of(env_id="gymnax:CartPole-v1", num_envs=4, unroll_length=8,
+                          total_env_steps=64, eval_every=0)  # fmt: skip
+  compiled = make_train(lambda spec, c: _broken(spec, c, how), agents.ImpalaConfig(), config)
+  with pytest.raises(ValueError, match=prefix + ".*" + message):
+    compiled.train(jax.random.PRNGKey(0), compiled.hyperparams)
+  config = config.replace(env_id="CartPole-v1", checkpoint_every=0)
+  with pytest.raises(ValueError, match=prefix + ".*" + message):
+    factory = lambda spec: _broken(spec, agents.ImpalaConfig(), how)  # noqa: E731
+    train(factory, config, [_NoLogger()])

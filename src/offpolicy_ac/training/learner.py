@@ -228,12 +228,39 @@ def add_lane_axis(tree: Any) -> Any:
   return jax.tree.map(lambda x: x[None], tree)
 
 
+def checked_update(agent: Agent) -> Callable:
+  """`agent.update`, its output checked where it is traced: `(state, metrics)`, the state
+  of the structure it came in with, the metrics a dict of scalars (the metrics lines)."""
+
+  def update(agent_state: Any, batch: Any) -> tuple[Any, dict]:
+    out = agent.update(agent_state, batch)
+    where = f"{agent.name}'s update(state, batch) must return (state, metrics)"
+    if not (isinstance(out, tuple) and len(out) == 2):
+      kinds = [type(x).__name__ for x in out] if isinstance(out, (tuple, list)) else []
+      raise ValueError(f"{where}; got a {type(out).__name__}{' of ' if kinds else ''}"
+                       f"{', '.join(kinds)}")  # fmt: skip
+    if jax.tree.structure(out[0]) != jax.tree.structure(agent_state):
+      raise ValueError(
+          f"{where}, the state of the structure it is given (a {type(agent_state).__name__});"
+          f" got a {type(out[0]).__name__} of another structure"
+      )
+    if not isinstance(out[1], dict):
+      raise ValueError(f"{where}, the metrics a dict of scalars; got a {type(out[1]).__name__}")
+    shaped = [f"{k} of shape {jnp.shape(v)}" for k, v in out[1].items() if jnp.shape(v) != ()]
+    if shaped:
+      raise ValueError(f"{where}, the metrics a dict of scalars; got {', '.join(shaped)}")
+    return out
+
+  return update
+
+
 def make_ingest(agent: Agent, transformer: envs.DataTransformer,
                 replay: Optional[replay_lib.SequenceReplay],
                 constrain: Callable = lambda batch: batch) -> Callable:  # fmt: skip
   """`ingest(state, traj) -> (state, (fresh metrics or None, sampling key or None))`:
   steps 1-3 of the module docstring for one seed (no seed axis)."""
   updates_fresh = not agent.off_policy or agent.fresh_update_first
+  update = checked_update(agent)
 
   def ingest(state: LearnerState, traj: envs.Trajectory):
     transform = transformer.update(state.transform, traj)
@@ -243,9 +270,7 @@ def make_ingest(agent: Agent, transformer: envs.DataTransformer,
       replay_key, key = jax.random.split(state.replay_key)
     agent_state, metrics = state.agent, None
     if updates_fresh:
-      agent_state, metrics = agent.update(
-          agent_state, constrain(transformer.apply(transform, traj))
-      )
+      agent_state, metrics = update(agent_state, constrain(transformer.apply(transform, traj)))
     return LearnerState(agent_state, transform, replay_state, replay_key), (metrics, key)
 
   return ingest
@@ -257,6 +282,7 @@ def make_sample_and_update(agent: Agent, transformer: envs.DataTransformer,
                            constrain: Callable = lambda batch: batch) -> Callable:  # fmt: skip
   """`sample_and_update(state, key) -> (state, mean metrics)`: step 4 of the module
   docstring for one seed (`num_updates` replayed updates, each on a fresh sample)."""
+  update = checked_update(agent)
 
   def sample_and_update(state: LearnerState, key: jax.Array):
     def body(agent_state, key):
@@ -264,7 +290,7 @@ def make_sample_and_update(agent: Agent, transformer: envs.DataTransformer,
       batch = replay.sample(state.replay, batch_key)
       if batch_fn is not None:
         batch = batch_fn(batch, fn_key)
-      return agent.update(agent_state, constrain(transformer.apply(state.transform, batch)))
+      return update(agent_state, constrain(transformer.apply(state.transform, batch)))
 
     agent_state, metrics = jax.lax.scan(body, state.agent, jax.random.split(key, num_updates))
     return state._replace(agent=agent_state), jax.tree.map(jnp.mean, metrics)
