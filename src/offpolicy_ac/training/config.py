@@ -207,18 +207,14 @@ class TrackingConfig:
   """'offline': write W&B's files locally (`wandb sync` uploads them later)."""
 
 
-def _positive_ints(group, *names):
+def _check_ints(values: dict, low: int, *names: str) -> None:
+  """Refuses a field of `names` that is not an int (a bool is not) >= `low` (0 or 1)."""
   for name in names:
-    value = getattr(group, name)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-      raise ValueError(f"{name} must be a positive int, got {value!r}")
-
-
-def _non_negative_ints(group, *names):
-  for name in names:
-    value = getattr(group, name)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-      raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+    value = values[name]
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+      raise ValueError(
+          f"{name} must be {'a positive int' if low else 'an int >= 0'}, got {value!r}"
+      )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -350,24 +346,16 @@ class TrainConfig:
   def validate(self) -> None:
     """Raises ValueError naming the field for any bad value or combination."""
     env, budget, replay, actors = self.env, self.budget, self.replay, self.acting
-    parallel, evaluation, ckpt = self.parallel, self.eval, self.checkpoint
-    _positive_ints(env, "num_envs", "unroll_length")
-    _positive_ints(budget, "total_env_steps", "log_every", "num_seeds")
-    _positive_ints(
-        replay, "replay_capacity", "num_updates_per_train_iter", "mini_batch_size",
-        "mini_batch_length",
-    )  # fmt: skip
-    _positive_ints(evaluation, "eval_episodes")
-    _positive_ints(ckpt, "keep_checkpoints")
-    _positive_ints(actors, "num_actors")
-    _positive_ints(parallel, "learner_devices")
-    _non_negative_ints(env, "env_batch_size")
-    _non_negative_ints(budget, "seed")  # as envpool's and the evaluation tools' seeds
-    if evaluation.eval_every is not None:
-      _non_negative_ints(evaluation, "eval_every")
-    _non_negative_ints(ckpt, "checkpoint_every")
-    _non_negative_ints(replay, "min_replay_size")
-    _non_negative_ints(actors, "actor_queue_size", "min_pools")
+    parallel, evaluation = self.parallel, self.eval
+    flat = {k: v for group in dataclasses.asdict(self).values() for k, v in group.items()}
+    _check_ints(flat, 1, "num_envs", "unroll_length", "total_env_steps", "log_every",
+                "num_seeds", "replay_capacity", "num_updates_per_train_iter", "mini_batch_size",
+                "mini_batch_length", "eval_episodes", "keep_checkpoints", "num_actors",
+                "learner_devices")  # fmt: skip
+    # The seed >= 0 as envpool's and the evaluation tools' seeds; eval_every may be None.
+    eval_every = () if evaluation.eval_every is None else ("eval_every",)
+    _check_ints(flat, 0, "env_batch_size", "seed", *eval_every, "checkpoint_every",
+                "min_replay_size", "actor_queue_size", "min_pools")  # fmt: skip
     if budget.compile_for not in get_args(CompileFor):
       raise ValueError(f"compile_for must be 'speed' or 'startup', got {budget.compile_for!r}")
     if budget.compile_for == "startup" and not self.compiled:
@@ -381,7 +369,7 @@ class TrainConfig:
       raise ValueError(f"env_batch_size ({env.env_batch_size}) exceeds num_envs ({env.num_envs})")
     if env.max_episode_steps is not None and env.max_episode_steps < 1:
       raise ValueError(f"max_episode_steps must be >= 1, got {env.max_episode_steps}")
-    _check_finite_floats(self)
+    _check_finite_floats(flat)
     if env.atari and not self.compiled and not envs.is_atari(env.env_id):
       raise ValueError(f"--atari applies to Atari tasks (envpool ids such as Pong-v5), not to "
                        f"{env.env_id}")  # fmt: skip
@@ -454,21 +442,15 @@ MODES = (
 def unsupported_reason(config: TrainConfig, shape: str) -> Optional[str]:
   """The first mode of `config` that run shape `shape` ("compiled", "vmapped") cannot
   give (`MODES`), or None."""
-  for reason, used, shapes in MODES:
-    if shape in shapes and used(config):
-      return reason
-  return None
+  return next((reason for reason, used, shapes in MODES if shape in shapes and used(config)), None)
 
 
-def _check_finite_floats(config: TrainConfig) -> None:
+def _check_finite_floats(values: dict) -> None:
   """Refuses NaN and infinite values in every float setting (a target return included)."""
-  for group in dataclasses.fields(config):
-    values = getattr(config, group.name)
-    for f in dataclasses.fields(values):
-      value = getattr(values, f.name)
-      items = value if isinstance(value, tuple) else (value,)
-      if any(isinstance(v, float) and not math.isfinite(v) for v in items):
-        raise ValueError(f"{f.name} must be finite, got {value!r}")
+  for name, value in values.items():
+    items = value if isinstance(value, tuple) else (value,)
+    if any(isinstance(v, float) and not math.isfinite(v) for v in items):
+      raise ValueError(f"{name} must be finite, got {value!r}")
 
 
 def _check_transform(transform: TransformConfig) -> None:
@@ -502,8 +484,7 @@ def _check_actors(actors: ActorsConfig) -> None:
   if actors.max_policy_lag is not None:
     if actors.actors != "async":
       raise ValueError("max_policy_lag applies to --actors async")
-    if not isinstance(actors.max_policy_lag, int) or actors.max_policy_lag < 0:
-      raise ValueError(f"max_policy_lag must be an int >= 0, got {actors.max_policy_lag!r}")
+    _check_ints(dataclasses.asdict(actors), 0, "max_policy_lag")
 
 
 def _field_names(group) -> set[str]:
