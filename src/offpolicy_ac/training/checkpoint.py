@@ -35,6 +35,8 @@ import zlib
 import jax
 import numpy as np
 
+from offpolicy_ac.training.logger import write_atomic
+
 
 def _ocp():
   import orbax.checkpoint as ocp  # slow to import: only when checkpointing
@@ -192,10 +194,8 @@ class Checkpointer:
         raise OSError(errno.ENOSPC, "No space left on device", str(self.directory)) from e
       raise
     # Written last: a checkpoint without them is one whose save did not finish.
-    path = self.directory / str(step) / CHECKSUMS
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({**array_checksums(savable), RECORD: record_checksum(record)}))
-    os.replace(tmp, path)
+    checksums = {**array_checksums(savable), RECORD: record_checksum(record)}
+    write_atomic(self.directory / str(step) / CHECKSUMS, json.dumps(checksums))
     for old in self.steps()[: -self._max_to_keep]:
       self._manager.delete(old)
 

@@ -89,6 +89,13 @@ def git_revision() -> str:
     return "unknown"
 
 
+def write_atomic(path: pathlib.Path, data: str | bytes) -> None:
+  """Writes `path` whole or not at all: into `<path>.tmp`, then renamed onto `path`."""
+  tmp = path.with_name(path.name + ".tmp")
+  tmp.write_bytes(data.encode() if isinstance(data, str) else data)
+  os.replace(tmp, path)
+
+
 def write_config(run_dir: pathlib.Path, config: Any, extra: dict | None = None) -> dict:
   """Writes config.json: the full config, git revision, package versions."""
   record = {
@@ -100,9 +107,7 @@ def write_config(run_dir: pathlib.Path, config: Any, extra: dict | None = None) 
   }
   if extra:
     record.update(jsonable(extra))
-  tmp = run_dir / "config.json.tmp"
-  tmp.write_text(json.dumps(record, indent=2))
-  os.replace(tmp, run_dir / "config.json")
+  write_atomic(run_dir / "config.json", json.dumps(record, indent=2))
   return record
 
 
@@ -184,9 +189,7 @@ class RunLogger:
           f"{self.metrics_path} has {len(kept)} complete lines, the checkpoint "
           f"expects {num_lines}"
       )
-    tmp = self.metrics_path.with_suffix(".jsonl.tmp")
-    tmp.write_text("".join(kept))
-    os.replace(tmp, self.metrics_path)
+    write_atomic(self.metrics_path, "".join(kept))
     self._file = open(self.metrics_path, "a", buffering=1)
     if kept:
       self._steps_shown = int(json.loads(kept[-1])["env_steps"])
@@ -311,9 +314,8 @@ class WandbLogger:
     self._save_state()
 
   def _save_state(self) -> None:
-    tmp = self._state_path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps({"id": self.run_id, "logged_env_steps": self._logged_steps}))
-    os.replace(tmp, self._state_path)
+    state = {"id": self.run_id, "logged_env_steps": self._logged_steps}
+    write_atomic(self._state_path, json.dumps(state))
 
   def log(self, record: dict) -> None:
     record = jsonable(record)

@@ -64,6 +64,7 @@ from offpolicy_ac.training.learner import make_policies
 from offpolicy_ac.training.learner import make_transformer
 from offpolicy_ac.training.learner import take_lane
 from offpolicy_ac.training.logger import jsonable
+from offpolicy_ac.training.logger import write_atomic
 from offpolicy_ac.training.logger import write_config
 from offpolicy_ac.training.sources import make_env
 from offpolicy_ac.training.sources import task_spec
@@ -131,12 +132,6 @@ def _checksum_path(path: pathlib.Path) -> pathlib.Path:
   return path.with_name(path.name + ".crc32")
 
 
-def _write_atomic(path: pathlib.Path, data: bytes) -> None:
-  tmp = path.with_name(path.name + ".tmp")
-  tmp.write_bytes(data)
-  os.replace(tmp, path)
-
-
 def save_params(path: pathlib.Path, params: Any) -> str:
   """Writes parameters (flax msgpack) atomically, and their CRC-32 beside them
   (`<path>.crc32`), which `load_params` checks. While the file is replaced, the checksum
@@ -149,9 +144,9 @@ def save_params(path: pathlib.Path, params: Any) -> str:
   if path.exists() and checksum.exists():
     current = f"{zlib.crc32(path.read_bytes()):08x}"
     old = [current] if current in checksum.read_text().split() else []
-  _write_atomic(checksum, " ".join([new, *old]).encode() + b"\n")
-  _write_atomic(path, data)
-  _write_atomic(checksum, f"{new}\n".encode())
+  write_atomic(checksum, " ".join([new, *old]) + "\n")
+  write_atomic(path, data)
+  write_atomic(checksum, f"{new}\n")
   return new
 
 
@@ -345,7 +340,7 @@ def write_best(run_dir: pathlib.Path, params: Any, transform_state: Any,
     save_params(run_dir / BEST_TRANSFORM, transform_state)
   if env_steps is not None:
     record = {"env_steps": int(env_steps), "params_crc32": crc}
-    _write_atomic(run_dir / BEST_RECORD, json.dumps(record).encode())
+    write_atomic(run_dir / BEST_RECORD, json.dumps(record))
 
 
 def _best_env_steps(run_dir: pathlib.Path) -> Optional[int]:
@@ -377,7 +372,7 @@ def write_results(name: str, run_dir: pathlib.Path, result: RunResult, protocol:
   summary["evaluation_protocol"] = protocol
   if stopped_by:
     summary["stopped_by"] = stopped_by
-  _write_atomic(run_dir / "summary.json", json.dumps(summary, indent=2).encode())
+  write_atomic(run_dir / "summary.json", json.dumps(summary, indent=2))
   print(f"[{name}] done: {summary}", flush=True)
   return summary
 
