@@ -66,10 +66,7 @@ class DamagedCheckpointError(ValueError):
 
 def path_name(path: tuple) -> str:
   """A pytree path as "learner/agent/params/..." (dict keys and NamedTuple fields alike)."""
-  parts = []
-  for key in path:
-    parts.append(str(getattr(key, "key", getattr(key, "name", getattr(key, "idx", key)))))
-  return "/".join(parts)
+  return jax.tree_util.keystr(path, simple=True, separator="/")
 
 
 def array_checksums(tree: Any) -> dict[str, str]:

@@ -68,23 +68,12 @@ def package_versions() -> dict[str, str]:
 def git_revision() -> str:
   """The git revision of the checkout holding this package ('unknown' outside one)."""
   here = pathlib.Path(__file__).resolve().parent
+  git = lambda *args, check=False: subprocess.run(  # noqa: E731
+      ["git", *args], cwd=here, capture_output=True, text=True, timeout=10, check=check
+  ).stdout.strip()
   try:
-    rev = subprocess.run(
-        ["git", "rev-parse", "HEAD"],
-        cwd=here,
-        capture_output=True,
-        text=True,
-        timeout=10,
-        check=True,
-    ).stdout.strip()
-    dirty = subprocess.run(
-        ["git", "status", "--porcelain", "--untracked-files=no"],
-        cwd=here,
-        capture_output=True,
-        text=True,
-        timeout=10,
-    ).stdout
-    return rev + ("+dirty" if dirty.strip() else "")
+    rev = git("rev-parse", "HEAD", check=True)
+    return rev + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
   except (OSError, subprocess.SubprocessError):
     return "unknown"
 
@@ -109,6 +98,13 @@ def write_config(run_dir: pathlib.Path, config: Any, extra: dict | None = None) 
     record.update(jsonable(extra))
   write_atomic(run_dir / "config.json", json.dumps(record, indent=2))
   return record
+
+
+def _scalars(record: dict) -> dict:
+  """The numbers of a metrics line (bools, strings and nulls left out)."""
+  return {
+      k: v for k, v in record.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+  }
 
 
 class RunLogger:
@@ -152,8 +148,8 @@ class RunLogger:
     self._file.write(metrics_file.encode_line(record))
     step = int(record["env_steps"])
     if self._writer is not None:
-      for key, value in record.items():
-        if key != "env_steps" and isinstance(value, (int, float)) and not isinstance(value, bool):
+      for key, value in _scalars(record).items():
+        if key != "env_steps":
           self._writer.add_scalar(key, value, step)
     ret = record.get("episode_return")
     ev = record.get("eval_return")
@@ -322,10 +318,7 @@ class WandbLogger:
     step = int(record["env_steps"])
     if self._logged_steps is not None and step <= self._logged_steps:
       return  # already in the W&B run (logged before an interruption)
-    scalars = {
-        k: v for k, v in record.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
-    }
-    self._run.log(scalars)
+    self._run.log(_scalars(record))
     self._logged_steps = step
     self._save_state()
 
