@@ -25,6 +25,7 @@ actors that stopped.
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
@@ -68,15 +69,13 @@ class ParamStore:
     with self._cond:
       return self._params, self._version
 
-  def wait_newer(
-      self, version: int, stop: threading.Event, poll_s: float = 0.05
-  ) -> Optional[tuple[Any, int]]:
+  def wait_newer(self, version: int, stop: threading.Event) -> Optional[tuple[Any, int]]:
     """Waits for a version > `version`; None once `stop` is set."""
     with self._cond:
       while self._version <= version:
         if stop.is_set():
           return None
-        self._cond.wait(poll_s)
+        self._cond.wait(0.05)
       return self._params, self._version
 
 
@@ -134,11 +133,9 @@ class Actors:
         self.unrolls[actor_id] += 1
         item = ActorItem(actor_id, version, traj, stats)
         while not self._stop.is_set():
-          try:
+          with contextlib.suppress(queue.Full):
             self._queue.put(item, timeout=0.05)
             break
-          except queue.Full:
-            continue
     except BaseException:  # pylint: disable=broad-except
       self._errors.append((actor_id, traceback.format_exc()))
 
@@ -171,11 +168,9 @@ class Actors:
     deadline = time.monotonic() + self._join_timeout_s
     for t in self._threads:
       while t.is_alive() and time.monotonic() < deadline:
-        try:  # wake actors blocked on a full queue
+        with contextlib.suppress(queue.Empty):  # wake actors blocked on a full queue
           while True:
             self._queue.get_nowait()
-        except queue.Empty:
-          pass
         t.join(timeout=0.05)
     for rollout, t in zip(self.rollouts, self._threads):
       if t.is_alive():

@@ -27,6 +27,7 @@ lane's into the vmapped functions and its `Acting`, where the agent is rebuilt w
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
 from typing import Any
@@ -462,10 +463,8 @@ class Background:
 
   @staticmethod
   def _run(fn):
-    try:
+    with contextlib.suppress(Exception):
       fn()
-    except Exception:  # pylint: disable=broad-except
-      pass
 
   def join(self) -> None:
     self._thread.join()
