@@ -228,6 +228,7 @@ class Checkpointer:
         # checkpoint of another format or kind (refused here, and not set aside).
         if record is not None and expected in (None, record_checksum(record)):
           check_record(record)
+      where = f"checkpoint {step} in {self.directory}"
       try:
         checksums = _read_checksums(self.directory / str(step))
         mismatch = layout_mismatch(template, checksums)
@@ -240,25 +241,18 @@ class Checkpointer:
                 arrays=ocp.args.StandardRestore(template), record=ocp.args.JsonRestore()
             ),
         )
-        where = f"checkpoint {step} in {self.directory}"
         verify_checksums(restored["arrays"], checksums, where)
         if checksums.get(RECORD) != record_checksum(dict(restored["record"])):
           raise DamagedCheckpointError(f"{where}: its record does not match its checksum")
         return step, restored["arrays"], dict(restored["record"])
       except Exception as e:  # pylint: disable=broad-except
+        unreadable = f"{where} could not be read ({e!r})"
         if self.read_only:
-          warnings.warn(
-              f"checkpoint {step} in {self.directory} could not be read "
-              f"({e!r}); trying the previous one",
-              RuntimeWarning,
-          )
+          warnings.warn(f"{unreadable}; trying the previous one", RuntimeWarning)
           continue
         quarantine = self.directory / f"{step}.unreadable-{int(time.time())}"
-        warnings.warn(
-            f"checkpoint {step} in {self.directory} could not be read ({e!r}); "
-            f"moved it to {quarantine.name} and falling back to the previous one",
-            RuntimeWarning,
-        )
+        moved = f"moved it to {quarantine.name} and falling back to the previous one"
+        warnings.warn(f"{unreadable}; {moved}", RuntimeWarning)
         os.replace(self.directory / str(step), quarantine)
         self._manager.reload()
     if unfit:
