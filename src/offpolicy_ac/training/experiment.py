@@ -253,12 +253,11 @@ def _experiment(name: str, args: Any, agent_factory: Callable, *, batch_fn: Opti
   if args.run_dir and args.run_dir.startswith("~"):  # quoted, or --run-dir=~/x: unexpanded
     args = dataclasses.replace(args, run_dir=os.path.expanduser(args.run_dir))
   config: TrainConfig = args.train
-  with refusals():
+  resume = bool(getattr(args, "resume", False))
+  with refusals():  # before anything is created on disk
     config.validate()
     if config.tracking.track:
       require_wandb()
-  resume = bool(getattr(args, "resume", False))
-  with refusals():  # before anything is created on disk
     if args.run_dir and pathlib.Path(args.run_dir).exists() and not os.path.isdir(args.run_dir):
       raise ValueError(f"--run-dir {args.run_dir} is a file, not a directory")
     if resume and not args.run_dir:
@@ -376,7 +375,6 @@ def _run(name: str, args: Any, root: pathlib.Path, *, agent_factory: Callable,
   config: TrainConfig = args.train
   with refusals():
     lanes = sweeps.lanes_of(args, root)  # validates the sweep before anything is written
-  with refusals():
     prepare_process(config)
     # Paths may differ between hosts (a shared filesystem mounted elsewhere, `~`): input
     # files are compared by their contents, the run directory not at all.
@@ -384,7 +382,6 @@ def _run(name: str, args: Any, root: pathlib.Path, *, agent_factory: Callable,
     own |= set(inputs or {})
     mine = {k: v for k, v in rundir.flat_settings(args).items() if k not in own}
     check_same_settings({**mine, **{f"{k} (contents)": v for k, v in (inputs or {}).items()}})
-  with refusals():
     program = _program(name, args, lanes, agent_factory=agent_factory, batch_fn=batch_fn,
                        rollout_factory=rollout_factory)  # fmt: skip
   process = config.parallel.process_id
