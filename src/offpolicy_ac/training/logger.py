@@ -12,6 +12,7 @@ the driver gives each seed's lines to one. `WandbLogger` sends them to Weights &
 
 from __future__ import annotations
 
+from importlib import metadata
 import json
 import os
 import pathlib
@@ -57,8 +58,6 @@ def package_versions() -> dict[str, str]:
       "offpolicy_ac",
   ):
     try:
-      from importlib import metadata
-
       versions[name] = metadata.version(name)
     except Exception:  # pylint: disable=broad-except
       versions[name] = "not installed"
@@ -174,12 +173,8 @@ class RunLogger:
     logged after the checkpoint, including a cut-off last line), and has TensorBoard
     drop its points after them (`purge_step`)."""
     self._file.close()
-    lines = (
-        self.metrics_path.read_text().splitlines(keepends=True)
-        if self.metrics_path.exists()
-        else []
-    )
-    kept = [line for line in lines if line.endswith("\n")][:num_lines]
+    text = self.metrics_path.read_text() if self.metrics_path.exists() else ""
+    kept = [line for line in text.splitlines(keepends=True) if line.endswith("\n")][:num_lines]
     if len(kept) < num_lines:
       raise ValueError(
           f"{self.metrics_path} has {len(kept)} complete lines, the checkpoint "
