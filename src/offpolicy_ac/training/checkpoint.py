@@ -221,7 +221,7 @@ class Checkpointer:
           record = dict(self._manager.restore(
               step, args=ocp.args.Composite(record=ocp.args.JsonRestore())
           )["record"])  # fmt: skip
-          expected = json.loads((self.directory / str(step) / CHECKSUMS).read_text()).get(RECORD)
+          expected = _read_checksums(self.directory / str(step)).get(RECORD)
         except Exception:  # pylint: disable=broad-except
           pass  # unreadable, or no checksums (an older version's): handled below
         # A record that does not match its checksum is damaged (set aside below), not a

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import os
 import pathlib
 import shutil
@@ -488,7 +487,7 @@ def _make_logger(name: str, config: TrainConfig, seed: int, run_dir: pathlib.Pat
           project=tracking.wandb_project,
           entity=tracking.wandb_entity,
           mode=tracking.wandb_mode,
-          config=json.loads((run_dir / "config.json").read_text()),
+          config=read_json(run_dir / "config.json"),
           group=group,
       )
   except BaseException:
