@@ -62,7 +62,6 @@ class CompiledProgram:
     """
     self.compiled, self.num_lanes = compiled, len(seeds)
     self.lane_names = lane_names(list(zip(settings, seeds)))
-    self.steps_per_iteration = compiled.steps_per_iteration
     self._hps = stack_hyperparams(compiled.hyperparams, settings)
     self._keys = jnp.stack([jax.random.PRNGKey(seed) for seed in seeds])
     startup = compiled.config.budget.compile_for == "startup"
@@ -128,7 +127,7 @@ class CompiledProgram:
               should_stop: Callable[[], bool]) -> tuple[Any, Progress]:  # fmt: skip
     del cut_at  # no segments
     run = self._compiled()[0]
-    per_chunk, spi = self.compiled.iterations_per_chunk, self.steps_per_iteration
+    per_chunk, spi = self.compiled.iterations_per_chunk, self.compiled.steps_per_iteration
     needed = -(-(until - env_steps) // spi)
     episodes = np.zeros((self.num_lanes, 3), np.float64)
     updates, taken, stopped = [], 0, False

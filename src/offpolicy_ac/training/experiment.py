@@ -157,7 +157,7 @@ def _removed_if_unused(made: Optional[str]):
   try:
     yield
   except BaseException:
-    if made is not None and set(os.listdir(made)) <= {".lock"}:
+    if made is not None and set(os.listdir(made)) <= {rundir.LOCK}:
       shutil.rmtree(made, ignore_errors=True)
     raise
 

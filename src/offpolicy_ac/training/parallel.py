@@ -248,9 +248,7 @@ class DataParallel:
     ones = self.shard(np.ones((1, self.devices_per_process), np.float32))
     total = self.jit(jnp.sum)(ones)  # an all-reduce over the whole mesh
     if int(self.local(total)) != self.num_devices:
-      raise RuntimeError(
-          f"the learner mesh's all-reduce gave {total}, expected " f"{self.num_devices}"
-      )
+      raise RuntimeError(f"the learner mesh's all-reduce gave {total}, expected {self.num_devices}")
 
   # -- placing data ----------------------------------------------------------
 
