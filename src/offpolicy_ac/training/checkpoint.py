@@ -71,13 +71,12 @@ def path_name(path: tuple) -> str:
 
 def array_checksums(tree: Any) -> dict[str, str]:
   """The dtype, shape and CRC-32 of every array of `tree`, by its path (`path_name`)."""
-  out = {}
-  for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+
+  def checksum(leaf):
     x = np.ascontiguousarray(np.asarray(leaf))
-    out[path_name(path)] = (
-        f"{x.dtype.str}{list(x.shape)}:{zlib.crc32(x.reshape(-1).view(np.uint8)):08x}"
-    )
-  return out
+    return f"{x.dtype.str}{list(x.shape)}:{zlib.crc32(x.reshape(-1).view(np.uint8)):08x}"
+
+  return {path_name(p): checksum(x) for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]}
 
 
 RECORD = "<record>"

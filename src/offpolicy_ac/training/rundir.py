@@ -199,11 +199,9 @@ def default_run_dir(name: str, config: TrainConfig) -> str:
                      "give --run-dir") from e  # fmt: skip
   for k in range(1, 1000):
     path = base if k == 1 else f"{base}-{k}"
-    try:
+    with contextlib.suppress(FileExistsError):
       os.mkdir(path)  # atomic: of two processes, one gets the name
       return path
-    except FileExistsError:
-      continue
   raise FileExistsError(f"{base}: no free run directory name; give --run-dir")
 
 
