@@ -239,10 +239,10 @@ WANDB_MODES = ("online", "offline")
 WANDB_STATE_FILE = "wandb.json"
 
 
-def require_wandb() -> None:
-  """Raises ImportError naming the extra to install when wandb does not import (not
-  installed, or installed and failing: its own error is quoted)."""
-  require("--track (Weights & Biases logging)", "wandb", "track")
+def require_wandb() -> Any:
+  """The wandb module; raises ImportError naming the extra to install when it does not
+  import (not installed, or installed and failing: its own error is quoted)."""
+  return require("--track (Weights & Biases logging)", "wandb", "track")
 
 
 def _new_run_id() -> str:
@@ -276,8 +276,7 @@ class WandbLogger:
   ):
     if mode not in WANDB_MODES:
       raise ValueError(f"wandb_mode must be one of {WANDB_MODES}, got {mode!r}")
-    require_wandb()
-    import wandb  # pylint: disable=import-outside-toplevel
+    wandb = require_wandb()
 
     self.run_dir = pathlib.Path(run_dir)
     self._state_path = self.run_dir / WANDB_STATE_FILE
