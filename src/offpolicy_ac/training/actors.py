@@ -91,7 +91,6 @@ class Actors:
       version: int = 0,
       queue_size: int = 2,
       gated: bool = False,
-      join_timeout_s: float = 60.0,
   ):
     if len(rollouts) != len(keys) or not rollouts:
       raise ValueError("one key per rollout, and at least one rollout")
@@ -104,7 +103,7 @@ class Actors:
     self._stop = threading.Event()
     self._errors: list[tuple[int, str]] = []
     self._gated = gated
-    self._join_timeout_s = join_timeout_s
+    self._join_timeout_s = 60.0  # how long `close` waits for the threads
     self.unrolls = [0] * self.num_actors
     self._threads = [
         threading.Thread(target=self._run, args=(i, key), name=f"actor-{i}", daemon=True)

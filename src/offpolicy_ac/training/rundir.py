@@ -327,8 +327,7 @@ def check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: b
   write_config(run_dir, args, extra={"algorithm": name, **({"inputs": inputs} if inputs else {})})
 
 
-def write_best(run_dir: pathlib.Path, params: Any, transform_state: Any,
-               env_steps: Optional[int] = None) -> None:  # fmt: skip
+def write_best(run_dir: pathlib.Path, params: Any, transform_state: Any, env_steps: int) -> None:
   """Writes a learner's best-evaluated parameters so far (and its data transformer's
   state, when it has one), as SB3's evaluation callback keeps `best_model`, and the env
   steps they were trained for (best.json, with the parameters' CRC-32: a kill between the
@@ -336,9 +335,8 @@ def write_best(run_dir: pathlib.Path, params: Any, transform_state: Any,
   crc = save_params(run_dir / BEST_PARAMS, params)
   if jax.tree.leaves(transform_state):
     save_params(run_dir / BEST_TRANSFORM, transform_state)
-  if env_steps is not None:
-    record = {"env_steps": int(env_steps), "params_crc32": crc}
-    write_atomic(run_dir / BEST_RECORD, json.dumps(record))
+  record = {"env_steps": int(env_steps), "params_crc32": crc}
+  write_atomic(run_dir / BEST_RECORD, json.dumps(record))
 
 
 def _best_env_steps(run_dir: pathlib.Path) -> Optional[int]:
