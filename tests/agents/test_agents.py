@@ -554,7 +554,7 @@ def test_factories_refuse_another_agents_config_and_settings_of_the_wrong_type(
       (make_impala, cartpole_spec, ImpalaConfig(gamma=True), "gamma must be a number, got True"),
       (make_sql, cartpole_spec, SqlConfig(alpha="0.1"), "alpha must be a number, got '0.1'"),
       (make_impala, cartpole_spec, ImpalaConfig(hidden_sizes=64),
-       "hidden_sizes must be a sequence of positive ints, got 64"),
+       "hidden_sizes must be positive ints, got 64"),
   ]:  # fmt: skip
     with pytest.raises(ValueError, match=message):
       factory(spec, config)

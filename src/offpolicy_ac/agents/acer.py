@@ -190,7 +190,6 @@ def make_acer_discrete(spec, config: AcerConfig = AcerConfig()) -> base.Agent:
   """Discrete ACER (categorical policy + Q head, Q^ret, trust region)."""
   base.check_discrete(spec, "discrete ACER (make_acer_discrete)")
   base.check_config(config, AcerConfig, "make_acer_discrete")
-  config.validate()
   net, policy = networks.actor_critic(
       lambda: networks.ActorQCritic(
           networks.make_torso(config.torso, spec.observation_shape, config.hidden_sizes),
@@ -290,7 +289,6 @@ def make_acer_continuous(spec, config: AcerConfig = AcerConfig()) -> base.Agent:
   """Continuous ACER (stochastic dueling network, Q^ret / Q^opc, trust region)."""
   base.check_continuous(spec, "continuous ACER (make_acer_continuous)")
   base.check_config(config, AcerConfig, "make_acer_continuous")
-  config.validate()
   action_shape = tuple(spec.action_shape)
   action_dim = int(math.prod(action_shape))
   net, policy = networks.actor_critic(

@@ -172,9 +172,10 @@ def host_value(value: Any) -> Any:
 
 def check_config(config: Any, config_cls: type, factory: str) -> None:
   """Raises unless `config` is a `config_cls` (another agent's config would fail at the
-  first update, on a field it lacks)."""
+  first update, on a field it lacks) whose own `validate()` passes."""
   if not isinstance(config, config_cls):
     raise ValueError(f"{factory} takes {config_cls.__name__}, got {type(config).__name__}")
+  config.validate()
 
 
 def _check_number(name: str, value: Any) -> None:
@@ -218,7 +219,7 @@ def check_hidden_sizes(sizes: Sequence[int]) -> None:
       or not sizes
       or any(isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in sizes)
   ):
-    raise ValueError(f"hidden_sizes must be a sequence of positive ints, got {sizes!r}")
+    raise ValueError(f"hidden_sizes must be positive ints, got {sizes!r}")
 
 
 def check_finite(name: str, value: float) -> None:

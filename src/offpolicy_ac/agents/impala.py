@@ -119,7 +119,6 @@ class ImpalaConfig:
 def make_impala(spec, config: ImpalaConfig = ImpalaConfig()) -> base.Agent:
   """Builds the IMPALA agent for an environment spec (discrete or continuous)."""
   base.check_config(config, ImpalaConfig, "make_impala")
-  config.validate()
   discrete = spec.is_discrete
 
   def make_net():

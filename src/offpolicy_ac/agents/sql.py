@@ -35,7 +35,6 @@ def make_sql(spec, config: SqlConfig = SqlConfig(), *, name: str = "sql") -> bas
 def make_sql_discrete(spec, config: SqlConfig = SqlConfig(), *, name: str = "sql") -> base.Agent:
   """Builds the SQL agent for discrete actions."""
   base.check_config(config, SqlConfig, "make_sql_discrete")
-  config.validate()
   base.check_discrete(spec, name.upper())
   if config.num_q_networks != 1:
     raise ValueError(

@@ -78,7 +78,6 @@ def make_sql_continuous(spec, config: SqlConfig = SqlConfig(), *, name: str = "s
   """Builds SQL for continuous actions (Q(s, a), importance-sampled targets, SVGD sampler)."""
   base.check_continuous(spec, f"continuous {name.upper()} (make_sql_continuous)")
   base.check_config(config, SqlConfig, "make_sql_continuous")
-  config.validate()
   low, high = _action_box(spec)
   action_shape = tuple(spec.action_shape)
   d = int(math.prod(action_shape))
