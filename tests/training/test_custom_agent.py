@@ -158,3 +158,23 @@ def test_an_update_that_breaks_its_contract_is_named_where_it_is_traced(how, mes
   with pytest.raises(ValueError, match=prefix + ".*" + message):
     factory = lambda spec: _broken(spec, agents.ImpalaConfig(), how)  # noqa: E731
     train(factory, config, [_NoLogger()])
+
+
+def test_settings_of_the_wrong_type_are_refused_by_name():
+  from offpolicy_ac.training import TrainConfig
+  from offpolicy_ac.training import make_train
+
+  for fields, message in [
+      (dict(env_id=5), r"env_id must be a task id \(a non-empty str\), got 5"),
+      (dict(normalize_observations="no"), "normalize_observations must be True or False"),
+      (dict(vmap_seeds=1), "vmap_seeds must be True or False, got 1"),
+      (dict(max_episode_steps=2.0), "max_episode_steps must be a positive int, got 2.0"),
+      (dict(max_episode_steps=True), "max_episode_steps must be a positive int, got True"),
+  ]:
+    with pytest.raises(ValueError, match=message):
+      TrainConfig.of(**fields).validate()
+  with pytest.raises(ValueError, match="shared_torso must be True or False, got 'no'"):
+    make_train(agents.make_impala, agents.ImpalaConfig(shared_torso="no"),
+               TrainConfig.of(env_id="gymnax:CartPole-v1"))  # fmt: skip
+  with pytest.raises(ValueError, match="agent_config must be the agent's config dataclass"):
+    make_train(agents.make_impala, None, TrainConfig.of(env_id="gymnax:CartPole-v1"))

@@ -277,6 +277,8 @@ def test_check_distributed_args():
       (1, 1, None),
       (0, 0, None),
       (2.0, 0, "localhost:1"),
+      (True, 0, None),
+      (2, True, "localhost:1"),
   ]:
     with pytest.raises(ValueError):
       check_distributed_args(*args)

@@ -12,6 +12,7 @@ split, never reused: `update` draws from and advances `state.key`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 from typing import Callable
@@ -175,6 +176,9 @@ def check_config(config: Any, config_cls: type, factory: str) -> None:
   first update, on a field it lacks) whose own `validate()` passes."""
   if not isinstance(config, config_cls):
     raise ValueError(f"{factory} takes {config_cls.__name__}, got {type(config).__name__}")
+  for f in dataclasses.fields(config):  # a bool setting given "no" would act as True
+    if f.type in ("bool", bool) and not isinstance(getattr(config, f.name), bool):
+      raise ValueError(f"{f.name} must be True or False, got {getattr(config, f.name)!r}")
   config.validate()
 
 

@@ -34,6 +34,7 @@ evaluates, checkpoints and stops between chunks (`training/compiled_program.py`)
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 from typing import Callable
@@ -205,6 +206,8 @@ def make_train(
       anything compiles.
   """
   config.validate()  # with what a compiled run cannot use (`config.MODES`)
+  if not dataclasses.is_dataclass(agent_config) or isinstance(agent_config, type):
+    raise ValueError(f"agent_config must be the agent's config dataclass, got {agent_config!r}")
   if env is None:
     env = envs.make_functional(config.env.env_id, max_episode_steps=config.env.max_episode_steps)
   spec = env.batch_spec(config.env.num_envs)

@@ -367,8 +367,14 @@ class TrainConfig:
       raise ValueError(f"rollout must be 'host' or 'compiled', got {env.rollout!r}")
     if env.env_batch_size > env.num_envs:
       raise ValueError(f"env_batch_size ({env.env_batch_size}) exceeds num_envs ({env.num_envs})")
-    if env.max_episode_steps is not None and env.max_episode_steps < 1:
-      raise ValueError(f"max_episode_steps must be >= 1, got {env.max_episode_steps}")
+    if env.max_episode_steps is not None:
+      _check_ints(flat, 1, "max_episode_steps")
+    if not isinstance(env.env_id, str) or not env.env_id:
+      raise ValueError(f"env_id must be a task id (a non-empty str), got {env.env_id!r}")
+    for group in dataclasses.fields(self):  # a bool setting given "no" would act as True
+      for f in dataclasses.fields(getattr(self, group.name)):
+        if f.type in ("bool", bool) and not isinstance(flat[f.name], bool):
+          raise ValueError(f"{f.name} must be True or False, got {flat[f.name]!r}")
     _check_finite_floats(flat)
     if env.atari and not self.compiled and not envs.is_atari(env.env_id):
       raise ValueError(f"--atari applies to Atari tasks (envpool ids such as Pong-v5), not to "

@@ -63,9 +63,13 @@ def check_distributed_args(
     num_processes: int, process_id: int, coordinator_address: Optional[str]
 ) -> None:
   """Raises ValueError for an inconsistent multi-process setting."""
-  if not isinstance(num_processes, int) or num_processes < 1:
+  if isinstance(num_processes, bool) or not isinstance(num_processes, int) or num_processes < 1:
     raise ValueError(f"num_processes must be a positive int, got {num_processes!r}")
-  if not isinstance(process_id, int) or not 0 <= process_id < num_processes:
+  if (
+      isinstance(process_id, bool)
+      or not isinstance(process_id, int)
+      or not (0 <= process_id < num_processes)
+  ):
     raise ValueError(f"process_id must lie in [0, {num_processes}), got {process_id!r}")
   if num_processes > 1:
     if not coordinator_address or not _ADDRESS.match(coordinator_address):
