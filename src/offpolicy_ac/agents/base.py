@@ -176,10 +176,16 @@ def check_config(config: Any, config_cls: type, factory: str) -> None:
   first update, on a field it lacks) whose own `validate()` passes."""
   if not isinstance(config, config_cls):
     raise ValueError(f"{factory} takes {config_cls.__name__}, got {type(config).__name__}")
-  for f in dataclasses.fields(config):  # a bool setting given "no" would act as True
+  check_bool_fields(config)
+  config.validate()
+
+
+def check_bool_fields(config: Any) -> None:
+  """Raises unless every field of dataclass `config` annotated `bool` holds a bool (a
+  setting given "no" would act as True)."""
+  for f in dataclasses.fields(config):
     if f.type in ("bool", bool) and not isinstance(getattr(config, f.name), bool):
       raise ValueError(f"{f.name} must be True or False, got {getattr(config, f.name)!r}")
-  config.validate()
 
 
 def _check_number(name: str, value: Any) -> None:

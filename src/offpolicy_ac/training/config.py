@@ -19,6 +19,7 @@ from typing import Optional
 from typing import get_args
 
 from offpolicy_ac import envs
+from offpolicy_ac.agents.base import check_bool_fields
 from offpolicy_ac.training.parallel import check_distributed_args
 
 ActorMode = Literal["inline", "pools", "async"]
@@ -371,10 +372,8 @@ class TrainConfig:
       _check_ints(flat, 1, "max_episode_steps")
     if not isinstance(env.env_id, str) or not env.env_id:
       raise ValueError(f"env_id must be a task id (a non-empty str), got {env.env_id!r}")
-    for group in dataclasses.fields(self):  # a bool setting given "no" would act as True
-      for f in dataclasses.fields(getattr(self, group.name)):
-        if f.type in ("bool", bool) and not isinstance(flat[f.name], bool):
-          raise ValueError(f"{f.name} must be True or False, got {flat[f.name]!r}")
+    for group in dataclasses.fields(self):
+      check_bool_fields(getattr(self, group.name))
     _check_finite_floats(flat)
     if env.atari and not self.compiled and not envs.is_atari(env.env_id):
       raise ValueError(f"--atari applies to Atari tasks (envpool ids such as Pong-v5), not to "
@@ -490,7 +489,7 @@ def _check_actors(actors: ActorsConfig) -> None:
   if actors.max_policy_lag is not None:
     if actors.actors != "async":
       raise ValueError("max_policy_lag applies to --actors async")
-    _check_ints(dataclasses.asdict(actors), 0, "max_policy_lag")
+    _check_ints({"max_policy_lag": actors.max_policy_lag}, 0, "max_policy_lag")
 
 
 def _field_names(group) -> set[str]:
