@@ -1,15 +1,20 @@
 """The host driver's schedule around stops and checkpoints, on a program with no learner:
-each iteration takes 10 env steps, and its state is the env steps taken."""
+each iteration takes 10 env steps, and its state is the env steps taken; and a run trained
+from Python with `train` and the public `Checkpointer`, stopped and resumed."""
 
 import dataclasses
 import pathlib
 
+import jax
 import numpy as np
 
+from offpolicy_ac import agents
+from offpolicy_ac.training import Checkpointer
+from offpolicy_ac.training import Progress
 from offpolicy_ac.training import TrainConfig
-from offpolicy_ac.training.driver import Progress
-from offpolicy_ac.training.driver import Update
-from offpolicy_ac.training.driver import drive
+from offpolicy_ac.training import Update
+from offpolicy_ac.training import drive
+from offpolicy_ac.training import train
 
 STEPS = 10  # per iteration
 
@@ -130,3 +135,25 @@ def test_resuming_a_finished_run_logs_its_final_partial_line_again():
   outcome = drive(CountingProgram(), CONFIG, [resumed], checkpointer=checkpointer, resume=True)
   assert _lines(resumed) == _lines(straight)
   assert outcome.results[0].env_steps == 100 and checkpointer.writes == [40, 80, 100]
+
+
+def test_train_stopped_and_resumed_with_the_public_checkpointer_ends_as_the_straight_run(tmp_path):
+  config = TrainConfig.of(env_id="CartPole-v1", num_envs=4, unroll_length=8, seed=3,
+                          total_env_steps=640, log_every=128, checkpoint_every=256, eval_every=0)  # fmt: skip
+  factory = lambda spec: agents.make_impala(spec, agents.ImpalaConfig())  # noqa: E731
+  straight = ListLogger()
+  (expected,) = train(factory, config, [straight])
+  polls = iter(range(1000))
+  stop_soon = lambda: next(polls) == 12  # noqa: E731  (12 iterations: 384 env steps)
+  stopped = ListLogger()
+  (first,) = train(factory, config, [stopped], checkpointer=Checkpointer(tmp_path),
+                   should_stop=stop_soon)  # fmt: skip
+  # The inline workflow re-creates its environments at each checkpoint, so a stop between
+  # two goes back to the last one (docs/concepts/resume.md).
+  assert first.interrupted and first.env_steps == 384 and first.checkpoint_env_steps == 256
+  assert Checkpointer(tmp_path).steps() == [256]
+  (resumed,) = train(factory, config, [stopped], checkpointer=Checkpointer(tmp_path), resume=True)
+  assert not resumed.interrupted and resumed.env_steps == 640
+  assert _lines(stopped) == _lines(straight)
+  jax.tree.map(np.testing.assert_array_equal, resumed.agent_state.params,
+               expected.agent_state.params)  # fmt: skip

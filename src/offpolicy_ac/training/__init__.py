@@ -2,6 +2,8 @@
 
 from offpolicy_ac.analysis.metrics_file import read_metrics
 from offpolicy_ac.analysis.plotting import plot_runs
+from offpolicy_ac.training.checkpoint import Checkpointer
+from offpolicy_ac.training.checkpoint import DamagedCheckpointError
 from offpolicy_ac.training.clock import seconds_since_launch
 from offpolicy_ac.training.compiled_train import AnakinState
 from offpolicy_ac.training.compiled_train import CompiledTrain
@@ -16,7 +18,13 @@ from offpolicy_ac.training.config import ReplayConfig
 from offpolicy_ac.training.config import TrackingConfig
 from offpolicy_ac.training.config import TrainConfig
 from offpolicy_ac.training.config import TransformConfig
+from offpolicy_ac.training.driver import NonFiniteError
+from offpolicy_ac.training.driver import Outcome
+from offpolicy_ac.training.driver import Program
+from offpolicy_ac.training.driver import Progress
+from offpolicy_ac.training.driver import ResumeError
 from offpolicy_ac.training.driver import RunResult
+from offpolicy_ac.training.driver import Update
 from offpolicy_ac.training.driver import drive
 from offpolicy_ac.training.envpool_program import train
 from offpolicy_ac.training.evaluation import describe_protocol
@@ -41,21 +49,29 @@ from offpolicy_ac.training.video import write_video
 __all__ = [
     "ActorsConfig",
     "AnakinState",
-    "CompiledTrain",
     "BudgetConfig",
     "CheckpointConfig",
+    "Checkpointer",
+    "CompiledTrain",
+    "DamagedCheckpointError",
     "EnvConfig",
     "EvalConfig",
     "LoadedRun",
-    "ParallelConfig",
-    "ReplayConfig",
     "Logger",
     "MultiLogger",
+    "NonFiniteError",
+    "Outcome",
+    "ParallelConfig",
+    "Program",
+    "Progress",
+    "ReplayConfig",
+    "ResumeError",
     "RunLogger",
     "RunResult",
     "TrackingConfig",
     "TrainConfig",
     "TransformConfig",
+    "Update",
     "WandbLogger",
     "describe_protocol",
     "drive",

@@ -125,7 +125,16 @@ SAVING = threading.Event()
 
 
 class Checkpointer:
-  """Saves and restores `(arrays pytree, json dict)` pairs under `directory`."""
+  """Saves and restores `(arrays pytree, json dict)` pairs under `directory` (see the
+  module docstring); `training.train` and `training.drive` take one as `checkpointer`, and
+  resume from it with `resume=True`.
+
+  Args:
+    directory: where the checkpoints are (one subdirectory per env step), created at the
+      first save.
+    max_to_keep: the newest checkpoints kept (the older ones are deleted after a save).
+    read_only: save nothing (the non-writing processes of a multi-host job).
+  """
 
   def __init__(self, directory: str | pathlib.Path, max_to_keep: int = 3, read_only: bool = False):
     if max_to_keep < 1:
