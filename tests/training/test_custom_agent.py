@@ -178,3 +178,35 @@ def test_settings_of_the_wrong_type_are_refused_by_name():
                TrainConfig.of(env_id="gymnax:CartPole-v1"))  # fmt: skip
   with pytest.raises(ValueError, match="agent_config must be the agent's config dataclass"):
     make_train(agents.make_impala, None, TrainConfig.of(env_id="gymnax:CartPole-v1"))
+
+
+def _acting_out_of_range(spec, config):
+  """IMPALA whose policy adds the task's number of actions to each action it samples, as a
+  network with more logits than the task has actions would produce."""
+  agent = agents.make_impala(spec, config)
+
+  def act(params, obs, key):
+    action, extras = agent.act(params, obs, key)
+    return action + spec.num_actions, extras
+
+  return agent._replace(act=act)
+
+
+def test_a_compiled_run_whose_policy_acts_out_of_range_stops_naming_it():
+  from offpolicy_ac.training import TrainConfig
+  from offpolicy_ac.training import drive
+  from offpolicy_ac.training import make_train
+  from offpolicy_ac.training.compiled_program import CompiledProgram
+
+  config = TrainConfig.of(env_id="gymnax:CartPole-v1", num_envs=4, unroll_length=8,
+                          total_env_steps=64, eval_every=0)  # fmt: skip
+  stock = make_train(agents.make_impala, agents.ImpalaConfig(), config)
+  _, metrics = stock.train(jax.random.PRNGKey(0), stock.hyperparams)
+  assert metrics["actions_valid"].all()
+  compiled = make_train(_acting_out_of_range, agents.ImpalaConfig(), config)
+  _, metrics = compiled.train(jax.random.PRNGKey(0), compiled.hyperparams)
+  assert not metrics["actions_valid"].any()
+  message = (r"impala's policy produced an action that is not in \[0, 2\) on gymnax:CartPole-v1"
+             r" before env step 32 .*does its network have the task's number of actions")  # fmt: skip
+  with pytest.raises(ValueError, match=message):
+    drive(CompiledProgram(compiled, [0], [{}]), config, [_NoLogger()])

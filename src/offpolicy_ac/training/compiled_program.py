@@ -38,7 +38,7 @@ from offpolicy_ac.training.sweeps import stack_hyperparams
 
 # Keys of a chunk's metrics that are bookkeeping, not learner statistics.
 BOOKKEEPING = ("active", "env_steps", "episodes", "episode_return_sum", "episode_length_sum",
-               "updated", "num_updates", "data_finite")  # fmt: skip
+               "updated", "num_updates", "data_finite", "actions_valid")  # fmt: skip
 
 
 def _one_lane(fn: Callable) -> Callable:
@@ -144,6 +144,17 @@ class CompiledProgram:
             f"non-finite rewards or observations from {self.compiled.config.env.env_id}"
             f"{self.lane_names[k]} at env step {env_steps + taken + (i + 1) * spi}; stopping. "
             "The last checkpoint is kept."
+        )
+      if not m["actions_valid"].all():
+        k, i = np.argwhere(~m["actions_valid"])[0]
+        spec, name = self.compiled.env.spec, self.compiled.agent_at(self.compiled.hyperparams).name
+        expected = f"in [0, {spec.num_actions})" if spec.is_discrete else "finite"
+        raise ValueError(
+            f"{name}'s policy produced an action that is not {expected} on "
+            f"{spec.task_id}{self.lane_names[k]} before env step "
+            f"{env_steps + taken + (i + 1) * spi} (the environment clips it; the trajectory "
+            "keeps it as produced): does its network have the task's number of actions? "
+            "Stopping; the last checkpoint is kept."
         )
       episodes += np.stack([m["episodes"].sum(1), m["episode_return_sum"].sum(1, np.float64),
                             m["episode_length_sum"].sum(1, np.float64)], axis=1)  # fmt: skip

@@ -23,7 +23,10 @@ hyperparams)`:
 
 `metrics` are arrays with a leading iteration axis: env steps so far, the sums and count
 of the episodes that finished during the iteration (raw environment rewards), whether the
-unroll's rewards and observations were all finite (`data_finite`), the agent's
+unroll's rewards and observations were all finite (`data_finite`), whether the policy's
+actions were all in the task's range (`actions_valid`: discrete ones in [0, num_actions),
+continuous ones finite; the environment clips the others, while the trajectory keeps them
+as produced), the agent's
 update metrics (NaN where it made no update, e.g. while the replay fills) and, in `train`,
 the greedy evaluation's mean and minimum return (NaN where none was due: evaluations fall
 on the first iteration at or after each multiple of `TrainConfig.eval_interval` env
@@ -273,6 +276,7 @@ def make_train(
         "episode_length_sum": jnp.where(done, stats.episode_length, 0).sum().astype(jnp.float32),
         "updated": jnp.asarray(updated),
         "data_finite": jnp.isfinite(traj.reward).all() & jnp.isfinite(traj.observation).all(),
+        "actions_valid": actions_valid(spec, traj.action),
         "num_updates": learner.agent.num_updates,
         **{name: jnp.asarray(value, jnp.float32) for name, value in metrics.items()},
     }
@@ -323,3 +327,12 @@ def make_train(
       iterations_per_chunk=per_chunk,
       steps_per_iteration=steps_per_iteration,
   )
+
+
+def actions_valid(spec: envs.EnvSpec, action: jax.Array) -> jax.Array:
+  """Whether every action of `action` [..., *action_shape] is one `spec`'s task takes as
+  it is: a discrete action in [0, num_actions), a continuous one finite (its bounds are
+  the environment's to clip)."""
+  if spec.is_discrete:
+    return jnp.all((action >= 0) & (action < spec.num_actions))
+  return jnp.all(jnp.isfinite(action))
