@@ -210,3 +210,36 @@ def test_a_compiled_run_whose_policy_acts_out_of_range_stops_naming_it():
              r" before env step 32 .*does its network have the task's number of actions")  # fmt: skip
   with pytest.raises(ValueError, match=message):
     drive(CompiledProgram(compiled, [0], [{}]), config, [_NoLogger()])
+
+
+class _ListLogger:
+
+  def __init__(self, run_dir, seed):
+    self.where, self.lines, self.truncated, self.closed = (run_dir, seed), [], [], False
+
+  def log(self, record):
+    self.lines.append(record)
+
+  def truncate(self, num_lines):
+    self.truncated.append(num_lines)
+
+  def close(self):
+    self.closed = True
+
+
+def test_run_experiment_gives_an_added_logger_every_metrics_line(tmp_path):
+  args = _args(tmp_path / "run", "CartPole-v1")
+  made = []
+  add = lambda run_dir, seed: made.append(_ListLogger(run_dir, seed)) or made[-1]  # noqa: E731
+  factory = functools.partial(agents.make_impala, config=args.agent)
+  for not_a_logger in [lambda run_dir, seed: None, "mlflow"]:
+    with pytest.raises(ValueError, match="add_logger"):
+      run_experiment("impala", args, factory, progress=False, add_logger=not_a_logger)
+    assert not (tmp_path / "run" / "config.json").exists()
+  run_experiment("impala", args, factory, progress=False, add_logger=add)
+  (logger,) = made
+  assert logger.where == (tmp_path / "run", args.train.budget.seed) and logger.closed
+  assert logger.lines == read_metrics(tmp_path / "run") and len(logger.lines) == 2
+  resumed = dataclasses.replace(args, train=args.train.replace(total_env_steps=768), resume=True)
+  run_experiment("impala", resumed, factory, progress=False, add_logger=add)
+  assert made[1].truncated == [2] and made[1].lines == read_metrics(tmp_path / "run")[2:]

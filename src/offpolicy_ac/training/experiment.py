@@ -234,20 +234,25 @@ def run_experiment(name: str, args: Any, agent_factory: Callable, *,
                    batch_fn: Optional[Callable] = None, progress: Optional[bool] = None,
                    rollout_factory: RolloutFactory = make_training_rollout,
                    inputs: Optional[dict[str, str]] = None,
+                   add_logger: Optional[Callable[[pathlib.Path, int], Logger]] = None,
                    ) -> RunResult | list[RunResult]:  # fmt: skip
   """Trains a script's args; see the module docstring. With several learners (seeds, a
   sweep's settings) it returns one RunResult per learner, each logged in its own
   directory under `args.run_dir`, and plots them. `inputs` holds the digests of files
   that args fields name (`{"demos": sha256}`): kept in config.json, a resumed run compares
-  them instead of the paths."""
+  them instead of the paths. `add_logger(run_dir, seed)`, called once per learner with
+  its directory, returns a `Logger` that gets the learner's metrics lines beside the run
+  directory's (for example an MLflow run; on `--resume` its `truncate(num_lines)` is told
+  where the run goes on)."""
   with _stop_on_signals(_StopFlag(), building=True):  # a Ctrl-C is never lost
     return _experiment(name, args, agent_factory, batch_fn=batch_fn, progress=progress,
-                       rollout_factory=rollout_factory, inputs=inputs)  # fmt: skip
+                       rollout_factory=rollout_factory, inputs=inputs, add_logger=add_logger)  # fmt: skip
 
 
 def _experiment(name: str, args: Any, agent_factory: Callable, *, batch_fn: Optional[Callable],
                 progress: Optional[bool], rollout_factory: RolloutFactory,
-                inputs: Optional[dict[str, str]]) -> RunResult | list[RunResult]:  # fmt: skip
+                inputs: Optional[dict[str, str]],
+                add_logger: Optional[Callable]) -> RunResult | list[RunResult]:  # fmt: skip
   """`run_experiment` with its signal handlers installed."""
   if args.run_dir and args.run_dir.startswith("~"):  # quoted, or --run-dir=~/x: unexpanded
     args = dataclasses.replace(args, run_dir=os.path.expanduser(args.run_dir))
@@ -267,6 +272,10 @@ def _experiment(name: str, args: Any, agent_factory: Callable, *, batch_fn: Opti
       raise ValueError("--resume needs checkpoints: --checkpoint-every 0 writes none")
     if not args.run_dir and config.parallel.num_processes > 1:
       raise ValueError("a multi-process job needs --run-dir: one directory all processes share")
+    if add_logger is not None and not callable(add_logger):
+      raise ValueError(
+          f"add_logger must be add_logger(run_dir, seed) -> Logger, got {add_logger!r}"
+      )
   enable_compilation_cache()
   with refusals():
     made = None if args.run_dir else default_run_dir(name, config)
@@ -292,7 +301,8 @@ def _experiment(name: str, args: Any, agent_factory: Callable, *, batch_fn: Opti
         for seed, seed_dir in zip(seeds, dirs):
           results.append(run_experiment(name, _seed_args(args, seed, seed_dir), agent_factory,
                                         batch_fn=batch_fn, progress=progress,
-                                        rollout_factory=rollout_factory, inputs=inputs))  # fmt: skip
+                                        rollout_factory=rollout_factory, inputs=inputs,
+                                        add_logger=add_logger))  # fmt: skip
           if results[-1].interrupted or between():  # --resume goes on from here
             if not results[-1].interrupted and len(results) < len(seeds):
               print(f"[{name}] stopped by {between.signal_name} before seed "
@@ -306,7 +316,8 @@ def _experiment(name: str, args: Any, agent_factory: Callable, *, batch_fn: Opti
       if resume and len(seeds) > 1:
         _refuse_another_seeds_shape(root, config, one_after_another=False)
     results = _run(name, args, root, agent_factory=agent_factory, batch_fn=batch_fn,
-                   progress=progress, rollout_factory=rollout_factory, inputs=inputs)  # fmt: skip
+                   progress=progress, rollout_factory=rollout_factory, inputs=inputs,
+                   add_logger=add_logger)  # fmt: skip
     return results[0] if len(results) == 1 else results
 
 
@@ -363,7 +374,8 @@ def _program(name: str, args: Any, lanes: list[sweeps.Lane], *, agent_factory: C
 
 def _run(name: str, args: Any, root: pathlib.Path, *, agent_factory: Callable,
          batch_fn: Optional[Callable], progress: Optional[bool],
-         rollout_factory: RolloutFactory, inputs: Optional[dict]) -> list[RunResult]:  # fmt: skip
+         rollout_factory: RolloutFactory, inputs: Optional[dict],
+         add_logger: Optional[Callable]) -> list[RunResult]:  # fmt: skip
   """One program for the run's learners: writes the run directories, trains, finishes.
 
   One learner logs in `root` (a multi-host job's other processes in root/process<i>: they
@@ -391,21 +403,28 @@ def _run(name: str, args: Any, root: pathlib.Path, *, agent_factory: Callable,
     with refusals():  # several learners: the root and each learner's directory
       for locked in [dirs[0]] if len(lanes) == 1 else [root, *dirs]:
         held.enter_context(rundir.locked(locked))
-    return _train(name, args, root, lanes, dirs, program, progress, inputs)
+    return _train(name, args, root, lanes, dirs, program, progress, inputs, add_logger)
 
 
 def _train(name: str, args: Any, root: pathlib.Path, lanes: list[sweeps.Lane],
            dirs: list[pathlib.Path], program: Any, progress: Optional[bool],
-           inputs: Optional[dict]) -> list[RunResult]:  # fmt: skip
+           inputs: Optional[dict], add_logger: Optional[Callable]) -> list[RunResult]:  # fmt: skip
   """`_run` once it holds the run directory: config.json, signals, the driver, results."""
   config: TrainConfig = args.train
   resume = bool(getattr(args, "resume", False))
-  with refusals():
-    if len(lanes) == 1:
-      rundir.check_or_write_config(name, args, dirs[0], resume, inputs=inputs)
-    else:
-      rundir.check_or_write_config(name, args, root, resume, others=dirs, inputs=inputs)
-      sweeps.write_lane_configs(name, args, root, lanes)
+  with refusals():  # before config.json is written
+    added = [_added(add_logger, d, lane.seed) for lane, d in zip(lanes, dirs) if add_logger]
+  try:
+    with refusals():
+      if len(lanes) == 1:
+        rundir.check_or_write_config(name, args, dirs[0], resume, inputs=inputs)
+      else:
+        rundir.check_or_write_config(name, args, root, resume, others=dirs, inputs=inputs)
+        sweeps.write_lane_configs(name, args, root, lanes)
+  except BaseException:
+    with contextlib.suppress(Exception):  # the refusal is the error to show
+      MultiLogger(*added).close()
+    raise
   protocol = describe_protocol(config)
   if config.parallel.process_id == 0:
     print(f"[{name}] evaluation protocol: {protocol}", flush=True)
@@ -418,6 +437,8 @@ def _train(name: str, args: Any, root: pathlib.Path, lanes: list[sweeps.Lane],
                    group=root.name if len(lanes) > 1 else None, label=lane.label)
       for k, (lane, d) in enumerate(zip(lanes, dirs))
   ]  # fmt: skip
+  if added:
+    loggers = [MultiLogger(logger, extra) for logger, extra in zip(loggers, added)]
   flag = _StopFlag()
   with _stop_on_signals(flag):  # to the end: a second signal never cuts the files short
     return _drive_and_finish(name, config, root, lanes, dirs, program, protocol, loggers,
@@ -494,6 +515,16 @@ def _make_logger(name: str, config: TrainConfig, seed: int, run_dir: pathlib.Pat
     logger.close()
     raise
   return MultiLogger(logger, tracker)
+
+
+def _added(add_logger: Callable, run_dir: pathlib.Path, seed: int) -> Logger:
+  """`add_logger(run_dir, seed)`, checked to be a Logger."""
+  logger = add_logger(run_dir, seed)
+  missing = [m for m in ("log", "truncate", "close") if not callable(getattr(logger, m, None))]
+  if missing:
+    raise ValueError(f"add_logger returned {logger!r}, which has no {', '.join(missing)}: "
+                     "a Logger has log(record), truncate(num_lines) and close()")  # fmt: skip
+  return logger
 
 
 def _abandon_distributed_job(
