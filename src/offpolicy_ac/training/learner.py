@@ -229,9 +229,25 @@ def add_lane_axis(tree: Any) -> Any:
   return jax.tree.map(lambda x: x[None], tree)
 
 
+RESERVED_METRICS = frozenset({
+    "env_steps", "wall_time_s", "env_steps_per_s", "episode_return", "episode_length",
+    "episodes", "num_updates", "dropped_trajectories", "policy_lag", "eval_return",
+    "eval_return_min", "active", "episode_return_sum", "episode_length_sum", "updated",
+    "data_finite",
+})  # fmt: skip
+"""Names of a metrics line's (and the compiled program's) own fields, which an agent's update
+metric of the same name would overwrite."""
+
+
+def _kind(x: Any) -> str:
+  """An array's dtype and shape, as "float32[64, 4]"."""
+  return f"{jnp.result_type(x)}{list(jnp.shape(x))}"
+
+
 def checked_update(agent: Agent) -> Callable:
   """`agent.update`, its output checked where it is traced: `(state, metrics)`, the state
-  of the structure it came in with, the metrics a dict of scalars (the metrics lines)."""
+  of the structure, shapes and dtypes it came in with, the metrics a dict of numeric
+  scalars by str names that are not the metrics line's own (`RESERVED_METRICS`)."""
 
   def update(agent_state: Any, batch: Any) -> tuple[Any, dict]:
     out = agent.update(agent_state, batch)
@@ -245,14 +261,45 @@ def checked_update(agent: Agent) -> Callable:
           f"{where}, the state of the structure it is given (a {type(agent_state).__name__});"
           f" got a {type(out[0]).__name__} of another structure"
       )
-    if not isinstance(out[1], dict):
-      raise ValueError(f"{where}, the metrics a dict of scalars; got a {type(out[1]).__name__}")
-    shaped = [f"{k} of shape {jnp.shape(v)}" for k, v in out[1].items() if jnp.shape(v) != ()]
+    given, got = jax.tree_util.tree_flatten_with_path(agent_state)[0], jax.tree.leaves(out[0])
+    changed = [
+        f"{_path_name(path)} {_kind(x)} -> {_kind(y)}"
+        for (path, x), y in zip(given, got)
+        if _kind(x) != _kind(y)
+    ]
+    if changed:
+      raise ValueError(f"{where}, the state's arrays of the shapes and dtypes it is given; "
+                       f"got {', '.join(changed[:4])}")  # fmt: skip
+    metrics = out[1]
+    if not isinstance(metrics, dict):
+      raise ValueError(f"{where}, the metrics a dict of scalars; got a {type(metrics).__name__}")
+    names = [k for k in metrics if not isinstance(k, str)]
+    if names:
+      raise ValueError(f"{where}, the metrics' names str; got {names!r}")
+    taken = sorted(set(metrics) & RESERVED_METRICS)
+    if taken:
+      raise ValueError(f"{where}; the metrics {taken} would overwrite the metrics line's own "
+                       "fields: rename them")  # fmt: skip
+    bad = [f"{k} ({type(v).__name__})" for k, v in metrics.items() if not _is_number(v)]
+    if bad:
+      raise ValueError(f"{where}, the metrics a dict of numeric scalars; got {', '.join(bad)}")
+    shaped = [f"{k} of shape {jnp.shape(v)}" for k, v in metrics.items() if jnp.shape(v) != ()]
     if shaped:
       raise ValueError(f"{where}, the metrics a dict of scalars; got {', '.join(shaped)}")
     return out
 
   return update
+
+
+def _path_name(path: tuple) -> str:
+  return jax.tree_util.keystr(path, simple=True, separator="/")
+
+
+def _is_number(value: Any) -> bool:
+  """A Python number or a real (bool, int or float) array: a metrics line's value."""
+  if isinstance(value, (bool, int, float)):
+    return True
+  return isinstance(value, (jax.Array, np.ndarray, np.generic)) and value.dtype.kind in "biuf"
 
 
 def make_ingest(agent: Agent, transformer: envs.DataTransformer,
