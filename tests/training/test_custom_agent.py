@@ -128,6 +128,16 @@ def _broken(spec, config, how):
       return metrics
     if how == "vector metric":
       return state, {**metrics, "per_step": batch.reward}
+    if how == "int name":
+      return state, {**metrics, 1: jnp.float32(0.0)}
+    if how == "reserved name":
+      return state, {**metrics, "num_updates": jnp.float32(1.0)}
+    if how == "None metric":
+      return state, {**metrics, "n": None}
+    if how == "dtype":
+      return state._replace(num_updates=state.num_updates.astype(jnp.float32)), metrics
+    if how == "shape":
+      return state._replace(key=jnp.stack([state.key, state.key])), metrics
     return state._replace(target_params={"extra": jnp.zeros(())}), metrics  # "state"
 
   return agent._replace(update=update)
@@ -141,6 +151,11 @@ def _broken(spec, config, how):
         ("metrics only", "; got a dict"),
         ("vector metric", r", the metrics a dict of scalars; got per_step of shape \(9, 4\)"),
         ("state", r", the state of the structure it is given \(a AgentState\); got a AgentSt"),
+        ("int name", r", the metrics' names str; got \[1\]"),
+        ("reserved name", r"the metrics \['num_updates'\] would overwrite the metrics line's"),
+        ("None metric", r", the metrics a dict of numeric scalars; got n \(NoneType\)"),
+        ("dtype", r"shapes and dtypes it is given; got num_updates int32\[\] -> float32\[\]"),
+        ("shape", r"shapes and dtypes it is given; got key uint32\[2\] -> uint32\[2, 2\]"),
     ],
 )
 def test_an_update_that_breaks_its_contract_is_named_where_it_is_traced(how, message):
@@ -243,3 +258,60 @@ def test_run_experiment_gives_an_added_logger_every_metrics_line(tmp_path):
   resumed = dataclasses.replace(args, train=args.train.replace(total_env_steps=768), resume=True)
   run_experiment("impala", resumed, factory, progress=False, add_logger=add)
   assert made[1].truncated == [2] and made[1].lines == read_metrics(tmp_path / "run")[2:]
+
+
+def test_a_redefined_factory_registers_again_under_its_name():
+  """A notebook cell that defines and registers the agent, run again, defines other objects
+  of the same names: they replace the registered ones; a built-in name stays refused."""
+  cell = (
+      "@dataclasses.dataclass(frozen=True)\n"
+      "class CellConfig(agents.ImpalaConfig):\n"
+      "  pass\n"
+      "def make_cell(spec, config):\n"
+      "  return agents.make_impala(spec, config)\n"
+      "agents.register_agent('cell-impala', make_cell, CellConfig)\n"
+  )
+  scope = {"agents": agents, "dataclasses": dataclasses, "__name__": "notebook"}
+  try:
+    exec(cell, scope)  # pylint: disable=exec-used
+    exec(cell, scope)  # pylint: disable=exec-used
+    assert registry.AGENTS["cell-impala"] == (scope["make_cell"], scope["CellConfig"])
+  finally:
+    registry.AGENTS.pop("cell-impala", None)
+  with pytest.raises(ValueError, match=r"'impala' is registered with another factory .*built in"):
+    agents.register_agent("impala", lambda spec, config: None, agents.ImpalaConfig)
+
+
+def _boosted(spec, config, boost=0.0):
+  agent = agents.make_impala(spec, config)
+
+  def update(state, batch):
+    state, metrics = agent.update(state, batch)
+    return state, {**metrics, "boost": jnp.float32(boost)}
+
+  return agent._replace(name="boosted", update=update)
+
+
+@dataclasses.dataclass(frozen=True)
+class _WiderConfig(agents.ImpalaConfig):
+  bonus: float = 0.5
+
+
+def test_an_agent_its_run_directory_would_rebuild_otherwise_is_refused(tmp_path):
+  """A setting given to the factory besides the config (a compiled run, a sweep, load_run
+  and --resume rebuild the agent without it), or a config with fields the registered
+  config class lacks (config.json could not be loaded back)."""
+  agents.register_agent("boosted", _boosted, agents.ImpalaConfig)
+  try:
+    args = _args(tmp_path / "run", "CartPole-v1")
+    with pytest.raises(ValueError, match=r"close over other values .*\(1.0 in the agent's update, "
+                       r"0.0 rebuilt\).*make it a field of the config class"):  # fmt: skip
+      run_experiment("boosted", args, functools.partial(_boosted, config=args.agent, boost=1.0))
+    wider = functools.partial(agents.make_impala, config=_WiderConfig())
+    with pytest.raises(ValueError, match=r"config \(_WiderConfig\) cannot be rebuilt as "
+                       r"ImpalaConfig from config.json \(unknown ImpalaConfig fields in "
+                       r"config: \['bonus'\]\)"):  # fmt: skip
+      run_experiment("impala", args, wider)
+    assert not (tmp_path / "run").exists()
+  finally:
+    registry.AGENTS.pop("boosted")

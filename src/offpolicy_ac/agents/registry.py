@@ -5,11 +5,14 @@ a name of its own, in every process that trains or loads it (`register_agent`)."
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import inspect
 from typing import Any
 from typing import Callable
+
+import numpy as np
 
 from offpolicy_ac.agents.acer import AcerConfig
 from offpolicy_ac.agents.acer import make_acer
@@ -18,6 +21,7 @@ from offpolicy_ac.agents.impala import make_impala
 from offpolicy_ac.agents.sqil import make_sqil
 from offpolicy_ac.agents.sql import SqlConfig
 from offpolicy_ac.agents.sql import make_sql
+from offpolicy_ac.analysis.metrics_file import jsonable
 
 AGENTS: dict[str, tuple[Any, type]] = {
     "impala": (make_impala, ImpalaConfig),
@@ -25,17 +29,27 @@ AGENTS: dict[str, tuple[Any, type]] = {
     "sql": (make_sql, SqlConfig),
     "sqil": (make_sqil, SqlConfig),
 }
+BUILT_IN = frozenset(AGENTS)
+
+
+def _definition(x: Any) -> Any:
+  """Where `x` (a function or class) is defined: a notebook cell run again defines another
+  object of the same module and qualified name."""
+  module, qualname = getattr(x, "__module__", None), getattr(x, "__qualname__", None)
+  return (module, qualname) if module and qualname else x
 
 
 def register_agent(name: str, make_agent: Callable[[Any, Any], Any], config_cls: type) -> None:
   """Registers `make_agent(spec, config) -> Agent`, with `config_cls` its frozen config
   dataclass, as algorithm `name` (`training.run_experiment(name, ...)`, `load_run`).
 
-  Registering a name again with the same factory and config class does nothing.
+  Registering a name again with the same factory and config class does nothing; with a
+  factory and config class of the same module and qualified names (redefined: a notebook
+  cell run again), it registers the new ones.
 
   Raises:
-    ValueError: a name that is empty or taken by another factory, a `make_agent` that is
-      not callable, or a `config_cls` that is not a dataclass.
+    ValueError: a name that is empty, built in, or taken by another factory, a `make_agent`
+      that is not callable, or a `config_cls` that is not a dataclass.
   """
   if not isinstance(name, str) or not name:
     raise ValueError(f"an algorithm's name must be a non-empty str, got {name!r}")
@@ -43,8 +57,16 @@ def register_agent(name: str, make_agent: Callable[[Any, Any], Any], config_cls:
     raise ValueError(f"make_agent must be callable (spec, config) -> Agent, got {make_agent!r}")
   if not (isinstance(config_cls, type) and dataclasses.is_dataclass(config_cls)):
     raise ValueError(f"config_cls must be a dataclass, got {config_cls!r}")
-  if AGENTS.get(name, (make_agent, config_cls)) != (make_agent, config_cls):
-    raise ValueError(f"algorithm {name!r} is registered with another factory: choose a name")
+  old = AGENTS.get(name, (make_agent, config_cls))
+  if old != (make_agent, config_cls) and (
+      name in BUILT_IN or list(map(_definition, old)) != [_definition(make_agent),
+                                                          _definition(config_cls)]
+  ):  # fmt: skip
+    raise ValueError(
+        f"algorithm {name!r} is registered with another factory "
+        f"({getattr(old[0], '__qualname__', old[0])}, {old[1].__qualname__})"
+        f"{' (built in)' if name in BUILT_IN else ''}: choose another name"
+    )
   AGENTS[name] = (make_agent, config_cls)
 
 
@@ -53,6 +75,34 @@ def _code(fn: Any) -> Any:
   while isinstance(fn := inspect.unwrap(fn), functools.partial):
     fn = fn.func
   return getattr(fn, "__code__", type(fn))
+
+
+def _settings(fn: Any, depth: int = 0, seen: Any = None) -> list[str]:
+  """The plain values (numbers, strings, None) that a function closes over or a partial
+  binds, through nested functions, partials and tuples, lists and dicts of them: what a
+  factory may have been given besides the config."""
+  if isinstance(fn, (bool, int, float, str, np.generic)) or fn is None:
+    return [repr(fn)]
+  seen = set() if seen is None else seen
+  if depth > 8 or id(fn) in seen:
+    return []
+  seen.add(id(fn))
+  if isinstance(fn, (tuple, list)):
+    return [v for x in fn for v in _settings(x, depth + 1, seen)]
+  if isinstance(fn, dict):
+    return [v for x in fn.values() for v in _settings(x, depth + 1, seen)]
+  if not callable(fn):
+    return []
+  fn = inspect.unwrap(fn)
+  if isinstance(fn, functools.partial):
+    bound = [*fn.args, *fn.keywords.values()]
+    return _settings(bound, depth + 1, seen) + _settings(fn.func, depth + 1, seen)
+  cells = getattr(fn, "__closure__", None) or ()
+  values = []
+  for cell in cells:
+    with contextlib.suppress(ValueError):  # an empty cell
+      values.append(cell.cell_contents)
+  return _settings([*values, *(getattr(fn, "__defaults__", None) or ())], depth + 1, seen)
 
 
 def check_registered(algorithm: str, agent: Any) -> None:
@@ -75,9 +125,30 @@ def check_registered(algorithm: str, agent: Any) -> None:
         f"the agent's config is {type(agent.config).__name__}; {algorithm!r} takes "
         f"{config_cls.__name__}"
     )
+  try:
+    config_from_dict(config_cls, jsonable(agent.config))
+  except (TypeError, ValueError) as e:
+    raise ValueError(
+        f"the agent's config ({type(agent.config).__name__}) cannot be rebuilt as "
+        f"{config_cls.__name__} from config.json ({e}): register the agent with its own "
+        "config class under a name of its own (agents.register_agent)"
+    ) from None
   rebuilt = make_agent(agent.spec, agent.config)
   fields = ("init", "act", "greedy_act", "update")
   differ = [f for f in fields if _code(getattr(agent, f)) is not _code(getattr(rebuilt, f))]
+  if not differ:
+    settings = {f: (_settings(getattr(agent, f)), _settings(getattr(rebuilt, f))) for f in fields}
+    lost = [f for f, (mine, theirs) in settings.items() if mine != theirs]
+    if lost:
+      mine, theirs = settings[lost[0]]
+      a, b = next(((a, b) for a, b in zip(mine, theirs) if a != b), (len(mine), len(theirs)))
+      raise ValueError(
+          f"the agent's {'/'.join(lost)} close over other values than those "
+          f"{algorithm!r}'s factory builds from the agent's config ({a} in the agent's "
+          f"{lost[0]}, {b} rebuilt), and a run's agent is rebuilt from its config (load_run, "
+          "--resume, a compiled run, --sweep): a setting given to the factory besides the "
+          "config would be lost; make it a field of the config class"
+      )
   if differ:
     raise ValueError(
         f"{algorithm!r}'s factory ({getattr(make_agent, '__name__', make_agent)}) builds "
