@@ -344,3 +344,13 @@ def test_plot_script_end_to_end(tmp_path, capsys):
   lower, upper = float(final[1].strip("[,")), float(final[2].strip("]"))
   assert 20.0 <= lower < 21.0 < upper <= 22.0
   assert any(line.startswith("acer ") and "Pendulum-v1" in line for line in text.splitlines())
+
+
+def test_jsonable_writes_numpy_and_jax_scalars_as_numbers():
+  """A config setting given as a 0-d JAX or NumPy array (`jnp.float32(1e-3)`) is written as
+  the number, which config.json reads back (its `str` could not be: load_run refused it)."""
+  import jax.numpy as jnp
+
+  values = [jnp.float32(0.5), np.asarray(2), np.float32(0.25), np.bool_(True), np.float32("nan")]
+  assert jsonable(values) == [0.5, 2, 0.25, True, None]
+  assert jsonable(jnp.zeros(2)) == str(jnp.zeros(2))  # not a scalar: as before

@@ -28,15 +28,17 @@ METRICS_FILE = "metrics.jsonl"
 
 def jsonable(x: Any) -> Any:
   """`x` as plain JSON values (dataclasses and dicts to objects, tuples to lists, NumPy
-  scalars to numbers, NaN and infinities to None, anything else to its `str`)."""
+  scalars and 0-d arrays to numbers, NaN and infinities to None, anything else to its `str`)."""
   if dataclasses.is_dataclass(x) and not isinstance(x, type):
     return {f.name: jsonable(getattr(x, f.name)) for f in dataclasses.fields(x)}
   if isinstance(x, dict):
     return {str(k): jsonable(v) for k, v in x.items()}
   if isinstance(x, (list, tuple)):
     return [jsonable(v) for v in x]
-  if isinstance(x, (np.floating, np.integer)):
-    return x.item()
+  if isinstance(x, (np.floating, np.integer, np.bool_)) or (
+      hasattr(x, "__array__") and hasattr(x, "dtype") and np.shape(x) == ()
+  ):  # NumPy scalars, 0-d NumPy and JAX arrays
+    x = np.asarray(x).item()
   if isinstance(x, float) and not math.isfinite(x):
     return None
   if isinstance(x, (str, int, float, bool)) or x is None:
