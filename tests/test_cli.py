@@ -199,9 +199,16 @@ def test_check_command_reads_a_scripts_flags_quietly_and_names_them_when_refused
       ("sql", ["--num-envs", "x"], "Error parsing --num-envs: invalid literal for int()"),
       ("sqil", ["--demos", "d.npz", "--preset", "minatar"], "--preset minatar: choose one of"),
       ("ppo", [], "unknown algorithm 'ppo'; known: ['acer', 'impala', 'sqil', 'sql']"),
+      ("impala", ["--gamma", "2"], "impala.py --gamma 2: gamma must lie in [0.0, 1.0], got 2.0"),
+      ("impala", ["--hidden-sizes"], "hidden_sizes must be positive ints, got []"),
+      ("sqil", [], "Missing from"),  # and which flag:
+      ("sqil", [], "--demos STR"),
+      ("sql", ["--preset"], "argument --preset: expected one argument"),
   ]
   for algo, argv, message in refused:
     with pytest.raises(ValueError) as info:
       presets.check_command(algo, argv)
     assert message in str(info.value), str(info.value)
+  with pytest.raises(TypeError, match="argv is a sequence of arguments"):
+    presets.check_command("impala", "--seed 3")
   assert capsys.readouterr() == ("", "")

@@ -21,6 +21,7 @@ import io
 from typing import Any
 from typing import Sequence
 
+from offpolicy_ac.agents.base import check_config
 from offpolicy_ac.cli import parse_args
 from offpolicy_ac.presets import acer
 from offpolicy_ac.presets import common
@@ -36,16 +37,19 @@ _ALGORITHMS = {"impala": impala, "acer": acer, "sql": sql, "sqil": sqil}
 def check_command(algo: str, argv: Sequence[str]) -> Any:
   """Reads `argv` as `experiments/<algo>.py` reads its command line (`cli.parse_args` with
   the algorithm's `Args`, `PRESETS` and `ENV_PRESETS`, printing nothing) and checks the
-  training config it would run (`TrainConfig.validate`), without training; returns its
+  training config it would run (`TrainConfig.validate`) and its agent config (the
+  factory's `agents.base.check_config`), without training; returns its
   `Args`. A benchmark that launches runs checks them all with it before the first.
 
   Raises:
     ValueError: an unknown `algo`; or, naming the command line, an unknown `--preset`, a
       preset for another task, or a training config `TrainConfig.validate` refuses (e.g. a
-      budget below one iteration).
+      budget below one iteration), or an agent config its factory refuses (e.g. --gamma 2).
       Flags tyro cannot parse are a ValueError too, with tyro's message.
     SystemExit: -h/--help (code 0; the help is not printed).
   """
+  if isinstance(argv, str):
+    raise TypeError(f"argv is a sequence of arguments (e.g. shlex.split), got the str {argv!r}")
   if algo not in _ALGORITHMS:
     raise ValueError(f"unknown algorithm {algo!r}; known: {sorted(_ALGORITHMS)}")
   module = _ALGORITHMS[algo]
@@ -56,11 +60,15 @@ def check_command(algo: str, argv: Sequence[str]) -> Any:
       args = parse_args(module.Args, module.PRESETS, argv=argv,
                         env_presets=module.ENV_PRESETS, prog=algo)  # fmt: skip
     getattr(args, "resolved_train", args.train).validate()  # ACER: its replay ratio's updates
+    check_config(args.agent, type(args.agent), f"{algo}.py")  # what its factory refuses
   except ValueError as e:
     raise ValueError(f"{command}: {e}") from None
   except SystemExit as e:
-    if e.code:  # tyro's box: a title, then the message
-      lines = [line.strip() for line in errors.getvalue().splitlines() if line.strip(" -")]
-      raise ValueError(f"{command}: {lines[1] if len(lines) > 1 else 'cannot parse'}") from None
+    if e.code:  # tyro's box (a title, the message, then where the help is), or one line
+      text = errors.getvalue().split("For full helptext")[0]
+      lines = [line.strip(" │╭╮╰╯─|+") for line in text.splitlines()]
+      lines = [line for line in lines if line.strip("-")]
+      said = e.code if isinstance(e.code, str) else " ".join(lines)  # SystemExit(message)
+      raise ValueError(f"{command}: {said or 'cannot parse'}") from None
     raise
   return args
