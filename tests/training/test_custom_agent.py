@@ -315,3 +315,10 @@ def test_an_agent_its_run_directory_would_rebuild_otherwise_is_refused(tmp_path)
     assert not (tmp_path / "run").exists()
   finally:
     registry.AGENTS.pop("boosted")
+
+
+def test_the_compiled_programs_bookkeeping_names_are_reserved_metrics():
+  from offpolicy_ac.training import compiled_program
+  from offpolicy_ac.training import learner
+
+  assert set(compiled_program.BOOKKEEPING) <= learner.RESERVED_METRICS

@@ -233,7 +233,7 @@ RESERVED_METRICS = frozenset({
     "env_steps", "wall_time_s", "env_steps_per_s", "episode_return", "episode_length",
     "episodes", "num_updates", "dropped_trajectories", "policy_lag", "eval_return",
     "eval_return_min", "active", "episode_return_sum", "episode_length_sum", "updated",
-    "data_finite",
+    "data_finite", "actions_valid", "final",
 })  # fmt: skip
 """Names of a metrics line's (and the compiled program's) own fields, which an agent's update
 metric of the same name would overwrite."""
