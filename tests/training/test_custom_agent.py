@@ -292,6 +292,12 @@ def _boosted(spec, config, boost=0.0):
   return agent._replace(name="boosted", update=update)
 
 
+def _sized(spec, config, width=64):
+  """IMPALA whose torso's width is a factory argument, not a config field."""
+  sized = dataclasses.replace(config, hidden_sizes=(width, width))
+  return agents.make_impala(spec, sized)._replace(config=config)
+
+
 @dataclasses.dataclass(frozen=True)
 class _WiderConfig(agents.ImpalaConfig):
   bonus: float = 0.5
@@ -307,6 +313,10 @@ def test_an_agent_its_run_directory_would_rebuild_otherwise_is_refused(tmp_path)
     with pytest.raises(ValueError, match=r"close over other values .*\(1.0 in the agent's update, "
                        r"0.0 rebuilt\).*make it a field of the config class"):  # fmt: skip
       run_experiment("boosted", args, functools.partial(_boosted, config=args.agent, boost=1.0))
+    agents.register_agent("sized", _sized, agents.ImpalaConfig)
+    with pytest.raises(ValueError, match=r"the agent's state.params\[.*\] is float32\[256, 2\], "
+                       r"and float32\[64, 2\] in the one 'sized''s factory builds.*make it a field"):  # fmt: skip
+      run_experiment("sized", args, functools.partial(_sized, config=args.agent, width=256))
     wider = functools.partial(agents.make_impala, config=_WiderConfig())
     with pytest.raises(ValueError, match=r"config \(_WiderConfig\) cannot be rebuilt as "
                        r"ImpalaConfig from config.json \(unknown ImpalaConfig fields in "
@@ -315,6 +325,7 @@ def test_an_agent_its_run_directory_would_rebuild_otherwise_is_refused(tmp_path)
     assert not (tmp_path / "run").exists()
   finally:
     registry.AGENTS.pop("boosted")
+    registry.AGENTS.pop("sized", None)
 
 
 def test_the_compiled_programs_bookkeeping_names_are_reserved_metrics():

@@ -12,6 +12,7 @@ import inspect
 from typing import Any
 from typing import Callable
 
+import jax
 import numpy as np
 
 from offpolicy_ac.agents.acer import AcerConfig
@@ -111,7 +112,9 @@ def check_registered(algorithm: str, agent: Any) -> None:
   or compile and sweep it, without silently building another network or update.
 
   The agent's `init`, `act`, `greedy_act` and `update` must run the code of those that
-  `make_agent(agent.spec, agent.config)` returns, and its config must be `config_cls`'s.
+  `make_agent(agent.spec, agent.config)` returns, with the same plain values (numbers,
+  strings) in their closures and partials, and `init` must give a state of the same
+  arrays; its config must be `config_cls`'s, one that config.json gives back.
   """
   if algorithm not in AGENTS:
     raise ValueError(
@@ -136,19 +139,6 @@ def check_registered(algorithm: str, agent: Any) -> None:
   rebuilt = make_agent(agent.spec, agent.config)
   fields = ("init", "act", "greedy_act", "update")
   differ = [f for f in fields if _code(getattr(agent, f)) is not _code(getattr(rebuilt, f))]
-  if not differ:
-    settings = {f: (_settings(getattr(agent, f)), _settings(getattr(rebuilt, f))) for f in fields}
-    lost = [f for f, (mine, theirs) in settings.items() if mine != theirs]
-    if lost:
-      mine, theirs = settings[lost[0]]
-      a, b = next(((a, b) for a, b in zip(mine, theirs) if a != b), (len(mine), len(theirs)))
-      raise ValueError(
-          f"the agent's {'/'.join(lost)} close over other values than those "
-          f"{algorithm!r}'s factory builds from the agent's config ({a} in the agent's "
-          f"{lost[0]}, {b} rebuilt), and a run's agent is rebuilt from its config (load_run, "
-          "--resume, a compiled run, --sweep): a setting given to the factory besides the "
-          "config would be lost; make it a field of the config class"
-      )
   if differ:
     raise ValueError(
         f"{algorithm!r}'s factory ({getattr(make_agent, '__name__', make_agent)}) builds "
@@ -157,6 +147,29 @@ def check_registered(algorithm: str, agent: Any) -> None:
         "custom agent under a name of its own with agents.register_agent(name, make_agent, "
         "ConfigClass)"
     )
+  lost = "a setting given to the factory besides the config would be lost; make it a field "
+  lost += "of the config class"
+  rebuilt_from = f"{algorithm!r}'s factory builds from the agent's config"
+  settings = {f: (_settings(getattr(agent, f)), _settings(getattr(rebuilt, f))) for f in fields}
+  closing = [f for f, (mine, theirs) in settings.items() if mine != theirs]
+  if closing:
+    mine, theirs = settings[closing[0]]
+    a, b = next(((a, b) for a, b in zip(mine, theirs) if a != b), (len(mine), len(theirs)))
+    raise ValueError(
+        f"the agent's {'/'.join(closing)} close over other values than those {rebuilt_from} "
+        f"({a} in the agent's {closing[0]}, {b} rebuilt), and a run's agent is rebuilt from "
+        f"its config (load_run, --resume, a compiled run, --sweep): {lost}"
+    )
+  key = jax.random.PRNGKey(0)
+  mine, theirs = (jax.eval_shape(a.init, key) for a in (agent, rebuilt))
+  if jax.tree.structure(mine) != jax.tree.structure(theirs):
+    raise ValueError(f"the agent's state has another structure than the one {rebuilt_from}: {lost}")
+  for (path, x), y in zip(jax.tree_util.tree_flatten_with_path(mine)[0], jax.tree.leaves(theirs)):
+    if (x.shape, x.dtype) != (y.shape, y.dtype):
+      raise ValueError(
+          f"the agent's state{jax.tree_util.keystr(path)} is {x.dtype}{list(x.shape)}, and "
+          f"{y.dtype}{list(y.shape)} in the one {rebuilt_from} (a network's sizes?): {lost}"
+      )
 
 
 def config_from_dict(config_cls: type, values: dict) -> Any:
