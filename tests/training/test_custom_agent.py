@@ -328,6 +328,34 @@ def test_an_agent_its_run_directory_would_rebuild_otherwise_is_refused(tmp_path)
     registry.AGENTS.pop("sized", None)
 
 
+def _tempered(spec, config, temperature=1.0):
+  """IMPALA acting on observations divided by a temperature given to the factory, in a
+  helper that `act` closes over after the agent (whose walk frees temporaries)."""
+  agent = agents.make_impala(spec, config)
+
+  def scale(x):
+    return x / temperature
+
+  def act(params, obs, key):
+    return agent.act(params, scale(obs), key)
+
+  return agent._replace(act=act)
+
+
+def test_a_setting_in_a_helper_after_the_agent_is_refused():
+  from offpolicy_ac.training import TrainConfig
+  from offpolicy_ac.training.sources import task_spec
+
+  agents.register_agent("tempered", _tempered, agents.ImpalaConfig)
+  try:
+    spec = task_spec(TrainConfig.of(env_id="CartPole-v1"))
+    registry.check_registered("tempered", _tempered(spec, agents.ImpalaConfig()))
+    with pytest.raises(ValueError, match=r"\(5.0 in the agent's act, 1.0 rebuilt\)"):
+      registry.check_registered("tempered", _tempered(spec, agents.ImpalaConfig(), 5.0))
+  finally:
+    registry.AGENTS.pop("tempered")
+
+
 def test_the_compiled_programs_bookkeeping_names_are_reserved_metrics():
   from offpolicy_ac.training import compiled_program
   from offpolicy_ac.training import learner

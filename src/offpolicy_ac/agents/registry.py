@@ -84,10 +84,10 @@ def _settings(fn: Any, depth: int = 0, seen: Any = None) -> list[str]:
   factory may have been given besides the config."""
   if isinstance(fn, (bool, int, float, str, np.generic)) or fn is None:
     return [repr(fn)]
-  seen = set() if seen is None else seen
+  seen = {} if seen is None else seen
   if depth > 8 or id(fn) in seen:
     return []
-  seen.add(id(fn))
+  seen[id(fn)] = fn  # kept alive: a freed temporary's id is given to the next object
   if isinstance(fn, (tuple, list)):
     return [v for x in fn for v in _settings(x, depth + 1, seen)]
   if isinstance(fn, dict):
