@@ -354,3 +354,23 @@ def test_jsonable_writes_numpy_and_jax_scalars_as_numbers():
   values = [jnp.float32(0.5), np.asarray(2), np.float32(0.25), np.bool_(True), np.float32("nan")]
   assert jsonable(values) == [0.5, 2, 0.25, True, None]
   assert jsonable(jnp.zeros(2)) == str(jnp.zeros(2))  # not a scalar: as before
+
+
+def test_a_config_json_of_str_scalars_before_they_were_numbers_resumes():
+  """config.json written before jsonable turned 0-d JAX arrays and NumPy bools into numbers
+  held their str: the same setting as the number now, another number still differs."""
+  import jax.numpy as jnp
+  import numpy as np
+
+  from offpolicy_ac.analysis.metrics_file import jsonable
+  from offpolicy_ac.training.rundir import config_differences
+
+  old = {"agent": {"learning_rate": str(jnp.float32(1e-3)), "flag": str(np.bool_(True)),
+                   "name": "adam"}}  # fmt: skip
+  new = jsonable({"agent": {"learning_rate": jnp.float32(1e-3), "flag": np.bool_(True),
+                            "name": "adam"}})  # fmt: skip
+  assert new["agent"]["learning_rate"] != old["agent"]["learning_rate"]
+  assert config_differences(old, new) == []
+  changed = jsonable({"agent": {"learning_rate": jnp.float32(3e-3), "flag": np.bool_(False),
+                                "name": "1.0"}})  # fmt: skip
+  assert config_differences(old, changed) == ["agent.flag", "agent.learning_rate", "agent.name"]

@@ -229,7 +229,25 @@ def config_differences(old: dict, new: dict, defaults: Optional[dict] = None) ->
   for k in set(b) - set(a):
     if k in known:
       a[k] = known[k]
-  return sorted(k for k in set(a) | set(b) if k not in RESUMABLE_CHANGES and a.get(k) != b.get(k))
+  return sorted(k for k in set(a) | set(b)
+                if k not in RESUMABLE_CHANGES and not _same_setting(a.get(k), b.get(k)))  # fmt: skip
+
+
+def _same_setting(old: Any, new: Any) -> bool:
+  """Whether config.json's `old` value is the setting `new` (JSON values). A config.json
+  written before 0-d JAX arrays and NumPy bools were numbers holds their str ("0.001" for
+  jnp.float32(1e-3), "True"), the same setting as the number now written."""
+  if old == new or not isinstance(old, str) or isinstance(new, str):
+    return old == new
+  if isinstance(new, bool):
+    return old == str(new)
+  if not isinstance(new, (int, float)):
+    return False
+  try:
+    number = float(old)
+  except ValueError:
+    return False
+  return number == new or any(t(number) == t(new) for t in (np.float32, np.float16))
 
 
 def holds_run(run_dir: pathlib.Path) -> bool:
