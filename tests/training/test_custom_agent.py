@@ -356,6 +356,39 @@ def test_a_setting_in_a_helper_after_the_agent_is_refused():
     registry.AGENTS.pop("tempered")
 
 
+@dataclasses.dataclass(frozen=True)
+class _Net:
+  width: int = 32
+
+
+@dataclasses.dataclass(frozen=True)
+class _NestedConfig:
+  net: _Net = _Net()
+
+
+def _nested(spec, config):
+  sized = agents.ImpalaConfig(hidden_sizes=(config.net.width,) * 2)
+  return agents.make_impala(spec, sized)._replace(config=config)
+
+
+def test_a_config_that_config_json_does_not_give_back_is_refused():
+  """A nested dataclass field comes back from config.json as a dict, which the factory
+  cannot build from; a JAX scalar comes back as a float, the same setting."""
+  from offpolicy_ac.training import TrainConfig
+  from offpolicy_ac.training.sources import task_spec
+
+  spec = task_spec(TrainConfig.of(env_id="CartPole-v1"))
+  agents.register_agent("nested", _nested, _NestedConfig)
+  try:
+    with pytest.raises(ValueError, match=r"comes back from config.json as _NestedConfig\(net="
+                       r"\{'width': 32\}\).*AttributeError"):  # fmt: skip
+      registry.check_registered("nested", _nested(spec, _NestedConfig()))
+  finally:
+    registry.AGENTS.pop("nested")
+  config = agents.ImpalaConfig(learning_rate=jnp.float32(1e-3), hidden_sizes=[64, 64])
+  registry.check_registered("impala", agents.make_impala(spec, config))
+
+
 def test_the_compiled_programs_bookkeeping_names_are_reserved_metrics():
   from offpolicy_ac.training import compiled_program
   from offpolicy_ac.training import learner

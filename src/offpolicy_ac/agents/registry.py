@@ -129,13 +129,23 @@ def check_registered(algorithm: str, agent: Any) -> None:
         f"{config_cls.__name__}"
     )
   try:
-    config_from_dict(config_cls, jsonable(agent.config))
+    restored = config_from_dict(config_cls, jsonable(agent.config))
   except (TypeError, ValueError) as e:
     raise ValueError(
         f"the agent's config ({type(agent.config).__name__}) cannot be rebuilt as "
         f"{config_cls.__name__} from config.json ({e}): register the agent with its own "
         "config class under a name of its own (agents.register_agent)"
     ) from None
+  if not _equal(restored, agent.config):  # e.g. a nested dataclass comes back as a dict
+    try:
+      jax.eval_shape(make_agent(agent.spec, restored).init, jax.random.PRNGKey(0))
+    except Exception as e:  # pylint: disable=broad-except
+      raise ValueError(
+          f"the agent's config comes back from config.json as {restored}, and {algorithm!r}'s "
+          f"factory cannot build from it ({type(e).__name__}: {e}): a run directory could not "
+          "load or resume it; make the config's fields JSON values (numbers, strings, bools, "
+          "None, tuples of them)"
+      ) from None
   rebuilt = make_agent(agent.spec, agent.config)
   fields = ("init", "act", "greedy_act", "update")
   differ = [f for f in fields if _code(getattr(agent, f)) is not _code(getattr(rebuilt, f))]
@@ -170,6 +180,14 @@ def check_registered(algorithm: str, agent: Any) -> None:
           f"the agent's state{jax.tree_util.keystr(path)} is {x.dtype}{list(x.shape)}, and "
           f"{y.dtype}{list(y.shape)} in the one {rebuilt_from} (a network's sizes?): {lost}"
       )
+
+
+def _equal(a: Any, b: Any) -> bool:
+  """`a == b`, False where the comparison fails (arrays of several elements)."""
+  try:
+    return bool(a == b)
+  except Exception:  # pylint: disable=broad-except
+    return False
 
 
 def config_from_dict(config_cls: type, values: dict) -> Any:
