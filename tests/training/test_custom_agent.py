@@ -278,6 +278,12 @@ def test_a_redefined_factory_registers_again_under_its_name():
     assert registry.AGENTS["cell-impala"] == (scope["make_cell"], scope["CellConfig"])
   finally:
     registry.AGENTS.pop("cell-impala", None)
+  try:  # lambdas (and functions defined in functions) all share a name: not a redefinition
+    agents.register_agent("lambda-agent", lambda spec, config: None, agents.ImpalaConfig)
+    with pytest.raises(ValueError, match="'lambda-agent' is registered with another factory"):
+      agents.register_agent("lambda-agent", lambda spec, config: 1, agents.ImpalaConfig)
+  finally:
+    registry.AGENTS.pop("lambda-agent", None)
   with pytest.raises(ValueError, match=r"'impala' is registered with another factory .*built in"):
     agents.register_agent("impala", lambda spec, config: None, agents.ImpalaConfig)
 
@@ -310,7 +316,7 @@ def test_an_agent_its_run_directory_would_rebuild_otherwise_is_refused(tmp_path)
   agents.register_agent("boosted", _boosted, agents.ImpalaConfig)
   try:
     args = _args(tmp_path / "run", "CartPole-v1")
-    with pytest.raises(ValueError, match=r"close over other values .*\(1.0 in the agent's update, "
+    with pytest.raises(ValueError, match=r"closes over other values .*\(1.0 in the agent's update, "
                        r"0.0 rebuilt\).*make it a field of the config class"):  # fmt: skip
       run_experiment("boosted", args, functools.partial(_boosted, config=args.agent, boost=1.0))
     agents.register_agent("sized", _sized, agents.ImpalaConfig)

@@ -37,7 +37,9 @@ def _definition(x: Any) -> Any:
   """Where `x` (a function or class) is defined: a notebook cell run again defines another
   object of the same module and qualified name."""
   module, qualname = getattr(x, "__module__", None), getattr(x, "__qualname__", None)
-  return (module, qualname) if module and qualname else x
+  if not module or not qualname or "<" in qualname:  # lambdas and local functions share names
+    return x
+  return module, qualname
 
 
 def register_agent(name: str, make_agent: Callable[[Any, Any], Any], config_cls: type) -> None:
@@ -46,7 +48,8 @@ def register_agent(name: str, make_agent: Callable[[Any, Any], Any], config_cls:
 
   Registering a name again with the same factory and config class does nothing; with a
   factory and config class of the same module and qualified names (redefined: a notebook
-  cell run again), it registers the new ones.
+  cell run again; not lambdas or functions defined in functions, which share their names),
+  it registers the new ones.
 
   Raises:
     ValueError: a name that is empty, built in, or taken by another factory, a `make_agent`
@@ -166,7 +169,7 @@ def check_registered(algorithm: str, agent: Any) -> None:
     mine, theirs = settings[closing[0]]
     a, b = next(((a, b) for a, b in zip(mine, theirs) if a != b), (len(mine), len(theirs)))
     raise ValueError(
-        f"the agent's {'/'.join(closing)} close over other values than those {rebuilt_from} "
+        f"the agent's {'/'.join(closing)} {'close' if len(closing) > 1 else 'closes'} over other values than those {rebuilt_from} "
         f"({a} in the agent's {closing[0]}, {b} rebuilt), and a run's agent is rebuilt from "
         f"its config (load_run, --resume, a compiled run, --sweep): {lost}"
     )
