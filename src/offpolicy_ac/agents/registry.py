@@ -168,8 +168,9 @@ def check_registered(algorithm: str, agent: Any) -> None:
   if closing:
     mine, theirs = settings[closing[0]]
     a, b = next(((a, b) for a, b in zip(mine, theirs) if a != b), (len(mine), len(theirs)))
+    verb = "close" if len(closing) > 1 else "closes"
     raise ValueError(
-        f"the agent's {'/'.join(closing)} {'close' if len(closing) > 1 else 'closes'} over other values than those {rebuilt_from} "
+        f"the agent's {'/'.join(closing)} {verb} over other values than those {rebuilt_from} "
         f"({a} in the agent's {closing[0]}, {b} rebuilt), and a run's agent is rebuilt from "
         f"its config (load_run, --resume, a compiled run, --sweep): {lost}"
     )

@@ -246,7 +246,8 @@ def run_experiment(name: str, args: Any, agent_factory: Callable, *,
   where the run goes on)."""
   with _stop_on_signals(_StopFlag(), building=True):  # a Ctrl-C is never lost
     return _experiment(name, args, agent_factory, batch_fn=batch_fn, progress=progress,
-                       rollout_factory=rollout_factory, inputs=inputs, add_logger=add_logger)  # fmt: skip
+                       rollout_factory=rollout_factory, inputs=inputs,
+                       add_logger=add_logger)  # fmt: skip
 
 
 def _experiment(name: str, args: Any, agent_factory: Callable, *, batch_fn: Optional[Callable],
