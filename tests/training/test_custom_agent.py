@@ -6,13 +6,16 @@ it back (`load_run`); under a built-in name, it is refused before anything is wr
 import dataclasses
 import functools
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import pytest
 
 from offpolicy_ac import agents
+from offpolicy_ac import networks
 from offpolicy_ac import presets
 from offpolicy_ac.agents import registry
+from offpolicy_ac.networks import torsos
 from offpolicy_ac.training import load_run
 from offpolicy_ac.training import read_metrics
 from offpolicy_ac.training import run_experiment
@@ -400,3 +403,55 @@ def test_the_compiled_programs_bookkeeping_names_are_reserved_metrics():
   from offpolicy_ac.training import learner
 
   assert set(compiled_program.BOOKKEEPING) <= learner.RESERVED_METRICS
+
+
+class _Tiny(nn.Module):
+  """A torso of one's own: one 8-unit layer over the flattened observation."""
+
+  @nn.compact
+  def __call__(self, x):
+    return nn.tanh(nn.Dense(8)(x.reshape(x.shape[0], -1)))
+
+
+@pytest.fixture
+def tiny_torso():
+  networks.register_torso("tiny", lambda observation_shape, hidden_sizes: _Tiny())
+  yield
+  torsos._REGISTERED.pop("tiny")  # pylint: disable=protected-access
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "gymnax:CartPole-v1"])
+def test_a_registered_torso_trains_and_its_run_loads_it(tiny_torso, tmp_path, env_id):
+  args = _args(tmp_path / "run", env_id)
+  args = dataclasses.replace(args, agent=dataclasses.replace(args.agent, torso="tiny"))
+  run_experiment("impala", args, functools.partial(agents.make_impala, config=args.agent),
+                 progress=False)  # fmt: skip
+  run = load_run(tmp_path / "run")
+  kernels = [x.shape for x in jax.tree.leaves(run.params) if x.ndim == 2]
+  assert (4, 8) in kernels and (64, 64) not in kernels  # the torso's, not the default MLP
+  torsos._REGISTERED.pop("tiny")  # pylint: disable=protected-access  (another process)
+  try:
+    with pytest.raises(ValueError, match=r"unknown torso 'tiny'.*networks.register_torso"):
+      load_run(tmp_path / "run")
+  finally:
+    networks.register_torso("tiny", lambda observation_shape, hidden_sizes: _Tiny())
+
+
+def test_register_torso_refuses_what_would_not_make_a_torso():
+  for name, make, message in [
+      ("mlp", lambda shape, sizes: _Tiny(), "other than 'auto'"),
+      ("", lambda shape, sizes: _Tiny(), "non-empty str"),
+      ("x", None, "make must be callable"),
+  ]:
+    with pytest.raises(ValueError, match=message):
+      networks.register_torso(name, make)
+  try:
+    networks.register_torso("not-a-module", lambda shape, sizes: nn.relu)
+    with pytest.raises(ValueError, match="must return a flax.linen Module"):
+      networks.make_torso("not-a-module", (4,))
+    networks.register_torso("unflattened", lambda shape, sizes: nn.Dense(8))
+    with pytest.raises(ValueError, match=r"to features \[B, F\]; for B = 2 it gave \(2, 3, 8\)"):
+      networks.make_torso("unflattened", (3, 4))
+  finally:
+    torsos._REGISTERED.pop("not-a-module", None)  # pylint: disable=protected-access
+    torsos._REGISTERED.pop("unflattened", None)  # pylint: disable=protected-access

@@ -18,6 +18,7 @@ from offpolicy_ac.networks.torsos import MLPTorso
 from offpolicy_ac.networks.torsos import NatureCNN
 from offpolicy_ac.networks.torsos import SmallCNN
 from offpolicy_ac.networks.torsos import make_torso
+from offpolicy_ac.networks.torsos import register_torso
 
 __all__ = [
     "ActorQCritic",
@@ -36,4 +37,5 @@ __all__ = [
     "TORSOS",
     "actor_critic",
     "make_torso",
+    "register_torso",
 ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import Callable
 from typing import Sequence
 
 import flax.linen as nn
@@ -206,7 +207,34 @@ SMALL_FRAME = 16
 """`make_torso("auto")` gives frames of at most this height and width (MinAtar's 10 x 10
 grids) the MinAtar network, larger ones the Nature CNN."""
 TORSOS = ("mlp", *_PIXEL_TORSOS)
-"""The torso names `make_torso` accepts: "mlp" and the pixel torsos."""
+"""The built-in torso names `make_torso` accepts: "mlp" and the pixel torsos."""
+
+_REGISTERED: dict[str, Callable[[tuple[int, ...], tuple[int, ...]], nn.Module]] = {}
+"""Torsos of your own, by name (`register_torso`)."""
+
+
+def register_torso(
+    name: str, make: Callable[[tuple[int, ...], tuple[int, ...]], nn.Module]
+) -> None:
+  """Registers `make(observation_shape, hidden_sizes) -> nn.Module` as torso `name`.
+
+  The agents' configs then take `torso=name` (`make_torso(name, ...)` calls `make`). The
+  run's config.json holds only the name, so every process that trains or loads such a
+  run registers the torso first (as `agents.register_agent`): `load_run`, `--resume`, a
+  compiled run and `--sweep` rebuild the network from it. The module maps observations
+  [B, *observation_shape] to features [B, F] (uint8 frames arrive unscaled); `make_torso`
+  checks that on shapes. Registering a name again replaces its torso.
+
+  Raises:
+    ValueError: a name that is empty, "auto" or a built-in torso's, or a `make` that is
+      not callable.
+  """
+  if not isinstance(name, str) or not name or name == "auto" or name in TORSOS:
+    raise ValueError(f"a torso's name must be a non-empty str other than 'auto' and {TORSOS}, "
+                     f"got {name!r}")  # fmt: skip
+  if not callable(make):
+    raise ValueError(f"make must be callable (observation_shape, hidden_sizes), got {make!r}")
+  _REGISTERED[name] = make
 
 
 def make_torso(
@@ -227,8 +255,13 @@ def make_torso(
     kind = "mlp" if rank == 1 else "minatar_cnn" if small else "nature_cnn" if rank == 3 else ""
     if not kind:
       raise ValueError(f"no torso fits observations of shape {observation_shape}")
+  if kind in _REGISTERED:
+    return _registered_torso(kind, tuple(observation_shape), tuple(hidden_sizes))
   if kind not in TORSOS:
-    raise ValueError(f"unknown torso {kind!r}; choose one of {TORSOS} or 'auto'")
+    raise ValueError(
+        f"unknown torso {kind!r}; choose one of {TORSOS} or 'auto', or register your own with "
+        "networks.register_torso(name, make) (in every process that trains or loads it)"
+    )
   if kind == "mlp":
     return MLPTorso(tuple(hidden_sizes), observation_ndim=rank)
   if rank != 3:
@@ -242,6 +275,28 @@ def make_torso(
     )
   _check_frames_fit(kind, tuple(observation_shape))
   return _PIXEL_TORSOS[kind]()
+
+
+def _registered_torso(name: str, observation_shape: tuple[int, ...],
+                      hidden_sizes: tuple[int, ...]) -> nn.Module:  # fmt: skip
+  """Registered torso `name` for these observations, checked on shapes: [B, *shape] to
+  [B, F]."""
+  module = _REGISTERED[name](observation_shape, hidden_sizes)
+  if not isinstance(module, nn.Module):
+    raise ValueError(f"torso {name!r}: make(observation_shape, hidden_sizes) must return a "
+                     f"flax.linen Module, got {module!r}")  # fmt: skip
+  obs = jax.ShapeDtypeStruct((2, *observation_shape), jnp.float32)
+  key = jax.ShapeDtypeStruct((2,), jnp.uint32)
+  try:
+    out = jax.eval_shape(lambda k, x: module.apply(module.init(k, x), x), key, obs)
+  except Exception as e:  # pylint: disable=broad-except
+    raise ValueError(f"torso {name!r} cannot take observations [B, *{observation_shape}]: "
+                     f"{type(e).__name__}: {e}") from None  # fmt: skip
+  if not isinstance(out, jax.ShapeDtypeStruct) or len(out.shape) != 2 or out.shape[0] != 2:
+    got = getattr(out, "shape", type(out).__name__)
+    raise ValueError(f"torso {name!r} must map observations [B, *{observation_shape}] to "
+                     f"features [B, F]; for B = 2 it gave {got}")  # fmt: skip
+  return module
 
 
 @functools.lru_cache(maxsize=None)
