@@ -18,6 +18,7 @@ checks a script's command line without training.
 
 import contextlib
 import io
+import itertools
 from typing import Any
 from typing import Sequence
 
@@ -64,11 +65,11 @@ def check_command(algo: str, argv: Sequence[str]) -> Any:
   except ValueError as e:
     raise ValueError(f"{command}: {e}") from None
   except SystemExit as e:
-    if e.code:  # tyro's box (a title, the message, then where the help is), or one line
-      text = errors.getvalue().split("For full helptext")[0]
-      lines = [line.strip(" │╭╮╰╯─|+") for line in text.splitlines()]
-      lines = [line for line in lines if line.strip("-")]
-      said = e.code if isinstance(e.code, str) else " ".join(lines)  # SystemExit(message)
+    if e.code:  # tyro's box (a title, a rule, the message, a rule, ...), or one line
+      lines = [line.strip(" │╭╮╰╯|+") for line in errors.getvalue().splitlines()]
+      lines = [line for line in lines if line]
+      body = list(itertools.takewhile(lambda line: line.strip("-─"), lines[2:]))
+      said = e.code if isinstance(e.code, str) else " ".join(body)  # SystemExit(message)
       raise ValueError(f"{command}: {said or 'cannot parse'}") from None
     raise
   return args
