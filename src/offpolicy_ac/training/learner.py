@@ -43,6 +43,7 @@ from offpolicy_ac import envs
 from offpolicy_ac import replay as replay_lib
 from offpolicy_ac.agents.base import Agent
 from offpolicy_ac.agents.base import as_batch_fn
+from offpolicy_ac.training.checkpoint import path_name
 from offpolicy_ac.training.config import ReplayConfig
 from offpolicy_ac.training.config import TrainConfig
 from offpolicy_ac.training.parallel import DataParallel
@@ -263,7 +264,7 @@ def checked_update(agent: Agent) -> Callable:
       )
     given, got = jax.tree_util.tree_flatten_with_path(agent_state)[0], jax.tree.leaves(out[0])
     changed = [
-        f"{_path_name(path)} {_kind(x)} -> {_kind(y)}"
+        f"{path_name(path)} {_kind(x)} -> {_kind(y)}"
         for (path, x), y in zip(given, got)
         if _kind(x) != _kind(y)
     ]
@@ -289,10 +290,6 @@ def checked_update(agent: Agent) -> Callable:
     return out
 
   return update
-
-
-def _path_name(path: tuple) -> str:
-  return jax.tree_util.keystr(path, simple=True, separator="/")
 
 
 def _is_number(value: Any) -> bool:
