@@ -437,6 +437,28 @@ def test_a_registered_torso_trains_and_its_run_loads_it(tiny_torso, tmp_path, en
     networks.register_torso("tiny", lambda observation_shape, hidden_sizes: _Tiny())
 
 
+def test_a_torso_name_is_refused_to_another_make_and_taken_by_a_redefined_one():
+  """As register_agent: the same make again does nothing, a notebook cell run again
+  replaces it, and another make under a taken name is refused (it would change the network
+  that runs saved under the name load with)."""
+  cell = (
+      "def make_cell_torso(observation_shape, hidden_sizes):\n"
+      "  return nn.Dense(4)\n"
+      "networks.register_torso('cell-torso', make_cell_torso)\n"
+  )
+  scope = {"networks": networks, "nn": nn, "__name__": "notebook"}
+  try:
+    exec(cell, scope)  # pylint: disable=exec-used
+    networks.register_torso("cell-torso", scope["make_cell_torso"])
+    exec(cell, scope)  # pylint: disable=exec-used
+    assert torsos._REGISTERED["cell-torso"] is scope["make_cell_torso"]  # pylint: disable=protected-access
+    with pytest.raises(ValueError, match="torso 'cell-torso' is registered with another make "
+                       r"\(make_cell_torso\): choose another name"):  # fmt: skip
+      networks.register_torso("cell-torso", lambda shape, sizes: _Tiny())
+  finally:
+    torsos._REGISTERED.pop("cell-torso", None)  # pylint: disable=protected-access
+
+
 def test_register_torso_refuses_what_would_not_make_a_torso():
   for name, make, message in [
       ("mlp", lambda shape, sizes: _Tiny(), "other than 'auto'"),

@@ -15,6 +15,7 @@ from typing import Callable
 import jax
 import numpy as np
 
+from offpolicy_ac._definitions import redefines
 from offpolicy_ac.agents.acer import AcerConfig
 from offpolicy_ac.agents.acer import make_acer
 from offpolicy_ac.agents.impala import ImpalaConfig
@@ -31,15 +32,6 @@ AGENTS: dict[str, tuple[Any, type]] = {
     "sqil": (make_sqil, SqlConfig),
 }
 BUILT_IN = frozenset(AGENTS)
-
-
-def _definition(x: Any) -> Any:
-  """Where `x` (a function or class) is defined: a notebook cell run again defines another
-  object of the same module and qualified name."""
-  module, qualname = getattr(x, "__module__", None), getattr(x, "__qualname__", None)
-  if not module or not qualname or "<" in qualname:  # lambdas and local functions share names
-    return x
-  return module, qualname
 
 
 def register_agent(name: str, make_agent: Callable[[Any, Any], Any], config_cls: type) -> None:
@@ -63,9 +55,8 @@ def register_agent(name: str, make_agent: Callable[[Any, Any], Any], config_cls:
     raise ValueError(f"config_cls must be a dataclass, got {config_cls!r}")
   old = AGENTS.get(name, (make_agent, config_cls))
   if old != (make_agent, config_cls) and (
-      name in BUILT_IN or list(map(_definition, old)) != [_definition(make_agent),
-                                                          _definition(config_cls)]
-  ):  # fmt: skip
+      name in BUILT_IN or not (redefines(make_agent, old[0]) and redefines(config_cls, old[1]))
+  ):
     raise ValueError(
         f"algorithm {name!r} is registered with another factory "
         f"({getattr(old[0], '__qualname__', old[0])}, {old[1].__qualname__})"

@@ -17,6 +17,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from offpolicy_ac._definitions import redefines
+
 _ORTHOGONAL_SQRT2 = nn.initializers.orthogonal(math.sqrt(2.0))
 """Kernel initialisation of the MLP and the small CNN (OpenAI baselines', CleanRL's).
 
@@ -223,17 +225,24 @@ def register_torso(
   run registers the torso first (as `agents.register_agent`): `load_run`, `--resume`, a
   compiled run and `--sweep` rebuild the network from it. The module maps observations
   [B, *observation_shape] to features [B, F] (uint8 frames arrive unscaled); `make_torso`
-  checks that on shapes. Registering a name again replaces its torso.
+  checks that on shapes. Registering a name again with the same `make` does nothing; with
+  a `make` of the same module and qualified name (redefined: a notebook cell run again;
+  not lambdas or functions defined in functions, which share their names), it registers
+  the new one.
 
   Raises:
-    ValueError: a name that is empty, "auto" or a built-in torso's, or a `make` that is
-      not callable.
+    ValueError: a name that is empty, "auto", a built-in torso's or taken by another
+      `make`, or a `make` that is not callable.
   """
   if not isinstance(name, str) or not name or name == "auto" or name in TORSOS:
     raise ValueError(f"a torso's name must be a non-empty str other than 'auto' and {TORSOS}, "
                      f"got {name!r}")  # fmt: skip
   if not callable(make):
     raise ValueError(f"make must be callable (observation_shape, hidden_sizes), got {make!r}")
+  old = _REGISTERED.get(name, make)
+  if not redefines(make, old):
+    raise ValueError(f"torso {name!r} is registered with another make "
+                     f"({getattr(old, '__qualname__', old)}): choose another name")  # fmt: skip
   _REGISTERED[name] = make
 
 
