@@ -10,8 +10,15 @@ from typing import Any
 def redefines(new: Any, old: Any) -> bool:
   """Whether `new` is `old`, or a function or class defined again where `old` was: the
   same module and qualified name. Lambdas and functions defined inside functions share
-  their names, so they only match themselves."""
+  their names, so they match only when their code is the same too (and they close over
+  nothing)."""
   if new is old:
     return True
   where = [(getattr(x, "__module__", None), getattr(x, "__qualname__", None)) for x in (new, old)]
-  return where[0] == where[1] and all(where[0]) and "<" not in where[0][1]
+  if where[0] != where[1] or not all(where[0]):
+    return False
+  if "<" not in where[0][1]:
+    return True
+  code = [getattr(x, "__code__", None) for x in (new, old)]
+  closed = [getattr(x, "__closure__", None) for x in (new, old)]
+  return code[0] is not None and code[0] == code[1] and closed == [None, None]

@@ -457,6 +457,15 @@ def test_a_torso_name_is_refused_to_another_make_and_taken_by_a_redefined_one():
       networks.register_torso("cell-torso", lambda shape, sizes: _Tiny())
   finally:
     torsos._REGISTERED.pop("cell-torso", None)  # pylint: disable=protected-access
+  # A lambda, as docs/getting_started.md registers: the cell run again has the same code.
+  cell = "networks.register_torso('cell-lambda', lambda shape, sizes: nn.Dense(4))\n"
+  try:
+    exec(cell, scope)  # pylint: disable=exec-used
+    exec(cell, scope)  # pylint: disable=exec-used
+    with pytest.raises(ValueError, match="'cell-lambda' is registered with another make"):
+      exec(cell.replace("4", "5"), scope)  # pylint: disable=exec-used
+  finally:
+    torsos._REGISTERED.pop("cell-lambda", None)  # pylint: disable=protected-access
 
 
 def test_register_torso_refuses_what_would_not_make_a_torso():
