@@ -28,6 +28,7 @@ import numpy as np
 import tyro
 
 from offpolicy_ac.cli import check_output_file
+from offpolicy_ac.cli import import_modules
 from offpolicy_ac.cli import script_main
 from offpolicy_ac.training import describe_protocol
 from offpolicy_ac.training import evaluate
@@ -60,6 +61,9 @@ class Args:
   """Frames per second of the video."""
   max_steps: int = 1_000_000
   """Give up (an error) if the episodes have not ended after this many steps."""
+  import_modules: tuple[str, ...] = ()
+  """Modules to import first (dotted names, or .py files): those that register the run's
+  custom agent or torso (agents.register_agent, networks.register_torso)."""
 
 
 def main(args: Args) -> dict:
@@ -79,6 +83,7 @@ def main(args: Args) -> dict:
   if args.video:
     check_output_file("--video", args.video)
     check_video_path(args.video)
+  import_modules("--import-modules", args.import_modules)
   run = load_run(args.run_dir, checkpoint=args.checkpoint, best=args.best)
   if not args.out:  # before the episodes are played
     check_output_file("--out", run.run_dir / "evaluation.json")

@@ -18,6 +18,7 @@ import tyro
 
 from offpolicy_ac import demos as demos_lib
 from offpolicy_ac.cli import check_output_file
+from offpolicy_ac.cli import import_modules
 from offpolicy_ac.cli import script_main
 from offpolicy_ac.training import load_run
 
@@ -43,6 +44,9 @@ class Args:
   Below 1 keeps them off the box's faces, which SQIL's tanh sampler reaches only in the
   limit. None (default): the actions as the policy gives them (a Gaussian's lie outside
   the box; the environment clips them)."""
+  import_modules: tuple[str, ...] = ()
+  """Modules to import first (dotted names, or .py files): those that register the run's
+  custom agent or torso (agents.register_agent, networks.register_torso)."""
 
 
 def main(args: Args) -> dict:
@@ -52,6 +56,7 @@ def main(args: Args) -> dict:
   if fraction is not None and not 0.0 < fraction <= 1.0:
     raise ValueError(f"--action-box-fraction must lie in (0, 1], got {fraction}")
   out = check_output_file("--out", args.out)  # with ~ expanded
+  import_modules("--import-modules", args.import_modules)
   run = load_run(args.run_dir, best=args.best)
   env_id = run.config.env.env_id
   policy = run.greedy_policy() if args.policy == "greedy" else run.behaviour_policy(args.seed)

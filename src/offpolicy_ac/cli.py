@@ -40,6 +40,8 @@ import dataclasses
 import errno
 import fnmatch
 import functools
+import importlib
+import importlib.util
 import inspect
 import os
 import pathlib
@@ -557,6 +559,34 @@ def check_output_file(flag: str, path: str | os.PathLike) -> pathlib.Path:
   if blocking is not None and not os.access(blocking, os.W_OK):
     raise ValueError(f"{flag} {path}: {blocking} is not writable")
   return path
+
+
+def import_modules(flag: str, modules: Sequence[str]) -> None:
+  """Imports `modules`, each a module's dotted name (found from the current directory
+  too) or a .py file's path: the modules that register a run's custom agent
+  (`agents.register_agent`) or torso (`networks.register_torso`), for scripts that load
+  runs. One that cannot be found is refused (ValueError naming `flag`); an error inside
+  a module keeps its traceback."""
+  if os.getcwd() not in sys.path:
+    sys.path.append(os.getcwd())
+  for name in modules:
+    path = pathlib.Path(name).expanduser()
+    if name.endswith(".py"):
+      spec = importlib.util.spec_from_file_location(path.stem, path)
+      if not path.is_file() or spec is None or spec.loader is None:
+        raise ValueError(f"{flag} {name}: no such file")
+      module = importlib.util.module_from_spec(spec)
+      sys.modules[path.stem] = module
+      spec.loader.exec_module(module)
+      continue
+    try:
+      importlib.import_module(name)
+    except ModuleNotFoundError as e:
+      if e.name != name and not name.startswith(f"{e.name}."):
+        raise  # the module itself imports something missing
+      where = f"on the path or in {os.getcwd()}"
+      raise ValueError(f"{flag} {name}: no module named {e.name!r} ({where}); give a "
+                       "module's dotted name or a .py file's path") from e  # fmt: skip
 
 
 def script_main(parse: Callable[[], Any], run: Callable[[Any], Any], *,

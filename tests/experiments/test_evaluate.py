@@ -2,13 +2,19 @@
 
 import dataclasses
 import json
+import subprocess
+import sys
 
 import imageio.v3 as iio
 import numpy as np
 import pytest
+from scripts import EXPERIMENTS
+from scripts import cpu_process_env
 from scripts import load_script
 
 from offpolicy_ac import presets
+from offpolicy_ac.cli import import_modules
+from offpolicy_ac.networks import torsos
 from offpolicy_ac.training import describe_protocol
 from offpolicy_ac.training import evaluate
 from offpolicy_ac.training import load_run
@@ -109,3 +115,69 @@ def test_evaluate_says_to_raise_max_steps_when_the_episodes_outlast_it(tmp_path)
   module = load_script("evaluate")
   with pytest.raises(ValueError, match=r"did not finish 2 episodes in 3 steps: raise --max-steps"):
     module.main(module.Args(run_dir=str(run_dir), episodes=2, max_steps=3))
+
+
+_TORSO_MODULE = """
+import flax.linen as nn
+
+from offpolicy_ac import networks
+
+
+class Plugin(nn.Module):
+  @nn.compact
+  def __call__(self, x):
+    return nn.tanh(nn.Dense(8)(x.reshape(x.shape[0], -1)))
+
+
+networks.register_torso("plugin-torso", lambda observation_shape, hidden_sizes: Plugin())
+"""
+
+
+def test_a_run_with_a_torso_of_ones_own_loads_after_import_modules(tmp_path):
+  """evaluate.py and record_demos.py import the module that registers the run's torso
+  (a dotted name from the current directory, or a .py file); without it the refusal names
+  the flag."""
+  (tmp_path / "plugin_torso.py").write_text(_TORSO_MODULE)
+  import_modules("--import-modules", [str(tmp_path / "plugin_torso.py")])
+  try:
+    args = presets.impala.PRESETS["cartpole"]
+    args = dataclasses.replace(
+        args,
+        run_dir=str(tmp_path / "run"),
+        agent=dataclasses.replace(args.agent, torso="plugin-torso"),
+        train=args.train.replace(total_env_steps=512, log_every=512, checkpoint_every=0),
+    )
+    presets.impala.run(args, progress=False)
+  finally:
+    torsos._REGISTERED.pop("plugin-torso")  # pylint: disable=protected-access
+    sys.modules.pop("plugin_torso")
+
+  def script(name, *flags):
+    command = [sys.executable, str(EXPERIMENTS / f"{name}.py"), "--run-dir", "run", *flags]
+    return subprocess.run(command, cwd=tmp_path, env=cpu_process_env(), capture_output=True,
+                          text=True, check=False)  # fmt: skip
+
+  refused = script("evaluate", "--episodes", "2")
+  assert refused.returncode == 2, refused.stderr
+  assert "unknown torso 'plugin-torso'" in refused.stderr
+  assert "--import-modules MODULE" in refused.stderr and "Traceback" not in refused.stderr
+  evaluated = script("evaluate", "--episodes", "2", "--import-modules", "plugin_torso")
+  assert evaluated.returncode == 0, evaluated.stderr
+  assert json.loads((tmp_path / "run" / "evaluation.json").read_text())["episodes"] == 2
+  recorded = script("record_demos", "--out", "demos.npz", "--episodes", "1",
+                    "--import-modules", str(tmp_path / "plugin_torso.py"))  # fmt: skip
+  assert recorded.returncode == 0, recorded.stderr
+  assert (tmp_path / "demos.npz").is_file()
+
+
+def test_import_modules_refuses_a_module_it_cannot_find(tmp_path, monkeypatch):
+  monkeypatch.chdir(tmp_path)
+  monkeypatch.setattr(sys, "path", list(sys.path))  # import_modules adds the directory
+  with pytest.raises(ValueError, match=r"--import-modules nope_plugin: no module named "
+                     r"'nope_plugin' \(on the path or in "):  # fmt: skip
+    import_modules("--import-modules", ["nope_plugin"])
+  with pytest.raises(ValueError, match=r"--import-modules missing\.py: no such file"):
+    import_modules("--import-modules", ["missing.py"])
+  (tmp_path / "needs_missing.py").write_text("import nope_dependency\n")
+  with pytest.raises(ModuleNotFoundError, match="nope_dependency"):  # the module's own error
+    import_modules("--import-modules", ["needs_missing"])

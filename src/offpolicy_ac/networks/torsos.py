@@ -269,7 +269,8 @@ def make_torso(
   if kind not in TORSOS:
     raise ValueError(
         f"unknown torso {kind!r}; choose one of {TORSOS} or 'auto', or register your own with "
-        "networks.register_torso(name, make) (in every process that trains or loads it)"
+        "networks.register_torso(name, make) (in every process that trains or loads it; "
+        "evaluate.py and record_demos.py: --import-modules MODULE, the module that does)"
     )
   if kind == "mlp":
     return MLPTorso(tuple(hidden_sizes), observation_ndim=rank)

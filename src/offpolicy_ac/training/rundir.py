@@ -490,7 +490,8 @@ def _read_config(run_dir: str | os.PathLike) -> dict:
   if record["algorithm"] not in AGENTS:
     raise ValueError(
         f"{run_dir} is a run of {record['algorithm']!r}; known algorithms: {sorted(AGENTS)} "
-        "(a custom agent: register it in this process first, agents.register_agent)"
+        "(a custom agent: register it in this process first, agents.register_agent; "
+        "evaluate.py and record_demos.py: --import-modules MODULE, the module that does)"
     )
   sweep = config["train"].get("budget", {}).get("sweep", [])
   if sweep:
