@@ -149,3 +149,21 @@ def test_add_takes_the_numpy_example_init_was_built_from():
   state = replay.add(replay.init(example), example)
   assert [x.dtype for x in state.data] == [jnp.float32, jnp.int32]
   assert int(state.size) == 2
+
+
+def test_functions_refuse_counts_that_are_not_positive_ints():
+  """An empty or negative capacity, batch or window was built silently (windows of 0 steps,
+  a buffer of 0 rows) or failed inside JAX (a ZeroDivisionError, a broadcast's TypeError)."""
+  seqs = _sequences(0, 2)
+  state = replay_lib.replay_full(seqs)
+  key = jax.random.PRNGKey(0)
+  for capacity in (0, -1, 2.0):
+    with pytest.raises(ValueError, match="replay_init: `capacity` must be a positive int"):
+      replay_lib.replay_init(seqs, capacity)
+  for batch_size, length in [(2, 0), (2, -2), (0, 3), (2, 3.0)]:
+    with pytest.raises(ValueError, match="replay_sample: `(batch_size|length)` must be a posi"):
+      replay_lib.replay_sample(state, key, batch_size=batch_size, length=length)
+  for batch_size in (0, -1):
+    with pytest.raises(ValueError, match="replay_epoch: `batch_size` must be a positive int"):
+      replay_lib.replay_epoch(state, key, batch_size=batch_size)
+  assert replay_lib.replay_sample(state, key, batch_size=np.int64(3), length=1)["x"].shape == (1, 3)

@@ -69,13 +69,23 @@ def _sequence_axes(sequences: Any, where: str) -> tuple[int, int]:
   return first
 
 
+def _check_positive(where: str, **values: Any) -> None:
+  """Refuses a count that is not a positive int (an empty or negative buffer, batch or
+  window would be built silently, or fail deep inside JAX)."""
+  for name, value in values.items():
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
+      raise ValueError(f"{where}: `{name}` must be a positive int, got {value!r}")
+
+
 def replay_init(example: Any, capacity: int) -> ReplayState:
   """An empty buffer for sequences shaped like `example` ([L, B, ...] time-major), of its
   dtypes as JAX stores them (float64 as float32 unless x64 is enabled).
 
   Raises:
-    ValueError: leaves that are not all [L, B, ...] with the same L and B.
+    ValueError: leaves that are not all [L, B, ...] with the same L and B, or a
+      `capacity` that is not a positive int.
   """
+  _check_positive("replay_init", capacity=capacity)
   _sequence_axes(example, "replay_init")
   data = jax.tree.map(
       lambda x: jnp.zeros(
@@ -138,8 +148,10 @@ def replay_sample(state: ReplayState, key: jax.Array, *, batch_size: int, length
   in [0, L - length]. Sampling an empty buffer returns zeros (guard with size).
 
   Raises:
-    ValueError: `length` exceeds the stored sequences' L.
+    ValueError: `length` exceeds the stored sequences' L, or `batch_size` or `length` is
+      not a positive int.
   """
+  _check_positive("replay_sample", batch_size=batch_size, length=length)
   seq_len = jax.tree.leaves(state.data)[0].shape[1]
   if length > seq_len:
     raise ValueError(f"replay_sample: windows of {length} steps from stored sequences of "
@@ -166,7 +178,11 @@ def replay_epoch(state: ReplayState, key: jax.Array, *, batch_size: int) -> Any:
 
   The number of batches depends on `state.size`: call it outside `jit`, on a concrete
   state.
+
+  Raises:
+    ValueError: `batch_size` is not a positive int, or exceeds the filled rows.
   """
+  _check_positive("replay_epoch", batch_size=batch_size)
   size = int(state.size)
   num_batches = size // batch_size
   if num_batches == 0:
