@@ -203,3 +203,13 @@ def test_cut_episodes_names_why_no_sequence_could_be_cut():
   empty = {k: v[:0] for k, v in demos.items()}
   with pytest.raises(ValueError, match="the demonstrations hold no episode"):
     demos_lib.cut_episodes(empty, 6, "last")
+
+
+def test_save_and_load_expand_the_home_directory(tmp_path, monkeypatch):
+  """record_demos.py --out=~/d.npz writes under the home directory; sqil.py --demos=~/d.npz
+  (and `load_demos`) must read that file, not refuse a path named `~`."""
+  monkeypatch.setenv("HOME", str(tmp_path))
+  demos_lib.save_demos("~/demos.npz", _episodes([5, 4]), env_id="CartPole-v1")
+  assert (tmp_path / "demos.npz").exists() and not list(tmp_path.glob("*.tmp.npz"))
+  loaded = demos_lib.load_demos("~/demos.npz")
+  assert loaded["env_id"] == "CartPole-v1" and loaded["episode_lengths"].tolist() == [5, 4]

@@ -118,16 +118,17 @@ def record_episodes(
 def save_demos(path: str | os.PathLike, demos: dict[str, np.ndarray], *, env_id: str) -> None:
   """Writes `demos` (as `record_episodes` returns them) and the task id to an `.npz` file.
 
-  The file is written next to `path` and renamed into place, so a reader never sees a
-  partial file.
+  The file is written next to `path` (`~` expanded, as the scripts' `--out`) and renamed
+  into place, so a reader never sees a partial file.
   """
+  path = os.path.expanduser(path)
   tmp = str(path) + ".tmp.npz"
   np.savez_compressed(tmp, env_id=np.array(env_id), **demos)
   os.replace(tmp, path)
 
 
 def load_demos(path: str | os.PathLike) -> dict[str, Any]:
-  """Loads and validates a demonstration file.
+  """Loads and validates a demonstration file (`~` expanded, as the scripts' paths).
 
   Raises:
     FileNotFoundError: no such file.
@@ -138,7 +139,7 @@ def load_demos(path: str | os.PathLike) -> dict[str, Any]:
   not_demos = (f"{path} is not a readable demonstration file (an .npz written by "
                "experiments/record_demos.py or demos.save_demos)")  # fmt: skip
   try:
-    loaded = np.load(path, allow_pickle=False)
+    loaded = np.load(os.path.expanduser(path), allow_pickle=False)
   except FileNotFoundError:
     raise FileNotFoundError(f"no demonstration file {path}") from None
   except (zipfile.BadZipFile, ValueError, EOFError, OSError, KeyError) as e:

@@ -49,3 +49,11 @@ def test_training_still_exports_plot_runs():
   from offpolicy_ac import training
 
   assert training.plot_runs is plot_runs
+
+
+def test_plot_runs_expands_the_home_directory(tmp_path, monkeypatch):
+  """As read_metrics, find_runs and plot_group_curves do: "~/run" is a run, not missing."""
+  monkeypatch.setenv("HOME", str(tmp_path))
+  _write_run(tmp_path / "run", [1.0, 2.0])
+  png = plot_runs(["~/run"], "~/curve.png")
+  assert png == tmp_path / "curve.png" and png.read_bytes().startswith(b"\x89PNG")

@@ -41,11 +41,13 @@ def plot_runs(
     ValueError: `out` is not a .png file, `labels` are not one per run, or a run
       directory does not exist (one without metrics yet is an empty curve).
   """
-  if pathlib.Path(out).suffix.lower() != ".png":
+  run_dirs = [pathlib.Path(d).expanduser() for d in run_dirs]
+  out = pathlib.Path(out).expanduser()
+  if out.suffix.lower() != ".png":
     raise ValueError(f"plot_runs writes PNG files: {out} does not end in .png")
   if labels is not None and len(labels) != len(run_dirs):
     raise ValueError(f"need one label per run: {len(labels)} labels, {len(run_dirs)} runs")
-  missing = [str(d) for d in run_dirs if not os.path.isdir(d)]
+  missing = [str(d) for d in run_dirs if not d.is_dir()]
   if missing:
     raise ValueError(f"no such run directory: {', '.join(missing)}")
   # A bare Figure draws with Agg without pyplot: the process's matplotlib backend (a
@@ -79,7 +81,7 @@ def plot_runs(
   if keys:  # below the axes, where it covers no curve
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
   fig.tight_layout()
-  return _save(fig, pathlib.Path(out))
+  return _save(fig, out)
 
 
 def _save(fig, out: pathlib.Path) -> pathlib.Path:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import os
 from typing import Literal
 from typing import Optional
 
@@ -141,7 +142,7 @@ def run(args: Args, **run_kwargs):
     args.train.validate()
     prepare_process(args.train)  # before the demonstrations go to the device
     batch_fn = make_sqil_batch_fn(sequences, batch_size=demo_batch_size, length=length)
-    with open(args.demos, "rb") as f:  # compared on --resume
+    with open(os.path.expanduser(args.demos), "rb") as f:  # compared on --resume
       digest = hashlib.file_digest(f, "sha256").hexdigest()
   agent = sql.cooled_agent(args.agent, args.train, args.learning_rate_cooldown)
   return run_experiment("sqil", args, functools.partial(make_sqil, config=agent),
