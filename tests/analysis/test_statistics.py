@@ -290,6 +290,23 @@ def test_nan_values_and_a_run_without_evaluations_are_named(tmp_path):
     assert S.group_curve(group, reps=50).metric == "episode_return"
 
 
+def test_a_run_that_logged_nothing_yet_is_left_out_of_its_group(tmp_path):
+  """A run just started (no episode ended, no evaluation) is left out with a warning: it
+  neither stops the plot nor moves its group to episode_return."""
+  for s in range(3):
+    write_run(tmp_path / f"r{s}", seed=s, steps=(0, 100, 200), eval_returns=[0.0, 1.0, 2.0])
+  started = write_run(tmp_path / "started", seed=3, steps=(0,))
+  (started / "metrics.jsonl").write_text('{"env_steps": 64, "episode_return": null}\n')
+  (group,) = _groups([tmp_path])
+  with pytest.warns(RuntimeWarning, match=r"left out .*started, which logged no eval_return"):
+    curve = S.group_curve(group, reps=50)
+  assert curve.metric == "eval_return" and len(curve.group.runs) == 3
+  assert "started" not in " ".join(str(r.run_dir) for r in curve.group.runs)
+  (group,) = _groups([started])
+  with pytest.raises(ValueError, match=r"no run logged episode_return \(.*started\)"):
+    S.group_curve(group, reps=50)
+
+
 @pytest.mark.parametrize("line, fragment", [
     ('[1, 2]\n', "line 4 is not a metrics line"),
     ('{"wall_time_s": 1.0}\n', "line 4 is not a metrics line"),

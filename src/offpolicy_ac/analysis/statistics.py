@@ -368,22 +368,33 @@ def group_curve(
     reps, seed: the bootstrap's replications and seed.
     max_points: at most this many steps when runs must be interpolated (`align_runs`).
 
+  A run that logged no value of the metric yet (one just started) is left out, with a
+  warning naming it.
+
   Raises:
-    ValueError: a run logged no value of the metric.
+    ValueError: no run of the group logged a value of the metric.
   """
   records = [read_metrics(r.run_dir) for r in group.runs]
   name = f"{group.algorithm} {group.env_id}"
   if metric is None:
-    without = [str(r.run_dir) for r, rs in zip(group.runs, records)
-               if not _series(rs, "eval_return")[0].size]  # fmt: skip
-    metric = "episode_return" if without else "eval_return"
-    if without and len(without) < len(records):
+    evaluated = [_series(rs, "eval_return")[0].size > 0 for rs in records]
+    started = [e or _series(rs, "episode_return")[0].size > 0 for e, rs in zip(evaluated, records)]
+    without = [str(r.run_dir) for r, e, s in zip(group.runs, evaluated, started) if s and not e]
+    metric = "episode_return" if without or not any(evaluated) else "eval_return"
+    if without and len(without) < sum(started):
       warnings.warn(f"{name}: compared on episode_return, since {', '.join(without)} logged "
                     "no eval_return", RuntimeWarning, stacklevel=2)  # fmt: skip
   series = [_series(rs, metric) for rs in records]
-  for run, (x, _), rs in zip(group.runs, series, records):
-    if not x.size:
-      raise ValueError(f"{run.run_dir} logged no {metric}")
+  empty = [str(r.run_dir) for r, (x, _) in zip(group.runs, series) if not x.size]
+  if len(empty) == len(series):
+    raise ValueError(f"{name}: no run logged {metric} ({', '.join(empty)})")
+  if empty:  # e.g. a run just started: left out rather than stopping every group's plot
+    warnings.warn(f"{name}: left out {', '.join(empty)}, which logged no {metric} yet",
+                  RuntimeWarning, stacklevel=2)  # fmt: skip
+    kept = [k for k, (x, _) in enumerate(series) if x.size]
+    group = group._replace(runs=tuple(group.runs[k] for k in kept))
+    records, series = [records[k] for k in kept], [series[k] for k in kept]
+  for run, rs in zip(group.runs, records):
     nan = [r["env_steps"] for r in rs if metric in r and r[metric] is None]
     if nan and metric != "episode_return":  # NaN is written as null (and so is a return
       # of an interval in which no episode ended)
