@@ -55,7 +55,8 @@ def _groups(paths):
 
 def test_seeds_pool_and_a_different_learning_rate_separates(tmp_path):
   for s in range(3):
-    write_run(tmp_path / f"a{s}", seed=s, log_every=1000 + s, checkpoint_every=500 * s)
+    write_run(tmp_path / f"a{s}", seed=s, log_every=1000 + s, checkpoint_every=500 * s,
+              compile_for=("speed", "startup")[s % 2])  # fmt: skip
   for s in range(2):
     write_run(tmp_path / f"b{s}", seed=s, lr=1e-3)
   groups = _groups([tmp_path])

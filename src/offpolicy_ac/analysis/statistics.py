@@ -9,10 +9,10 @@ Statistical Precipice" (NeurIPS; arXiv:2108.13264), with their library `rliable`
 
 * **Grouping.** Runs are pooled when their configurations (config.json's `config` and
   `algorithm`) are equal except for the fields in `IGNORED_FIELDS`: the seed, where the
-  run is written, how often it logs and checkpoints, and whether it resumed. None of them
-  changes the algorithm (the checkpoint cadence cuts the run into segments that re-seed
-  the environments, which changes the random streams as the seed does, not what is
-  learned). The algorithm and the environment are part of every group's key, so runs of
+  run is written, how often it logs and checkpoints, how its program is compiled, and
+  whether it resumed. None of them changes the algorithm (the checkpoint cadence cuts the
+  run into segments that re-seed the environments, which changes the random streams as
+  the seed does, not what is learned; the compilation, float rounding). The algorithm and the environment are part of every group's key, so runs of
   two algorithms or two environments are never pooled. The git revision and package
   versions are not part of the key.
 * **Alignment.** Runs log at slightly different env steps. When every run of a group
@@ -73,6 +73,7 @@ IGNORED_FIELDS = (
     "train.budget.num_seeds",
     "train.budget.vmap_seeds",
     "train.budget.log_every",
+    "train.budget.compile_for",
     "train.checkpoint.checkpoint_every",
     "train.checkpoint.keep_checkpoints",
     "train.eval.target_return",
