@@ -69,6 +69,23 @@ def test_seeds_pool_and_a_different_learning_rate_separates(tmp_path):
   assert labels == {3: "impala learning_rate=0.0006", 2: "impala learning_rate=0.001"}
 
 
+def test_runs_are_grouped_by_their_input_files_contents_not_paths(tmp_path):
+  """SQIL's runs record their demonstrations' path in the config and its digest in
+  `inputs`: the same file under two paths pools, another file under the same path does
+  not."""
+  for name, path, digest in [("a", "demos.npz", "aa" * 32), ("b", "/data/demos.npz", "aa" * 32),
+                             ("c", "demos.npz", "bb" * 32)]:  # fmt: skip
+    run = write_run(tmp_path / name, algorithm="sqil", seed=ord(name))
+    record = json.loads((run / "config.json").read_text())
+    record["config"]["demos"] = path
+    record["inputs"] = {"demos": digest}
+    (run / "config.json").write_text(json.dumps(record))
+  groups = _groups([tmp_path])
+  assert sorted(len(g.runs) for g in groups) == [1, 2]
+  assert sorted(S.group_labels(groups)) == ["sqil demos=sha256:aaaaaaaaaaaa",
+                                            "sqil demos=sha256:bbbbbbbbbbbb"]  # fmt: skip
+
+
 def test_algorithms_and_environments_are_never_pooled(tmp_path):
   # Identical configs but for the algorithm, or but for the environment.
   write_run(tmp_path / "impala0", algorithm="impala", seed=0)

@@ -14,7 +14,8 @@ Statistical Precipice" (NeurIPS; arXiv:2108.13264), with their library `rliable`
   run into segments that re-seed the environments, which changes the random streams as
   the seed does, not what is learned; the compilation, float rounding). The algorithm and the environment are part of every group's key, so runs of
   two algorithms or two environments are never pooled. The git revision and package
-  versions are not part of the key.
+  versions are not part of the key. An input file (SQIL's demonstrations) is compared by
+  its contents' digest, not by its path.
 * **Alignment.** Runs log at slightly different env steps. When every run of a group
   logged at the same steps, those steps are used; otherwise each run is linearly
   interpolated onto a common grid of evenly spaced steps over the range every run
@@ -166,6 +167,10 @@ def run_info(run_dir: str | os.PathLike) -> RunInfo:
   record = read_json(path)
   config = record.get("config", {})
   flat = {k: _hashable(v) for k, v in _flatten(config).items()}
+  inputs = record.get("inputs")
+  for field, digest in (inputs.items() if isinstance(inputs, dict) else ()):
+    if field in flat:  # a file (SQIL's --demos) counts by its contents, not its path
+      flat[field] = f"sha256:{str(digest)[:12]}"
   env_id = flat.get("train.env.env_id", flat.get("loop.env_id"))
   algorithm = record.get("algorithm")
   if env_id is None or algorithm is None:
