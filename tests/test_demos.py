@@ -46,6 +46,8 @@ def test_drop_keeps_only_full_pieces_sharing_one_step():
       (1, [0, 1, 2, 3]),
       (1, [3, 4, 5, 6]),
   ]
+  # A NumPy integer, as a length computed from arrays is, cuts the same pieces.
+  assert _pieces(demos_lib.cut_episodes(_episodes([9, 7]), np.int64(4), "drop")) == _pieces(traj)
 
 
 def test_last_pads_the_residual_with_the_steps_before_it():

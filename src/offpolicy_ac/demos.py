@@ -254,8 +254,9 @@ def cut_episodes(demos: dict[str, Any], length: int, mode: str = "last") -> Traj
   """
   if mode not in CUT_MODES:
     raise ValueError(f"mode must be one of {CUT_MODES}, got {mode!r}")
-  if not isinstance(length, int) or length < 2:
+  if not isinstance(length, (int, np.integer)) or isinstance(length, bool) or length < 2:
     raise ValueError(f"length must be an int >= 2, got {length!r}")
+  length = int(length)
   offsets = np.concatenate([[0], np.cumsum(demos["episode_lengths"])])
   sequences = {name: [] for name in _FIELDS}
   for e, n in enumerate(demos["episode_lengths"]):
