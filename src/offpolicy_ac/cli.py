@@ -73,7 +73,14 @@ from offpolicy_ac.agents import hyperparams
 from offpolicy_ac.training.experiment import REFUSED
 from offpolicy_ac.training.experiment import is_refusal
 
-__all__ = ["EnvPresets", "parse_args", "script_main", "exit_process"]
+__all__ = [
+    "EnvPresets",
+    "parse_args",
+    "script_main",
+    "exit_process",
+    "check_output_file",
+    "import_modules",
+]
 
 ArgsT = TypeVar("ArgsT")
 
