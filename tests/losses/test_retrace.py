@@ -1014,3 +1014,27 @@ class RetraceBadInputTest(chex.TestCase):
       _run(general_off_policy_returns, wrap, *_good_g_args(), mask=jnp.ones((3, 3), bool))
     with pytest.raises(ValueError, match="`method`"):
       _run(general_off_policy_returns, wrap, *_good_g_args(), method="loop")
+
+
+@pytest.mark.parametrize("fn", [retrace, retrace_targets], ids=["retrace", "retrace_targets"])
+def test_negative_probabilities_are_named_at_real_steps_only(fn):
+  # A negative probability made a `c_t` error, an argument neither function has.
+  kwargs = _good_q_args()
+  names = Q_ARGS if fn is retrace else _TARGET_ARGS
+  bad_pi = dict(kwargs, pi_t=kwargs["pi_t"].at[1, 0, 2].set(-0.25))
+  with pytest.raises(
+      ValueError, match=r"`pi_t` must be >= 0 \(probabilities\), got -0.25 at index \(1, 0, 2\)"
+  ):
+    fn(*(bad_pi[k] for k in names))
+  bad_mu = dict(kwargs, mu_t=kwargs["mu_t"].at[0, 1].set(-0.5))
+  with pytest.raises(
+      ValueError, match=r"`mu_t` must be >= 0 \(probabilities\), got -0.5 at index \(0, 1\)"
+  ):
+    fn(*(bad_mu[k] for k in names))
+  # Masked steps may hold anything, and so may mu_t where no trace continues (the step
+  # before a masked one, and the last step); under jit nothing is read.
+  mask = jnp.ones((3, 2), bool).at[1, 0].set(False)
+  garbage = dict(kwargs, pi_t=kwargs["pi_t"].at[1, 0].set(-1.0),
+                 mu_t=kwargs["mu_t"].at[0, 0].set(-1.0).at[1, 0].set(-1.0).at[2, 1].set(-1.0))  # fmt: skip
+  fn(*(garbage[k] for k in names), mask=mask)
+  jax.jit(fn)(*(bad_pi[k] for k in names))

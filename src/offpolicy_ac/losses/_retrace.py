@@ -146,6 +146,12 @@ def retrace_targets(
   _checks.check_action_range("a_t", a_t, q_shape[-1], "`q_t`")
   _checks.check_in_unit_interval("lambda_", lambda_, shape)
   _checks.check_non_negative("eps", eps)
+  # The probabilities are checked here, named, rather than through the `c_t` they make:
+  # pi_t at the real steps (V(x_{s+1})), mu_t where a trace continues (c_{s+1}).
+  real = _checks.check_mask(mask, shape)
+  _checks.check_entries("pi_t", pi_t, 0.0, what=" (probabilities)", where=real[..., None])
+  _checks.check_entries("mu_t", mu_t, 0.0, what=" (probabilities)",
+                        where=real & shift_to_previous(real, False))  # fmt: skip
   q_t, pi_t = jnp.asarray(q_t), jnp.asarray(pi_t)
   a_t = jnp.asarray(a_t)
   pi_a_t = select_action(pi_t, a_t)
