@@ -284,6 +284,21 @@ def test_matches_reference_runs_the_jitted_function():
     testing.assert_matches_reference(fn, lambda tr: (reference(tr), reference(tr)), EXAMPLES[0])
 
 
+@pytest.mark.parametrize("dtype", [jnp.float16, jnp.bfloat16], ids=["float16", "bfloat16"])
+def test_matches_reference_default_tolerance_fits_half_precision(dtype):
+  """A correct target on half-precision trajectories is a few epsilons off the float64
+  reference (1e-4 failed it); a target that is wrong still fails."""
+  examples = [
+      testing.random_trajectory(np.random.default_rng(seed), 12, (3,), 3, dtype=dtype)
+      for seed in range(4)
+  ]
+  testing.assert_matches_reference(lib_vtrace, ref_vtrace, examples)
+  testing.assert_matches_reference(lib_retrace, ref_retrace, examples)
+  wrong = lambda tr: lib_vtrace(tr, clip_pg_rho_threshold=0.5)  # noqa: E731
+  with pytest.raises(AssertionError, match=r"output \.pg_advantage differs"):
+    testing.assert_matches_reference(wrong, ref_vtrace, examples)
+
+
 def test_matches_reference_tolerance_is_scaled_to_the_data():
   tr = EXAMPLES[0]
   big = lambda x: 1e4 * lib_soft_q(x)  # noqa: E731

@@ -130,7 +130,14 @@ def _leaves(fn, traj, check, where):
 
 
 def _default_tolerance(dtype):
-  return 1e-10 if np.dtype(dtype) == np.float64 else 1e-4
+  """1e-10 for float64 outputs, 1e-4 for float32, 8 epsilons of a half-precision dtype
+  (float16: 0.0078, bfloat16: 0.0625): a correct target computed in half precision is a
+  few epsilons off a float64 reference, far more than 1e-4."""
+  if np.dtype(dtype) == np.float64:
+    return 1e-10
+  if jnp.issubdtype(dtype, jnp.floating):
+    return max(1e-4, 8 * float(jnp.finfo(dtype).eps))
+  return 1e-4
 
 
 def _assert_close(check, where, name, actual, expected, rtol, atol, dtype, select=None,
@@ -257,7 +264,8 @@ def assert_junction_split_invariant(
       "with_jit", "without_device" and "with_device"; by default as is and jitted
       (one compilation per segment shape).
     rtol, atol: the tolerance, `|a - b| <= atol * max(1, max|b|) + rtol * |b|`;
-      None uses 1e-4 for float32 outputs (1e-10 for float64).
+      None uses 1e-4 for float32 outputs (1e-10 for float64, 8 epsilons of float16 and
+      bfloat16: 0.0078 and 0.0625).
 
   An example without junctions is split into its batch columns only.
 
@@ -496,7 +504,7 @@ def assert_matches_reference(
       "with_jit", "without_device" and "with_device"; by default as is and jitted.
     compare_masked: also compare the masked steps.
     rtol, atol: as in `assert_junction_split_invariant` (default 1e-4 for
-      float32 outputs, 1e-10 for float64).
+      float32 outputs, 1e-10 for float64, 8 epsilons of float16 and bfloat16).
   """
   check = "assert_matches_reference"
   examples = _examples(examples)
