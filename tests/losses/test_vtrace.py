@@ -892,3 +892,20 @@ class VTraceBadInputTest(chex.TestCase):
   def test_bad_hyperparameters(self, kwargs, name):
     with pytest.raises(ValueError, match=f"`{name}`"):
       _run(self.variant, *_good_args(), **kwargs)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_none_threshold_is_shown_as_none_and_inf_truncates_nothing(self):
+    # None (no truncation in other V-trace code) was reported as "got nan".
+    with pytest.raises(ValueError, match=r"`clip_rho_threshold` must be > 0, got None\."):
+      _run(self.variant, *_good_args(), clip_rho_threshold=None)
+    with pytest.raises(ValueError, match=r"`lambda_` must lie in \[0, 1\], got None\."):
+      _run(self.variant, *_good_args(), lambda_=None)
+    inf = dict(clip_rho_threshold=np.inf, clip_c_threshold=np.inf, clip_pg_rho_threshold=np.inf)
+    big = dict(clip_rho_threshold=1e30, clip_c_threshold=1e30, clip_pg_rho_threshold=1e30)
+    args = _good_args()
+    args[3], args[4] = 0.9 * args[3], 3.0 * args[4]  # discounts, and ratios that would be clipped
+    unclipped = _run(self.variant, *args, **inf)
+    chex.assert_trees_all_close(unclipped, _run(self.variant, *args, **big))
+    assert float(unclipped.pg_advantage[0, 0]) != float(
+        _run(self.variant, *args).pg_advantage[0, 0]
+    )

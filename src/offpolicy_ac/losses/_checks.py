@@ -186,7 +186,7 @@ def check_broadcasts(name: str, x: Any, shape: tuple[int, ...]) -> None:
   """ValueError unless `x` is a scalar or an array of `shape`'s rank that broadcasts to
   it. A lower-rank array is refused even where NumPy would broadcast it: a per-step [T]
   value would meet the last axis, and silently so when that axis also has T entries."""
-  if not jnp.ndim(x):
+  if x is None or not jnp.ndim(x):  # None: refused by the value checks that follow
     return
   try:
     fits = np.broadcast_shapes(tuple(jnp.shape(x)), tuple(shape)) == tuple(shape)
@@ -196,6 +196,14 @@ def check_broadcasts(name: str, x: Any, shape: tuple[int, ...]) -> None:
     raise ValueError(f"`{name}` of shape {tuple(jnp.shape(x))} must be a scalar or have the "
                      f"inputs' rank and broadcast to their shape {tuple(shape)} (a per-step "
                      f"[T] value: `{name}[:, None]`).")  # fmt: skip
+
+
+def _shown(x: Any, v: np.ndarray) -> Any:
+  """A refused hyper-parameter as the message shows it: None as None, not as the NaN that
+  `_concrete_values` makes of it."""
+  if x is None:
+    return None
+  return v if v.ndim == 0 else v.tolist()
 
 
 def check_in_unit_interval(name: str, x: Any, shape: tuple[int, ...] | None = None) -> None:
@@ -209,7 +217,7 @@ def check_in_unit_interval(name: str, x: Any, shape: tuple[int, ...] | None = No
     check_broadcasts(name, x, shape)
   v = _concrete_values(x)
   if v is not None and (np.any(np.isnan(v)) or np.any(v < 0) or np.any(v > 1)):
-    raise ValueError(f"`{name}` must lie in [0, 1], got {v if v.ndim == 0 else v.tolist()}.")
+    raise ValueError(f"`{name}` must lie in [0, 1], got {_shown(x, v)}.")
 
 
 def check_positive(name: str, x: Any, shape: tuple[int, ...] | None = None) -> None:
@@ -219,7 +227,7 @@ def check_positive(name: str, x: Any, shape: tuple[int, ...] | None = None) -> N
     check_broadcasts(name, x, shape)
   v = _concrete_values(x)
   if v is not None and (np.any(np.isnan(v)) or np.any(v <= 0)):
-    raise ValueError(f"`{name}` must be > 0, got {v if v.ndim == 0 else v.tolist()}.")
+    raise ValueError(f"`{name}` must be > 0, got {_shown(x, v)}.")
 
 
 def check_non_negative(name: str, x: Any, shape: tuple[int, ...] | None = None) -> None:
@@ -229,7 +237,7 @@ def check_non_negative(name: str, x: Any, shape: tuple[int, ...] | None = None) 
     check_broadcasts(name, x, shape)
   v = _concrete_values(x)
   if v is not None and (np.any(np.isnan(v)) or np.any(v < 0)):
-    raise ValueError(f"`{name}` must be >= 0, got {v if v.ndim == 0 else v.tolist()}.")
+    raise ValueError(f"`{name}` must be >= 0, got {_shown(x, v)}.")
 
 
 def check_entries(name: str, x: Any, low: float, high: float = np.inf, what: str = "", *,

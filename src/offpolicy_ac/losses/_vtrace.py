@@ -75,7 +75,8 @@ def vtrace(
     clip_rho_threshold: rho_bar > 0, truncation of the value-target weights.
     clip_c_threshold: c_bar > 0, truncation of the trace coefficients.
     clip_pg_rho_threshold: rho_bar_pg > 0, truncation of the pg weights.
-      The three thresholds are scalars or arrays as `lambda_`, cast to the inputs' dtype.
+      The three thresholds are scalars or arrays as `lambda_`, cast to the inputs' dtype;
+      `float("inf")` truncates nothing (where other V-trace code takes None).
     stop_target_gradients: stop gradients through v_s and q_estimate.
     method: "auto", "scan" or "associative" (see `reverse_linear_recurrence`).
 
