@@ -255,10 +255,37 @@ def test_both_backends_share_one_interface(batch_size, to_device):
     if batch_size == 4:  # whole batches: the same steps as the host loop
       for x, y in zip(jax.tree.leaves((ctraj, cstats)), jax.tree.leaves((htraj, hstats))):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-6)
-  for rollout in (compiled, host):  # init resets: not while actions are in flight
-    with pytest.raises(RuntimeError, match="still stepping"):
-      rollout.init(params, jax.random.PRNGKey(1))
+  for rollout, state in ((compiled, cs), (host, hs)):
+    # init again receives the actions in flight (parked ones too) and resets: every
+    # environment starts over, and the state from before it is stale.
+    fresh = rollout.init(params, jax.random.PRNGKey(1))
+    with pytest.raises(ValueError, match="stale .*RolloutState"):
+      rollout.unroll(params, state)
+    for i in range(2):
+      fresh, traj, _ = rollout.unroll(params, fresh)
+      if i == 0:
+        np.testing.assert_array_equal(np.asarray(traj.step_type)[0], envs.FIRST)
     rollout.env.close()
+
+
+@pytest.mark.parametrize("backend", ["host", "compiled"])
+def test_init_again_after_parking_restarts_every_environment(backend, monkeypatch):
+  from offpolicy_ac.envs import _rollout_base
+
+  monkeypatch.setattr(_rollout_base, "MAX_LEAD_ROWS_PER_STEP", 0)  # park at once
+  env = envs.make("CartPole-v1", 5, 0, batch_size=2)
+  rollout = envs.make_rollout(env, deterministic_act, 5, backend=backend)
+  state = rollout.init(jnp.float32(1.0), jax.random.PRNGKey(0))
+  for _ in range(3):
+    state, _, _ = rollout.unroll(jnp.float32(1.0), state)
+  assert state.parked is not None  # some environments are held back, not in flight
+  assert env.num_in_flight == env.num_envs - state.parked[0].shape[0]
+  fresh = rollout.init(jnp.float32(1.0), jax.random.PRNGKey(1))
+  with pytest.raises(ValueError, match="stale .*RolloutState"):
+    rollout.unroll(jnp.float32(1.0), state)
+  _, traj, _ = rollout.unroll(jnp.float32(1.0), fresh)
+  np.testing.assert_array_equal(np.asarray(traj.step_type)[0], envs.FIRST)
+  env.close()
 
 
 def test_default_device_follows_the_jax_setting():

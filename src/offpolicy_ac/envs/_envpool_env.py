@@ -467,6 +467,21 @@ class EnvPoolEnv:
     """How many environments have an action sent and not yet received."""
     return self._num_in_flight
 
+  def mark_in_flight(self, env_id: np.ndarray, in_flight: bool) -> None:
+    """Records that environments `env_id` have (or no longer have) an action in flight,
+    for sends and receives made around this object (the compiled rollout's, through
+    `pool`), so that `num_in_flight` stays true."""
+    env_id = np.asarray(env_id, ENV_ID_DTYPE)
+    self._num_in_flight += (1 if in_flight else -1) * int(
+        (self._in_flight[env_id] != in_flight).sum()
+    )
+    self._in_flight[env_id] = in_flight
+
+  @property
+  def in_flight(self) -> np.ndarray:
+    """[num_envs] bool (a copy): which environments have an action in flight."""
+    return self._in_flight.copy()
+
   @property
   def pool(self) -> Any:
     """The underlying envpool gymnasium environment (for its XLA interface)."""

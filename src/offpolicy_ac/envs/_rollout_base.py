@@ -124,6 +124,27 @@ class ParkedActions:
     return np.concatenate(self._ids), np.concatenate(self._actions)
 
 
+def drain(env: EnvPoolEnv) -> None:
+  """Receives every action still in flight, so that `init` can reset a pool that an
+  earlier `init` and `unroll` left stepping (every environment has an action in flight
+  between unrolls). With batched stepping, idle environments are sent a valid action
+  (discarded, as the steps received here are) whenever fewer than a batch are in flight,
+  or the last `recv` would never return."""
+  spec = env.spec
+  while env.num_in_flight:
+    short = env.batch_size - env.num_in_flight
+    if short > 0:
+      idle = np.flatnonzero(~env.in_flight)[:short].astype(np.int32)
+      if spec.is_discrete:
+        action = np.zeros((short,), np.int32)
+      else:
+        low, high = (np.asarray(x, np.float32) for x in (spec.action_low, spec.action_high))
+        middle = ((low + high) / 2).reshape(spec.action_shape)
+        action = np.broadcast_to(middle, (short, *spec.action_shape))
+      env.send(action, idle)
+    env.recv_raw()
+
+
 def check_rollout_args(env: Any, act_fn: Any, unroll_length: Any) -> int:
   """Validates the arguments shared by both backends; returns T as an int."""
   if not isinstance(env, EnvPoolEnv):

@@ -116,6 +116,8 @@ class XlaBatchedRolloutState(NamedTuple):
     pending_offset: where row 0 of `pending` is stored, in [0, R).
     parked: (env_id [p], action [p, ...] as envpool takes it) of environments held back
       for being too far ahead (as in `RolloutState`); sent first by the next unroll.
+    generation: identifies the live state (a stale one is refused, as the other
+      backends' are).
   """
 
   handle: jax.Array
@@ -125,6 +127,7 @@ class XlaBatchedRolloutState(NamedTuple):
   num_pending: np.ndarray
   pending_offset: int = 0
   parked: tuple[np.ndarray, np.ndarray] | None = None
+  generation: Optional[int] = None
 
 
 class _Precompiled:
@@ -353,6 +356,7 @@ def _unbatched_rollout(
   live = {"generation": 0}
 
   def init(params: Any, key: jax.Array) -> XlaRolloutState:
+    _rollout_base.drain(env)  # a pool an earlier init and unroll left stepping
     env.async_reset()
     params, handle, key = jax.device_put((params, handle0, key), cpu)
     state, bad = init_step(params, handle, key)
@@ -491,22 +495,35 @@ def _batched_rollout(
     """Sends through envpool's Python API (the same pool the custom calls step)."""
     env.pool.send(np.array(action), np.array(env_id, np.int32))
 
+  live = {"generation": 0}
+
   def init(params: Any, key: jax.Array) -> XlaBatchedRolloutState:
+    _rollout_base.drain(env)  # a pool an earlier init and unroll left stepping
     env.async_reset()
     params, handle, key, carry = jax.device_put((params, handle0, key, initial_carry()), cpu)
     buf = empty_columns(params, (handle, key, carry), T + 1 + slack["rows"])
-    return XlaBatchedRolloutState(handle, key, carry, buf, np.zeros((n,), np.int64))
+    live["generation"] = next(_generation)
+    return XlaBatchedRolloutState(
+        handle, key, carry, buf, np.zeros((n,), np.int64), generation=live["generation"]
+    )
 
   def unroll(
       params: Any, state: XlaBatchedRolloutState
   ) -> tuple[XlaBatchedRolloutState, Trajectory, EpisodeStats]:
     if not isinstance(state, XlaBatchedRolloutState):
       raise ValueError(f"unroll expects an XlaBatchedRolloutState, got {type(state).__name__}")
+    if state.generation != live["generation"]:
+      raise ValueError(
+          "stale XlaBatchedRolloutState: each state can be unrolled once (the environments "
+          "have moved on); use the state returned by the last unroll, or init() again"
+      )
+    live["generation"] = next(_generation)
     params = place(params)
     handle, key, carry, buf = state.handle, state.key, state.env_carry, state.pending
     count, offset, bad, finished = state.num_pending, state.pending_offset, False, []
     if state.parked is not None:
       send_on_host(state.parked[1], state.parked[0])
+      env.mark_in_flight(state.parked[0], True)
     parked = ParkedActions()
     while True:
       before = count
@@ -541,7 +558,11 @@ def _batched_rollout(
       raise ValueError(bad_action_message)
     traj = unroll_rows(buf, offset)
     offset = (offset + T) % buf.step_type.shape[0]
-    new_state = XlaBatchedRolloutState(handle, key, carry, buf, count - T, offset, parked.state())
+    new_state = XlaBatchedRolloutState(
+        handle, key, carry, buf, count - T, offset, parked.state(), live["generation"]
+    )
+    if new_state.parked is not None:  # held back: not in flight (`drain` needs to know)
+      env.mark_in_flight(new_state.parked[0], False)
     return new_state, traj, EpisodeStats.concatenate(finished)
 
   return init, unroll
