@@ -49,8 +49,12 @@ def test_the_protocol_follows_the_options_envpool_gets():
 
 
 def test_non_atari_tasks_and_bad_ids_are_refused():
-  with pytest.raises(ValueError, match="Atari id"):
+  with pytest.raises(ValueError, match="^atari_protocol expects an envpool Atari id"):
     envs.atari_protocol("CartPole-v1")
+  with pytest.raises(ValueError, match=r"^spec\(atari=True\) expects an envpool Atari id"):
+    envs.spec("CartPole-v1", atari=True)
+  with pytest.raises(ValueError, match="^make_atari expects an envpool Atari id"):
+    envs.make_atari("CartPole-v1", 1, 0)
   with pytest.raises(ValueError, match="unknown task id"):
     envs.atari_protocol("Pong-v55")
   with pytest.raises(ValueError, match="unknown task id"):

@@ -158,6 +158,13 @@ def test_identity_transformer_only_changes_the_type(trajs):
         (dict(reward_clip=(0.5, 1.0)), "reward_clip"),
         (dict(reward_clip=(1.0, -1.0)), "reward_clip"),
         (dict(reward_scale=0.0), "reward_scale"),
+        (dict(observation_shape=4), r"observation_shape must be a tuple of positive ints, got 4"),
+        (dict(obs_clip="5"), "obs_clip must be a number, got '5'"),
+        (dict(reward_scale="2"), "reward_scale must be a number"),
+        (dict(reward_scale=float("inf")), "reward_scale must be > 0 and finite"),
+        (dict(obs_eps=float("nan")), "obs_eps must be >= 0 and finite"),
+        (dict(reward_clip=(-1, 0, 1)), r"reward_clip must be a pair \(low, high\)"),
+        (dict(reward_clip=(-1, "1")), "reward_clip must be a number"),
     ],
 )
 def test_make_data_transformer_validates(kwargs, match):

@@ -84,7 +84,7 @@ def atari_protocol(task_id: str, **envpool_kwargs: Any) -> AtariProtocol:
     ValueError: not an Atari task, or options envpool refuses.
   """
   envpool = _envpool_env.check_task_id(task_id)
-  kwargs = _envpool_env.atari_kwargs(envpool, task_id, True, envpool_kwargs)
+  kwargs = _envpool_env.atari_kwargs(envpool, task_id, True, envpool_kwargs, "atari_protocol")
   pool_spec = _envpool_env.pool_spec_of(envpool, task_id, 1, kwargs)
   config = pool_spec.config
   return AtariProtocol(

@@ -719,10 +719,12 @@ def make(task_id: str, num_envs: int, seed: int, **envpool_kwargs: Any) -> EnvPo
   return EnvPoolEnv(pool, spec_, atari=_is_atari(envpool, task_id))
 
 
-def atari_kwargs(envpool: Any, task_id: str, train: bool, envpool_kwargs: dict[str, Any]):
-  """The Atari preset's envpool options with `envpool_kwargs` on top (checks the id)."""
+def atari_kwargs(envpool: Any, task_id: str, train: bool, envpool_kwargs: dict[str, Any],
+                 caller: str = "make_atari"):  # fmt: skip
+  """The Atari preset's envpool options with `envpool_kwargs` on top (checks the id;
+  `caller` names the function a refusal is about)."""
   if not _is_atari(envpool, task_id):
-    raise ValueError(f"make_atari expects an envpool Atari id such as 'Pong-v5', got {task_id!r}")
+    raise ValueError(f"{caller} expects an envpool Atari id such as 'Pong-v5', got {task_id!r}")
   return {**(ATARI_TRAIN_KWARGS if train else ATARI_EVAL_KWARGS), **envpool_kwargs}
 
 
@@ -769,7 +771,7 @@ def spec(task_id: str, *, atari: bool = False, num_envs: int = 1, **envpool_kwar
   if "seed" in envpool_kwargs:
     raise ValueError("spec() takes no seed: the spec does not depend on it")
   if atari:
-    envpool_kwargs = atari_kwargs(envpool, task_id, True, envpool_kwargs)
+    envpool_kwargs = atari_kwargs(envpool, task_id, True, envpool_kwargs, "spec(atari=True)")
   pool_spec = pool_spec_of(envpool, task_id, num_envs, envpool_kwargs)
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", UserWarning)  # gymnasium's float64 Box casting notes

@@ -33,6 +33,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from offpolicy_ac.envs._trajectory import Trajectory
 from offpolicy_ac.envs._trajectory import TransformedTrajectory
@@ -202,6 +203,15 @@ def _apply(
   return TransformedTrajectory(*traj._replace(observation=observation, reward=reward))
 
 
+def _number(name: str, x: Any) -> float:
+  """`x` as a float; ValueError naming `name` unless it is a real number (a Python, NumPy
+  or JAX scalar; not a bool)."""
+  value = np.asarray(x) if isinstance(x, (int, float, np.generic, jax.Array)) else None
+  if value is None or value.ndim or value.dtype.kind not in "iuf":
+    raise ValueError(f"{name} must be a number, got {x!r}")
+  return float(value)
+
+
 def make_data_transformer(
     observation_shape: tuple[int, ...],
     *,
@@ -224,24 +234,28 @@ def make_data_transformer(
   Raises:
     ValueError: bad arguments.
   """
-  shape = tuple(observation_shape)
-  if not all(isinstance(d, int) and d > 0 for d in shape):
+  if not isinstance(observation_shape, (tuple, list)) or not all(
+      isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in observation_shape
+  ):
     raise ValueError(
         f"observation_shape must be a tuple of positive ints, got {observation_shape!r}"
     )
-  if obs_clip is not None and not obs_clip > 0:
+  shape = tuple(observation_shape)
+  if obs_clip is not None and not _number("obs_clip", obs_clip) > 0:
     raise ValueError(f"obs_clip must be > 0 or None, got {obs_clip}")
-  if not obs_eps >= 0:
-    raise ValueError(f"obs_eps must be >= 0, got {obs_eps}")
+  if not 0 <= _number("obs_eps", obs_eps) < float("inf"):
+    raise ValueError(f"obs_eps must be >= 0 and finite, got {obs_eps}")
   if reward_clip is not None:
-    low, high = reward_clip
+    if not isinstance(reward_clip, (tuple, list)) or len(reward_clip) != 2:
+      raise ValueError(f"reward_clip must be a pair (low, high), got {reward_clip!r}")
+    low, high = (_number("reward_clip", x) for x in reward_clip)
     if not low <= 0.0 <= high or not low < high:
       raise ValueError(
           "reward_clip must be (low, high) with low <= 0 <= high, low < high; " f"got {reward_clip}"
       )
-    reward_clip = (float(low), float(high))
-  if not reward_scale > 0:
-    raise ValueError(f"reward_scale must be > 0, got {reward_scale}")
+    reward_clip = (low, high)
+  if not 0 < _number("reward_scale", reward_scale) < float("inf"):
+    raise ValueError(f"reward_scale must be > 0 and finite, got {reward_scale}")
 
   def init() -> TransformerState:
     return TransformerState(running_stats_init(shape) if normalize_observations else None)
