@@ -254,6 +254,17 @@ def test_updates_refuse_actions_of_the_other_kind_and_missing_extras(
       agent.update(state, traj._replace(observation=wider))
     with pytest.raises(ValueError, match=r"traj.action \[T\+1, B, \*\("):
       agent.update(state, traj._replace(action=traj.action[..., None]))
+    # Actions or extras of another time or batch length than the step types: named, not a
+    # failed reshape (continuous ACER and SQL) or an error about a loss's argument.
+    lead = r"with the step types' \[T\+1, B\] = \[7, 3\] leading axes"
+    with pytest.raises(ValueError, match=r"traj.action " + lead):
+      agent.update(state, traj._replace(action=traj.action[:-1]))
+    with pytest.raises(ValueError, match=r"traj.observation " + lead):
+      agent.update(state, traj._replace(observation=traj.observation[:, :-1]))
+    for key in traj.extras:
+      extras = {**traj.extras, key: traj.extras[key][:, :-1]}
+      with pytest.raises(ValueError, match=rf"traj.extras\['{key}'\] " + lead):
+        agent.update(state, traj._replace(extras=extras))
 
 
 def test_impala_continuous_actions_keep_the_action_shape(pendulum_spec):

@@ -265,7 +265,9 @@ def check_trajectory(traj: Any, spec: Any, agent: str) -> None:
   """Refuses a trajectory [T+1, B, ...] whose observations or actions are not of the
   task's shapes (a parameter shape error deep in Flax, or a failed reshape, otherwise), or
   whose actions are not of its kind (`envs.check_traced_actions`: a float given to a
-  discrete agent would be truncated to an index)."""
+  discrete agent would be truncated to an index), or whose observations, actions or
+  behaviour extras do not share the step types' [T+1, B] (a failed reshape, or an error
+  naming a loss's argument, otherwise)."""
   for name, x, shape in (
       ("observation", traj.observation, spec.observation_shape),
       ("action", traj.action, spec.action_shape),
@@ -274,6 +276,18 @@ def check_trajectory(traj: Any, spec: Any, agent: str) -> None:
       raise ValueError(
           f"{agent}'s update takes traj.{name} [T+1, B, *{tuple(shape)}] ({spec.task_id}'s "
           f"{name}s), got shape {tuple(np.shape(x))}"
+      )
+  lead = tuple(np.shape(traj.step_type))
+  extras = traj.extras if isinstance(traj.extras, dict) else {}
+  for name, x in (
+      ("observation", traj.observation),
+      ("action", traj.action),
+      *((f"extras[{k!r}]", v) for k, v in extras.items()),
+  ):
+    if tuple(np.shape(x)[:2]) != lead:
+      raise ValueError(
+          f"{agent}'s update takes traj.{name} with the step types' [T+1, B] = {list(lead)} "
+          f"leading axes, got shape {tuple(np.shape(x))}"
       )
   step = jax.ShapeDtypeStruct(np.shape(traj.action)[1:], jnp.result_type(traj.action))
   envs.check_traced_actions(spec, step, step.shape[0])
