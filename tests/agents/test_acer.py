@@ -264,6 +264,7 @@ def test_tight_trust_region_changes_the_step(cartpole_spec, loose_agents):
         ("avg_decay", -0.1, "avg_decay"),
         ("value_weight", -1.0, "value_weight"),
         ("entropy_weight", -1.0, "entropy_weight"),
+        ("replay_ratio", 0, "replay_ratio must be an int >= 1"),
         ("replay_ratio", -1, "replay_ratio"),
         ("replay_ratio", 1.5, "replay_ratio"),
         ("sdn_samples", 0, "sdn_samples"),

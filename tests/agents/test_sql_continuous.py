@@ -387,6 +387,7 @@ def test_agents_refuse_the_other_action_space(pendulum_spec, cartpole_spec):
         (dict(num_particles=1), "num_particles must be an int >= 2"),
         (dict(num_particles=16, svgd_update_ratio=0.05), "svgd_update_ratio"),
         (dict(num_particles=2, svgd_update_ratio=1.0), "svgd_update_ratio"),
+        (dict(svgd_update_ratio=float("nan")), "svgd_update_ratio must lie in"),
         (dict(num_value_samples=0), "num_value_samples"),
         (dict(num_value_samples=4.0), "num_value_samples"),
         (dict(value_proposal_std=-0.1), "value_proposal_std must be >= 0"),

@@ -92,7 +92,10 @@ class AcerConfig:
   entropy_weight: float = 0.01
   """Weight of the entropy bonus."""
   replay_ratio: int = 4
-  """Replayed updates after each on-policy update (at least 1)."""
+  """Replayed updates after each on-policy update (at least 1). The agent's update does not
+  read it: `experiments/acer.py` (`presets.acer.Args.resolved_train`) sets the loop's
+  `num_updates_per_train_iter` to it, while `training.train`, `run_experiment` and
+  `make_train` called directly make `TrainConfig`'s `num_updates_per_train_iter`."""
   sdn_samples: int = 5
   """Continuous: n, actions u_i ~ pi sampled for the stochastic dueling network."""
   sdn_hidden_size: int = 64
@@ -126,7 +129,7 @@ class AcerConfig:
     base.check_non_negative("entropy_weight", self.entropy_weight)
     for name in ("learning_rate", "value_weight", "entropy_weight", "init_log_std"):
       base.check_finite(name, getattr(self, name))
-    for name, low in (("replay_ratio", 0), ("sdn_samples", 1), ("sdn_hidden_size", 1)):
+    for name, low in (("replay_ratio", 1), ("sdn_samples", 1), ("sdn_hidden_size", 1)):
       base.check_int(name, getattr(self, name), low)
     base.check_hidden_sizes(self.hidden_sizes)
 

@@ -118,6 +118,7 @@ class SqlConfig:
           f"learning_rate_decay_begin ({self.learning_rate_decay_begin}) is the update at "
           "which the step size starts to fall: it needs learning_rate_decay_updates > 0"
       )
+    base.check_in("svgd_update_ratio", self.svgd_update_ratio, 0.0, 1.0)
     moved = self.num_updated_particles
     if not 1 <= moved < self.num_particles:
       raise ValueError(
