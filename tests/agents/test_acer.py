@@ -7,6 +7,7 @@ The full-budget targets (CartPole-v1 >= 475 within 500k steps, Pendulum-v1
 """
 
 import dataclasses
+import functools
 import json
 
 from agent_data import agent_trajectory
@@ -25,6 +26,7 @@ from offpolicy_ac.agents import make_acer_discrete
 from offpolicy_ac.envs import MID
 from offpolicy_ac.envs import Trajectory
 from offpolicy_ac.training import read_metrics
+from offpolicy_ac.training import run_experiment
 
 
 @pytest.fixture(scope="module")
@@ -345,6 +347,15 @@ def test_script_derives_the_loop_updates_from_the_replay_ratio():
     )
   with pytest.raises(ValueError, match="replay-ratio"):
     module.Args(agent=AcerConfig(replay_ratio=0))
+
+
+def test_run_experiment_refuses_a_loop_whose_updates_are_not_the_replay_ratio(tmp_path):
+  """The script's Args, not resolved (train's num_updates_per_train_iter 1, replay_ratio 4),
+  given to run_experiment: refused before the run directory is made."""
+  args = dataclasses.replace(_script().Args(), run_dir=str(tmp_path / "run"))
+  with pytest.raises(ValueError, match=r"replay_ratio \(4\) .* num_updates_per_train_iter is 1"):
+    run_experiment("acer", args, functools.partial(make_acer, config=args.agent), progress=False)
+  assert not (tmp_path / "run").exists()
 
 
 def test_script_run_records_the_replay_ratio(tmp_path):

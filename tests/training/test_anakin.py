@@ -213,12 +213,18 @@ def test_unsupported_settings_are_refused_before_compiling():
     make_train(make_sql, SqlConfig(), _config(env_batch_size=2))
   with pytest.raises(ValueError, match="needs a discrete action space"):
     make_train(make_sql_discrete, SqlConfig(), _config(env_id="gymnax:Pendulum-v1"))
+  # ACER's replay ratio is the loop's replayed updates per iteration: not two values.
+  with pytest.raises(ValueError, match=r"acer's replay_ratio \(4\) is its replayed updates per "
+                     r"iteration, and num_updates_per_train_iter is 1: make them equal"):  # fmt: skip
+    make_train(make_acer, AcerConfig(), _config(min_replay_size=8, mini_batch_size=8,
+                                                mini_batch_length=4))  # fmt: skip
   with pytest.raises(ValueError, match="one vmapped learner, which cannot use actor threads"):
     TrainConfig.of(env_id="CartPole-v1", sweep=("learning_rate=0.1",), actors="async",
                    num_actors=2).validate()  # fmt: skip
 
 
-@pytest.mark.parametrize("make, config", [(make_impala, ImpalaConfig()), (make_acer, AcerConfig())],
+@pytest.mark.parametrize("make, config", [(make_impala, ImpalaConfig()),
+                                          (make_acer, AcerConfig(replay_ratio=1))],
                          ids=["impala", "acer"])  # fmt: skip
 def test_continuous_agents_compile_on_a_continuous_jax_environment(make, config):
   """IMPALA's Gaussian policy and ACER's stochastic dueling network in one program, on

@@ -91,6 +91,8 @@ def _run_case(case, agent_name, overrides, device_counts, out_dir):
   agent = {"impala": agents.make_impala, "sql": agents.make_sql, "acer": agents.make_acer}[
       agent_name
   ](env.spec)
+  if agent_name == "acer":  # its replayed updates per iteration: the loop's
+    agent = agents.make_acer(env.spec, agents.AcerConfig(replay_ratio=2))
   probe = Learner(agent, config, DataParallel.create(1), num_seeds=1)
   acting0 = probe.acting(probe.init([1]))[0]
   rollout = envs.make_rollout(env, probe.act, config.env.unroll_length, to_device=False)

@@ -92,10 +92,10 @@ class AcerConfig:
   entropy_weight: float = 0.01
   """Weight of the entropy bonus."""
   replay_ratio: int = 4
-  """Replayed updates after each on-policy update (at least 1). The agent's update does not
-  read it: `experiments/acer.py` (`presets.acer.Args.resolved_train`) sets the loop's
-  `num_updates_per_train_iter` to it, while `training.train`, `run_experiment` and
-  `make_train` called directly make `TrainConfig`'s `num_updates_per_train_iter`."""
+  """Replayed updates after each on-policy update (at least 1). The update reads one batch:
+  the loop makes these updates, as its `num_updates_per_train_iter`, which must equal it
+  (`experiments/acer.py` sets it from `--replay-ratio`, `presets.acer.Args.resolved_train`;
+  `training.train`, `run_experiment` and `make_train` refuse another)."""
   sdn_samples: int = 5
   """Continuous: n, actions u_i ~ pi sampled for the stochastic dueling network."""
   sdn_hidden_size: int = 64

@@ -131,7 +131,8 @@ def make_replay(config: TrainConfig) -> replay_lib.SequenceReplay:
 def check_learns(agent: Agent, config: TrainConfig) -> None:
   """Refuses replay settings given to an agent that learns on-policy (it has no replay:
   they would be ignored), n-step targets longer than the sampled windows (each window's
-  targets stop at its end: an n_step above `mini_batch_length` acts as a shorter one), and
+  targets stop at its end: an n_step above `mini_batch_length` acts as a shorter one), a
+  replay ratio (ACER's) other than the loop's `num_updates_per_train_iter`, and
   a run that would make no update: an off-policy agent that learns only from its replay,
   with a budget that ends before the replay holds `min_replay_size` sequences."""
   if not agent.off_policy:
@@ -146,6 +147,19 @@ def check_learns(agent: Agent, config: TrainConfig) -> None:
           "replay (IMPALA replays with --use-replay)"
       )
     return
+  # ACER's replay ratio is the loop's replayed updates per iteration (the update reads one
+  # batch): two values for one setting would leave one of them silently unused.
+  ratio, updates = (
+      getattr(agent.config, "replay_ratio", None),
+      config.replay.num_updates_per_train_iter,
+  )
+  if ratio is not None and ratio != updates:
+    raise ValueError(
+        f"{agent.name}'s replay_ratio ({ratio}) is its replayed updates per iteration, and "
+        f"num_updates_per_train_iter is {updates}: make them equal "
+        f"(TrainConfig.of(num_updates_per_train_iter={ratio}); experiments/acer.py sets it "
+        "from --replay-ratio)"
+    )
   # SQL's n-step targets (lambda_ 0; its lambda_ is static: IMPALA's may be swept, an array)
   n_step, window = getattr(agent.config, "n_step", None), config.replay.mini_batch_length
   if n_step is not None and agent.config.lambda_ == 0 and n_step > window:
