@@ -16,6 +16,7 @@ from offpolicy_ac.agents import ImpalaConfig
 from offpolicy_ac.agents import SqlConfig
 from offpolicy_ac.agents import make_acer
 from offpolicy_ac.agents import make_impala
+from offpolicy_ac.agents import make_sqil
 from offpolicy_ac.agents import make_sql
 from offpolicy_ac.agents import make_sql_discrete
 from offpolicy_ac.cli import parse_args
@@ -218,6 +219,8 @@ def test_unsupported_settings_are_refused_before_compiling():
                      r"iteration, and num_updates_per_train_iter is 1: make them equal"):  # fmt: skip
     make_train(make_acer, AcerConfig(), _config(min_replay_size=8, mini_batch_size=8,
                                                 mini_batch_length=4))  # fmt: skip
+  with pytest.raises(ValueError, match="sqil learns from demonstrations .* give batch_fn="):
+    make_train(make_sqil, SqlConfig(), _config(min_replay_size=8))  # plain SQL, named sqil
   with pytest.raises(ValueError, match="one vmapped learner, which cannot use actor threads"):
     TrainConfig.of(env_id="CartPole-v1", sweep=("learning_rate=0.1",), actors="async",
                    num_actors=2).validate()  # fmt: skip

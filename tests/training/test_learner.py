@@ -97,6 +97,8 @@ def test_sqil_demonstrations_pass_the_transformer_with_the_agent_data():
   assert float(metrics["reward_sum"][0]) == SCALE * window * 5
   # Demonstration observations are normalised with the agent data's statistics: not 0.
   assert float(metrics["obs_abs_sum"][0]) > 0.0
+  with pytest.raises(ValueError, match="sqil learns from demonstrations"):
+    _learner(agents.make_sqil(SPEC))  # no batch_fn: SQL on the environment's rewards
 
 
 @pytest.mark.parametrize("num_seeds", [1, 2])

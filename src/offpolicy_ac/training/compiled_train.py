@@ -215,7 +215,7 @@ def make_train(
     env = envs.make_functional(config.env.env_id, max_episode_steps=config.env.max_episode_steps)
   spec = env.batch_spec(config.env.num_envs)
   agent = make_agent(spec, agent_config)  # validates the config against the task
-  check_learns(agent, config)
+  check_learns(agent, config, batch_fn)
   defaults = hyperparams_lib.hyperparams_of(agent_config)
   transformer = make_transformer(spec, config)
   replay = make_replay(config) if agent.off_policy else None

@@ -128,13 +128,21 @@ def make_replay(config: TrainConfig) -> replay_lib.SequenceReplay:
   )
 
 
-def check_learns(agent: Agent, config: TrainConfig) -> None:
-  """Refuses replay settings given to an agent that learns on-policy (it has no replay:
-  they would be ignored), n-step targets longer than the sampled windows (each window's
-  targets stop at its end: an n_step above `mini_batch_length` acts as a shorter one), a
-  replay ratio (ACER's) other than the loop's `num_updates_per_train_iter`, and
-  a run that would make no update: an off-policy agent that learns only from its replay,
-  with a budget that ends before the replay holds `min_replay_size` sequences."""
+def check_learns(agent: Agent, config: TrainConfig, batch_fn: Optional[Callable] = None) -> None:
+  """Refuses SQIL without the demonstrations its `batch_fn` mixes into each batch (plain
+  SQL under SQIL's name, otherwise), replay settings given to an agent that learns
+  on-policy (it has no replay: they would be ignored), n-step targets longer than the
+  sampled windows (each window's targets stop at its end: an n_step above
+  `mini_batch_length` acts as a shorter one), a replay ratio (ACER's) other than the loop's
+  `num_updates_per_train_iter`, and a run that would make no update: an off-policy agent
+  that learns only from its replay, with a budget that ends before the replay holds
+  `min_replay_size` sequences."""
+  if agent.name == "sqil" and batch_fn is None:
+    raise ValueError(
+        "sqil learns from demonstrations mixed into its replayed batches: give "
+        "batch_fn=agents.make_sqil_batch_fn(demos.cut_episodes(...), ...) (experiments/sqil.py "
+        "--demos FILE does)"
+    )
   if not agent.off_policy:
     given = [
         f.name
@@ -380,7 +388,7 @@ class Learner:
     self.hyperparams = None if hyperparams is None else jax.device_put(dict(hyperparams))
     self._agent_at = agent_at
     self.transformer = make_transformer(agent.spec, config)
-    check_learns(agent, config)
+    check_learns(agent, config, batch_fn)
     self.replay = make_replay(config) if agent.off_policy else None
     self.act, greedy = make_policies(agent, self.transformer, agent_at)
     self.greedy = jax.jit(greedy)
