@@ -12,10 +12,11 @@ Statistical Precipice" (NeurIPS; arXiv:2108.13264), with their library `rliable`
   run is written, how often it logs and checkpoints, how its program is compiled, and
   whether it resumed. None of them changes the algorithm (the checkpoint cadence cuts the
   run into segments that re-seed the environments, which changes the random streams as
-  the seed does, not what is learned; the compilation, float rounding). The algorithm and the environment are part of every group's key, so runs of
-  two algorithms or two environments are never pooled. The git revision and package
-  versions are not part of the key. An input file (SQIL's demonstrations) is compared by
-  its contents' digest, not by its path.
+  the seed does, not what is learned; the compilation changes float rounding). The
+  algorithm and the environment are part of every group's key, so runs of two algorithms
+  or two environments are never pooled. The git revision and package versions are not
+  part of the key. An input file (SQIL's demonstrations) is compared by its contents'
+  digest, not by its path.
 * **Alignment.** Runs log at slightly different env steps. When every run of a group
   logged at the same steps, those steps are used; otherwise each run is linearly
   interpolated onto a common grid of evenly spaced steps over the range every run
