@@ -180,6 +180,9 @@ def test_bad_rollout_use_raises():
     envs.make_rollout("CartPole-v1", random_act, 3)
   with pytest.raises(ValueError, match="callable"):
     envs.make_rollout(env, None, 3)
+  for backend in ("host", "compiled"):  # a seed given where the key goes: refused at init
+    with pytest.raises(ValueError, match=r"key must be a PRNG key .*, got 0"):
+      envs.make_rollout(env, random_act, 3, backend=backend).init(None, 0)
   rollout = envs.make_rollout(env, random_act, 3)
   state = rollout.init(None, jax.random.PRNGKey(0))
   new_state, _, _ = rollout.unroll(jnp.float32(0), state)

@@ -187,6 +187,7 @@ def host_rollout(env: EnvPoolEnv, act_fn: ActFn, unroll_length: int) -> tuple[
 
   def init(params: Any, key: jax.Array) -> RolloutState:
     del params  # the first action is taken by the first unroll
+    _rollout_base.check_key(key)
     _rollout_base.drain(env)  # a pool an earlier init and unroll left stepping
     env.async_reset()
     live["generation"] = next(_generation)

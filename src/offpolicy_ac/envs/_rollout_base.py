@@ -154,6 +154,17 @@ def check_rollout_args(env: Any, act_fn: Any, unroll_length: Any) -> int:
   return check_int("unroll_length", unroll_length)
 
 
+def check_key(key: Any) -> None:
+  """Refuses (ValueError) a `key` that is not a PRNG key, when a rollout's `init` takes it
+  (JAX would refuse it at the first unroll)."""
+  try:
+    jax.eval_shape(jax.random.split, key)
+  except (TypeError, ValueError) as e:
+    raise ValueError(
+        f"key must be a PRNG key (jax.random.key(seed) or jax.random.PRNGKey(seed)), got {key!r}"
+    ) from e
+
+
 def call_policy(act_fn: Callable, params: Any, obs: Any, key: Any, batch: int) -> tuple[Any, Any]:
   """`act_fn(params, obs, key)`, refusing (ValueError) outputs that are not an
   `(action, extras)` pair, or extras leaves without a leading batch axis of `batch`."""

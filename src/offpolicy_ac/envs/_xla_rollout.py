@@ -356,6 +356,7 @@ def _unbatched_rollout(
   live = {"generation": 0}
 
   def init(params: Any, key: jax.Array) -> XlaRolloutState:
+    _rollout_base.check_key(key)
     _rollout_base.drain(env)  # a pool an earlier init and unroll left stepping
     env.async_reset()
     params, handle, key = jax.device_put((params, handle0, key), cpu)
@@ -498,6 +499,7 @@ def _batched_rollout(
   live = {"generation": 0}
 
   def init(params: Any, key: jax.Array) -> XlaBatchedRolloutState:
+    _rollout_base.check_key(key)
     _rollout_base.drain(env)  # a pool an earlier init and unroll left stepping
     env.async_reset()
     params, handle, key, carry = jax.device_put((params, handle0, key, initial_carry()), cpu)
