@@ -400,24 +400,11 @@ def _ring_take(x: jax.Array, offset: jax.Array, count: int) -> jax.Array:
   return jnp.take(x, offset + jnp.arange(count), axis=0, mode="wrap")
 
 
-def _batched_rollout(
-    env: EnvPoolEnv,
-    T: int,
-    one_step: Callable,
-    xla_send: Callable,
-    initial_carry: Callable[[], _EnvCarry],
-    handle0: np.ndarray,
-    bad_action_message: str,
-    cpu: jax.Device,
-) -> tuple[_Init, _Unroll]:
-  """`compiled_rollout` with batched stepping (see the module docstring)."""
-  n, b = env.spec.num_envs, env.spec.batch_size
-  place = _PlacedParams(cpu)
-  # Rows of the column buffers beyond T+1: room for environments that get ahead. When one
-  # would overflow, the compiled loop stops, the host doubles the room and goes on.
-  slack = {"rows": int(_BATCHED_EXTRA_ROWS_PER_STEP * T)}
-  # Environments more than max_lead rows beyond T+1 are parked, as in the host loop.
-  max_lead = int(_rollout_base.MAX_LEAD_ROWS_PER_STEP * T)
+def _batched_collect(one_step: Callable, xla_send: Callable, T: int, n: int, b: int,
+                     max_lead: int) -> _Precompiled:  # fmt: skip
+  """The batched rollout's compiled loop (`collect` below), for `n` environments stepped
+  `b` at a time: rows [0, T] of every column, parking environments more than `max_lead`
+  rows ahead."""
 
   @functools.partial(jax.jit, donate_argnums=(4,))
   def collect(params, handle, key, carry, buf, offset, count, in_flight):
@@ -468,7 +455,29 @@ def _batched_rollout(
     )
     return handle, key, carry, buf, count, stats, bad, held, unsent
 
-  collect = _Precompiled(collect)
+  return _Precompiled(collect)
+
+
+def _batched_rollout(
+    env: EnvPoolEnv,
+    T: int,
+    one_step: Callable,
+    xla_send: Callable,
+    initial_carry: Callable[[], _EnvCarry],
+    handle0: np.ndarray,
+    bad_action_message: str,
+    cpu: jax.Device,
+) -> tuple[_Init, _Unroll]:
+  """`compiled_rollout` with batched stepping (see the module docstring)."""
+  n, b = env.spec.num_envs, env.spec.batch_size
+  place = _PlacedParams(cpu)
+  # Rows of the column buffers beyond T+1: room for environments that get ahead. When one
+  # would overflow, the compiled loop stops, the host doubles the room and goes on.
+  slack = {"rows": int(_BATCHED_EXTRA_ROWS_PER_STEP * T)}
+  # Environments more than max_lead rows beyond T+1 are parked, as in the host loop.
+  max_lead = int(_rollout_base.MAX_LEAD_ROWS_PER_STEP * T)
+
+  collect = _batched_collect(one_step, xla_send, T, n, b, max_lead)
 
   @functools.partial(jax.jit, static_argnums=(2,))
   def empty_columns(params, state_parts, rows):
