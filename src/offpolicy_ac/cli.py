@@ -572,8 +572,9 @@ def import_modules(flag: str, modules: Sequence[str]) -> None:
   """Imports `modules`, each a module's dotted name (found from the current directory
   too) or a .py file's path: the modules that register a run's custom agent
   (`agents.register_agent`) or torso (`networks.register_torso`), for scripts that load
-  runs. One that cannot be found is refused (ValueError naming `flag`); an error inside
-  a module keeps its traceback."""
+  runs. One that cannot be found, or a file named as a module already imported (`string.py`
+  would replace the standard library's `string` for every later import), is refused
+  (ValueError naming `flag`); an error inside a module keeps its traceback."""
   if os.getcwd() not in sys.path:
     sys.path.append(os.getcwd())
   for name in modules:
@@ -582,6 +583,10 @@ def import_modules(flag: str, modules: Sequence[str]) -> None:
       spec = importlib.util.spec_from_file_location(path.stem, path)
       if not path.is_file() or spec is None or spec.loader is None:
         raise ValueError(f"{flag} {name}: no such file")
+      taken = getattr(sys.modules.get(path.stem), "__file__", None)
+      if path.stem in sys.modules and (taken is None or not path.samefile(taken)):
+        raise ValueError(f"{flag} {name}: a module named {path.stem!r} is already imported "
+                         f"({taken or 'built in'}), which it would replace; rename the file")  # fmt: skip
       module = importlib.util.module_from_spec(spec)
       sys.modules[path.stem] = module
       spec.loader.exec_module(module)

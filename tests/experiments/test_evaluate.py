@@ -181,3 +181,19 @@ def test_import_modules_refuses_a_module_it_cannot_find(tmp_path, monkeypatch):
   (tmp_path / "needs_missing.py").write_text("import nope_dependency\n")
   with pytest.raises(ModuleNotFoundError, match="nope_dependency"):  # the module's own error
     import_modules("--import-modules", ["needs_missing"])
+
+
+def test_import_modules_refuses_a_file_named_as_a_module_already_imported(tmp_path):
+  """A file is imported under its name: `string.py` would replace the standard library's
+  `string` in sys.modules, for every later import of it."""
+  import string  # pylint: disable=import-outside-toplevel
+
+  (tmp_path / "string.py").write_text("ANSWER = 42\n")
+  with pytest.raises(ValueError, match=r"string\.py: a module named 'string' is already "
+                     r"imported .*rename the file"):  # fmt: skip
+    import_modules("--import-modules", [str(tmp_path / "string.py")])
+  assert sys.modules["string"] is string
+  (tmp_path / "plugin_again.py").write_text("ANSWER = 42\n")
+  for _ in range(2):  # the same file again is the module it imported
+    import_modules("--import-modules", [str(tmp_path / "plugin_again.py")])
+  assert sys.modules.pop("plugin_again").ANSWER == 42
