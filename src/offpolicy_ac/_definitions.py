@@ -4,6 +4,7 @@ in place of the old one, and refuse another under a taken name."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 
@@ -11,9 +12,15 @@ def redefines(new: Any, old: Any) -> bool:
   """Whether `new` is `old`, or a function or class defined again where `old` was: the
   same module and qualified name. Lambdas and functions defined inside functions share
   their names, so they match only when their code is the same too (and they close over
-  nothing)."""
+  nothing). Partials match when their functions do and their arguments are equal."""
   if new is old:
     return True
+  if isinstance(new, functools.partial) and isinstance(old, functools.partial):
+    try:  # (arguments whose == is not a bool, arrays: not the same)
+      same = bool(new.args == old.args and new.keywords == old.keywords)
+    except (TypeError, ValueError):
+      same = False
+    return same and redefines(new.func, old.func)
   where = [(getattr(x, "__module__", None), getattr(x, "__qualname__", None)) for x in (new, old)]
   if where[0] != where[1] or not all(where[0]):
     return False

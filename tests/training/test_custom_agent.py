@@ -466,6 +466,20 @@ def test_a_torso_name_is_refused_to_another_make_and_taken_by_a_redefined_one():
       exec(cell.replace("4", "5"), scope)  # pylint: disable=exec-used
   finally:
     torsos._REGISTERED.pop("cell-lambda", None)  # pylint: disable=protected-access
+  # A partial, the cell run again: the same function and arguments; other arguments are
+  # another make.
+  cell = ("def make_wide(observation_shape, hidden_sizes, width):\n"
+          "  return nn.Dense(width)\n"
+          "networks.register_torso('cell-partial', functools.partial(make_wide, width=8))\n")  # fmt: skip
+  scope["functools"] = functools
+  try:
+    exec(cell, scope)  # pylint: disable=exec-used
+    exec(cell, scope)  # pylint: disable=exec-used
+    assert torsos._REGISTERED["cell-partial"].func is scope["make_wide"]  # pylint: disable=protected-access
+    with pytest.raises(ValueError, match="'cell-partial' is registered with another make"):
+      exec(cell.replace("width=8", "width=16"), scope)  # pylint: disable=exec-used
+  finally:
+    torsos._REGISTERED.pop("cell-partial", None)  # pylint: disable=protected-access
 
 
 def test_register_torso_refuses_what_would_not_make_a_torso():
