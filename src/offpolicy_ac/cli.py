@@ -570,7 +570,7 @@ def check_output_file(flag: str, path: str | os.PathLike) -> pathlib.Path:
 
 def import_modules(flag: str, modules: Sequence[str]) -> None:
   """Imports `modules`, each a module's dotted name (found from the current directory
-  too) or a .py file's path: the modules that register a run's custom agent
+  too) or a .py file's path (its directory's modules found too): the modules that register a run's custom agent
   (`agents.register_agent`) or torso (`networks.register_torso`), for scripts that load
   runs. One that cannot be found, or a file named as a module already imported (`string.py`
   would replace the standard library's `string` for every later import), is refused
@@ -587,6 +587,8 @@ def import_modules(flag: str, modules: Sequence[str]) -> None:
       if path.stem in sys.modules and (taken is None or not path.samefile(taken)):
         raise ValueError(f"{flag} {name}: a module named {path.stem!r} is already imported "
                          f"({taken or 'built in'}), which it would replace; rename the file")  # fmt: skip
+      if str(path.resolve().parent) not in sys.path:  # its own imports, as `python FILE`
+        sys.path.append(str(path.resolve().parent))
       module = importlib.util.module_from_spec(spec)
       sys.modules[path.stem] = module
       spec.loader.exec_module(module)

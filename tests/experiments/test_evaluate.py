@@ -178,6 +178,15 @@ def test_import_modules_refuses_a_module_it_cannot_find(tmp_path, monkeypatch):
     import_modules("--import-modules", ["nope_plugin"])
   with pytest.raises(ValueError, match=r"--import-modules missing\.py: no such file"):
     import_modules("--import-modules", ["missing.py"])
+  (tmp_path / "lib").mkdir()  # a file's own imports are found beside it
+  (tmp_path / "lib" / "plugin_helper.py").write_text("VALUE = 3\n")
+  (tmp_path / "lib" / "plugin_main.py").write_text("import plugin_helper\n")
+  try:
+    import_modules("--import-modules", [str(tmp_path / "lib" / "plugin_main.py")])
+    assert sys.modules["plugin_main"].plugin_helper.VALUE == 3
+  finally:
+    sys.modules.pop("plugin_main", None)
+    sys.modules.pop("plugin_helper", None)
   (tmp_path / "needs_missing.py").write_text("import nope_dependency\n")
   with pytest.raises(ModuleNotFoundError, match="nope_dependency"):  # the module's own error
     import_modules("--import-modules", ["needs_missing"])
