@@ -3,6 +3,7 @@ defaults of the selected preset, under 80 lines) and `--help-all` (tyro's listin
 flag), both free of the library's internal names."""
 
 import dataclasses
+from pathlib import Path
 import re
 import shlex
 
@@ -199,3 +200,16 @@ def test_summary_is_the_first_sentence_or_clause_outside_brackets():
   assert cli.summary("Seeds (a, b; c). More.") == "Seeds (a, b; c)."
   assert cli.summary("Sweep FIELD=V1,V2,...; repeat it") == "Sweep FIELD=V1,V2,..."
   assert cli.summary("About 0.7 s, or\n  more. Then") == "About 0.7 s, or more."
+
+
+def test_batched_stepping_says_its_runs_do_not_resume_exactly(capsys):
+  """--env-batch-size lets thread timing pick the environments of each step: its runs are not
+  reproducible, which the flag and the pages that promise an exact resume must say."""
+  full = _plain(_help(load_script("impala"), ["--help-all"], capsys))
+  flag = full[full.index("--env-batch-size INT") :][:400]
+  assert "not reproducible" in flag and "resumed run" in flag
+  root = Path(__file__).resolve().parent.parent
+  for page in ("docs/concepts/resume.md", "docs/concepts/workflows.md", "docs/getting_started.md"):
+    text = " ".join((root / page).read_text().split())
+    exact = text.index("exact")
+    assert "`--env-batch-size`" in text[exact : exact + 600], f"{page} promises exactness"

@@ -41,7 +41,9 @@ class EnvConfig:
   actor steps this many."""
   env_batch_size: int = 0
   """Asynchronous stepping: each step acts on the first this-many environments to finish
-  their previous step (envpool's batch_size). 0: every environment, every step."""
+  their previous step (envpool's batch_size). 0: every environment, every step. Which
+  environments finish first depends on thread timing, so such a run is not reproducible:
+  a rerun or a resumed run does not repeat it exactly."""
   unroll_length: int = 16
   """Steps each environment takes per unroll. An unroll gives the learner num_envs
   sequences of this length."""
