@@ -128,6 +128,14 @@ def test_find_runs_searches_below_and_skips_dirs_without_metrics(tmp_path):
     S.run_info(tmp_path)
 
 
+def test_find_runs_counts_a_multi_host_job_once(tmp_path):
+  """Processes other than 0 log the same learner in root/process<i>: not another seed."""
+  fields = dict(num_processes=2, coordinator_address="localhost:1234")
+  root = write_run(tmp_path / "job", **fields)
+  write_run(root / "process1", process_id=1, **fields)
+  assert S.find_runs([tmp_path]) == [root.resolve()]
+
+
 def test_find_runs_follows_links_to_run_directories_once(tmp_path):
   a = write_run(tmp_path / "runs" / "a", seed=0)
   (tmp_path / "linked").mkdir()

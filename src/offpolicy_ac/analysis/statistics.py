@@ -184,7 +184,8 @@ def run_info(run_dir: str | os.PathLike) -> RunInfo:
 def find_runs(paths: Sequence[str | os.PathLike]) -> list[pathlib.Path]:
   """Run directories at or below `paths`: those holding config.json and a non-empty
   metrics.jsonl (a vmapped multi-seed run's root holds no metrics, its seed<k>/ do).
-  Symbolic links to directories are followed, each directory read once.
+  Symbolic links to directories are followed, each directory read once. A multi-host job's
+  processes other than 0 (root/process<i>) log the same learner again, and are left out.
 
   Raises:
     ValueError: a path does not exist, or no run directory is found.
@@ -196,10 +197,20 @@ def find_runs(paths: Sequence[str | os.PathLike]) -> list[pathlib.Path]:
     for d in _directories_below(p) if p.is_dir() else []:
       metrics = d / METRICS_FILE
       if (d / "config.json").exists() and metrics.exists() and metrics.stat().st_size > 0:
-        found.add(d.resolve())
+        if not _other_process(d):
+          found.add(d.resolve())
   if not found:
     raise ValueError(f"no run directory (config.json and metrics.jsonl) in {list(paths)}")
   return sorted(found)
+
+
+def _other_process(run_dir: pathlib.Path) -> bool:
+  """Whether `run_dir` is the log of a multi-host job's process other than 0."""
+  try:
+    parallel = read_json(run_dir / "config.json")["config"]["train"]["parallel"]
+    return int(parallel.get("process_id", 0)) != 0
+  except (OSError, ValueError, KeyError, TypeError):
+    return False
 
 
 def _directories_below(root: pathlib.Path) -> list[pathlib.Path]:
