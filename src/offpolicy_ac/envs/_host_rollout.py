@@ -27,7 +27,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from collections.abc import Sequence
-import itertools
 from typing import Any
 from typing import NamedTuple
 
@@ -45,8 +44,6 @@ from offpolicy_ac.envs._timestep import EpisodeStats
 from offpolicy_ac.envs._trajectory import Trajectory
 
 __all__ = ["RolloutState", "host_rollout"]
-
-_generation = itertools.count(1)
 
 
 class RolloutState(NamedTuple):
@@ -174,7 +171,7 @@ def host_rollout(env: EnvPoolEnv, act_fn: ActFn, unroll_length: int) -> tuple[
   atari = env.is_atari
   all_ids = np.arange(n, dtype=ENV_ID_DTYPE)
   max_lead = int(_rollout_base.MAX_LEAD_ROWS_PER_STEP * T)
-  live = {"generation": 0}
+  live = _rollout_base.LiveState()
   extras_def: list[Any] = []  # the treedef of act's extras, found when tracing
 
   @jax.jit
@@ -187,11 +184,8 @@ def host_rollout(env: EnvPoolEnv, act_fn: ActFn, unroll_length: int) -> tuple[
 
   def init(params: Any, key: jax.Array) -> RolloutState:
     del params  # the first action is taken by the first unroll
-    _rollout_base.check_key(key)
-    _rollout_base.drain(env)  # a pool an earlier init and unroll left stepping
-    env.async_reset()
-    live["generation"] = next(_generation)
-    return RolloutState(key, None, np.zeros((n,), np.int64), live["generation"])
+    _rollout_base.restart(env, key)
+    return RolloutState(key, None, np.zeros((n,), np.int64), live.renew())
 
   def check_outputs(action: np.ndarray, extras: list[np.ndarray], pending: Any) -> None:
     """act's outputs at the first step of an unroll: the action's batch axis (the extras'
@@ -226,12 +220,7 @@ def host_rollout(env: EnvPoolEnv, act_fn: ActFn, unroll_length: int) -> tuple[
   def unroll(params: Any, state: RolloutState) -> tuple[RolloutState, Trajectory, EpisodeStats]:
     if not isinstance(state, RolloutState):
       raise ValueError(f"unroll expects a RolloutState, got {type(state).__name__}")
-    if state.generation != live["generation"]:
-      raise ValueError(
-          "stale RolloutState: each state can be unrolled once (the environments have "
-          "moved on); use the state returned by the last unroll, or init() again"
-      )
-    live["generation"] = next(_generation)
+    generation = live.take(state)
     key, pending = state.key, state.pending
     lo = state.num_pending  # rows [0, lo) of each column were collected before
     # The loop only collects. Each step's arrays are kept as they are (envpool hands out
@@ -300,7 +289,7 @@ def host_rollout(env: EnvPoolEnv, act_fn: ActFn, unroll_length: int) -> tuple[
     traj_np, pending = _split_unroll(
         [*done_bufs, observation, *action_and_extras], extras_def[0], count, T
     )
-    new_state = RolloutState(key, pending, count - T, live["generation"], parked.state())
+    new_state = RolloutState(key, pending, count - T, generation, parked.state())
     return new_state, traj_np, env.pop_episode_stats()
 
   return init, unroll

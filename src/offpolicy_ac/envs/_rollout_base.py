@@ -14,6 +14,7 @@ sends it first, so the rows carried over stay bounded.
 from __future__ import annotations
 
 from collections.abc import Callable
+import itertools
 from typing import Any
 from typing import Literal
 from typing import NamedTuple
@@ -122,6 +123,41 @@ class ParkedActions:
     if not self._ids:
       return None
     return np.concatenate(self._ids), np.concatenate(self._actions)
+
+
+_GENERATIONS = itertools.count(1)  # identifies live rollout states, across rollouts
+
+
+class LiveState:
+  """Which state of a rollout is live: each state is unrolled once (the environments move
+  on), so a stale one, already unrolled or from before `init`, is refused."""
+
+  def __init__(self):
+    self.generation = 0
+
+  def renew(self) -> int:
+    """A new live generation (for `init`), returned."""
+    self.generation = next(_GENERATIONS)
+    return self.generation
+
+  def take(self, state: Any) -> int:
+    """Refuses `state` (ValueError) unless it is the live one; then a new generation, for
+    the state the unroll returns."""
+    if state.generation != self.generation:
+      raise ValueError(
+          f"stale {type(state).__name__}: each state can be unrolled once (the environments "
+          "have moved on); use the state returned by the last unroll, or init() again"
+      )
+    return self.renew()
+
+
+def restart(env: EnvPoolEnv, key: Any) -> None:
+  """What every envpool rollout's `init` does first: refuses a `key` that is not a PRNG
+  key (`check_key`), receives the actions an earlier `init` and `unroll` left in flight
+  (`drain`), and resets every environment."""
+  check_key(key)
+  drain(env)
+  env.async_reset()
 
 
 def drain(env: EnvPoolEnv) -> None:

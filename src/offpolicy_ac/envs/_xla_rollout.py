@@ -38,7 +38,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 import functools
-import itertools
 from typing import Any
 from typing import NamedTuple
 from typing import Optional
@@ -67,8 +66,6 @@ __all__ = ["XlaBatchedRolloutState", "XlaRolloutState", "compiled_rollout"]
 # ahead: this many rows per step of the unroll (growing recompiles the loop, so start with
 # plenty). Tests set 0 to exercise the growth path.
 _BATCHED_EXTRA_ROWS_PER_STEP = 1
-
-_generation = itertools.count(1)  # identifies live states
 
 
 class _EnvCarry(NamedTuple):
@@ -353,34 +350,27 @@ def _unbatched_rollout(
 
   unroll_core = _Precompiled(unroll_core)
 
-  live = {"generation": 0}
+  live = _rollout_base.LiveState()
 
   def init(params: Any, key: jax.Array) -> XlaRolloutState:
-    _rollout_base.check_key(key)
-    _rollout_base.drain(env)  # a pool an earlier init and unroll left stepping
-    env.async_reset()
+    _rollout_base.restart(env, key)
     params, handle, key = jax.device_put((params, handle0, key), cpu)
     state, bad = init_step(params, handle, key)
-    live["generation"] = next(_generation)
+    generation = live.renew()
     if bool(bad):
       raise ValueError(bad_action_message)
-    return state._replace(generation=live["generation"])
+    return state._replace(generation=generation)
 
   def unroll(
       params: Any, state: XlaRolloutState
   ) -> tuple[XlaRolloutState, Trajectory, EpisodeStats]:
     if not isinstance(state, XlaRolloutState):
       raise ValueError(f"unroll expects an XlaRolloutState, got {type(state).__name__}")
-    if state.generation != live["generation"]:
-      raise ValueError(
-          "stale XlaRolloutState: each state can be unrolled once (the environments have "
-          "moved on); use the state returned by the last unroll, or init() again"
-      )
-    live["generation"] = next(_generation)
+    generation = live.take(state)
     state, traj, (over, ret, length, in_order), bad = unroll_core(
         place(params), state._replace(generation=None)
     )
-    state = state._replace(generation=live["generation"])
+    state = state._replace(generation=generation)
     over, ret, length, in_order, bad = jax.device_get((over, ret, length, in_order, bad))
     if not in_order.all():
       raise RuntimeError("envpool returned a whole batch out of env_id order")
@@ -505,17 +495,14 @@ def _batched_rollout(
     """Sends through envpool's Python API (the same pool the custom calls step)."""
     env.pool.send(np.array(action), np.array(env_id, np.int32))
 
-  live = {"generation": 0}
+  live = _rollout_base.LiveState()
 
   def init(params: Any, key: jax.Array) -> XlaBatchedRolloutState:
-    _rollout_base.check_key(key)
-    _rollout_base.drain(env)  # a pool an earlier init and unroll left stepping
-    env.async_reset()
+    _rollout_base.restart(env, key)
     params, handle, key, carry = jax.device_put((params, handle0, key, initial_carry()), cpu)
     buf = empty_columns(params, (handle, key, carry), T + 1 + slack["rows"])
-    live["generation"] = next(_generation)
     return XlaBatchedRolloutState(
-        handle, key, carry, buf, np.zeros((n,), np.int64), generation=live["generation"]
+        handle, key, carry, buf, np.zeros((n,), np.int64), generation=live.renew()
     )
 
   def unroll(
@@ -523,12 +510,7 @@ def _batched_rollout(
   ) -> tuple[XlaBatchedRolloutState, Trajectory, EpisodeStats]:
     if not isinstance(state, XlaBatchedRolloutState):
       raise ValueError(f"unroll expects an XlaBatchedRolloutState, got {type(state).__name__}")
-    if state.generation != live["generation"]:
-      raise ValueError(
-          "stale XlaBatchedRolloutState: each state can be unrolled once (the environments "
-          "have moved on); use the state returned by the last unroll, or init() again"
-      )
-    live["generation"] = next(_generation)
+    generation = live.take(state)
     params = place(params)
     handle, key, carry, buf = state.handle, state.key, state.env_carry, state.pending
     count, offset, bad, finished = state.num_pending, state.pending_offset, False, []
@@ -570,7 +552,7 @@ def _batched_rollout(
     traj = unroll_rows(buf, offset)
     offset = (offset + T) % buf.step_type.shape[0]
     new_state = XlaBatchedRolloutState(
-        handle, key, carry, buf, count - T, offset, parked.state(), live["generation"]
+        handle, key, carry, buf, count - T, offset, parked.state(), generation
     )
     if new_state.parked is not None:  # held back: not in flight (`drain` needs to know)
       env.mark_in_flight(new_state.parked[0], False)
