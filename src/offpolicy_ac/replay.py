@@ -217,14 +217,8 @@ def make_sequence_replay(
     batch_size: windows per sample (drawn with replacement; whole-buffer
       sweeps need at least this many stored sequences).
   """
-  for name, value in [
-      ("capacity", capacity),
-      ("sequence_length", sequence_length),
-      ("sample_length", sample_length),
-      ("batch_size", batch_size),
-  ]:
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
-      raise ValueError(f"`{name}` must be a positive int, got {value!r}")
+  _check_positive("make_sequence_replay", capacity=capacity, sequence_length=sequence_length,
+                  sample_length=sample_length, batch_size=batch_size)  # fmt: skip
   capacity, sequence_length = int(capacity), int(sequence_length)
   sample_length, batch_size = int(sample_length), int(batch_size)
   if sample_length > sequence_length:
