@@ -570,11 +570,12 @@ def check_output_file(flag: str, path: str | os.PathLike) -> pathlib.Path:
 
 def import_modules(flag: str, modules: Sequence[str]) -> None:
   """Imports `modules`, each a module's dotted name (found from the current directory
-  too) or a .py file's path (its directory's modules found too): the modules that register a run's custom agent
-  (`agents.register_agent`) or torso (`networks.register_torso`), for scripts that load
-  runs. One that cannot be found, or a file named as a module already imported (`string.py`
-  would replace the standard library's `string` for every later import), is refused
-  (ValueError naming `flag`); an error inside a module keeps its traceback."""
+  too) or a .py file's path (the modules beside it found too): the modules that register
+  a run's custom agent (`agents.register_agent`) or torso (`networks.register_torso`), for
+  scripts that load runs. One that cannot be found, or a file named as a module already
+  imported (`string.py` would replace the standard library's `string` for every later
+  import), is refused (ValueError naming `flag`); an error inside a module keeps its
+  traceback."""
   if os.getcwd() not in sys.path:
     sys.path.append(os.getcwd())
   for name in modules:

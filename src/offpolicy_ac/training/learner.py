@@ -157,10 +157,8 @@ def check_learns(agent: Agent, config: TrainConfig, batch_fn: Optional[Callable]
     return
   # ACER's replay ratio is the loop's replayed updates per iteration (the update reads one
   # batch): two values for one setting would leave one of them silently unused.
-  ratio, updates = (
-      getattr(agent.config, "replay_ratio", None),
-      config.replay.num_updates_per_train_iter,
-  )
+  ratio = getattr(agent.config, "replay_ratio", None)
+  updates = config.replay.num_updates_per_train_iter
   if ratio is not None and ratio != updates:
     raise ValueError(
         f"{agent.name}'s replay_ratio ({ratio}) is its replayed updates per iteration, and "
