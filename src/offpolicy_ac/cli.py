@@ -46,6 +46,7 @@ import inspect
 import os
 import pathlib
 import shutil
+import signal
 import sys
 import textwrap
 import threading
@@ -613,7 +614,8 @@ def script_main(parse: Callable[[], Any], run: Callable[[Any], Any], *,
   type in `refuse`, for scripts that only read: evaluate.py, record_demos.py, plot.py)
   prints one line, "[<script>] error: <why>", and exits with code 2; a full disk prints
   one line and exits with code 1 (the last checkpoint is intact). Anything else (a bug, a
-  non-finite loss) keeps its traceback.
+  non-finite loss) keeps its traceback. A Ctrl-C, or a second stop signal during a training
+  run, prints one line and exits with 128 + the signal's number (130, 143).
   """
   prog = pathlib.Path(sys.argv[0]).stem or "script"
   try:
@@ -627,6 +629,13 @@ def script_main(parse: Callable[[], Any], run: Callable[[Any], Any], *,
     except refuse as e:
       setattr(e, REFUSED, True)
       raise
+  except KeyboardInterrupt as e:  # a Ctrl-C, or a training run's second stop signal
+    training = bool(e.args) and e.args[0] in ("SIGINT", "SIGTERM")  # (run_experiment's)
+    name = e.args[0] if training else "SIGINT"
+    kept = ("; the checkpoints written so far are intact (--resume continues from the last "
+            "one)") if training else ""  # fmt: skip
+    exit_process(128 + signal.Signals[name].value,
+                 last_words=f"[{prog}] stopped at once by {name}{kept}")  # fmt: skip
   except Exception as e:  # pylint: disable=broad-except
     if isinstance(e, OSError) and e.errno == errno.ENOSPC:
       where = f" ({e.filename})" if e.filename else ""

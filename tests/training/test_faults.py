@@ -595,6 +595,47 @@ def test_a_second_signal_while_a_checkpoint_is_written_waits_for_it():
       time.sleep(0.05)
 
 
+_SECOND_SIGNAL = """
+import os, signal, sys
+from offpolicy_ac import cli
+from offpolicy_ac.presets import impala
+from offpolicy_ac.training import logger
+
+signame, run_dir, *flags = sys.argv[1:]
+sys.argv[0] = "impala.py"
+log = logger.RunLogger.log
+def log_signalled(self, record):  # two signals in the middle of the run
+  log(self, record)
+  if record["env_steps"] == 3840:
+    os.kill(os.getpid(), signal.Signals[signame])
+    os.kill(os.getpid(), signal.Signals[signame])
+logger.RunLogger.log = log_signalled
+parse = lambda: cli.parse_args(impala.Args, impala.PRESETS, ["--run-dir", run_dir, *flags])
+cli.script_main(parse, impala.run)
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_second_stop_signal_stops_at_once_in_one_line_and_resume_finishes_exactly(
+    tmp_path, straight, sig
+):
+  """The second signal ends the run where it is (exit code 128 + the signal) with one line
+  that says the checkpoints are intact, not a KeyboardInterrupt traceback."""
+  run_dir = tmp_path / "run"
+  flags = ["--total-env-steps", str(TOTAL), *FLAGS]
+  proc = subprocess.run([sys.executable, "-c", _SECOND_SIGNAL, sig.name, str(run_dir), *flags],
+                        capture_output=True, text=True, timeout=600)  # fmt: skip
+  assert proc.returncode == 128 + sig.value, proc.stderr[-3000:]
+  assert proc.stderr.strip().splitlines()[-1] == (
+      f"[impala] stopped at once by {sig.name}; the checkpoints written so far are intact "
+      "(--resume continues from the last one)"
+  )
+  assert "Traceback" not in proc.stderr
+  assert _checkpoints(run_dir)[-1] == 2560
+  _run(run_dir, "--resume")
+  _same_run(run_dir, straight)
+
+
 def test_a_stopped_run_without_checkpoints_says_it_cannot_be_resumed(tmp_path):
   run_dir = tmp_path / "run"
   proc = _start_and_wait(run_dir, lambda d: _lines(d) >= 1, "--checkpoint-every", "0",

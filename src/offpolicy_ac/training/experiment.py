@@ -117,6 +117,7 @@ def _stop_on_signals(flag: _StopFlag, *, building: bool = False):
   `building`: the run is being built, outside any other context. SIGINT sets `flag` and
   interrupts at once (KeyboardInterrupt, as Python's default); should native code drop
   that, the flag stops the run at its first iteration. SIGTERM keeps its default.
+  A KeyboardInterrupt raised here holds the signal's name (`script_main` reports it).
   """
   outer = getattr(signal.getsignal(signal.SIGINT), "stop_flag", None)
   if threading.current_thread() is not threading.main_thread() or (building and outer):
@@ -132,11 +133,11 @@ def _stop_on_signals(flag: _StopFlag, *, building: bool = False):
     while up is not None:
       up.signal_name, up = up.signal_name or name, up.outer
     if building:
-      raise KeyboardInterrupt
+      raise KeyboardInterrupt(name)
     if flag.finishing or checkpoint.SAVING.is_set():  # the files are written first
       print(f"received {name}: writing the run's files first", flush=True)
     elif again:  # a second signal: stop now
-      raise KeyboardInterrupt
+      raise KeyboardInterrupt(name)
     else:
       print(f"received {name}: stopping after this iteration", flush=True)
 
@@ -534,10 +535,10 @@ def _abandon_distributed_job(
   """Ends this process of a multi-process job after an error (exit code 1).
 
   Usually the error is a collective that failed because another process died (gloo:
-  "Connection closed by peer"). Nothing can go on after that, and exiting normally
-  would not end the process either: JAX's exit handler enters the distributed
-  runtime's shutdown barrier, which waits for the dead process until the heartbeat
-  timeout (100 s) and then aborts. So: report the error and where to resume from, and
+  "Connection reset by peer" or "closed by peer"). Nothing can go on after that, and
+  exiting normally would not end the process either: JAX's exit handler enters the
+  distributed runtime's shutdown barrier, which waits for the dead process until the
+  heartbeat timeout (100 s) and then aborts. So: report the error and where to resume from, and
   leave at once. The logs and the checkpointer are closed by then, so the last
   checkpoint is whole.
   """
@@ -553,7 +554,7 @@ def _abandon_distributed_job(
       "stopped: "
       f"{type(error).__name__}: {error}\n[{name}] a multi-process job cannot go on "
       "once one of its processes has failed (a collective failing with 'Connection "
-      f"closed by peer' means another process died: see its log). {where}",
+      f"reset by peer' or 'closed by peer' means another process died: see its log). {where}",
       file=sys.stderr,
       flush=True,
   )
