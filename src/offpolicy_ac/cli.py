@@ -575,8 +575,8 @@ def import_modules(flag: str, modules: Sequence[str]) -> None:
   a run's custom agent (`agents.register_agent`) or torso (`networks.register_torso`), for
   scripts that load runs. One that cannot be found, or a file named as a module already
   imported (`string.py` would replace the standard library's `string` for every later
-  import), is refused (ValueError naming `flag`); an error inside a module keeps its
-  traceback."""
+  import), or a dotted name whose module in the current directory another one shadows, is
+  refused (ValueError naming `flag`); an error inside a module keeps its traceback."""
   if os.getcwd() not in sys.path:
     sys.path.append(os.getcwd())
   for name in modules:
@@ -595,6 +595,7 @@ def import_modules(flag: str, modules: Sequence[str]) -> None:
       sys.modules[path.stem] = module
       spec.loader.exec_module(module)
       continue
+    _refuse_shadowed(flag, name)
     try:
       importlib.import_module(name)
     except ModuleNotFoundError as e:
@@ -603,6 +604,25 @@ def import_modules(flag: str, modules: Sequence[str]) -> None:
       where = f"on the path or in {os.getcwd()}"
       raise ValueError(f"{flag} {name}: no module named {e.name!r} ({where}); give a "
                        "module's dotted name or a .py file's path") from e  # fmt: skip
+
+
+def _refuse_shadowed(flag: str, name: str) -> None:
+  """Refuses a dotted name whose top-level module is in the current directory but is found
+  first elsewhere (installed, or the standard library's): that one would be imported."""
+  top = name.split(".")[0]
+  here = next((p for p in (pathlib.Path(f"{top}.py"), pathlib.Path(top)) if p.exists()), None)
+  try:
+    found = importlib.util.find_spec(top) if here is not None else None
+  except (ImportError, ValueError):  # the import itself reports it
+    return
+  if found is None:
+    return
+  origin = found.origin or next(iter(found.submodule_search_locations or []), "built-in")
+  if found.has_location and pathlib.Path(origin).resolve().is_relative_to(here.resolve().parent):
+    return
+  raise ValueError(f"{flag} {name}: {here} in the current directory is shadowed by the module "
+                   f"{top!r} ({origin}), which Python imports instead; give the file's path "
+                   "(a .py file) or rename it")  # fmt: skip
 
 
 def script_main(parse: Callable[[], Any], run: Callable[[Any], Any], *,

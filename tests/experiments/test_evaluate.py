@@ -192,6 +192,26 @@ def test_import_modules_refuses_a_module_it_cannot_find(tmp_path, monkeypatch):
     import_modules("--import-modules", ["needs_missing"])
 
 
+def test_import_modules_refuses_a_name_that_another_module_shadows(tmp_path, monkeypatch):
+  """`json` or `numpy` in the current directory would not be imported by its dotted name:
+  the standard library's or the installed one would, and the run be refused as
+  unregistered."""
+  monkeypatch.chdir(tmp_path)
+  monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+  (tmp_path / "json.py").write_text("ANSWER = 42\n")
+  (tmp_path / "numpy").mkdir()
+  for name, local in (("json", "json.py"), ("numpy.linalg", "numpy")):
+    with pytest.raises(ValueError, match=rf"--import-modules {name}: {local} in the current "
+                       r"directory is shadowed by the module .* give the file's path"):  # fmt: skip
+      import_modules("--import-modules", [name])
+  (tmp_path / "plugin_local.py").write_text("ANSWER = 42\n")
+  try:
+    import_modules("--import-modules", ["plugin_local"])  # nothing shadows it
+    assert sys.modules["plugin_local"].ANSWER == 42
+  finally:
+    sys.modules.pop("plugin_local", None)
+
+
 def test_import_modules_refuses_a_file_named_as_a_module_already_imported(tmp_path):
   """A file is imported under its name: `string.py` would replace the standard library's
   `string` in sys.modules, for every later import of it."""
