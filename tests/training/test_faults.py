@@ -377,6 +377,25 @@ def test_a_checkpoint_of_scalars_keys_and_bfloat16_fits_its_own_template(tmp_pat
   assert [p.name for p in tmp_path.iterdir() if "unreadable" in p.name] == []
 
 
+def test_a_damaged_array_name_in_the_newest_checksums_is_set_aside_with_a_warning(tmp_path):
+  """A flipped byte in an array's name in checksums.json makes the checkpoint look like one
+  of other arrays; with an older one of the run's arrays intact, it is damage: named and
+  moved aside, not skipped in silence (and later overwritten by the resumed run)."""
+  from offpolicy_ac.training.checkpoint import Checkpointer  # pylint: disable=import-outside-toplevel
+
+  tree = {"state": np.zeros(3), "step": np.int32(0)}
+  ckpt = Checkpointer(tmp_path, max_to_keep=2)
+  ckpt.save(1, tree, {"step": 1})
+  ckpt.save(2, {**tree, "step": np.int32(2)}, {"step": 2})
+  checksums = tmp_path / "2" / "checksums.json"
+  checksums.write_text(checksums.read_text().replace('"state"', '"stbte"'))
+  with pytest.warns(RuntimeWarning, match=r"checkpoint 2 in .* holds arrays of other shapes"):
+    step, arrays, record = ckpt.restore_latest(tree)
+  ckpt.close()
+  assert (step, int(arrays["step"]), record) == (1, 0, {"step": 1})
+  assert [p.name.split("-")[0] for p in tmp_path.glob("2.unreadable-*")] == ["2.unreadable"]
+
+
 def test_a_stop_signal_ends_a_run_of_seeds_one_after_the_other_and_resume_finishes_it(tmp_path):
   seeds = ["--num-seeds", "2", "--no-vmap-seeds"]
   straight = tmp_path / "straight"

@@ -217,7 +217,8 @@ class Checkpointer:
     `check_record(record)` may raise for a checkpoint this code must not read (another
     format): the error propagates and the checkpoint is left as it is. Checkpoints of
     other arrays than `template`'s are left as they are too: with no other one readable,
-    that is a ValueError naming the first difference.
+    that is a ValueError naming the first difference. Newer than an intact one of
+    `template`'s arrays, they are damaged (their checksums): set aside, with a warning.
     """
     ocp = _ocp()
     template = _to_savable(template)
@@ -241,7 +242,7 @@ class Checkpointer:
         checksums = _read_checksums(self.directory / str(step))
         mismatch = layout_mismatch(template, checksums)
         if mismatch is not None:
-          unfit.append(f"{step} ({mismatch})")
+          unfit.append((step, mismatch))
           continue
         restored = self._manager.restore(
             step,
@@ -252,24 +253,35 @@ class Checkpointer:
         verify_checksums(restored["arrays"], checksums, where)
         if checksums.get(RECORD) != record_checksum(dict(restored["record"])):
           raise DamagedCheckpointError(f"{where}: its record does not match its checksum")
-        return step, restored["arrays"], dict(restored["record"])
       except Exception as e:  # pylint: disable=broad-except
-        unreadable = f"{where} could not be read ({e!r})"
-        if self.read_only:
-          warnings.warn(f"{unreadable}; trying the previous one", RuntimeWarning)
-          continue
-        quarantine = self.directory / f"{step}.unreadable-{int(time.time())}"
-        moved = f"moved it to {quarantine.name} and falling back to the previous one"
-        warnings.warn(f"{unreadable}; {moved}", RuntimeWarning)
-        os.replace(self.directory / str(step), quarantine)
-        self._manager.reload()
+        self._set_aside(step, f"could not be read ({e!r})")
+        continue
+      # A run writes one layout: a newer checkpoint of another one than this intact one's
+      # is damaged (its checksums.json), not one of another configuration.
+      for newer, mismatch in unfit:
+        self._set_aside(newer, f"holds arrays of other shapes than checkpoint {step}'s "
+                        f"({mismatch}): its {CHECKSUMS} is damaged")  # fmt: skip
+      return step, restored["arrays"], dict(restored["record"])
     if unfit:
       raise ValueError(
           f"the checkpoints in {self.directory} hold arrays of other shapes than this run's "
-          f"(checkpoint {unfit[0]}): config.json no longer describes them, or the library's "
-          "networks changed. They are left as they are"
+          f"(checkpoint {unfit[0][0]} ({unfit[0][1]})): config.json no longer describes them, "
+          "or the library's networks changed. They are left as they are"
       )
     return None
+
+  def _set_aside(self, step: int, why: str) -> None:
+    """Warns that checkpoint `step` cannot be used (`why`) and, unless read-only, renames it
+    `<step>.unreadable-<time>` (kept, never deleted)."""
+    unreadable = f"checkpoint {step} in {self.directory} {why}"
+    if self.read_only:
+      warnings.warn(f"{unreadable}; trying the previous one", RuntimeWarning)
+      return
+    quarantine = self.directory / f"{step}.unreadable-{int(time.time())}"
+    moved = f"moved it to {quarantine.name} and falling back to the previous one"
+    warnings.warn(f"{unreadable}; {moved}", RuntimeWarning)
+    os.replace(self.directory / str(step), quarantine)
+    self._manager.reload()
 
   def close(self) -> None:
     if self._manager_or_none is not None:
