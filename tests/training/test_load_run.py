@@ -147,6 +147,17 @@ def test_the_transformer_statistics_are_loaded(runs):
   assert not _equal_trees(first.acting.transform, saved)
 
 
+@pytest.mark.parametrize("which", ["final", "best"])
+def test_parameters_without_their_transformer_statistics_are_refused(runs, tmp_path, which):
+  """Normalised observations: parameters whose statistics file is gone are refused, not
+  given fresh statistics (zero mean, unit variance) that they were never trained on."""
+  run_dir = tmp_path / "run"
+  shutil.copytree(runs["sql"], run_dir)
+  (run_dir / f"{which}_transform.msgpack").unlink()
+  with pytest.raises(ValueError, match=f"{which}_transform.msgpack is missing"):
+    load_run(run_dir, best=which == "best")
+
+
 def test_a_seed_of_a_vmapped_run_loads_from_the_shared_checkpoints(tmp_path):
   root = _run("sql", tmp_path / "run", total_env_steps=128, log_every=64,
               checkpoint_every=64, num_seeds=2, seed=3, min_replay_size=16)  # fmt: skip

@@ -581,15 +581,13 @@ def load_run(run_dir: str | os.PathLike, *, checkpoint: Optional[int] = None,
     if not (run_dir / BEST_PARAMS).exists():
       raise ValueError(f"{run_dir} holds no best parameters (no evaluation yet): no {BEST_PARAMS}")
     params = load_params(run_dir / BEST_PARAMS, params_template)
-    if (run_dir / BEST_TRANSFORM).exists():
-      transform = load_params(run_dir / BEST_TRANSFORM, transform)
+    transform = _load_transform(run_dir / BEST_TRANSFORM, transform)
     env_steps, source = _best_env_steps(run_dir), "best"
     if env_steps is None and not stale:  # a run from before best.json
       env_steps = summary.get("best_env_steps")
   elif checkpoint is None and final.exists() and not stale:
     params = load_params(final, params_template)
-    if (run_dir / FINAL_TRANSFORM).exists():
-      transform = load_params(run_dir / FINAL_TRANSFORM, transform)
+    transform = _load_transform(run_dir / FINAL_TRANSFORM, transform)
     env_steps, source = summary.get("env_steps"), "final"
   else:
     if checkpoint is None and not steps:
@@ -606,6 +604,19 @@ def load_run(run_dir: str | os.PathLike, *, checkpoint: Optional[int] = None,
       env_steps=env_steps, source=source, checkpoints=steps, greedy=jax.jit(greedy),
       act=jax.jit(act),
   )  # fmt: skip
+
+
+def _load_transform(path: pathlib.Path, template: Any) -> Any:
+  """The data transformer's state saved beside parameters (`template`'s structure): the
+  parameters act on observations transformed with it, so a run whose transformer has a
+  state (observation statistics) and lacks the file is refused, not given fresh ones."""
+  if not jax.tree.leaves(template):
+    return template
+  if not path.exists():
+    raise ValueError(f"{path} is missing: the parameters beside it act on observations "
+                     "transformed with the state it holds (--normalize-observations); load a "
+                     "checkpoint's parameters (checkpoint=..., --checkpoint) instead")  # fmt: skip
+  return load_params(path, template)
 
 
 def _read_acting(ckpt_dir: pathlib.Path, step: int, num_seeds: int, index: int,
