@@ -23,6 +23,7 @@ from offpolicy_ac.training import evaluate
 from offpolicy_ac.training import load_params
 from offpolicy_ac.training import load_run
 from offpolicy_ac.training import read_metrics
+from offpolicy_ac.training import save_params
 from offpolicy_ac.training.driver import WALL_CLOCK_FIELDS
 from offpolicy_ac.training.sources import process_seed
 from offpolicy_ac.training.sources import segment_seed
@@ -156,6 +157,18 @@ def test_parameters_without_their_transformer_statistics_are_refused(runs, tmp_p
   (run_dir / f"{which}_transform.msgpack").unlink()
   with pytest.raises(ValueError, match=f"{which}_transform.msgpack is missing"):
     load_run(run_dir, best=which == "best")
+
+
+def test_best_parameters_beside_another_best_s_statistics_are_refused(runs, tmp_path):
+  """A kill between the writes of the best parameters and of their statistics leaves a
+  pair best.json does not record: refused, not played."""
+  run_dir = tmp_path / "run"
+  shutil.copytree(runs["sql"], run_dir)
+  best = load_run(run_dir, best=True)
+  other = jax.tree.map(lambda x: x + 1, best.params)
+  save_params(run_dir / "best_params.msgpack", other)  # the kill comes here
+  with pytest.raises(ValueError, match="are not the pair best.json records"):
+    load_run(run_dir, best=True)
 
 
 def test_a_seed_of_a_vmapped_run_loads_from_the_shared_checkpoints(tmp_path):

@@ -351,9 +351,9 @@ def write_best(run_dir: pathlib.Path, params: Any, transform_state: Any, env_ste
   steps they were trained for (best.json, with the parameters' CRC-32: a kill between the
   two files leaves the steps unknown, never wrong)."""
   crc = save_params(run_dir / BEST_PARAMS, params)
-  if jax.tree.leaves(transform_state):
-    save_params(run_dir / BEST_TRANSFORM, transform_state)
   record = {"env_steps": int(env_steps), "params_crc32": crc}
+  if jax.tree.leaves(transform_state):
+    record["transform_crc32"] = save_params(run_dir / BEST_TRANSFORM, transform_state)
   write_atomic(run_dir / BEST_RECORD, json.dumps(record))
 
 
@@ -367,6 +367,23 @@ def _best_env_steps(run_dir: pathlib.Path) -> Optional[int]:
     return None
   crc = f"{zlib.crc32((run_dir / BEST_PARAMS).read_bytes()):08x}"
   return record["env_steps"] if record.get("params_crc32") == crc else None
+
+
+def _check_best_pair(run_dir: pathlib.Path) -> None:
+  """Refuses best parameters and transformer state that best.json does not pair: a kill
+  between their writes leaves new parameters beside the previous best's statistics."""
+  try:
+    record = read_json(run_dir / BEST_RECORD)
+  except (OSError, ValueError):
+    record = None
+  crc = lambda name: f"{zlib.crc32((run_dir / name).read_bytes()):08x}"  # noqa: E731
+  if not isinstance(record, dict) or record.get("params_crc32") != crc(BEST_PARAMS) or (
+      record.get("transform_crc32", crc(BEST_TRANSFORM)) != crc(BEST_TRANSFORM)):  # fmt: skip
+    raise ValueError(
+        f"{run_dir}: {BEST_PARAMS} and {BEST_TRANSFORM} are not the pair {BEST_RECORD} "
+        "records (the run was stopped while it wrote them): --resume the run, or load its "
+        "final parameters or a checkpoint's"
+    )
 
 
 def write_results(name: str, run_dir: pathlib.Path, result: RunResult, protocol: str,
@@ -582,6 +599,8 @@ def load_run(run_dir: str | os.PathLike, *, checkpoint: Optional[int] = None,
       raise ValueError(f"{run_dir} holds no best parameters (no evaluation yet): no {BEST_PARAMS}")
     params = load_params(run_dir / BEST_PARAMS, params_template)
     transform = _load_transform(run_dir / BEST_TRANSFORM, transform)
+    if jax.tree.leaves(transform):
+      _check_best_pair(run_dir)
     env_steps, source = _best_env_steps(run_dir), "best"
     if env_steps is None and not stale:  # a run from before best.json
       env_steps = summary.get("best_env_steps")
