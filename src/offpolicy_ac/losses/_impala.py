@@ -32,6 +32,7 @@ import jax.numpy as jnp
 
 from offpolicy_ac.losses import _checks
 from offpolicy_ac.losses import _distributions
+from offpolicy_ac.losses._masking import where_used
 from offpolicy_ac.losses._vtrace import vtrace
 
 
@@ -247,8 +248,13 @@ def impala_loss_categorical(
       under `jit` an out-of-range action makes the loss NaN, and
       `jax.experimental.checkify.checkify` reports it (see `take_action`).
     v_tm1, v_t, r_t, discount_t, **kwargs: as in `impala_loss`.
+
+  The logits of a masked step may hold anything (NaN, inf): they are replaced before the
+  log-probabilities and the entropy, so they get a zero gradient and change no other.
   """
   _checks.check_shape("mu_logits_tm1", mu_logits_tm1, jnp.shape(logits_tm1), "`logits_tm1`")
+  mask = _checks.check_mask(kwargs.get("mask"), jnp.shape(logits_tm1)[:-1])
+  logits_tm1, mu_logits_tm1 = where_used(mask, logits_tm1), where_used(mask, mu_logits_tm1)
   log_pi = _distributions.log_prob_of(logits_tm1, a_tm1, "logits_tm1", "a_tm1")
   log_mu = _distributions.log_prob_of(mu_logits_tm1, a_tm1, "mu_logits_tm1", "a_tm1")
   for name, x in [("v_tm1", v_tm1), ("v_t", v_t), ("r_t", r_t), ("discount_t", discount_t)]:
@@ -275,7 +281,17 @@ def impala_loss_gaussian(
     log_mu_tm1: behaviour log-densities of the taken actions [T, ...].
     a_tm1: actions [T, ..., D] (unclipped samples, as the actors drew them).
     v_tm1, v_t, r_t, discount_t, **kwargs: as in `impala_loss`.
+
+  The means, actions (and per-step log-stds) of a masked step may hold anything (NaN,
+  inf): they are replaced before the log-densities, so they get a zero gradient and change
+  no other.
   """
+  _checks.check_min_rank("mean_tm1", mean_tm1, 1, "a trailing action axis [..., D]")
+  _checks.check_shape("a_tm1", a_tm1, jnp.shape(mean_tm1), "`mean_tm1`")
+  mask = _checks.check_mask(kwargs.get("mask"), jnp.shape(mean_tm1)[:-1])
+  mean_tm1, a_tm1 = where_used(mask, mean_tm1), where_used(mask, a_tm1)
+  if jnp.shape(log_std_tm1) == jnp.shape(mean_tm1):  # per step, not a shared [D]
+    log_std_tm1 = where_used(mask, log_std_tm1)
   log_pi = _distributions.gaussian_log_prob(mean_tm1, log_std_tm1, a_tm1)
   for name, x in [("v_tm1", v_tm1), ("v_t", v_t), ("r_t", r_t), ("discount_t", discount_t)]:
     _checks.check_shape(name, x, jnp.shape(mean_tm1)[:-1], "`mean_tm1` without its action axis")

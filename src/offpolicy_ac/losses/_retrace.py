@@ -21,6 +21,7 @@ from offpolicy_ac.losses import _checks
 from offpolicy_ac.losses._actions import select_action
 from offpolicy_ac.losses._actions import sum_actions
 from offpolicy_ac.losses._distributions import probability_floor
+from offpolicy_ac.losses._masking import where_used
 from offpolicy_ac.losses._recurrence import reverse_linear_recurrence
 from offpolicy_ac.losses._recurrence import shift_to_previous
 
@@ -47,7 +48,9 @@ def general_off_policy_returns(
     discount_t: gamma times environment discount at times [1, T].
     c_t: trace coefficients c_{s+1} at times [1, T]; the last is unused.
     mask: optional bool, False where step s is not a real transition; such a
-      step's target is 0 and nothing after it flows into earlier targets.
+      step's target is 0 and nothing after it flows into earlier targets. Its inputs
+      may hold anything (NaN, inf): they change neither the targets nor the gradients
+      at the real steps, and get a zero gradient (as do q_a_t and c_t where unused).
     stop_target_gradients: stop gradients through the targets.
     method: "auto", "scan" or "associative" (see `reverse_linear_recurrence`).
 
@@ -64,9 +67,13 @@ def general_off_policy_returns(
   _checks.check_entries("c_t", c_t, 0.0, what=" (trace coefficients)", where=mask & mask_next)
   zero = jnp.zeros((), jnp.result_type(r_t))
 
-  c = jnp.where(mask_next, c_t, zero)
-  b = jnp.where(mask, r_t + discount_t * (v_t - c * q_a_t), zero)
-  a = jnp.where(mask, discount_t * c, zero)
+  # Inputs are replaced where they are not read, before any arithmetic, so that garbage
+  # there (NaN, inf) reaches neither the targets nor the gradients.
+  continues = mask & mask_next  # the trace continues: only there are q_a_t and c_t read
+  q_a_t, c_t = where_used(continues, q_a_t), where_used(continues, c_t)
+  v_t, r_t, discount_t = (where_used(mask, x) for x in (v_t, r_t, discount_t))
+  b = jnp.where(mask, r_t + discount_t * (v_t - c_t * q_a_t), zero)
+  a = jnp.where(mask, discount_t * c_t, zero)
   targets = reverse_linear_recurrence(a, b, method=method)
   if stop_target_gradients:
     targets = jax.lax.stop_gradient(targets)
@@ -152,7 +159,10 @@ def retrace_targets(
   _checks.check_entries("pi_t", pi_t, 0.0, what=" (probabilities)", where=real[..., None])
   _checks.check_entries("mu_t", mu_t, 0.0, what=" (probabilities)",
                         where=real & shift_to_previous(real, False))  # fmt: skip
-  q_t, pi_t = jnp.asarray(q_t), jnp.asarray(pi_t)
+  # Garbage where the inputs are not read is replaced before any arithmetic (see
+  # `general_off_policy_returns`); mu_t by 1, as it divides.
+  q_t, pi_t = where_used(real, q_t), where_used(real, pi_t)
+  mu_t = where_used(real & shift_to_previous(real, False), mu_t, 1.0)
   a_t = jnp.asarray(a_t)
   pi_a_t = select_action(pi_t, a_t)
   c_t = lambda_ * jnp.minimum(1.0, pi_a_t / (mu_t + probability_floor(eps, jnp.result_type(mu_t))))
@@ -190,7 +200,8 @@ def retrace(
 
   c_{s+1} = lambda min(1, pi(a_{s+1}|x_{s+1}) / mu(a_{s+1}|x_{s+1})). Equals
   `rlax.retrace` without a mask. A step with `mask=False` has zero error and
-  cuts the trace (see `general_off_policy_returns`).
+  cuts the trace; garbage in its inputs changes no output or gradient at the real
+  steps (see `general_off_policy_returns`).
 
   Args:
     q_tm1: Q(x_s, .) at times [0, T-1], [T, ..., A].

@@ -15,6 +15,7 @@ from offpolicy_ac.losses import _checks
 from offpolicy_ac.losses._actions import logsumexp_actions
 from offpolicy_ac.losses._actions import max_actions
 from offpolicy_ac.losses._actions import select_action
+from offpolicy_ac.losses._masking import where_used
 from offpolicy_ac.losses._recurrence import reverse_linear_recurrence
 from offpolicy_ac.losses._recurrence import shift_to_previous
 
@@ -94,7 +95,9 @@ def soft_q_targets(
       `alpha` and `lambda_` are scalars, or arrays of `r_t`'s rank that broadcast to its
       shape (per step: [T, 1, ...]).
     mask: optional bool [T, ...]; False where step s is not a real
-      transition. Its target is 0 and must not be learned from.
+      transition. Its target is 0 and must not be learned from. Its inputs may hold
+      anything (NaN, inf): they change neither the targets nor the gradients at the
+      real steps, and get a zero gradient.
     stop_target_gradients: stop gradients through the targets.
     method: "auto", "scan" or "associative" (see `reverse_linear_recurrence`).
 
@@ -114,9 +117,12 @@ def soft_q_targets(
   mask_next = shift_to_previous(mask, False)
   zero = jnp.zeros((), jnp.result_type(r_t))
 
-  # Not bootstrapped where discount_t is 0: a terminal state's V_soft may be -inf (every
-  # action illegal), and 0 x -inf is NaN; its Q values are replaced before the soft value,
-  # so that the gradient (stop_target_gradients=False) is 0 there, not NaN.
+  # A masked step's inputs are replaced before any arithmetic, so that their garbage
+  # (NaN, inf) reaches neither the targets nor the gradients; its discount becomes 0.
+  r_t, discount_t = where_used(mask, r_t), where_used(mask, discount_t)
+  # Not bootstrapped where discount_t is 0 (masked steps too): a terminal state's V_soft may
+  # be -inf (every action illegal), and 0 x -inf is NaN; its Q values are replaced before
+  # the soft value, so that the gradient (stop_target_gradients=False) is 0 there, not NaN.
   bootstrapped = discount_t != 0
   q_t = jnp.where(bootstrapped[..., None], q_t, jnp.zeros((), q_t.dtype))
   v_t = jnp.where(bootstrapped, soft_value(q_t, alpha), zero)
@@ -162,6 +168,7 @@ def soft_nstep_targets(
   shape = tuple(jnp.shape(r_t))
   mask = _checks.check_mask(mask, shape)
   mask_next = shift_to_previous(mask, False)
+  r_t, discount_t = where_used(mask, r_t), where_used(mask, discount_t)  # as in soft_q_targets
   targets = one_step
   zero = jnp.zeros((), one_step.dtype)
   for _ in range(n - 1):

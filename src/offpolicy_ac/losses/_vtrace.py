@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from offpolicy_ac.losses import _checks
+from offpolicy_ac.losses._masking import where_used
 from offpolicy_ac.losses._recurrence import reverse_linear_recurrence
 from offpolicy_ac.losses._recurrence import shift_to_previous
 
@@ -57,7 +58,9 @@ def vtrace(
   computed with one reverse linear recurrence. A step with `mask=False` is not
   a transition (the auto-reset step after an episode's last step): it gets zero
   error and zero advantage and cuts the trace, so a batch of episodes joined at
-  masked steps gives exactly the per-episode results.
+  masked steps gives exactly the per-episode results. Its inputs may hold anything
+  (NaN, inf): they change neither the outputs nor the gradients at the real steps
+  (`stop_target_gradients=False` too), and get a zero gradient.
 
   All arrays share the shape [T, ...] (time-major; any trailing batch axes).
 
@@ -110,6 +113,11 @@ def vtrace(
       jnp.asarray(x, dtype) for x in (clip_rho_threshold, clip_c_threshold, clip_pg_rho_threshold)
   )
   zero = jnp.zeros((), dtype)
+  # Every input is read at its own step only: a masked step's are replaced before any
+  # arithmetic, so that their garbage (NaN, inf) reaches neither outputs nor gradients.
+  v_tm1, v_t, r_t, discount_t, rho_tm1 = (
+      where_used(mask, x) for x in (v_tm1, v_t, r_t, discount_t, rho_tm1)
+  )
 
   rho_v = jnp.minimum(clip_rho_threshold, rho_tm1)
   c = (lambda_ * jnp.minimum(clip_c_threshold, rho_tm1)).astype(dtype)
