@@ -172,6 +172,8 @@ def test_masked_garbage_catches_multiplying_by_the_mask():
   testing.assert_masked_steps_ignored(times_mask, EXAMPLES, garbage=("huge",))
   with pytest.raises(AssertionError, match="nan garbage"):
     testing.assert_masked_steps_ignored(times_mask, EXAMPLES, garbage=("nan",))
+  with pytest.raises(AssertionError, match="inf garbage"):  # 0 * inf is nan too
+    testing.assert_masked_steps_ignored(times_mask, EXAMPLES, garbage=("inf",))
 
 
 def test_masked_garbage_catches_reading_the_junction():
@@ -203,6 +205,48 @@ def test_masked_garbage_validates_its_settings():
     testing.assert_masked_steps_ignored(lib_soft_q, EXAMPLES, fields=["mask"])
   with pytest.raises(ValueError, match="garbage"):
     testing.assert_masked_steps_ignored(lib_soft_q, EXAMPLES, garbage=("zero",))
+
+
+# --- assert_masked_steps_get_no_gradient -------------------------------------
+
+
+def one_step_td(tr, double_where):
+  """r + gamma * v_t - v_tm1, its outputs selected away at the masked steps; with
+  `double_where` its inputs are too, before the arithmetic."""
+  if double_where:
+    tr = tr._replace(**{f: jnp.where(tr.mask, getattr(tr, f), 0.0)
+                        for f in ("r_t", "discount_t", "v_t", "v_tm1")})  # fmt: skip
+  return jnp.where(tr.mask, tr.r_t + tr.discount_t * tr.v_t - tr.v_tm1, 0.0)
+
+
+def test_masked_gradient_holds_for_a_double_where():
+  testing.assert_masked_steps_get_no_gradient(lambda tr: one_step_td(tr, True), EXAMPLES)
+
+
+@pytest.mark.parametrize("kind", ["nan", "inf"])
+def test_masked_gradient_catches_a_single_where(kind):
+  # The value is right (the outputs check passes) but d/dv_t = discount_t * 0 is nan.
+  testing.assert_masked_steps_ignored(lambda tr: one_step_td(tr, False), EXAMPLES)
+  with pytest.raises(AssertionError, match=f"{kind} garbage.*gradient into"):
+    testing.assert_masked_steps_get_no_gradient(
+        lambda tr: one_step_td(tr, False), EXAMPLES, garbage=(kind,)
+    )
+
+
+def test_masked_gradient_catches_a_gradient_into_a_masked_step():
+  def reads_the_junction(tr):  # a real step reads the next one's v_t, a junction's too
+    next_v = jnp.concatenate([tr.v_t[1:], jnp.zeros_like(tr.v_t[:1])])
+    return jnp.where(tr.mask, tr.r_t + 1e-3 * next_v, 0.0)
+
+  with pytest.raises(AssertionError, match="gradient into v_t is .* masked step"):
+    testing.assert_masked_steps_get_no_gradient(reads_the_junction, EXAMPLES, garbage=("huge",))
+
+
+def test_masked_gradient_validates_its_settings():
+  with pytest.raises(ValueError, match="floating fields"):
+    testing.assert_masked_steps_get_no_gradient(lib_soft_q, EXAMPLES, wrt=["a_t"])
+  with pytest.raises(ValueError, match="garbage"):
+    testing.assert_masked_steps_get_no_gradient(lib_soft_q, EXAMPLES, garbage=("zero",))
 
 
 # --- assert_no_gradient_through_targets --------------------------------------

@@ -57,6 +57,7 @@ if TYPE_CHECKING:  # for type checkers and the API docs; at run time `__getattr_
   from offpolicy_ac.testing import checks
   from offpolicy_ac.testing import strategies
   from offpolicy_ac.testing.checks import assert_junction_split_invariant
+  from offpolicy_ac.testing.checks import assert_masked_steps_get_no_gradient
   from offpolicy_ac.testing.checks import assert_masked_steps_ignored
   from offpolicy_ac.testing.checks import assert_matches_reference
   from offpolicy_ac.testing.checks import assert_no_gradient_through_targets
@@ -68,6 +69,7 @@ __all__ = [
     "TRUNCATION",
     "Trajectory",
     "assert_junction_split_invariant",
+    "assert_masked_steps_get_no_gradient",
     "assert_masked_steps_ignored",
     "assert_matches_reference",
     "assert_no_gradient_through_targets",
@@ -90,6 +92,7 @@ __all__ = [
 _LAZY_MODULES = ("checks", "strategies")
 _CHECKS = (
     "assert_junction_split_invariant",
+    "assert_masked_steps_get_no_gradient",
     "assert_masked_steps_ignored",
     "assert_matches_reference",
     "assert_no_gradient_through_targets",

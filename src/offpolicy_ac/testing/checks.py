@@ -301,13 +301,27 @@ def _assert_split_invariant(check, variant, run, examples, rtol, atol):
           _assert_close(check, where, name, got, want, rtol, atol, dtype, locate=locate)
 
 
+_GARBAGE = {"huge": 1e6, "nan": np.nan, "inf": np.inf}
+
+
 def _garbage_like(name, x, mask, num_actions, kind, rng):
   x = np.asarray(x)
   if name in _tr.ACTION_FIELDS:
     return _tr.fill_masked(x, mask, (x + 1) % max(num_actions, 1))
-  if kind == "nan":
-    return _tr.fill_masked(x, mask, np.nan)
-  return _tr.fill_masked(x, mask, rng.choice([-1e6, 1e6], size=x.shape))
+  return _tr.fill_masked(x, mask, _GARBAGE[kind] * rng.choice([-1.0, 1.0], size=x.shape))
+
+
+def _check_garbage(check, garbage):
+  if set(garbage) - set(_GARBAGE) or not garbage:
+    raise ValueError(f"{check}: garbage must be a non-empty subset of {tuple(_GARBAGE)}")
+
+
+def _garbled(traj, fields, kind, rng):
+  """`traj` with `kind` garbage at the masked steps of `fields`."""
+  return traj._replace(
+      **{f: _garbage_like(f, getattr(traj, f), traj.mask, traj.num_actions, kind, rng)
+         for f in fields}
+  )  # fmt: skip
 
 
 def assert_masked_steps_ignored(
@@ -324,7 +338,7 @@ def assert_masked_steps_ignored(
   """Garbage at the masked steps changes nothing at the unmasked steps.
 
   The masked (junction) rows of the given fields are overwritten with garbage
-  (`"huge"`: +-1e6; `"nan"`: NaN; actions: another valid action) and the
+  (`"huge"`: +-1e6; `"nan"`: NaN; `"inf"`: +-inf; actions: another valid action) and the
   outputs at unmasked steps must stay the same. This catches a target that
   reads the reward, discount or ratios of the auto-reset step, or multiplies
   them by zero instead of selecting them away (`0 * nan` is `nan`).
@@ -340,7 +354,7 @@ def assert_masked_steps_ignored(
     examples: a Trajectory, a sequence of them, or None for `default_examples()`.
     fields: the Trajectory fields to garble; None garbles every field but
       `mask` and `kind`.
-    garbage: the kinds of garbage to try, from `"huge"` and `"nan"`.
+    garbage: the kinds of garbage to try, from `"huge"`, `"nan"` and `"inf"`.
     variants: the chex variants to run `fn` under, from "without_jit",
       "with_jit", "without_device" and "with_device"; by default as is and jitted.
       Keep "without_jit": under `jit`, XLA turns `mask * x` into a select and
@@ -357,21 +371,11 @@ def assert_masked_steps_ignored(
   unknown = set(fields) - set(names)
   if unknown:
     raise ValueError(f"{check}: unknown or layout fields {sorted(unknown)}; choose from {names}")
-  bad_kinds = set(garbage) - {"huge", "nan"}
-  if bad_kinds or not garbage:
-    raise ValueError(f"{check}: garbage must be a non-empty subset of ('huge', 'nan')")
+  _check_garbage(check, garbage)
   runs = _under_variants(check, fn, variants)
   rng = np.random.default_rng(seed)
   for i, traj in enumerate(examples):
-    dirty = {
-        kind: traj._replace(
-            **{
-                f: _garbage_like(f, getattr(traj, f), traj.mask, traj.num_actions, kind, rng)
-                for f in fields
-            }
-        )
-        for kind in garbage
-    }
+    dirty = {kind: _garbled(traj, fields, kind, rng) for kind in garbage}
     for variant, run in runs:
       where = f"{_describe(i, traj)}, chex variant {variant}"
       clean = _leaves(run, traj, check, where)
@@ -465,6 +469,91 @@ def assert_no_gradient_through_targets(
               f" {tuple(int(k) for k in idx)} (is a stop_gradient missing on the targets?)"
               f"\nchex: {e}"
           ) from None
+
+
+def assert_masked_steps_get_no_gradient(
+    fn: TargetFn,
+    examples=None,
+    *,
+    wrt: Sequence[str] | None = None,
+    garbage: Sequence[str] = ("huge", "nan", "inf"),
+    variants: Sequence[str] = VARIANTS,
+    rtol: float | None = None,
+    atol: float | None = None,
+    seed: int = 0,
+) -> None:
+  """Garbage at the masked steps changes no gradient of the outputs at the real steps.
+
+  Overwrites the masked rows of every field but `mask` and `kind` with garbage (as
+  `assert_masked_steps_ignored`), pulls a random cotangent of the outputs at the unmasked
+  steps back to the `wrt` fields (one `jax.vjp`), and requires every gradient to be
+  finite, exactly 0 at the masked steps, and equal to the gradient on the clean example.
+  It catches a target that masks its outputs with `jnp.where(mask, f(x), 0)` but lets
+  the garbage into `f`: the value is right, but the backward pass multiplies the zero
+  cotangent by f'(x), and `0 * nan` is nan. Replace such inputs first
+  (`x = jnp.where(mask, x, 0)`, the "double where"). Arithmetic in `fn` itself counts:
+  pass `jnp.exp(tr.log_rho_tm1)` and the exponential of a masked inf has a NaN gradient.
+
+  >>> from offpolicy_ac import losses, testing
+  >>> testing.assert_masked_steps_get_no_gradient(
+  ...     lambda tr: losses.soft_q_targets(tr.r_t, tr.discount_t, tr.q_t, alpha=0.5,
+  ...                                      lambda_=0.8, mask=tr.mask,
+  ...                                      stop_target_gradients=False))
+
+  Args:
+    fn: the target function, `fn(traj) -> pytree of [T, *batch, ...] arrays`.
+    examples: a Trajectory, a sequence of them, or None for `default_examples()`.
+    wrt: the floating Trajectory fields whose gradients are compared; None: all of them.
+    garbage: the kinds of garbage to try, from `"huge"`, `"nan"` and `"inf"`.
+    variants: the chex variants to compute the gradient under, from "without_jit",
+      "with_jit", "without_device" and "with_device"; by default as is and jitted.
+    rtol, atol: as in `assert_junction_split_invariant`, for the gradients.
+    seed: seeds the garbage and the cotangents.
+  """
+  check = "assert_masked_steps_get_no_gradient"
+  examples = _examples(examples)
+  fields = [f for f in _tr.Trajectory._fields if f not in _tr.LAYOUT_FIELDS]
+  floating = [f for f in fields if np.issubdtype(np.asarray(getattr(examples[0], f)).dtype,
+                                                  np.floating)]  # fmt: skip
+  wrt = floating if wrt is None else list(wrt)
+  if set(wrt) - set(floating) or not wrt:
+    raise ValueError(f"{check}: wrt must name floating fields from {floating}, got {wrt}")
+  _check_garbage(check, garbage)
+  rng = np.random.default_rng(seed)
+
+  def pullback(traj, cotangent):
+    primals = {f: getattr(traj, f) for f in wrt}
+    _, vjp = jax.vjp(lambda p: fn(traj._replace(**p)), primals)
+    return vjp(cotangent)[0]
+
+  runs = _under_variants(check, pullback, variants)
+  for i, traj in enumerate(examples):
+    outputs = _leaves(fn, traj, check, _describe(i, traj))  # per step, or a ValueError
+    structure = jax.tree_util.tree_structure(jax.eval_shape(fn, traj))
+    cotangent = jax.tree_util.tree_unflatten(structure, [
+        jnp.asarray(rng.normal(size=o.shape) * _step_select(traj.mask, o.shape), o.dtype)
+        for _, o in outputs
+    ])  # fmt: skip
+    dirty = {kind: _garbled(traj, fields, kind, rng) for kind in garbage}
+    for variant, run in runs:
+      where = f"{_describe(i, traj)}, chex variant {variant}"
+      clean = _call(lambda tr, run=run: run(tr, cotangent), traj, check, where)
+      for kind in garbage:
+        what = f"{where}, {kind} garbage at masked steps"
+        grads = _call(lambda tr, run=run: run(tr, cotangent), dirty[kind], check, what)
+        for name in wrt:
+          got, want = np.asarray(grads[name]), np.asarray(clean[name])
+          masked = ~_step_select(traj.mask, got.shape)
+          bad = ~np.isfinite(got) | (masked & (got != 0))
+          if bad.any():
+            idx = tuple(int(k) for k in np.argwhere(bad)[0])
+            raise AssertionError(
+                f"{check}: {what}: the gradient into {name} is {got[idx]!r} at index {idx}"
+                f" ({'a masked' if masked[idx] else 'an unmasked'} step; {int(bad.sum())} of"
+                f" {bad.size} entries not finite or, at a masked step, not 0): is garbage"
+                " computed with before a `jnp.where` drops it?"
+            )
+          _assert_close(check, what, f"gradient into {name}", got, want, rtol, atol, got.dtype)
 
 
 def assert_matches_reference(
