@@ -422,15 +422,27 @@ def test_resume_on_one_learner_of_a_run_of_several_is_refused(tmp_path):
   assert (run_dir / "seed0" / "metrics.jsonl").read_text() == before
 
 
-def test_a_metrics_file_cut_short_is_refused_in_one_line_on_resume(tmp_path):
+@pytest.mark.parametrize("damage", ["cut", "garbled"])
+def test_a_metrics_file_cut_short_or_damaged_is_refused_in_one_line_on_resume(tmp_path, damage):
+  """The resumed run appends to the lines before its checkpoint: they must all be there,
+  and whole (a flipped byte that breaks a line's JSON used to be kept)."""
   run_dir = tmp_path / "run"
   _run(run_dir, steps=2560)
   metrics = run_dir / "metrics.jsonl"
-  metrics.write_text(metrics.read_text().splitlines(keepends=True)[0])
+  lines = metrics.read_text().splitlines(keepends=True)
+  if damage == "cut":
+    metrics.write_text(lines[0])
+  else:
+    metrics.write_text("".join([lines[0].replace('"env_steps"', '"env_st\x01ps"', 1),
+                                *lines[1:]]))  # fmt: skip
+  before = metrics.read_bytes()
   proc = _run(run_dir, "--resume", check=False)
   assert proc.returncode == 2 and "Traceback" not in proc.stderr
   last = proc.stderr.strip().splitlines()[-1]
   assert last.startswith("[impala] error:") and "cut or edited" in last, last
+  if damage == "garbled":
+    assert "metrics.jsonl: line 1 is damaged (not a metrics line)" in last, last
+    assert metrics.read_bytes() == before  # left as it was, to be restored
 
 
 _KILLED_WHILE_SAVING_PARAMS = """

@@ -180,6 +180,14 @@ class RunLogger:
           f"{self.metrics_path} has {len(kept)} complete lines, the checkpoint "
           f"expects {num_lines}"
       )
+    for number, line in enumerate(kept, 1):  # the run goes on after them: they must be whole
+      try:
+        record = json.loads(line)
+      except ValueError:
+        record = None
+      if not isinstance(record, dict) or not isinstance(record.get("env_steps"), int):
+        raise ValueError(f"{self.metrics_path}: line {number} is damaged (not a metrics "
+                         f"line): {line.strip()[:80]!r}")  # fmt: skip
     write_atomic(self.metrics_path, "".join(kept))
     self._file = open(self.metrics_path, "a", buffering=1)
     if kept:
