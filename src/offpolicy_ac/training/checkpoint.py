@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import pathlib
+import sys
 import threading
 import time
 from typing import Any
@@ -184,14 +185,15 @@ class Checkpointer:
       self._manager.delete(step)
     savable = _to_savable(arrays)
     try:
-      self._manager.save(
-          step,
-          args=ocp.args.Composite(
-              arrays=ocp.args.StandardSave(savable), record=ocp.args.JsonSave(record)
-          ),
-          force=True,
-      )
-      self._manager.wait_until_finished()
+      with _quiet_failed_save():
+        self._manager.save(
+            step,
+            args=ocp.args.Composite(
+                arrays=ocp.args.StandardSave(savable), record=ocp.args.JsonSave(record)
+            ),
+            force=True,
+        )
+        self._manager.wait_until_finished()
     except Exception as e:  # pylint: disable=broad-except
       # tensorstore reports a full disk as a ValueError ("RESOURCE_EXHAUSTED ... No space
       # left on device"): the OSError it is, so that scripts say so in one line.
@@ -286,6 +288,42 @@ class Checkpointer:
   def close(self) -> None:
     if self._manager_or_none is not None:
       self._manager_or_none.close()
+
+
+class _FullDiskLines(logging.Filter):
+  """Drops log lines about a full disk: `Checkpointer.save` raises it, as one OSError."""
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    return "No space left on device" not in record.getMessage()
+
+
+def _closed_loop_callbacks_dropped(previous: Callable) -> Callable:
+  """`sys.unraisablehook` but for the "Event loop is closed" of a callback into orbax's
+  closed event loop, which it drops."""
+
+  def hook(unraisable):
+    error = unraisable.exc_value
+    if not (isinstance(error, RuntimeError) and str(error) == "Event loop is closed"):
+      previous(unraisable)
+
+  return hook
+
+
+@contextlib.contextmanager
+def _quiet_failed_save():
+  """Keeps a failed save (a full disk) to the one error `save` raises. orbax's threads log
+  it too, with tracebacks; and the tensorstore writes still pending complete into orbax's
+  closed event loop, each callback's "Event loop is closed" printed as an unraisable
+  exception (about 20 tracebacks), later too: after a failure those stay dropped."""
+  absl, lines = logging.getLogger("absl"), _FullDiskLines()
+  absl.addFilter(lines)
+  previous = sys.unraisablehook
+  sys.unraisablehook = _closed_loop_callbacks_dropped(previous)
+  try:
+    yield
+    sys.unraisablehook = previous  # (after a failure, they stay dropped)
+  finally:
+    absl.removeFilter(lines)
 
 
 @contextlib.contextmanager
