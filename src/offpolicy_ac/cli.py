@@ -618,7 +618,12 @@ def _refuse_shadowed(flag: str, name: str) -> None:
   if found is None:
     return
   origin = found.origin or next(iter(found.submodule_search_locations or []), "built-in")
-  if found.has_location and pathlib.Path(origin).resolve().is_relative_to(here.resolve().parent):
+  # The one here: its file, its package's __init__.py or folder, or a namespace package's
+  # folder (no origin); not merely a module somewhere below the current directory (.venv).
+  found_at = [found.origin] if found.has_location else []
+  found_at += list(found.submodule_search_locations or [])
+  local = {pathlib.Path(f"{top}.py").resolve(), pathlib.Path(top).resolve()}
+  if local & {pathlib.Path(p).resolve() for p in found_at}:
     return
   raise ValueError(f"{flag} {name}: {here} in the current directory is shadowed by the module "
                    f"{top!r} ({origin}), which Python imports instead; give the file's path "

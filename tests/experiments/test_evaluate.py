@@ -212,6 +212,31 @@ def test_import_modules_refuses_a_name_that_another_module_shadows(tmp_path, mon
     sys.modules.pop("plugin_local", None)
 
 
+def test_import_modules_tells_the_module_here_from_one_below_the_current_directory(
+    tmp_path, monkeypatch
+):
+  """A folder without __init__.py here (a namespace package) is the module here, and is
+  imported; a module of that name in a folder below the current directory found first (a
+  .venv's site-packages) is another one, and is refused."""
+  monkeypatch.chdir(tmp_path)
+  (tmp_path / "site").mkdir()
+  monkeypatch.setattr(sys, "path", [str(tmp_path / "site"), *sys.path])
+  (tmp_path / "plugin_ns").mkdir()
+  (tmp_path / "plugin_ns" / "agent.py").write_text("ANSWER = 42\n")
+  (tmp_path / "plugin_twin.py").write_text("ANSWER = 42\n")
+  (tmp_path / "site" / "plugin_twin.py").write_text("ANSWER = 0\n")
+  try:
+    import_modules("--import-modules", ["plugin_ns.agent"])
+    assert sys.modules["plugin_ns.agent"].ANSWER == 42
+    with pytest.raises(ValueError, match=r"plugin_twin\.py in the current directory is "
+                       r"shadowed by the module 'plugin_twin' \(.*site"):  # fmt: skip
+      import_modules("--import-modules", ["plugin_twin"])
+    assert "plugin_twin" not in sys.modules
+  finally:
+    for name in ("plugin_ns.agent", "plugin_ns", "plugin_twin"):
+      sys.modules.pop(name, None)
+
+
 def test_import_modules_refuses_a_file_named_as_a_module_already_imported(tmp_path):
   """A file is imported under its name: `string.py` would replace the standard library's
   `string` in sys.modules, for every later import of it."""
