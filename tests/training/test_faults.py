@@ -447,6 +447,20 @@ def test_a_metrics_file_cut_short_or_damaged_is_refused_in_one_line_on_resume(tm
     assert metrics.read_bytes() == before  # left as it was, to be restored
 
 
+def test_resume_keeps_metrics_lines_whose_env_steps_is_a_float(tmp_path):
+  """A metrics line is a JSON object with numeric env_steps (as `read_metrics` reads it):
+  a float is not damage."""
+  from offpolicy_ac.training import RunLogger  # pylint: disable=import-outside-toplevel
+
+  lines = ['{"env_steps": 512.0, "wall_time_s": 1.0}\n', '{"env_steps": 1024}\n',
+           '{"env_steps": 1536}\n']  # fmt: skip
+  (tmp_path / "metrics.jsonl").write_text("".join(lines))
+  log = RunLogger(tmp_path, total_env_steps=2048, progress=False, tensorboard=False)
+  log.truncate(2)
+  log.close()
+  assert (tmp_path / "metrics.jsonl").read_text() == "".join(lines[:2])
+
+
 _KILLED_WHILE_SAVING_PARAMS = """
 import os, signal, sys
 import numpy as np

@@ -185,7 +185,7 @@ class RunLogger:
         record = json.loads(line)
       except ValueError:
         record = None
-      if not isinstance(record, dict) or not isinstance(record.get("env_steps"), int):
+      if not isinstance(record, dict) or not isinstance(record.get("env_steps"), (int, float)):
         raise ValueError(f"{self.metrics_path}: line {number} is damaged (not a metrics "
                          f"line): {line.strip()[:80]!r}")  # fmt: skip
     write_atomic(self.metrics_path, "".join(kept))
