@@ -683,6 +683,34 @@ def test_a_second_stop_signal_stops_at_once_in_one_line_and_resume_finishes_exac
   _same_run(run_dir, straight)
 
 
+_CTRL_C_WHILE_BUILT = """
+import functools, os, signal, sys, time
+from offpolicy_ac import cli
+from offpolicy_ac.agents import make_impala
+from offpolicy_ac.presets import impala
+from offpolicy_ac.training import run_experiment
+
+run_dir, *flags = sys.argv[1:]
+sys.argv[0] = "impala.py"
+def agent_factory(spec, config):
+  os.kill(os.getpid(), signal.SIGINT)
+  time.sleep(1)
+  return make_impala(spec, config=config)
+parse = lambda: cli.parse_args(impala.Args, impala.PRESETS, ["--run-dir", run_dir, *flags])
+run = lambda a: run_experiment("impala", a, functools.partial(agent_factory, config=a.agent))
+cli.script_main(parse, run)
+"""
+
+
+def test_a_ctrl_c_while_a_new_run_is_built_says_nothing_of_checkpoints(tmp_path):
+  """Built, a new run has no checkpoints: its one line does not say they are intact."""
+  proc = subprocess.run([sys.executable, "-c", _CTRL_C_WHILE_BUILT, str(tmp_path / "run"),
+                         *FLAGS], capture_output=True, text=True, timeout=600)  # fmt: skip
+  assert proc.returncode == 130, proc.stderr[-3000:]
+  assert proc.stderr.strip().splitlines()[-1] == "[impala] stopped at once by SIGINT"
+  assert _checkpoints(tmp_path / "run") == []
+
+
 def test_a_stopped_run_without_checkpoints_says_it_cannot_be_resumed(tmp_path):
   run_dir = tmp_path / "run"
   proc = _start_and_wait(run_dir, lambda d: _lines(d) >= 1, "--checkpoint-every", "0",

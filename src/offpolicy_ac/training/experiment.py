@@ -117,7 +117,9 @@ def _stop_on_signals(flag: _StopFlag, *, building: bool = False):
   `building`: the run is being built, outside any other context. SIGINT sets `flag` and
   interrupts at once (KeyboardInterrupt, as Python's default); should native code drop
   that, the flag stops the run at its first iteration. SIGTERM keeps its default.
-  A KeyboardInterrupt raised here holds the signal's name (`script_main` reports it).
+  The KeyboardInterrupt of a second signal holds the signal's name (`script_main` reports
+  it, and that the checkpoints are intact); the one of a run being built does not (a new
+  run has none yet).
   """
   outer = getattr(signal.getsignal(signal.SIGINT), "stop_flag", None)
   if threading.current_thread() is not threading.main_thread() or (building and outer):
@@ -133,7 +135,7 @@ def _stop_on_signals(flag: _StopFlag, *, building: bool = False):
     while up is not None:
       up.signal_name, up = up.signal_name or name, up.outer
     if building:
-      raise KeyboardInterrupt(name)
+      raise KeyboardInterrupt
     if flag.finishing or checkpoint.SAVING.is_set():  # the files are written first
       print(f"received {name}: writing the run's files first", flush=True)
     elif again:  # a second signal: stop now
