@@ -657,8 +657,8 @@ def script_main(parse: Callable[[], Any], run: Callable[[Any], Any], *,
   except KeyboardInterrupt as e:  # a Ctrl-C, or a training run's second stop signal
     training = bool(e.args) and e.args[0] in ("SIGINT", "SIGTERM")  # (run_experiment's)
     name = e.args[0] if training else "SIGINT"
-    kept = ("; the checkpoints written so far are intact (--resume continues from the last "
-            "one)") if training else ""  # fmt: skip
+    kept = ("; the checkpoints written are intact: --resume goes on from the last one (or "
+            "starts over if there is none)") if training else ""  # fmt: skip
     exit_process(128 + signal.Signals[name].value,
                  last_words=f"[{prog}] stopped at once by {name}{kept}")  # fmt: skip
   except Exception as e:  # pylint: disable=broad-except

@@ -674,8 +674,8 @@ def test_a_second_stop_signal_stops_at_once_in_one_line_and_resume_finishes_exac
                         capture_output=True, text=True, timeout=600)  # fmt: skip
   assert proc.returncode == 128 + sig.value, proc.stderr[-3000:]
   assert proc.stderr.strip().splitlines()[-1] == (
-      f"[impala] stopped at once by {sig.name}; the checkpoints written so far are intact "
-      "(--resume continues from the last one)"
+      f"[impala] stopped at once by {sig.name}; the checkpoints written are intact: --resume "
+      "goes on from the last one (or starts over if there is none)"
   )
   assert "Traceback" not in proc.stderr
   assert _checkpoints(run_dir)[-1] == 2560
