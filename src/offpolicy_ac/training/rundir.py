@@ -348,8 +348,9 @@ def check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: b
 def write_best(run_dir: pathlib.Path, params: Any, transform_state: Any, env_steps: int) -> None:
   """Writes a learner's best-evaluated parameters so far (and its data transformer's
   state, when it has one), as SB3's evaluation callback keeps `best_model`, and the env
-  steps they were trained for (best.json, with the parameters' CRC-32: a kill between the
-  two files leaves the steps unknown, never wrong)."""
+  steps they were trained for (best.json, with the CRC-32 of the parameters and of the
+  transformer's state: a kill between the files leaves the steps unknown, never wrong, and
+  `load_run` refuses parameters beside another evaluation's statistics)."""
   crc = save_params(run_dir / BEST_PARAMS, params)
   record = {"env_steps": int(env_steps), "params_crc32": crc}
   if jax.tree.leaves(transform_state):
