@@ -6,7 +6,7 @@ policy was evaluated, `eval_return`. Values are made JSON-safe by `jsonable`: da
 become objects, NumPy scalars Python numbers, non-finite floats null.
 
 This module is the one place that knows the format: training's logger writes it with
-`encode_line`, the statistics and plots read it with `read_metrics`.
+`encode_line`, the statistics and plots read it with `read_metrics` (a line: `decode_line`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["METRICS_FILE", "jsonable", "encode_line", "read_metrics"]
+__all__ = ["METRICS_FILE", "jsonable", "encode_line", "decode_line", "read_metrics"]
 
 METRICS_FILE = "metrics.jsonl"
 """The metrics file's name in a run directory."""
@@ -49,6 +49,19 @@ def jsonable(x: Any) -> Any:
 def encode_line(record: dict) -> str:
   """One line of metrics.jsonl (newline included) for an already `jsonable` record."""
   return json.dumps(record) + "\n"
+
+
+def decode_line(line: str) -> dict:
+  """The record of one line of metrics.jsonl.
+
+  Raises:
+    json.JSONDecodeError: the line is not valid JSON (a line cut by a kill, or damage).
+    ValueError: it is JSON but not a metrics line (an object with a number `env_steps`).
+  """
+  record = json.loads(line)
+  if not isinstance(record, dict) or not isinstance(record.get("env_steps"), (int, float)):
+    raise ValueError("not a metrics line (a JSON object with env_steps)")
+  return record
 
 
 def read_metrics(run_dir: str | os.PathLike) -> list[dict]:
@@ -81,15 +94,13 @@ def read_metrics(run_dir: str | os.PathLike) -> list[dict]:
   lines = []
   for number, line in enumerate(text, 1):
     try:
-      record = json.loads(line)
+      lines.append(decode_line(line))
     except json.JSONDecodeError:
       if number == len(text):  # a line cut by a kill
         continue
       raise ValueError(f"{path} is damaged: line {number} is not valid JSON") from None
-    if not isinstance(record, dict) or not isinstance(record.get("env_steps"), (int, float)):
-      raise ValueError(f"{path} line {number} is not a metrics line (a JSON object with "
-                       "env_steps)")  # fmt: skip
-    lines.append(record)
+    except ValueError as e:
+      raise ValueError(f"{path} line {number} is {e}") from None
   return lines
 
 

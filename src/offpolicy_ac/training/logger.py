@@ -182,16 +182,14 @@ class RunLogger:
       )
     for number, line in enumerate(kept, 1):  # the run goes on after them: they must be whole
       try:
-        record = json.loads(line)
-      except ValueError:
-        record = None
-      if not isinstance(record, dict) or not isinstance(record.get("env_steps"), (int, float)):
+        record = metrics_file.decode_line(line)
+      except ValueError:  # (json.JSONDecodeError too)
         raise ValueError(f"{self.metrics_path}: line {number} is damaged (not a metrics "
-                         f"line): {line.strip()[:80]!r}")  # fmt: skip
+                         f"line): {line.strip()[:80]!r}") from None  # fmt: skip
     write_atomic(self.metrics_path, "".join(kept))
     self._file = open(self.metrics_path, "a", buffering=1)
     if kept:
-      self._steps_shown = int(json.loads(kept[-1])["env_steps"])
+      self._steps_shown = int(record["env_steps"])
     if self._writer is not None:  # TensorBoard drops its points after the kept lines too
       from tensorboardX import SummaryWriter
 
