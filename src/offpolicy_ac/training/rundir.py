@@ -358,33 +358,21 @@ def write_best(run_dir: pathlib.Path, params: Any, transform_state: Any, env_ste
   write_atomic(run_dir / BEST_RECORD, json.dumps(record))
 
 
-def _best_env_steps(run_dir: pathlib.Path) -> Optional[int]:
-  """The env steps of the best parameters, from best.json when it is theirs."""
+def _best_record(run_dir: pathlib.Path) -> Optional[dict]:
+  """best.json's record when it is the one of the best files beside it: the CRC-32 of the
+  parameters and, when it records one, of the transformer's state match (a kill between
+  the writes leaves them unpaired). None otherwise."""
   try:
     record = read_json(run_dir / BEST_RECORD)
-  except (OSError, ValueError):
-    return None
-  if not isinstance(record, dict) or not isinstance(record.get("env_steps"), int):
-    return None
-  crc = f"{zlib.crc32((run_dir / BEST_PARAMS).read_bytes()):08x}"
-  return record["env_steps"] if record.get("params_crc32") == crc else None
-
-
-def _check_best_pair(run_dir: pathlib.Path) -> None:
-  """Refuses best parameters and transformer state that best.json does not pair: a kill
-  between their writes leaves new parameters beside the previous best's statistics."""
-  try:
-    record = read_json(run_dir / BEST_RECORD)
-  except (OSError, ValueError):
-    record = None
-  crc = lambda name: f"{zlib.crc32((run_dir / name).read_bytes()):08x}"  # noqa: E731
-  if not isinstance(record, dict) or record.get("params_crc32") != crc(BEST_PARAMS) or (
-      record.get("transform_crc32", crc(BEST_TRANSFORM)) != crc(BEST_TRANSFORM)):  # fmt: skip
-    raise ValueError(
-        f"{run_dir}: {BEST_PARAMS} and {BEST_TRANSFORM} are not the pair {BEST_RECORD} "
-        "records (the run was stopped while it wrote them): --resume the run, or load its "
-        "final parameters or a checkpoint's"
+    crc = lambda name: f"{zlib.crc32((run_dir / name).read_bytes()):08x}"  # noqa: E731
+    paired = (
+        isinstance(record, dict)
+        and record.get("params_crc32") == crc(BEST_PARAMS)
+        and ("transform_crc32" not in record or record["transform_crc32"] == crc(BEST_TRANSFORM))
     )
+  except (OSError, ValueError):
+    return None
+  return record if paired else None
 
 
 def write_results(name: str, run_dir: pathlib.Path, result: RunResult, protocol: str,
@@ -600,9 +588,15 @@ def load_run(run_dir: str | os.PathLike, *, checkpoint: Optional[int] = None,
       raise ValueError(f"{run_dir} holds no best parameters (no evaluation yet): no {BEST_PARAMS}")
     params = load_params(run_dir / BEST_PARAMS, params_template)
     transform = _load_transform(run_dir / BEST_TRANSFORM, transform)
-    if jax.tree.leaves(transform):
-      _check_best_pair(run_dir)
-    env_steps, source = _best_env_steps(run_dir), "best"
+    record = _best_record(run_dir)
+    if jax.tree.leaves(transform) and record is None:
+      raise ValueError(
+          f"{run_dir}: {BEST_PARAMS} and {BEST_TRANSFORM} are not the pair {BEST_RECORD} "
+          "records (the run was stopped while it wrote them): --resume the run, or load its "
+          "final parameters or a checkpoint's"
+      )
+    steps = (record or {}).get("env_steps")
+    env_steps, source = (steps if isinstance(steps, int) else None), "best"
     if env_steps is None and not stale:  # a run from before best.json
       env_steps = summary.get("best_env_steps")
   elif checkpoint is None and final.exists() and not stale:
