@@ -124,6 +124,8 @@ def _read_checksums(step_dir: pathlib.Path) -> dict[str, str]:
 SAVING = threading.Event()
 """Set while a checkpoint is written: the scripts' stop handlers let it finish."""
 
+_FULL_DISK = os.strerror(errno.ENOSPC)  # "No space left on device", as tensorstore says
+
 
 class Checkpointer:
   """Saves and restores `(arrays pytree, json dict)` pairs under `directory` (see the
@@ -197,8 +199,8 @@ class Checkpointer:
     except Exception as e:  # pylint: disable=broad-except
       # tensorstore reports a full disk as a ValueError ("RESOURCE_EXHAUSTED ... No space
       # left on device"): the OSError it is, so that scripts say so in one line.
-      if "No space left on device" in str(e) and not isinstance(e, OSError):
-        raise OSError(errno.ENOSPC, "No space left on device", str(self.directory)) from e
+      if _FULL_DISK in str(e) and not isinstance(e, OSError):
+        raise OSError(errno.ENOSPC, _FULL_DISK, str(self.directory)) from e
       raise
     # Written last: a checkpoint without them is one whose save did not finish.
     checksums = {**array_checksums(savable), RECORD: record_checksum(record)}
@@ -294,7 +296,7 @@ class _FullDiskLines(logging.Filter):
   """Drops log lines about a full disk: `Checkpointer.save` raises it, as one OSError."""
 
   def filter(self, record: logging.LogRecord) -> bool:
-    return "No space left on device" not in record.getMessage()
+    return _FULL_DISK not in record.getMessage()
 
 
 def _closed_loop_callbacks_dropped(previous: Callable) -> Callable:
