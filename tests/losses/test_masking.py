@@ -122,3 +122,70 @@ def test_impala_loss_gaussian_gradients_ignore_masked_steps(tr, shared_log_std):
   if shared_log_std:  # a [D] parameter, read at every step: no NaN from the masked ones
     g = jax.grad(lambda s: loss(_garbled(inputs, tr.mask, np.nan), s))(log_std)
     np.testing.assert_allclose(g, jax.grad(lambda s: loss(inputs, s))(log_std), rtol=1e-5)
+
+
+def _probabilities(logits):
+  return np.asarray(jax.nn.softmax(jnp.asarray(logits), axis=-1))
+
+
+def _acer_discrete_inputs(tr):
+  return {"pi": tr.pi_t, "mu": _probabilities(tr.q_t), "logits": tr.q_tm1,
+          "avg_logits": tr.q_t, "q": tr.q_tm1, "q_ret": tr.v_tm1}  # fmt: skip
+
+
+def _acer_continuous_inputs(tr):
+  rng = np.random.default_rng(1)
+  names = ("log_pi_a", "log_pi_sample", "log_rho_a", "log_rho_sample", "q_opc", "q_sample",
+           "v", "q_tilde_a", "q_ret")  # fmt: skip
+  return {k: rng.normal(size=tr.r_t.shape).astype(np.float32) for k in names}
+
+
+# The ACER per-step losses, each as loss(inputs, tr, mask) -> [T, ...].
+ACER_PER_STEP = {
+    "acer_policy_objective": (_acer_discrete_inputs, lambda p, tr, mask: (
+        losses.acer_policy_objective(p["pi"], p["mu"], tr.a_tm1, p["q"], p["q_ret"],
+                                     clip_c=0.8, mask=mask))),
+    "acer_policy_loss": (_acer_discrete_inputs, lambda p, tr, mask: losses.acer_policy_loss(
+        p["pi"], p["mu"], tr.a_tm1, p["q"], p["q_ret"], clip_c=1.2, mask=mask)),
+    "acer_trust_region_policy_loss": (_acer_discrete_inputs, lambda p, tr, mask: (
+        losses.acer_trust_region_policy_loss(
+            p["logits"], p["avg_logits"], p["mu"], tr.a_tm1, p["q"], p["q_ret"], clip_c=0.8,
+            delta=0.1, mask=mask).surrogate)),
+    "acer_value_loss": (_acer_discrete_inputs, lambda p, tr, mask: losses.acer_value_loss(
+        p["q"], tr.a_tm1, p["q_ret"], mask=mask)),
+    "acer_continuous_policy_objective": (_acer_continuous_inputs, lambda p, tr, mask: (
+        losses.acer_continuous_policy_objective(
+            p["log_pi_a"], p["log_pi_sample"], p["log_rho_a"], p["log_rho_sample"], p["q_opc"],
+            p["q_sample"], p["v"], clip_c=0.5, mask=mask))),
+    "acer_continuous_value_losses": (_acer_continuous_inputs, lambda p, tr, mask: (
+        losses.acer_continuous_value_losses(p["q_tilde_a"], p["v"], p["q_ret"], p["log_rho_a"],
+                                            mask=mask))),
+    # A generic objective and KL that read garbage of their own at the masked steps.
+    "trust_region_surrogate": (_acer_discrete_inputs, lambda p, tr, mask: (
+        losses.trust_region_surrogate(
+            lambda s: jnp.sum(s * p["q"], axis=-1), lambda s: jnp.sum(s * s * p["pi"], axis=-1),
+            p["logits"], delta=0.05, mask=mask).surrogate)),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(ACER_PER_STEP))
+@pytest.mark.parametrize("tr", EXAMPLES[1:], ids=["rank1", "rank2"])
+def test_acer_per_step_losses_ignore_masked_steps(name, tr):
+  make_inputs, per_step = ACER_PER_STEP[name]
+  inputs = make_inputs(tr)
+  w = jnp.asarray(tr.mask, jnp.float32)
+  _assert_same_finite_gradients(
+      lambda p: losses.weighted_mean(per_step(p, tr, tr.mask), w), inputs, tr.mask
+  )
+  # The values: those of the unmasked computation at the real steps, 0 at the masked ones.
+  clean = {k: jnp.asarray(x) for k, x in inputs.items()}
+  unmasked = np.asarray(per_step(clean, tr, None))
+  masked = np.asarray(per_step(_garbled(inputs, tr.mask, np.nan), tr, tr.mask))
+  np.testing.assert_allclose(masked[tr.mask], unmasked[tr.mask], rtol=1e-6)
+  assert np.all(masked[~tr.mask] == 0)
+
+
+def test_acer_mask_of_another_shape_is_refused():
+  tr = EXAMPLES[1]
+  with pytest.raises(ValueError, match="mask.*`a_tm1`"):
+    losses.acer_value_loss(tr.q_tm1, tr.a_tm1, tr.v_tm1, mask=tr.mask[:, :1])

@@ -247,14 +247,15 @@ def make_acer_discrete(spec, config: AcerConfig = AcerConfig()) -> base.Agent:
           q_ret,
           clip_c=config.clip_c,
           delta=config.trust_region_delta,
+          mask=li.mask,
       )
       policy_per_step, tr_active = tr.surrogate, tr.active.astype(r_t.dtype)
     else:
       policy_per_step = losses.acer_policy_loss(
-          pi[:-1], mu[:-1], a[:-1], q[:-1], q_ret, clip_c=config.clip_c
+          pi[:-1], mu[:-1], a[:-1], q[:-1], q_ret, clip_c=config.clip_c, mask=li.mask
       )
       tr_active = jnp.zeros_like(r_t)
-    value_per_step = losses.acer_value_loss(q[:-1], a[:-1], q_ret)
+    value_per_step = losses.acer_value_loss(q[:-1], a[:-1], q_ret, mask=li.mask)
     entropy_per_step = losses.categorical_entropy(logits[:-1])
 
     w = li.mask.astype(r_t.dtype)
@@ -369,7 +370,7 @@ def make_acer_continuous(spec, config: AcerConfig = AcerConfig()) -> base.Agent:
         mask=li.mask,
     )
     value_per_step = losses.acer_continuous_value_losses(
-        q_tilde_a[:-1], v[:-1], targets.q_ret, log_rho_a[:-1]
+        q_tilde_a[:-1], v[:-1], targets.q_ret, log_rho_a[:-1], mask=li.mask
     )
 
     # Policy: the objective as a function of the Gaussian statistics.
@@ -390,6 +391,7 @@ def make_acer_continuous(spec, config: AcerConfig = AcerConfig()) -> base.Agent:
           sg(q_tilde_prime[:-1]),
           sg(v[:-1]),
           clip_c=config.clip_c,
+          mask=li.mask,
       )
 
     def kl_fn(stats):
@@ -399,7 +401,7 @@ def make_acer_continuous(spec, config: AcerConfig = AcerConfig()) -> base.Agent:
     stats = jnp.concatenate([mean[:-1], log_std[:-1]], axis=-1)
     if config.use_trust_region:
       tr = losses.trust_region_surrogate(
-          objective_fn, kl_fn, stats, delta=config.trust_region_delta
+          objective_fn, kl_fn, stats, delta=config.trust_region_delta, mask=li.mask
       )
       policy_per_step, tr_active = tr.surrogate, tr.active.astype(r_t.dtype)
     else:

@@ -4,7 +4,8 @@ See "Sample Efficient Actor-Critic with Experience Replay" by Wang et al.
 (https://arxiv.org/abs/1611.01224). Targets use the general off-policy return
 of `_retrace` (Q^ret: c = min(1, rho); continuous Q^ret: c = min(1, rho^(1/d));
 Q^opc: c = 1). Every per-step function returns [T, ...] arrays; reduce them
-with `weighted_mean` and the step weights.
+with `weighted_mean` and the step weights. Given the `mask`, a per-step function returns 0
+at the masked steps and gives their inputs a zero gradient, whatever they hold (NaN, inf).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import jax.numpy as jnp
 from offpolicy_ac.losses import _checks
 from offpolicy_ac.losses._actions import select_action
 from offpolicy_ac.losses._distributions import probability_floor
+from offpolicy_ac.losses._masking import where_used
 from offpolicy_ac.losses._retrace import general_off_policy_returns
 from offpolicy_ac.losses._retrace import retrace_targets
 
@@ -71,6 +73,7 @@ def acer_policy_objective(
     *,
     clip_c=10.0,
     eps: float = 1e-8,
+    mask: jax.Array | None = None,
 ) -> jax.Array:
   """Per-step ACER policy objective (to maximise) with bias correction.
 
@@ -92,6 +95,8 @@ def acer_policy_objective(
       that broadcasts to its shape (per step: [T, 1, ...]).
     eps: added to mu before dividing (at least the dtype's smallest normal number, so
       that a probability of 0 in float16 does not divide by 0).
+    mask: optional bool [T, ...] (`a_tm1`'s shape), False where step s is not a real
+      transition: 0 there.
   """
   for name, x in [
       ("pi_tm1", pi_tm1),
@@ -110,6 +115,9 @@ def acer_policy_objective(
   _checks.check_positive("clip_c", clip_c, jnp.shape(a_tm1))
   _checks.check_non_negative("eps", eps)
   a_tm1 = jnp.asarray(a_tm1)
+  used = _checks.check_mask(mask, jnp.shape(a_tm1), "`a_tm1`")
+  pi_tm1, mu_tm1 = where_used(used, pi_tm1, 1.0), where_used(used, mu_tm1, 1.0)
+  q_tm1, q_ret_tm1 = where_used(used, q_tm1), where_used(used, q_ret_tm1)
   clip_c_a = clip_c if not jnp.ndim(clip_c) else jnp.asarray(clip_c)[..., None]  # [T, ..., 1]
 
   sg = jax.lax.stop_gradient
@@ -124,14 +132,16 @@ def acer_policy_objective(
   correction = jnp.where(rho > 0, jax.nn.relu(rho - clip_c_a) / jnp.where(rho > 0, rho, 1.0), 0.0)
   coeff = correction * pi_c * (q_c - v[..., None])
   term2 = jnp.sum(jnp.where(coeff != 0, coeff * log_pi, 0.0), axis=-1)
-  return term1 + term2
+  return jnp.where(used, term1 + term2, 0.0)
 
 
 def acer_policy_loss(
-    pi_tm1, mu_tm1, a_tm1, q_tm1, q_ret_tm1, *, clip_c=10.0, eps: float = 1e-8
+    pi_tm1, mu_tm1, a_tm1, q_tm1, q_ret_tm1, *, clip_c=10.0, eps: float = 1e-8, mask=None
 ) -> jax.Array:
   """Per-step ACER policy loss without trust region: -acer_policy_objective."""
-  return -acer_policy_objective(pi_tm1, mu_tm1, a_tm1, q_tm1, q_ret_tm1, clip_c=clip_c, eps=eps)
+  return -acer_policy_objective(
+      pi_tm1, mu_tm1, a_tm1, q_tm1, q_ret_tm1, clip_c=clip_c, eps=eps, mask=mask
+  )
 
 
 def trust_region_projection(g: jax.Array, k: jax.Array, delta) -> jax.Array:
@@ -169,6 +179,7 @@ def trust_region_surrogate(
     stats: jax.Array,
     *,
     delta,
+    mask: jax.Array | None = None,
 ) -> TrustRegionOutput:
   """Backpropagates ACER's projected gradient z* through policy statistics.
 
@@ -177,23 +188,32 @@ def trust_region_surrogate(
   (so the gradient of their sums is the per-step gradient). The returned
   surrogate has gradient -z* w.r.t. `stats`; minimising it ascends the
   objective inside the trust region KL(average || pi) <= delta (linearised).
+
+  `mask` (optional bool [T, ...]): False where step s is not a real transition. Its
+  outputs are 0 there (`active` False) and its statistics get a zero gradient, whatever
+  `objective_fn` and `kl_fn` compute there; what `stats` are computed from is the
+  caller's to clean (`acer_trust_region_policy_loss` does).
   """
   _checks.check_floating("stats", stats)
-  g = jax.grad(lambda s: jnp.sum(objective_fn(s)))(stats)
-  k = jax.grad(lambda s: jnp.sum(kl_fn(s)))(stats)
-  g, k = jax.lax.stop_gradient(g), jax.lax.stop_gradient(k)
-  objective = jax.lax.stop_gradient(objective_fn(stats))
+  _checks.check_min_rank("stats", stats, 1, "a trailing statistics axis [..., K]")
+  used = _checks.check_mask(mask, jnp.shape(stats)[:-1], "`stats` without its last axis")
+  stats = where_used(used, stats)
+  sg = jax.lax.stop_gradient
+  g = sg(jax.grad(lambda s: jnp.sum(objective_fn(s)))(stats))
+  k = sg(jax.grad(lambda s: jnp.sum(kl_fn(s)))(stats))
+  g, k = where_used(used, g), where_used(used, k)
+  objective = jnp.where(used, sg(objective_fn(stats)), 0.0)
   z = trust_region_projection(g, k, delta)
   # A NaN objective (an out-of-range action under `jit`) can have a finite gradient (a
   # `where` gives the NaN branch none): the step's surrogate and gradient are NaN too.
   z = jnp.where(jnp.isnan(objective)[..., None], jnp.nan, z)
-  surrogate = -jnp.sum(jax.lax.stop_gradient(z) * stats, axis=-1)
+  surrogate = -jnp.sum(sg(z) * stats, axis=-1)
   kg = jnp.sum(k * g, axis=-1)
   return TrustRegionOutput(
       surrogate=surrogate,
       objective=objective,
-      kl=jax.lax.stop_gradient(kl_fn(stats)),
-      active=(kg > delta) & (jnp.sum(k * k, axis=-1) > 0),
+      kl=jnp.where(used, sg(kl_fn(stats)), 0.0),
+      active=(kg > delta) & (jnp.sum(k * k, axis=-1) > 0) & used,
   )
 
 
@@ -208,6 +228,7 @@ def acer_trust_region_policy_loss(
     clip_c=10.0,
     delta=1.0,
     eps: float = 1e-8,
+    mask: jax.Array | None = None,
 ) -> TrustRegionOutput:
   """Discrete ACER policy loss with the trust region, per step [T, ...].
 
@@ -218,7 +239,7 @@ def acer_trust_region_policy_loss(
     logits_tm1: learner logits [T, ..., A].
     avg_logits_tm1: logits of the average policy network [T, ..., A].
     mu_tm1: behaviour probabilities [T, ..., A].
-    a_tm1, q_tm1, q_ret_tm1, clip_c, eps: as in `acer_policy_objective`.
+    a_tm1, q_tm1, q_ret_tm1, clip_c, eps, mask: as in `acer_policy_objective`.
     delta: trust-region size >= 0 (1 in the paper).
   """
   _checks.check_shape("avg_logits_tm1", avg_logits_tm1, jnp.shape(logits_tm1), "`logits_tm1`")
@@ -227,22 +248,28 @@ def acer_trust_region_policy_loss(
       "a_tm1", a_tm1, jnp.shape(logits_tm1)[:-1], "`logits_tm1` without its action axis"
   )
   _checks.check_action_range("a_tm1", a_tm1, jnp.shape(logits_tm1)[-1], "`logits_tm1`")
+  used = _checks.check_mask(mask, jnp.shape(a_tm1), "`a_tm1`")
+  logits_tm1, avg_logits_tm1 = where_used(used, logits_tm1), where_used(used, avg_logits_tm1)
   f_avg = jax.lax.stop_gradient(jax.nn.softmax(avg_logits_tm1, axis=-1))
   log_f_avg = _safe_log(f_avg)
 
   def objective_fn(f):
-    return acer_policy_objective(f, mu_tm1, a_tm1, q_tm1, q_ret_tm1, clip_c=clip_c, eps=eps)
+    return acer_policy_objective(
+        f, mu_tm1, a_tm1, q_tm1, q_ret_tm1, clip_c=clip_c, eps=eps, mask=used
+    )
 
   def kl_fn(f):
     terms = jnp.where(f_avg > 0, f_avg * (log_f_avg - _safe_log(f)), 0.0)
     return jnp.sum(terms, axis=-1)
 
   return trust_region_surrogate(
-      objective_fn, kl_fn, jax.nn.softmax(logits_tm1, axis=-1), delta=delta
+      objective_fn, kl_fn, jax.nn.softmax(logits_tm1, axis=-1), delta=delta, mask=used
   )
 
 
-def acer_value_loss(q_tm1: jax.Array, a_tm1: jax.Array, q_ret_tm1: jax.Array) -> jax.Array:
+def acer_value_loss(
+    q_tm1: jax.Array, a_tm1: jax.Array, q_ret_tm1: jax.Array, *, mask: jax.Array | None = None
+) -> jax.Array:
   """Per-step critic loss 1/2 (Q^ret_s - Q(x_s, a_s))^2, [T, ...].
 
   Args:
@@ -251,6 +278,7 @@ def acer_value_loss(q_tm1: jax.Array, a_tm1: jax.Array, q_ret_tm1: jax.Array) ->
       (ValueError); under `jit` an out-of-range action makes its loss NaN, and
       `jax.experimental.checkify.checkify` reports it (see `take_action`).
     q_ret_tm1: Q^ret_s [T, ...] (a constant).
+    mask: optional bool [T, ...], False where step s is not a real transition: 0 there.
   """
   _checks.check_floating("q_tm1", q_tm1)
   _checks.check_integer("a_tm1", a_tm1)
@@ -258,8 +286,9 @@ def acer_value_loss(q_tm1: jax.Array, a_tm1: jax.Array, q_ret_tm1: jax.Array) ->
   _checks.check_shape("a_tm1", a_tm1, jnp.shape(q_tm1)[:-1], "`q_tm1` without its action axis")
   _checks.check_shape("q_ret_tm1", q_ret_tm1, jnp.shape(a_tm1), "`a_tm1`")
   _checks.check_action_range("a_tm1", a_tm1, jnp.shape(q_tm1)[-1], "`q_tm1`")
-  q_a = select_action(jnp.asarray(q_tm1), jnp.asarray(a_tm1))
-  return 0.5 * jnp.square(jax.lax.stop_gradient(q_ret_tm1) - q_a)
+  used = _checks.check_mask(mask, jnp.shape(a_tm1), "`a_tm1`")
+  q_a = select_action(where_used(used, q_tm1), jnp.asarray(a_tm1))
+  return 0.5 * jnp.square(jax.lax.stop_gradient(where_used(used, q_ret_tm1)) - q_a)
 
 
 class AcerContinuousTargets(NamedTuple):
@@ -332,13 +361,16 @@ def acer_continuous_policy_objective(
     v: jax.Array,
     *,
     clip_c=10.0,
+    mask: jax.Array | None = None,
 ) -> jax.Array:
   """Per-step continuous ACER objective (to maximise), [T, ...].
 
       min(c, rho(a_s)) (Q^opc_s - V(x_s)) log pi(a_s|x_s)
       + [1 - c / rho(a')]_+ (Q~(x_s, a') - V(x_s)) log pi(a'|x_s),  a' ~ pi
 
-  Gradients flow only through `log_pi_a` and `log_pi_sample` (with a' fixed).
+  Gradients flow only through `log_pi_a` and `log_pi_sample` (with a' fixed). Every
+  argument is [T, ...]; `mask` (optional bool [T, ...]): False where step s is not a real
+  transition, 0 there.
   """
   names = [
       ("log_pi_a", log_pi_a),
@@ -353,25 +385,38 @@ def acer_continuous_policy_objective(
     _checks.check_floating(name, x)
   shape = _checks.check_same_shape(names)
   _checks.check_positive("clip_c", clip_c, shape)
+  used = _checks.check_mask(mask, shape, "`log_pi_a`")
+  log_pi_a, log_pi_sample, log_rho_a, log_rho_sample, q_opc, q_sample, v = (
+      where_used(used, x) for _, x in names
+  )
   sg = jax.lax.stop_gradient
   log_c = jnp.log(jnp.asarray(clip_c, log_rho_a.dtype))
   rho_a_trunc = jnp.exp(jnp.minimum(log_c, sg(log_rho_a)))
   correction = jax.nn.relu(1.0 - jnp.exp(log_c - sg(log_rho_sample)))
   v = sg(v)
-  return rho_a_trunc * (sg(q_opc) - v) * log_pi_a + correction * (sg(q_sample) - v) * log_pi_sample
+  objective = rho_a_trunc * (sg(q_opc) - v) * log_pi_a
+  return objective + correction * (sg(q_sample) - v) * log_pi_sample
 
 
 def acer_continuous_value_losses(
-    q_tilde_a: jax.Array, v: jax.Array, q_ret: jax.Array, log_rho_a: jax.Array
+    q_tilde_a: jax.Array,
+    v: jax.Array,
+    q_ret: jax.Array,
+    log_rho_a: jax.Array,
+    *,
+    mask: jax.Array | None = None,
 ) -> jax.Array:
   """Per-step SDN critic loss: 1/2 (Q^ret - Q~)^2 + 1/2 (V_target - V)^2.
 
-  V_target = min(1, rho(a_s)) (Q^ret_s - Q~(x_s, a_s)) + V(x_s) (constants).
+  V_target = min(1, rho(a_s)) (Q^ret_s - Q~(x_s, a_s)) + V(x_s) (constants). Every
+  argument is [T, ...]; `mask` (optional bool [T, ...]): False where step s is not a real
+  transition, 0 there.
   """
   names = [("q_tilde_a", q_tilde_a), ("v", v), ("q_ret", q_ret), ("log_rho_a", log_rho_a)]
   for name, x in names:
     _checks.check_floating(name, x)
-  _checks.check_same_shape(names)
+  used = _checks.check_mask(mask, _checks.check_same_shape(names), "`q_tilde_a`")
+  q_tilde_a, v, q_ret, log_rho_a = (where_used(used, x) for _, x in names)
   sg = jax.lax.stop_gradient
   q_ret = sg(q_ret)
   v_target = sg(jnp.exp(jnp.minimum(0.0, log_rho_a)) * (q_ret - q_tilde_a) + v)

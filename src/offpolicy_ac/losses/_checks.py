@@ -108,12 +108,12 @@ def check_time_major(name: str, x: Any) -> None:
     raise ValueError(f"`{name}` has an empty time axis: {_describe(x)}.")
 
 
-def check_mask(mask: Any, shape: tuple[int, ...]) -> jax.Array:
-  """Validates an optional mask and returns a boolean array of `shape`."""
+def check_mask(mask: Any, shape: tuple[int, ...], ref: str = "`r_t`") -> jax.Array:
+  """Validates an optional mask (the shape of `ref`) and returns a boolean array of `shape`."""
   if mask is None:
     return jnp.ones(shape, dtype=jnp.bool_)
   check_bool("mask", mask)
-  check_shape("mask", mask, shape, "`r_t`")
+  check_shape("mask", mask, shape, ref)
   return jnp.asarray(mask)
 
 
