@@ -809,3 +809,18 @@ def test_acer_dtype_errors_name_the_arguments_given():
   x = jnp.zeros((4, 2))
   with pytest.raises(TypeError, match="`log_rho_t` must have the dtype of `r_t`"):
     L.acer_continuous_targets(x, x, x, x, x.astype(jnp.bfloat16), action_dim=2)
+
+
+@pytest.mark.parametrize("name", ["pi_tm1", "mu_tm1"])
+def test_acer_policy_objective_refuses_log_probabilities(name):
+  # log_softmax passed for softmax: every entry < 0, read as probability 0, gave an
+  # objective and a gradient of exactly 0.
+  rng = np.random.default_rng(0)
+  T, B, A = 3, 2, 4
+  probs = {"pi_tm1": _probs(rng, (T, B, A)), "mu_tm1": _probs(rng, (T, B, A))}
+  probs[name] = np.log(probs[name])
+  a = rng.integers(0, A, (T, B)).astype(np.int32)
+  q = rng.normal(size=(T, B, A)).astype(np.float32)
+  q_ret = rng.normal(size=(T, B)).astype(np.float32)
+  with pytest.raises(ValueError, match=f"`{name}` must be >= 0 \\(probabilities\\)"):
+    L.acer_policy_objective(probs["pi_tm1"], probs["mu_tm1"], a, q, q_ret)
