@@ -511,6 +511,22 @@ def test_sqil_rejects_non_bool(bad):
     jax.jit(L.sqil_rewards)(bad)
 
 
+@pytest.mark.parametrize("shape", [(4,), (1, 4), (2, 3, 1), (5, 3)])
+def test_sqil_relabel_refuses_flags_of_other_shapes(shape):
+  # r_t [T=4, B=3]: a per-step [T] (which JAX's own error did not name), or any shape that
+  # is not a scalar, [B] or of r_t's rank broadcasting to it.
+  with pytest.raises(ValueError, match=r"`is_demonstration` of shape .* must be a scalar"):
+    L.sqil_relabel(np.zeros((4, 3), np.float32), np.ones(shape, bool))
+
+
+def test_sqil_relabel_reads_a_flag_per_sequence_when_t_equals_b():
+  r = np.zeros((3, 3), np.float32)
+  flags = np.array([True, False, False])  # [B]: the first sequence is a demonstration
+  np.testing.assert_array_equal(L.sqil_relabel(r, flags), np.tile([1.0, 0.0, 0.0], (3, 1)))
+  np.testing.assert_array_equal(L.sqil_relabel(r, flags[:, None].T), L.sqil_relabel(r, flags))
+  np.testing.assert_array_equal(L.sqil_relabel(r, flags[:, None]), np.tile(flags[:, None], 3))
+
+
 def test_sqil_relabel_rejects_integer_rewards():
   with pytest.raises(TypeError, match="`r_t`"):
     L.sqil_relabel(np.zeros((3,), np.int32), True)

@@ -248,10 +248,26 @@ def sqil_relabel(r_t: jax.Array, is_demonstration) -> jax.Array:
 
   Args:
     r_t: rewards [T, ...] (only the shape and dtype are used: SQIL discards them).
-    is_demonstration: bool, broadcastable to r_t (e.g. [B] for whole sequences,
-      or a Python bool for a whole batch).
+    is_demonstration: bool: a Python bool or a scalar for the whole batch, an array of
+      `r_t.shape[1:]` for whole sequences ([B] for r_t [T, B]), or an array of r_t's rank
+      that broadcasts to it (per step: [T, ...]; per sequence also [1, B]).
+
+  Raises:
+    ValueError: `is_demonstration` of any other shape (a per-step [T] for r_t [T, B] is
+      refused, not broadcast against the batch axis).
   """
   _checks.check_floating("r_t", r_t)
   is_demo = jnp.asarray(is_demonstration)
   _checks.check_bool("is_demonstration", is_demo)
-  return jnp.broadcast_to(is_demo, jnp.shape(r_t)).astype(jnp.result_type(r_t))
+  shape = jnp.shape(r_t)
+  if jnp.ndim(is_demo) and jnp.shape(is_demo) == shape[1:]:  # one flag per sequence
+    is_demo = is_demo[None]
+  elif jnp.ndim(is_demo):
+    try:
+      _checks.check_broadcasts("is_demonstration", is_demo, shape)
+    except ValueError:
+      raise ValueError(
+          f"`is_demonstration` of shape {jnp.shape(is_demo)} must be a scalar, one flag per "
+          f"sequence {shape[1:]} or an array of r_t's rank that broadcasts to {shape}"
+      ) from None
+  return jnp.broadcast_to(is_demo, shape).astype(jnp.result_type(r_t))
