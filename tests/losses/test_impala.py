@@ -448,6 +448,9 @@ _BAD = [
     ({}, dict(weights=_INT), TypeError, "weights"),
     ({}, dict(value_weight=-0.1), ValueError, "value_weight"),
     ({}, dict(entropy_weight=-1.0), ValueError, "entropy_weight"),
+    # A per-step weight made the "scalar" loss a [T, B] array.
+    ({}, dict(value_weight=np.ones((8, 3), np.float32)), ValueError, "value_weight"),
+    ({}, dict(entropy_weight=np.full((1, 3), 0.01, np.float32)), ValueError, "entropy_weight"),
     ({}, dict(lambda_=1.01), ValueError, "lambda_"),
     ({}, dict(lambda_=-0.5), ValueError, "lambda_"),
     ({}, dict(clip_rho_threshold=0.0), ValueError, "clip_rho_threshold"),

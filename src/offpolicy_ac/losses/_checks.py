@@ -230,6 +230,14 @@ def check_positive(name: str, x: Any, shape: tuple[int, ...] | None = None) -> N
     raise ValueError(f"`{name}` must be > 0, got {_shown(x, v)}.")
 
 
+def check_scalar(name: str, x: Any, what: str) -> None:
+  """ValueError unless `x` is a scalar (0-d; traced too, as in a `vmap` over a sweep): a
+  weight of `what`, a mean over all steps, has one value."""
+  if jnp.ndim(x):
+    raise ValueError(f"`{name}` must be a scalar (it weighs {what}), got shape "
+                     f"{tuple(jnp.shape(x))}")  # fmt: skip
+
+
 def check_non_negative(name: str, x: Any, shape: tuple[int, ...] | None = None) -> None:
   """ValueError unless every (concrete) value of `x` is >= 0, and, given `shape`, unless
   `x` broadcasts to it (`check_broadcasts`)."""

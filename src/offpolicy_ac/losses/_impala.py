@@ -158,8 +158,8 @@ def impala_loss(
     entropy_tm1: H(pi(.|x_s)) at times [0, T-1].
     mask: optional bool [T, ...], False where step s is not a real transition.
     weights: optional float [T, ...] per-step weights (e.g. padding, priority).
-    value_weight: w_v >= 0.
-    entropy_weight: w_e >= 0.
+    value_weight: w_v >= 0, a scalar.
+    entropy_weight: w_e >= 0, a scalar.
     lambda_, clip_rho_threshold, clip_c_threshold, clip_pg_rho_threshold, method: as in
       `vtrace` (`clip_pg_rho_threshold` is unused with `surrogate_clip`).
     surrogate_clip: epsilon in (0, 1) of the clipped surrogate policy term (module
@@ -175,6 +175,8 @@ def impala_loss(
       ("entropy_tm1", entropy_tm1),
   ]:
     _checks.check_shape(name, x, jnp.shape(r_t), "`r_t`")
+  _checks.check_scalar("value_weight", value_weight, "the mean value loss")
+  _checks.check_scalar("entropy_weight", entropy_weight, "the mean entropy")
   _checks.check_non_negative("value_weight", value_weight)
   _checks.check_non_negative("entropy_weight", entropy_weight)
   check_surrogate_clip(surrogate_clip)
