@@ -350,3 +350,21 @@ def test_matches_reference_tolerance_is_scaled_to_the_data():
   testing.assert_matches_reference(big, expected, tr)
   with pytest.raises(AssertionError):
     testing.assert_matches_reference(lambda x: big(x) * (1 + 1e-3), expected, tr)
+
+
+def test_the_protocol_adapter_of_docs_testing_passes_the_checks_it_says():
+  """docs/testing.md's template adapter passes every check but the one the page names."""
+  import pathlib
+  import re
+
+  page = (pathlib.Path(__file__).parents[2] / "docs" / "testing.md").read_text()
+  protocol = page[page.index("## The protocol") : page.index("## The checks")]
+  namespace = {}
+  exec(re.search(r"```python\n(.*?)```", protocol, re.S).group(1), namespace)  # noqa: S102
+  fn = namespace["fn"]
+  testing.assert_junction_split_invariant(fn)
+  testing.assert_masked_steps_ignored(fn, garbage=("huge", "nan", "inf"))
+  testing.assert_masked_steps_get_no_gradient(fn)
+  testing.assert_no_gradient_through_targets(lambda tr: fn(tr).errors)
+  with pytest.raises(AssertionError, match="carry a gradient into log_rho_tm1"):
+    testing.assert_no_gradient_through_targets(fn)
