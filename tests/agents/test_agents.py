@@ -1,6 +1,7 @@
 """IMPALA and SQL/SQIL agents: shapes, purity, updates, configuration errors."""
 
 import dataclasses
+import re
 
 from agent_data import agent_trajectory as _trajectory
 import jax
@@ -265,6 +266,31 @@ def test_updates_refuse_actions_of_the_other_kind_and_missing_extras(
       extras = {**traj.extras, key: traj.extras[key][:, :-1]}
       with pytest.raises(ValueError, match=rf"traj.extras\['{key}'\] " + lead):
         agent.update(state, traj._replace(extras=extras))
+
+
+@pytest.mark.parametrize("name", ["impala", "acer", "sql"])
+def test_updates_check_a_numpy_trajectory_on_the_host(name, cartpole_spec):
+  """A hand-built batch of NumPy arrays: an out-of-range action (under jit, IMPALA's and
+  ACER's parameters became NaN) and a batch-major [B, T+1] layout (silently learned from)
+  are refused before the jitted update."""
+  from offpolicy_ac import agents
+
+  agent = getattr(agents, f"make_{name}")(cartpole_spec)
+  state = agent.init(jax.random.PRNGKey(0))
+  traj = jax.tree.map(np.asarray, _trajectory(cartpole_spec, agent, state.params,
+                                              jax.random.PRNGKey(2)))  # fmt: skip
+  traj = traj._replace(env_id=np.tile(np.arange(3, dtype=np.int32), (7, 1)))  # column b: env b
+  _, metrics = agent.update(state, traj)
+  assert np.isfinite(metrics["loss"])
+  for bad, value in (((2, 1), 2), ((6, 0), -1)):
+    action = traj.action.copy()
+    action[bad] = value
+    with pytest.raises(ValueError, match=rf"update takes traj.action in \[0, 2\) \(CartPole-v1's "
+                                         rf"actions\), got {value} at index {re.escape(str(bad))}"):  # fmt: skip
+      agent.update(state, traj._replace(action=action))
+  swapped = jax.tree.map(lambda x: np.swapaxes(x, 0, 1), traj)
+  with pytest.raises(ValueError, match=r"traj.env_id\[1, 0\] = 1 differs .* is it batch-major"):
+    agent.update(state, swapped)
 
 
 def test_impala_continuous_actions_keep_the_action_shape(pendulum_spec):

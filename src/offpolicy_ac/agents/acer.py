@@ -155,10 +155,10 @@ def _agent(init, act, greedy_act, update, spec, config) -> base.Agent:
   )
 
 
-def _make_update(loss_fn, optimizer, config: AcerConfig):
+def _make_update(loss_fn, optimizer, config: AcerConfig, spec, agent: str):
   """update(state, traj): one gradient step, then the average network's EMA step."""
 
-  @base.jit_update
+  @base.jit_update(spec, agent)
   def update(state, traj):
     key, loss_key = jax.random.split(state.key)
     grads, metrics = jax.grad(loss_fn, has_aux=True)(
@@ -279,7 +279,7 @@ def make_acer_discrete(spec, config: AcerConfig = AcerConfig()) -> base.Agent:
     )
     return loss, metrics
 
-  update = _make_update(loss_fn, optimizer, config)
+  update = _make_update(loss_fn, optimizer, config, spec, "discrete ACER")
   return _agent(_make_init(net, optimizer, spec), act, greedy_act, update, spec, config)
 
 
@@ -432,5 +432,5 @@ def make_acer_continuous(spec, config: AcerConfig = AcerConfig()) -> base.Agent:
     )
     return loss, metrics
 
-  update = _make_update(loss_fn, optimizer, config)
+  update = _make_update(loss_fn, optimizer, config, spec, "continuous ACER")
   return _agent(_make_init(net, optimizer, spec, _init_sdn), act, greedy_act, update, spec, config)

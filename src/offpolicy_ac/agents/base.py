@@ -126,12 +126,48 @@ def make_optimizer(
   return optax.chain(optax.clip_by_global_norm(max_grad_norm), opt)
 
 
-def jit_update(update: Callable) -> Callable:
-  """`jax.jit(update)`, traced without the losses' in-program action-range checks
-  (`losses.without_range_checks`): their `checkify.debug_check` would give the update an
-  effect, and jit dispatches a function with an effect through its slow Python path on
-  every call."""
-  return jax.jit(losses.without_range_checks(update))
+def jit_update(spec: Any, agent: str) -> Callable[[Callable], Callable]:
+  """Decorates `update(state, traj, ...)`: `jax.jit(update)`, traced without the losses'
+  in-program action-range checks (`losses.without_range_checks`: their
+  `checkify.debug_check` would give the update an effect, and jit dispatches a function
+  with an effect through its slow Python path on every call). A trajectory of NumPy arrays
+  (a hand-built batch, demonstrations) is first checked on the host
+  (`check_host_trajectory`)."""
+
+  def decorate(update: Callable) -> Callable:
+    jitted = jax.jit(losses.without_range_checks(update))
+
+    def checked(state, traj, *args):
+      check_host_trajectory(traj, spec, agent)
+      return jitted(state, traj, *args)
+
+    return checked
+
+  return decorate
+
+
+def check_host_trajectory(traj: Any, spec: Any, agent: str) -> None:
+  """What the jitted update cannot check, checked on a trajectory's NumPy arrays (arrays
+  on a device are not read: that would wait for them): discrete actions in [0, A), which
+  the update would otherwise turn into NaN parameters; and `env_id` constant along time,
+  which a batch-major [B, T+1] trajectory breaks (its update is otherwise silently wrong)."""
+  env_id = getattr(traj, "env_id", None)
+  if isinstance(env_id, np.ndarray) and env_id.ndim == 2 and np.any(env_id != env_id[:1]):
+    t, b = np.argwhere(env_id != env_id[:1])[0]
+    raise ValueError(
+        f"{agent}'s update takes a time-major trajectory [T+1, B], whose env_id is constant "
+        f"along time; traj.env_id[{t}, {b}] = {env_id[t, b]} differs from env_id[0, {b}] = "
+        f"{env_id[0, b]}: is it batch-major [B, T+1]? (np.swapaxes(x, 0, 1) per field)"
+    )
+  action = getattr(traj, "action", None)
+  if spec.is_discrete and isinstance(action, np.ndarray) and action.dtype.kind in "iu":
+    bad = (action < 0) | (action >= spec.num_actions)
+    if np.any(bad):
+      where = tuple(int(i) for i in np.argwhere(bad)[0])
+      raise ValueError(
+          f"{agent}'s update takes traj.action in [0, {spec.num_actions}) ({spec.task_id}'s "
+          f"actions), got {action[where]} at index {where}"
+      )
 
 
 def gradient_step(

@@ -214,7 +214,7 @@ def make_impala(spec, config: ImpalaConfig = ImpalaConfig()) -> base.Agent:
     )
     return res.loss, metrics
 
-  @base.jit_update
+  @base.jit_update(spec, "IMPALA")
   def update(state, traj):
     grads, metrics = jax.grad(loss_fn, has_aux=True)(state.params, traj)
     params, opt_state, metrics["grad_norm"] = base.gradient_step(

@@ -104,7 +104,7 @@ def make_sql_discrete(spec, config: SqlConfig = SqlConfig(), *, name: str = "sql
         "abs_td_error": losses.weighted_mean(jnp.abs(errors), w),
     }
 
-  @base.jit_update
+  @base.jit_update(spec, f"discrete {name.upper()}")
   def update(state, batch):
     grads, metrics = jax.grad(loss_fn, has_aux=True)(state.params, state.target_params, batch)
     params, opt_state, metrics["grad_norm"] = base.gradient_step(

@@ -208,7 +208,7 @@ def make_sql_continuous(spec, config: SqlConfig = SqlConfig(), *, name: str = "s
     }
     return q_loss + svgd_loss, metrics
 
-  @base.jit_update
+  @base.jit_update(spec, f"continuous {name.upper()}")
   def update(state, batch):
     base.check_trajectory(batch, spec, f"continuous {name.upper()}")
     key, loss_key = jax.random.split(state.key)
