@@ -879,3 +879,14 @@ def test_eager_estimators_refuse_bad_values_at_real_steps_only():
   mask = jnp.ones((3, 2), bool).at[1, 0].set(False)
   L.vtrace(v, v, v, d.at[1, 0].set(7.0), jnp.ones((3, 2)).at[1, 0].set(-3.0), mask=mask)
   jax.jit(L.vtrace)(v, v, v, d.at[1, 0].set(1.5), jnp.ones((3, 2)))
+
+
+def test_the_gaussian_loss_names_its_own_arguments():
+  # The checks of gaussian_log_prob named its arguments (`actions`, `log_std`).
+  x, y = jnp.zeros((4, 2, 3)), jnp.zeros((4, 2))
+  with pytest.raises(TypeError, match="`a_tm1` must have a floating"):
+    L.impala_loss_gaussian(x, x, y, x.astype(jnp.int32), y, y, y, y)
+  with pytest.raises(TypeError, match="`log_std_tm1` must have a floating"):
+    L.impala_loss_gaussian(x, x.astype(jnp.int32), y, x, y, y, y, y)
+  with pytest.raises(ValueError, match=r"`log_std_tm1` must have shape \(4, 2, 3\) or \(3,\)"):
+    L.impala_loss_gaussian(x, x[0], y, x, y, y, y, y)

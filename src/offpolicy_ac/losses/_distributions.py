@@ -199,14 +199,19 @@ def gaussian_log_prob(mean: jax.Array, log_std: jax.Array, actions: jax.Array) -
   return jnp.sum(-0.5 * jnp.square(z) - log_std - 0.5 * _LOG_2PI, axis=-1)
 
 
-def _broadcast_log_std(log_std, mean, name: str = "log_std"):
-  """log_std of shape mean.shape or [D] (state-independent), broadcast to mean's."""
+def check_log_std_shape(log_std, mean, name: str = "log_std") -> None:
+  """ValueError (naming `name`) unless log_std has mean's shape or [D] (state-independent)."""
   if tuple(jnp.shape(log_std)) not in (tuple(jnp.shape(mean)), tuple(jnp.shape(mean)[-1:])):
     raise ValueError(
         f"`{name}` must have shape {tuple(jnp.shape(mean))} or "
         f"{tuple(jnp.shape(mean)[-1:])} (matching the mean), got "
         f"{tuple(jnp.shape(log_std))}."
     )
+
+
+def _broadcast_log_std(log_std, mean, name: str = "log_std"):
+  """log_std of shape mean.shape or [D] (state-independent), broadcast to mean's."""
+  check_log_std_shape(log_std, mean, name)
   return jnp.broadcast_to(log_std, jnp.shape(mean))
 
 

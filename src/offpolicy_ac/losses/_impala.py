@@ -288,8 +288,11 @@ def impala_loss_gaussian(
   inf): they are replaced before the log-densities, so they get a zero gradient and change
   no other.
   """
+  for name, x in [("mean_tm1", mean_tm1), ("log_std_tm1", log_std_tm1), ("a_tm1", a_tm1)]:
+    _checks.check_floating(name, x)
   _checks.check_min_rank("mean_tm1", mean_tm1, 1, "a trailing action axis [..., D]")
   _checks.check_shape("a_tm1", a_tm1, jnp.shape(mean_tm1), "`mean_tm1`")
+  _distributions.check_log_std_shape(log_std_tm1, mean_tm1, "log_std_tm1")
   mask = _checks.check_mask(kwargs.get("mask"), jnp.shape(mean_tm1)[:-1])
   mean_tm1, a_tm1 = where_used(mask, mean_tm1), where_used(mask, a_tm1)
   if jnp.shape(log_std_tm1) == jnp.shape(mean_tm1):  # per step, not a shared [D]
