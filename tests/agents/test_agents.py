@@ -285,8 +285,8 @@ def test_updates_check_a_numpy_trajectory_on_the_host(name, cartpole_spec):
   for bad, value in (((2, 1), 2), ((6, 0), -1)):
     action = traj.action.copy()
     action[bad] = value
-    with pytest.raises(ValueError, match=rf"update takes traj.action in \[0, 2\) \(CartPole-v1's "
-                                         rf"actions\), got {value} at index {re.escape(str(bad))}"):  # fmt: skip
+    message = rf"traj.action in \[0, 2\) \(CartPole-v1's actions\), got {value} at index "
+    with pytest.raises(ValueError, match=message + re.escape(str(bad))):
       agent.update(state, traj._replace(action=action))
   swapped = jax.tree.map(lambda x: np.swapaxes(x, 0, 1), traj)
   with pytest.raises(ValueError, match=r"traj.env_id\[1, 0\] = 1 differs .* is it batch-major"):
@@ -441,16 +441,23 @@ def test_minatar_cnn_is_the_3x3_convolution_then_dense():
     torso.init(jax.random.PRNGKey(1), grids[:, :, :2, :2])
 
 
-def test_mlp_torso_refuses_an_observation_without_its_batch_axis():
-  """make_torso's MLP knows one observation's rank: [D] is refused, not read as D
-  observations of one feature; scalar observations take a batch [B]."""
+def test_mlp_torso_refuses_an_observation_without_its_batch_axis_or_of_another_shape(
+    cartpole_spec,
+):
+  """make_torso's MLP knows one observation's shape: [D] is refused, not read as D
+  observations of one feature, and so is another task's [B, D'] (a Flax parameter shape
+  error otherwise, from an agent's act too); scalar observations take a batch [B]."""
   from offpolicy_ac import networks
 
   torso = networks.make_torso("mlp", (4,))
   params = torso.init(jax.random.PRNGKey(0), jnp.zeros((3, 4)))
   assert torso.apply(params, jnp.ones((3, 4))).shape == (3, 64)
-  with pytest.raises(ValueError, match=r"rank 1, \[B, \.\.\.\], got shape \(4,\)"):
+  with pytest.raises(ValueError, match=r"\[B, \*\(4,\)\], got shape \(4,\): add the batch"):
     torso.apply(params, jnp.ones(4))
+  agent = make_impala(cartpole_spec)
+  state = agent.init(jax.random.PRNGKey(0))
+  with pytest.raises(ValueError, match=r"observations \[B, \*\(4,\)\], got shape \(3, 5\)(\n|\Z)"):
+    agent.act(state.params, jnp.ones((3, 5)), jax.random.PRNGKey(1))
   scalar = networks.make_torso("mlp", ())
   assert scalar.apply(scalar.init(jax.random.PRNGKey(0), jnp.zeros(3)), jnp.ones(3)).shape == (
       3,

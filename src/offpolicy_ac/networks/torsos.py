@@ -29,20 +29,23 @@ import, before `jax.distributed.initialize` can run."""
 class MLPTorso(nn.Module):
   """Fully connected torso: [B, D] (or [B, ...], flattened) -> [B, hidden_sizes[-1]].
 
-  `observation_ndim` (one observation's rank; `make_torso` sets it) refuses a batch of
-  another rank, as one observation without its batch axis: [D] would be read as D
-  observations of one feature."""
+  `observation_shape` (one observation's; `make_torso` sets it) refuses a batch of other
+  observations: one observation without its batch axis ([D] would be read as D
+  observations of one feature), or another task's (a parameter shape error otherwise)."""
 
   hidden_sizes: Sequence[int] = (64, 64)
   activation: str = "tanh"
-  observation_ndim: int | None = None
+  observation_shape: tuple[int, ...] | None = None
 
   @nn.compact
   def __call__(self, obs: jnp.ndarray) -> jnp.ndarray:
-    if self.observation_ndim is not None and obs.ndim != self.observation_ndim + 1:
+    shape = self.observation_shape
+    if shape is not None and tuple(obs.shape[1:]) != tuple(shape):
+      hint = (": add the batch axis (obs[None]) to one observation"
+              if tuple(obs.shape) == tuple(shape) else "")  # fmt: skip
       raise ValueError(
-          f"MLPTorso takes a batch of observations of rank {self.observation_ndim}, "
-          f"[B, ...], got shape {obs.shape}: add the batch axis (obs[None]) to one observation"
+          f"MLPTorso takes a batch of observations [B, *{tuple(shape)}], got shape "
+          f"{tuple(obs.shape)}{hint}"
       )
     act = getattr(nn, self.activation)
     x = obs.reshape(obs.shape[0], -1).astype(jnp.float32)
@@ -273,7 +276,7 @@ def make_torso(
         "evaluate.py and record_demos.py: --import-modules MODULE, the module that does)"
     )
   if kind == "mlp":
-    return MLPTorso(tuple(hidden_sizes), observation_ndim=rank)
+    return MLPTorso(tuple(hidden_sizes), observation_shape=tuple(observation_shape))
   if rank != 3:
     raise ValueError(
         f"torso {kind!r} needs [C, H, W] frames, got observation shape " f"{observation_shape}"
