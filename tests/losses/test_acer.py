@@ -824,3 +824,9 @@ def test_acer_policy_objective_refuses_log_probabilities(name):
   q_ret = rng.normal(size=(T, B)).astype(np.float32)
   with pytest.raises(ValueError, match=f"`{name}` must be >= 0 \\(probabilities\\)"):
     L.acer_policy_objective(probs["pi_tm1"], probs["mu_tm1"], a, q, q_ret)
+
+
+def test_acer_value_loss_refuses_integer_targets():
+  q, a = np.zeros((3, 2, 4), np.float32), np.zeros((3, 2), np.int32)
+  with pytest.raises(TypeError, match="`q_ret_tm1`"):
+    L.acer_value_loss(q, a, np.ones((3, 2), np.int32))

@@ -285,6 +285,7 @@ def acer_value_loss(
     mask: optional bool [T, ...], False where step s is not a real transition: 0 there.
   """
   _checks.check_floating("q_tm1", q_tm1)
+  _checks.check_floating("q_ret_tm1", q_ret_tm1)
   _checks.check_integer("a_tm1", a_tm1)
   _checks.check_min_rank("q_tm1", q_tm1, 1, "a trailing action axis [..., A]")
   _checks.check_shape("a_tm1", a_tm1, jnp.shape(q_tm1)[:-1], "`q_tm1` without its action axis")
