@@ -48,13 +48,18 @@ def main(args: Args) -> list[statistics.GroupCurve]:
   check_output_file("--out-dir", pathlib.Path(args.out_dir) / "<env_id>.png")
   runs = [statistics.run_info(d) for d in statistics.find_runs(args.paths)]
   groups = statistics.group_runs(runs)
-  curves = [
-      statistics.group_curve(
-          g, metric=args.metric, reps=args.reps, max_points=args.max_points, seed=args.seed
-      )
-      for g in groups
-  ]
-  labels = statistics.group_labels(groups)
+  curves, labels = [], []
+  for group, label in zip(groups, statistics.group_labels(groups)):
+    try:
+      curves.append(statistics.group_curve(group, metric=args.metric, reps=args.reps,
+                                           max_points=args.max_points, seed=args.seed))  # fmt: skip
+      labels.append(label)
+    except statistics.NothingLogged as e:  # a run just started: the other groups are drawn
+      if len(groups) == 1:
+        raise
+      warnings.warn(f"{e}: left out of the figures", RuntimeWarning, stacklevel=2)
+  if not curves:
+    raise ValueError(f"no group of runs in {list(args.paths)} logged a value to plot yet")
   for path in plotting.plot_group_curves(curves, labels, args.out_dir):
     print(f"wrote {path}")
   print(statistics.summary_table(curves, labels))

@@ -42,7 +42,20 @@ def test_plot_runs_refuses_what_it_cannot_draw(tmp_path):
     plot_runs([run, run], tmp_path / "curve.png", labels=["a"])
   with pytest.raises(ValueError, match="no such run directory"):
     plot_runs([tmp_path / "missing"], tmp_path / "curve.png")
+  for nothing in ([], str(run)):  # an empty plot; a str read as one directory per character
+    with pytest.raises(ValueError, match="needs a sequence of run directories"):
+      plot_runs(nothing, tmp_path / "curve.png")
   assert not list(tmp_path.glob("*.png"))
+
+
+def test_plot_runs_makes_its_folder_and_draws_runs_that_share_no_step(tmp_path):
+  early = _write_run(tmp_path / "early", [1.0, 2.0])  # env steps 1000 to 9000
+  late = tmp_path / "late"
+  late.mkdir()
+  (late / "metrics.jsonl").write_text(encode_line({"env_steps": 20000, "wall_time_s": 1.0,
+                                                   "episode_return": 5.0}))  # fmt: skip
+  png = plot_runs([early, late], tmp_path / "new" / "folder" / "seeds.png", group=True)
+  assert png.read_bytes().startswith(b"\x89PNG")
 
 
 def test_training_still_exports_plot_runs():

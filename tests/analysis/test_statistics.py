@@ -171,11 +171,12 @@ def test_align_keeps_shared_steps():
 
 
 def test_align_interpolates_on_the_common_range():
+  # Logged at other cadences (every 100 and every 50 steps): interpolated.
   a = (np.array([0.0, 100.0, 200.0, 300.0]), np.array([0.0, 1.0, 2.0, 3.0]))
-  b = (np.array([10.0, 110.0, 210.0]), np.array([5.0, 5.0, 5.0]))
+  b = (np.array([10.0, 60.0, 110.0, 160.0, 210.0]), np.full(5, 5.0))
   steps, ys = S.align_runs([a, b], max_points=200)
   assert steps[0] == 10.0 and steps[-1] == 210.0  # latest start, earliest end
-  assert len(steps) == 3  # as many points as the densest run has there
+  assert len(steps) == 5  # as many points as the densest run has there
   np.testing.assert_allclose(ys[0], steps / 100.0)
   np.testing.assert_allclose(ys[1], 5.0)
   with pytest.raises(ValueError, match="overlap"):
@@ -188,6 +189,88 @@ def test_runs_that_share_one_step_align_there():
                             (np.array([5.0]), np.array([7.0]))])  # fmt: skip
   np.testing.assert_array_equal(steps, [5.0])
   np.testing.assert_array_equal(ys, [[1.0], [7.0]])
+
+
+def test_runs_that_logged_the_same_steps_up_to_a_jitter_keep_their_points():
+  # Actor threads end iterations a few steps apart: the logged values are kept (run a's peak
+  # of 422.8 too), at the median of the runs' steps; a run still going cuts the curve where
+  # it ends, on the steps they share.
+  a = ([5120, 10240, 15104, 20224], [68.0, 223.4, 422.8, 165.8])
+  b = ([5000, 10112, 15232, 20096], [147.8, 326.8, 262.4, 405.8])
+  steps, ys = S.align_runs([a, b])
+  np.testing.assert_array_equal(steps, [5060, 10176, 15168, 20160])
+  np.testing.assert_array_equal(ys, [a[1], b[1]])
+  steps, ys = S.align_runs([a, (a[0][:3], [1.0, 2.0, 3.0])])
+  np.testing.assert_array_equal(steps, a[0][:3])
+  np.testing.assert_array_equal(ys, [a[1][:3], [1.0, 2.0, 3.0]])
+
+
+def test_a_nan_value_leaves_its_step_out_and_is_never_made_up():
+  x = np.array([0.0, 100.0, 200.0])
+  steps, ys = S.align_runs([(x, [0.0, np.nan, 100.0]), (x, [0.0, 10.0, 20.0])])
+  np.testing.assert_array_equal(steps, [0.0, 200.0])
+  np.testing.assert_array_equal(ys, [[0.0, 100.0], [0.0, 20.0]])
+  with pytest.raises(ValueError, match="no step where every run has a finite value"):
+    S.align_runs([(x, [0.0, np.nan, np.nan]), (x, [np.nan, 1.0, 2.0])])
+  # Interpolated runs are interpolated over their finite values only.
+  steps, ys = S.align_runs([(x, [0.0, np.nan, 100.0]), ([0.0, 50.0, 150.0, 200.0], np.ones(4))])
+  assert np.all(np.isfinite(ys))
+  np.testing.assert_allclose(ys[0], steps / 2.0)
+
+
+def test_align_refuses_steps_that_do_not_increase_and_lengths_that_differ():
+  with pytest.raises(ValueError, match=r"run 0's steps do not increase \(200 then 0\)"):
+    S.align_runs([([100, 200, 0, 50], np.zeros(4)), ([0, 100], np.zeros(2))])
+  with pytest.raises(ValueError, match="run 1 has 3 steps and 2 values"):
+    S.align_runs([([0, 1, 2], np.zeros(3)), ([0, 1, 2], np.zeros(2))])
+
+
+def test_group_curve_names_the_run_of_a_bad_value_or_of_steps_out_of_order(tmp_path):
+  run = write_run(tmp_path / "r0", steps=(0, 100, 200))
+  metrics = run / "metrics.jsonl"
+  good = metrics.read_text()
+  metrics.write_text(good.replace('"episode_return": 1.0', '"episode_return": "x"'))
+  with pytest.raises(ValueError, match=r"r0: episode_return at env step 100 is 'x', not a num"):
+    S.group_curve(_groups([tmp_path])[0], reps=50)
+  metrics.write_text(good + good)  # two runs' files joined
+  with pytest.raises(ValueError, match=r"r0: its metrics.jsonl logs env step 200, then 0"):
+    S.group_curve(_groups([tmp_path])[0], reps=50)
+  metrics.write_text(good.replace('"episode_return": 1.0', '"episode_return": NaN'))
+  write_run(tmp_path / "r1", seed=1, steps=(0, 100, 200))
+  with pytest.warns(RuntimeWarning, match=r"r0 logged episode_return NaN at env steps 100"):
+    curve = S.group_curve(_groups([tmp_path])[0], reps=50)
+  np.testing.assert_array_equal(curve.env_steps, [0, 200])
+
+
+def test_find_runs_takes_one_path_and_skips_what_it_cannot_read(tmp_path, monkeypatch):
+  write_run(tmp_path / "runs" / "r0")
+  assert S.find_runs(str(tmp_path / "runs")) == [(tmp_path / "runs" / "r0").resolve()]
+  assert S.find_runs(tmp_path / "runs") == S.find_runs([tmp_path / "runs"])
+  # A folder whose entries cannot be looked at (EACCES; root reads any mode, so the error
+  # is made here), beside runs and with one inside: skipped, the runs beside it found.
+  write_run(tmp_path / "runs" / "locked" / "r1")
+  write_run(tmp_path / "runs" / "z2", seed=2)
+
+  def refused(method):
+    def call(self, *args, **kwargs):
+      if "locked" in self.parts and self.name != "locked":
+        raise PermissionError(13, "Permission denied", str(self))
+      return method(self, *args, **kwargs)
+
+    return call
+
+  for name in ("exists", "is_dir", "stat"):
+    monkeypatch.setattr(pathlib.Path, name, refused(getattr(pathlib.Path, name)))
+  runs = tmp_path / "runs"
+  assert S.find_runs([runs]) == [(runs / "r0").resolve(), (runs / "z2").resolve()]
+
+
+@pytest.mark.parametrize("content", ["[1, 2]", '"hi"', "null", '{"config": [1]}'])
+def test_run_info_refuses_a_config_json_that_is_not_a_runs(tmp_path, content):
+  run = write_run(tmp_path / "r0")
+  (run / "config.json").write_text(content)
+  with pytest.raises(ValueError, match=r"is not a run's config.json \(no `config` object\)"):
+    S.run_info(run)
 
 
 # --- IQM and intervals -----------------------------------------------------------------
@@ -277,9 +360,10 @@ def test_group_curve_prefers_evaluation_returns(tmp_path):
   (group,) = _groups([tmp_path])
   curve = S.group_curve(group, reps=200)
   assert curve.metric == "eval_return"
-  assert curve.env_steps[0] == 103 and curve.env_steps[-1] == 300
-  # At step 300 the runs read 20 + 0.9 s (interpolated): IQM of 4 = mean of the middle 2.
-  assert curve.iqm[-1] == pytest.approx(np.mean([20.9, 21.8]))
+  # Steps 3 apart at most, 100 apart in a run: the same steps (their median), as logged.
+  np.testing.assert_array_equal(curve.env_steps, [101.5, 201.5, 301.5])
+  # At the last step the runs read 20 + s: IQM of 4 = mean of the middle 2.
+  assert curve.iqm[-1] == pytest.approx(np.mean([21.0, 22.0]))
   assert S.group_curve(group, metric="episode_return", reps=50).iqm[-1] == 0.0
 
 
@@ -387,6 +471,26 @@ def test_plot_script_end_to_end(tmp_path, capsys):
   lower, upper = float(final[1].strip("[,")), float(final[2].strip("]"))
   assert 20.0 <= lower < 21.0 < upper <= 22.0
   assert any(line.startswith("acer ") and "Pendulum-v1" in line for line in text.splitlines())
+
+
+def test_plot_script_leaves_out_a_group_that_logged_nothing_yet(tmp_path, capsys):
+  runs = tmp_path / "runs"
+  write_run(runs / "impala", seed=0)
+  started = write_run(runs / "acer", algorithm="acer", env_id="Pendulum-v1")
+  (started / "metrics.jsonl").write_text('{"env_steps": 64, "episode_return": null}\n')
+  plot = load_script("plot")
+  with pytest.warns(RuntimeWarning, match=r"acer Pendulum-v1: no run logged episode_return"):
+    curves = plot.main(plot.Args(paths=(str(runs),), out_dir=str(tmp_path / "p"), reps=50))
+  assert [c.group.algorithm for c in curves] == ["impala"]
+  assert sorted(p.name for p in (tmp_path / "p").iterdir()) == ["CartPole-v1.png"]
+  with pytest.raises(S.NothingLogged):
+    plot.main(plot.Args(paths=(str(started),), out_dir=str(tmp_path / "p"), reps=50))
+
+
+def test_the_table_shows_small_values_with_their_digits():
+  values = (285.8, 21.0, 0.99991, 1.0003, -0.00123, 2.5e-5, 0.0)
+  assert [S._number(v) for v in values] == [
+      "285.80", "21.00", "0.9999", "1.0003", "-0.0012", "2.5e-05", "0.0000"]  # fmt: skip
 
 
 def test_jsonable_writes_numpy_and_jax_scalars_as_numbers():

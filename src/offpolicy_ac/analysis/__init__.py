@@ -17,6 +17,7 @@ from offpolicy_ac.analysis.plotting import plot_runs
 from offpolicy_ac.analysis.statistics import IGNORED_FIELDS
 from offpolicy_ac.analysis.statistics import CurveEstimate
 from offpolicy_ac.analysis.statistics import GroupCurve
+from offpolicy_ac.analysis.statistics import NothingLogged
 from offpolicy_ac.analysis.statistics import RunGroup
 from offpolicy_ac.analysis.statistics import RunInfo
 from offpolicy_ac.analysis.statistics import align_runs
@@ -35,6 +36,7 @@ __all__ = [
     "read_metrics",
     "CurveEstimate",
     "GroupCurve",
+    "NothingLogged",
     "RunGroup",
     "RunInfo",
     "align_runs",

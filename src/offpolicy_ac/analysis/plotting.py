@@ -35,12 +35,15 @@ def plot_runs(
   """Plots episode_return (and eval_return) against env steps.
 
   With `group=True`, runs are seeds of one configuration: the mean is drawn with
-  a min-max band over the runs (interpolated onto a common step grid).
+  a min-max band over the runs (interpolated onto a common step grid, over the steps every
+  run covers; runs that share no step are drawn one by one). `out`'s folder is created.
 
   Raises:
-    ValueError: `out` is not a .png file, `labels` are not one per run, or a run
-      directory does not exist (one without metrics yet is an empty curve).
+    ValueError: no run directory, `out` is not a .png file, `labels` are not one per run,
+      or a run directory does not exist (one without metrics yet is an empty curve).
   """
+  if isinstance(run_dirs, (str, os.PathLike)) or not run_dirs:
+    raise ValueError(f"plot_runs needs a sequence of run directories, got {run_dirs!r}")
   run_dirs = [pathlib.Path(d).expanduser() for d in run_dirs]
   out = pathlib.Path(out).expanduser()
   if out.suffix.lower() != ".png":
@@ -66,14 +69,19 @@ def plot_runs(
         continue
       # Where every run has a value: no flat start before a run's first point.
       start, end = max(s[0][0] for s in series), min(s[0][-1] for s in series)
-      grid = np.linspace(start, end, 200)
-      ys = np.stack([np.interp(grid, x, y) for x, y in series])
-      (line,) = ax.plot(grid, ys.mean(0), label=f"{key} (mean of {len(series)})")
-      ax.fill_between(grid, ys.min(0), ys.max(0), alpha=0.2, color=line.get_color())
-    else:
-      for i, (x, y) in enumerate(series):
+      if start <= end:
+        grid = np.linspace(start, end, 200)
+        ys = np.stack([np.interp(grid, x, y) for x, y in series])
+        (line,) = ax.plot(grid, ys.mean(0), label=f"{key} (mean of {len(series)})",
+                          marker="o" if start == end else None)  # fmt: skip
+        ax.fill_between(grid, ys.min(0), ys.max(0), alpha=0.2, color=line.get_color())
+        continue
+      series = [_series(r, key) for r in runs]  # no common step: each run on its own
+    for i, (x, y) in enumerate(series):
+      if x.size:
         label = labels[i] if labels else pathlib.Path(run_dirs[i]).name
-        ax.plot(x, y, label=f"{label}: {key}", lw=1.2 if key == "episode_return" else 2)
+        ax.plot(x, y, label=f"{label}: {key}", lw=1.2 if key == "episode_return" else 2,
+                marker="o" if x.size == 1 else None)  # fmt: skip
   ax.set_xlabel("environment steps")
   ax.set_ylabel("return")
   ax.set_title(title)
@@ -86,6 +94,7 @@ def plot_runs(
 
 def _save(fig, out: pathlib.Path) -> pathlib.Path:
   """Writes the figure next to `out`, then renames it onto `out` (never a partial PNG)."""
+  out.parent.mkdir(parents=True, exist_ok=True)
   tmp = out.with_suffix(".tmp.png")
   fig.savefig(tmp, dpi=100)
   os.replace(tmp, out)
@@ -127,7 +136,8 @@ def plot_group_curves(
     for c, label in mine:
       n = len(c.group.runs)
       suffix = f" ({METRIC_NAMES.get(c.metric, c.metric)})" if len(metrics) > 1 else ""
-      (line,) = ax.plot(c.env_steps, c.iqm, label=f"{label}{suffix}, {n} seed{'s' * (n > 1)}")
+      (line,) = ax.plot(c.env_steps, c.iqm, label=f"{label}{suffix}, {n} seed{'s' * (n > 1)}",
+                        marker="o" if len(c.env_steps) == 1 else None)  # fmt: skip
       ax.fill_between(c.env_steps, c.lower, c.upper, alpha=0.2, color=line.get_color())
     ax.set_xlabel("environment steps")
     ylabel = " / ".join(METRIC_NAMES.get(m, m) for m in sorted(metrics))

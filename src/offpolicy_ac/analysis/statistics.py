@@ -17,10 +17,11 @@ Statistical Precipice" (NeurIPS; arXiv:2108.13264), with their library `rliable`
   or two environments are never pooled. The git revision and package versions are not
   part of the key. An input file (SQIL's demonstrations) is compared by its contents'
   digest, not by its path.
-* **Alignment.** Runs log at slightly different env steps. When every run of a group
-  logged at the same steps, those steps are used; otherwise each run is linearly
-  interpolated onto a common grid of evenly spaced steps over the range every run
-  covers (the latest first step to the earliest last step), never extrapolated. A run that
+* **Alignment.** Runs log at slightly different env steps. When the runs of a group
+  logged at the same steps up to a jitter, their logged values are kept (`align_runs`);
+  otherwise each run is linearly interpolated onto a common grid of evenly spaced steps
+  over the range every run covers (the latest first step to the earliest last step),
+  never extrapolated. A NaN value is never made up. A run that
   ends before 90% of the longest run's steps (one stopped early, or still running) cuts the
   group's curve there, with a warning that names it; so does a seed that appears twice.
 * **IQM.** The interquartile mean across runs at each step: the mean of the middle 50%
@@ -54,6 +55,7 @@ from offpolicy_ac.analysis.metrics_file import read_metrics
 __all__ = [
     "IGNORED_FIELDS",
     "CurveEstimate",
+    "NothingLogged",
     "GroupCurve",
     "RunGroup",
     "RunInfo",
@@ -100,6 +102,10 @@ differ only in these are seeds of one configuration (`loop.*`: the flat config o
 directories written by offpolicy_ac 0.1)."""
 
 METRICS = ("eval_return", "episode_return")
+
+
+class NothingLogged(ValueError):
+  """No run of a group logged a value of the metric yet (`group_curve`)."""
 
 
 class RunInfo(NamedTuple):
@@ -166,7 +172,9 @@ def run_info(run_dir: str | os.PathLike) -> RunInfo:
   if not path.exists():
     raise ValueError(f"{run_dir} holds no config.json: not a run directory")
   record = read_json(path)
-  config = record.get("config", {})
+  config = record.get("config") if isinstance(record, dict) else None
+  if not isinstance(config, dict):
+    raise ValueError(f"{path} is not a run's config.json (no `config` object)")
   flat = {k: _hashable(v) for k, v in _flatten(config).items()}
   inputs = record.get("inputs")
   for field, digest in (inputs.items() if isinstance(inputs, dict) else ()):
@@ -181,27 +189,38 @@ def run_info(run_dir: str | os.PathLike) -> RunInfo:
   return RunInfo(run_dir, str(algorithm), str(env_id), seed, settings)
 
 
-def find_runs(paths: Sequence[str | os.PathLike]) -> list[pathlib.Path]:
-  """Run directories at or below `paths`: those holding config.json and a non-empty
-  metrics.jsonl (a vmapped multi-seed run's root holds no metrics, its seed<k>/ do).
-  Symbolic links to directories are followed, each directory read once. A multi-host job's
-  processes other than 0 (root/process<i>) log the same learner again, and are left out.
+def find_runs(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> list[pathlib.Path]:
+  """Run directories at or below `paths` (one path, or several): those holding config.json
+  and a non-empty metrics.jsonl (a vmapped multi-seed run's root holds no metrics, its
+  seed<k>/ do). Symbolic links to directories are followed, each directory read once;
+  directories that cannot be read are skipped. A multi-host job's processes other than 0
+  (root/process<i>) log the same learner again, and are left out.
 
   Raises:
     ValueError: a path does not exist, or no run directory is found.
   """
+  if isinstance(paths, (str, os.PathLike)):
+    paths = [paths]
   found = set()
   for p in (pathlib.Path(p).expanduser() for p in paths):
     if not p.exists():
       raise ValueError(f"{p} does not exist")
     for d in _directories_below(p) if p.is_dir() else []:
-      metrics = d / METRICS_FILE
-      if (d / "config.json").exists() and metrics.exists() and metrics.stat().st_size > 0:
-        if not _other_process(d):
-          found.add(d.resolve())
+      if _holds_metrics(d) and not _other_process(d):
+        found.add(d.resolve())
   if not found:
     raise ValueError(f"no run directory (config.json and metrics.jsonl) in {list(paths)}")
   return sorted(found)
+
+
+def _holds_metrics(d: pathlib.Path) -> bool:
+  """Whether `d` holds config.json and a non-empty metrics.jsonl (False where it cannot be
+  read)."""
+  try:
+    metrics = d / METRICS_FILE
+    return (d / "config.json").exists() and metrics.exists() and metrics.stat().st_size > 0
+  except OSError:
+    return False
 
 
 def _other_process(run_dir: pathlib.Path) -> bool:
@@ -224,10 +243,18 @@ def _directories_below(root: pathlib.Path) -> list[pathlib.Path]:
     seen.add(real)
     order.append(d)
     try:
-      stack.extend(c for c in d.iterdir() if c.is_dir())
+      children = list(d.iterdir())
     except OSError:  # unreadable: skipped, as rglob skips it
       continue
+    stack.extend(c for c in children if _is_directory(c))
   return order
+
+
+def _is_directory(path: pathlib.Path) -> bool:
+  try:
+    return path.is_dir()
+  except OSError:  # a link into a directory that cannot be read
+    return False
 
 
 def group_runs(runs: Sequence[RunInfo]) -> list[RunGroup]:
@@ -265,30 +292,62 @@ def align_runs(
 ) -> tuple[np.ndarray, np.ndarray]:
   """Puts runs' (env_steps, values) on common steps: returns (steps [P], values [R, P]).
 
-  Runs that logged at the same steps keep them. Otherwise each run is interpolated
-  linearly at evenly spaced steps between the latest first step and the earliest last
+  Runs that logged at the same steps up to a jitter (actor threads end an iteration a few
+  steps apart from run to run: at each index, the runs' steps lie within a quarter of the
+  smallest gap between two consecutive steps of a run) keep their points up to where the
+  shortest run ends; each step is the median of the runs' steps there, and a step where a
+  run's value is NaN is left out. Otherwise each run is interpolated linearly over its
+  finite values at evenly spaced steps between the latest first step and the earliest last
   step (the range every run covers), as many as the densest run logged there, at most
   `max_points` (one, where the runs share only one step).
 
   Raises:
-    ValueError: no runs, a run without points, or runs whose step ranges do not overlap.
+    ValueError: no runs, a run without points or without a finite value, a run whose
+      steps and values differ in length or whose steps do not increase, runs whose step
+      ranges do not overlap, or no step where every run has a finite value.
   """
   if not series:
     raise ValueError("align_runs needs at least one run")
   if max_points < 2:
     raise ValueError(f"max_points must be >= 2, got {max_points}")
-  xs = [np.asarray(x, np.float64) for x, _ in series]
-  ys = [np.asarray(y, np.float64) for _, y in series]
-  if any(x.size == 0 for x in xs):
-    raise ValueError("a run has no points to align")
-  if all(x.shape == xs[0].shape and np.array_equal(x, xs[0]) for x in xs):
-    return xs[0], np.stack(ys)
-  lo, hi = max(x[0] for x in xs), min(x[-1] for x in xs)
+  xs = [np.asarray(x, np.float64).ravel() for x, _ in series]
+  ys = [np.asarray(y, np.float64).ravel() for _, y in series]
+  for k, (x, y) in enumerate(zip(xs, ys)):
+    if x.size != y.size:
+      raise ValueError(f"run {k} has {x.size} steps and {y.size} values")
+    if not np.any(np.isfinite(y)):
+      raise ValueError(f"run {k} has no finite value to align")
+    if np.any(np.diff(x) <= 0):
+      i = int(np.argmax(np.diff(x) <= 0))
+      raise ValueError(f"run {k}'s steps do not increase ({x[i]:,.0f} then {x[i + 1]:,.0f})")
+  shared = _shared_steps(xs)
+  if shared is not None:
+    n = shared.size
+    values = np.stack([y[:n] for y in ys])
+    kept = np.all(np.isfinite(values), axis=0)
+    if not np.any(kept):
+      raise ValueError("no step where every run has a finite value")
+    return shared[kept], values[:, kept]
+  finite = [(x[np.isfinite(y)], y[np.isfinite(y)]) for x, y in zip(xs, ys)]
+  lo, hi = max(x[0] for x, _ in finite), min(x[-1] for x, _ in finite)
   if lo > hi:
     raise ValueError(f"the runs' step ranges do not overlap (latest start {lo}, earliest end {hi})")
-  inside = max(int(np.sum((x >= lo) & (x <= hi))) for x in xs)
+  inside = max(int(np.sum((x >= lo) & (x <= hi))) for x, _ in finite)
   grid = np.linspace(lo, hi, 1 if lo == hi else int(np.clip(inside, 2, max_points)))
-  return grid, np.stack([np.interp(grid, x, y) for x, y in zip(xs, ys)])
+  return grid, np.stack([np.interp(grid, x, y) for x, y in finite])
+
+
+def _shared_steps(xs: list[np.ndarray]) -> Optional[np.ndarray]:
+  """The runs' common steps up to where the shortest ends, when they logged at the same
+  steps up to a jitter (see `align_runs`): the median of the runs' steps at each index.
+  None when they did not."""
+  n = min(x.size for x in xs)
+  head = np.stack([x[:n] for x in xs])  # [R, n]
+  gaps = [np.diff(x) for x in xs if x.size > 1]
+  tolerance = 0.25 * min(g.min() for g in gaps) if gaps else 0.0
+  if np.all(head.max(0) - head.min(0) <= tolerance):
+    return np.median(head, axis=0)
+  return None
 
 
 def iqm(scores: np.ndarray) -> np.ndarray:
@@ -363,10 +422,30 @@ def iqm_with_intervals(
   return CurveEstimate(point, np.minimum(lower, point), np.maximum(upper, point))
 
 
-def _series(records: list[dict], key: str) -> tuple[np.ndarray, np.ndarray]:
-  pts = [(r["env_steps"], r[key]) for r in records if r.get(key) is not None]
+def _series(records: list[dict], key: str, run_dir: Any = "a run") -> tuple[np.ndarray, np.ndarray]:
+  """A run's (env steps, values) of `key` from its metrics lines. A null (NaN is written as
+  null) is NaN, except in `episode_return`, where it means that no episode ended in the
+  interval (no point). Refuses a value that is not a number and steps that do not increase,
+  naming `run_dir`."""
+  pts = []
+  for record in records:
+    value = record.get(key, _ABSENT)
+    if value is _ABSENT or (value is None and key == "episode_return"):
+      continue
+    value = math.nan if value is None else value
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+      raise ValueError(f"{run_dir}: {key} at env step {record['env_steps']:,} is {value!r}, "
+                       "not a number")  # fmt: skip
+    pts.append((record["env_steps"], value))
   x, y = (np.asarray(v, np.float64) for v in zip(*pts)) if pts else (np.zeros(0), np.zeros(0))
+  if np.any(np.diff(x) <= 0):
+    i = int(np.argmax(np.diff(x) <= 0))
+    raise ValueError(f"{run_dir}: its {METRICS_FILE} logs env step {x[i]:,.0f}, then "
+                     f"{x[i + 1]:,.0f}: the steps must increase (two runs' files joined?)")  # fmt: skip
   return x, y
+
+
+_ABSENT = object()
 
 
 def group_curve(
@@ -390,35 +469,38 @@ def group_curve(
   warning naming it.
 
   Raises:
-    ValueError: no run of the group logged a value of the metric.
+    NothingLogged: no run of the group logged a value of the metric (a ValueError).
+    ValueError: a run's metrics that cannot be read, or runs that share no steps.
   """
   records = [read_metrics(r.run_dir) for r in group.runs]
   name = f"{group.algorithm} {group.env_id}"
   if metric is None:
-    evaluated = [_series(rs, "eval_return")[0].size > 0 for rs in records]
-    started = [e or _series(rs, "episode_return")[0].size > 0 for e, rs in zip(evaluated, records)]
+    evaluated = [_series(rs, "eval_return", r.run_dir)[0].size > 0
+                 for r, rs in zip(group.runs, records)]  # fmt: skip
+    started = [e or _series(rs, "episode_return", r.run_dir)[0].size > 0
+               for r, e, rs in zip(group.runs, evaluated, records)]  # fmt: skip
     without = [str(r.run_dir) for r, e, s in zip(group.runs, evaluated, started) if s and not e]
     metric = "episode_return" if without or not any(evaluated) else "eval_return"
     if without and len(without) < sum(started):
       warnings.warn(f"{name}: compared on episode_return, since {', '.join(without)} logged "
                     "no eval_return", RuntimeWarning, stacklevel=2)  # fmt: skip
-  series = [_series(rs, metric) for rs in records]
-  empty = [str(r.run_dir) for r, (x, _) in zip(group.runs, series) if not x.size]
+  series = [_series(rs, metric, r.run_dir) for r, rs in zip(group.runs, records)]
+  empty = [str(r.run_dir) for r, (_, y) in zip(group.runs, series) if not np.isfinite(y).any()]
   if len(empty) == len(series):
-    raise ValueError(f"{name}: no run logged {metric} ({', '.join(empty)})")
+    raise NothingLogged(f"{name}: no run logged {metric} ({', '.join(empty)})")
   if empty:  # e.g. a run just started: left out rather than stopping every group's plot
     warnings.warn(f"{name}: left out {', '.join(empty)}, which logged no {metric} yet",
                   RuntimeWarning, stacklevel=2)  # fmt: skip
-    kept = [k for k, (x, _) in enumerate(series) if x.size]
+    kept = [k for k, (_, y) in enumerate(series) if np.isfinite(y).any()]
     group = group._replace(runs=tuple(group.runs[k] for k in kept))
     records, series = [records[k] for k in kept], [series[k] for k in kept]
-  for run, rs in zip(group.runs, records):
-    nan = [r["env_steps"] for r in rs if metric in r and r[metric] is None]
-    if nan and metric != "episode_return":  # NaN is written as null (and so is a return
-      # of an interval in which no episode ended)
+  for run, (x, y) in zip(group.runs, series):
+    nan = x[np.isnan(y)]
+    if nan.size:
       warnings.warn(f"{name}: {run.run_dir} logged {metric} NaN at env steps "
-                    f"{', '.join(f'{s:,}' for s in nan[:5])}: left out of the curve",
-                    RuntimeWarning, stacklevel=2)  # fmt: skip
+                    f"{', '.join(f'{s:,.0f}' for s in nan[:5])}: the curve leaves those steps "
+                    "out (or, where the runs logged at different steps, interpolates the run "
+                    "across them)", RuntimeWarning, stacklevel=2)  # fmt: skip
   ends = [float(x[-1]) for x, _ in series]
   short = [str(r.run_dir) for r, end in zip(group.runs, ends) if end < 0.9 * max(ends)]
   if short:  # e.g. a run stopped early, or still running: it cuts every curve short
@@ -439,6 +521,14 @@ def group_curve(
   return GroupCurve(group, metric, steps, est.point, est.lower, est.upper)
 
 
+def _number(value: float) -> str:
+  """Returns with two decimals; values below 10 in magnitude (importance weights, losses)
+  with four, so that 0.9999 does not read 1.00; below 0.001, three significant digits."""
+  if abs(value) >= 10:
+    return f"{value:.2f}"
+  return f"{value:.4f}" if value == 0 or abs(value) >= 1e-3 else f"{value:.3g}"
+
+
 def summary_table(curves: Sequence[GroupCurve], labels: Sequence[str]) -> str:
   """A text table, one row per group: its label, environment, metric, number of runs
   (seeds), the last common env step and the IQM there with its interval."""
@@ -454,7 +544,7 @@ def summary_table(curves: Sequence[GroupCurve], labels: Sequence[str]) -> str:
             c.metric,
             str(len(c.group.runs)),
             f"{c.env_steps[-1]:.0f}",
-            f"{c.iqm[-1]:.2f} [{c.lower[-1]:.2f}, {c.upper[-1]:.2f}]",
+            f"{_number(c.iqm[-1])} [{_number(c.lower[-1])}, {_number(c.upper[-1])}]",
         )
     )
   widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
