@@ -441,7 +441,7 @@ def _series(records: list[dict], key: str, run_dir: Any = "a run") -> tuple[np.n
   if np.any(np.diff(x) <= 0):
     i = int(np.argmax(np.diff(x) <= 0))
     raise ValueError(f"{run_dir}: its {METRICS_FILE} logs env step {x[i]:,.0f}, then "
-                     f"{x[i + 1]:,.0f}: the steps must increase (two runs' files joined?)")  # fmt: skip
+                     f"{x[i + 1]:,.0f}: the steps must increase (two files joined?)")  # fmt: skip
   return x, y
 
 
