@@ -148,6 +148,32 @@ def test_a_second_process_on_a_run_directory_is_refused(tmp_path):
     pass
 
 
+def test_a_new_run_is_refused_a_directory_of_other_files_or_inside_a_run(tmp_path):
+  """A run's files must not mix with others: a folder of documents, another run's
+  checkpoints/. An empty folder, and one a refused start left (lock files only), are
+  taken; a run's own directory is refused (pass --resume) or resumed."""
+  args = impala.Args()
+  train = args.train.replace(total_env_steps=512, checkpoint_every=512, log_every=512,
+                             eval_every=0)  # fmt: skip
+  run = lambda d, **kw: impala.run(dataclasses.replace(args, train=train, run_dir=str(d), **kw))
+  (tmp_path / "docs").mkdir()
+  (tmp_path / "docs" / "notes.md").write_text("mine")
+  with pytest.raises(ValueError, match=r"docs holds other files \(notes.md\) and no run"):
+    run(tmp_path / "docs")
+  assert sorted(p.name for p in (tmp_path / "docs").iterdir()) == ["notes.md"]
+  left = tmp_path / "left"
+  (left / "seed0").mkdir(parents=True)
+  (left / "seed0" / rundir.LOCK).write_text("")
+  run(left)
+  with pytest.raises(ValueError, match=r"checkpoints is inside the directory of the run in"):
+    run(left / "checkpoints")
+  with pytest.raises(ValueError, match=r"inside the directory of the run in .*left"):
+    run(left / "seed0" / "deeper")
+  with pytest.raises(FileExistsError, match="already holds a run: pass --resume"):
+    run(left)
+  run(left, resume=True)
+
+
 def _flip_byte(path, offset=None):
   data = bytearray(path.read_bytes())
   offset = len(data) // 2 if offset is None else offset

@@ -268,6 +268,8 @@ def _experiment(name: str, args: Any, agent_factory: Callable, *, batch_fn: Opti
       require_wandb()
     if args.run_dir and pathlib.Path(args.run_dir).exists() and not os.path.isdir(args.run_dir):
       raise ValueError(f"--run-dir {args.run_dir} is a file, not a directory")
+    if args.run_dir and not resume and config.parallel.process_id == 0:
+      rundir.check_new_run_dir(pathlib.Path(args.run_dir))
     if resume and not args.run_dir:
       raise ValueError("--resume needs --run-dir: the run directory to continue")
     if resume and not pathlib.Path(args.run_dir).is_dir():

@@ -262,6 +262,41 @@ def holds_run(run_dir: pathlib.Path) -> bool:
   )
 
 
+def check_new_run_dir(run_dir: pathlib.Path) -> None:
+  """Refuses a directory for a new run that lies inside another run's directory, or that
+  holds files of something else (documents, another run's checkpoints/): the run's files
+  would mix with them. A new or empty directory, one that a refused start left (lock files
+  only) and a run's directory (`check_or_write_config` refuses or resumes it) pass."""
+  for parent in run_dir.resolve().parents:
+    if _is_run_config(parent / "config.json"):
+      raise ValueError(f"--run-dir {run_dir} is inside the directory of the run in {parent}: "
+                       "choose a directory outside it")  # fmt: skip
+  runs = ("config.json", "seed*/config.json", "*/seed*/config.json")
+  if not run_dir.is_dir() or any(next(run_dir.glob(pattern), None) for pattern in runs):
+    return
+  foreign = sorted(p.name for p in run_dir.iterdir() if not _left_by_a_start(p))
+  if foreign:
+    shown = ", ".join(foreign[:4]) + (", ..." if len(foreign) > 4 else "")
+    raise ValueError(f"--run-dir {run_dir} holds other files ({shown}) and no run: choose a "
+                     "new or empty directory")  # fmt: skip
+
+
+def _is_run_config(path: pathlib.Path) -> bool:
+  try:
+    record = read_json(path) if path.is_file() else None
+  except (OSError, ValueError):
+    return False
+  return isinstance(record, dict) and "algorithm" in record and "config" in record
+
+
+def _left_by_a_start(path: pathlib.Path) -> bool:
+  """Whether `path` is what a refused or stopped start leaves: lock files, folders of
+  nothing else, or a multi-host job's process<i>/ logs."""
+  if path.name == LOCK or (path.is_dir() and path.name.startswith("process")):
+    return True
+  return path.is_dir() and all(p.name == LOCK for p in path.rglob("*") if not p.is_dir())
+
+
 def _run_config(path: pathlib.Path) -> dict:
   """A run's config.json, refusing a file of that name that is not one."""
   record = read_json(path)
