@@ -174,6 +174,22 @@ def test_a_new_run_is_refused_a_directory_of_other_files_or_inside_a_run(tmp_pat
   run(left, resume=True)
 
 
+def test_more_learners_than_files_the_process_may_open_are_refused_first(tmp_path,
+                                                                         monkeypatch):  # fmt: skip
+  """They failed part way with "Too many open files", with thousands of directories made."""
+  import resource
+
+  monkeypatch.setattr(resource, "getrlimit", lambda which: (1024, 1024))
+  args = impala.Args()
+  args = dataclasses.replace(args, train=args.train.replace(num_seeds=300),
+                             run_dir=str(tmp_path / "run"))  # fmt: skip
+  with pytest.raises(ValueError, match=r"300 learners \(--num-seeds\) keep 3 files open each: "
+                                       r"about 1,156 files, more than this process may open "
+                                       r"\(1,024, ulimit -n\)"):  # fmt: skip
+    impala.run(args)
+  assert not (tmp_path / "run").exists()
+
+
 def _flip_byte(path, offset=None):
   data = bytearray(path.read_bytes())
   offset = len(data) // 2 if offset is None else offset

@@ -392,6 +392,9 @@ def _run(name: str, args: Any, root: pathlib.Path, *, agent_factory: Callable,
   config: TrainConfig = args.train
   with refusals():
     lanes = sweeps.lanes_of(args, root)  # validates the sweep before anything is written
+    _check_open_files(
+        len(lanes), "--num-seeds" + " times the --sweep settings" * bool(config.budget.sweep)
+    )
     prepare_process(config)
     # Paths may differ between hosts (a shared filesystem mounted elsewhere, `~`): input
     # files are compared by their contents, the run directory not at all.
@@ -410,6 +413,26 @@ def _run(name: str, args: Any, root: pathlib.Path, *, agent_factory: Callable,
       for locked in [dirs[0]] if len(lanes) == 1 else [root, *dirs]:
         held.enter_context(rundir.locked(locked))
     return _train(name, args, root, lanes, dirs, program, progress, inputs, add_logger)
+
+
+FILES_PER_LEARNER = 3
+"""Files each learner of a run keeps open: its directory's lock, metrics.jsonl and its
+TensorBoard events."""
+
+
+def _check_open_files(learners: int, flags: str) -> None:
+  """Refuses more learners than this process may keep files open for (`ulimit -n`), before
+  their directories are made (the run would fail part way, with "Too many open files")."""
+  import resource
+
+  limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+  needed = FILES_PER_LEARNER * learners + 256  # and the process's own (libraries, checkpoints)
+  if learners > 1 and limit != resource.RLIM_INFINITY and needed > limit:
+    raise ValueError(
+        f"{learners:,} learners ({flags}) keep "
+        f"{FILES_PER_LEARNER} files open each: about {needed:,} files, more than this process "
+        f"may open ({limit:,}, ulimit -n): train fewer learners in one run, or raise the limit"
+    )
 
 
 def _train(name: str, args: Any, root: pathlib.Path, lanes: list[sweeps.Lane],
