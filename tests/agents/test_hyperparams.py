@@ -77,6 +77,8 @@ def test_parse_sweep_and_settings():
   assert settings[0] == {"learning_rate": 1e-3, "gamma": 0.99, "entropy_weight": 0.0}
   assert settings[1]["gamma"] == 0.995 and settings[2]["learning_rate"] == 3e-3
   assert hp_lib.sweep_settings({}) == [{}]
+  # A field named as its flag is: --lambda is lambda_ (it was "has no field 'lambda'").
+  assert hp_lib.parse_sweep(ImpalaConfig(), ["lambda=0.9,1.0"]) == {"lambda_": [0.9, 1.0]}
 
 
 @pytest.mark.parametrize(

@@ -83,6 +83,9 @@ def parse_sweep(config: Any, specs: Sequence[str]) -> dict[str, list[float]]:
   for spec in specs:
     name, eq, listed = spec.partition("=")
     name = name.strip().replace("-", "_")
+    fields = {f.name for f in dataclasses.fields(config)}
+    if name not in fields and f"{name}_" in fields:  # the flag's spelling: --lambda
+      name = f"{name}_"
     if not eq or not name or not listed.strip():
       raise ValueError(f"--sweep takes FIELD=V1,V2,..., got {spec!r}")
     if name in values:
