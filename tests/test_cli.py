@@ -69,6 +69,10 @@ def test_bad_presets_are_refused():
     parse_args(Args, PRESETS, argv=[], env_presets=EnvPresets({"Hopper-v4": "mujoco"}))
   with pytest.raises(ValueError, match="'none' is reserved"):
     parse_args(Args, {**PRESETS, "none": Args()}, argv=[])
+  # Two presets: the last replaced the first silently.
+  with pytest.raises(ValueError, match=r"--preset is given 2 times \(atari, minatar\)"):
+    _parse(["--preset", "atari", "--preset", "minatar"])
+  assert _parse(["--preset", "atari", "--preset=atari"]) == _parse(["--preset", "atari"])
 
 
 _SELECTED = [("Pendulum-v1", "pendulum"), ("Walker2d-v4", "mujoco"),

@@ -186,15 +186,23 @@ def _with_field_flags(info: StructTypeInfo) -> Optional[StructConstructorSpec]:
 
 
 def _read_preset_flags(argv: Sequence[str]) -> tuple[Optional[str], Optional[str]]:
-  """(--preset, --env-id) as given in argv (the last of each), None where absent."""
+  """(--preset, --env-id) as given in argv (the last --env-id), None where absent.
+
+  Raises:
+    ValueError: two different presets (one would silently replace the other).
+  """
   parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
-  parser.add_argument("--preset")
+  parser.add_argument("--preset", action="append")
   parser.add_argument("--env-id", "--env_id", dest="env_id")
   try:
     known, _ = parser.parse_known_args(argv)
   except argparse.ArgumentError as e:
     raise SystemExit(str(e)) from None
-  return known.preset, known.env_id
+  named = list(dict.fromkeys(known.preset or []))
+  if len(named) > 1:
+    raise ValueError(f"--preset is given {len(known.preset)} times ({', '.join(named)}): a "
+                     "preset is a whole configuration, give one")  # fmt: skip
+  return (named[0] if named else None), known.env_id
 
 
 def parse_args(
