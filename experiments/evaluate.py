@@ -124,7 +124,8 @@ def _evaluate(args: Args, run: Any, video_env: Any) -> dict:
   print(
       f"{run.algorithm} {env_id} ({run.source} parameters, "
       f"{'unknown' if run.env_steps is None else f'{run.env_steps:,}'} env steps): "
-      f"{args.episodes} episodes, mean {result['mean']:.2f} std {result['std']:.2f} "
+      f"{args.episodes} episode{'s' * (args.episodes != 1)}, mean {result['mean']:.2f} "
+      f"std {result['std']:.2f} "
       f"min {result['min']:.2f} max {result['max']:.2f}"
   )
   print(f"protocol: {protocol}")

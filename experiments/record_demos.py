@@ -1,4 +1,4 @@
-"""Records demonstrations with a finished run's final (or `--best`) parameters (`load_run`).
+r"""Records demonstrations with a finished run's final (or `--best`) parameters (`load_run`).
 
     python experiments/record_demos.py --run-dir runs/sql-cartpole --episodes 10 \
         --out demos/cartpole.npz

@@ -65,7 +65,7 @@ def test_atari_preset_starts_and_trains(script, tmp_path, pong_demos, capsys):
   assert losses and all(np.isfinite(lines[-1][k]) for k in losses)
   protocol = summary["evaluation_protocol"]
   assert protocol == envs.atari_protocol("Pong-v5", max_episode_steps=100).describe() + (
-      "; greedy policy, mean return of 1 episodes, each on its own freshly reset environment"
+      "; greedy policy, mean return of 1 episode, each on its own freshly reset environment"
       " every 160 env steps"
   )
   assert f"evaluation protocol: {protocol}" in capsys.readouterr().out

@@ -39,8 +39,8 @@ def describe_protocol(config: TrainConfig, num_episodes: int | None = None) -> s
   else:
     episodes, when = num_episodes, ""
   text = (
-      f"greedy policy, mean return of {episodes} episodes, each on its own freshly reset "
-      f"environment{when}"
+      f"greedy policy, mean return of {episodes} episode{'s' * (episodes != 1)}, each on its "
+      f"own freshly reset environment{when}"
   )
   if config.env.atari:
     protocol = envs.atari_protocol(config.env.env_id, **task_kwargs(config))
