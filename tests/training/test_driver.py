@@ -132,9 +132,13 @@ def test_resuming_a_finished_run_logs_its_final_partial_line_again():
   assert straight.lines[-1]["final"] and checkpointer.writes == [40, 80, 100]
   resumed = ListLogger()
   resumed.lines = list(straight.lines)
-  outcome = drive(CountingProgram(), CONFIG, [resumed], checkpointer=checkpointer, resume=True)
+  said = []
+  outcome = drive(CountingProgram(), CONFIG, [resumed], checkpointer=checkpointer, resume=True,
+                  announce=said.append)  # fmt: skip
   assert _lines(resumed) == _lines(straight)
   assert outcome.results[0].env_steps == 100 and checkpointer.writes == [40, 80, 100]
+  assert said[-1] == ("the run has already used its budget of 95 env steps: nothing is left "
+                      "to train (a larger --total-env-steps goes on from here)")  # fmt: skip
 
 
 def test_train_stopped_and_resumed_with_the_public_checkpointer_ends_as_the_straight_run(tmp_path):

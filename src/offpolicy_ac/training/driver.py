@@ -239,6 +239,10 @@ def drive(program: Program, config: TrainConfig, loggers: Sequence[Logger], *,
     where = getattr(checkpointer, "directory", "")
     announce(f"resuming from the checkpoint at env step {run.saved:,} ({where})"
              if run.saved is not None else "no checkpoint to resume from: starting over")  # fmt: skip
+    total = config.budget.total_env_steps
+    if run.saved is not None and run.schedule.env_steps >= total:
+      announce(f"the run has already used its budget of {total:,} env steps: nothing is "
+               "left to train (a larger --total-env-steps goes on from here)")  # fmt: skip
   return run.loop(state, should_stop)
 
 
