@@ -172,6 +172,9 @@ def test_a_new_run_is_refused_a_directory_of_other_files_or_inside_a_run(tmp_pat
   with pytest.raises(FileExistsError, match="already holds a run: pass --resume"):
     run(left)
   run(left, resume=True)
+  (tmp_path / "file").write_text("")  # [Errno 20] Not a directory: '.../file/run'
+  with pytest.raises(ValueError, match=r"file/run cannot be made \(Not a directory\): choose"):
+    run(tmp_path / "file" / "run")
 
 
 def test_more_learners_than_files_the_process_may_open_are_refused_first(tmp_path,

@@ -107,8 +107,13 @@ def locked(run_dir: pathlib.Path):
 
   Raises:
     RunDirectoryInUse: another process holds it; the message names the holder.
+    ValueError: `run_dir` cannot be made.
   """
-  run_dir.mkdir(parents=True, exist_ok=True)
+  try:
+    run_dir.mkdir(parents=True, exist_ok=True)
+  except OSError as e:  # no permission, a read-only or missing filesystem
+    raise ValueError(f"the run directory {run_dir} cannot be made ({e.strerror}): choose "
+                     "another --run-dir") from e  # fmt: skip
   fd = os.open(run_dir / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
   try:
     try:
