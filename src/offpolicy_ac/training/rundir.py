@@ -297,9 +297,12 @@ def _is_run_config(path: pathlib.Path) -> bool:
 def _left_by_a_start(path: pathlib.Path) -> bool:
   """Whether `path` is what a refused or stopped start leaves: lock files, folders of
   nothing else, or a multi-host job's process<i>/ logs."""
-  if path.name == LOCK or (path.is_dir() and path.name.startswith("process")):
-    return True
-  return path.is_dir() and all(p.name == LOCK for p in path.rglob("*") if not p.is_dir())
+  try:
+    if path.name == LOCK or (path.is_dir() and path.name.startswith("process")):
+      return True
+    return path.is_dir() and all(p.name == LOCK for p in path.rglob("*") if not p.is_dir())
+  except OSError:  # unreadable: not the library's
+    return False
 
 
 def _run_config(path: pathlib.Path) -> dict:
