@@ -31,10 +31,10 @@ import time
 from typing import Literal
 
 import numpy as np
-import tyro
 
 from offpolicy_ac import presets
 from offpolicy_ac.cli import check_output_file
+from offpolicy_ac.cli import parse_plain
 from offpolicy_ac.cli import script_main
 from offpolicy_ac.training import refusals
 
@@ -312,4 +312,4 @@ def _plot(results: dict, path: pathlib.Path) -> None:
 
 
 if __name__ == "__main__":
-  script_main(lambda: tyro.cli(Args, description=__doc__), main)
+  script_main(lambda: parse_plain(Args, __doc__), main)

@@ -27,12 +27,12 @@ from typing import Optional
 
 import jax
 import jax.numpy as jnp
-import tyro
 
 from offpolicy_ac import envs
 from offpolicy_ac import presets
 from offpolicy_ac.agents.registry import AGENTS
 from offpolicy_ac.cli import check_output_file
+from offpolicy_ac.cli import parse_plain
 from offpolicy_ac.cli import script_main
 from offpolicy_ac.training import make_train
 from offpolicy_ac.training import refusals
@@ -181,4 +181,4 @@ def main(args: Args) -> list[dict]:
 
 
 if __name__ == "__main__":
-  script_main(lambda: tyro.cli(Args, description=__doc__), main)
+  script_main(lambda: parse_plain(Args, __doc__), main)

@@ -71,9 +71,9 @@ from typing import Optional
 
 import jax
 import numpy as np
-import tyro
 
 from offpolicy_ac.cli import check_output_file
+from offpolicy_ac.cli import parse_plain
 from offpolicy_ac.cli import script_main
 from offpolicy_ac.training import refusals
 
@@ -639,4 +639,4 @@ def main(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-  script_main(lambda: tyro.cli(Args, description=__doc__), main)
+  script_main(lambda: parse_plain(Args, __doc__), main)

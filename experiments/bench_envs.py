@@ -29,9 +29,9 @@ from typing import Literal
 import jax
 import jax.numpy as jnp
 import numpy as np
-import tyro
 
 from offpolicy_ac import envs
+from offpolicy_ac.cli import parse_plain
 from offpolicy_ac.cli import script_main
 from offpolicy_ac.training import refusals
 
@@ -219,4 +219,4 @@ def main(args: Args) -> None:
 
 
 if __name__ == "__main__":
-  script_main(lambda: tyro.cli(Args, description=__doc__), main)
+  script_main(lambda: parse_plain(Args, __doc__), main)

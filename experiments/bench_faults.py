@@ -39,9 +39,8 @@ import time
 from typing import Callable
 from typing import Optional
 
-import tyro
-
 from offpolicy_ac.cli import check_output_file
+from offpolicy_ac.cli import parse_plain
 from offpolicy_ac.cli import script_main
 from offpolicy_ac.training import refusals
 
@@ -297,4 +296,4 @@ def main(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-  script_main(lambda: tyro.cli(Args, description=__doc__), main)
+  script_main(lambda: parse_plain(Args, __doc__), main)

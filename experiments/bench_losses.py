@@ -29,7 +29,6 @@ from typing import Literal
 import jax
 import jax.numpy as jnp
 import numpy as np
-import tyro
 
 try:
   import rlax
@@ -38,6 +37,7 @@ except ModuleNotFoundError:  # a development dependency
 
 from offpolicy_ac import losses
 from offpolicy_ac.cli import check_output_file
+from offpolicy_ac.cli import parse_plain
 from offpolicy_ac.cli import script_main
 from offpolicy_ac.training import refusals
 
@@ -215,4 +215,4 @@ def main(args: Args) -> list[dict]:
 
 
 if __name__ == "__main__":
-  script_main(lambda: tyro.cli(Args, description=__doc__), main)
+  script_main(lambda: parse_plain(Args, __doc__), main)

@@ -14,9 +14,9 @@ import time
 
 import jax
 import jax.numpy as jnp
-import tyro
 
 from offpolicy_ac import replay as replay_lib
+from offpolicy_ac.cli import parse_plain
 from offpolicy_ac.cli import script_main
 from offpolicy_ac.training import refusals
 
@@ -73,4 +73,4 @@ def main(args: Args) -> list[dict]:
 
 
 if __name__ == "__main__":
-  script_main(lambda: tyro.cli(Args, description=__doc__), main)
+  script_main(lambda: parse_plain(Args, __doc__), main)

@@ -25,11 +25,11 @@ import time
 
 import jax
 import jax.numpy as jnp
-import tyro
 
 from offpolicy_ac import envs
 from offpolicy_ac.agents import SqlConfig
 from offpolicy_ac.agents.sql_continuous import make_sql_continuous
+from offpolicy_ac.cli import parse_plain
 from offpolicy_ac.cli import script_main
 from offpolicy_ac.envs import Trajectory
 from offpolicy_ac.training import refusals
@@ -154,4 +154,4 @@ def main(args: Args) -> list[dict]:
 
 
 if __name__ == "__main__":
-  script_main(lambda: tyro.cli(Args, description=__doc__), main)
+  script_main(lambda: parse_plain(Args, __doc__), main)

@@ -13,9 +13,9 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 import numpy as np
-import tyro
 
 from offpolicy_ac import losses
+from offpolicy_ac.cli import parse_plain
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,4 +59,4 @@ def main(args: Args) -> None:
 
 
 if __name__ == "__main__":
-  main(tyro.cli(Args, description=__doc__))
+  main(parse_plain(Args, __doc__))

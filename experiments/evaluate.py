@@ -25,10 +25,10 @@ from typing import Any
 from typing import Optional
 
 import numpy as np
-import tyro
 
 from offpolicy_ac.cli import check_output_file
 from offpolicy_ac.cli import import_modules
+from offpolicy_ac.cli import parse_plain
 from offpolicy_ac.cli import script_main
 from offpolicy_ac.training import describe_protocol
 from offpolicy_ac.training import evaluate
@@ -145,4 +145,4 @@ def _evaluate(args: Args, run: Any, video_env: Any) -> dict:
 
 if __name__ == "__main__":
   # A bad run directory, file or setting: one line and exit code 2.
-  script_main(lambda: tyro.cli(Args, description=__doc__), main, refuse=(ValueError, OSError))
+  script_main(lambda: parse_plain(Args, __doc__), main, refuse=(ValueError, OSError))

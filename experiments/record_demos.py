@@ -14,11 +14,11 @@ from typing import Literal
 from typing import Optional
 
 import numpy as np
-import tyro
 
 from offpolicy_ac import demos as demos_lib
 from offpolicy_ac.cli import check_output_file
 from offpolicy_ac.cli import import_modules
+from offpolicy_ac.cli import parse_plain
 from offpolicy_ac.cli import script_main
 from offpolicy_ac.training import load_run
 
@@ -84,4 +84,4 @@ def main(args: Args) -> dict:
 
 if __name__ == "__main__":
   # A bad run directory, file or setting: one line and exit code 2.
-  script_main(lambda: tyro.cli(Args, description=__doc__), main, refuse=(ValueError, OSError))
+  script_main(lambda: parse_plain(Args, __doc__), main, refuse=(ValueError, OSError))

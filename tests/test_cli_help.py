@@ -213,3 +213,18 @@ def test_batched_stepping_says_its_runs_do_not_resume_exactly(capsys):
     text = " ".join((root / page).read_text().split())
     exact = text.index("exact")
     assert "`--env-batch-size`" in text[exact : exact + 600], f"{page} promises exactness"
+
+
+@pytest.mark.parametrize("script", ["evaluate", "plot", "record_demos"])
+def test_the_utility_scripts_take_help_all_as_their_help(script):
+  """Their --help lists every flag; --help-all, the training scripts' full listing, was
+  refused as unrecognized."""
+  import pathlib
+  import subprocess
+  import sys
+
+  path = pathlib.Path(__file__).parents[1] / "experiments" / f"{script}.py"
+  runs = [subprocess.run([sys.executable, str(path), flag], capture_output=True, text=True,
+                         timeout=120) for flag in ("--help", "--help-all")]  # fmt: skip
+  assert [r.returncode for r in runs] == [0, 0], runs[1].stderr[-2000:]
+  assert runs[0].stdout == runs[1].stdout and runs[0].stdout.startswith("usage:")

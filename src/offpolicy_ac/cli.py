@@ -302,6 +302,17 @@ def _check_swept_fields(agent: Any, base_agent: Any, sweep: Sequence[str]) -> No
                        f"sweeps: drop {flag_name(field)}")  # fmt: skip
 
 
+def parse_plain(args_cls: type[ArgsT], description: str,
+                argv: Optional[Sequence[str]] = None) -> ArgsT:  # fmt: skip
+  """tyro's parse of a script without presets (evaluate.py, plot.py, the benchmarks). Its
+  `--help` lists every flag, so `--help-all` (the training scripts' full listing) is the
+  same."""
+  argv = list(sys.argv[1:] if argv is None else argv)
+  if _help_request(argv) == HELP_ALL:
+    argv = ["--help" if arg == HELP_ALL else arg for arg in argv]
+  return tyro.cli(args_cls, description=description, args=argv)
+
+
 def _help_request(argv: Sequence[str]) -> Optional[str]:
   """Which help argv asks for: HELP_ALL, "--help" (-h too) or None; flags after `--` are
   values."""
