@@ -23,6 +23,7 @@ import math
 import pathlib
 from typing import Any
 from typing import Optional
+import warnings
 
 import numpy as np
 
@@ -144,5 +145,7 @@ def _evaluate(args: Args, run: Any, video_env: Any) -> dict:
 
 
 if __name__ == "__main__":
+  # Warnings (a newest checkpoint passed over) as one line each.
+  warnings.formatwarning = lambda message, *args, **kwargs: f"warning: {message}\n"
   # A bad run directory, file or setting: one line and exit code 2.
   script_main(lambda: parse_plain(Args, __doc__), main, refuse=(ValueError, OSError))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 from typing import Optional
+import warnings
 
 import numpy as np
 
@@ -83,5 +84,7 @@ def main(args: Args) -> dict:
 
 
 if __name__ == "__main__":
+  # Warnings (a newest checkpoint passed over) as one line each.
+  warnings.formatwarning = lambda message, *args, **kwargs: f"warning: {message}\n"
   # A bad run directory, file or setting: one line and exit code 2.
   script_main(lambda: parse_plain(Args, __doc__), main, refuse=(ValueError, OSError))

@@ -205,6 +205,13 @@ def test_without_final_parameters_the_newest_checkpoint_is_loaded(runs, tmp_path
   newest = load_run(run_dir)
   assert newest.source == "checkpoint" and newest.env_steps == final.checkpoints[-1]
   assert _equal_trees(newest.params, final.params)
+  # The newest checkpoint incomplete (no checksums: being written, or damaged): the one
+  # before is loaded, and said to be (it was passed over silently).
+  last, before = final.checkpoints[-1], final.checkpoints[-2]
+  (run_dir / "checkpoints" / str(last) / "checksums.json").unlink()
+  with pytest.warns(RuntimeWarning, match=rf"checkpoint at env step {last:,} is incomplete .*"
+                                          rf"at {before:,}, is loaded"):  # fmt: skip
+    assert load_run(run_dir).env_steps == before
   shutil.rmtree(run_dir / "checkpoints")
   with pytest.raises(ValueError, match="holds no parameters"):
     load_run(run_dir)

@@ -42,6 +42,7 @@ from typing import Callable
 from typing import NamedTuple
 from typing import Optional
 from typing import Sequence
+import warnings
 import zlib
 
 import flax.serialization
@@ -650,6 +651,8 @@ def load_run(run_dir: str | os.PathLike, *, checkpoint: Optional[int] = None,
     if checkpoint is None and not steps:
       raise ValueError(f"{run_dir} holds no parameters: no {FINAL_PARAMS} and no checkpoint")
     step = steps[-1] if checkpoint is None else checkpoint
+    if checkpoint is None:
+      _warn_of_newer_incomplete(ckpt_dir, step)
     if step not in steps:
       raise ValueError(f"{run_dir} has no checkpoint at env step {step}; it has {list(steps)}")
     params, transform = _read_acting(ckpt_dir, step, num_seeds, index, params_template,
@@ -661,6 +664,16 @@ def load_run(run_dir: str | os.PathLike, *, checkpoint: Optional[int] = None,
       env_steps=env_steps, source=source, checkpoints=steps, greedy=jax.jit(greedy),
       act=jax.jit(act),
   )  # fmt: skip
+
+
+def _warn_of_newer_incomplete(ckpt_dir: pathlib.Path, step: int) -> None:
+  """Warns of checkpoints newer than `step` that are not complete (no checksums: being
+  written, or damaged), which the newest parameters pass over."""
+  newer = sorted(int(p.name) for p in ckpt_dir.iterdir() if p.name.isdigit() and int(p.name) > step)
+  if newer:
+    warnings.warn(f"{ckpt_dir}: the checkpoint at env step {newer[-1]:,} is incomplete (being "
+                  f"written, or damaged): the newest complete one, at {step:,}, is loaded",
+                  RuntimeWarning, stacklevel=3)  # fmt: skip
 
 
 def _load_transform(path: pathlib.Path, template: Any) -> Any:
