@@ -365,6 +365,31 @@ def test_a_setting_in_a_helper_after_the_agent_is_refused():
     registry.AGENTS.pop("tempered")
 
 
+def _other_update(spec, config):
+  """IMPALA with an update of other code, jitted as the agents' are (`jit_update`)."""
+  from offpolicy_ac.agents import base
+
+  agent = agents.make_impala(spec, config)
+
+  @base.jit_update(spec, "IMPALA")
+  def update(state, traj):
+    return state, {"loss": 0.0}
+
+  return agent._replace(update=update)
+
+
+def test_an_update_of_other_code_is_refused_through_jit_update():
+  """`jit_update`'s host check wraps the jitted update: the code check looks through it
+  (every update had the wrapper's code)."""
+  from offpolicy_ac.training import TrainConfig
+  from offpolicy_ac.training.sources import task_spec
+
+  spec = task_spec(TrainConfig.of(env_id="CartPole-v1"))
+  with pytest.raises(ValueError, match=r"builds other update functions than the agent's"):
+    registry.check_registered("impala", _other_update(spec, agents.ImpalaConfig()))
+  registry.check_registered("impala", agents.make_impala(spec, agents.ImpalaConfig()))
+
+
 @dataclasses.dataclass(frozen=True)
 class _Net:
   width: int = 32

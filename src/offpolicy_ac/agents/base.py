@@ -13,6 +13,7 @@ split, never reused: `update` draws from and advances `state.key`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any
 from typing import Callable
@@ -137,6 +138,7 @@ def jit_update(spec: Any, agent: str) -> Callable[[Callable], Callable]:
   def decorate(update: Callable) -> Callable:
     jitted = jax.jit(losses.without_range_checks(update))
 
+    @functools.wraps(update)  # `__wrapped__`: the code it runs (`agents.check_registered`)
     def checked(state, traj, *args):
       check_host_trajectory(traj, spec, agent)
       return jitted(state, traj, *args)
