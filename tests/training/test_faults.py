@@ -172,9 +172,32 @@ def test_a_new_run_is_refused_a_directory_of_other_files_or_inside_a_run(tmp_pat
   with pytest.raises(FileExistsError, match="already holds a run: pass --resume"):
     run(left)
   run(left, resume=True)
+  processed = tmp_path / "data" / "processed"  # a folder of the user's, not process<i>/
+  processed.mkdir(parents=True)
+  (processed / "table.csv").write_text("1,2")
+  with pytest.raises(ValueError, match=r"data holds other files \(processed\) and no run"):
+    run(tmp_path / "data")
   (tmp_path / "file").write_text("")  # [Errno 20] Not a directory: '.../file/run'
   with pytest.raises(ValueError, match=r"file/run cannot be made \(Not a directory\): choose"):
     run(tmp_path / "file" / "run")
+
+
+def test_a_folder_that_cannot_be_read_is_not_taken_for_an_empty_one(tmp_path, monkeypatch):
+  """os.walk and Path.rglob skip a folder they cannot read: it looked empty, and the run
+  was written beside what it holds (root reads any mode: the error is made here)."""
+  (tmp_path / "run" / "secret").mkdir(parents=True)
+  scandir = os.scandir
+
+  def refused(path="."):
+    if os.fspath(path).endswith("secret"):
+      raise PermissionError(13, "Permission denied", os.fspath(path))
+    return scandir(path)
+
+  monkeypatch.setattr(os, "scandir", refused)
+  with pytest.raises(ValueError, match=r"run holds other files \(secret\) and no run"):
+    rundir.check_new_run_dir(tmp_path / "run")
+  (tmp_path / "left" / "seed0").mkdir(parents=True)
+  rundir.check_new_run_dir(tmp_path / "left")  # an empty folder a refused start left
 
 
 def test_more_learners_than_files_the_process_may_open_are_refused_first(tmp_path,

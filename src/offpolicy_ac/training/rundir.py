@@ -34,6 +34,7 @@ import fcntl
 import json
 import os
 import pathlib
+import re
 import socket
 import sys
 import time
@@ -278,9 +279,12 @@ def check_new_run_dir(run_dir: pathlib.Path) -> None:
       raise ValueError(f"--run-dir {run_dir} is inside the directory of the run in {parent}: "
                        "choose a directory outside it")  # fmt: skip
   runs = ("config.json", "seed*/config.json", "*/seed*/config.json")
-  if not run_dir.is_dir() or any(next(run_dir.glob(pattern), None) for pattern in runs):
-    return
-  foreign = sorted(p.name for p in run_dir.iterdir() if not _left_by_a_start(p))
+  try:
+    if not run_dir.is_dir() or any(next(run_dir.glob(pattern), None) for pattern in runs):
+      return
+    foreign = sorted(p.name for p in run_dir.iterdir() if not _left_by_a_start(p))
+  except OSError as e:
+    raise ValueError(f"--run-dir {run_dir} cannot be read ({e.strerror})") from e
   if foreign:
     shown = ", ".join(foreign[:4]) + (", ..." if len(foreign) > 4 else "")
     raise ValueError(f"--run-dir {run_dir} holds other files ({shown}) and no run: choose a "
@@ -298,12 +302,21 @@ def _is_run_config(path: pathlib.Path) -> bool:
 def _left_by_a_start(path: pathlib.Path) -> bool:
   """Whether `path` is what a refused or stopped start leaves: lock files, folders of
   nothing else, or a multi-host job's process<i>/ logs."""
+  if path.name == LOCK:
+    return True
   try:
-    if path.name == LOCK or (path.is_dir() and path.name.startswith("process")):
+    if not path.is_dir():
+      return False
+    if re.fullmatch(r"process\d+", path.name):
       return True
-    return path.is_dir() and all(p.name == LOCK for p in path.rglob("*") if not p.is_dir())
-  except OSError:  # unreadable: not the library's
+    walked = os.walk(path, onerror=_raise)  # an unreadable folder: not known to be empty
+    return all(name == LOCK for _, _, files in walked for name in files)
+  except OSError:
     return False
+
+
+def _raise(error: OSError) -> None:
+  raise error
 
 
 def _run_config(path: pathlib.Path) -> dict:
