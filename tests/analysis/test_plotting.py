@@ -48,7 +48,13 @@ def test_plot_runs_refuses_what_it_cannot_draw(tmp_path):
   assert not list(tmp_path.glob("*.png"))
 
 
-def test_plot_runs_makes_its_folder_and_draws_runs_that_share_no_step(tmp_path):
+def test_plot_runs_makes_its_folder_and_draws_runs_that_share_no_step(tmp_path, monkeypatch):
+  """Runs that share no step were drawn as a mean with a band over steps neither covers."""
+  from matplotlib.axes import Axes
+
+  drawn, plot = [], Axes.plot
+  monkeypatch.setattr(Axes, "plot", lambda ax, *a, **kw: drawn.append(kw["label"]) or plot(
+      ax, *a, **kw))  # fmt: skip
   early = _write_run(tmp_path / "early", [1.0, 2.0])  # env steps 1000 to 9000
   late = tmp_path / "late"
   late.mkdir()
@@ -56,6 +62,7 @@ def test_plot_runs_makes_its_folder_and_draws_runs_that_share_no_step(tmp_path):
                                                    "episode_return": 5.0}))  # fmt: skip
   png = plot_runs([early, late], tmp_path / "new" / "folder" / "seeds.png", group=True)
   assert png.read_bytes().startswith(b"\x89PNG")
+  assert drawn == ["early: episode_return", "late: episode_return", "eval_return (mean of 1)"]
 
 
 def test_training_still_exports_plot_runs():

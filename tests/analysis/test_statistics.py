@@ -203,6 +203,16 @@ def test_runs_that_logged_the_same_steps_up_to_a_jitter_keep_their_points():
   steps, ys = S.align_runs([a, (a[0][:3], [1.0, 2.0, 3.0])])
   np.testing.assert_array_equal(steps, a[0][:3])
   np.testing.assert_array_equal(ys, [a[1][:3], [1.0, 2.0, 3.0]])
+  # A last line for the partial interval at the end of a budget (310) is a small interval:
+  # the others still align, without that last line.
+  steps, ys = S.align_runs([([100, 200, 300, 310], [1.0, 2, 3, 4]),
+                            ([101, 199, 302, 400], [5.0, 6, 7, 8])])  # fmt: skip
+  np.testing.assert_array_equal(steps, [100.5, 199.5, 301])
+  np.testing.assert_array_equal(ys, [[1, 2, 3], [5, 6, 7]])
+  # Runs that each logged one line, a few steps apart (just started): one point.
+  steps, ys = S.align_runs([([5120], [1.0]), ([5000], [2.0])])
+  np.testing.assert_array_equal(steps, [5060])
+  np.testing.assert_array_equal(ys, [[1.0], [2.0]])
 
 
 def test_a_nan_value_leaves_its_step_out_and_is_never_made_up():
@@ -398,6 +408,15 @@ def test_nan_values_and_a_run_without_evaluations_are_named(tmp_path):
   (group,) = _groups([tmp_path])
   with pytest.warns(RuntimeWarning, match=r"compared on episode_return, since .*r3 logged no"):
     assert S.group_curve(group, reps=50).metric == "episode_return"
+  # A run whose every evaluation is NaN is a run without evaluations: kept, on
+  # episode_return (it was left out of the group, raising its IQM).
+  write_run(tmp_path / "r4", seed=4, steps=(0, 100, 200), eval_returns=[np.nan] * 3)
+  (tmp_path / "r3" / "metrics.jsonl").unlink()
+  (tmp_path / "r3" / "config.json").unlink()
+  (group,) = _groups([tmp_path])
+  with pytest.warns(RuntimeWarning, match=r"since .*r4 logged no eval_return \(or only NaN\)"):
+    curve = S.group_curve(group, reps=50)
+  assert curve.metric == "episode_return" and len(curve.group.runs) == 4
 
 
 def test_a_run_that_logged_nothing_yet_is_left_out_of_its_group(tmp_path):

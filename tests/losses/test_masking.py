@@ -189,3 +189,11 @@ def test_acer_mask_of_another_shape_is_refused():
   tr = EXAMPLES[1]
   with pytest.raises(ValueError, match="mask.*`a_tm1`"):
     losses.acer_value_loss(tr.q_tm1, tr.a_tm1, tr.v_tm1, mask=tr.mask[:, :1])
+
+
+def test_acer_value_loss_is_0_at_a_masked_step_whose_action_is_out_of_range():
+  # Under jit the range is not checked: the selected Q is NaN there, the loss 0.
+  q, a = jnp.zeros((3, 2)), jnp.asarray([0, 7, 1])
+  mask = jnp.asarray([True, False, True])
+  loss = jax.jit(lambda q, a: losses.acer_value_loss(q, a, jnp.ones(3), mask=mask))(q, a)
+  np.testing.assert_array_equal(loss, [0.5, 0.0, 0.5])

@@ -525,6 +525,9 @@ def test_sqil_relabel_reads_a_flag_per_sequence_when_t_equals_b():
   np.testing.assert_array_equal(L.sqil_relabel(r, flags), np.tile([1.0, 0.0, 0.0], (3, 1)))
   np.testing.assert_array_equal(L.sqil_relabel(r, flags[:, None].T), L.sqil_relabel(r, flags))
   np.testing.assert_array_equal(L.sqil_relabel(r, flags[:, None]), np.tile(flags[:, None], 3))
+  # One entry is one flag for the whole batch, as a scalar is.
+  np.testing.assert_array_equal(L.sqil_relabel(np.zeros((4, 3), np.float32), np.ones(1, bool)),
+                                np.ones((4, 3)))  # fmt: skip
 
 
 def test_sqil_relabel_rejects_integer_rewards():

@@ -293,10 +293,10 @@ def align_runs(
   """Puts runs' (env_steps, values) on common steps: returns (steps [P], values [R, P]).
 
   Runs that logged at the same steps up to a jitter (actor threads end an iteration a few
-  steps apart from run to run: at each index, the runs' steps lie within a quarter of the
-  smallest gap between two consecutive steps of a run) keep their points up to where the
-  shortest run ends; each step is the median of the runs' steps there, and a step where a
-  run's value is NaN is left out. Otherwise each run is interpolated linearly over its
+  steps apart from run to run: at each index, the runs' steps lie within a quarter of their
+  median interval; a last line may differ more and is left out) keep their points up to
+  where the shortest run ends; each step is the median of the runs' steps there, and a
+  step where a run's value is NaN is left out. Otherwise each run is interpolated linearly over its
   finite values at evenly spaced steps between the latest first step and the earliest last
   step (the range every run covers), as many as the densest run logged there, at most
   `max_points` (one, where the runs share only one step).
@@ -338,15 +338,22 @@ def align_runs(
 
 
 def _shared_steps(xs: list[np.ndarray]) -> Optional[np.ndarray]:
-  """The runs' common steps up to where the shortest ends, when they logged at the same
-  steps up to a jitter (see `align_runs`): the median of the runs' steps at each index.
-  None when they did not."""
+  """The runs' common steps, when they logged at the same steps up to a jitter (see
+  `align_runs`): the median of the runs' steps at each index, up to where the shortest
+  run ends. None when they did not.
+
+  The jitter allowed is a quarter of the runs' median interval between two lines (of the
+  steps themselves, when every run logged one line). The last common index may differ
+  more: a run's last line (the partial interval at the end of its budget, or of a run
+  still going) is left out then."""
   n = min(x.size for x in xs)
   head = np.stack([x[:n] for x in xs])  # [R, n]
-  gaps = [np.diff(x) for x in xs if x.size > 1]
-  tolerance = 0.25 * min(g.min() for g in gaps) if gaps else 0.0
-  if np.all(head.max(0) - head.min(0) <= tolerance):
-    return np.median(head, axis=0)
+  gaps = np.concatenate([np.diff(x) for x in xs])
+  tolerance = 0.25 * (np.median(gaps) if gaps.size else np.max(np.abs(head)))
+  close = head.max(0) - head.min(0) <= tolerance
+  kept = n if close.all() else int(np.argmin(close))  # the leading indices that are close
+  if kept == n or kept == n - 1 > 0:
+    return np.median(head[:, :kept], axis=0)
   return None
 
 
@@ -475,7 +482,7 @@ def group_curve(
   records = [read_metrics(r.run_dir) for r in group.runs]
   name = f"{group.algorithm} {group.env_id}"
   if metric is None:
-    evaluated = [_series(rs, "eval_return", r.run_dir)[0].size > 0
+    evaluated = [np.isfinite(_series(rs, "eval_return", r.run_dir)[1]).any()
                  for r, rs in zip(group.runs, records)]  # fmt: skip
     started = [e or _series(rs, "episode_return", r.run_dir)[0].size > 0
                for r, e, rs in zip(group.runs, evaluated, records)]  # fmt: skip
@@ -483,7 +490,7 @@ def group_curve(
     metric = "episode_return" if without or not any(evaluated) else "eval_return"
     if without and len(without) < sum(started):
       warnings.warn(f"{name}: compared on episode_return, since {', '.join(without)} logged "
-                    "no eval_return", RuntimeWarning, stacklevel=2)  # fmt: skip
+                    "no eval_return (or only NaN)", RuntimeWarning, stacklevel=2)  # fmt: skip
   series = [_series(rs, metric, r.run_dir) for r, rs in zip(group.runs, records)]
   empty = [str(r.run_dir) for r, (_, y) in zip(group.runs, series) if not np.isfinite(y).any()]
   if len(empty) == len(series):

@@ -293,7 +293,10 @@ def acer_value_loss(
   _checks.check_action_range("a_tm1", a_tm1, jnp.shape(q_tm1)[-1], "`q_tm1`")
   used = _checks.check_mask(mask, jnp.shape(a_tm1), "`a_tm1`")
   q_a = select_action(where_used(used, q_tm1), jnp.asarray(a_tm1))
-  return 0.5 * jnp.square(jax.lax.stop_gradient(where_used(used, q_ret_tm1)) - q_a)
+  # 0 at a masked step even where its action is out of range under `jit` (q_a is NaN).
+  return jnp.where(
+      used, 0.5 * jnp.square(jax.lax.stop_gradient(where_used(used, q_ret_tm1)) - q_a), 0.0
+  )
 
 
 class AcerContinuousTargets(NamedTuple):

@@ -248,18 +248,21 @@ def sqil_relabel(r_t: jax.Array, is_demonstration) -> jax.Array:
 
   Args:
     r_t: rewards [T, ...] (only the shape and dtype are used: SQIL discards them).
-    is_demonstration: bool: a Python bool or a scalar for the whole batch, an array of
-      `r_t.shape[1:]` for whole sequences ([B] for r_t [T, B]), or an array of r_t's rank
-      that broadcasts to it (per step: [T, ...]; per sequence also [1, B]).
+    is_demonstration: bool: a Python bool, a scalar or one entry for the whole batch, an
+      array of `r_t.shape[1:]` for whole sequences ([B] for r_t [T, B]; with T == B a [T]
+      is read so too), or an array of r_t's rank that broadcasts to it (per step:
+      [T, 1] or [T, B]; per sequence also [1, B]).
 
   Raises:
-    ValueError: `is_demonstration` of any other shape (a per-step [T] for r_t [T, B] is
-      refused, not broadcast against the batch axis).
+    ValueError: `is_demonstration` of any other shape (a per-step [T] for r_t [T, B] with
+      T != B).
   """
   _checks.check_floating("r_t", r_t)
   is_demo = jnp.asarray(is_demonstration)
   _checks.check_bool("is_demonstration", is_demo)
   shape = jnp.shape(r_t)
+  if jnp.size(is_demo) == 1:  # one flag for the whole batch
+    is_demo = jnp.reshape(is_demo, ())
   if jnp.ndim(is_demo) and jnp.shape(is_demo) == shape[1:]:  # one flag per sequence
     is_demo = is_demo[None]
   elif jnp.ndim(is_demo):
