@@ -4,10 +4,10 @@ The commands are the lines that run `experiments/<script>.py` (or `python -m off
 in README.md and docs/**/*.md (shell code blocks, and inline code that starts with such a
 command) and in the examples of the scripts' docstrings (their --help). Nothing trains: a
 training script's `parse(argv)` (what its main runs) reads the command line and the run's
-settings are validated as a run would before it starts; the other scripts' tyro parser reads
-theirs. Line continuations (`\\`), `&&`, `;`, `&` and comments are handled as a shell would;
-placeholders such as `<task>` or `$seed` get a value from `PLACEHOLDERS`, which must stay
-small and in use.
+settings are validated as a run would before it starts; the other scripts' parser
+(`cli.parse_plain`) reads theirs. Line continuations (`\\`), `&&`, `;`, `&` and comments are
+handled as a shell would; placeholders such as `<task>` or `$seed` get a value from
+`PLACEHOLDERS`, which must stay small and in use.
 """
 
 import ast
@@ -21,7 +21,8 @@ import shlex
 
 import pytest
 from scripts import load_script
-import tyro
+
+from offpolicy_ac import cli
 
 ROOT = pathlib.Path(__file__).parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
@@ -194,11 +195,11 @@ def parse(command: Command) -> None:
     args.train.validate()
     return
   source = (ROOT / "experiments" / f"{command.script}.py").read_text()
-  assert re.search(r"tyro\.cli\(\s*Args\b", source), (
-      f"experiments/{command.script}.py no longer parses with tyro.cli(Args, ...): teach "
-      "this test its parser"
+  assert re.search(r"\bparse_plain\(\s*Args\b", source), (
+      f"experiments/{command.script}.py no longer parses with cli.parse_plain(Args, ...): "
+      "teach this test its parser"
   )
-  tyro.cli(module.Args, args=argv)
+  cli.parse_plain(module.Args, "", argv)
 
 
 @functools.cache
@@ -209,7 +210,7 @@ def _flags(name: str) -> frozenset[str]:
     if name in TRAINING_SCRIPTS:
       module.parse(["--help-all"])
     else:
-      tyro.cli(module.Args, args=["--help"])
+      cli.parse_plain(module.Args, "", ["--help"])
   return frozenset(re.findall(r"--[\w-]+", out.getvalue()))
 
 
