@@ -64,6 +64,7 @@ from typing import Union
 from typing import get_args
 from typing import get_origin
 from typing import get_type_hints
+import warnings
 
 import tyro
 from tyro.constructors import ConstructorRegistry
@@ -311,6 +312,12 @@ def parse_plain(args_cls: type[ArgsT], description: str,
   if _help_request(argv) == HELP_ALL:
     argv = ["--help" if arg == HELP_ALL else arg for arg in argv]
   return tyro.cli(args_cls, description=description, args=argv)
+
+
+def one_line_warnings() -> None:
+  """Prints this process's warnings as `warning: <message>`, one line each (a script's
+  notes to its user: a run left out of a plot, a checkpoint passed over)."""
+  warnings.formatwarning = lambda message, *args, **kwargs: f"warning: {message}\n"
 
 
 def _help_request(argv: Sequence[str]) -> Optional[str]:

@@ -374,13 +374,24 @@ def read_checkpoint(directory: str | pathlib.Path, step: int, item: Any) -> tupl
 def checkpoint_steps(directory: str | pathlib.Path) -> list[int]:
   """The steps of the complete checkpoints in `directory` (none when it does not exist):
   those with their checksums, written last (a save in progress is not listed)."""
+  return [step for step, complete in _step_folders(directory) if complete]
+
+
+def incomplete_steps(directory: str | pathlib.Path) -> list[int]:
+  """The steps of the checkpoints in `directory` without their checksums: being written,
+  or damaged."""
+  return [step for step, complete in _step_folders(directory) if not complete]
+
+
+def _step_folders(directory: str | pathlib.Path) -> list[tuple[int, bool]]:
+  """(step, complete) of each checkpoint folder in `directory`, by step."""
   directory = pathlib.Path(directory)
   if not directory.is_dir():
     return []
+  folders = [p for p in directory.iterdir() if p.name.isdigit()]
   return sorted(
-      int(p.name)
-      for p in directory.iterdir()
-      if p.name.isdigit() and (p / "_CHECKPOINT_METADATA").exists() and (p / CHECKSUMS).exists()
+      (int(p.name), (p / "_CHECKPOINT_METADATA").exists() and (p / CHECKSUMS).exists())
+      for p in folders
   )
 
 

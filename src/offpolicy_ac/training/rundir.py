@@ -58,6 +58,7 @@ from offpolicy_ac.analysis.metrics_file import read_json
 from offpolicy_ac.training import records
 from offpolicy_ac.training.checkpoint import DamagedCheckpointError
 from offpolicy_ac.training.checkpoint import checkpoint_steps
+from offpolicy_ac.training.checkpoint import incomplete_steps
 from offpolicy_ac.training.checkpoint import read_checkpoint
 from offpolicy_ac.training.config import TrainConfig
 from offpolicy_ac.training.driver import RunResult
@@ -293,10 +294,9 @@ def check_new_run_dir(run_dir: pathlib.Path) -> None:
 
 def _is_run_config(path: pathlib.Path) -> bool:
   try:
-    record = read_json(path) if path.is_file() else None
+    return path.is_file() and bool(_run_config(path))
   except (OSError, ValueError):
     return False
-  return isinstance(record, dict) and "algorithm" in record and "config" in record
 
 
 def _left_by_a_start(path: pathlib.Path) -> bool:
@@ -682,7 +682,7 @@ def load_run(run_dir: str | os.PathLike, *, checkpoint: Optional[int] = None,
 def _warn_of_newer_incomplete(ckpt_dir: pathlib.Path, step: int) -> None:
   """Warns of checkpoints newer than `step` that are not complete (no checksums: being
   written, or damaged), which the newest parameters pass over."""
-  newer = sorted(int(p.name) for p in ckpt_dir.iterdir() if p.name.isdigit() and int(p.name) > step)
+  newer = [s for s in incomplete_steps(ckpt_dir) if s > step]
   if newer:
     warnings.warn(f"{ckpt_dir}: the checkpoint at env step {newer[-1]:,} is incomplete (being "
                   f"written, or damaged): the newest complete one, at {step:,}, is loaded",
