@@ -8,6 +8,7 @@ import pytest
 
 from offpolicy_ac import presets
 from offpolicy_ac.cli import EnvPresets
+from offpolicy_ac.cli import in_flag_terms
 from offpolicy_ac.cli import parse_args
 
 
@@ -160,6 +161,25 @@ def test_lambda_is_accepted_with_and_without_the_underscore(script, flag):
   module = getattr(presets, script)
   args = parse_args(module.Args, module.PRESETS, argv=[flag, "0.9"])
   assert args.agent.lambda_ == 0.9
+
+
+@pytest.mark.parametrize(
+    "message, expected",
+    [
+        ("num_envs (16) must divide evenly over learner_devices (3)",
+         "--num-envs (16) must divide evenly over --learner-devices (3)"),
+        ("lambda_ must lie in [0.0, 1.0], got 1.5", "--lambda must lie in [0.0, 1.0], got 1.5"),
+        ("n_step=7 with lambda_=0.9", "--n-step=7 with --lambda=0.9"),
+        # Flags, paths, longer names and words of the sentence stay as they are.
+        ("--num-envs 0: seed must be >= 0", "--num-envs 0: seed must be >= 0"),
+        ("/runs/num_envs/x and my_num_envs", "/runs/num_envs/x and my_num_envs"),
+        ("the setting {'learning_rate': inf}: learning_rate must be finite",
+         "the setting {'learning_rate': inf}: --learning-rate must be finite"),
+    ],
+)  # fmt: skip
+def test_script_errors_name_the_flags_users_type(message, expected):
+  assert in_flag_terms(message, presets.sql.Args) == expected
+  assert in_flag_terms(message, type(None)) == message  # a plain script's args: no fields
 
 
 def test_sweep_is_repeated_one_field_per_flag():

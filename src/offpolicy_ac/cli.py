@@ -45,6 +45,7 @@ import importlib.util
 import inspect
 import os
 import pathlib
+import re
 import shutil
 import signal
 import sys
@@ -279,12 +280,15 @@ def parse_args(
       frozen=True,
   )
   args = tyro.cli(command, args=argv, **settings).args
-  if explicit and name not in (None, NO_PRESET) and hasattr(args, "train"):
-    check_preset_task(name, presets[name].train, args.train, env_presets)
-  if hasattr(args, "agent") and hasattr(args, "train"):
-    base = presets[name] if name not in (None, NO_PRESET) else None
-    base_agent = base.agent if base is not None else _field_default(args_cls, "agent")
-    _check_swept_fields(args.agent, base_agent, args.train.budget.sweep)
+  try:
+    if explicit and name not in (None, NO_PRESET) and hasattr(args, "train"):
+      check_preset_task(name, presets[name].train, args.train, env_presets)
+    if hasattr(args, "agent") and hasattr(args, "train"):
+      base = presets[name] if name not in (None, NO_PRESET) else None
+      base_agent = base.agent if base is not None else _field_default(args_cls, "agent")
+      _check_swept_fields(args.agent, base_agent, args.train.budget.sweep)
+  except ValueError as e:
+    raise ValueError(in_flag_terms(str(e), args_cls)) from None
   return args
 
 
@@ -462,6 +466,24 @@ def flag_name(field_name: str) -> str:
   settings = FIELD_FLAGS.get(field_name)
   aliases = getattr(settings, "aliases", None)
   return aliases[0] if aliases else "--" + field_name.replace("_", "-")
+
+
+def in_flag_terms(message: str, args_cls: type) -> str:
+  """`message` with the names of `args_cls`'s fields replaced by the flags users type.
+
+  The library's checks name a setting as Python spells it (`num_envs`, `lambda_`); a
+  script's user typed `--num-envs`, `--lambda`. Only names with an underscore are
+  replaced (they cannot be read as a word of the sentence), and not inside quotes, paths
+  or flags.
+  """
+  if not dataclasses.is_dataclass(args_cls):
+    return message
+  names = sorted({f.name for _, f, _, _ in _leaf_fields(args_cls) if "_" in f.name}, key=len,
+                 reverse=True)  # fmt: skip
+  if not names:
+    return message
+  pattern = re.compile(r"(?<![\w./'-])(" + "|".join(map(re.escape, names)) + r")(?![\w/'-])")
+  return pattern.sub(lambda match: flag_name(match.group(1)), message)
 
 
 def help_entries(args_cls: type, defaults: Any = None) -> dict[str, HelpEntry]:
@@ -663,12 +685,14 @@ def script_main(parse: Callable[[], Any], run: Callable[[Any], Any], *,
 
   A refusal (`is_refusal`: bad settings, a run directory in use, ...; or an error of a
   type in `refuse`, for scripts that only read: evaluate.py, record_demos.py, plot.py)
-  prints one line, "[<script>] error: <why>", and exits with code 2; a full disk prints
+  prints one line, "[<script>] error: <why>" (naming settings by their flags:
+  `in_flag_terms`), and exits with code 2; a full disk prints
   one line and exits with code 1 (the last checkpoint is intact). Anything else (a bug, a
   non-finite loss) keeps its traceback. A Ctrl-C, or a second stop signal during a training
   run, prints one line and exits with 128 + the signal's number (130, 143).
   """
   prog = pathlib.Path(sys.argv[0]).stem or "script"
+  args = None
   try:
     try:
       args = parse()
@@ -694,7 +718,7 @@ def script_main(parse: Callable[[], Any], run: Callable[[Any], Any], *,
                    "checkpoint is intact: free some space, then --resume")  # fmt: skip
     if not is_refusal(e):
       raise
-    exit_process(2, last_words=f"[{prog}] error: {e}")
+    exit_process(2, last_words=f"[{prog}] error: {in_flag_terms(str(e), type(args))}")
   exit_process(0)
 
 

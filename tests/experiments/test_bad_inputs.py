@@ -21,19 +21,19 @@ ROOT = pathlib.Path(__file__).parents[2]
 # demonstration files (see the `demos` fixture); `{run}` the run directory.
 CASES = [
     ("impala", ["--num-envs", "100000", "--total-env-steps", "2048"], "more than the whole budget"),
-    ("impala", ["--num-envs", "0"], "num_envs must be a positive int"),
+    ("impala", ["--num-envs", "0"], "--num-envs must be a positive int"),
     # A learning-rate schedule counts the run's updates: the config is checked first.
-    ("impala", ["--anneal-learning-rate", "--unroll-length", "0"], "unroll_length must be a"),
-    ("impala", ["--env-id", "gymnax:CartPole-v1", "--num-envs", "0"], "num_envs must be a"),
-    ("sql", ["--num-envs", "0"], "num_envs must be a positive int"),
-    ("impala", ["--total-env-steps", "-5"], "total_env_steps must be a positive int"),
+    ("impala", ["--anneal-learning-rate", "--unroll-length", "0"], "--unroll-length must be a"),
+    ("impala", ["--env-id", "gymnax:CartPole-v1", "--num-envs", "0"], "--num-envs must be a"),
+    ("sql", ["--num-envs", "0"], "--num-envs must be a positive int"),
+    ("impala", ["--total-env-steps", "-5"], "--total-env-steps must be a positive int"),
     ("impala", ["--seed", "-1"], "seed must be an int >= 0"),
-    ("impala", ["--hidden-sizes", "0"], "hidden_sizes must be positive ints"),
-    ("impala", ["--learning-rate", "nan"], "learning_rate must be > 0"),
-    ("impala", ["--learning-rate", "inf"], "learning_rate must be finite"),
-    ("impala", ["--entropy-weight", "inf"], "entropy_weight must be finite"),
-    ("impala", ["--preset", "pendulum", "--init-log-std", "nan"], "init_log_std must be finite"),
-    ("impala", ["--sweep", "learning_rate=inf,1e-3"], "learning_rate must be finite"),
+    ("impala", ["--hidden-sizes", "0"], "--hidden-sizes must be positive ints"),
+    ("impala", ["--learning-rate", "nan"], "--learning-rate must be > 0"),
+    ("impala", ["--learning-rate", "inf"], "--learning-rate must be finite"),
+    ("impala", ["--entropy-weight", "inf"], "--entropy-weight must be finite"),
+    ("impala", ["--preset", "pendulum", "--init-log-std", "nan"], "--init-log-std must be finite"),
+    ("impala", ["--sweep", "learning_rate=inf,1e-3"], "--learning-rate must be finite"),
     ("impala", ["--resume", "--run-dir", "{run}/missing"], "is not a run directory"),
     ("impala", ["--run-dir", "{demos}/good.npz"], "is a file, not a directory"),
     (
@@ -41,26 +41,26 @@ CASES = [
         ["--resume", "--run-dir", "{demos}", "--checkpoint-every", "0"],
         "--resume needs checkpoints",
     ),
-    ("acer", ["--value-weight", "inf"], "value_weight must be finite"),
+    ("acer", ["--value-weight", "inf"], "--value-weight must be finite"),
     ("sql", ["--alpha", "inf"], "alpha must be finite"),
     ("sql", ["--learning-rate-cooldown", "2"], "--learning-rate-cooldown must lie in [0, 1]"),
     ("sqil", ["--demos", "{demos}/good.npz", "--learning-rate-cooldown", "nan"], "must lie in"),
-    ("impala", ["--reward-scale", "inf"], "reward_scale must be finite"),
-    ("impala", ["--target-return", "nan"], "target_return must be finite"),
+    ("impala", ["--reward-scale", "inf"], "--reward-scale must be finite"),
+    ("impala", ["--target-return", "nan"], "--target-return must be finite"),
     ("impala", ["--env-id", "CartPol-v1"], "unknown task id 'CartPol-v1'; did you mean"),
     ("impala", ["--env-id", "gymnax:CartPol-v1"], "did you mean ['CartPole-v1']"),
     ("impala", ["--preset", "nope"], "--preset nope: choose one of"),
     ("impala", ["--sweep", "no_such_field=1,2"], "no_such_field"),
     ("impala", ["--sweep", "gamma=0.99,0.9999999,1.0"], "would share the directory gamma=1"),
-    ("impala", ["--actor-queue-size", "3"], "actor_queue_size applies to actor threads"),
+    ("impala", ["--actor-queue-size", "3"], "--actor-queue-size applies to actor threads"),
     (
         "impala",
         ["--actors", "async", "--num-actors", "2", "--grace-period-s", "3"],
-        "grace_period_s applies to --actors pools with --min-pools",
+        "--grace-period-s applies to --actors pools with --min-pools",
     ),
     ("acer", ["--preset", "pendulum", "--env-id", "CartPole-v1"], "--preset pendulum is made for"),
     ("sql", ["--env-id", "Hopper-v4", "--preset", "cartpole"], "use --preset hopper"),
-    ("sql", ["--replay-capacity", "1", "--min-replay-size", "0"], "replay_capacity (1) holds"),
+    ("sql", ["--replay-capacity", "1", "--min-replay-size", "0"], "--replay-capacity (1) holds"),
     ("sql", ["--mini-batch-length", "40"], "longer than"),
     ("sql", ["--gamma", "1.5"], "gamma"),
     ("sqil", ["--demos", "{demos}/missing.npz"], "no demonstration file"),
@@ -119,8 +119,8 @@ CASES = [
     (
         "sql",
         ["--total-env-steps", "1024", "--min-replay-size", "1000"],
-        "the run would make no update: total_env_steps 1,024 ends before the replay holds "
-        "min_replay_size (1000) sequences; give at least 8,000 env steps",
+        "the run would make no update: --total-env-steps 1,024 ends before the replay holds "
+        "--min-replay-size (1000) sequences; give at least 8,000 env steps",
     ),
     (
         "sql",
@@ -149,13 +149,13 @@ CASES = [
     (
         "impala",
         ["--mini-batch-size", "7", "--num-updates-per-train-iter", "5"],
-        "num_updates_per_train_iter, mini_batch_size: replay settings, and this agent learns "
+        "--num-updates-per-train-iter, --mini-batch-size: replay settings, and this agent learns "
         "on-policy, with no replay (IMPALA replays with --use-replay)",
     ),
-    ("sql", ["--num-particles", "64"], "num_particles: settings of continuous SQL's sampler"),
-    ("sql", ["--lambda", "0.9", "--n-step", "7"], "n_step=7 with lambda_=0.9: lambda_ > 0"),
-    ("sql", ["--n-step", "50"], "n_step (50) exceeds mini_batch_length (4)"),
-    ("sqil", ["--demos", "{demos}/good.npz", "--n-step", "50"], "n_step (50) exceeds"),
+    ("sql", ["--num-particles", "64"], "--num-particles: settings of continuous SQL's sampler"),
+    ("sql", ["--lambda", "0.9", "--n-step", "7"], "--n-step=7 with --lambda=0.9: --lambda > 0"),
+    ("sql", ["--n-step", "50"], "--n-step (50) exceeds --mini-batch-length (4)"),
+    ("sqil", ["--demos", "{demos}/good.npz", "--n-step", "50"], "--n-step (50) exceeds"),
 ]
 TRAINS = ("impala", "acer", "sql", "sqil")
 
@@ -232,7 +232,7 @@ def test_a_refused_run_leaves_no_default_run_directory(tmp_path):
   proc = subprocess.run([sys.executable, str(ROOT / "experiments" / "impala.py"),
                          "--learning-rate", "inf"], capture_output=True, text=True,
                         timeout=300, cwd=tmp_path)  # fmt: skip
-  assert proc.returncode == 2 and "learning_rate must be finite" in proc.stderr, proc.stderr
+  assert proc.returncode == 2 and "--learning-rate must be finite" in proc.stderr, proc.stderr
   assert list((tmp_path / "runs").iterdir()) == []
   (tmp_path / "runs").rmdir()
   (tmp_path / "runs").write_text("")  # ./runs is a file: no default run directory

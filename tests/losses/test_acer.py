@@ -812,7 +812,7 @@ def test_acer_dtype_errors_name_the_arguments_given():
 
 
 @pytest.mark.parametrize("name", ["pi_tm1", "mu_tm1"])
-def test_acer_policy_objective_refuses_log_probabilities(name):
+def test_acer_policy_objective_refuses_what_is_not_a_probability(name):
   # log_softmax passed for softmax: every entry < 0, read as probability 0, gave an
   # objective and a gradient of exactly 0.
   rng = np.random.default_rng(0)
@@ -822,7 +822,10 @@ def test_acer_policy_objective_refuses_log_probabilities(name):
   a = rng.integers(0, A, (T, B)).astype(np.int32)
   q = rng.normal(size=(T, B, A)).astype(np.float32)
   q_ret = rng.normal(size=(T, B)).astype(np.float32)
-  with pytest.raises(ValueError, match=f"`{name}` must be >= 0 \\(probabilities\\)"):
+  with pytest.raises(ValueError, match=f"`{name}` must be \\[0, 1.0001\\] \\(probabilities\\)"):
+    L.acer_policy_objective(probs["pi_tm1"], probs["mu_tm1"], a, q, q_ret)
+  probs[name] = np.exp(probs[name]) * 4  # unnormalised: an entry above 1
+  with pytest.raises(ValueError, match=f"`{name}` must be \\[0, 1.0001\\] \\(probabilities\\)"):
     L.acer_policy_objective(probs["pi_tm1"], probs["mu_tm1"], a, q, q_ret)
 
 

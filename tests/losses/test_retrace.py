@@ -1017,20 +1017,29 @@ class RetraceBadInputTest(chex.TestCase):
 
 
 @pytest.mark.parametrize("fn", [retrace, retrace_targets], ids=["retrace", "retrace_targets"])
-def test_negative_probabilities_are_named_at_real_steps_only(fn):
+def test_probabilities_outside_0_1_are_named_at_real_steps_only(fn):
   # A negative probability made a `c_t` error, an argument neither function has.
   kwargs = _good_q_args()
   names = Q_ARGS if fn is retrace else _TARGET_ARGS
   bad_pi = dict(kwargs, pi_t=kwargs["pi_t"].at[1, 0, 2].set(-0.25))
   with pytest.raises(
-      ValueError, match=r"`pi_t` must be >= 0 \(probabilities\), got -0.25 at index \(1, 0, 2\)"
+      ValueError,
+      match=r"`pi_t` must be \[0, 1.0001\] \(probabilities\), got -0.25 at index \(1, 0, 2\)",
   ):
     fn(*(bad_pi[k] for k in names))
   bad_mu = dict(kwargs, mu_t=kwargs["mu_t"].at[0, 1].set(-0.5))
   with pytest.raises(
-      ValueError, match=r"`mu_t` must be >= 0 \(probabilities\), got -0.5 at index \(0, 1\)"
+      ValueError,
+      match=r"`mu_t` must be \[0, 1.0001\] \(probabilities\), got -0.5 at index \(0, 1\)",
   ):
     fn(*(bad_mu[k] for k in names))
+  # Q-values or logits passed as probabilities: a ratio above 1 is clipped, silently.
+  logits = dict(kwargs, pi_t=kwargs["pi_t"].at[2, 1, 0].set(3.5))
+  with pytest.raises(
+      ValueError, match=r"`pi_t` must be \[0, 1.0001\] .*got 3.5 at index \(2, 1, 0\)"
+  ):
+    fn(*(logits[k] for k in names))
+  fn(*(dict(kwargs, pi_t=kwargs["pi_t"] * (1 + 1e-6))[k] for k in names))  # softmax rounding
   # Masked steps may hold anything, and so may mu_t where no trace continues (the step
   # before a masked one, and the last step); under jit nothing is read.
   mask = jnp.ones((3, 2), bool).at[1, 0].set(False)

@@ -113,6 +113,18 @@ def test_a_stopped_and_resumed_sweep_logs_what_the_straight_one_logs(impala_swee
     assert summary["env_steps"] == 1536
 
 
+def test_a_sweep_is_kept_one_way_so_that_either_spelling_resumes_it(tmp_path):
+  steps = dict(total_env_steps=512, log_every=256, checkpoint_every=256, eval_every=0)
+  _main("impala", tmp_path, sweep=("lambda=0.9,0.95", "learning-rate=1e-3"), **steps)
+  config = json.loads((tmp_path / "config.json").read_text())["config"]
+  assert config["train"]["budget"]["sweep"] == ["lambda_=0.9,0.95", "learning_rate=0.001"]
+  sweep = ("lambda_=0.90,0.95", "learning_rate=0.001")
+  _main("impala", tmp_path, resume=True, sweep=sweep, **dict(steps, total_env_steps=768))
+  for lambda_ in ("0.9", "0.95"):
+    lines = _lines(tmp_path / f"lambda_={lambda_},learning_rate=0.001" / "seed0")
+    assert [l["env_steps"] for l in lines] == [256, 512, 768]
+
+
 def test_a_sql_sweep_lane_acts_with_its_own_epsilon(tmp_path):
   """SQL's epsilon changes only how it acts: a lane acting with the default's would not
   repeat the single run's episodes."""

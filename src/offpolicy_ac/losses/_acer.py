@@ -119,7 +119,7 @@ def acer_policy_objective(
   # Probabilities, not logits or log-probabilities: a log-probability (< 0) would be read as
   # a probability of 0 (no log pi, no gradient), and the objective would be silently 0.
   for name, x in [("pi_tm1", pi_tm1), ("mu_tm1", mu_tm1)]:
-    _checks.check_entries(name, x, 0.0, what=" (probabilities)", where=used[..., None])
+    _checks.check_probabilities(name, x, where=used[..., None])
   pi_tm1, mu_tm1 = where_used(used, pi_tm1, 1.0), where_used(used, mu_tm1, 1.0)
   q_tm1, q_ret_tm1 = where_used(used, q_tm1), where_used(used, q_ret_tm1)
   clip_c_a = clip_c if not jnp.ndim(clip_c) else jnp.asarray(clip_c)[..., None]  # [T, ..., 1]

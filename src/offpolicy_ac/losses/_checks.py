@@ -267,6 +267,17 @@ def check_entries(name: str, x: Any, low: float, high: float = np.inf, what: str
     )
 
 
+PROBABILITY_SLACK = 1e-4
+"""How far above 1 a probability may lie: a float32 softmax's rounding, not a logit's."""
+
+
+def check_probabilities(name: str, x: Any, where: Any = True) -> None:
+  """`check_entries` for probabilities: in [0, 1] (to `PROBABILITY_SLACK`) where `where`
+  is True. Logits, log-probabilities or Q-values passed instead would be read silently as
+  probabilities (a negative one as 0, a large one as a huge importance ratio)."""
+  check_entries(name, x, 0.0, 1.0 + PROBABILITY_SLACK, " (probabilities)", where=where)
+
+
 def check_discounts(discount_t: Any, mask: Any) -> None:
   """`check_entries` for `discount_t`: gamma times the environment's discount, in [0, 1]
   at the real steps (`mask`; a masked step's discount is never used)."""

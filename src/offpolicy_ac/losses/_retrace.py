@@ -156,9 +156,8 @@ def retrace_targets(
   # The probabilities are checked here, named, rather than through the `c_t` they make:
   # pi_t at the real steps (V(x_{s+1})), mu_t where a trace continues (c_{s+1}).
   real = _checks.check_mask(mask, shape)
-  _checks.check_entries("pi_t", pi_t, 0.0, what=" (probabilities)", where=real[..., None])
-  _checks.check_entries("mu_t", mu_t, 0.0, what=" (probabilities)",
-                        where=real & shift_to_previous(real, False))  # fmt: skip
+  _checks.check_probabilities("pi_t", pi_t, where=real[..., None])
+  _checks.check_probabilities("mu_t", mu_t, where=real & shift_to_previous(real, False))
   # Garbage where the inputs are not read is replaced before any arithmetic (see
   # `general_off_policy_returns`); mu_t by 1, as it divides.
   q_t, pi_t = where_used(real, q_t), where_used(real, pi_t)

@@ -389,9 +389,10 @@ def _run(name: str, args: Any, root: pathlib.Path, *, agent_factory: Callable,
   (`sweeps.lanes_of`: seeds, a sweep's settings x seeds) log in root/seed<k> or
   root/<setting>/seed<k>; root holds the whole config and every learner's checkpoints.
   """
-  config: TrainConfig = args.train
   with refusals():
-    lanes = sweeps.lanes_of(args, root)  # validates the sweep before anything is written
+    args = sweeps.canonical_sweep(args)  # validates the sweep before anything is written
+    config: TrainConfig = args.train
+    lanes = sweeps.lanes_of(args, root)
     _check_open_files(
         len(lanes), "--num-seeds" + " times the --sweep settings" * bool(config.budget.sweep)
     )

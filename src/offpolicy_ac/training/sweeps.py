@@ -75,6 +75,17 @@ def sweep_lanes(agent_config: Any, config: TrainConfig) -> list[tuple[dict, int]
   return [(setting, seed) for setting in settings for seed in config.seeds]
 
 
+def canonical_sweep(args: Any) -> Any:
+  """`args` with its `--sweep` written one way, as config.json keeps it and a resumed run
+  compares it: each field as the agent config names it (`lambda_` for `--lambda`), its
+  values as Python reads them (`0.001` for `1e-3`). Validates the sweep."""
+  if not args.train.budget.sweep:
+    return args
+  values = hyperparams_lib.parse_sweep(args.agent, args.train.budget.sweep)
+  sweep = tuple(f"{name}={','.join(map(repr, listed))}" for name, listed in values.items())
+  return dataclasses.replace(args, train=args.train.replace(sweep=sweep))
+
+
 def lanes_of(args: Any, root: pathlib.Path) -> list[Lane]:
   """The run's lanes in lane order, each with its run directory (see the module
   docstring)."""
