@@ -179,6 +179,20 @@ def test_make_refuses_what_envpool_would_abort_on_or_ignore(kwargs, match):
   test_make_rejects_bad_arguments(kwargs, match)
 
 
+def test_a_time_limit_is_refused_where_envpool_does_not_apply_it():
+  # Catch's episodes run 9 steps whatever the limit; with a limit of 5 envpool flagged each
+  # termination (the ball caught or missed) a truncation, learned with discount 1.
+  with pytest.raises(ValueError, match=r"max_episode_steps: Catch-v0 \(envpool.toy_text\) "):
+    envs.make("Catch-v0", 1, 0, max_episode_steps=5)
+  env = envs.make("Catch-v0", 1, 0)  # its own rules end every episode, a termination
+  env.reset()
+  for _ in range(9):
+    step = env.step(np.ones(1, np.int32))
+  assert step.step_type[0] == envs.LAST and step.discount[0] == 0.0
+  env.close()
+  envs.make("CartPole-v1", 1, 0, max_episode_steps=5).close()  # applied by envpool
+
+
 def test_atari_options_are_checked_before_envpool():
   with pytest.raises(ValueError, match=r"max_num_players must be in \[1, "):
     envs.make("Pong-v5", 1, 0, max_num_players=0)

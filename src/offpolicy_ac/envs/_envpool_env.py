@@ -651,6 +651,19 @@ def is_atari(task_id: str) -> bool:
   return _is_atari(check_task_id(task_id), task_id)
 
 
+LIMIT_NOT_APPLIED = ("envpool.toy_text", "envpool.highway", "envpool.gfootball", "envpool.pgx")
+"""envpool's task families whose episodes do not end at a `max_episode_steps` given to them
+(measured with envpool 1.2.5: bsuite's Catch, highway-env, Google Research Football, pgx
+board games). envpool still flags every episode end past the limit as a truncation, so
+their terminations would be learned as time limits (discount 1): the option is refused."""
+
+
+def _task_family(envpool: Any, task_id: str) -> str:
+  """envpool's module of the task ("envpool.classic_control", "envpool.atari", ...)."""
+  entry = envpool.registration.registry.specs.get(task_id)
+  return entry[0] if isinstance(entry, tuple) and entry else ""
+
+
 def _pool_kwargs(
     envpool: Any, task_id: str, num_envs: Any, envpool_kwargs: dict[str, Any]
 ) -> tuple[int, int, dict[str, Any]]:
@@ -670,6 +683,13 @@ def _pool_kwargs(
     raise ValueError(f"batch_size ({batch_size}) must be <= num_envs ({num_envs})")
   if "max_episode_steps" in envpool_kwargs:
     check_int("max_episode_steps", envpool_kwargs["max_episode_steps"], 1, 2**31)
+    family = _task_family(envpool, task_id)
+    if family in LIMIT_NOT_APPLIED:
+      raise ValueError(
+          f"max_episode_steps: {task_id} ({family}) does not end its episodes at it, and "
+          "envpool would flag its terminations past it as truncations (discount 1): leave "
+          "it unset"
+      )
   for name, low in _INT_OPTIONS.items():
     if name in envpool_kwargs:
       check_int(name, envpool_kwargs[name], low, 2**31)
