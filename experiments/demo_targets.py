@@ -1,9 +1,10 @@
 """A short tour of the targets on a hand-sized, time-major batch.
 
-Two columns, T = 5. Column 0: an episode terminates at step 1 (discount 0);
-column 1: an episode is cut by a time limit at step 1 (discount gamma, the true
-final observation's value is bootstrapped). Step 2 is the auto-reset
-transition in both columns (mask False), so nothing after it flows back.
+Two columns, T = 5 transitions (row s: from step s to step s+1). Column 0: transition 1
+ends the episode in a terminal state (discount 0); column 1: transition 1 ends it at a
+time limit (discount gamma: the true final observation's value is bootstrapped).
+Transition 2 is the auto-reset one in both columns (mask False), so nothing after it
+flows back.
 """
 
 from __future__ import annotations
