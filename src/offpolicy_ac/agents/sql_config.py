@@ -90,8 +90,10 @@ class SqlConfig:
   def validate(self) -> None:
     base.check_in("gamma", self.gamma, 0.0, 1.0)
     base.check_hidden_sizes(self.hidden_sizes)
-    base.check_positive("alpha", self.alpha)
-    base.check_finite("alpha", self.alpha)
+    for name in ("alpha", "learning_rate", "max_grad_norm"):  # max_grad_norm inf: no clipping
+      base.check_positive(name, getattr(self, name))
+    for name in ("alpha", "learning_rate"):
+      base.check_finite(name, getattr(self, name))
     base.check_in("epsilon", self.epsilon, 0.0, 1.0)
     base.check_in("lambda_", self.lambda_, 0.0, 1.0)
     base.check_in("target_update_tau", self.target_update_tau, 1e-9, 1.0)
