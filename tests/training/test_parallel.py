@@ -549,6 +549,19 @@ def test_processes_may_name_their_shared_run_directory_differently(tmp_path):
   assert (run / "final_params.msgpack").exists() and (run / "process1").is_dir()
 
 
+def test_a_job_of_two_processes_trains_several_seeds_one_after_the_other(tmp_path):
+  # Every process locked the shared root: process 1 was refused, and process 0 waited for
+  # it until JAX's distributed service aborted.
+  run = tmp_path / "run"
+  _two_processes(run, "--num-seeds", "2", "--total-env-steps", "2048", "--log-every", "1024",
+                 "--eval-every", "0")  # fmt: skip
+  assert json.loads((run / "seeds.json").read_text()) == {"seeds": [0, 1]}
+  for seed in ("seed0", "seed1"):
+    params = (run / seed / "final_params.msgpack").read_bytes()
+    assert params == (run / seed / "process1" / "final_params.msgpack").read_bytes()
+  assert not (run / "process1").exists()
+
+
 def test_a_process_without_its_coordinator_stops_with_one_line():
   code = (
       "from offpolicy_ac.training import parallel\n"

@@ -8,6 +8,7 @@ action); a resumed vmapped run logs exactly what the uninterrupted one logs.
 
 import dataclasses
 import json
+import re
 import shutil
 
 import numpy as np
@@ -167,6 +168,31 @@ def test_a_compiled_run_honours_no_vmap_seeds_and_each_seed_is_the_vmapped_lane(
     _main("impala", tmp_path / "seq", resume=True, **longer)
   with pytest.raises(ValueError, match=r"one learner of 2 seed\(s\), .* \(--no-vmap-seeds\)"):
     _main("impala", tmp_path / "vmapped", resume=True, vmap_seeds=False, **longer)
+
+
+def test_seeds_one_after_the_other_resume_only_with_their_seeds(tmp_path):
+  # Each seed's config.json records its seed alone: a resume with more seeds started a new
+  # seed2 from scratch, and one from another --seed went on past the run's seeds.
+  loop = dict(num_seeds=2, vmap_seeds=False, total_env_steps=512, log_every=256,
+              checkpoint_every=256)  # fmt: skip
+  run = tmp_path / "run"
+  _main("impala", run, **loop)
+  assert json.loads((run / "seeds.json").read_text()) == {"seeds": [0, 1]}
+  message = r"holds a run of the seeds \[0, 1\] one after the other, and these settings train "
+  for changed, seeds in [(dict(num_seeds=3), "[0, 1, 2]"), (dict(seed=1), "[1, 2]"),
+                         (dict(num_seeds=1), "[0]")]:  # fmt: skip
+    with pytest.raises(ValueError, match=message + re.escape(seeds)):
+      _main("impala", run, resume=True, **{**loop, **changed, "total_env_steps": 768})
+  assert sorted(p.name for p in run.glob("seed?")) == ["seed0", "seed1"]
+  results = _main("impala", run, resume=True, **dict(loop, total_env_steps=768))
+  assert [r.env_steps for r in results] == [768, 768]
+  # A run without the record (an earlier version's): the seeds it started must be among
+  # the resumed run's.
+  (run / "seeds.json").unlink()
+  with pytest.raises(ValueError, match=message + re.escape("[1, 2]")):
+    _main("impala", run, resume=True, **dict(loop, seed=1, total_env_steps=1024))
+  _main("impala", run, resume=True, **dict(loop, total_env_steps=1024))
+  assert json.loads((run / "seeds.json").read_text()) == {"seeds": [0, 1]}
 
 
 def test_vmapped_seeds_non_finite_loss_names_the_seed(tmp_path):

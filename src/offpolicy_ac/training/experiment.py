@@ -293,15 +293,21 @@ def _experiment(name: str, args: Any, agent_factory: Callable, *, batch_fn: Opti
         or len(seeds) == 1
         or (config.budget.vmap_seeds and config.vmap_unsupported_reason() is None)
     )
+    writer = config.parallel.process_id == 0  # others log in seed<k>/process<i>
     if not shared:  # one after the other, each a complete run through the same driver
       dirs, between = [root / f"seed{s}" for s in seeds], _StopFlag()
       with contextlib.ExitStack() as held:
         with refusals():
-          held.enter_context(rundir.locked(root))
+          if writer:
+            held.enter_context(rundir.locked(root))
           if resume:
             _refuse_another_seeds_shape(root, config, one_after_another=True)
           if resume and not any((d / "config.json").exists() for d in dirs):
             raise FileNotFoundError(f"--resume: {root} holds no run (no seed<k>/config.json)")
+          if resume:
+            rundir.check_seeds_record(root, seeds, one_after_another=True, write=writer)
+          elif writer and not any((d / "config.json").exists() for d in dirs):
+            rundir.record_seeds(root, seeds)
         held.enter_context(_stop_on_signals(between))  # a signal between two seeds
         results = []
         for seed, seed_dir in zip(seeds, dirs):
@@ -315,12 +321,16 @@ def _experiment(name: str, args: Any, agent_factory: Callable, *, batch_fn: Opti
                     f"{seeds[len(results)]}; --resume starts it", flush=True)  # fmt: skip
             break
         between.finishing = True  # the seeds' files are written: a signal waits for the plot
-        plot_runs(dirs[: len(results)], root / "learning_curves.png", group=True,
-                  title=f"{name} {config.env.env_id}, {len(seeds)} seeds (one after the other)")  # fmt: skip
+        if writer:
+          plot_runs(dirs[: len(results)], root / "learning_curves.png", group=True,
+                    title=f"{name} {config.env.env_id}, {len(seeds)} seeds (one after the "
+                    "other)")  # fmt: skip
       return results
     with refusals():
       if resume and len(seeds) > 1:
         _refuse_another_seeds_shape(root, config, one_after_another=False)
+      if resume:  # a run of several seeds one after the other, resumed as one learner
+        rundir.check_seeds_record(root, seeds, one_after_another=False, write=False)
     results = _run(name, args, root, agent_factory=agent_factory, batch_fn=batch_fn,
                    progress=progress, rollout_factory=rollout_factory, inputs=inputs,
                    add_logger=add_logger)  # fmt: skip

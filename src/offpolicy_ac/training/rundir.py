@@ -77,6 +77,9 @@ FINAL_TRANSFORM = "final_transform.msgpack"
 BEST_PARAMS = "best_params.msgpack"
 BEST_TRANSFORM = "best_transform.msgpack"
 BEST_RECORD = "best.json"
+SEEDS_RECORD = "seeds.json"
+"""At the root of a run whose seeds train one after the other (each a run of its own in
+seed<k>/): the seeds it trains, `{"seeds": [0, 1, ...]}`, which a resume must train too."""
 
 RESUMABLE_CHANGES = (
     "train.budget.total_env_steps",
@@ -292,6 +295,35 @@ def check_new_run_dir(run_dir: pathlib.Path) -> None:
                      "new or empty directory")  # fmt: skip
 
 
+def check_seeds_record(root: pathlib.Path, seeds: Sequence[int], *, one_after_another: bool,
+                       write: bool) -> None:  # fmt: skip
+  """On --resume, refuses seeds other than those the run in `root` trains one after the
+  other (its `SEEDS_RECORD`; for a run without one, the seeds it started must be among
+  `seeds`). `write`: record `seeds` when the run has no record yet (process 0)."""
+  record = root / SEEDS_RECORD
+  if record.exists():
+    held = read_json(record).get("seeds")
+  elif one_after_another:  # a run of an earlier version: the seeds it started
+    started = [path.parent.name.removeprefix("seed") for path in root.glob("seed*/config.json")]
+    started_seeds = sorted(int(k) for k in started if k.isdigit())
+    held = list(seeds) if set(started_seeds) <= set(seeds) else started_seeds
+  else:
+    return
+  if held != list(seeds):
+    raise ValueError(
+        f"--resume: {root} holds a run of the seeds {held} one after the other, and these "
+        f"settings train {list(seeds)}: resume it with the --seed and --num-seeds it was "
+        "run with"
+    )
+  if write and not record.exists():
+    record_seeds(root, seeds)
+
+
+def record_seeds(root: pathlib.Path, seeds: Sequence[int]) -> None:
+  """Writes `SEEDS_RECORD`: `root` holds a run of `seeds` one after the other."""
+  write_atomic(root / SEEDS_RECORD, json.dumps({"seeds": list(seeds)}))
+
+
 def _is_run_config(path: pathlib.Path) -> bool:
   try:
     return path.is_file() and bool(_run_config(path))
@@ -302,7 +334,7 @@ def _is_run_config(path: pathlib.Path) -> bool:
 def _left_by_a_start(path: pathlib.Path) -> bool:
   """Whether `path` is what a refused or stopped start leaves: lock files, folders of
   nothing else, or a multi-host job's process<i>/ logs."""
-  if path.name == LOCK:
+  if path.name in (LOCK, SEEDS_RECORD):  # the record of seeds none of which started
     return True
   try:
     if not path.is_dir():
