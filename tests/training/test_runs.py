@@ -125,6 +125,15 @@ def test_resume_drops_a_final_partial_line(tmp_path, straight_run):
   assert _tensorboard_restarts(tmp_path / "run") == [5121]  # TensorBoard drops 5376 too
 
 
+def test_a_budget_between_iterations_is_announced_and_rounded_up(tmp_path):
+  proc = _run("impala", tmp_path / "run", 5120 + 100)
+  assert ("[impala] the budget, 5,220 env steps, is not a whole number of iterations (256 env "
+          "steps each): the run trains 5,376") in proc.stdout  # fmt: skip
+  summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+  assert summary["env_steps"] == 5376
+  assert "whole number" not in _run("impala", tmp_path / "whole", 5120).stdout
+
+
 def test_kill_9_during_training_then_resume(tmp_path, straight_run):
   run_dir = tmp_path / "run"
   cmd = [

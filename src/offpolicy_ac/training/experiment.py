@@ -468,6 +468,11 @@ def _train(name: str, args: Any, root: pathlib.Path, lanes: list[sweeps.Lane],
   protocol = describe_protocol(config)
   if config.parallel.process_id == 0:
     print(f"[{name}] evaluation protocol: {protocol}", flush=True)
+    step, total = config.steps_per_iteration, config.budget.total_env_steps
+    if total % step and config.acting.actors != "async":  # async: iterations of any size
+      print(f"[{name}] the budget, {total:,} env steps, is not a whole number of iterations "
+            f"({step:,} env steps each): the run trains {-(-total // step) * step:,}",
+            flush=True)  # fmt: skip
   how = "vmapped, compiled" if config.compiled else "vmapped"
   if len(lanes) > 1:
     print(f"[{name}] {len(lanes)} learners in one program ({how})", flush=True)
