@@ -11,6 +11,7 @@ localhost.
 import json
 import pathlib
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -683,6 +684,28 @@ def test_a_killed_process_ends_the_job_at_once_and_it_resumes_from_the_checkpoin
     steps = [l["env_steps"] for l in _lines(d)]
     assert steps == list(range(10240, end + 1, 10240)), steps  # no line lost or repeated
     assert json.loads((d / "summary.json").read_text())["env_steps"] == end
+
+
+def test_a_signal_to_one_process_stops_the_job_and_each_says_so(tmp_path):
+  run = tmp_path / "run"
+  procs, logs = [], []
+  try:
+    _start_two_processes(run, ["--total-env-steps", "819200", *MULTI_HOST_FLAGS], procs, logs)
+    deadline = time.monotonic() + 240
+    while not (run / "checkpoints" / "20480").exists():
+      assert time.monotonic() < deadline and procs[0].poll() is None, "no checkpoint"
+      time.sleep(0.1)
+    procs[1].send_signal(signal.SIGINT)
+    for proc in procs:
+      proc.wait(timeout=120)
+  finally:
+    outputs = _stop_and_read(procs, logs)
+  assert [proc.returncode for proc in procs] == [0, 0], outputs[0][-3000:]
+  # Process 0, which writes the run, got no signal: its output said nothing of the stop.
+  assert "[impala] stopped by a signal to another process of the job at env step" in outputs[0]
+  assert "[impala] stopped by SIGINT at env step" in outputs[1]
+  summary = json.loads((run / "summary.json").read_text())
+  assert summary["interrupted"] and summary["stopped_by"].startswith("a signal to another")
 
 
 def test_two_processes_with_two_learner_devices_each(tmp_path):

@@ -515,8 +515,10 @@ def _drive_and_finish(name: str, config: TrainConfig, root: pathlib.Path,
     if config.parallel.num_processes > 1:
       _abandon_distributed_job(name, config, root, error)
     raise
-  # A signal after the last step stopped nothing: the run finished.
-  stopped_by = flag.signal_name if outcome.results[0].interrupted else None
+  # A signal after the last step stopped nothing: the run finished. A multi-process job
+  # stops when any of its processes gets one.
+  stopped_by = (flag.signal_name or "a signal to another process of the job"
+                if outcome.results[0].interrupted else None)  # fmt: skip
   for d, result in zip(dirs, outcome.results):
     rundir.write_results(name, d, result, protocol, stopped_by=stopped_by)
   if stopped_by:
@@ -527,7 +529,7 @@ def _drive_and_finish(name: str, config: TrainConfig, root: pathlib.Path,
              if config.checkpoint.checkpoint_every else
              "it wrote no checkpoint (--checkpoint-every 0) and cannot be resumed: start it "
              "again in another --run-dir")  # fmt: skip
-    print(f"[{name}] stopped by {flag.signal_name} at env step {first.env_steps:,}; {where}",
+    print(f"[{name}] stopped by {stopped_by} at env step {first.env_steps:,}; {where}",
           flush=True)  # fmt: skip
   if len(lanes) > 1:
     sweeps.plot_lanes(name, config, root, lanes,
