@@ -302,7 +302,8 @@ def check_seeds_record(root: pathlib.Path, seeds: Sequence[int], *, one_after_an
   `seeds`). `write`: record `seeds` when the run has no record yet (process 0)."""
   record = root / SEEDS_RECORD
   if record.exists():
-    held = read_json(record).get("seeds")
+    held = read_json(record)
+    held = held.get("seeds") if isinstance(held, dict) else held
   elif one_after_another:  # a run of an earlier version: the seeds it started
     started = [path.parent.name.removeprefix("seed") for path in root.glob("seed*/config.json")]
     started_seeds = sorted(int(k) for k in started if k.isdigit())
