@@ -149,6 +149,7 @@ def test_clip_to_box_takes_flattened_bounds_for_shaped_actions():
         ((-1.0,), (1.0,), 1.5, "fraction must lie in"),
         ((1.0,), (1.0,), 1.0, "low < high"),
         ((-1.0, -1.0), (1.0,), 1.0, "low < high"),
+        ((-np.inf, -1.0), (np.inf, 1.0), 0.9, "fraction 0.9 shrinks the action box around its"),
     ],
 )
 def test_clip_to_box_refuses_bad_input(low, high, fraction, message):
@@ -156,11 +157,19 @@ def test_clip_to_box_refuses_bad_input(low, high, fraction, message):
     demos_lib.clip_to_box(lambda obs: obs, low, high, fraction)
 
 
+def test_clip_to_box_clips_an_unbounded_dimension_at_its_finite_bound_only():
+  # The centre of [-inf, inf] is NaN: every action of that dimension came out NaN.
+  actions = np.array([[5.0, -5.0], [0.3, 0.1], [-7.0, 2.0]], np.float32)
+  out = demos_lib.clip_to_box(lambda obs: actions, [-np.inf, 0.0], [np.inf, np.inf])(None)
+  np.testing.assert_array_equal(out, np.float32([[5.0, 0.0], [0.3, 0.1], [-7.0, 2.0]]))
+
+
 @pytest.mark.parametrize(
     "change, fragment",
     [
         ({"episode_lengths": np.array([5.0, 4.0])}, "`episode_lengths` must be integers >= 2"),
         ({"episode_lengths": np.array([-1, 10])}, "`episode_lengths` must be integers >= 2"),
+        ({"episode_lengths": np.array(9)}, "one per episode, got int64[] [9]"),
         ({"reward": np.zeros((9, 1), np.float32)}, "`reward` must be [N], one per step"),
         ({"step_type": np.full(9, MID, np.int32)}, "each episode FIRST (0), MID (1) ..., LAST (2)"),
         ({"step_type": _episodes([5, 4])["step_type"].astype(np.float32)}, "`step_type` must be"),

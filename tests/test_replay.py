@@ -126,6 +126,12 @@ def test_sequences_must_be_time_major_alike_in_every_leaf():
     with pytest.raises(ValueError, match="replay_full: " + message):
       replay_lib.replay_full(bad)
   assert replay.capacity == 4 and int(replay.init(good).size) == 0
+  # No sequence: a buffer of capacity 0 failed in JAX when sampled.
+  with pytest.raises(ValueError, match=r"replay_full: the sequences hold no sequence \(B = 0\)"):
+    replay_lib.replay_full({k: v[:, :0] for k, v in good.items()})
+  state = replay.init(good)
+  with pytest.raises(ValueError, match="replay_add: capacity='4', and the buffer holds 4 rows"):
+    replay_lib.replay_add(state, good, capacity="4")
 
 
 def test_init_and_sample_refuse_sequences_of_another_length():

@@ -62,16 +62,26 @@ def clip_to_box(policy: Callable[[np.ndarray], np.ndarray], low: Any, high: Any,
   taken. Below 1 keeps them off the box's faces and corners, which a tanh-squashed
   learner (continuous SQL, SQIL) reaches only in the limit.
 
+  An unbounded dimension (an infinite bound) is clipped at its finite bound only, and
+  only with `fraction` 1: a box without a centre cannot be shrunk.
+
   Raises:
-    ValueError: `fraction` outside (0, 1], or bounds that are not a box (low >= high).
+    ValueError: `fraction` outside (0, 1], bounds that are not a box (low >= high), or an
+      infinite bound with `fraction` < 1.
   """
   if not 0.0 < fraction <= 1.0:
     raise ValueError(f"fraction must lie in (0, 1], got {fraction}")
   low, high = np.asarray(low, np.float64), np.asarray(high, np.float64)
   if low.shape != high.shape or not np.all(low < high):
     raise ValueError(f"the action box needs low < high elementwise, got {low} and {high}")
-  mid, half = (low + high) / 2, (high - low) / 2 * fraction
-  lo, hi = mid - half, mid + half
+  if fraction == 1.0:
+    lo, hi = low, high
+  elif not np.all(np.isfinite(low) & np.isfinite(high)):
+    raise ValueError(f"fraction {fraction} shrinks the action box around its centre, which "
+                     f"needs finite bounds, got {low} and {high}")  # fmt: skip
+  else:
+    mid, half = (low + high) / 2, (high - low) / 2 * fraction
+    lo, hi = mid - half, mid + half
 
   def clipped(obs: np.ndarray) -> np.ndarray:
     action = np.asarray(policy(obs))
@@ -164,7 +174,8 @@ def _check_episodes(demos: dict[str, np.ndarray], path: Any) -> None:
   lengths = demos["episode_lengths"]
   if lengths.ndim != 1 or not np.issubdtype(lengths.dtype, np.integer) or (lengths < 2).any():
     raise ValueError(f"{path}: `episode_lengths` must be integers >= 2 (an episode's FIRST to "
-                     f"its LAST step), got {lengths.dtype} {lengths[:5].tolist()}")  # fmt: skip
+                     f"its LAST step), one per episode, got {lengths.dtype}{list(lengths.shape)} "
+                     f"{lengths.reshape(-1)[:5].tolist()}")  # fmt: skip
   n = int(lengths.sum())
   for name in _FIELDS:
     if demos[name].shape[:1] != (n,):

@@ -109,7 +109,7 @@ def replay_add(state: ReplayState, sequences: Any, *, capacity: int) -> ReplaySt
                      f"the buffer's {jax.tree.structure(state.data)}")  # fmt: skip
   rows_held = jax.tree.leaves(state.data)[0].shape[0]
   if capacity != rows_held:
-    raise ValueError(f"replay_add: capacity={capacity}, and the buffer holds {rows_held} rows")
+    raise ValueError(f"replay_add: capacity={capacity!r}, and the buffer holds {rows_held} rows")
   _, batch = _sequence_axes(sequences, "replay_add")
   if batch > capacity:
     raise ValueError(f"replay_add: {batch} sequences, more than the capacity {capacity}")
@@ -134,9 +134,11 @@ def replay_full(sequences: Any) -> ReplayState:
   such as demonstrations.
 
   Raises:
-    ValueError: leaves that are not all [L, B, ...] with the same L and B.
+    ValueError: leaves that are not all [L, B, ...] with the same L and B, or B = 0.
   """
   _, batch = _sequence_axes(sequences, "replay_full")
+  if batch < 1:
+    raise ValueError("replay_full: the sequences hold no sequence (B = 0)")
   data = jax.tree.map(lambda x: jnp.asarray(np.swapaxes(np.asarray(x), 0, 1)), sequences)
   return ReplayState(data, jnp.zeros((), jnp.int32), jnp.asarray(batch, jnp.int32))
 

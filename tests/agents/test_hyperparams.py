@@ -108,6 +108,7 @@ def test_a_bad_sweep_names_what_is_wrong(spec, message):
         ({"learning_rate": float("nan")}, "learning_rate must be > 0"),
         ({"learning_rate": float("inf")}, "learning_rate must be finite"),
         ({"max_grad_norm": -1.0}, "max_grad_norm must be > 0"),
+        ({"learning_rate": "fast"}, "the setting of learning_rate must be a number, got 'fast'"),
     ],
 )
 def test_every_agent_refuses_a_step_size_out_of_range(config, setting, message):
@@ -116,6 +117,22 @@ def test_every_agent_refuses_a_step_size_out_of_range(config, setting, message):
   with pytest.raises(ValueError, match=message):
     hp_lib.check_setting(config, setting)
   hp_lib.check_setting(config, {"max_grad_norm": float("inf")})  # no clipping
+
+
+@pytest.mark.parametrize("config", [ImpalaConfig(), AcerConfig()], ids=type)
+def test_an_infinite_optimizer_eps_is_refused(config):
+  # Adam's step is lr * m / (sqrt(v) + eps): at eps inf every step is 0, silently.
+  with pytest.raises(ValueError, match="optimizer_eps must be finite"):
+    dataclasses.replace(config, optimizer_eps=float("inf")).validate()
+
+
+@pytest.mark.parametrize("sweep", [["gamma=,"], ["gamma= , "]])
+def test_a_sweep_field_without_values_is_refused(sweep):
+  # parse_sweep returned {"gamma": []}: a run of no learners that the command check passed.
+  with pytest.raises(ValueError, match="no value"):
+    hp_lib.parse_sweep(ImpalaConfig(), sweep)
+  with pytest.raises(ValueError, match="a list of FIELD=V1,V2,... strings"):
+    hp_lib.parse_sweep(ImpalaConfig(), "gamma=0.9")
 
 
 def test_a_combination_out_of_range_is_refused():

@@ -549,6 +549,15 @@ rundir.save_params(path, {"w": np.full(3, 2.0)})
 """
 
 
+def test_parameters_are_saved_and_loaded_at_a_path_with_a_tilde(tmp_path, monkeypatch):
+  # save_params("~/p.msgpack") failed: FileNotFoundError '~/p.msgpack.crc32.tmp'.
+  monkeypatch.setenv("HOME", str(tmp_path))
+  rundir.save_params("~/p.msgpack", {"w": np.full(3, 2.0)})
+  assert (tmp_path / "p.msgpack").exists()
+  loaded = rundir.load_params("~/p.msgpack", {"w": np.zeros(3)})
+  np.testing.assert_array_equal(loaded["w"], np.full(3, 2.0))
+
+
 @pytest.mark.parametrize("kill_at, value", [(1, 1.0), (2, 1.0), (3, 2.0)])
 def test_a_kill_while_parameters_are_replaced_leaves_a_matching_pair(tmp_path, kill_at, value):
   path = tmp_path / "best_params.msgpack"

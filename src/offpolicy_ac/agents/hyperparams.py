@@ -68,6 +68,11 @@ def check_setting(config: Any, setting: Mapping[str, float]) -> Any:
   """The config with one concrete setting applied, validated; raises ValueError naming
   the field (unknown, static, or out of range) before anything compiles."""
   _check_names(config, setting)
+  for name, value in setting.items():
+    try:
+      float(value)
+    except (TypeError, ValueError):
+      raise ValueError(f"the setting of {name} must be a number, got {value!r}") from None
   changed = dataclasses.replace(config, **{k: float(v) for k, v in setting.items()})
   try:
     changed.validate()
@@ -80,6 +85,8 @@ def parse_sweep(config: Any, specs: Sequence[str]) -> dict[str, list[float]]:
   """`["learning_rate=1e-3,3e-3", "gamma=0.99"]` -> {"learning_rate": [...], ...}: the
   values per field, each field validated (see `check_setting`)."""
   values: dict[str, list[float]] = {}
+  if isinstance(specs, str):
+    raise ValueError(f"the sweep is a list of FIELD=V1,V2,... strings, got the string {specs!r}")
   for spec in specs:
     name, eq, listed = spec.partition("=")
     name = name.strip().replace("-", "_")
@@ -95,6 +102,8 @@ def parse_sweep(config: Any, specs: Sequence[str]) -> dict[str, list[float]]:
       values[name] = [float(v) for v in listed.split(",") if v.strip()]
     except ValueError:
       raise ValueError(f"--sweep {name}: the values must be numbers, got {listed!r}") from None
+    if not values[name]:
+      raise ValueError(f"--sweep takes FIELD=V1,V2,..., got {spec!r}: no value")
     if len(set(values[name])) != len(values[name]):
       raise ValueError(f"--sweep {name}: a value is repeated in {listed!r}")
     for v in values[name]:

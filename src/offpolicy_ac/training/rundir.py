@@ -148,7 +148,8 @@ def save_params(path: pathlib.Path, params: Any) -> str:
   (`<path>.crc32`), which `load_params` checks. While the file is replaced, the checksum
   file holds the old file's CRC beside the new one's, so a kill at any moment leaves a
   pair that matches. Returns the CRC-32 (8 hex digits)."""
-  path, checksum = pathlib.Path(path), _checksum_path(pathlib.Path(path))
+  path = pathlib.Path(path).expanduser()
+  checksum = _checksum_path(path)
   data = flax.serialization.to_bytes(jax.device_get(params))
   new = f"{zlib.crc32(data):08x}"
   old = []  # the file being replaced, when it is intact
@@ -168,7 +169,7 @@ def load_params(path: str | os.PathLike, template: Any) -> Any:
     DamagedCheckpointError: the file does not match the checksum written with it.
     ValueError: the file is not parameters of `template`'s structure and shapes.
   """
-  path = pathlib.Path(path)
+  path = pathlib.Path(path).expanduser()
   data = path.read_bytes()
   checksum = _checksum_path(path)
   if checksum.exists() and f"{zlib.crc32(data):08x}" not in checksum.read_text().split():
