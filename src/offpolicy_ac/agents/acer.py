@@ -127,8 +127,13 @@ class AcerConfig:
       )
     base.check_non_negative("value_weight", self.value_weight)
     base.check_non_negative("entropy_weight", self.entropy_weight)
-    for name in ("learning_rate", "optimizer_eps", "value_weight", "entropy_weight",
-                 "init_log_std"):  # optimizer_eps inf: every step 0
+    for name in (
+        "learning_rate",
+        "optimizer_eps",
+        "value_weight",
+        "entropy_weight",
+        "init_log_std",
+    ):  # optimizer_eps inf: every step 0
       base.check_finite(name, getattr(self, name))
     for name, low in (("replay_ratio", 1), ("sdn_samples", 1), ("sdn_hidden_size", 1)):
       base.check_int(name, getattr(self, name), low)
