@@ -127,13 +127,9 @@ class AcerConfig:
       )
     base.check_non_negative("value_weight", self.value_weight)
     base.check_non_negative("entropy_weight", self.entropy_weight)
-    for name in (
-        "learning_rate",
-        "optimizer_eps",
-        "value_weight",
-        "entropy_weight",
-        "init_log_std",
-    ):  # optimizer_eps inf: every step 0
+    # optimizer_eps inf would make every step 0.
+    finite = ("learning_rate", "optimizer_eps", "value_weight", "entropy_weight", "init_log_std")
+    for name in finite:
       base.check_finite(name, getattr(self, name))
     for name, low in (("replay_ratio", 1), ("sdn_samples", 1), ("sdn_hidden_size", 1)):
       base.check_int(name, getattr(self, name), low)

@@ -110,13 +110,9 @@ class ImpalaConfig:
       )
     base.check_non_negative("value_weight", self.value_weight)
     base.check_non_negative("entropy_weight", self.entropy_weight)
-    for name in (
-        "learning_rate",
-        "optimizer_eps",
-        "value_weight",
-        "entropy_weight",
-        "init_log_std",
-    ):  # optimizer_eps inf: every step 0
+    # optimizer_eps inf would make every step 0.
+    finite = ("learning_rate", "optimizer_eps", "value_weight", "entropy_weight", "init_log_std")
+    for name in finite:
       base.check_finite(name, getattr(self, name))
     losses.check_surrogate_clip(self.surrogate_clip)
     base.check_int("learning_rate_decay_updates", self.learning_rate_decay_updates, 0)
