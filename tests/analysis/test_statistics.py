@@ -181,6 +181,12 @@ def test_align_interpolates_on_the_common_range():
   np.testing.assert_allclose(ys[1], 5.0)
   with pytest.raises(ValueError, match="overlap"):
     S.align_runs([(np.array([0.0, 1.0]), np.zeros(2)), (np.array([2.0, 3.0]), np.zeros(2))])
+  # A run that logged at its first and last steps only, against one that logged every step:
+  # their last lines differ by more than the jitter, but they are not runs of one interval
+  # (they were cut to their one shared first point).
+  steps, ys = S.align_runs([(np.arange(1000.0), np.ones(1000)), ([0.0, 999.0], [0.0, 1.0])])
+  assert steps[0] == 0.0 and steps[-1] == 999.0 and len(steps) == 200
+  np.testing.assert_allclose(ys[1], steps / 999.0)
 
 
 def test_runs_that_share_one_step_align_there():

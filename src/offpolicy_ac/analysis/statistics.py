@@ -345,14 +345,18 @@ def _shared_steps(xs: list[np.ndarray]) -> Optional[np.ndarray]:
   The jitter allowed is a quarter of the runs' median interval between two lines (of the
   steps themselves, when every run logged one line). The last common index may differ
   more: a run's last line (the partial interval at the end of its budget, or of a run
-  still going) is left out then."""
+  still going) is left out then, when the runs' median intervals are alike."""
   n = min(x.size for x in xs)
   head = np.stack([x[:n] for x in xs])  # [R, n]
   gaps = np.concatenate([np.diff(x) for x in xs])
   tolerance = 0.25 * (np.median(gaps) if gaps.size else np.max(np.abs(head)))
   close = head.max(0) - head.min(0) <= tolerance
   kept = n if close.all() else int(np.argmin(close))  # the leading indices that are close
-  if kept == n or kept == n - 1 > 0:
+  # A last line left out only for runs that log at one interval (not a run that logged at
+  # its first step and its last against one that logged every step between).
+  intervals = [np.median(np.diff(x)) for x in xs if x.size > 1]
+  alike = not intervals or max(intervals) - min(intervals) <= tolerance
+  if kept == n or (kept == n - 1 > 0 and alike):
     return np.median(head[:, :kept], axis=0)
   return None
 
