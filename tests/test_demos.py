@@ -216,6 +216,43 @@ def test_cut_episodes_names_why_no_sequence_could_be_cut():
     demos_lib.cut_episodes(empty, 6, "last")
 
 
+def test_what_load_demos_returns_saves_again(tmp_path):
+  # load_demos's dict holds env_id: save_demos failed with numpy's TypeError.
+  demos_lib.save_demos(tmp_path / "a.npz", _episodes([5, 4]), env_id="CartPole-v1")
+  loaded = demos_lib.load_demos(tmp_path / "a.npz")
+  kept = {k: v for k, v in loaded.items() if k != "episode_lengths"}
+  demos_lib.save_demos(tmp_path / "b.npz", {**kept, "episode_lengths": np.array([5, 4])},
+                       env_id=loaded["env_id"])  # fmt: skip
+  again = demos_lib.load_demos(tmp_path / "b.npz")
+  assert again["env_id"] == "CartPole-v1"
+  np.testing.assert_array_equal(again["observation"], loaded["observation"])
+  with pytest.raises(ValueError, match="the demonstrations are of CartPole-v1, and env_id is Ac"):
+    demos_lib.save_demos(tmp_path / "c.npz", loaded, env_id="Acrobot-v1")
+  with pytest.raises(ValueError, match="env_id must be a task id"):
+    demos_lib.save_demos(tmp_path / "c.npz", _episodes([5, 4]), env_id=5)
+
+
+@pytest.mark.parametrize(
+    "env_id, fragment",
+    [(np.bytes_(b"CartPole-v1"), "got |S11[]"), (np.array(["CartPole-v1"]), "got <U11[1]"),
+     (np.array(5), "got int64[]")],
+)  # fmt: skip
+def test_a_file_whose_env_id_is_not_a_task_id_is_refused(tmp_path, env_id, fragment):
+  # Its str() was taken as the task: "pass --env-id np.bytes_(b'CartPole-v1')".
+  np.savez(tmp_path / "d.npz", **_episodes([5, 4]), env_id=env_id)
+  with pytest.raises(
+      ValueError, match=re.escape("its env_id must be a task id (a str), " + fragment)
+  ):
+    demos_lib.load_demos(tmp_path / "d.npz")
+
+
+def test_a_file_of_no_episode_is_refused_naming_it(tmp_path):
+  empty = {k: v[:0] for k, v in _episodes([5, 4]).items()}
+  demos_lib.save_demos(tmp_path / "e.npz", empty, env_id="CartPole-v1")
+  with pytest.raises(ValueError, match="e.npz: the demonstrations hold no episode"):
+    demos_lib.load_demos(tmp_path / "e.npz")
+
+
 def test_save_and_load_expand_the_home_directory(tmp_path, monkeypatch):
   """record_demos.py --out=~/d.npz writes under the home directory; sqil.py --demos=~/d.npz
   (and `load_demos`) must read that file, not refuse a path named `~`."""

@@ -1,7 +1,8 @@
 """Demonstrations: recording episodes, saving them, and cutting them into sequences.
 
 A demonstration file (`.npz`) holds whole episodes back to back, each as the
-TimeSteps FIRST, MID, ..., LAST with the action taken at each step:
+TimeSteps FIRST, MID, ..., LAST with the action taken at each step (at LAST, the
+policy's action on the final observation, never stepped: no transition starts there):
 `observation [N, ...]`, `action [N, ...]`, `reward [N]`, `discount [N]`,
 `step_type [N]`, and `episode_lengths [E]` (steps per episode, FIRST and LAST
 included), plus `env_id` (the task) as metadata.
@@ -126,11 +127,21 @@ def record_episodes(
 
 
 def save_demos(path: str | os.PathLike, demos: dict[str, np.ndarray], *, env_id: str) -> None:
-  """Writes `demos` (as `record_episodes` returns them) and the task id to an `.npz` file.
+  """Writes `demos` (as `record_episodes` or `load_demos` returns them) and the task id to
+  an `.npz` file.
 
   The file is written next to `path` (`~` expanded, as the scripts' `--out`) and renamed
   into place, so a reader never sees a partial file.
+
+  Raises:
+    ValueError: `env_id` is not a task id (a non-empty str), or `demos` holds another's.
   """
+  if not isinstance(env_id, str) or not env_id:
+    raise ValueError(f"env_id must be a task id (a non-empty str), got {env_id!r}")
+  demos = dict(demos)
+  held = demos.pop("env_id", env_id)  # load_demos's dict holds it
+  if str(held) != env_id:
+    raise ValueError(f"the demonstrations are of {held}, and env_id is {env_id}")
   path = os.path.expanduser(path)
   tmp = str(path) + ".tmp.npz"
   np.savez_compressed(tmp, env_id=np.array(env_id), **demos)
@@ -164,14 +175,20 @@ def load_demos(path: str | os.PathLike) -> dict[str, Any]:
   missing = [k for k in (*_FIELDS, "episode_lengths", "env_id") if k not in demos]
   if missing:
     raise ValueError(f"{path} is not a demonstration file: missing {missing}")
+  env_id = demos["env_id"]
+  if env_id.shape or env_id.dtype.kind != "U" or not str(env_id):
+    raise ValueError(f"{path} is not a demonstration file: its env_id must be a task id (a "
+                     f"str), got {env_id.dtype}{list(env_id.shape)}")  # fmt: skip
   _check_episodes(demos, path)
-  demos["env_id"] = str(demos["env_id"])
+  demos["env_id"] = str(env_id)
   return demos
 
 
 def _check_episodes(demos: dict[str, np.ndarray], path: Any) -> None:
   """Refuses fields that do not describe whole episodes in the file layout above."""
   lengths = demos["episode_lengths"]
+  if lengths.shape == (0,):
+    raise ValueError(f"{path}: the demonstrations hold no episode")
   if lengths.ndim != 1 or not np.issubdtype(lengths.dtype, np.integer) or (lengths < 2).any():
     raise ValueError(f"{path}: `episode_lengths` must be integers >= 2 (an episode's FIRST to "
                      f"its LAST step), one per episode, got {lengths.dtype}{list(lengths.shape)} "

@@ -147,7 +147,9 @@ def replay_sample(state: ReplayState, key: jax.Array, *, batch_size: int, length
   """Uniform windows of `length` steps: [length, batch_size, ...] time-major.
 
   Rows are drawn uniformly among the filled ones, each window's start uniformly
-  in [0, L - length]. Sampling an empty buffer returns zeros (guard with size).
+  in [0, L - length]. Windows are uniform, steps are not: a step near a row's ends lies in
+  fewer windows (with L = 8 and length 4, steps 0 to 7 are drawn in proportion 1, 2, 3, 4,
+  4, 3, 2, 1). Sampling an empty buffer returns zeros (guard with size).
 
   Raises:
     ValueError: `length` exceeds the stored sequences' L, or `batch_size` or `length` is
