@@ -364,12 +364,12 @@ def _run_script(script, run_dir, *flags, timeout=300):
         (
             "sql",
             ["--learner-devices", "2", "--mini-batch-size", "33"],
-            "mini_batch_size (33) must divide evenly over the 2 learner devices",
+            "--mini-batch-size (33) must divide evenly over the 2 learner devices",
         ),
         (
             "impala",
             ["--learner-devices", "3"],
-            "num_envs (16) must divide evenly over learner_devices (3)",
+            "--num-envs (16) must divide evenly over --learner-devices (3)",
         ),
         ("impala", ["--num-processes", "2", "--process-id", "1"], "HOST:PORT"),
     ],
