@@ -175,6 +175,12 @@ def test_lambda_is_accepted_with_and_without_the_underscore(script, flag):
         ("/runs/num_envs/x and my_num_envs", "/runs/num_envs/x and my_num_envs"),
         ("the setting {'learning_rate': inf}: learning_rate must be finite",
          "the setting {'learning_rate': inf}: --learning-rate must be finite"),
+        # Not a setting: after --sweep (field names), in quotes, a file name or a path.
+        ("--sweep learning_rate: a value is repeated",
+         "--sweep learning_rate: a value is repeated"),
+        ('differs in {"num_envs": 16}; its `env_id`', 'differs in {"num_envs": 16}; its `env_id`'),
+        ("num_envs.json, C:\\runs\\num_envs, num_envs.",
+         "num_envs.json, C:\\runs\\num_envs, --num-envs."),
     ],
 )  # fmt: skip
 def test_script_errors_name_the_flags_users_type(message, expected):

@@ -473,8 +473,9 @@ def in_flag_terms(message: str, args_cls: type) -> str:
 
   The library's checks name a setting as Python spells it (`num_envs`, `lambda_`); a
   script's user typed `--num-envs`, `--lambda`. Only names with an underscore are
-  replaced (they cannot be read as a word of the sentence), and not inside quotes, paths
-  or flags.
+  replaced (they cannot be read as a word of the sentence), and not where they are not a
+  setting: inside quotes or backticks, paths, file names and flags, or after `--sweep `
+  (which takes field names).
   """
   if not dataclasses.is_dataclass(args_cls):
     return message
@@ -482,7 +483,8 @@ def in_flag_terms(message: str, args_cls: type) -> str:
                  reverse=True)  # fmt: skip
   if not names:
     return message
-  pattern = re.compile(r"(?<![\w./'-])(" + "|".join(map(re.escape, names)) + r")(?![\w/'-])")
+  pattern = re.compile(r"(?<![\w./\\'\"`-])(?<!--sweep )(" + "|".join(map(re.escape, names))
+                       + r")(?![\w/\\'\"`-])(?!\.\w)")  # fmt: skip
   return pattern.sub(lambda match: flag_name(match.group(1)), message)
 
 

@@ -177,8 +177,9 @@ def load_demos(path: str | os.PathLike) -> dict[str, Any]:
     raise ValueError(f"{path} is not a demonstration file: missing {missing}")
   env_id = demos["env_id"]
   if env_id.shape or env_id.dtype.kind != "U" or not str(env_id):
-    raise ValueError(f"{path} is not a demonstration file: its env_id must be a task id (a "
-                     f"str), got {env_id.dtype}{list(env_id.shape)}")  # fmt: skip
+    got = f"an array of shape {env_id.shape}" if env_id.shape else type(env_id.item()).__name__
+    raise ValueError(f"{path} is not a demonstration file: its `env_id` must be a task id (a "
+                     f"str), got {got}")  # fmt: skip
   _check_episodes(demos, path)
   demos["env_id"] = str(env_id)
   return demos

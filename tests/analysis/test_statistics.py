@@ -187,6 +187,11 @@ def test_align_interpolates_on_the_common_range():
   steps, ys = S.align_runs([(np.arange(1000.0), np.ones(1000)), ([0.0, 999.0], [0.0, 1.0])])
   assert steps[0] == 0.0 and steps[-1] == 999.0 and len(steps) == 200
   np.testing.assert_allclose(ys[1], steps / 999.0)
+  # A short run's own last gap (a partial interval) does not make its interval another.
+  steps, ys = S.align_runs([([256, 512, 600], [10.0, 20.0, 99.0]),
+                            ([256, 512, 768, 1000], [1.0, 2.0, 3.0, 4.0])])  # fmt: skip
+  np.testing.assert_array_equal(steps, [256, 512])
+  np.testing.assert_array_equal(ys, [[10.0, 20.0], [1.0, 2.0]])
 
 
 def test_runs_that_share_one_step_align_there():

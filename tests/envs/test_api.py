@@ -191,6 +191,11 @@ def test_a_time_limit_is_refused_where_envpool_does_not_apply_it():
   assert step.step_type[0] == envs.LAST and step.discount[0] == 0.0
   env.close()
   envs.make("CartPole-v1", 1, 0, max_episode_steps=5).close()  # applied by envpool
+  for task_id in ("CliffWalking-v0", "Highway-v0"):
+    with pytest.raises(ValueError, match=f"max_episode_steps: {task_id} "):
+      envs.make(task_id, 1, 0, max_episode_steps=5)
+  with pytest.raises(ValueError, match="only Box observation spaces"):  # Taxi applies it
+    envs.make("Taxi-v3", 1, 0, max_episode_steps=5)
 
 
 def test_atari_options_are_checked_before_envpool():

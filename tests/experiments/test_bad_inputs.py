@@ -51,7 +51,7 @@ CASES = [
     ("impala", ["--env-id", "gymnax:CartPol-v1"], "did you mean ['CartPole-v1']"),
     ("impala", ["--preset", "nope"], "--preset nope: choose one of"),
     ("impala", ["--sweep", "no_such_field=1,2"], "no_such_field"),
-    ("impala", ["--sweep", "gamma=0.99,0.9999999,1.0"], "would share the directory gamma=1"),
+    ("impala", ["--sweep", "gamma=0.99,0.9999999,1.0"], "would share the directory 'gamma=1'"),
     ("impala", ["--actor-queue-size", "3"], "--actor-queue-size applies to actor threads"),
     (
         "impala",

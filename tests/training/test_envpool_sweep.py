@@ -125,6 +125,21 @@ def test_a_sweep_is_kept_one_way_so_that_either_spelling_resumes_it(tmp_path):
     assert [l["env_steps"] for l in lines] == [256, 512, 768]
 
 
+def test_a_sweep_written_as_typed_resumes(tmp_path):
+  # Runs written before the sweep was kept one way hold it as typed.
+  steps = dict(total_env_steps=512, log_every=256, checkpoint_every=256, eval_every=0)
+  _main("impala", tmp_path, sweep=("lambda=0.9,0.95",), **steps)
+  path = tmp_path / "config.json"
+  written = json.loads(path.read_text())
+  written["config"]["train"]["budget"]["sweep"] = ["lambda=0.90,0.95"]
+  path.write_text(json.dumps(written))
+  _main("impala", tmp_path, resume=True, sweep=("lambda=0.90,0.95",),
+        **dict(steps, total_env_steps=768))  # fmt: skip
+  with pytest.raises(ValueError, match=r"differs from the run's in \['train.budget.sweep'\]"):
+    _main("impala", tmp_path, resume=True, sweep=("lambda=0.9,0.99",),
+          **dict(steps, total_env_steps=1024))  # fmt: skip
+
+
 def test_a_sql_sweep_lane_acts_with_its_own_epsilon(tmp_path):
   """SQL's epsilon changes only how it acts: a lane acting with the default's would not
   repeat the single run's episodes."""

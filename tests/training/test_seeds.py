@@ -195,6 +195,28 @@ def test_seeds_one_after_the_other_resume_only_with_their_seeds(tmp_path):
   assert json.loads((run / "seeds.json").read_text()) == {"seeds": [0, 1]}
 
 
+def test_a_seeds_record_never_stands_for_a_run_it_does_not_hold(tmp_path):
+  loop = dict(num_seeds=2, vmap_seeds=False, total_env_steps=512, log_every=256,
+              checkpoint_every=256)  # fmt: skip
+  # A record that a refused start left: a later run of other seeds starts and resumes.
+  left = tmp_path / "left"
+  left.mkdir()
+  (left / "seeds.json").write_text('{"seeds": [0, 1]}')
+  _main("impala", left, **dict(loop, num_seeds=3, vmap_seeds=True))
+  _main("impala", left, resume=True, **dict(loop, num_seeds=3, vmap_seeds=True,
+                                             total_env_steps=768))  # fmt: skip
+  # A new start in a run of seeds one after the other is refused, whatever its seeds (it
+  # replaced the run's record, and the run could not be resumed).
+  run = tmp_path / "run"
+  _main("impala", run, **loop)
+  for other in (dict(seed=2), dict(num_seeds=1), dict(vmap_seeds=True)):
+    with pytest.raises(ValueError, match=r"holds a run of the seeds \[0, 1\] one after the other: "
+                       r"--resume it"):  # fmt: skip
+      _main("impala", run, **{**loop, **other})
+  assert json.loads((run / "seeds.json").read_text()) == {"seeds": [0, 1]}
+  _main("impala", run, resume=True, **dict(loop, total_env_steps=768))
+
+
 def test_vmapped_seeds_non_finite_loss_names_the_seed(tmp_path):
   module = _script("impala")
   args = module.Args()

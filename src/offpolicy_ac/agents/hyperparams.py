@@ -28,6 +28,7 @@ from typing import Sequence
 import jax.numpy as jnp
 
 __all__ = [
+    "canonical_sweep",
     "check_setting",
     "hyperparams_of",
     "parse_sweep",
@@ -109,6 +110,14 @@ def parse_sweep(config: Any, specs: Sequence[str]) -> dict[str, list[float]]:
     for v in values[name]:
       check_setting(config, {name: v})
   return values
+
+
+def canonical_sweep(config: Any, specs: Sequence[str]) -> tuple[str, ...]:
+  """`specs` written one way, as config.json keeps a sweep: each field as `config` names it
+  (`lambda_` for `lambda`, `learning_rate` for `learning-rate`), its values as Python
+  reads them (`0.001` for `1e-3`). Validates them (`parse_sweep`)."""
+  values = parse_sweep(config, specs)
+  return tuple(f"{name}={','.join(map(repr, listed))}" for name, listed in values.items())
 
 
 def sweep_settings(values: Mapping[str, Sequence[float]]) -> list[dict[str, float]]:

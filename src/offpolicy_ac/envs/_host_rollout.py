@@ -20,7 +20,8 @@ once: the loop rejects a stale one (already consumed by `unroll`, or from before
 
 On a small CPU the loop's per-step policy call is several times cheaper with
 `jax.config.update("jax_cpu_enable_async_dispatch", False)` at process start (a
-process-wide setting this library does not touch; docs/envs_notes.md).
+process-wide setting: of the library, only `training.run_experiment` sets it, for an
+envpool run on a CPU; docs/envs_notes.md).
 """
 
 from __future__ import annotations

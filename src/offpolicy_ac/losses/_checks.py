@@ -249,10 +249,11 @@ def check_non_negative(name: str, x: Any, shape: tuple[int, ...] | None = None) 
 
 
 def check_entries(name: str, x: Any, low: float, high: float = np.inf, what: str = "", *,
-                  where: Any = True) -> None:  # fmt: skip
+                  where: Any = True, bounds: str | None = None) -> None:  # fmt: skip
   """ValueError unless every (concrete) entry of `x` lies in [low, high] (NaN does not)
   where `where` (a bool array of x's shape: the steps whose entries are used) is True,
-  naming the first bad entry, its index and how many there are. Traced values (under
+  naming the first bad entry, its index and how many there are (and the range as `bounds`
+  says, when given). Traced values (under
   `jit`, `vmap`, ...) cannot be inspected at trace time and are accepted."""
   v, used = _concrete_values(x), _concrete_values(where)
   if v is None or used is None:
@@ -260,7 +261,7 @@ def check_entries(name: str, x: Any, low: float, high: float = np.inf, what: str
   bad = ~((v >= low) & (v <= high)) & (used > 0)
   if np.any(bad):
     where = tuple(int(i) for i in np.argwhere(bad)[0])
-    bounds = f"[{low:g}, {high:g}]" if np.isfinite(high) else f">= {low:g}"
+    bounds = bounds or (f"[{low:g}, {high:g}]" if np.isfinite(high) else f">= {low:g}")
     raise ValueError(
         f"`{name}` must be {bounds}{what}, got {v[where].item()} at index {where}; "
         f"{int(np.sum(bad))} of {v.size} entries are not."
@@ -275,7 +276,8 @@ def check_probabilities(name: str, x: Any, where: Any = True) -> None:
   """`check_entries` for probabilities: in [0, 1] (to `PROBABILITY_SLACK`) where `where`
   is True. Logits, log-probabilities or Q-values passed instead would be read silently as
   probabilities (a negative one as 0, a large one as a huge importance ratio)."""
-  check_entries(name, x, 0.0, 1.0 + PROBABILITY_SLACK, " (probabilities)", where=where)
+  check_entries(name, x, 0.0, 1.0 + PROBABILITY_SLACK, " (probabilities)", where=where,
+                bounds="[0, 1]")  # fmt: skip
 
 
 def check_discounts(discount_t: Any, mask: Any) -> None:

@@ -304,10 +304,8 @@ def _experiment(name: str, args: Any, agent_factory: Callable, *, batch_fn: Opti
             _refuse_another_seeds_shape(root, config, one_after_another=True)
           if resume and not any((d / "config.json").exists() for d in dirs):
             raise FileNotFoundError(f"--resume: {root} holds no run (no seed<k>/config.json)")
-          if resume:
-            rundir.check_seeds_record(root, seeds, one_after_another=True, write=writer)
-          elif writer and not any((d / "config.json").exists() for d in dirs):
-            rundir.record_seeds(root, seeds)
+          rundir.check_seeds_record(root, seeds, resume=resume, one_after_another=True,
+                                    write=writer)  # fmt: skip
         held.enter_context(_stop_on_signals(between))  # a signal between two seeds
         results = []
         for seed, seed_dir in zip(seeds, dirs):
@@ -329,8 +327,9 @@ def _experiment(name: str, args: Any, agent_factory: Callable, *, batch_fn: Opti
     with refusals():
       if resume and len(seeds) > 1:
         _refuse_another_seeds_shape(root, config, one_after_another=False)
-      if resume:  # a run of several seeds one after the other, resumed as one learner
-        rundir.check_seeds_record(root, seeds, one_after_another=False, write=False)
+      # Not into, nor as, a run of several seeds one after the other.
+      rundir.check_seeds_record(root, seeds, resume=resume, one_after_another=False,
+                                write=False)  # fmt: skip
     results = _run(name, args, root, agent_factory=agent_factory, batch_fn=batch_fn,
                    progress=progress, rollout_factory=rollout_factory, inputs=inputs,
                    add_logger=add_logger)  # fmt: skip
@@ -469,7 +468,8 @@ def _train(name: str, args: Any, root: pathlib.Path, lanes: list[sweeps.Lane],
   if config.parallel.process_id == 0:
     print(f"[{name}] evaluation protocol: {protocol}", flush=True)
     step, total = config.steps_per_iteration, config.budget.total_env_steps
-    if total % step and config.acting.actors != "async":  # async: iterations of any size
+    # Asynchronous actors and --min-pools make iterations of varying size.
+    if total % step and config.acting.actors != "async" and not config.acting.min_pools:
       print(f"[{name}] the budget, {total:,} env steps, is not a whole number of iterations "
             f"({step:,} env steps each): the run trains {-(-total // step) * step:,}",
             flush=True)  # fmt: skip

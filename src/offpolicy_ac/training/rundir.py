@@ -52,6 +52,7 @@ import numpy as np
 
 from offpolicy_ac import envs
 from offpolicy_ac.agents.base import Agent
+from offpolicy_ac.agents.hyperparams import canonical_sweep
 from offpolicy_ac.agents.registry import AGENTS
 from offpolicy_ac.agents.registry import make_agent
 from offpolicy_ac.analysis.metrics_file import read_json
@@ -296,28 +297,53 @@ def check_new_run_dir(run_dir: pathlib.Path) -> None:
                      "new or empty directory")  # fmt: skip
 
 
-def check_seeds_record(root: pathlib.Path, seeds: Sequence[int], *, one_after_another: bool,
-                       write: bool) -> None:  # fmt: skip
-  """On --resume, refuses seeds other than those the run in `root` trains one after the
-  other (its `SEEDS_RECORD`; for a run without one, the seeds it started must be among
-  `seeds`). `write`: record `seeds` when the run has no record yet (process 0)."""
+def _canonical_sweep(config: dict, args: Any) -> dict:
+  """A run's config.json config with its sweep as `sweeps.canonical_sweep` writes it (runs
+  written before kept it as typed: `lambda=...`, `1e-3`)."""
+  budget = config.get("train", {}).get("budget", {})
+  if not budget.get("sweep") or not hasattr(args, "agent"):
+    return config
+  try:
+    sweep = list(canonical_sweep(args.agent, budget["sweep"]))
+  except (ValueError, TypeError):
+    return config  # not a sweep this version reads: the comparison names it
+  train = {**config["train"], "budget": {**budget, "sweep": sweep}}
+  return {**config, "train": train}
+
+
+def check_seeds_record(root: pathlib.Path, seeds: Sequence[int], *, resume: bool,
+                       one_after_another: bool, write: bool) -> None:  # fmt: skip
+  """Keeps a run of several seeds one after the other (each a run in `root`/seed<k>)
+  whole: its `SEEDS_RECORD` names its seeds.
+
+  A resume must train those seeds (a run without the record, of an earlier version: the
+  seeds it started must be among `seeds`); a new start of any run in `root` is refused
+  while it holds one. A record without any seed's run (a refused start left it), or
+  beside a run of its own in `root`, is not one. `write`: record `seeds` for a new run
+  of seeds one after the other, or a resumed one without a record (process 0)."""
   record = root / SEEDS_RECORD
-  if record.exists():
+  started = [path.parent.name.removeprefix("seed") for path in root.glob("seed*/config.json")]
+  started_seeds = sorted(int(k) for k in started if k.isdigit())
+  held = None
+  if record.exists() and started_seeds and not (root / "config.json").exists():
     held = read_json(record)
     held = held.get("seeds") if isinstance(held, dict) else held
-  elif one_after_another:  # a run of an earlier version: the seeds it started
-    started = [path.parent.name.removeprefix("seed") for path in root.glob("seed*/config.json")]
-    started_seeds = sorted(int(k) for k in started if k.isdigit())
-    held = list(seeds) if set(started_seeds) <= set(seeds) else started_seeds
-  else:
+  if not resume:
+    if held is not None:
+      raise ValueError(f"--run-dir {root} holds a run of the seeds {held} one after the "
+                       "other: --resume it, or choose another directory")  # fmt: skip
+    if write and one_after_another and not started_seeds:
+      record_seeds(root, seeds)
     return
-  if held != list(seeds):
+  if held is None and one_after_another and started_seeds:  # an earlier version's run
+    held = list(seeds) if set(started_seeds) <= set(seeds) else started_seeds
+  if held is not None and held != list(seeds):
     raise ValueError(
         f"--resume: {root} holds a run of the seeds {held} one after the other, and these "
         f"settings train {list(seeds)}: resume it with the --seed and --num-seeds it was "
         "run with"
     )
-  if write and not record.exists():
+  if write and one_after_another and not record.exists():
     record_seeds(root, seeds)
 
 
@@ -399,7 +425,7 @@ def check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: b
           "offpolicy_ac 0.1"
       )
     new = jsonable(args)
-    diffs = config_differences(old["config"], new, _field_defaults(args))
+    diffs = config_differences(_canonical_sweep(old["config"], args), new, _field_defaults(args))
     budget = lambda c: c.get("train", {}).get("budget", {}).get("total_env_steps")
     before, after = budget(old["config"]), budget(new)
     if after is not None and before is not None and after < before:
@@ -420,9 +446,10 @@ def check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: b
           "step budget (--total-env-steps) and the tracking flags may change"
       )
     if after is not None and before is not None and after > before:
-      print(f"[{name}] the budget grows from {before:,} to {after:,} env steps: the default "
-            "evaluation interval and a step size annealed over the run follow the new budget "
-            "from here on (a run started with it would differ)", flush=True)  # fmt: skip
+      print(f"[{name}] the budget grows from {before:,} to {after:,} env steps: a step size "
+            "annealed over the run follows the new budget from here on, and the default "
+            "evaluation interval after the next evaluation (a run started with it would "
+            "differ)", flush=True)  # fmt: skip
   else:
     for d in (run_dir, *others):
       if (d / "config.json").exists():

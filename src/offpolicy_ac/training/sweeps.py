@@ -70,7 +70,7 @@ def sweep_lanes(agent_config: Any, config: TrainConfig) -> list[tuple[dict, int]
   for label in labels:
     if labels.count(label) > 1:
       alike = [setting for setting, other in zip(settings, labels) if other == label]
-      raise ValueError(f"--sweep settings {alike} would share the directory {label}: give "
+      raise ValueError(f"--sweep settings {alike} would share the directory {label!r}: give "
                        "values that differ in their first 6 significant digits")  # fmt: skip
   return [(setting, seed) for setting in settings for seed in config.seeds]
 
@@ -81,8 +81,7 @@ def canonical_sweep(args: Any) -> Any:
   values as Python reads them (`0.001` for `1e-3`). Validates the sweep."""
   if not args.train.budget.sweep:
     return args
-  values = hyperparams_lib.parse_sweep(args.agent, args.train.budget.sweep)
-  sweep = tuple(f"{name}={','.join(map(repr, listed))}" for name, listed in values.items())
+  sweep = hyperparams_lib.canonical_sweep(args.agent, args.train.budget.sweep)
   return dataclasses.replace(args, train=args.train.replace(sweep=sweep))
 
 
