@@ -180,7 +180,7 @@ def test_seeds_one_after_the_other_resume_only_with_their_seeds(tmp_path):
   assert json.loads((run / "seeds.json").read_text()) == {"seeds": [0, 1]}
   message = r"holds a run of the seeds \[0, 1\] one after the other, and these settings train "
   for changed, seeds in [(dict(num_seeds=3), "[0, 1, 2]"), (dict(seed=1), "[1, 2]"),
-                         (dict(num_seeds=1), "[0]")]:  # fmt: skip
+                         (dict(num_seeds=1), "[0]"), (dict(seed=5), "[5, 6]")]:  # fmt: skip
     with pytest.raises(ValueError, match=message + re.escape(seeds)):
       _main("impala", run, resume=True, **{**loop, **changed, "total_env_steps": 768})
   assert sorted(p.name for p in run.glob("seed?")) == ["seed0", "seed1"]

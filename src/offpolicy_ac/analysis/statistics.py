@@ -352,9 +352,9 @@ def _shared_steps(xs: list[np.ndarray]) -> Optional[np.ndarray]:
   tolerance = 0.25 * (np.median(gaps) if gaps.size else np.max(np.abs(head)))
   close = head.max(0) - head.min(0) <= tolerance
   kept = n if close.all() else int(np.argmin(close))  # the leading indices that are close
-  # A last line left out only for runs that log at one interval (not a run that logged at
-  # its first step and its last against one that logged every step between).
-  # A run's last gap may be a partial interval: it counts only where it is the run's only one.
+  # A last line is left out only for runs that log at one interval (not a run that logged
+  # at its first step and its last against one that logged every step between); a run's
+  # last gap may be a partial interval, so it counts only where it is the run's only one.
   intervals = [np.median(np.diff(x)[: max(1, x.size - 2)]) for x in xs if x.size > 1]
   alike = not intervals or max(intervals) - min(intervals) <= tolerance
   if kept == n or (kept == n - 1 > 0 and alike):

@@ -252,9 +252,9 @@ def check_entries(name: str, x: Any, low: float, high: float = np.inf, what: str
                   where: Any = True, bounds: str | None = None) -> None:  # fmt: skip
   """ValueError unless every (concrete) entry of `x` lies in [low, high] (NaN does not)
   where `where` (a bool array of x's shape: the steps whose entries are used) is True,
-  naming the first bad entry, its index and how many there are (and the range as `bounds`
-  says, when given). Traced values (under
-  `jit`, `vmap`, ...) cannot be inspected at trace time and are accepted."""
+  naming the first bad entry, its index and how many there are (the range as `bounds`
+  says, when given). Traced values (under `jit`, `vmap`, ...) cannot be inspected at trace
+  time and are accepted."""
   v, used = _concrete_values(x), _concrete_values(where)
   if v is None or used is None:
     return

@@ -287,11 +287,17 @@ class TrainConfig:
     stored for an off-policy one. Exact unless iterations drop trajectories (async actors'
     `max_policy_lag`, pools' `min_pools`). Raises ValueError where `validate` does."""
     self.validate()
-    iterations = -(-self.budget.total_env_steps // self.steps_per_iteration)
+    iterations = self.planned_iterations
     if not off_policy:
       return iterations
     updating = max(0, iterations - self.filling_iterations + 1)
     return updating * self.replay.num_updates_per_train_iter
+
+  @property
+  def planned_iterations(self) -> int:
+    """Learner iterations in the whole run: the budget rounded up to whole iterations (a
+    run ends at the first iteration boundary at or after it)."""
+    return -(-self.budget.total_env_steps // self.steps_per_iteration)
 
   @property
   def steps_per_iteration(self) -> int:

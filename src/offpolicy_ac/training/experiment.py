@@ -302,10 +302,11 @@ def _experiment(name: str, args: Any, agent_factory: Callable, *, batch_fn: Opti
             held.enter_context(rundir.locked(root))
           if resume:
             _refuse_another_seeds_shape(root, config, one_after_another=True)
-          if resume and not any((d / "config.json").exists() for d in dirs):
-            raise FileNotFoundError(f"--resume: {root} holds no run (no seed<k>/config.json)")
+          # Before "holds no run": seeds none of which the run holds are named as such.
           rundir.check_seeds_record(root, seeds, resume=resume, one_after_another=True,
                                     write=writer)  # fmt: skip
+          if resume and not any((d / "config.json").exists() for d in dirs):
+            raise FileNotFoundError(f"--resume: {root} holds no run (no seed<k>/config.json)")
         held.enter_context(_stop_on_signals(between))  # a signal between two seeds
         results = []
         for seed, seed_dir in zip(seeds, dirs):
@@ -471,7 +472,7 @@ def _train(name: str, args: Any, root: pathlib.Path, lanes: list[sweeps.Lane],
     # Asynchronous actors and --min-pools make iterations of varying size.
     if total % step and config.acting.actors != "async" and not config.acting.min_pools:
       print(f"[{name}] the budget, {total:,} env steps, is not a whole number of iterations "
-            f"({step:,} env steps each): the run trains {-(-total // step) * step:,}",
+            f"({step:,} env steps each): the run trains {config.planned_iterations * step:,}",
             flush=True)  # fmt: skip
   how = "vmapped, compiled" if config.compiled else "vmapped"
   if len(lanes) > 1:
