@@ -361,21 +361,90 @@ def test_pixel_torsos_map_frames_to_features(kind, features):
       type(torso)().init(jax.random.PRNGKey(1), jnp.zeros((2, 4, 20, 20), jnp.uint8))
 
 
-@pytest.mark.parametrize("kind", ["nature_cnn", "impala_resnet", "small_cnn"])
-def test_frame_torsos_scale_8_bit_frames_only(kind):
+@pytest.mark.parametrize(
+    "kind,shape",
+    [("nature_cnn", (4, 84, 84)), ("impala_resnet", (4, 84, 84)), ("small_cnn", (4, 84, 84)),
+     ("minatar_cnn", (4, 10, 10)), ("auto", (2, 16, 16))],
+)  # fmt: skip
+def test_frame_torsos_scale_8_bit_frames_only(kind, shape):
   """uint8 frames are scaled to [0, 1]; float frames (MinAtar's 0/1 grids, normalised
   observations) are taken as they are: 8-bit frames of 0 and 255 give the features of the
-  float grid of 0 and 1."""
+  float grid of 0 and 1 (also in the MinAtar network, which "auto" gives small frames)."""
   from offpolicy_ac import networks
 
-  torso = networks.make_torso(kind, (4, 84, 84))
-  grid = jax.random.bernoulli(jax.random.PRNGKey(0), 0.3, (2, 4, 84, 84))
+  torso = networks.make_torso(kind, shape)
+  grid = jax.random.bernoulli(jax.random.PRNGKey(0), 0.3, (2, *shape))
   params = torso.init(jax.random.PRNGKey(1), grid.astype(jnp.float32))
   with jax.default_matmul_precision("highest"):
     as_floats = torso.apply(params, grid.astype(jnp.float32))
     as_bytes = torso.apply(params, grid.astype(jnp.uint8) * 255)
   assert float(jnp.std(as_floats)) > 0.05  # the grid reached the features unscaled
   np.testing.assert_allclose(as_bytes, as_floats, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("torso", ["nature_cnn", "small_cnn", "minatar_cnn", "registered"])
+def test_agents_build_on_frames_with_jax_rbg_keys(torso):
+  """With `jax_default_prng_impl="rbg"` (JAX's faster generator on accelerators, raw keys of
+  4 words) the pixel torsos' and registered torsos' shape checks build and the agents act."""
+  import flax.linen as nn
+
+  from offpolicy_ac import networks
+
+  class Flat(nn.Module):
+
+    @nn.compact
+    def __call__(self, x):
+      return nn.Dense(5)(x.reshape(x.shape[0], -1).astype(jnp.float32))
+
+  if torso == "registered":
+    networks.register_torso("flat_for_rbg_test", lambda shape, hidden: Flat())
+    torso = "flat_for_rbg_test"
+  shape = (4, 10, 10) if torso == "minatar_cnn" else (4, 84, 84)
+  spec = envs.EnvSpec("Frames", shape, "uint8", True, 3, (), "int32", None, None, 1, 1)
+  networks.torsos._check_frames_fit.cache_clear()  # pylint: disable=protected-access
+  try:
+    with jax.default_prng_impl("rbg"):
+      assert jax.random.PRNGKey(0).shape == (4,)
+      for agent in (make_impala(spec, ImpalaConfig(torso=torso)),
+                    make_sql(spec, SqlConfig(torso=torso))):  # fmt: skip
+        state = agent.init(jax.random.PRNGKey(0))
+        obs = jnp.zeros((2, *shape), jnp.uint8)
+        action, _ = agent.act(state.params, obs, jax.random.PRNGKey(1))
+        assert action.shape == (2,)
+  finally:
+    networks.torsos._REGISTERED.pop("flat_for_rbg_test", None)  # pylint: disable=protected-access
+
+
+@pytest.mark.parametrize("algo", ["impala", "acer", "sql"])
+@pytest.mark.parametrize("discrete", [True, False])
+def test_agents_keep_float32_and_update_on_their_own_actions_with_jax_x64(algo, discrete):
+  """With `jax_enable_x64` every parameter stays float32, `act` returns the spec's dtypes,
+  and an update on the agent's own actions and extras (a continuous agent's Gaussian
+  log-probabilities) is finite."""
+  from offpolicy_ac import agents
+
+  if discrete:
+    spec = envs.EnvSpec("Discrete", (4,), "float32", True, 2, (), "int32", None, None, 1, 1)
+  else:
+    spec = envs.EnvSpec("Box", (3,), "float32", False, None, (1,), "float32", (-2.0,), (2.0,),
+                        1, 1)  # fmt: skip
+  make, config = {"impala": (agents.make_impala, agents.ImpalaConfig),
+                  "acer": (agents.make_acer, agents.AcerConfig),
+                  "sql": (agents.make_sql, agents.SqlConfig)}[algo]  # fmt: skip
+  float32 = lambda tree: {str(x.dtype) for x in jax.tree.leaves(tree)} == {"float32"}
+  with jax.enable_x64(True):
+    agent = make(spec, config(hidden_sizes=(8,)))
+    state = agent.init(jax.random.PRNGKey(0))
+    assert float32(state.params)
+    obs = jnp.zeros((5, *spec.observation_shape), jnp.float32)
+    action, extras = agent.act(state.params, obs, jax.random.PRNGKey(1))
+    assert action.dtype == spec.action_dtype and float32(extras or jnp.float32(0))
+    assert agent.greedy_act(state.params, obs).dtype == spec.action_dtype
+    traj = _trajectory(spec, agent, state.params, jax.random.PRNGKey(2))
+    traj = traj._replace(observation=traj.observation.astype(jnp.float32))
+    new_state, metrics = agent.update(state, traj)
+    assert float32(new_state.params)
+    assert all(np.isfinite(float(v)) for v in metrics.values())
 
 
 @pytest.mark.parametrize(

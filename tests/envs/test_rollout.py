@@ -272,6 +272,7 @@ def test_loss_inputs_refuses_fields_that_disagree_and_a_bad_gamma():
       (traj._replace(reward=traj.reward[1:]), r"reward has shape \(5, 2\), its step_type \(6, 2\)"),
       (traj._replace(discount=traj.discount[..., None]), r"discount has shape \(6, 2, 1\)"),
       (traj._replace(step_type=traj.step_type + 0.5), "step_type must be integers"),
+      (traj._replace(reward=traj.reward.astype(np.int32)), "reward must have a floating dtype"),
   ):
     with pytest.raises(ValueError, match=match):
       envs.loss_inputs(bad, 0.9)

@@ -315,6 +315,28 @@ def test_soft_q_targets_stop_gradient():
     assert all(np.any(np.asarray(g) != 0) for g in flowing(r, d, q, mask, w, lam))
 
 
+def test_static_arguments_traced_by_jit_are_refused_with_how_to_pass_them():
+  """`n` and `stop_target_gradients` set the computation: passed through `jax.jit` as traced
+  arguments they are refused with the way to pass them (not a tracer's own error)."""
+  r, d, q, mask = _soft_q_inputs(4, 8, (3,), garble=False)
+  nstep = lambda n: L.soft_nstep_targets(r, d, q, alpha=0.5, n=n, mask=mask)
+  with pytest.raises(TypeError, match=r"`n` is static .*static_argnames=\('n',\)"):
+    jax.jit(nstep)(3)
+  np.testing.assert_allclose(jax.jit(nstep, static_argnums=0)(3), nstep(3), rtol=1e-5, atol=1e-6)
+  soft_q = lambda stop: L.soft_q_targets(r, d, q, alpha=0.5, mask=mask, stop_target_gradients=stop)
+  nstep_stop = lambda stop: L.soft_nstep_targets(r, d, q, alpha=0.5, n=2, mask=mask,
+                                                  stop_target_gradients=stop)  # fmt: skip
+  ones, actions = jnp.ones((4, 2)), jnp.zeros((4, 2), jnp.int32)
+  pi = jnp.ones((4, 2, 3)) / 3
+  vtrace = lambda stop: L.vtrace(ones, ones, ones, 0.9 * ones, ones, stop_target_gradients=stop)
+  retrace = lambda stop: L.retrace(pi, pi, actions, actions, ones, 0.9 * ones, pi, ones / 3,
+                                   stop_target_gradients=stop)  # fmt: skip
+  for fn in (soft_q, nstep_stop, vtrace, retrace):
+    fn(True)  # as a Python bool
+    with pytest.raises(TypeError, match="`stop_target_gradients` is static"):
+      jax.jit(fn)(True)
+
+
 def test_soft_q_targets_gradient_matches_finite_differences():
   r, d, q, mask = _soft_q_inputs(8, 6, (), n_actions=2, garble=False)
   mask[3] = False

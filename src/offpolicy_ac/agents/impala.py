@@ -154,7 +154,7 @@ def make_impala(spec, config: ImpalaConfig = ImpalaConfig()) -> base.Agent:
       action = jax.random.categorical(key, logits).astype(jnp.int32)
       return action, {"logits": logits}
     mean, log_std = policy(params, obs)
-    action = mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape)
+    action = mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape, mean.dtype)
     log_prob = losses.gaussian_log_prob(mean, log_std, action)
     return action.reshape(mean.shape[:-1] + action_shape), {"log_prob": log_prob}
 

@@ -111,6 +111,10 @@ def loss_inputs(traj: Trajectory | TransformedTrajectory, gamma: float = 1.0) ->
     traj: a Trajectory or TransformedTrajectory with at least 2 time steps.
     gamma: discount factor in [0, 1]: a number or a scalar array, checked unless traced
       (a hyper-parameter under `jit` or `vmap`).
+
+  Raises:
+    ValueError: not a trajectory, fewer than 2 steps, reward or discount not shaped as
+      step_type, step_type not integers, or reward not floating point.
   """
   if not isinstance(traj, (Trajectory, TransformedTrajectory)):
     raise ValueError(f"loss_inputs expects a Trajectory, got {type(traj).__name__}")
@@ -126,8 +130,14 @@ def loss_inputs(traj: Trajectory | TransformedTrajectory, gamma: float = 1.0) ->
   if not jnp.issubdtype(step_type.dtype, jnp.integer):
     raise ValueError(f"the trajectory's step_type must be integers (FIRST, MID, LAST), got "
                      f"{step_type.dtype}")  # fmt: skip
+  reward = jnp.asarray(traj.reward)
+  if not jnp.issubdtype(reward.dtype, jnp.floating):
+    raise ValueError(
+        f"the trajectory's reward must have a floating dtype (the value estimates', float32 "
+        f"for the built-in agents), got {reward.dtype}"
+    )
   return LossInputs(
-      r_t=jnp.asarray(traj.reward)[1:],
+      r_t=reward[1:],
       discount_t=gamma * jnp.asarray(traj.discount)[1:],
       mask=step_type[:-1] != LAST,
   )

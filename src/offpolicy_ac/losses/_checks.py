@@ -287,12 +287,28 @@ def check_discounts(discount_t: Any, mask: Any) -> None:
                 where=mask)  # fmt: skip
 
 
+def _refuse_traced(name: str, value: Any, kind: str) -> None:
+  if isinstance(value, jax.core.Tracer):
+    raise TypeError(f"`{name}` is static (a Python {kind} that sets the computation), got a "
+                    f"traced value: under jax.jit pass it as static (jax.jit(fn, "
+                    f"static_argnames=('{name}',))), or close over it.")  # fmt: skip
+
+
 def static_int(name: str, value: Any, minimum: int) -> int:
   """`value` as a Python int (a NumPy integer too, as `np.prod(shape)` gives), refusing
-  bools, floats and values below `minimum` (ValueError naming the argument)."""
+  traced values (TypeError), bools, floats and values below `minimum` (ValueError naming
+  the argument)."""
+  _refuse_traced(name, value, "int")
   if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
     raise ValueError(f"`{name}` must be an int >= {minimum}, got {value!r}.")
   return int(value)
+
+
+def static_flag(name: str, value: Any) -> bool:
+  """`value` as a Python bool (a switch read while tracing), refusing traced values with a
+  TypeError that says how to pass it to `jax.jit`."""
+  _refuse_traced(name, value, "bool")
+  return bool(value)
 
 
 def check_method(method: str) -> None:

@@ -75,7 +75,7 @@ def general_off_policy_returns(
   b = jnp.where(mask, r_t + discount_t * (v_t - c_t * q_a_t), zero)
   a = jnp.where(mask, discount_t * c_t, zero)
   targets = reverse_linear_recurrence(a, b, method=method)
-  if stop_target_gradients:
+  if _checks.static_flag("stop_target_gradients", stop_target_gradients):
     targets = jax.lax.stop_gradient(targets)
   return targets
 

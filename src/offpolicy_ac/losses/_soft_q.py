@@ -130,7 +130,7 @@ def soft_q_targets(
   b = jnp.where(mask, r_t + discount_t * (1.0 - lam) * v_t, zero)
   a = jnp.where(mask, discount_t * lam, zero)
   targets = reverse_linear_recurrence(a, b, method=method)
-  if stop_target_gradients:
+  if _checks.static_flag("stop_target_gradients", stop_target_gradients):
     targets = jax.lax.stop_gradient(targets)
   return targets
 
@@ -174,7 +174,7 @@ def soft_nstep_targets(
   for _ in range(n - 1):
     longer = r_t + discount_t * shift_to_previous(targets, 0.0)
     targets = jnp.where(mask & mask_next, longer, jnp.where(mask, one_step, zero))
-  if stop_target_gradients:
+  if _checks.static_flag("stop_target_gradients", stop_target_gradients):
     targets = jax.lax.stop_gradient(targets)
   return targets
 

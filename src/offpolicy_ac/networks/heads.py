@@ -53,7 +53,8 @@ class GaussianActorCritic(nn.Module):
   def __call__(self, obs):
     h = self.torso(obs)
     mean = _dense(self.action_dim, 0.01)(h)
-    log_std = self.param("log_std", nn.initializers.constant(self.init_log_std), (self.action_dim,))
+    log_std_init = nn.initializers.constant(self.init_log_std, jnp.float32)  # also with x64
+    log_std = self.param("log_std", log_std_init, (self.action_dim,))
     value = _dense(1, 1.0)(h)[..., 0]
     return mean, jnp.broadcast_to(log_std, mean.shape), value
 
@@ -105,7 +106,7 @@ class StochasticDuelingNetwork(nn.Module):
     self.adv_hidden = _dense(self.hidden_size, jnp.sqrt(2.0))
     self.adv_out = _dense(1, 1.0)
     self.log_std = self.param(
-        "log_std", nn.initializers.constant(self.init_log_std), (self.action_dim,)
+        "log_std", nn.initializers.constant(self.init_log_std, jnp.float32), (self.action_dim,)
     )
 
   def __call__(self, obs):

@@ -178,8 +178,8 @@ class SmallCNN(nn.Module):
 
 class MinAtarCNN(nn.Module):
   """The MinAtar network (Young & Tian 2019, arXiv:1903.03176): conv 16x3x3/1 (VALID),
-  dense 128, on [B, C, H, W] grids of 0/1 channels (not scaled: they are not 8-bit
-  pixels). -> [B, dense_size].
+  dense 128, on [B, C, H, W] grids of 0/1 channels (float or bool, taken as they are;
+  uint8 frames are scaled to [0, 1], as every pixel torso scales them). -> [B, dense_size].
 
   The convolution is computed as a matrix product over the 3x3 patches (the same
   function): XLA:CPU ran `lax.conv` and its gradients about 5x slower inside the compiled
@@ -190,7 +190,7 @@ class MinAtarCNN(nn.Module):
   @nn.compact
   def __call__(self, obs: jnp.ndarray) -> jnp.ndarray:
     _check_frames(obs, "MinAtarCNN")
-    x = jnp.transpose(obs.astype(jnp.float32), (0, 2, 3, 1))
+    x = _to_nhwc(obs)
     h, w = x.shape[1] - 2, x.shape[2] - 2
     if min(h, w) < 1:
       raise ValueError(f"MinAtarCNN's 3x3 convolution leaves no feature of frames {obs.shape}")
@@ -299,7 +299,7 @@ def _registered_torso(name: str, observation_shape: tuple[int, ...],
     raise ValueError(f"torso {name!r}: make(observation_shape, hidden_sizes) must return a "
                      f"flax.linen Module, got {module!r}")  # fmt: skip
   obs = jax.ShapeDtypeStruct((2, *observation_shape), jnp.float32)
-  key = jax.ShapeDtypeStruct((2,), jnp.uint32)
+  key = jax.eval_shape(jax.random.key, 0)  # a typed key: any PRNG implementation
   try:
     out = jax.eval_shape(lambda k, x: module.apply(module.init(k, x), x), key, obs)
   except Exception as e:  # pylint: disable=broad-except
@@ -317,7 +317,7 @@ def _check_frames_fit(kind: str, observation_shape: tuple[int, ...]) -> None:
   """Raises ValueError when pixel torso `kind` cannot take frames of this shape. Traces
   its init on shapes only (nothing is computed, compiled or started: no JAX backend), once
   per torso and shape: an agent is rebuilt in every program that traces it (a sweep)."""
-  key = jax.ShapeDtypeStruct((2,), jnp.uint32)
+  key = jax.eval_shape(jax.random.key, 0)  # a typed key: any PRNG implementation
   frames = jax.ShapeDtypeStruct((1, *observation_shape), jnp.float32)
   try:
     jax.eval_shape(_PIXEL_TORSOS[kind]().init, key, frames)
