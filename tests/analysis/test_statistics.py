@@ -451,11 +451,12 @@ def test_a_run_that_logged_nothing_yet_is_left_out_of_its_group(tmp_path):
     ('[1, 2]\n', "line 4 is not a metrics line"),
     ('{"wall_time_s": 1.0}\n', "line 4 is not a metrics line"),
     ('{"env_steps": 3\n{"env_steps": 4}\n', "is damaged: line 4 is not valid JSON"),
+    ('\udc92\udcff\n{"env_steps": 4}\n', "is damaged: line 4 is not valid JSON"),  # not UTF-8
 ])  # fmt: skip
 def test_metrics_lines_that_are_not_metrics_are_refused(tmp_path, line, fragment):
   run = write_run(tmp_path / "run", steps=(0, 1, 2))
   good = (run / "metrics.jsonl").read_text()
-  (run / "metrics.jsonl").write_text(good + line)
+  (run / "metrics.jsonl").write_bytes((good + line).encode("utf-8", "surrogateescape"))
   with pytest.raises(ValueError, match=fragment):
     S.group_curve(_groups([tmp_path])[0], reps=50)
   (run / "metrics.jsonl").write_text(good + '{"env_st')

@@ -36,6 +36,7 @@ CASES = [
     ("impala", ["--sweep", "learning_rate=inf,1e-3"], "--learning-rate must be finite"),
     ("impala", ["--resume", "--run-dir", "{run}/missing"], "is not a run directory"),
     ("impala", ["--run-dir", "{demos}/good.npz"], "is a file, not a directory"),
+    ("impala", ["--run-dir", ""], "--run-dir is empty: name a directory"),
     (
         "impala",
         ["--resume", "--run-dir", "{demos}", "--checkpoint-every", "0"],
@@ -104,6 +105,7 @@ CASES = [
     ("plot", ["{demos}", "--out-dir", "{demos}/good.npz/p"], "good.npz is a file, not a direc"),
     ("plot", ["{demos}/damaged"], "config.json is damaged (not valid JSON"),
     ("evaluate", ["--run-dir", "{demos}/damaged"], "config.json is damaged (not valid JSON"),
+    ("evaluate", ["--run-dir", "{demos}/binary"], "binary/config.json is damaged (not valid JSON"),
     (
         "impala",
         ["--preset", "gymnax-cartpole", "--env-id", "CartPole-v1"],
@@ -177,6 +179,8 @@ def demos(tmp_path_factory):
   (root / "damaged").mkdir()
   (root / "damaged" / "config.json").write_text('{"config": {\n')
   (root / "damaged" / "metrics.jsonl").write_text('{"env_steps": 1, "episode_return": 1.0}\n')
+  (root / "binary").mkdir()
+  (root / "binary" / "config.json").write_bytes(b"\x92\xff\x00{")  # not even UTF-8
   (root / "text.npz").write_text("observation, action\n")
   (root / "foreign").mkdir()  # a project's own files, not a run's
   (root / "foreign" / "config.json").write_text('{"my": "settings"}')

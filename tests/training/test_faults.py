@@ -529,6 +529,19 @@ def test_resume_keeps_metrics_lines_whose_env_steps_is_a_float(tmp_path):
   assert (tmp_path / "metrics.jsonl").read_text() == "".join(lines[:2])
 
 
+def test_resume_drops_bytes_that_are_not_text_after_the_checkpoints_lines(tmp_path):
+  """Whatever follows the lines the checkpoint counts is dropped unread: junk that is not
+  UTF-8 too (a disk's garbage after a crash)."""
+  from offpolicy_ac.training import RunLogger  # pylint: disable=import-outside-toplevel
+
+  lines = b'{"env_steps": 512}\n{"env_steps": 1024}\n'
+  (tmp_path / "metrics.jsonl").write_bytes(lines + b"\x92\xff\x00\n\xfe")
+  log = RunLogger(tmp_path, total_env_steps=2048, progress=False, tensorboard=False)
+  log.truncate(2)
+  log.close()
+  assert (tmp_path / "metrics.jsonl").read_bytes() == lines
+
+
 _KILLED_WHILE_SAVING_PARAMS = """
 import os, signal, sys
 import numpy as np

@@ -17,6 +17,7 @@ from offpolicy_ac import demos as demos_lib
 from offpolicy_ac import envs
 from offpolicy_ac import presets
 from offpolicy_ac.analysis.metrics_file import jsonable
+from offpolicy_ac.training import DamagedCheckpointError
 from offpolicy_ac.training import EvalConfig
 from offpolicy_ac.training import TrainConfig
 from offpolicy_ac.training import evaluate
@@ -272,7 +273,11 @@ def test_bad_run_directories_are_refused_clearly(runs, tmp_path):
     load_run(edited, checkpoint=load_run(runs["sql"]).checkpoints[-1])
   (edited / "final_params.msgpack").write_bytes(b"\x85")  # cut short, its checksum gone
   (edited / "final_params.msgpack.crc32").unlink()
-  with pytest.raises(ValueError, match="final_params.msgpack could not be read as the run's"):
+  with pytest.warns(RuntimeWarning, match=r"final_params.msgpack has no checksum beside it"):
+    with pytest.raises(ValueError, match="final_params.msgpack could not be read as the run's"):
+      load_run(edited)
+  (edited / "final_params.msgpack.crc32").write_bytes(b"\x92\xff\x00")  # not text: damaged
+  with pytest.raises(DamagedCheckpointError, match="does not match its checksum"):
     load_run(edited)
 
 
@@ -360,6 +365,7 @@ def test_a_run_keeps_its_best_evaluated_parameters_beside_its_final_ones(tmp_pat
   assert summary["last_eval_return"] == evals[-1][1] and summary["target_reached_at"] is None
   best = load_run(run_dir, best=True)
   assert best.source == "best" and best.env_steps == best_steps
+  assert best.checkpoints == load_run(run_dir).checkpoints and len(best.checkpoints) > 1
   assert _equal_trees(best.params, load_run(run_dir, checkpoint=best_steps).params)
   with pytest.raises(ValueError, match="not both"):
     load_run(run_dir, best=True, checkpoint=1024)

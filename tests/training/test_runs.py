@@ -5,6 +5,7 @@ Each test drives experiments/impala.py (or sql.py) in a subprocess, as a user wo
 """
 
 import json
+import os
 import pathlib
 import shutil
 import signal
@@ -165,9 +166,68 @@ def test_resume_before_the_first_checkpoint_starts_over(tmp_path, straight_run):
   run_dir = tmp_path / "run"
   _run("impala", run_dir, 1280)  # ends with a checkpoint at 1280; drop it, as if
   shutil.rmtree(run_dir / "checkpoints")  # killed before any checkpoint was written
+  (run_dir / "summary.json").unlink()  # (and so before its summary)
   proc = _run("impala", run_dir, 7680, "--resume")
   assert "starts again from the beginning" in proc.stderr
   assert _metrics(run_dir) == _metrics(straight_run)
+
+
+def test_a_run_whose_summary_names_a_checkpoint_it_lost_is_not_started_over(tmp_path,
+                                                                            straight_run):  # fmt: skip
+  """A finished run copied or cleaned without checkpoints/: --resume refuses, in one line,
+  and leaves its metrics, parameters and config.json as they were."""
+  run_dir = tmp_path / "run"
+  shutil.copytree(straight_run, run_dir)
+  shutil.rmtree(run_dir / "checkpoints")
+  kept = {name: (run_dir / name).read_bytes()
+          for name in ("metrics.jsonl", "final_params.msgpack", "config.json", "summary.json")}  # fmt: skip
+  proc = _run("impala", run_dir, 10240, "--resume", check=False)
+  assert proc.returncode == 2, proc.stderr
+  assert proc.stderr.strip().splitlines()[-1] == (
+      f"[impala] error: --resume: {run_dir / 'summary.json'} names a checkpoint at env step 7,680, and "
+      f"{run_dir / 'checkpoints'} holds none: put the run's checkpoints back, or start it over "
+      "in another --run-dir"
+  )
+  assert {name: (run_dir / name).read_bytes() for name in kept} == kept
+
+
+def test_a_resume_that_could_not_write_its_files_is_refused_before_training(tmp_path,
+                                                                           straight_run):  # fmt: skip
+  run_dir = tmp_path / "run"
+  shutil.copytree(straight_run, run_dir)
+  shutil.rmtree(run_dir / "checkpoints")
+  (run_dir / "checkpoints").write_text("not a folder")
+  proc = _run("impala", run_dir, 10240, "--resume", check=False)
+  assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+  assert proc.stderr.strip().splitlines()[-1] == (
+      f"[impala] error: --resume: {run_dir / 'checkpoints'} is a file, not the run's "
+      "checkpoints folder"
+  )
+  if os.geteuid() == 0:  # root writes whatever the modes say
+    return
+  (run_dir / "checkpoints").unlink()
+  shutil.copytree(straight_run / "checkpoints", run_dir / "checkpoints")
+  (run_dir / "checkpoints").chmod(0o555)
+  try:
+    proc = _run("impala", run_dir, 10240, "--resume", check=False)
+  finally:
+    (run_dir / "checkpoints").chmod(0o755)
+  assert proc.returncode == 2 and "checkpoints is not writable" in proc.stderr, proc.stderr
+
+
+def test_a_resume_keeps_what_started_the_run_in_config_json(tmp_path, straight_run):
+  run_dir = tmp_path / "run"
+  shutil.copytree(straight_run, run_dir)
+  before = json.loads((run_dir / "config.json").read_text())
+  _run("impala", run_dir, 8960, "--resume")
+  _run("impala", run_dir, 10240, "--resume")
+  after = json.loads((run_dir / "config.json").read_text())
+  for field in ("created", "command", "git_revision", "versions"):
+    assert after[field] == before[field]
+  assert [r["command"][r["command"].index("--total-env-steps") + 1] for r in after["resumed"]] == [
+      "8960", "10240"
+  ]  # fmt: skip
+  assert after["config"]["train"]["budget"]["total_env_steps"] == 10240
 
 
 def test_corrupt_latest_checkpoint_falls_back_with_a_warning(tmp_path, straight_run):

@@ -90,7 +90,7 @@ def read_metrics(run_dir: str | os.PathLike) -> list[dict]:
           f"{path.parent} holds several learners' runs: read one of them ({', '.join(learners)})"
       )
     return []
-  text = path.read_text().splitlines()
+  text = path.read_bytes().decode("utf-8", "replace").splitlines()  # junk: a damaged line
   lines = []
   for number, line in enumerate(text, 1):
     try:
@@ -109,5 +109,5 @@ def read_json(path: str | os.PathLike) -> Any:
   parse with a ValueError that names it."""
   try:
     return json.loads(pathlib.Path(path).read_text())
-  except json.JSONDecodeError as e:
+  except (json.JSONDecodeError, UnicodeDecodeError) as e:
     raise ValueError(f"{path} is damaged (not valid JSON: {e})") from e

@@ -118,7 +118,10 @@ def _read_checksums(step_dir: pathlib.Path) -> dict[str, str]:
   path = step_dir / CHECKSUMS
   if not path.exists():
     raise DamagedCheckpointError(f"{step_dir} has no {CHECKSUMS} (its save did not finish)")
-  return json.loads(path.read_text())
+  try:
+    return json.loads(path.read_text())
+  except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    raise DamagedCheckpointError(f"{path} is damaged (not valid JSON: {e})") from None
 
 
 SAVING = threading.Event()

@@ -266,6 +266,9 @@ def _experiment(name: str, args: Any, agent_factory: Callable, *, batch_fn: Opti
     config.validate()
     if config.tracking.track:
       require_wandb()
+    if args.run_dir is not None and not str(args.run_dir).strip():
+      raise ValueError("--run-dir is empty: name a directory, or leave the flag out for the "
+                       "default one under runs/")  # fmt: skip
     if args.run_dir and pathlib.Path(args.run_dir).exists() and not os.path.isdir(args.run_dir):
       raise ValueError(f"--run-dir {args.run_dir} is a file, not a directory")
     if args.run_dir and not resume and config.parallel.process_id == 0:

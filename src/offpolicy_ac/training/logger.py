@@ -173,8 +173,10 @@ class RunLogger:
     logged after the checkpoint, including a cut-off last line), and has TensorBoard
     drop its points after them (`purge_step`)."""
     self._file.close()
-    text = self.metrics_path.read_text() if self.metrics_path.exists() else ""
-    kept = [line for line in text.splitlines(keepends=True) if line.endswith("\n")][:num_lines]
+    data = self.metrics_path.read_bytes() if self.metrics_path.exists() else b""
+    # Bytes: what follows the kept lines (a line cut by a kill, junk) is dropped unread.
+    lines = [line for line in data.splitlines(keepends=True) if line.endswith(b"\n")]
+    kept = [line.decode("utf-8", "replace") for line in lines[:num_lines]]
     if len(kept) < num_lines:
       raise ValueError(
           f"{self.metrics_path} has {len(kept)} complete lines, the checkpoint "

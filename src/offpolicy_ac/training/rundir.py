@@ -67,6 +67,7 @@ from offpolicy_ac.training.learner import Acting
 from offpolicy_ac.training.learner import make_policies
 from offpolicy_ac.training.learner import make_transformer
 from offpolicy_ac.training.learner import take_lane
+from offpolicy_ac.training.logger import git_revision
 from offpolicy_ac.training.logger import jsonable
 from offpolicy_ac.training.logger import write_atomic
 from offpolicy_ac.training.logger import write_config
@@ -93,6 +94,9 @@ RESUMABLE_CHANGES = (
     "run_dir",
 )
 """Config fields that may change when a run is resumed."""
+PROVENANCE = ("git_revision", "versions", "command", "created")
+"""config.json's record of what started the run, kept as it was by a resume (which adds
+its own to `resumed`)."""
 
 
 LOCK = ".lock"
@@ -144,6 +148,14 @@ def _checksum_path(path: pathlib.Path) -> pathlib.Path:
   return path.with_name(path.name + ".crc32")
 
 
+def _checksums_in(checksum: pathlib.Path) -> list[str]:
+  """The CRC-32s a checksum file lists (none when it is missing or not text: damaged)."""
+  try:
+    return checksum.read_bytes().decode("ascii").split()
+  except (FileNotFoundError, UnicodeDecodeError):
+    return []
+
+
 def save_params(path: pathlib.Path, params: Any) -> str:
   """Writes parameters (flax msgpack) atomically, and their CRC-32 beside them
   (`<path>.crc32`), which `load_params` checks. While the file is replaced, the checksum
@@ -156,7 +168,7 @@ def save_params(path: pathlib.Path, params: Any) -> str:
   old = []  # the file being replaced, when it is intact
   if path.exists() and checksum.exists():
     current = f"{zlib.crc32(path.read_bytes()):08x}"
-    old = [current] if current in checksum.read_text().split() else []
+    old = [current] if current in _checksums_in(checksum) else []
   write_atomic(checksum, " ".join([new, *old]) + "\n")
   write_atomic(path, data)
   write_atomic(checksum, f"{new}\n")
@@ -166,6 +178,8 @@ def save_params(path: pathlib.Path, params: Any) -> str:
 def load_params(path: str | os.PathLike, template: Any) -> Any:
   """Reads parameters written by `save_params` into the structure of `template`.
 
+  Warns (RuntimeWarning) when the checksum file is missing: the file is read unchecked.
+
   Raises:
     DamagedCheckpointError: the file does not match the checksum written with it.
     ValueError: the file is not parameters of `template`'s structure and shapes.
@@ -173,7 +187,10 @@ def load_params(path: str | os.PathLike, template: Any) -> Any:
   path = pathlib.Path(path).expanduser()
   data = path.read_bytes()
   checksum = _checksum_path(path)
-  if checksum.exists() and f"{zlib.crc32(data):08x}" not in checksum.read_text().split():
+  if not checksum.exists():
+    warnings.warn(f"{path} has no checksum beside it ({checksum.name}): it is read unchecked",
+                  RuntimeWarning, stacklevel=2)  # fmt: skip
+  elif f"{zlib.crc32(data):08x}" not in _checksums_in(checksum):
     raise DamagedCheckpointError(
         f"{path} does not match its checksum ({checksum.name}): the file is damaged or "
         "incomplete"
@@ -445,11 +462,14 @@ def check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: b
           f"--resume: the config differs from the run's in {diffs}; only the "
           "step budget (--total-env-steps) and the tracking flags may change"
       )
+    _check_writable(run_dir, others or (run_dir,))
+    _check_checkpoints_kept(run_dir, others or (run_dir,))
     if after is not None and before is not None and after > before:
       print(f"[{name}] the budget grows from {before:,} to {after:,} env steps: a step size "
             "annealed over the run follows the new budget from here on, and the default "
             "evaluation interval after the next evaluation (a run started with it would "
-            "differ)", flush=True)  # fmt: skip
+            "differ, and so would its data unless the old budget ended on a checkpoint)",
+            flush=True)  # fmt: skip
   else:
     for d in (run_dir, *others):
       if (d / "config.json").exists():
@@ -460,7 +480,45 @@ def check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: b
             "resume=True in the args), or choose another --run-dir"
         )
   run_dir.mkdir(parents=True, exist_ok=True)
-  write_config(run_dir, args, extra={"algorithm": name, **({"inputs": inputs} if inputs else {})})
+  extra = {"algorithm": name, **({"inputs": inputs} if inputs else {})}
+  if resume:  # what started the run stays; each resume is listed after it
+    extra.update({k: old[k] for k in PROVENANCE if k in old})
+    resumed = {"created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "command": sys.argv,
+               "git_revision": git_revision()}  # fmt: skip
+    extra["resumed"] = [*old.get("resumed", []), resumed]
+  write_config(run_dir, args, extra=extra)
+
+
+def _check_writable(root: pathlib.Path, dirs: Sequence[pathlib.Path]) -> None:
+  """Refuses to resume a run whose checkpoints folder or files the run goes on writing
+  cannot be written, before anything is trained (not at its first checkpoint)."""
+  checkpoints = root / "checkpoints"
+  if checkpoints.exists() and not checkpoints.is_dir():
+    raise ValueError(f"--resume: {checkpoints} is a file, not the run's checkpoints folder")
+  files = ("metrics.jsonl", "summary.json", FINAL_PARAMS, BEST_PARAMS, BEST_RECORD)
+  for path in (root, checkpoints, *dirs, *(d / name for d in dirs for name in files)):
+    if path.exists() and not os.access(path, os.W_OK):
+      raise PermissionError(f"--resume: {path} is not writable: the run goes on writing it")
+
+
+def _check_checkpoints_kept(root: pathlib.Path, dirs: Sequence[pathlib.Path]) -> None:
+  """Refuses to resume a run whose summary names a checkpoint when its checkpoints folder
+  holds none (deleted, or not copied with the run): it would start over and overwrite
+  what the run trained."""
+  checkpoints = root / "checkpoints"
+  if checkpoints.is_dir() and any(checkpoints.iterdir()):
+    return  # the restore reads them, or sets damaged ones aside
+  for d in dirs:
+    try:
+      step = read_json(d / "summary.json").get("checkpoint_env_steps")
+    except (OSError, ValueError, AttributeError):
+      continue  # no summary (stopped before it): --resume starts over, as it says
+    if isinstance(step, int):
+      raise FileNotFoundError(
+          f"--resume: {d / 'summary.json'} names a checkpoint at env step {step:,}, and "
+          f"{checkpoints} holds none: put the run's checkpoints back, or start it over in "
+          "another --run-dir"
+      )
 
 
 def write_best(run_dir: pathlib.Path, params: Any, transform_state: Any, env_steps: int) -> None:
@@ -713,8 +771,8 @@ def load_run(run_dir: str | os.PathLike, *, checkpoint: Optional[int] = None,
           "records (the run was stopped while it wrote them): --resume the run, or load its "
           "final parameters or a checkpoint's"
       )
-    steps = (record or {}).get("env_steps")
-    env_steps, source = (steps if isinstance(steps, int) else None), "best"
+    best_steps = (record or {}).get("env_steps")
+    env_steps, source = (best_steps if isinstance(best_steps, int) else None), "best"
     if env_steps is None and not stale:  # a run from before best.json
       env_steps = summary.get("best_env_steps")
   elif checkpoint is None and final.exists() and not stale:
