@@ -172,27 +172,25 @@ def test_resume_before_the_first_checkpoint_starts_over(tmp_path, straight_run):
   assert _metrics(run_dir) == _metrics(straight_run)
 
 
-def test_a_run_whose_summary_names_a_checkpoint_it_lost_is_not_started_over(tmp_path,
-                                                                            straight_run):  # fmt: skip
+def test_a_run_whose_summary_names_a_lost_checkpoint_is_not_started_over(tmp_path, straight_run):
   """A finished run copied or cleaned without checkpoints/: --resume refuses, in one line,
   and leaves its metrics, parameters and config.json as they were."""
   run_dir = tmp_path / "run"
   shutil.copytree(straight_run, run_dir)
   shutil.rmtree(run_dir / "checkpoints")
-  kept = {name: (run_dir / name).read_bytes()
-          for name in ("metrics.jsonl", "final_params.msgpack", "config.json", "summary.json")}  # fmt: skip
+  names = ("metrics.jsonl", "final_params.msgpack", "config.json", "summary.json")
+  kept = {name: (run_dir / name).read_bytes() for name in names}
   proc = _run("impala", run_dir, 10240, "--resume", check=False)
   assert proc.returncode == 2, proc.stderr
   assert proc.stderr.strip().splitlines()[-1] == (
-      f"[impala] error: --resume: {run_dir / 'summary.json'} names a checkpoint at env step 7,680, and "
-      f"{run_dir / 'checkpoints'} holds none: put the run's checkpoints back, or start it over "
-      "in another --run-dir"
+      f"[impala] error: --resume: {run_dir / 'summary.json'} names a checkpoint at env step "
+      f"7,680, and {run_dir / 'checkpoints'} holds none: put the run's checkpoints back, or "
+      "start it over in another --run-dir"
   )
   assert {name: (run_dir / name).read_bytes() for name in kept} == kept
 
 
-def test_a_resume_that_could_not_write_its_files_is_refused_before_training(tmp_path,
-                                                                           straight_run):  # fmt: skip
+def test_a_resume_that_cannot_write_its_files_is_refused_before_training(tmp_path, straight_run):
   run_dir = tmp_path / "run"
   shutil.copytree(straight_run, run_dir)
   shutil.rmtree(run_dir / "checkpoints")
