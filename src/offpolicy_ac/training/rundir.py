@@ -415,11 +415,15 @@ def _field_defaults(args: Any) -> Optional[dict]:
 
 def check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: bool,
                           others: Sequence[pathlib.Path] = (),
-                          inputs: Optional[dict] = None) -> None:  # fmt: skip
+                          inputs: Optional[dict] = None,
+                          checkpoints: Optional[pathlib.Path] = None,
+                          writes_checkpoints: bool = True) -> None:  # fmt: skip
   """On resume, refuses a changed config or input file (`inputs`: the digests of the
-  files that args fields name, kept in config.json, compared instead of the paths);
-  otherwise refuses to overwrite a run (in `run_dir` or any of `others`). Then writes
-  config.json."""
+  files that args fields name, kept in config.json, compared instead of the paths), and
+  a run that cannot go on: `checkpoints` (default `run_dir`/checkpoints; a multi-process
+  job's other processes read process 0's) gone while its summary names one, or files it
+  writes (with `writes_checkpoints`, the checkpoints too) not writable. Otherwise refuses
+  to overwrite a run (in `run_dir` or any of `others`). Then writes config.json."""
   config_path = run_dir / "config.json"
   old = _run_config(config_path) if config_path.exists() else None
   lane_of = old.get("learners_of") if old is not None else None
@@ -462,8 +466,9 @@ def check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: b
           f"--resume: the config differs from the run's in {diffs}; only the "
           "step budget (--total-env-steps) and the tracking flags may change"
       )
-    _check_writable(run_dir, others or (run_dir,))
-    _check_checkpoints_kept(run_dir, others or (run_dir,))
+    checkpoints = run_dir / "checkpoints" if checkpoints is None else checkpoints
+    _check_writable(run_dir, others or (run_dir,), checkpoints if writes_checkpoints else None)
+    _check_checkpoints_kept(checkpoints, others or (run_dir,))
     if after is not None and before is not None and after > before:
       print(f"[{name}] the budget grows from {before:,} to {after:,} env steps: a step size "
             "annealed over the run follows the new budget from here on, and the default "
@@ -489,23 +494,24 @@ def check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: b
   write_config(run_dir, args, extra=extra)
 
 
-def _check_writable(root: pathlib.Path, dirs: Sequence[pathlib.Path]) -> None:
-  """Refuses to resume a run whose checkpoints folder or files the run goes on writing
-  cannot be written, before anything is trained (not at its first checkpoint)."""
-  checkpoints = root / "checkpoints"
-  if checkpoints.exists() and not checkpoints.is_dir():
+def _check_writable(root: pathlib.Path, dirs: Sequence[pathlib.Path],
+                    checkpoints: Optional[pathlib.Path]) -> None:  # fmt: skip
+  """Refuses to resume a run whose checkpoints folder (None: this process writes none) or
+  files the run goes on writing cannot be written, before anything is trained (not at its
+  first checkpoint)."""
+  if checkpoints is not None and checkpoints.exists() and not checkpoints.is_dir():
     raise ValueError(f"--resume: {checkpoints} is a file, not the run's checkpoints folder")
   files = ("metrics.jsonl", "summary.json", FINAL_PARAMS, BEST_PARAMS, BEST_RECORD)
-  for path in (root, checkpoints, *dirs, *(d / name for d in dirs for name in files)):
+  written = (root, *([checkpoints] if checkpoints else []), *dirs)
+  for path in (*written, *(d / name for d in dirs for name in files)):
     if path.exists() and not os.access(path, os.W_OK):
       raise PermissionError(f"--resume: {path} is not writable: the run goes on writing it")
 
 
-def _check_checkpoints_kept(root: pathlib.Path, dirs: Sequence[pathlib.Path]) -> None:
+def _check_checkpoints_kept(checkpoints: pathlib.Path, dirs: Sequence[pathlib.Path]) -> None:
   """Refuses to resume a run whose summary names a checkpoint when its checkpoints folder
   holds none (deleted, or not copied with the run): it would start over and overwrite
   what the run trained."""
-  checkpoints = root / "checkpoints"
   if checkpoints.is_dir() and any(checkpoints.iterdir()):
     return  # the restore reads them, or sets damaged ones aside
   for d in dirs:
