@@ -87,7 +87,15 @@ def test_vmapped_seeds_resume_exactly(tmp_path):
   flags = dict(num_seeds=2, log_every=1280, checkpoint_every=2560, eval_every=2560, eval_episodes=2)
   _main("impala", tmp_path / "straight", total_env_steps=7680, **flags)
   _main("impala", tmp_path / "resumed", total_env_steps=5120, **flags)
+  configs = ("config.json", "seed0/config.json", "seed1/config.json")
+  started = [json.loads((tmp_path / "resumed" / c).read_text()) for c in configs]
   _main("impala", tmp_path / "resumed", resume=True, total_env_steps=7680, **flags)
+  for before, config in zip(started, configs):  # the root's and each seed's keep their start
+    after = json.loads((tmp_path / "resumed" / config).read_text())
+    assert after["created"] == before["created"] and "resumed" not in before, config
+    assert [sorted(r) for r in after["resumed"]] == [
+        ["command", "created", "git_revision", "versions"]
+    ]  # fmt: skip
   for seed in (0, 1):
     straight = _lines(tmp_path / "straight" / f"seed{seed}")
     assert straight[-1]["env_steps"] == 7680 and "eval_return" in straight[-1]

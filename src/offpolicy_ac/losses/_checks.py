@@ -290,8 +290,8 @@ def check_discounts(discount_t: Any, mask: Any) -> None:
 def _refuse_traced(name: str, value: Any, kind: str) -> None:
   if isinstance(value, jax.core.Tracer):
     raise TypeError(f"`{name}` is static (a Python {kind} that sets the computation), got a "
-                    f"traced value: under jax.jit pass it as static (jax.jit(fn, "
-                    f"static_argnames=('{name}',))), or close over it.")  # fmt: skip
+                    f"traced value: pass it to jax.jit as a static argument (static_argnums or "
+                    f"static_argnames), or close over it; never through vmap.")  # fmt: skip
 
 
 def static_int(name: str, value: Any, minimum: int) -> int:

@@ -466,7 +466,7 @@ def _train(name: str, args: Any, root: pathlib.Path, lanes: list[sweeps.Lane],
         rundir.check_or_write_config(name, args, dirs[0], resume, **kept)
       else:
         rundir.check_or_write_config(name, args, root, resume, others=dirs, **kept)
-        sweeps.write_lane_configs(name, args, root, lanes)
+        sweeps.write_lane_configs(name, args, root, lanes, resume)
   except BaseException:
     with contextlib.suppress(Exception):  # the refusal is the error to show
       MultiLogger(*added).close()

@@ -84,15 +84,26 @@ def write_atomic(path: pathlib.Path, data: str | bytes) -> None:
   os.replace(tmp, path)
 
 
-def write_config(run_dir: pathlib.Path, config: Any, extra: dict | None = None) -> dict:
-  """Writes config.json: the full config, git revision, package versions."""
-  record = {
-      "config": jsonable(config),
+PROVENANCE = ("git_revision", "versions", "command", "created")
+"""config.json's record of what wrote it: kept as the run started by a resume, which adds
+its own to `resumed`."""
+
+
+def write_config(run_dir: pathlib.Path, config: Any, extra: dict | None = None,
+                 started: dict | None = None) -> dict:  # fmt: skip
+  """Writes config.json: the full config, git revision, package versions, command line
+  and time (`PROVENANCE`). `started`: the config.json of the run this process resumes,
+  whose provenance stays, with this resume's appended to its `resumed` list."""
+  now = {
       "git_revision": git_revision(),
       "versions": package_versions(),
       "command": sys.argv,
       "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
   }
+  record = {"config": jsonable(config), **now}
+  if started is not None:
+    record.update({k: started[k] for k in PROVENANCE if k in started})
+    record["resumed"] = [*started.get("resumed", []), now]
   if extra:
     record.update(jsonable(extra))
   write_atomic(run_dir / "config.json", json.dumps(record, indent=2))

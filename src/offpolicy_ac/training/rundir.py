@@ -67,7 +67,6 @@ from offpolicy_ac.training.learner import Acting
 from offpolicy_ac.training.learner import make_policies
 from offpolicy_ac.training.learner import make_transformer
 from offpolicy_ac.training.learner import take_lane
-from offpolicy_ac.training.logger import git_revision
 from offpolicy_ac.training.logger import jsonable
 from offpolicy_ac.training.logger import write_atomic
 from offpolicy_ac.training.logger import write_config
@@ -94,9 +93,6 @@ RESUMABLE_CHANGES = (
     "run_dir",
 )
 """Config fields that may change when a run is resumed."""
-PROVENANCE = ("git_revision", "versions", "command", "created")
-"""config.json's record of what started the run, kept as it was by a resume (which adds
-its own to `resumed`)."""
 
 
 LOCK = ".lock"
@@ -188,8 +184,12 @@ def load_params(path: str | os.PathLike, template: Any) -> Any:
   data = path.read_bytes()
   checksum = _checksum_path(path)
   if not checksum.exists():
-    warnings.warn(f"{path} has no checksum beside it ({checksum.name}): it is read unchecked",
-                  RuntimeWarning, stacklevel=2)  # fmt: skip
+    warnings.warn(
+        f"{path} has no checksum beside it ({checksum.name}; offpolicy_ac 0.2 and earlier "
+        "wrote none): it is read unchecked",
+        RuntimeWarning,
+        stacklevel=2,
+    )
   elif f"{zlib.crc32(data):08x}" not in _checksums_in(checksum):
     raise DamagedCheckpointError(
         f"{path} does not match its checksum ({checksum.name}): the file is damaged or "
@@ -473,7 +473,7 @@ def check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: b
       print(f"[{name}] the budget grows from {before:,} to {after:,} env steps: a step size "
             "annealed over the run follows the new budget from here on, and the default "
             "evaluation interval after the next evaluation (a run started with it would "
-            "differ, and so would its data unless the old budget ended on a checkpoint)",
+            "differ; an envpool run's data too, unless the old budget ended on a checkpoint)",
             flush=True)  # fmt: skip
   else:
     for d in (run_dir, *others):
@@ -486,26 +486,20 @@ def check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: b
         )
   run_dir.mkdir(parents=True, exist_ok=True)
   extra = {"algorithm": name, **({"inputs": inputs} if inputs else {})}
-  if resume:  # what started the run stays; each resume is listed after it
-    extra.update({k: old[k] for k in PROVENANCE if k in old})
-    resumed = {"created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "command": sys.argv,
-               "git_revision": git_revision()}  # fmt: skip
-    extra["resumed"] = [*old.get("resumed", []), resumed]
-  write_config(run_dir, args, extra=extra)
+  write_config(run_dir, args, extra=extra, started=old if resume else None)
 
 
 def _check_writable(root: pathlib.Path, dirs: Sequence[pathlib.Path],
                     checkpoints: Optional[pathlib.Path]) -> None:  # fmt: skip
   """Refuses to resume a run whose checkpoints folder (None: this process writes none) or
-  files the run goes on writing cannot be written, before anything is trained (not at its
-  first checkpoint)."""
+  run folders cannot be written, before anything is trained (not at its first
+  checkpoint)."""
   if checkpoints is not None and checkpoints.exists() and not checkpoints.is_dir():
     raise ValueError(f"--resume: {checkpoints} is a file, not the run's checkpoints folder")
-  files = ("metrics.jsonl", "summary.json", FINAL_PARAMS, BEST_PARAMS, BEST_RECORD)
-  written = (root, *([checkpoints] if checkpoints else []), *dirs)
-  for path in (*written, *(d / name for d in dirs for name in files)):
+  # The files are replaced whole (written beside, then renamed): their folders count.
+  for path in (root, *([checkpoints] if checkpoints else []), *dirs):
     if path.exists() and not os.access(path, os.W_OK):
-      raise PermissionError(f"--resume: {path} is not writable: the run goes on writing it")
+      raise PermissionError(f"--resume: {path} is not writable: the run goes on writing in it")
 
 
 def _check_checkpoints_kept(checkpoints: pathlib.Path, dirs: Sequence[pathlib.Path]) -> None:

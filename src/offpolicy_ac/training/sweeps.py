@@ -25,6 +25,7 @@ from typing import Any
 import jax.numpy as jnp
 
 from offpolicy_ac.agents import hyperparams as hyperparams_lib
+from offpolicy_ac.analysis.metrics_file import read_json
 from offpolicy_ac.training.config import TrainConfig
 from offpolicy_ac.training.logger import write_config
 
@@ -107,9 +108,11 @@ def lane_args(args: Any, lane: Lane) -> Any:
   return dataclasses.replace(args, train=train, agent=agent, run_dir=str(lane.run_dir))
 
 
-def write_lane_configs(name: str, args: Any, root: pathlib.Path, lanes: list[Lane]) -> None:
+def write_lane_configs(name: str, args: Any, root: pathlib.Path, lanes: list[Lane],
+                       resume: bool = False) -> None:  # fmt: skip
   """Each lane's directory and config.json (the root's is written by the caller); a lane
-  logging in the root itself (a single learner) gets none."""
+  logging in the root itself (a single learner) gets none. Resuming, each keeps what
+  started the run (`write_config`'s `started`)."""
   for k, lane in enumerate(lanes):
     if lane.run_dir != root:
       lane.run_dir.mkdir(parents=True, exist_ok=True)
@@ -119,7 +122,10 @@ def write_lane_configs(name: str, args: Any, root: pathlib.Path, lanes: list[Lan
           "learner": k,
           "learners": len(lanes),
       }
-      write_config(lane.run_dir, lane_args(args, lane), extra=extra)
+      path = lane.run_dir / "config.json"
+      started = read_json(path) if resume and path.exists() else None
+      started = started if isinstance(started, dict) else None
+      write_config(lane.run_dir, lane_args(args, lane), extra=extra, started=started)
 
 
 def stack_hyperparams(defaults: dict, settings: list[dict]) -> dict:
