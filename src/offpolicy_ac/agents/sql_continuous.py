@@ -141,11 +141,10 @@ def make_sql_continuous(spec, config: SqlConfig = SqlConfig(), *, name: str = "s
 
   def act(params, obs, key):
     noise_key, explore_key, uniform_key = jax.random.split(key, 3)
-    batch = obs.shape[:1]
-    noise = jax.random.normal(noise_key, batch + (d,), jnp.float32)
-    u = sampler.apply(params["sampler"], obs, noise)
-    explore = jax.random.uniform(explore_key, batch + (1,)) < config.epsilon
-    uniform = jax.random.uniform(uniform_key, batch + (d,), jnp.float32, -1.0, 1.0)
+    shape = obs.shape[:1] + (d,)
+    u = sampler.apply(params["sampler"], obs, jax.random.normal(noise_key, shape, jnp.float32))
+    explore = jax.random.uniform(explore_key, shape[:1] + (1,)) < config.epsilon
+    uniform = jax.random.uniform(uniform_key, shape, jnp.float32, -1.0, 1.0)
     return to_env(jnp.where(explore, uniform, u)), {}
 
   def greedy_act(params, obs):
