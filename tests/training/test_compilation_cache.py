@@ -28,6 +28,9 @@ def _files(directory):
 def test_a_second_launch_compiles_nothing_new(tmp_path):
   env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_")}
   env["JAX_RAISE_PERSISTENT_CACHE_ERRORS"] = "1"  # a cache that fails fails the run
+  # Every program stored, however fast it compiles: with the 0.2 s threshold, one that
+  # compiles in about that time is stored by one launch and not the other.
+  env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
   env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
   cache = tmp_path / "cache" / "offpolicy_ac" / "jax"
   _launch(tmp_path / "first", env)
