@@ -127,11 +127,12 @@ def vtrace(
   err = reverse_linear_recurrence(a, b, method=method)
 
   vs = v_tm1 + err
-  if _checks.static_flag("stop_target_gradients", stop_target_gradients):
+  stop = _checks.static_flag("stop_target_gradients", stop_target_gradients)
+  if stop:
     vs = jax.lax.stop_gradient(vs)
   vs_next = jnp.where(mask_next, shift_to_previous(vs, 0.0), v_t)
   q_estimate = r_t + discount_t * vs_next
-  if _checks.static_flag("stop_target_gradients", stop_target_gradients):
+  if stop:
     q_estimate = jax.lax.stop_gradient(q_estimate)
   rho_pg = jnp.minimum(clip_pg_rho_threshold, rho_tm1)
   pg_advantage = jnp.where(mask, rho_pg * (q_estimate - v_tm1), zero)

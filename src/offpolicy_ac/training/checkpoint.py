@@ -36,6 +36,7 @@ import zlib
 import jax
 import numpy as np
 
+from offpolicy_ac.analysis.metrics_file import read_json
 from offpolicy_ac.training.logger import write_atomic
 
 
@@ -119,9 +120,9 @@ def _read_checksums(step_dir: pathlib.Path) -> dict[str, str]:
   if not path.exists():
     raise DamagedCheckpointError(f"{step_dir} has no {CHECKSUMS} (its save did not finish)")
   try:
-    return json.loads(path.read_text())
-  except (json.JSONDecodeError, UnicodeDecodeError) as e:
-    raise DamagedCheckpointError(f"{path} is damaged (not valid JSON: {e})") from None
+    return read_json(path)
+  except ValueError as e:  # not JSON, or not text
+    raise DamagedCheckpointError(str(e)) from None
 
 
 SAVING = threading.Event()

@@ -459,13 +459,13 @@ def _train(name: str, args: Any, root: pathlib.Path, lanes: list[sweeps.Lane],
     added = [_added(add_logger, d, lane.seed) for lane, d in zip(lanes, dirs) if add_logger]
   try:
     # Process 0 writes the checkpoints, in the root; the others read them (process<k>/).
-    kept = {"inputs": inputs, "checkpoints": root / "checkpoints",
-            "writes_checkpoints": config.parallel.process_id == 0}  # fmt: skip
+    common = {"inputs": inputs, "checkpoints": root / "checkpoints",
+              "writes_checkpoints": config.parallel.process_id == 0}  # fmt: skip
     with refusals():
       if len(lanes) == 1:
-        rundir.check_or_write_config(name, args, dirs[0], resume, **kept)
+        rundir.check_or_write_config(name, args, dirs[0], resume, **common)
       else:
-        rundir.check_or_write_config(name, args, root, resume, others=dirs, **kept)
+        rundir.check_or_write_config(name, args, root, resume, others=dirs, **common)
         sweeps.write_lane_configs(name, args, root, lanes, resume)
   except BaseException:
     with contextlib.suppress(Exception):  # the refusal is the error to show
