@@ -421,9 +421,9 @@ def check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: b
   """On resume, refuses a changed config or input file (`inputs`: the digests of the
   files that args fields name, kept in config.json, compared instead of the paths), and
   a run that cannot go on: `checkpoints` (default `run_dir`/checkpoints; a multi-process
-  job's other processes read process 0's) gone while its summary names one, or files it
-  writes (with `writes_checkpoints`, the checkpoints too) not writable. Otherwise refuses
-  to overwrite a run (in `run_dir` or any of `others`). Then writes config.json."""
+  job's other processes read process 0's) gone while its summary names one, or folders it
+  writes in (with `writes_checkpoints`, the checkpoints too) not writable. Otherwise
+  refuses to overwrite a run (in `run_dir` or any of `others`). Then writes config.json."""
   config_path = run_dir / "config.json"
   old = _run_config(config_path) if config_path.exists() else None
   lane_of = old.get("learners_of") if old is not None else None
