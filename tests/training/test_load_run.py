@@ -213,6 +213,24 @@ def test_without_final_parameters_the_newest_checkpoint_is_loaded(runs, tmp_path
   with pytest.warns(RuntimeWarning, match=rf"checkpoint at env step {last:,} is incomplete .*"
                                           rf"at {before:,}, is loaded"):  # fmt: skip
     assert load_run(run_dir).env_steps == before
+  # The newest complete checkpoint damaged: passed over with a warning, as --resume does;
+  # asked for by its step, refused.
+  (run_dir / "checkpoints" / str(last)).rename(run_dir / "aside")
+  arrays = run_dir / "checkpoints" / str(before) / "arrays"
+  for data in arrays.glob("ocdbt.process_0/d/*"):
+    data.write_bytes(data.read_bytes()[:8])
+  first = final.checkpoints[-3]
+  with pytest.warns(RuntimeWarning, match=rf"checkpoint {before} in .* could not be read: .*; "
+                                          rf"loading the one at env step {first:,}"):  # fmt: skip
+    loaded = load_run(run_dir)
+  assert loaded.env_steps == first
+  assert _equal_trees(loaded.params, load_run(run_dir, checkpoint=first).params)
+  with pytest.raises(DamagedCheckpointError, match=rf"checkpoint {before} .* could not be read"):
+    load_run(run_dir, checkpoint=before)
+  for step in final.checkpoints[:-2]:  # all damaged: the newest one's error
+    shutil.rmtree(run_dir / "checkpoints" / str(step))
+  with pytest.raises(DamagedCheckpointError, match=rf"checkpoint {before} .* could not be read"):
+    load_run(run_dir)
   shutil.rmtree(run_dir / "checkpoints")
   with pytest.raises(ValueError, match="holds no parameters"):
     load_run(run_dir)

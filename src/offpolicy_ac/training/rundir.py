@@ -721,7 +721,8 @@ def load_run(run_dir: str | os.PathLike, *, checkpoint: Optional[int] = None,
       directories; of a sweep: one of its <setting>/seed<k> directories).
     checkpoint: None: the final parameters (final_params.msgpack), or, if the run
       wrote none or went on since (it is still running, or was killed, resumed or not),
-      its newest checkpoint's; an int: the checkpoint taken at that many env steps (see
+      its newest checkpoint's (a damaged one is passed over, with a warning, as
+      `--resume` passes it over); an int: the checkpoint taken at that many env steps (see
       `LoadedRun.checkpoints`).
     best: the best-evaluated parameters (best_params.msgpack: those of the evaluation
       with the highest mean return, summary.json's `best_eval_return`) instead of the
@@ -782,13 +783,16 @@ def load_run(run_dir: str | os.PathLike, *, checkpoint: Optional[int] = None,
   else:
     if checkpoint is None and not steps:
       raise ValueError(f"{run_dir} holds no parameters: no {FINAL_PARAMS} and no checkpoint")
-    step = steps[-1] if checkpoint is None else checkpoint
-    if checkpoint is None:
-      _warn_of_newer_incomplete(ckpt_dir, step)
-    if step not in steps:
-      raise ValueError(f"{run_dir} has no checkpoint at env step {step}; it has {list(steps)}")
-    params, transform = _read_acting(ckpt_dir, step, num_seeds, index, params_template,
+    if checkpoint is not None and checkpoint not in steps:
+      raise ValueError(f"{run_dir} has no checkpoint at env step {checkpoint}; it has "
+                       f"{list(steps)}")  # fmt: skip
+    read = lambda step: _read_acting(ckpt_dir, step, num_seeds, index, params_template,
                                      transform, compiled=config.compiled)  # fmt: skip
+    if checkpoint is None:
+      _warn_of_newer_incomplete(ckpt_dir, steps[-1])
+      step, (params, transform) = _newest_readable(steps, read)
+    else:
+      step, (params, transform) = checkpoint, read(checkpoint)
     env_steps, source = step, "checkpoint"
   acting = jax.device_put(Acting(params, transform))
   return LoadedRun(
@@ -796,6 +800,22 @@ def load_run(run_dir: str | os.PathLike, *, checkpoint: Optional[int] = None,
       env_steps=env_steps, source=source, checkpoints=steps, greedy=jax.jit(greedy),
       act=jax.jit(act),
   )  # fmt: skip
+
+
+def _newest_readable(steps: Sequence[int], read: Callable[[int], Any]) -> tuple[int, Any]:
+  """(step, read(step)) of the newest of `steps` whose checkpoint reads and matches its
+  checksums, warning of each newer damaged one passed over (as `--resume` falls back);
+  with none readable, the newest one's error."""
+  errors = []
+  for step in reversed(steps):
+    if errors:
+      warnings.warn(f"{errors[-1]}; loading the one at env step {step:,}", RuntimeWarning,
+                    stacklevel=3)  # fmt: skip
+    try:
+      return step, read(step)
+    except DamagedCheckpointError as e:
+      errors.append(e)
+  raise errors[0]
 
 
 def _warn_of_newer_incomplete(ckpt_dir: pathlib.Path, step: int) -> None:
@@ -834,13 +854,15 @@ def _read_acting(ckpt_dir: pathlib.Path, step: int, num_seeds: int, index: int,
                       "transform": shapes(to_dict(transform))}}  # fmt: skip
   if compiled:
     item = {"state": item}
+  where = f"checkpoint {step} in {ckpt_dir}"
   try:
     arrays, record = read_checkpoint(ckpt_dir, step, item)
+  except DamagedCheckpointError:
+    raise
   except Exception as e:  # pylint: disable=broad-except
-    raise ValueError(f"checkpoint {step} in {ckpt_dir} could not be read: {e!r}") from e
+    raise DamagedCheckpointError(f"{where} could not be read: {e!r}") from e
   records.check_format(record, f"{ckpt_dir} at step {step}", "compiled" if compiled else "envpool")
   learner = take_lane((arrays["state"] if compiled else arrays)["learner"], index)
-  where = f"checkpoint {step} in {ckpt_dir}"
   return (
       _check_shapes(params, flax.serialization.from_state_dict(params, learner["agent"]["params"]),
                     where),
