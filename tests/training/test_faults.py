@@ -466,6 +466,27 @@ def test_a_damaged_array_name_in_the_newest_checksums_is_set_aside_with_a_warnin
   assert [p.name.split("-")[0] for p in tmp_path.glob("2.unreadable-*")] == ["2.unreadable"]
 
 
+def test_a_set_aside_checkpoint_is_deleted_once_checkpoints_as_old_are(tmp_path):
+  """Set-aside copies (each a whole checkpoint) do not pile up over kills and resumes: a
+  save deletes those older than the oldest checkpoint it keeps, as it deletes checkpoints."""
+  from offpolicy_ac.training.checkpoint import Checkpointer  # pylint: disable=import-outside-toplevel
+
+  tree = {"state": np.zeros(3), "step": np.int32(0)}
+  ckpt = Checkpointer(tmp_path, max_to_keep=2)
+  for step in (1, 2):
+    ckpt.save(step, tree, {"step": step})
+  (tmp_path / "2" / "checksums.json").unlink()  # killed before its checksums were written
+  with pytest.warns(RuntimeWarning, match="checkpoint 2 .* moved it to 2.unreadable-"):
+    assert ckpt.restore_latest(tree)[0] == 1
+  aside = lambda: sorted(p.name.split("-")[0] for p in tmp_path.glob("*.unreadable-*"))
+  for step in (2, 3):  # the resumed run redoes step 2: its copy is as old as a kept one
+    ckpt.save(step, tree, {"step": step})
+    assert aside() == ["2.unreadable"]
+  ckpt.save(4, tree, {"step": 4})
+  assert ckpt.steps() == [3, 4] and aside() == []
+  ckpt.close()
+
+
 def test_a_stop_signal_ends_a_run_of_seeds_one_after_the_other_and_resume_finishes_it(tmp_path):
   seeds = ["--num-seeds", "2", "--no-vmap-seeds"]
   straight = tmp_path / "straight"

@@ -9,7 +9,7 @@ are the checkpoints older than the newest `max_to_keep` deleted, so a kill at an
 of a save leaves the previous checkpoints intact. On restore, `restore_latest` falls back
 to older checkpoints, with a warning that names it, when the newest cannot be read, has
 no checksums (a save that did not finish) or does not match them (the damaged one is
-renamed aside, not deleted).
+renamed aside, not deleted, until the run's saves delete the checkpoints as old).
 
 Multi-host jobs: the learner state is replicated, so process 0 alone writes
 (`read_only=False`); the other processes open the same directory read-only
@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import pathlib
+import shutil
 import sys
 import threading
 import time
@@ -60,6 +61,7 @@ def _to_savable(tree: Any) -> Any:
 
 
 CHECKSUMS = "checksums.json"
+_SET_ASIDE = ".unreadable-"  # a damaged checkpoint renamed `<step>.unreadable-<time>`
 
 
 class DamagedCheckpointError(ValueError):
@@ -209,8 +211,15 @@ class Checkpointer:
     # Written last: a checkpoint without them is one whose save did not finish.
     checksums = {**array_checksums(savable), RECORD: record_checksum(record)}
     write_atomic(self.directory / str(step) / CHECKSUMS, json.dumps(checksums))
-    for old in self.steps()[: -self._max_to_keep]:
+    steps = self.steps()
+    for old in steps[: -self._max_to_keep]:
       self._manager.delete(old)
+    # A copy set aside is kept while checkpoints as old are: as many as a run keeps.
+    oldest_kept = steps[-self._max_to_keep :][0]
+    for aside in self.directory.glob(f"*{_SET_ASIDE}*"):
+      step = aside.name.split(_SET_ASIDE)[0]
+      if step.isdigit() and int(step) < oldest_kept:
+        shutil.rmtree(aside, ignore_errors=True)
 
   def steps(self) -> list[int]:
     self._manager.reload()
@@ -280,12 +289,12 @@ class Checkpointer:
 
   def _set_aside(self, step: int, why: str) -> None:
     """Warns that checkpoint `step` cannot be used (`why`) and, unless read-only, renames it
-    `<step>.unreadable-<time>` (kept, never deleted)."""
+    `<step>.unreadable-<time>` (kept until `save` deletes the checkpoints as old)."""
     unreadable = f"checkpoint {step} in {self.directory} {why}"
     if self.read_only:
       warnings.warn(f"{unreadable}; trying the previous one", RuntimeWarning)
       return
-    quarantine = self.directory / f"{step}.unreadable-{int(time.time())}"
+    quarantine = self.directory / f"{step}{_SET_ASIDE}{int(time.time())}"
     moved = f"moved it to {quarantine.name} and falling back to the previous one"
     warnings.warn(f"{unreadable}; {moved}", RuntimeWarning)
     os.replace(self.directory / str(step), quarantine)
@@ -414,7 +423,7 @@ def restore_newest(checkpointer: Optional[Checkpointer], template: Any,
     raise ValueError("resume needs checkpoints (checkpoint_every > 0)")
   restored = checkpointer.restore_latest(template, check_record=check_record)
   if restored is None:
-    damaged = sorted(p.name for p in checkpointer.directory.glob("*.unreadable-*"))
+    damaged = sorted(p.name for p in checkpointer.directory.glob(f"*{_SET_ASIDE}*"))
     if damaged:
       raise DamagedCheckpointError(
           f"no intact checkpoint in {checkpointer.directory}: {', '.join(damaged)} could not "
