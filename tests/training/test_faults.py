@@ -260,8 +260,12 @@ def test_no_intact_checkpoint_is_an_error_not_a_fresh_start(tmp_path):
   _run(run_dir, steps=2560)
   for step in _checkpoints(run_dir):
     (run_dir / "checkpoints" / str(step) / "checksums.json").unlink()  # as if cut short
-  proc = _run(run_dir, "--resume", check=False)
+  config = (run_dir / "config.json").read_bytes()
+  proc = _run(run_dir, "--resume", check=False, steps=3840)
   assert proc.returncode != 0 and "no intact checkpoint" in proc.stderr
+  # Nothing ran: config.json keeps the run's budget (a larger one would refuse a resume
+  # with the run's own as "smaller") and lists no resume.
+  assert (run_dir / "config.json").read_bytes() == config
 
 
 def test_checkpoints_of_other_shapes_are_refused_and_left_as_they_are(tmp_path):

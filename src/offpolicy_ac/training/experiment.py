@@ -63,6 +63,7 @@ from offpolicy_ac.training.logger import MultiLogger
 from offpolicy_ac.training.logger import RunLogger
 from offpolicy_ac.training.logger import WandbLogger
 from offpolicy_ac.training.logger import require_wandb
+from offpolicy_ac.training.logger import write_atomic
 from offpolicy_ac.training.parallel import JOIN_TIMEOUT_S
 from offpolicy_ac.training.parallel import check_same_settings
 from offpolicy_ac.training.parallel import ensure_cpu_devices
@@ -457,6 +458,11 @@ def _train(name: str, args: Any, root: pathlib.Path, lanes: list[sweeps.Lane],
   resume = bool(getattr(args, "resume", False))
   with refusals():  # before config.json is written
     added = [_added(add_logger, d, lane.seed) for lane, d in zip(lanes, dirs) if add_logger]
+  # A resume that ends in an error before its first checkpoint leaves the run as it found
+  # it: config.json too (its budget, its `resumed` list).
+  configs = [d / "config.json" for d in dict.fromkeys([root, *dirs])]
+  before = {path: path.read_bytes() for path in configs if resume and path.exists()}
+  saved = _checkpoint_saves(root / "checkpoints")
   try:
     # Process 0 writes the checkpoints, in the root; the others read them (process<k>/).
     common = {"inputs": inputs, "checkpoints": root / "checkpoints",
@@ -493,8 +499,20 @@ def _train(name: str, args: Any, root: pathlib.Path, lanes: list[sweeps.Lane],
     loggers = [MultiLogger(logger, extra) for logger, extra in zip(loggers, added)]
   flag = _StopFlag()
   with _stop_on_signals(flag):  # to the end: a second signal never cuts the files short
-    return _drive_and_finish(name, config, root, lanes, dirs, program, protocol, loggers,
-                             checkpointer, resume, flag)  # fmt: skip
+    try:
+      return _drive_and_finish(name, config, root, lanes, dirs, program, protocol, loggers,
+                               checkpointer, resume, flag)  # fmt: skip
+    except Exception:
+      if _checkpoint_saves(root / "checkpoints").items() <= saved.items():
+        for path, data in before.items():
+          write_atomic(path, data)
+      raise
+
+
+def _checkpoint_saves(directory: pathlib.Path) -> dict[int, int]:
+  """When each complete checkpoint in `directory` was saved: {step: its checksums' mtime}."""
+  return {step: (directory / str(step) / checkpoint.CHECKSUMS).stat().st_mtime_ns
+          for step in checkpoint.checkpoint_steps(directory)}  # fmt: skip
 
 
 def _drive_and_finish(name: str, config: TrainConfig, root: pathlib.Path,
