@@ -40,8 +40,9 @@ class Args:
   """'greedy': the greedy (discrete) or mean (continuous) action, as the in-training
   evaluation acts; 'behaviour': actions sampled from the policy the run trained with."""
   action_box_fraction: Optional[float] = None
-  """Continuous actions: clip them to the action box shrunk by this fraction around its
-  centre (1: the box itself), so the file holds the actions taken (`demos.clip_to_box`).
+  """Continuous actions: clip them to the action box shrunk to this fraction of its width
+  around its centre (1: the box itself; 0.9: its middle 90%), so the file holds the actions
+  taken (`demos.clip_to_box`).
   Below 1 keeps them off the box's faces, which SQIL's tanh sampler reaches only in the
   limit. None (default): the actions as the policy gives them (a Gaussian's lie outside
   the box; the environment clips them)."""

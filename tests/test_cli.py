@@ -155,6 +155,15 @@ def test_the_preset_flag_may_come_anywhere_and_is_listed_in_help(capsys):
   )
 
 
+@pytest.mark.parametrize("script", ["sql", "sqil"])
+def test_lambda_on_a_preset_of_1_step_targets_is_one_flag_not_two(script):
+  """The pendulum presets set n_step 1: --lambda alone is not "both given"."""
+  module = getattr(presets, script)
+  args = parse_args(module.Args, module.PRESETS, argv=["--preset", "pendulum", "--lambda", "0.5"])
+  assert (args.agent.n_step, args.agent.lambda_) == (1, 0.5)
+  args.agent.validate()
+
+
 @pytest.mark.parametrize("script", ["impala", "sql"])
 @pytest.mark.parametrize("flag", ["--lambda", "--lambda_"])
 def test_lambda_is_accepted_with_and_without_the_underscore(script, flag):

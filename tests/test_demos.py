@@ -207,6 +207,23 @@ def test_check_demos_refuses_integer_actions_for_a_continuous_task():
     demos_lib.check_demos(demos, spec)
 
 
+
+def test_float32_actions_clipped_to_a_bound_not_exact_in_float32_are_in_the_box():
+  """Humanoid's box is ±0.4: float32(0.4) is above the float64 bound, and clip_to_box's
+  (as the agents') float32 actions at the edge are that value. They are in the box."""
+  spec = envs.spec("Humanoid-v4")
+  assert float(np.float32(spec.action_high[0])) > spec.action_high[0]  # 0.4: not exact in float32
+  dims, obs = len(spec.action_low), np.zeros((9,) + spec.observation_shape, np.float32)
+  pushing = lambda o: np.full((len(o), dims), 5.0, np.float32)
+  edge = demos_lib.clip_to_box(pushing, spec.action_low, spec.action_high)(obs)
+  demos = {**_episodes([5, 4]), "observation": obs, "action": -edge}
+  demos_lib.check_demos(demos, spec)
+  demos["action"] = edge
+  demos_lib.check_demos(demos, spec)
+  demos["action"] = np.nextafter(edge, np.float32(1))  # above the box in float32 too
+  with pytest.raises(ValueError, match="actions outside the task's action box"):
+    demos_lib.check_demos(demos, spec)
+
 def test_cut_episodes_names_why_no_sequence_could_be_cut():
   demos = _episodes([5, 4])
   with pytest.raises(ValueError, match="the longest episode has 5 steps"):

@@ -55,8 +55,8 @@ def clip_to_box(policy: Callable[[np.ndarray], np.ndarray], low: Any, high: Any,
                 fraction: float = 1.0) -> Callable[[np.ndarray], np.ndarray]:  # fmt: skip
   """`policy` with its continuous actions [B, *action_shape] clipped to the action box
   [low, high] (flattened bounds, one per action dimension, as `envs.EnvSpec` has them)
-  shrunk by `fraction` around its centre, so the actions the environment steps with and
-  the actions recorded are the same.
+  shrunk to `fraction` of its width around its centre, so the actions the environment
+  steps with and the actions recorded are the same.
 
   A Gaussian policy's actions (IMPALA's, ACER's) lie outside the box, which the
   environment clips: with `fraction` 1 the demonstrations hold the actions actually
@@ -242,7 +242,9 @@ def check_demos(demos: dict[str, Any], spec: EnvSpec, where: str = "the demonstr
   else:
     if not np.issubdtype(action.dtype, np.floating):
       raise ValueError(f"{where}: {action.dtype} actions, the task's are continuous (floats)")
-    low, high = np.asarray(spec.action_low), np.asarray(spec.action_high)
+    # In the actions' precision: float32 actions clipped to a bound that float32 cannot
+    # hold exactly (Humanoid's 0.4) round to the float32 bound, just outside the float64 one.
+    low, high = (np.asarray(b).astype(action.dtype) for b in (spec.action_low, spec.action_high))
     if not np.isfinite(action).all() or (action < low).any() or (action > high).any():
       raise ValueError(f"{where}: actions outside the task's action box [{spec.action_low}, "
                        f"{spec.action_high}] or not finite (record_demos.py "

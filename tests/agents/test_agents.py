@@ -315,9 +315,12 @@ def test_sql_config_validation(cartpole_spec):
   for bad in (dict(alpha=0.0), dict(epsilon=2.0), dict(n_step=0), dict(lambda_=-0.1)):
     with pytest.raises(ValueError):
       make_sql(cartpole_spec, dataclasses.replace(SqlConfig(), **bad))
-  # n_step sets the n-step targets, which lambda_ > 0 replaces: both given are refused.
-  with pytest.raises(ValueError, match="n_step=1 with lambda_=0.5"):
-    make_sql(cartpole_spec, SqlConfig(n_step=1, lambda_=0.5))
+  # n_step sets the n-step targets, which lambda_ > 0 replaces: both given are refused;
+  # 1-step targets (a preset's) or the default n_step are no conflict.
+  with pytest.raises(ValueError, match="n_step=2 with lambda_=0.5"):
+    make_sql(cartpole_spec, SqlConfig(n_step=2, lambda_=0.5))
+  for n_step in (1, SqlConfig.n_step):
+    make_sql(cartpole_spec, SqlConfig(n_step=n_step, lambda_=0.5))
   # The sampler's and the sampled soft value's settings: continuous SQL's only.
   with pytest.raises(ValueError, match="num_particles, svgd_update_ratio: settings of continuous"):
     make_sql(cartpole_spec, SqlConfig(num_particles=4, svgd_update_ratio=0.25))

@@ -158,6 +158,13 @@ CASES = [
     ("sql", ["--lambda", "0.9", "--n-step", "7"], "--n-step=7 with --lambda=0.9: --lambda > 0"),
     ("sql", ["--n-step", "50"], "--n-step (50) exceeds --mini-batch-length (4)"),
     ("sqil", ["--demos", "{demos}/good.npz", "--n-step", "50"], "--n-step (50) exceeds"),
+    # The flag's own message, not the demonstrations' cut of a window of 1 step.
+    (
+        "sqil",
+        ["--demos", "{demos}/good.npz", "--mini-batch-length", "0"],
+        "--mini-batch-length must be a positive int, got 0",
+    ),
+    ("sql", ["--preset", "pendulum", "--lambda", "0.5", "--n-step", "2"], "--n-step=2 with"),
 ]
 TRAINS = ("impala", "acer", "sql", "sqil")
 

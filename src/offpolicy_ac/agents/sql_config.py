@@ -39,12 +39,13 @@ class SqlConfig:
   """Probability of a uniformly random action on top of Boltzmann acting (continuous: on
   top of the sampler's action; uniform in the action box)."""
   n_step: int = 3
-  """n of the soft n-step targets (lambda_ == 0), at most mini_batch_length. Continuous
-  SQL's paper targets are 1-step."""
+  """n of the soft n-step targets (lambda_ == 0), at most mini_batch_length; a target
+  near a sampled window's end looks ahead only to it. Continuous SQL's paper targets are
+  1-step. With lambda_ > 0 it is not used, and may only be 1 or this default."""
   lambda_: float = 0.0
   """If > 0, soft lambda-returns over the sampled window instead of n-step."""
   learning_rate: float = 1e-3
-  """Adam step size."""
+  """The optimizer's step size."""
   learning_rate_decay_updates: int = 0
   """> 0: after the first `learning_rate_decay_begin` updates, the step size falls
   linearly to 0 over this many updates (`experiments/sql.py --learning-rate-cooldown`
@@ -98,7 +99,9 @@ class SqlConfig:
     base.check_in("lambda_", self.lambda_, 0.0, 1.0)
     base.check_in("target_update_tau", self.target_update_tau, 1e-9, 1.0)
     base.check_int("n_step", self.n_step, 1)
-    if self.lambda_ > 0 and self.n_step != SqlConfig.n_step:
+    # A preset's 1-step targets (n_step 1) or the default n_step meet lambda_ without
+    # a conflict: only another n_step is one that lambda_ would silently replace.
+    if self.lambda_ > 0 and self.n_step not in (1, SqlConfig.n_step):
       raise ValueError(
           f"n_step={self.n_step} with lambda_={self.lambda_}: lambda_ > 0 selects the soft "
           "lambda-returns, and n_step sets the n-step targets (lambda_ 0): give one of the two"

@@ -129,6 +129,7 @@ def run(args: Args, **run_kwargs):
       raise ValueError("--demos FILE is required (record one with experiments/record_demos.py)")
     if args.demo_batch_size is not None and args.demo_batch_size < 1:
       raise ValueError(f"--demo-batch-size must be >= 1, got {args.demo_batch_size}")
+    args.train.validate()  # a bad flag named as such, before the file is loaded and cut
     demos = demos_lib.load_demos(args.demos)
     if demos["env_id"] != args.train.env.env_id:
       raise ValueError(
@@ -139,7 +140,6 @@ def run(args: Args, **run_kwargs):
     demo_batch_size = args.demo_batch_size or args.train.replay.mini_batch_size
     length = args.train.replay.mini_batch_length + 1
     sequences = demos_lib.cut_episodes(demos, length, args.cut_mode)
-    args.train.validate()
     prepare_process(args.train)  # before the demonstrations go to the device
     batch_fn = make_sqil_batch_fn(sequences, batch_size=demo_batch_size, length=length)
     with open(os.path.expanduser(args.demos), "rb") as f:  # compared on --resume
