@@ -47,8 +47,15 @@ def main(args: Args) -> list[statistics.GroupCurve]:
   if args.reps < 40 or args.max_points < 2 or not 0 <= args.seed < 2**32:
     raise ValueError(f"need --reps >= 40 (95% intervals), --max-points >= 2 and --seed in "
                      f"[0, 2**32), got {args.reps}, {args.max_points} and {args.seed}")  # fmt: skip
+  if not args.paths:
+    raise ValueError("give the run directories, or directories to search for them (runs/)")
   check_output_file("--out-dir", pathlib.Path(args.out_dir) / "<env_id>.png")
   runs = [statistics.run_info(d) for d in statistics.find_runs(args.paths)]
+  if args.metric is not None:  # a misspelt key is not "nothing logged yet"
+    logged = {key for r in runs for line in statistics.read_metrics(r.run_dir) for key in line}
+    if logged and args.metric not in logged:
+      raise ValueError(f"--metric {args.metric}: no run logs it; they log "
+                       f"{', '.join(sorted(logged))}")  # fmt: skip
   groups = statistics.group_runs(runs)
   curves, labels = [], []
   for group, label in zip(groups, statistics.group_labels(groups)):

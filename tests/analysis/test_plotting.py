@@ -42,6 +42,8 @@ def test_plot_runs_refuses_what_it_cannot_draw(tmp_path):
     plot_runs([run, run], tmp_path / "curve.png", labels=["a"])
   with pytest.raises(ValueError, match="no such run directory"):
     plot_runs([tmp_path / "missing"], tmp_path / "curve.png")
+  with pytest.raises(ValueError, match=r"is not a run directory .*: the runs below it are .*run"):
+    plot_runs([tmp_path], tmp_path / "curve.png")  # a folder of runs: not an empty plot
   for nothing in ([], str(run)):  # an empty plot; a str read as one directory per character
     with pytest.raises(ValueError, match="needs a sequence of run directories"):
       plot_runs(nothing, tmp_path / "curve.png")

@@ -258,7 +258,9 @@ def test_group_curve_names_the_run_of_a_bad_value_or_of_steps_out_of_order(tmp_p
     S.group_curve(_groups([tmp_path])[0], reps=50)
   metrics.write_text(good.replace('"episode_return": 1.0', '"episode_return": NaN'))
   write_run(tmp_path / "r1", seed=1, steps=(0, 100, 200))
-  with pytest.warns(RuntimeWarning, match=r"r0 logged episode_return NaN at env steps 100"):
+  with pytest.warns(
+      RuntimeWarning, match=r"r0 logged episode_return NaN or infinite at env steps 100"
+  ):
     curve = S.group_curve(_groups([tmp_path])[0], reps=50)
   np.testing.assert_array_equal(curve.env_steps, [0, 200])
 
@@ -413,7 +415,12 @@ def test_nan_values_and_a_run_without_evaluations_are_named(tmp_path):
   metrics = tmp_path / "r1" / "metrics.jsonl"
   metrics.write_text(metrics.read_text().replace('"eval_return": 2.0', '"eval_return": null'))
   (group,) = _groups([tmp_path])
-  with pytest.warns(RuntimeWarning, match=r"r1 logged eval_return NaN at env steps 200"):
+  with pytest.warns(RuntimeWarning, match=r"r1 logged eval_return NaN or infinite at env "
+                                          r"steps 200"):  # fmt: skip
+    assert S.group_curve(group, reps=50).metric == "eval_return"
+  # Infinity (not the logger's, another writer's) is left out the same way, and named.
+  metrics.write_text(metrics.read_text().replace('"eval_return": null', '"eval_return": Infinity'))
+  with pytest.warns(RuntimeWarning, match=r"r1 logged eval_return NaN or infinite"):
     assert S.group_curve(group, reps=50).metric == "eval_return"
   write_run(tmp_path / "r3", seed=3, steps=(0, 100, 200))
   (group,) = _groups([tmp_path])
@@ -445,11 +452,17 @@ def test_a_run_that_logged_nothing_yet_is_left_out_of_its_group(tmp_path):
   (group,) = _groups([started])
   with pytest.raises(ValueError, match=r"no run logged episode_return \(.*started\)"):
     S.group_curve(group, reps=50)
+  (started / "metrics.jsonl").write_text("")  # as the logger opens it: found, and named
+  (group,) = _groups([tmp_path])
+  with pytest.warns(RuntimeWarning, match=r"left out .*started, which logged no eval_return"):
+    assert len(S.group_curve(group, reps=50).group.runs) == 3
 
 
 @pytest.mark.parametrize("line, fragment", [
     ('[1, 2]\n', "line 4 is not a metrics line"),
     ('{"wall_time_s": 1.0}\n', "line 4 is not a metrics line"),
+    ('{"env_steps": NaN}\n', "line 4 is not a metrics line"),
+    ('{"env_steps": true}\n', "line 4 is not a metrics line"),
     ('{"env_steps": 3\n{"env_steps": 4}\n', "is damaged: line 4 is not valid JSON"),
     ('\udc92\udcff\n{"env_steps": 4}\n', "is damaged: line 4 is not valid JSON"),  # not UTF-8
 ])  # fmt: skip
@@ -469,7 +482,17 @@ def test_read_metrics_takes_the_run_directory_or_its_metrics_file(tmp_path):
   assert [r["env_steps"] for r in by_dir] == [0, 1, 2]
   assert S.read_metrics(run / "metrics.jsonl") == by_dir
   (tmp_path / "started").mkdir()
+  (tmp_path / "started" / "config.json").write_text("{}")
   assert S.read_metrics(tmp_path / "started") == []  # no metrics yet
+  # A folder of runs, or of anything else, is no run of no metrics: a plot of it would be
+  # empty in silence.
+  write_run(tmp_path / "mine" / "a")
+  with pytest.raises(ValueError, match=r"mine is not a run directory .*: the runs below it "
+                                       r"are .*mine/a"):  # fmt: skip
+    S.read_metrics(tmp_path / "mine")
+  (tmp_path / "empty").mkdir()
+  with pytest.raises(ValueError, match=r"empty is not a run directory \(no config.json"):
+    S.read_metrics(tmp_path / "empty")
   with pytest.raises(FileNotFoundError, match="runz does not exist"):
     S.read_metrics(tmp_path / "runz")
   write_run(tmp_path / "seeds" / "seed0")
@@ -516,6 +539,19 @@ def test_plot_script_leaves_out_a_group_that_logged_nothing_yet(tmp_path, capsys
   assert sorted(p.name for p in (tmp_path / "p").iterdir()) == ["CartPole-v1.png"]
   with pytest.raises(S.NothingLogged):
     plot.main(plot.Args(paths=(str(started),), out_dir=str(tmp_path / "p"), reps=50))
+
+
+def test_plot_script_names_a_metric_no_run_logs_and_needs_a_path(tmp_path):
+  runs = tmp_path / "runs"
+  write_run(runs / "impala", seed=0)
+  write_run(runs / "acer", algorithm="acer", env_id="Pendulum-v1")
+  plot = load_script("plot")
+  args = lambda **kw: plot.Args(**{"out_dir": str(tmp_path / "p"), "reps": 50, **kw})
+  with pytest.raises(ValueError, match=r"--metric nosuch: no run logs it; they log "
+                                       r"env_steps, episode_return, wall_time_s"):  # fmt: skip
+    plot.main(args(paths=(str(runs),), metric="nosuch"))
+  with pytest.raises(ValueError, match="give the run directories"):
+    plot.main(args(paths=()))
 
 
 def test_the_table_shows_small_values_with_their_digits():

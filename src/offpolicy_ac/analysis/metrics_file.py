@@ -56,11 +56,13 @@ def decode_line(line: str) -> dict:
 
   Raises:
     json.JSONDecodeError: the line is not valid JSON (a line cut by a kill, or damage).
-    ValueError: it is JSON but not a metrics line (an object with a number `env_steps`).
+    ValueError: it is JSON but not a metrics line (an object with a finite number
+      `env_steps`).
   """
   record = json.loads(line)
-  if not isinstance(record, dict) or not isinstance(record.get("env_steps"), (int, float)):
-    raise ValueError("not a metrics line (a JSON object with env_steps)")
+  steps = record.get("env_steps") if isinstance(record, dict) else None
+  if isinstance(steps, bool) or not isinstance(steps, (int, float)) or not math.isfinite(steps):
+    raise ValueError("not a metrics line (a JSON object with env_steps, a finite number)")
   return record
 
 
@@ -73,8 +75,9 @@ def read_metrics(run_dir: str | os.PathLike) -> list[dict]:
   Raises:
     FileNotFoundError: `run_dir` does not exist.
     ValueError: `run_dir` is the root of a run of several seeds or of a sweep (the message
-      names its learners' directories); a line that is not a metrics line (a JSON object
-      with `env_steps`), or one that does not parse before the last: the file is damaged.
+      names its learners' directories), or not a run directory; a line that is not a
+      metrics line (a JSON object with a finite `env_steps`), or one that does not parse
+      before the last: the file is damaged.
   """
   path = pathlib.Path(run_dir).expanduser()
   if not path.exists():
@@ -89,7 +92,13 @@ def read_metrics(run_dir: str | os.PathLike) -> list[dict]:
       raise ValueError(
           f"{path.parent} holds several learners' runs: read one of them ({', '.join(learners)})"
       )
-    return []
+    if (path.parent / "config.json").exists():
+      return []  # a run that has not opened its metrics file yet
+    below = sorted(str(p.parent) for p in (*path.parent.glob(f"*/{METRICS_FILE}"),
+                                           *path.parent.glob(f"*/*/{METRICS_FILE}")))  # fmt: skip
+    runs = f": the runs below it are {', '.join(below[:10])}" if below else ""
+    raise ValueError(f"{path.parent} is not a run directory (no config.json or "
+                     f"{METRICS_FILE}){runs}{', ...' if len(below) > 10 else ''}")  # fmt: skip
   text = path.read_bytes().decode("utf-8", "replace").splitlines()  # junk: a damaged line
   lines = []
   for number, line in enumerate(text, 1):

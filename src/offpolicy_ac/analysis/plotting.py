@@ -40,7 +40,8 @@ def plot_runs(
 
   Raises:
     ValueError: no run directory, `out` is not a .png file, `labels` are not one per run,
-      or a run directory does not exist (one without metrics yet is an empty curve).
+      or a run directory does not exist or is not one (a run without metrics yet is an
+      empty curve).
   """
   if isinstance(run_dirs, (str, os.PathLike)) or not run_dirs:
     raise ValueError(f"plot_runs needs a sequence of run directories, got {run_dirs!r}")

@@ -23,7 +23,8 @@ Statistical Precipice" (NeurIPS; arXiv:2108.13264), with their library `rliable`
   over the range every run covers (the latest first step to the earliest last step),
   never extrapolated. A NaN value is never made up. A run that
   ends before 90% of the longest run's steps (one stopped early, or still running) cuts the
-  group's curve there, with a warning that names it; so does a seed that appears twice.
+  group's curve there, with a warning that names it. Runs of one seed (a vmapped seed
+  and the same seed run alone) are named in a warning: they are pooled as different seeds.
 * **IQM.** The interquartile mean across runs at each step: the mean of the middle 50%
   (`scipy.stats.trim_mean(x, 0.25)`, `rliable.metrics.aggregate_iqm`). Less sensitive to
   an outlier seed than the mean, far less noisy than the median.
@@ -191,8 +192,8 @@ def run_info(run_dir: str | os.PathLike) -> RunInfo:
 
 def find_runs(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> list[pathlib.Path]:
   """Run directories at or below `paths` (one path, or several): those holding config.json
-  and a non-empty metrics.jsonl (a vmapped multi-seed run's root holds no metrics, its
-  seed<k>/ do). Symbolic links to directories are followed, each directory read once;
+  and metrics.jsonl (a vmapped multi-seed run's root holds no metrics, its seed<k>/ do; a
+  run just started, an empty one). Symbolic links to directories are followed, each directory read once;
   directories that cannot be read are skipped. A multi-host job's processes other than 0
   (root/process<i>) log the same learner again, and are left out.
 
@@ -214,11 +215,10 @@ def find_runs(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> list[pa
 
 
 def _holds_metrics(d: pathlib.Path) -> bool:
-  """Whether `d` holds config.json and a non-empty metrics.jsonl (False where it cannot be
-  read)."""
+  """Whether `d` holds config.json and metrics.jsonl, empty in a run just started (False
+  where it cannot be read)."""
   try:
-    metrics = d / METRICS_FILE
-    return (d / "config.json").exists() and metrics.exists() and metrics.stat().st_size > 0
+    return (d / "config.json").exists() and (d / METRICS_FILE).exists()
   except OSError:
     return False
 
@@ -507,9 +507,9 @@ def group_curve(
     group = group._replace(runs=tuple(group.runs[k] for k in kept))
     records, series = [records[k] for k in kept], [series[k] for k in kept]
   for run, (x, y) in zip(group.runs, series):
-    nan = x[np.isnan(y)]
-    if nan.size:
-      warnings.warn(f"{name}: {run.run_dir} logged {metric} NaN at env steps "
+    nan = x[~np.isfinite(y)]
+    if nan.size:  # the logger writes NaN as null; another writer may write Infinity
+      warnings.warn(f"{name}: {run.run_dir} logged {metric} NaN or infinite at env steps "
                     f"{', '.join(f'{s:,.0f}' for s in nan[:5])}: the curve leaves those steps "
                     "out (or, where the runs logged at different steps, interpolates the run "
                     "across them)", RuntimeWarning, stacklevel=2)  # fmt: skip
