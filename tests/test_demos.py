@@ -207,7 +207,6 @@ def test_check_demos_refuses_integer_actions_for_a_continuous_task():
     demos_lib.check_demos(demos, spec)
 
 
-
 def test_float32_actions_clipped_to_a_bound_not_exact_in_float32_are_in_the_box():
   """Humanoid's box is ±0.4: float32(0.4) is above the float64 bound, and clip_to_box's
   (as the agents') float32 actions at the edge are that value. They are in the box."""
@@ -223,6 +222,7 @@ def test_float32_actions_clipped_to_a_bound_not_exact_in_float32_are_in_the_box(
   demos["action"] = np.nextafter(edge, np.float32(1))  # above the box in float32 too
   with pytest.raises(ValueError, match="actions outside the task's action box"):
     demos_lib.check_demos(demos, spec)
+
 
 def test_cut_episodes_names_why_no_sequence_could_be_cut():
   demos = _episodes([5, 4])
