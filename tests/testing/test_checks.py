@@ -1,5 +1,7 @@
 """Each check passes on the library's targets and fails on a deliberately broken one."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -145,9 +147,13 @@ def test_split_failures_name_the_index_in_the_example():
   bump = jnp.zeros((10, 3)).at[6, 1].set(1.0)
   bad = lambda tr: lib_soft_q(tr) + (bump if tr.r_t.shape == (10, 3) else 0.0)  # noqa: E731
   with pytest.raises(
-      AssertionError, match=r"batch index \(1,\), steps 6\.\.9 .* worst at index \(6, 1\)"
-  ):
+      AssertionError, match=r"batch index \(1,\), steps 6\.\.9: .* worst at index \(6, 1\)"
+  ) as failure:
     testing.assert_junction_split_invariant(bad, ex, variants=("without_jit",))
+  # "got" is the full batch's (the bumped value), "expected" the segment's computed alone.
+  got, expected = re.search(r"got (?:np\.float64\()?([-\d.e]+)\)?, expected "
+                            r"(?:np\.float64\()?([-\d.e]+)", str(failure.value)).groups()  # fmt: skip
+  assert float(got) - float(expected) == pytest.approx(1.0, abs=1e-4)
 
 
 # --- assert_masked_steps_ignored ---------------------------------------------
@@ -368,3 +374,78 @@ def test_the_protocol_adapter_of_docs_testing_passes_the_checks_it_says():
   testing.assert_no_gradient_through_targets(lambda tr: fn(tr).errors)
   with pytest.raises(AssertionError, match="carry a gradient into log_rho_tm1"):
     testing.assert_no_gradient_through_targets(fn)
+
+
+def lambda_return_from_values(tr, lam=0.8, shifted=True):
+  """A λ-return that bootstraps from `values[1:]`, as the library's agents pass values: at
+  a truncation it reads the junction row's `v_tm1`, the final observation's value.
+  `shifted=False` reads `v_t` (equal: the values are chained)."""
+  values = jnp.concatenate([tr.v_tm1, tr.v_t[-1:]])[1:] if shifted else tr.v_t
+  nxt = jnp.concatenate([tr.mask[1:], jnp.zeros_like(tr.mask[:1])])
+  lam = jnp.where(nxt, lam, 0.0)
+  discount = jnp.where(tr.mask, tr.discount_t, 0.0)
+  b = jnp.where(tr.mask, tr.r_t + discount * (1.0 - lam) * values, 0.0)
+  return losses.reverse_linear_recurrence(jnp.where(tr.mask, discount * lam, 0.0), b)
+
+
+def test_a_target_reading_values_shifted_by_one_passes_every_check():
+  """The junction row's predictions are the final observation's values (chained), not
+  garbage: bootstrapping a truncation from them is right (it was a false alarm)."""
+  reference = lambda tr: lambda_return_from_values(tr, shifted=False)  # noqa: E731
+  testing.assert_matches_reference(lambda_return_from_values, reference)
+  testing.assert_junction_split_invariant(lambda_return_from_values)
+  testing.assert_masked_steps_ignored(lambda_return_from_values, garbage=("huge", "nan", "inf"))
+  testing.assert_masked_steps_get_no_gradient(lambda_return_from_values)
+  # Asked for, the predictions are garbled too, and the shifted read is caught.
+  with pytest.raises(AssertionError, match=r"huge garbage in \['v_tm1'\]"):
+    testing.assert_masked_steps_ignored(lambda_return_from_values, fields=["v_tm1"])
+
+
+def test_gradient_checks_take_bfloat16_trajectories():
+  rng = np.random.default_rng(1)
+  examples = [testing.random_trajectory(rng, 8, (2,), 3, dtype=jnp.bfloat16) for _ in range(2)]
+  errors = lambda tr: lib_vtrace(tr).errors  # noqa: E731
+  testing.assert_no_gradient_through_targets(errors, examples, wrt=["v_t"])
+  testing.assert_masked_steps_get_no_gradient(lambda tr: lib_soft_q(tr), examples)
+  infinite = lambda tr: jnp.where(tr.kind == testing.TERMINATION, jnp.inf, errors(tr))  # noqa: E731
+  with pytest.raises(AssertionError, match=r"is inf at index .*, an unmasked step"):
+    testing.assert_junction_split_invariant(infinite, examples)
+
+
+def test_huge_garbage_stays_finite_in_float16(recwarn):
+  rng = np.random.default_rng(2)
+  examples = [testing.random_trajectory(rng, 8, (2,), 3, dtype=np.float16) for _ in range(2)]
+  testing.assert_masked_steps_ignored(lib_soft_q, examples, garbage=("huge",))
+  assert not [w for w in recwarn if "overflow" in str(w.message)]
+
+
+def test_outputs_cast_down_are_held_to_the_trajectorys_precision():
+  """A float32 trajectory and bfloat16 outputs: the tolerance is float32's, so a wrong λ
+  (0.85 for 0.9) does not hide in bfloat16's 0.0625."""
+  reference = lambda tr: ref.vtrace(tr.v_tm1, tr.v_t, tr.r_t, tr.discount_t,  # noqa: E731
+                                    np.exp(tr.log_rho_tm1), mask=tr.mask, lambda_=0.9)  # fmt: skip
+  cast = lambda lam: lambda tr: jax.tree_util.tree_map(  # noqa: E731
+      lambda x: x.astype(jnp.bfloat16), lib_vtrace(tr, lambda_=lam)
+  )
+  with pytest.raises(AssertionError, match="differs"):
+    testing.assert_matches_reference(cast(0.85), reference, EXAMPLES)
+  with pytest.raises(AssertionError, match="tolerance 0.000"):  # bfloat16 rounding alone
+    testing.assert_matches_reference(cast(0.9), reference, EXAMPLES)
+
+
+@pytest.mark.parametrize("kinds, fragment", [
+    ([0, testing.TRUNCATION, 0, 0], r"step \(2,\) .*: a LAST step is followed by a real step"),
+    ([0, testing.JUNCTION, 0], r"step \(1,\) .*: a JUNCTION follows no LAST step"),
+    ([0, 7], r"step \(1,\) .*: kind 7 is not"),
+])  # fmt: skip
+def test_layouts_no_environment_makes_are_refused(kinds, fragment):
+  kind = np.asarray(kinds, np.int8)
+  with pytest.raises(ValueError, match=fragment):
+    testing.layout_from_kinds(kind, 0.9)
+  with pytest.raises(ValueError, match=fragment):
+    testing.trajectory_from_layout(np.random.default_rng(0), np.full(kind.shape, 0.9),
+                                   kind != testing.JUNCTION, kind)  # fmt: skip
+  good = np.asarray([testing.JUNCTION, 0, testing.TERMINATION, testing.JUNCTION, 0], np.int8)
+  testing.check_layout(good != testing.JUNCTION, good)
+  with pytest.raises(ValueError, match=r"step \(4,\) .*: mask is False at a step of kind 0"):
+    testing.check_layout((good != testing.JUNCTION) & (np.arange(5) < 4), good)

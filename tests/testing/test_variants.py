@@ -199,10 +199,20 @@ def test_a_failure_carries_chex_report():
 def test_non_finite_outputs_at_real_steps_fail():
   # A NaN at a real step compares equal to a NaN and would hide any difference.
   nan_target = lambda tr: lambda_return(tr) * jnp.nan  # noqa: E731
-  with pytest.raises(AssertionError, match="not finite at an unmasked step"):
+  with pytest.raises(AssertionError, match=r"is nan at index .*, an unmasked step"):
     testing.assert_masked_steps_ignored(nan_target, EXAMPLES)
-  with pytest.raises(AssertionError, match="not finite at an unmasked step"):
+  with pytest.raises(AssertionError, match=r"is nan at index .*, an unmasked step"):
     testing.assert_junction_split_invariant(nan_target, EXAMPLES)
+
+
+def test_non_finite_outputs_at_masked_steps_fail_the_masked_steps_check():
+  """NaN at the masked outputs only: `mask * loss` would be NaN. The split check, which
+  compares real steps, lets it pass; the masked-steps check names it."""
+  nan_masked = lambda tr: jnp.where(tr.mask, lambda_return(tr), jnp.nan)  # noqa: E731
+  testing.assert_junction_split_invariant(nan_masked, EXAMPLES)
+  with pytest.raises(AssertionError, match=r"is nan at index .*, a masked step of the clean "
+                                           r"example: a loss that multiplies by the mask"):  # fmt: skip
+    testing.assert_masked_steps_ignored(nan_masked, EXAMPLES)
 
 
 @pytest.mark.parametrize("variants", [(), ("with_pmap",), ("jit",), ("with_jit", "with_jit")])

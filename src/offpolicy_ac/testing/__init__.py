@@ -44,6 +44,7 @@ from offpolicy_ac.testing.trajectories import MID
 from offpolicy_ac.testing.trajectories import TERMINATION
 from offpolicy_ac.testing.trajectories import TRUNCATION
 from offpolicy_ac.testing.trajectories import Trajectory
+from offpolicy_ac.testing.trajectories import check_layout
 from offpolicy_ac.testing.trajectories import default_examples
 from offpolicy_ac.testing.trajectories import fill_masked
 from offpolicy_ac.testing.trajectories import garble
@@ -73,6 +74,7 @@ __all__ = [
     "assert_masked_steps_ignored",
     "assert_matches_reference",
     "assert_no_gradient_through_targets",
+    "check_layout",
     "checks",
     "default_examples",
     "fill_masked",

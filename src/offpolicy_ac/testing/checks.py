@@ -140,12 +140,23 @@ def _default_tolerance(dtype):
   return 1e-4
 
 
+def _strictest(*dtypes):
+  """Of the trajectory's and the outputs' float dtypes, the one of the smallest default
+  tolerance: outputs cast down (float32 data, bfloat16 outputs) are held to the data's."""
+  return min(dtypes, key=_default_tolerance)
+
+
+def _float_dtype(traj):
+  """The trajectory's floating dtype (its rewards')."""
+  return np.asarray(traj.r_t).dtype
+
+
 def _assert_close(check, where, name, actual, expected, rtol, atol, dtype, select=None,
                   locate=None):  # fmt: skip
   """`chex.assert_trees_all_close` at the selected entries (all when `select` is None),
   with the tolerance `atol * max(1, max|expected|) + rtol * |expected|` (the maximum over
-  the selected entries); a tolerance of None is the default for `dtype` (the outputs'
-  dtype). The AssertionError names the check, the output and the worst index
+  the selected entries); a tolerance of None is the default for `dtype` (`_strictest` of
+  the trajectory's and the outputs' dtypes). The AssertionError names the check, the output and the worst index
   (`locate(index)`: its index in the example, for a part of it), then gives chex's report."""
   default = _default_tolerance(dtype)
   rtol = default if rtol is None else rtol
@@ -185,18 +196,32 @@ def _assert_close(check, where, name, actual, expected, rtol, atol, dtype, selec
     ) from None
 
 
-def _assert_finite(check, where, leaves, mask):
-  """`chex.assert_tree_all_finite` on the outputs at the unmasked steps: a NaN there would
-  compare equal to a NaN and hide a difference."""
+def _assert_finite(check, where, leaves, mask, masked_too=False):
+  """`chex.assert_tree_all_finite` on the outputs at the unmasked steps (a NaN there would
+  compare equal to a NaN and hide a difference), and with `masked_too` at the masked ones
+  (a NaN or inf there makes a loss that multiplies by the mask NaN)."""
   for name, x in leaves:
-    if not np.issubdtype(x.dtype, np.inexact):
+    if not jnp.issubdtype(x.dtype, jnp.inexact):
       continue
+    real = _step_select(mask, x.shape)
+    checked = np.ones_like(real) if masked_too else real
     try:
-      chex.assert_tree_all_finite(np.where(_step_select(mask, x.shape), x, 0))
+      chex.assert_tree_all_finite(np.where(checked, x, 0))
     except AssertionError as e:
+      bad = checked & ~np.isfinite(np.asarray(x, np.float64))
+      idx = tuple(int(i) for i in np.argwhere(bad & real if (bad & real).any() else bad)[0])
+      step = "an unmasked" if real[idx] else "a masked"
+      hint = (
+          ""
+          if real[idx]
+          else (
+              ": a loss that multiplies by the mask is NaN there; give a"
+              " finite value (0: `jnp.where(mask, x, 0)`) at masked steps"
+          )
+      )
       raise AssertionError(
-          f"{check}: {where}: output {name} is not finite at an unmasked step of the clean"
-          f" example: {e}"
+          f"{check}: {where}: output {name} is {float(x[idx])} at index {idx}, {step} step of the"
+          f" clean example{hint}\nchex: {e}"
       ) from None
 
 
@@ -264,8 +289,8 @@ def assert_junction_split_invariant(
       "with_jit", "without_device" and "with_device"; by default as is and jitted
       (one compilation per segment shape).
     rtol, atol: the tolerance, `|a - b| <= atol * max(1, max|b|) + rtol * |b|`;
-      None uses 1e-4 for float32 outputs (1e-10 for float64, 8 epsilons of float16 and
-      bfloat16: 0.0078 and 0.0625).
+      None uses 1e-4 for float32 (1e-10 for float64, 8 epsilons of float16 and bfloat16:
+      0.0078 and 0.0625), of the stricter of the trajectory's and the outputs' dtypes.
 
   An example without junctions is split into its batch columns only.
 
@@ -288,15 +313,16 @@ def _assert_split_invariant(check, variant, run, examples, rtol, atol):
     for idx in np.ndindex(*traj.batch_shape):
       for a, e in _segments(np.asarray(traj.mask)[(slice(None),) + idx]):
         where = (
-            f"{described}, batch index {idx}, steps {a}..{e} computed alone vs in the full batch"
+            f"{described}, batch index {idx}, steps {a}..{e}: in the full batch (got) vs"
+            " computed alone (expected)"
         )
         parts = _leaves(run, _segment(traj, idx, a, e), check, where)
         if len(parts) != len(full):
           raise ValueError(f"{check}: {where}: fn returned a different pytree on a segment")
         for (name, whole), (_, part) in zip(full, parts):
-          got = part[(slice(None),) + (0,) * len(idx)]
-          want = whole[(slice(a, e + 1),) + idx]
-          dtype = np.result_type(whole.dtype, part.dtype)
+          got = whole[(slice(a, e + 1),) + idx]
+          want = part[(slice(None),) + (0,) * len(idx)]  # alone, it cannot read another episode
+          dtype = _strictest(_float_dtype(traj), whole.dtype, part.dtype)
           locate = lambda i, a=a, idx=idx: (a + i[0], *idx, *i[1:])  # noqa: E731
           _assert_close(check, where, name, got, want, rtol, atol, dtype, locate=locate)
 
@@ -308,12 +334,20 @@ def _garbage_like(name, x, mask, num_actions, kind, rng):
   x = np.asarray(x)
   if name in _tr.ACTION_FIELDS:
     return _tr.fill_masked(x, mask, (x + 1) % max(num_actions, 1))
-  return _tr.fill_masked(x, mask, _GARBAGE[kind] * rng.choice([-1.0, 1.0], size=x.shape))
+  value = _GARBAGE[kind]
+  if kind == "huge":  # float16 holds at most 65504: huge, not inf
+    value = min(value, float(jnp.finfo(x.dtype).max) / 2)
+  return _tr.fill_masked(x, mask, value * rng.choice([-1.0, 1.0], size=x.shape))
 
 
 def _check_garbage(check, garbage):
   if set(garbage) - set(_GARBAGE) or not garbage:
     raise ValueError(f"{check}: garbage must be a non-empty subset of {tuple(_GARBAGE)}")
+
+
+_PREDICTIONS = ("v_tm1", "q_tm1")
+"""Predictions: at a junction row, the values of the final observation (`v_tm1[s] ==
+v_t[s - 1]`), which a truncation bootstraps from; not garbage."""
 
 
 def _garbled(traj, fields, kind, rng):
@@ -338,10 +372,12 @@ def assert_masked_steps_ignored(
   """Garbage at the masked steps changes nothing at the unmasked steps.
 
   The masked (junction) rows of the given fields are overwritten with garbage
-  (`"huge"`: +-1e6; `"nan"`: NaN; `"inf"`: +-inf; actions: another valid action) and the
-  outputs at unmasked steps must stay the same. This catches a target that
-  reads the reward, discount or ratios of the auto-reset step, or multiplies
-  them by zero instead of selecting them away (`0 * nan` is `nan`).
+  (`"huge"`: +-1e6, or half the largest float16; `"nan"`: NaN; `"inf"`: +-inf; actions:
+  another valid action) and the outputs at unmasked steps must stay the same. This
+  catches a target that reads the reward, discount or ratios of the auto-reset step, or
+  multiplies them by zero instead of selecting them away (`0 * nan` is `nan`). The outputs
+  of the clean example must be finite at every step, the masked ones included: a NaN or
+  inf there makes a loss that multiplies by the mask NaN.
 
   >>> import jax.numpy as jnp
   >>> from offpolicy_ac import losses, testing
@@ -353,7 +389,9 @@ def assert_masked_steps_ignored(
     fn: the target function, `fn(traj) -> pytree of [T, *batch, ...] arrays`.
     examples: a Trajectory, a sequence of them, or None for `default_examples()`.
     fields: the Trajectory fields to garble; None garbles every field but
-      `mask` and `kind`.
+      `mask`, `kind` and the predictions `v_tm1` and `q_tm1` (chained: at a junction row,
+      the values of the final observation, which a target reading `values[1:]`
+      bootstraps a truncation from).
     garbage: the kinds of garbage to try, from `"huge"`, `"nan"` and `"inf"`.
     variants: the chex variants to run `fn` under, from "without_jit",
       "with_jit", "without_device" and "with_device"; by default as is and jitted.
@@ -367,7 +405,7 @@ def assert_masked_steps_ignored(
   check = "assert_masked_steps_ignored"
   examples = _examples(examples)
   names = [f for f in _tr.Trajectory._fields if f not in _tr.LAYOUT_FIELDS]
-  fields = names if fields is None else list(fields)
+  fields = [f for f in names if f not in _PREDICTIONS] if fields is None else list(fields)
   unknown = set(fields) - set(names)
   if unknown:
     raise ValueError(f"{check}: unknown or layout fields {sorted(unknown)}; choose from {names}")
@@ -379,15 +417,13 @@ def assert_masked_steps_ignored(
     for variant, run in runs:
       where = f"{_describe(i, traj)}, chex variant {variant}"
       clean = _leaves(run, traj, check, where)
-      _assert_finite(check, where, clean, traj.mask)
+      _assert_finite(check, where, clean, traj.mask, masked_too=True)
       for kind in garbage:
         what = f"{where}, {kind} garbage in {fields} at masked steps"
         for (name, want), (_, got) in zip(clean, _leaves(run, dirty[kind], check, what)):
           select = _step_select(traj.mask, want.shape)
-          _assert_close(check, what, name, got, want, rtol, atol, want.dtype, select=select)
-
-
-_PREDICTIONS = ("v_tm1", "q_tm1")
+          dtype = _strictest(_float_dtype(traj), want.dtype)
+          _assert_close(check, what, name, got, want, rtol, atol, dtype, select=select)
 
 
 def assert_no_gradient_through_targets(
@@ -432,7 +468,7 @@ def assert_no_gradient_through_targets(
   floating = [
       f
       for f in _tr.Trajectory._fields
-      if np.issubdtype(np.asarray(getattr(examples[0], f)).dtype, np.floating)
+      if jnp.issubdtype(np.asarray(getattr(examples[0], f)).dtype, jnp.floating)  # bfloat16 too
   ]
   wrt = [f for f in floating if f not in _PREDICTIONS] if wrt is None else list(wrt)
   bad = set(wrt) - set(floating)
@@ -484,8 +520,8 @@ def assert_masked_steps_get_no_gradient(
 ) -> None:
   """Garbage at the masked steps changes no gradient of the outputs at the real steps.
 
-  Overwrites the masked rows of every field but `mask` and `kind` with garbage (as
-  `assert_masked_steps_ignored`), pulls a random cotangent of the outputs at the unmasked
+  Overwrites the masked rows of every field but `mask`, `kind` and the predictions with
+  garbage (as `assert_masked_steps_ignored`), pulls a random cotangent of the outputs at the unmasked
   steps back to the `wrt` fields (one `jax.vjp`), and requires every gradient to be
   finite, exactly 0 at the masked steps, and equal to the gradient on the clean example.
   It catches a target that masks its outputs with `jnp.where(mask, f(x), 0)` but lets
@@ -513,8 +549,10 @@ def assert_masked_steps_get_no_gradient(
   check = "assert_masked_steps_get_no_gradient"
   examples = _examples(examples)
   fields = [f for f in _tr.Trajectory._fields if f not in _tr.LAYOUT_FIELDS]
-  floating = [f for f in fields if np.issubdtype(np.asarray(getattr(examples[0], f)).dtype,
-                                                  np.floating)]  # fmt: skip
+  floating = [
+      f for f in fields if jnp.issubdtype(np.asarray(getattr(examples[0], f)).dtype, jnp.floating)
+  ]  # fmt: skip (bfloat16 too)
+  fields = [f for f in fields if f not in _PREDICTIONS]  # garbled: see _PREDICTIONS
   wrt = floating if wrt is None else list(wrt)
   if set(wrt) - set(floating) or not wrt:
     raise ValueError(f"{check}: wrt must name floating fields from {floating}, got {wrt}")
@@ -543,13 +581,16 @@ def assert_masked_steps_get_no_gradient(
         grads = _call(lambda tr, run=run: run(tr, cotangent), dirty[kind], check, what)
         for name in wrt:
           got, want = np.asarray(grads[name]), np.asarray(clean[name])
-          masked = ~_step_select(traj.mask, got.shape)
+          # A prediction at a junction row is the final observation's: a truncation's
+          # bootstrap from it (`values[1:]`, stop_target_gradients=False) has a gradient.
+          masked = ~_step_select(traj.mask, got.shape) & (name not in _PREDICTIONS)
           bad = ~np.isfinite(got) | (masked & (got != 0))
           if bad.any():
             idx = tuple(int(k) for k in np.argwhere(bad)[0])
+            real = _step_select(traj.mask, got.shape)[idx]
             raise AssertionError(
                 f"{check}: {what}: the gradient into {name} is {got[idx]!r} at index {idx}"
-                f" ({'a masked' if masked[idx] else 'an unmasked'} step; {int(bad.sum())} of"
+                f" ({'an unmasked' if real else 'a masked'} step; {int(bad.sum())} of"
                 f" {bad.size} entries not finite or, at a masked step, not 0): is garbage"
                 " computed with before a `jnp.where` drops it?"
             )
@@ -593,7 +634,8 @@ def assert_matches_reference(
       "with_jit", "without_device" and "with_device"; by default as is and jitted.
     compare_masked: also compare the masked steps.
     rtol, atol: as in `assert_junction_split_invariant` (default 1e-4 for
-      float32 outputs, 1e-10 for float64, 8 epsilons of float16 and bfloat16).
+      float32, 1e-10 for float64, 8 epsilons of float16 and bfloat16, of the stricter of
+      the trajectory's and the outputs' dtypes).
   """
   check = "assert_matches_reference"
   examples = _examples(examples)
@@ -609,5 +651,5 @@ def assert_matches_reference(
         )
       for (name, got), want in zip(flat, expected):
         select = None if compare_masked else _step_select(traj.mask, np.shape(got))
-        dtype = got.dtype
+        dtype = _strictest(_float_dtype(traj), got.dtype)
         _assert_close(check, where, name, got, want, rtol, atol, dtype, select=select)

@@ -158,13 +158,49 @@ def random_layout(
   return discount, mask, kind
 
 
+def check_layout(mask, kind) -> None:
+  """Refuses a layout an auto-resetting environment cannot produce: a step kind outside
+  MID, TERMINATION, TRUNCATION and JUNCTION; a LAST step (termination or truncation) not
+  followed by a junction, but at the window's end; a junction but at the start or after a
+  LAST step; `mask` other than `kind != JUNCTION`. (A LAST step followed by a real step
+  would let a target read the next episode unmasked, and the checks, which cut on the
+  mask, could not tell.)
+
+  Raises:
+    ValueError: naming the first offending step.
+  """
+  mask, kind = np.asarray(mask), np.asarray(kind)
+  if mask.shape != kind.shape or not kind.shape:
+    raise ValueError(f"mask and kind must share one [T, *batch] shape, got {mask.shape} and "
+                     f"{kind.shape}")  # fmt: skip
+  for col in _columns(kind.shape):
+    kinds, where = kind[col], lambda s, col=col: (s,) + col[1:]
+    for s, k in enumerate(kinds.tolist()):
+      before = kinds[s - 1] if s else None
+      if k not in (MID, TERMINATION, TRUNCATION, JUNCTION):
+        why = f"kind {k} is not MID, TERMINATION, TRUNCATION or JUNCTION"
+      elif before in (TERMINATION, TRUNCATION) and k != JUNCTION:
+        why = "a LAST step is followed by a real step, not by the auto-reset JUNCTION"
+      elif k == JUNCTION and s and before not in (TERMINATION, TRUNCATION):
+        why = "a JUNCTION follows no LAST step (it is the auto-reset after one)"
+      elif bool(mask[where(s)]) != (k != JUNCTION):
+        why = f"mask is {bool(mask[where(s)])} at a step of kind {k} (False at junctions only)"
+      else:
+        continue
+      raise ValueError(f"step {where(s)} of the layout: {why}")
+
+
 def layout_from_kinds(kind, gamma) -> tuple[np.ndarray, np.ndarray]:
   """`(discount_t, mask)` for an explicit `[T, *batch]` array of step kinds.
 
   `gamma` is a scalar or an array broadcastable to `kind`. Junction steps get
   discount gamma (overwrite it with garbage as you like).
+
+  Raises:
+    ValueError: a layout an environment cannot produce (`check_layout`).
   """
   kind = np.asarray(kind)
+  check_layout(kind != JUNCTION, kind)
   gamma = np.broadcast_to(np.asarray(gamma, np.float64), kind.shape)
   discount = np.where(kind == TERMINATION, 0.0, gamma)
   return discount, kind != JUNCTION
@@ -235,6 +271,10 @@ def trajectory_from_layout(
   time, see the module docstring); junction steps get garbage rewards in
   `[-garbage_scale, garbage_scale]`, discounts in `[2, 10]`, behaviour
   probabilities in `(0, 1]` and log ratios in `[-5, 5]`.
+
+  Raises:
+    ValueError: `num_actions` < 1, shapes that differ, or a layout an environment cannot
+      produce (`check_layout`).
   """
   if num_actions < 1:
     raise ValueError(f"num_actions must be >= 1, got {num_actions}")
@@ -242,6 +282,7 @@ def trajectory_from_layout(
   shape = discount_t.shape
   if mask.shape != shape or kind.shape != shape or not shape:
     raise ValueError(f"discount_t, mask and kind must share one [T, *batch] shape, got {shape}")
+  check_layout(mask, kind)
   obs_shape = (shape[0] + 1,) + shape[1:]
   v_obs = rng.normal(size=obs_shape) * value_scale
   q_obs = rng.normal(size=obs_shape + (num_actions,)) * value_scale
