@@ -94,6 +94,47 @@ def test_eager_out_of_range_action_raises_naming_the_argument(case_id, offset, n
     fn(_actions_with(bad))
 
 
+def _masked_cases(num_actions: int):
+  """(id, the step whose mask is False, fn(actions)) for every loss above that takes a
+  mask: the actions of a step it does not read (`a_tm1` at a masked step; `a_t` where the
+  trace does not continue, before a masked step) may hold anything."""
+  q, logits, probs, r, d, mu = _inputs(num_actions)
+  m = lambda step: jnp.arange(T) != step  # noqa: E731
+  zero = jnp.zeros((T,), jnp.int32)
+  return [
+      ("retrace-a_tm1", 2, lambda a, k: L.retrace(q, q, a, zero, r, d, probs, mu, mask=m(k))),
+      ("retrace-a_t", 3, lambda a, k: L.retrace(q, q, zero, a, r, d, probs, mu, mask=m(k))),
+      ("retrace_targets", 3, lambda a, k: L.retrace_targets(q, a, r, d, probs, mu, mask=m(k))),
+      ("acer_q_ret", 3, lambda a, k: L.acer_q_ret(q, a, r, d, probs, mu, mask=m(k))),
+      ("acer_policy_objective", 2,
+       lambda a, k: L.acer_policy_objective(probs, probs, a, q, r, mask=m(k))),
+      ("acer_policy_loss", 2, lambda a, k: L.acer_policy_loss(probs, probs, a, q, r, mask=m(k))),
+      ("acer_trust_region_policy_loss", 2,
+       lambda a, k: L.acer_trust_region_policy_loss(logits, logits, probs, a, q, r, mask=m(k))),
+      ("acer_value_loss", 2, lambda a, k: L.acer_value_loss(q, a, r, mask=m(k))),
+      ("sql_nstep_td_error", 2,
+       lambda a, k: L.sql_nstep_td_error(q, a, r, d, q, alpha=0.5, n=2, mask=m(k))),
+      ("impala_loss_categorical", 2,
+       lambda a, k: L.impala_loss_categorical(logits, logits, a, r, r, r, d, mask=m(k))),
+  ]  # fmt: skip
+
+
+@pytest.mark.parametrize("num_actions", _NUM_ACTIONS)
+@pytest.mark.parametrize("case_id", [c[0] for c in _masked_cases(2)])
+def test_an_action_the_mask_leaves_unread_may_hold_anything(case_id, num_actions):
+  """docs/design.md: a masked step's inputs may hold anything. An out-of-range action
+  there (-1 padding, say) was refused eagerly though ignored under jit."""
+  _, step, fn = next(c for c in _masked_cases(num_actions) if c[0] == case_id)
+  for bad in (-1, num_actions + 5):
+    actions = _actions_with(bad)
+    padded = jax.tree.leaves(fn(actions.at[step].set(bad).at[2].set(bad), step))
+    chex.assert_trees_all_close(padded, jax.tree.leaves(fn(_actions_with(1), step)))
+    err, _ = checkify.checkify(jax.jit(fn, static_argnums=1))(actions, step)
+    assert err.get() is None
+  with pytest.raises(ValueError, match="must hold actions in"):  # read where unmasked
+    fn(_actions_with(num_actions), step + 1 if step < T - 1 else 0)
+
+
 @pytest.mark.parametrize("num_actions", _NUM_ACTIONS)
 @pytest.mark.parametrize("case_id", _CASE_IDS)
 def test_checkify_reports_an_out_of_range_action_under_jit(case_id, num_actions):

@@ -111,11 +111,11 @@ def acer_policy_objective(
   _checks.check_shape("q_tm1", q_tm1, jnp.shape(pi_tm1), "`pi_tm1`")
   _checks.check_shape("a_tm1", a_tm1, jnp.shape(pi_tm1)[:-1], "`pi_tm1` without its action axis")
   _checks.check_shape("q_ret_tm1", q_ret_tm1, jnp.shape(a_tm1), "`a_tm1`")
-  _checks.check_action_range("a_tm1", a_tm1, jnp.shape(pi_tm1)[-1], "`pi_tm1`")
   _checks.check_positive("clip_c", clip_c, jnp.shape(a_tm1))
   _checks.check_non_negative("eps", eps)
-  a_tm1 = jnp.asarray(a_tm1)
   used = _checks.check_mask(mask, jnp.shape(a_tm1), "`a_tm1`")
+  _checks.check_action_range("a_tm1", a_tm1, jnp.shape(pi_tm1)[-1], "`pi_tm1`", where=used)
+  a_tm1 = jnp.asarray(a_tm1)
   # Probabilities, not logits or log-probabilities: a log-probability (< 0) would be read as
   # a probability of 0 (no log pi, no gradient), and the objective would be silently 0.
   for name, x in [("pi_tm1", pi_tm1), ("mu_tm1", mu_tm1)]:
@@ -251,8 +251,9 @@ def acer_trust_region_policy_loss(
   _checks.check_shape(
       "a_tm1", a_tm1, jnp.shape(logits_tm1)[:-1], "`logits_tm1` without its action axis"
   )
-  _checks.check_action_range("a_tm1", a_tm1, jnp.shape(logits_tm1)[-1], "`logits_tm1`")
   used = _checks.check_mask(mask, jnp.shape(a_tm1), "`a_tm1`")
+  _checks.check_action_range("a_tm1", a_tm1, jnp.shape(logits_tm1)[-1], "`logits_tm1`",
+                             where=used)  # fmt: skip
   logits_tm1, avg_logits_tm1 = where_used(used, logits_tm1), where_used(used, avg_logits_tm1)
   f_avg = jax.lax.stop_gradient(jax.nn.softmax(avg_logits_tm1, axis=-1))
   log_f_avg = _safe_log(f_avg)
@@ -290,8 +291,8 @@ def acer_value_loss(
   _checks.check_min_rank("q_tm1", q_tm1, 1, "a trailing action axis [..., A]")
   _checks.check_shape("a_tm1", a_tm1, jnp.shape(q_tm1)[:-1], "`q_tm1` without its action axis")
   _checks.check_shape("q_ret_tm1", q_ret_tm1, jnp.shape(a_tm1), "`a_tm1`")
-  _checks.check_action_range("a_tm1", a_tm1, jnp.shape(q_tm1)[-1], "`q_tm1`")
   used = _checks.check_mask(mask, jnp.shape(a_tm1), "`a_tm1`")
+  _checks.check_action_range("a_tm1", a_tm1, jnp.shape(q_tm1)[-1], "`q_tm1`", where=used)
   q_a = select_action(where_used(used, q_tm1), jnp.asarray(a_tm1))
   # 0 at a masked step even where its action is out of range under `jit` (q_a is NaN).
   return jnp.where(

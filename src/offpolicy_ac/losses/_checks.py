@@ -147,8 +147,11 @@ def without_range_checks(fn: Callable) -> Callable:
   return traced_without_checks
 
 
-def check_action_range(name: str, actions: Any, num_actions: int, ref: str) -> None:
-  """Action indices must lie in [0, num_actions), the size of `ref`'s action axis.
+def check_action_range(name: str, actions: Any, num_actions: int, ref: str,
+                       where: Any = None) -> None:  # fmt: skip
+  """Action indices must lie in [0, num_actions), the size of `ref`'s action axis, where
+  `where` (bool, `actions`' shape; None: everywhere) is True: the steps whose action the
+  function reads (a masked step's may hold anything).
 
   Concrete `actions` (an eager call) are checked on the host: ValueError naming
   the argument, the first bad value and its index, and the valid range. Traced
@@ -162,6 +165,8 @@ def check_action_range(name: str, actions: Any, num_actions: int, ref: str) -> N
       return
     flat = jnp.ravel(actions)
     ok = (flat >= 0) & (flat < num_actions)
+    if where is not None:
+      ok = ok | ~jnp.ravel(jnp.broadcast_to(where, jnp.shape(actions)))
     checkify.debug_check(
         jnp.all(ok),
         what + ", got {value} at flat index {index}.",
@@ -171,6 +176,8 @@ def check_action_range(name: str, actions: Any, num_actions: int, ref: str) -> N
     return
   v = np.asarray(actions)
   bad = (v < 0) | (v >= num_actions)
+  if where is not None and not isinstance(where, jax.core.Tracer):  # a traced mask: all
+    bad &= np.broadcast_to(np.asarray(where, bool), v.shape)
   if np.any(bad):
     where = tuple(int(i) for i in np.argwhere(bad)[0])
     values = np.unique(v[bad])

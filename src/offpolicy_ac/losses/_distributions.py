@@ -55,15 +55,17 @@ def categorical_log_prob(logits: jax.Array, actions: jax.Array) -> jax.Array:
   return log_prob_of(logits, actions, "logits", "actions")
 
 
-def log_prob_of(logits, actions, logits_name: str, actions_name: str) -> jax.Array:
-  """`categorical_log_prob` whose errors name the caller's arguments."""
+def log_prob_of(logits, actions, logits_name: str, actions_name: str, where=None) -> jax.Array:
+  """`categorical_log_prob` whose errors name the caller's arguments; the actions' range
+  is checked where `where` is True (the steps read; None: all)."""
   _checks.check_floating(logits_name, logits)
   _checks.check_integer(actions_name, actions)
   _checks.check_min_rank(logits_name, logits, 1, "a trailing action axis")
   _checks.check_shape(
       actions_name, actions, jnp.shape(logits)[:-1], f"`{logits_name}` without its action axis"
   )
-  _checks.check_action_range(actions_name, actions, jnp.shape(logits)[-1], f"`{logits_name}`")
+  _checks.check_action_range(actions_name, actions, jnp.shape(logits)[-1], f"`{logits_name}`",
+                             where=where)  # fmt: skip
   return select_action(jax.nn.log_softmax(logits, axis=-1), jnp.asarray(actions))
 
 

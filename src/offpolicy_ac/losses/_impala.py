@@ -257,8 +257,8 @@ def impala_loss_categorical(
   _checks.check_shape("mu_logits_tm1", mu_logits_tm1, jnp.shape(logits_tm1), "`logits_tm1`")
   mask = _checks.check_mask(kwargs.get("mask"), jnp.shape(logits_tm1)[:-1])
   logits_tm1, mu_logits_tm1 = where_used(mask, logits_tm1), where_used(mask, mu_logits_tm1)
-  log_pi = _distributions.log_prob_of(logits_tm1, a_tm1, "logits_tm1", "a_tm1")
-  log_mu = _distributions.log_prob_of(mu_logits_tm1, a_tm1, "mu_logits_tm1", "a_tm1")
+  log_pi = _distributions.log_prob_of(logits_tm1, a_tm1, "logits_tm1", "a_tm1", where=mask)
+  log_mu = _distributions.log_prob_of(mu_logits_tm1, a_tm1, "mu_logits_tm1", "a_tm1", where=mask)
   for name, x in [("v_tm1", v_tm1), ("v_t", v_t), ("r_t", r_t), ("discount_t", discount_t)]:
     _checks.check_shape(name, x, jnp.shape(a_tm1), "`a_tm1`, `logits_tm1` without its action axis")
   entropy = _distributions.categorical_entropy(logits_tm1)

@@ -102,7 +102,6 @@ def _check_q_inputs(q_tm1, q_t, a_tm1, a_t, r_t, discount_t, pi_t, mu_t):
   _checks.check_shape("pi_t", pi_t, q_shape, "`q_tm1`")
   for name, x in [("a_tm1", a_tm1), ("a_t", a_t), ("discount_t", discount_t), ("mu_t", mu_t)]:
     _checks.check_shape(name, x, shape, "`r_t`")
-  _checks.check_action_range("a_tm1", a_tm1, q_shape[-1], "`q_tm1`")
   return shape
 
 
@@ -150,12 +149,13 @@ def retrace_targets(
   _checks.check_shape("pi_t", pi_t, q_shape, "`q_t`")
   for name, x in [("a_t", a_t), ("discount_t", discount_t), ("mu_t", mu_t)]:
     _checks.check_shape(name, x, shape, "`r_t`")
-  _checks.check_action_range("a_t", a_t, q_shape[-1], "`q_t`")
   _checks.check_in_unit_interval("lambda_", lambda_, shape)
   _checks.check_non_negative("eps", eps)
   # The probabilities are checked here, named, rather than through the `c_t` they make:
-  # pi_t at the real steps (V(x_{s+1})), mu_t where a trace continues (c_{s+1}).
+  # pi_t at the real steps (V(x_{s+1})), mu_t and a_t where a trace continues (c_{s+1}).
   real = _checks.check_mask(mask, shape)
+  continues = real & shift_to_previous(real, False)
+  _checks.check_action_range("a_t", a_t, q_shape[-1], "`q_t`", where=continues)
   _checks.check_probabilities("pi_t", pi_t, where=real[..., None])
   _checks.check_probabilities("mu_t", mu_t, where=real & shift_to_previous(real, False))
   # Garbage where the inputs are not read is replaced before any arithmetic (see
@@ -225,6 +225,7 @@ def retrace(
   """
   shape = _check_q_inputs(q_tm1, q_t, a_tm1, a_t, r_t, discount_t, pi_t, mu_t)
   mask = _checks.check_mask(mask, shape)
+  _checks.check_action_range("a_tm1", a_tm1, jnp.shape(q_tm1)[-1], "`q_tm1`", where=mask)
   targets = retrace_targets(
       q_t,
       a_t,

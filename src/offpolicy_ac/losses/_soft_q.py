@@ -221,8 +221,8 @@ def sql_nstep_td_error(
   _checks.check_shape("q_tm1", q_tm1, shape + (jnp.shape(q_tm1)[-1],), "`r_t` plus an action axis")
   _checks.check_shape("q_t", q_t, jnp.shape(q_tm1), "`q_tm1`")
   _checks.check_shape("a_tm1", a_tm1, shape, "`r_t`")
-  _checks.check_action_range("a_tm1", a_tm1, jnp.shape(q_tm1)[-1], "`q_tm1`")
   mask = _checks.check_mask(mask, shape)
+  _checks.check_action_range("a_tm1", a_tm1, jnp.shape(q_tm1)[-1], "`q_tm1`", where=mask)
   targets = soft_nstep_targets(
       r_t, discount_t, q_t, alpha=alpha, n=n, mask=mask, stop_target_gradients=stop_target_gradients
   )

@@ -176,7 +176,7 @@ class EvalConfig:
 
   eval_every: Optional[int] = None
   """Environment steps between greedy evaluations (by default about 20 over the run, each at
-  a metrics line; 0: never)."""
+  a metrics line, so at most one per --log-every; 0: never)."""
   eval_episodes: int = 5
   """Episodes per evaluation, each on its own environment (per process of a multi-host
   job)."""

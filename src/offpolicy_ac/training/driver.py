@@ -12,13 +12,13 @@ an evaluation, a checkpoint or the end of the budget, in env steps), then acts o
 
 * every `log_every` env steps each lane writes a metrics line: the episodes that finished
   and the mean of the update metrics since the previous line (`records.Accumulators`);
-* every `TrainConfig.eval_interval` env steps (by default about 20 times over the budget)
-  the greedy policies are evaluated (`Program.evaluate`), and at the end of the budget
-  too (that score is not logged: the line at the end is the one a longer run would log;
-  it is `RunResult.last_eval_return` and counts as an evaluation); each lane's
-  best-scoring parameters so far go to `keep_best` (the scripts write them beside the
-  final ones), and the run stops once every lane's mean evaluation return reached
-  `target_return`;
+* every `TrainConfig.eval_interval` env steps (by default about 20 times over the budget,
+  at most once per log line) the greedy policies are evaluated (`Program.evaluate`), and
+  at the end of the budget too (that score is not logged: the line at the end is the one a
+  longer run would log; it is `RunResult.last_eval_return` and counts as an evaluation);
+  each lane's best-scoring parameters so far go to `keep_best` (the scripts write them
+  beside the final ones), and the run stops once every lane's mean evaluation return
+  reached `target_return`;
 * every `checkpoint_every` env steps, and at the end, the program's state and the
   driver's records are checkpointed; a program whose environments cannot be
   checkpointed (envpool's) starts a new *segment* there (`Program.open`), in the
