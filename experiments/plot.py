@@ -54,7 +54,7 @@ def main(args: Args) -> list[statistics.GroupCurve]:
   if args.metric is not None:  # a misspelt key is not "nothing logged yet"
     logged = {key for r in runs for line in statistics.read_metrics(r.run_dir) for key in line}
     if logged and args.metric not in logged:
-      raise ValueError(f"--metric {args.metric}: no run logs it; they log "
+      raise ValueError(f"--metric {args.metric}: no run has logged it (yet); they log "
                        f"{', '.join(sorted(logged))}")  # fmt: skip
   groups = statistics.group_runs(runs)
   curves, labels = [], []

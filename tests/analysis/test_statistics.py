@@ -547,7 +547,7 @@ def test_plot_script_names_a_metric_no_run_logs_and_needs_a_path(tmp_path):
   write_run(runs / "acer", algorithm="acer", env_id="Pendulum-v1")
   plot = load_script("plot")
   args = lambda **kw: plot.Args(**{"out_dir": str(tmp_path / "p"), "reps": 50, **kw})
-  with pytest.raises(ValueError, match=r"--metric nosuch: no run logs it; they log "
+  with pytest.raises(ValueError, match=r"--metric nosuch: no run has logged it \(yet\); they log "
                                        r"env_steps, episode_return, wall_time_s"):  # fmt: skip
     plot.main(args(paths=(str(runs),), metric="nosuch"))
   with pytest.raises(ValueError, match="give the run directories"):

@@ -135,6 +135,20 @@ def test_an_action_the_mask_leaves_unread_may_hold_anything(case_id, num_actions
     fn(_actions_with(num_actions), step + 1 if step < T - 1 else 0)
 
 
+def test_concrete_padded_actions_with_a_traced_mask_are_not_refused():
+  """Actions closed over (concrete), the mask traced: the range is checked in the program,
+  at the steps read, not on the host at every step."""
+  q, _, probs, r, d, mu = _inputs(3)
+  actions = _actions_with(-1)  # -1 padding at step 2
+  fn = lambda mask: L.retrace_targets(q, actions, r, d, probs, mu, mask=mask)  # noqa: E731
+  mask = jnp.arange(T) != 3  # the trace does not continue from step 2: a_t[2] is not read
+  chex.assert_trees_all_close(jax.jit(fn)(mask), fn(mask))
+  err, _ = checkify.checkify(jax.jit(fn))(mask)
+  assert err.get() is None
+  err, _ = checkify.checkify(jax.jit(fn))(jnp.ones(T, bool))  # read: reported
+  assert "`a_t` must hold actions in [0, 3)" in err.get()
+
+
 @pytest.mark.parametrize("num_actions", _NUM_ACTIONS)
 @pytest.mark.parametrize("case_id", _CASE_IDS)
 def test_checkify_reports_an_out_of_range_action_under_jit(case_id, num_actions):

@@ -160,7 +160,7 @@ def check_action_range(name: str, actions: Any, num_actions: int, ref: str,
   inside `without_range_checks`.
   """
   what = f"`{name}` must hold actions in [0, {num_actions}) (the action axis of {ref})"
-  if isinstance(actions, jax.core.Tracer):
+  if isinstance(actions, jax.core.Tracer) or isinstance(where, jax.core.Tracer):
     if not _RANGE_CHECKS.get():
       return
     flat = jnp.ravel(actions)
@@ -176,7 +176,7 @@ def check_action_range(name: str, actions: Any, num_actions: int, ref: str,
     return
   v = np.asarray(actions)
   bad = (v < 0) | (v >= num_actions)
-  if where is not None and not isinstance(where, jax.core.Tracer):  # a traced mask: all
+  if where is not None:
     bad &= np.broadcast_to(np.asarray(where, bool), v.shape)
   if np.any(bad):
     where = tuple(int(i) for i in np.argwhere(bad)[0])

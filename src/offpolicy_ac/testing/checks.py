@@ -147,8 +147,9 @@ def _strictest(*dtypes):
 
 
 def _float_dtype(traj):
-  """The trajectory's floating dtype (its rewards')."""
-  return np.asarray(traj.r_t).dtype
+  """The floating dtype JAX computes the trajectory's rewards in (float64 data: float32
+  unless `jax_enable_x64`)."""
+  return jax.dtypes.canonicalize_dtype(np.asarray(traj.r_t).dtype)
 
 
 def _assert_close(check, where, name, actual, expected, rtol, atol, dtype, select=None,

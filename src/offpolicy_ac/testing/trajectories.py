@@ -159,12 +159,11 @@ def random_layout(
 
 
 def check_layout(mask, kind) -> None:
-  """Refuses a layout an auto-resetting environment cannot produce: a step kind outside
-  MID, TERMINATION, TRUNCATION and JUNCTION; a LAST step (termination or truncation) not
-  followed by a junction, but at the window's end; a junction but at the start or after a
-  LAST step; `mask` other than `kind != JUNCTION`. (A LAST step followed by a real step
-  would let a target read the next episode unmasked, and the checks, which cut on the
-  mask, could not tell.)
+  """Refuses a layout no auto-resetting environment (or padding) produces: a step kind
+  outside MID, TERMINATION, TRUNCATION and JUNCTION; an unmasked JUNCTION; a LAST step
+  (termination or truncation) followed by an unmasked step, where the next episode would
+  start without its junction (a target could read it, and the checks, which cut on the
+  mask, could not tell). Masked steps of any kind (padding) are allowed anywhere.
 
   Raises:
     ValueError: naming the first offending step.
@@ -176,15 +175,13 @@ def check_layout(mask, kind) -> None:
   for col in _columns(kind.shape):
     kinds, where = kind[col], lambda s, col=col: (s,) + col[1:]
     for s, k in enumerate(kinds.tolist()):
-      before = kinds[s - 1] if s else None
+      real = bool(mask[where(s)])
       if k not in (MID, TERMINATION, TRUNCATION, JUNCTION):
         why = f"kind {k} is not MID, TERMINATION, TRUNCATION or JUNCTION"
-      elif before in (TERMINATION, TRUNCATION) and k != JUNCTION:
+      elif k == JUNCTION and real:
+        why = "a JUNCTION is unmasked (mask True); it is the auto-reset step, never real"
+      elif s and kinds[s - 1] in (TERMINATION, TRUNCATION) and real:
         why = "a LAST step is followed by a real step, not by the auto-reset JUNCTION"
-      elif k == JUNCTION and s and before not in (TERMINATION, TRUNCATION):
-        why = "a JUNCTION follows no LAST step (it is the auto-reset after one)"
-      elif bool(mask[where(s)]) != (k != JUNCTION):
-        why = f"mask is {bool(mask[where(s)])} at a step of kind {k} (False at junctions only)"
       else:
         continue
       raise ValueError(f"step {where(s)} of the layout: {why}")

@@ -101,17 +101,18 @@ def verify_checksums(tree: Any, expected: dict[str, str], where: str) -> None:
       )
 
 
-def layout_mismatch(template: Any, checksums: dict[str, str]) -> Optional[str]:
+def layout_mismatch(template: Any, checksums: dict[str, str],
+                    partial: bool = False) -> Optional[str]:  # fmt: skip
   """How the arrays a checkpoint holds (`checksums`: their dtypes and shapes) differ from
-  `template`'s, or None when they agree: a checkpoint of another configuration, not a
-  damaged one."""
+  `template`'s (with `partial`, `template`'s arrays only), or None when they agree: a
+  checkpoint of another configuration, not a damaged one."""
   stored = {k: v.rpartition(":")[0] for k, v in checksums.items() if k != RECORD}
   try:  # `array_checksums` saw a scalar as [1] (np.ascontiguousarray)
     wanted = {path_name(path): f"{np.dtype(leaf.dtype).str}{list(leaf.shape) or [1]}"
               for path, leaf in jax.tree_util.tree_flatten_with_path(template)[0]}  # fmt: skip
   except TypeError:  # a dtype NumPy does not know: no judgement
     return None
-  for key in sorted(set(stored) | set(wanted)):
+  for key in sorted(set(wanted) if partial else set(stored) | set(wanted)):
     if stored.get(key) != wanted.get(key):
       return f"{key}: stored {stored.get(key, 'nothing')}, this run's {wanted.get(key, 'nothing')}"
   return None
@@ -360,7 +361,29 @@ def read_checkpoint(directory: str | pathlib.Path, step: int, item: Any) -> tupl
   by their field names) whose leaves are `jax.ShapeDtypeStruct`s; the rest (a replay
   buffer, optimizer state) is not read. Arrays come back as NumPy arrays, in `item`'s
   structure.
+
+  Raises:
+    DamagedCheckpointError: no checksums, files missing or cut short, or arrays that do
+      not match their checksums.
+    ValueError: the checkpoint holds arrays of other shapes than `item`'s (another
+      configuration: not damage).
   """
+  step_dir = pathlib.Path(directory).absolute() / str(step)
+  where = f"checkpoint {step} in {pathlib.Path(directory).absolute()}"
+  checksums = _read_checksums(step_dir)
+  mismatch = layout_mismatch(item, checksums, partial=True)
+  if mismatch is not None:
+    raise ValueError(f"{where} holds arrays of other shapes than asked for ({mismatch})")
+  try:
+    restored = _restore_read_only(directory, step, item)
+  except Exception as e:  # pylint: disable=broad-except
+    raise DamagedCheckpointError(f"{where} could not be read: {e!r}") from e
+  verify_checksums(restored["arrays"], checksums, where)
+  return restored["arrays"], dict(restored["record"])
+
+
+def _restore_read_only(directory: str | pathlib.Path, step: int, item: Any) -> dict:
+  """orbax's restore of `item` (and the record) from checkpoint `step`, writing nothing."""
   ocp = _ocp()
   with warnings.catch_warnings(), _quiet_absl():  # orbax's notes on read-only managers
     warnings.simplefilter("ignore")
@@ -379,9 +402,7 @@ def read_checkpoint(directory: str | pathlib.Path, step: int, item: Any) -> tupl
       )
     finally:
       manager.close()
-  step_dir = pathlib.Path(directory).absolute() / str(step)
-  verify_checksums(restored["arrays"], _read_checksums(step_dir), f"checkpoint {step_dir}")
-  return restored["arrays"], dict(restored["record"])
+  return restored
 
 
 def checkpoint_steps(directory: str | pathlib.Path) -> list[int]:

@@ -84,8 +84,9 @@ class BudgetConfig:
   total_env_steps: int = 500_000
   """Environment steps to train for. All environments together, per seed."""
   log_every: int = 5_000
-  """Environment steps between metrics lines; an evaluation adds a line at its step. Each
-  goes to metrics.jsonl and to the progress shown on screen."""
+  """Environment steps between metrics lines; an evaluation adds a line at its step (but the
+  one at the end of the budget: its score is summary.json's last_eval_return). Each goes to
+  metrics.jsonl and to the progress shown on screen."""
   num_seeds: int = 1
   """Seeds to train (seed, seed + 1, ...). Each has its own environments, logs and run
   directory <run-dir>/seed<k>, and a plot shows them all. The seeds learn together, as one
@@ -189,7 +190,10 @@ class CheckpointConfig:
   """Checkpoints, from which --resume continues a run."""
 
   checkpoint_every: int = 10_000
-  """Environment steps between checkpoints. 0: none, not even at the end."""
+  """Environment steps between checkpoints. 0: none, not even at the end. An envpool run
+  starts new environments at each (docs/concepts/resume.md): every episode is cut (a
+  truncation, bootstrapped) after at most checkpoint_every / num_envs steps of its
+  environment, so keep that above the task's time limit to see whole episodes."""
   keep_checkpoints: int = 3
   """How many of the newest checkpoints are kept."""
 

@@ -453,16 +453,51 @@ def _check_open_files(learners: int, flags: str) -> None:
 def _train(name: str, args: Any, root: pathlib.Path, lanes: list[sweeps.Lane],
            dirs: list[pathlib.Path], program: Any, progress: Optional[bool],
            inputs: Optional[dict], add_logger: Optional[Callable]) -> list[RunResult]:  # fmt: skip
-  """`_run` once it holds the run directory: config.json, signals, the driver, results."""
+  """`_run` once it holds the run directory. A resume (of one process) that ends in an
+  error before its first checkpoint leaves the run as it found it: config.json too (its
+  budget, its `resumed` list)."""
+  keep = bool(getattr(args, "resume", False)) and args.train.parallel.num_processes == 1
+  with _configs_kept_on_failure(root, dirs, keep):
+    return _configure_and_drive(name, args, root, lanes, dirs, program, progress, inputs,
+                                add_logger)  # fmt: skip
+
+
+@contextlib.contextmanager
+def _configs_kept_on_failure(root: pathlib.Path, dirs: list[pathlib.Path], keep: bool):
+  """With `keep`, puts the config.json files (the root's, each learner's) back as they were
+  when the body fails with no checkpoint saved since it began."""
+  paths = [d / "config.json" for d in dict.fromkeys([root, *dirs])] if keep else []
+  before = {path: path.read_bytes() for path in paths if path.exists()}
+  saved = _checkpoint_saves(root / "checkpoints") if before else {}
+  try:
+    yield
+  except Exception:
+    if before and _checkpoint_saves(root / "checkpoints").items() <= saved.items():
+      for path, data in before.items():
+        with contextlib.suppress(OSError):  # the failure is the error to show
+          if path.read_bytes() != data:
+            write_atomic(path, data)
+    raise
+
+
+def _checkpoint_saves(directory: pathlib.Path) -> dict[int, int]:
+  """When each complete checkpoint in `directory` was saved: {step: its checksums' mtime}."""
+  saves = {}
+  for step in checkpoint.checkpoint_steps(directory):
+    with contextlib.suppress(FileNotFoundError):  # deleted meanwhile
+      saves[step] = (directory / str(step) / checkpoint.CHECKSUMS).stat().st_mtime_ns
+  return saves
+
+
+def _configure_and_drive(name: str, args: Any, root: pathlib.Path, lanes: list[sweeps.Lane],
+                         dirs: list[pathlib.Path], program: Any, progress: Optional[bool],
+                         inputs: Optional[dict],
+                         add_logger: Optional[Callable]) -> list[RunResult]:  # fmt: skip
+  """config.json, signals, the driver, results."""
   config: TrainConfig = args.train
   resume = bool(getattr(args, "resume", False))
   with refusals():  # before config.json is written
     added = [_added(add_logger, d, lane.seed) for lane, d in zip(lanes, dirs) if add_logger]
-  # A resume that ends in an error before its first checkpoint leaves the run as it found
-  # it: config.json too (its budget, its `resumed` list).
-  configs = [d / "config.json" for d in dict.fromkeys([root, *dirs])]
-  before = {path: path.read_bytes() for path in configs if resume and path.exists()}
-  saved = _checkpoint_saves(root / "checkpoints")
   try:
     # Process 0 writes the checkpoints, in the root; the others read them (process<k>/).
     common = {"inputs": inputs, "checkpoints": root / "checkpoints",
@@ -499,20 +534,8 @@ def _train(name: str, args: Any, root: pathlib.Path, lanes: list[sweeps.Lane],
     loggers = [MultiLogger(logger, extra) for logger, extra in zip(loggers, added)]
   flag = _StopFlag()
   with _stop_on_signals(flag):  # to the end: a second signal never cuts the files short
-    try:
-      return _drive_and_finish(name, config, root, lanes, dirs, program, protocol, loggers,
-                               checkpointer, resume, flag)  # fmt: skip
-    except Exception:
-      if _checkpoint_saves(root / "checkpoints").items() <= saved.items():
-        for path, data in before.items():
-          write_atomic(path, data)
-      raise
-
-
-def _checkpoint_saves(directory: pathlib.Path) -> dict[int, int]:
-  """When each complete checkpoint in `directory` was saved: {step: its checksums' mtime}."""
-  return {step: (directory / str(step) / checkpoint.CHECKSUMS).stat().st_mtime_ns
-          for step in checkpoint.checkpoint_steps(directory)}  # fmt: skip
+    return _drive_and_finish(name, config, root, lanes, dirs, program, protocol, loggers,
+                             checkpointer, resume, flag)  # fmt: skip
 
 
 def _drive_and_finish(name: str, config: TrainConfig, root: pathlib.Path,

@@ -736,7 +736,8 @@ def load_run(run_dir: str | os.PathLike, *, checkpoint: Optional[int] = None,
     ValueError: a run of another format or of an unknown algorithm, the root of a run
       of several seeds or of a sweep, no parameters saved (no final parameters and no
       checkpoint, no checkpoint at `checkpoint`, no best parameters), or parameters that
-      do not match their checksum (damaged).
+      do not match their checksum (damaged: `DamagedCheckpointError`, a ValueError; with
+      `checkpoint` None, only when no checkpoint is intact).
   """
   if best and checkpoint is not None:
     raise ValueError("load_run: choose the best parameters or a checkpoint, not both")
@@ -790,10 +791,20 @@ def load_run(run_dir: str | os.PathLike, *, checkpoint: Optional[int] = None,
                                      transform, compiled=config.compiled)  # fmt: skip
     if checkpoint is None:
       _warn_of_newer_incomplete(ckpt_dir, steps[-1])
-      step, (params, transform) = _newest_readable(steps, read)
+      # The checkpoints newer than the final parameters (a run resumed since), all
+      # damaged: the final parameters are the newest intact ones.
+      since = [s for s in steps if s > summary.get("env_steps", -1)] if final.exists() else []
+      older = f"the final parameters ({FINAL_PARAMS})" if since else ""
+      found = _newest_readable(since or steps, read, older)
     else:
-      step, (params, transform) = checkpoint, read(checkpoint)
-    env_steps, source = step, "checkpoint"
+      found = checkpoint, read(checkpoint)
+    if found is None:
+      params = load_params(final, params_template)
+      transform = _load_transform(run_dir / FINAL_TRANSFORM, transform)
+      env_steps, source = summary.get("env_steps"), "final"
+    else:
+      step, (params, transform) = found
+      env_steps, source = step, "checkpoint"
   acting = jax.device_put(Acting(params, transform))
   return LoadedRun(
       run_dir=run_dir, algorithm=algorithm, config=config, agent=agent, acting=acting,
@@ -802,19 +813,26 @@ def load_run(run_dir: str | os.PathLike, *, checkpoint: Optional[int] = None,
   )  # fmt: skip
 
 
-def _newest_readable(steps: Sequence[int], read: Callable[[int], Any]) -> tuple[int, Any]:
+def _newest_readable(steps: Sequence[int], read: Callable[[int], Any],
+                     older: str = "") -> Optional[tuple[int, Any]]:  # fmt: skip
   """(step, read(step)) of the newest of `steps` whose checkpoint reads and matches its
-  checksums, warning of each newer damaged one passed over (as `--resume` falls back);
-  with none readable, the newest one's error."""
+  checksums, with a warning naming the damaged ones passed over (as `--resume` falls
+  back). With none readable: None where `older` names what is loaded instead, else the
+  newest one's error."""
   errors = []
   for step in reversed(steps):
-    if errors:
-      warnings.warn(f"{errors[-1]}; loading the one at env step {step:,}", RuntimeWarning,
-                    stacklevel=3)  # fmt: skip
     try:
-      return step, read(step)
+      found = step, read(step)
     except DamagedCheckpointError as e:
       errors.append(e)
+      continue
+    if errors:
+      warnings.warn(f"{'; '.join(map(str, errors))}: loaded the newest intact checkpoint, "
+                    f"at env step {step:,}", RuntimeWarning, stacklevel=3)  # fmt: skip
+    return found
+  if errors and older:
+    warnings.warn(f"{'; '.join(map(str, errors))}: loaded {older}", RuntimeWarning, stacklevel=3)
+    return None
   raise errors[0]
 
 
@@ -859,8 +877,8 @@ def _read_acting(ckpt_dir: pathlib.Path, step: int, num_seeds: int, index: int,
     arrays, record = read_checkpoint(ckpt_dir, step, item)
   except DamagedCheckpointError:
     raise
-  except Exception as e:  # pylint: disable=broad-except
-    raise DamagedCheckpointError(f"{where} could not be read: {e!r}") from e
+  except ValueError as e:  # arrays of other shapes: another configuration, not damage
+    raise ValueError(f"{e}: config.json no longer describes the agent that wrote it") from None
   records.check_format(record, f"{ckpt_dir} at step {step}", "compiled" if compiled else "envpool")
   learner = take_lane((arrays["state"] if compiled else arrays)["learner"], index)
   return (
