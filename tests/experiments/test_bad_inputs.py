@@ -165,6 +165,9 @@ CASES = [
         "--mini-batch-length must be a positive int, got 0",
     ),
     ("sql", ["--preset", "pendulum", "--lambda", "0.5", "--n-step", "2"], "--n-step=2 with"),
+    # Settings of continuous actions on a discrete task: given, and then without effect.
+    ("impala", ["--init-log-std", "-1"], "--init-log-std: settings of continuous actions"),
+    ("acer", ["--sdn-samples", "3"], "--sdn-samples: settings of continuous actions, which ACER"),
 ]
 TRAINS = ("impala", "acer", "sql", "sqil")
 

@@ -122,6 +122,8 @@ def make_impala(spec, config: ImpalaConfig = ImpalaConfig()) -> base.Agent:
   """Builds the IMPALA agent for an environment spec (discrete or continuous)."""
   base.check_config(config, ImpalaConfig, "make_impala")
   discrete = spec.is_discrete
+  if discrete:
+    base.check_unused_on_discrete(config, ("init_log_std",), "IMPALA")
 
   def make_net():
     torso = networks.make_torso(config.torso, spec.observation_shape, config.hidden_sizes)
