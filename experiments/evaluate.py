@@ -8,10 +8,11 @@
 Plays `--episodes` episodes with the deterministic policy (greedy, or the Gaussian's
 mean), each on its own freshly reset environment, as the in-training evaluation does
 (`training/evaluation.py`); prints each episode's return and their mean, std (of the
-episodes played: NumPy's, ddof 0), min and max, and writes them to <run-dir>/evaluation.json (or `--out`). With `--video`, also
-renders episode 0 (same seed, so the same episode) with envpool's renderer and writes
-an MP4. Runs on JAX environments (gymnax, brax) evaluate on a host pool of them
-(`envs.FunctionalPool`); they cannot be rendered (`--video` fails before evaluating).
+episodes played: NumPy's, ddof 0), min and max, and writes them to
+<run-dir>/evaluation.json (or `--out`). With `--video`, also renders episode 0 (same
+seed, so the same episode) with envpool's renderer and writes an MP4. Runs on JAX
+environments (gymnax, brax) evaluate on a host pool of them (`envs.FunctionalPool`); they
+cannot be rendered (`--video` fails before evaluating).
 """
 
 from __future__ import annotations

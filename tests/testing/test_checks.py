@@ -151,8 +151,9 @@ def test_split_failures_name_the_index_in_the_example():
   ) as failure:
     testing.assert_junction_split_invariant(bad, ex, variants=("without_jit",))
   # "got" is the full batch's (the bumped value), "expected" the segment's computed alone.
-  got, expected = re.search(r"got (?:np\.float64\()?([-\d.e]+)\)?, expected "
-                            r"(?:np\.float64\()?([-\d.e]+)", str(failure.value)).groups()  # fmt: skip
+  number = r"(?:np\.float64\()?([-\d.e]+)"
+  found = re.search(rf"got {number}\)?, expected {number}", str(failure.value))
+  got, expected = found.groups()
   assert float(got) - float(expected) == pytest.approx(1.0, abs=1e-4)
 
 

@@ -193,9 +193,9 @@ def run_info(run_dir: str | os.PathLike) -> RunInfo:
 def find_runs(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> list[pathlib.Path]:
   """Run directories at or below `paths` (one path, or several): those holding config.json
   and metrics.jsonl (a vmapped multi-seed run's root holds no metrics, its seed<k>/ do; a
-  run just started, an empty one). Symbolic links to directories are followed, each directory read once;
-  directories that cannot be read are skipped. A multi-host job's processes other than 0
-  (root/process<i>) log the same learner again, and are left out.
+  run just started, an empty one). Symbolic links to directories are followed, each
+  directory read once; directories that cannot be read are skipped. A multi-host job's
+  processes other than 0 (root/process<i>) log the same learner again, and are left out.
 
   Raises:
     ValueError: a path does not exist, or no run directory is found.

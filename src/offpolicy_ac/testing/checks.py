@@ -157,8 +157,9 @@ def _assert_close(check, where, name, actual, expected, rtol, atol, dtype, selec
   """`chex.assert_trees_all_close` at the selected entries (all when `select` is None),
   with the tolerance `atol * max(1, max|expected|) + rtol * |expected|` (the maximum over
   the selected entries); a tolerance of None is the default for `dtype` (`_strictest` of
-  the trajectory's and the outputs' dtypes). The AssertionError names the check, the output and the worst index
-  (`locate(index)`: its index in the example, for a part of it), then gives chex's report."""
+  the trajectory's and the outputs' dtypes). The AssertionError names the check, the
+  output and the worst index (`locate(index)`: its index in the example, for a part of
+  it), then gives chex's report."""
   default = _default_tolerance(dtype)
   rtol = default if rtol is None else rtol
   atol = default if atol is None else atol
@@ -522,8 +523,8 @@ def assert_masked_steps_get_no_gradient(
   """Garbage at the masked steps changes no gradient of the outputs at the real steps.
 
   Overwrites the masked rows of every field but `mask`, `kind` and the predictions with
-  garbage (as `assert_masked_steps_ignored`), pulls a random cotangent of the outputs at the unmasked
-  steps back to the `wrt` fields (one `jax.vjp`), and requires every gradient to be
+  garbage (as `assert_masked_steps_ignored`), pulls a random cotangent of the outputs at
+  the unmasked steps back to the `wrt` fields (one `jax.vjp`), and requires every gradient to be
   finite, exactly 0 at the masked steps, and equal to the gradient on the clean example.
   It catches a target that masks its outputs with `jnp.where(mask, f(x), 0)` but lets
   the garbage into `f`: the value is right, but the backward pass multiplies the zero
