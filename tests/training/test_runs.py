@@ -257,10 +257,10 @@ def test_a_run_written_before_a_field_existed_resumes_with_its_default(tmp_path)
   _run("impala", run_dir, 2560)
   path = run_dir / "config.json"
   written = json.loads(path.read_text())
-  del written["config"]["agent"]["init_log_std"]  # as a version without the field wrote
+  del written["config"]["agent"]["optimizer_eps"]  # as a version without the field wrote
   path.write_text(json.dumps(written))
-  proc = _run("impala", run_dir, 5120, "--resume", "--init-log-std", "-0.5", check=False)
-  assert proc.returncode != 0 and "agent.init_log_std" in proc.stderr
+  proc = _run("impala", run_dir, 5120, "--resume", "--optimizer-eps", "0.001", check=False)
+  assert proc.returncode != 0 and "agent.optimizer_eps" in proc.stderr
   _run("impala", run_dir, 5120, "--resume")  # the field's default: the old behaviour
   assert json.loads((run_dir / "summary.json").read_text())["env_steps"] == 5120
 
