@@ -195,7 +195,10 @@ def make_acer_discrete(spec, config: AcerConfig = AcerConfig()) -> base.Agent:
   """Discrete ACER (categorical policy + Q head, Q^ret, trust region)."""
   base.check_discrete(spec, "discrete ACER (make_acer_discrete)")
   base.check_config(config, AcerConfig, "make_acer_discrete")
-  base.check_unused_on_discrete(config, ("init_log_std", "sdn_samples", "sdn_hidden_size"), "ACER")
+  base.check_unused_on_discrete(
+      config, ("init_log_std", "sdn_samples", "sdn_hidden_size"),
+      "settings of continuous actions, which ACER on a discrete task does not use",
+  )  # fmt: skip
   net, policy = networks.actor_critic(
       lambda: networks.ActorQCritic(
           networks.make_torso(config.torso, spec.observation_shape, config.hidden_sizes),

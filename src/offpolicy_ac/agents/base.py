@@ -339,14 +339,13 @@ def check_discrete(spec: Any, agent: str) -> None:
     )
 
 
-def check_unused_on_discrete(config: Any, fields: tuple[str, ...], agent: str) -> None:
-  """Refuses (ValueError) `fields` of `config` set off their defaults for a discrete task,
-  which does not use them (a flag given and then without effect)."""
+def check_unused_on_discrete(config: Any, fields: tuple[str, ...], why: str) -> None:
+  """Refuses (ValueError, "<fields>: <why>") `fields` of `config` set off their defaults
+  for a discrete task, which does not use them (a flag given and then without effect)."""
   default = type(config)()
   given = [f for f in fields if getattr(config, f) != getattr(default, f)]
   if given:
-    raise ValueError(f"{', '.join(given)}: settings of continuous actions, which {agent} on a "
-                     "discrete task does not use")  # fmt: skip
+    raise ValueError(f"{', '.join(given)}: {why}")
 
 
 def check_continuous(spec: Any, agent: str) -> None:

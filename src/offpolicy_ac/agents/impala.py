@@ -123,7 +123,10 @@ def make_impala(spec, config: ImpalaConfig = ImpalaConfig()) -> base.Agent:
   base.check_config(config, ImpalaConfig, "make_impala")
   discrete = spec.is_discrete
   if discrete:
-    base.check_unused_on_discrete(config, ("init_log_std",), "IMPALA")
+    base.check_unused_on_discrete(
+        config, ("init_log_std",),
+        "settings of continuous actions, which IMPALA on a discrete task does not use",
+    )  # fmt: skip
 
   def make_net():
     torso = networks.make_torso(config.torso, spec.observation_shape, config.hidden_sizes)

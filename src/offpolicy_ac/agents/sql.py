@@ -41,16 +41,12 @@ def make_sql_discrete(spec, config: SqlConfig = SqlConfig(), *, name: str = "sql
         f"num_q_networks={config.num_q_networks}: several Q networks (clipped double Q) are "
         f"implemented for continuous actions only; discrete {name.upper()} takes 1"
     )
-  continuous_only = [
-      field
-      for field in ("num_value_samples", "value_proposal_std", "num_particles", "svgd_update_ratio")
-      if getattr(config, field) != getattr(SqlConfig(), field)
-  ]
-  if continuous_only:
-    raise ValueError(
-        f"{', '.join(continuous_only)}: settings of continuous {name.upper()}'s sampler and "
-        f"soft value; discrete {name.upper()} computes its soft value exactly, with no sampler"
-    )
+  base.check_unused_on_discrete(
+      config,
+      ("num_value_samples", "value_proposal_std", "num_particles", "svgd_update_ratio"),
+      f"settings of continuous {name.upper()}'s sampler and soft value; discrete "
+      f"{name.upper()} computes its soft value exactly, with no sampler",
+  )
   torso = networks.make_torso(config.torso, spec.observation_shape, config.hidden_sizes)
   net = networks.QNetwork(torso, spec.num_actions)
   optimizer = make_sql_optimizer(config)

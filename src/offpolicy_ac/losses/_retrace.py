@@ -157,11 +157,11 @@ def retrace_targets(
   continues = real & shift_to_previous(real, False)
   _checks.check_action_range("a_t", a_t, q_shape[-1], "`q_t`", where=continues)
   _checks.check_probabilities("pi_t", pi_t, where=real[..., None])
-  _checks.check_probabilities("mu_t", mu_t, where=real & shift_to_previous(real, False))
+  _checks.check_probabilities("mu_t", mu_t, where=continues)
   # Garbage where the inputs are not read is replaced before any arithmetic (see
   # `general_off_policy_returns`); mu_t by 1, as it divides.
   q_t, pi_t = where_used(real, q_t), where_used(real, pi_t)
-  mu_t = where_used(real & shift_to_previous(real, False), mu_t, 1.0)
+  mu_t = where_used(continues, mu_t, 1.0)
   a_t = jnp.asarray(a_t)
   pi_a_t = select_action(pi_t, a_t)
   c_t = lambda_ * jnp.minimum(1.0, pi_a_t / (mu_t + probability_floor(eps, jnp.result_type(mu_t))))

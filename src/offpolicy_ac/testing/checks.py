@@ -212,15 +212,9 @@ def _assert_finite(check, where, leaves, mask, masked_too=False):
     except AssertionError as e:
       bad = checked & ~np.isfinite(np.asarray(x, np.float64))
       idx = tuple(int(i) for i in np.argwhere(bad & real if (bad & real).any() else bad)[0])
-      step = "an unmasked" if real[idx] else "a masked"
-      hint = (
-          ""
-          if real[idx]
-          else (
-              ": a loss that multiplies by the mask is NaN there; give a"
-              " finite value (0: `jnp.where(mask, x, 0)`) at masked steps"
-          )
-      )
+      step, hint = ("an unmasked", "") if real[idx] else (
+          "a masked", ": a loss that multiplies by the mask is NaN there; give a finite value"
+          " (0: `jnp.where(mask, x, 0)`) at masked steps")  # fmt: skip
       raise AssertionError(
           f"{check}: {where}: output {name} is {float(x[idx])} at index {idx}, {step} step of the"
           f" clean example{hint}\nchex: {e}"

@@ -368,9 +368,9 @@ def read_checkpoint(directory: str | pathlib.Path, step: int, item: Any) -> tupl
     ValueError: the checkpoint holds arrays of other shapes than `item`'s (another
       configuration: not damage).
   """
-  step_dir = pathlib.Path(directory).absolute() / str(step)
-  where = f"checkpoint {step} in {pathlib.Path(directory).absolute()}"
-  checksums = _read_checksums(step_dir)
+  directory = pathlib.Path(directory).absolute()
+  where = f"checkpoint {step} in {directory}"
+  checksums = _read_checksums(directory / str(step))
   mismatch = layout_mismatch(item, checksums, partial=True)
   if mismatch is not None:
     raise ValueError(f"{where} holds arrays of other shapes than asked for ({mismatch})")
