@@ -174,10 +174,9 @@ def _task(task: str, args: Args, presets: dict) -> Task:
       num_seeds=1,
   )
   agent = preset.agent
-  if atari:
-    agent = dataclasses.replace(
-        agent, torso=args.pong_torso, hidden_sizes=tuple(args.pong_hidden_sizes)
-    )
+  if atari:  # the MLP's sizes apply to the mlp torso only (the agents refuse them otherwise)
+    mlp = {"hidden_sizes": tuple(args.pong_hidden_sizes)} if args.pong_torso == "mlp" else {}
+    agent = dataclasses.replace(agent, torso=args.pong_torso, **mlp)
   return Task(task, atari, n, t, steps, loop, agent)
 
 

@@ -251,3 +251,43 @@ def test_check_command_reads_a_scripts_flags_quietly_and_names_them_when_refused
   with pytest.raises(TypeError, match="argv is a sequence of arguments"):
     presets.check_command("impala", "--seed 3")
   assert capsys.readouterr() == ("", "")
+
+
+@pytest.mark.parametrize(
+    "argv, refused",
+    [
+        (["--obs-clip", "10"], "--obs-clip 10.0 has no effect in this run: it applies with "
+                               "--normalize-observations"),
+        (["--eval-every", "0", "--eval-episodes", "3"],
+         "--eval-episodes 3 has no effect in this run: it applies to evaluations"),
+        (["--checkpoint-every", "0", "--keep-checkpoints", "9"],
+         "--keep-checkpoints 9 has no effect in this run: it applies to checkpoints"),
+        (["--no-vmap-seeds"], "--no-vmap-seeds has no effect in this run: it applies to several"),
+    ],
+)  # fmt: skip
+def test_a_flag_without_effect_in_its_run_is_refused(argv, refused):
+  with pytest.raises(ValueError) as e:
+    parse_args(presets.impala.Args, presets.impala.PRESETS, argv=argv)
+  assert str(e.value).startswith(refused)
+
+
+@pytest.mark.parametrize(
+    "script, argv",
+    [
+        ("impala", ["--normalize-observations", "--obs-clip", "10"]),
+        ("impala", ["--eval-every", "0", "--eval-episodes", "5"]),  # the default: not a change
+        ("impala", ["--num-seeds", "2", "--no-vmap-seeds"]),
+        ("impala", ["--checkpoint-every", "0"]),
+        # A preset's own settings are not the user's: its eval_episodes 4, unused here.
+        ("sql", ["--preset", "pendulum", "--eval-every", "0"]),
+    ],
+)
+def test_settings_of_a_preset_or_with_effect_are_accepted(script, argv):
+  module = getattr(presets, script)
+  parse_args(module.Args, module.PRESETS, argv=argv)
+
+
+def test_a_bad_value_is_refused_for_itself_not_as_without_effect():
+  with pytest.raises(ValueError, match="eval_every must be an int >= 0"):
+    parse_args(presets.impala.Args, presets.impala.PRESETS,
+               argv=["--eval-every", "-1", "--eval-episodes", "3"]).train.validate()  # fmt: skip

@@ -73,6 +73,7 @@ from tyro.constructors import StructConstructorSpec
 from tyro.constructors import StructTypeInfo
 
 from offpolicy_ac.agents import hyperparams
+from offpolicy_ac.training.config import fields_without_effect
 from offpolicy_ac.training.experiment import REFUSED
 from offpolicy_ac.training.experiment import is_refusal
 
@@ -283,8 +284,11 @@ def parse_args(
   try:
     if explicit and name not in (None, NO_PRESET) and hasattr(args, "train"):
       check_preset_task(name, presets[name].train, args.train, env_presets)
+    base = presets[name] if name not in (None, NO_PRESET) else None
+    if hasattr(args, "train"):
+      base_train = base.train if base is not None else _field_default(args_cls, "train")
+      _check_changes_have_effect(args.train, base_train)
     if hasattr(args, "agent") and hasattr(args, "train"):
-      base = presets[name] if name not in (None, NO_PRESET) else None
       base_agent = base.agent if base is not None else _field_default(args_cls, "agent")
       _check_swept_fields(args.agent, base_agent, args.train.budget.sweep)
   except ValueError as e:
@@ -295,6 +299,28 @@ def parse_args(
 def _field_default(cls: type, name: str) -> Any:
   field = next(f for f in dataclasses.fields(cls) if f.name == name)
   return field.default_factory() if field.default is dataclasses.MISSING else field.default
+
+
+def _check_changes_have_effect(train: Any, base_train: Any) -> None:
+  """Refuses a flag that changes a setting of the run from the preset's (or the default's)
+  value where the setting has no effect (`training.config.CONDITIONAL_FIELDS`): the user
+  would believe it applied. A config that `validate` refuses is left to its message."""
+  try:
+    train.validate()
+  except ValueError:
+    return
+  for field, where in fields_without_effect(train).items():
+    given = _flat_fields(train)[field]
+    if given != _flat_fields(base_train)[field]:
+      flag = flag_name(field)
+      typed = (f"--no-{flag[2:]}" if not given else flag) if isinstance(given, bool) else (
+          f"{flag} {format_value(given)}")  # fmt: skip
+      raise ValueError(f"{typed} has no effect in this run: it applies {where}")
+
+
+def _flat_fields(train: Any) -> dict[str, Any]:
+  """A TrainConfig's fields by name (names are unique across its groups)."""
+  return {k: v for group in dataclasses.asdict(train).values() for k, v in group.items()}
 
 
 def _check_swept_fields(agent: Any, base_agent: Any, sweep: Sequence[str]) -> None:

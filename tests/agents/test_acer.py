@@ -282,6 +282,13 @@ def test_bad_config_raises(cartpole_spec, field, value, message):
     make_acer(cartpole_spec, config)
 
 
+def test_a_trust_region_size_without_the_trust_region_is_refused(cartpole_spec):
+  config = AcerConfig(use_trust_region=False, trust_region_delta=0.5)
+  with pytest.raises(ValueError, match="trust_region_delta=0.5 has no effect: it applies with "):
+    make_acer(cartpole_spec, config)
+  make_acer(cartpole_spec, AcerConfig(use_trust_region=False))  # the default size: no flag
+
+
 def test_discrete_acer_on_a_continuous_task_names_the_problem(pendulum_spec):
   with pytest.raises(ValueError, match="discrete ACER.*discrete action space.*Pendulum"):
     make_acer_discrete(pendulum_spec)

@@ -419,6 +419,30 @@ def test_agents_build_on_frames_with_jax_rbg_keys(torso):
 
 
 @pytest.mark.parametrize("algo", ["impala", "acer", "sql"])
+def test_mlp_sizes_on_a_pixel_torso_are_refused(algo):
+  """hidden_sizes size the mlp torso; a built-in pixel torso, chosen or picked by "auto", has
+  none: sizes off the default would be a flag without effect."""
+  from offpolicy_ac import agents
+  from offpolicy_ac import networks
+
+  make, config = {"impala": (agents.make_impala, agents.ImpalaConfig),
+                  "acer": (agents.make_acer, agents.AcerConfig),
+                  "sql": (agents.make_sql, agents.SqlConfig)}[algo]  # fmt: skip
+  minatar = envs.EnvSpec("Frames", (4, 10, 10), "uint8", True, 3, (), "int32", None, None, 1, 1)
+  atari = minatar._replace(observation_shape=(4, 84, 84))
+  for spec, torso, kind in ((minatar, "auto", "minatar_cnn"), (atari, "small_cnn", "small_cnn")):
+    with pytest.raises(ValueError, match=f"hidden_sizes=\\(32,\\) has no effect: the {kind} torso"):
+      make(spec, config(torso=torso, hidden_sizes=(32,)))
+    make(spec, config(torso=torso))  # the default sizes: not a flag given
+  make(minatar, config(torso="mlp", hidden_sizes=(32,)))  # an MLP over the flattened frames
+  networks.register_torso("sized_for_pixel_test", lambda shape, hidden: networks.MLPTorso(hidden))
+  try:  # a registered torso takes the sizes
+    make(minatar, config(torso="sized_for_pixel_test", hidden_sizes=(32,)))
+  finally:
+    networks.torsos._REGISTERED.pop("sized_for_pixel_test", None)  # pylint: disable=protected-access
+
+
+@pytest.mark.parametrize("algo", ["impala", "acer", "sql"])
 @pytest.mark.parametrize("discrete", [True, False])
 def test_agents_keep_float32_and_update_on_their_own_actions_with_jax_x64(algo, discrete):
   """With `jax_enable_x64` every parameter stays float32, `act` returns the spec's dtypes,

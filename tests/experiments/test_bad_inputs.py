@@ -141,6 +141,7 @@ CASES = [
         "--anneal-learning-rate sets --learning-rate-decay-updates from the budget",
     ),
     ("impala", ["--wandb-mode", "offline"], "apply to --track"),
+    ("impala", ["--obs-clip", "10"], "--obs-clip 10.0 has no effect in this run: it applies with"),
     ("impala", ["--gamma", "0.5", "--sweep", "gamma=0.9,0.99"], "--gamma 0.5 sets a field --sweep"),
     (
         "impala",

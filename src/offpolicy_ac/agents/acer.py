@@ -44,6 +44,7 @@ from typing import Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from offpolicy_ac import losses
 from offpolicy_ac import networks
@@ -109,7 +110,8 @@ class AcerConfig:
   cannot move the policy past the trust region: on Pendulum-v1 the shared torso learnt
   about 3x slower and fell back after learning."""
   hidden_sizes: Sequence[int] = (64, 64)
-  """MLP torso layer sizes."""
+  """MLP torso layer sizes; a built-in pixel torso has no layers they size (registered
+  torsos are given them)."""
   init_log_std: float = 0.0
   """Continuous: initial log standard deviation of the Gaussian policy."""
 
@@ -120,6 +122,12 @@ class AcerConfig:
     if self.optimizer not in ("adam", "rmsprop"):
       raise ValueError(f"optimizer must be 'adam' or 'rmsprop', got {self.optimizer!r}")
     base.check_non_negative("trust_region_delta", self.trust_region_delta)
+    delta = self.trust_region_delta
+    if not self.use_trust_region and not base.is_traced(delta):
+      if np.any(np.asarray(base.host_value(delta)) != AcerConfig.trust_region_delta):
+        raise ValueError(
+            f"trust_region_delta={delta} has no effect: it applies with use_trust_region"
+        )
     if not base.is_traced(self.avg_decay) and not 0.0 <= base.host_value(self.avg_decay) < 1.0:
       raise ValueError(
           f"avg_decay must lie in [0, 1) (0: the average network is the current one; "
@@ -201,7 +209,7 @@ def make_acer_discrete(spec, config: AcerConfig = AcerConfig()) -> base.Agent:
   )  # fmt: skip
   net, policy = networks.actor_critic(
       lambda: networks.ActorQCritic(
-          networks.make_torso(config.torso, spec.observation_shape, config.hidden_sizes),
+          base.make_torso(config, spec.observation_shape),
           spec.num_actions,
       ),
       shared_torso=config.shared_torso,
@@ -303,7 +311,7 @@ def make_acer_continuous(spec, config: AcerConfig = AcerConfig()) -> base.Agent:
   action_dim = int(math.prod(action_shape))
   net, policy = networks.actor_critic(
       lambda: networks.StochasticDuelingNetwork(
-          networks.make_torso(config.torso, spec.observation_shape, config.hidden_sizes),
+          base.make_torso(config, spec.observation_shape),
           action_dim,
           config.sdn_hidden_size,
           config.init_log_std,

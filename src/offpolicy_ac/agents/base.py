@@ -28,6 +28,7 @@ import optax
 
 from offpolicy_ac import envs
 from offpolicy_ac import losses
+from offpolicy_ac import networks
 
 
 class AgentState(NamedTuple):
@@ -346,6 +347,21 @@ def check_unused_on_discrete(config: Any, fields: tuple[str, ...], why: str) -> 
   given = [f for f in fields if getattr(config, f) != getattr(default, f)]
   if given:
     raise ValueError(f"{', '.join(given)}: {why}")
+
+
+def make_torso(config: Any, observation_shape: tuple[int, ...]) -> Any:
+  """`networks.make_torso` of an agent config's `torso` and `hidden_sizes`. Refuses
+  (ValueError) `hidden_sizes` set off the config's default for a built-in pixel torso,
+  which has no layers they size (a flag given and then without effect)."""
+  torso = networks.make_torso(config.torso, observation_shape, config.hidden_sizes)
+  kind = networks.torso_kind(config.torso, observation_shape)
+  if kind in networks.TORSOS and kind != "mlp":
+    if tuple(config.hidden_sizes) != tuple(type(config)().hidden_sizes):
+      raise ValueError(
+          f"hidden_sizes={tuple(config.hidden_sizes)} has no effect: the {kind} torso has no "
+          "layers they size; they apply to the mlp torso and registered torsos"
+      )
+  return torso
 
 
 def check_continuous(spec: Any, agent: str) -> None:

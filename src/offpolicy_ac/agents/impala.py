@@ -75,7 +75,8 @@ class ImpalaConfig:
   """Network body: 'auto' (by observation shape), 'mlp', 'nature_cnn', 'impala_resnet',
   'small_cnn' or 'minatar_cnn'."""
   hidden_sizes: Sequence[int] = (64, 64)
-  """MLP torso layer sizes."""
+  """MLP torso layer sizes; a built-in pixel torso has no layers they size (registered
+  torsos are given them)."""
   shared_torso: bool = True
   """True: policy and value share one torso (the paper's). False: each has a torso of its
   own (as PPO's continuous-control networks), so the value loss cannot move the policy's
@@ -129,7 +130,7 @@ def make_impala(spec, config: ImpalaConfig = ImpalaConfig()) -> base.Agent:
     )  # fmt: skip
 
   def make_net():
-    torso = networks.make_torso(config.torso, spec.observation_shape, config.hidden_sizes)
+    torso = base.make_torso(config, spec.observation_shape)
     if discrete:
       return networks.CategoricalActorCritic(torso, spec.num_actions)
     return networks.GaussianActorCritic(torso, math.prod(spec.action_shape), config.init_log_std)

@@ -47,7 +47,7 @@ def make_sql_discrete(spec, config: SqlConfig = SqlConfig(), *, name: str = "sql
       f"settings of continuous {name.upper()}'s sampler and soft value; discrete "
       f"{name.upper()} computes its soft value exactly, with no sampler",
   )
-  torso = networks.make_torso(config.torso, spec.observation_shape, config.hidden_sizes)
+  torso = base.make_torso(config, spec.observation_shape)
   net = networks.QNetwork(torso, spec.num_actions)
   optimizer = make_sql_optimizer(config)
   obs_dtype = jnp.dtype(spec.observation_dtype)

@@ -63,7 +63,8 @@ class SqlConfig:
   """Network body: 'auto' (by observation shape), 'mlp', 'nature_cnn', 'impala_resnet',
   'small_cnn' or 'minatar_cnn'."""
   hidden_sizes: Sequence[int] = (128, 128)
-  """MLP torso layer sizes. Continuous: the layers of the Q network's MLP over
+  """MLP torso layer sizes; a built-in pixel torso has no layers they size (registered
+  torsos are given them). Continuous: the layers of the Q network's MLP over
   concat(torso(obs), a) and of the sampler's over concat(torso(obs), noise)."""
   num_value_samples: int = 16
   """Continuous: M, actions drawn from the proposal q' (see `value_proposal_std`) to

@@ -19,6 +19,7 @@ from offpolicy_ac.networks.torsos import NatureCNN
 from offpolicy_ac.networks.torsos import SmallCNN
 from offpolicy_ac.networks.torsos import make_torso
 from offpolicy_ac.networks.torsos import register_torso
+from offpolicy_ac.networks.torsos import torso_kind
 
 __all__ = [
     "ActorQCritic",
@@ -38,4 +39,5 @@ __all__ = [
     "actor_critic",
     "make_torso",
     "register_torso",
+    "torso_kind",
 ]

@@ -249,6 +249,24 @@ def register_torso(
   _REGISTERED[name] = make
 
 
+def torso_kind(kind: str, observation_shape: tuple[int, ...]) -> str:
+  """The torso `make_torso(kind, observation_shape)` builds: `kind` itself, or for "auto"
+  mlp (rank-1 observations), minatar_cnn (frames up to SMALL_FRAME x SMALL_FRAME) or
+  nature_cnn (larger frames).
+
+  Raises:
+    ValueError: "auto" for observations of another rank.
+  """
+  if kind != "auto":
+    return kind
+  rank = len(observation_shape)
+  small = rank == 3 and max(observation_shape[1:]) <= SMALL_FRAME
+  kind = "mlp" if rank == 1 else "minatar_cnn" if small else "nature_cnn" if rank == 3 else ""
+  if not kind:
+    raise ValueError(f"no torso fits observations of shape {observation_shape}")
+  return kind
+
+
 def make_torso(
     kind: str, observation_shape: tuple[int, ...], hidden_sizes: Sequence[int] = (64, 64)
 ) -> nn.Module:
@@ -262,11 +280,7 @@ def make_torso(
     hidden_sizes: MLP layer sizes.
   """
   rank = len(observation_shape)
-  if kind == "auto":
-    small = rank == 3 and max(observation_shape[1:]) <= SMALL_FRAME
-    kind = "mlp" if rank == 1 else "minatar_cnn" if small else "nature_cnn" if rank == 3 else ""
-    if not kind:
-      raise ValueError(f"no torso fits observations of shape {observation_shape}")
+  kind = torso_kind(kind, observation_shape)
   if kind in _REGISTERED:
     return _registered_torso(kind, tuple(observation_shape), tuple(hidden_sizes))
   if kind not in TORSOS:

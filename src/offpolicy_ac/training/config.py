@@ -7,7 +7,8 @@
 Each group is a frozen dataclass; the experiment scripts parse them with flat flags
 (`--env-id`, `--num-envs`, `--actors async --num-actors 4`, ...: field names are
 unique across groups). Derived quantities are properties, never fields written back after
-parsing. What each run shape supports is one table, `MODES`.
+parsing. What each run shape supports is one table, `MODES`; the settings that have an
+effect only in some configurations are another, `CONDITIONAL_FIELDS`.
 """
 
 from __future__ import annotations
@@ -454,6 +455,24 @@ MODES = (
      lambda c: c.env.rollout != "host", ("compiled",)),
     ("--atari (envpool's Atari preprocessing)", lambda c: c.env.atari, ("compiled",)),
 )  # fmt: skip
+
+
+# Settings that have an effect only in some configurations: (field, whether it has one in a
+# config, where it has). The scripts refuse a flag that changes such a field from its
+# preset's (or the default's) value where it has none (`cli.parse_args`).
+CONDITIONAL_FIELDS = (
+    ("obs_clip", lambda c: c.transform.normalize_observations, "with normalize_observations"),
+    ("eval_episodes", lambda c: c.eval_interval > 0, "to evaluations (eval_every > 0)"),
+    ("keep_checkpoints", lambda c: c.checkpoint.checkpoint_every > 0,
+     "to checkpoints (checkpoint_every > 0)"),
+    ("vmap_seeds", lambda c: c.budget.num_seeds > 1, "to several seeds (num_seeds > 1)"),
+)  # fmt: skip
+
+
+def fields_without_effect(config: TrainConfig) -> dict[str, str]:
+  """The fields of `CONDITIONAL_FIELDS` that have no effect in `config`, each with where it
+  has one ("with normalize_observations")."""
+  return {name: where for name, applies, where in CONDITIONAL_FIELDS if not applies(config)}
 
 
 def unsupported_reason(config: TrainConfig, shape: str) -> Optional[str]:
