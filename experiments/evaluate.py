@@ -29,7 +29,6 @@ import numpy as np
 
 from offpolicy_ac.cli import check_output_file
 from offpolicy_ac.cli import import_modules
-from offpolicy_ac.cli import one_line_warnings
 from offpolicy_ac.cli import parse_plain
 from offpolicy_ac.cli import script_main
 from offpolicy_ac.training import describe_protocol
@@ -146,6 +145,5 @@ def _evaluate(args: Args, run: Any, video_env: Any) -> dict:
 
 
 if __name__ == "__main__":
-  one_line_warnings()  # a newest checkpoint passed over: one line
   # A bad run directory, file or setting: one line and exit code 2.
   script_main(lambda: parse_plain(Args, __doc__), main, refuse=(ValueError, OSError))

@@ -21,7 +21,6 @@ import tyro
 from offpolicy_ac.analysis import plotting
 from offpolicy_ac.analysis import statistics
 from offpolicy_ac.cli import check_output_file
-from offpolicy_ac.cli import one_line_warnings
 from offpolicy_ac.cli import parse_plain
 from offpolicy_ac.cli import script_main
 
@@ -76,6 +75,5 @@ def main(args: Args) -> list[statistics.GroupCurve]:
 
 
 if __name__ == "__main__":
-  one_line_warnings()  # a short run, a repeated seed, NaN values: one line each
   # A bad run directory, file or setting: one line and exit code 2.
   script_main(lambda: parse_plain(Args, __doc__), main, refuse=(ValueError, OSError))

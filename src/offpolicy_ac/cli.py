@@ -714,11 +714,13 @@ def script_main(parse: Callable[[], Any], run: Callable[[Any], Any], *,
   A refusal (`is_refusal`: bad settings, a run directory in use, ...; or an error of a
   type in `refuse`, for scripts that only read: evaluate.py, record_demos.py, plot.py)
   prints one line, "[<script>] error: <why>" (naming settings by their flags:
-  `in_flag_terms`), and exits with code 2; a full disk prints
-  one line and exits with code 1 (the last checkpoint is intact). Anything else (a bug, a
-  non-finite loss) keeps its traceback. A Ctrl-C, or a second stop signal during a training
-  run, prints one line and exits with 128 + the signal's number (130, 143).
+  `in_flag_terms`), and exits with code 2; a full disk prints one line and exits with code
+  1 (the last checkpoint is intact); a warning prints one line (`one_line_warnings`).
+  Anything else (a bug, a non-finite loss) keeps its traceback. A Ctrl-C, or a second stop
+  signal during a training run, prints one line and exits with 128 + the signal's number
+  (130, 143).
   """
+  one_line_warnings()
   prog = pathlib.Path(sys.argv[0]).stem or "script"
   args = None
   try:

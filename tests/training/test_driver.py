@@ -161,3 +161,35 @@ def test_train_stopped_and_resumed_with_the_public_checkpointer_ends_as_the_stra
   assert _lines(stopped) == _lines(straight)
   jax.tree.map(np.testing.assert_array_equal, resumed.agent_state.params,
                expected.agent_state.params)  # fmt: skip
+
+
+def test_checkpoints_that_cut_every_episode_short_of_the_time_limit_are_warned():
+  """Each checkpoint of an exact envpool run starts new environments: a CartPole run (time
+  limit 500) of 8 environments x 16-step unrolls (128 env steps an iteration) must put 32
+  iterations (4,096 env steps) between checkpoints for an episode to run whole."""
+  import warnings
+
+  from offpolicy_ac.training.envpool_program import warn_if_checkpoints_cut_episodes
+
+  def warned(**fields):
+    config = TrainConfig.of(**{"env_id": "CartPole-v1", "num_envs": 8, "unroll_length": 16,
+                               **fields})  # fmt: skip
+    with warnings.catch_warnings(record=True) as caught:
+      warnings.simplefilter("always")
+      warn_if_checkpoints_cut_episodes(config)
+    return [str(w.message) for w in caught]
+
+  (message,) = warned(checkpoint_every=3_968)  # 31 iterations: 496 steps per environment
+  assert message.startswith(
+      "checkpoint_every 3,968 cuts every training episode after at most 496 steps of its "
+      "environment, short of CartPole-v1's time limit of 500"
+  )
+  assert message.endswith("with checkpoint_every 4,096 or more, they can")
+  # The cut falls on the iteration at or after each multiple: 24 iterations, 384 steps.
+  assert "after at most 384 steps" in warned(checkpoint_every=3_000)[0]
+  assert not warned(checkpoint_every=3_969)  # every other segment 32 iterations: 512 steps
+  assert not warned(checkpoint_every=4_096)
+  assert warned(checkpoint_every=1_000, max_episode_steps=100) == []  # its own time limit
+  assert warned(checkpoint_every=0) == []  # no checkpoints, no cuts
+  assert warned(checkpoint_every=1_000, total_env_steps=1_000) == []  # only at the end
+  assert warned(env_id="Pong-v5", atari=True, checkpoint_every=1_000) == []  # games end first

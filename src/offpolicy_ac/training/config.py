@@ -194,7 +194,8 @@ class CheckpointConfig:
   """Environment steps between checkpoints. 0: none, not even at the end. An envpool run
   starts new environments at each (docs/concepts/resume.md): every episode is cut (a
   truncation, bootstrapped) after at most checkpoint_every / num_envs steps of its
-  environment, so keep that above the task's time limit to see whole episodes."""
+  environment, so keep that above the task's time limit to see whole episodes (the run
+  warns when it is not)."""
   keep_checkpoints: int = 3
   """How many of the newest checkpoints are kept."""
 

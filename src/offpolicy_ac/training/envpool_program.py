@@ -25,6 +25,7 @@ from typing import Any
 from typing import Callable
 from typing import Optional
 from typing import Sequence
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -79,6 +80,30 @@ def mark_cut(traj: envs.Trajectory) -> envs.Trajectory:
 
 _FLOAT_FIELDS = ("reward", "discount", "observation")
 _all_finite = jax.jit(lambda fields: {n: jnp.isfinite(x).all() for n, x in fields.items()})
+
+
+def warn_if_checkpoints_cut_episodes(config: TrainConfig) -> None:
+  """Warns when the checkpoints of an exact run cut every training episode short of the
+  task's time limit. Each checkpoint starts new environments (a truncation there), so with
+  fewer steps per environment between checkpoints than the time limit, no training episode
+  that would reach it runs whole, and the training returns logged are of cut episodes
+  (evaluations are not cut). Atari is left out: its games end long before its limit."""
+  every, budget = config.checkpoint.checkpoint_every, config.budget.total_env_steps
+  if not every or every >= budget or config.env.atari:
+    return
+  iteration, unroll = config.steps_per_iteration, config.env.unroll_length
+  limit = envs.time_limit(config.env.env_id, **task_kwargs(config))
+  longest = -(-every // iteration) * unroll  # a cut falls on the iteration at or after it
+  if longest < limit:
+    warnings.warn(
+        f"checkpoint_every {every:,} cuts every training episode after at most {longest:,} "
+        f"steps of its environment, short of {config.env.env_id}'s time limit of {limit:,}: "
+        "training episodes that would reach it never run whole, and the training returns "
+        "logged are of cut episodes (evaluations are whole); with checkpoint_every "
+        f"{-(-limit // unroll) * iteration:,} or more, they can",
+        RuntimeWarning,
+        stacklevel=2,
+    )
 
 
 def _host_view(x: Any) -> Optional[np.ndarray]:
@@ -176,6 +201,8 @@ class EnvpoolProgram:
     self.learner = Learner(agent, config, dp, num_seeds=self.num_lanes, batch_fn=batch_fn,
                            hyperparams=hyperparams, agent_at=agent_at)  # fmt: skip
     self.exact = not config.uses_actor_threads
+    if self.exact:
+      warn_if_checkpoints_cut_episodes(config)
     # Actor threads promise no exact resume: their stop saves what they learned.
     self.checkpoint_at_stop = not self.exact
     self.sources, self.evals = [], []
