@@ -287,6 +287,207 @@ def test_no_gradient_validates_wrt():
     testing.assert_no_gradient_through_targets(lib_soft_q, EXAMPLES, wrt=["a_t"])
 
 
+# --- assert_gradient_reaches_predictions ------------------------------------
+
+
+def lib_retrace_errors(tr):
+  return losses.retrace(tr.q_tm1, tr.q_t, tr.a_tm1, tr.a_t, tr.r_t, tr.discount_t, tr.pi_t,
+                        tr.mu_t, mask=tr.mask, lambda_=0.9)  # fmt: skip
+
+
+def ref_retrace_errors(tr):
+  return ref.retrace(
+      tr.q_tm1, tr.q_t, tr.a_tm1, tr.a_t, tr.r_t, tr.discount_t, tr.pi_t, tr.mu_t, tr.mask, 0.9
+  )[0]
+
+
+def vtrace_value_loss(tr, v_tm1=None):
+  """V-trace's per-step value loss 1/2 (v_s - V(x_s))^2 (as `impala_loss` squares it)."""
+  v_tm1 = tr.v_tm1 if v_tm1 is None else v_tm1
+  return 0.5 * jnp.square(lib_vtrace(tr._replace(v_tm1=v_tm1)).errors)
+
+
+def soft_q_td_errors(tr):
+  """The soft λ-return minus Q(x_s, a_s), 0 at the masked steps."""
+  q_a = losses.take_action(tr.q_tm1, tr.a_tm1)
+  return jnp.where(tr.mask, lib_soft_q(tr) - q_a, 0.0)
+
+
+# The library's errors and losses, each with the predictions it trains.
+LIBRARY_LOSSES = {
+    "vtrace": (lib_vtrace, ["v_tm1"]),  # errors, pg_advantage and q_estimate
+    "vtrace_value_loss": (vtrace_value_loss, ["v_tm1"]),
+    "retrace": (lib_retrace_errors, ["q_tm1"]),
+    "sql_nstep_td_error": (
+        lambda tr: losses.sql_nstep_td_error(
+            tr.q_tm1, tr.a_tm1, tr.r_t, tr.discount_t, tr.q_t, alpha=0.3, n=3, mask=tr.mask
+        ),
+        ["q_tm1"],
+    ),
+    "acer_value_loss": (
+        lambda tr: losses.acer_value_loss(tr.q_tm1, tr.a_tm1, lib_acer_q_ret(tr), mask=tr.mask),
+        ["q_tm1"],
+    ),
+    "soft_q_td_errors": (soft_q_td_errors, ["q_tm1"]),
+}
+
+
+def stopped_value_loss(tr):
+  """Mutant: V-trace's value loss with an extra stop_gradient on the prediction v_tm1."""
+  return vtrace_value_loss(tr, v_tm1=jax.lax.stop_gradient(tr.v_tm1))
+
+
+def stopped_retrace(tr):
+  """Mutant: a copy of `losses.retrace` with an extra stop_gradient on Q(x_s, a_s)."""
+  targets = lib_retrace(tr)
+  q_a_tm1 = jax.lax.stop_gradient(losses.take_action(tr.q_tm1, tr.a_tm1))
+  return jnp.where(tr.mask, targets - q_a_tm1, jnp.zeros((), q_a_tm1.dtype))
+
+
+@pytest.mark.parametrize("name", sorted(LIBRARY_LOSSES))
+def test_gradient_reaches_the_predictions_of_library_losses(name):
+  loss, wrt = LIBRARY_LOSSES[name]
+  testing.assert_gradient_reaches_predictions(loss, EXAMPLES, wrt=wrt)
+
+
+@pytest.mark.parametrize("variant", ["without_jit", "with_jit"])
+@pytest.mark.parametrize("mutant, field", [
+    (stopped_value_loss, "v_tm1"), (stopped_retrace, "q_tm1")
+], ids=["value_loss", "retrace"])  # fmt: skip
+def test_gradient_reaches_catches_a_stop_gradient_on_the_prediction(mutant, field, variant):
+  with pytest.raises(
+      AssertionError,
+      match=rf"chex variant {variant}: no gradient reaches {field} at unmasked step \(0,\)",
+  ):
+    testing.assert_gradient_reaches_predictions(mutant, EXAMPLES, wrt=[field], variants=(variant,))
+
+
+def test_a_stop_gradient_on_the_prediction_passes_the_other_checks():
+  """Why the check exists: the mutants' outputs are the library's, and they stop more
+  gradient, not less."""
+  for mutant in (stopped_value_loss, stopped_retrace):
+    testing.assert_junction_split_invariant(mutant, EXAMPLES)
+    testing.assert_masked_steps_ignored(mutant, EXAMPLES)
+    testing.assert_no_gradient_through_targets(mutant, EXAMPLES)
+  testing.assert_matches_reference(stopped_retrace, ref_retrace_errors, EXAMPLES)
+
+
+def test_gradient_reaches_names_a_non_finite_gradient():
+  def single_where(tr):  # the unused branch is sqrt(0): its zero cotangent times inf is nan
+    zero = tr.v_tm1 - jax.lax.stop_gradient(tr.v_tm1)
+    return jnp.where(tr.mask, lib_vtrace(tr).errors, jnp.sqrt(zero))
+
+  with pytest.raises(
+      AssertionError, match=r"gradient into v_tm1 is np.float32\(nan\) at index \(0,\), an unmasked"
+  ):
+    testing.assert_gradient_reaches_predictions(single_where, EXAMPLES, wrt=["v_tm1"])
+
+
+def test_gradient_reaches_names_the_field_the_loss_does_not_read():
+  with pytest.raises(AssertionError, match="no gradient reaches q_tm1 at unmasked step"):
+    testing.assert_gradient_reaches_predictions(vtrace_value_loss, EXAMPLES, wrt=["q_tm1"])
+
+
+def test_gradient_reaches_validates_wrt():
+  with pytest.raises(ValueError, match="floating fields"):
+    testing.assert_gradient_reaches_predictions(soft_q_td_errors, EXAMPLES, wrt=["a_tm1"])
+  with pytest.raises(ValueError, match="floating fields"):
+    testing.assert_gradient_reaches_predictions(soft_q_td_errors, EXAMPLES, wrt=[])
+
+
+# --- assert_truncation_bootstraps --------------------------------------------
+
+
+def vtrace_done_at_time_limits(tr):
+  """Mutant: V-trace with `discount = gamma * (1 - done)`, `done` taking in truncations."""
+  last = (tr.kind == testing.TERMINATION) | (tr.kind == testing.TRUNCATION)
+  return lib_vtrace(tr._replace(discount_t=jnp.where(last, 0.0, tr.discount_t)))
+
+
+def soft_q_cut_at_episode_ends(tr):
+  """Mutant: a copy of `losses.soft_q_targets` that bootstraps only where the next step
+  is real, so an episode's LAST step never does, truncated or not (nor the window's last
+  step: a segment computed alone ends the same way, so the split check passes it)."""
+  mask_next = jnp.concatenate([tr.mask[1:], jnp.zeros_like(tr.mask[:1])])
+  discount = jnp.where(tr.mask & mask_next, tr.discount_t, 0.0)
+  r_t = jnp.where(tr.mask, tr.r_t, 0.0)
+  v_t = jnp.where(discount != 0, losses.soft_value(tr.q_t, 0.5), 0.0)
+  lam = jnp.where(mask_next, 0.7, 0.0)
+  b = jnp.where(tr.mask, r_t + discount * (1.0 - lam) * v_t, 0.0)
+  a = jnp.where(tr.mask, discount * lam, 0.0)
+  return jax.lax.stop_gradient(losses.reverse_linear_recurrence(a, b))
+
+
+TRUNCATION_TARGETS = {
+    **LIBRARY_TARGETS,
+    "one_step_soft_q": lambda tr: losses.soft_q_targets(
+        tr.r_t, tr.discount_t, tr.q_t, alpha=0.5, mask=tr.mask
+    ),
+    "vtrace_lambda_0": lambda tr: lib_vtrace(tr, lambda_=0.0),
+    "values_shifted_by_one": lambda tr: lambda_return_from_values(tr),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TRUNCATION_TARGETS))
+def test_truncation_bootstraps_in_library_targets(name):
+  testing.assert_truncation_bootstraps(TRUNCATION_TARGETS[name], EXAMPLES)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float16, jnp.bfloat16], ids=["float16", "bfloat16"])
+def test_truncation_bootstraps_in_half_precision(dtype):
+  rng = np.random.default_rng(4)
+  examples = [testing.random_trajectory(rng, 10, (3,), 3, dtype=dtype) for _ in range(3)]
+  testing.assert_truncation_bootstraps(lib_vtrace, examples)
+  testing.assert_truncation_bootstraps(lib_soft_q, examples)
+
+
+@pytest.mark.parametrize("variant", ["without_jit", "with_jit"])
+@pytest.mark.parametrize("mutant, output", [
+    (vtrace_done_at_time_limits, r"\.errors"), (soft_q_cut_at_episode_ends, r"\(the array\)"),
+], ids=["vtrace", "soft_q"])  # fmt: skip
+def test_truncation_bootstraps_catches_a_time_limit_taken_for_a_termination(
+    mutant, output, variant
+):
+  with pytest.raises(
+      AssertionError,
+      match=rf"chex variant {variant}: output {output} is unchanged at truncated step \(2,\)"
+      r" .*\(v_t and q_t at step \(2,\), v_tm1 and q_tm1 at the junction row after it\)",
+  ):
+    testing.assert_truncation_bootstraps(mutant, EXAMPLES, variants=(variant,))
+
+
+def test_a_time_limit_taken_for_a_termination_passes_the_structural_checks():
+  """Why the check exists: the episode is cut at the right step, only its bootstrap is
+  lost; the reference alone saw it."""
+  for mutant in (vtrace_done_at_time_limits, soft_q_cut_at_episode_ends):
+    testing.assert_junction_split_invariant(mutant, EXAMPLES)
+    testing.assert_masked_steps_ignored(mutant, EXAMPLES)
+  testing.assert_no_gradient_through_targets(
+      lambda tr: vtrace_done_at_time_limits(tr).errors, EXAMPLES
+  )
+  with pytest.raises(AssertionError, match="assert_matches_reference"):
+    testing.assert_matches_reference(vtrace_done_at_time_limits, ref_vtrace, EXAMPLES)
+
+
+@pytest.mark.parametrize("variant", ["without_jit", "with_jit"])
+def test_truncation_bootstraps_catches_a_termination_that_bootstraps(variant):
+  def ignores_terminations(tr):  # discount gamma at every real step
+    return lib_soft_q(tr._replace(discount_t=jnp.where(tr.mask, 0.9, tr.discount_t)))
+
+  with pytest.raises(
+      AssertionError,
+      match=rf"chex variant {variant}, the final observations of the terminated steps"
+      r" \[\(8,\)\] moved .* a termination must not bootstrap.* differs",
+  ):
+    testing.assert_truncation_bootstraps(ignores_terminations, EXAMPLES, variants=(variant,))
+
+
+def test_truncation_bootstraps_validates_perturbation():
+  for perturbation in (0.0, -1.0, np.inf, np.nan):
+    with pytest.raises(ValueError, match="perturbation"):
+      testing.assert_truncation_bootstraps(lib_soft_q, EXAMPLES, perturbation=perturbation)
+
+
 # --- assert_matches_reference ------------------------------------------------
 
 
@@ -373,6 +574,8 @@ def test_the_protocol_adapter_of_docs_testing_passes_the_checks_it_says():
   testing.assert_masked_steps_ignored(fn, garbage=("huge", "nan", "inf"))
   testing.assert_masked_steps_get_no_gradient(fn)
   testing.assert_no_gradient_through_targets(lambda tr: fn(tr).errors)
+  testing.assert_gradient_reaches_predictions(fn, wrt=["v_tm1"])
+  testing.assert_truncation_bootstraps(fn)
   with pytest.raises(AssertionError, match="carry a gradient into log_rho_tm1"):
     testing.assert_no_gradient_through_targets(fn)
 

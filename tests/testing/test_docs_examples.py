@@ -6,6 +6,9 @@ import re
 
 import pytest
 
+from offpolicy_ac import losses
+from offpolicy_ac import testing
+
 PAGE = pathlib.Path(__file__).parents[2] / "docs" / "testing.md"
 BLOCKS = re.findall(r"```python\n(.*?)```", PAGE.read_text(), re.S)
 
@@ -17,7 +20,7 @@ def _block(defines):
 
 def test_custom_target_and_the_bug_only_one_variant_shows():
   namespace = {}
-  exec(compile(_block("lambda_return"), str(PAGE), "exec"), namespace)  # runs the four checks
+  exec(compile(_block("lambda_return"), str(PAGE), "exec"), namespace)  # runs the five checks
   for statement in ast.parse(_block("lambda_return_times_mask")).body:
     code = compile(ast.Module([statement], []), str(PAGE), "exec")
     source = ast.unparse(statement)
@@ -28,3 +31,11 @@ def test_custom_target_and_the_bug_only_one_variant_shows():
         exec(code, namespace)
     else:
       exec(code, namespace)
+
+
+@pytest.mark.parametrize(
+    "check", ["assert_gradient_reaches_predictions", "assert_truncation_bootstraps"]
+)
+def test_the_example_call_of_a_check_passes(check):
+  (block,) = [b for b in BLOCKS if b.startswith(f"testing.{check}(")]
+  exec(compile(block, str(PAGE), "exec"), {"losses": losses, "testing": testing})

@@ -103,6 +103,10 @@ def test_a_correct_lambda_return_passes_every_check(variant):
   testing.assert_junction_split_invariant(lambda_return, EXAMPLES, variants=(variant,))
   testing.assert_masked_steps_ignored(lambda_return, EXAMPLES, variants=(variant,))
   testing.assert_no_gradient_through_targets(lambda_return, EXAMPLES, variants=(variant,))
+  testing.assert_truncation_bootstraps(lambda_return, EXAMPLES, variants=(variant,))
+  testing.assert_gradient_reaches_predictions(
+      lambda tr: lambda_return(tr) - tr.v_tm1, EXAMPLES, wrt=["v_tm1"], variants=(variant,)
+  )
   testing.assert_matches_reference(lambda_return, reference, EXAMPLES, variants=(variant,))
 
 
@@ -149,6 +153,10 @@ CHECKS = {
     "masked": lambda fn, **kw: testing.assert_masked_steps_ignored(fn, EXAMPLES, **kw),
     "gradient": lambda fn, **kw: testing.assert_no_gradient_through_targets(fn, EXAMPLES, **kw),
     "reference": lambda fn, **kw: testing.assert_matches_reference(fn, reference, EXAMPLES, **kw),
+    "truncation": lambda fn, **kw: testing.assert_truncation_bootstraps(fn, EXAMPLES, **kw),
+    "reaches": lambda fn, **kw: testing.assert_gradient_reaches_predictions(
+        lambda tr: fn(tr) - tr.v_tm1, EXAMPLES, wrt=["v_tm1"], **kw
+    ),
 }
 
 

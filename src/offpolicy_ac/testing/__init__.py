@@ -16,6 +16,8 @@ with properties any correct target has.
     testing.assert_junction_split_invariant(fn)
     testing.assert_masked_steps_ignored(fn)
     testing.assert_no_gradient_through_targets(lambda tr: fn(tr).errors)
+    testing.assert_gradient_reaches_predictions(lambda tr: fn(tr).errors, wrt=["v_tm1"])
+    testing.assert_truncation_bootstraps(fn)
     testing.assert_matches_reference(
         fn, lambda tr: testing.reference.vtrace(
             tr.v_tm1, tr.v_t, tr.r_t, tr.discount_t, np.exp(tr.log_rho_tm1), mask=tr.mask))
@@ -57,11 +59,13 @@ from offpolicy_ac.testing.trajectories import trajectory_from_layout
 if TYPE_CHECKING:  # for type checkers and the API docs; at run time `__getattr__` loads them
   from offpolicy_ac.testing import checks
   from offpolicy_ac.testing import strategies
+  from offpolicy_ac.testing.checks import assert_gradient_reaches_predictions
   from offpolicy_ac.testing.checks import assert_junction_split_invariant
   from offpolicy_ac.testing.checks import assert_masked_steps_get_no_gradient
   from offpolicy_ac.testing.checks import assert_masked_steps_ignored
   from offpolicy_ac.testing.checks import assert_matches_reference
   from offpolicy_ac.testing.checks import assert_no_gradient_through_targets
+  from offpolicy_ac.testing.checks import assert_truncation_bootstraps
 
 __all__ = [
     "JUNCTION",
@@ -69,11 +73,13 @@ __all__ = [
     "TERMINATION",
     "TRUNCATION",
     "Trajectory",
+    "assert_gradient_reaches_predictions",
     "assert_junction_split_invariant",
     "assert_masked_steps_get_no_gradient",
     "assert_masked_steps_ignored",
     "assert_matches_reference",
     "assert_no_gradient_through_targets",
+    "assert_truncation_bootstraps",
     "check_layout",
     "checks",
     "default_examples",
@@ -93,11 +99,13 @@ __all__ = [
 # Imported on first access: they need the testing extra (chex, hypothesis).
 _LAZY_MODULES = ("checks", "strategies")
 _CHECKS = (
+    "assert_gradient_reaches_predictions",
     "assert_junction_split_invariant",
     "assert_masked_steps_get_no_gradient",
     "assert_masked_steps_ignored",
     "assert_matches_reference",
     "assert_no_gradient_through_targets",
+    "assert_truncation_bootstraps",
 )
 
 

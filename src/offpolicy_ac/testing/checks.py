@@ -503,6 +503,110 @@ def assert_no_gradient_through_targets(
           ) from None
 
 
+def assert_gradient_reaches_predictions(
+    fn: TargetFn,
+    examples=None,
+    *,
+    wrt: Sequence[str],
+    variants: Sequence[str] = VARIANTS,
+    seed: int = 0,
+) -> None:
+  """The outputs carry a gradient into the predictions at every unmasked step.
+
+  The mirror image of `assert_no_gradient_through_targets`: pulls a random cotangent
+  of the outputs at the unmasked steps back to the `wrt` fields (one `jax.vjp`: the
+  gradient of a random weighted sum of the per-step losses) and requires the gradient
+  to be finite everywhere and nonzero at every unmasked step s: at `[s, *b]` of a
+  `[T, *batch]` field, at some action of a `[T, *batch, A]` one (a TD error reads
+  `q_tm1[s, ..., a_tm1[s]]` only). This catches a loss whose critic is not trained: an
+  extra `jax.lax.stop_gradient` on the prediction (`v_tm1`, `q_tm1`), which the other
+  checks pass, as the outputs are unchanged.
+
+  Strict at every unmasked step: the cotangents are random, and so is the data, so the
+  gradient of a correct loss is 0 there with probability 0 (a squared error's is 0
+  where the error is). Every error and loss of `offpolicy_ac.losses` reads its
+  prediction at every real step (V-trace's `pg_advantage` through ratios > 0). A loss
+  that leaves some real steps out on purpose fails; check it on examples without them.
+
+  >>> import jax.numpy as jnp
+  >>> from offpolicy_ac import losses, testing
+  >>> testing.assert_gradient_reaches_predictions(
+  ...     lambda tr: losses.vtrace(tr.v_tm1, tr.v_t, tr.r_t, tr.discount_t,
+  ...                              jnp.exp(tr.log_rho_tm1), mask=tr.mask).errors,
+  ...     wrt=["v_tm1"])
+
+  Args:
+    fn: the loss function, `fn(traj) -> pytree of [T, *batch, ...] arrays` (per-step
+      errors or losses; return the per-step terms of a reduced loss).
+    examples: a Trajectory, a sequence of them, or None for `default_examples()`.
+    wrt: the floating Trajectory fields the loss trains, e.g. `["v_tm1"]` or
+      `["q_tm1"]` (no default: a loss reads only some of the predictions).
+    variants: the chex variants to compute the gradient under, from "without_jit",
+      "with_jit", "without_device" and "with_device"; by default as is and jitted.
+    seed: seeds the random cotangents.
+
+  Raises:
+    AssertionError: a gradient that is not finite, or 0 at an unmasked step.
+  """
+  check = "assert_gradient_reaches_predictions"
+  examples = _examples(examples)
+  floating = [
+      f
+      for f in _tr.Trajectory._fields
+      if jnp.issubdtype(np.asarray(getattr(examples[0], f)).dtype, jnp.floating)  # bfloat16 too
+  ]
+  wrt = list(wrt)
+  if set(wrt) - set(floating) or not wrt:
+    raise ValueError(f"{check}: wrt must name floating fields from {floating}, got {wrt}")
+  rng = np.random.default_rng(seed)
+
+  def pullback(traj, p, cotangent):
+    _, vjp = jax.vjp(lambda q: fn(traj._replace(**q)), p)
+    return vjp(cotangent)[0]
+
+  runs = _under_variants(check, pullback, variants)
+  for i, traj in enumerate(examples):
+    _leaves(fn, traj, check, _describe(i, traj))  # validates the outputs' shapes
+    primals = {f: jnp.asarray(getattr(traj, f)) for f in wrt}
+    shapes = lambda tr, primals=primals: jax.eval_shape(lambda p: fn(tr._replace(**p)), primals)
+    out = _call(shapes, traj, check, _describe(i, traj))
+    cotangent = jax.tree_util.tree_map(  # at the unmasked steps: the loss sums those
+        lambda o: jnp.asarray(rng.normal(size=o.shape) * _step_select(traj.mask, o.shape), o.dtype),
+        out,
+    )
+    for variant, run in runs:
+      where = f"{_describe(i, traj)}, chex variant {variant}"
+      grads = _call(lambda tr, run=run: run(tr, primals, cotangent), traj, check, where)
+      for name in wrt:
+        _assert_gradient_reaches(check, where, name, np.asarray(grads[name]), traj.mask)
+
+
+def _assert_gradient_reaches(check, where, name, g, mask):
+  """`chex.assert_tree_all_finite` on the gradient into `name`, then nonzero at every
+  unmasked step (at some entry of its trailing axes, e.g. the taken action)."""
+  try:
+    chex.assert_tree_all_finite(g)
+  except AssertionError as e:
+    bad = ~np.isfinite(np.asarray(g, np.float64))
+    real = _step_select(mask, g.shape)
+    idx = tuple(int(k) for k in np.argwhere(bad & real if (bad & real).any() else bad)[0])
+    step = "an unmasked" if real[idx] else "a masked"
+    raise AssertionError(
+        f"{check}: {where}: the gradient into {name} is {g[idx]!r} at index {idx}, {step}"
+        f" step of the clean example\nchex: {e}"
+    ) from None
+  real = np.asarray(mask, bool)
+  reached = np.any(np.reshape(g, real.shape + (-1,)) != 0, axis=-1)
+  missed = real & ~reached
+  if missed.any():
+    idx = tuple(int(k) for k in np.argwhere(missed)[0])
+    raise AssertionError(
+        f"{check}: {where}: no gradient reaches {name} at unmasked step {idx}"
+        f" ({int(missed.sum())} of {int(real.sum())} unmasked steps get none): is a"
+        f" stop_gradient on the prediction {name}, or is the step left out of the loss?"
+    )
+
+
 def assert_masked_steps_get_no_gradient(
     fn: TargetFn,
     examples=None,
@@ -649,3 +753,141 @@ def assert_matches_reference(
         select = None if compare_masked else _step_select(traj.mask, np.shape(got))
         dtype = _strictest(_float_dtype(traj), got.dtype)
         _assert_close(check, where, name, got, want, rtol, atol, dtype, select=select)
+
+
+def _final_values_moved(traj, last, perturbation, rng):
+  """`traj` with the value of the final observation x_{s+1} of every step s where `last`
+  holds moved by a random +-[1, 2] * perturbation: `v_t[s]`, `q_t[s]` (every action by the
+  same amount) and, chained, `v_tm1[s + 1]`, `q_tm1[s + 1]` (the junction row after s);
+  also returns the moves, [T, *batch] (0 where `last` does not hold)."""
+  shape = np.shape(last)
+  move = perturbation * rng.choice([-1.0, 1.0], size=shape) * rng.uniform(1.0, 2.0, size=shape)
+  move = np.where(last, move, 0.0)
+  after = np.concatenate([np.zeros_like(move[:1]), move[:-1]])  # the row after s: s + 1
+
+  def add(x, d):
+    x = np.asarray(x)
+    return (x.astype(np.float64) + d.reshape(d.shape + (1,) * (x.ndim - d.ndim))).astype(x.dtype)
+
+  moved = traj._replace(
+      v_t=add(traj.v_t, move),
+      q_t=add(traj.q_t, move),
+      v_tm1=add(traj.v_tm1, after),
+      q_tm1=add(traj.q_tm1, after),
+  )
+  return moved, move
+
+
+def _assert_changed(check, where, name, got, want, mask, at, move, rtol, atol, dtype):
+  """Every step where `at` holds has some entry of output `name` that moved by more than
+  the tolerance (as `_assert_close`'s, scaled to `want` at the unmasked steps)."""
+  default = _default_tolerance(dtype)
+  rtol = default if rtol is None else rtol
+  atol = default if atol is None else atol
+  got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+  compared = _step_select(mask, want.shape) & np.isfinite(want)
+  scale = max(1.0, float(np.max(np.abs(np.where(compared, want, 0.0)), initial=0)))
+  with np.errstate(invalid="ignore"):
+    changed = np.abs(got - want) > atol * scale + rtol * np.abs(want)
+  changed = np.any(np.reshape(changed, np.shape(at) + (-1,)), axis=-1)
+  unchanged = np.asarray(at, bool) & ~changed
+  if unchanged.any():
+    idx = tuple(int(k) for k in np.argwhere(unchanged)[0])
+    entry = idx + (0,) * (got.ndim - len(idx))  # its first entry, if it has trailing axes
+    raise AssertionError(
+        f"{check}: {where}: output {name} is unchanged at truncated step {idx} (got"
+        f" {got[entry]!r}, {want[entry]!r} before; {int(unchanged.sum())} of"
+        f" {int(np.sum(at))} truncated steps unchanged) when the value of its final"
+        f" observation moves by {float(move[idx]):+.4g} (v_t and q_t at step {idx}, v_tm1"
+        " and q_tm1 at the junction row after it): a truncation bootstraps from that"
+        " value, its discount_t is gamma, not 0 (is the time limit taken for a"
+        " termination?)"
+    )
+
+
+def assert_truncation_bootstraps(
+    fn: TargetFn,
+    examples=None,
+    *,
+    variants: Sequence[str] = VARIANTS,
+    perturbation: float = 100.0,
+    rtol: float | None = None,
+    atol: float | None = None,
+    seed: int = 0,
+) -> None:
+  """A truncated episode bootstraps from its final observation; a terminated one does not.
+
+  A LAST step s (row s of a column, an unmasked `TRUNCATION` or `TERMINATION`) is the
+  transition `(x_s, a_s, r_s, x_{s+1})`. The value of its final observation x_{s+1} is
+  `v_t[s]` and `q_t[s]` (the targets' bootstrap, every action) and, chained, `v_tm1[s + 1]`
+  and `q_tm1[s + 1]`, the junction row after it (when s + 1 < T), where a target that
+  reads `values[1:]` finds it. The check moves those four by a random +-[1, 2] times
+  `perturbation` (every action by the same amount, so that `sum_a pi q`, the max and the
+  soft value move by it too):
+
+  * at every truncation (`discount_t` = gamma > 0), each output must change at step s
+    (some entry of its trailing axes, by more than the tolerance): the target there is
+    `r_s + gamma V(x_{s+1})`, or mixes it in. This catches a time limit taken for a
+    termination (discount 0, a `done` that includes truncations). The earlier steps of
+    the episode, from its first step (after the previous junction, or 0) to s - 1, are
+    not required to change: they see x_{s+1} through a trace (lambda > 0) or an n-step
+    sum only, not at all at lambda = 0 or n = 1, and scaled by the product of
+    gamma * lambda * c along the way, which can fall below any tolerance.
+  * at every termination (`discount_t` = 0) at once, no output may change at any
+    unmasked step (rows 0 to T - 1 of every column).
+
+  >>> import jax.numpy as jnp
+  >>> from offpolicy_ac import losses, testing
+  >>> testing.assert_truncation_bootstraps(
+  ...     lambda tr: losses.retrace_targets(tr.q_t, tr.a_t, tr.r_t, tr.discount_t, tr.pi_t,
+  ...                                       tr.mu_t, mask=tr.mask, lambda_=0.9))
+
+  Args:
+    fn: the target function, `fn(traj) -> pytree of [T, *batch, ...] arrays`; every
+      output must bootstrap (pick them, e.g. `lambda tr: fn(tr).q_estimate`).
+    examples: a Trajectory, a sequence of them, or None for `default_examples()`.
+    variants: the chex variants to run `fn` under, from "without_jit",
+      "with_jit", "without_device" and "with_device"; by default as is and jitted.
+    perturbation: the size of the moves, > 0 (the default, 100, is 50 times the values'
+      scale, and far below float16's largest value).
+    rtol, atol: as in `assert_junction_split_invariant`, for what counts as a change.
+    seed: seeds the moves.
+
+  An example without truncations (terminations) passes that half trivially.
+
+  Raises:
+    AssertionError: an output unchanged at a truncation, or changed by a termination.
+  """
+  check = "assert_truncation_bootstraps"
+  if not 0.0 < perturbation < np.inf:
+    raise ValueError(f"{check}: perturbation must be finite and > 0, got {perturbation}")
+  examples = _examples(examples)
+  runs = _under_variants(check, fn, variants)
+  rng = np.random.default_rng(seed)
+  for i, traj in enumerate(examples):
+    real, kind = np.asarray(traj.mask, bool), np.asarray(traj.kind)
+    truncated, terminated = real & (kind == _tr.TRUNCATION), real & (kind == _tr.TERMINATION)
+    cut, cut_moves = _final_values_moved(traj, truncated, perturbation, rng)
+    ended, _ = _final_values_moved(traj, terminated, perturbation, rng)
+    ends = [tuple(int(k) for k in idx) for idx in np.argwhere(terminated)]
+    for variant, run in runs:
+      where = f"{_describe(i, traj)}, chex variant {variant}"
+      clean = _leaves(run, traj, check, where)
+      _assert_finite(check, where, clean, traj.mask)
+      what = f"{where}, the final observations of the truncated steps moved"
+      moved = _leaves(run, cut, check, what)
+      _assert_finite(check, what, moved, traj.mask)
+      for (name, want), (_, got) in zip(clean, moved):
+        dtype = _strictest(_float_dtype(traj), want.dtype)
+        _assert_changed(
+            check, where, name, got, want, traj.mask, truncated, cut_moves, rtol, atol, dtype
+        )
+      what = (
+          f"{where}, the final observations of the terminated steps {ends} moved (v_t and q_t"
+          " there, v_tm1 and q_tm1 at the junction rows after them): a termination must not"
+          " bootstrap, its discount_t is 0; moved (got) vs clean (expected)"
+      )
+      for (name, want), (_, got) in zip(clean, _leaves(run, ended, check, what)):
+        select = _step_select(traj.mask, want.shape)
+        dtype = _strictest(_float_dtype(traj), want.dtype)
+        _assert_close(check, what, name, got, want, rtol, atol, dtype, select=select)
