@@ -10,6 +10,7 @@ import shutil
 
 import jax
 import numpy as np
+from old_runs import as_written_by_0_2
 import pytest
 from scripts import load_script
 
@@ -437,3 +438,43 @@ def test_the_root_of_seeds_run_one_after_the_other_names_its_seed_directories(tm
       FileNotFoundError, match=r"holds the seeds of one: load one of them \(.*seed0"
   ):
     load_run(tmp_path)
+
+
+def test_a_0_2_run_loads_its_final_parameters_and_refuses_its_checkpoints(runs, tmp_path):
+  """0.2 wrote `whole_replay_buffer_training` (removed since; false, it trained as this
+  version does) and checkpoints of record format 2 without checksums, which are named as
+  0.2's rather than taken for none."""
+  run_dir = shutil.copytree(runs["impala"], tmp_path / "run")
+  current = load_run(run_dir)
+  as_written_by_0_2(run_dir)
+  with pytest.warns(RuntimeWarning, match="no checksum beside it"):
+    loaded = load_run(run_dir)
+  assert loaded.source == "final" and _equal_trees(loaded.params, current.params)
+  with pytest.raises(ValueError, match=r"0.2 and earlier kept none"):
+    load_run(run_dir, best=True)
+  step = current.checkpoints[-2]
+  for asked in (step, 7):
+    with pytest.raises(ValueError, match=r"record format 2; .* offpolicy_ac 0.2\): load its "
+                                         r"checkpoints with that version \(this version loads "
+                                         r"its final parameters"):  # fmt: skip
+      load_run(run_dir, checkpoint=asked)
+  (run_dir / "final_params.msgpack").unlink()  # killed before its end
+  with pytest.raises(ValueError, match=rf"at step {current.checkpoints[-1]} has record format 2"):
+    load_run(run_dir)
+  config = json.loads((run_dir / "config.json").read_text())
+  config["config"]["train"]["replay"]["whole_replay_buffer_training"] = True
+  (run_dir / "config.json").write_text(json.dumps(config))
+  with pytest.raises(ValueError, match=r"whole_replay_buffer_training = True, which this "
+                                       r"version removed: load or resume it with offpolicy_ac "
+                                       r"0.2"):  # fmt: skip
+    load_run(run_dir)
+
+
+def test_a_vmapped_seed_of_offpolicy_ac_0_2_finds_the_roots_checkpoints(tmp_path):
+  root = _run("sql", tmp_path / "run", total_env_steps=128, log_every=64,
+              checkpoint_every=64, num_seeds=2, min_replay_size=16)  # fmt: skip
+  as_written_by_0_2(root)
+  with pytest.warns(RuntimeWarning, match="no checksum beside it"):
+    assert load_run(root / "seed1").source == "final"
+  with pytest.raises(ValueError, match=rf"{root / 'checkpoints'} at step 64 has record format 2"):
+    load_run(root / "seed1", checkpoint=64)

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 
+from old_runs import as_written_by_0_2
 import pytest
 
 ROOT = pathlib.Path(__file__).parents[2]
@@ -335,3 +336,29 @@ def test_runs_started_in_the_same_second_get_their_own_default_directories(tmp_p
   assert dirs == [f"runs/impala-gymnax-CartPole-v1-seed0-20261129-120000{s}"
                   for s in ("", "-2", "-3")]  # fmt: skip
   assert all((tmp_path / d).is_dir() for d in dirs)
+
+
+def test_a_0_2_run_is_refused_on_resume_by_its_checkpoint_format(tmp_path, straight_run):
+  """Not as a changed config (0.2 wrote `whole_replay_buffer_training`, removed since), and
+  config.json is left as it was."""
+  run_dir = tmp_path / "run"
+  shutil.copytree(straight_run, run_dir)
+  as_written_by_0_2(run_dir)
+  config = (run_dir / "config.json").read_text()
+  proc = _run("impala", run_dir, 10240, "--resume", check=False)
+  assert proc.returncode == 2, proc.stderr
+  assert "has record format 2" in proc.stderr and "resume with offpolicy_ac 0.2" in proc.stderr
+  assert (run_dir / "config.json").read_text() == config
+
+
+def test_a_vmapped_seed_of_offpolicy_ac_0_2_is_refused_on_resume(tmp_path):
+  """0.2 recorded its root as `vmapped_seeds_of`: resumed alone, the seed started over and
+  overwrote its final parameters and metrics."""
+  root = tmp_path / "run"
+  _run("impala", root, 512, "--num-seeds", "2", "--checkpoint-every", "256")
+  as_written_by_0_2(root)
+  final = (root / "seed0" / "final_params.msgpack").read_bytes()
+  proc = _run("impala", root / "seed0", 1024, "--checkpoint-every", "256", "--resume",
+              check=False)  # fmt: skip
+  assert proc.returncode == 2 and "is one learner of the run in" in proc.stderr, proc.stderr
+  assert (root / "seed0" / "final_params.msgpack").read_bytes() == final

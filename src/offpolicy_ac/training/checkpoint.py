@@ -382,27 +382,46 @@ def read_checkpoint(directory: str | pathlib.Path, step: int, item: Any) -> tupl
   return restored["arrays"], dict(restored["record"])
 
 
-def _restore_read_only(directory: str | pathlib.Path, step: int, item: Any) -> dict:
-  """orbax's restore of `item` (and the record) from checkpoint `step`, writing nothing."""
+@contextlib.contextmanager
+def _read_only_manager(directory: str | pathlib.Path):
+  """An orbax manager of `directory` that writes nothing."""
   ocp = _ocp()
   with warnings.catch_warnings(), _quiet_absl():  # orbax's notes on read-only managers
     warnings.simplefilter("ignore")
     options = ocp.CheckpointManagerOptions(read_only=True, create=False)
     manager = ocp.CheckpointManager(pathlib.Path(directory).absolute(), options=options)
     try:
-      restore_args = jax.tree.map(lambda _: ocp.ArrayRestoreArgs(restore_type=np.ndarray), item)
-      restored = manager.restore(
-          step,
-          args=ocp.args.Composite(
-              arrays=ocp.args.PyTreeRestore(
-                  item=item, restore_args=restore_args, partial_restore=True
-              ),
-              record=ocp.args.JsonRestore(),
-          ),
-      )
+      yield manager
     finally:
       manager.close()
-  return restored
+
+
+def _restore_read_only(directory: str | pathlib.Path, step: int, item: Any) -> dict:
+  """orbax's restore of `item` (and the record) from checkpoint `step`, writing nothing."""
+  ocp = _ocp()
+  with _read_only_manager(directory) as manager:
+    restore_args = jax.tree.map(lambda _: ocp.ArrayRestoreArgs(restore_type=np.ndarray), item)
+    return manager.restore(
+        step,
+        args=ocp.args.Composite(
+            arrays=ocp.args.PyTreeRestore(
+                item=item, restore_args=restore_args, partial_restore=True
+            ),
+            record=ocp.args.JsonRestore(),
+        ),
+    )
+
+
+def read_record(directory: str | pathlib.Path, step: int) -> Optional[dict]:
+  """The JSON record of checkpoint `step`, unverified (an earlier version's checkpoint has
+  no checksums), or None where it cannot be read. Writes nothing."""
+  ocp = _ocp()
+  try:
+    with _read_only_manager(directory) as manager:
+      restored = manager.restore(step, args=ocp.args.Composite(record=ocp.args.JsonRestore()))
+    return dict(restored["record"])
+  except Exception:  # pylint: disable=broad-except
+    return None
 
 
 def checkpoint_steps(directory: str | pathlib.Path) -> list[int]:

@@ -242,7 +242,9 @@ class TrainConfig:
 
   @classmethod
   def from_dict(cls, values: dict) -> "TrainConfig":
-    """Rebuilds the config from its JSON form (config.json's `train`)."""
+    """Rebuilds the config from its JSON form (config.json's `train`; an earlier version's
+    removed fields are dropped or refused, `without_removed_fields`)."""
+    values = without_removed_fields(values)
     groups = {}
     for f in dataclasses.fields(cls):
       group_cls = type(getattr(cls(), f.name))
@@ -522,6 +524,36 @@ def _check_actors(actors: ActorsConfig) -> None:
     if actors.actors != "async":
       raise ValueError("max_policy_lag applies to --actors async")
     _check_ints({"max_policy_lag": actors.max_policy_lag}, 0, "max_policy_lag")
+
+
+REMOVED_FIELDS = {
+    ("replay", "whole_replay_buffer_training"): (False, "offpolicy_ac 0.2"),
+}
+"""Fields of an earlier version's config.json (`train`) that this version removed, by
+(group, field): the value with which the run trained as this version trains, and the
+version that trains with another value."""
+
+
+def without_removed_fields(values: dict) -> dict:
+  """config.json's `train` without the `REMOVED_FIELDS` it holds at the value that means
+  what this version does (an earlier version's run reads as this version's).
+
+  Raises:
+    ValueError: a removed field at another value: the run trained in a way this version
+      cannot, named with the version that can.
+  """
+  values = dict(values)
+  for (group, name), (same, version) in REMOVED_FIELDS.items():
+    fields = values.get(group)
+    if not isinstance(fields, dict) or name not in fields:
+      continue
+    if fields[name] != same:
+      raise ValueError(
+          f"the run was written by an earlier offpolicy_ac with {group}.{name} = "
+          f"{fields[name]!r}, which this version removed: load or resume it with {version}"
+      )
+    values[group] = {k: v for k, v in fields.items() if k != name}
+  return values
 
 
 def _field_names(group) -> set[str]:

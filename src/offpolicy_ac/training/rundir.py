@@ -61,7 +61,9 @@ from offpolicy_ac.training.checkpoint import DamagedCheckpointError
 from offpolicy_ac.training.checkpoint import checkpoint_steps
 from offpolicy_ac.training.checkpoint import incomplete_steps
 from offpolicy_ac.training.checkpoint import read_checkpoint
+from offpolicy_ac.training.checkpoint import read_record
 from offpolicy_ac.training.config import TrainConfig
+from offpolicy_ac.training.config import without_removed_fields
 from offpolicy_ac.training.driver import RunResult
 from offpolicy_ac.training.learner import Acting
 from offpolicy_ac.training.learner import make_policies
@@ -426,7 +428,8 @@ def check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: b
   refuses to overwrite a run (in `run_dir` or any of `others`). Then writes config.json."""
   config_path = run_dir / "config.json"
   old = _run_config(config_path) if config_path.exists() else None
-  lane_of = old.get("learners_of") if old is not None else None
+  # offpolicy_ac 0.2 recorded a vmapped seed's run as `vmapped_seeds_of`.
+  lane_of = (old.get("learners_of") or old.get("vmapped_seeds_of")) if old is not None else None
   if lane_of is not None:  # its checkpoints and config are the whole run's
     raise ValueError(
         f"{run_dir} is one learner of the run in {lane_of}: resume that run (--run-dir "
@@ -446,7 +449,12 @@ def check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: b
           "offpolicy_ac 0.1"
       )
     new = jsonable(args)
-    diffs = config_differences(_canonical_sweep(old["config"], args), new, _field_defaults(args))
+    try:
+      train = without_removed_fields(old["config"].get("train", {}))
+    except ValueError as e:
+      raise ValueError(f"--resume: {run_dir}: {e}") from None
+    diffs = config_differences(_canonical_sweep({**old["config"], "train": train}, args), new,
+                               _field_defaults(args))  # fmt: skip
     budget = lambda c: c.get("train", {}).get("budget", {}).get("total_env_steps")
     before, after = budget(old["config"]), budget(new)
     if after is not None and before is not None and after < before:
@@ -700,15 +708,21 @@ def _checkpoint_source(run_dir: pathlib.Path, record: dict) -> tuple[pathlib.Pat
   """(checkpoint directory, learners in its arrays, this run's index among them). A
   learner of a run of several (seeds, a sweep's settings), written in `<root>/seed<k>` or
   `<root>/<setting>/seed<k>`, finds its checkpoints in the root, stacked with the other
-  learners' (its config.json records its lane: `learners_of`, `learner`, `learners`)."""
-  if record.get("learners_of") is None:
+  learners' (its config.json records its lane: `learners_of`, `learner`, `learners`; a
+  vmapped seed of offpolicy_ac 0.2, `vmapped_seeds_of`: its seed's place in the root's)."""
+  lanes_of = record.get("learners_of") or record.get("vmapped_seeds_of")
+  if lanes_of is None:
     return run_dir / "checkpoints", 1, 0
   # Where the lane lies first (root/seed<k>, root/<setting>/seed<k>): a copied or moved run
   # reads its own checkpoints, not those at the path recorded when it was written.
-  candidates = [run_dir.parent, run_dir.parent.parent, pathlib.Path(record["learners_of"])]
+  candidates = [run_dir.parent, run_dir.parent.parent, pathlib.Path(lanes_of)]
   root = next((c for c in candidates if (c / "config.json").exists()), None)
   if root is None:
     return run_dir / "checkpoints", 1, 0  # the root is gone: no checkpoints to read
+  if record.get("learners_of") is None:
+    budget = lambda r: r["config"]["train"]["budget"]  # noqa: E731
+    seeds = budget(read_json(root / "config.json"))
+    return root / "checkpoints", seeds["num_seeds"], budget(record)["seed"] - seeds["seed"]
   return root / "checkpoints", record["learners"], record["learner"]
 
 
@@ -763,7 +777,9 @@ def load_run(run_dir: str | os.PathLike, *, checkpoint: Optional[int] = None,
   stale = bool(steps) and summary.get("env_steps", -1) < steps[-1]
   if best:
     if not (run_dir / BEST_PARAMS).exists():
-      raise ValueError(f"{run_dir} holds no best parameters (no evaluation yet): no {BEST_PARAMS}")
+      earlier = summary and "best_eval_return" not in summary  # a summary of 0.2 or earlier
+      why = "offpolicy_ac 0.2 and earlier kept none" if earlier else "no evaluation yet"
+      raise ValueError(f"{run_dir} holds no best parameters ({why}): no {BEST_PARAMS}")
     params = load_params(run_dir / BEST_PARAMS, params_template)
     transform = _load_transform(run_dir / BEST_TRANSFORM, transform)
     record = _best_record(run_dir)
@@ -782,6 +798,7 @@ def load_run(run_dir: str | os.PathLike, *, checkpoint: Optional[int] = None,
     transform = _load_transform(run_dir / FINAL_TRANSFORM, transform)
     env_steps, source = summary.get("env_steps"), "final"
   else:
+    _refuse_earlier_format(ckpt_dir, checkpoint, steps, final.exists())
     if checkpoint is None and not steps:
       raise ValueError(f"{run_dir} holds no parameters: no {FINAL_PARAMS} and no checkpoint")
     if checkpoint is not None and checkpoint not in steps:
@@ -811,6 +828,27 @@ def load_run(run_dir: str | os.PathLike, *, checkpoint: Optional[int] = None,
       env_steps=env_steps, source=source, checkpoints=steps, greedy=jax.jit(greedy),
       act=jax.jit(act),
   )  # fmt: skip
+
+
+def _refuse_earlier_format(ckpt_dir: pathlib.Path, step: Optional[int], steps: Sequence[int],
+                           final: bool) -> None:  # fmt: skip
+  """Refuses checkpoint `step` (None: the newest) when an earlier version wrote it, with the
+  version that reads it: offpolicy_ac 0.2 wrote no checksums, so `checkpoint_steps` does not
+  list its checkpoints (`final`: the run has final parameters, which do load)."""
+  if step in steps or (step is None and steps):
+    return
+  unlisted = incomplete_steps(ckpt_dir)
+  if not unlisted:
+    return
+  step = step if step in unlisted else unlisted[-1]
+  record = read_record(ckpt_dir, step)
+  if record is None:
+    return  # none, or unreadable: damaged, not of another version
+  try:
+    records.check_format(record, f"{ckpt_dir} at step {step}")
+  except ValueError as e:
+    also = f" (this version loads its final parameters, {FINAL_PARAMS})" if final else ""
+    raise ValueError(f"{e}: load its checkpoints with that version{also}") from None
 
 
 def _newest_readable(steps: Sequence[int], read: Callable[[int], Any],
