@@ -20,6 +20,7 @@ from offpolicy_ac import envs
 from offpolicy_ac import losses
 from offpolicy_ac import presets
 from offpolicy_ac.agents import AcerConfig
+from offpolicy_ac.agents import base
 from offpolicy_ac.agents import make_acer
 from offpolicy_ac.agents import make_acer_continuous
 from offpolicy_ac.agents import make_acer_discrete
@@ -284,9 +285,10 @@ def test_bad_config_raises(cartpole_spec, field, value, message):
 
 def test_a_trust_region_size_without_the_trust_region_is_refused(cartpole_spec):
   config = AcerConfig(use_trust_region=False, trust_region_delta=0.5)
-  with pytest.raises(ValueError, match="trust_region_delta=0.5 has no effect: it applies with "):
-    make_acer(cartpole_spec, config)
-  make_acer(cartpole_spec, AcerConfig(use_trust_region=False))  # the default size: no flag
+  with pytest.raises(ValueError, match="trust_region_delta: the trust region's size: no effect"):
+    base.check_settings_used(config, cartpole_spec)
+  base.check_settings_used(AcerConfig(use_trust_region=False), cartpole_spec)  # the default
+  make_acer(cartpole_spec, config)  # a run rebuilt from its config.json
 
 
 def test_discrete_acer_on_a_continuous_task_names_the_problem(pendulum_spec):

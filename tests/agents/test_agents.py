@@ -321,9 +321,13 @@ def test_sql_config_validation(cartpole_spec):
     make_sql(cartpole_spec, SqlConfig(n_step=2, lambda_=0.5))
   for n_step in (1, SqlConfig.n_step):
     make_sql(cartpole_spec, SqlConfig(n_step=n_step, lambda_=0.5))
-  # The sampler's and the sampled soft value's settings: continuous SQL's only.
-  with pytest.raises(ValueError, match="num_particles, svgd_update_ratio: settings of continuous"):
-    make_sql(cartpole_spec, SqlConfig(num_particles=4, svgd_update_ratio=0.25))
+  # The sampler's and the sampled soft value's settings: continuous SQL's only, refused for
+  # a run being configured; a run rebuilt from its config.json builds as it trained.
+  unused = SqlConfig(num_particles=4, svgd_update_ratio=0.25)
+  with pytest.raises(ValueError, match="num_particles, svgd_update_ratio: settings of the "
+                                       "continuous agent's sampler"):  # fmt: skip
+    base.check_settings_used(unused, cartpole_spec)
+  make_sql(cartpole_spec, unused)
 
 
 @pytest.mark.parametrize(
@@ -431,13 +435,15 @@ def test_mlp_sizes_on_a_pixel_torso_are_refused(algo):
   minatar = envs.EnvSpec("Frames", (4, 10, 10), "uint8", True, 3, (), "int32", None, None, 1, 1)
   atari = minatar._replace(observation_shape=(4, 84, 84))
   for spec, torso, kind in ((minatar, "auto", "minatar_cnn"), (atari, "small_cnn", "small_cnn")):
-    with pytest.raises(ValueError, match=f"hidden_sizes=\\(32,\\) has no effect: the {kind} torso"):
-      make(spec, config(torso=torso, hidden_sizes=(32,)))
-    make(spec, config(torso=torso))  # the default sizes: not a flag given
-  make(minatar, config(torso="mlp", hidden_sizes=(32,)))  # an MLP over the flattened frames
+    sized = config(torso=torso, hidden_sizes=(32,))
+    with pytest.raises(ValueError, match=f"hidden_sizes: the {kind} torso has no layers"):
+      base.check_settings_used(sized, spec)
+    make(spec, sized)  # a run rebuilt from its config.json builds as it trained
+    base.check_settings_used(config(torso=torso), spec)  # the default sizes: no flag given
+  base.check_settings_used(config(torso="mlp", hidden_sizes=(32,)), minatar)  # flattened frames
   networks.register_torso("sized_for_pixel_test", lambda shape, hidden: networks.MLPTorso(hidden))
   try:  # a registered torso takes the sizes
-    make(minatar, config(torso="sized_for_pixel_test", hidden_sizes=(32,)))
+    base.check_settings_used(config(torso="sized_for_pixel_test", hidden_sizes=(32,)), minatar)
   finally:
     networks.torsos._REGISTERED.pop("sized_for_pixel_test", None)  # pylint: disable=protected-access
 

@@ -155,7 +155,11 @@ CASES = [
         "--num-updates-per-train-iter, --mini-batch-size: replay settings, and this agent learns "
         "on-policy, with no replay (IMPALA replays with --use-replay)",
     ),
-    ("sql", ["--num-particles", "64"], "--num-particles: settings of continuous SQL's sampler"),
+    (
+        "sql",
+        ["--num-particles", "64"],
+        "--num-particles: settings of the continuous agent's sampler",
+    ),
     ("sql", ["--lambda", "0.9", "--n-step", "7"], "--n-step=7 with --lambda=0.9: --lambda > 0"),
     ("sql", ["--n-step", "50"], "--n-step (50) exceeds --mini-batch-length (4)"),
     ("sqil", ["--demos", "{demos}/good.npz", "--n-step", "50"], "--n-step (50) exceeds"),

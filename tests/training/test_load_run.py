@@ -113,6 +113,16 @@ def test_load_run_returns_the_runs_agent_parameters_and_task(runs, script):
   assert ((action >= 0) & (action < 2)).all()
 
 
+def test_a_run_with_a_setting_the_task_does_not_use_still_loads(runs, tmp_path):
+  """Training refuses such settings (`agents.base.check_settings_used`); a run that holds one
+  (an earlier version's) trained as it was, and loads."""
+  edited = shutil.copytree(runs["impala"], tmp_path / "edited")
+  config = json.loads((edited / "config.json").read_text())
+  config["config"]["agent"]["init_log_std"] = 0.5  # continuous actions only; CartPole
+  (edited / "config.json").write_text(json.dumps(config))
+  assert load_run(edited).agent.config.init_log_std == 0.5
+
+
 @pytest.mark.parametrize("script", ["impala", "sql"])
 def test_evaluation_is_on_by_default(runs, script):
   lines = read_metrics(runs[script])

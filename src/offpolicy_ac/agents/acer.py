@@ -44,7 +44,6 @@ from typing import Sequence
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from offpolicy_ac import losses
 from offpolicy_ac import networks
@@ -122,12 +121,6 @@ class AcerConfig:
     if self.optimizer not in ("adam", "rmsprop"):
       raise ValueError(f"optimizer must be 'adam' or 'rmsprop', got {self.optimizer!r}")
     base.check_non_negative("trust_region_delta", self.trust_region_delta)
-    delta = self.trust_region_delta
-    if not self.use_trust_region and not base.is_traced(delta):
-      if np.any(np.asarray(base.host_value(delta)) != AcerConfig.trust_region_delta):
-        raise ValueError(
-            f"trust_region_delta={delta} has no effect: it applies with use_trust_region"
-        )
     if not base.is_traced(self.avg_decay) and not 0.0 <= base.host_value(self.avg_decay) < 1.0:
       raise ValueError(
           f"avg_decay must lie in [0, 1) (0: the average network is the current one; "
@@ -142,6 +135,18 @@ class AcerConfig:
     for name, low in (("replay_ratio", 1), ("sdn_samples", 1), ("sdn_hidden_size", 1)):
       base.check_int(name, getattr(self, name), low)
     base.check_hidden_sizes(self.hidden_sizes)
+
+  def unused_on(self, spec) -> dict[str, str]:
+    """The settings that have no effect on the task of `spec` (or without the trust
+    region), each with why (`base.check_settings_used` refuses them set off their
+    defaults)."""
+    unused = base.unused_mlp_sizes(self, spec)
+    if spec.is_discrete:
+      why = "settings of continuous actions, which ACER on a discrete task does not use"
+      unused.update(dict.fromkeys(("init_log_std", "sdn_samples", "sdn_hidden_size"), why))
+    if not self.use_trust_region:
+      unused["trust_region_delta"] = "the trust region's size: no effect without use_trust_region"
+    return unused
 
 
 def make_acer(spec, config: AcerConfig = AcerConfig()) -> base.Agent:
@@ -203,13 +208,9 @@ def make_acer_discrete(spec, config: AcerConfig = AcerConfig()) -> base.Agent:
   """Discrete ACER (categorical policy + Q head, Q^ret, trust region)."""
   base.check_discrete(spec, "discrete ACER (make_acer_discrete)")
   base.check_config(config, AcerConfig, "make_acer_discrete")
-  base.check_unused_on_discrete(
-      config, ("init_log_std", "sdn_samples", "sdn_hidden_size"),
-      "settings of continuous actions, which ACER on a discrete task does not use",
-  )  # fmt: skip
   net, policy = networks.actor_critic(
       lambda: networks.ActorQCritic(
-          base.make_torso(config, spec.observation_shape),
+          networks.make_torso(config.torso, spec.observation_shape, config.hidden_sizes),
           spec.num_actions,
       ),
       shared_torso=config.shared_torso,
@@ -311,7 +312,7 @@ def make_acer_continuous(spec, config: AcerConfig = AcerConfig()) -> base.Agent:
   action_dim = int(math.prod(action_shape))
   net, policy = networks.actor_critic(
       lambda: networks.StochasticDuelingNetwork(
-          base.make_torso(config, spec.observation_shape),
+          networks.make_torso(config.torso, spec.observation_shape, config.hidden_sizes),
           action_dim,
           config.sdn_hidden_size,
           config.init_log_std,

@@ -340,28 +340,35 @@ def check_discrete(spec: Any, agent: str) -> None:
     )
 
 
-def check_unused_on_discrete(config: Any, fields: tuple[str, ...], why: str) -> None:
-  """Refuses (ValueError, "<fields>: <why>") `fields` of `config` set off their defaults
-  for a discrete task, which does not use them (a flag given and then without effect)."""
+def check_settings_used(config: Any, spec: Any) -> None:
+  """Refuses (ValueError, "<fields>: <why>") the settings of an agent config set off their
+  defaults that have no effect on the task of `spec`: those its `unused_on(spec)` names
+  (field -> why; a config without the method has none), a flag given and then without
+  effect. For a run being configured (`run_experiment`), not for one rebuilt from its
+  config.json, which trained as it was."""
+  unused_on = getattr(config, "unused_on", None)
+  if unused_on is None:
+    return
   default = type(config)()
-  given = [f for f in fields if getattr(config, f) != getattr(default, f)]
-  if given:
-    raise ValueError(f"{', '.join(given)}: {why}")
+  by_why: dict[str, list[str]] = {}
+  for field, why in unused_on(spec).items():
+    value, usual = getattr(config, field), getattr(default, field)
+    if not is_traced(value) and not np.array_equal(np.asarray(host_value(value)), usual):
+      by_why.setdefault(why, []).append(field)
+  if by_why:
+    raise ValueError("; ".join(f"{', '.join(fields)}: {why}" for why, fields in by_why.items()))
 
 
-def make_torso(config: Any, observation_shape: tuple[int, ...]) -> Any:
-  """`networks.make_torso` of an agent config's `torso` and `hidden_sizes`. Refuses
-  (ValueError) `hidden_sizes` set off the config's default for a built-in pixel torso,
-  which has no layers they size (a flag given and then without effect)."""
-  torso = networks.make_torso(config.torso, observation_shape, config.hidden_sizes)
-  kind = networks.torso_kind(config.torso, observation_shape)
-  if kind in networks.TORSOS and kind != "mlp":
-    if tuple(config.hidden_sizes) != tuple(type(config)().hidden_sizes):
-      raise ValueError(
-          f"hidden_sizes={tuple(config.hidden_sizes)} has no effect: the {kind} torso has no "
-          "layers they size; they apply to the mlp torso and registered torsos"
-      )
-  return torso
+def unused_mlp_sizes(config: Any, spec: Any) -> dict[str, str]:
+  """{"hidden_sizes": why} where `config.torso` is, or picks ("auto"), a built-in pixel
+  torso, which has no layers they size; else {}."""
+  try:
+    kind = networks.torso_kind(config.torso, tuple(spec.observation_shape))
+  except ValueError:  # no torso fits: the factory says so
+    return {}
+  if kind not in networks.TORSOS or kind == "mlp":  # registered torsos are given them
+    return {}
+  return {"hidden_sizes": f"the {kind} torso has no layers they size (the mlp torso has)"}
 
 
 def check_continuous(spec: Any, agent: str) -> None:

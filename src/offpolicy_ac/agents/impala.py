@@ -118,19 +118,24 @@ class ImpalaConfig:
     losses.check_surrogate_clip(self.surrogate_clip)
     base.check_int("learning_rate_decay_updates", self.learning_rate_decay_updates, 0)
 
+  def unused_on(self, spec) -> dict[str, str]:
+    """The settings that have no effect on the task of `spec`, each with why
+    (`base.check_settings_used` refuses them set off their defaults)."""
+    unused = base.unused_mlp_sizes(self, spec)
+    if spec.is_discrete:
+      unused["init_log_std"] = (
+          "settings of continuous actions, which IMPALA on a discrete task does not use"
+      )
+    return unused
+
 
 def make_impala(spec, config: ImpalaConfig = ImpalaConfig()) -> base.Agent:
   """Builds the IMPALA agent for an environment spec (discrete or continuous)."""
   base.check_config(config, ImpalaConfig, "make_impala")
   discrete = spec.is_discrete
-  if discrete:
-    base.check_unused_on_discrete(
-        config, ("init_log_std",),
-        "settings of continuous actions, which IMPALA on a discrete task does not use",
-    )  # fmt: skip
 
   def make_net():
-    torso = base.make_torso(config, spec.observation_shape)
+    torso = networks.make_torso(config.torso, spec.observation_shape, config.hidden_sizes)
     if discrete:
       return networks.CategoricalActorCritic(torso, spec.num_actions)
     return networks.GaussianActorCritic(torso, math.prod(spec.action_shape), config.init_log_std)

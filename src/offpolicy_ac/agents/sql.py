@@ -41,13 +41,7 @@ def make_sql_discrete(spec, config: SqlConfig = SqlConfig(), *, name: str = "sql
         f"num_q_networks={config.num_q_networks}: several Q networks (clipped double Q) are "
         f"implemented for continuous actions only; discrete {name.upper()} takes 1"
     )
-  base.check_unused_on_discrete(
-      config,
-      ("num_value_samples", "value_proposal_std", "num_particles", "svgd_update_ratio"),
-      f"settings of continuous {name.upper()}'s sampler and soft value; discrete "
-      f"{name.upper()} computes its soft value exactly, with no sampler",
-  )
-  torso = base.make_torso(config, spec.observation_shape)
+  torso = networks.make_torso(config.torso, spec.observation_shape, config.hidden_sizes)
   net = networks.QNetwork(torso, spec.num_actions)
   optimizer = make_sql_optimizer(config)
   obs_dtype = jnp.dtype(spec.observation_dtype)

@@ -138,6 +138,17 @@ class SqlConfig:
     """Continuous: the particles SVGD moves, int(num_particles * svgd_update_ratio)."""
     return int(self.num_particles * self.svgd_update_ratio)
 
+  def unused_on(self, spec) -> dict[str, str]:
+    """The settings that have no effect on the task of `spec`, each with why
+    (`base.check_settings_used` refuses them set off their defaults). Continuous: the MLP
+    sizes apply after the concat, whatever the torso."""
+    if not spec.is_discrete:
+      return {}
+    why = ("settings of the continuous agent's sampler and soft value; on discrete actions "
+           "the soft value is exact, with no sampler")  # fmt: skip
+    fields = ("num_value_samples", "value_proposal_std", "num_particles", "svgd_update_ratio")
+    return {**base.unused_mlp_sizes(self, spec), **dict.fromkeys(fields, why)}
+
 
 def make_sql_optimizer(config: SqlConfig):
   """The optimizer of SQL's networks (each network gets its own state): clipping, then
