@@ -422,6 +422,48 @@ def assert_masked_steps_ignored(
           _assert_close(check, what, name, got, want, rtol, atol, dtype, select=select)
 
 
+def _floating_fields(traj) -> list[str]:
+  """The Trajectory fields of a floating dtype (bfloat16 too)."""
+  return [
+      f
+      for f in _tr.Trajectory._fields
+      if jnp.issubdtype(np.asarray(getattr(traj, f)).dtype, jnp.floating)
+  ]
+
+
+def _check_wrt(check: str, wrt: list[str], floating: list[str]) -> None:
+  if set(wrt) - set(floating) or not wrt:
+    raise ValueError(f"{check}: wrt must name floating fields from {floating}, got {wrt}")
+
+
+def _pulled_back(check, fn, examples, wrt, variants, seed, *, real_only):
+  """Yields (where, traj, {field: gradient}) for every example and chex variant: a random
+  cotangent of `fn`'s outputs (0 at the masked steps with `real_only`) pulled back to the
+  `wrt` fields of the trajectory (one `jax.vjp`)."""
+  rng = np.random.default_rng(seed)
+
+  def pullback(traj, p, cotangent):
+    _, vjp = jax.vjp(lambda q: fn(traj._replace(**q)), p)
+    return vjp(cotangent)[0]
+
+  runs = _under_variants(check, pullback, variants)
+  for i, traj in enumerate(examples):
+    _leaves(fn, traj, check, _describe(i, traj))  # validates the outputs' shapes
+    primals = {f: jnp.asarray(getattr(traj, f)) for f in wrt}
+    shapes = lambda tr, primals=primals: jax.eval_shape(lambda p: fn(tr._replace(**p)), primals)
+    out = _call(shapes, traj, check, _describe(i, traj))
+
+    def draw(o, traj=traj):
+      cotangent = rng.normal(size=o.shape)
+      return jnp.asarray(cotangent * _step_select(traj.mask, o.shape) if real_only else cotangent,
+                         o.dtype)  # fmt: skip
+
+    cotangent = jax.tree_util.tree_map(draw, out)
+    for variant, run in runs:
+      where = f"{_describe(i, traj)}, chex variant {variant}"
+      yield where, traj, _call(lambda tr, run=run: run(tr, primals, cotangent), traj, check, where)
+
+
 def assert_no_gradient_through_targets(
     fn: TargetFn,
     examples=None,
@@ -461,46 +503,23 @@ def assert_no_gradient_through_targets(
   """
   check = "assert_no_gradient_through_targets"
   examples = _examples(examples)
-  floating = [
-      f
-      for f in _tr.Trajectory._fields
-      if jnp.issubdtype(np.asarray(getattr(examples[0], f)).dtype, jnp.floating)  # bfloat16 too
-  ]
+  floating = _floating_fields(examples[0])
   wrt = [f for f in floating if f not in _PREDICTIONS] if wrt is None else list(wrt)
-  bad = set(wrt) - set(floating)
-  if bad or not wrt:
-    raise ValueError(f"{check}: wrt must name floating fields from {floating}, got {wrt}")
-  rng = np.random.default_rng(seed)
-
-  def pullback(traj, p, cotangent):
-    _, vjp = jax.vjp(lambda q: fn(traj._replace(**q)), p)
-    return vjp(cotangent)[0]
-
-  runs = _under_variants(check, pullback, variants)
-  for i, traj in enumerate(examples):
-    _leaves(fn, traj, check, _describe(i, traj))  # validates the outputs' shapes
-    primals = {f: jnp.asarray(getattr(traj, f)) for f in wrt}
-    shapes = lambda tr, primals=primals: jax.eval_shape(lambda p: fn(tr._replace(**p)), primals)
-    out = _call(shapes, traj, check, _describe(i, traj))
-    cotangent = jax.tree_util.tree_map(
-        lambda o: jnp.asarray(rng.normal(size=o.shape), o.dtype), out
-    )
-    for variant, run in runs:
-      where = f"{_describe(i, traj)}, chex variant {variant}"
-      grads = _call(lambda tr, run=run: run(tr, primals, cotangent), traj, check, where)
-      for name in wrt:
-        g = np.asarray(grads[name], np.float64)
-        try:
-          chex.assert_trees_all_close(g, np.zeros_like(g), rtol=0.0, atol=atol)
-        except AssertionError as e:
-          over = ~(np.abs(g) <= atol)
-          idx = np.unravel_index(int(np.argmax(np.nan_to_num(np.abs(g), nan=np.inf))), g.shape)
-          raise AssertionError(
-              f"{check}: {where}: the outputs carry a gradient into {name}: nonzero at"
-              f" {int(over.sum())} of {g.size} entries, largest {g[idx]!r} at index"
-              f" {tuple(int(k) for k in idx)} (is a stop_gradient missing on the targets?)"
-              f"\nchex: {e}"
-          ) from None
+  _check_wrt(check, wrt, floating)
+  for where, _, grads in _pulled_back(check, fn, examples, wrt, variants, seed, real_only=False):
+    for name in wrt:
+      g = np.asarray(grads[name], np.float64)
+      try:
+        chex.assert_trees_all_close(g, np.zeros_like(g), rtol=0.0, atol=atol)
+      except AssertionError as e:
+        over = ~(np.abs(g) <= atol)
+        idx = np.unravel_index(int(np.argmax(np.nan_to_num(np.abs(g), nan=np.inf))), g.shape)
+        raise AssertionError(
+            f"{check}: {where}: the outputs carry a gradient into {name}: nonzero at"
+            f" {int(over.sum())} of {g.size} entries, largest {g[idx]!r} at index"
+            f" {tuple(int(k) for k in idx)} (is a stop_gradient missing on the targets?)"
+            f"\nchex: {e}"
+        ) from None
 
 
 def assert_gradient_reaches_predictions(
@@ -550,35 +569,11 @@ def assert_gradient_reaches_predictions(
   """
   check = "assert_gradient_reaches_predictions"
   examples = _examples(examples)
-  floating = [
-      f
-      for f in _tr.Trajectory._fields
-      if jnp.issubdtype(np.asarray(getattr(examples[0], f)).dtype, jnp.floating)  # bfloat16 too
-  ]
   wrt = list(wrt)
-  if set(wrt) - set(floating) or not wrt:
-    raise ValueError(f"{check}: wrt must name floating fields from {floating}, got {wrt}")
-  rng = np.random.default_rng(seed)
-
-  def pullback(traj, p, cotangent):
-    _, vjp = jax.vjp(lambda q: fn(traj._replace(**q)), p)
-    return vjp(cotangent)[0]
-
-  runs = _under_variants(check, pullback, variants)
-  for i, traj in enumerate(examples):
-    _leaves(fn, traj, check, _describe(i, traj))  # validates the outputs' shapes
-    primals = {f: jnp.asarray(getattr(traj, f)) for f in wrt}
-    shapes = lambda tr, primals=primals: jax.eval_shape(lambda p: fn(tr._replace(**p)), primals)
-    out = _call(shapes, traj, check, _describe(i, traj))
-    cotangent = jax.tree_util.tree_map(  # at the unmasked steps: the loss sums those
-        lambda o: jnp.asarray(rng.normal(size=o.shape) * _step_select(traj.mask, o.shape), o.dtype),
-        out,
-    )
-    for variant, run in runs:
-      where = f"{_describe(i, traj)}, chex variant {variant}"
-      grads = _call(lambda tr, run=run: run(tr, primals, cotangent), traj, check, where)
-      for name in wrt:
-        _assert_gradient_reaches(check, where, name, np.asarray(grads[name]), traj.mask)
+  _check_wrt(check, wrt, _floating_fields(examples[0]))
+  for where, traj, grads in _pulled_back(check, fn, examples, wrt, variants, seed, real_only=True):
+    for name in wrt:
+      _assert_gradient_reaches(check, where, name, np.asarray(grads[name]), traj.mask)
 
 
 def _assert_gradient_reaches(check, where, name, g, mask):
