@@ -309,18 +309,14 @@ def _check_changes_have_effect(train: Any, base_train: Any) -> None:
     train.validate()
   except ValueError:
     return
+  given_fields, base_fields = train.fields_by_name(), base_train.fields_by_name()
   for field, where in fields_without_effect(train).items():
-    given = _flat_fields(train)[field]
-    if given != _flat_fields(base_train)[field]:
+    given = given_fields[field]
+    if given != base_fields[field]:
       flag = flag_name(field)
       typed = (f"--no-{flag[2:]}" if not given else flag) if isinstance(given, bool) else (
           f"{flag} {format_value(given)}")  # fmt: skip
       raise ValueError(f"{typed} has no effect in this run: it applies {where}")
-
-
-def _flat_fields(train: Any) -> dict[str, Any]:
-  """A TrainConfig's fields by name (names are unique across its groups)."""
-  return {k: v for group in dataclasses.asdict(train).values() for k, v in group.items()}
 
 
 def _check_swept_fields(agent: Any, base_agent: Any, sweep: Sequence[str]) -> None:

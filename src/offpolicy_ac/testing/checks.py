@@ -436,6 +436,18 @@ def _check_wrt(check: str, wrt: list[str], floating: list[str]) -> None:
     raise ValueError(f"{check}: wrt must name floating fields from {floating}, got {wrt}")
 
 
+def _random_cotangent(rng, shapes, mask=None):
+  """Standard normal draws shaped and typed as the leaves of `shapes` (arrays or
+  `jax.ShapeDtypeStruct`s, [T, *batch, ...]); 0 where `mask` [T, *batch] is False, if given."""
+
+  def draw(o):
+    cotangent = rng.normal(size=o.shape)
+    return jnp.asarray(cotangent if mask is None else cotangent * _step_select(mask, o.shape),
+                       o.dtype)  # fmt: skip
+
+  return jax.tree_util.tree_map(draw, shapes)
+
+
 def _pulled_back(check, fn, examples, wrt, variants, seed, *, real_only):
   """Yields (where, traj, {field: gradient}) for every example and chex variant: a random
   cotangent of `fn`'s outputs (0 at the masked steps with `real_only`) pulled back to the
@@ -453,12 +465,7 @@ def _pulled_back(check, fn, examples, wrt, variants, seed, *, real_only):
     shapes = lambda tr, primals=primals: jax.eval_shape(lambda p: fn(tr._replace(**p)), primals)
     out = _call(shapes, traj, check, _describe(i, traj))
 
-    def draw(o, traj=traj):
-      cotangent = rng.normal(size=o.shape)
-      return jnp.asarray(cotangent * _step_select(traj.mask, o.shape) if real_only else cotangent,
-                         o.dtype)  # fmt: skip
-
-    cotangent = jax.tree_util.tree_map(draw, out)
+    cotangent = _random_cotangent(rng, out, traj.mask if real_only else None)
     for variant, run in runs:
       where = f"{_describe(i, traj)}, chex variant {variant}"
       yield where, traj, _call(lambda tr, run=run: run(tr, primals, cotangent), traj, check, where)
@@ -644,13 +651,10 @@ def assert_masked_steps_get_no_gradient(
   check = "assert_masked_steps_get_no_gradient"
   examples = _examples(examples)
   fields = [f for f in _tr.Trajectory._fields if f not in _tr.LAYOUT_FIELDS]
-  floating = [
-      f for f in fields if jnp.issubdtype(np.asarray(getattr(examples[0], f)).dtype, jnp.floating)
-  ]  # fmt: skip (bfloat16 too)
+  floating = [f for f in _floating_fields(examples[0]) if f in fields]
   fields = [f for f in fields if f not in _PREDICTIONS]  # garbled: see _PREDICTIONS
   wrt = floating if wrt is None else list(wrt)
-  if set(wrt) - set(floating) or not wrt:
-    raise ValueError(f"{check}: wrt must name floating fields from {floating}, got {wrt}")
+  _check_wrt(check, wrt, floating)
   _check_garbage(check, garbage)
   rng = np.random.default_rng(seed)
 
@@ -661,12 +665,8 @@ def assert_masked_steps_get_no_gradient(
 
   runs = _under_variants(check, pullback, variants)
   for i, traj in enumerate(examples):
-    outputs = _leaves(fn, traj, check, _describe(i, traj))  # per step, or a ValueError
-    structure = jax.tree_util.tree_structure(jax.eval_shape(fn, traj))
-    cotangent = jax.tree_util.tree_unflatten(structure, [
-        jnp.asarray(rng.normal(size=o.shape) * _step_select(traj.mask, o.shape), o.dtype)
-        for _, o in outputs
-    ])  # fmt: skip
+    _leaves(fn, traj, check, _describe(i, traj))  # per step, or a ValueError
+    cotangent = _random_cotangent(rng, jax.eval_shape(fn, traj), traj.mask)
     dirty = {kind: _garbled(traj, fields, kind, rng) for kind in garbage}
     for variant, run in runs:
       where = f"{_describe(i, traj)}, chex variant {variant}"

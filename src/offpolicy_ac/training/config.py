@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 from typing import Literal
 from typing import Optional
 from typing import get_args
@@ -276,6 +277,10 @@ class TrainConfig:
       groups[owner] = dataclasses.replace(groups[owner], **{name: value})
     return TrainConfig(**groups)
 
+  def fields_by_name(self) -> dict[str, Any]:
+    """Every field of every group, by its name (names are unique across groups)."""
+    return {k: v for group in dataclasses.asdict(self).values() for k, v in group.items()}
+
   @property
   def steps_per_unroll(self) -> int:
     """Env steps of one unroll of one pool: T x num_envs."""
@@ -364,7 +369,7 @@ class TrainConfig:
     """Raises ValueError naming the field for any bad value or combination."""
     env, budget, replay, actors = self.env, self.budget, self.replay, self.acting
     parallel, evaluation = self.parallel, self.eval
-    flat = {k: v for group in dataclasses.asdict(self).values() for k, v in group.items()}
+    flat = self.fields_by_name()
     _check_ints(flat, 1, "num_envs", "unroll_length", "total_env_steps", "log_every",
                 "num_seeds", "replay_capacity", "num_updates_per_train_iter", "mini_batch_size",
                 "mini_batch_length", "eval_episodes", "keep_checkpoints", "num_actors",

@@ -428,8 +428,7 @@ def check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: b
   refuses to overwrite a run (in `run_dir` or any of `others`). Then writes config.json."""
   config_path = run_dir / "config.json"
   old = _run_config(config_path) if config_path.exists() else None
-  # offpolicy_ac 0.2 recorded a vmapped seed's run as `vmapped_seeds_of`.
-  lane_of = (old.get("learners_of") or old.get("vmapped_seeds_of")) if old is not None else None
+  lane_of = _learner_of(old) if old is not None else None
   if lane_of is not None:  # its checkpoints and config are the whole run's
     raise ValueError(
         f"{run_dir} is one learner of the run in {lane_of}: resume that run (--run-dir "
@@ -704,13 +703,19 @@ def _seeds(config: dict) -> list[int]:
   return [budget.get("seed", 0) + k for k in range(budget.get("num_seeds", 1))]
 
 
+def _learner_of(record: dict) -> Optional[str]:
+  """The root of the run of several whose learner a config.json record is, or None:
+  `learners_of` (offpolicy_ac 0.2 recorded a vmapped seed's as `vmapped_seeds_of`)."""
+  return record.get("learners_of") or record.get("vmapped_seeds_of")
+
+
 def _checkpoint_source(run_dir: pathlib.Path, record: dict) -> tuple[pathlib.Path, int, int]:
   """(checkpoint directory, learners in its arrays, this run's index among them). A
   learner of a run of several (seeds, a sweep's settings), written in `<root>/seed<k>` or
   `<root>/<setting>/seed<k>`, finds its checkpoints in the root, stacked with the other
   learners' (its config.json records its lane: `learners_of`, `learner`, `learners`; a
   vmapped seed of offpolicy_ac 0.2, `vmapped_seeds_of`: its seed's place in the root's)."""
-  lanes_of = record.get("learners_of") or record.get("vmapped_seeds_of")
+  lanes_of = _learner_of(record)
   if lanes_of is None:
     return run_dir / "checkpoints", 1, 0
   # Where the lane lies first (root/seed<k>, root/<setting>/seed<k>): a copied or moved run
