@@ -11,8 +11,8 @@ JAX environment.
 Discrete or continuous ACER is picked from the task's action space. The defaults learn
 CartPole-v1 (trailing return 500 after about 50k env steps) and, with only the env id
 changed, Pendulum-v1 (about -150 after about 100k) on a 2-core CPU. `--replay-ratio`
-sets the replayed updates after each on-policy update (and with it
-`--num-updates-per-train-iter`). The presets are in
+sets the replayed updates after each on-policy update (the loop's
+`--num-updates-per-train-iter`, which this script refuses). The presets are in
 `offpolicy_ac.presets.acer`.
 """
 

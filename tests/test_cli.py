@@ -287,6 +287,23 @@ def test_settings_of_a_preset_or_with_effect_are_accepted(script, argv):
   parse_args(module.Args, module.PRESETS, argv=argv)
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--num-updates-per-train-iter", "1"],  # the field's default: given, and replaced
+        ["--num_updates_per_train_iter=4", "--replay-ratio", "4"],
+    ],
+)
+def test_a_flag_the_script_sets_itself_is_refused_whatever_its_value(argv):
+  with pytest.raises(ValueError, match="^--num-updates-per-train-iter: ACER sets the replayed "
+                     "updates per iteration from --replay-ratio"):  # fmt: skip
+    parse_args(presets.acer.Args, presets.acer.PRESETS, argv=argv)
+  # Another script's Args declares no such flag: the same flag is its own setting.
+  impala = parse_args(presets.impala.Args, presets.impala.PRESETS,
+                      argv=["--num-updates-per-train-iter", "2"])  # fmt: skip
+  assert impala.train.replay.num_updates_per_train_iter == 2
+
+
 def test_a_bad_value_is_refused_for_itself_not_as_without_effect():
   with pytest.raises(ValueError, match="eval_every must be an int >= 0"):
     parse_args(presets.impala.Args, presets.impala.PRESETS,

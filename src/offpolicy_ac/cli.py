@@ -208,6 +208,18 @@ def _read_preset_flags(argv: Sequence[str]) -> tuple[Optional[str], Optional[str
   return (named[0] if named else None), known.env_id
 
 
+def _refuse_derived_flags(argv: Sequence[str], args_cls: type) -> None:
+  """Refuses a flag that `args_cls.DERIVED_FLAGS` names (flag -> why): the script sets that
+  field itself (ACER's replayed updates per iteration follow --replay-ratio), so a value
+  given, even the field's default, would be replaced. Flags after `--` are values."""
+  derived = getattr(args_cls, "DERIVED_FLAGS", {})
+  flags = argv[: argv.index("--")] if "--" in argv else argv
+  for arg in flags:
+    flag = arg.split("=", 1)[0].replace("_", "-")
+    if flag in derived:
+      raise ValueError(f"{flag}: {derived[flag]}")
+
+
 def parse_args(
     args_cls: type[ArgsT],
     presets: Optional[dict[str, ArgsT]] = None,
@@ -236,6 +248,7 @@ def parse_args(
         else f"{NO_PRESET!r} is reserved for the script's defaults: rename that preset"
     )
   name, env_id = _read_preset_flags(argv)
+  _refuse_derived_flags(argv, args_cls)
   explicit = name is not None
   if name is not None:
     if name != NO_PRESET and name not in presets:

@@ -173,6 +173,7 @@ CASES = [
     # Settings of continuous actions on a discrete task: given, and then without effect.
     ("impala", ["--init-log-std", "-1"], "--init-log-std: settings of continuous actions"),
     ("acer", ["--sdn-samples", "3"], "--sdn-samples: settings of continuous actions, which ACER"),
+    ("acer", ["--num-updates-per-train-iter", "1"], "--num-updates-per-train-iter: ACER sets"),
 ]
 TRAINS = ("impala", "acer", "sql", "sqil")
 

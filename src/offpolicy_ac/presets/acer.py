@@ -4,14 +4,15 @@
     acer.run(acer.PRESETS["pendulum"])          # what experiments/acer.py --preset pendulum runs
 
 `--replay-ratio` sets the replayed updates after each on-policy update: the loop's
-`num_updates_per_train_iter` is derived from it (`Args.resolved_train`).
+`num_updates_per_train_iter` is derived from it (`Args.resolved_train`), and the command line
+refuses `--num-updates-per-train-iter` (`Args.DERIVED_FLAGS`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Optional
+from typing import ClassVar, Optional
 
 from offpolicy_ac.agents import AcerConfig
 from offpolicy_ac.agents import make_acer
@@ -43,6 +44,12 @@ class Args:
   """Continue the run in --run-dir from its last checkpoint."""
   run_dir: Optional[str] = None
   """Run directory (default: runs/acer-<env>-seed<seed>-<time>)."""
+
+  DERIVED_FLAGS: ClassVar[dict[str, str]] = {
+      "--num-updates-per-train-iter": "ACER sets the replayed updates per iteration from "
+      "--replay-ratio: set --replay-ratio instead"
+  }
+  """Flags the command line refuses (`cli.parse_args`): the script sets these fields."""
 
   def __post_init__(self):
     if self.agent.replay_ratio < 1:
