@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import ClassVar, Optional
+from typing import ClassVar
+from typing import Optional
 
 from offpolicy_ac.agents import AcerConfig
 from offpolicy_ac.agents import make_acer
