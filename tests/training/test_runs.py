@@ -349,6 +349,7 @@ def test_a_0_2_run_is_refused_on_resume_by_its_checkpoint_format(tmp_path, strai
   assert proc.returncode == 2, proc.stderr
   assert "has record format 2" in proc.stderr and "resume with offpolicy_ac 0.2" in proc.stderr
   assert (run_dir / "config.json").read_text() == config
+  assert "budget grows" not in proc.stdout  # refused before a larger budget is announced
 
 
 def test_a_vmapped_seed_of_offpolicy_ac_0_2_is_refused_on_resume(tmp_path):

@@ -136,6 +136,13 @@ def test_vmapped_seeds_refuse_to_overwrite_and_a_changed_config(tmp_path):
         checkpoint_every=512,
         num_envs=8,
     )
+  # Aimed at one seed's directory: refused, and the learners' folders it would have made
+  # (seed0/seed0, seed0/seed1) are not left behind, nor a new run directory's.
+  held = sorted(p.name for p in (tmp_path / "run" / "seed0").iterdir())
+  with pytest.raises(ValueError, match="seed0 is one learner of the run in"):
+    _main("impala", tmp_path / "run" / "seed0", resume=True, num_seeds=2, total_env_steps=1024,
+          log_every=256, checkpoint_every=512)  # fmt: skip
+  assert sorted(p.name for p in (tmp_path / "run" / "seed0").iterdir()) == held
 
 
 def test_configs_a_vmapped_learner_cannot_serve_run_seeds_one_after_the_other(tmp_path):

@@ -40,6 +40,7 @@ import threading
 from typing import Any
 from typing import Callable
 from typing import Optional
+from typing import Sequence
 
 import jax
 
@@ -156,15 +157,24 @@ def _stop_on_signals(flag: _StopFlag, *, building: bool = False):
 
 
 @contextlib.contextmanager
-def _removed_if_unused(made: Optional[str]):
-  """A default run directory made for this run is removed again when the run ends with an
-  error before anything but its lock is written there (a refusal)."""
+def _removed_if_unused(made: Sequence[pathlib.Path]):
+  """Directories made for this run (a default run directory; a new learner's, and the
+  folders above it) are removed again, deepest first, when the run ends with an error
+  before anything but a lock is written there (a refusal)."""
   try:
     yield
   except BaseException:
-    if made is not None and set(os.listdir(made)) <= {rundir.LOCK}:
-      shutil.rmtree(made, ignore_errors=True)
+    for path in sorted(made, key=lambda p: len(p.parts), reverse=True):
+      with contextlib.suppress(OSError):  # gone, or another process's meanwhile
+        if set(os.listdir(path)) <= {rundir.LOCK}:
+          shutil.rmtree(path)
     raise
+
+
+def _not_yet_made(paths: Sequence[pathlib.Path]) -> list[pathlib.Path]:
+  """The paths, and the folders above them, that do not exist yet."""
+  return list(dict.fromkeys(p for path in paths for p in (path, *path.parents)
+                            if not p.exists()))  # fmt: skip
 
 
 def prepare_process(config: TrainConfig) -> None:
@@ -291,7 +301,7 @@ def _experiment(name: str, args: Any, agent_factory: Callable, *, batch_fn: Opti
   with refusals():
     made = None if args.run_dir else default_run_dir(name, config)
   root = pathlib.Path(args.run_dir or made)
-  with _removed_if_unused(made):
+  with _removed_if_unused([pathlib.Path(made)] if made else []):
     seeds = config.seeds
     shared = (
         config.budget.sweep
@@ -425,9 +435,12 @@ def _run(name: str, args: Any, root: pathlib.Path, *, agent_factory: Callable,
   dirs = [lane.run_dir for lane in lanes]
   if len(lanes) == 1 and process > 0:  # a multi-host job's other processes: their own logs
     dirs = [root / f"process{process}"]
+  locked_dirs = [dirs[0]] if len(lanes) == 1 else [root, *dirs]
+  made = _not_yet_made(locked_dirs)
   with contextlib.ExitStack() as held:
+    held.enter_context(_removed_if_unused(made))
     with refusals():  # several learners: the root and each learner's directory
-      for locked in [dirs[0]] if len(lanes) == 1 else [root, *dirs]:
+      for locked in locked_dirs:
         held.enter_context(rundir.locked(locked))
     return _train(name, args, root, lanes, dirs, program, progress, inputs, add_logger)
 

@@ -476,6 +476,7 @@ def check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: b
     checkpoints = run_dir / "checkpoints" if checkpoints is None else checkpoints
     _check_writable(run_dir, others or (run_dir,), checkpoints if writes_checkpoints else None)
     _check_checkpoints_kept(checkpoints, others or (run_dir,))
+    _refuse_earlier_format(checkpoints, None, checkpoint_steps(checkpoints))
     if after is not None and before is not None and after > before:
       print(f"[{name}] the budget grows from {before:,} to {after:,} env steps: a step size "
             "annealed over the run follows the new budget from here on, and the default "
@@ -803,7 +804,9 @@ def load_run(run_dir: str | os.PathLike, *, checkpoint: Optional[int] = None,
     transform = _load_transform(run_dir / FINAL_TRANSFORM, transform)
     env_steps, source = summary.get("env_steps"), "final"
   else:
-    _refuse_earlier_format(ckpt_dir, checkpoint, steps, final.exists())
+    also = f" (this version loads its final parameters, {FINAL_PARAMS})" if final.exists() else ""
+    _refuse_earlier_format(ckpt_dir, checkpoint, steps,
+                           f": load its checkpoints with that version{also}")  # fmt: skip
     if checkpoint is None and not steps:
       raise ValueError(f"{run_dir} holds no parameters: no {FINAL_PARAMS} and no checkpoint")
     if checkpoint is not None and checkpoint not in steps:
@@ -836,10 +839,10 @@ def load_run(run_dir: str | os.PathLike, *, checkpoint: Optional[int] = None,
 
 
 def _refuse_earlier_format(ckpt_dir: pathlib.Path, step: Optional[int], steps: Sequence[int],
-                           final: bool) -> None:  # fmt: skip
+                           then: str = "") -> None:  # fmt: skip
   """Refuses checkpoint `step` (None: the newest) when an earlier version wrote it, with the
-  version that reads it: offpolicy_ac 0.2 wrote no checksums, so `checkpoint_steps` does not
-  list its checkpoints (`final`: the run has final parameters, which do load)."""
+  version that reads it and `then` (what to do instead): offpolicy_ac 0.2 wrote no
+  checksums, so `checkpoint_steps` (`steps`) does not list its checkpoints."""
   if step in steps or (step is None and steps):
     return
   unlisted = incomplete_steps(ckpt_dir)
@@ -852,8 +855,7 @@ def _refuse_earlier_format(ckpt_dir: pathlib.Path, step: Optional[int], steps: S
   try:
     records.check_format(record, f"{ckpt_dir} at step {step}")
   except ValueError as e:
-    also = f" (this version loads its final parameters, {FINAL_PARAMS})" if final else ""
-    raise ValueError(f"{e}: load its checkpoints with that version{also}") from None
+    raise ValueError(f"{e}{then}") from None
 
 
 def _newest_readable(steps: Sequence[int], read: Callable[[int], Any],
