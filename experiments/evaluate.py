@@ -34,6 +34,7 @@ from offpolicy_ac.cli import script_main
 from offpolicy_ac.training import describe_protocol
 from offpolicy_ac.training import evaluate
 from offpolicy_ac.training import load_run
+from offpolicy_ac.training import pool_seed
 from offpolicy_ac.training import render_episode
 from offpolicy_ac.training import write_video
 from offpolicy_ac.training.evaluation import EpisodeLimitError
@@ -47,7 +48,8 @@ class Args:
   episodes: int = 10
   """Episodes to play, each on its own environment."""
   seed: int = 0
-  """Seed of the evaluation environments (environment i is seeded seed + i)."""
+  """Seed of the evaluation environments (`training.pool_seed(seed, "evaluate")`: none of
+  them is a training or in-training evaluation environment of any run)."""
   checkpoint: Optional[int] = None
   """Evaluate the checkpoint taken at this many env steps (default: the final
   parameters, or the newest checkpoint of a run that wrote none)."""
@@ -92,7 +94,9 @@ def main(args: Args) -> dict:
     # The video's pool first: a task that cannot render (a JAX environment) fails now.
     video_env = None
     if args.video:
-      video_env = stack.enter_context(run.make_env(1, args.seed, render_mode="rgb_array"))
+      video_env = stack.enter_context(
+          run.make_env(1, pool_seed(args.seed, "evaluate"), render_mode="rgb_array")
+      )
     try:
       return _evaluate(args, run, video_env)
     except EpisodeLimitError as e:
@@ -102,7 +106,7 @@ def main(args: Args) -> dict:
 def _evaluate(args: Args, run: Any, video_env: Any) -> dict:
   """`main` after its checks: evaluates, writes the JSON, renders into `video_env`."""
   env_id = run.config.env.env_id
-  with run.make_env(args.episodes, args.seed) as env:
+  with run.make_env(args.episodes, pool_seed(args.seed, "evaluate")) as env:
     returns = evaluate(env, run.greedy, run.acting, args.episodes, max_steps=args.max_steps)
   protocol = describe_protocol(run.config, args.episodes)
   result = {

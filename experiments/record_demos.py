@@ -21,6 +21,7 @@ from offpolicy_ac.cli import import_modules
 from offpolicy_ac.cli import parse_plain
 from offpolicy_ac.cli import script_main
 from offpolicy_ac.training import load_run
+from offpolicy_ac.training import pool_seed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,7 +33,8 @@ class Args:
   episodes: int = 10
   """Episodes to record (one per environment, each from a fresh reset)."""
   seed: int = 12345
-  """Seed of the recording environments (and of the behaviour policy's actions)."""
+  """Seed of the recording environments (`training.pool_seed(seed, "evaluate")`, as
+  evaluate.py's) and of the behaviour policy's actions."""
   best: bool = False
   """Play the best-evaluated parameters (best_params.msgpack) instead of the final ones."""
   policy: Literal["greedy", "behaviour"] = "greedy"
@@ -68,7 +70,7 @@ def main(args: Args) -> dict:
                        f"{spec.num_actions} discrete ones")  # fmt: skip
     policy = demos_lib.clip_to_box(policy, spec.action_low, spec.action_high,
                                    args.action_box_fraction)  # fmt: skip
-  with run.make_env(args.episodes, args.seed) as env:
+  with run.make_env(args.episodes, pool_seed(args.seed, "evaluate")) as env:
     demos = demos_lib.record_episodes(env, policy, args.episodes)
   out.parent.mkdir(parents=True, exist_ok=True)
   demos_lib.save_demos(out, demos, env_id=env_id)

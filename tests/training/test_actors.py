@@ -31,7 +31,9 @@ from offpolicy_ac.training import read_metrics
 from offpolicy_ac.training.actors import ActorError
 from offpolicy_ac.training.actors import Actors
 from offpolicy_ac.training.actors import ParamStore
+from offpolicy_ac.training.sources import POOLS
 from offpolicy_ac.training.sources import make_source
+from offpolicy_ac.training.sources import pool_seed
 
 ROOT = pathlib.Path(__file__).parents[2]
 EXPERIMENTS = ROOT / "experiments"
@@ -307,6 +309,40 @@ def test_sync_source_concatenates_every_pool_in_actor_order():
       assert len(got.stats) == 3
   finally:
     source.close()
+
+
+def test_pool_seeds_never_share_an_environment_between_runs_evaluations_or_actors():
+  """envpool seeds environment i with `pool seed + i`: pools of neighbouring seeds shared
+  environments (seed 0's environment 1 was seed 1's environment 0, its evaluation pool
+  seed + 7's training environments), so `--seed 0..4` were not five independent runs."""
+  width = 256  # environments per pool: far more than any run here uses
+  pools = [pool_seed(seed, pool, segment=segment, process=process, actor=actor)
+           for seed in range(8) for pool in POOLS for segment in range(4)
+           for process in range(2) for actor in range(3)]  # fmt: skip
+  assert all(0 <= s and s + width < 2**31 for s in pools)
+  ranges = sorted(pools)
+  assert all(b - a > width for a, b in zip(ranges, ranges[1:]))  # no two overlap
+  assert pool_seed(3, "training", segment=1) == pool_seed(3, "training", segment=1)
+  with pytest.raises(ValueError, match="pool 'train'"):
+    pool_seed(0, "train")
+  with pytest.raises(ValueError, match="ints >= 0"):
+    pool_seed(0, "training", segment=-1)
+
+
+@pytest.mark.parametrize("threads", [False, True])
+def test_a_sources_pools_are_seeded_by_pool_seed(threads):
+  seeds = []
+
+  def rollout_factory(act, config_, seed, to_device):
+    seeds.append(seed)
+    return FakeRollout(len(seeds) - 1)
+
+  config = _sync_config(2) if threads else TrainConfig.of(num_envs=NUM_ENVS, unroll_length=T)
+  source = make_source(None, config, seed=5, segment=3, process=1, acting={"v": 0}, version=0,
+                       rollout_factory=rollout_factory, to_device=False)  # fmt: skip
+  source.close()
+  actors = range(2) if threads else [0]
+  assert seeds == [pool_seed(5, "training", segment=3, process=1, actor=a) for a in actors]
 
 
 def test_sync_source_does_not_wait_for_a_slow_pool_beyond_the_grace_period():

@@ -24,11 +24,10 @@ from offpolicy_ac.training import TrainConfig
 from offpolicy_ac.training import evaluate
 from offpolicy_ac.training import load_params
 from offpolicy_ac.training import load_run
+from offpolicy_ac.training import pool_seed
 from offpolicy_ac.training import read_metrics
 from offpolicy_ac.training import save_params
 from offpolicy_ac.training.driver import WALL_CLOCK_FIELDS
-from offpolicy_ac.training.sources import process_seed
-from offpolicy_ac.training.sources import segment_seed
 
 # Env steps of a few unrolls of each script's default CartPole config.
 BUDGETS = {"impala": 1024, "acer": 1024, "sql": 256, "sqil": 256}
@@ -131,15 +130,15 @@ def test_evaluation_is_on_by_default(runs, script):
 
 def test_greedy_evaluation_repeats_the_runs_own_evaluations(runs):
   # Each evaluation was the first on its segment's fresh pool (a checkpoint, so a new
-  # segment, at every log line), seeded from (seed + 7, segment): the loaded parameters
-  # of that step, on a pool with that seed, play the same episodes.
+  # segment, at every log line), seeded pool_seed(seed, "evaluation", segment=...): the
+  # loaded parameters of that step, on a pool with that seed, play the same episodes.
   run_dir = runs["impala"]
   config = load_run(run_dir).config
   lines = [l for l in read_metrics(run_dir) if "eval_return" in l]
   assert len(lines) == 4
   for segment, line in enumerate(lines):
     run = load_run(run_dir, checkpoint=line["env_steps"])
-    seed = segment_seed(process_seed(config.budget.seed + 7, 0), segment)
+    seed = pool_seed(config.budget.seed, "evaluation", segment=segment)
     with run.make_env(config.eval.eval_episodes, seed) as env:
       returns = evaluate(env, run.greedy, run.acting, config.eval.eval_episodes)
     assert np.mean(returns) == line["eval_return"]
@@ -413,7 +412,7 @@ def test_the_final_policys_score_counts_as_an_evaluation(tmp_path):
   assert [steps for steps, _ in logged] == [2048]
   final, best = load_run(run_dir), load_run(run_dir, best=True)
   # The environments of the fifth segment's first evaluation (a segment per checkpoint).
-  seed = segment_seed(process_seed(final.config.budget.seed + 7, 0), 4)
+  seed = pool_seed(final.config.budget.seed, "evaluation", segment=4)
   with final.make_env(5, seed) as env:
     final_score = float(np.mean(evaluate(env, final.greedy, final.acting, 5)))
   assert summary["last_eval_return"] == pytest.approx(final_score)

@@ -44,6 +44,7 @@ from offpolicy_ac.training.rundir import load_params
 from offpolicy_ac.training.rundir import load_run
 from offpolicy_ac.training.rundir import save_params
 from offpolicy_ac.training.sources import make_training_rollout
+from offpolicy_ac.training.sources import pool_seed
 from offpolicy_ac.training.video import write_video
 
 __all__ = [
@@ -82,6 +83,7 @@ __all__ = [
     "make_train",
     "make_training_rollout",
     "plot_runs",
+    "pool_seed",
     "prepare_process",
     "read_metrics",
     "refusals",

@@ -51,8 +51,7 @@ from offpolicy_ac.training.sources import RolloutFactory
 from offpolicy_ac.training.sources import make_env
 from offpolicy_ac.training.sources import make_source
 from offpolicy_ac.training.sources import make_training_rollout
-from offpolicy_ac.training.sources import process_seed
-from offpolicy_ac.training.sources import segment_seed
+from offpolicy_ac.training.sources import pool_seed
 from offpolicy_ac.training.sources import task_kwargs
 from offpolicy_ac.training.sources import task_spec
 from offpolicy_ac.training.sweeps import lane_names
@@ -250,7 +249,7 @@ class EnvpoolProgram:
             to_device=self.num_lanes == 1 and learner.dp.trivial,
         ))  # fmt: skip
         if config.eval_interval:
-          eval_seed = segment_seed(process_seed(seed + 7, process), segment)
+          eval_seed = pool_seed(seed, "evaluation", segment=segment, process=process)
           self.evals.append(make_env(config, config.eval.eval_episodes, eval_seed, train=False))
     except Exception:
       self.close()

@@ -85,7 +85,8 @@ def render_episode(
 
   `env` is a pool of one environment made with `render_mode="rgb_array"`; envpool seeds
   environment i of a pool with `seed + i`, so with the same seed this is the episode
-  `evaluate` plays on its environment 0. The episode runs from the reset (FIRST) to its
+  `evaluate` plays on its environment 0 (evaluate.py passes both `pool_seed(seed,
+  "evaluate")`). The episode runs from the reset (FIRST) to its
   LAST step, a time-limit truncation included.
 
   Returns:

@@ -90,19 +90,31 @@ def make_training_rollout(act: Callable, config: TrainConfig, seed: int, to_devi
     raise
 
 
-def segment_seed(seed: int, segment: int) -> int:
-  """Environment seed of a segment (segment 0 uses `seed` itself)."""
-  return (seed + 1_000_003 * segment) % (2**31 - 1)
+POOLS = ("training", "evaluation", "evaluate")
+"""The kinds of environment pool `pool_seed` tells apart: a run's training pools, its
+evaluation pools, and the pools that play a finished run's episodes (evaluate.py,
+record_demos.py)."""
 
 
-def process_seed(seed: int, process_index: int) -> int:
-  """Environment seed of a process of a multi-host job (process 0 keeps `seed`)."""
-  return (seed + 7_919 * process_index) % (2**31 - 1)
+def pool_seed(seed: int, pool: str, *, segment: int = 0, process: int = 0, actor: int = 0) -> int:
+  """The environment seed of one pool: of kind `pool` (`POOLS`) of a run with seed `seed`,
+  in segment `segment` of process `process` (actor thread `actor`'s, with --actors pools or
+  async).
 
-
-def actor_seed(seed: int, actor: int, segment: int) -> int:
-  """Environment seed of actor thread `actor`'s pool."""
-  return segment_seed(seed + 104_729 * (actor + 1), segment)
+  envpool seeds environment i of a pool with `pool seed + i`, so two pools whose seeds lie
+  close share environments: with seeds s and s + 1, the first's environment 1 is the
+  second's environment 0 (the same initial states, the same random draws). The seed is
+  hashed from all five (NumPy's `SeedSequence`), so that runs of other seeds, a run's
+  evaluations, its segments and its actors get unrelated environments. It lies in
+  [0, 2**31 - 2**20): room for i below envpool's limit.
+  """
+  if pool not in POOLS:
+    raise ValueError(f"pool {pool!r}: one of {POOLS}")
+  if min(seed, segment, process, actor) < 0:
+    raise ValueError(f"pool_seed takes ints >= 0, got seed={seed}, segment={segment}, "
+                     f"process={process}, actor={actor}")  # fmt: skip
+  entropy = [seed, POOLS.index(pool), segment, process, actor]
+  return int(np.random.SeedSequence(entropy).generate_state(1)[0]) % (2**31 - 2**20)
 
 
 class Collected(NamedTuple):
@@ -234,10 +246,10 @@ def make_source(act: Callable, config: TrainConfig, *, seed: int, segment: int, 
                 acting: Any, version: int, rollout_factory: RolloutFactory,
                 to_device: bool) -> Any:  # fmt: skip
   """The config's source for one seed's learner in this segment and process."""
-  base = process_seed(seed, process)
   if not config.uses_actor_threads:
-    rollout = rollout_factory(act, config, segment_seed(base, segment), to_device)
-    key = jax.random.fold_in(jax.random.PRNGKey(base), segment)
+    env_seed = pool_seed(seed, "training", segment=segment, process=process)
+    rollout = rollout_factory(act, config, env_seed, to_device)
+    key = jax.random.fold_in(jax.random.fold_in(jax.random.PRNGKey(seed), process), segment)
     try:
       return InlineSource(rollout, key, acting, config.steps_per_unroll)
     except Exception:
@@ -246,9 +258,9 @@ def make_source(act: Callable, config: TrainConfig, *, seed: int, segment: int, 
   rollouts, keys = [], []
   try:
     for i in range(config.acting.num_actors):
-      pool_seed = actor_seed(base, i, segment)
-      rollouts.append(rollout_factory(act, config, pool_seed, False))
-      keys.append(jax.random.fold_in(jax.random.PRNGKey(pool_seed), segment))
+      env_seed = pool_seed(seed, "training", segment=segment, process=process, actor=i)
+      rollouts.append(rollout_factory(act, config, env_seed, False))
+      keys.append(jax.random.fold_in(jax.random.PRNGKey(env_seed), segment))
   except Exception:
     for r in rollouts:
       r.env.close()
