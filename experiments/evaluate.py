@@ -48,8 +48,8 @@ class Args:
   episodes: int = 10
   """Episodes to play, each on its own environment."""
   seed: int = 0
-  """Seed of the evaluation environments (`training.pool_seed(seed, "evaluate")`: none of
-  them is a training or in-training evaluation environment of any run)."""
+  """Seed of the evaluation environments (`training.pool_seed(seed, "evaluate")`: unrelated
+  to any run's training and evaluation pools)."""
   checkpoint: Optional[int] = None
   """Evaluate the checkpoint taken at this many env steps (default: the final
   parameters, or the newest checkpoint of a run that wrote none)."""

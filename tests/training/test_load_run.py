@@ -112,6 +112,35 @@ def test_load_run_returns_the_runs_agent_parameters_and_task(runs, script):
   assert ((action >= 0) & (action < 2)).all()
 
 
+@pytest.mark.parametrize(
+    "group, field, value, message",
+    [
+        ("budget", None, [], "config.train.budget is [], not an object of fields"),
+        ("budget", "num_seeds", "2", "num_seeds must be a positive int, got '2'"),
+        ("budget", "sweep", 5, "sweep must be a list of strs, got 5"),
+        ("budget", "seed", None, "seed must be an int >= 0, got None"),
+        ("transform", "normalize_observations", "no", "normalize_observations must be a bool"),
+        ("transform", "reward_scale", "1", "reward_scale must be a number, got '1'"),
+        ("env", "env_id", 3, "env_id must be a str, got 3"),
+    ],
+)
+def test_a_hand_edited_config_is_refused_naming_the_field(runs, tmp_path, group, field, value,
+                                                          message):  # fmt: skip
+  """Each of these loaded with a traceback (a TypeError reading the seeds, the sweep) or,
+  worse, silently (a seed of None)."""
+  edited = shutil.copytree(runs["impala"], tmp_path / "edited")
+  config = json.loads((edited / "config.json").read_text())
+  train = config["config"]["train"]
+  if field is None:
+    train[group] = value
+  else:
+    train[group][field] = value
+  (edited / "config.json").write_text(json.dumps(config))
+  with pytest.raises(ValueError) as e:
+    load_run(edited)
+  assert str(e.value).startswith(f"{edited / 'config.json'}: {message}")
+
+
 def test_a_run_with_a_setting_the_task_does_not_use_still_loads(runs, tmp_path):
   """Training refuses such settings (`agents.base.check_settings_used`); a run that holds one
   (an earlier version's) trained as it was, and loads."""

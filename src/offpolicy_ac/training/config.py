@@ -217,6 +217,25 @@ class TrackingConfig:
   """'offline': write W&B's files locally (`wandb sync` uploads them later)."""
 
 
+def _check_types(config: "TrainConfig") -> None:
+  """Refuses a bool, float, str or tuple field holding another type (a hand-edited
+  config.json, a mistyped Python config): the kind of its default. Ints are `_check_ints`',
+  fields that default to None (Optional) their own checks'."""
+  kinds = ((bool, (bool,), "a bool"), (float, (int, float), "a number"), (str, (str,), "a str"),
+           (tuple, (tuple, list), "a list of strs"))  # fmt: skip
+  for f in dataclasses.fields(config):
+    group = getattr(config, f.name)
+    for name, default in dataclasses.asdict(type(group)()).items():
+      value = getattr(group, name)
+      for kind, allowed, said in kinds:
+        if type(default) is kind:  # exactly: a bool default is not an int default
+          wrong = not isinstance(value, allowed) or (kind is not bool and isinstance(value, bool))
+          if kind is tuple and not wrong:
+            wrong = not all(isinstance(v, str) for v in value)
+          if wrong:
+            raise ValueError(f"{name} must be {said}, got {value!r}")
+
+
 def _check_ints(values: dict, low: int, *names: str) -> None:
   """Refuses a field of `names` that is not an int (a bool is not) >= `low` (0 or 1)."""
   for name in names:
@@ -370,6 +389,7 @@ class TrainConfig:
     env, budget, replay, actors = self.env, self.budget, self.replay, self.acting
     parallel, evaluation = self.parallel, self.eval
     flat = self.fields_by_name()
+    _check_types(self)
     _check_ints(flat, 1, "num_envs", "unroll_length", "total_env_steps", "log_every",
                 "num_seeds", "replay_capacity", "num_updates_per_train_iter", "mini_batch_size",
                 "mini_batch_length", "eval_episodes", "keep_checkpoints", "num_actors",

@@ -404,7 +404,21 @@ def _run_config(path: pathlib.Path) -> dict:
   if not isinstance(record, dict) or not isinstance(record.get("config"), dict):
     raise ValueError(f"{path} is not a run's config.json (no `config` object): choose "
                      "another --run-dir")  # fmt: skip
+  _check_groups(path, record["config"])
   return record
+
+
+def _check_groups(path: pathlib.Path, config: dict) -> None:
+  """Refuses a config.json whose `train` or `agent` is not an object of fields, or whose
+  `train` holds a group that is not (a hand-edited or damaged file), naming the entry; the
+  fields' values are checked where the configs are rebuilt (`validate`)."""
+  groups = [(name, config[name]) for name in ("train", "agent") if name in config]
+  if isinstance(config.get("train"), dict):
+    groups += [(f"train.{name}", group) for name, group in config["train"].items()]
+  for name, group in groups:
+    if not isinstance(group, dict):
+      raise ValueError(f"{path}: config.{name} is {json.dumps(group)[:60]}, not an object of "
+                       "fields (the file was edited or damaged)")  # fmt: skip
 
 
 def _field_defaults(args: Any) -> Optional[dict]:
@@ -649,7 +663,7 @@ class LoadedRun(NamedTuple):
     return policy
 
 
-def _read_config(run_dir: str | os.PathLike) -> dict:
+def _read_config(run_dir: str | os.PathLike) -> tuple[dict, TrainConfig]:
   """config.json of a run directory, checked to be one this version reads.
 
   Raises:
@@ -677,31 +691,30 @@ def _read_config(run_dir: str | os.PathLike) -> dict:
     )
   if not isinstance(config.get("train"), dict) or not isinstance(config.get("agent"), dict):
     raise ValueError(f"{path} has no `train` and `agent` configs")
+  _check_groups(path, config)
   if record["algorithm"] not in AGENTS:
     raise ValueError(
         f"{run_dir} is a run of {record['algorithm']!r}; known algorithms: {sorted(AGENTS)} "
         "(a custom agent: register it in this process first, agents.register_agent; "
         "evaluate.py and record_demos.py: --import-modules MODULE, the module that does)"
     )
-  sweep = config["train"].get("budget", {}).get("sweep", [])
-  if sweep:
+  try:  # before any field is read: a hand-edited value is refused by name
+    train = TrainConfig.from_dict(config["train"])
+    train.validate()
+  except (TypeError, ValueError) as e:
+    raise ValueError(f"{path}: {e}") from e
+  if train.budget.sweep:
     learners = sorted(str(p.parent) for p in run_dir.glob("*/seed*/config.json"))
     raise ValueError(
-        f"{run_dir} is the root of a sweep ({', '.join(sweep)}): load one of its learner "
-        f"directories ({', '.join(learners)})"
+        f"{run_dir} is the root of a sweep ({', '.join(train.budget.sweep)}): load one of its "
+        f"learner directories ({', '.join(learners)})"
     )
-  num_seeds = config["train"].get("budget", {}).get("num_seeds", 1)
-  if num_seeds > 1:
+  if train.budget.num_seeds > 1:
     raise ValueError(
-        f"{run_dir} holds {num_seeds} seeds: load one of its seed directories "
-        f"({', '.join(str(run_dir / f'seed{s}') for s in _seeds(config))})"
+        f"{run_dir} holds {train.budget.num_seeds} seeds: load one of its seed directories "
+        f"({', '.join(str(run_dir / f'seed{s}') for s in train.seeds)})"
     )
-  return record
-
-
-def _seeds(config: dict) -> list[int]:
-  budget = config["train"].get("budget", {})
-  return [budget.get("seed", 0) + k for k in range(budget.get("num_seeds", 1))]
+  return record, train
 
 
 def _learner_of(record: dict) -> Optional[str]:
@@ -762,12 +775,8 @@ def load_run(run_dir: str | os.PathLike, *, checkpoint: Optional[int] = None,
   if best and checkpoint is not None:
     raise ValueError("load_run: choose the best parameters or a checkpoint, not both")
   run_dir = pathlib.Path(run_dir).expanduser()
-  record = _read_config(run_dir)
+  record, config = _read_config(run_dir)
   algorithm = record["algorithm"]
-  try:
-    config = TrainConfig.from_dict(record["config"]["train"])
-  except (TypeError, ValueError) as e:
-    raise ValueError(f"{run_dir}/config.json: {e}") from e
   agent = make_agent(algorithm, task_spec(config), record["config"]["agent"])
   transformer = make_transformer(agent.spec, config)
   act, greedy = make_policies(agent, transformer)
