@@ -6,6 +6,7 @@ the run saved, and its greedy policy must repeat the run's own evaluations.
 
 import dataclasses
 import json
+import re
 import shutil
 
 import jax
@@ -139,6 +140,27 @@ def test_a_hand_edited_config_is_refused_naming_the_field(runs, tmp_path, group,
   with pytest.raises(ValueError) as e:
     load_run(edited)
   assert str(e.value).startswith(f"{edited / 'config.json'}: {message}")
+
+
+@pytest.mark.parametrize(
+    "summary, message",
+    [
+        ([], "summary.json is [], not a run's summary"),
+        ({"env_steps": "abc"}, 'summary.json: env_steps is "abc", not a count of env steps'),
+        ({"env_steps": 10, "best_env_steps": True},
+         "summary.json: best_env_steps is true, not a count of env steps"),
+    ],
+)
+def test_a_hand_edited_summary_is_refused_and_without_one_the_newest_checkpoint_loads(
+    runs, tmp_path, summary, message):  # fmt: skip
+  edited = shutil.copytree(runs["impala"], tmp_path / "edited")
+  (edited / "summary.json").write_text(json.dumps(summary))
+  with pytest.raises(ValueError, match=re.escape(message) + r" \(the file was edited or "
+                     r"damaged\): restore it, or delete it to load the newest checkpoint"):  # fmt: skip
+    load_run(edited)
+  (edited / "summary.json").unlink()
+  run = load_run(edited)
+  assert run.source == "checkpoint" and run.env_steps == run.checkpoints[-1]
 
 
 def test_a_run_with_a_setting_the_task_does_not_use_still_loads(runs, tmp_path):

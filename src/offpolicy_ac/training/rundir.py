@@ -556,6 +556,23 @@ def write_best(run_dir: pathlib.Path, params: Any, transform_state: Any, env_ste
   write_atomic(run_dir / BEST_RECORD, json.dumps(record))
 
 
+def _read_summary(path: pathlib.Path) -> dict:
+  """summary.json ({} when there is none), refusing one edited or damaged out of shape:
+  `load_run` trusts its step counts to tell whether the final parameters are the newest."""
+  if not path.exists():
+    return {}
+  summary = read_json(path)
+  fix = "(the file was edited or damaged): restore it, or delete it to load the newest checkpoint"
+  if not isinstance(summary, dict):
+    raise ValueError(f"{path} is {json.dumps(summary)[:60]}, not a run's summary {fix}")
+  for field in ("env_steps", "best_env_steps", "checkpoint_env_steps"):
+    value = summary.get(field)
+    if value is not None and (type(value) is not int or value < 0):  # a bool is no count
+      raise ValueError(f"{path}: {field} is {json.dumps(value)[:60]}, not a count of env "
+                       f"steps {fix}")  # fmt: skip
+  return summary
+
+
 def _best_record(run_dir: pathlib.Path) -> Optional[dict]:
   """best.json's record when it is the one of the best files beside it: the CRC-32 of the
   parameters and, when it records one, of the transformer's state match (a kill between
@@ -785,8 +802,7 @@ def load_run(run_dir: str | os.PathLike, *, checkpoint: Optional[int] = None,
   ckpt_dir, num_seeds, index = _checkpoint_source(run_dir, record)
   steps = tuple(checkpoint_steps(ckpt_dir))
   final = run_dir / FINAL_PARAMS
-  summary_path = run_dir / "summary.json"
-  summary = read_json(summary_path) if summary_path.exists() else {}
+  summary = _read_summary(run_dir / "summary.json")
   # A run resumed after its summary went on (it is running, or was killed): the final
   # parameters and the summary's steps are older than its newest checkpoint.
   stale = bool(steps) and summary.get("env_steps", -1) < steps[-1]
