@@ -123,6 +123,7 @@ def test_load_run_returns_the_runs_agent_parameters_and_task(runs, script):
         ("transform", "normalize_observations", "no", "normalize_observations must be a bool"),
         ("transform", "reward_scale", "1", "reward_scale must be a number, got '1'"),
         ("env", "env_id", 3, "env_id must be a str, got 3"),
+        ("budget", "total_env_steps", "abc", "total_env_steps must be a positive int"),
     ],
 )
 def test_a_hand_edited_config_is_refused_naming_the_field(runs, tmp_path, group, field, value,
@@ -140,6 +141,13 @@ def test_a_hand_edited_config_is_refused_naming_the_field(runs, tmp_path, group,
   with pytest.raises(ValueError) as e:
     load_run(edited)
   assert str(e.value).startswith(f"{edited / 'config.json'}: {message}")
+  # --resume too: refused by name before the configs are compared (a TypeError comparing
+  # an edited budget), and the run is left as it was.
+  args = dataclasses.replace(presets.impala.Args(), run_dir=str(edited), resume=True)
+  with pytest.raises(ValueError) as e:
+    presets.impala.run(args)
+  assert f"{edited / 'config.json'}: {message}" in str(e.value)
+  assert json.loads((edited / "config.json").read_text()) == config
 
 
 @pytest.mark.parametrize(

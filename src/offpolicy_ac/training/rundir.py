@@ -462,10 +462,11 @@ def check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: b
           "offpolicy_ac 0.1"
       )
     new = jsonable(args)
-    try:
+    try:  # an edited value is refused by name before the configs are compared
       train = without_removed_fields(old["config"].get("train", {}))
-    except ValueError as e:
-      raise ValueError(f"--resume: {run_dir}: {e}") from None
+      TrainConfig.from_dict(train).validate()
+    except (TypeError, ValueError) as e:
+      raise ValueError(f"--resume: {config_path}: {e}") from None
     diffs = config_differences(_canonical_sweep({**old["config"], "train": train}, args), new,
                                _field_defaults(args))  # fmt: skip
     budget = lambda c: c.get("train", {}).get("budget", {}).get("total_env_steps")
