@@ -18,6 +18,7 @@ from offpolicy_ac.networks import torsos
 from offpolicy_ac.training import describe_protocol
 from offpolicy_ac.training import evaluate
 from offpolicy_ac.training import load_run
+from offpolicy_ac.training import pool_seed
 from offpolicy_ac.training import write_video
 
 
@@ -51,7 +52,7 @@ def test_evaluate_prints_and_writes_the_returns_and_a_video(tmp_path, capsys, pr
   assert f"protocol: {result['protocol']}" in printed
   # The same protocol as the in-training evaluation, from the loaded run.
   run = load_run(run_dir)
-  with run.make_env(3, 4) as env:
+  with run.make_env(3, pool_seed(4, "evaluate")) as env:
     returns = evaluate(env, run.greedy, run.acting, 3)
   np.testing.assert_allclose(result["returns"], returns, rtol=1e-6)
   assert result["mean"] == pytest.approx(np.mean(returns))

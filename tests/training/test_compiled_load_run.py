@@ -20,6 +20,7 @@ from offpolicy_ac.training import describe_protocol
 from offpolicy_ac.training import evaluate
 from offpolicy_ac.training import load_params
 from offpolicy_ac.training import load_run
+from offpolicy_ac.training import pool_seed
 
 pytest.importorskip("gymnax")
 
@@ -80,7 +81,7 @@ def test_evaluate_script_on_a_compiled_run(sql_run, capsys, monkeypatch):
   result = module.main(module.Args(run_dir=str(sql_run), episodes=3, seed=4))
   assert json.loads((sql_run / "evaluation.json").read_text()) == result
   run = load_run(sql_run)
-  with run.make_env(3, 4) as env:
+  with run.make_env(3, pool_seed(4, "evaluate")) as env:
     returns = evaluate(env, run.greedy, run.acting, 3)
   np.testing.assert_array_equal(result["returns"], returns)
   assert result["env_id"] == CARTPOLE and result["parameters"] == "final"
@@ -116,7 +117,7 @@ def test_record_demos_script_records_the_greedy_episodes(sql_run, tmp_path):
   np.testing.assert_array_equal(demos["step_type"][ends - 1], LAST)
   # The episodes the evaluation plays on a pool of the same seed (one per environment).
   run = load_run(sql_run)
-  with run.make_env(3, 9) as env:
+  with run.make_env(3, pool_seed(9, "evaluate")) as env:
     returns = evaluate(env, run.greedy, run.acting, 3)
   recorded = [demos["reward"][s + 1 : e].sum() for s, e in zip(starts, ends)]
   np.testing.assert_array_equal(recorded, returns)
