@@ -155,8 +155,10 @@ def test_a_hand_edited_config_is_refused_naming_the_field(runs, tmp_path, group,
     [
         ([], "summary.json is [], not a run's summary"),
         ({"env_steps": "abc"}, 'summary.json: env_steps is "abc", not a count of env steps'),
-        ({"env_steps": 10, "best_env_steps": True},
-         "summary.json: best_env_steps is true, not a count of env steps"),
+        (
+            {"env_steps": 10, "best_env_steps": True},
+            "summary.json: best_env_steps is true, not a count of env steps",
+        ),
     ],
 )
 def test_a_hand_edited_summary_is_refused_and_without_one_the_newest_checkpoint_loads(
