@@ -290,7 +290,7 @@ def test_settings_of_a_preset_or_with_effect_are_accepted(script, argv):
 @pytest.mark.parametrize(
     "argv",
     [
-        ["--num-updates-per-train-iter", "1"],  # the field's default: given, and replaced
+        ["--num-updates-per-train-iter", "1"],  # the default: was accepted, then replaced
         ["--num_updates_per_train_iter=4", "--replay-ratio", "4"],
     ],
 )
