@@ -120,9 +120,9 @@ def test_load_run_returns_the_runs_agent_parameters_and_task(runs, script):
         ("budget", "num_seeds", "2", "num_seeds must be a positive int, got '2'"),
         ("budget", "sweep", 5, "sweep must be a list of strs, got 5"),
         ("budget", "seed", None, "seed must be an int >= 0, got None"),
-        ("transform", "normalize_observations", "no", "normalize_observations must be a bool"),
+        ("transform", "normalize_observations", "no", "normalize_observations must be True or"),
         ("transform", "reward_scale", "1", "reward_scale must be a number, got '1'"),
-        ("env", "env_id", 3, "env_id must be a str, got 3"),
+        ("env", "env_id", 3, "env_id must be a task id (a non-empty str), got 3"),
         ("budget", "total_env_steps", "abc", "total_env_steps must be a positive int"),
     ],
 )

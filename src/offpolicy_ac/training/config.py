@@ -218,10 +218,11 @@ class TrackingConfig:
 
 
 def _check_types(config: "TrainConfig") -> None:
-  """Refuses a bool, float, str or tuple field holding another type (a hand-edited
-  config.json, a mistyped Python config): the kind of its default. Ints are `_check_ints`',
+  """Refuses a number, str or list field holding another type (a hand-edited config.json, a
+  mistyped Python config), by the type of its default: "10" for a float would fail a
+  comparison later with a TypeError. Bools are `check_bool_fields`', ints `_check_ints`',
   fields that default to None (Optional) their own checks'."""
-  kinds = ((bool, (bool,), "a bool"), (float, (int, float), "a number"), (str, (str,), "a str"),
+  kinds = ((float, (int, float), "a number"), (str, (str,), "a str"),
            (tuple, (tuple, list), "a list of strs"))  # fmt: skip
   for f in dataclasses.fields(config):
     group = getattr(config, f.name)
@@ -229,7 +230,7 @@ def _check_types(config: "TrainConfig") -> None:
       value = getattr(group, name)
       for kind, allowed, said in kinds:
         if type(default) is kind:  # exactly: a bool default is not an int default
-          wrong = not isinstance(value, allowed) or (kind is not bool and isinstance(value, bool))
+          wrong = not isinstance(value, allowed) or isinstance(value, bool)
           if kind is tuple and not wrong:
             wrong = not all(isinstance(v, str) for v in value)
           if wrong:
@@ -389,7 +390,6 @@ class TrainConfig:
     env, budget, replay, actors = self.env, self.budget, self.replay, self.acting
     parallel, evaluation = self.parallel, self.eval
     flat = self.fields_by_name()
-    _check_types(self)
     _check_ints(flat, 1, "num_envs", "unroll_length", "total_env_steps", "log_every",
                 "num_seeds", "replay_capacity", "num_updates_per_train_iter", "mini_batch_size",
                 "mini_batch_length", "eval_episodes", "keep_checkpoints", "num_actors",
@@ -415,6 +415,7 @@ class TrainConfig:
       raise ValueError(f"env_id must be a task id (a non-empty str), got {env.env_id!r}")
     for group in dataclasses.fields(self):
       check_bool_fields(getattr(self, group.name))
+    _check_types(self)
     _check_finite_floats(flat)
     if env.atari and not self.compiled and not envs.is_atari(env.env_id):
       raise ValueError(f"--atari applies to Atari tasks (envpool ids such as Pong-v5), not to "
