@@ -441,18 +441,33 @@ def test_truncation_bootstraps_in_half_precision(dtype):
   testing.assert_truncation_bootstraps(lib_soft_q, examples)
 
 
+def soft_q_ignoring_terminations(tr):
+  """Mutant: soft-Q targets with discount gamma at every real step, terminations too."""
+  return lib_soft_q(tr._replace(discount_t=jnp.where(tr.mask, 0.9, tr.discount_t)))
+
+
+_UNCHANGED_AT_THE_TRUNCATION = (
+    r": output {} is unchanged at truncated step \(2,\) .*\(v_t and q_t at step \(2,\),"
+    r" v_tm1 and q_tm1 at the junction row after it\)"
+)
+
+_CHANGED_BY_THE_TERMINATION = (
+    r", the final observations of the terminated steps \[\(8,\)\] moved .* a termination must"
+    r" not bootstrap.* differs"
+)
+
+
 @pytest.mark.parametrize("variant", ["without_jit", "with_jit"])
-@pytest.mark.parametrize("mutant, output", [
-    (vtrace_done_at_time_limits, r"\.errors"), (soft_q_cut_at_episode_ends, r"\(the array\)"),
-], ids=["vtrace", "soft_q"])  # fmt: skip
-def test_truncation_bootstraps_catches_a_time_limit_taken_for_a_termination(
-    mutant, output, variant
+@pytest.mark.parametrize("mutant, message", [
+    (vtrace_done_at_time_limits, _UNCHANGED_AT_THE_TRUNCATION.format(r"\.errors")),
+    (soft_q_cut_at_episode_ends, _UNCHANGED_AT_THE_TRUNCATION.format(r"\(the array\)")),
+    (soft_q_ignoring_terminations, _CHANGED_BY_THE_TERMINATION),
+], ids=["vtrace_time_limit_as_termination", "soft_q_time_limit_as_termination",
+        "soft_q_termination_bootstraps"])  # fmt: skip
+def test_truncation_bootstraps_catches_a_wrong_bootstrap_at_an_episode_end(
+    mutant, message, variant
 ):
-  with pytest.raises(
-      AssertionError,
-      match=rf"chex variant {variant}: output {output} is unchanged at truncated step \(2,\)"
-      r" .*\(v_t and q_t at step \(2,\), v_tm1 and q_tm1 at the junction row after it\)",
-  ):
+  with pytest.raises(AssertionError, match=rf"chex variant {variant}" + message):
     testing.assert_truncation_bootstraps(mutant, EXAMPLES, variants=(variant,))
 
 
@@ -467,19 +482,6 @@ def test_a_time_limit_taken_for_a_termination_passes_the_structural_checks():
   )
   with pytest.raises(AssertionError, match="assert_matches_reference"):
     testing.assert_matches_reference(vtrace_done_at_time_limits, ref_vtrace, EXAMPLES)
-
-
-@pytest.mark.parametrize("variant", ["without_jit", "with_jit"])
-def test_truncation_bootstraps_catches_a_termination_that_bootstraps(variant):
-  def ignores_terminations(tr):  # discount gamma at every real step
-    return lib_soft_q(tr._replace(discount_t=jnp.where(tr.mask, 0.9, tr.discount_t)))
-
-  with pytest.raises(
-      AssertionError,
-      match=rf"chex variant {variant}, the final observations of the terminated steps"
-      r" \[\(8,\)\] moved .* a termination must not bootstrap.* differs",
-  ):
-    testing.assert_truncation_bootstraps(ignores_terminations, EXAMPLES, variants=(variant,))
 
 
 def test_truncation_bootstraps_validates_perturbation():

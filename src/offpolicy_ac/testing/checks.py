@@ -152,6 +152,17 @@ def _float_dtype(traj):
   return jax.dtypes.canonicalize_dtype(np.asarray(traj.r_t).dtype)
 
 
+def _tolerance(expected, compared, rtol, atol, dtype):
+  """(rtol, atol * max(1, max|expected|)) over the `compared` entries of `expected`: the
+  tolerance `_assert_close` allows an entry, `atol * scale + rtol * |expected|`; a tolerance
+  of None is the default for `dtype`."""
+  default = _default_tolerance(dtype)
+  rtol = default if rtol is None else rtol
+  atol = default if atol is None else atol
+  scale = max(1.0, float(np.max(np.abs(np.where(compared, expected, 0.0)), initial=0)))
+  return rtol, atol * scale
+
+
 def _assert_close(check, where, name, actual, expected, rtol, atol, dtype, select=None,
                   locate=None):  # fmt: skip
   """`chex.assert_trees_all_close` at the selected entries (all when `select` is None),
@@ -160,9 +171,6 @@ def _assert_close(check, where, name, actual, expected, rtol, atol, dtype, selec
   the trajectory's and the outputs' dtypes). The AssertionError names the check, the
   output and the worst index (`locate(index)`: its index in the example, for a part of
   it), then gives chex's report."""
-  default = _default_tolerance(dtype)
-  rtol = default if rtol is None else rtol
-  atol = default if atol is None else atol
   actual = np.asarray(actual, np.float64)
   expected = np.asarray(expected, np.float64)
   try:
@@ -180,11 +188,11 @@ def _assert_close(check, where, name, actual, expected, rtol, atol, dtype, selec
   if select is not None:  # entries left out compare equal, and do not set the scale
     actual = np.where(select, actual, expected)
     compared &= select
-  scale = max(1.0, float(np.max(np.abs(np.where(compared, expected, 0.0)), initial=0)))
+  rtol, atol = _tolerance(expected, compared, rtol, atol, dtype)
   try:
-    chex.assert_trees_all_close(actual, expected, rtol=rtol, atol=atol * scale)
+    chex.assert_trees_all_close(actual, expected, rtol=rtol, atol=atol)
   except AssertionError as e:
-    tol = atol * scale + rtol * np.abs(expected)
+    tol = atol + rtol * np.abs(expected)
     with np.errstate(invalid="ignore"):
       err = np.where(np.isnan(actual) & np.isnan(expected), 0.0, np.abs(actual - expected))
       bad = ~(err <= tol)  # NaN counts as bad.
@@ -775,15 +783,12 @@ def _final_values_moved(traj, last, perturbation, rng):
 
 def _assert_changed(check, where, name, got, want, mask, at, move, rtol, atol, dtype):
   """Every step where `at` holds has some entry of output `name` that moved by more than
-  the tolerance (as `_assert_close`'s, scaled to `want` at the unmasked steps)."""
-  default = _default_tolerance(dtype)
-  rtol = default if rtol is None else rtol
-  atol = default if atol is None else atol
+  the tolerance (`_tolerance`, scaled to `want` at the unmasked steps)."""
   got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
   compared = _step_select(mask, want.shape) & np.isfinite(want)
-  scale = max(1.0, float(np.max(np.abs(np.where(compared, want, 0.0)), initial=0)))
+  rtol, atol = _tolerance(want, compared, rtol, atol, dtype)
   with np.errstate(invalid="ignore"):
-    changed = np.abs(got - want) > atol * scale + rtol * np.abs(want)
+    changed = np.abs(got - want) > atol + rtol * np.abs(want)
   changed = np.any(np.reshape(changed, np.shape(at) + (-1,)), axis=-1)
   unchanged = np.asarray(at, bool) & ~changed
   if unchanged.any():
