@@ -6,13 +6,39 @@ broadcasting.
 """
 
 import os
+import shutil
+import tempfile
+from typing import Optional
 
-# No persistent compilation cache in ~/.cache from the tests (the scripts' runner turns
-# it on: `training.experiment.enable_compilation_cache`); set before jax reads it.
-os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", "")
+_CACHE_MARK = "OFFPOLICY_AC_TESTS_JAX_CACHE"
+
+
+def _cache_for_the_scripts() -> Optional[str]:
+  """A persistent compilation cache for the scripts the tests start: a temporary directory
+  of this pytest process, removed when its session ends (the scripts' runner would use
+  ~/.cache: `training.experiment.enable_compilation_cache`). Many tests launch alike runs,
+  which then compile each program once instead of once per launch. This process keeps no
+  cache (its compiles are few alike, and storing them costs more than it saves). A
+  directory the user set is kept (set and empty: no cache); one a parent pytest process set
+  (xdist's controller) is replaced, so that workers do not share one (JAX writes its
+  entries without a lock). Returns the directory to give the scripts (None: the user's
+  setting)."""
+  given = os.environ.get("JAX_COMPILATION_CACHE_DIR")
+  if given is not None and given != os.environ.get(_CACHE_MARK):
+    return None
+  path = tempfile.mkdtemp(prefix="offpolicy_ac-tests-jax-cache-")
+  os.environ["JAX_COMPILATION_CACHE_DIR"] = ""  # read by jax at import: none here
+  return path
+
+
+_scripts_cache = _cache_for_the_scripts()
 
 import jax  # noqa: E402
-import pytest
+
+if _scripts_cache is not None:  # what the tests' subprocesses inherit
+  os.environ["JAX_COMPILATION_CACHE_DIR"] = os.environ[_CACHE_MARK] = _scripts_cache
+
+import pytest  # noqa: E402
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
@@ -39,3 +65,9 @@ except ImportError:  # pragma: no cover
 def _strict_rank_promotion():
   with jax.numpy_rank_promotion("raise"):
     yield
+
+
+def pytest_unconfigure(config):
+  del config
+  if _scripts_cache is not None:  # (an xdist worker ends without running atexit)
+    shutil.rmtree(_scripts_cache, ignore_errors=True)
