@@ -199,7 +199,9 @@ def enable_compilation_cache() -> Optional[str]:
   ($JAX_COMPILATION_CACHE_DIR or `jax_compilation_cache_dir`; set and empty: no cache),
   else $XDG_CACHE_HOME/offpolicy_ac/jax (~/.cache/offpolicy_ac/jax). Programs
   that compile in under 0.2 s are not stored ($JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS
-  overrides). The directory only grows (as JAX's cache does): delete it to clear it.
+  overrides). The directory only grows (as JAX's cache does): delete it to clear it, as
+  after a process killed while it wrote an entry (JAX writes in place: it then warns
+  "Error reading persistent compilation cache entry" and compiles that program each time).
   Process-wide, so the scripts' runner calls it, before anything compiles; returns the
   directory (None: no cache)."""
   chosen = jax.config.jax_compilation_cache_dir
