@@ -67,7 +67,6 @@ def _strict_rank_promotion():
     yield
 
 
-def pytest_unconfigure(config):
-  del config
+def pytest_unconfigure():
   if _scripts_cache is not None:  # (an xdist worker ends without running atexit)
     shutil.rmtree(_scripts_cache, ignore_errors=True)

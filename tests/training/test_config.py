@@ -8,10 +8,12 @@ from offpolicy_ac.training import TrainConfig
 @pytest.mark.parametrize(
     "fields, message",
     [
+        (dict(vmap_seeds=1), "vmap_seeds must be True or False, got 1"),
         (dict(wandb_project=5, track=True), "wandb_project must be a str, got 5"),
         (dict(obs_clip="10"), "obs_clip must be a number, got '10'"),
         (dict(reward_scale=True), "reward_scale must be a number, got True"),
         (dict(grace_period_s=None), "grace_period_s must be a number, got None"),
+        (dict(env_id=3), "env_id must be a task id (a non-empty str), got 3"),
         (dict(sweep="learning_rate=1e-3,3e-3"), "sweep must be a list of strs"),
         (dict(sweep=(1,)), "sweep must be a list of strs, got (1,)"),
     ],
