@@ -6,6 +6,7 @@ the run saved, and its greedy policy must repeat the run's own evaluations.
 
 import dataclasses
 import json
+import pathlib
 import re
 import shutil
 
@@ -335,6 +336,11 @@ def test_bad_run_directories_are_refused_clearly(runs, tmp_path):
     load_run(tmp_path)
   with pytest.raises(ValueError, match="no checkpoint at env step 7"):
     load_run(runs["sql"], checkpoint=7)
+  newest = load_run(runs["sql"]).checkpoints[-1]
+  for not_an_int in (float(newest), str(newest), True):
+    with pytest.raises(TypeError, match="checkpoint must be an int .*, got"):
+      load_run(runs["sql"], checkpoint=not_an_int)
+  assert load_run(runs["sql"], checkpoint=np.int64(newest)).env_steps == newest
   old = tmp_path / "old"
   old.mkdir()
   (old / "config.json").write_text(json.dumps({"algorithm": "sql", "config": {"loop": {}}}))
@@ -489,15 +495,26 @@ def test_the_final_policys_score_counts_as_an_evaluation(tmp_path):
   assert _equal_trees(load_run(short, best=True).params, load_run(short).params)
 
 
-def test_a_tilde_in_a_run_directory_is_the_home_directory(tmp_path, monkeypatch):
-  """`--run-dir=~/x` and a quoted "~/x" reach the script unexpanded by the shell."""
+@pytest.mark.parametrize("path_type", [str, pathlib.Path])
+def test_a_tilde_in_a_run_directory_is_the_home_directory(tmp_path, monkeypatch, path_type):
+  """`--run-dir=~/x` and a quoted "~/x" reach the script unexpanded by the shell; from
+  Python, the run directory may be a pathlib.Path."""
   monkeypatch.setenv("HOME", str(tmp_path / "home"))
   monkeypatch.chdir(tmp_path)
-  _run("sql", "~/run", total_env_steps=128, log_every=64, checkpoint_every=64,
-       min_replay_size=16)  # fmt: skip
+  args = presets.sql.Args(run_dir=path_type("~/run"))
+  args = dataclasses.replace(args, train=args.train.replace(
+      total_env_steps=128, log_every=64, checkpoint_every=64, min_replay_size=16))  # fmt: skip
+  presets.sql.run(args, progress=False)
   assert (tmp_path / "home" / "run" / "summary.json").exists()
   assert not (tmp_path / "~").exists()
   assert load_run("~/run").run_dir == tmp_path / "home" / "run"
+
+
+def test_a_run_directory_that_is_not_a_path_is_refused(tmp_path, monkeypatch):
+  monkeypatch.chdir(tmp_path)
+  with pytest.raises(TypeError, match=r"run_dir must be a path \(a str or pathlib.Path\), got 3"):
+    presets.sql.run(presets.sql.Args(run_dir=3), progress=False)
+  assert not list(tmp_path.iterdir())
 
 
 def test_the_root_of_seeds_run_one_after_the_other_names_its_seed_directories(tmp_path):

@@ -272,11 +272,15 @@ def _experiment(name: str, args: Any, agent_factory: Callable, *, batch_fn: Opti
                 inputs: Optional[dict[str, str]],
                 add_logger: Optional[Callable]) -> RunResult | list[RunResult]:  # fmt: skip
   """`run_experiment` with its signal handlers installed."""
-  if args.run_dir and args.run_dir.startswith("~"):  # quoted, or --run-dir=~/x: unexpanded
+  if isinstance(args.run_dir, os.PathLike):  # a pathlib.Path from Python
+    args = dataclasses.replace(args, run_dir=os.fspath(args.run_dir))
+  if isinstance(args.run_dir, str) and args.run_dir.startswith("~"):  # --run-dir=~/x, quoted
     args = dataclasses.replace(args, run_dir=os.path.expanduser(args.run_dir))
   config: TrainConfig = args.train
   resume = bool(getattr(args, "resume", False))
   with refusals():  # before anything is created on disk
+    if args.run_dir is not None and not isinstance(args.run_dir, str):
+      raise TypeError(f"run_dir must be a path (a str or pathlib.Path), got {args.run_dir!r}")
     config.validate()
     if config.tracking.track:
       require_wandb()

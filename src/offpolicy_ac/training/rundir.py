@@ -32,6 +32,7 @@ import contextlib
 import dataclasses
 import fcntl
 import json
+import numbers
 import os
 import pathlib
 import re
@@ -789,9 +790,15 @@ def load_run(run_dir: str | os.PathLike, *, checkpoint: Optional[int] = None,
       checkpoint, no checkpoint at `checkpoint`, no best parameters), or parameters that
       do not match their checksum (damaged: `DamagedCheckpointError`, a ValueError; with
       `checkpoint` None, only when no checkpoint is intact).
+    TypeError: `checkpoint` is not an int.
   """
   if best and checkpoint is not None:
     raise ValueError("load_run: choose the best parameters or a checkpoint, not both")
+  if checkpoint is not None:
+    if not isinstance(checkpoint, numbers.Integral) or isinstance(checkpoint, bool):
+      raise TypeError("load_run: checkpoint must be an int (the env steps of one of "
+                      f"LoadedRun.checkpoints), got {checkpoint!r}")  # fmt: skip
+    checkpoint = int(checkpoint)
   run_dir = pathlib.Path(run_dir).expanduser()
   record, config = _read_config(run_dir)
   algorithm = record["algorithm"]
