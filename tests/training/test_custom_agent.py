@@ -9,6 +9,7 @@ import functools
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from offpolicy_ac import agents
@@ -188,6 +189,7 @@ def test_settings_of_the_wrong_type_are_refused_by_name():
       (dict(vmap_seeds=1), "vmap_seeds must be True or False, got 1"),
       (dict(max_episode_steps=2.0), "max_episode_steps must be a positive int, got 2.0"),
       (dict(max_episode_steps=True), "max_episode_steps must be a positive int, got True"),
+      (dict(num_envs=np.int64(8)), r"num_envs must be .*\(numpy.int64, not int: pass int"),
   ]:
     with pytest.raises(ValueError, match=message):
       TrainConfig.of(**fields).validate()

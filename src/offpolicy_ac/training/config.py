@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from typing import Any
 from typing import Literal
 from typing import Optional
@@ -242,9 +243,17 @@ def _check_ints(values: dict, low: int, *names: str) -> None:
   for name in names:
     value = values[name]
     if not isinstance(value, int) or isinstance(value, bool) or value < low:
+      kind = f"{type(value).__module__}.{type(value).__name__}"
+      hint = f" ({kind}, not int: pass int(...))" if _numpy_int(value) else ""
       raise ValueError(
-          f"{name} must be {'a positive int' if low else 'an int >= 0'}, got {value!r}"
+          f"{name} must be {'a positive int' if low else 'an int >= 0'}, got {value!r}{hint}"
       )
+
+
+def _numpy_int(value: Any) -> bool:
+  """Whether `value` is an integer of another type than int (NumPy's, JAX's), which
+  config.json could not hold as it is."""
+  return isinstance(value, numbers.Integral) and not isinstance(value, (int, bool))
 
 
 @dataclasses.dataclass(frozen=True)
