@@ -262,6 +262,13 @@ def test_weighted_mean_of_the_issue_example_is_the_mean():
   np.testing.assert_allclose(L.weighted_mean(x, w), 7.0)
 
 
+def test_weighted_mean_refuses_negative_weights():
+  """Weights summing to 0 with a negative one would make sum(w) no total (the mean was
+  sum(w x) / 1)."""
+  with pytest.raises(ValueError, match=r"`weights` must be >= 0, got \[1.0, -1.0\]"):
+    L.weighted_mean(jnp.array([1.0, 2.0]), jnp.array([1.0, -1.0]))
+
+
 def test_impala_loss_refuses_mismatched_weights():
   z = jnp.zeros((T, 2))
   with pytest.raises(ValueError, match=r"`weights` must have shape \(4, 2\)"):

@@ -111,7 +111,7 @@ def test_importance_sampled_soft_value_matches_numpy_reference(lead, m, alpha, s
 # -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("center, std", [(0.0, 0.3), (0.95, 0.1), (-0.7, 2.0)])
+@pytest.mark.parametrize("center, std", [(0.0, 0.3), (0.95, 0.1), (-0.7, 2.0), (1.0, 0.2)])
 def test_box_mixture_density_integrates_to_one_over_the_box(center, std):
   grid = np.linspace(-1.0, 1.0, 200_001)
   log_q = L.box_mixture_log_density(
@@ -153,6 +153,18 @@ def test_sample_box_mixture_draws_uniform_then_truncated_normal_samples():
   np.testing.assert_allclose(normal[1].mean(axis=0), [0.0, 0.5], atol=0.005)
   np.testing.assert_allclose(normal[1].std(axis=0), [0.1, 0.1], rtol=0.03)
   assert normal[0, :, 0].max() <= 1.0 and normal[0, :, 0].mean() < 0.9
+
+
+def test_box_mixture_refuses_actions_and_centres_outside_the_box():
+  """Outside [-1, 1]^d the sampler would draw from the opposite face and the density
+  would be the uniform one's: both are refused, for concrete values."""
+  key, inside = jax.random.PRNGKey(0), jnp.zeros((2, 2))
+  with pytest.raises(ValueError, match=r"`center` must be \[-1, 1\] \(the box\), got 5.0"):
+    L.sample_box_mixture(key, inside.at[1, 0].set(5.0), 0.3, 0, 3)
+  with pytest.raises(ValueError, match=r"`actions` must be \[-1, 1\] \(the box\), got -1.5"):
+    L.box_mixture_log_density(jnp.full((2, 3, 2), -1.5), inside, 0.3, 0.5)
+  with pytest.raises(ValueError, match=r"`center` must be \[-1, 1\] \(the box\), got 1.0099"):
+    L.box_mixture_log_density(jnp.zeros((2, 3, 2)), inside.at[0, 1].set(1.01), 0.3, 0.5)
 
 
 def _soft_value_by_quadrature(q_fn, alpha, d):

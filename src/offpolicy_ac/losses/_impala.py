@@ -62,9 +62,11 @@ def weighted_mean(x: jax.Array, weights: jax.Array) -> jax.Array:
   `weights` must have the shape of `x` (ValueError naming both shapes
   otherwise): a broadcast weight would be summed once in the denominator but
   applied to every row in the numerator. Broadcast it explicitly
-  (`jnp.broadcast_to(w, x.shape)`) where that is what you mean.
+  (`jnp.broadcast_to(w, x.shape)`) where that is what you mean. Weights are >= 0
+  (ValueError otherwise, for concrete values: a negative weight makes sum(w) no total).
   """
   _checks.check_shape("weights", weights, jnp.shape(x), "`x`")
+  _checks.check_non_negative("weights", weights)
   dtype = jnp.result_type(weights, x)
   # Half precision is summed in float32 (its sums overflow at 65504); float32 and float64
   # as they are.

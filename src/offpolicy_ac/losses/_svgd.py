@@ -81,8 +81,8 @@ def box_mixture_log_density(
   lower variance when exp(Q / alpha) is peaked near `center` (a sampler's action).
 
   Args:
-    actions: [..., M, d] in [-1, 1]^d.
-    center: [..., d] in (-1, 1)^d, the truncated normal's centre (the same leading axes).
+    actions: [..., M, d] in [-1, 1]^d (ValueError otherwise, for concrete values).
+    center: [..., d] in [-1, 1]^d, the truncated normal's centre (the same leading axes).
     std: > 0, a scalar.
     uniform_fraction: f in [0, 1], a Python float (static).
 
@@ -94,6 +94,8 @@ def box_mixture_log_density(
   _checks.check_floating("center", center)
   shape = jnp.shape(actions)
   _checks.check_shape("center", center, shape[:-2] + shape[-1:], "`actions` less its M axis")
+  _checks.check_entries("actions", actions, -1.0, 1.0, " (the box)")
+  _checks.check_entries("center", center, -1.0, 1.0, " (the box)")
   _checks.check_positive("std", std)
   _checks.check_in_unit_interval("uniform_fraction", uniform_fraction)
   d = shape[-1]
@@ -103,7 +105,7 @@ def box_mixture_log_density(
   actions, mu = jnp.asarray(actions, acc), jnp.asarray(center, acc)[..., None, :]
   upper = jax.scipy.stats.norm.cdf((1.0 - mu) / std)
   lower = jax.scipy.stats.norm.cdf((-1.0 - mu) / std)
-  # mu in (-1, 1): one bound is above the mean and one below, so upper - lower > 0.
+  # mu in [-1, 1]: the normal has mass in the box (upper - lower > 0).
   per_dim = jax.scipy.stats.norm.logpdf((actions - mu) / std) - math.log(std)
   log_normal = jnp.sum(per_dim - jnp.log(upper - lower), axis=-1)
   log_uniform = -d * math.log(2.0)
@@ -120,10 +122,12 @@ def sample_box_mixture(
     key: jax.Array, center: jax.Array, std, num_uniform: int, num_normal: int
 ) -> jax.Array:
   """[..., num_uniform + num_normal, d] actions: the first uniform in [-1, 1]^d, the
-  others from the normal of `std` around `center` [..., d] truncated to the box (see
-  `box_mixture_log_density`, with f = num_uniform / (num_uniform + num_normal))."""
+  others from the normal of `std` around `center` [..., d] (in the box: ValueError
+  otherwise, for concrete values) truncated to the box (see `box_mixture_log_density`,
+  with f = num_uniform / (num_uniform + num_normal))."""
   _checks.check_floating("center", center)
   _checks.check_min_rank("center", center, 1, "action dimensions [..., d]")
+  _checks.check_entries("center", center, -1.0, 1.0, " (the box)")
   _checks.check_positive("std", std)
   num_uniform = _checks.static_int("num_uniform", num_uniform, 0)
   num_normal = _checks.static_int("num_normal", num_normal, 0)
