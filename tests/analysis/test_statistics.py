@@ -560,6 +560,12 @@ def test_the_table_shows_small_values_with_their_digits():
       "285.80", "21.00", "0.9999", "1.0003", "-0.0012", "2.5e-05", "0.0000"]  # fmt: skip
 
 
+def test_the_table_names_what_it_takes_when_given_something_else(tmp_path):
+  groups = _groups(write_run(tmp_path / "a"))
+  with pytest.raises(TypeError, match=r"summary_table takes GroupCurves \(group_curves' results\)"):
+    S.summary_table(groups, ["a"])
+
+
 def test_jsonable_writes_numpy_and_jax_scalars_as_numbers():
   """A config setting given as a 0-d JAX or NumPy array (`jnp.float32(1e-3)`) is written as
   the number, which config.json reads back (its `str` could not be: load_run refused it)."""

@@ -433,6 +433,13 @@ def test_a_negative_eval_every_is_refused():
     TrainConfig(eval=EvalConfig(eval_every=-1)).validate()
 
 
+@pytest.mark.parametrize("num_episodes", [0, -4, 4.0, True])
+def test_evaluate_refuses_a_number_of_episodes_that_is_not_a_positive_int(num_episodes):
+  pool = type("Pool", (), {"num_envs": 4})()
+  with pytest.raises(ValueError, match=f"num_episodes must be a positive int, got {num_episodes}"):
+    evaluate(pool, None, None, num_episodes)
+
+
 def test_evaluating_changes_nothing_of_the_training(runs, tmp_path):
   # The fixture's SQL run evaluates at every log line; the same run without evaluations
   # logs the same training numbers and ends with the same parameters.

@@ -546,6 +546,9 @@ def summary_table(curves: Sequence[GroupCurve], labels: Sequence[str]) -> str:
   (seeds), the last common env step and the IQM there with its interval."""
   if len(labels) != len(curves):
     raise ValueError(f"need one label per curve ({len(curves)}), got {len(labels)}")
+  for c in curves:
+    if not isinstance(c, GroupCurve):
+      raise TypeError(f"summary_table takes GroupCurves (group_curves' results), got {c!r:.80}")
   header = ("group", "env", "metric", "seeds", "env steps", "final IQM [95% CI]")
   rows = [header]
   for c, label in zip(curves, labels):

@@ -439,6 +439,11 @@ def _floating_fields(traj) -> list[str]:
   ]
 
 
+def _names(wrt: str | Sequence[str]) -> list[str]:
+  """`wrt` as a list of field names: one name may be given as a str."""
+  return [wrt] if isinstance(wrt, str) else list(wrt)
+
+
 def _check_wrt(check: str, wrt: list[str], floating: list[str]) -> None:
   if set(wrt) - set(floating) or not wrt:
     raise ValueError(f"{check}: wrt must name floating fields from {floating}, got {wrt}")
@@ -483,7 +488,7 @@ def assert_no_gradient_through_targets(
     fn: TargetFn,
     examples=None,
     *,
-    wrt: Sequence[str] | None = None,
+    wrt: str | Sequence[str] | None = None,
     variants: Sequence[str] = VARIANTS,
     atol: float = 0.0,
     seed: int = 0,
@@ -509,7 +514,7 @@ def assert_no_gradient_through_targets(
   Args:
     fn: the target function, `fn(traj) -> pytree of [T, *batch, ...] arrays`.
     examples: a Trajectory, a sequence of them, or None for `default_examples()`.
-    wrt: the floating Trajectory fields that must get no gradient; None uses
+    wrt: the floating Trajectory fields that must get no gradient (or one name); None uses
       every floating field but the predictions `v_tm1` and `q_tm1`.
     variants: the chex variants to compute the gradient under, from "without_jit",
       "with_jit", "without_device" and "with_device"; by default as is and jitted.
@@ -519,7 +524,7 @@ def assert_no_gradient_through_targets(
   check = "assert_no_gradient_through_targets"
   examples = _examples(examples)
   floating = _floating_fields(examples[0])
-  wrt = [f for f in floating if f not in _PREDICTIONS] if wrt is None else list(wrt)
+  wrt = [f for f in floating if f not in _PREDICTIONS] if wrt is None else _names(wrt)
   _check_wrt(check, wrt, floating)
   for where, _, grads in _pulled_back(check, fn, examples, wrt, variants, seed, real_only=False):
     for name in wrt:
@@ -541,7 +546,7 @@ def assert_gradient_reaches_predictions(
     fn: TargetFn,
     examples=None,
     *,
-    wrt: Sequence[str],
+    wrt: str | Sequence[str],
     variants: Sequence[str] = VARIANTS,
     seed: int = 0,
 ) -> None:
@@ -574,7 +579,8 @@ def assert_gradient_reaches_predictions(
       errors or losses; return the per-step terms of a reduced loss).
     examples: a Trajectory, a sequence of them, or None for `default_examples()`.
     wrt: the floating Trajectory fields the loss trains, e.g. `["v_tm1"]` or
-      `["q_tm1"]` (no default: a loss reads only some of the predictions).
+      `["q_tm1"]`, or one such name (no default: a loss reads only some of the
+      predictions).
     variants: the chex variants to compute the gradient under, from "without_jit",
       "with_jit", "without_device" and "with_device"; by default as is and jitted.
     seed: seeds the random cotangents.
@@ -584,7 +590,7 @@ def assert_gradient_reaches_predictions(
   """
   check = "assert_gradient_reaches_predictions"
   examples = _examples(examples)
-  wrt = list(wrt)
+  wrt = _names(wrt)
   _check_wrt(check, wrt, _floating_fields(examples[0]))
   for where, traj, grads in _pulled_back(check, fn, examples, wrt, variants, seed, real_only=True):
     for name in wrt:
@@ -621,7 +627,7 @@ def assert_masked_steps_get_no_gradient(
     fn: TargetFn,
     examples=None,
     *,
-    wrt: Sequence[str] | None = None,
+    wrt: str | Sequence[str] | None = None,
     garbage: Sequence[str] = ("huge", "nan", "inf"),
     variants: Sequence[str] = VARIANTS,
     rtol: float | None = None,
@@ -649,7 +655,8 @@ def assert_masked_steps_get_no_gradient(
   Args:
     fn: the target function, `fn(traj) -> pytree of [T, *batch, ...] arrays`.
     examples: a Trajectory, a sequence of them, or None for `default_examples()`.
-    wrt: the floating Trajectory fields whose gradients are compared; None: all of them.
+    wrt: the floating Trajectory fields whose gradients are compared (or one
+      name); None: all of them.
     garbage: the kinds of garbage to try, from `"huge"`, `"nan"` and `"inf"`.
     variants: the chex variants to compute the gradient under, from "without_jit",
       "with_jit", "without_device" and "with_device"; by default as is and jitted.
@@ -661,7 +668,7 @@ def assert_masked_steps_get_no_gradient(
   fields = [f for f in _tr.Trajectory._fields if f not in _tr.LAYOUT_FIELDS]
   floating = [f for f in _floating_fields(examples[0]) if f in fields]
   fields = [f for f in fields if f not in _PREDICTIONS]  # garbled: see _PREDICTIONS
-  wrt = floating if wrt is None else list(wrt)
+  wrt = floating if wrt is None else _names(wrt)
   _check_wrt(check, wrt, floating)
   _check_garbage(check, garbage)
   rng = np.random.default_rng(seed)

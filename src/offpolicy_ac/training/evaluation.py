@@ -61,6 +61,8 @@ def evaluate(
   `env` must have `num_envs == num_episodes`, so every episode starts from a
   fresh reset of its own environment and none is chosen by its length.
   """
+  if not isinstance(num_episodes, int) or isinstance(num_episodes, bool) or num_episodes < 1:
+    raise ValueError(f"num_episodes must be a positive int, got {num_episodes!r}")
   if env.num_envs != num_episodes:
     raise ValueError(f"the evaluation pool has {env.num_envs} envs, need {num_episodes}")
   env.pop_episode_stats()
