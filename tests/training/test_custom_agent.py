@@ -5,6 +5,8 @@ it back (`load_run`); under a built-in name, it is refused before anything is wr
 
 import dataclasses
 import functools
+import json
+import pathlib
 
 import flax.linen as nn
 import jax
@@ -236,9 +238,12 @@ class _ListLogger:
 
   def __init__(self, run_dir, seed):
     self.where, self.lines, self.truncated, self.closed = (run_dir, seed), [], [], False
+    self.summaries = []  # summary.json as each line is logged
 
   def log(self, record):
     self.lines.append(record)
+    summary = pathlib.Path(self.where[0]) / "summary.json"
+    self.summaries.append(json.loads(summary.read_text()) if summary.exists() else None)
 
   def truncate(self, num_lines):
     self.truncated.append(num_lines)
@@ -263,6 +268,10 @@ def test_run_experiment_gives_an_added_logger_every_metrics_line(tmp_path):
   resumed = dataclasses.replace(args, train=args.train.replace(total_env_steps=768), resume=True)
   run_experiment("impala", resumed, factory, progress=False, add_logger=add)
   assert made[1].truncated == [2] and made[1].lines == read_metrics(tmp_path / "run")[2:]
+  # While the resumed segment trains, its summary says that it is of the segment before.
+  assert made[0].summaries == [None, None]
+  assert all(s["env_steps"] == 512 and "resumed_since" in s for s in made[1].summaries)
+  assert "resumed_since" not in json.loads((tmp_path / "run" / "summary.json").read_text())
 
 
 def test_a_redefined_factory_registers_again_under_its_name():

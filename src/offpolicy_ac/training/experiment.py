@@ -533,6 +533,9 @@ def _configure_and_drive(name: str, args: Any, root: pathlib.Path, lanes: list[s
     with contextlib.suppress(Exception):  # the refusal is the error to show
       MultiLogger(*added).close()
     raise
+  if resume:
+    for d in dirs:
+      rundir.mark_summary_resumed(d)
   protocol = describe_protocol(config)
   if config.parallel.process_id == 0:
     print(f"[{name}] evaluation protocol: {protocol}", flush=True)

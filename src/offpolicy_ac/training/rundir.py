@@ -592,6 +592,20 @@ def _best_record(run_dir: pathlib.Path) -> Optional[dict]:
   return record if paired else None
 
 
+def mark_summary_resumed(run_dir: pathlib.Path) -> None:
+  """Adds `resumed_since` (when this resume started) to the summary.json a resumed run
+  finds: until the new segment writes its own, the summary is of the segment before (a
+  segment that is killed leaves it so; `load_run` then loads the newest checkpoint)."""
+  path = run_dir / "summary.json"
+  try:
+    summary = read_json(path)
+  except (OSError, ValueError):
+    return  # none yet (stopped before it), or one load_run refuses by name
+  if isinstance(summary, dict):
+    summary["resumed_since"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    write_atomic(path, json.dumps(summary, indent=2))
+
+
 def write_results(name: str, run_dir: pathlib.Path, result: RunResult, protocol: str,
                   stopped_by: Optional[str] = None) -> dict:  # fmt: skip
   """Writes a finished (or stopped) run's final parameters, its data transformer's state
