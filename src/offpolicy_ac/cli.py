@@ -724,12 +724,14 @@ def script_main(parse: Callable[[], Any], run: Callable[[Any], Any], *,
   type in `refuse`, for scripts that only read: evaluate.py, record_demos.py, plot.py)
   prints one line, "[<script>] error: <why>" (naming settings by their flags:
   `in_flag_terms`), and exits with code 2; a full disk prints one line and exits with code
-  1 (the last checkpoint is intact); a warning prints one line (`one_line_warnings`).
+  1 (the last checkpoint is intact); a warning prints one line (`one_line_warnings`). A
+  closed stdout (`| head`) silences the output and nothing else.
   Anything else (a bug, a non-finite loss) keeps its traceback. A Ctrl-C, or a second stop
   signal during a training run, prints one line and exits with 128 + the signal's number
   (130, 143).
   """
   one_line_warnings()
+  sys.stdout = _ConsoleThatMayClose(sys.stdout)
   prog = pathlib.Path(sys.argv[0]).stem or "script"
   args = None
   try:
@@ -759,6 +761,37 @@ def script_main(parse: Callable[[], Any], run: Callable[[Any], Any], *,
       raise
     exit_process(2, last_words=f"[{prog}] error: {in_flag_terms(str(e), type(args))}")
   exit_process(0)
+
+
+class _ConsoleThatMayClose:
+  """A script's stdout that goes quiet when its reader goes away (`| head`, a closed
+  terminal's pipe) instead of raising BrokenPipeError into the training loop: a run's
+  record is its run directory, not its console. The closed descriptor then writes to
+  os.devnull."""
+
+  def __init__(self, stream: Any):
+    self._stream = stream
+
+  def write(self, text: str) -> int:
+    try:
+      return self._stream.write(text)
+    except BrokenPipeError:
+      self._to_devnull()
+      return len(text)
+
+  def flush(self) -> None:
+    try:
+      self._stream.flush()
+    except BrokenPipeError:
+      self._to_devnull()
+
+  def _to_devnull(self) -> None:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, self._stream.fileno())
+    os.close(devnull)
+
+  def __getattr__(self, name: str) -> Any:
+    return getattr(self._stream, name)
 
 
 def exit_process(code: int = 0, last_words: Optional[str] = None) -> None:

@@ -31,8 +31,8 @@ FLAGS = [
 ]
 
 
-def _run(script, run_dir, steps, *extra, check=True, **kwargs):
-  cmd = [
+def _command(script, run_dir, steps, *extra):
+  return [
       sys.executable,
       str(ROOT / "experiments" / f"{script}.py"),
       "--run-dir",
@@ -42,6 +42,10 @@ def _run(script, run_dir, steps, *extra, check=True, **kwargs):
       *FLAGS,
       *extra,
   ]
+
+
+def _run(script, run_dir, steps, *extra, check=True, **kwargs):
+  cmd = _command(script, run_dir, steps, *extra)
   proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, **kwargs)
   if check and proc.returncode != 0:
     raise AssertionError(f"{cmd} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
@@ -80,6 +84,18 @@ def test_resuming_a_finished_run_changes_nothing(tmp_path, straight_run):
   assert after == before
   for name in ("final_params.msgpack", "best_params.msgpack"):
     assert (tmp_path / "run" / name).read_bytes() == (straight_run / name).read_bytes()
+
+
+def test_a_console_closed_while_the_run_trains_stops_nothing(tmp_path, straight_run):
+  """`impala.py | head -1`: the output goes, the run goes on (it died of BrokenPipeError)."""
+  with open(tmp_path / "stderr", "w+") as stderr:
+    proc = subprocess.Popen(_command("impala", tmp_path / "run", 7680), stdout=subprocess.PIPE,
+                            stderr=stderr, text=True)  # fmt: skip
+    proc.stdout.readline()
+    proc.stdout.close()
+    assert proc.wait(timeout=600) == 0, (tmp_path / "stderr").read_text()
+  assert _metrics(tmp_path / "run") == _metrics(straight_run)
+  assert json.loads((tmp_path / "run" / "summary.json").read_text())["env_steps"] == 7680
 
 
 def test_a_refused_resume_does_not_announce_a_new_budget(tmp_path, straight_run):
