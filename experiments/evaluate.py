@@ -75,6 +75,9 @@ def main(args: Args) -> dict:
     raise ValueError(f"--episodes must be >= 1, got {args.episodes}")
   if args.seed < 0:
     raise ValueError(f"--seed must be >= 0, got {args.seed}")
+  if args.best and args.checkpoint is not None:
+    raise ValueError("--best and --checkpoint: choose one (the best-evaluated parameters, or "
+                     "those of a checkpoint)")  # fmt: skip
   if args.max_steps < 1:
     raise ValueError(f"--max-steps must be >= 1, got {args.max_steps}")
   if not (math.isfinite(args.fps) and args.fps > 0):

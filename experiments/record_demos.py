@@ -55,6 +55,8 @@ class Args:
 def main(args: Args) -> dict:
   if args.episodes < 1:
     raise ValueError(f"--episodes must be >= 1, got {args.episodes}")
+  if not 0 <= args.seed < 2**32:  # a PRNG key's seed (the behaviour policy's)
+    raise ValueError(f"--seed must be in [0, 2**32), got {args.seed}")
   fraction = args.action_box_fraction
   if fraction is not None and not 0.0 < fraction <= 1.0:
     raise ValueError(f"--action-box-fraction must lie in (0, 1], got {fraction}")

@@ -28,6 +28,8 @@ CASES = [
     ("sql", ["--num-envs", "0"], "--num-envs must be a positive int"),
     ("impala", ["--total-env-steps", "-5"], "--total-env-steps must be a positive int"),
     ("impala", ["--seed", "-1"], "seed must be an int >= 0"),
+    ("impala", ["--seed", str(2**32)], "seed must be below 2**32, got 4294967296: JAX's"),
+    ("impala", ["--seed", str(2**32 - 1), "--num-seeds", "2"], "(the last seed, seed + --num-"),
     ("impala", ["--hidden-sizes", "0"], "--hidden-sizes must be positive ints"),
     ("impala", ["--learning-rate", "nan"], "--learning-rate must be > 0"),
     ("impala", ["--learning-rate", "inf"], "--learning-rate must be finite"),
@@ -82,6 +84,8 @@ CASES = [
     ("evaluate", ["--run-dir", "{demos}"], "is not a run directory (no config.json)"),
     ("evaluate", ["--run-dir", "{demos}", "--max-steps", "0"], "--max-steps must be >= 1"),
     ("evaluate", ["--run-dir", "{demos}", "--fps", "0"], "--fps must be > 0"),
+    ("evaluate", ["--run-dir", "{demos}", "--best", "--checkpoint", "8"], "--best and --checkp"),
+    ("record_demos", ["--run-dir", "{demos}", "--out", "x.npz", "--seed", "-1"], "--seed must"),
     ("evaluate", ["--run-dir", "{demos}", "--fps", "60"], "--fps sets the video's frame rate"),
     ("record_demos", ["--run-dir", "{demos}/no-run", "--out", "{demos}/x.npz"], "not a directory"),
     (

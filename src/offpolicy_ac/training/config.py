@@ -28,6 +28,9 @@ from offpolicy_ac.training.parallel import check_distributed_args
 ActorMode = Literal["inline", "pools", "async"]
 CompileFor = Literal["speed", "startup"]
 
+MAX_SEED = 2**32
+"""Seeds lie below this: `jax.random.PRNGKey` keeps a seed's low 32 bits (without x64)."""
+
 AUTO_EVALUATIONS = 20
 """Evaluations over a run's budget when `EvalConfig.eval_every` is None."""
 
@@ -407,6 +410,10 @@ class TrainConfig:
     eval_every = () if evaluation.eval_every is None else ("eval_every",)
     _check_ints(flat, 0, "env_batch_size", "seed", *eval_every, "checkpoint_every",
                 "min_replay_size", "actor_queue_size", "min_pools")  # fmt: skip
+    if self.seeds[-1] >= MAX_SEED:
+      last = f" (the last seed, seed + num_seeds - 1: {self.seeds[-1]})" * (budget.num_seeds > 1)
+      raise ValueError(f"seed must be below 2**32, got {budget.seed}{last}: JAX's PRNG keys "
+                       "take 32 bits (seed 2**32 would repeat seed 0)")  # fmt: skip
     if budget.compile_for not in get_args(CompileFor):
       raise ValueError(f"compile_for must be 'speed' or 'startup', got {budget.compile_for!r}")
     if budget.compile_for == "startup" and not self.compiled:
