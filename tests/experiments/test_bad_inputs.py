@@ -118,6 +118,11 @@ CASES = [
     ("impala", ["--run-dir", "{demos}/foreign"], "foreign/config.json is not a run's config"),
     ("impala", ["--run-dir", "{demos}/foreign", "--resume"], "is not a run's config.json"),
     ("sql", ["--run-dir", "{demos}/impala-run", "--resume"], "is a run of impala, not of sql"),
+    (
+        "acer",
+        ["--run-dir", "{demos}/impala-seeds", "--resume", "--num-seeds", "2"],
+        "is a run of impala, not of acer: resume it with experiments/impala.py",
+    ),
     ("impala", ["--preset", "atari", "--env-id", "CartPole-v1"], "made for Atari tasks"),
     ("impala", ["--atari"], "--atari applies to Atari tasks"),
     ("sql", ["--env-id", "CarRacing-v2"], "(96, 96, 3) look like [H, W, C]"),
@@ -206,6 +211,10 @@ def demos(tmp_path_factory):
   (root / "foreign" / "config.json").write_text('{"my": "settings"}')
   (root / "impala-run").mkdir()
   (root / "impala-run" / "config.json").write_text('{"algorithm": "impala", "config": {}}')
+  (root / "impala-seeds" / "seed0").mkdir(parents=True)  # seeds run one after the other
+  (root / "impala-seeds" / "seed0" / "config.json").write_text(
+      '{"algorithm": "impala", "config": {}}'
+  )
   return root
 
 

@@ -8,6 +8,7 @@ exactly what the straight one logs.
 
 import dataclasses
 import json
+import re
 
 import jax
 import numpy as np
@@ -135,7 +136,9 @@ def test_a_sweep_written_as_typed_resumes(tmp_path):
   path.write_text(json.dumps(written))
   _main("impala", tmp_path, resume=True, sweep=("lambda=0.90,0.95",),
         **dict(steps, total_env_steps=768))  # fmt: skip
-  with pytest.raises(ValueError, match=r"differs from the run's in \['train.budget.sweep'\]"):
+  with pytest.raises(ValueError, match=re.escape(
+      """differs from the run's in sweep (the run's ["lambda_=0.9,0.95"], given """
+      """["lambda_=0.9,0.99"]); only the step budget""")):  # fmt: skip
     _main("impala", tmp_path, resume=True, sweep=("lambda=0.9,0.99",),
           **dict(steps, total_env_steps=1024))  # fmt: skip
 

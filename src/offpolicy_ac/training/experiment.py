@@ -322,7 +322,7 @@ def _experiment(name: str, args: Any, agent_factory: Callable, *, batch_fn: Opti
           if writer:
             held.enter_context(rundir.locked(root))
           if resume:
-            _refuse_another_seeds_shape(root, config, one_after_another=True)
+            _refuse_another_seeds_shape(name, root, config, one_after_another=True)
           # Before "holds no run": seeds none of which the run holds are named as such.
           rundir.check_seeds_record(root, seeds, resume=resume, one_after_another=True,
                                     write=writer)  # fmt: skip
@@ -348,7 +348,7 @@ def _experiment(name: str, args: Any, agent_factory: Callable, *, batch_fn: Opti
       return results
     with refusals():
       if resume and len(seeds) > 1:
-        _refuse_another_seeds_shape(root, config, one_after_another=False)
+        _refuse_another_seeds_shape(name, root, config, one_after_another=False)
       # Not into, nor as, a run of several seeds one after the other.
       rundir.check_seeds_record(root, seeds, resume=resume, one_after_another=False,
                                 write=False)  # fmt: skip
@@ -358,13 +358,19 @@ def _experiment(name: str, args: Any, agent_factory: Callable, *, batch_fn: Opti
     return results[0] if len(results) == 1 else results
 
 
-def _refuse_another_seeds_shape(root: pathlib.Path, config: TrainConfig, *,
+def _refuse_another_seeds_shape(name: str, root: pathlib.Path, config: TrainConfig, *,
                                 one_after_another: bool) -> None:  # fmt: skip
   """On --resume, refuses a run of several seeds whose directory holds them in the other
   shape: one learner of them all (config.json at the root), or one run per seed after
-  the other (seed<k>/config.json only)."""
+  the other (seed<k>/config.json only); first, a run of another algorithm."""
   seeds = [root / f"seed{seed}" / "config.json" for seed in config.seeds]
   budget_of = lambda path: read_json(path).get("config", {}).get("train", {}).get("budget", {})
+  held = next((path for path in [root / "config.json", *seeds] if path.exists()), None)
+  record = read_json(held) if held is not None else {}
+  algorithm = record.get("algorithm", name) if isinstance(record, dict) else name
+  if algorithm != name:
+    raise ValueError(f"--resume: {root} is a run of {algorithm}, not of {name}: resume it with "
+                     f"experiments/{algorithm}.py")  # fmt: skip
   if one_after_another and (root / "config.json").exists():
     budget = budget_of(root / "config.json")
     why = (

@@ -468,8 +468,8 @@ def check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: b
       TrainConfig.from_dict(train).validate()
     except (TypeError, ValueError) as e:
       raise ValueError(f"--resume: {config_path}: {e}") from None
-    diffs = config_differences(_canonical_sweep({**old["config"], "train": train}, args), new,
-                               _field_defaults(args))  # fmt: skip
+    started = _canonical_sweep({**old["config"], "train": train}, args)
+    diffs = config_differences(started, new, _field_defaults(args))
     budget = lambda c: c.get("train", {}).get("budget", {}).get("total_env_steps")
     before, after = budget(old["config"]), budget(new)
     if after is not None and before is not None and after < before:
@@ -485,9 +485,15 @@ def check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: b
                            "from the one the run started with; resume with that file, or "
                            "start a new run")  # fmt: skip
     if diffs:
+      was, now = _flatten(started), _flatten(new)
+      shown = "; ".join(  # by field name (unique), which scripts show as the flag
+          f"{k.rsplit('.', 1)[-1]} (the run's {json.dumps(was.get(k))}, given "
+          f"{json.dumps(now.get(k))})"
+          for k in diffs[:4]
+      ) + ("; ..." if len(diffs) > 4 else "")
       raise ValueError(
-          f"--resume: the config differs from the run's in {diffs}; only the "
-          "step budget (--total-env-steps) and the tracking flags may change"
+          f"--resume: the config differs from the run's in {shown}; only the step budget "
+          "(--total-env-steps) and the tracking flags may change"
       )
     checkpoints = run_dir / "checkpoints" if checkpoints is None else checkpoints
     _check_writable(run_dir, others or (run_dir,), checkpoints if writes_checkpoints else None)
