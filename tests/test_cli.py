@@ -179,6 +179,10 @@ def test_lambda_is_accepted_with_and_without_the_underscore(script, flag):
          "--num-envs (16) must divide evenly over --learner-devices (3)"),
         ("lambda_ must lie in [0.0, 1.0], got 1.5", "--lambda must lie in [0.0, 1.0], got 1.5"),
         ("n_step=7 with lambda_=0.9", "--n-step=7 with --lambda=0.9"),
+        # A name without an underscore is a setting where it starts the message.
+        ("seed must be an int >= 0, got -1", "--seed must be an int >= 0, got -1"),
+        ("gamma must lie in [0.0, 1.0], got 1.5", "--gamma must lie in [0.0, 1.0], got 1.5"),
+        ("values must be finite", "values must be finite"),
         # Flags, paths, longer names and words of the sentence stay as they are.
         ("--num-envs 0: seed must be >= 0", "--num-envs 0: seed must be >= 0"),
         ("/runs/num_envs/x and my_num_envs", "/runs/num_envs/x and my_num_envs"),

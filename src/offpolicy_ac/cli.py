@@ -508,14 +508,17 @@ def in_flag_terms(message: str, args_cls: type) -> str:
 
   The library's checks name a setting as Python spells it (`num_envs`, `lambda_`); a
   script's user typed `--num-envs`, `--lambda`. Only names with an underscore are
-  replaced (they cannot be read as a word of the sentence), and not where they are not a
-  setting: inside quotes or backticks, paths, file names and flags, or after `--sweep `
-  (which takes field names).
+  replaced (they cannot be read as a word of the sentence), and any name that starts the
+  message ("seed must be ..."); not where they are not a setting: inside quotes or
+  backticks, paths, file names and flags, or after `--sweep ` (which takes field names).
   """
   if not dataclasses.is_dataclass(args_cls):
     return message
-  names = sorted({f.name for _, f, _, _ in _leaf_fields(args_cls) if "_" in f.name}, key=len,
-                 reverse=True)  # fmt: skip
+  every = {f.name for _, f, _, _ in _leaf_fields(args_cls)}
+  first = re.match(r"(\w+) must ", message)  # "seed must be ...": a setting, whatever its name
+  if first and first.group(1) in every:
+    message = flag_name(first.group(1)) + message[first.end(1) :]
+  names = sorted({name for name in every if "_" in name}, key=len, reverse=True)
   if not names:
     return message
   pattern = re.compile(r"(?<![\w./\\'\"`-])(?<!--sweep )(" + "|".join(map(re.escape, names))
