@@ -135,6 +135,13 @@ def test_a_sweep_field_without_values_is_refused(sweep):
     hp_lib.parse_sweep(ImpalaConfig(), "gamma=0.9")
 
 
+@pytest.mark.parametrize("listed", ["1e-3,,3e-3", "1e-3,3e-3,", "1e-3, ,3e-3"])
+def test_a_sweep_with_a_missing_value_is_refused(listed):
+  # The empty value was dropped: a sweep of fewer settings than written, without a word.
+  with pytest.raises(ValueError, match=f"--sweep learning_rate: a value is missing in '{listed}'"):
+    hp_lib.parse_sweep(ImpalaConfig(), [f"learning_rate={listed}"])
+
+
 def test_a_combination_out_of_range_is_refused():
   """rho-bar >= c-bar holds per value but not for the combination."""
   with pytest.raises(ValueError, match="clip_rho_threshold >= clip_c_threshold"):

@@ -69,6 +69,16 @@ def test_seeds_pool_and_a_different_learning_rate_separates(tmp_path):
   assert labels == {3: "impala learning_rate=0.0006", 2: "impala learning_rate=0.001"}
 
 
+def test_labels_write_values_as_a_sweep_names_its_directories(tmp_path):
+  """A sweep's learner of learning_rate 1.0 is in learning_rate=1/: its label says the same;
+  a value that 6 digits would round keeps all of them."""
+  for name, lr in [("one", 1.0), ("half", 0.5), ("fine", 1.0000001e-3), ("round", 1e-3)]:
+    write_run(tmp_path / name, lr=lr)
+  assert sorted(S.group_labels(_groups([tmp_path]))) == [
+      "impala learning_rate=0.001", "impala learning_rate=0.0010000001",
+      "impala learning_rate=0.5", "impala learning_rate=1"]  # fmt: skip
+
+
 def test_runs_are_grouped_by_their_input_files_contents_not_paths(tmp_path):
   """SQIL's runs record their demonstrations' path in the config and its digest in
   `inputs`: the same file under two paths pools, another file under the same path does

@@ -125,6 +125,17 @@ CASES = [
     ),
     ("impala", ["--preset", "atari", "--env-id", "CartPole-v1"], "made for Atari tasks"),
     ("impala", ["--atari"], "--atari applies to Atari tasks"),
+    (
+        "acer",
+        [
+            "--env-id",
+            "gymnax:CartPole-v1",
+            "--no-use-trust-region",
+            "--sweep",
+            "trust_region_delta=0.5,1",
+        ],
+        "--sweep trust_region_delta: the trust region's size",
+    ),
     ("sql", ["--env-id", "CarRacing-v2"], "(96, 96, 3) look like [H, W, C]"),
     ("impala", ["--env-id", "Hopper-v4", "--rollout", "compiled"], "use the host backend"),
     (

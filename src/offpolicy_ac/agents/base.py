@@ -17,6 +17,7 @@ import functools
 import math
 from typing import Any
 from typing import Callable
+from typing import Iterable
 from typing import NamedTuple
 from typing import Sequence
 
@@ -338,6 +339,16 @@ def check_discrete(spec: Any, agent: str) -> None:
         f"{agent} needs a discrete action space, but {spec.task_id} has continuous "
         f"actions of shape {spec.action_shape}"
     )
+
+
+def check_swept_settings_used(config: Any, spec: Any, names: Iterable[str]) -> None:
+  """Refuses (ValueError, "--sweep <field>: <why>") a sweep over a field of `names` that
+  has no effect on the task of `spec` with this config (`unused_on`, as
+  `check_settings_used`): its learners would train alike."""
+  unused = getattr(config, "unused_on", lambda spec: {})(spec)
+  for name in names:
+    if name in unused:
+      raise ValueError(f"--sweep {name}: {unused[name]}")
 
 
 def check_settings_used(config: Any, spec: Any) -> None:

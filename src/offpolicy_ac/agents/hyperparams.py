@@ -99,8 +99,11 @@ def parse_sweep(config: Any, specs: Sequence[str]) -> dict[str, list[float]]:
     if name in values:
       raise ValueError(f"--sweep names {name!r} twice")
     _check_names(config, {name: None})
+    parts = [v.strip() for v in listed.split(",")]
+    if any(parts) and not all(parts):  # 1e-3,,3e-3
+      raise ValueError(f"--sweep {name}: a value is missing in {listed!r}")
     try:
-      values[name] = [float(v) for v in listed.split(",") if v.strip()]
+      values[name] = [float(v) for v in parts if v]
     except ValueError:
       raise ValueError(f"--sweep {name}: the values must be numbers, got {listed!r}") from None
     if not values[name]:

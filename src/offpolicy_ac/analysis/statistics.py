@@ -282,9 +282,17 @@ def group_labels(groups: Sequence[RunGroup]) -> list[str]:
     names = [s if short.count(s) == 1 else k for k, s in zip(differing, short)]
     mine = dict(g.settings)
     labels.append(" ".join(
-        [g.algorithm] + [f"{n}={mine.get(k, absent)}" for n, k in zip(names, differing)]
+        [g.algorithm] + [f"{n}={_setting(mine.get(k, absent))}" for n, k in zip(names, differing)]
     ))  # fmt: skip
   return labels
+
+
+def _setting(value: Any) -> str:
+  """A setting's value in a label: a float as a sweep names its learners' directories
+  (`1` for 1.0, `0.001`), unless that would round it."""
+  if isinstance(value, float) and float(f"{value:g}") == value:
+    return f"{value:g}"
+  return str(value)
 
 
 def align_runs(

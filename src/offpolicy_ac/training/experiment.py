@@ -45,6 +45,7 @@ from typing import Sequence
 import jax
 
 from offpolicy_ac.agents.base import check_settings_used
+from offpolicy_ac.agents.base import check_swept_settings_used
 from offpolicy_ac.agents.registry import AGENTS
 from offpolicy_ac.agents.registry import check_registered
 from offpolicy_ac.analysis.metrics_file import read_json
@@ -401,6 +402,7 @@ def _program(name: str, args: Any, lanes: list[sweeps.Lane], *, agent_factory: C
   config: TrainConfig = args.train
   agent = agent_factory(task_spec(config))
   check_settings_used(agent.config, agent.spec)
+  check_swept_settings_used(agent.config, agent.spec, lanes[0].setting)
   # The run directory rebuilds its agent from `name` and the config (load_run, --resume), as
   # do compiled runs and sweeps: a custom agent under a built-in name would be replaced.
   check_registered(name, agent)
