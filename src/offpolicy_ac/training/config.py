@@ -254,8 +254,8 @@ def _check_ints(values: dict, low: int, *names: str) -> None:
 
 
 def _numpy_int(value: Any) -> bool:
-  """Whether `value` is an integer of another type than int (NumPy's, JAX's), which
-  config.json could not hold as it is."""
+  """Whether `value` is an integer of another type than int (NumPy's, JAX's): refused as
+  every other type is, with the fix in the message."""
   return isinstance(value, numbers.Integral) and not isinstance(value, (int, bool))
 
 
