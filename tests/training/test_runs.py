@@ -281,7 +281,8 @@ def test_a_run_written_before_a_field_existed_resumes_with_its_default(tmp_path)
   del written["config"]["agent"]["optimizer_eps"]  # as a version without the field wrote
   path.write_text(json.dumps(written))
   proc = _run("impala", run_dir, 5120, "--resume", "--optimizer-eps", "0.001", check=False)
-  assert proc.returncode != 0 and "agent.optimizer_eps" in proc.stderr
+  assert proc.returncode == 2 and ("--optimizer-eps (the run's config.json predates it: the "
+                                   "default, 1e-05; given 0.001)") in proc.stderr  # fmt: skip
   _run("impala", run_dir, 5120, "--resume")  # the field's default: the old behaviour
   assert json.loads((run_dir / "summary.json").read_text())["env_steps"] == 5120
 

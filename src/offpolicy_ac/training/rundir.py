@@ -469,7 +469,8 @@ def check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: b
     except (TypeError, ValueError) as e:
       raise ValueError(f"--resume: {config_path}: {e}") from None
     started = _canonical_sweep({**old["config"], "train": train}, args)
-    diffs = config_differences(started, new, _field_defaults(args))
+    defaults = _field_defaults(args)
+    diffs = config_differences(started, new, defaults)
     budget = lambda c: c.get("train", {}).get("budget", {}).get("total_env_steps")
     before, after = budget(old["config"]), budget(new)
     if after is not None and before is not None and after < before:
@@ -485,11 +486,12 @@ def check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: b
                            "from the one the run started with; resume with that file, or "
                            "start a new run")  # fmt: skip
     if diffs:
-      was, now = _flatten(started), _flatten(new)
+      was, now, usual = _flatten(started), _flatten(new), _flatten(defaults or {})
+      predates = "the run's config.json predates it: the default,"  # a field added since
+      held = lambda k: (f"the run's {json.dumps(was[k])}," if k in was else
+                        f"{predates} {json.dumps(usual.get(k))};")  # fmt: skip
       shown = "; ".join(  # by field name (unique), which scripts show as the flag
-          f"{k.rsplit('.', 1)[-1]} (the run's {json.dumps(was.get(k))}, given "
-          f"{json.dumps(now.get(k))})"
-          for k in diffs[:4]
+          f"{k.rsplit('.', 1)[-1]} ({held(k)} given {json.dumps(now.get(k))})" for k in diffs[:4]
       ) + ("; ..." if len(diffs) > 4 else "")
       raise ValueError(
           f"--resume: the config differs from the run's in {shown}; only the step budget "
