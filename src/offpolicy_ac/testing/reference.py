@@ -165,7 +165,8 @@ def importance_sampled_soft_value(q_samples, log_proposal, alpha):
 def box_mixture_log_density(actions, center, std, uniform_fraction):
   """log(f 2^-d + (1 - f) prod_i TN(a_i; center_i, std, -1, 1)) per sample.
 
-  actions: [..., M, d]; center: [..., d]. Float64 loops with math.erf; returns [..., M].
+  actions: [..., M, d]; center: [..., d]. Float64 loops with math.erf, summed in log space
+  (a narrow normal's density far from its centre underflows); returns [..., M].
   """
   a = np.asarray(actions, np.float64)
   c = np.asarray(center, np.float64)
@@ -174,13 +175,18 @@ def box_mixture_log_density(actions, center, std, uniform_fraction):
   out = np.empty(lead + (m,))
   for idx in np.ndindex(*lead):
     for j in range(m):
-      density = 1.0
+      log_normal = 0.0
       for i in range(d):
         mu, x = c[idx][i], a[idx][j, i]
         mass = cdf((1.0 - mu) / std) - cdf((-1.0 - mu) / std)
         z = (x - mu) / std
-        density *= math.exp(-0.5 * z * z) / (math.sqrt(2.0 * math.pi) * std * mass)
-      out[idx + (j,)] = math.log(uniform_fraction * 2.0**-d + (1.0 - uniform_fraction) * density)
+        log_normal += -0.5 * z * z - math.log(math.sqrt(2.0 * math.pi) * std * mass)
+      terms = []
+      if uniform_fraction > 0.0:
+        terms.append(math.log(uniform_fraction) - d * math.log(2.0))
+      if uniform_fraction < 1.0:
+        terms.append(math.log(1.0 - uniform_fraction) + log_normal)
+      out[idx + (j,)] = np.logaddexp.reduce(terms)
   return out
 
 
