@@ -22,6 +22,7 @@ from offpolicy_ac.cli import parse_plain
 from offpolicy_ac.cli import script_main
 from offpolicy_ac.training import load_run
 from offpolicy_ac.training import pool_seed
+from offpolicy_ac.training.config import MAX_SEED
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,7 +56,7 @@ class Args:
 def main(args: Args) -> dict:
   if args.episodes < 1:
     raise ValueError(f"--episodes must be >= 1, got {args.episodes}")
-  if not 0 <= args.seed < 2**32:  # a PRNG key's seed (the behaviour policy's)
+  if not 0 <= args.seed < MAX_SEED:  # a PRNG key's seed (the behaviour policy's)
     raise ValueError(f"--seed must be in [0, 2**32), got {args.seed}")
   fraction = args.action_box_fraction
   if fraction is not None and not 0.0 < fraction <= 1.0:

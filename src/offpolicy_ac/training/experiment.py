@@ -367,11 +367,9 @@ def _refuse_another_seeds_shape(name: str, root: pathlib.Path, config: TrainConf
   seeds = [root / f"seed{seed}" / "config.json" for seed in config.seeds]
   budget_of = lambda path: read_json(path).get("config", {}).get("train", {}).get("budget", {})
   held = next((path for path in [root / "config.json", *seeds] if path.exists()), None)
-  record = read_json(held) if held is not None else {}
-  algorithm = record.get("algorithm", name) if isinstance(record, dict) else name
-  if algorithm != name:
-    raise ValueError(f"--resume: {root} is a run of {algorithm}, not of {name}: resume it with "
-                     f"experiments/{algorithm}.py")  # fmt: skip
+  record = read_json(held) if held is not None else None
+  if isinstance(record, dict) and "algorithm" in record:  # (others: refused by what they are)
+    rundir.check_algorithm(name, root, record)
   if one_after_another and (root / "config.json").exists():
     budget = budget_of(root / "config.json")
     why = (

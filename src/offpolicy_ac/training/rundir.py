@@ -430,6 +430,14 @@ def _field_defaults(args: Any) -> Optional[dict]:
     return None
 
 
+def check_algorithm(name: str, run_dir: pathlib.Path, record: dict) -> None:
+  """On --resume, refuses a run (its config.json `record`) of another algorithm than
+  `name`, naming the script that resumes it."""
+  if record.get("algorithm") != name:
+    raise ValueError(f"--resume: {run_dir} is a run of {record.get('algorithm')}, not of "
+                     f"{name}: resume it with experiments/{record.get('algorithm')}.py")  # fmt: skip
+
+
 def check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: bool,
                           others: Sequence[pathlib.Path] = (),
                           inputs: Optional[dict] = None,
@@ -452,9 +460,7 @@ def check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: b
   if resume:
     if old is None:
       raise FileNotFoundError(f"--resume: {run_dir} holds no run (no config.json)")
-    if old.get("algorithm") != name:
-      raise ValueError(f"--resume: {run_dir} is a run of {old.get('algorithm')}, not of "
-                       f"{name}: resume it with experiments/{old.get('algorithm')}.py")  # fmt: skip
+    check_algorithm(name, run_dir, old)
     if "loop" in old["config"]:
       raise ValueError(
           f"--resume: {run_dir} was written by offpolicy_ac 0.1 (a flat `loop` config, "
