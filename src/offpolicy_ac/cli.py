@@ -605,13 +605,18 @@ def _presets_note(presets: Sequence[str], env_presets: EnvPresets) -> str:
 
 
 def _task_kind(config: Any) -> tuple[bool, int, str]:
-  """(discrete actions, observation rank, a description) of a config's task."""
+  """(discrete actions, observation rank, a description) of a config's task. brax's tasks
+  are all continuous control from vector observations: known without loading brax and
+  building the task (seconds)."""
   from offpolicy_ac.training.sources import task_spec  # envpool's registry, only when needed
 
-  spec = task_spec(config)
-  kind = "discrete" if spec.is_discrete else "continuous"
-  rank = len(spec.observation_shape)
-  return spec.is_discrete, rank, f"{kind} actions, {rank}-d observations"
+  if config.env.env_id.startswith("brax:"):
+    is_discrete, rank = False, 1
+  else:
+    spec = task_spec(config)
+    is_discrete, rank = spec.is_discrete, len(spec.observation_shape)
+  kind = "discrete" if is_discrete else "continuous"
+  return is_discrete, rank, f"{kind} actions, {rank}-d observations"
 
 
 def check_preset_task(name: str, preset: Any, config: Any, env_presets: EnvPresets) -> None:

@@ -251,6 +251,15 @@ def test_brax_tasks_load_without_brax_maintenance_notice():
   assert not [w for w in caught if "Brax System" in str(w.message)]
 
 
+def test_the_preset_check_knows_brax_task_kinds_without_building_them(pendulum):
+  from offpolicy_ac import cli  # it assumes every brax task is continuous, vector-observed
+  from offpolicy_ac.training import TrainConfig
+
+  spec = pendulum[0].spec
+  config = TrainConfig.of(env_id="brax:inverted_pendulum", compile_for="startup")
+  assert cli._task_kind(config)[:2] == (spec.is_discrete, len(spec.observation_shape))
+
+
 def test_brax_spec_termination_truncation_clipping_and_final_observation(pendulum):
   from brax import envs as brax_envs
 
