@@ -9,7 +9,10 @@ Plays `--episodes` episodes with the deterministic policy (greedy, or the Gaussi
 mean), each on its own freshly reset environment, as the in-training evaluation does
 (`training/evaluation.py`); prints each episode's return and their mean, std (of the
 episodes played: NumPy's, ddof 0), min and max, and writes them to
-<run-dir>/evaluation.json (or `--out`). With `--video`, also renders episode 0 (same
+<run-dir>/evaluation.json (or `--out`). The episodes are played in pools of at most
+`POOL_SIZE` environments, pool k seeded `training.pool_seed(seed, "evaluate") + k *
+POOL_SIZE`: on envpool tasks, whose environment i of a pool of seed s is seeded s + i, the
+same episodes as one pool of them all, in bounded memory. With `--video`, also renders episode 0 (same
 seed, so the same episode) with envpool's renderer and writes an MP4. Runs on JAX
 environments (gymnax, brax) evaluate on a host pool of them (`envs.FunctionalPool`); they
 cannot be rendered (`--video` fails before evaluating).
@@ -40,6 +43,12 @@ from offpolicy_ac.training import write_video
 from offpolicy_ac.training.evaluation import EpisodeLimitError
 from offpolicy_ac.training.video import check_video_path
 
+POOL_SIZE = 256
+"""The most environments evaluated at once (an Atari emulator holds megabytes)."""
+MAX_EPISODES = 2**20
+"""The most episodes: envpool seeds environment i of a pool seed + i, below 2**31, and
+`pool_seed` leaves room for 2**20."""
+
 
 @dataclasses.dataclass(frozen=True)
 class Args:
@@ -63,7 +72,8 @@ class Args:
   fps: float = 30.0
   """Frames per second of the video."""
   max_steps: int = 1_000_000
-  """Give up (an error) if the episodes have not ended after this many steps."""
+  """Give up (an error) if the episodes of a pool (`POOL_SIZE`) have not ended after this
+  many steps."""
   import_modules: tuple[str, ...] = ()
   """Modules to import first (dotted names, or .py files): those that register the run's
   custom agent or torso (agents.register_agent, networks.register_torso)."""
@@ -71,8 +81,8 @@ class Args:
 
 def main(args: Args) -> dict:
   """Evaluates; returns what it writes to the JSON file."""
-  if args.episodes < 1:
-    raise ValueError(f"--episodes must be >= 1, got {args.episodes}")
+  if not 1 <= args.episodes <= MAX_EPISODES:
+    raise ValueError(f"--episodes must be in [1, {MAX_EPISODES:,}], got {args.episodes}")
   if args.seed < 0:
     raise ValueError(f"--seed must be >= 0, got {args.seed}")
   if args.best and args.checkpoint is not None:
@@ -109,8 +119,12 @@ def main(args: Args) -> dict:
 def _evaluate(args: Args, run: Any, video_env: Any) -> dict:
   """`main` after its checks: evaluates, writes the JSON, renders into `video_env`."""
   env_id = run.config.env.env_id
-  with run.make_env(args.episodes, pool_seed(args.seed, "evaluate")) as env:
-    returns = evaluate(env, run.greedy, run.acting, args.episodes, max_steps=args.max_steps)
+  returns = []
+  for first in range(0, args.episodes, POOL_SIZE):
+    size = min(POOL_SIZE, args.episodes - first)
+    with run.make_env(size, pool_seed(args.seed, "evaluate") + first) as env:
+      returns.append(evaluate(env, run.greedy, run.acting, size, max_steps=args.max_steps))
+  returns = np.concatenate(returns)
   protocol = describe_protocol(run.config, args.episodes)
   result = {
       "run_dir": str(run.run_dir),

@@ -68,10 +68,34 @@ def test_evaluate_prints_and_writes_the_returns_and_a_video(tmp_path, capsys, pr
   assert np.abs(frames[0].astype(int) - frames[-1].astype(int)).max() > 100  # it moved
 
 
+def test_many_episodes_are_played_in_bounded_pools_as_one_pool_would(tmp_path, monkeypatch):
+  run_dir = _train(tmp_path / "run", "cartpole", 512)
+  module = load_script("evaluate")
+  monkeypatch.setattr(module, "POOL_SIZE", 4)
+  run, pools = load_run(run_dir), []
+  make_env = type(run).make_env
+
+  def recording(self, num_envs, seed, **kwargs):
+    pools.append((num_envs, seed))
+    return make_env(self, num_envs, seed, **kwargs)
+
+  monkeypatch.setattr(type(run), "make_env", recording)
+  result = module.main(module.Args(run_dir=str(run_dir), episodes=10, seed=2))
+  first = pool_seed(2, "evaluate")
+  assert pools == [(4, first), (4, first + 4), (2, first + 8)]
+  monkeypatch.undo()
+  with run.make_env(10, pool_seed(2, "evaluate")) as env:  # envpool seeds env i seed + i
+    returns = evaluate(env, run.greedy, run.acting, 10)
+  np.testing.assert_allclose(result["returns"], returns, rtol=1e-6)
+  assert len(set(result["returns"])) > 1  # different episodes
+
+
 def test_evaluate_refuses_bad_arguments(tmp_path):
   module = load_script("evaluate")
   with pytest.raises(ValueError, match="--episodes"):
     module.main(module.Args(run_dir=str(tmp_path), episodes=0))
+  with pytest.raises(ValueError, match=r"--episodes must be in \[1, 1,048,576\]"):
+    module.main(module.Args(run_dir=str(tmp_path), episodes=2**20 + 1))
   with pytest.raises(FileNotFoundError, match="no config.json"):
     module.main(module.Args(run_dir=str(tmp_path)))
 
