@@ -34,11 +34,11 @@ from offpolicy_ac.cli import check_output_file
 from offpolicy_ac.cli import import_modules
 from offpolicy_ac.cli import parse_plain
 from offpolicy_ac.cli import script_main
+from offpolicy_ac.training import RenderedEpisode
 from offpolicy_ac.training import describe_protocol
 from offpolicy_ac.training import evaluate
 from offpolicy_ac.training import load_run
 from offpolicy_ac.training import pool_seed
-from offpolicy_ac.training import render_episode
 from offpolicy_ac.training import write_video
 from offpolicy_ac.training.evaluation import EpisodeLimitError
 from offpolicy_ac.training.video import check_video_path
@@ -156,12 +156,12 @@ def _evaluate(args: Args, run: Any, video_env: Any) -> dict:
   out.write_text(json.dumps(result, indent=2))  # before rendering, which may fail
   print(f"wrote {out}")
   if args.video:
-    frames, video_return = render_episode(video_env, run.greedy, run.acting,
-                                          max_steps=args.max_steps)  # fmt: skip
-    path = write_video(args.video, frames, fps=args.fps)
-    result["video"] = {"path": str(path), "frames": len(frames), "return": video_return}
+    episode = RenderedEpisode(video_env, run.greedy, run.acting, max_steps=args.max_steps)
+    path = write_video(args.video, episode, fps=args.fps)  # each frame as it is rendered
+    frames, video_return = episode.num_frames, episode.episode_return
+    result["video"] = {"path": str(path), "frames": frames, "return": video_return}
     out.write_text(json.dumps(result, indent=2))
-    print(f"video of episode 0 ({len(frames)} frames, return {video_return:.2f}): {path}")
+    print(f"video of episode 0 ({frames} frames, return {video_return:.2f}): {path}")
   return result
 
 

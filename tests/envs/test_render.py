@@ -4,7 +4,9 @@ import numpy as np
 import pytest
 
 from offpolicy_ac import envs
+from offpolicy_ac.training import RenderedEpisode
 from offpolicy_ac.training import render_episode
+from offpolicy_ac.training.evaluation import EpisodeLimitError
 
 
 @pytest.mark.parametrize(
@@ -64,3 +66,20 @@ def test_render_episode_renders_every_step_until_last():
   with envs.make("CartPole-v1", 2, 5, render_mode="rgb_array") as env:
     with pytest.raises(ValueError, match="one environment"):
       render_episode(env, push_right, None)
+
+
+def test_a_rendered_episode_yields_render_episodes_frames_one_at_a_time():
+  push_right = lambda params, obs: np.ones((obs.shape[0],), np.int32)
+  with envs.make("CartPole-v1", 1, 5, render_mode="rgb_array") as env:
+    frames, ret = render_episode(env, push_right, None)
+  with envs.make("CartPole-v1", 1, 5, render_mode="rgb_array") as env:
+    episode = RenderedEpisode(env, push_right, None)
+    streamed = iter(episode)
+    first = next(streamed)
+    assert episode.num_frames == 1 and episode.episode_return is None
+    rest = list(streamed)
+  np.testing.assert_array_equal(np.stack([first, *rest]), frames)
+  assert episode.episode_return == ret and episode.num_frames == len(frames)
+  with envs.make("CartPole-v1", 1, 5, render_mode="rgb_array") as env:
+    with pytest.raises(EpisodeLimitError, match="did not finish in 3 steps"):
+      list(RenderedEpisode(env, push_right, None, max_steps=3))

@@ -114,6 +114,33 @@ def test_write_video_round_trip_pads_odd_sizes(tmp_path):
   assert not list(path.parent.glob(".*tmp*"))
 
 
+def test_write_video_encodes_frames_as_an_iterable_yields_them(tmp_path):
+  def frames():
+    for k in range(5):
+      yield np.full((8, 9, 3), 40 * k, np.uint8)
+
+  path = write_video(tmp_path / "v.mp4", frames(), fps=10)
+  back = iio.imread(path)
+  assert back.shape == (5, 8, 10, 3)
+  np.testing.assert_allclose(back[:, :, :9].mean(axis=(1, 2, 3)), 40 * np.arange(5), atol=6)
+
+
+def test_write_video_leaves_no_file_when_its_frames_fail(tmp_path):
+  def frames():
+    yield np.zeros((8, 8, 3), np.uint8)
+    raise RuntimeError("the episode did not finish")
+
+  with pytest.raises(RuntimeError, match="did not finish"):
+    write_video(tmp_path / "v.mp4", frames())
+  with pytest.raises(ValueError, match=r"frame 1 is \(8, 6, 3\) uint8, frame 0 \(8, 8, 3\)"):
+    write_video(
+        tmp_path / "v.mp4", iter([np.zeros((8, 8, 3), np.uint8)] + [np.zeros((8, 6, 3), np.uint8)])
+    )
+  with pytest.raises(ValueError, match="got no frame"):
+    write_video(tmp_path / "v.mp4", iter([]))
+  assert not list(tmp_path.iterdir())
+
+
 def test_write_video_expands_the_home_directory(tmp_path, monkeypatch):
   monkeypatch.setenv("HOME", str(tmp_path / "home"))
   monkeypatch.chdir(tmp_path)

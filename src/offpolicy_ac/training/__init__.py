@@ -27,6 +27,7 @@ from offpolicy_ac.training.driver import RunResult
 from offpolicy_ac.training.driver import Update
 from offpolicy_ac.training.driver import drive
 from offpolicy_ac.training.envpool_program import train
+from offpolicy_ac.training.evaluation import RenderedEpisode
 from offpolicy_ac.training.evaluation import describe_protocol
 from offpolicy_ac.training.evaluation import evaluate
 from offpolicy_ac.training.evaluation import render_episode
@@ -65,6 +66,7 @@ __all__ = [
     "ParallelConfig",
     "Program",
     "Progress",
+    "RenderedEpisode",
     "ReplayConfig",
     "ResumeError",
     "RunLogger",

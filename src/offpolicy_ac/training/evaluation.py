@@ -4,7 +4,8 @@ The protocol of the in-training evaluation and of `experiments/evaluate.py`: N e
 each on its own freshly reset environment of an N-environment pool (so no episode is
 picked for being short), with the policy's deterministic action; an episode ends at its
 LAST step, time-limit truncations included; Atari pools use evaluation settings (whole
-games, raw scores). `render_episode` plays and renders episode 0 of the same protocol.
+games, raw scores). `render_episode` (in memory) and `RenderedEpisode` (streamed) play
+and render episode 0 of the same protocol.
 `describe_protocol` says all of it in one line, to print beside a score.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 from typing import Callable
+from typing import Iterator
 
 import numpy as np
 
@@ -80,30 +82,53 @@ def evaluate(
   raise EpisodeLimitError(f"evaluation did not finish {num_episodes} episodes in {max_steps} steps")
 
 
-def render_episode(
-    env: Any, greedy_act: Callable, params: Any, max_steps: int = 1_000_000
-) -> tuple[np.ndarray, float]:
-  """Plays one episode of the deterministic policy and renders every step of it.
+class RenderedEpisode:
+  """One episode of the deterministic policy, rendered as it is played: iterating yields
+  its frames [H, W, 3] uint8, one at a time (the reset, then the state after each step), so
+  that a writer (`write_video`) holds one frame, not the episode's (a 27,000-step Atari
+  game is 2.7 GB of frames). After the iteration, `episode_return` is the episode's return
+  (the raw game score on Atari) and `num_frames` the frames yielded.
 
   `env` is a pool of one environment made with `render_mode="rgb_array"`; envpool seeds
   environment i of a pool with `seed + i`, so with the same seed this is the episode
   `evaluate` plays on its environment 0 (evaluate.py passes both `pool_seed(seed,
-  "evaluate")`). The episode runs from the reset (FIRST) to its
-  LAST step, a time-limit truncation included.
+  "evaluate")`). The episode runs from the reset (FIRST) to its LAST step, a time-limit
+  truncation included; `EpisodeLimitError` after `max_steps` steps.
+  """
+
+  def __init__(self, env: Any, greedy_act: Callable, params: Any, max_steps: int = 1_000_000):
+    if env.num_envs != 1:
+      raise ValueError(f"a rendered episode plays one environment, the pool has {env.num_envs}")
+    self.env, self.greedy_act, self.params, self.max_steps = env, greedy_act, params, max_steps
+    self.episode_return: float | None = None
+    self.num_frames = 0
+
+  def __iter__(self) -> Iterator[np.ndarray]:
+    env = self.env
+    env.pop_episode_stats()
+    ts = env.reset()
+    self.num_frames = 1
+    yield env.render()[0]
+    for _ in range(self.max_steps):
+      ts = env.step(np.asarray(self.greedy_act(self.params, ts.observation)))
+      self.num_frames += 1
+      yield env.render()[0]
+      if ts.step_type[0] == LAST:
+        self.episode_return = float(env.pop_episode_stats().episode_return[0])
+        return
+    raise EpisodeLimitError(f"the episode did not finish in {self.max_steps} steps")
+
+
+def render_episode(
+    env: Any, greedy_act: Callable, params: Any, max_steps: int = 1_000_000
+) -> tuple[np.ndarray, float]:
+  """Plays one episode of the deterministic policy and renders every step of it, in
+  memory (`RenderedEpisode` streams them instead; see there for `env` and the episode).
 
   Returns:
     (frames [L + 1, H, W, 3] uint8: the reset and the state after each of the episode's
     L steps; the episode's return, the raw game score on Atari).
   """
-  if env.num_envs != 1:
-    raise ValueError(f"render_episode plays one environment, the pool has {env.num_envs}")
-  env.pop_episode_stats()
-  ts = env.reset()
-  frames = [env.render()[0]]
-  for _ in range(max_steps):
-    ts = env.step(np.asarray(greedy_act(params, ts.observation)))
-    frames.append(env.render()[0])
-    if ts.step_type[0] == LAST:
-      stats = env.pop_episode_stats()
-      return np.stack(frames), float(stats.episode_return[0])
-  raise EpisodeLimitError(f"the episode did not finish in {max_steps} steps")
+  episode = RenderedEpisode(env, greedy_act, params, max_steps)
+  frames = np.stack(list(episode))
+  return frames, episode.episode_return

@@ -1,13 +1,14 @@
 """MP4 videos of rendered frames (imageio with imageio-ffmpeg's own ffmpeg binary).
 
-frames, episode_return = render_episode(env, greedy, acting)   # training.evaluation
-write_video("greedy.mp4", frames, fps=30)
+episode = RenderedEpisode(env, greedy, acting)   # training.evaluation
+write_video("greedy.mp4", episode, fps=30)      # frames encoded as they are rendered
 """
 
 from __future__ import annotations
 
 import os
 import pathlib
+from typing import Iterable
 import warnings
 
 import numpy as np
@@ -19,32 +20,47 @@ def check_video_path(path: str | os.PathLike) -> None:
     raise ValueError(f"videos are written as H.264 MP4: give a path ending in .mp4, got {path}")
 
 
-def write_video(path: str | os.PathLike, frames: np.ndarray, fps: float = 30.0) -> pathlib.Path:
-  """Writes frames [N, H, W, 3] uint8 as an H.264 MP4, one video frame per frame.
+def write_video(path: str | os.PathLike, frames: Iterable[np.ndarray],
+                fps: float = 30.0) -> pathlib.Path:  # fmt: skip
+  """Writes frames as an H.264 MP4, one video frame per frame: an array [N, H, W, 3] uint8,
+  or any iterable of [H, W, 3] uint8 frames (`training.RenderedEpisode`), encoded as they
+  come, so that only one frame is held at a time.
 
   Odd heights and widths are padded by one black row / column (the yuv420p pixel
-  format needs even sizes). The file is written next to `path`, then renamed onto it.
+  format needs even sizes). The file is written next to `path`, then renamed onto it; a
+  failure (a bad frame, or one the iterable raises) leaves no file.
   """
-  frames = np.asarray(frames)
-  if frames.ndim != 4 or frames.shape[-1] != 3 or frames.dtype != np.uint8 or not len(frames):
+  if isinstance(frames, np.ndarray) and (frames.ndim != 4 or not len(frames)):
     raise ValueError(f"frames must be [N >= 1, H, W, 3] uint8, got {frames.shape} {frames.dtype}")
   if not fps > 0:
     raise ValueError(f"fps must be > 0, got {fps}")
   check_video_path(path)
   import imageio.v2 as imageio  # slow to import: only when writing a video
 
-  _, height, width, _ = frames.shape
-  frames = np.pad(frames, ((0, 0), (0, height % 2), (0, width % 2), (0, 0)))
   path = pathlib.Path(path).expanduser()
   path.parent.mkdir(parents=True, exist_ok=True)
   tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
-  with warnings.catch_warnings():
-    # ffmpeg runs in a subprocess, which it execs at once: JAX's warning about
-    # os.fork() in a multithreaded process does not apply.
-    warnings.filterwarnings("ignore", message="os.fork", category=RuntimeWarning)
-    with imageio.get_writer(tmp, fps=fps, codec="libx264", macro_block_size=2,
-                            ffmpeg_log_level="error") as writer:  # fmt: skip
-      for frame in frames:
-        writer.append_data(frame)
+  shape = None
+  try:
+    with warnings.catch_warnings():
+      # ffmpeg runs in a subprocess, which it execs at once: JAX's warning about
+      # os.fork() in a multithreaded process does not apply.
+      warnings.filterwarnings("ignore", message="os.fork", category=RuntimeWarning)
+      with imageio.get_writer(tmp, fps=fps, codec="libx264", macro_block_size=2,
+                              ffmpeg_log_level="error") as writer:  # fmt: skip
+        for k, frame in enumerate(frames):
+          frame = np.asarray(frame)
+          shape = frame.shape if shape is None else shape
+          if frame.shape != shape or len(shape) != 3 or shape[-1] != 3 or frame.dtype != np.uint8:
+            first = f", frame 0 {shape}" if k else ""
+            raise ValueError(f"frames must be [H, W, 3] uint8, all of one size: frame {k} is "
+                             f"{frame.shape} {frame.dtype}{first}")  # fmt: skip
+          height, width, _ = shape
+          writer.append_data(np.pad(frame, ((0, height % 2), (0, width % 2), (0, 0))))
+        if shape is None:
+          raise ValueError("frames must be [N >= 1, H, W, 3] uint8, got no frame")
+  except BaseException:
+    tmp.unlink(missing_ok=True)
+    raise
   os.replace(tmp, path)
   return path
