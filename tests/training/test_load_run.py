@@ -500,6 +500,11 @@ def test_the_final_policys_score_counts_as_an_evaluation(tmp_path):
   short = _run("impala", tmp_path / "short", total_env_steps=512, log_every=512,
                eval_every=2048, checkpoint_every=512)  # fmt: skip
   assert _equal_trees(load_run(short, best=True).params, load_run(short).params)
+  # Without evaluation there is no best, and the refusal says why (not "yet").
+  none = _run("impala", tmp_path / "none", total_env_steps=512, log_every=512, eval_every=0)
+  with pytest.raises(ValueError, match=r"holds no best parameters \(it trained with "
+                     r"--eval-every 0: no greedy evaluation, so no best\)"):  # fmt: skip
+    load_run(none, best=True)
 
 
 @pytest.mark.parametrize("path_type", [str, pathlib.Path])

@@ -846,6 +846,8 @@ def load_run(run_dir: str | os.PathLike, *, checkpoint: Optional[int] = None,
     if not (run_dir / BEST_PARAMS).exists():
       earlier = summary and "best_eval_return" not in summary  # a summary of 0.2 or earlier
       why = "offpolicy_ac 0.2 and earlier kept none" if earlier else "no evaluation yet"
+      if config.eval_interval == 0:
+        why = "it trained with --eval-every 0: no greedy evaluation, so no best"
       raise ValueError(f"{run_dir} holds no best parameters ({why}): no {BEST_PARAMS}")
     params = load_params(run_dir / BEST_PARAMS, params_template)
     transform = _load_transform(run_dir / BEST_TRANSFORM, transform)
