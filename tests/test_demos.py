@@ -174,6 +174,8 @@ def test_clip_to_box_clips_an_unbounded_dimension_at_its_finite_bound_only():
         ({"step_type": np.full(9, MID, np.int32)}, "each episode FIRST (0), MID (1) ..., LAST (2)"),
         ({"step_type": _episodes([5, 4])["step_type"].astype(np.float32)}, "`step_type` must be"),
         ({"discount": np.full(9, 5.0, np.float32)}, "`discount` must be floats in [0, 1]"),
+        ({"discount": np.float32([1, 1, 0, 1, 0, 1, 1, 1, 0])},
+         "`discount` must be 1 at FIRST and MID steps, got 0.0 at step 2"),  # fmt: skip
         ({"reward": np.zeros(9, np.int64)}, "`reward` must be floats, got int64"),
         ({"action": np.zeros(8, np.int32)}, "`action` has (8,) steps, episode lengths add up to 9"),
     ],

@@ -156,7 +156,8 @@ def load_demos(path: str | os.PathLike) -> dict[str, Any]:
     ValueError: not a demonstration file (not an `.npz`, damaged, or missing fields), or
       fields that are not whole episodes: step counts that disagree, `reward`,
       `discount` or `step_type` not [N], episodes that do not run FIRST, MID, ..., LAST
-      over `episode_lengths` (integers >= 2), discounts outside [0, 1]."""
+      over `episode_lengths` (integers >= 2), discounts outside [0, 1], or other than 1
+      before an episode's LAST step."""
   not_demos = (f"{path} is not a readable demonstration file (an .npz written by "
                "experiments/record_demos.py or demos.save_demos)")  # fmt: skip
   try:
@@ -211,6 +212,12 @@ def _check_episodes(demos: dict[str, np.ndarray], path: Any) -> None:
                      f"({MID}) ..., LAST ({LAST})")  # fmt: skip
   if not np.issubdtype(discount.dtype, np.floating) or ((discount < 0) | (discount > 1)).any():
     raise ValueError(f"{path}: `discount` must be floats in [0, 1]")
+  inside = (expected != LAST) & (discount != 1)
+  if inside.any():  # a 0 inside an episode would cut its bootstrap there, unseen
+    k = int(np.argmax(inside))
+    raise ValueError(f"{path}: `discount` must be 1 at FIRST and MID steps, got {discount[k]} at "
+                     f"step {k} (a step that ends its episode is LAST: discount 0 at a "
+                     "termination, 1 at a time limit)")  # fmt: skip
   if not np.issubdtype(demos["reward"].dtype, np.floating):
     raise ValueError(f"{path}: `reward` must be floats, got {demos['reward'].dtype}")
 
