@@ -9,7 +9,8 @@ Plays `--episodes` episodes with the deterministic policy (greedy, or the Gaussi
 mean), each on its own freshly reset environment, as the in-training evaluation does
 (`training/evaluation.py`); prints each episode's return and their mean, std (of the
 episodes played: NumPy's, ddof 0), min and max, and writes them to
-<run-dir>/evaluation.json (or `--out`). The episodes are played in pools of at most
+<run-dir>/evaluation.json (`evaluation_best.json` with `--best`,
+`evaluation_checkpoint<N>.json` with `--checkpoint N`; or `--out`). The episodes are played in pools of at most
 `POOL_SIZE` environments, pool k seeded `training.pool_seed(seed, "evaluate") + k *
 POOL_SIZE`: on envpool tasks, whose environment i of a pool of seed s is seeded s + i, the
 same episodes as one pool of them all, in bounded memory. With `--video`, also renders episode 0 (same
@@ -66,7 +67,8 @@ class Args:
   """Evaluate the best-evaluated parameters (best_params.msgpack) instead of the final
   ones."""
   out: Optional[str] = None
-  """Where to write the results as JSON (default: <run-dir>/evaluation.json)."""
+  """Where to write the results as JSON (default: <run-dir>/evaluation.json, or
+  evaluation_best.json with --best, evaluation_checkpoint<N>.json with --checkpoint N)."""
   video: Optional[str] = None
   """Also write an MP4 of episode 0 here."""
   fps: float = 30.0
@@ -102,7 +104,7 @@ def main(args: Args) -> dict:
   import_modules("--import-modules", args.import_modules)
   run = load_run(args.run_dir, checkpoint=args.checkpoint, best=args.best)
   if not args.out:  # before the episodes are played
-    check_output_file("--out", run.run_dir / "evaluation.json")
+    check_output_file("--out", _default_out(args, run.run_dir))
   with contextlib.ExitStack() as stack:
     # The video's pool first: a task that cannot render (a JAX environment) fails now.
     video_env = None
@@ -114,6 +116,16 @@ def main(args: Args) -> dict:
       return _evaluate(args, run, video_env)
     except EpisodeLimitError as e:
       raise ValueError(f"{e}: raise --max-steps") from e
+
+
+def _default_out(args: Args, run_dir: pathlib.Path) -> pathlib.Path:
+  """The results file in the run directory, one per choice of parameters (an evaluation of
+  the best ones does not overwrite the final ones')."""
+  if args.best:
+    return run_dir / "evaluation_best.json"
+  if args.checkpoint is not None:
+    return run_dir / f"evaluation_checkpoint{args.checkpoint}.json"
+  return run_dir / "evaluation.json"
 
 
 def _evaluate(args: Args, run: Any, video_env: Any) -> dict:
@@ -151,7 +163,7 @@ def _evaluate(args: Args, run: Any, video_env: Any) -> dict:
       f"min {result['min']:.2f} max {result['max']:.2f}"
   )
   print(f"protocol: {protocol}")
-  out = pathlib.Path(args.out).expanduser() if args.out else run.run_dir / "evaluation.json"
+  out = pathlib.Path(args.out).expanduser() if args.out else _default_out(args, run.run_dir)
   out.parent.mkdir(parents=True, exist_ok=True)
   out.write_text(json.dumps(result, indent=2))  # before rendering, which may fail
   print(f"wrote {out}")

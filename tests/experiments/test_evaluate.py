@@ -90,6 +90,23 @@ def test_many_episodes_are_played_in_bounded_pools_as_one_pool_would(tmp_path, m
   assert len(set(result["returns"])) > 1  # different episodes
 
 
+def test_evaluations_of_other_parameters_go_to_their_own_files(tmp_path):
+  args = presets.impala.PRESETS["cartpole"]
+  train = args.train.replace(total_env_steps=1024, log_every=512, checkpoint_every=512)
+  run_dir = tmp_path / "run"
+  presets.impala.run(dataclasses.replace(args, run_dir=str(run_dir), train=train), progress=False)
+  module = load_script("evaluate")
+  final = module.main(module.Args(run_dir=str(run_dir), episodes=2))
+  best = module.main(module.Args(run_dir=str(run_dir), episodes=2, best=True))
+  checkpoint = load_run(run_dir).checkpoints[-1]
+  kept = module.main(module.Args(run_dir=str(run_dir), episodes=2, checkpoint=checkpoint))
+  for name, result in [("evaluation", final), ("evaluation_best", best),
+                       (f"evaluation_checkpoint{checkpoint}", kept)]:  # fmt: skip
+    assert json.loads((run_dir / f"{name}.json").read_text()) == result
+  assert (final["parameters"], best["parameters"], kept["parameters"]) == (
+      "final", "best", "checkpoint")  # fmt: skip
+
+
 def test_evaluate_refuses_bad_arguments(tmp_path):
   module = load_script("evaluate")
   with pytest.raises(ValueError, match="--episodes"):
