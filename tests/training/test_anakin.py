@@ -119,6 +119,23 @@ def _impala_main(run_dir, **fields):
                                          resume=resume))  # fmt: skip
 
 
+def test_greedy_means_are_written_as_the_decimals_float32_held(tmp_path):
+  """A mean of 5 integer returns, computed in float32, reads 425.2, not 425.20001220703125."""
+  run_dir = tmp_path / "run"
+  _impala_main(run_dir, eval_episodes=5, eval_every=160)
+  summary = json.loads((run_dir / "summary.json").read_text())
+  means = [l["eval_return"] for l in _lines(run_dir) if "eval_return" in l]
+  means += [summary["last_eval_return"], summary["best_eval_return"]]
+  assert all(float(round(5 * mean)) == 5 * mean for mean in means), means
+  # Other means keep every digit float32 held; NaN (no evaluation) stays NaN.
+  from offpolicy_ac.training.compiled_program import _float32_mean
+
+  assert _float32_mean(np.float32(9.400001), 5) == 9.4
+  assert _float32_mean(np.float32(-153.34567), 5) == -153.34567
+  assert _float32_mean(np.float32(425.20001220703125), 5) == 425.2
+  assert np.isnan(_float32_mean(np.float32("nan"), 5))
+
+
 def _lines(run_dir):
   return [{k: v for k, v in l.items() if k not in WALL_CLOCK} for l in read_metrics(run_dir)]
 

@@ -171,5 +171,23 @@ class CompiledProgram:
     return state, Progress(taken, stopped, lanes, updates)
 
   def evaluate(self, state: Any) -> list[tuple[float, float]]:
+    """Each lane's (mean, min) greedy return, computed in float32 in the program, as the
+    decimals float32 held (`_float32_mean`)."""
     means, lows = jax.device_get(self._compiled()[1](state, self._hps))
-    return [(float(a), float(b)) for a, b in zip(np.ravel(means), np.ravel(lows))]
+    n = self.compiled.config.eval.eval_episodes
+    return [(_float32_mean(a, n), float(str(np.float32(b))))
+            for a, b in zip(np.ravel(means), np.ravel(lows))]  # fmt: skip
+
+
+def _float32_mean(mean: np.float32, n: int) -> float:
+  """A float32 mean of `n` returns as the decimal it stands for: k / n where it lies within
+  a float32 step of that fraction (a mean of integer returns, 47 / 5 = 9.4, which XLA's
+  float32 division gives as 9.400001), else its shortest decimal (425.2, not
+  425.20001220703125). Neither moves it by more than float32's own rounding."""
+  mean = np.float32(mean)
+  if not np.isfinite(mean):
+    return float(mean)
+  fraction = round(float(mean) * n) / n
+  if abs(float(mean) - fraction) <= float(np.spacing(np.abs(mean))):
+    return fraction
+  return float(str(mean))
