@@ -148,6 +148,22 @@ def test_a_second_process_on_a_run_directory_is_refused(tmp_path):
     pass
 
 
+def test_removing_a_held_lock_file_does_not_let_a_second_holder_in(tmp_path):
+  """After a kill -9 the .lock file stays and looks stale; removed while a run holds the
+  directory, it must not let a second process in (the directory itself is locked)."""
+  run_dir = tmp_path / "run"
+  with rundir.locked(run_dir):
+    with pytest.raises(rundir.RunDirectoryInUse, match=f'"pid": {os.getpid()}'):
+      with rundir.locked(run_dir):
+        pass
+    (run_dir / ".lock").unlink()
+    with pytest.raises(rundir.RunDirectoryInUse, match="unknown: its .lock file was removed"):
+      with rundir.locked(run_dir):
+        pass
+  with rundir.locked(run_dir):  # released
+    pass
+
+
 def test_a_new_run_is_refused_a_directory_of_other_files_or_inside_a_run(tmp_path):
   """A run's files must not mix with others: a folder of documents, another run's
   checkpoints/. An empty folder, and one a refused start left (lock files only), are

@@ -107,13 +107,16 @@ class RunDirectoryInUse(RuntimeError):
 
 @contextlib.contextmanager
 def locked(run_dir: pathlib.Path):
-  """Holds an OS-level lock on `run_dir` (`run_dir/.lock`, `fcntl.flock`) while the
-  context runs, so that one process at a time writes a run directory.
+  """Holds an OS-level lock on `run_dir` (`fcntl.flock` of the directory itself and of
+  `run_dir/.lock`) while the context runs, so that one process at a time writes a run
+  directory.
 
   The lock file says who holds it (host, pid, start time, command line). The kernel
-  releases the lock when its process ends, however it ends (kill -9 included), so a lock
-  left by a dead process never blocks; on a shared filesystem (NFS) the lock is the
-  server's, released when the holder's host stops renewing it.
+  releases the locks when their process ends, however it ends (kill -9 included), so a
+  lock left by a dead process never blocks, and removing a .lock file that looks stale
+  does not let a second process in: the directory stays locked. On a shared filesystem
+  (NFS), which may not lock directories, the lock file's lock is the server's, released
+  when the holder's host stops renewing it.
 
   Raises:
     RunDirectoryInUse: another process holds it; the message names the holder.
@@ -124,23 +127,40 @@ def locked(run_dir: pathlib.Path):
   except OSError as e:  # no permission, a read-only or missing filesystem
     raise ValueError(f"the run directory {run_dir} cannot be made ({e.strerror}): choose "
                      "another --run-dir") from e  # fmt: skip
-  fd = os.open(run_dir / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+  dir_fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY)
   try:
+    _lock_or_refuse(dir_fd, run_dir, directory=True)
+    fd = os.open(run_dir / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-      holder = os.pread(fd, 4096, 0).decode(errors="replace").strip() or "unknown"
-      raise RunDirectoryInUse(
-          f"{run_dir} is in use by another process ({holder}): wait for it to finish, stop "
-          "it, or choose another --run-dir"
-      ) from None
-    me = {"host": socket.gethostname(), "pid": os.getpid(),
-          "since": time.strftime("%Y-%m-%d %H:%M:%S"), "command": " ".join(sys.argv)}  # fmt: skip
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, json.dumps(me).encode(), 0)
-    yield
+      _lock_or_refuse(fd, run_dir, directory=False)
+      me = {"host": socket.gethostname(), "pid": os.getpid(),
+            "since": time.strftime("%Y-%m-%d %H:%M:%S"), "command": " ".join(sys.argv)}  # fmt: skip
+      os.ftruncate(fd, 0)
+      os.pwrite(fd, json.dumps(me).encode(), 0)
+      yield
+    finally:
+      os.close(fd)  # releases the file's lock
   finally:
-    os.close(fd)  # releases the lock
+    os.close(dir_fd)  # and the directory's
+
+
+def _lock_or_refuse(fd: int, run_dir: pathlib.Path, directory: bool) -> None:
+  """Locks `fd` (the run directory's, or its lock file's) or refuses, naming the holder
+  its lock file names. A directory that cannot be locked (NFS) is left to the file's."""
+  try:
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+  except BlockingIOError:
+    try:
+      holder = (run_dir / LOCK).read_text(errors="replace").strip() or "unknown"
+    except OSError:
+      holder = f"unknown: its {LOCK} file was removed"
+    raise RunDirectoryInUse(
+        f"{run_dir} is in use by another process ({holder}): wait for it to finish, stop "
+        "it, or choose another --run-dir"
+    ) from None
+  except OSError:
+    if not directory:
+      raise
 
 
 def _checksum_path(path: pathlib.Path) -> pathlib.Path:
