@@ -37,7 +37,6 @@ import ast
 import collections.abc
 import contextlib
 import dataclasses
-import errno
 import fnmatch
 import functools
 import importlib
@@ -73,6 +72,7 @@ from tyro.constructors import StructConstructorSpec
 from tyro.constructors import StructTypeInfo
 
 from offpolicy_ac.agents import hyperparams
+from offpolicy_ac.training.checkpoint import STORAGE_FULL
 from offpolicy_ac.training.config import fields_without_effect
 from offpolicy_ac.training.experiment import REFUSED
 from offpolicy_ac.training.experiment import is_refusal
@@ -761,10 +761,10 @@ def script_main(parse: Callable[[], Any], run: Callable[[Any], Any], *,
     exit_process(128 + signal.Signals[name].value,
                  last_words=f"[{prog}] stopped at once by {name}{kept}")  # fmt: skip
   except Exception as e:  # pylint: disable=broad-except
-    if isinstance(e, OSError) and e.errno == errno.ENOSPC:
+    if isinstance(e, OSError) and e.errno in STORAGE_FULL:
       where = f" ({e.filename})" if e.filename else ""
-      exit_process(1, last_words=f"[{prog}] error: no space left on device{where}; the last "
-                   "checkpoint is intact: free some space, then --resume")  # fmt: skip
+      exit_process(1, last_words=f"[{prog}] error: {STORAGE_FULL[e.errno]}{where}; the last "
+                   "checkpoint is intact: make room, then --resume")  # fmt: skip
     if not is_refusal(e):
       raise
     exit_process(2, last_words=f"[{prog}] error: {in_flag_terms(str(e), type(args))}")

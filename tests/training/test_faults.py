@@ -12,6 +12,7 @@ import json
 import os
 import pathlib
 import random
+import resource
 import signal
 import subprocess
 import sys
@@ -387,6 +388,24 @@ def test_a_full_disk_stops_with_one_line_and_resumes_exactly(tmp_path, straight,
     _same_run(disk / "run", straight)
   finally:
     subprocess.run(["umount", str(disk)], check=False)
+
+
+@pytest.mark.parametrize("kilobytes", [10, 40])  # the best parameters' file, a checkpoint's
+def test_a_file_size_limit_stops_with_one_line_and_resumes_exactly(tmp_path, straight, kilobytes):
+  """A file-size limit (ulimit -f, EFBIG; a quota's EDQUOT alike) is full storage too: one
+  line, no traceback of orbax's threads, the last checkpoint intact; --resume without the
+  limit repeats the uninterrupted run."""
+  limit = (kilobytes * 1024,) * 2
+  limited = lambda: resource.setrlimit(resource.RLIMIT_FSIZE, limit)
+  proc = subprocess.run(_cmd(tmp_path / "run"), capture_output=True, text=True, timeout=600,
+                        preexec_fn=limited)  # fmt: skip
+  last = [l for l in proc.stderr.splitlines() if l.strip()][-1]
+  assert proc.returncode == 1, proc.stderr[-3000:]
+  assert last.startswith("[impala] error: a file would pass the file-size limit (ulimit -f)")
+  assert "Traceback" not in proc.stderr and "ERROR:absl" not in proc.stderr
+  assert not list((tmp_path / "run").glob("*.tmp"))
+  _run(tmp_path / "run", "--resume")
+  _same_run(tmp_path / "run", straight)
 
 
 def test_a_stop_signal_in_a_compiled_run_checkpoints_there_and_resumes_exactly(tmp_path):

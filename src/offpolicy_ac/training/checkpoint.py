@@ -131,7 +131,21 @@ def _read_checksums(step_dir: pathlib.Path) -> dict[str, str]:
 SAVING = threading.Event()
 """Set while a checkpoint is written: the scripts' stop handlers let it finish."""
 
-_FULL_DISK = os.strerror(errno.ENOSPC)  # "No space left on device", as tensorstore says
+STORAGE_FULL = {
+    errno.ENOSPC: "no space left on device",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EFBIG: "a file would pass the file-size limit (ulimit -f)",
+}
+"""The write errors of storage that is full, for this process (a disk, a quota, a file-size
+limit), with what the scripts call them: a run stops on one with its last checkpoint
+intact, to be resumed once there is room."""
+
+
+def _storage_full(message: str) -> Optional[int]:
+  """The `STORAGE_FULL` errno a message names (tensorstore's say "No space left on device",
+  "File too large", ...), or None."""
+  return next((e for e in STORAGE_FULL if os.strerror(e) in message), None)
+
 
 
 class Checkpointer:
@@ -206,8 +220,9 @@ class Checkpointer:
     except Exception as e:  # pylint: disable=broad-except
       # tensorstore reports a full disk as a ValueError ("RESOURCE_EXHAUSTED ... No space
       # left on device"): the OSError it is, so that scripts say so in one line.
-      if _FULL_DISK in str(e) and not isinstance(e, OSError):
-        raise OSError(errno.ENOSPC, _FULL_DISK, str(self.directory)) from e
+      full = _storage_full(str(e))
+      if full is not None and not isinstance(e, OSError):
+        raise OSError(full, os.strerror(full), str(self.directory)) from e
       raise
     # Written last: a checkpoint without them is one whose save did not finish.
     checksums = {**array_checksums(savable), RECORD: record_checksum(record)}
@@ -307,10 +322,10 @@ class Checkpointer:
 
 
 class _FullDiskLines(logging.Filter):
-  """Drops log lines about a full disk: `Checkpointer.save` raises it, as one OSError."""
+  """Drops log lines about full storage: `Checkpointer.save` raises it, as one OSError."""
 
   def filter(self, record: logging.LogRecord) -> bool:
-    return _FULL_DISK not in record.getMessage()
+    return _storage_full(record.getMessage()) is None
 
 
 def _closed_loop_callbacks_dropped(previous: Callable) -> Callable:

@@ -78,9 +78,14 @@ def git_revision() -> str:
 
 
 def write_atomic(path: pathlib.Path, data: str | bytes) -> None:
-  """Writes `path` whole or not at all: into `<path>.tmp`, then renamed onto `path`."""
+  """Writes `path` whole or not at all: into `<path>.tmp`, then renamed onto `path` (a
+  failed write, a full disk, leaves no .tmp behind)."""
   tmp = path.with_name(path.name + ".tmp")
-  tmp.write_bytes(data.encode() if isinstance(data, str) else data)
+  try:
+    tmp.write_bytes(data.encode() if isinstance(data, str) else data)
+  except BaseException:
+    tmp.unlink(missing_ok=True)
+    raise
   os.replace(tmp, path)
 
 
