@@ -374,8 +374,23 @@ def test_bad_run_directories_are_refused_clearly(runs, tmp_path):
     with pytest.raises(ValueError, match="final_params.msgpack could not be read as the run's"):
       load_run(edited)
   (edited / "final_params.msgpack.crc32").write_bytes(b"\x92\xff\x00")  # not text: damaged
+  shutil.rmtree(edited / "checkpoints")  # none to fall back to
   with pytest.raises(DamagedCheckpointError, match="does not match its checksum"):
     load_run(edited)
+
+
+def test_damaged_final_parameters_give_way_to_the_newest_intact_checkpoint(runs, tmp_path):
+  """As --resume would go on from it; with no checkpoint, the damage is the error."""
+  run_dir = shutil.copytree(runs["impala"], tmp_path / "run")
+  intact = load_run(run_dir)
+  final = run_dir / "final_params.msgpack"
+  final.write_bytes(final.read_bytes()[:100])
+  with pytest.warns(
+      RuntimeWarning, match=r"does not match its checksum .*: loading the newest intact checkpoint"
+  ):
+    run = load_run(run_dir)
+  assert (run.source, run.env_steps) == ("checkpoint", intact.checkpoints[-1])
+  assert intact.env_steps == intact.checkpoints[-1] and _equal_trees(run.params, intact.params)
 
 
 def test_record_demos_records_the_runs_greedy_policy(runs, tmp_path):

@@ -147,7 +147,6 @@ def _storage_full(message: str) -> Optional[int]:
   return next((e for e in STORAGE_FULL if os.strerror(e) in message), None)
 
 
-
 class Checkpointer:
   """Saves and restores `(arrays pytree, json dict)` pairs under `directory` (see the
   module docstring); `training.train` and `training.drive` take one as `checkpointer`, and

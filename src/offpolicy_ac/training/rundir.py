@@ -821,8 +821,8 @@ def load_run(run_dir: str | os.PathLike, *, checkpoint: Optional[int] = None,
       directories; of a sweep: one of its <setting>/seed<k> directories).
     checkpoint: None: the final parameters (final_params.msgpack), or, if the run
       wrote none or went on since (it is still running, or was killed, resumed or not),
-      its newest checkpoint's (a damaged one is passed over, with a warning, as
-      `--resume` passes it over); an int: the checkpoint taken at that many env steps (see
+      or they are damaged (with a warning), its newest checkpoint's (a damaged one is
+      passed over, with a warning, as `--resume` passes it over); an int: the checkpoint taken at that many env steps (see
       `LoadedRun.checkpoints`).
     best: the best-evaluated parameters (best_params.msgpack: those of the evaluation
       with the highest mean return, summary.json's `best_eval_return`) instead of the
@@ -882,10 +882,10 @@ def load_run(run_dir: str | os.PathLike, *, checkpoint: Optional[int] = None,
     env_steps, source = (best_steps if isinstance(best_steps, int) else None), "best"
     if env_steps is None and not stale:  # a run from before best.json
       env_steps = summary.get("best_env_steps")
-  elif checkpoint is None and final.exists() and not stale:
-    params = load_params(final, params_template)
-    transform = _load_transform(run_dir / FINAL_TRANSFORM, transform)
-    env_steps, source = summary.get("env_steps"), "final"
+  elif checkpoint is None and final.exists() and not stale and (
+      loaded := _final_unless_damaged(run_dir, params_template, transform, steps)
+  ):  # fmt: skip
+    (params, transform), env_steps, source = loaded, summary.get("env_steps"), "final"
   else:
     also = f" (this version loads its final parameters, {FINAL_PARAMS})" if final.exists() else ""
     _refuse_earlier_format(ckpt_dir, checkpoint, steps,
@@ -919,6 +919,22 @@ def load_run(run_dir: str | os.PathLike, *, checkpoint: Optional[int] = None,
       env_steps=env_steps, source=source, checkpoints=steps, greedy=jax.jit(greedy),
       act=jax.jit(act),
   )  # fmt: skip
+
+
+def _final_unless_damaged(run_dir: pathlib.Path, params_template: Any, transform: Any,
+                          steps: Sequence[int]) -> Optional[tuple[Any, Any]]:  # fmt: skip
+  """The final parameters and observation statistics; None, with a warning, where they are
+  damaged and the run has checkpoints (its newest intact one is loaded instead, as
+  `--resume` would go on from it)."""
+  try:
+    params = load_params(run_dir / FINAL_PARAMS, params_template)
+    return params, _load_transform(run_dir / FINAL_TRANSFORM, transform)
+  except DamagedCheckpointError as e:
+    if not steps:
+      raise
+    warnings.warn(f"{e}: loading the newest intact checkpoint instead", RuntimeWarning,
+                  stacklevel=3)  # fmt: skip
+    return None
 
 
 def _refuse_earlier_format(ckpt_dir: pathlib.Path, step: Optional[int], steps: Sequence[int],
