@@ -13,6 +13,7 @@ import os
 import pathlib
 import random
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -306,17 +307,25 @@ def test_checkpoints_of_other_shapes_are_refused_and_left_as_they_are(tmp_path):
   _run(run_dir, "--resume", steps=3840)
 
 
-def test_damaged_final_parameters_are_refused_by_load_run_and_evaluate(tmp_path):
+def test_damaged_final_parameters_are_never_loaded_silently(tmp_path):
+  """Damaged final parameters give way, with a warning, to the newest intact checkpoint
+  (which the run's --resume would go on from); without one, they are refused."""
   run_dir = tmp_path / "run"
   _run(run_dir, steps=1280)
   load_run(run_dir)  # intact
   _flip_byte(run_dir / "final_params.msgpack", offset=-3)
+  with pytest.warns(RuntimeWarning, match="does not match its checksum"):
+    assert load_run(run_dir).source == "checkpoint"
+  evaluate = [sys.executable, str(ROOT / "experiments" / "evaluate.py"), "--run-dir",
+              str(run_dir), "--episodes", "2"]  # fmt: skip
+  proc = subprocess.run(evaluate, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0 and "does not match its checksum" in proc.stderr
+  assert json.loads((run_dir / "evaluation.json").read_text())["parameters"] == "checkpoint"
+  (run_dir / "evaluation.json").unlink()
+  shutil.rmtree(run_dir / "checkpoints")
   with pytest.raises(ValueError, match="does not match its checksum"):
     load_run(run_dir)
-  proc = subprocess.run(
-      [sys.executable, str(ROOT / "experiments" / "evaluate.py"), "--run-dir", str(run_dir)],
-      capture_output=True, text=True, timeout=300,
-  )  # fmt: skip
+  proc = subprocess.run(evaluate, capture_output=True, text=True, timeout=300)
   assert proc.returncode != 0 and "does not match its checksum" in proc.stderr
   assert not (run_dir / "evaluation.json").exists()
 
