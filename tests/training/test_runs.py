@@ -249,12 +249,11 @@ def test_corrupt_latest_checkpoint_falls_back_with_a_warning(tmp_path, straight_
   run_dir = tmp_path / "run"
   _run("impala", run_dir, 5120)
   latest = run_dir / "checkpoints" / "5120"
-  for path in latest.rglob("*"):
-    if path.is_file() and path.stat().st_size > 0 and "arrays" in str(path):
-      path.write_bytes(b"\x00garbage")
+  data = max((latest / "arrays").glob("ocdbt.process_0/d/*"), key=lambda p: p.stat().st_size)
+  data.write_bytes(data.read_bytes()[:100])  # cut short, as by a crash mid-write
   proc = _run("impala", run_dir, 7680, "--resume")
-  assert "could not be read" in proc.stderr
-  assert "falling back" in proc.stderr
+  line = next(l for l in proc.stderr.splitlines() if "could not be read" in l)
+  assert "falling back" in line and len(line) < 800, line  # not tensorstore's 40-line spec
   summary = json.loads((run_dir / "summary.json").read_text())
   assert summary["env_steps"] == 7680
 

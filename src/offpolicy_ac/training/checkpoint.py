@@ -286,7 +286,7 @@ class Checkpointer:
         if checksums.get(RECORD) != record_checksum(dict(restored["record"])):
           raise DamagedCheckpointError(f"{where}: its record does not match its checksum")
       except Exception as e:  # pylint: disable=broad-except
-        self._set_aside(step, f"could not be read ({e!r})")
+        self._set_aside(step, f"could not be read ({_brief(e)})")
         continue
       # A run writes one layout: a newer checkpoint of another one than this intact one's
       # is damaged (its checksums.json), not one of another configuration.
@@ -318,6 +318,13 @@ class Checkpointer:
   def close(self) -> None:
     if self._manager_or_none is not None:
       self._manager_or_none.close()
+
+
+def _brief(error: BaseException, limit: int = 240) -> str:
+  """An error in one short line: tensorstore's embed the whole store's spec (some 40
+  lines of JSON), which buried what a warning says after them."""
+  text = " ".join(f"{type(error).__name__}: {error}".split())
+  return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class _FullDiskLines(logging.Filter):
@@ -391,7 +398,7 @@ def read_checkpoint(directory: str | pathlib.Path, step: int, item: Any) -> tupl
   try:
     restored = _restore_read_only(directory, step, item)
   except Exception as e:  # pylint: disable=broad-except
-    raise DamagedCheckpointError(f"{where} could not be read: {e!r}") from e
+    raise DamagedCheckpointError(f"{where} could not be read: {_brief(e)}") from e
   verify_checksums(restored["arrays"], checksums, where)
   return restored["arrays"], dict(restored["record"])
 
