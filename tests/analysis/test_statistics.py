@@ -92,8 +92,16 @@ def test_runs_are_grouped_by_their_input_files_contents_not_paths(tmp_path):
     (run / "config.json").write_text(json.dumps(record))
   groups = _groups([tmp_path])
   assert sorted(len(g.runs) for g in groups) == [1, 2]
-  assert sorted(S.group_labels(groups)) == ["sqil demos=sha256:aaaaaaaaaaaa",
-                                            "sqil demos=sha256:bbbbbbbbbbbb"]  # fmt: skip
+  assert sorted(S.group_labels(groups)) == [  # digests, and the names they were read from
+      "sqil demos=demos.npz (sha256:aaaaaaaaaaaa)",
+      "sqil demos=demos.npz (sha256:bbbbbbbbbbbb)",
+  ]
+  (tmp_path / "b" / "config.json").write_text(
+      (tmp_path / "b" / "config.json").read_text().replace("/data/demos.npz", "/data/other.npz")
+  )
+  assert "sqil demos=demos.npz, other.npz (sha256:aaaaaaaaaaaa)" in S.group_labels(
+      _groups([tmp_path])
+  )
 
 
 def test_algorithms_and_environments_are_never_pooled(tmp_path):

@@ -281,17 +281,27 @@ def group_labels(groups: Sequence[RunGroup]) -> list[str]:
     short = [k.rsplit(".", 1)[-1] for k in differing]
     names = [s if short.count(s) == 1 else k for k, s in zip(differing, short)]
     mine = dict(g.settings)
-    labels.append(" ".join(
-        [g.algorithm] + [f"{n}={_setting(mine.get(k, absent))}" for n, k in zip(names, differing)]
-    ))  # fmt: skip
+    values = [_setting(mine.get(k, absent), g, k) for k in differing]
+    labels.append(" ".join([g.algorithm] + [f"{n}={v}" for n, v in zip(names, values)]))
   return labels
 
 
-def _setting(value: Any) -> str:
+def _setting(value: Any, group: Optional[RunGroup] = None, field: str = "") -> str:
   """A setting's value in a label: a float as a sweep names its learners' directories
-  (`1` for 1.0, `0.001`), unless that would round it."""
+  (`1` for 1.0, `0.001`), unless that would round it; an input file, grouped by its
+  contents' digest, by its runs' file names too (`demos.npz (sha256:2974207f6f6b)`)."""
   if isinstance(value, float) and float(f"{value:g}") == value:
     return f"{value:g}"
+  if isinstance(value, str) and value.startswith("sha256:") and group is not None:
+    names = set()
+    for run in group.runs:
+      try:
+        path = _flatten(read_json(run.run_dir / "config.json")["config"]).get(field)
+      except (OSError, ValueError, KeyError, TypeError):
+        continue
+      if isinstance(path, str):
+        names.add(pathlib.Path(path).name)
+    return f"{', '.join(sorted(names))} ({value})" if names else value
   return str(value)
 
 
