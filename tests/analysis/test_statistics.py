@@ -104,6 +104,26 @@ def test_runs_are_grouped_by_their_input_files_contents_not_paths(tmp_path):
   )
 
 
+def test_final_scores_table_gives_the_iqm_of_the_runs_final_greedy_returns(tmp_path):
+  """For runs too short for a logged evaluation: their summary.json's last_eval_return."""
+  scores = {("a", 0): 10.0, ("a", 1): 30.0, ("b", 0): 5.0, ("b", 1): 7.0}
+  for (name, seed), score in scores.items():
+    lr = 1e-3 if name == "a" else 3e-3
+    run = write_run(tmp_path / f"{name}{seed}", seed=seed, lr=lr)
+    (run / "summary.json").write_text(json.dumps({"last_eval_return": score}))
+  groups = _groups([tmp_path])
+  table = S.final_scores_table(groups, S.group_labels(groups)).splitlines()
+  assert table[0].split() == ["group", "env", "runs", "final", "greedy", "return", "IQM",
+                              "[95%", "CI]"]  # fmt: skip
+  assert table[2].split() == ["impala", "learning_rate=0.001", "CartPole-v1", "2", "20.00",
+                              "[10.00,", "30.00]"]  # fmt: skip
+  assert table[3].split()[-3:] == ["6.0000", "[5.0000,", "7.0000]"]
+  (tmp_path / "b1" / "summary.json").unlink()  # a run still training: no score to give
+  assert S.final_scores_table(groups, S.group_labels(groups)) is None
+  with pytest.raises(ValueError, match="one label per group"):
+    S.final_scores_table(groups, ["one"])
+
+
 def test_algorithms_and_environments_are_never_pooled(tmp_path):
   # Identical configs but for the algorithm, or but for the environment.
   write_run(tmp_path / "impala0", algorithm="impala", seed=0)

@@ -21,6 +21,7 @@ from offpolicy_ac.analysis.statistics import NothingLogged
 from offpolicy_ac.analysis.statistics import RunGroup
 from offpolicy_ac.analysis.statistics import RunInfo
 from offpolicy_ac.analysis.statistics import align_runs
+from offpolicy_ac.analysis.statistics import final_scores_table
 from offpolicy_ac.analysis.statistics import find_runs
 from offpolicy_ac.analysis.statistics import group_curve
 from offpolicy_ac.analysis.statistics import group_labels
@@ -40,6 +41,7 @@ __all__ = [
     "RunGroup",
     "RunInfo",
     "align_runs",
+    "final_scores_table",
     "find_runs",
     "group_curve",
     "group_labels",

@@ -61,6 +61,7 @@ __all__ = [
     "RunGroup",
     "RunInfo",
     "align_runs",
+    "final_scores_table",
     "find_runs",
     "group_curve",
     "group_labels",
@@ -580,7 +581,39 @@ def summary_table(curves: Sequence[GroupCurve], labels: Sequence[str]) -> str:
             f"{_number(c.iqm[-1])} [{_number(c.lower[-1])}, {_number(c.upper[-1])}]",
         )
     )
-  widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+  return _text_table(rows)
+
+
+def _text_table(rows: Sequence[Sequence[str]]) -> str:
+  """Rows of cells (the first the header) as aligned columns, a rule under the header."""
+  widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
   lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
   lines.insert(1, "  ".join("-" * w for w in widths))
   return "\n".join(lines)
+
+
+def final_scores_table(
+    groups: Sequence[RunGroup], labels: Sequence[str], *, reps: int = 2000, seed: int = 0
+) -> Optional[str]:
+  """A text table of the groups' final greedy returns (each run's summary.json
+  `last_eval_return`, the score of its final parameters), one row per group: the IQM over
+  its runs with a 95% bootstrap interval. For runs too short for an evaluation in their
+  metrics, whose curves are of training returns. None when a run has no such score (one
+  still training, one that evaluated nothing)."""
+  if len(labels) != len(groups):
+    raise ValueError(f"need one label per group ({len(groups)}), got {len(labels)}")
+  rows = [("group", "env", "runs", "final greedy return IQM [95% CI]")]
+  for group, label in zip(groups, labels):
+    scores = []
+    for run in group.runs:
+      try:
+        score = read_json(run.run_dir / "summary.json").get("last_eval_return")
+      except (OSError, ValueError, AttributeError):
+        return None
+      if not isinstance(score, (int, float)) or not math.isfinite(score):
+        return None
+      scores.append(float(score))
+    est = iqm_with_intervals(np.asarray(scores)[:, None], reps=reps, seed=seed)
+    interval = f"{_number(est.point[0])} [{_number(est.lower[0])}, {_number(est.upper[0])}]"
+    rows.append((label, group.env_id, str(len(scores)), interval))
+  return _text_table(rows)
