@@ -16,6 +16,8 @@ import time
 from old_runs import as_written_by_0_2
 import pytest
 
+from offpolicy_ac.training import RunLogger
+
 ROOT = pathlib.Path(__file__).parents[2]
 WALL_CLOCK = ("wall_time_s", "env_steps_per_s")
 # 256 env steps per iteration (16 envs x 16 steps); checkpoints every 10 iterations.
@@ -116,21 +118,36 @@ def test_xla_rollout_stops_resumes_and_logs_exactly_the_host_loop_run(tmp_path, 
   assert config["config"]["train"]["env"]["rollout"] == "compiled"
 
 
-def _tensorboard_restarts(run_dir):
-  """The steps at which TensorBoard event files restart a run (SessionLog START: points
-  at or after them, written before, are dropped)."""
+def _tensorboard_steps(run_dir):
+  """The steps of the episode_return points in the TensorBoard event files, as written."""
   from tensorboardX.proto import event_pb2
 
   steps = []
   for path in sorted((run_dir / "tensorboard").iterdir()):
     data, at = path.read_bytes(), 0
-    while at < len(data):  # TFRecords: length, its CRC, the record, its CRC
+    while at + 12 <= len(data):
       length = int.from_bytes(data[at : at + 8], "little")
       event = event_pb2.Event.FromString(data[at + 12 : at + 12 + length])
       at += 12 + length + 4
-      if event.HasField("session_log") and event.session_log.status == event.session_log.START:
-        steps.append(event.step)
+      steps += [event.step for v in event.summary.value if v.tag == "episode_return"]
   return steps
+
+
+def test_a_resume_writes_tensorboard_anew_from_metrics_jsonl(tmp_path):
+  """A killed run's event files lack the points tensorboardX had not flushed (every two
+  minutes), which metrics.jsonl (line by line) holds; a resume logs only the points after
+  its checkpoint, so it writes the kept lines' points anew."""
+  logger = RunLogger(tmp_path, total_env_steps=100, tensorboard=True, progress=False)
+  for step in (10, 20, 30):
+    logger.log({"env_steps": step, "wall_time_s": 0.1, "episode_return": 1.0})
+  logger.close()
+  for path in (tmp_path / "tensorboard").iterdir():  # as a kill -9 leaves them
+    path.write_bytes(b"")
+  resumed = RunLogger(tmp_path, total_env_steps=100, tensorboard=True, progress=False)
+  resumed.truncate(2)  # the checkpoint's lines
+  resumed.log({"env_steps": 30, "wall_time_s": 0.2, "episode_return": 2.0})
+  resumed.close()
+  assert _tensorboard_steps(tmp_path) == [10, 20, 30]
 
 
 def test_resume_drops_a_final_partial_line(tmp_path, straight_run):
@@ -140,7 +157,8 @@ def test_resume_drops_a_final_partial_line(tmp_path, straight_run):
   shutil.rmtree(tmp_path / "run" / "checkpoints" / "5376")  # back to the 5120 point
   _run("impala", tmp_path / "run", 7680, "--resume")
   assert _metrics(tmp_path / "run") == _metrics(straight_run)
-  assert _tensorboard_restarts(tmp_path / "run") == [5121]  # TensorBoard drops 5376 too
+  # TensorBoard's points are the kept lines' and the resumed run's (5376 dropped too).
+  assert _tensorboard_steps(tmp_path / "run") == [m["env_steps"] for m in _metrics(straight_run)]
 
 
 def test_a_budget_between_iterations_is_announced_and_rounded_up(tmp_path):

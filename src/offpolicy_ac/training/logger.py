@@ -17,6 +17,7 @@ import json
 import os
 import pathlib
 import platform
+import shutil
 import subprocess
 import sys
 import time
@@ -162,10 +163,7 @@ class RunLogger:
     record = jsonable(record)
     self._file.write(metrics_file.encode_line(record))
     step = int(record["env_steps"])
-    if self._writer is not None:
-      for key, value in _scalars(record).items():
-        if key != "env_steps":
-          self._writer.add_scalar(key, value, step)
+    self._add_scalars(record)
     ret = record.get("episode_return")
     ev = record.get("eval_return")
     sps = record.get("env_steps_per_s")
@@ -184,10 +182,18 @@ class RunLogger:
     if time.monotonic() - self._last_plot > self._plot_every_s:
       self.plot()
 
+  def _add_scalars(self, record: dict) -> None:
+    if self._writer is not None:
+      for key, value in _scalars(record).items():
+        if key != "env_steps":
+          self._writer.add_scalar(key, value, int(record["env_steps"]))
+
   def truncate(self, num_lines: int) -> None:
     """Keeps the first `num_lines` lines of metrics.jsonl (resuming drops what was
-    logged after the checkpoint, including a cut-off last line), and has TensorBoard
-    drop its points after them (`purge_step`)."""
+    logged after the checkpoint, including a cut-off last line), and writes TensorBoard's
+    events anew from them: tensorboardX writes from a thread and flushes every two
+    minutes, so a killed run's event files lack points that its metrics.jsonl (written
+    line by line) holds, and a resume logs only the points after its checkpoint."""
     self._file.close()
     data = self.metrics_path.read_bytes() if self.metrics_path.exists() else b""
     # Bytes: what follows the kept lines (a line cut by a kill, junk) is dropped unread.
@@ -208,12 +214,14 @@ class RunLogger:
     self._file = open(self.metrics_path, "a", buffering=1)
     if kept:
       self._steps_shown = int(record["env_steps"])
-    if self._writer is not None:  # TensorBoard drops its points after the kept lines too
+    if self._writer is not None:
       from tensorboardX import SummaryWriter
 
       self._writer.close()
-      purge_step = self._steps_shown + 1 if kept else 0
-      self._writer = SummaryWriter(str(self.run_dir / "tensorboard"), purge_step=purge_step)
+      shutil.rmtree(self.run_dir / "tensorboard", ignore_errors=True)
+      self._writer = SummaryWriter(str(self.run_dir / "tensorboard"))
+      for line in kept:
+        self._add_scalars(jsonable(metrics_file.decode_line(line)))
 
   def plot(self) -> pathlib.Path | None:
     """Writes learning_curve.png from metrics.jsonl (episode and eval returns)."""
