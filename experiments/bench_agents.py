@@ -14,7 +14,8 @@ measured from process launch to stop, imports and compilation included):
 
 SQIL learns from 10 demonstration episodes recorded from an SQL expert trained
 here first (its steps and wall-clock are in results.json's "experts", not in the
-table). Prints the table of medians; writes it (results.md), results.json (every
+table). Prints the table of medians over the seeds, a seed that never reached the target
+counting as infinitely slow ("n/a" where the median seed did not reach it); writes it (results.md), results.json (every
 run) and the learning curves (learning_curves.png) into --out-dir.
 
     python experiments/bench_agents.py --seeds 0 1 2 3 4 --out-dir bench/agents
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import pathlib
 import subprocess
 import sys
@@ -163,8 +165,12 @@ def _run(script: str, flags: list[str], run_dir: pathlib.Path) -> dict:
 
 
 def _median(xs):
-  xs = [x for x in xs if x is not None]
-  return float(np.median(xs)) if xs else None
+  """The median over seeds, None (the target not reached) counting as infinite: None when
+  the median seed did not reach it (the median of the seeds that did would flatter)."""
+  if not xs:
+    return None
+  median = float(np.median([math.inf if x is None else x for x in xs]))
+  return median if math.isfinite(median) else None
 
 
 def check(args: Args) -> pathlib.Path:

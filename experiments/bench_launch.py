@@ -100,8 +100,12 @@ def launch(args: Args, seed: int, run_dir: pathlib.Path, cache: pathlib.Path) ->
 
 
 def _median(rows: list[dict], key: str) -> Optional[float]:
-  values = [r[key] for r in rows if r[key] is not None]
-  return statistics.median(values) if values else None
+  """The median over seeds, None (the target not reached) counting as infinite: None when
+  the median seed did not reach it (the median of the seeds that did would flatter)."""
+  if not rows:
+    return None
+  median = statistics.median(math.inf if r[key] is None else r[key] for r in rows)
+  return median if math.isfinite(median) else None
 
 
 def main(args: Args) -> dict:

@@ -55,3 +55,14 @@ def test_bench_takes_several_flags_for_its_runs():
   bench = load_script("bench_launch")
   argv = ["--flags=--compile-for=speed", "--flags=--total-env-steps=1000"]
   assert tyro.cli(bench.Args, args=argv).flags == ("--compile-for=speed", "--total-env-steps=1000")
+
+
+@pytest.mark.parametrize("script", ["bench_launch", "bench_agents"])
+def test_medians_count_a_seed_that_never_reached_the_target_as_infinitely_slow(script):
+  """The median of the seeds that reached the target alone flattered: 1 of 2 reached read
+  as that seed's time."""
+  median = load_script(script)._median
+  if script == "bench_launch":  # over rows of results
+    median = lambda xs, m=median: m([{"t": x} for x in xs], "t")
+  assert median([5.0, None]) is None and median([1.0, None, None]) is None
+  assert median([2.0, 1.0, None]) == 2.0 and median([3.0, 1.0, 2.0]) == 2.0
