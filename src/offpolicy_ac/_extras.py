@@ -5,7 +5,7 @@ import importlib
 import types
 
 
-def missing(what: str, package: str, extra: str, error: ImportError) -> ImportError:
+def missing(what: str, package: str, extra: str, error: Exception) -> ImportError:
   """The ImportError to raise when importing the optional `package`, which `what` needs,
   raised `error`: either `package` is not installed, or it is installed and its own import
   failed (`error` quoted: a dependency of its own missing, a version that does not fit).
@@ -25,5 +25,7 @@ def require(what: str, package: str, extra: str, module: str | None = None) -> t
   try:
     importlib.import_module(package)  # a submodule already imported would skip this check
     return importlib.import_module(module or package)
-  except ImportError as e:
+  except Exception as e:  # pylint: disable=broad-except
+    # Not only ImportError: an installed package whose import fails otherwise (protobuf's
+    # "Descriptors cannot be created directly" is a TypeError) is quoted the same way.
     raise missing(what, package, extra, e) from e

@@ -252,6 +252,8 @@ def test_one_device_data_parallel_is_the_identity():
         (dict(learner_devices=0), "learner_devices must be a positive int"),
         (dict(num_processes=2), "HOST:PORT"),
         (dict(num_processes=2, coordinator_address="localhost"), "HOST:PORT"),
+        (dict(num_processes=2, coordinator_address="localhost:99999"), r"in \[1, 65535\]"),
+        (dict(num_processes=2, coordinator_address="localhost:0"), r"in \[1, 65535\]"),
         (
             dict(num_processes=2, process_id=2, coordinator_address="localhost:1234"),
             r"process_id must lie in \[0, 2\)",

@@ -77,6 +77,8 @@ def check_distributed_args(
           "num_processes > 1 needs coordinator_address HOST:PORT (process "
           f"0's address), got {coordinator_address!r}"
       )
+    if not 1 <= int(coordinator_address.rsplit(":", 1)[1]) <= 65535:
+      raise ValueError(f"coordinator_address {coordinator_address}: a port lies in [1, 65535]")
   elif process_id != 0:
     raise ValueError("process_id must be 0 with one process")
   elif coordinator_address is not None:
