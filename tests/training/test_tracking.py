@@ -112,6 +112,26 @@ def test_wandb_logger_writes_metrics_config_and_name(tmp_path, offline_wandb):
   assert json.loads((run_dir / "wandb.json").read_text())["id"] == logger.run_id
 
 
+def test_wandb_runs_of_a_sweep_and_of_a_job_s_processes_are_told_apart(tmp_path, offline_wandb):
+  """A sweep's learners were all named seed<k>; a multi-host job's other processes were
+  runs named process<i> in no group."""
+  from offpolicy_ac.training import experiment
+
+  config = TrainConfig.of(track=True, wandb_mode="offline")
+  for run_dir, label, group in [(tmp_path / "root" / "learning_rate=0.001" / "seed0",
+                                 "learning_rate=0.001 ", "root"),
+                                (tmp_path / "root" / "process1", "", "root")]:  # fmt: skip
+    run_dir.mkdir(parents=True)
+    (run_dir / "config.json").write_text(json.dumps({"algorithm": "impala"}))
+    logger = experiment._make_logger("impala", config, 0, run_dir, progress=False,
+                                     group=group, label=label)  # fmt: skip
+    logger.close()
+    run_id = json.loads((run_dir / "wandb.json").read_text())["id"]
+    (path,) = _offline_runs(offline_wandb, run_id)
+    assert _run_record(path).display_name == f"{label}{run_dir.name}"
+    assert _run_record(path).run_group == group
+
+
 def test_a_resumed_logger_continues_the_run_without_repeating_lines(tmp_path, offline_wandb):
   run_dir = tmp_path / "run"
   run_dir.mkdir()

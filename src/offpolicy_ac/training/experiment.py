@@ -557,7 +557,7 @@ def _configure_and_drive(name: str, args: Any, root: pathlib.Path, lanes: list[s
   checkpointer = _make_checkpointer(config, root)
   loggers = [
       _make_logger(name, config, lane.seed, d, progress=progress if k == 0 else False,
-                   group=root.name if len(lanes) > 1 else None, label=lane.label)
+                   group=root.name if d != root else None, label=lane.label)
       for k, (lane, d) in enumerate(zip(lanes, dirs))
   ]  # fmt: skip
   if added:
@@ -619,7 +619,8 @@ def _make_logger(name: str, config: TrainConfig, seed: int, run_dir: pathlib.Pat
                  progress: Optional[bool], group: Optional[str],
                  label: str = "") -> Logger:  # fmt: skip
   """The run directory's logger, and with `--track` a W&B run beside it (its config:
-  the directory's config.json)."""
+  the directory's config.json; in `group`, the root's name, where the directory is a
+  learner's or a process's below it; named by the directory and a sweep's `label`)."""
   logger = RunLogger(run_dir, total_env_steps=config.budget.total_env_steps,
                      title=f"{name} {config.env.env_id} {label}seed {seed}",
                      progress=progress)  # fmt: skip
@@ -635,6 +636,7 @@ def _make_logger(name: str, config: TrainConfig, seed: int, run_dir: pathlib.Pat
           mode=tracking.wandb_mode,
           config=read_json(run_dir / "config.json"),
           group=group,
+          name=f"{label}{run_dir.name}",  # a sweep's learners: "learning_rate=0.001 seed0"
       )
   except BaseException:
     logger.close()

@@ -288,7 +288,8 @@ def _new_run_id() -> str:
 class WandbLogger:
   """Sends each metrics line's numbers to a Weights & Biases run, against `env_steps`.
 
-  The W&B run is named after the run directory, its config is config.json's content, and
+  The W&B run is named `name` (default: after the run directory), its config is
+  config.json's content, and
   its id is kept in <run_dir>/wandb.json, so a resumed run continues the same W&B run.
   Lines the W&B run already holds (logged before an interruption, then logged again
   after resuming from the checkpoint) are not sent twice. Files go where wandb puts
@@ -305,6 +306,7 @@ class WandbLogger:
       mode: str = "online",
       config: Optional[dict] = None,
       group: Optional[str] = None,
+      name: Optional[str] = None,
   ):
     if mode not in WANDB_MODES:
       raise ValueError(f"wandb_mode must be one of {WANDB_MODES}, got {mode!r}")
@@ -321,7 +323,7 @@ class WandbLogger:
           entity=entity,
           mode=mode,
           id=self.run_id,
-          name=self.run_dir.name,
+          name=name or self.run_dir.name,
           group=group,
           config=config,
           resume="allow",
