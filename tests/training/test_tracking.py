@@ -132,6 +132,18 @@ def test_wandb_runs_of_a_sweep_and_of_a_job_s_processes_are_told_apart(tmp_path,
     assert _run_record(path).run_group == group
 
 
+def test_wandb_s_own_mode_variable_applies_without_a_mode(tmp_path, offline_wandb, monkeypatch):
+  """--wandb-mode passed 'online' to wandb.init by default, overriding WANDB_MODE."""
+  monkeypatch.setenv("WANDB_MODE", "offline")
+  monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")  # never reached
+  monkeypatch.delenv("WANDB_API_KEY", raising=False)
+  assert TrainConfig.of(track=True).tracking.wandb_mode is None
+  logger = WandbLogger(tmp_path, project="p")
+  logger.log({"env_steps": 1, "wall_time_s": 0.1, "episode_return": 1.0})
+  logger.close()
+  assert _offline_runs(offline_wandb, logger.run_id)
+
+
 def test_a_resumed_logger_continues_the_run_without_repeating_lines(tmp_path, offline_wandb):
   run_dir = tmp_path / "run"
   run_dir.mkdir()

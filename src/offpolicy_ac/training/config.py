@@ -217,8 +217,9 @@ class TrackingConfig:
   """W&B project."""
   wandb_entity: Optional[str] = None
   """W&B entity (user or team; default: yours)."""
-  wandb_mode: Literal["online", "offline"] = "online"
-  """'offline': write W&B's files locally (`wandb sync` uploads them later)."""
+  wandb_mode: Optional[Literal["online", "offline"]] = None
+  """'offline': write W&B's files locally (`wandb sync` uploads them later); 'online':
+  upload as it goes. Default: wandb's own choice (its WANDB_MODE variable, else online)."""
 
 
 def _check_types(config: "TrainConfig") -> None:
@@ -445,7 +446,7 @@ class TrainConfig:
           f"budget, total_env_steps {budget.total_env_steps:,}"
       )
     _check_transform(self.transform)
-    if self.tracking.wandb_mode not in ("online", "offline"):
+    if self.tracking.wandb_mode not in (None, "online", "offline"):
       raise ValueError(
           f"wandb_mode must be 'online' or 'offline', got {self.tracking.wandb_mode!r}"
       )

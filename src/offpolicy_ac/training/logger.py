@@ -293,8 +293,8 @@ class WandbLogger:
   its id is kept in <run_dir>/wandb.json, so a resumed run continues the same W&B run.
   Lines the W&B run already holds (logged before an interruption, then logged again
   after resuming from the checkpoint) are not sent twice. Files go where wandb puts
-  them (`WANDB_DIR`, else ./wandb); `wandb_mode='offline'` writes them for a later
-  `wandb sync`.
+  them (`WANDB_DIR`, else ./wandb); `mode='offline'` writes them for a later `wandb sync`;
+  None leaves the choice to wandb (its `WANDB_MODE` variable, else online).
   """
 
   def __init__(
@@ -303,12 +303,12 @@ class WandbLogger:
       *,
       project: str,
       entity: Optional[str] = None,
-      mode: str = "online",
+      mode: Optional[str] = None,
       config: Optional[dict] = None,
       group: Optional[str] = None,
       name: Optional[str] = None,
   ):
-    if mode not in WANDB_MODES:
+    if mode is not None and mode not in WANDB_MODES:
       raise ValueError(f"wandb_mode must be one of {WANDB_MODES}, got {mode!r}")
     wandb = require_wandb()
 
