@@ -12,11 +12,12 @@ measured from process launch to stop, imports and compilation included):
   lines) reaches 475 (in results.json, not in the table: each run's
   "train_return_475_at", each case's "median_train_return_475_at").
 
-SQIL learns from 10 demonstration episodes recorded from an SQL expert trained
-here first (its steps and wall-clock are in results.json's "experts", not in the
-table). Prints the table of medians over the seeds, a seed that never reached the target
-counting as infinitely slow ("n/a" where the median seed did not reach it); writes it (results.md), results.json (every
-run) and the learning curves (learning_curves.png) into --out-dir.
+SQIL learns from 10 demonstration episodes recorded from an SQL expert trained here
+first (its steps and wall-clock are in results.json's "experts", not in the table).
+Prints the table of medians over the seeds, a seed that never reached the target
+counting as infinitely slow ("n/a" where the median seed did not reach it); writes
+it (results.md), results.json (every run) and the learning curves
+(learning_curves.png) into --out-dir.
 
     python experiments/bench_agents.py --seeds 0 1 2 3 4 --out-dir bench/agents
 """

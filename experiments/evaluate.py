@@ -10,13 +10,14 @@ mean), each on its own freshly reset environment, as the in-training evaluation 
 (`training/evaluation.py`); prints each episode's return and their mean, std (of the
 episodes played: NumPy's, ddof 0), min and max, and writes them to
 <run-dir>/evaluation.json (`evaluation_best.json` with `--best`,
-`evaluation_checkpoint<N>.json` with `--checkpoint N`; or `--out`). The episodes are played in pools of at most
-`POOL_SIZE` environments, pool k seeded `training.pool_seed(seed, "evaluate") + k *
-POOL_SIZE`: on envpool tasks, whose environment i of a pool of seed s is seeded s + i, the
-same episodes as one pool of them all, in bounded memory. With `--video`, also renders episode 0 (same
-seed, so the same episode) with envpool's renderer and writes an MP4. Runs on JAX
-environments (gymnax, brax) evaluate on a host pool of them (`envs.FunctionalPool`); they
-cannot be rendered (`--video` fails before evaluating).
+`evaluation_checkpoint<N>.json` with `--checkpoint N`; or `--out`). The episodes are
+played in pools of at most `POOL_SIZE` environments, pool k seeded
+`training.pool_seed(seed, "evaluate") + k * POOL_SIZE`: on envpool tasks, whose
+environment i of a pool of seed s is seeded s + i, the same episodes as one pool of them
+all, in bounded memory. With `--video`, also renders episode 0 (same seed, so the same
+episode) with envpool's renderer and writes an MP4. Runs on JAX environments (gymnax,
+brax) evaluate on a host pool of them (`envs.FunctionalPool`); they cannot be rendered
+(`--video` fails before evaluating).
 """
 
 from __future__ import annotations

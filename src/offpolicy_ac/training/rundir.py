@@ -823,8 +823,8 @@ def load_run(run_dir: str | os.PathLike, *, checkpoint: Optional[int] = None,
     checkpoint: None: the final parameters (final_params.msgpack), or, if the run
       wrote none or went on since (it is still running, or was killed, resumed or not),
       or they are damaged (with a warning), its newest checkpoint's (a damaged one is
-      passed over, with a warning, as `--resume` passes it over); an int: the checkpoint taken at that many env steps (see
-      `LoadedRun.checkpoints`).
+      passed over, with a warning, as `--resume` passes it over); an int: the checkpoint
+      taken at that many env steps (see `LoadedRun.checkpoints`).
     best: the best-evaluated parameters (best_params.msgpack: those of the evaluation
       with the highest mean return, summary.json's `best_eval_return`) instead of the
       final ones.
