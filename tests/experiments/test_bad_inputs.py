@@ -80,7 +80,11 @@ CASES = [
         "no sequence of 41 steps could be cut with mode 'drop': the longest episode has",
     ),  # fmt: skip
     ("evaluate", ["--run-dir", "{demos}/no-run"], "is not a directory"),
-    ("evaluate", ["--run-dir", "{demos}", "--episodes", "0"], "--episodes must be >= 1"),
+    (
+        "evaluate",
+        ["--run-dir", "{demos}", "--episodes", "0"],
+        "--episodes must be in [1, 1,048,576], got 0",
+    ),
     ("evaluate", ["--run-dir", "{demos}"], "is not a run directory (no config.json)"),
     ("evaluate", ["--run-dir", "{demos}", "--max-steps", "0"], "--max-steps must be >= 1"),
     ("evaluate", ["--run-dir", "{demos}", "--fps", "0"], "--fps must be > 0"),
