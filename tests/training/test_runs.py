@@ -283,8 +283,8 @@ def test_resume_refuses_a_different_config(tmp_path):
   assert proc.returncode != 0
   assert proc.stderr.endswith(
       "[impala] error: --resume: the config differs from the run's in --learning-rate (the "
-      "run's 0.003, given 0.1); only the step budget (--total-env-steps) and the tracking flags "
-      "may change\n"
+      "run's 0.003, given 0.1); only the step budget (--total-env-steps), the tracking flags "
+      "and a job's --coordinator-address may change\n"
   )
   proc = _run("impala", run_dir, 5120, check=False)
   assert proc.returncode != 0 and "--resume" in proc.stderr  # never overwrites a run
