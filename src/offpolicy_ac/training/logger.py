@@ -289,8 +289,8 @@ class WandbLogger:
   """Sends each metrics line's numbers to a Weights & Biases run, against `env_steps`.
 
   The W&B run is named `name` (default: after the run directory), its config is
-  config.json's content, and
-  its id is kept in <run_dir>/wandb.json, so a resumed run continues the same W&B run.
+  config.json's content, and its id is kept in <run_dir>/wandb.json, so a resumed run
+  continues the same W&B run.
   Lines the W&B run already holds (logged before an interruption, then logged again
   after resuming from the checkpoint) are not sent twice. Files go where wandb puts
   them (`WANDB_DIR`, else ./wandb); `mode='offline'` writes them for a later `wandb sync`;
