@@ -71,18 +71,10 @@ def main(args: Args) -> list[statistics.GroupCurve]:
   for path in plotting.plot_group_curves(curves, labels, args.out_dir):
     print(f"wrote {path}")
   print(statistics.summary_table(curves, labels))
-  _print_final_scores(curves, labels)
+  finals = statistics.final_scores_table(curves, labels)  # runs too short for an evaluation
+  if finals is not None:
+    print(f"\n{finals}")
   return curves
-
-
-def _print_final_scores(curves: list, labels: list[str]) -> None:
-  """Groups compared on training returns (their runs logged no greedy evaluation, too short
-  for one): their final parameters' greedy scores, from the runs' summary.json."""
-  if all(c.metric == "eval_return" for c in curves):
-    return
-  table = statistics.final_scores_table([c.group for c in curves], labels)
-  if table is not None:
-    print(f"\nThe final parameters' greedy returns (summary.json):\n{table}")
 
 
 if __name__ == "__main__":

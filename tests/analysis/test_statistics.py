@@ -112,16 +112,22 @@ def test_final_scores_table_gives_the_iqm_of_the_runs_final_greedy_returns(tmp_p
     run = write_run(tmp_path / f"{name}{seed}", seed=seed, lr=lr)
     (run / "summary.json").write_text(json.dumps({"last_eval_return": score}))
   groups = _groups([tmp_path])
-  table = S.final_scores_table(groups, S.group_labels(groups)).splitlines()
+  curves, labels = [S.group_curve(g) for g in groups], S.group_labels(groups)
+  assert {c.metric for c in curves} == {"episode_return"}  # no greedy evaluation logged
+  title, *table = S.final_scores_table(curves, labels).splitlines()
+  assert title == "The final parameters' greedy returns (summary.json):"
   assert table[0].split() == ["group", "env", "runs", "final", "greedy", "return", "IQM",
                               "[95%", "CI]"]  # fmt: skip
   assert table[2].split() == ["impala", "learning_rate=0.001", "CartPole-v1", "2", "20.00",
                               "[10.00,", "30.00]"]  # fmt: skip
   assert table[3].split()[-3:] == ["6.0000", "[5.0000,", "7.0000]"]
+  # Curves of greedy returns need no second table.
+  on_greedy = [c._replace(metric="eval_return") for c in curves]
+  assert S.final_scores_table(on_greedy, labels) is None
   (tmp_path / "b1" / "summary.json").unlink()  # a run still training: no score to give
-  assert S.final_scores_table(groups, S.group_labels(groups)) is None
-  with pytest.raises(ValueError, match="one label per group"):
-    S.final_scores_table(groups, ["one"])
+  assert S.final_scores_table(curves, labels) is None
+  with pytest.raises(ValueError, match="one label per curve"):
+    S.final_scores_table(curves, ["one"])
 
 
 def test_algorithms_and_environments_are_never_pooled(tmp_path):

@@ -593,19 +593,22 @@ def _text_table(rows: Sequence[Sequence[str]]) -> str:
 
 
 def final_scores_table(
-    groups: Sequence[RunGroup], labels: Sequence[str], *, reps: int = 2000, seed: int = 0
+    curves: Sequence[GroupCurve], labels: Sequence[str], *, reps: int = 2000, seed: int = 0
 ) -> Optional[str]:
-  """A text table of the groups' final greedy returns (each run's summary.json
-  `last_eval_return`, the score of its final parameters), one row per group: the IQM over
-  its runs with a 95% bootstrap interval. For runs too short for an evaluation in their
-  metrics, whose curves are of training returns. None when a run has no such score (one
-  still training, one that evaluated nothing)."""
-  if len(labels) != len(groups):
-    raise ValueError(f"need one label per group ({len(groups)}), got {len(labels)}")
+  """For groups compared on training returns (their runs too short for a greedy evaluation
+  in metrics.jsonl): a titled text table of their final greedy returns (each run's
+  summary.json `last_eval_return`, the score of its final parameters), one row per group,
+  the IQM over its runs with a 95% bootstrap interval. None when every curve is of
+  greedy returns, or a run has no such score (one still training, one that evaluated
+  nothing)."""
+  if len(labels) != len(curves):
+    raise ValueError(f"need one label per curve ({len(curves)}), got {len(labels)}")
+  if all(c.metric == "eval_return" for c in curves):
+    return None
   rows = [("group", "env", "runs", "final greedy return IQM [95% CI]")]
-  for group, label in zip(groups, labels):
+  for curve, label in zip(curves, labels):
     scores = []
-    for run in group.runs:
+    for run in curve.group.runs:
       try:
         score = read_json(run.run_dir / "summary.json").get("last_eval_return")
       except (OSError, ValueError, AttributeError):
@@ -615,5 +618,5 @@ def final_scores_table(
       scores.append(float(score))
     est = iqm_with_intervals(np.asarray(scores)[:, None], reps=reps, seed=seed)
     interval = f"{_number(est.point[0])} [{_number(est.lower[0])}, {_number(est.upper[0])}]"
-    rows.append((label, group.env_id, str(len(scores)), interval))
-  return _text_table(rows)
+    rows.append((label, curve.group.env_id, str(len(scores)), interval))
+  return f"The final parameters' greedy returns (summary.json):\n{_text_table(rows)}"

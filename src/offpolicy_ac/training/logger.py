@@ -204,24 +204,25 @@ class RunLogger:
           f"{self.metrics_path} has {len(kept)} complete lines, the checkpoint "
           f"expects {num_lines}"
       )
+    records = []
     for number, line in enumerate(kept, 1):  # the run goes on after them: they must be whole
       try:
-        record = metrics_file.decode_line(line)
+        records.append(metrics_file.decode_line(line))
       except ValueError:  # (json.JSONDecodeError too)
         raise ValueError(f"{self.metrics_path}: line {number} is damaged (not a metrics "
                          f"line): {line.strip()[:80]!r}") from None  # fmt: skip
     write_atomic(self.metrics_path, "".join(kept))
     self._file = open(self.metrics_path, "a", buffering=1)
-    if kept:
-      self._steps_shown = int(record["env_steps"])
+    if records:
+      self._steps_shown = int(records[-1]["env_steps"])
     if self._writer is not None:
       from tensorboardX import SummaryWriter
 
       self._writer.close()
       shutil.rmtree(self.run_dir / "tensorboard", ignore_errors=True)
       self._writer = SummaryWriter(str(self.run_dir / "tensorboard"))
-      for line in kept:
-        self._add_scalars(jsonable(metrics_file.decode_line(line)))
+      for record in records:
+        self._add_scalars(record)
 
   def plot(self) -> pathlib.Path | None:
     """Writes learning_curve.png from metrics.jsonl (episode and eval returns)."""

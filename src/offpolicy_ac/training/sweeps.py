@@ -157,9 +157,8 @@ def plot_lanes(name: str, config: TrainConfig, root: pathlib.Path, lanes: list[L
   for path in plotting.plot_group_curves(curves, labels, root):
     print(f"[{name}] wrote {path}", flush=True)
   table = statistics.summary_table(curves, labels)
-  if any(c.metric != "eval_return" for c in curves):  # too short for a logged evaluation
-    finals = statistics.final_scores_table(groups, labels)
-    if finals is not None:
-      table += f"\n\nThe final parameters' greedy returns (summary.json):\n{finals}"
+  finals = statistics.final_scores_table(curves, labels)  # runs too short for an evaluation
+  if finals is not None:
+    table += f"\n\n{finals}"
   (root / "sweep_summary.txt").write_text(table + "\n")
   print(table, flush=True)

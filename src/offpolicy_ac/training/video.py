@@ -30,8 +30,6 @@ def write_video(path: str | os.PathLike, frames: Iterable[np.ndarray],
   format needs even sizes). The file is written next to `path`, then renamed onto it; a
   failure (a bad frame, or one the iterable raises) leaves no file.
   """
-  if isinstance(frames, np.ndarray) and (frames.ndim != 4 or not len(frames)):
-    raise ValueError(f"frames must be [N >= 1, H, W, 3] uint8, got {frames.shape} {frames.dtype}")
   if not fps > 0:
     raise ValueError(f"fps must be > 0, got {fps}")
   check_video_path(path)
