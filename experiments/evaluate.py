@@ -11,11 +11,11 @@ mean), each on its own freshly reset environment, as the in-training evaluation 
 episodes played: NumPy's, ddof 0), min and max, and writes them to
 <run-dir>/evaluation.json (`evaluation_best.json` with `--best`,
 `evaluation_checkpoint<N>.json` with `--checkpoint N`; or `--out`). The episodes are
-played in pools of at most `POOL_SIZE` environments, pool k seeded
-`training.pool_seed(seed, "evaluate") + k * POOL_SIZE`: on envpool tasks, whose
-environment i of a pool of seed s is seeded s + i, the same episodes as one pool of them
-all, in bounded memory. With `--video`, also renders episode 0 (same seed, so the same
-episode) with envpool's renderer and writes an MP4. Runs on JAX environments (gymnax,
+played in pools of at most 256 environments seeded from
+`training.pool_seed(seed, "evaluate")` (`training.evaluation.episode_pools`): on envpool
+tasks, the same episodes as one pool of them all, in bounded memory. With `--video`, also
+renders episode 0 (same seed, so the same episode) with envpool's renderer and writes an
+MP4. Runs on JAX environments (gymnax,
 brax) evaluate on a host pool of them (`envs.FunctionalPool`); they cannot be rendered
 (`--video` fails before evaluating).
 """
@@ -43,13 +43,8 @@ from offpolicy_ac.training import load_run
 from offpolicy_ac.training import pool_seed
 from offpolicy_ac.training import write_video
 from offpolicy_ac.training.evaluation import EpisodeLimitError
+from offpolicy_ac.training.evaluation import episode_pools
 from offpolicy_ac.training.video import check_video_path
-
-POOL_SIZE = 256
-"""The most environments evaluated at once (an Atari emulator holds megabytes)."""
-MAX_EPISODES = 2**20
-"""The most episodes: envpool seeds environment i of a pool seed + i, below 2**31, and
-`pool_seed` leaves room for 2**20."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,10 +79,9 @@ class Args:
 
 def main(args: Args) -> dict:
   """Evaluates; returns what it writes to the JSON file."""
-  if not 1 <= args.episodes <= MAX_EPISODES:
-    raise ValueError(f"--episodes must be in [1, {MAX_EPISODES:,}], got {args.episodes}")
   if args.seed < 0:
     raise ValueError(f"--seed must be >= 0, got {args.seed}")
+  pools = episode_pools(args.episodes, pool_seed(args.seed, "evaluate"))  # checks --episodes
   if args.best and args.checkpoint is not None:
     raise ValueError("--best and --checkpoint: choose one (the best-evaluated parameters, or "
                      "those of a checkpoint)")  # fmt: skip
@@ -114,7 +108,7 @@ def main(args: Args) -> dict:
           run.make_env(1, pool_seed(args.seed, "evaluate"), render_mode="rgb_array")
       )
     try:
-      return _evaluate(args, run, video_env)
+      return _evaluate(args, run, pools, video_env)
     except EpisodeLimitError as e:
       raise ValueError(f"{e}: raise --max-steps") from e
 
@@ -129,13 +123,12 @@ def _default_out(args: Args, run_dir: pathlib.Path) -> pathlib.Path:
   return run_dir / "evaluation.json"
 
 
-def _evaluate(args: Args, run: Any, video_env: Any) -> dict:
+def _evaluate(args: Args, run: Any, pools: list[tuple[int, int]], video_env: Any) -> dict:
   """`main` after its checks: evaluates, writes the JSON, renders into `video_env`."""
   env_id = run.config.env.env_id
   returns = []
-  for first in range(0, args.episodes, POOL_SIZE):
-    size = min(POOL_SIZE, args.episodes - first)
-    with run.make_env(size, pool_seed(args.seed, "evaluate") + first) as env:
+  for size, seed in pools:
+    with run.make_env(size, seed) as env:
       returns.append(evaluate(env, run.greedy, run.acting, size, max_steps=args.max_steps))
   returns = np.concatenate(returns)
   protocol = describe_protocol(run.config, args.episodes)

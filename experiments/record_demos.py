@@ -23,6 +23,7 @@ from offpolicy_ac.cli import script_main
 from offpolicy_ac.training import load_run
 from offpolicy_ac.training import pool_seed
 from offpolicy_ac.training.config import MAX_SEED
+from offpolicy_ac.training.evaluation import episode_pools
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,7 +33,8 @@ class Args:
   out: str
   """Output .npz file."""
   episodes: int = 10
-  """Episodes to record (one per environment, each from a fresh reset)."""
+  """Episodes to record (one per environment, each from a fresh reset; in pools of at most
+  256 environments, `training.evaluation.episode_pools`, as evaluate.py plays them)."""
   seed: int = 12345
   """Seed of the recording environments (`training.pool_seed(seed, "evaluate")`, as
   evaluate.py's) and of the behaviour policy's actions."""
@@ -54,10 +56,9 @@ class Args:
 
 
 def main(args: Args) -> dict:
-  if args.episodes < 1:
-    raise ValueError(f"--episodes must be >= 1, got {args.episodes}")
   if not 0 <= args.seed < MAX_SEED:  # a PRNG key's seed (the behaviour policy's)
     raise ValueError(f"--seed must be in [0, 2**32), got {args.seed}")
+  pools = episode_pools(args.episodes, pool_seed(args.seed, "evaluate"))  # checks --episodes
   fraction = args.action_box_fraction
   if fraction is not None and not 0.0 < fraction <= 1.0:
     raise ValueError(f"--action-box-fraction must lie in (0, 1], got {fraction}")
@@ -73,8 +74,11 @@ def main(args: Args) -> dict:
                        f"{spec.num_actions} discrete ones")  # fmt: skip
     policy = demos_lib.clip_to_box(policy, spec.action_low, spec.action_high,
                                    args.action_box_fraction)  # fmt: skip
-  with run.make_env(args.episodes, pool_seed(args.seed, "evaluate")) as env:
-    demos = demos_lib.record_episodes(env, policy, args.episodes)
+  parts = []
+  for size, seed in pools:  # bounded memory; on envpool, the episodes of one pool
+    with run.make_env(size, seed) as env:
+      parts.append(demos_lib.record_episodes(env, policy, size))
+  demos = {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
   out.parent.mkdir(parents=True, exist_ok=True)
   demos_lib.save_demos(out, demos, env_id=env_id)
   ends = np.cumsum(demos["episode_lengths"])

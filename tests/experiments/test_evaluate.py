@@ -14,9 +14,12 @@ from scripts import load_script
 
 from offpolicy_ac import presets
 from offpolicy_ac.cli import import_modules
+from offpolicy_ac.demos import load_demos
+from offpolicy_ac.demos import record_episodes
 from offpolicy_ac.networks import torsos
 from offpolicy_ac.training import describe_protocol
 from offpolicy_ac.training import evaluate
+from offpolicy_ac.training import evaluation
 from offpolicy_ac.training import load_run
 from offpolicy_ac.training import pool_seed
 from offpolicy_ac.training import write_video
@@ -68,10 +71,11 @@ def test_evaluate_prints_and_writes_the_returns_and_a_video(tmp_path, capsys, pr
   assert np.abs(frames[0].astype(int) - frames[-1].astype(int)).max() > 100  # it moved
 
 
-def test_many_episodes_are_played_in_bounded_pools_as_one_pool_would(tmp_path, monkeypatch):
+@pytest.mark.parametrize("script", ["evaluate", "record_demos"])
+def test_many_episodes_are_played_in_bounded_pools_as_one_pool_would(tmp_path, monkeypatch, script):
   run_dir = _train(tmp_path / "run", "cartpole", 512)
-  module = load_script("evaluate")
-  monkeypatch.setattr(module, "POOL_SIZE", 4)
+  module = load_script(script)
+  monkeypatch.setattr(evaluation, "POOL_SIZE", 4)
   run, pools = load_run(run_dir), []
   make_env = type(run).make_env
 
@@ -80,14 +84,24 @@ def test_many_episodes_are_played_in_bounded_pools_as_one_pool_would(tmp_path, m
     return make_env(self, num_envs, seed, **kwargs)
 
   monkeypatch.setattr(type(run), "make_env", recording)
-  result = module.main(module.Args(run_dir=str(run_dir), episodes=10, seed=2))
+  out = tmp_path / "demos.npz"
+  extra = {"out": str(out)} if script == "record_demos" else {}
+  result = module.main(module.Args(run_dir=str(run_dir), episodes=10, seed=2, **extra))
   first = pool_seed(2, "evaluate")
   assert pools == [(4, first), (4, first + 4), (2, first + 8)]
   monkeypatch.undo()
   with run.make_env(10, pool_seed(2, "evaluate")) as env:  # envpool seeds env i seed + i
-    returns = evaluate(env, run.greedy, run.acting, 10)
-  np.testing.assert_allclose(result["returns"], returns, rtol=1e-6)
-  assert len(set(result["returns"])) > 1  # different episodes
+    if script == "evaluate":
+      returns = evaluate(env, run.greedy, run.acting, 10)
+      np.testing.assert_allclose(result["returns"], returns, rtol=1e-6)
+      assert len(set(result["returns"])) > 1  # different episodes
+    else:
+      one_pool = record_episodes(env, run.greedy_policy(), 10)
+      saved = load_demos(out)
+      for name, field in one_pool.items():
+        np.testing.assert_array_equal(result[name], field, err_msg=name)
+        np.testing.assert_array_equal(saved[name], field, err_msg=name)
+      assert len(set(one_pool["episode_lengths"])) > 1  # different episodes
 
 
 def test_evaluations_of_other_parameters_go_to_their_own_files(tmp_path):

@@ -22,6 +22,12 @@ from offpolicy_ac.envs import LAST
 from offpolicy_ac.training.config import TrainConfig
 from offpolicy_ac.training.sources import task_kwargs
 
+POOL_SIZE = 256
+"""The most environments `episode_pools` plays at once (an Atari emulator holds megabytes)."""
+MAX_EPISODES = 2**20
+"""The most episodes `episode_pools` plays: envpool seeds environment i of a pool seed + i,
+below 2**31, and `sources.pool_seed` leaves room for 2**20."""
+
 
 class EpisodeLimitError(RuntimeError):
   """The episodes did not end within the steps allowed (`max_steps`)."""
@@ -52,6 +58,21 @@ def describe_protocol(config: TrainConfig, num_episodes: int | None = None) -> s
   else:
     steps = envs.time_limit(config.env.env_id, **task_kwargs(config))
   return f"{config.env.env_id}: sum of rewards per episode, time limit {steps:,} env steps; {text}"
+
+
+def episode_pools(num_episodes: int, seed: int) -> list[tuple[int, int]]:
+  """The pools that play `num_episodes` episodes, one per environment, in bounded memory:
+  (environments, pool seed) of pools of at most `POOL_SIZE` environments, pool k seeded
+  `seed + k * POOL_SIZE`. On envpool tasks, whose environment i of a pool of seed s is
+  seeded s + i, they play the episodes of one pool of `num_episodes` environments.
+
+  Raises:
+    ValueError: `num_episodes` outside [1, `MAX_EPISODES`].
+  """
+  if not 1 <= num_episodes <= MAX_EPISODES:
+    raise ValueError(f"--episodes must be in [1, {MAX_EPISODES:,}], got {num_episodes}")
+  return [(min(POOL_SIZE, num_episodes - first), seed + first)
+          for first in range(0, num_episodes, POOL_SIZE)]  # fmt: skip
 
 
 def evaluate(
