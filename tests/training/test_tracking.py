@@ -123,8 +123,7 @@ def test_wandb_runs_of_a_sweep_and_of_a_job_s_processes_are_told_apart(tmp_path,
                                 (tmp_path / "root" / "process1", "", "root")]:  # fmt: skip
     run_dir.mkdir(parents=True)
     (run_dir / "config.json").write_text(json.dumps({"algorithm": "impala"}))
-    logger = experiment._make_logger("impala", config, 0, run_dir, progress=False,
-                                     group=group, label=label)  # fmt: skip
+    logger = experiment._make_tracker(config, run_dir, group=group, label=label)
     logger.close()
     run_id = json.loads((run_dir / "wandb.json").read_text())["id"]
     (path,) = _offline_runs(offline_wandb, run_id)
@@ -299,6 +298,37 @@ def test_wandb_refusing_its_run_refuses_the_run_in_one_line(tmp_path, monkeypatc
   with pytest.raises(ValueError, match=r"--track: W&B could not start its run: No API key") as e:
     module.run(args)
   assert is_refusal(e.value)
+  # Refused before the logs were made: no empty metrics file, TensorBoard folder or plot.
+  assert sorted(p.name for p in (tmp_path / "run").iterdir()) == [".lock", "config.json"]
+
+
+def test_a_learner_s_w_and_b_run_refused_leaves_no_logs_and_ends_the_others(tmp_path,
+                                                                              offline_wandb,
+                                                                              monkeypatch):  # fmt: skip
+  """W&B refusing a run was found after the run directory's logs were made (an empty
+  metrics file, a TensorBoard folder, a plot of nothing), and a sweep's other learners'
+  logs were left open."""
+  import wandb  # pylint: disable=import-outside-toplevel
+
+  started, init = [], wandb.init
+
+  def second_refused(**kwargs):
+    if started:
+      raise wandb.errors.UsageError("No API key configured. Use `wandb login` to log in.")
+    started.append(init(**kwargs))
+    return started[-1]
+
+  monkeypatch.setattr(wandb, "init", second_refused)
+  module, args = _impala_args(tmp_path / "root", track=True, num_seeds=2)
+  with pytest.raises(ValueError, match=r"--track: W&B could not start its run: No API key"):
+    module.run(args)
+  made = [
+      sorted(p.name for p in (tmp_path / "root" / seed).iterdir()) for seed in ("seed0", "seed1")
+  ]
+  assert made == [[".lock", "config.json", "wandb.json"], [".lock", "config.json"]]
+  run_id = started[0].id
+  (path,) = _offline_runs(offline_wandb, run_id)
+  assert any(r.WhichOneof("record_type") == "exit" for r in _records(path))  # finished
 
 
 def test_tracking_settings_without_track_are_refused():

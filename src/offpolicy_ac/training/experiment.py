@@ -554,14 +554,26 @@ def _configure_and_drive(name: str, args: Any, root: pathlib.Path, lanes: list[s
   how = "vmapped, compiled" if config.compiled else "vmapped"
   if len(lanes) > 1:
     print(f"[{name}] {len(lanes)} learners in one program ({how})", flush=True)
-  checkpointer = _make_checkpointer(config, root)
-  loggers = [
-      _make_logger(name, config, lane.seed, d, progress=progress if k == 0 else False,
-                   group=root.name if d != root else None, label=lane.label)
-      for k, (lane, d) in enumerate(zip(lanes, dirs))
-  ]  # fmt: skip
-  if added:
-    loggers = [MultiLogger(logger, extra) for logger, extra in zip(loggers, added)]
+  with contextlib.ExitStack() as made:  # a failure closes what was made
+    for extra in added:
+      made.callback(_close_quietly, extra)
+    trackers = []  # first: W&B refusing a run (no API key) leaves no logs behind
+    for lane, d in zip(lanes, dirs) if config.tracking.track else ():
+      trackers.append(_make_tracker(config, d, group=root.name if d != root else None,
+                                    label=lane.label))  # fmt: skip
+      made.callback(_close_quietly, trackers[-1])
+    loggers: list[Logger] = []
+    for k, (lane, d) in enumerate(zip(lanes, dirs)):
+      loggers.append(RunLogger(d, total_env_steps=config.budget.total_env_steps,
+                               title=f"{name} {config.env.env_id} {lane.label}seed {lane.seed}",
+                               progress=progress if k == 0 else False))  # fmt: skip
+      made.callback(_close_quietly, loggers[-1])
+    checkpointer = _make_checkpointer(config, root)
+    made.pop_all()
+  for k, logger in enumerate(loggers):  # each learner's: its directory's, W&B's, add_logger's
+    others = [made_for_all[k] for made_for_all in (trackers, added) if made_for_all]
+    if others:
+      loggers[k] = MultiLogger(logger, *others)
   flag = _StopFlag()
   with _stop_on_signals(flag):  # to the end: a second signal never cuts the files short
     return _drive_and_finish(name, config, root, lanes, dirs, program, protocol, loggers,
@@ -615,33 +627,28 @@ def _drive_and_finish(name: str, config: TrainConfig, root: pathlib.Path,
   return outcome.results
 
 
-def _make_logger(name: str, config: TrainConfig, seed: int, run_dir: pathlib.Path, *,
-                 progress: Optional[bool], group: Optional[str],
-                 label: str = "") -> Logger:  # fmt: skip
-  """The run directory's logger, and with `--track` a W&B run beside it (its config:
-  the directory's config.json; in `group`, the root's name, where the directory is a
-  learner's or a process's below it; named by the directory and a sweep's `label`)."""
-  logger = RunLogger(run_dir, total_env_steps=config.budget.total_env_steps,
-                     title=f"{name} {config.env.env_id} {label}seed {seed}",
-                     progress=progress)  # fmt: skip
+def _make_tracker(config: TrainConfig, run_dir: pathlib.Path, *, group: Optional[str],
+                  label: str) -> WandbLogger:  # fmt: skip
+  """With `--track`, a learner's W&B run (its config: the directory's config.json; in
+  `group`, the root's name, where the directory is a learner's or a process's below it;
+  named by the directory and a sweep's `label`)."""
   tracking = config.tracking
-  if not tracking.track:
-    return logger
-  try:
-    with refusals():  # W&B refusing the run (no API key): one line
-      tracker = WandbLogger(
-          run_dir,
-          project=tracking.wandb_project,
-          entity=tracking.wandb_entity,
-          mode=tracking.wandb_mode,
-          config=read_json(run_dir / "config.json"),
-          group=group,
-          name=f"{label}{run_dir.name}",  # a sweep's learners: "learning_rate=0.001 seed0"
-      )
-  except BaseException:
+  with refusals():  # W&B refusing the run (no API key): one line
+    return WandbLogger(
+        run_dir,
+        project=tracking.wandb_project,
+        entity=tracking.wandb_entity,
+        mode=tracking.wandb_mode,
+        config=read_json(run_dir / "config.json"),
+        group=group,
+        name=f"{label}{run_dir.name}",  # a sweep's learners: "learning_rate=0.001 seed0"
+    )
+
+
+def _close_quietly(logger: Logger) -> None:
+  """Closes a logger made before a failure, which is the error to show."""
+  with contextlib.suppress(Exception):
     logger.close()
-    raise
-  return MultiLogger(logger, tracker)
 
 
 def _added(add_logger: Callable, run_dir: pathlib.Path, seed: int) -> Logger:
