@@ -7,6 +7,7 @@ Each test drives experiments/impala.py (or sql.py) in a subprocess, as a user wo
 import json
 import os
 import pathlib
+import shlex
 import shutil
 import signal
 import subprocess
@@ -281,11 +282,18 @@ def test_resume_refuses_a_different_config(tmp_path):
   _run("impala", run_dir, 2560)
   proc = _run("impala", run_dir, 5120, "--resume", "--learning-rate", "0.1", check=False)
   assert proc.returncode != 0
+  started = shlex.join(_command("impala", run_dir, 2560)[1:])  # the script and its flags
   assert proc.stderr.endswith(
       "[impala] error: --resume: the config differs from the run's in --learning-rate (the "
       "run's 0.003, given 0.1); only the step budget (--total-env-steps), the tracking flags "
-      "and a job's --coordinator-address may change\n"
+      f"and a job's --coordinator-address may change; the run last ran as `python {started}`: "
+      "repeat it with --resume\n"
   )
+  # A resume that ran names its own command, which has --resume.
+  _run("impala", run_dir, 5120, "--resume")
+  proc = _run("impala", run_dir, 7680, "--resume", "--learning-rate", "0.1", check=False)
+  resumed = shlex.join(_command("impala", run_dir, 5120, "--resume")[1:])
+  assert proc.stderr.endswith(f"the run last ran as `python {resumed}`: repeat that command\n")
   proc = _run("impala", run_dir, 5120, check=False)
   assert proc.returncode != 0 and "--resume" in proc.stderr  # never overwrites a run
 

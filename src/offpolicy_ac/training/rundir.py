@@ -36,6 +36,7 @@ import numbers
 import os
 import pathlib
 import re
+import shlex
 import socket
 import sys
 import time
@@ -450,6 +451,18 @@ def _field_defaults(args: Any) -> Optional[dict]:
     return None
 
 
+def _last_command(name: str, record: dict) -> str:
+  """Where the run was last started or resumed by the `name` script (config.json's
+  `command`, or its latest resume's): a clause that shows the command, whose flags a resume
+  repeats; "" for a run made from Python."""
+  command = [record, *record.get("resumed", [])][-1].get("command")
+  if not (isinstance(command, list) and command and all(isinstance(a, str) for a in command)
+          and os.path.basename(command[0]) == f"{name}.py"):  # fmt: skip
+    return ""
+  again = "repeat that command" if "--resume" in command else "repeat it with --resume"
+  return f"; the run last ran as `python {shlex.join(command)}`: {again}"
+
+
 def check_algorithm(name: str, run_dir: pathlib.Path, record: dict) -> None:
   """On --resume, refuses a run (its config.json `record`) of another algorithm than
   `name`, naming the script that resumes it."""
@@ -522,7 +535,7 @@ def check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: b
       raise ValueError(
           f"--resume: the config differs from the run's in {shown}; only the step budget "
           "(--total-env-steps), the tracking flags and a job's --coordinator-address may "
-          "change"
+          f"change{_last_command(name, old)}"
       )
     checkpoints = run_dir / "checkpoints" if checkpoints is None else checkpoints
     _check_writable(run_dir, others or (run_dir,), checkpoints if writes_checkpoints else None)
