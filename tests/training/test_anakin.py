@@ -3,11 +3,14 @@ whose lanes equal single runs, exact resume, errors before compiling."""
 
 import dataclasses
 import json
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from scripts import cpu_process_env
 from scripts import load_script
 
 from offpolicy_ac import presets
@@ -323,3 +326,27 @@ def test_compile_for_is_checked_before_anything_runs():
     _config(compile_for="fast").validate()
   with pytest.raises(ValueError, match="applies to a JAX environment's compiled run"):
     TrainConfig.of(env_id="CartPole-v1", compile_for="startup").validate()
+
+
+def test_a_python_process_whose_compiled_run_was_refused_exits_cleanly(tmp_path):
+  """A refusal after the programs began compiling (a run directory holding a run), caught
+  by the caller, left XLA compiling on a daemon thread: the interpreter's exit aborted the
+  process (SIGABRT, "terminate called after throwing an instance of ''")."""
+  run_dir = tmp_path / "run"
+  run_dir.mkdir()
+  (run_dir / "config.json").write_text(json.dumps({"config": {}, "algorithm": "impala"}))
+  (run_dir / "metrics.jsonl").write_text(json.dumps({"env_steps": 1}) + "\n")
+  code = f"""
+import dataclasses
+from offpolicy_ac.presets import impala
+args = impala.Args(run_dir={str(run_dir)!r})
+args = dataclasses.replace(args, train=args.train.replace(env_id={CARTPOLE!r}))
+try:
+  impala.run(args, progress=False)
+except FileExistsError as e:
+  print("refused:", e)
+"""
+  proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                        timeout=300, env=cpu_process_env())  # fmt: skip
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert "already holds a run" in proc.stdout and "terminate called" not in proc.stderr

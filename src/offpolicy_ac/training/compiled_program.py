@@ -77,7 +77,10 @@ class CompiledProgram:
     lowered = [run.trace(states, self._hps, active).lower(),
                evaluate.trace(states, self._hps).lower()]  # fmt: skip
     self._programs, self._error = None, None
-    self._thread = threading.Thread(target=self._compile, args=(lowered,), daemon=True,
+    # Not a daemon: a run that fails before it waits for the programs (a refused run
+    # directory) leaves the compilation running, and a daemon thread still in XLA when the
+    # interpreter exits aborts the process (SIGABRT); the exit waits for it instead.
+    self._thread = threading.Thread(target=self._compile, args=(lowered,), daemon=False,
                                     name="compile-chunk")  # fmt: skip
     self._thread.start()
 
