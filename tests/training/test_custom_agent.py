@@ -83,6 +83,26 @@ def test_a_custom_agent_under_a_built_in_name_is_refused_before_anything_is_writ
   assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "gymnax:CartPole-v1"])
+def test_a_factory_of_another_config_than_args_agent_is_refused_before_anything_runs(
+    tmp_path, env_id
+):
+  """config.json recorded args.agent while the factory's config trained (silently: another
+  step size; or a run load_run could not read: other layer sizes)."""
+  args = _args(tmp_path / "run", env_id)
+  slower = dataclasses.replace(args.agent, learning_rate=1e-4)
+  with pytest.raises(ValueError, match=r"config differs from args.agent in learning_rate "
+                     r"\(args.agent: 0.003, the agent's: 0.0001\): config.json records "
+                     r"args.agent"):  # fmt: skip
+    run_experiment("impala", args, functools.partial(agents.make_impala, config=slower))
+  assert not (tmp_path / "run").exists()
+  # What a script derives from the budget (--anneal-learning-rate) may differ.
+  annealed = dataclasses.replace(args.agent, learning_rate_decay_updates=2)
+  run_experiment("impala", args, functools.partial(agents.make_impala, config=annealed),
+                 progress=False)  # fmt: skip
+  assert load_run(tmp_path / "run").config.budget.total_env_steps == 512
+
+
 def test_a_run_of_an_unregistered_agent_names_the_registration(registered, tmp_path):
   args = _args(tmp_path / "run", "CartPole-v1")
   run_experiment(NAME, args, _factory(args), progress=False)

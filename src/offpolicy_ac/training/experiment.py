@@ -254,8 +254,10 @@ def run_experiment(name: str, args: Any, agent_factory: Callable, *,
                    inputs: Optional[dict[str, str]] = None,
                    add_logger: Optional[Callable[[pathlib.Path, int], Logger]] = None,
                    ) -> RunResult | list[RunResult]:  # fmt: skip
-  """Trains a script's args; see the module docstring. With several learners (seeds, a
-  sweep's settings) it returns one RunResult per learner, each logged in its own
+  """Trains a script's args; see the module docstring. `agent_factory(spec)` builds the
+  agent of `args.agent` (config.json records it; only the step-size schedule a script
+  derives from the budget, `BUDGET_DERIVED_FIELDS`, may differ). With several learners
+  (seeds, a sweep's settings) it returns one RunResult per learner, each logged in its own
   directory under `args.run_dir`, and plots them. `inputs` holds the digests of files
   that args fields name (`{"demos": sha256}`): kept in config.json, a resumed run compares
   them instead of the paths. `add_logger(run_dir, seed)`, called once per learner with
@@ -404,6 +406,7 @@ def _program(name: str, args: Any, lanes: list[sweeps.Lane], *, agent_factory: C
   # The run directory rebuilds its agent from `name` and the config (load_run, --resume), as
   # do compiled runs and sweeps: a custom agent under a built-in name would be replaced.
   check_registered(name, agent)
+  _check_agent_is_args(args, agent.config)
   if config.compiled:
     # The agent's config as the factory builds it: a script may derive settings from the
     # budget there (IMPALA's --anneal-learning-rate, SQL's --learning-rate-cooldown).
@@ -414,6 +417,37 @@ def _program(name: str, args: Any, lanes: list[sweeps.Lane], *, agent_factory: C
   return EnvpoolProgram(lambda spec: agent, config, batch_fn=batch_fn,
                         rollout_factory=rollout_factory,
                         make_agent=AGENTS[name][0] if config.budget.sweep else None)  # fmt: skip
+
+
+BUDGET_DERIVED_FIELDS = ("learning_rate_decay_begin", "learning_rate_decay_updates")
+"""Agent config fields a script's `agent_factory` may set from the budget (IMPALA's
+--anneal-learning-rate, SQL's --learning-rate-cooldown): a resume with a larger budget
+derives them anew, so config.json keeps them as `args.agent` has them."""
+
+
+def _check_agent_is_args(args: Any, built: Any) -> None:
+  """Refuses an `agent_factory` that builds an agent of another config than `args.agent`
+  (but for `BUDGET_DERIVED_FIELDS`): config.json records `args.agent`, and `load_run` and
+  `--resume` rebuild the agent from it, so the run would train one agent and record
+  another."""
+  recorded = getattr(args, "agent", None)
+  if not dataclasses.is_dataclass(recorded) or isinstance(recorded, type):
+    return  # args without an agent config: config.json records none
+  if type(recorded) is not type(built):
+    raise ValueError(f"agent_factory built an agent of config {type(built).__name__}, and "
+                     f"args.agent is a {type(recorded).__name__}: config.json records "
+                     "args.agent; give the factory args.agent")  # fmt: skip
+  differ = [(f.name, getattr(recorded, f.name), getattr(built, f.name))
+            for f in dataclasses.fields(recorded) if f.name not in BUDGET_DERIVED_FIELDS
+            and getattr(recorded, f.name) != getattr(built, f.name)]  # fmt: skip
+  if differ:
+    shown = "; ".join(f"{k} (args.agent: {a!r}, the agent's: {b!r})" for k, a, b in differ[:4])
+    raise ValueError(
+        f"agent_factory built an agent whose config differs from args.agent in {shown}"
+        f"{'; ...' * (len(differ) > 4)}: config.json records args.agent, and load_run and "
+        "--resume rebuild the agent from it; give the factory args.agent "
+        "(functools.partial(make_agent, config=args.agent))"
+    )
 
 
 def _run(name: str, args: Any, root: pathlib.Path, *, agent_factory: Callable,
