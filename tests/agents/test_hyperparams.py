@@ -148,6 +148,19 @@ def test_a_combination_out_of_range_is_refused():
     hp_lib.check_setting(ImpalaConfig(), {"clip_rho_threshold": 0.5})
 
 
+def test_a_custom_config_without_validate_takes_its_settings():
+  """register_agent takes any frozen dataclass; a sweep or several seeds of it ended in
+  AttributeError: no `validate`."""
+
+  @dataclasses.dataclass(frozen=True)
+  class PlainConfig:
+    TUNABLE = ("learning_rate",)
+    learning_rate: float = 3e-3
+
+  assert hp_lib.check_setting(PlainConfig(), {"learning_rate": 1e-3}).learning_rate == 1e-3
+  assert hp_lib.check_setting(PlainConfig(), {}) == PlainConfig()  # a seed of the defaults
+
+
 def test_sql_lambda_is_static():
   with pytest.raises(ValueError, match="'lambda_' is a static field"):
     hp_lib.parse_sweep(SqlConfig(), ["lambda_=0.5"])

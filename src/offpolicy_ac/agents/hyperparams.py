@@ -66,8 +66,9 @@ def with_hyperparams(config: Any, hyperparams: Mapping[str, Any]) -> Any:
 
 
 def check_setting(config: Any, setting: Mapping[str, float]) -> Any:
-  """The config with one concrete setting applied, validated; raises ValueError naming
-  the field (unknown, static, or out of range) before anything compiles."""
+  """The config with one concrete setting applied, validated (by its `validate()`, where
+  its class has one); raises ValueError naming the field (unknown, static, or out of
+  range) before anything compiles."""
   _check_names(config, setting)
   for name, value in setting.items():
     try:
@@ -75,8 +76,10 @@ def check_setting(config: Any, setting: Mapping[str, float]) -> Any:
     except (TypeError, ValueError):
       raise ValueError(f"the setting of {name} must be a number, got {value!r}") from None
   changed = dataclasses.replace(config, **{k: float(v) for k, v in setting.items()})
+  validate = getattr(changed, "validate", None)  # a custom agent's config may have none
   try:
-    changed.validate()
+    if callable(validate):
+      validate()
   except ValueError as error:
     raise ValueError(f"the setting {dict(setting)} is invalid: {error}") from None
   return changed

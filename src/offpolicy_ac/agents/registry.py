@@ -37,6 +37,8 @@ BUILT_IN = frozenset(AGENTS)
 def register_agent(name: str, make_agent: Callable[[Any, Any], Any], config_cls: type) -> None:
   """Registers `make_agent(spec, config) -> Agent`, with `config_cls` its frozen config
   dataclass, as algorithm `name` (`training.run_experiment(name, ...)`, `load_run`).
+  The class may name its sweepable fields in a `TUNABLE` tuple (`agents.hyperparams`) and
+  check a config in a `validate()` method, which each swept setting then passes.
 
   Registering a name again with the same factory and config class does nothing; with a
   factory and config class of the same module and qualified names (redefined: a notebook
