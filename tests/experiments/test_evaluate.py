@@ -217,9 +217,9 @@ networks.register_torso("plugin-torso", lambda observation_shape, hidden_sizes: 
 
 
 def test_a_run_with_a_torso_of_ones_own_loads_after_import_modules(tmp_path):
-  """evaluate.py and record_demos.py import the module that registers the run's torso
-  (a dotted name from the current directory, or a .py file); without it the refusal names
-  the flag."""
+  """evaluate.py, record_demos.py and the training scripts import the module that
+  registers the run's torso (a dotted name from the current directory, or a .py file);
+  without it the refusal names the flag."""
   (tmp_path / "plugin_torso.py").write_text(_TORSO_MODULE)
   import_modules("--import-modules", [str(tmp_path / "plugin_torso.py")])
   try:
@@ -228,7 +228,7 @@ def test_a_run_with_a_torso_of_ones_own_loads_after_import_modules(tmp_path):
         args,
         run_dir=str(tmp_path / "run"),
         agent=dataclasses.replace(args.agent, torso="plugin-torso"),
-        train=args.train.replace(total_env_steps=512, log_every=512, checkpoint_every=0),
+        train=args.train.replace(total_env_steps=512, log_every=512, checkpoint_every=512),
     )
     presets.impala.run(args, progress=False)
   finally:
@@ -251,6 +251,14 @@ def test_a_run_with_a_torso_of_ones_own_loads_after_import_modules(tmp_path):
                     "--import-modules", str(tmp_path / "plugin_torso.py"))  # fmt: skip
   assert recorded.returncode == 0, recorded.stderr
   assert (tmp_path / "demos.npz").is_file()
+  # The training scripts import it too: the run resumes from the command line.
+  flags = ["--preset", "cartpole", "--torso", "plugin-torso", "--total-env-steps", "1024",
+           "--log-every", "512", "--checkpoint-every", "512", "--resume"]  # fmt: skip
+  refused = script("impala", *flags)
+  assert refused.returncode == 2 and "unknown torso 'plugin-torso'" in refused.stderr
+  resumed = script("impala", *flags, "--import-modules", "plugin_torso")
+  assert resumed.returncode == 0, resumed.stderr
+  assert json.loads((tmp_path / "run" / "summary.json").read_text())["env_steps"] == 1024
 
 
 def test_import_modules_refuses_a_module_it_cannot_find(tmp_path, monkeypatch):

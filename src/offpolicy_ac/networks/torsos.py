@@ -287,7 +287,7 @@ def make_torso(
     raise ValueError(
         f"unknown torso {kind!r}; choose one of {TORSOS} or 'auto', or register your own with "
         "networks.register_torso(name, make) (in every process that trains or loads it; "
-        "evaluate.py and record_demos.py: --import-modules MODULE, the module that does)"
+        "the scripts: --import-modules MODULE, the module that does)"
     )
   if kind == "mlp":
     return MLPTorso(tuple(hidden_sizes), observation_shape=tuple(observation_shape))

@@ -43,6 +43,9 @@ class Args:
   agent: AcerConfig = AcerConfig()
   resume: bool = False
   """Continue the run in --run-dir from its last checkpoint."""
+  import_modules: tuple[str, ...] = ()
+  """Modules to import first (dotted names, or .py files): those that register a custom
+  torso the agent names (`networks.register_torso`; --torso NAME)."""
   run_dir: Optional[str] = None
   """Run directory (default: runs/acer-<env>-seed<seed>-<time>)."""
 
@@ -159,6 +162,7 @@ ENV_PRESETS = EnvPresets(
 def run(args: Args, **run_kwargs):
   """Trains ACER as experiments/acer.py does; `run_kwargs` go to
   `training.run_experiment` (e.g. a `rollout_factory`)."""
+  common.import_registrations(args)
   resolved = dataclasses.replace(args, train=args.resolved_train)
   return run_experiment(
       "acer", resolved, functools.partial(make_acer, config=args.agent), **run_kwargs

@@ -1,9 +1,13 @@
 """The task settings IMPALA's and ACER's presets share (each adds its own replay and agent
-settings)."""
+settings), and what every script's `run` does first (`import_registrations`)."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from offpolicy_ac.cli import import_modules
 from offpolicy_ac.training import TrainConfig
+from offpolicy_ac.training import refusals
 
 ATARI = TrainConfig.of(
     env_id="Pong-v5",
@@ -37,3 +41,11 @@ def on_brax_halfcheetah(train: TrainConfig, **fields) -> TrainConfig:
   return train.replace(
       env_id="brax:halfcheetah", log_every=1_000_000, checkpoint_every=5_000_000, **fields
   )
+
+
+def import_registrations(args: Any) -> None:
+  """Imports `args.import_modules` (`cli.import_modules`: the modules that register a
+  custom torso the run names), before the agent is built; a module that cannot be found is
+  refused in one line."""
+  with refusals():
+    import_modules("--import-modules", args.import_modules)

@@ -33,6 +33,9 @@ class Args:
   --learning-rate-decay-updates from the budget."""
   resume: bool = False
   """Continue the run in --run-dir from its last checkpoint."""
+  import_modules: tuple[str, ...] = ()
+  """Modules to import first (dotted names, or .py files): those that register a custom
+  torso the agent names (`networks.register_torso`; --torso NAME)."""
   run_dir: Optional[str] = None
   """Run directory (default: runs/impala-<env>-seed<seed>-<time>)."""
 
@@ -169,6 +172,7 @@ ENV_PRESETS = EnvPresets(
 def run(args: Args, **run_kwargs):
   """Trains IMPALA as experiments/impala.py does; `run_kwargs` go to
   `training.run_experiment` (e.g. a `rollout_factory`)."""
+  common.import_registrations(args)
   agent = args.agent
   if args.anneal_learning_rate:
     with refusals():  # a bad config is one line

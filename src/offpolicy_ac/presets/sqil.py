@@ -23,6 +23,7 @@ from offpolicy_ac.agents import SqlConfig
 from offpolicy_ac.agents import make_sqil
 from offpolicy_ac.agents import make_sqil_batch_fn
 from offpolicy_ac.cli import EnvPresets
+from offpolicy_ac.presets import common
 from offpolicy_ac.presets import sql
 from offpolicy_ac.training import TrainConfig
 from offpolicy_ac.training import prepare_process
@@ -55,6 +56,9 @@ class Args:
   keeps it constant unless --learning-rate-decay-* are set."""
   resume: bool = False
   """Continue the run in --run-dir from its last checkpoint."""
+  import_modules: tuple[str, ...] = ()
+  """Modules to import first (dotted names, or .py files): those that register a custom
+  torso the agent names (`networks.register_torso`; --torso NAME)."""
   run_dir: Optional[str] = None
   """Run directory (default: runs/sqil-<env>-seed<seed>-<time>)."""
 
@@ -124,6 +128,7 @@ def run(args: Args, **run_kwargs):
     ValueError: no demonstrations, a demonstration batch size below 1, or demonstrations
       of another task than the run's.
   """
+  common.import_registrations(args)
   with refusals():  # bad demonstrations: one line from the script, before anything runs
     if not args.demos:
       raise ValueError("--demos FILE is required (record one with experiments/record_demos.py)")

@@ -15,6 +15,7 @@ from typing import Optional
 from offpolicy_ac.agents import SqlConfig
 from offpolicy_ac.agents import make_sql
 from offpolicy_ac.cli import EnvPresets
+from offpolicy_ac.presets import common
 from offpolicy_ac.training import TrainConfig
 from offpolicy_ac.training import refusals
 from offpolicy_ac.training import run_experiment
@@ -46,6 +47,9 @@ class Args:
   rate unless they are set)."""
   resume: bool = False
   """Continue the run in --run-dir from its last checkpoint."""
+  import_modules: tuple[str, ...] = ()
+  """Modules to import first (dotted names, or .py files): those that register a custom
+  torso the agent names (`networks.register_torso`; --torso NAME)."""
   run_dir: Optional[str] = None
   """Run directory (default: runs/sql-<env>-seed<seed>-<time>)."""
 
@@ -243,5 +247,6 @@ def cooled_agent(agent: SqlConfig, train: TrainConfig, cooldown: float) -> SqlCo
 def run(args: Args, **run_kwargs):
   """Trains SQL as experiments/sql.py does; `run_kwargs` go to `training.run_experiment`
   (e.g. a `rollout_factory`)."""
+  common.import_registrations(args)
   agent = cooled_agent(args.agent, args.train, args.learning_rate_cooldown)
   return run_experiment("sql", args, functools.partial(make_sql, config=agent), **run_kwargs)

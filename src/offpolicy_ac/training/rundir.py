@@ -95,6 +95,7 @@ RESUMABLE_CHANGES = (
     "train.tracking.wandb_mode",
     "resume",
     "run_dir",
+    "import_modules",
 )
 """Config fields that may change when a run is resumed."""
 
