@@ -143,6 +143,18 @@ def test_vmapped_seeds_refuse_to_overwrite_and_a_changed_config(tmp_path):
     _main("impala", tmp_path / "run" / "seed0", resume=True, num_seeds=2, total_env_steps=1024,
           log_every=256, checkpoint_every=512)  # fmt: skip
   assert sorted(p.name for p in (tmp_path / "run" / "seed0").iterdir()) == held
+  # A copy names its own root, not the one its learners' config.json files record.
+  shutil.copytree(tmp_path / "run", tmp_path / "copy")
+  copy = tmp_path / "copy"
+  with pytest.raises(
+      ValueError,
+      match=re.escape(
+          f"seed0 is one learner of the run in {copy}: "
+          f"resume that run (--run-dir {copy} --resume)"
+      ),
+  ):
+    _main("impala", tmp_path / "copy" / "seed0", resume=True, num_seeds=2, total_env_steps=1024,
+          log_every=256, checkpoint_every=512)  # fmt: skip
 
 
 def test_configs_a_vmapped_learner_cannot_serve_run_seeds_one_after_the_other(tmp_path):

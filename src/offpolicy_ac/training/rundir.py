@@ -485,8 +485,9 @@ def check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: b
   refuses to overwrite a run (in `run_dir` or any of `others`). Then writes config.json."""
   config_path = run_dir / "config.json"
   old = _run_config(config_path) if config_path.exists() else None
-  lane_of = _learner_of(old) if old is not None else None
-  if lane_of is not None:  # its checkpoints and config are the whole run's
+  lane_of = old is not None and _learner_of(old)
+  if lane_of:  # its checkpoints and config are the whole run's
+    lane_of = _learner_root(run_dir, old) or lane_of  # a copied run's own root
     raise ValueError(
         f"{run_dir} is one learner of the run in {lane_of}: resume that run (--run-dir "
         f"{lane_of} --resume), or choose another --run-dir"
@@ -805,21 +806,27 @@ def _learner_of(record: dict) -> Optional[str]:
   return record.get("learners_of") or record.get("vmapped_seeds_of")
 
 
+def _learner_root(run_dir: pathlib.Path, record: dict) -> Optional[pathlib.Path]:
+  """The root of the run of several whose learner `run_dir` (its config.json `record`) is:
+  where the learner lies first (root/seed<k>, root/<setting>/seed<k>), so that a copied or
+  moved run is its own, else the root recorded when it was written; None for a run that is
+  no learner, or whose root is gone."""
+  lanes_of = _learner_of(record)
+  if lanes_of is None:
+    return None
+  candidates = [run_dir.parent, run_dir.parent.parent, pathlib.Path(lanes_of)]
+  return next((c for c in candidates if (c / "config.json").exists()), None)
+
+
 def _checkpoint_source(run_dir: pathlib.Path, record: dict) -> tuple[pathlib.Path, int, int]:
   """(checkpoint directory, learners in its arrays, this run's index among them). A
   learner of a run of several (seeds, a sweep's settings), written in `<root>/seed<k>` or
   `<root>/<setting>/seed<k>`, finds its checkpoints in the root, stacked with the other
   learners' (its config.json records its lane: `learners_of`, `learner`, `learners`; a
   vmapped seed of offpolicy_ac 0.2, `vmapped_seeds_of`: its seed's place in the root's)."""
-  lanes_of = _learner_of(record)
-  if lanes_of is None:
+  root = _learner_root(run_dir, record)
+  if root is None:  # not a learner, or its root is gone: no checkpoints to read
     return run_dir / "checkpoints", 1, 0
-  # Where the lane lies first (root/seed<k>, root/<setting>/seed<k>): a copied or moved run
-  # reads its own checkpoints, not those at the path recorded when it was written.
-  candidates = [run_dir.parent, run_dir.parent.parent, pathlib.Path(lanes_of)]
-  root = next((c for c in candidates if (c / "config.json").exists()), None)
-  if root is None:
-    return run_dir / "checkpoints", 1, 0  # the root is gone: no checkpoints to read
   if record.get("learners_of") is None:
     budget = lambda r: r["config"]["train"]["budget"]  # noqa: E731
     seeds = budget(read_json(root / "config.json"))
