@@ -15,9 +15,8 @@ played in pools of at most 256 environments seeded from
 `training.pool_seed(seed, "evaluate")` (`training.evaluation.episode_pools`): on envpool
 tasks, the same episodes as one pool of them all, in bounded memory. With `--video`, also
 renders episode 0 (same seed, so the same episode) with envpool's renderer and writes an
-MP4. Runs on JAX environments (gymnax,
-brax) evaluate on a host pool of them (`envs.FunctionalPool`); they cannot be rendered
-(`--video` fails before evaluating).
+MP4. Runs on JAX environments (gymnax, brax) evaluate on a host pool of them
+(`envs.FunctionalPool`); they cannot be rendered (`--video` fails before evaluating).
 """
 
 from __future__ import annotations
