@@ -372,6 +372,33 @@ def test_a_stop_gradient_on_the_prediction_passes_the_other_checks():
   testing.assert_matches_reference(stopped_retrace, ref_retrace_errors, EXAMPLES)
 
 
+@pytest.mark.parametrize("name", sorted(LIBRARY_LOSSES))
+def test_library_errors_and_losses_are_zero_at_masked_steps(name):
+  testing.assert_zero_at_masked_steps(LIBRARY_LOSSES[name][0], EXAMPLES)
+
+
+def unmasked_td_errors(tr):
+  """Mutant: `soft_q_td_errors` without its select: the junction row's error, bootstrapped
+  from the next episode's start, stays in the output."""
+  return lib_soft_q(tr) - losses.take_action(tr.q_tm1, tr.a_tm1)
+
+
+@pytest.mark.parametrize("variant", ["without_jit", "with_jit"])
+def test_zero_at_masked_steps_catches_an_error_left_at_a_junction(variant):
+  with pytest.raises(AssertionError, match=rf"chex variant {variant}: output \(the array\) is "
+                     r"\S+ at index \(\d+,\), a masked step \(\d+ of \d+ masked entries are "
+                     r"not 0\): select it away"):  # fmt: skip
+    testing.assert_zero_at_masked_steps(unmasked_td_errors, EXAMPLES, variants=(variant,))
+
+
+def test_an_error_left_at_a_junction_passes_the_other_checks():
+  """Why the check exists: they compare the real steps only."""
+  testing.assert_junction_split_invariant(unmasked_td_errors, EXAMPLES)
+  testing.assert_masked_steps_ignored(unmasked_td_errors, EXAMPLES)
+  testing.assert_masked_steps_get_no_gradient(unmasked_td_errors, EXAMPLES)
+  testing.assert_gradient_reaches_predictions(unmasked_td_errors, EXAMPLES, wrt="q_tm1")
+
+
 def test_gradient_reaches_names_a_non_finite_gradient():
   def single_where(tr):  # the unused branch is sqrt(0): its zero cotangent times inf is nan
     zero = tr.v_tm1 - jax.lax.stop_gradient(tr.v_tm1)

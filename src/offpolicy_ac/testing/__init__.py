@@ -18,6 +18,7 @@ with properties any correct target has.
     testing.assert_no_gradient_through_targets(lambda tr: fn(tr).errors)
     testing.assert_gradient_reaches_predictions(lambda tr: fn(tr).errors, wrt=["v_tm1"])
     testing.assert_truncation_bootstraps(fn)
+    testing.assert_zero_at_masked_steps(lambda tr: fn(tr).errors)
     testing.assert_matches_reference(
         fn, lambda tr: testing.reference.vtrace(
             tr.v_tm1, tr.v_t, tr.r_t, tr.discount_t, np.exp(tr.log_rho_tm1), mask=tr.mask))
@@ -66,6 +67,7 @@ if TYPE_CHECKING:  # for type checkers and the API docs; at run time `__getattr_
   from offpolicy_ac.testing.checks import assert_matches_reference
   from offpolicy_ac.testing.checks import assert_no_gradient_through_targets
   from offpolicy_ac.testing.checks import assert_truncation_bootstraps
+  from offpolicy_ac.testing.checks import assert_zero_at_masked_steps
 
 __all__ = [
     "JUNCTION",
@@ -80,6 +82,7 @@ __all__ = [
     "assert_matches_reference",
     "assert_no_gradient_through_targets",
     "assert_truncation_bootstraps",
+    "assert_zero_at_masked_steps",
     "check_layout",
     "checks",
     "default_examples",
@@ -106,6 +109,7 @@ _CHECKS = (
     "assert_matches_reference",
     "assert_no_gradient_through_targets",
     "assert_truncation_bootstraps",
+    "assert_zero_at_masked_steps",
 )
 
 

@@ -430,6 +430,51 @@ def assert_masked_steps_ignored(
           _assert_close(check, what, name, got, want, rtol, atol, dtype, select=select)
 
 
+def assert_zero_at_masked_steps(
+    fn: TargetFn,
+    examples=None,
+    *,
+    variants: Sequence[str] = VARIANTS,
+) -> None:
+  """An error or advantage function's outputs are exactly 0 at the masked steps.
+
+  Contract 1: a masked (junction) step contributes zero error and zero advantage, so a
+  loss may sum or average the outputs with the mask as weights, or without it. This
+  catches a TD error or advantage that is computed at the junction row too (its target
+  then pulls the final observation's value toward the next episode's data), which the
+  other checks pass: they compare the real steps only. Not for targets and returns, which
+  may hold anything at a masked step.
+
+  >>> import jax.numpy as jnp
+  >>> from offpolicy_ac import losses, testing
+  >>> testing.assert_zero_at_masked_steps(
+  ...     lambda tr: losses.vtrace(tr.v_tm1, tr.v_t, tr.r_t, tr.discount_t,
+  ...                              jnp.exp(tr.log_rho_tm1), mask=tr.mask).errors)
+
+  Args:
+    fn: the error function, `fn(traj) -> pytree of [T, *batch, ...] arrays`.
+    examples: a Trajectory, a sequence of them, or None for `default_examples()`.
+    variants: the chex variants to run `fn` under (see `assert_masked_steps_ignored`).
+
+  An example without masked steps passes trivially.
+  """
+  check = "assert_zero_at_masked_steps"
+  runs = _under_variants(check, fn, variants)
+  for i, traj in enumerate(_examples(examples)):
+    for variant, run in runs:
+      where = f"{_describe(i, traj)}, chex variant {variant}"
+      for name, x in _leaves(run, traj, check, where):
+        masked = ~_step_select(traj.mask, x.shape)
+        bad = masked & (np.asarray(x) != 0)
+        if bad.any():
+          idx = tuple(int(j) for j in np.argwhere(bad)[0])
+          raise AssertionError(
+              f"{check}: {where}: output {name} is {float(x[idx])} at index {idx}, a masked step "
+              f"({int(bad.sum())} of {int(masked.sum())} masked entries are not 0): select it "
+              "away, `jnp.where(mask, error, 0)`"
+          )
+
+
 def _floating_fields(traj) -> list[str]:
   """The Trajectory fields of a floating dtype (bfloat16 too)."""
   return [
