@@ -31,9 +31,12 @@ import rlax
 from scan_variants import scan_and_associative
 
 from offpolicy_ac import testing
+from offpolicy_ac.losses import acer_q_ret
 from offpolicy_ac.losses import general_off_policy_returns
 from offpolicy_ac.losses import retrace
 from offpolicy_ac.losses import retrace_targets
+from offpolicy_ac.losses import soft_q_targets
+from offpolicy_ac.losses import sql_nstep_td_error
 from offpolicy_ac.testing import reference as ref
 
 METHODS = ["scan", "associative"]
@@ -1045,3 +1048,41 @@ def test_probabilities_outside_0_1_are_named_at_real_steps_only(fn):
                  mu_t=kwargs["mu_t"].at[0, 0].set(-1.0).at[1, 0].set(-1.0).at[2, 1].set(-1.0))  # fmt: skip
   fn(*(garbage[k] for k in names), mask=mask)
   jax.jit(fn)(*(bad_pi[k] for k in names))
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_an_illegal_action_s_minus_inf_q_leaves_v_out_as_in_soft_q(jit):
+  """V = sum_a pi Q with a Q of -inf where pi is 0 (an illegal action, which soft-Q's
+  targets allow) was 0 x -inf = NaN, carried back through the whole episode."""
+  finite = jnp.array([[1.0, 2.0, -7.0]] * 3)
+  illegal = finite.at[:, 2].set(-jnp.inf)
+  pi_t = jnp.array([[0.5, 0.5, 0.0]] * 3)
+  a = jnp.zeros(3, jnp.int32)
+  rest = (jnp.ones(3), jnp.full(3, 0.9), pi_t, jnp.full(3, 0.5))
+  unstopped = functools.partial(retrace, stop_target_gradients=False)
+  fn, unstopped = (jax.jit(retrace), jax.jit(unstopped)) if jit else (retrace, unstopped)
+  want = fn(finite, finite, a, a, *rest)
+  np.testing.assert_array_equal(fn(finite, illegal, a, a, *rest), want)
+  grad = jax.grad(lambda q: unstopped(q, illegal, a, a, *rest).sum())
+  np.testing.assert_array_equal(grad(illegal), grad(finite))  # finite, 0 at the illegal action
+  errors, _ = ref.retrace(finite, illegal, a, a, *(np.asarray(x) for x in rest))
+  np.testing.assert_allclose(want, errors, rtol=1e-6)
+  q_ret = acer_q_ret(illegal, a, rest[0], rest[1], pi_t, rest[3])  # Retrace at lambda = 1
+  np.testing.assert_array_equal(q_ret, acer_q_ret(finite, a, rest[0], rest[1], pi_t, rest[3]))
+  assert np.isfinite(q_ret).all()
+
+
+def test_a_missing_action_axis_is_named_as_such():
+  """The expected shape was built from the bad array's last axis, the batch's: `q_tm1` [4, 2]
+  was told to be (4, 2, 2)."""
+  x, a = jnp.zeros((4, 2)), jnp.zeros((4, 2), jnp.int32)
+  missing = (
+      r"`q_tm1` must have shape \(4, 2, A\) \(`r_t`'s \(4, 2\) plus an action axis A\), "
+      r"got shape \(4, 2\)"
+  )
+  with pytest.raises(ValueError, match=missing):
+    retrace(x, x, a, a, x, x, x, x)
+  with pytest.raises(ValueError, match=missing):
+    sql_nstep_td_error(x, a, x, x, x, alpha=0.3)
+  with pytest.raises(ValueError, match=missing.replace("q_tm1", "q_t")):
+    soft_q_targets(x, x, x, alpha=0.3)

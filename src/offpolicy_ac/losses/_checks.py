@@ -92,6 +92,16 @@ def check_shape(name: str, x: Any, expected: tuple[int, ...], ref: str) -> None:
     )
 
 
+def check_action_values(name: str, x: Any, shape: tuple[int, ...], ref: str = "r_t") -> None:
+  """Raises ValueError unless `x` is `[*shape, A]`: the shape of `ref` plus an action axis
+  (a missing action axis is named as such, not as a shape whose last axis is the batch's)."""
+  if jnp.ndim(x) != len(shape) + 1:
+    expected = ", ".join([*map(str, shape), "A"])
+    raise ValueError(f"`{name}` must have shape ({expected}) (`{ref}`'s {tuple(shape)} plus an "
+                     f"action axis A), got {_describe(x)}.")  # fmt: skip
+  check_shape(name, x, tuple(shape) + (jnp.shape(x)[-1],), f"`{ref}` plus an action axis")
+
+
 def check_same_shape(names_and_arrays: list[tuple[str, Any]]) -> tuple[int, ...]:
   """Checks that all arrays have the shape of the first; returns that shape."""
   ref_name, ref = names_and_arrays[0]

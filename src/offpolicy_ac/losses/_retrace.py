@@ -96,8 +96,8 @@ def _check_q_inputs(q_tm1, q_t, a_tm1, a_t, r_t, discount_t, pi_t, mu_t):
   _checks.check_time_major("r_t", r_t)
   _checks.check_min_rank("q_tm1", q_tm1, 2, "[T, ..., A]")
   shape = tuple(jnp.shape(r_t))
+  _checks.check_action_values("q_tm1", q_tm1, shape)
   q_shape = shape + (jnp.shape(q_tm1)[-1],)
-  _checks.check_shape("q_tm1", q_tm1, q_shape, "`r_t` plus an action axis")
   _checks.check_shape("q_t", q_t, q_shape, "`q_tm1`")
   _checks.check_shape("pi_t", pi_t, q_shape, "`q_tm1`")
   for name, x in [("a_tm1", a_tm1), ("a_t", a_t), ("discount_t", discount_t), ("mu_t", mu_t)]:
@@ -122,7 +122,8 @@ def retrace_targets(
   """Retrace targets Q^ret(x_s, a_s), shape [T, ...] (ACER's Q^ret at lambda=1).
 
   Args:
-    q_t: Q(x_{s+1}, .) at times [1, T], shape [T, ..., A].
+    q_t: Q(x_{s+1}, .) at times [1, T], shape [T, ..., A]; may be -inf (an illegal
+      action) where `pi_t` is 0, which V = sum_a pi Q then leaves out.
     a_t: actions a_{s+1} at times [1, T], int [T, ...] in [0, A) (checked as in
       `retrace`).
     r_t: rewards at times [1, T], [T, ...].
@@ -144,8 +145,8 @@ def retrace_targets(
   _checks.check_time_major("r_t", r_t)
   _checks.check_min_rank("q_t", q_t, 2, "[T, ..., A]")
   shape = tuple(jnp.shape(r_t))
+  _checks.check_action_values("q_t", q_t, shape)
   q_shape = shape + (jnp.shape(q_t)[-1],)
-  _checks.check_shape("q_t", q_t, q_shape, "`r_t` plus an action axis")
   _checks.check_shape("pi_t", pi_t, q_shape, "`q_t`")
   for name, x in [("a_t", a_t), ("discount_t", discount_t), ("mu_t", mu_t)]:
     _checks.check_shape(name, x, shape, "`r_t`")
@@ -166,7 +167,9 @@ def retrace_targets(
   pi_a_t = select_action(pi_t, a_t)
   c_t = lambda_ * jnp.minimum(1.0, pi_a_t / (mu_t + probability_floor(eps, jnp.result_type(mu_t))))
   c_t = c_t.astype(r_t.dtype)
-  v_t = sum_actions(pi_t * q_t)
+  # An action the target policy never takes (pi 0) may have a Q of -inf (an illegal action,
+  # as soft-Q allows): its term of V = sum_a pi Q is 0, not 0 x -inf = NaN.
+  v_t = sum_actions(pi_t * jnp.where(pi_t > 0, q_t, jnp.zeros((), q_t.dtype)))
   return general_off_policy_returns(
       select_action(q_t, a_t),
       v_t,
@@ -204,7 +207,8 @@ def retrace(
 
   Args:
     q_tm1: Q(x_s, .) at times [0, T-1], [T, ..., A].
-    q_t: Q(x_{s+1}, .) at times [1, T], [T, ..., A] (target network).
+    q_t: Q(x_{s+1}, .) at times [1, T], [T, ..., A] (target network); may be -inf (an
+      illegal action) where `pi_t` is 0, as in `retrace_targets`.
     a_tm1: actions a_s at times [0, T-1], int [T, ...] in [0, A).
     a_t: actions a_{s+1} at times [1, T], int [T, ...] in [0, A).
     r_t: rewards at times [1, T], [T, ...].

@@ -453,7 +453,7 @@ def acer_q_ret(q_t, a_t, r_t, discount_t, pi_t, mu_t, mask=None, eps=1e-8):
   mu = np.asarray(mu_t, np.float64)
   q_a = np.take_along_axis(q, a[..., None], -1)[..., 0]
   pi_a = np.take_along_axis(pi, a[..., None], -1)[..., 0]
-  v = np.sum(pi * q, axis=-1)
+  v = np.sum(np.where(pi > 0, pi * q, 0.0), axis=-1)  # an illegal action's -inf: no term
   c = np.minimum(1.0, pi_a / (mu + eps))
   return acer_returns(q_a, v, r_t, discount_t, c, mask)
 
@@ -698,7 +698,8 @@ def general_off_policy_returns(q_a_t, v_t, r_t, discount_t, c_t, mask=None):
 def retrace(q_tm1, q_t, a_tm1, a_t, r_t, discount_t, pi_t, mu_t, mask=None, lambda_=1.0, eps=1e-8):
   """Retrace (Munos et al. 2016). Returns (errors, targets), float64.
 
-  c_t = lambda min(1, pi_t[a_t] / (mu_t + eps)), V(x_{s+1}) = sum_a pi_t Q_t,
+  c_t = lambda min(1, pi_t[a_t] / (mu_t + eps)), V(x_{s+1}) = sum_a pi_t Q_t (over the
+  actions with pi_t > 0),
   targets from `general_off_policy_returns`, errors = targets - Q(x_s, a_s)
   (zero at masked steps).
   """
@@ -715,7 +716,8 @@ def retrace(q_tm1, q_t, a_tm1, a_t, r_t, discount_t, pi_t, mu_t, mask=None, lamb
   for idx in np.ndindex(*shape):
     total = 0.0
     for b in range(num_actions):
-      total += pi_t[idx][b] * q_t[idx][b]
+      if pi_t[idx][b] > 0:  # an action pi never takes may have a Q of -inf (illegal)
+        total += pi_t[idx][b] * q_t[idx][b]
     v_t[idx] = total
     q_a_t[idx] = q_t[idx][a_t[idx]]
     q_a_tm1[idx] = q_tm1[idx][a_tm1[idx]]
@@ -750,7 +752,7 @@ def q_lambda_errors(q_tm1, a_tm1, q_t, pi_t, r_t, discount_t, mask=None, lambda_
     delta = [0.0] * shape[0]
     for t in range(shape[0]):
       idx = (t,) + bidx
-      v_next = sum(pi_t[idx][b] * q_t[idx][b] for b in range(num_actions))
+      v_next = sum(pi_t[idx][b] * q_t[idx][b] for b in range(num_actions) if pi_t[idx][b] > 0)
       delta[t] = r_t[idx] + discount_t[idx] * v_next - q_tm1[idx][a_tm1[idx]]
 
     for s in range(shape[0]):
