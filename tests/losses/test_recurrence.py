@@ -352,6 +352,18 @@ class RecurrenceBadInputTest(chex.TestCase):
     with pytest.raises(ValueError, match="`method`"):
       _run(self.variant, x, x, method="fft")
 
+  def test_a_bad_unroll_is_refused(self):
+    """unroll was taken silently with method='associative' (which has none) and at 0."""
+    x = jnp.ones(3)
+    with pytest.raises(ValueError, match=r"unroll=2 is lax.scan's unroll factor: .*not "
+                       r"'associative'"):  # fmt: skip
+      reverse_linear_recurrence(x, x, method="associative", unroll=2)
+    for unroll in (0, -1, 1.5, "2"):
+      with pytest.raises(ValueError, match="unroll must be an int >= 1 or a bool"):
+        reverse_linear_recurrence(x, x, method="scan", unroll=unroll)
+    np.testing.assert_array_equal(reverse_linear_recurrence(x, x, method="scan", unroll=True),
+                                  reverse_linear_recurrence(x, x, method="scan"))  # fmt: skip
+
   @chex.variants(with_jit=True, without_jit=True)
   @parameterized.product(
       [

@@ -24,6 +24,7 @@ Both agree to floating-point rounding (tests check it).
 from __future__ import annotations
 
 import functools
+import numbers
 
 import jax
 import jax.numpy as jnp
@@ -60,12 +61,18 @@ def reverse_linear_recurrence(
     init: acc_T, shape `a.shape[1:]`; zeros if None.
     method: "scan" (reverse `lax.scan`), "associative" (`associative_scan`)
       or "auto" (scan on CPU, associative elsewhere; decided at lowering).
-    unroll: `lax.scan` unroll factor (method="scan" only).
+    unroll: `lax.scan`'s unroll factor, an int >= 1 or a bool (method "scan", and "auto"
+      on a CPU; refused with "associative").
 
   Returns:
     acc with the shape of `b`: acc_t for t in [0, T-1].
   """
   _checks.check_method(method)
+  if not (isinstance(unroll, bool) or isinstance(unroll, numbers.Integral) and unroll >= 1):
+    raise ValueError(f"unroll must be an int >= 1 or a bool (lax.scan's), got {unroll!r}")
+  if method == "associative" and unroll != 1:
+    raise ValueError(f"unroll={unroll!r} is lax.scan's unroll factor: it applies to "
+                     "method='scan' (and 'auto' on a CPU), not 'associative'")  # fmt: skip
   _checks.check_time_major("b", b)
   _checks.check_floating("b", b)
   _checks.check_shape("a", a, jnp.shape(b), "`b`")
