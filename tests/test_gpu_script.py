@@ -8,11 +8,13 @@ packed checkpoint carried back.
 
 import base64
 import hashlib
+import io
 import json
 import os
 import pathlib
 import subprocess
 import sys
+import tarfile
 import zipfile
 
 import pytest
@@ -98,7 +100,7 @@ def test_slim_wheel_keeps_the_families_and_rewrites_entry_and_record(tmp_path):
 
 TRAIN_ARGS = (
     "--num-envs 4 --unroll-length 8 --actors async --num-actors 1 --max-policy-lag 8 "
-    "--log-every 160 --checkpoint-every 320 --eval-every 0 --torso small_cnn"
+    "--log-every 160 --checkpoint-every 320 --eval-every 320 --eval-episodes 1 --torso small_cnn"
 )
 
 
@@ -123,8 +125,9 @@ def _run_script(out: pathlib.Path, work: pathlib.Path, ckpt: pathlib.Path, **env
       "BUDGET_S": "400",
       "RESERVE_S": "20",
       "MIN_TRAIN_S": "5",
-      # the packed run (about 0.65 MB here) is split, as a Nature CNN run's is on the device
-      "PART_BYTES": "400000",
+      # the packed run (about 0.9 MB here, best parameters included) is split, as a Nature
+      # CNN run's is on the device
+      "PART_BYTES": "600000",
       **env,
   }
   proc = subprocess.run(
@@ -155,6 +158,10 @@ def test_atari_script_on_the_cpu_then_resumed_from_its_packed_run(tmp_path):
   assert first["interrupted"] and first["resumed_from_env_steps"] is None
   steps = first["checkpoint_env_steps"]
   assert steps and steps > 0 and first["env_steps"] >= steps
+
+  packed = b"".join(p.read_bytes() for p in sorted(out1.glob("run.tgz.*")))
+  with tarfile.open(fileobj=io.BytesIO(packed)) as tar:  # the best parameters with their steps
+    assert {"./best_params.msgpack", "./best.json"} <= set(tar.getnames()), log[-3000:]
 
   # the next command: the returned parts carried back in CKPT, the work folder gone
   ckpt.mkdir()

@@ -34,10 +34,11 @@ BENCH_STEPS=${BENCH_STEPS:-300000}
 BENCH_TORSO=${BENCH_TORSO:-nature_cnn}
 BENCH_ARGS=${BENCH_ARGS:-}
 PHASE_MAX_S=${PHASE_MAX_S:-240}    # a cap on each of raw and the bench (noop + learner)
-RESERVE_S=${RESERVE_S:-60}         # kept after training: its stop, the plot, packing
+RESERVE_S=${RESERVE_S:-90}         # kept after training: its stop, the plot, packing
 MIN_TRAIN_S=${MIN_TRAIN_S:-60}     # train only with at least this much time left
 TRAIN_MAX_S=${TRAIN_MAX_S:-}       # a cap on the training time (default: all that is left)
-KILL_AFTER_S=${KILL_AFTER_S:-30}   # SIGKILL this long after the SIGTERM
+KILL_AFTER_S=${KILL_AFTER_S:-60}   # SIGKILL this long after the SIGTERM (a stop waits for an
+                                   # evaluation under way: 5 games to the 27,000-step limit)
 CKPT_MAX_PARTS=${CKPT_MAX_PARTS:-2}
 PART_BYTES=${PART_BYTES:-15728640} # the packed run is split into files of at most this (15 MiB)
 WHEELS=${WHEELS:-.whl}
@@ -143,8 +144,8 @@ if [[ -f "$RUN/metrics.jsonl" ]]; then
       for f in config.json metrics.jsonl summary.json learning_curve.png; do
         [[ -e "$RUN/$f" ]] && cp "$RUN/$f" "$pack/"
       done
-      if ((with_best)); then
-        cp "$RUN"/best_params.msgpack* "$pack/" 2>/dev/null
+      if ((with_best)); then  # with the steps they were trained for (best.json)
+        cp "$RUN"/best_params.msgpack* "$RUN"/best.json "$pack/" 2>/dev/null
       fi
       tar -czf "$WORK/run.tgz" -C "$pack" .
       size=$(stat -c %s "$WORK/run.tgz")
