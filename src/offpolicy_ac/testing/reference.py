@@ -453,7 +453,7 @@ def acer_q_ret(q_t, a_t, r_t, discount_t, pi_t, mu_t, mask=None, eps=1e-8):
   mu = np.asarray(mu_t, np.float64)
   q_a = np.take_along_axis(q, a[..., None], -1)[..., 0]
   pi_a = np.take_along_axis(pi, a[..., None], -1)[..., 0]
-  v = np.sum(np.where(pi > 0, pi * q, 0.0), axis=-1)  # an illegal action's -inf: no term
+  v = np.sum(pi * np.where(pi > 0, q, 0.0), axis=-1)  # an illegal action's -inf: no term
   c = np.minimum(1.0, pi_a / (mu + eps))
   return acer_returns(q_a, v, r_t, discount_t, c, mask)
 
