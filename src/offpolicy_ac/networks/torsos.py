@@ -3,7 +3,9 @@ CNN and the MinAtar network for frames.
 
 Pixel torsos take channels-first frames [B, C, H, W] (C = frame stack) and work in NHWC
 internally. envpool's uint8 frames are scaled to [0, 1]; frames of other dtypes (MinAtar's
-0/1 grids, normalised observations) are taken as they are.
+0/1 grids, normalised observations) are taken as they are. On XLA:CPU their convolutions
+are products over patches (`patch_conv`; the MinAtar network's is written as one), which
+XLA:CPU differentiates at full speed inside loops.
 """
 
 from __future__ import annotations
@@ -18,12 +20,17 @@ import jax
 import jax.numpy as jnp
 
 from offpolicy_ac._definitions import redefines
+from offpolicy_ac.networks.patch_conv import conv_general_dilated
 
 _ORTHOGONAL_SQRT2 = nn.initializers.orthogonal(math.sqrt(2.0))
 """Kernel initialisation of the MLP and the small CNN (OpenAI baselines', CleanRL's).
 
 The gain is a Python float: a module-level `jnp` value would start a JAX backend at
 import, before `jax.distributed.initialize` can run."""
+
+
+_Conv = functools.partial(nn.Conv, conv_general_dilated=conv_general_dilated)
+"""`nn.Conv` (the same parameters and names), fast inside loops on XLA:CPU (`patch_conv`)."""
 
 
 class MLPTorso(nn.Module):
@@ -98,7 +105,7 @@ class NatureCNN(nn.Module):
     _check_frames(obs, "NatureCNN")
     x = _to_nhwc(obs)
     for features, kernel, stride in ((32, 8, 4), (64, 4, 2), (64, 3, 1)):
-      x = nn.relu(nn.Conv(features, (kernel, kernel), (stride, stride), padding="VALID")(x))
+      x = nn.relu(_Conv(features, (kernel, kernel), (stride, stride), padding="VALID")(x))
     _check_features(x, obs, "NatureCNN")
     x = x.reshape(x.shape[0], -1)
     return nn.relu(nn.Dense(self.dense_size)(x))
@@ -109,8 +116,8 @@ class _ResidualBlock(nn.Module):
 
   @nn.compact
   def __call__(self, x):
-    y = nn.Conv(self.channels, (3, 3))(nn.relu(x))
-    y = nn.Conv(self.channels, (3, 3))(nn.relu(y))
+    y = _Conv(self.channels, (3, 3))(nn.relu(x))
+    y = _Conv(self.channels, (3, 3))(nn.relu(y))
     return x + y
 
 
@@ -128,7 +135,7 @@ class ImpalaResNet(nn.Module):
     _check_frames(obs, "ImpalaResNet")
     x = _to_nhwc(obs)
     for channels in self.channels:
-      x = nn.Conv(channels, (3, 3))(x)
+      x = _Conv(channels, (3, 3))(x)
       x = nn.max_pool(x, (3, 3), strides=(2, 2), padding="SAME")
       x = _ResidualBlock(channels)(x)
       x = _ResidualBlock(channels)(x)
@@ -167,7 +174,7 @@ class SmallCNN(nn.Module):
     _check_frames(obs, "SmallCNN")
     x = _max_pool_to_nhwc(obs, 4)
     for features, kernel, stride in ((16, 4, 2), (32, 3, 2)):
-      conv = nn.Conv(
+      conv = _Conv(
           features, (kernel, kernel), (stride, stride), "VALID", kernel_init=_ORTHOGONAL_SQRT2
       )
       x = nn.relu(conv(x))
