@@ -31,11 +31,13 @@ from typing import Optional
 
 import numpy as np
 
+from offpolicy_ac import envs
 from offpolicy_ac.cli import check_output_file
 from offpolicy_ac.cli import import_modules
 from offpolicy_ac.cli import parse_plain
 from offpolicy_ac.cli import script_main
 from offpolicy_ac.training import RenderedEpisode
+from offpolicy_ac.training import TrainConfig
 from offpolicy_ac.training import describe_protocol
 from offpolicy_ac.training import evaluate
 from offpolicy_ac.training import load_run
@@ -43,6 +45,7 @@ from offpolicy_ac.training import pool_seed
 from offpolicy_ac.training import write_video
 from offpolicy_ac.training.evaluation import EpisodeLimitError
 from offpolicy_ac.training.evaluation import episode_pools
+from offpolicy_ac.training.sources import task_kwargs
 from offpolicy_ac.training.video import check_video_path
 
 
@@ -66,8 +69,9 @@ class Args:
   evaluation_best.json with --best, evaluation_checkpoint<N>.json with --checkpoint N)."""
   video: Optional[str] = None
   """Also write an MP4 of episode 0 here."""
-  fps: float = 30.0
-  """Frames per second of the video."""
+  fps: Optional[float] = None
+  """Frames per second of the video (default: real time on Atari, one frame per env step
+  at 60 emulator frames a second over the frame skip: 15; 30 on other tasks)."""
   max_steps: int = 1_000_000
   """Give up (an error) if the episodes of a pool (`POOL_SIZE`) have not ended after this
   many steps."""
@@ -86,9 +90,9 @@ def main(args: Args) -> dict:
                      "those of a checkpoint)")  # fmt: skip
   if args.max_steps < 1:
     raise ValueError(f"--max-steps must be >= 1, got {args.max_steps}")
-  if not (math.isfinite(args.fps) and args.fps > 0):
+  if args.fps is not None and not (math.isfinite(args.fps) and args.fps > 0):
     raise ValueError(f"--fps must be > 0, got {args.fps}")
-  if args.fps != Args.fps and not args.video:
+  if args.fps is not None and not args.video:
     raise ValueError("--fps sets the video's frame rate: it applies to --video")
   if args.out:
     check_output_file("--out", args.out)
@@ -110,6 +114,14 @@ def main(args: Args) -> dict:
       return _evaluate(args, run, pools, video_env)
     except EpisodeLimitError as e:
       raise ValueError(f"{e}: raise --max-steps") from e
+
+
+def video_fps(config: TrainConfig) -> float:
+  """The video's default frame rate for a run: an Atari game's real time (60 emulator
+  frames a second, `frame_skip` of them per env step and video frame), else 30."""
+  if config.env.atari:
+    return 60 / envs.atari_protocol(config.env.env_id, **task_kwargs(config)).frame_skip
+  return 30.0
 
 
 def _default_out(args: Args, run_dir: pathlib.Path) -> pathlib.Path:
@@ -162,9 +174,10 @@ def _evaluate(args: Args, run: Any, pools: list[tuple[int, int]], video_env: Any
   print(f"wrote {out}")
   if args.video:
     episode = RenderedEpisode(video_env, run.greedy, run.acting, max_steps=args.max_steps)
-    path = write_video(args.video, episode, fps=args.fps)  # each frame as it is rendered
+    fps = video_fps(run.config) if args.fps is None else args.fps
+    path = write_video(args.video, episode, fps=fps)  # each frame as it is rendered
     frames, video_return = episode.num_frames, episode.episode_return
-    result["video"] = {"path": str(path), "frames": frames, "return": video_return}
+    result["video"] = {"path": str(path), "frames": frames, "fps": fps, "return": video_return}
     out.write_text(json.dumps(result, indent=2))
     print(f"video of episode 0 ({frames} frames, return {video_return:.2f}): {path}")
   return result

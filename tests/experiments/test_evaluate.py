@@ -342,3 +342,15 @@ def test_import_modules_refuses_a_file_named_as_a_module_already_imported(tmp_pa
   for _ in range(2):  # the same file again is the module it imported
     import_modules("--import-modules", [str(tmp_path / "plugin_again.py")])
   assert sys.modules.pop("plugin_again").ANSWER == 42
+
+
+def test_an_atari_video_plays_at_real_time_by_default():
+  """One video frame per env step: an Atari game at 60 emulator frames a second plays at
+  60 / frame skip (15 for the presets' 4; 30, the other tasks' default, was twice real
+  time); `--fps` still sets any rate."""
+  from offpolicy_ac.training import TrainConfig
+
+  module = load_script("evaluate")
+  assert module.video_fps(TrainConfig.of(env_id="Pong-v5", atari=True)) == 15.0
+  assert module.video_fps(TrainConfig.of(env_id="CartPole-v1")) == 30.0
+  assert module.Args(run_dir="r").fps is None
