@@ -108,15 +108,16 @@ def test_nature_cnn_layers_jitted_and_in_a_loop(jitted):
         ((2, 9, 9, 4), (3, 3, 4, 4), dict(lhs_dilation=(2, 1))),
         ((2, 9, 9, 4), (3, 3, 2, 4), dict(feature_group_count=2)),
         ((2, 4, 9, 9), (4, 4, 3, 3), dict(dimension_numbers=("NCHW", "OIHW", "NCHW"))),
+        ((2, 9, 9, 4), (3, 3, 4, 4), dict(padding=((-1, 0), (1, 1)))),
     ],
-    ids=["kernel dilation", "input dilation", "feature groups", "channels first"],
+    ids=["kernel dilation", "input dilation", "feature groups", "channels first", "cropping"],
 )
 def test_what_the_patch_product_does_not_cover_is_the_library_convolution(x_shape, w_shape, kwargs):
   x = jax.random.normal(jax.random.PRNGKey(0), x_shape)
   w = jax.random.normal(jax.random.PRNGKey(1), w_shape)
-  kwargs = {"dimension_numbers": NHWC, **kwargs}
-  ours = conv_general_dilated(x, w, (1, 1), ((0, 0), (1, 1)), **kwargs)
-  theirs = jax.lax.conv_general_dilated(x, w, (1, 1), ((0, 0), (1, 1)), **kwargs)
+  kwargs = {"dimension_numbers": NHWC, "padding": ((0, 0), (1, 1)), **kwargs}
+  ours = conv_general_dilated(x, w, (1, 1), **kwargs)
+  theirs = jax.lax.conv_general_dilated(x, w, (1, 1), **kwargs)
   np.testing.assert_array_equal(ours, theirs)
 
 

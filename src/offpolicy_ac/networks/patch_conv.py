@@ -68,7 +68,7 @@ def _patch_product_applies(lhs, rhs, window_strides, padding, lhs_dilation, rhs_
   if isinstance(padding, str):
     if padding not in ("SAME", "VALID"):
       return False
-  elif len(padding) != 2:
+  elif len(padding) != 2 or any(p < 0 for pair in padding for p in pair):  # negative: crops
     return False
   nhwc = lax.conv_dimension_numbers(lhs.shape, rhs.shape, _NHWC)
   return lax.conv_dimension_numbers(lhs.shape, rhs.shape, dimension_numbers) == nhwc
