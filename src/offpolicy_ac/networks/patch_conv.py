@@ -33,42 +33,53 @@ def conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation=None,
   groups); anything else, and every other backend, is `lax.conv_general_dilated` itself."""
   args = (lhs, rhs, window_strides, padding, lhs_dilation, rhs_dilation, dimension_numbers,
           feature_group_count, batch_group_count, precision, preferred_element_type)  # fmt: skip
-  if jax.default_backend() != "cpu" or not _patch_product_applies(*args):
+  pads = _patch_pads(*args) if jax.default_backend() == "cpu" else None
+  if pads is None:
     return lax.conv_general_dilated(*args)
-  pads = padding
-  if isinstance(padding, str):
-    pads = lax.padtype_to_pads(lhs.shape[1:3], rhs.shape[:2], window_strides, padding)
-  for size, kernel, (low, high) in zip(lhs.shape[1:3], rhs.shape[:2], pads):
-    if size + low + high < kernel:  # the library's own error for a kernel past the input
-      return lax.conv_general_dilated(*args)
   kh, kw, c, f = rhs.shape
-  x = jnp.pad(lhs, ((0, 0), *(tuple(pair) for pair in pads), (0, 0)))
-  sh, sw = window_strides
+  x = patches(jnp.pad(lhs, ((0, 0), *pads, (0, 0))), (kh, kw), window_strides)
+  return jnp.matmul(x, rhs.reshape(kh * kw * c, f), precision=precision,
+                    preferred_element_type=preferred_element_type)  # fmt: skip
+
+
+def patches(x: jnp.ndarray, kernel_size: tuple[int, int],
+            strides: tuple[int, int] = (1, 1)) -> jnp.ndarray:  # fmt: skip
+  """[B, H, W, C] -> [B, h, w, kh * kw * C]: the input under each position of a VALID
+  (kh, kw) window moved by `strides`, ordered (i, j, c) as a kernel's [kh, kw, C] axes,
+  so that `patches(x, (kh, kw), s) @ kernel.reshape(-1, F)` is the convolution."""
+  (kh, kw), (sh, sw) = kernel_size, strides
   h, w = (x.shape[1] - kh) // sh + 1, (x.shape[2] - kw) // sw + 1
-  # [B, h, w, kh * kw * C], ordered (i, j, c) as the kernel's leading axes.
-  patches = jnp.concatenate(
+  return jnp.concatenate(
       [x[:, i : i + sh * (h - 1) + 1 : sh, j : j + sw * (w - 1) + 1 : sw, :]
        for i in range(kh) for j in range(kw)],  # fmt: skip
       axis=-1,
   )
-  return jnp.matmul(patches, rhs.reshape(kh * kw * c, f), precision=precision,
-                    preferred_element_type=preferred_element_type)  # fmt: skip
 
 
-def _patch_product_applies(lhs, rhs, window_strides, padding, lhs_dilation, rhs_dilation,
-                           dimension_numbers, feature_group_count, batch_group_count,
-                           precision, preferred_element_type) -> bool:  # fmt: skip
+def _patch_pads(lhs, rhs, window_strides, padding, lhs_dilation, rhs_dilation,
+                dimension_numbers, feature_group_count, batch_group_count, precision,
+                preferred_element_type) -> tuple[tuple[int, int], ...] | None:  # fmt: skip
+  """The explicit (low, high) padding of the two spatial axes when the patch product
+  computes this convolution; None otherwise (a kernel past the padded input included:
+  the library raises its own error)."""
   del precision, preferred_element_type
   if lhs.ndim != 4 or rhs.ndim != 4 or len(window_strides) != 2:
-    return False
+    return None
   if any(d != 1 for d in (*(lhs_dilation or ()), *(rhs_dilation or ()))):
-    return False
+    return None
   if feature_group_count != 1 or batch_group_count != 1 or lhs.shape[-1] != rhs.shape[2]:
-    return False
+    return None
+  nhwc = lax.conv_dimension_numbers(lhs.shape, rhs.shape, _NHWC)
+  if lax.conv_dimension_numbers(lhs.shape, rhs.shape, dimension_numbers) != nhwc:
+    return None
   if isinstance(padding, str):
     if padding not in ("SAME", "VALID"):
-      return False
-  elif len(padding) != 2 or any(p < 0 for pair in padding for p in pair):  # negative: crops
-    return False
-  nhwc = lax.conv_dimension_numbers(lhs.shape, rhs.shape, _NHWC)
-  return lax.conv_dimension_numbers(lhs.shape, rhs.shape, dimension_numbers) == nhwc
+      return None
+    padding = lax.padtype_to_pads(lhs.shape[1:3], rhs.shape[:2], window_strides, padding)
+  if len(padding) != 2:
+    return None
+  pads = tuple((int(low), int(high)) for low, high in padding)
+  for size, kernel, (low, high) in zip(lhs.shape[1:3], rhs.shape[:2], pads):
+    if low < 0 or high < 0 or size + low + high < kernel:  # negative pads crop
+      return None
+  return pads

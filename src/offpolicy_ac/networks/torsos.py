@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from offpolicy_ac._definitions import redefines
-from offpolicy_ac.networks.patch_conv import conv_general_dilated
+from offpolicy_ac.networks import patch_conv
 
 _ORTHOGONAL_SQRT2 = nn.initializers.orthogonal(math.sqrt(2.0))
 """Kernel initialisation of the MLP and the small CNN (OpenAI baselines', CleanRL's).
@@ -29,7 +29,7 @@ The gain is a Python float: a module-level `jnp` value would start a JAX backend
 import, before `jax.distributed.initialize` can run."""
 
 
-_Conv = functools.partial(nn.Conv, conv_general_dilated=conv_general_dilated)
+_Conv = functools.partial(nn.Conv, conv_general_dilated=patch_conv.conv_general_dilated)
 """`nn.Conv` (the same parameters and names), fast inside loops on XLA:CPU (`patch_conv`)."""
 
 
@@ -201,10 +201,8 @@ class MinAtarCNN(nn.Module):
     h, w = x.shape[1] - 2, x.shape[2] - 2
     if min(h, w) < 1:
       raise ValueError(f"MinAtarCNN's 3x3 convolution leaves no feature of frames {obs.shape}")
-    patches = jnp.concatenate(
-        [x[:, i : i + h, j : j + w, :] for i in range(3) for j in range(3)], axis=-1
-    )
-    x = nn.relu(nn.Dense(16, name="conv")(patches))  # fan-in 9 C, as the convolution's
+    # fan-in 9 C, as the convolution's
+    x = nn.relu(nn.Dense(16, name="conv")(patch_conv.patches(x, (3, 3))))
     x = x.reshape(x.shape[0], -1)
     return nn.relu(nn.Dense(self.dense_size)(x))
 
