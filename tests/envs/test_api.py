@@ -32,6 +32,7 @@ def test_spec_is_hashable_and_describes_spaces():
         (dict(task_id="CartPole-v9"), r"unknown task id 'CartPole-v9'.*CartPole-v1"),
         (dict(task_id=3), "task_id must be a str"),
         (dict(task_id="foo:bar"), r"'foo:bar'.*\(JAX environments: gymnax:NAME, brax:NAME\)"),
+        (dict(task_id="Breakout-MinAtar"), r"the JAX environment is 'gymnax:Breakout-MinAtar'$"),
         (dict(num_envs=0), "num_envs must be >= 1"),
         (dict(num_envs=2.0), "num_envs must be an int"),
         (dict(seed=-1), r"seed must be in \[0, 2147483648\), got -1"),

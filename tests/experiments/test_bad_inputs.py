@@ -52,6 +52,7 @@ CASES = [
     ("impala", ["--target-return", "nan"], "--target-return must be finite"),
     ("impala", ["--env-id", "CartPol-v1"], "unknown task id 'CartPol-v1'; did you mean"),
     ("impala", ["--env-id", "gymnax:CartPol-v1"], "did you mean ['CartPole-v1']"),
+    ("sql", ["--env-id", "Asterix-MinAtar"], "the JAX environment is 'gymnax:Asterix-MinAtar'"),
     ("impala", ["--preset", "nope"], "--preset nope: choose one of"),
     ("impala", ["--sweep", "no_such_field=1,2"], "no_such_field"),
     ("impala", ["--sweep", "gamma=0.99,0.9999999,1.0"], "would share the directory 'gamma=1'"),

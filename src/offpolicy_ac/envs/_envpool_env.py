@@ -37,6 +37,7 @@ import warnings
 
 import numpy as np
 
+from offpolicy_ac.envs._functional import GYMNAX_TASKS
 from offpolicy_ac.envs._functional import is_functional
 from offpolicy_ac.envs._timestep import ENV_ID_DTYPE
 from offpolicy_ac.envs._timestep import FIRST
@@ -626,6 +627,9 @@ def check_task_id(task_id: Any) -> Any:
                      "(envpool takes ids such as CartPole-v1)")  # fmt: skip
   all_ids = envpool.list_all_envs()
   if task_id not in all_ids:
+    if task_id in GYMNAX_TASKS:  # MinAtar: gymnax's alone
+      raise ValueError(f"unknown task id {task_id!r}: envpool has no {task_id}; the JAX "
+                       f"environment is 'gymnax:{task_id}'")  # fmt: skip
     close = difflib.get_close_matches(task_id, all_ids, n=5)
     hint = f"; did you mean one of {close}?" if close else "; see envpool.list_all_envs()"
     if ":" in task_id and not close:  # not a JAX environment's prefix either
