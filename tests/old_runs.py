@@ -4,6 +4,7 @@ kept."""
 
 import json
 import pathlib
+import shutil
 
 
 def as_written_by_0_2(run_dir):
@@ -29,7 +30,7 @@ def as_written_by_0_2(run_dir):
     record_path.write_text(json.dumps(record))
   for pattern in ("*.crc32", "seed*/*.crc32", "best*", "seed*/best*"):
     for path in run_dir.glob(pattern):
-      path.unlink()
+      shutil.rmtree(path) if path.is_dir() else path.unlink()
   for summary_path in [run_dir / "summary.json", *run_dir.glob("seed*/summary.json")]:
     if summary_path.exists():
       summary = json.loads(summary_path.read_text())

@@ -146,6 +146,8 @@ if [[ -f "$RUN/metrics.jsonl" ]]; then
       done
       if ((with_best)); then  # with the steps they were trained for (best.json)
         cp "$RUN"/best_params.msgpack* "$RUN"/best.json "$pack/" 2>/dev/null
+        # and the checkpoint's, once a later evaluation replaced them (--resume needs them)
+        if [[ -d "$RUN/best_at_checkpoint" ]]; then cp -r "$RUN/best_at_checkpoint" "$pack/"; fi
       fi
       tar -czf "$WORK/run.tgz" -C "$pack" .
       size=$(stat -c %s "$WORK/run.tgz")

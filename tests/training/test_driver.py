@@ -3,17 +3,22 @@ each iteration takes 10 env steps, and its state is the env steps taken; and a r
 from Python with `train` and the public `Checkpointer`, stopped and resumed."""
 
 import dataclasses
+import json
 import pathlib
+import shutil
 
 import jax
 import numpy as np
+import pytest
 
 from offpolicy_ac import agents
+from offpolicy_ac.training import BestFiles
 from offpolicy_ac.training import Checkpointer
 from offpolicy_ac.training import Progress
 from offpolicy_ac.training import TrainConfig
 from offpolicy_ac.training import Update
 from offpolicy_ac.training import drive
+from offpolicy_ac.training import load_params
 from offpolicy_ac.training import train
 
 STEPS = 10  # per iteration
@@ -193,3 +198,91 @@ def test_checkpoints_that_cut_every_episode_short_of_the_time_limit_are_warned()
   assert warned(checkpoint_every=0) == []  # no checkpoints, no cuts
   assert warned(checkpoint_every=1_000, total_env_steps=1_000) == []  # only at the end
   assert warned(env_id="Pong-v5", atari=True, checkpoint_every=1_000) == []  # games end first
+
+
+@dataclasses.dataclass
+class ScoredProgram(CountingProgram):
+  """Scores its greedy policy `score(env steps)`; its parameters are its env steps; it
+  crashes (a kill: no checkpoint) when its env steps reach `crash_at`."""
+
+  score: object = None
+  crash_at: int = -1
+  checkpoint_at_stop: bool = False
+
+  def advance(self, state, env_steps, until, cut_at, should_stop):
+    if env_steps == self.crash_at:
+      raise KeyboardInterrupt("killed")
+    return super().advance(state, env_steps, until, cut_at, should_stop)
+
+  def evaluate(self, state):
+    return [(self.score(int(state)), 0.0)]
+
+  def final(self, state, lane):
+    return agents.AgentState(params={"steps": np.asarray(state)}, target_params=(),
+                             opt_state=(), key=(), num_updates=0), ()  # fmt: skip
+
+
+SCORED = TrainConfig.of(total_env_steps=95, log_every=10, checkpoint_every=40, eval_every=10)
+
+
+def _best(run_dir):
+  if not (run_dir / "best_params.msgpack").exists():
+    return None
+  record = json.loads((run_dir / "best.json").read_text())
+  params = load_params(run_dir / "best_params.msgpack", {"steps": np.zeros((), np.int64)})
+  assert int(params["steps"]) == record["env_steps"]  # the pair best.json records
+  return record["env_steps"]
+
+
+def _killed_and_resumed(tmp_path, crash_at, resumed_score):
+  """A run scored by its env steps, killed at `crash_at`, then resumed by a run whose
+  evaluations after the checkpoint score `resumed_score` (a run that does not repeat
+  itself, as one with actor threads); returns the best files' steps after each, the
+  resumed run's result and what it announced."""
+  keeper, checkpointer = BestFiles([tmp_path]), MemoryCheckpointer()
+  with pytest.raises(KeyboardInterrupt):
+    drive(ScoredProgram(score=float, crash_at=crash_at), SCORED, [ListLogger()],
+          checkpointer=checkpointer, keep_best=keeper)  # fmt: skip
+  killed, said = _best(tmp_path), []
+  outcome = drive(ScoredProgram(score=resumed_score), SCORED, [ListLogger()],
+                  checkpointer=checkpointer, resume=True, keep_best=keeper,
+                  announce=said.append)  # fmt: skip
+  return killed, _best(tmp_path), outcome.results[0], said
+
+
+def test_a_resume_puts_back_the_best_parameters_of_its_checkpoint(tmp_path):
+  """Killed at 70 env steps, the run had kept its parameters of 70; the checkpoint at 40
+  counts those of 40 as its best. The resumed run scores lower after 40: its best files
+  are those of 40, the ones its summary names, not those of the lost stretch."""
+  killed, best, result, said = _killed_and_resumed(tmp_path, 70, lambda steps: 40 - steps)
+  assert killed == 70 and said == ["resuming from the checkpoint at env step 40 (memory)"]
+  assert (result.best_env_steps, result.best_eval_return, best) == (40, 40.0, 40)
+  # Scored higher again after the resume, it keeps its own.
+  again = tmp_path / "again"
+  again.mkdir()
+  assert _killed_and_resumed(again, 70, lambda steps: steps + 1)[1] == 100
+
+
+def test_a_resume_with_no_best_at_its_checkpoint_keeps_none_of_the_lost_stretch(tmp_path):
+  """Killed before its first checkpoint, the run starts over: the best files it kept are
+  removed, and a run that never scores (NaN) has none."""
+  killed, best, result, _ = _killed_and_resumed(tmp_path, 30, lambda steps: float("nan"))
+  assert killed == 30 and best is None and result.best_env_steps is None
+
+
+def test_best_parameters_the_checkpoint_counts_but_that_are_lost_start_the_best_over(tmp_path):
+  """The checkpoint's best files are gone (deleted by hand here: a damaged newest
+  checkpoint passed over, or a kill as they were linked): the resume says so, and the
+  best is counted again from the resumed run's evaluations."""
+  keeper, checkpointer = BestFiles([tmp_path]), MemoryCheckpointer()
+  with pytest.raises(KeyboardInterrupt):
+    drive(ScoredProgram(score=float, crash_at=70), SCORED, [ListLogger()],
+          checkpointer=checkpointer, keep_best=keeper)  # fmt: skip
+  shutil.rmtree(tmp_path / "best_at_checkpoint")
+  said = []
+  outcome = drive(ScoredProgram(score=lambda steps: -steps), SCORED, [ListLogger()],
+                  checkpointer=checkpointer, resume=True, keep_best=keeper,
+                  announce=said.append)  # fmt: skip
+  assert said[1].startswith("learner 0: the best parameters of the checkpoint were not kept")
+  # The resumed run's first evaluation (at 50) is its best.
+  assert outcome.results[0].best_env_steps == 50 == _best(tmp_path)

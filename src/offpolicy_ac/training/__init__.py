@@ -18,6 +18,7 @@ from offpolicy_ac.training.config import ReplayConfig
 from offpolicy_ac.training.config import TrackingConfig
 from offpolicy_ac.training.config import TrainConfig
 from offpolicy_ac.training.config import TransformConfig
+from offpolicy_ac.training.driver import BestKeeper
 from offpolicy_ac.training.driver import NonFiniteError
 from offpolicy_ac.training.driver import Outcome
 from offpolicy_ac.training.driver import Program
@@ -40,6 +41,7 @@ from offpolicy_ac.training.logger import MultiLogger
 from offpolicy_ac.training.logger import RunLogger
 from offpolicy_ac.training.logger import WandbLogger
 from offpolicy_ac.training.logger import write_config
+from offpolicy_ac.training.rundir import BestFiles
 from offpolicy_ac.training.rundir import LoadedRun
 from offpolicy_ac.training.rundir import load_params
 from offpolicy_ac.training.rundir import load_run
@@ -51,6 +53,8 @@ from offpolicy_ac.training.video import write_video
 __all__ = [
     "ActorsConfig",
     "AnakinState",
+    "BestFiles",
+    "BestKeeper",
     "BudgetConfig",
     "CheckpointConfig",
     "Checkpointer",

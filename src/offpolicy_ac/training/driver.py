@@ -17,8 +17,8 @@ an evaluation, a checkpoint or the end of the budget, in env steps), then acts o
   at the end of the budget too (that score is not logged: the line at the end is the one a
   longer run would log; it is `RunResult.last_eval_return` and counts as an evaluation);
   each lane's best-scoring parameters so far go to `keep_best` (the scripts write them
-  beside the final ones), and the run stops once every lane's mean evaluation return
-  reached `target_return`;
+  beside the final ones; a resume rewinds them to the checkpoint's), and the run stops
+  once every lane's mean evaluation return reached `target_return`;
 * every `checkpoint_every` env steps, and at the end, the program's state and the
   driver's records are checkpointed; a program whose environments cannot be
   checkpointed (envpool's) starts a new *segment* there (`Program.open`), in the
@@ -202,6 +202,23 @@ class Program(Protocol):
     """Releases the environments and threads (the state stays usable)."""
 
 
+class BestKeeper(Protocol):
+  """Where `drive` keeps each lane's best-scoring parameters (`rundir.BestFiles` writes
+  them into the run directories)."""
+
+  def keep(self, lane: int, params: Any, transform_state: Any, env_steps: int,
+           checkpointed: Optional[int]) -> None:  # fmt: skip
+    """Lane `lane`'s parameters (host arrays) scored higher than any before, after
+    `env_steps`; `checkpointed`: the env steps of the newest checkpoint (None: none yet),
+    whose best parameters a resume may need back."""
+
+  def rewind(self, lane: int, best_env_steps: Optional[int]) -> bool:
+    """On resume: makes lane `lane`'s kept parameters those the restored checkpoint counts
+    as its best, scored after `best_env_steps` (None: no evaluation before it, or no
+    checkpoint: nothing is kept). False when they are lost: the lane's best then starts
+    over."""
+
+
 class Outcome(NamedTuple):
   """What `drive` returns: the final state and one RunResult per lane."""
 
@@ -212,7 +229,7 @@ class Outcome(NamedTuple):
 def drive(program: Program, config: TrainConfig, loggers: Sequence[Logger], *,
           checkpointer: Any = None, resume: bool = False,
           should_stop: Callable[[], bool] = lambda: False,
-          keep_best: Optional[Callable[[int, Any, Any, int], None]] = None,
+          keep_best: Optional[BestKeeper] = None,
           announce: Callable[[str], None] = lambda message: None) -> Outcome:  # fmt: skip
   """Trains `program` to the config's budget (see the module docstring).
 
@@ -225,9 +242,8 @@ def drive(program: Program, config: TrainConfig, loggers: Sequence[Logger], *,
       warning).
     should_stop: polled between iterations; True returns with `interrupted=True` (and a
       checkpoint where `program.checkpoint_at_stop`).
-    keep_best: `keep_best(lane, params, transform_state, env_steps)`, called with a
-      lane's parameters (host arrays) whenever an evaluation scores higher than any
-      before.
+    keep_best: a `BestKeeper`, given a lane's parameters whenever an evaluation scores
+      higher than any before, and rewound on resume to the checkpoint's best.
     announce: told, in a sentence, where a resumed run continues.
   """
   if len(loggers) != program.num_lanes:
@@ -239,6 +255,10 @@ def drive(program: Program, config: TrainConfig, loggers: Sequence[Logger], *,
     where = getattr(checkpointer, "directory", "")
     announce(f"resuming from the checkpoint at env step {run.saved:,} ({where})"
              if run.saved is not None else "no checkpoint to resume from: starting over")  # fmt: skip
+    for lane in run.rewind_best():
+      announce(f"learner {lane}: the best parameters of the checkpoint were not kept (a "
+               "damaged checkpoint passed over, or a kill as they were written): its best "
+               "is counted again from here")  # fmt: skip
     total = config.budget.total_env_steps
     if run.saved is not None and run.schedule.env_steps >= total:
       announce(f"the run has already used its budget of {total:,} env steps: nothing is "
@@ -251,7 +271,7 @@ class _Driver:
   clock."""
 
   def __init__(self, program: Program, config: TrainConfig, loggers: Sequence[Logger],
-               checkpointer: Any, keep_best: Optional[Callable]):  # fmt: skip
+               checkpointer: Any, keep_best: Optional[BestKeeper]):  # fmt: skip
     self.program, self.config, self.loggers = program, config, loggers
     self.checkpointer, self.keep_best = checkpointer, keep_best
     self.schedule = records.Schedule.start(
@@ -282,6 +302,17 @@ class _Driver:
         raise ResumeError(f"{e} (it was cut or edited after the checkpoint): restore it, or "
                           "start the run over in another --run-dir") from e  # fmt: skip
     return state
+
+  def rewind_best(self) -> list[int]:
+    """Rewinds the kept best parameters to the restored checkpoint's (those written by
+    the stretch after it, which the resume repeats, are not its); returns the lanes whose
+    best starts over."""
+    lost = []
+    for lane, acc in enumerate(self.accs if self.keep_best else ()):
+      if not self.keep_best.rewind(lane, acc.best_env_steps):
+        acc.best_eval, acc.best_env_steps = None, None
+        lost.append(lane)
+    return lost
 
   def wall_time(self) -> float:
     return self.wall_offset + seconds_since_launch()
@@ -337,8 +368,8 @@ class _Driver:
     target = self.config.eval.target_return
     if self.accs[lane].evaluated(mean, self.schedule.env_steps, target) and self.keep_best:
       agent_state, transform = self.program.final(state, lane)
-      self.keep_best(lane, jax.device_get(agent_state.params), jax.device_get(transform),
-                     self.schedule.env_steps)  # fmt: skip
+      self.keep_best.keep(lane, jax.device_get(agent_state.params), jax.device_get(transform),
+                          self.schedule.env_steps, self.saved)  # fmt: skip
 
   def loop(self, state: Any, should_stop: Callable[[], bool]) -> Outcome:
     program, config, schedule = self.program, self.config, self.schedule

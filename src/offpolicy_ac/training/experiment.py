@@ -623,7 +623,7 @@ def _drive_and_finish(name: str, config: TrainConfig, root: pathlib.Path,
     try:
       outcome = drive(program, config, loggers, checkpointer=checkpointer, resume=resume,
                       should_stop=flag,
-                      keep_best=lambda k, *best: rundir.write_best(dirs[k], *best),
+                      keep_best=rundir.BestFiles(dirs),
                       announce=lambda message: print(f"[{name}] {message}", flush=True))  # fmt: skip
     finally:
       flag.finishing = True  # from here a second signal waits for the files to be written

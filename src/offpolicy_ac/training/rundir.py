@@ -37,6 +37,7 @@ import os
 import pathlib
 import re
 import shlex
+import shutil
 import socket
 import sys
 import time
@@ -82,6 +83,9 @@ FINAL_TRANSFORM = "final_transform.msgpack"
 BEST_PARAMS = "best_params.msgpack"
 BEST_TRANSFORM = "best_transform.msgpack"
 BEST_RECORD = "best.json"
+BEST_AT_CHECKPOINT = "best_at_checkpoint"
+"""The folder of a run directory that keeps the best files as they were at the newest
+checkpoint, once a later evaluation replaces them (`BestFiles`)."""
 SEEDS_RECORD = "seeds.json"
 """At the root of a run whose seeds train one after the other (each a run of its own in
 seed<k>/): the seeds it trains, `{"seeds": [0, 1, ...]}`, which a resume must train too."""
@@ -606,6 +610,71 @@ def write_best(run_dir: pathlib.Path, params: Any, transform_state: Any, env_ste
   if jax.tree.leaves(transform_state):
     record["transform_crc32"] = save_params(run_dir / BEST_TRANSFORM, transform_state)
   write_atomic(run_dir / BEST_RECORD, json.dumps(record))
+
+
+class BestFiles:
+  """Each learner's best-evaluated parameters in its run directory (`write_best`), and
+  on resume the files of the checkpoint it continues from: the best parameters written
+  after a checkpoint belong to the stretch a resume repeats, which a run with actor threads
+  does not repeat exactly. Before an evaluation replaces the files the newest checkpoint
+  counts as its best, they are linked into `best_at_checkpoint/` (hard links: no copy
+  until they are replaced), and a resume puts them back. A `driver.BestKeeper`.
+
+  Args:
+    dirs: the run directory of each learner (lane).
+  """
+
+  _NAMES = tuple(f"{name}{suffix}" for name in (BEST_PARAMS, BEST_TRANSFORM)
+                 for suffix in ("", ".crc32")) + (BEST_RECORD,)  # fmt: skip
+
+  def __init__(self, dirs: Sequence[pathlib.Path]):
+    self.dirs = list(dirs)
+
+  def keep(self, lane: int, params: Any, transform_state: Any, env_steps: int,
+           checkpointed: Optional[int]) -> None:  # fmt: skip
+    run_dir = self.dirs[lane]
+    written = _best_steps(run_dir)
+    if written is not None and checkpointed is not None and written <= checkpointed:
+      self._link(run_dir, run_dir / BEST_AT_CHECKPOINT)
+    write_best(run_dir, params, transform_state, env_steps)
+
+  def rewind(self, lane: int, best_env_steps: Optional[int]) -> bool:
+    run_dir, aside = self.dirs[lane], self.dirs[lane] / BEST_AT_CHECKPOINT
+    if best_env_steps is not None and _best_steps(run_dir) == best_env_steps:
+      return True
+    if best_env_steps is not None and _best_steps(aside) == best_env_steps:
+      self._link(aside, run_dir)
+      return True
+    for name in self._NAMES[::-1]:  # best.json first: no record of the others remains
+      (run_dir / name).unlink(missing_ok=True)
+    if best_env_steps is None:  # no evaluation before the checkpoint, or no checkpoint
+      shutil.rmtree(aside, ignore_errors=True)
+    return best_env_steps is None
+
+  @classmethod
+  def _link(cls, source: pathlib.Path, target: pathlib.Path) -> None:
+    """Makes `target`'s best files `source`'s, best.json last (until then, the record
+    there pairs with no parameters: `_best_record` passes it over)."""
+    target.mkdir(exist_ok=True)
+    (target / BEST_RECORD).unlink(missing_ok=True)
+    for name in cls._NAMES:
+      if not (source / name).exists():
+        (target / name).unlink(missing_ok=True)
+        continue
+      tmp = target / f"{name}.tmp"
+      tmp.unlink(missing_ok=True)
+      try:
+        os.link(source / name, tmp)
+      except OSError:  # a filesystem without hard links
+        shutil.copyfile(source / name, tmp)
+      os.replace(tmp, target / name)
+
+
+def _best_steps(run_dir: pathlib.Path) -> Optional[int]:
+  """The env steps best.json records for the best files beside it (None: no best files,
+  or a record that does not pair with them)."""
+  steps = (_best_record(run_dir) or {}).get("env_steps")
+  return steps if type(steps) is int else None
 
 
 def _read_summary(path: pathlib.Path) -> dict:
