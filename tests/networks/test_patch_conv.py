@@ -160,3 +160,36 @@ def test_a_torsos_update_in_a_loop_has_no_library_convolution_on_the_cpu():
     return jax.lax.scan(step, p, None, length=2)[0]
 
   assert "convolution" not in jax.jit(updates).lower(params).as_text()
+
+
+def test_kernels_that_repeat_inputs_over_a_large_map_keep_the_librarys_values():
+  """A 3x3 stride-1 kernel on 12 x 12 (patches would repeat each input 9 times): the values
+  are the library's exactly, forward mode works (`jax.jvp`, `jax.jacfwd`) and both modes'
+  derivatives are the library's; on the CPU, a ResNet update inside a `lax.scan` lowers with
+  convolutions for its forward pass alone (one per layer), its derivatives patch products."""
+  x = jax.random.normal(jax.random.PRNGKey(0), (2, 12, 12, 3))
+  w = jax.random.normal(jax.random.PRNGKey(1), (3, 3, 3, 4))
+  ours, theirs = (lambda x, w: conv(x, w, (1, 1), "SAME", dimension_numbers=NHWC)
+                  for conv in (conv_general_dilated, jax.lax.conv_general_dilated))  # fmt: skip
+  np.testing.assert_array_equal(ours(x, w), theirs(x, w))
+  with jax.default_matmul_precision("highest"):
+    _assert_close(jax.jvp(ours, (x, w), (w.sum() * x, x.sum() * w)),
+                  jax.jvp(theirs, (x, w), (w.sum() * x, x.sum() * w)))  # fmt: skip
+    _assert_close(jax.jacfwd(lambda w: ours(x, w).sum(axis=(1, 2)))(w),
+                  jax.jacfwd(lambda w: theirs(x, w).sum(axis=(1, 2)))(w))  # fmt: skip
+    _assert_close(*_both(x, w, (1, 1), "SAME"))
+  if jax.default_backend() != "cpu":
+    return
+  torso = networks.make_torso("impala_resnet", (4, 84, 84))
+  frames = jnp.zeros((2, 4, 84, 84), jnp.uint8)
+  params = torso.init(jax.random.PRNGKey(1), frames)
+  layers = sum("Conv" in str(path) and "kernel" in str(path)
+               for path, _ in jax.tree_util.tree_leaves_with_path(params))  # fmt: skip
+
+  def updates(p):
+    step = lambda p, _: (jax.tree.map(lambda v, g: v - g, p, jax.grad(  # noqa: E731
+        lambda p: jnp.sum(torso.apply(p, frames) ** 2))(p)), None)  # fmt: skip
+    return jax.lax.scan(step, p, None, length=2)[0]
+
+  assert layers > 10
+  assert jax.jit(updates).lower(params).as_text().count("stablehlo.convolution") == layers
