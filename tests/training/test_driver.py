@@ -283,6 +283,6 @@ def test_best_parameters_the_checkpoint_counts_but_that_are_lost_start_the_best_
   outcome = drive(ScoredProgram(score=lambda steps: -steps), SCORED, [ListLogger()],
                   checkpointer=checkpointer, resume=True, keep_best=keeper,
                   announce=said.append)  # fmt: skip
-  assert said[1].startswith("learner 0: the best parameters of the checkpoint were not kept")
+  assert said[1].startswith("the best parameters of the checkpoint were not kept")
   # The resumed run's first evaluation (at 50) is its best.
   assert outcome.results[0].best_env_steps == 50 == _best(tmp_path)

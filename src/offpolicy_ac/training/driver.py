@@ -256,8 +256,8 @@ def drive(program: Program, config: TrainConfig, loggers: Sequence[Logger], *,
     announce(f"resuming from the checkpoint at env step {run.saved:,} ({where})"
              if run.saved is not None else "no checkpoint to resume from: starting over")  # fmt: skip
     for lane in run.rewind_best():
-      announce(f"learner {lane}: the best parameters of the checkpoint were not kept (a "
-               "damaged checkpoint passed over, or a kill as they were written): its best "
+      announce(f"the best parameters of the checkpoint{program.lane_names[lane]} were not kept "
+               "(a damaged checkpoint passed over, or a kill as they were written): the best "
                "is counted again from here")  # fmt: skip
     total = config.budget.total_env_steps
     if run.saved is not None and run.schedule.env_steps >= total:
