@@ -286,3 +286,19 @@ def test_best_parameters_the_checkpoint_counts_but_that_are_lost_start_the_best_
   assert said[1].startswith("the best parameters of the checkpoint were not kept")
   # The resumed run's first evaluation (at 50) is its best.
   assert outcome.results[0].best_env_steps == 50 == _best(tmp_path)
+
+
+def test_best_files_linked_back_and_forth_leave_no_stray_files(tmp_path):
+  """Files put back by a resume are the links in best_at_checkpoint/ themselves; linking
+  them there again (the resumed run's next best) leaves the folder as it was."""
+  keeper = BestFiles([tmp_path])
+  params = lambda steps: {"steps": np.asarray(steps)}  # noqa: E731
+  keeper.keep(0, params(10), (), 10, None)
+  keeper.keep(0, params(20), (), 20, 10)  # the checkpoint at 10 counts 10 as its best
+  assert keeper.rewind(0, 10) and _best(tmp_path) == 10
+  keeper.keep(0, params(30), (), 30, 10)
+  aside = tmp_path / "best_at_checkpoint"
+  assert (_best(tmp_path), _best(aside)) == (30, 10)
+  assert sorted(p.name for p in aside.iterdir()) == [
+      "best.json", "best_params.msgpack", "best_params.msgpack.crc32"]  # fmt: skip
+  assert not keeper.rewind(0, 20) and _best(tmp_path) is None  # the checkpoint's are gone

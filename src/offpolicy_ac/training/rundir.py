@@ -661,6 +661,8 @@ class BestFiles:
       if not (source / name).exists():
         (target / name).unlink(missing_ok=True)
         continue
+      if (target / name).exists() and os.path.samefile(source / name, target / name):
+        continue  # already the same file (renaming a link onto it would do nothing)
       tmp = target / f"{name}.tmp"
       tmp.unlink(missing_ok=True)
       try:
