@@ -87,6 +87,11 @@ CASES = [
         "--episodes must be in [1, 1,048,576], got 0",
     ),
     ("evaluate", ["--run-dir", "{demos}"], "is not a run directory (no config.json)"),
+    (
+        "evaluate",
+        ["--run-dir", "{demos}/impala-run/best_at_checkpoint"],
+        "is not a run directory (no config.json); it is inside the run in",
+    ),
     ("evaluate", ["--run-dir", "{demos}", "--max-steps", "0"], "--max-steps must be >= 1"),
     ("evaluate", ["--run-dir", "{demos}", "--fps", "0"], "--fps must be > 0"),
     ("evaluate", ["--run-dir", "{demos}", "--best", "--checkpoint", "8"], "--best and --checkp"),
@@ -227,6 +232,7 @@ def demos(tmp_path_factory):
   (root / "foreign" / "config.json").write_text('{"my": "settings"}')
   (root / "impala-run").mkdir()
   (root / "impala-run" / "config.json").write_text('{"algorithm": "impala", "config": {}}')
+  (root / "impala-run" / "best_at_checkpoint").mkdir()
   (root / "impala-seeds" / "seed0").mkdir(parents=True)  # seeds run one after the other
   (root / "impala-seeds" / "seed0" / "config.json").write_text(
       '{"algorithm": "impala", "config": {}}'

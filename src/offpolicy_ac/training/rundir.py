@@ -831,9 +831,10 @@ def _read_config(run_dir: str | os.PathLike) -> tuple[dict, TrainConfig]:
   path = run_dir / "config.json"
   if not path.exists():
     learners = sorted(str(p.parent) for p in run_dir.glob("seed*/config.json"))
+    run = next((p for p in run_dir.resolve().parents if _is_run_config(p / "config.json")), None)
     raise FileNotFoundError(f"{run_dir} is not a run directory (no config.json)" + (
         f"; it holds the seeds of one: load one of them ({', '.join(learners)})"
-        if learners else ""))  # fmt: skip
+        if learners else f"; it is inside the run in {run}" if run else ""))  # fmt: skip
   record = read_json(path)
   config = record.get("config")
   if not isinstance(config, dict) or "algorithm" not in record:
