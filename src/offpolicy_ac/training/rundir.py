@@ -663,7 +663,7 @@ class BestFiles:
         continue
       if (target / name).exists() and os.path.samefile(source / name, target / name):
         continue  # already the same file (renaming a link onto it would do nothing)
-      tmp = target / f"{name}.tmp"
+      tmp = target / f"{name}.link"  # not write_atomic's .tmp, which it writes into
       tmp.unlink(missing_ok=True)
       try:
         os.link(source / name, tmp)
