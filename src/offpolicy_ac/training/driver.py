@@ -203,7 +203,7 @@ class Program(Protocol):
 
 
 class BestKeeper(Protocol):
-  """Where `drive` keeps each lane's best-scoring parameters (`rundir.BestFiles` writes
+  """Where `drive` keeps each lane's best-scoring parameters (`training.BestFiles` writes
   them into the run directories)."""
 
   def keep(self, lane: int, params: Any, transform_state: Any, env_steps: int,

@@ -618,7 +618,7 @@ class BestFiles:
   after a checkpoint belong to the stretch a resume repeats, which a run with actor threads
   does not repeat exactly. Before an evaluation replaces the files the newest checkpoint
   counts as its best, they are linked into `best_at_checkpoint/` (hard links: no copy
-  until they are replaced), and a resume puts them back. A `driver.BestKeeper`.
+  until they are replaced), and a resume puts them back. A `training.BestKeeper`.
 
   Args:
     dirs: the run directory of each learner (lane).
