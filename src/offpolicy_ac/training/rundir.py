@@ -326,10 +326,10 @@ def check_new_run_dir(run_dir: pathlib.Path) -> None:
   holds files of something else (documents, another run's checkpoints/): the run's files
   would mix with them. A new or empty directory, one that a refused start left (lock files
   only) and a run's directory (`check_or_write_config` refuses or resumes it) pass."""
-  for parent in run_dir.resolve().parents:
-    if _is_run_config(parent / "config.json"):
-      raise ValueError(f"--run-dir {run_dir} is inside the directory of the run in {parent}: "
-                       "choose a directory outside it")  # fmt: skip
+  parent = _enclosing_run(run_dir)
+  if parent is not None:
+    raise ValueError(f"--run-dir {run_dir} is inside the directory of the run in {parent}: "
+                     "choose a directory outside it")  # fmt: skip
   runs = ("config.json", "seed*/config.json", "*/seed*/config.json")
   try:
     if not run_dir.is_dir() or any(next(run_dir.glob(pattern), None) for pattern in runs):
@@ -396,6 +396,11 @@ def check_seeds_record(root: pathlib.Path, seeds: Sequence[int], *, resume: bool
 def record_seeds(root: pathlib.Path, seeds: Sequence[int]) -> None:
   """Writes `SEEDS_RECORD`: `root` holds a run of `seeds` one after the other."""
   write_atomic(root / SEEDS_RECORD, json.dumps({"seeds": list(seeds)}))
+
+
+def _enclosing_run(path: pathlib.Path) -> Optional[pathlib.Path]:
+  """The run directory `path` lies inside (None: none)."""
+  return next((p for p in path.resolve().parents if _is_run_config(p / "config.json")), None)
 
 
 def _is_run_config(path: pathlib.Path) -> bool:
@@ -675,8 +680,13 @@ class BestFiles:
 def _best_steps(run_dir: pathlib.Path) -> Optional[int]:
   """The env steps best.json records for the best files beside it (None: no best files,
   or a record that does not pair with them)."""
-  steps = (_best_record(run_dir) or {}).get("env_steps")
-  return steps if type(steps) is int else None
+  return _recorded_steps(_best_record(run_dir))
+
+
+def _recorded_steps(record: Optional[dict]) -> Optional[int]:
+  """A best.json record's env steps (None: no record, or no count of steps in it)."""
+  steps = (record or {}).get("env_steps")
+  return steps if type(steps) is int else None  # a bool is no count
 
 
 def _read_summary(path: pathlib.Path) -> dict:
@@ -831,7 +841,7 @@ def _read_config(run_dir: str | os.PathLike) -> tuple[dict, TrainConfig]:
   path = run_dir / "config.json"
   if not path.exists():
     learners = sorted(str(p.parent) for p in run_dir.glob("seed*/config.json"))
-    run = next((p for p in run_dir.resolve().parents if _is_run_config(p / "config.json")), None)
+    run = _enclosing_run(run_dir)
     raise FileNotFoundError(f"{run_dir} is not a run directory (no config.json)" + (
         f"; it holds the seeds of one: load one of them ({', '.join(learners)})"
         if learners else f"; it is inside the run in {run}" if run else ""))  # fmt: skip
@@ -972,8 +982,7 @@ def load_run(run_dir: str | os.PathLike, *, checkpoint: Optional[int] = None,
           "records (the run was stopped while it wrote them): --resume the run, or load its "
           "final parameters or a checkpoint's"
       )
-    best_steps = (record or {}).get("env_steps")
-    env_steps, source = (best_steps if isinstance(best_steps, int) else None), "best"
+    env_steps, source = _recorded_steps(record), "best"
     if env_steps is None and not stale:  # a run from before best.json
       env_steps = summary.get("best_env_steps")
   elif checkpoint is None and final.exists() and not stale and (
