@@ -6,8 +6,6 @@
     source.close()
 
 * `InlineSource` (`--actors inline`): unroll, then update, in the learner's thread.
-  `exact`: the run is cut into segments at checkpoints (pools re-created with seeds
-  derived from the segment), so a resumed run repeats the uninterrupted one exactly.
 * `PoolsSource` (`--actors pools`): K pools unroll in actor threads with the same
   parameters each iteration; the learner waits for `min_pools` of them, then at most
   `grace_period_s` for the rest, and learns from their concatenation along the batch
@@ -62,13 +60,12 @@ def make_env(config: TrainConfig, num_envs: int, seed: int, *, train: bool = Tru
   further envpool options (e.g. `render_mode="rgb_array"`). For a JAX environment
   (`config.compiled`): a host pool over it, an `envs.FunctionalPool` (`train` makes no
   difference; batched stepping and rendering are refused)."""
+  kwargs = {**task_kwargs(config), **envpool_kwargs}
   if config.compiled:
     if batch_size:
       raise ValueError(f"batch_size={batch_size}: {config.env.env_id} steps all its "
                        "environments together (no batched stepping)")  # fmt: skip
-    kwargs = {**task_kwargs(config), **envpool_kwargs}
     return envs.make_functional_pool(config.env.env_id, num_envs, seed, **kwargs)
-  kwargs = {**task_kwargs(config), **envpool_kwargs}
   if batch_size:
     kwargs["batch_size"] = batch_size
   if config.env.atari:
@@ -132,8 +129,6 @@ class Collected(NamedTuple):
 class InlineSource:
   """Unroll, then update, in this thread (see the module docstring)."""
 
-  exact = True
-
   def __init__(self, rollout: Any, key: jax.Array, acting: Any, steps: int):
     self.rollout, self.env, self._steps = rollout, rollout.env, steps
     self.state = rollout.init(acting, key)
@@ -149,8 +144,6 @@ class InlineSource:
 
 class _ThreadSource:
   """K actor threads over K pools; `collect` is the topology's."""
-
-  exact = False
 
   def __init__(self, rollouts: list, keys: list, acting: Any, version: int,
                config: TrainConfig, gated: bool):  # fmt: skip
