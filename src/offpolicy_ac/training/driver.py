@@ -106,14 +106,6 @@ class ResumeError(ValueError):
   format or kind of run."""
 
 
-def raise_if_non_finite(values: dict, context: str) -> None:
-  """Raises NonFiniteError naming the first metric that is NaN or infinite; `context`
-  says where (lane, env step, update) and what is kept."""
-  for name, value in values.items():
-    if not np.all(np.isfinite(value)):
-      raise NonFiniteError(f"non-finite {name} = {value}{context}")
-
-
 class Update(NamedTuple):
   """One iteration's learner statistics.
 
@@ -338,9 +330,12 @@ class _Driver:
         values = update.metrics[k]
         if values is None:
           continue
-        name, steps, version = names[k], update.env_steps, int(update.num_updates[k])
-        raise_if_non_finite(values, f"{name} at env step {steps} (update {version}); stopping. "
-                            f"The last good checkpoint is kept{where}.")  # fmt: skip
+        for metric, value in values.items():
+          if not np.all(np.isfinite(value)):
+            raise NonFiniteError(
+                f"non-finite {metric} = {value}{names[k]} at env step {update.env_steps} "
+                f"(update {int(update.num_updates[k])}); stopping. The last good checkpoint "
+                f"is kept{where}.")  # fmt: skip
         acc.add_metrics(values)
       if progress.discarded:
         acc.discarded += progress.discarded[k]
