@@ -38,7 +38,6 @@ evaluates, checkpoints and stops between chunks (`training/compiled_program.py`)
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any
 from typing import Callable
 from typing import NamedTuple
@@ -220,8 +219,7 @@ def make_train(
   transformer = make_transformer(spec, config)
   replay = make_replay(config) if agent.off_policy else None
   unroll_length, num_envs = config.env.unroll_length, config.env.num_envs
-  steps_per_iteration = unroll_length * num_envs
-  iterations = math.ceil(config.budget.total_env_steps / steps_per_iteration)
+  steps_per_iteration, iterations = config.steps_per_iteration, config.planned_iterations
   per_chunk = max(1, round(config.budget.log_every / steps_per_iteration))
   eval_interval = config.eval_interval
   eval_episodes = config.eval.eval_episodes
