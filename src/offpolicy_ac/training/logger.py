@@ -45,19 +45,14 @@ class Logger(Protocol):
     """Flushes and releases what the logger holds."""
 
 
+_RECORDED_PACKAGES = ("jax", "jaxlib", "flax", "optax", "chex", "rlax", "envpool", "numpy",
+                      "offpolicy_ac")  # fmt: skip
+
+
 def package_versions() -> dict[str, str]:
+  """The versions of Python and of the packages a run's results depend on."""
   versions = {"python": platform.python_version()}
-  for name in (
-      "jax",
-      "jaxlib",
-      "flax",
-      "optax",
-      "chex",
-      "rlax",
-      "envpool",
-      "numpy",
-      "offpolicy_ac",
-  ):
+  for name in _RECORDED_PACKAGES:
     try:
       versions[name] = metadata.version(name)
     except Exception:  # pylint: disable=broad-except
@@ -143,14 +138,7 @@ class RunLogger:
     self._title = title
     self._plot_every_s = plot_every_s
     self._last_plot = time.monotonic()
-    self._writer = None
-    if tensorboard:
-      try:
-        from tensorboardX import SummaryWriter
-
-        self._writer = SummaryWriter(str(self.run_dir / "tensorboard"))
-      except ImportError:  # pragma: no cover
-        self._writer = None
+    self._writer = self._open_writer() if tensorboard else None
     use_bar = sys.stderr.isatty() if progress is None else progress
     self._bar = None
     if use_bar:
@@ -216,13 +204,19 @@ class RunLogger:
     if records:
       self._steps_shown = int(records[-1]["env_steps"])
     if self._writer is not None:
-      from tensorboardX import SummaryWriter
-
       self._writer.close()
       shutil.rmtree(self.run_dir / "tensorboard", ignore_errors=True)
-      self._writer = SummaryWriter(str(self.run_dir / "tensorboard"))
+      self._writer = self._open_writer()
       for record in records:
         self._add_scalars(record)
+
+  def _open_writer(self) -> Any:
+    """A TensorBoard writer of the run's `tensorboard/` (None without tensorboardX)."""
+    try:
+      from tensorboardX import SummaryWriter
+    except ImportError:  # pragma: no cover
+      return None
+    return SummaryWriter(str(self.run_dir / "tensorboard"))
 
   def plot(self) -> pathlib.Path | None:
     """Writes learning_curve.png from metrics.jsonl (episode and eval returns)."""
