@@ -478,11 +478,6 @@ class Learner:
       return self.dp.shard(trajs[0])
     return jax.device_put(jax.tree.map(lambda *xs: np.stack(xs), *trajs))
 
-  @staticmethod
-  def columns(batch: Any, num_seeds: int) -> int:
-    """Sequences a batch adds to each seed's replay (its global batch width)."""
-    return jax.tree.leaves(batch)[0].shape[1 if num_seeds == 1 else 2]
-
   def ingest(self, state: LearnerState, batch: Any) -> tuple[LearnerState, Any, Any]:
     """(state, the fresh update's metrics or None, this iteration's sampling key [S]);
     off-policy agents draw the key whether or not they learn this iteration."""
@@ -498,37 +493,22 @@ class Learner:
       return replayed
     return mix_metrics(fresh, replayed, self.config.replay.num_updates_per_train_iter)
 
-  def warm_up(self, state: LearnerState, batch: Any) -> "Background":
-    """Compiles the iteration (and the greedy policy) on dummy data in a background
-    thread while the first unrolls run; the results are dropped. Join before the first
-    real update."""
+  def warm_up(self, state: LearnerState, batch: Any) -> threading.Thread:
+    """Compiles the iteration (and the greedy policy) on dummy data in a daemon thread
+    while the first unrolls run; the results are dropped, and so is an error (the same
+    call on real data raises it where it is handled). Join before the first real update."""
 
     def run():
-      # A copy: `ingest` donates its state, and the caller goes on with this one.
-      ingested, _, key = self.ingest(jax.tree.map(jnp.copy, state), batch)
-      if self.replay is not None:
-        jax.block_until_ready(self.sample_and_update(ingested, key))
-      acting = self.acting(state)[0]
-      obs = take_lane(self.dp.local(batch).observation, 0)
-      if self.num_seeds > 1:
-        obs = take_lane(obs, 0)
-      jax.block_until_ready(self.greedy(acting, obs))
+      with contextlib.suppress(Exception):
+        # A copy: `ingest` donates its state, and the caller goes on with this one.
+        ingested, _, key = self.ingest(jax.tree.map(jnp.copy, state), batch)
+        if self.replay is not None:
+          jax.block_until_ready(self.sample_and_update(ingested, key))
+        obs = take_lane(self.dp.local(batch).observation, 0)
+        if self.num_seeds > 1:
+          obs = take_lane(obs, 0)
+        jax.block_until_ready(self.greedy(self.acting(state)[0], obs))
 
-    return Background(run)
-
-
-class Background:
-  """Runs `fn()` in a daemon thread; `join` waits. A compile-only warm-up: an error
-  there is dropped, since the same call on real data raises it where it is handled."""
-
-  def __init__(self, fn: Callable[[], Any]):
-    self._thread = threading.Thread(target=self._run, args=(fn,), daemon=True)
-    self._thread.start()
-
-  @staticmethod
-  def _run(fn):
-    with contextlib.suppress(Exception):
-      fn()
-
-  def join(self) -> None:
-    self._thread.join()
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
