@@ -248,16 +248,19 @@ def _check_ints(values: dict, low: int, *names: str) -> None:
     value = values[name]
     if not isinstance(value, int) or isinstance(value, bool) or value < low:
       kind = f"{type(value).__module__}.{type(value).__name__}"
-      hint = f" ({kind}, not int: pass int(...))" if _numpy_int(value) else ""
+      # An integer of another type (NumPy's, JAX's) is refused too, with the fix.
+      other_int = isinstance(value, numbers.Integral) and not isinstance(value, (int, bool))
+      hint = f" ({kind}, not int: pass int(...))" if other_int else ""
       raise ValueError(
           f"{name} must be {'a positive int' if low else 'an int >= 0'}, got {value!r}{hint}"
       )
 
 
-def _numpy_int(value: Any) -> bool:
-  """Whether `value` is an integer of another type than int (NumPy's, JAX's): refused as
-  every other type is, with the fix in the message."""
-  return isinstance(value, numbers.Integral) and not isinstance(value, (int, bool))
+def _check_choice(name: str, value: Any, choices: tuple) -> None:
+  """Refuses a `value` of the field `name` that is not one of `choices`."""
+  if value not in choices:
+    said = " or ".join([", ".join(map(repr, choices[:-1])), repr(choices[-1])])
+    raise ValueError(f"{name} must be {said}, got {value!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -415,15 +418,13 @@ class TrainConfig:
       last = f" (the last seed, seed + num_seeds - 1: {self.seeds[-1]})" * (budget.num_seeds > 1)
       raise ValueError(f"seed must be below 2**32, got {budget.seed}{last}: JAX's PRNG keys "
                        "take 32 bits (seed 2**32 would repeat seed 0)")  # fmt: skip
-    if budget.compile_for not in get_args(CompileFor):
-      raise ValueError(f"compile_for must be 'speed' or 'startup', got {budget.compile_for!r}")
+    _check_choice("compile_for", budget.compile_for, get_args(CompileFor))
     if budget.compile_for == "startup" and not self.compiled:
       raise ValueError(
           "--compile-for startup applies to a JAX environment's compiled run "
           "(--env-id gymnax:... or brax:...); envpool runs compile for speed"
       )
-    if env.rollout not in get_args(envs.Backend):
-      raise ValueError(f"rollout must be 'host' or 'compiled', got {env.rollout!r}")
+    _check_choice("rollout", env.rollout, get_args(envs.Backend))
     if env.env_batch_size > env.num_envs:
       raise ValueError(f"env_batch_size ({env.env_batch_size}) exceeds num_envs ({env.num_envs})")
     if env.max_episode_steps is not None:
@@ -446,10 +447,8 @@ class TrainConfig:
           f"budget, total_env_steps {budget.total_env_steps:,}"
       )
     _check_transform(self.transform)
-    if self.tracking.wandb_mode not in (None, "online", "offline"):
-      raise ValueError(
-          f"wandb_mode must be 'online' or 'offline', got {self.tracking.wandb_mode!r}"
-      )
+    if self.tracking.wandb_mode is not None:
+      _check_choice("wandb_mode", self.tracking.wandb_mode, ("online", "offline"))
     if not self.tracking.track and self.tracking != TrackingConfig():
       raise ValueError("wandb_project, wandb_entity and wandb_mode apply to --track")
     if evaluation.target_return is not None and evaluation.eval_every == 0:
@@ -460,12 +459,11 @@ class TrainConfig:
           f"replay_capacity ({replay.replay_capacity})"
       )
     _check_actors(actors)
-    if self.compiled and unsupported_reason(self, "compiled") is not None:
-      raise ValueError(f"a compiled (Anakin) run cannot use {unsupported_reason(self, 'compiled')}")
-    if budget.sweep and unsupported_reason(self, "vmapped") is not None:
+    if self.compiled and (reason := unsupported_reason(self, "compiled")) is not None:
+      raise ValueError(f"a compiled (Anakin) run cannot use {reason}")
+    if budget.sweep and (reason := unsupported_reason(self, "vmapped")) is not None:
       raise ValueError(
-          "--sweep trains its learners as lanes of one vmapped learner, which cannot use "
-          f"{unsupported_reason(self, 'vmapped')}"
+          f"--sweep trains its learners as lanes of one vmapped learner, which cannot use {reason}"
       )
     if budget.sweep and not budget.vmap_seeds:
       raise ValueError("--sweep runs its learners in one vmapped program: drop --no-vmap-seeds")
@@ -549,8 +547,7 @@ def _check_transform(transform: TransformConfig) -> None:
 
 
 def _check_actors(actors: ActorsConfig) -> None:
-  if actors.actors not in ("inline", "pools", "async"):
-    raise ValueError(f"actors must be 'inline', 'pools' or 'async', got {actors.actors!r}")
+  _check_choice("actors", actors.actors, ("inline", "pools", "async"))
   if actors.actors == "inline" and actors.num_actors != 1:
     raise ValueError(f"num_actors={actors.num_actors} needs actor threads: --actors pools or async")
   if actors.min_pools and actors.actors != "pools":
