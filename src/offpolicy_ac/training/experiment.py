@@ -39,6 +39,7 @@ import sys
 import threading
 from typing import Any
 from typing import Callable
+from typing import NamedTuple
 from typing import Optional
 from typing import Sequence
 
@@ -228,17 +229,6 @@ def _after_backend_start() -> None:
     jax.config.update("jax_cpu_enable_async_dispatch", False)
 
 
-def _make_checkpointer(config: TrainConfig, root: pathlib.Path) -> Any:
-  """<root>/checkpoints (None without checkpoints); multi-host: only process 0 writes."""
-  if not config.checkpoint.checkpoint_every:
-    return None
-  return checkpoint.Checkpointer(
-      root / "checkpoints",
-      max_to_keep=config.checkpoint.keep_checkpoints,
-      read_only=config.parallel.process_id > 0,
-  )
-
-
 def _seed_args(args: Any, seed: int, run_dir: pathlib.Path) -> Any:
   """The args of seed `seed` alone, logging in `run_dir`. Resuming, a seed that never
   started (its run was stopped before) starts."""
@@ -264,17 +254,25 @@ def run_experiment(name: str, args: Any, agent_factory: Callable, *,
   its directory, returns a `Logger` that gets the learner's metrics lines beside the run
   directory's (for example an MLflow run; on `--resume` its `truncate(num_lines)` is told
   where the run goes on)."""
+  options = _Options(batch_fn, progress, rollout_factory, inputs, add_logger)
   with _stop_on_signals(_StopFlag(), building=True):  # a Ctrl-C is never lost
-    return _experiment(name, args, agent_factory, batch_fn=batch_fn, progress=progress,
-                       rollout_factory=rollout_factory, inputs=inputs,
-                       add_logger=add_logger)  # fmt: skip
+    return _experiment(name, args, agent_factory, options)
 
 
-def _experiment(name: str, args: Any, agent_factory: Callable, *, batch_fn: Optional[Callable],
-                progress: Optional[bool], rollout_factory: RolloutFactory,
-                inputs: Optional[dict[str, str]],
-                add_logger: Optional[Callable]) -> RunResult | list[RunResult]:  # fmt: skip
+class _Options(NamedTuple):
+  """`run_experiment`'s keyword arguments, passed on to where each is used."""
+
+  batch_fn: Optional[Callable]
+  progress: Optional[bool]
+  rollout_factory: RolloutFactory
+  inputs: Optional[dict[str, str]]
+  add_logger: Optional[Callable[[pathlib.Path, int], Logger]]
+
+
+def _experiment(name: str, args: Any, agent_factory: Callable,
+                options: _Options) -> RunResult | list[RunResult]:  # fmt: skip
   """`run_experiment` with its signal handlers installed."""
+  add_logger = options.add_logger
   if isinstance(args.run_dir, os.PathLike):  # a pathlib.Path from Python
     args = dataclasses.replace(args, run_dir=os.fspath(args.run_dir))
   if isinstance(args.run_dir, str) and args.run_dir.startswith("~"):  # --run-dir=~/x, quoted
@@ -335,9 +333,7 @@ def _experiment(name: str, args: Any, agent_factory: Callable, *, batch_fn: Opti
         results = []
         for seed, seed_dir in zip(seeds, dirs):
           results.append(run_experiment(name, _seed_args(args, seed, seed_dir), agent_factory,
-                                        batch_fn=batch_fn, progress=progress,
-                                        rollout_factory=rollout_factory, inputs=inputs,
-                                        add_logger=add_logger))  # fmt: skip
+                                        **options._asdict()))  # fmt: skip
           if results[-1].interrupted or between():  # --resume goes on from here
             if not results[-1].interrupted and len(results) < len(seeds):
               print(f"[{name}] stopped by {between.signal_name} before seed "
@@ -355,9 +351,7 @@ def _experiment(name: str, args: Any, agent_factory: Callable, *, batch_fn: Opti
       # Not into, nor as, a run of several seeds one after the other.
       rundir.check_seeds_record(root, seeds, resume=resume, one_after_another=False,
                                 write=False)  # fmt: skip
-    results = _run(name, args, root, agent_factory=agent_factory, batch_fn=batch_fn,
-                   progress=progress, rollout_factory=rollout_factory, inputs=inputs,
-                   add_logger=add_logger)  # fmt: skip
+    results = _run(name, args, root, agent_factory, options)
     return results[0] if len(results) == 1 else results
 
 
@@ -395,8 +389,8 @@ def _refuse_another_seeds_shape(name: str, root: pathlib.Path, config: TrainConf
       )
 
 
-def _program(name: str, args: Any, lanes: list[sweeps.Lane], *, agent_factory: Callable,
-             batch_fn: Optional[Callable], rollout_factory: RolloutFactory) -> Any:  # fmt: skip
+def _program(name: str, args: Any, lanes: list[sweeps.Lane], agent_factory: Callable,
+             options: _Options) -> Any:  # fmt: skip
   """The run's `driver.Program`: the compiled program of a JAX environment, else the
   envpool program. Validates everything before anything runs."""
   config: TrainConfig = args.train
@@ -410,12 +404,12 @@ def _program(name: str, args: Any, lanes: list[sweeps.Lane], *, agent_factory: C
   if config.compiled:
     # The agent's config as the factory builds it: a script may derive settings from the
     # budget there (IMPALA's --anneal-learning-rate, SQL's --learning-rate-cooldown).
-    compiled = make_train(AGENTS[name][0], agent.config, config, batch_fn=batch_fn)
+    compiled = make_train(AGENTS[name][0], agent.config, config, batch_fn=options.batch_fn)
     return CompiledProgram(compiled, [lane.seed for lane in lanes],
                            [lane.setting for lane in lanes])  # fmt: skip
   _after_backend_start()
-  return EnvpoolProgram(lambda spec: agent, config, batch_fn=batch_fn,
-                        rollout_factory=rollout_factory,
+  return EnvpoolProgram(lambda spec: agent, config, batch_fn=options.batch_fn,
+                        rollout_factory=options.rollout_factory,
                         make_agent=AGENTS[name][0] if config.budget.sweep else None)  # fmt: skip
 
 
@@ -450,17 +444,18 @@ def _check_agent_is_args(args: Any, built: Any) -> None:
     )
 
 
-def _run(name: str, args: Any, root: pathlib.Path, *, agent_factory: Callable,
-         batch_fn: Optional[Callable], progress: Optional[bool],
-         rollout_factory: RolloutFactory, inputs: Optional[dict],
-         add_logger: Optional[Callable]) -> list[RunResult]:  # fmt: skip
+def _run(name: str, args: Any, root: pathlib.Path, agent_factory: Callable,
+         options: _Options) -> list[RunResult]:  # fmt: skip
   """One program for the run's learners: writes the run directories, trains, finishes.
 
   One learner logs in `root` (a multi-host job's other processes in root/process<i>: they
   log their own actors' episodes and restore from process 0's checkpoints). Several
   (`sweeps.lanes_of`: seeds, a sweep's settings x seeds) log in root/seed<k> or
   root/<setting>/seed<k>; root holds the whole config and every learner's checkpoints.
+  A resume (of one process) that ends in an error before its first checkpoint leaves the
+  run as it found it: config.json too (its budget, its `resumed` list).
   """
+  inputs = options.inputs or {}
   with refusals():
     args = sweeps.canonical_sweep(args)  # validates the sweep before anything is written
     config: TrainConfig = args.train
@@ -472,11 +467,10 @@ def _run(name: str, args: Any, root: pathlib.Path, *, agent_factory: Callable,
     # Paths may differ between hosts (a shared filesystem mounted elsewhere, `~`): input
     # files are compared by their contents, the run directory not at all.
     own = {"run_dir", "train.parallel.process_id", "train.parallel.coordinator_address"}
-    own |= set(inputs or {})
+    own |= set(inputs)
     mine = {k: v for k, v in rundir.flat_settings(args).items() if k not in own}
-    check_same_settings({**mine, **{f"{k} (contents)": v for k, v in (inputs or {}).items()}})
-    program = _program(name, args, lanes, agent_factory=agent_factory, batch_fn=batch_fn,
-                       rollout_factory=rollout_factory)  # fmt: skip
+    check_same_settings({**mine, **{f"{k} (contents)": v for k, v in inputs.items()}})
+    program = _program(name, args, lanes, agent_factory, options)
   process = config.parallel.process_id
   dirs = [lane.run_dir for lane in lanes]
   if len(lanes) == 1 and process > 0:  # a multi-host job's other processes: their own logs
@@ -488,7 +482,9 @@ def _run(name: str, args: Any, root: pathlib.Path, *, agent_factory: Callable,
     with refusals():  # several learners: the root and each learner's directory
       for locked in locked_dirs:
         held.enter_context(rundir.locked(locked))
-    return _train(name, args, root, lanes, dirs, program, progress, inputs, add_logger)
+    keep = bool(getattr(args, "resume", False)) and config.parallel.num_processes == 1
+    with _configs_kept_on_failure(root, dirs, keep):
+      return _configure_and_drive(name, args, root, lanes, dirs, program, options)
 
 
 FILES_PER_LEARNER = 3
@@ -509,18 +505,6 @@ def _check_open_files(learners: int, flags: str) -> None:
         f"{FILES_PER_LEARNER} files open each: about {needed:,} files, more than this process "
         f"may open ({limit:,}, ulimit -n): train fewer learners in one run, or raise the limit"
     )
-
-
-def _train(name: str, args: Any, root: pathlib.Path, lanes: list[sweeps.Lane],
-           dirs: list[pathlib.Path], program: Any, progress: Optional[bool],
-           inputs: Optional[dict], add_logger: Optional[Callable]) -> list[RunResult]:  # fmt: skip
-  """`_run` once it holds the run directory. A resume (of one process) that ends in an
-  error before its first checkpoint leaves the run as it found it: config.json too (its
-  budget, its `resumed` list)."""
-  keep = bool(getattr(args, "resume", False)) and args.train.parallel.num_processes == 1
-  with _configs_kept_on_failure(root, dirs, keep):
-    return _configure_and_drive(name, args, root, lanes, dirs, program, progress, inputs,
-                                add_logger)  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -551,17 +535,16 @@ def _checkpoint_saves(directory: pathlib.Path) -> dict[int, int]:
 
 
 def _configure_and_drive(name: str, args: Any, root: pathlib.Path, lanes: list[sweeps.Lane],
-                         dirs: list[pathlib.Path], program: Any, progress: Optional[bool],
-                         inputs: Optional[dict],
-                         add_logger: Optional[Callable]) -> list[RunResult]:  # fmt: skip
+                         dirs: list[pathlib.Path], program: Any,
+                         options: _Options) -> list[RunResult]:  # fmt: skip
   """config.json, signals, the driver, results."""
   config: TrainConfig = args.train
-  resume = bool(getattr(args, "resume", False))
+  resume, add_logger = bool(getattr(args, "resume", False)), options.add_logger
   with refusals():  # before config.json is written
     added = [_added(add_logger, d, lane.seed) for lane, d in zip(lanes, dirs) if add_logger]
   try:
     # Process 0 writes the checkpoints, in the root; the others read them (process<k>/).
-    common = {"inputs": inputs, "checkpoints": root / "checkpoints",
+    common = {"inputs": options.inputs, "checkpoints": root / "checkpoints",
               "writes_checkpoints": config.parallel.process_id == 0}  # fmt: skip
     with refusals():
       if len(lanes) == 1:
@@ -600,9 +583,13 @@ def _configure_and_drive(name: str, args: Any, root: pathlib.Path, lanes: list[s
     for k, (lane, d) in enumerate(zip(lanes, dirs)):
       loggers.append(RunLogger(d, total_env_steps=config.budget.total_env_steps,
                                title=f"{name} {config.env.env_id} {lane.label}seed {lane.seed}",
-                               progress=progress if k == 0 else False))  # fmt: skip
+                               progress=options.progress if k == 0 else False))  # fmt: skip
       made.callback(_close_quietly, loggers[-1])
-    checkpointer = _make_checkpointer(config, root)
+    checkpointer = None  # <root>/checkpoints; in a multi-host job, written by process 0
+    if config.checkpoint.checkpoint_every:
+      checkpointer = checkpoint.Checkpointer(root / "checkpoints",
+                                             max_to_keep=config.checkpoint.keep_checkpoints,
+                                             read_only=config.parallel.process_id > 0)  # fmt: skip
     made.pop_all()
   for k, logger in enumerate(loggers):  # each learner's: its directory's, W&B's, add_logger's
     others = [made_for_all[k] for made_for_all in (trackers, added) if made_for_all]
