@@ -318,9 +318,8 @@ class EnvpoolProgram:
       self._warm.join()
       state, metrics, key = learner.ingest(state, batch)
       if state.replay is not None:
-        # Sequences each lane's replay gets: the batch width ([T+1, B] or [S, T+1, B]).
-        added = jax.tree.leaves(batch)[0].shape[1 if self.num_lanes == 1 else 2]
-        self._replay_fill = min(self._replay_fill + added, config.replay.replay_capacity)
+        self._replay_fill = min(self._replay_fill + Learner.columns(batch, self.num_lanes),
+                                config.replay.replay_capacity)  # fmt: skip
         if self._replay_fill >= config.replay.min_replay_size:
           state, replayed = learner.sample_and_update(state, key)
           metrics = learner.mix(metrics, replayed)

@@ -478,6 +478,11 @@ class Learner:
       return self.dp.shard(trajs[0])
     return jax.device_put(jax.tree.map(lambda *xs: np.stack(xs), *trajs))
 
+  @staticmethod
+  def columns(batch: Any, num_seeds: int) -> int:
+    """Sequences a batch adds to each seed's replay (its global batch width)."""
+    return jax.tree.leaves(batch)[0].shape[1 if num_seeds == 1 else 2]
+
   def ingest(self, state: LearnerState, batch: Any) -> tuple[LearnerState, Any, Any]:
     """(state, the fresh update's metrics or None, this iteration's sampling key [S]);
     off-policy agents draw the key whether or not they learn this iteration."""
