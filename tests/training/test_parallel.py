@@ -760,7 +760,8 @@ def test_full_two_processes_with_two_learner_devices_learn_cartpole(tmp_path):
       run / "process1" / "final_params.msgpack"
   ).read_bytes()
   for d in (run, run / "process1"):
-    returns = [l["episode_return"] for l in _lines(d)]
+    # A line where no episode ended (the policy near 500 steps an episode) has no return.
+    returns = [l["episode_return"] for l in _lines(d) if l["episode_return"] is not None]
     assert max(np.convolve(returns, np.ones(5) / 5, mode="valid")) >= 400
 
 
