@@ -285,8 +285,9 @@ def test_resume_refuses_a_different_config(tmp_path):
   started = shlex.join(_command("impala", run_dir, 2560)[1:])  # the script and its flags
   assert proc.stderr.endswith(
       "[impala] error: --resume: the config differs from the run's in --learning-rate (the "
-      "run's 0.003, given 0.1); only the step budget (--total-env-steps), the tracking flags "
-      f"and a job's --coordinator-address may change; the run last ran as `python {started}`: "
+      "run's 0.003, given 0.1); only the step budget (--total-env-steps), the tracking flags, "
+      "--import-modules and a job's --coordinator-address may change; the run last ran as "
+      f"`python {started}`: "
       "repeat it with --resume\n"
   )
   # A resume that ran names its own command, which has --resume.

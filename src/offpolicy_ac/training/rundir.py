@@ -545,8 +545,8 @@ def check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: b
       ) + ("; ..." if len(diffs) > 4 else "")
       raise ValueError(
           f"--resume: the config differs from the run's in {shown}; only the step budget "
-          "(--total-env-steps), the tracking flags and a job's --coordinator-address may "
-          f"change{_last_command(name, old)}"
+          "(--total-env-steps), the tracking flags, --import-modules and a job's "
+          f"--coordinator-address may change{_last_command(name, old)}"
       )
     checkpoints = run_dir / "checkpoints" if checkpoints is None else checkpoints
     _check_writable(run_dir, others or (run_dir,), checkpoints if writes_checkpoints else None)
