@@ -76,8 +76,8 @@ class Args:
     return self.train.replace(num_updates_per_train_iter=self.agent.replay_ratio)
 
 
-# Continuous control: observation normalisation, 16 envs x 16-step unrolls, a 2,000-unroll
-# buffer (32k transitions), 4 replayed updates per on-policy update, Adam 3e-4.
+# Continuous control: observation normalisation, 16 envs x 16-step unrolls, a 2,000-sequence
+# buffer (125 unrolls, 32k transitions), 4 replayed updates per on-policy update, Adam 3e-4.
 _MUJOCO = Args(
     train=Args().train.replace(
         env_id="HalfCheetah-v4",

@@ -20,7 +20,8 @@ ATARI = TrainConfig.of(
     reward_scale=1.0,
 )
 """Atari (envpool's v5 tasks, Pong unless --env-id says otherwise): 16 environments x
-20-step unrolls (IMPALA's and OpenAI baselines' ACER settings), raw game rewards."""
+20-step unrolls (IMPALA's and OpenAI baselines' ACER settings); envpool clips the training
+rewards to {-1, 0, 1}, and returns are reported as raw game scores."""
 
 MINATAR = TrainConfig.of(
     env_id="gymnax:Breakout-MinAtar",

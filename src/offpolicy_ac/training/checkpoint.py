@@ -153,8 +153,8 @@ class Checkpointer:
   resume from it with `resume=True`.
 
   Args:
-    directory: where the checkpoints are (one subdirectory per env step), created at the
-      first save.
+    directory: where the checkpoints are (one subdirectory per env step), created when
+      first used.
     max_to_keep: the newest checkpoints kept (the older ones are deleted after a save).
     read_only: save nothing (the non-writing processes of a multi-host job).
   """

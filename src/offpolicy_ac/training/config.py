@@ -56,8 +56,8 @@ class EnvConfig:
   max_episode_steps: Optional[int] = None
   """The task's time limit in steps (default: the task's own)."""
   atari: bool = False
-  """Atari preprocessing (84x84 grey, frame stack 4, no-op starts; episodic life for
-  training only); returns are raw game scores."""
+  """Atari preprocessing (84x84 grey, frame stack 4, no-op starts; episodic life and
+  rewards clipped to {-1, 0, 1} for training only); returns are raw game scores."""
   rollout: envs.Backend = "host"
   """How envpool environments are stepped. 'host': one step at a time from Python (any
   task). 'compiled': each unroll is one compiled loop, with no Python per step, so actor
@@ -127,7 +127,8 @@ class ReplayConfig:
   min_replay_size: int = 64
   """Sequences stored before training starts."""
   num_updates_per_train_iter: int = 1
-  """Replayed updates after each unroll."""
+  """Replayed updates after each learner iteration (one unroll; with --actors pools, one of
+  every pool)."""
   mini_batch_size: int = 64
   """Sequences per update."""
   mini_batch_length: int = 8
@@ -188,7 +189,7 @@ class EvalConfig:
   """Episodes per evaluation, each on its own environment (per process of a multi-host
   job)."""
   target_return: Optional[float] = None
-  """Stop once an evaluation's mean return reaches this."""
+  """Stop once an evaluation's mean return reaches this (every learner's)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -197,10 +198,11 @@ class CheckpointConfig:
 
   checkpoint_every: int = 10_000
   """Environment steps between checkpoints. 0: none, not even at the end. An envpool run
-  starts new environments at each (docs/concepts/resume.md): every episode is cut (a
-  truncation, bootstrapped) after at most checkpoint_every / num_envs steps of its
-  environment, so keep that above the task's time limit to see whole episodes (the run
-  warns when it is not)."""
+  with --actors inline starts new environments at each (docs/concepts/resume.md): every
+  episode is cut (a truncation, bootstrapped) after at most about checkpoint_every /
+  (num_envs x num_processes) steps of its environment (rounded up to whole unrolls), so
+  keep that above the task's time limit to see whole episodes (the run warns when it is
+  not)."""
   keep_checkpoints: int = 3
   """How many of the newest checkpoints are kept."""
 

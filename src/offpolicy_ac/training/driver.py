@@ -26,11 +26,11 @@ an evaluation, a checkpoint or the end of the budget, in env steps), then acts o
   exactly what the uninterrupted run logs (every number of metrics.jsonl but the
   wall-clock fields, `WALL_CLOCK_FIELDS`);
 * `should_stop()` (SIGTERM, SIGINT in the scripts) is polled between iterations and the
-  run returns, interrupted. A program that can be checkpointed anywhere
-  (`Program.checkpoint_at_stop`: a compiled program, whose state is the whole run) is
-  checkpointed there; an envpool program's environments can only be re-created at a
-  segment's start, so its run resumes from the last checkpoint (the work since is done
-  again, exactly as the uninterrupted run did it).
+  run returns, interrupted. Where `Program.checkpoint_at_stop` (a compiled program, whose
+  state is the whole run; an envpool program with actor threads, whose resume is not
+  exact anyway) the run is checkpointed there; an inline envpool program's environments
+  can only be re-created at a segment's start, so its run resumes from the last
+  checkpoint (the work since is done again, exactly as the uninterrupted run did it).
 
 An advance stops at the first iteration that reaches a point, so a line falls on the first
 iteration boundary at or after its point, whatever the program.
@@ -66,8 +66,8 @@ class RunResult:
   Attributes:
     env_steps: environment steps taken.
     num_updates: learner updates made.
-    wall_time_s: wall-clock seconds of the training loop, after the set-up and the warm-up
-      compilation (plus those of the runs it resumed).
+    wall_time_s: wall-clock seconds from the start of the training loop (a compilation still
+      running then included), plus those of the runs it resumed.
     target_reached_at: the env steps of the first evaluation whose mean return reached the
       config's `target_return` (None: none did, or no target). A run of several learners
       goes on until every learner reached it, so a learner's last evaluation may be lower:
@@ -98,7 +98,8 @@ class RunResult:
 
 
 class NonFiniteError(FloatingPointError):
-  """A loss or gradient became NaN or infinite."""
+  """A learner statistic (a loss, a gradient norm) or the environment's data (rewards,
+  discounts, observations) became NaN or infinite."""
 
 
 class ResumeError(ValueError):
@@ -149,8 +150,10 @@ class Program(Protocol):
     kind: "envpool" or "compiled", recorded in checkpoints.
     num_lanes: N, the learners trained in lockstep.
     lane_names: how errors name each lane (" for seed 3"; "" for a single learner).
-    checkpoint_at_stop: whether a checkpoint written when a stop request interrupts an
-      advance resumes as the run would have gone on (else the stop writes none).
+    checkpoint_at_stop: whether a stop request that interrupts an advance writes a
+      checkpoint there: a compiled program (it resumes as the run would have gone on) and
+      one with actor threads (not exact anyway; it keeps what was learned). Else the stop
+      writes none, and the run resumes from its last checkpoint.
   """
 
   kind: str

@@ -5,7 +5,7 @@ summary, and reading a run back as Python objects.
     write_results(name, run_dir, result, protocol)      # parameters, summary.json
 
     run = load_run("runs/impala-cartpole")                  # the final parameters
-    run = load_run("runs/impala-cartpole", checkpoint=20480)  # a checkpoint's (env steps)
+    run = load_run("runs/impala-cartpole", checkpoint=10240)  # a checkpoint's (env steps)
     env = run.make_env(5, seed=0)                           # the run's task, 5 environments
     returns = evaluate(env, run.greedy, run.acting, num_episodes=5)
     action = run.greedy_policy()(observation)               # [B, ...] -> [B, ...]
