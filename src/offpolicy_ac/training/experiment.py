@@ -11,7 +11,7 @@
   writes config.json (`training/rundir.py`);
 * holds the run directory's lock (`rundir.locked`: one process per run directory);
 * installs SIGTERM/SIGINT handlers that stop the run cleanly, where `--resume` continues
-  (exactly, but with actor threads: `training/driver.py`);
+  (exactly, unless the run has actor threads: `training/driver.py`);
 * trains with the driver (`training/driver.py`), logging to metrics.jsonl / TensorBoard /
   a PNG (and with `--track` to Weights & Biases), checkpointing with orbax every
   `checkpoint_every` env steps and at the end;
