@@ -7,7 +7,8 @@
     state, metrics = agent.update(state, batch) # batch: a time-major Trajectory
 
 All functions are jit-compatible; `update` is jitted by the factory (`jit_update`). Keys are
-split, never reused: `update` draws from and advances `state.key`.
+split, never reused: an `update` that samples (ACER's, continuous SQL's) splits
+`state.key` and stores the advanced key.
 """
 
 from __future__ import annotations

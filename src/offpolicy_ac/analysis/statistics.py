@@ -21,7 +21,8 @@ Statistical Precipice" (NeurIPS; arXiv:2108.13264), with their library `rliable`
   logged at the same steps up to a jitter, their logged values are kept (`align_runs`);
   otherwise each run is linearly interpolated onto a common grid of evenly spaced steps
   over the range every run covers (the latest first step to the earliest last step),
-  never extrapolated. A NaN value is never made up. A run that
+  never extrapolated. A NaN is never counted as a value: steps that logged one are left
+  out, or, where a run is interpolated, interpolated across (with a warning). A run that
   ends before 90% of the longest run's steps (one stopped early, or still running) cuts the
   group's curve there, with a warning that names it. Runs of one seed (a vmapped seed
   and the same seed run alone) are named in a warning: they are pooled as different seeds.
@@ -33,7 +34,8 @@ Statistical Precipice" (NeurIPS; arXiv:2108.13264), with their library `rliable`
   each task (here one task, the group's environment), the IQM recomputed, and the 2.5th
   and 97.5th percentiles of those IQMs reported.
 
-All functions are pure except `find_runs` and `run_info`, which read run directories.
+`find_runs`, `run_info` and the functions that take runs or groups (`group_curve`,
+`group_labels`, `final_scores_table`) read the run directories; the rest are pure.
 """
 
 from __future__ import annotations

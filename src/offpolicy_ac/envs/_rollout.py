@@ -19,9 +19,10 @@ The backends, one module each, import the shared `_rollout_base.py` and not each
   through envpool's XLA interface.
 
 The compiled backend gives the same trajectories as the host backend, but takes only
-int32/float32 actions (MuJoCo tasks take float64), reports an invalid action only after the
-unroll, and runs the policy on the first CPU device. The host backend takes any action
-dtype, rejects a bad action before it is stepped, and runs the policy wherever JAX puts it.
+int32/float32 actions (MuJoCo's float64 ones only with `jax_enable_x64`), reports an invalid
+action only after the unroll, and runs the policy on the first CPU device. The host backend
+takes any action dtype, rejects a bad action before it is stepped, and runs the policy
+wherever JAX puts it.
 
 The policy's action is stored as returned by `act` (continuous actions before clipping: the
 environment receives them clipped to bounds), so behaviour log-probabilities in `extras`
@@ -68,7 +69,8 @@ def make_rollout(
       [batch_size, ...] arrays (behaviour-policy outputs), stored with the trajectory.
     unroll_length: T >= 1; trajectories have T+1 steps.
     backend: "host", the Python recv/act/send loop; or "compiled", one compiled loop per
-      unroll through envpool's XLA interface (int32/float32 actions only; it runs on this
+      unroll through envpool's XLA interface (int32/float32 actions; float64 only with
+      `jax_enable_x64`; it runs on this
       process's first CPU device, policy included, whatever the default device is).
     to_device: trajectories as JAX arrays on `default_device()` (one transfer per
       unroll; none when that is the CPU the compiled loop ran on); False keeps NumPy

@@ -1,8 +1,10 @@
 """Pure target and loss functions: V-trace, Retrace/ACER, soft-Q/SQL/SQIL, SVGD.
 
-Every function takes time-major arrays with a leading time axis T and any
-number of trailing batch axes (`[T]`, `[T, B]`, ...), is jittable and
-vmappable, and validates shapes, dtypes and hyper-parameters at trace time.
+Every target and loss takes time-major arrays with a leading time axis T and
+any number of trailing batch axes (`[T]`, `[T, B]`, ...); the per-state helpers
+(soft value and policy, SVGD, the trust-region projection) take `[..., A]` or
+particle-major arrays, as each documents. All are jittable and vmappable and
+validate shapes, dtypes and hyper-parameters at trace time.
 This package imports nothing else from `offpolicy_ac`.
 """
 

@@ -15,8 +15,8 @@ default everywhere, lowers to "scan" on CPU and "associative" on GPU/TPU via
   layout `[T, B]` each step reads contiguous rows, so no transposes are needed.
   Work O(T*B), depth T. The fast path on CPU.
 * ``"associative"`` -- `lax.associative_scan` with the composition of affine
-  maps x -> b + a*x. Work O(T*B log T) but depth O(log T): the fast path on
-  accelerators for long T and small B.
+  maps x -> b + a*x. Work O(T*B) (about twice the scan's) but depth O(log T):
+  the fast path on accelerators for long T and small B.
 
 Both agree to floating-point rounding (tests check it).
 """

@@ -158,8 +158,9 @@ def _max_pool_to_nhwc(obs: jnp.ndarray, size: int) -> jnp.ndarray:
 class SmallCNN(nn.Module):
   """A light pixel torso for CPU runs: 4x4 max pooling (84x84 -> 21x21), conv 16x4x4/2,
   conv 32x3x3/2, dense 128, ReLU, orthogonal initialisation with gain sqrt(2) (as OpenAI
-  baselines' and CleanRL's Atari networks). [B, C, H, W] -> [B, dense_size]; about 1/25 of
-  the Nature CNN's multiply-adds, so a CPU learner keeps up with the actors.
+  baselines' and CleanRL's Atari networks). [B, C, H, W] -> [B, dense_size]; about 1/40 of
+  the Nature CNN's multiply-adds (0.22M against 9.3M on 4 x 84 x 84 frames), so a CPU
+  learner keeps up with the actors.
 
   Max pooling keeps small objects at full contrast: in a Pong frame measured, the ball (2 x
   2 pixels, up to 229, on a background of 87) lifts its pooled cell by 0.56 of the pixel
