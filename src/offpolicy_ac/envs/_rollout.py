@@ -70,8 +70,8 @@ def make_rollout(
     unroll_length: T >= 1; trajectories have T+1 steps.
     backend: "host", the Python recv/act/send loop; or "compiled", one compiled loop per
       unroll through envpool's XLA interface (int32/float32 actions; float64 only with
-      `jax_enable_x64`; it runs on this
-      process's first CPU device, policy included, whatever the default device is).
+      `jax_enable_x64`; it runs on this process's first CPU device, policy included,
+      whatever the default device is).
     to_device: trajectories as JAX arrays on `default_device()` (one transfer per
       unroll; none when that is the CPU the compiled loop ran on); False keeps NumPy
       arrays (e.g. for a host-side replay buffer; for the compiled backend a view of its

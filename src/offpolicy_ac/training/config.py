@@ -27,6 +27,7 @@ from offpolicy_ac.training.parallel import check_distributed_args
 
 ActorMode = Literal["inline", "pools", "async"]
 CompileFor = Literal["speed", "startup"]
+WandbMode = Literal["online", "offline"]
 
 MAX_SEED = 2**32
 """Seeds lie below this: `jax.random.PRNGKey` keeps a seed's low 32 bits (without x64)."""
@@ -219,7 +220,7 @@ class TrackingConfig:
   """W&B project."""
   wandb_entity: Optional[str] = None
   """W&B entity (user or team; default: yours)."""
-  wandb_mode: Optional[Literal["online", "offline"]] = None
+  wandb_mode: Optional[WandbMode] = None
   """'offline': write W&B's files locally (`wandb sync` uploads them later); 'online':
   upload as it goes. Default: wandb's own choice (its WANDB_MODE variable, else online)."""
 
@@ -450,7 +451,7 @@ class TrainConfig:
       )
     _check_transform(self.transform)
     if self.tracking.wandb_mode is not None:
-      _check_choice("wandb_mode", self.tracking.wandb_mode, ("online", "offline"))
+      _check_choice("wandb_mode", self.tracking.wandb_mode, get_args(WandbMode))
     if not self.tracking.track and self.tracking != TrackingConfig():
       raise ValueError("wandb_project, wandb_entity and wandb_mode apply to --track")
     if evaluation.target_return is not None and evaluation.eval_every == 0:
@@ -549,7 +550,7 @@ def _check_transform(transform: TransformConfig) -> None:
 
 
 def _check_actors(actors: ActorsConfig) -> None:
-  _check_choice("actors", actors.actors, ("inline", "pools", "async"))
+  _check_choice("actors", actors.actors, get_args(ActorMode))
   if actors.actors == "inline" and actors.num_actors != 1:
     raise ValueError(f"num_actors={actors.num_actors} needs actor threads: --actors pools or async")
   if actors.min_pools and actors.actors != "pools":
