@@ -8,18 +8,19 @@ cache) and runs one thing the extra is for with that environment's Python:
 * `.` (no extra): the README's main command, shortened; the README's gymnax sweep fails
   naming `pip install 'offpolicy_ac[jax-envs]'`; the testing kit's checks name
   `pip install 'offpolicy_ac[testing]'`, and that command, run as given, makes them work.
+* `testing`, installed by that command on top of `.` (what `pip install -e ".[testing]"`
+  installs): chex checks of `offpolicy_ac.testing` on the library's V-trace, and on a
+  hypothesis-drawn trajectory.
 * `jax-envs`: the README walkthrough's last line (the compiled gymnax sweep), shortened as
   tests/test_readme.py shortens it, and a brax environment.
-* `testing`: chex checks of `offpolicy_ac.testing` on the library's V-trace, and on a
-  hypothesis-drawn trajectory.
 * `track`: a short run with `--track` in W&B's offline mode.
 * `docs`: `mkdocs build --strict`.
 * `cuda`, `cuda13`: `pip install --dry-run` resolves (no GPU needed, nothing installed).
 
 All are marked `install` (`pytest -m install` runs them all; a case takes 1 to 3 minutes
 on 2 CPU cores, most of it pip's); the ones CI leaves out (track, docs, cuda) are also
-marked `slow`, so the README's test command (`-m "not slow"`) runs `.`, `jax-envs` and
-`testing`.
+marked `slow`, so the README's test command (`-m "not slow"`) runs `.` with `testing`, and
+`jax-envs`.
 """
 
 import os
@@ -125,6 +126,20 @@ TESTING_CHECKS = """
       print("checks ok")
 """
 
+# The same check on trajectories hypothesis draws (`offpolicy_ac.testing.strategies`).
+TESTING_STRATEGIES = """
+    from hypothesis import given, settings
+    from offpolicy_ac.testing import strategies
+
+    @settings(max_examples=3, deadline=None, database=None)
+    @given(strategies.trajectories(batch_shape=()))
+    def check(traj):
+      testing.assert_junction_split_invariant(vtrace, traj, variants=("without_jit",))
+
+    check()
+    print("strategies ok")
+"""
+
 
 def _readme_has(command: str) -> None:
   assert command in README, f"the README does not give {command!r}"
@@ -152,8 +167,10 @@ def test_base_install_runs_and_names_the_extras(tmp_path):
   assert proc.returncode != 0 and fix, proc.stderr[-3000:]
   pip, *args = shlex.split(fix.group(1))
   assert pip == "pip" and args == ["install", "offpolicy_ac[testing]"], fix.group(1)
+  _readme_has('pip install -e ".[testing]"')
   _run([".venv/bin/pip", *args], repo, timeout=INSTALL_TIMEOUT_S)
-  assert _python(repo, TESTING_CHECKS).stdout.strip() == "checks ok"
+  out = _python(repo, textwrap.dedent(TESTING_CHECKS) + textwrap.dedent(TESTING_STRATEGIES))
+  assert out.stdout.split() == ["checks", "ok", "strategies", "ok"], out.stdout
 
 
 @pytest.mark.install
@@ -177,26 +194,6 @@ def test_jax_envs_alone_runs_the_readme_gymnax_sweep_and_brax(tmp_path):
       """,
   )
   assert out.stdout.strip().splitlines()[-1] == "(4,)", out.stdout  # brax prints above it
-
-
-@pytest.mark.install
-def test_testing_alone_runs_the_checks_and_strategies(tmp_path):
-  _readme_has('pip install -e ".[testing]"')
-  repo = _fresh_install(tmp_path, "-e", ".[testing]")
-  strategies = """
-      from hypothesis import given, settings
-      from offpolicy_ac.testing import strategies
-
-      @settings(max_examples=3, deadline=None, database=None)
-      @given(strategies.trajectories(batch_shape=()))
-      def check(traj):
-        testing.assert_junction_split_invariant(vtrace, traj, variants=("without_jit",))
-
-      check()
-      print("strategies ok")
-  """
-  out = _python(repo, textwrap.dedent(TESTING_CHECKS) + textwrap.dedent(strategies))
-  assert out.stdout.split() == ["checks", "ok", "strategies", "ok"], out.stdout
 
 
 @pytest.mark.install
