@@ -18,16 +18,20 @@ from offpolicy_ac.networks.patch_conv import conv_general_dilated
 NHWC = ("NHWC", "HWIO", "NHWC")
 
 
-def _both(x, kernel, strides, padding, **kwargs):
-  """(patch product, library convolution) of sum(conv ** 2), with both gradients."""
+def _both(x, kernel, strides, padding, jit=False, **kwargs):
+  """(patch product, library convolution) of sum(conv ** 2), with both gradients; `jit`
+  compiles each as one program (eagerly, each operation compiles on its own)."""
 
-  def loss(conv):
-    return lambda x, k: jnp.sum(conv(x, k, strides, padding, dimension_numbers=NHWC,
-                                     **kwargs) ** 2)  # fmt: skip
+  def value_and_grads(conv):
+    def loss(x, k):
+      return jnp.sum(conv(x, k, strides, padding, dimension_numbers=NHWC, **kwargs) ** 2)
+
+    both = jax.value_and_grad(loss, (0, 1))
+    return jax.jit(both) if jit else both
 
   with jax.default_matmul_precision("highest"):
-    ours = jax.value_and_grad(loss(conv_general_dilated), (0, 1))(x, kernel)
-    theirs = jax.value_and_grad(loss(jax.lax.conv_general_dilated), (0, 1))(x, kernel)
+    ours = value_and_grads(conv_general_dilated)(x, kernel)
+    theirs = value_and_grads(jax.lax.conv_general_dilated)(x, kernel)
   return ours, theirs
 
 
@@ -68,7 +72,7 @@ def test_patch_product_is_the_convolution(batch, height, width, channels, featur
         theirs.shape
     )
     return
-  _assert_close(*_both(x, w, strides, padding))
+  _assert_close(*_both(x, w, strides, padding, jit=True))
 
 
 @pytest.mark.parametrize("jitted", [False, True])
