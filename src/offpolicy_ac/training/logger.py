@@ -24,12 +24,14 @@ import time
 from typing import Any
 from typing import Optional
 from typing import Protocol
+from typing import get_args
 
 from offpolicy_ac._extras import require
 from offpolicy_ac.analysis import metrics_file
 from offpolicy_ac.analysis.metrics_file import METRICS_FILE
 from offpolicy_ac.analysis.metrics_file import jsonable
 from offpolicy_ac.analysis.plotting import plot_runs
+from offpolicy_ac.training.config import WandbMode
 
 
 class Logger(Protocol):
@@ -262,7 +264,7 @@ class MultiLogger:
       raise errors[0]
 
 
-WANDB_MODES = ("online", "offline")
+WANDB_MODES = get_args(WandbMode)
 WANDB_STATE_FILE = "wandb.json"
 
 
