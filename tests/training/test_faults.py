@@ -8,7 +8,9 @@ wall-clock fields, and the final parameters byte for byte).
 """
 
 import dataclasses
+import errno
 import json
+import logging
 import os
 import pathlib
 import random
@@ -17,12 +19,14 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
 import pytest
 
 from offpolicy_ac.presets import impala
+from offpolicy_ac.training import checkpoint
 from offpolicy_ac.training import load_run
 from offpolicy_ac.training import make_training_rollout
 from offpolicy_ac.training import rundir
@@ -397,6 +401,29 @@ def test_a_full_disk_stops_with_one_line_and_resumes_exactly(tmp_path, straight,
     _same_run(disk / "run", straight)
   finally:
     subprocess.run(["umount", str(disk)], check=False)
+
+
+def test_full_storage_lines_logged_after_a_failed_save_are_dropped(caplog, monkeypatch):
+  """orbax writes a checkpoint's arrays on several threads: one's full-disk error reaches
+  `save` while another may still be writing, and logs its own (with a traceback) later.
+  After a failed save those lines stay dropped; after one that succeeds, nothing is."""
+  monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)
+  absl = logging.getLogger("absl")
+  monkeypatch.setattr(absl, "filters", list(absl.filters))
+  full = f"RESOURCE_EXHAUSTED: Failed writing: {os.strerror(errno.ENOSPC)}"
+  with checkpoint._quiet_failed_save():  # pylint: disable=protected-access
+    absl.error(full)
+  absl.error(full)  # after a save that succeeded: shown
+  with pytest.raises(OSError), checkpoint._quiet_failed_save():  # pylint: disable=protected-access
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+  late = threading.Thread(target=absl.error, args=(full,))
+  late.start()
+  late.join()
+  absl.error("an error of its own")
+  assert [r.getMessage() for r in caplog.records if r.name == "absl"] == [
+      full,
+      "an error of its own",
+  ]
 
 
 @pytest.mark.parametrize("kilobytes", [10, 40])  # the best parameters' file, a checkpoint's

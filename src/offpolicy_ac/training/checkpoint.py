@@ -351,16 +351,16 @@ def _quiet_failed_save():
   """Keeps a failed save (a full disk) to the one error `save` raises. orbax's threads log
   it too, with tracebacks; and the tensorstore writes still pending complete into orbax's
   closed event loop, each callback's "Event loop is closed" printed as an unraisable
-  exception (about 20 tracebacks), later too: after a failure those stay dropped."""
+  exception (about 20 tracebacks), later too: after a failure those stay dropped, as do
+  the full-storage lines of orbax's other writing threads, which may fail after the first
+  one's error has reached `save`."""
   absl, lines = logging.getLogger("absl"), _FullDiskLines()
   absl.addFilter(lines)
   previous = sys.unraisablehook
   sys.unraisablehook = _closed_loop_callbacks_dropped(previous)
-  try:
-    yield
-    sys.unraisablehook = previous  # (after a failure, they stay dropped)
-  finally:
-    absl.removeFilter(lines)
+  yield  # (after a failure, the filter and the hook stay)
+  sys.unraisablehook = previous
+  absl.removeFilter(lines)
 
 
 @contextlib.contextmanager
