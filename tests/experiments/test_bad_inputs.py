@@ -1,7 +1,8 @@
 """Bad command lines get one clear line and exit code 2, before anything runs, from every
 script: no traceback, no run directory left holding a run.
 
-Each case runs the script in a subprocess, as a user would, and checks the exact outcome.
+Each case runs the script in a process of its own, as a user would (forked from a server
+that has imported the library: `tests/script_server.py`), and checks the exact outcome.
 """
 
 import os
@@ -11,6 +12,7 @@ import sys
 
 import numpy as np
 import pytest
+from script_server import run_script
 
 from offpolicy_ac import demos as demos_lib
 from offpolicy_ac import envs
@@ -246,8 +248,7 @@ def test_a_bad_command_line_gets_one_line_and_exit_code_2(tmp_path, demos, scrip
   run_dir = tmp_path / "run"
   flags = [f.format(demos=demos, run=run_dir) for f in flags]
   extra = ["--run-dir", str(run_dir)] if script in TRAINS else []
-  proc = subprocess.run([sys.executable, str(ROOT / "experiments" / f"{script}.py"), *extra,
-                         *flags], capture_output=True, text=True, timeout=300)  # fmt: skip
+  proc = run_script(ROOT / "experiments" / f"{script}.py", [*extra, *flags])
   lines = [l for l in proc.stderr.splitlines() if l.strip()]
   assert proc.returncode == 2, proc.stderr[-3000:]
   assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
@@ -257,23 +258,20 @@ def test_a_bad_command_line_gets_one_line_and_exit_code_2(tmp_path, demos, scrip
 
 def test_resume_with_a_smaller_budget_is_refused_and_leaves_the_config(tmp_path):
   run_dir = tmp_path / "run"
-  cmd = [sys.executable, str(ROOT / "experiments" / "impala.py"), "--run-dir", str(run_dir),
-         "--checkpoint-every", "512", "--log-every", "512"]  # fmt: skip
-  subprocess.run([*cmd, "--total-env-steps", "1024"], check=True, capture_output=True, timeout=300)
+  script = ROOT / "experiments" / "impala.py"
+  flags = ["--run-dir", run_dir, "--checkpoint-every", "512", "--log-every", "512"]
+  assert run_script(script, [*flags, "--total-env-steps", "1024"]).returncode == 0
   config = (run_dir / "config.json").read_text()
-  proc = subprocess.run([*cmd, "--total-env-steps", "512", "--resume"], capture_output=True,
-                        text=True, timeout=300)  # fmt: skip
+  proc = run_script(script, [*flags, "--total-env-steps", "512", "--resume"])
   assert proc.returncode == 2 and "Traceback" not in proc.stderr
   assert "[impala] error: --resume: --total-env-steps 512 is smaller" in proc.stderr
   assert (run_dir / "config.json").read_text() == config
-  proc = subprocess.run([*cmd, "--total-env-steps", "1024"], capture_output=True, text=True,
-                        timeout=300)  # fmt: skip
+  proc = run_script(script, [*flags, "--total-env-steps", "1024"])
   assert proc.returncode == 2 and "already holds a run: pass --resume" in proc.stderr
 
 
 def test_resume_without_a_run_directory_is_refused_and_creates_nothing(tmp_path):
-  proc = subprocess.run([sys.executable, str(ROOT / "experiments" / "impala.py"), "--resume"],
-                        capture_output=True, text=True, timeout=300, cwd=tmp_path)  # fmt: skip
+  proc = run_script(ROOT / "experiments" / "impala.py", ["--resume"], cwd=tmp_path)
   assert proc.returncode == 2, proc.stderr[-3000:]
   assert proc.stderr.strip().splitlines()[-1] == (
       "[impala] error: --resume needs --run-dir: the run directory to continue"
@@ -284,20 +282,19 @@ def test_resume_without_a_run_directory_is_refused_and_creates_nothing(tmp_path)
 def test_a_refused_run_leaves_no_default_run_directory(tmp_path):
   """Refused after its default directory was made (the agent's settings are checked as
   the program is built): the empty directory goes again."""
-  proc = subprocess.run([sys.executable, str(ROOT / "experiments" / "impala.py"),
-                         "--learning-rate", "inf"], capture_output=True, text=True,
-                        timeout=300, cwd=tmp_path)  # fmt: skip
+  proc = run_script(ROOT / "experiments" / "impala.py", ["--learning-rate", "inf"], cwd=tmp_path)
   assert proc.returncode == 2 and "--learning-rate must be finite" in proc.stderr, proc.stderr
   assert list((tmp_path / "runs").iterdir()) == []
   (tmp_path / "runs").rmdir()
   (tmp_path / "runs").write_text("")  # ./runs is a file: no default run directory
-  proc = subprocess.run([sys.executable, str(ROOT / "experiments" / "impala.py")],
-                        capture_output=True, text=True, timeout=300, cwd=tmp_path)  # fmt: skip
+  proc = run_script(ROOT / "experiments" / "impala.py", [], cwd=tmp_path)
   assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
   assert "the default run directory cannot be made in ./runs" in proc.stderr
 
 
 def test_track_without_wandb_installed_is_one_line(tmp_path):
+  """Run by `python` itself (as the cases above are with OFFPOLICY_AC_TEST_FRESH_PROCESSES=1):
+  wandb's stand-in must be on the path before anything is imported."""
   shim = tmp_path / "shim" / "wandb"  # wandb as it imports where it is not installed
   shim.mkdir(parents=True)
   (shim / "__init__.py").write_text('raise ModuleNotFoundError("No module named wandb")\n')

@@ -3,10 +3,9 @@ ValueError, from the command line one line and exit code 2."""
 
 import os
 import pathlib
-import subprocess
-import sys
 
 import pytest
+from script_server import run_script
 from scripts import load_script
 
 ROOT = pathlib.Path(__file__).parents[2]
@@ -112,8 +111,7 @@ def test_a_bad_bench_command_line_gets_one_line_and_exit_code_2(tmp_path, script
   the working directory, here `tmp_path`)."""
   (tmp_path / "file").write_text("")
   flags = [f.format(file=tmp_path / "file") for f in flags]
-  proc = subprocess.run([sys.executable, str(ROOT / "experiments" / f"{script}.py"), *flags],
-                        capture_output=True, text=True, timeout=300, cwd=tmp_path)  # fmt: skip
+  proc = run_script(ROOT / "experiments" / f"{script}.py", flags, cwd=tmp_path)
   lines = [l for l in proc.stderr.splitlines() if l.strip()]
   assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-3000:]
   assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
