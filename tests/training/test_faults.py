@@ -2,7 +2,8 @@
 (during a checkpoint write too), two processes on one run directory, flipped bytes in
 checkpoints and parameters, and non-finite data from the environment.
 
-Each scripted run is experiments/impala.py on CartPole in a subprocess, as a user runs it;
+Each scripted run is experiments/impala.py on CartPole in a process of its own, as a user
+runs it (the runs that go to their end are forked off `tests/script_server.py`'s server);
 the reference is the uninterrupted run with the same flags (metrics.jsonl but the
 wall-clock fields, and the final parameters byte for byte).
 """
@@ -24,6 +25,7 @@ import time
 
 import numpy as np
 import pytest
+from script_server import run_script
 
 from offpolicy_ac.presets import impala
 from offpolicy_ac.training import checkpoint
@@ -46,8 +48,8 @@ def _cmd(run_dir, *extra, steps=TOTAL):
 
 
 def _run(run_dir, *extra, check=True, steps=TOTAL):
-  proc = subprocess.run(_cmd(run_dir, *extra, steps=steps), capture_output=True, text=True,
-                        timeout=600)  # fmt: skip
+  script, *args = _cmd(run_dir, *extra, steps=steps)[1:]
+  proc = run_script(script, args, timeout=600)
   if check and proc.returncode != 0:
     raise AssertionError(f"{run_dir} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
   return proc
