@@ -56,8 +56,9 @@ class _Server:
   """The server process, spoken to in JSON lines over its stdin and stdout."""
 
   def __init__(self):
-    self.process = subprocess.Popen([sys.executable, __file__], stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE)  # fmt: skip
+    here = os.path.dirname(os.path.abspath(__file__))  # not a test's folder, deleted later
+    server = [sys.executable, os.path.join(here, "script_server.py")]
+    self.process = subprocess.Popen(server, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=here)
     self._pending = b""
     self._read_line(timeout=600)  # "ready": the imports are done
 
