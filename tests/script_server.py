@@ -56,9 +56,13 @@ class _Server:
   """The server process, spoken to in JSON lines over its stdin and stdout."""
 
   def __init__(self):
-    here = os.path.dirname(os.path.abspath(__file__))  # not a test's folder, deleted later
-    server = [sys.executable, os.path.join(here, "script_server.py")]
-    self.process = subprocess.Popen(server, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=here)
+    server = os.path.abspath(__file__)  # run in its folder, not a test's (deleted later)
+    self.process = subprocess.Popen(
+        [sys.executable, server],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        cwd=os.path.dirname(server),
+    )
     self._pending = b""
     self._read_line(timeout=600)  # "ready": the imports are done
 

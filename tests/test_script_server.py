@@ -2,14 +2,12 @@
 and stderr, for refusals, help, crashes, exits, signals and what a script sees of its
 process (its name, argv, working directory, import path and empty stdin)."""
 
-import pathlib
 import subprocess
 
 import pytest
 from script_server import run_forked
 from script_server import run_fresh
-
-EXPERIMENTS = pathlib.Path(__file__).parents[1] / "experiments"
+from scripts import EXPERIMENTS
 
 SEES = """
 import os, sys

@@ -6,18 +6,18 @@ that has imported the library: `tests/script_server.py`), and checks the exact o
 """
 
 import os
-import pathlib
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 from script_server import run_script
+from scripts import EXPERIMENTS
 
 from offpolicy_ac import demos as demos_lib
 from offpolicy_ac import envs
 
-ROOT = pathlib.Path(__file__).parents[2]
+IMPALA = EXPERIMENTS / "impala.py"
 
 # (script, flags, a fragment of the one error line). `{demos}` is a directory of
 # demonstration files (see the `demos` fixture); `{run}` the run directory.
@@ -248,7 +248,7 @@ def test_a_bad_command_line_gets_one_line_and_exit_code_2(tmp_path, demos, scrip
   run_dir = tmp_path / "run"
   flags = [f.format(demos=demos, run=run_dir) for f in flags]
   extra = ["--run-dir", str(run_dir)] if script in TRAINS else []
-  proc = run_script(ROOT / "experiments" / f"{script}.py", [*extra, *flags])
+  proc = run_script(EXPERIMENTS / f"{script}.py", [*extra, *flags])
   lines = [l for l in proc.stderr.splitlines() if l.strip()]
   assert proc.returncode == 2, proc.stderr[-3000:]
   assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
@@ -258,20 +258,19 @@ def test_a_bad_command_line_gets_one_line_and_exit_code_2(tmp_path, demos, scrip
 
 def test_resume_with_a_smaller_budget_is_refused_and_leaves_the_config(tmp_path):
   run_dir = tmp_path / "run"
-  script = ROOT / "experiments" / "impala.py"
   flags = ["--run-dir", run_dir, "--checkpoint-every", "512", "--log-every", "512"]
-  assert run_script(script, [*flags, "--total-env-steps", "1024"]).returncode == 0
+  assert run_script(IMPALA, [*flags, "--total-env-steps", "1024"]).returncode == 0
   config = (run_dir / "config.json").read_text()
-  proc = run_script(script, [*flags, "--total-env-steps", "512", "--resume"])
+  proc = run_script(IMPALA, [*flags, "--total-env-steps", "512", "--resume"])
   assert proc.returncode == 2 and "Traceback" not in proc.stderr
   assert "[impala] error: --resume: --total-env-steps 512 is smaller" in proc.stderr
   assert (run_dir / "config.json").read_text() == config
-  proc = run_script(script, [*flags, "--total-env-steps", "1024"])
+  proc = run_script(IMPALA, [*flags, "--total-env-steps", "1024"])
   assert proc.returncode == 2 and "already holds a run: pass --resume" in proc.stderr
 
 
 def test_resume_without_a_run_directory_is_refused_and_creates_nothing(tmp_path):
-  proc = run_script(ROOT / "experiments" / "impala.py", ["--resume"], cwd=tmp_path)
+  proc = run_script(IMPALA, ["--resume"], cwd=tmp_path)
   assert proc.returncode == 2, proc.stderr[-3000:]
   assert proc.stderr.strip().splitlines()[-1] == (
       "[impala] error: --resume needs --run-dir: the run directory to continue"
@@ -282,12 +281,12 @@ def test_resume_without_a_run_directory_is_refused_and_creates_nothing(tmp_path)
 def test_a_refused_run_leaves_no_default_run_directory(tmp_path):
   """Refused after its default directory was made (the agent's settings are checked as
   the program is built): the empty directory goes again."""
-  proc = run_script(ROOT / "experiments" / "impala.py", ["--learning-rate", "inf"], cwd=tmp_path)
+  proc = run_script(IMPALA, ["--learning-rate", "inf"], cwd=tmp_path)
   assert proc.returncode == 2 and "--learning-rate must be finite" in proc.stderr, proc.stderr
   assert list((tmp_path / "runs").iterdir()) == []
   (tmp_path / "runs").rmdir()
   (tmp_path / "runs").write_text("")  # ./runs is a file: no default run directory
-  proc = run_script(ROOT / "experiments" / "impala.py", [], cwd=tmp_path)
+  proc = run_script(IMPALA, [], cwd=tmp_path)
   assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
   assert "the default run directory cannot be made in ./runs" in proc.stderr
 
@@ -298,9 +297,9 @@ def test_track_without_wandb_installed_is_one_line(tmp_path):
   shim = tmp_path / "shim" / "wandb"  # wandb as it imports where it is not installed
   shim.mkdir(parents=True)
   (shim / "__init__.py").write_text('raise ModuleNotFoundError("No module named wandb")\n')
-  proc = subprocess.run([sys.executable, str(ROOT / "experiments" / "impala.py"), "--track",
-                         "--run-dir", str(tmp_path / "run")], capture_output=True, text=True,
-                        timeout=300, env={**os.environ, "PYTHONPATH": str(shim.parent)})  # fmt: skip
+  proc = subprocess.run([sys.executable, str(IMPALA), "--track", "--run-dir",
+                         str(tmp_path / "run")], capture_output=True, text=True, timeout=300,
+                        env={**os.environ, "PYTHONPATH": str(shim.parent)})  # fmt: skip
   assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
   assert (
       proc.stderr.strip()

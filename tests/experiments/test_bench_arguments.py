@@ -2,13 +2,11 @@
 ValueError, from the command line one line and exit code 2."""
 
 import os
-import pathlib
 
 import pytest
 from script_server import run_script
+from scripts import EXPERIMENTS
 from scripts import load_script
-
-ROOT = pathlib.Path(__file__).parents[2]
 
 
 @pytest.mark.parametrize(
@@ -111,7 +109,7 @@ def test_a_bad_bench_command_line_gets_one_line_and_exit_code_2(tmp_path, script
   the working directory, here `tmp_path`)."""
   (tmp_path / "file").write_text("")
   flags = [f.format(file=tmp_path / "file") for f in flags]
-  proc = run_script(ROOT / "experiments" / f"{script}.py", flags, cwd=tmp_path)
+  proc = run_script(EXPERIMENTS / f"{script}.py", flags, cwd=tmp_path)
   lines = [l for l in proc.stderr.splitlines() if l.strip()]
   assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-3000:]
   assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
