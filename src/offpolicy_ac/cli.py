@@ -508,9 +508,10 @@ def in_flag_terms(message: str, args_cls: type) -> str:
 
   The library's checks name a setting as Python spells it (`num_envs`, `lambda_`); a
   script's user typed `--num-envs`, `--lambda`. Only names with an underscore are
-  replaced (they cannot be read as a word of the sentence), and any name that starts the
-  message ("seed must be ..."); not where they are not a setting: inside quotes or
-  backticks, paths, file names and flags, or after `--sweep ` (which takes field names).
+  replaced (they cannot be read as a word of the sentence), any name that starts the
+  message ("seed must be ...") and any that a resume's refusal lists with its values
+  ("gamma (the run's 0.9, given 0.99)"); not where they are not a setting: inside quotes
+  or backticks, paths, file names and flags, or after `--sweep ` (which takes field names).
   """
   if not dataclasses.is_dataclass(args_cls):
     return message
@@ -518,6 +519,9 @@ def in_flag_terms(message: str, args_cls: type) -> str:
   first = re.match(r"(\w+) must ", message)  # "seed must be ...": a setting, whatever its name
   if first and first.group(1) in every:
     message = flag_name(first.group(1)) + message[first.end(1) :]
+  listed = re.compile(r"(?<![\w./\\'\"`-])(\w+)(?= \(the run's )")  # rundir's differences
+  message = listed.sub(lambda m: flag_name(m.group(1)) if m.group(1) in every else m.group(1),
+                       message)  # fmt: skip
   names = sorted({name for name in every if "_" in name}, key=len, reverse=True)
   if not names:
     return message
