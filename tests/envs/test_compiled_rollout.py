@@ -85,6 +85,30 @@ SCRIPT = textwrap.dedent("""
     xs, hs = xr.init(None, jax.random.PRNGKey(0)), hr.init(None, jax.random.PRNGKey(0))
     same(xr.unroll(None, xs)[1:], hr.unroll(None, hs)[1:])
 
+    # 2b. Episode returns are the float64 sums of the rewards (fractional, 200 steps an
+    # episode), each backend's, with and without batched stepping.
+    def uniform(params, obs, key):
+        return jax.random.uniform(key, (obs.shape[0], 1), jnp.float32, -2.0, 2.0), {}
+    for backend in ("compiled", "host"):
+        for batch_size in (3, 2):
+            env = envs.make("Pendulum-v1", 3, 5, batch_size=batch_size)
+            rollout = envs.make_rollout(env, uniform, 40, backend=backend)
+            state, sums, returns = rollout.init(None, jax.random.PRNGKey(2)), np.zeros(3), []
+            expected = [[] for _ in range(3)]
+            for _ in range(6):
+                state, traj, stats = rollout.unroll(None, state)
+                step_type, reward = np.asarray(traj.step_type), np.asarray(traj.reward)
+                for t in range(1, 41):  # row 0 is the previous unroll's row T
+                    for e in range(3):  # column e is environment e
+                        sums[e] = 0.0 if step_type[t, e] == envs.FIRST else sums[e]
+                        sums[e] += np.float64(reward[t, e])
+                        if step_type[t, e] == envs.LAST:
+                            expected[e].append(sums[e])
+                returns += list(zip(stats.env_id, stats.episode_return))
+            got = [[r for e_id, r in returns if e_id == e] for e in range(3)]
+            assert [len(g) for g in got] == [len(x) for x in expected] == [1, 1, 1], got
+            np.testing.assert_allclose(got, expected, rtol=1e-12, atol=0)
+
     # 3. Atari preset with a random policy: shapes; same seed twice gives the same data.
     def rand(params, obs, key):
         logits = jnp.zeros((obs.shape[0], 6))

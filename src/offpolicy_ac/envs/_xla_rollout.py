@@ -73,8 +73,28 @@ class _EnvCarry(NamedTuple):
 
   next_is_first: jax.Array  # bool
   next_starts_episode: jax.Array  # bool
-  episode_return: jax.Array  # float32
+  episode_return: jax.Array  # [num_envs, 2] float32: a two-float sum (`_add_to_sum`)
   episode_length: jax.Array  # int32
+
+
+def _add_to_sum(total: jax.Array, x: jax.Array) -> jax.Array:
+  """`total` [..., 2] float32, a sum held as two floats (high, low: the sum is high + low),
+  plus `x` [...] float32. The rounding error of each addition is kept in `low` (Knuth's
+  TwoSum, then renormalised), so `float64(high) + float64(low)` is the float64 sum the host
+  backend reports to about float32's precision squared (a plain float32 sum drifts by about
+  1e-7 of the return over a long episode of fractional rewards)."""
+  high, low = total[..., 0], total[..., 1]
+  s = high + x
+  x_part = s - high
+  low = low + ((high - (s - x_part)) + (x - x_part))
+  high = s + low
+  return jnp.stack([high, low - (high - s)], axis=-1)
+
+
+def _float64_sums(total: np.ndarray) -> np.ndarray:
+  """[..., 2] two-float sums (`_add_to_sum`) -> [...] float64."""
+  total = np.asarray(total, np.float64)
+  return total[..., 0] + total[..., 1]
 
 
 class XlaRolloutState(NamedTuple):
@@ -262,7 +282,7 @@ def compiled_rollout(env: EnvPoolEnv, act_fn: ActFn, unroll_length: int) -> tupl
     else:
       score, over = reward, done
     starts = carry.next_starts_episode[env_id]
-    ret = jnp.where(starts, 0.0, carry.episode_return[env_id]) + score
+    ret = _add_to_sum(jnp.where(starts[:, None], 0.0, carry.episode_return[env_id]), score)
     length = jnp.where(starts, 0, carry.episode_length[env_id]) + (~first).astype(jnp.int32)
     carry = _EnvCarry(
         carry.next_is_first.at[env_id].set(done),
@@ -301,7 +321,7 @@ def compiled_rollout(env: EnvPoolEnv, act_fn: ActFn, unroll_length: int) -> tupl
     return _EnvCarry(
         jnp.ones((n,), bool),
         jnp.ones((n,), bool),
-        jnp.zeros((n,), jnp.float32),
+        jnp.zeros((n, 2), jnp.float32),
         jnp.zeros((n,), jnp.int32),
     )
 
@@ -378,7 +398,7 @@ def _unbatched_rollout(
       raise ValueError(bad_action_message)
     r, c = np.nonzero(over)
     stats = EpisodeStats(
-        c.astype(np.int32), ret[r, c].astype(np.float64), length[r, c].astype(np.int64)
+        c.astype(np.int32), _float64_sums(ret[r, c]), length[r, c].astype(np.int64)
     )
     return state, traj, stats
 
@@ -426,7 +446,7 @@ def _batched_collect(one_step: Callable, xla_send: Callable, T: int, n: int, b: 
 
     stats = (
         jnp.zeros((rows, n), bool),
-        jnp.zeros((rows, n), jnp.float32),
+        jnp.zeros((rows, n, 2), jnp.float32),
         jnp.zeros((rows, n), jnp.int32),
     )
     action_shape = jax.eval_shape(
@@ -531,9 +551,7 @@ def _batched_rollout(
       rows = np.arange(over.shape[0])[:, None]
       r, c = np.nonzero(over & (rows >= before) & (rows < count))
       finished.append(
-          EpisodeStats(
-              c.astype(np.int32), ret[r, c].astype(np.float64), length[r, c].astype(np.int64)
-          )
+          EpisodeStats(c.astype(np.int32), _float64_sums(ret[r, c]), length[r, c].astype(np.int64))
       )
       if bool(held):
         # Park the environments furthest ahead (as many as leave a batch in flight:
