@@ -557,6 +557,9 @@ class ImpalaVariantsTest(chex.TestCase):
     grad = jax.grad(lambda lp: jnp.sum(fn(lp)))(log_pi)
     # d(r A)/d log pi = r A where the unclipped branch is the min, 0 where the cap holds.
     np.testing.assert_allclose(grad, [0.0, 1.0, -1.1, 0.0], rtol=1e-6)
+    # The advantage is a constant: no gradient reaches a critic that computed it.
+    surrogate = self.variant(lambda adv: L.clipped_surrogate(log_pi, log_mu, adv, 0.2))
+    np.testing.assert_array_equal(jax.grad(lambda a: jnp.sum(surrogate(a)))(adv), 0.0)
 
   @chex.variants(with_jit=True, without_jit=True)
   def test_impala_loss_surrogate_hand_case(self):

@@ -121,6 +121,7 @@ def clipped_surrogate(
       log_pi, jax.lax.stop_gradient(log_mu), stop_gradient=False
   )
   clipped = jnp.clip(ratio.rho, 1.0 - epsilon, 1.0 + epsilon)
+  advantage = jax.lax.stop_gradient(advantage)
   return jnp.minimum(ratio.rho * advantage, clipped * advantage)
 
 
