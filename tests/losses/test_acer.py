@@ -204,6 +204,24 @@ def test_acer_policy_objective_zero_probabilities_are_finite():
   np.testing.assert_allclose(g[0, :2], exp_g[0, :2], rtol=1e-5)
 
 
+def test_acer_policy_objective_takes_minus_infinity_where_pi_is_zero():
+  """An illegal action (pi 0, Q -inf), which acer_q_ret accepts, made the objective NaN."""
+  pi, mu = jnp.array([[0.4, 0.6, 0.0]]), jnp.array([[0.5, 0.4, 0.1]])
+  a, q_ret = jnp.array([0]), jnp.array([0.5])
+  q = jnp.array([[1.0, 2.0, -jnp.inf]])
+  finite_q = q.at[0, 2].set(3.0)  # any finite value: pi gives it no weight
+  for fn in (L.acer_policy_objective, jax.jit(L.acer_policy_objective)):
+    obj, grad = jax.value_and_grad(lambda p: jnp.sum(fn(p, mu, a, q, q_ret, clip_c=1.0)))(pi)
+    exp_obj, exp_grad = jax.value_and_grad(
+        lambda p: jnp.sum(fn(p, mu, a, finite_q, q_ret, clip_c=1.0))
+    )(pi)
+    np.testing.assert_array_equal(obj, exp_obj)
+    np.testing.assert_array_equal(grad, exp_grad)
+    assert np.isfinite(obj) and np.all(np.isfinite(grad))
+  region = L.acer_trust_region_policy_loss(jnp.log(pi), jnp.log(pi), mu, a, q, q_ret)
+  assert np.all(np.isfinite(region.surrogate)), region
+
+
 # -----------------------------------------------------------------------------
 # Trust region
 # -----------------------------------------------------------------------------

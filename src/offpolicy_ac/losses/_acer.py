@@ -89,7 +89,8 @@ def acer_policy_objective(
     a_tm1: taken actions int [T, ...] in [0, A): checked when concrete
       (ValueError); under `jit` an out-of-range action makes the objective NaN,
       and `jax.experimental.checkify.checkify` reports it (see `take_action`).
-    q_tm1: Q(x_s, .) [T, ..., A].
+    q_tm1: Q(x_s, .) [T, ..., A]; may be -inf (an illegal action) where `pi_tm1` is 0,
+      as in `acer_q_ret`.
     q_ret_tm1: Q^ret_s [T, ...].
     clip_c: truncation c > 0 (10 in the paper): a scalar, or an array of `a_tm1`'s rank
       that broadcasts to its shape (per step: [T, 1, ...]).
@@ -126,7 +127,10 @@ def acer_policy_objective(
 
   sg = jax.lax.stop_gradient
   log_pi = _safe_log(pi_tm1)
-  pi_c, q_c = sg(pi_tm1), sg(q_tm1)
+  pi_c = sg(pi_tm1)
+  # An action pi never takes may have a Q of -inf (an illegal action, as `acer_q_ret`
+  # allows): its terms are 0, not 0 x -inf = NaN.
+  q_c = sg(jnp.where(pi_c > 0, q_tm1, jnp.zeros((), q_tm1.dtype)))
   rho = pi_c / (sg(mu_tm1) + probability_floor(eps, pi_c.dtype))
   v = jnp.sum(pi_c * q_c, axis=-1)
   rho_a = select_action(rho, a_tm1)
