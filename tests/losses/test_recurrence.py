@@ -363,6 +363,18 @@ class RecurrenceBadInputTest(chex.TestCase):
         reverse_linear_recurrence(x, x, method="scan", unroll=unroll)
     np.testing.assert_array_equal(reverse_linear_recurrence(x, x, method="scan", unroll=True),
                                   reverse_linear_recurrence(x, x, method="scan"))  # fmt: skip
+    with pytest.raises(ValueError, match=r"unroll=True is lax.scan's unroll factor"):
+      reverse_linear_recurrence(x, x, method="associative", unroll=True)
+
+  def test_unroll_reaches_lax_scan(self):
+    """unroll=True (True == 1) ran the plain scan, not the whole loop unrolled."""
+    x = jnp.ones(8)
+    for unroll, steps in ((True, 8), (False, 1), (1, 1), (4, 4)):  # steps per loop body
+      jaxpr = jax.make_jaxpr(
+          functools.partial(reverse_linear_recurrence, method="scan", unroll=unroll)
+      )(x, x)
+      (scan,) = [e for e in jaxpr.jaxpr.eqns if e.primitive.name == "scan"]
+      assert scan.params["unroll"] == steps, (unroll, scan.params["unroll"])
 
   @chex.variants(with_jit=True, without_jit=True)
   @parameterized.product(

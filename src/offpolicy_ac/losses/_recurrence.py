@@ -70,7 +70,8 @@ def reverse_linear_recurrence(
   _checks.check_method(method)
   if not (isinstance(unroll, bool) or isinstance(unroll, numbers.Integral) and unroll >= 1):
     raise ValueError(f"unroll must be an int >= 1 or a bool (lax.scan's), got {unroll!r}")
-  if method == "associative" and unroll != 1:
+  plain = unroll is not True and unroll in (1, False)  # True == 1: lax.scan unrolls it whole
+  if method == "associative" and not plain:
     raise ValueError(f"unroll={unroll!r} is lax.scan's unroll factor: it applies to "
                      "method='scan' (and 'auto' on a CPU), not 'associative'")  # fmt: skip
   _checks.check_time_major("b", b)
@@ -85,7 +86,7 @@ def reverse_linear_recurrence(
     _checks.check_dtype("init", init, b.dtype, "`b`")
     init = jnp.asarray(init)
 
-  scan = _scan if unroll == 1 else functools.partial(_scan, unroll=unroll)
+  scan = _scan if plain else functools.partial(_scan, unroll=unroll)
   if method == "scan":
     return scan(a, b, init)
   if method == "associative":
