@@ -2,6 +2,7 @@
 validated before anything compiles."""
 
 import dataclasses
+import json
 
 from agent_data import agent_trajectory as _trajectory
 import jax
@@ -17,6 +18,9 @@ from offpolicy_ac.agents import hyperparams as hp_lib
 from offpolicy_ac.agents import make_acer
 from offpolicy_ac.agents import make_impala
 from offpolicy_ac.agents import make_sql
+from offpolicy_ac.agents import registry
+from offpolicy_ac.analysis.metrics_file import config_jsonable
+from offpolicy_ac.analysis.metrics_file import jsonable
 
 AGENTS = [
     (make_impala, ImpalaConfig(), {"learning_rate": 1e-2, "gamma": 0.9, "entropy_weight": 0.1}),
@@ -188,3 +192,22 @@ def test_a_hyperparameter_that_is_not_a_scalar_is_refused_by_name(shape):
     hp_lib.with_hyperparams(ImpalaConfig(), {"learning_rate": jnp.full(shape, 1e-3)})
   each = lambda lr: hp_lib.with_hyperparams(ImpalaConfig(), {"learning_rate": lr}).learning_rate
   assert jax.vmap(each)(jnp.full((3,), 1e-3)).shape == (3,)
+
+
+@pytest.mark.parametrize("config_cls", [ImpalaConfig, AcerConfig, SqlConfig], ids=str)
+def test_infinite_settings_come_back_from_config_json(config_cls):
+  # config.json held inf as null: a run with --max-grad-norm inf (no clipping) trained, then
+  # could neither load nor resume ("max_grad_norm must be a number, got None").
+  floats = [f.name for f in dataclasses.fields(config_cls) if isinstance(f.default, float)]
+  assert "max_grad_norm" in floats
+  for name in floats:
+    for value in (float("inf"), float("-inf")):
+      config = dataclasses.replace(config_cls(), **{name: value})
+      saved = json.loads(json.dumps(config_jsonable(config), allow_nan=False))
+      assert saved[name] == str(value)
+      assert getattr(registry.config_from_dict(config_cls, saved), name) == value
+  strings = [f.name for f in dataclasses.fields(config_cls) if isinstance(f.default, str)]
+  for name in strings:  # a str setting keeps the text "inf"
+    saved = config_jsonable(dataclasses.replace(config_cls(), **{name: "inf"}))
+    assert getattr(registry.config_from_dict(config_cls, saved), name) == "inf"
+  assert jsonable({"loss": float("inf")}) == {"loss": None}  # metrics lines: null, as before

@@ -592,3 +592,18 @@ def test_a_vmapped_seed_of_offpolicy_ac_0_2_finds_the_roots_checkpoints(tmp_path
     assert load_run(root / "seed1").source == "final"
   with pytest.raises(ValueError, match=rf"{root / 'checkpoints'} at step 64 has record format 2"):
     load_run(root / "seed1", checkpoint=64)
+
+
+def test_a_run_with_infinite_settings_loads_and_resumes(tmp_path):
+  # config.json held inf as null: the run trained, then neither loaded nor resumed.
+  args = presets.impala.Args()
+  agent = dataclasses.replace(args.agent, max_grad_norm=float("inf"),
+                              clip_rho_threshold=float("inf"))  # fmt: skip
+  train = args.train.replace(total_env_steps=512, log_every=256, checkpoint_every=256)
+  args = dataclasses.replace(args, run_dir=str(tmp_path / "run"), agent=agent, train=train)
+  presets.impala.run(args, progress=False)
+  saved = json.loads((tmp_path / "run" / "config.json").read_text())["config"]["agent"]
+  assert saved["max_grad_norm"] == saved["clip_rho_threshold"] == "inf"
+  assert load_run(tmp_path / "run").agent.config == agent
+  longer = dataclasses.replace(args, resume=True, train=train.replace(total_env_steps=768))
+  assert presets.impala.run(longer, progress=False).env_steps == 768

@@ -9,6 +9,7 @@ import contextlib
 import dataclasses
 import functools
 import inspect
+import typing
 from typing import Any
 from typing import Callable
 
@@ -23,7 +24,7 @@ from offpolicy_ac.agents.impala import make_impala
 from offpolicy_ac.agents.sqil import make_sqil
 from offpolicy_ac.agents.sql import SqlConfig
 from offpolicy_ac.agents.sql import make_sql
-from offpolicy_ac.analysis.metrics_file import jsonable
+from offpolicy_ac.analysis.metrics_file import config_jsonable
 
 AGENTS: dict[str, tuple[Any, type]] = {
     "impala": (make_impala, ImpalaConfig),
@@ -125,7 +126,7 @@ def check_registered(algorithm: str, agent: Any) -> None:
         f"{config_cls.__name__}"
     )
   try:
-    restored = config_from_dict(config_cls, jsonable(agent.config))
+    restored = config_from_dict(config_cls, config_jsonable(agent.config))
   except (TypeError, ValueError) as e:
     raise ValueError(
         f"the agent's config ({type(agent.config).__name__}) cannot be rebuilt as "
@@ -188,12 +189,31 @@ def _equal(a: Any, b: Any) -> bool:
 
 
 def config_from_dict(config_cls: type, values: dict) -> Any:
-  """Rebuilds a frozen config dataclass from its JSON form (lists back to tuples)."""
+  """Rebuilds a frozen config dataclass from its JSON form (`config_jsonable`: lists back
+  to tuples, "inf" and "-inf" back to floats in the fields that take a float)."""
   names = {f.name for f in dataclasses.fields(config_cls)}
   unknown = set(values) - names
   if unknown:
     raise ValueError(f"unknown {config_cls.__name__} fields in config: {sorted(unknown)}")
-  return config_cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
+  floats = _float_fields(config_cls)
+
+  def value(name: str, v: Any) -> Any:
+    if isinstance(v, list):
+      return tuple(v)
+    return float(v) if name in floats and v in ("inf", "-inf") else v
+
+  return config_cls(**{k: value(k, v) for k, v in values.items()})
+
+
+def _float_fields(config_cls: type) -> set[str]:
+  """The fields of `config_cls` that take a float: annotated `float` (alone, or in a union
+  such as Optional[float]), or, where the annotations cannot be resolved, with a float
+  default."""
+  try:
+    hints = typing.get_type_hints(config_cls)
+  except Exception:  # pylint: disable=broad-except  # a custom config's unresolvable names
+    return {f.name for f in dataclasses.fields(config_cls) if isinstance(f.default, float)}
+  return {name for name, hint in hints.items() if hint is float or float in typing.get_args(hint)}
 
 
 def make_agent(algorithm: str, spec: Any, agent_config: dict) -> Any:

@@ -20,7 +20,14 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["METRICS_FILE", "jsonable", "encode_line", "decode_line", "read_metrics"]
+__all__ = [
+    "METRICS_FILE",
+    "config_jsonable",
+    "jsonable",
+    "encode_line",
+    "decode_line",
+    "read_metrics",
+]
 
 METRICS_FILE = "metrics.jsonl"
 """The metrics file's name in a run directory."""
@@ -29,18 +36,30 @@ METRICS_FILE = "metrics.jsonl"
 def jsonable(x: Any) -> Any:
   """`x` as plain JSON values (dataclasses and dicts to objects, tuples to lists, NumPy
   scalars and 0-d arrays to numbers, NaN and infinities to None, anything else to its `str`)."""
+  return _plain(x, lambda v: None)
+
+
+def config_jsonable(x: Any) -> Any:
+  """A config as config.json holds it: `jsonable`, but infinities as the strings "inf" and
+  "-inf" (`agents.registry.config_from_dict` reads them back), since an infinite setting means
+  something (`max_grad_norm=inf`: no clipping) and a run must load and resume with it."""
+  return _plain(x, lambda v: None if math.isnan(v) else str(v))
+
+
+def _plain(x: Any, non_finite: Any) -> Any:
+  """`jsonable`, with `non_finite(v)` for each NaN or infinite float v."""
   if dataclasses.is_dataclass(x) and not isinstance(x, type):
-    return {f.name: jsonable(getattr(x, f.name)) for f in dataclasses.fields(x)}
+    return {f.name: _plain(getattr(x, f.name), non_finite) for f in dataclasses.fields(x)}
   if isinstance(x, dict):
-    return {str(k): jsonable(v) for k, v in x.items()}
+    return {str(k): _plain(v, non_finite) for k, v in x.items()}
   if isinstance(x, (list, tuple)):
-    return [jsonable(v) for v in x]
+    return [_plain(v, non_finite) for v in x]
   if isinstance(x, (np.floating, np.integer, np.bool_)) or (
       hasattr(x, "__array__") and hasattr(x, "dtype") and np.shape(x) == ()
   ):  # NumPy scalars, 0-d NumPy and JAX arrays
     x = np.asarray(x).item()
   if isinstance(x, float) and not math.isfinite(x):
-    return None
+    return non_finite(x)
   if isinstance(x, (str, int, float, bool)) or x is None:
     return x
   return str(x)

@@ -29,6 +29,7 @@ from typing import get_args
 from offpolicy_ac._extras import require
 from offpolicy_ac.analysis import metrics_file
 from offpolicy_ac.analysis.metrics_file import METRICS_FILE
+from offpolicy_ac.analysis.metrics_file import config_jsonable
 from offpolicy_ac.analysis.metrics_file import jsonable
 from offpolicy_ac.analysis.plotting import plot_runs
 from offpolicy_ac.training.config import WandbMode
@@ -103,7 +104,7 @@ def write_config(run_dir: pathlib.Path, config: Any, extra: dict | None = None,
       "command": sys.argv,
       "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
   }
-  record = {"config": jsonable(config), **now}
+  record = {"config": config_jsonable(config), **now}
   if started is not None:
     record.update({k: started[k] for k in PROVENANCE if k in started})
     record["resumed"] = [*started.get("resumed", []), now]

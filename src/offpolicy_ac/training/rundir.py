@@ -58,6 +58,7 @@ from offpolicy_ac.agents.base import Agent
 from offpolicy_ac.agents.hyperparams import canonical_sweep
 from offpolicy_ac.agents.registry import AGENTS
 from offpolicy_ac.agents.registry import make_agent
+from offpolicy_ac.analysis.metrics_file import config_jsonable
 from offpolicy_ac.analysis.metrics_file import read_json
 from offpolicy_ac.training import records
 from offpolicy_ac.training.checkpoint import DamagedCheckpointError
@@ -72,7 +73,6 @@ from offpolicy_ac.training.learner import Acting
 from offpolicy_ac.training.learner import make_policies
 from offpolicy_ac.training.learner import make_transformer
 from offpolicy_ac.training.learner import take_lane
-from offpolicy_ac.training.logger import jsonable
 from offpolicy_ac.training.logger import write_atomic
 from offpolicy_ac.training.logger import write_config
 from offpolicy_ac.training.sources import make_env
@@ -276,7 +276,7 @@ def _flatten(d: Any, prefix: str = "") -> dict:
 def flat_settings(args: Any) -> dict[str, Any]:
   """A script's `args` as config.json records them, by dotted field
   ("agent.learning_rate": 0.003)."""
-  return _flatten(jsonable(args))
+  return _flatten(config_jsonable(args))
 
 
 def config_differences(old: dict, new: dict, defaults: Optional[dict] = None) -> list[str]:
@@ -456,7 +456,7 @@ def _check_groups(path: pathlib.Path, config: dict) -> None:
 def _field_defaults(args: Any) -> Optional[dict]:
   """The script's default args as JSON (None when its args class needs arguments)."""
   try:
-    return jsonable(type(args)())
+    return config_jsonable(type(args)())
   except TypeError:
     return None
 
@@ -512,7 +512,7 @@ def check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: b
           f"{records.RECORD_FORMAT} (a grouped `train` config): resume that run with "
           "offpolicy_ac 0.1"
       )
-    new = jsonable(args)
+    new = config_jsonable(args)
     try:  # an edited value is refused by name before the configs are compared
       train = without_removed_fields(old["config"].get("train", {}))
       TrainConfig.from_dict(train).validate()
