@@ -206,6 +206,30 @@ def test_a_new_run_is_refused_a_directory_of_other_files_or_inside_a_run(tmp_pat
     run(tmp_path / "file" / "run")
 
 
+def test_no_new_run_inside_a_run_of_seeds_nor_from_a_working_directory_inside_a_run(
+    tmp_path, monkeypatch
+):
+  """A run of seeds one after the other (seeds.json, seed<k>/, no config.json of its own)
+  was not seen as a run: a new run went inside it, as did the default run directory
+  (./runs/...) of a script started inside a run, and neither was refused."""
+  args = impala.Args()
+  train = args.train.replace(total_env_steps=512, checkpoint_every=512, log_every=512,
+                             eval_every=0)  # fmt: skip
+  run = lambda d, **kw: impala.run(dataclasses.replace(args, train=train, run_dir=d, **kw))
+  seeds = tmp_path / "seeds"
+  train = train.replace(num_seeds=2, vmap_seeds=False)
+  run(str(seeds))  # starts each seed in seeds/seed<k>: not refused as inside the run
+  train = train.replace(num_seeds=1)
+  with pytest.raises(ValueError, match=r"seeds/other is inside the directory of the run in "):
+    run(str(seeds / "other"))
+  assert not (seeds / "other").exists()
+  monkeypatch.chdir(seeds / "seed0")
+  with pytest.raises(ValueError, match=r"the default run directory, \./runs/\.\.\., would be "
+                     r"inside the directory of the run in .*seed0 \(the working"):  # fmt: skip
+    run(None)
+  assert not (seeds / "seed0" / "runs").exists()
+
+
 def test_a_folder_that_cannot_be_read_is_not_taken_for_an_empty_one(tmp_path, monkeypatch):
   """os.walk and Path.rglob skip a folder they cannot read: it looked empty, and the run
   was written beside what it holds (root reads any mode: the error is made here)."""

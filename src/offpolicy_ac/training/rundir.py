@@ -246,7 +246,13 @@ def _check_shapes(template: Any, loaded: Any, where: str) -> Any:
 
 def default_run_dir(name: str, config: TrainConfig) -> str:
   """runs/<name>-<task>-seed<k>-<time>, created here: a run started in the same second
-  gets the next free name (-2, -3, ...). The task's ':' is a '-' (scp reads ':' as a host)."""
+  gets the next free name (-2, -3, ...). The task's ':' is a '-' (scp reads ':' as a host).
+  Refused (ValueError) inside another run's directory, as `check_new_run_dir` refuses."""
+  inside = _enclosing_run(pathlib.Path("runs", "new"))
+  if inside is not None:
+    raise ValueError(f"the default run directory, ./runs/..., would be inside the directory "
+                     f"of the run in {inside} (the working directory is): give --run-dir "
+                     "outside it, or start from another directory")  # fmt: skip
   task = config.env.env_id.replace(":", "-")
   base = os.path.join(
       "runs", f"{name}-{task}-seed{config.budget.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -327,7 +333,7 @@ def check_new_run_dir(run_dir: pathlib.Path) -> None:
   would mix with them. A new or empty directory, one that a refused start left (lock files
   only) and a run's directory (`check_or_write_config` refuses or resumes it) pass."""
   parent = _enclosing_run(run_dir)
-  if parent is not None:
+  if parent is not None and not _one_of_its_seeds(parent, run_dir):
     raise ValueError(f"--run-dir {run_dir} is inside the directory of the run in {parent}: "
                      "choose a directory outside it")  # fmt: skip
   runs = ("config.json", "seed*/config.json", "*/seed*/config.json")
@@ -399,8 +405,27 @@ def record_seeds(root: pathlib.Path, seeds: Sequence[int]) -> None:
 
 
 def _enclosing_run(path: pathlib.Path) -> Optional[pathlib.Path]:
-  """The run directory `path` lies inside (None: none)."""
-  return next((p for p in path.resolve().parents if _is_run_config(p / "config.json")), None)
+  """The run directory `path` lies inside (None: none): one with a config.json, or the root
+  of seeds run one after the other (its `SEEDS_RECORD` and a seed<k>/config.json)."""
+  return next((p for p in path.resolve().parents if _is_run_root(p)), None)
+
+
+def _one_of_its_seeds(root: pathlib.Path, run_dir: pathlib.Path) -> bool:
+  """Whether `run_dir` is root/seed<k> of a seed k of the run of seeds one after the other
+  in `root` (where that run starts each of them)."""
+  if (root / "config.json").exists() or run_dir.resolve().parent != root:
+    return False
+  seeds = read_json(root / SEEDS_RECORD)
+  seeds = seeds.get("seeds") if isinstance(seeds, dict) else None
+  return isinstance(seeds, list) and run_dir.name in [f"seed{k}" for k in seeds]
+
+
+def _is_run_root(path: pathlib.Path) -> bool:
+  if _is_run_config(path / "config.json"):
+    return True
+  return (path / SEEDS_RECORD).is_file() and any(
+      _is_run_config(c) for c in path.glob("seed*/config.json")
+  )
 
 
 def _is_run_config(path: pathlib.Path) -> bool:
