@@ -10,8 +10,9 @@ mean), each on its own freshly reset environment, as the in-training evaluation 
 (`training/evaluation.py`); prints each episode's return and their mean, std (of the
 episodes played: NumPy's, ddof 0), min and max, and writes them to
 <run-dir>/evaluation.json (`evaluation_best.json` with `--best`,
-`evaluation_checkpoint<N>.json` with `--checkpoint N`; or `--out`). The episodes are
-played in pools of at most 256 environments seeded from
+`evaluation_checkpoint<N>.json` with `--checkpoint N`; or `--out`, which, like `--video`,
+may not name a file of the run or a path in one of its folders: `check_outputs`). The
+episodes are played in pools of at most 256 environments seeded from
 `training.pool_seed(seed, "evaluate")` (`training.evaluation.episode_pools`): on envpool
 tasks, the same episodes as one pool of them all, in bounded memory. With `--video`, also
 renders episode 0 (same seed, so the same episode) with envpool's renderer and writes an
@@ -26,6 +27,7 @@ import dataclasses
 import json
 import math
 import pathlib
+import re
 from typing import Any
 from typing import Optional
 
@@ -99,6 +101,7 @@ def main(args: Args) -> dict:
   if args.video:
     check_output_file("--video", args.video)
     check_video_path(args.video)
+  check_outputs(args)
   import_modules("--import-modules", args.import_modules)
   run = load_run(args.run_dir, checkpoint=args.checkpoint, best=args.best)
   if not args.out:  # before the episodes are played
@@ -114,6 +117,59 @@ def main(args: Args) -> dict:
       return _evaluate(args, run, pools, video_env)
     except EpisodeLimitError as e:
       raise ValueError(f"{e}: raise --max-steps") from e
+
+
+_OWN_FILE = re.compile(r"evaluation(_best|_checkpoint\d+)?\.json|.*\.mp4", re.IGNORECASE)
+"""The names of the files in a run directory that evaluate.py may overwrite: its own
+results (`_default_out`) and videos (a run writes none)."""
+_RESULT_KEYS = {"run_dir", "parameters", "returns", "protocol"}
+
+
+def _written_here(path: pathlib.Path) -> bool:
+  """Whether the file `path` is evaluate.py's: named as its results or videos are, or
+  results it wrote to an `--out` of another name (a JSON object with their fields)."""
+  if _OWN_FILE.fullmatch(path.name):
+    return True
+  if path.suffix.lower() != ".json" or not path.is_file():
+    return False
+  try:
+    written = json.loads(path.read_text())
+  except (OSError, ValueError):
+    return False
+  return isinstance(written, dict) and _RESULT_KEYS <= written.keys()
+
+
+def check_outputs(args: Args) -> None:
+  """Refuses (ValueError naming the flag) an `--out` or `--video` that would overwrite the
+  run evaluated, and the two naming the same file (the results would replace the video).
+
+  A run's files are those in its directory (an existing file there, but the results and
+  videos of evaluate.py: `_written_here`) and anything in its folders (checkpoints/,
+  best_at_checkpoint/, tensorboard/, ...); for a learner of a run of several
+  (<root>/seed<k>, <root>/<setting>/seed<k>), those of the root too (its config.json and
+  checkpoints/, which the learner loads). Paths are compared resolved (`..`, links).
+  """
+  run_dir = pathlib.Path(args.run_dir).expanduser().resolve()
+  # The root of a run of several seeds or settings: where load_run finds its checkpoints.
+  roots = [d for d in (run_dir.parent, run_dir.parent.parent) if (d / "config.json").is_file()]
+  outputs = {flag: path for flag, path in (("--out", args.out), ("--video", args.video)) if path}
+  for flag, given in outputs.items():
+    path = pathlib.Path(given).expanduser().resolve()
+    owner = next((d for d in (run_dir, *roots[:1]) if path.is_relative_to(d)), None)
+    if owner is None or path == owner:  # outside the run; the directory: check_output_file
+      continue
+    first = owner / path.relative_to(owner).parts[0]
+    if first != path and first.is_dir():
+      raise ValueError(f"{flag} {given} is in {first}, a folder of the run: writing there "
+                       "would damage the run; give a path outside it")  # fmt: skip
+    if first == path and path.exists() and not _written_here(path):
+      raise ValueError(f"{flag} {given} is the file {path.name} of the run in {owner}: "
+                       "overwriting it would damage the run; give another path")  # fmt: skip
+  if len(outputs) == 2:
+    out, video = (pathlib.Path(p).expanduser().resolve() for p in outputs.values())
+    if out == video:
+      raise ValueError(f"--out {args.out} and --video {args.video} are the same file: the "
+                       "results would replace the video; give each its own path")  # fmt: skip
 
 
 def video_fps(config: TrainConfig) -> float:

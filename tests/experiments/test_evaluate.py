@@ -2,12 +2,14 @@
 
 import dataclasses
 import json
+import re
 import subprocess
 import sys
 
 import imageio.v3 as iio
 import numpy as np
 import pytest
+from script_server import run_script
 from scripts import EXPERIMENTS
 from scripts import cpu_process_env
 from scripts import load_script
@@ -129,6 +131,49 @@ def test_evaluate_refuses_bad_arguments(tmp_path):
     module.main(module.Args(run_dir=str(tmp_path), episodes=2**20 + 1))
   with pytest.raises(FileNotFoundError, match="no config.json"):
     module.main(module.Args(run_dir=str(tmp_path)))
+
+
+def test_evaluate_refuses_outputs_that_would_overwrite_the_run(tmp_path):
+  """--out and --video may not name a file of the run, a path in one of its folders, or
+  each other: refused before anything is evaluated; evaluate.py's own files may be
+  written again."""
+  run_dir = _train(tmp_path / "run", "cartpole", 512)
+  (run_dir / "checkpoints").mkdir(exist_ok=True)  # the run's folders, with or without files
+  written = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+  module = load_script("evaluate")
+  main = lambda **kw: module.main(module.Args(run_dir=str(run_dir), episodes=1, **kw))  # noqa: E731
+  for entry in sorted(run_dir.iterdir()):
+    if entry.is_dir():
+      message = f"is in {entry}, a folder of the run"
+      refused = {"out": [entry / "x.json", entry / "new" / "x.json"], "video": [entry / "v.mp4"]}
+    else:  # config.json, metrics.jsonl, summary.json, *.msgpack(.crc32), .lock, ...
+      message = f"is the file {entry.name} of the run in {run_dir}"
+      refused = {"out": [entry, tmp_path / "elsewhere" / ".." / "run" / entry.name]}
+    for flag, paths in refused.items():
+      for path in paths:
+        with pytest.raises(ValueError, match=re.escape(f"--{flag} {path} {message}")):
+          main(**{flag: str(path)})
+  same = tmp_path / "same.mp4"
+  with pytest.raises(ValueError, match="^--out .* and --video .* are the same file"):
+    main(out=str(tmp_path / "x" / ".." / "same.mp4"), video=str(same))
+  assert not same.exists() and not (run_dir / "evaluation.json").exists()
+  assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == written
+  load_run(run_dir)
+  # evaluate.py's own files in the run directory are written again.
+  for _ in range(2):
+    main()
+    main(out=str(run_dir / "mine.json"), video=str(run_dir / "greedy.mp4"))
+  assert json.loads((run_dir / "mine.json").read_text())["video"]["frames"] > 0
+  # The command line: one line, exit code 2, the run intact.
+  config = run_dir / "config.json"
+  proc = run_script(EXPERIMENTS / "evaluate.py",
+                    ["--run-dir", run_dir, "--episodes", "2", "--out", config])  # fmt: skip
+  assert proc.returncode == 2, proc.stderr[-3000:]
+  assert proc.stderr.strip() == (
+      f"[evaluate] error: --out {config} is the file config.json of the run in {run_dir}: "
+      "overwriting it would damage the run; give another path"
+  )
+  assert config.read_bytes() == written[config]
 
 
 def test_write_video_round_trip_pads_odd_sizes(tmp_path):
