@@ -206,6 +206,29 @@ def test_script_errors_name_the_flags_users_type(message, expected):
   assert in_flag_terms(message, type(None)) == message  # a plain script's args: no fields
 
 
+@pytest.mark.parametrize(
+    "algo, argv, expected",
+    [
+        ("acer", ["--replay-ratio", "0"], "--replay-ratio must be at least 1 (the replayed "
+         "updates after each on-policy update, of which the training loop runs at least one), "
+         "got 0"),
+        ("acer", ["--preset", "pendulum", "--replay-ratio=-2"], "--replay-ratio must be at "
+         "least 1"),
+    ],
+)  # fmt: skip
+def test_errors_raised_while_parsing_name_only_flags(algo, argv, expected):
+  """An `Args.__post_init__` refusal is raised inside tyro, before the script has its args
+  to translate field names with (`script_main` prints it as raised): the message itself
+  names only flags, none that the script refuses (`DERIVED_FLAGS`)."""
+  module = getattr(presets, algo)
+  with pytest.raises(ValueError) as info:
+    parse_args(module.Args, module.PRESETS, argv=argv, env_presets=module.ENV_PRESETS)
+  message = str(info.value)
+  assert message.startswith(expected), message
+  assert in_flag_terms(message, module.Args) == message  # no field names to translate
+  assert not any(flag in message for flag in getattr(module.Args, "DERIVED_FLAGS", {}))
+
+
 def test_sweep_is_repeated_one_field_per_flag():
   argv = ["--sweep", "learning_rate=1e-3,3e-3", "--sweep=gamma=0.99,0.995", "--seed", "1"]
   args = parse_args(presets.impala.Args, presets.impala.PRESETS, argv=argv)

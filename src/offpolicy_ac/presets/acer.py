@@ -56,11 +56,13 @@ class Args:
   """Flags the command line refuses (`cli.parse_args`): the script sets these fields."""
 
   def __post_init__(self):
+    # Raised while the command line is parsed, before the script can translate field names
+    # into flags (`cli.in_flag_terms`): the message names only the flags users type.
     if self.agent.replay_ratio < 1:
       raise ValueError(
-          f"replay_ratio={self.agent.replay_ratio}: the training loop runs "
-          "num_updates_per_train_iter >= 1 replayed updates after each on-policy "
-          "update, so ACER needs --replay-ratio >= 1"
+          "--replay-ratio must be at least 1 (the replayed updates after each on-policy "
+          "update, of which the training loop runs at least one), got "
+          f"{self.agent.replay_ratio}"
       )
     n = self.train.replay.num_updates_per_train_iter
     if n not in (_DEFAULT_UPDATES, self.agent.replay_ratio):
