@@ -146,6 +146,24 @@ def test_resuming_a_finished_run_logs_its_final_partial_line_again():
                       "to train (a larger --total-env-steps goes on from here)")  # fmt: skip
 
 
+def test_resuming_a_run_that_reached_its_target_says_nothing_is_left_to_train():
+  """With a larger budget it announced nothing: the budget grew, and the run ended where
+  it was (a reached target ends it, and --target-return may not change on resume)."""
+  config = CONFIG.replace(eval_every=30, target_return=0.0)  # the evaluations score 0.0
+  checkpointer = MemoryCheckpointer()
+  (result,) = drive(CountingProgram(), config, [ListLogger()], checkpointer=checkpointer).results
+  assert result.target_reached_at == result.env_steps == 30 and checkpointer.writes == [30]
+  said = []
+  outcome = drive(CountingProgram(), config.replace(total_env_steps=200), [ListLogger()],
+                  checkpointer=checkpointer, resume=True, announce=said.append)  # fmt: skip
+  assert outcome.results[0].env_steps == 30 and checkpointer.writes == [30]
+  assert said[-1] == (
+      "the run reached its target return (0) at 30 env steps and ended there: nothing is left "
+      "to train, whatever the budget (--target-return may not change on --resume; a new run "
+      "trains on)"
+  )
+
+
 def test_train_stopped_and_resumed_with_the_public_checkpointer_ends_as_the_straight_run(tmp_path):
   config = TrainConfig.of(env_id="CartPole-v1", num_envs=4, unroll_length=8, seed=3,
                           total_env_steps=640, log_every=128, checkpoint_every=256, eval_every=0)  # fmt: skip

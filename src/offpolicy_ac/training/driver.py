@@ -255,7 +255,12 @@ def drive(program: Program, config: TrainConfig, loggers: Sequence[Logger], *,
                "(a damaged checkpoint passed over, or a kill as they were written): the best "
                "is counted again from here")  # fmt: skip
     total = config.budget.total_env_steps
-    if run.saved is not None and run.schedule.env_steps >= total:
+    if run.saved is not None and all(a.reached for a in run.accs):
+      announce(f"the run reached its target return ({config.eval.target_return:g}) at "
+               f"{max(a.reached_at for a in run.accs):,} env steps and ended there: nothing "
+               "is left to train, whatever the budget (--target-return may not change on "
+               "--resume; a new run trains on)")  # fmt: skip
+    elif run.saved is not None and run.schedule.env_steps >= total:
       announce(f"the run has already used its budget of {total:,} env steps: nothing is "
                "left to train (a larger --total-env-steps goes on from here)")  # fmt: skip
   return run.loop(state, should_stop)
