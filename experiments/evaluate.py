@@ -84,6 +84,9 @@ class Args:
 
 def main(args: Args) -> dict:
   """Evaluates; returns what it writes to the JSON file."""
+  for flag, given in (("--run-dir", args.run_dir), ("--out", args.out), ("--video", args.video)):
+    if given is not None and not str(given).strip():  # not the working directory, nor unset
+      raise ValueError(f"{flag} is empty: give a path")
   if args.seed < 0:
     raise ValueError(f"--seed must be >= 0, got {args.seed}")
   pools = episode_pools(args.episodes, pool_seed(args.seed, "evaluate"))  # checks --episodes

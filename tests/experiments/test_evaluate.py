@@ -131,6 +131,11 @@ def test_evaluate_refuses_bad_arguments(tmp_path):
     module.main(module.Args(run_dir=str(tmp_path), episodes=2**20 + 1))
   with pytest.raises(FileNotFoundError, match="no config.json"):
     module.main(module.Args(run_dir=str(tmp_path)))
+  # An empty path is not the working directory (--run-dir), nor the default (--out, --video).
+  for flag, fields in (("run-dir", dict(run_dir=" ")), ("out", dict(out="")),
+                       ("video", dict(video="")),):  # fmt: skip
+    with pytest.raises(ValueError, match=f"^--{flag} is empty: give a path$"):
+      module.main(module.Args(**{"run_dir": str(tmp_path), **fields}))
 
 
 def test_evaluate_refuses_outputs_that_would_overwrite_the_run(tmp_path):
