@@ -121,9 +121,19 @@ def test_final_scores_table_gives_the_iqm_of_the_runs_final_greedy_returns(tmp_p
   assert table[2].split() == ["impala", "learning_rate=0.001", "CartPole-v1", "2", "20.00",
                               "[10.00,", "30.00]"]  # fmt: skip
   assert table[3].split()[-3:] == ["6.0000", "[5.0000,", "7.0000]"]
-  # Curves of greedy returns need no second table.
-  on_greedy = [c._replace(metric="eval_return") for c in curves]
-  assert S.final_scores_table(on_greedy, labels) is None
+  # Curves of greedy returns, or of any other metric, need no second table.
+  for metric in ("eval_return", "loss"):
+    assert S.final_scores_table([c._replace(metric=metric) for c in curves], labels) is None
+  # A run stopped before its end, or one being resumed, has no final score yet.
+  for unfinished in ({"interrupted": True}, {"resumed_since": "2026-01-01T00:00:00+0000"}):
+    (tmp_path / "b1" / "summary.json").write_text(
+        json.dumps({"last_eval_return": 7.0, **unfinished})
+    )
+    assert S.final_scores_table(curves, labels) is None
+  (tmp_path / "b1" / "summary.json").write_text(
+      json.dumps({"last_eval_return": 7.0, "interrupted": False})
+  )
+  assert S.final_scores_table(curves, labels) is not None
   (tmp_path / "b1" / "summary.json").unlink()  # a run still training: no score to give
   assert S.final_scores_table(curves, labels) is None
   with pytest.raises(ValueError, match="one label per curve"):

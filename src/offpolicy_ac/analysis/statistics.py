@@ -600,20 +600,25 @@ def final_scores_table(
   """For groups compared on training returns (their runs too short for a greedy evaluation
   in metrics.jsonl): a titled text table of their final greedy returns (each run's
   summary.json `last_eval_return`, the score of its final parameters), one row per group,
-  the IQM over its runs with a 95% bootstrap interval. None when every curve is of
-  greedy returns, or a run has no such score (one still training, one that evaluated
-  nothing)."""
+  the IQM over its runs with a 95% bootstrap interval. None when no curve is of training
+  returns (`episode_return`), or a run has no such score: one still training, one that
+  evaluated nothing, one stopped before its end (`interrupted` in its summary) or being
+  resumed (`resumed_since`: the summary is of a segment before)."""
   if len(labels) != len(curves):
     raise ValueError(f"need one label per curve ({len(curves)}), got {len(labels)}")
-  if all(c.metric == "eval_return" for c in curves):
+  if not any(c.metric == "episode_return" for c in curves):
     return None
   rows = [("group", "env", "runs", "final greedy return IQM [95% CI]")]
   for curve, label in zip(curves, labels):
     scores = []
     for run in curve.group.runs:
       try:
-        score = read_json(run.run_dir / "summary.json").get("last_eval_return")
+        summary = read_json(run.run_dir / "summary.json")
+        score = summary.get("last_eval_return")
+        unfinished = summary.get("interrupted") or "resumed_since" in summary
       except (OSError, ValueError, AttributeError):
+        return None
+      if unfinished:
         return None
       if not isinstance(score, (int, float)) or not math.isfinite(score):
         return None
