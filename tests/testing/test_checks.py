@@ -468,6 +468,24 @@ def test_truncation_bootstraps_in_half_precision(dtype):
   testing.assert_truncation_bootstraps(lib_soft_q, examples)
 
 
+def test_truncation_bootstraps_passes_correct_targets_at_gamma_zero_or_tiny():
+  """At gamma 0 a truncation does not bootstrap at all, and at gamma 1e-9 its bootstrap is
+  below any tolerance: a correct target is not required to change there."""
+  for gamma in (0.0, 1e-9):
+    rng = np.random.default_rng(5)
+    examples = [testing.random_trajectory(rng, 10, (3,), 3, p_truncation=0.4, gamma=gamma)
+                for _ in range(3)]  # fmt: skip
+    assert any((ex.kind == testing.TRUNCATION).any() for ex in examples)
+    testing.assert_truncation_bootstraps(lib_vtrace, examples)
+    testing.assert_truncation_bootstraps(lib_soft_q, examples)
+  # The mutant is still caught when gamma is small but the move shows.
+  rng = np.random.default_rng(5)
+  examples = [testing.random_trajectory(rng, 10, (3,), 3, p_truncation=0.4, gamma=1e-3,
+                                        dtype=np.float64) for _ in range(3)]  # fmt: skip
+  with pytest.raises(AssertionError, match="unchanged at truncated step"):
+    testing.assert_truncation_bootstraps(vtrace_done_at_time_limits, examples)
+
+
 def soft_q_ignoring_terminations(tr):
   """Mutant: soft-Q targets with discount gamma at every real step, terminations too."""
   return lib_soft_q(tr._replace(discount_t=jnp.where(tr.mask, 0.9, tr.discount_t)))

@@ -833,16 +833,21 @@ def _final_values_moved(traj, last, perturbation, rng):
   return moved, move
 
 
-def _assert_changed(check, where, name, got, want, mask, at, move, rtol, atol, dtype):
-  """Every step where `at` holds has some entry of output `name` that moved by more than
-  the tolerance (`_tolerance`, scaled to `want` at the unmasked steps)."""
+def _assert_changed(check, where, name, got, want, mask, at, move, discount, rtol, atol, dtype):
+  """Every step where `at` holds and the bootstrap's move, `discount * move`, is over ten
+  times the tolerance (`_tolerance`, scaled to `want` at the unmasked steps) has some entry
+  of output `name` that moved by more than the tolerance. A smaller move (gamma 0 or tiny)
+  cannot tell a truncation from a termination, and is not required to show."""
   got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
   compared = _step_select(mask, want.shape) & np.isfinite(want)
   rtol, atol = _tolerance(want, compared, rtol, atol, dtype)
   with np.errstate(invalid="ignore"):
     changed = np.abs(got - want) > atol + rtol * np.abs(want)
   changed = np.any(np.reshape(changed, np.shape(at) + (-1,)), axis=-1)
-  unchanged = np.asarray(at, bool) & ~changed
+  scale = float(np.max(np.abs(np.where(compared, want, 0.0)), initial=0.0))
+  with np.errstate(invalid="ignore"):
+    shows = np.abs(np.asarray(discount, np.float64) * move) > 10 * (atol + rtol * scale)
+  unchanged = np.asarray(at, bool) & shows & ~changed
   if unchanged.any():
     idx = tuple(int(k) for k in np.argwhere(unchanged)[0])
     entry = idx + (0,) * (got.ndim - len(idx))  # its first entry, if it has trailing axes
@@ -880,7 +885,10 @@ def assert_truncation_bootstraps(
   * at every truncation (`discount_t` = gamma > 0), each output must change at step s
     (some entry of its trailing axes, by more than the tolerance): the target there is
     `r_s + gamma V(x_{s+1})`, or mixes it in. This catches a time limit taken for a
-    termination (discount 0, a `done` that includes truncations). The earlier steps of
+    termination (discount 0, a `done` that includes truncations). A truncation whose
+    `gamma * move` is at most ten times the tolerance (gamma 0 or tiny: it cannot be told
+    from a termination) is not required to change; a larger `perturbation` reaches
+    smaller gammas. The earlier steps of
     the episode, from its first step (after the previous junction, or 0) to s - 1, are
     not required to change: they see x_{s+1} through a trace (lambda > 0) or an n-step
     sum only, not at all at lambda = 0 or n = 1, and scaled by the product of
@@ -931,9 +939,8 @@ def assert_truncation_bootstraps(
       _assert_finite(check, what, moved, traj.mask)
       for (name, want), (_, got) in zip(clean, moved):
         dtype = _strictest(_float_dtype(traj), want.dtype)
-        _assert_changed(
-            check, where, name, got, want, traj.mask, truncated, cut_moves, rtol, atol, dtype
-        )
+        _assert_changed(check, where, name, got, want, traj.mask, truncated, cut_moves,
+                        traj.discount_t, rtol, atol, dtype)  # fmt: skip
       what = (
           f"{where}, the final observations of the terminated steps {ends} moved (v_t and q_t"
           " there, v_tm1 and q_tm1 at the junction rows after them): a termination must not"
