@@ -38,6 +38,14 @@ def assert_layout(traj):
     assert a.dtype == np.int32 and (a >= 0).all() and (a < traj.num_actions).all()
   np.testing.assert_allclose(np.sum(traj.pi_t, -1), 1.0, rtol=1e-5)
   assert (np.asarray(traj.mu_t) > 0).all() and (np.asarray(traj.mu_t) <= 1).all()
+  # The log ratios are of the same policies: log pi(a_s|x_s) - log mu(a_s|x_s).
+  if t > 1:
+    pi, mu = np.asarray(traj.pi_t, np.float64), np.asarray(traj.mu_t, np.float64)
+    taken = np.take_along_axis(pi, np.asarray(traj.a_t)[..., None], axis=-1)[..., 0]
+    both_real = mask[:-1] & mask[1:]
+    from_probabilities = (np.log(taken) - np.log(mu))[:-1][both_real]
+    np.testing.assert_allclose(np.asarray(traj.log_rho_tm1, np.float64)[1:][both_real],
+                               from_probabilities, rtol=1e-2, atol=1e-2)  # fmt: skip
 
 
 @pytest.mark.parametrize("seed", range(20))

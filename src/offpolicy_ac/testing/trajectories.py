@@ -265,7 +265,10 @@ def trajectory_from_layout(
   """Fills a layout from `random_layout` (or your own) with random data.
 
   Rewards, values and probabilities are drawn at random (values chained over
-  time, see the module docstring); junction steps get garbage rewards in
+  time, see the module docstring). The policies agree, as a target computed from
+  the log ratios and one computed from the probabilities need: where rows s and
+  s + 1 are real, `log_rho_tm1[s + 1] == log pi_t[s][a_t[s]] - log mu_t[s]`.
+  Junction steps get garbage rewards in
   `[-garbage_scale, garbage_scale]`, discounts in `[2, 10]`, behaviour
   probabilities in `(0, 1]` and log ratios in `[-5, 5]`.
 
@@ -286,8 +289,12 @@ def trajectory_from_layout(
   a_obs = rng.integers(0, num_actions, size=obs_shape).astype(np.int32)
   pi_obs = _probabilities(rng, obs_shape + (num_actions,))
   r_t = rng.normal(size=shape) * reward_scale
-  mu_t = rng.uniform(0.05, 1.0, size=shape)
-  log_rho = rng.uniform(-1.5, 1.0, size=shape)
+  mu_t = rng.uniform(0.05, 1.0, size=shape)  # mu(a_{s+1}|x_{s+1})
+  # mu(a_0|x_0): row 0 of a [T, *batch] draw, so that every later draw, and with it the
+  # layouts and data a seed gives (default_examples' among them), stays as it was.
+  mu_0 = rng.uniform(0.05, 1.0, size=shape)[:1]
+  pi_taken = np.take_along_axis(pi_obs, a_obs[..., None], axis=-1)[..., 0]  # pi(a_s|x_s)
+  log_rho = np.log(pi_taken[:-1]) - np.log(np.concatenate([mu_0, mu_t[:-1]]))
   discount_t = np.where(mask, discount_t, rng.uniform(2.0, 10.0, size=shape))
   r_t = garble(rng, r_t, mask, garbage_scale)
   mu_t = np.where(mask, mu_t, rng.uniform(1e-3, 1.0, size=shape))
