@@ -556,9 +556,7 @@ def _configure_and_drive(name: str, args: Any, root: pathlib.Path, lanes: list[s
     with contextlib.suppress(Exception):  # the refusal is the error to show
       MultiLogger(*added).close()
     raise
-  if resume:
-    for d in dirs:
-      rundir.mark_summary_resumed(d)
+  marked = {d: rundir.mark_summary_resumed(d) for d in dirs} if resume else {}
   protocol = describe_protocol(config)
   if config.parallel.process_id == 0:
     print(f"[{name}] evaluation protocol: {protocol}", flush=True)
@@ -597,8 +595,14 @@ def _configure_and_drive(name: str, args: Any, root: pathlib.Path, lanes: list[s
       loggers[k] = MultiLogger(logger, *others)
   flag = _StopFlag()
   with _stop_on_signals(flag):  # to the end: a second signal never cuts the files short
-    return _drive_and_finish(name, config, root, lanes, dirs, program, protocol, loggers,
-                             checkpointer, resume, flag)  # fmt: skip
+    try:
+      return _drive_and_finish(name, config, root, lanes, dirs, program, protocol, loggers,
+                               checkpointer, resume, flag)  # fmt: skip
+    except ResumeError:  # refused before it trained: the summaries are as they were
+      for d, before in marked.items():
+        with contextlib.suppress(OSError):  # the refusal is the error to show
+          rundir.unmark_summary_resumed(d, before)
+      raise
 
 
 def _drive_and_finish(name: str, config: TrainConfig, root: pathlib.Path,

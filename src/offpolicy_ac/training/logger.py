@@ -141,7 +141,8 @@ class RunLogger:
     self._title = title
     self._plot_every_s = plot_every_s
     self._last_plot = time.monotonic()
-    self._writer = self._open_writer() if tensorboard else None
+    self._tensorboard, self._writer = tensorboard, None  # opened with the first line
+    self._written = False  # a line logged, or the lines kept by truncate: close plots them
     use_bar = sys.stderr.isatty() if progress is None else progress
     self._bar = None
     if use_bar:
@@ -153,6 +154,7 @@ class RunLogger:
   def log(self, record: dict) -> None:
     record = jsonable(record)
     self._file.write(metrics_file.encode_line(record))
+    self._written = True
     step = int(record["env_steps"])
     self._add_scalars(record)
     ret = record.get("episode_return")
@@ -174,6 +176,8 @@ class RunLogger:
       self.plot()
 
   def _add_scalars(self, record: dict) -> None:
+    if self._tensorboard and self._writer is None:
+      self._writer = self._open_writer()
     if self._writer is not None:
       for key, value in _scalars(record).items():
         if key != "env_steps":
@@ -204,12 +208,14 @@ class RunLogger:
                          f"line): {line.strip()[:80]!r}") from None  # fmt: skip
     write_atomic(self.metrics_path, "".join(kept))
     self._file = open(self.metrics_path, "a", buffering=1)
+    self._written = True
     if records:
       self._steps_shown = int(records[-1]["env_steps"])
-    if self._writer is not None:
-      self._writer.close()
+    if self._tensorboard:
+      if self._writer is not None:
+        self._writer.close()
+        self._writer = None
       shutil.rmtree(self.run_dir / "tensorboard", ignore_errors=True)
-      self._writer = self._open_writer()
       for record in records:
         self._add_scalars(record)
 
@@ -231,7 +237,8 @@ class RunLogger:
       return None
 
   def close(self) -> None:
-    self.plot()
+    if self._written:  # not after a refused resume, which must leave the run as it was
+      self.plot()
     if self._bar is not None:
       self._bar.close()
     if self._writer is not None:

@@ -748,18 +748,30 @@ def _best_record(run_dir: pathlib.Path) -> Optional[dict]:
   return record if paired else None
 
 
-def mark_summary_resumed(run_dir: pathlib.Path) -> None:
+def mark_summary_resumed(run_dir: pathlib.Path) -> Optional[bytes]:
   """Adds `resumed_since` (when this resume started) to the summary.json a resumed run
   finds: until the new segment writes its own, the summary is of the segment before (a
-  segment that is killed leaves it so; `load_run` then loads the newest checkpoint)."""
+  segment that is killed leaves it so; `load_run` then loads the newest checkpoint).
+  Returns the summary as it was (None: there was none to mark), for
+  `unmark_summary_resumed`."""
   path = run_dir / "summary.json"
   try:
+    before = path.read_bytes()
     summary = read_json(path)
   except (OSError, ValueError):
-    return  # none yet (stopped before it), or one load_run refuses by name
-  if isinstance(summary, dict):
-    summary["resumed_since"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    write_atomic(path, json.dumps(summary, indent=2))
+    return None  # none yet (stopped before it), or one load_run refuses by name
+  if not isinstance(summary, dict):
+    return None
+  summary["resumed_since"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+  write_atomic(path, json.dumps(summary, indent=2))
+  return before
+
+
+def unmark_summary_resumed(run_dir: pathlib.Path, before: Optional[bytes]) -> None:
+  """Puts back the summary.json `mark_summary_resumed` marked (`before`, what it returned),
+  for a resume refused before it trained: the run is as it was, finished or stopped."""
+  if before is not None:
+    write_atomic(run_dir / "summary.json", before)
 
 
 def write_results(name: str, run_dir: pathlib.Path, result: RunResult, protocol: str,
