@@ -9,6 +9,7 @@ localhost.
 """
 
 import json
+import os
 import pathlib
 import shutil
 import signal
@@ -466,10 +467,11 @@ def test_data_parallel_methods_across_two_processes(tmp_path):
     assert report["gathered"] == [[0, 10], [1, 11]]
 
 
-def _start_two_processes(run_dir, flags, procs, logs, own_flags=((), ())):
+def _start_two_processes(run_dir, flags, procs, logs, own_flags=((), ()), own_env=({}, {})):
   """Starts experiments/impala.py as processes 0 and 1 of one job (appending to
   `procs` and to `logs`, their output files, so the caller can always clean up);
-  `own_flags[i]` go to process i only."""
+  `own_flags[i]` go to process i only, and so do the variables `own_env[i]` adds to its
+  environment."""
   address = f"localhost:{_free_port()}"
   for pid in (0, 1):
     logs.append(open(run_dir.parent / f"{run_dir.name}-process{pid}-{time.time_ns()}.log", "w+"))
@@ -489,7 +491,11 @@ def _start_two_processes(run_dir, flags, procs, logs, own_flags=((), ())):
     ]
     procs.append(
         subprocess.Popen(
-            cmd, stdout=logs[-1], stderr=subprocess.STDOUT, cwd=ROOT, env=cpu_process_env()
+            cmd,
+            stdout=logs[-1],
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            env={**cpu_process_env(), **own_env[pid]},
         )
     )
 
@@ -508,12 +514,12 @@ def _stop_and_read(procs, logs):
   return outputs
 
 
-def _job(run_dir, flags, own_flags=((), ()), timeout=300):
+def _job(run_dir, flags, own_flags=((), ()), timeout=300, own_env=({}, {})):
   """Runs experiments/impala.py as processes 0 and 1 of one job to their end:
   [(return code, output)] of each."""
   procs, logs = [], []
   try:
-    _start_two_processes(run_dir, flags, procs, logs, own_flags)
+    _start_two_processes(run_dir, flags, procs, logs, own_flags, own_env)
     deadline = time.monotonic() + timeout
     for proc in procs:
       proc.wait(timeout=max(deadline - time.monotonic(), 1))
@@ -522,9 +528,9 @@ def _job(run_dir, flags, own_flags=((), ()), timeout=300):
   return [(proc.returncode, out) for proc, out in zip(procs, outputs)]
 
 
-def _two_processes(run_dir, *flags, own_flags=((), ()), timeout=300):
+def _two_processes(run_dir, *flags, own_flags=((), ()), timeout=300, own_env=({}, {})):
   """Runs experiments/impala.py as processes 0 and 1 of one job; both must exit 0."""
-  results = _job(run_dir, flags, own_flags, timeout)
+  results = _job(run_dir, flags, own_flags, timeout, own_env)
   for pid, (code, out) in enumerate(results):
     assert code == 0, f"process {pid} failed:\n{out[-4000:]}"
   return [out for _, out in results]
@@ -563,6 +569,48 @@ def test_a_job_of_two_processes_trains_several_seeds_one_after_the_other(tmp_pat
     params = (run / seed / "final_params.msgpack").read_bytes()
     assert params == (run / seed / "process1" / "final_params.msgpack").read_bytes()
   assert not (run / "process1").exists()
+
+
+# Imported by a process of the job at its start (as sitecustomize): its warm-up update
+# starts 5 s late (process 0), or its first agreement with the other process waits for its
+# warm-up update (process 1), so that the two send their first collectives in the other order.
+LATE_WARM_UP = """
+import os, threading, time
+from offpolicy_ac.training import envpool_program, learner
+
+if os.environ["WARM_UP_ORDER"] == "late":
+  ingest = learner.Learner.ingest
+  def late_ingest(self, *args):
+    if threading.current_thread() is not threading.main_thread():
+      time.sleep(5)
+    return ingest(self, *args)
+  learner.Learner.ingest = late_ingest
+else:
+  agree = envpool_program.EnvpoolProgram._agree
+  def agree_after_warm_up(self, *args):
+    self._warm.join(timeout=60)
+    return agree(self, *args)
+  envpool_program.EnvpoolProgram._agree = agree_after_warm_up
+"""
+
+
+def test_processes_whose_warm_up_update_and_first_unroll_end_in_other_orders_agree(tmp_path):
+  # The warm-up's update (collectives over the learner mesh, on its own thread) and the
+  # first agreement on env steps (a gather, on the main thread) were sent in either order:
+  # gloo aborted the job ("Received data size doesn't match expected size").
+  site = tmp_path / "site"
+  site.mkdir()
+  (site / "sitecustomize.py").write_text(LATE_WARM_UP)
+  env = [
+      {"WARM_UP_ORDER": order, "PYTHONPATH": f"{site}{os.pathsep}{cpu_process_env()['PYTHONPATH']}"}
+      for order in ("late", "first")
+  ]
+  run = tmp_path / "run"
+  _two_processes(run, "--total-env-steps", "2048", "--log-every", "1024", "--eval-every", "0",
+                 own_env=env)  # fmt: skip
+  assert (run / "final_params.msgpack").read_bytes() == (
+      run / "process1" / "final_params.msgpack"
+  ).read_bytes()
 
 
 def test_a_process_without_its_coordinator_stops_with_one_line():
