@@ -280,3 +280,30 @@ def test_save_and_load_expand_the_home_directory(tmp_path, monkeypatch):
   assert (tmp_path / "demos.npz").exists() and not list(tmp_path.glob("*.tmp.npz"))
   loaded = demos_lib.load_demos("~/demos.npz")
   assert loaded["env_id"] == "CartPole-v1" and loaded["episode_lengths"].tolist() == [5, 4]
+
+
+def test_a_file_whose_compressed_data_is_damaged_is_refused_naming_it(tmp_path):
+  # The zip's headers whole, a member's deflated bytes changed: zlib's own error escaped.
+  path = tmp_path / "demos.npz"
+  demos_lib.save_demos(path, _episodes([5, 4]), env_id="CartPole-v1")
+  data = bytearray(path.read_bytes())
+  data[60:80] = bytes(255 - b for b in data[60:80])
+  path.write_bytes(bytes(data))
+  with pytest.raises(ValueError, match="is not a readable demonstration file"):
+    demos_lib.load_demos(path)
+
+
+@pytest.mark.parametrize("action_shape", [(3, 1), (1, 3)])
+def test_check_demos_reads_the_action_box_in_the_shape_of_an_action(action_shape):
+  # The spec's bounds are flat, one per action dimension; (3, 1) actions in the box were
+  # compared with all three bounds each and refused.
+  spec = envs.EnvSpec("Custom-v0", (2,), "float32", False, None, action_shape, "float32",
+                      (-1.0, -2.0, -3.0), (1.0, 2.0, 3.0), 1, 1)  # fmt: skip
+  demos = _episodes([5, 4])
+  edge = np.array([0.9, 1.9, 2.9], np.float32).reshape(action_shape)
+  demos["action"] = np.tile(edge, (9, 1, 1))
+  demos_lib.check_demos(demos, spec)
+  demos["action"][3] = -edge - 0.2  # only the first dimension is outside its box
+  demos["action"][3].reshape(-1)[1:] = 0.0
+  with pytest.raises(ValueError, match="actions outside the task's action box"):
+    demos_lib.check_demos(demos, spec)

@@ -27,6 +27,7 @@ import os
 from typing import Any
 from typing import Callable
 import zipfile
+import zlib
 
 import numpy as np
 
@@ -164,14 +165,14 @@ def load_demos(path: str | os.PathLike) -> dict[str, Any]:
     loaded = np.load(os.path.expanduser(path), allow_pickle=False)
   except FileNotFoundError:
     raise FileNotFoundError(f"no demonstration file {path}") from None
-  except (zipfile.BadZipFile, ValueError, EOFError, OSError, KeyError) as e:
+  except (zipfile.BadZipFile, zlib.error, ValueError, EOFError, OSError, KeyError) as e:
     raise ValueError(not_demos) from e
   if not isinstance(loaded, np.lib.npyio.NpzFile):  # a single array (.npy)
     raise ValueError(not_demos)
   try:
     with loaded as f:
       demos = {k: f[k] for k in f.files}
-  except (zipfile.BadZipFile, ValueError, EOFError, OSError, KeyError) as e:
+  except (zipfile.BadZipFile, zlib.error, ValueError, EOFError, OSError, KeyError) as e:
     raise ValueError(f"{not_demos}: {e}") from e
   missing = [k for k in (*_FIELDS, "episode_lengths", "env_id") if k not in demos]
   if missing:
@@ -251,7 +252,8 @@ def check_demos(demos: dict[str, Any], spec: EnvSpec, where: str = "the demonstr
       raise ValueError(f"{where}: {action.dtype} actions, the task's are continuous (floats)")
     # In the actions' precision: float32 actions clipped to a bound that float32 cannot
     # hold exactly (Humanoid's 0.4) round to the float32 bound, just outside the float64 one.
-    low, high = (np.asarray(b).astype(action.dtype) for b in (spec.action_low, spec.action_high))
+    low, high = (np.asarray(b).astype(action.dtype).reshape(spec.action_shape)
+                 for b in (spec.action_low, spec.action_high))  # fmt: skip
     if not np.isfinite(action).all() or (action < low).any() or (action > high).any():
       raise ValueError(f"{where}: actions outside the task's action box [{spec.action_low}, "
                        f"{spec.action_high}] or not finite (record_demos.py "

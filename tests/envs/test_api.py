@@ -204,6 +204,21 @@ def test_atari_options_are_checked_before_envpool():
     envs.make("Pong-v5", 1, 0, max_num_players=0)
   with pytest.raises(ValueError, match=r"repeat_action_probability must be a number in \[0, 1\]"):
     envs.make("Pong-v5", 1, 0, repeat_action_probability=2.0)
+  envs.make("Pong-v5", 1, 0, repeat_action_probability=np.float32(0.25)).close()  # a number
+  with pytest.raises(ValueError, match="make_atari's train must be True or False, got 'no'"):
+    envs.make_atari("Pong-v5", 1, 0, train="no")  # was the training preset
+
+
+def test_episodes_finished_before_a_reset_wait_to_be_popped():
+  env = envs.make("CartPole-v1", 1, 0, max_episode_steps=2)
+  env.reset()
+  for _ in range(2):
+    ts = env.step(np.zeros(1, np.int32))
+  assert ts.step_type[0] == envs.LAST
+  env.reset()
+  stats = env.pop_episode_stats()
+  env.close()
+  assert stats.episode_length.tolist() == [2] and stats.episode_return.tolist() == [2.0]
 
 
 def test_a_closed_pool_refuses_to_step():

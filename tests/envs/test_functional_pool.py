@@ -146,3 +146,14 @@ def test_bad_arguments_and_misuse_raise():
     pendulum.step(np.array([[np.nan]], np.float32))
   with pytest.raises(ValueError, match="floating dtype"):
     pendulum.step(np.array([[1]], np.int32))
+
+
+def test_episodes_finished_before_a_reset_wait_to_be_popped():
+  with envs.make_functional_pool(CARTPOLE, 2, 0, max_episode_steps=3) as pool:
+    pool.reset()
+    for _ in range(3):
+      ts = pool.step(np.zeros(2, np.int32))
+    assert (ts.step_type == LAST).all()
+    pool.reset()
+    stats = pool.pop_episode_stats()
+  assert stats.episode_length.tolist() == [3, 3] and stats.episode_return.tolist() == [3.0, 3.0]

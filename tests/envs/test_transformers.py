@@ -165,6 +165,7 @@ def test_identity_transformer_only_changes_the_type(trajs):
         (dict(obs_eps=float("nan")), "obs_eps must be >= 0 and finite"),
         (dict(reward_clip=(-1, 0, 1)), r"reward_clip must be a pair \(low, high\)"),
         (dict(reward_clip=(-1, "1")), "reward_clip must be a number"),
+        (dict(normalize_observations="False"), "normalize_observations must be True or False"),
     ],
 )
 def test_make_data_transformer_validates(kwargs, match):

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
+import numbers
 from typing import Any
 from typing import NamedTuple
 import warnings
@@ -256,7 +257,8 @@ class EnvPoolEnv:
 
     All `num_envs` environments, or with batched stepping the first `batch_size` of them
     to finish resetting; the others come out of later `recv()` calls, also as FIRST.
-    Statistics of unfinished episodes are dropped. Raises RuntimeError if an action is
+    Statistics of unfinished episodes are dropped (finished ones wait for
+    `pop_episode_stats`). Raises RuntimeError if an action is
     still in flight (receive it first).
     """
     self.async_reset()
@@ -275,7 +277,6 @@ class EnvPoolEnv:
     self._next_starts_episode[:] = True
     self._episode_return[:] = 0.0
     self._episode_length[:] = 0
-    self._finished = []
     self._pool.async_reset()
     self._in_flight[:] = True
     self._num_in_flight = self.num_envs
@@ -704,8 +705,14 @@ def _pool_kwargs(
     if name in envpool_kwargs:
       check_int(name, envpool_kwargs[name], low, 2**31)
   sticky = envpool_kwargs.get("repeat_action_probability", 0.0)
-  if isinstance(sticky, bool) or not isinstance(sticky, (int, float)) or not 0 <= sticky <= 1:
+  if (
+      isinstance(sticky, (bool, np.bool_))
+      or not isinstance(sticky, numbers.Real)
+      or not (0 <= sticky <= 1)
+  ):
     raise ValueError(f"repeat_action_probability must be a number in [0, 1], got {sticky!r}")
+  if "repeat_action_probability" in envpool_kwargs:
+    envpool_kwargs = {**envpool_kwargs, "repeat_action_probability": float(sticky)}
   return num_envs, batch_size, envpool_kwargs
 
 
@@ -753,6 +760,8 @@ def atari_kwargs(envpool: Any, task_id: str, train: bool, envpool_kwargs: dict[s
                  caller: str = "make_atari"):  # fmt: skip
   """The Atari preset's envpool options with `envpool_kwargs` on top (checks the id;
   `caller` names the function a refusal is about)."""
+  if not isinstance(train, (bool, np.bool_)):
+    raise ValueError(f"{caller}'s train must be True or False, got {train!r}")
   if not _is_atari(envpool, task_id):
     raise ValueError(f"{caller} expects an envpool Atari id such as 'Pong-v5', got {task_id!r}")
   return {**(ATARI_TRAIN_KWARGS if train else ATARI_EVAL_KWARGS), **envpool_kwargs}

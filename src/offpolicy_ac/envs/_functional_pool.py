@@ -103,12 +103,11 @@ class FunctionalPool:
 
   def reset(self) -> TimeStep:
     """Resets every environment; returns their FIRST steps. Statistics of unfinished
-    episodes are dropped."""
+    episodes are dropped (finished ones wait for `pop_episode_stats`)."""
     keys = self._first_keys if self._state is None else self._state.key
     self._state, ts = self._reset_fn(keys, self._env_ids)
     self._episode_return[:] = 0.0
     self._episode_length[:] = 0
-    self._finished = []
     return jax.device_get(ts)
 
   def step(self, action: Any) -> TimeStep:
