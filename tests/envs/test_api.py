@@ -1,5 +1,7 @@
 """Public API of offpolicy_ac.envs and its bad-input errors (raised before stepping)."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -207,6 +209,28 @@ def test_atari_options_are_checked_before_envpool():
   envs.make("Pong-v5", 1, 0, repeat_action_probability=np.float32(0.25)).close()  # a number
   with pytest.raises(ValueError, match="make_atari's train must be True or False, got 'no'"):
     envs.make_atari("Pong-v5", 1, 0, train="no")  # was the training preset
+
+
+@pytest.mark.parametrize(
+    "option, message",
+    [
+        (dict(episodic_life="no"), "episodic_life must be True or False, got 'no'"),
+        (dict(mode="1"), "mode must be an int, got '1'"),
+        (dict(task=3), "task must be a str, got 3"),
+    ],
+)
+def test_an_envpool_option_of_another_type_is_refused_by_name(option, message):
+  # envpool's constructor refused them listing every option's type, none by name.
+  for build in (lambda: envs.make_atari("Pong-v5", 1, 0, **option),
+                lambda: envs.spec("Pong-v5", atari=True, **option)):  # fmt: skip
+    with pytest.raises(ValueError, match=re.escape(message)):
+      build()
+
+
+def test_envpool_options_of_numpy_types_are_given_as_python_values():
+  env = envs.make_atari("Pong-v5", 1, 0, episodic_life=np.bool_(False), noop_max=np.int64(3))
+  env.close()
+  envs.make("HalfCheetah-v4", 1, 0, ctrl_cost_weight=1).close()  # an int for a float option
 
 
 def test_episodes_finished_before_a_reset_wait_to_be_popped():

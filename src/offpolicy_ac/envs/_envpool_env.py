@@ -675,6 +675,25 @@ def _task_family(envpool: Any, task_id: str) -> str:
   return entry[0] if isinstance(entry, tuple) and entry else ""
 
 
+def _option_like(name: str, value: Any, default: Any) -> Any:
+  """`value` of envpool option `name` as the type of its `default` (bool, int, float or
+  str); raises ValueError naming the option otherwise (envpool's constructor would refuse
+  it listing every option's type, none by name)."""
+  if isinstance(default, bool):
+    if not isinstance(value, (bool, np.bool_)):
+      raise ValueError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
+  if isinstance(default, int):
+    return check_int(name, value, -(2**31), 2**31)
+  if isinstance(default, float):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+      raise ValueError(f"{name} must be a number, got {value!r}")
+    return float(value)
+  if isinstance(default, str) and not isinstance(value, str):
+    raise ValueError(f"{name} must be a str, got {value!r}")
+  return value
+
+
 def _pool_kwargs(
     envpool: Any, task_id: str, num_envs: Any, envpool_kwargs: dict[str, Any]
 ) -> tuple[int, int, dict[str, Any]]:
@@ -683,11 +702,14 @@ def _pool_kwargs(
   envpool_kwargs = dict(envpool_kwargs)
   if envpool_kwargs.pop("gym_reset_return_info", True) is not True:
     raise ValueError("gym_reset_return_info=False is not supported (env_id comes from info)")
-  valid = set(envpool.make_spec(task_id).config._fields) - set(_RESERVED_KWARGS)
-  valid |= set(_RENDER_KWARGS)
+  defaults = envpool.make_spec(task_id).config._asdict()
+  valid = (set(defaults) - set(_RESERVED_KWARGS)) | set(_RENDER_KWARGS)
   unknown = sorted(set(envpool_kwargs) - valid)
   if unknown:
     raise ValueError(f"unknown envpool option(s) {unknown} for {task_id}; valid: {sorted(valid)}")
+  for name, value in envpool_kwargs.items():
+    if name in defaults and name not in _INT_OPTIONS and name != "max_episode_steps":
+      envpool_kwargs[name] = _option_like(name, value, defaults[name])
   batch_size = envpool_kwargs.pop("batch_size", num_envs)
   batch_size = check_int("batch_size", batch_size)
   if batch_size > num_envs:
