@@ -50,6 +50,8 @@ __all__ = [
 CUT_MODES = ("drop", "last", "null_padding")
 """The ways `cut_episodes` treats an episode's residual piece (see the module docstring)."""
 _FIELDS = ("step_type", "reward", "discount", "observation", "action")
+# What reading a damaged or foreign file raises (zlib.error: a damaged compressed member).
+_UNREADABLE = (zipfile.BadZipFile, zlib.error, ValueError, EOFError, OSError, KeyError)
 
 
 def clip_to_box(policy: Callable[[np.ndarray], np.ndarray], low: Any, high: Any,
@@ -165,14 +167,14 @@ def load_demos(path: str | os.PathLike) -> dict[str, Any]:
     loaded = np.load(os.path.expanduser(path), allow_pickle=False)
   except FileNotFoundError:
     raise FileNotFoundError(f"no demonstration file {path}") from None
-  except (zipfile.BadZipFile, zlib.error, ValueError, EOFError, OSError, KeyError) as e:
+  except _UNREADABLE as e:
     raise ValueError(not_demos) from e
   if not isinstance(loaded, np.lib.npyio.NpzFile):  # a single array (.npy)
     raise ValueError(not_demos)
   try:
     with loaded as f:
       demos = {k: f[k] for k in f.files}
-  except (zipfile.BadZipFile, zlib.error, ValueError, EOFError, OSError, KeyError) as e:
+  except _UNREADABLE as e:
     raise ValueError(f"{not_demos}: {e}") from e
   missing = [k for k in (*_FIELDS, "episode_lengths", "env_id") if k not in demos]
   if missing:

@@ -47,6 +47,7 @@ from offpolicy_ac.envs._timestep import STEP_TYPE_DTYPE
 from offpolicy_ac.envs._timestep import EnvSpec
 from offpolicy_ac.envs._timestep import EpisodeStats
 from offpolicy_ac.envs._timestep import TimeStep
+from offpolicy_ac.envs._timestep import check_bool
 from offpolicy_ac.envs._timestep import check_int
 
 __all__ = [
@@ -680,9 +681,7 @@ def _option_like(name: str, value: Any, default: Any) -> Any:
   str); raises ValueError naming the option otherwise (envpool's constructor would refuse
   it listing every option's type, none by name)."""
   if isinstance(default, bool):
-    if not isinstance(value, (bool, np.bool_)):
-      raise ValueError(f"{name} must be True or False, got {value!r}")
-    return bool(value)
+    return check_bool(name, value)
   if isinstance(default, int):
     return check_int(name, value, -(2**31), 2**31)
   if isinstance(default, float):
@@ -707,9 +706,6 @@ def _pool_kwargs(
   unknown = sorted(set(envpool_kwargs) - valid)
   if unknown:
     raise ValueError(f"unknown envpool option(s) {unknown} for {task_id}; valid: {sorted(valid)}")
-  for name, value in envpool_kwargs.items():
-    if name in defaults and name not in _INT_OPTIONS and name != "max_episode_steps":
-      envpool_kwargs[name] = _option_like(name, value, defaults[name])
   batch_size = envpool_kwargs.pop("batch_size", num_envs)
   batch_size = check_int("batch_size", batch_size)
   if batch_size > num_envs:
@@ -726,15 +722,12 @@ def _pool_kwargs(
   for name, low in _INT_OPTIONS.items():
     if name in envpool_kwargs:
       check_int(name, envpool_kwargs[name], low, 2**31)
-  sticky = envpool_kwargs.get("repeat_action_probability", 0.0)
-  if (
-      isinstance(sticky, (bool, np.bool_))
-      or not isinstance(sticky, numbers.Real)
-      or not (0 <= sticky <= 1)
-  ):
+  for name, value in envpool_kwargs.items():  # the bounded ints' own messages came first
+    if name in defaults:
+      envpool_kwargs[name] = _option_like(name, value, defaults[name])
+  sticky = envpool_kwargs.get("repeat_action_probability", 0.0)  # a float by now
+  if not 0 <= sticky <= 1:
     raise ValueError(f"repeat_action_probability must be a number in [0, 1], got {sticky!r}")
-  if "repeat_action_probability" in envpool_kwargs:
-    envpool_kwargs = {**envpool_kwargs, "repeat_action_probability": float(sticky)}
   return num_envs, batch_size, envpool_kwargs
 
 
@@ -782,8 +775,7 @@ def atari_kwargs(envpool: Any, task_id: str, train: bool, envpool_kwargs: dict[s
                  caller: str = "make_atari"):  # fmt: skip
   """The Atari preset's envpool options with `envpool_kwargs` on top (checks the id;
   `caller` names the function a refusal is about)."""
-  if not isinstance(train, (bool, np.bool_)):
-    raise ValueError(f"{caller}'s train must be True or False, got {train!r}")
+  check_bool(f"{caller}'s train", train)
   if not _is_atari(envpool, task_id):
     raise ValueError(f"{caller} expects an envpool Atari id such as 'Pong-v5', got {task_id!r}")
   return {**(ATARI_TRAIN_KWARGS if train else ATARI_EVAL_KWARGS), **envpool_kwargs}

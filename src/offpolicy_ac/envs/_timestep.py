@@ -123,6 +123,14 @@ class EpisodeStats(NamedTuple):
     return EpisodeStats(*(np.concatenate(fields) for fields in zip(*stats, strict=True)))
 
 
+def check_bool(name: str, value: Any) -> bool:
+  """`value` as a bool; raises ValueError naming `name` unless it is one (a NumPy bool
+  too): a switch given "no" would act as True."""
+  if not isinstance(value, (bool, np.bool_)):
+    raise ValueError(f"{name} must be True or False, got {value!r}")
+  return bool(value)
+
+
 def check_int(name: str, value: Any, low: int = 1, high: int | None = None) -> int:
   """`value` as an int; raises ValueError naming `name` unless it is an int (not a bool) in
   [low, high) (no upper bound when `high` is None)."""

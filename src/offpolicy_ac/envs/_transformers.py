@@ -35,6 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from offpolicy_ac.envs._timestep import check_bool
 from offpolicy_ac.envs._trajectory import Trajectory
 from offpolicy_ac.envs._trajectory import TransformedTrajectory
 
@@ -241,10 +242,7 @@ def make_data_transformer(
         f"observation_shape must be a tuple of positive ints, got {observation_shape!r}"
     )
   shape = tuple(observation_shape)
-  if not isinstance(normalize_observations, (bool, np.bool_)):
-    raise ValueError(
-        f"normalize_observations must be True or False, got {normalize_observations!r}"
-    )
+  check_bool("normalize_observations", normalize_observations)
   if obs_clip is not None and not _number("obs_clip", obs_clip) > 0:
     raise ValueError(f"obs_clip must be > 0 or None, got {obs_clip}")
   if not 0 <= _number("obs_eps", obs_eps) < float("inf"):
