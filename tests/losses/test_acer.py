@@ -47,7 +47,7 @@ def _probs(rng, shape, scale=1.5):
 def _q_ret_inputs(seed, t, batch=(), n_actions=3, *, garble=True):
   rng = np.random.default_rng(seed)
   shape = (t,) + tuple(batch)
-  discount, mask, _ = testing.random_layout(rng, t, batch, junction_discount=7.0)
+  discount, mask, _ = testing.random_layout(rng, t, batch, junction_discount=7.0, p_padding=0.2)
   a_t = rng.integers(0, n_actions, size=shape).astype(np.int32)
   mu_all = _probs(rng, shape + (n_actions,))
   x = dict(
@@ -318,7 +318,7 @@ def test_acer_trust_region_policy_loss_matches_paper(delta):
 def _continuous_inputs(seed, t, batch=(), *, garble=True):
   rng = np.random.default_rng(seed)
   shape = (t,) + tuple(batch)
-  discount, mask, _ = testing.random_layout(rng, t, batch, junction_discount=7.0)
+  discount, mask, _ = testing.random_layout(rng, t, batch, junction_discount=7.0, p_padding=0.2)
   x = dict(
       q_a_t=rng.normal(size=shape),
       v_t=rng.normal(size=shape),

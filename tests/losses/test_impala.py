@@ -47,7 +47,7 @@ def _inputs(seed, t, batch=(), *, garble=True, weights=False):
   """Random IMPALA inputs with terminations / truncations / junctions."""
   rng = np.random.default_rng(seed)
   shape = (t,) + tuple(batch)
-  discount, mask, _ = testing.random_layout(rng, t, batch, junction_discount=7.0)
+  discount, mask, _ = testing.random_layout(rng, t, batch, junction_discount=7.0, p_padding=0.2)
   log_mu = rng.uniform(-3.0, -0.1, size=shape)
   x = dict(
       v_tm1=rng.normal(size=shape),

@@ -196,7 +196,9 @@ def _random_q_inputs(
   unused mu_t of the step before each) hold arbitrary finite garbage."""
   shape = (t_len,) + tuple(batch)
   if use_mask:
-    d, mask, kind = testing.random_layout(rng, t_len, batch, p_termination=0.12, p_truncation=0.12)
+    d, mask, kind = testing.random_layout(
+        rng, t_len, batch, p_termination=0.12, p_truncation=0.12, p_padding=0.2
+    )
   else:
     d, mask, kind = testing.random_layout(
         rng, t_len, batch, p_termination=0.12, p_truncation=0.0, p_start_masked=0.0
@@ -343,7 +345,9 @@ _FIXED_RETRACE_EXAMPLES = [
 def _check_general_example(wrap, methods, t_len, batch, seed):
   rng = np.random.default_rng(seed)
   shape = (t_len,) + tuple(batch)
-  d, mask, _ = testing.random_layout(rng, t_len, batch, p_termination=0.12, p_truncation=0.12)
+  d, mask, _ = testing.random_layout(
+      rng, t_len, batch, p_termination=0.12, p_truncation=0.12, p_padding=0.2
+  )
   inputs = dict(
       q_a_t=rng.normal(size=shape) * 2,
       v_t=rng.normal(size=shape),
@@ -399,7 +403,9 @@ def _on_policy_consistent_example(seed, t_len, batch):
   from the masked step's q_tm1[e+1])."""
   rng = np.random.default_rng(seed)
   shape = (t_len,) + tuple(batch)
-  d, mask, _ = testing.random_layout(rng, t_len, batch, p_termination=0.12, p_truncation=0.12)
+  d, mask, _ = testing.random_layout(
+      rng, t_len, batch, p_termination=0.12, p_truncation=0.12, p_padding=0.2
+  )
   q = rng.normal(size=(t_len + 1,) + shape[1:] + (NUM_ACTIONS,)) * 2
   acts = rng.integers(0, NUM_ACTIONS, size=(t_len + 1,) + shape[1:])
   logits = rng.normal(size=shape + (NUM_ACTIONS,))

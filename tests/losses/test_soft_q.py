@@ -40,10 +40,12 @@ FEW = settings(max_examples=6)
 SOME = settings(max_examples=4)  # the costlier properties
 
 
-def _soft_q_inputs(seed, t, batch, n_actions=3, *, garble=True):
-  """Random r_t, discount_t, q_t, mask with terminations/truncations/junctions."""
+def _soft_q_inputs(seed, t, batch, n_actions=3, *, garble=True, p_padding=0.2):
+  """Random r_t, discount_t, q_t, mask with terminations/truncations/junctions/padding."""
   rng = np.random.default_rng(seed)
-  discount, mask, _ = testing.random_layout(rng, t, batch, junction_discount=7.0)
+  discount, mask, _ = testing.random_layout(
+      rng, t, batch, junction_discount=7.0, p_padding=p_padding
+  )
   r = rng.normal(size=(t,) + batch)
   q = 2.0 * rng.normal(size=(t,) + batch + (n_actions,))
   if garble:
@@ -338,7 +340,7 @@ def test_static_arguments_traced_by_jit_are_refused_with_how_to_pass_them():
 
 
 def test_soft_q_targets_gradient_matches_finite_differences():
-  r, d, q, mask = _soft_q_inputs(8, 6, (), n_actions=2, garble=False)
+  r, d, q, mask = _soft_q_inputs(8, 6, (), n_actions=2, garble=False, p_padding=0.0)
   mask[3] = False
   w = np.random.default_rng(1).normal(size=r.shape)
   grad_fn = jax.jit(

@@ -157,7 +157,9 @@ def _random_inputs(rng, t_len, batch, *, use_mask=True, garbage=1e3, dtype=np.fl
   """
   shape = (t_len,) + tuple(batch)
   if use_mask:
-    d, mask, kind = testing.random_layout(rng, t_len, batch, p_termination=0.12, p_truncation=0.12)
+    d, mask, kind = testing.random_layout(
+        rng, t_len, batch, p_termination=0.12, p_truncation=0.12, p_padding=0.2
+    )
   else:  # Terminations only (discount 0 cuts by itself); no masked steps.
     d, mask, kind = testing.random_layout(
         rng, t_len, batch, p_termination=0.12, p_truncation=0.0, p_start_masked=0.0
@@ -317,7 +319,9 @@ def _consistent_values(rng, kind, shape):
 def _nstep_example(seed, t_len, batch):
   rng = np.random.default_rng(seed)
   shape = (t_len,) + tuple(batch)
-  d, mask, kind = testing.random_layout(rng, t_len, batch, p_termination=0.12, p_truncation=0.12)
+  d, mask, kind = testing.random_layout(
+      rng, t_len, batch, p_termination=0.12, p_truncation=0.12, p_padding=0.2
+  )
   v_tm1, v_t = _consistent_values(rng, kind, shape)
   r = testing.fill_masked(rng.normal(size=shape), mask, 1e3)
   d = testing.fill_masked(d, mask, -5.0)

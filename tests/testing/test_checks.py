@@ -140,14 +140,14 @@ def test_checks_reject_reduced_outputs():
 
 
 def test_split_failures_name_the_index_in_the_example():
-  # A wrong value at step 6 of batch column 1, on the full batch only: the segment of
-  # steps 6..9 computed alone differs at its first step, which is (6, 1) in the example.
+  # A wrong value at step 5 of batch column 0, on the full batch only: the segment of
+  # steps 5..9 computed alone differs at its first step, which is (5, 0) in the example.
   ex = testing.default_examples()[1]
-  assert ex.r_t.shape == (10, 3) and bool(np.all(ex.mask[6:, 1]))
-  bump = jnp.zeros((10, 3)).at[6, 1].set(1.0)
+  assert ex.r_t.shape == (10, 3) and bool(np.all(ex.mask[5:, 0])) and not ex.mask[4, 0]
+  bump = jnp.zeros((10, 3)).at[5, 0].set(1.0)
   bad = lambda tr: lib_soft_q(tr) + (bump if tr.r_t.shape == (10, 3) else 0.0)  # noqa: E731
   with pytest.raises(
-      AssertionError, match=r"batch index \(1,\), steps 6\.\.9: .* worst at index \(6, 1\)"
+      AssertionError, match=r"batch index \(0,\), steps 5\.\.9: .* worst at index \(5, 0\)"
   ) as failure:
     testing.assert_junction_split_invariant(bad, ex, variants=("without_jit",))
   # "got" is the full batch's (the bumped value), "expected" the segment's computed alone.
@@ -497,7 +497,7 @@ _UNCHANGED_AT_THE_TRUNCATION = (
 )
 
 _CHANGED_BY_THE_TERMINATION = (
-    r", the final observations of the terminated steps \[\(8,\)\] moved .* a termination must"
+    r", the final observations of the terminated steps \[\(7,\)\] moved .* a termination must"
     r" not bootstrap.* differs"
 )
 

@@ -3,8 +3,10 @@
 import subprocess
 import sys
 
+from hypothesis import find
 from hypothesis import given
 from hypothesis import settings
+from hypothesis import strategies as st
 import numpy as np
 import pytest
 
@@ -24,8 +26,15 @@ def assert_layout(traj):
   assert mask.dtype == bool
   np.testing.assert_array_equal(mask, kind != testing.JUNCTION)
   last = (kind == testing.TERMINATION) | (kind == testing.TRUNCATION)
-  # A junction follows every LAST step (but the window's last) and only those.
-  np.testing.assert_array_equal(kind[1:] == testing.JUNCTION, last[:-1])
+  junction = kind == testing.JUNCTION
+  # A junction follows every LAST step (but the window's last); after step 0, a junction
+  # follows a LAST step or a junction, and two junctions in a row start the padding, which
+  # runs to the window's end.
+  assert not (last[:-1] & ~junction[1:]).any()
+  np.testing.assert_array_equal(junction[1:] & ~last[:-1], junction[1:] & junction[:-1])
+  if t > 2:
+    in_padding = np.logical_or.accumulate(junction[1:-1] & junction[:-2], axis=0)
+    assert junction[2:][in_padding].all()
   np.testing.assert_array_equal(np.asarray(traj.discount_t)[kind == testing.TERMINATION], 0.0)
   real = np.asarray(traj.discount_t)[mask & (kind != testing.TERMINATION)]
   assert ((real >= 0.5) & (real <= 1.0)).all()
@@ -68,6 +77,29 @@ def test_default_examples_hold_every_boundary():
   for x in examples:
     assert_layout(x)
     assert {testing.TERMINATION, testing.TRUNCATION, testing.JUNCTION} <= set(np.ravel(x.kind))
+  # Some column ends in padding: two masked steps in a row.
+  assert any(_padded(x) for x in examples)
+
+
+def _padded(traj):
+  """Two masked steps in a row: a column that ends in padding."""
+  return bool((~traj.mask[1:] & ~traj.mask[:-1]).any())
+
+
+def test_strategies_draw_padding_unless_told_not_to():
+  padded = find(
+      strategies.trajectories(t=st.integers(3, 8)),
+      _padded,
+      settings=settings(max_examples=500, deadline=None, database=None),
+  )
+  assert_layout(padded)
+
+
+@settings(max_examples=30, deadline=None)
+@given(strategies.trajectories(allow_padding=False))
+def test_strategies_without_padding(traj):
+  assert_layout(traj)
+  assert not _padded(traj)
 
 
 def test_junction_discounts_and_rewards_are_garbage():
@@ -101,6 +133,20 @@ def test_random_layout_and_junction_layout():
   assert slices == [slice(1, 3), slice(4, 7)]
   with pytest.raises(ValueError, match="p_termination"):
     testing.random_layout(np.random.default_rng(0), 3, p_termination=0.7, p_truncation=0.5)
+  with pytest.raises(ValueError, match=r"p_padding must be in \[0, 1\], got 1.5"):
+    testing.random_layout(np.random.default_rng(0), 3, p_padding=1.5)
+
+
+def test_random_layout_pads_from_the_first_last_step():
+  _, mask, kind = testing.random_layout(
+      np.random.default_rng(2), 12, (6,), p_padding=1.0, p_start_masked=0.0
+  )
+  last = (kind == testing.TERMINATION) | (kind == testing.TRUNCATION)
+  for col in range(6):
+    first = np.flatnonzero(last[:, col])
+    end = first[0] + 1 if first.size else 12
+    assert mask[:end, col].all() and not mask[end:, col].any()
+  assert (~mask[1:] & ~mask[:-1]).any()
 
 
 def test_strategies_without_hypothesis_name_the_extra():

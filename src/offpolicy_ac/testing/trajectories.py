@@ -104,6 +104,7 @@ def random_layout(
     p_termination: float = 0.15,
     p_truncation: float = 0.15,
     p_start_masked: float = 0.15,
+    p_padding: float = 0.0,
     gamma=(0.5, 1.0),
     junction_discount: float | None = None,
 ):
@@ -111,7 +112,9 @@ def random_layout(
 
   Every LAST step (termination or truncation) that is not the window's last
   step is followed by one `JUNCTION` step; a column may also start with one
-  (the window began right after a LAST step).
+  (the window began right after a LAST step). A padded column is masked from
+  its first LAST step to the window's end, as a sequence cut from a shorter
+  episode is (`demos.cut_episodes` with `null_padding`): a run of masked steps.
 
   Args:
     rng: the NumPy generator.
@@ -120,6 +123,7 @@ def random_layout(
     p_termination: probability that a non-junction step terminates.
     p_truncation: probability that a non-junction step is truncated.
     p_start_masked: probability that a column starts with a junction step.
+    p_padding: probability that a column is padded after its first LAST step.
     gamma: a float, or a `(low, high)` range to draw one gamma per column.
     junction_discount: the discount written at junction steps; None leaves
       gamma there.
@@ -134,6 +138,8 @@ def random_layout(
         f"p_termination ({p_termination}) and p_truncation ({p_truncation}) must be"
         " non-negative and sum to at most 1"
     )
+  if not 0.0 <= p_padding <= 1.0:
+    raise ValueError(f"p_padding must be in [0, 1], got {p_padding}")
   shape = (t,) + tuple(batch_shape)
   discount = np.zeros(shape)
   mask = np.ones(shape, dtype=bool)
@@ -141,9 +147,12 @@ def random_layout(
   for col in _columns(shape):
     g = rng.uniform(*gamma) if isinstance(gamma, (tuple, list)) else float(gamma)
     after_last = rng.random() < p_start_masked
+    # Drawn only when asked for, so that a seed's layouts without padding stay as they were.
+    padded = p_padding > 0 and rng.random() < p_padding
+    padding = False
     for s in range(t):
       idx = (s,) + col[1:]
-      if after_last:
+      if after_last or padding:
         mask[idx], kind[idx] = False, JUNCTION
         discount[idx] = g if junction_discount is None else junction_discount
         after_last = False
@@ -155,6 +164,7 @@ def random_layout(
         kind[idx], discount[idx], after_last = TRUNCATION, g, True
       else:
         kind[idx], discount[idx] = MID, g
+      padding = padded and after_last
   return discount, mask, kind
 
 
@@ -326,6 +336,7 @@ def random_trajectory(
     p_termination: float = 0.15,
     p_truncation: float = 0.15,
     p_start_masked: float = 0.15,
+    p_padding: float = 0.0,
     gamma=(0.5, 1.0),
     dtype=np.float32,
 ) -> Trajectory:
@@ -337,7 +348,8 @@ def random_trajectory(
     batch_shape: the batch axes; None draws `()`, `(B,)` or `(B1, B2)` with
       sizes in `[1, 3]`.
     num_actions: the action count A; None draws one in `[1, 4]`.
-    p_termination, p_truncation, p_start_masked, gamma: as in `random_layout`.
+    p_termination, p_truncation, p_start_masked, p_padding, gamma: as in
+      `random_layout`.
     dtype: the floating dtype of the arrays.
 
   Example:
@@ -360,6 +372,7 @@ def random_trajectory(
       p_termination=p_termination,
       p_truncation=p_truncation,
       p_start_masked=p_start_masked,
+      p_padding=p_padding,
       gamma=gamma,
   )
   return trajectory_from_layout(rng, discount, mask, kind, num_actions, dtype=dtype)
@@ -369,8 +382,9 @@ def default_examples(seed: int = 0, num: int = 6) -> list[Trajectory]:
   """A few small random trajectories that together hold every step kind.
 
   The first examples cover batch shapes `()`, `(3,)` and `(2, 2)`; all of them
-  have at least one termination, one truncation and one junction, so a check
-  run on them exercises every boundary. Used when a check gets no examples.
+  have at least one termination, one truncation and one junction, and a column
+  may end in masked padding (two of the second example's do), so a check run on
+  them exercises every boundary. Used when a check gets no examples.
   """
   rng = np.random.default_rng(seed)
   shapes = [(), (3,), (2, 2)]
@@ -378,7 +392,13 @@ def default_examples(seed: int = 0, num: int = 6) -> list[Trajectory]:
   while len(out) < num:
     batch = shapes[len(out) % len(shapes)]
     traj = random_trajectory(
-        rng, int(rng.integers(6, 11)), batch, 3, p_termination=0.2, p_truncation=0.2
+        rng,
+        int(rng.integers(6, 11)),
+        batch,
+        3,
+        p_termination=0.2,
+        p_truncation=0.2,
+        p_padding=0.2,
     )
     kinds = set(np.unique(traj.kind).tolist())
     if {TERMINATION, TRUNCATION, JUNCTION} <= kinds:
