@@ -20,6 +20,7 @@ from scripts import load_script
 from offpolicy_ac import demos as demos_lib
 from offpolicy_ac import envs
 from offpolicy_ac import presets
+from offpolicy_ac.analysis import statistics
 from offpolicy_ac.training import is_refusal
 from offpolicy_ac.training import load_run
 from offpolicy_ac.training import read_metrics
@@ -416,6 +417,22 @@ def test_sqil_resume_refuses_demonstrations_whose_content_changed(tmp_path, pend
   moved = tmp_path / "moved.npz"  # the run's file at another path: compared by content
   moved.write_bytes(pendulum_demos.read_bytes())
   assert module.run(dataclasses.replace(resumed, demos=str(moved))).env_steps == 512
+
+
+def test_sqil_learners_record_the_demonstrations_digest(tmp_path, pendulum_demos):
+  """Each learner of a two-seed run records the --demos file's digest, as the root does:
+  the statistics group runs by it (runs trained on other demonstrations at the same path
+  were pooled as seeds of one configuration)."""
+  module = _script("sqil")
+  args = _args(module, tmp_path, preset="pendulum", demos=str(pendulum_demos), num_seeds=2,
+               total_env_steps=256, log_every=256, eval_every=0)  # fmt: skip
+  module.run(args)
+  digest = json.loads((tmp_path / "config.json").read_text())["inputs"]["demos"]
+  for seed in (0, 1):
+    learner = json.loads((tmp_path / f"seed{seed}" / "config.json").read_text())
+    assert learner["inputs"] == {"demos": digest}
+  runs = [statistics.run_info(tmp_path / f"seed{seed}") for seed in (0, 1)]
+  assert len(statistics.group_runs(runs)) == 1
 
 
 def test_sqil_halfcheetah_preset_trains_from_demonstrations_inside_the_box(tmp_path):

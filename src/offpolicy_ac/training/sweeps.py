@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 from typing import Any
+from typing import Optional
 
 import jax.numpy as jnp
 
@@ -109,10 +110,11 @@ def lane_args(args: Any, lane: Lane) -> Any:
 
 
 def write_lane_configs(name: str, args: Any, root: pathlib.Path, lanes: list[Lane],
-                       resume: bool = False) -> None:  # fmt: skip
+                       resume: bool = False, inputs: Optional[dict] = None) -> None:  # fmt: skip
   """Each lane's directory and config.json (the root's is written by the caller); a lane
   logging in the root itself (a single learner) gets none. Resuming, each keeps what
-  started the run (`write_config`'s `started`)."""
+  started the run (`write_config`'s `started`). `inputs`: the digests of the files args
+  fields name (as the root's), by which the statistics group runs, not by path."""
   for k, lane in enumerate(lanes):
     if lane.run_dir != root:
       lane.run_dir.mkdir(parents=True, exist_ok=True)
@@ -121,6 +123,7 @@ def write_lane_configs(name: str, args: Any, root: pathlib.Path, lanes: list[Lan
           "learners_of": str(root.absolute()),
           "learner": k,
           "learners": len(lanes),
+          **({"inputs": inputs} if inputs else {}),
       }
       path = lane.run_dir / "config.json"
       started = read_json(path) if resume and path.exists() else None
