@@ -143,6 +143,38 @@ def test_a_sweep_written_as_typed_resumes(tmp_path):
           **dict(steps, total_env_steps=1024))  # fmt: skip
 
 
+def test_a_sweep_of_one_setting_and_one_seed_is_laid_out_as_any_sweep(tmp_path):
+  """The root keeps the whole config, the learner its own below it: it loads, resumes and
+  is refused by name like any other learner (its directory held the whole run's config,
+  which `load_run` took for a sweep's root and named no learner of)."""
+  steps = dict(total_env_steps=512, log_every=256, checkpoint_every=256, eval_every=0)
+  _main("impala", tmp_path, sweep=("learning_rate=0.003",), **steps)
+  learner = tmp_path / "learning_rate=0.003" / "seed0"
+  record = json.loads((learner / "config.json").read_text())
+  assert record["config"]["train"]["budget"]["sweep"] == []
+  assert record["learners"] == 1 and record["config"]["agent"]["learning_rate"] == 0.003
+  run = load_run(learner)
+  assert run.env_steps == 512 and run.agent.config.learning_rate == 0.003
+  with pytest.raises(ValueError, match=r"root of a sweep .*learning_rate=0\.003/seed0"):
+    load_run(tmp_path)
+  assert (tmp_path / "sweep_summary.txt").exists()
+  _main("impala", tmp_path, resume=True, sweep=("learning_rate=0.003",),
+        **dict(steps, total_env_steps=768))  # fmt: skip
+  assert [l["env_steps"] for l in _lines(learner)] == [256, 512, 768]
+
+
+def test_a_sweep_too_short_for_an_episode_finishes_without_a_figure(tmp_path, capsys):
+  """512 steps of Pendulum (200-step episodes) over 8 environments end no episode: the
+  sweep finishes, says why it draws nothing (it ended in NothingLogged's traceback, exit 1,
+  after training)."""
+  results = _main("impala", tmp_path, env_id="Pendulum-v1", sweep=("learning_rate=1e-3,3e-3",),
+                  total_env_steps=512, log_every=256, eval_every=0, checkpoint_every=0)  # fmt: skip
+  assert [r.env_steps for r in results] == [512, 512]
+  assert "no run logged episode_return" in capsys.readouterr().out
+  assert not (tmp_path / "sweep_summary.txt").exists()
+  assert (tmp_path / "learning_rate=0.003" / "seed0" / "summary.json").exists()
+
+
 def test_a_sql_sweep_lane_acts_with_its_own_epsilon(tmp_path):
   """SQL's epsilon changes only how it acts: a lane acting with the default's would not
   repeat the single run's episodes."""

@@ -473,9 +473,10 @@ def _run(name: str, args: Any, root: pathlib.Path, agent_factory: Callable,
     program = _program(name, args, lanes, agent_factory, options)
   process = config.parallel.process_id
   dirs = [lane.run_dir for lane in lanes]
-  if len(lanes) == 1 and process > 0:  # a multi-host job's other processes: their own logs
+  alone = _alone(root, lanes)
+  if alone and process > 0:  # a multi-host job's other processes: their own logs
     dirs = [root / f"process{process}"]
-  locked_dirs = [dirs[0]] if len(lanes) == 1 else [root, *dirs]
+  locked_dirs = [dirs[0]] if alone else [root, *dirs]
   made = _not_yet_made(locked_dirs)
   with contextlib.ExitStack() as held:
     held.enter_context(_removed_if_unused(made))
@@ -485,6 +486,12 @@ def _run(name: str, args: Any, root: pathlib.Path, agent_factory: Callable,
     keep = bool(getattr(args, "resume", False)) and config.parallel.num_processes == 1
     with _configs_kept_on_failure(root, dirs, keep):
       return _configure_and_drive(name, args, root, lanes, dirs, program, options)
+
+
+def _alone(root: pathlib.Path, lanes: list[sweeps.Lane]) -> bool:
+  """One learner, logging in the root itself; a sweep's learners log below it, a sweep of
+  one setting and one seed's too (`sweeps.lanes_of`)."""
+  return [lane.run_dir for lane in lanes] == [root]
 
 
 FILES_PER_LEARNER = 3
@@ -547,7 +554,7 @@ def _configure_and_drive(name: str, args: Any, root: pathlib.Path, lanes: list[s
     common = {"inputs": options.inputs, "checkpoints": root / "checkpoints",
               "writes_checkpoints": config.parallel.process_id == 0}  # fmt: skip
     with refusals():
-      if len(lanes) == 1:
+      if _alone(root, lanes):
         rundir.check_or_write_config(name, args, dirs[0], resume, **common)
       else:
         rundir.check_or_write_config(name, args, root, resume, others=dirs, **common)
@@ -646,7 +653,7 @@ def _drive_and_finish(name: str, config: TrainConfig, root: pathlib.Path,
              "again in another --run-dir")  # fmt: skip
     print(f"[{name}] stopped by {stopped_by} at env step {first.env_steps:,}; {where}",
           flush=True)  # fmt: skip
-  if len(lanes) > 1:
+  if not _alone(root, lanes):
     sweeps.plot_lanes(name, config, root, lanes,
                       "vmapped, compiled" if config.compiled else "vmapped")  # fmt: skip
   return outcome.results

@@ -144,7 +144,8 @@ def plot_lanes(name: str, config: TrainConfig, root: pathlib.Path, lanes: list[L
   """Several seeds: their mean and spread (learning_curves.png, titled with `how` the
   seeds ran). A sweep: one line per setting, the IQM over its seeds with a 95% bootstrap
   interval (<env_id>.png), and the settings' final scores as a table, printed and written
-  to sweep_summary.txt."""
+  to sweep_summary.txt; a setting none of whose learners logged a return (a budget too
+  short for an episode) is left out, and with none, nothing is drawn."""
   from offpolicy_ac.analysis import plotting
   from offpolicy_ac.analysis import statistics
 
@@ -155,8 +156,15 @@ def plot_lanes(name: str, config: TrainConfig, root: pathlib.Path, lanes: list[L
     return
   runs = [statistics.run_info(lane.run_dir) for lane in lanes]
   groups = statistics.group_runs(runs)
-  curves = [statistics.group_curve(g) for g in groups]
-  labels = statistics.group_labels(groups)
+  curves, labels = [], []
+  for group, label in zip(groups, statistics.group_labels(groups)):
+    try:
+      curves.append(statistics.group_curve(group))
+      labels.append(label)
+    except statistics.NothingLogged as e:  # too short for an episode: the others are drawn
+      print(f"[{name}] {e}: left out of the sweep's figure and summary", flush=True)
+  if not curves:
+    return
   for path in plotting.plot_group_curves(curves, labels, root):
     print(f"[{name}] wrote {path}", flush=True)
   table = statistics.summary_table(curves, labels)
