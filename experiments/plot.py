@@ -71,7 +71,8 @@ def main(args: Args) -> list[statistics.GroupCurve]:
   for path in plotting.plot_group_curves(curves, labels, args.out_dir):
     print(f"wrote {path}")
   print(statistics.summary_table(curves, labels))
-  finals = statistics.final_scores_table(curves, labels)  # runs too short for an evaluation
+  # runs too short for an evaluation
+  finals = statistics.final_scores_table(curves, labels, reps=args.reps, seed=args.seed)
   if finals is not None:
     print(f"\n{finals}")
   return curves

@@ -581,6 +581,28 @@ def test_plot_script_end_to_end(tmp_path, capsys):
   assert any(line.startswith("acer ") and "Pendulum-v1" in line for line in text.splitlines())
 
 
+def test_plot_script_bootstraps_the_final_scores_with_its_reps_and_seed(tmp_path, capsys):
+  """The final greedy returns' intervals are drawn as the curves' are, with --reps and
+  --seed (they were left at the defaults: any --reps or --seed printed the same table)."""
+  for seed, score in enumerate([10.0, 25.0, 33.0, 47.0, 52.0, 68.0, 71.0, 99.0]):
+    run = write_run(tmp_path / "runs" / f"r{seed}", seed=seed)
+    (run / "summary.json").write_text(json.dumps({"last_eval_return": score}))
+  plot = load_script("plot")
+
+  def finals(**kw):
+    plot.main(plot.Args(paths=(str(tmp_path / "runs"),), out_dir=str(tmp_path / "p"), **kw))
+    text = capsys.readouterr().out
+    return text.split("The final parameters' greedy returns")[1].splitlines()[-1].split()[-3:]
+
+  for reps, seed in [(2000, 0), (40, 7)]:
+    est = S.iqm_with_intervals(np.asarray([10.0, 25, 33, 47, 52, 68, 71, 99])[:, None],
+                               reps=reps, seed=seed)  # fmt: skip
+    want = [S._number(est.point[0]), f"[{S._number(est.lower[0])},",
+            f"{S._number(est.upper[0])}]"]  # fmt: skip
+    assert finals(reps=reps, seed=seed) == want
+  assert finals(reps=40, seed=7) != finals()
+
+
 def test_plot_script_leaves_out_a_group_that_logged_nothing_yet(tmp_path, capsys):
   runs = tmp_path / "runs"
   write_run(runs / "impala", seed=0)
