@@ -35,6 +35,7 @@ import numpy as np
 
 from offpolicy_ac import envs
 from offpolicy_ac.cli import check_output_file
+from offpolicy_ac.cli import check_outside_run
 from offpolicy_ac.cli import import_modules
 from offpolicy_ac.cli import parse_plain
 from offpolicy_ac.cli import script_main
@@ -144,30 +145,12 @@ def _written_here(path: pathlib.Path) -> bool:
 
 def check_outputs(args: Args) -> None:
   """Refuses (ValueError naming the flag) an `--out` or `--video` that would overwrite the
-  run evaluated, and the two naming the same file (the results would replace the video).
-
-  A run's files are those in its directory (an existing file there, but the results and
-  videos of evaluate.py: `_written_here`) and anything in its folders (checkpoints/,
-  best_at_checkpoint/, tensorboard/, ...); for a learner of a run of several
-  (<root>/seed<k>, <root>/<setting>/seed<k>), those of the root too (its config.json and
-  checkpoints/, which the learner loads). Paths are compared resolved (`..`, links).
-  """
-  run_dir = pathlib.Path(args.run_dir).expanduser().resolve()
-  # The root of a run of several seeds or settings: where load_run finds its checkpoints.
-  roots = [d for d in (run_dir.parent, run_dir.parent.parent) if (d / "config.json").is_file()]
+  run evaluated (`cli.check_outside_run`; evaluate.py's own results and videos there may
+  be overwritten: `_written_here`), and the two naming the same file (the results would
+  replace the video)."""
   outputs = {flag: path for flag, path in (("--out", args.out), ("--video", args.video)) if path}
   for flag, given in outputs.items():
-    path = pathlib.Path(given).expanduser().resolve()
-    owner = next((d for d in (run_dir, *roots[:1]) if path.is_relative_to(d)), None)
-    if owner is None or path == owner:  # outside the run; the directory: check_output_file
-      continue
-    first = owner / path.relative_to(owner).parts[0]
-    if first != path and first.is_dir():
-      raise ValueError(f"{flag} {given} is in {first}, a folder of the run: writing there "
-                       "would damage the run; give a path outside it")  # fmt: skip
-    if first == path and path.exists() and not _written_here(path):
-      raise ValueError(f"{flag} {given} is the file {path.name} of the run in {owner}: "
-                       "overwriting it would damage the run; give another path")  # fmt: skip
+    check_outside_run(flag, given, args.run_dir, may_overwrite=_written_here)
   if len(outputs) == 2:
     out, video = (pathlib.Path(p).expanduser().resolve() for p in outputs.values())
     if out == video:

@@ -10,6 +10,7 @@ policy stalls: a Breakout player that never serves plays until the time limit).
 from __future__ import annotations
 
 import dataclasses
+import pathlib
 from typing import Literal
 from typing import Optional
 
@@ -17,6 +18,7 @@ import numpy as np
 
 from offpolicy_ac import demos as demos_lib
 from offpolicy_ac.cli import check_output_file
+from offpolicy_ac.cli import check_outside_run
 from offpolicy_ac.cli import import_modules
 from offpolicy_ac.cli import parse_plain
 from offpolicy_ac.cli import script_main
@@ -55,6 +57,10 @@ class Args:
   custom agent or torso (agents.register_agent, networks.register_torso)."""
 
 
+def _is_npz(path: pathlib.Path) -> bool:
+  return path.suffix.lower() == ".npz"
+
+
 def main(args: Args) -> dict:
   if not 0 <= args.seed < MAX_SEED:  # a PRNG key's seed (the behaviour policy's)
     raise ValueError(f"--seed must be in [0, 2**32), got {args.seed}")
@@ -63,6 +69,8 @@ def main(args: Args) -> dict:
   if fraction is not None and not 0.0 < fraction <= 1.0:
     raise ValueError(f"--action-box-fraction must lie in (0, 1], got {fraction}")
   out = check_output_file("--out", args.out)  # with ~ expanded
+  # Demonstrations recorded into the run before may be replaced: a run writes no .npz.
+  check_outside_run("--out", args.out, args.run_dir, may_overwrite=_is_npz)
   import_modules("--import-modules", args.import_modules)
   run = load_run(args.run_dir, best=args.best)
   env_id = run.config.env.env_id

@@ -83,6 +83,7 @@ __all__ = [
     "script_main",
     "exit_process",
     "check_output_file",
+    "check_outside_run",
     "import_modules",
 ]
 
@@ -664,6 +665,32 @@ def check_output_file(flag: str, path: str | os.PathLike) -> pathlib.Path:
   if blocking is not None and not os.access(blocking, os.W_OK):
     raise ValueError(f"{flag} {path}: {blocking} is not writable")
   return path
+
+
+def check_outside_run(flag: str, given: str | os.PathLike, run_dir: str | os.PathLike, *,
+                      may_overwrite: Callable[[pathlib.Path], bool] = lambda path: False
+                      ) -> None:  # fmt: skip
+  """Refuses (ValueError naming `flag`) an output path that would damage the run in
+  `run_dir`: an existing file in its directory (but those `may_overwrite` allows: a
+  script's own earlier outputs) or any path in one of its folders (checkpoints/,
+  best_at_checkpoint/, tensorboard/, ...); for a learner of a run of several
+  (<root>/seed<k>, <root>/<setting>/seed<k>), the root's too (its config.json and
+  checkpoints/, which the learner loads). Paths are compared resolved (`..`, links); the
+  run directory itself is left to `check_output_file`."""
+  run_dir = pathlib.Path(run_dir).expanduser().resolve()
+  # The root of a run of several seeds or settings: where load_run finds its checkpoints.
+  roots = [d for d in (run_dir.parent, run_dir.parent.parent) if (d / "config.json").is_file()]
+  path = pathlib.Path(given).expanduser().resolve()
+  owner = next((d for d in (run_dir, *roots[:1]) if path.is_relative_to(d)), None)
+  if owner is None or path == owner:
+    return
+  first = owner / path.relative_to(owner).parts[0]
+  if first != path and first.is_dir():
+    raise ValueError(f"{flag} {given} is in {first}, a folder of the run: writing there "
+                     "would damage the run; give a path outside it")  # fmt: skip
+  if first == path and path.exists() and not may_overwrite(path):
+    raise ValueError(f"{flag} {given} is the file {path.name} of the run in {owner}: "
+                     "overwriting it would damage the run; give another path")  # fmt: skip
 
 
 def import_modules(flag: str, modules: Sequence[str]) -> None:

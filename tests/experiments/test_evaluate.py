@@ -181,6 +181,28 @@ def test_evaluate_refuses_outputs_that_would_overwrite_the_run(tmp_path):
   assert config.read_bytes() == written[config]
 
 
+def test_record_demos_refuses_an_out_that_would_overwrite_the_run(tmp_path):
+  """record_demos.py's --out may not name a file of the run or a path in its folders (it
+  wrote demonstrations over config.json and final_params.msgpack); demonstrations
+  recorded into the run before may be recorded again."""
+  run_dir = _train(tmp_path / "run", "cartpole", 512)
+  (run_dir / "checkpoints").mkdir(exist_ok=True)
+  written = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+  module = load_script("record_demos")
+  main = lambda out: module.main(module.Args(run_dir=str(run_dir), out=str(out), episodes=1))  # noqa: E731
+  for entry in sorted(run_dir.iterdir()):
+    message = (f"is in {entry}, a folder of the run" if entry.is_dir() else
+               f"is the file {entry.name} of the run in {run_dir}")  # fmt: skip
+    path = entry / "x.npz" if entry.is_dir() else entry
+    with pytest.raises(ValueError, match=re.escape(f"--out {path} {message}")):
+      main(path)
+  assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == written
+  for _ in range(2):
+    main(run_dir / "demos.npz")
+  assert load_demos(run_dir / "demos.npz")["episode_lengths"].shape == (1,)
+  load_run(run_dir)
+
+
 def test_write_video_round_trip_pads_odd_sizes(tmp_path):
   rng = np.random.default_rng(0)
   frames = np.zeros((7, 31, 45, 3), np.uint8)
