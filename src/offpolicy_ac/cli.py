@@ -305,6 +305,7 @@ def parse_args(
     if hasattr(args, "agent") and hasattr(args, "train"):
       base_agent = base.agent if base is not None else _field_default(args_cls, "agent")
       _check_swept_fields(args.agent, base_agent, args.train.budget.sweep)
+      _check_agent_settings_have_effect(args.agent, base_agent)
   except ValueError as e:
     raise ValueError(in_flag_terms(str(e), args_cls)) from None
   return args
@@ -337,10 +338,23 @@ def _check_swept_fields(agent: Any, base_agent: Any, sweep: Sequence[str]) -> No
   """Refuses a flag that sets a field `--sweep` sweeps (its value differs from the
   preset's or the default's): the sweep's values would replace it, silently."""
   for field in hyperparams.parse_sweep(agent, sweep):  # a bad --sweep is refused here too
-    given = getattr(agent, field)
-    if given != getattr(base_agent, field):
-      raise ValueError(f"{flag_name(field)} {format_value(given)} sets a field --sweep "
+    value = getattr(agent, field)
+    if value != getattr(base_agent, field):
+      raise ValueError(f"{flag_name(field)} {format_value(value)} sets a field --sweep "
                        f"sweeps: drop {flag_name(field)}")  # fmt: skip
+
+
+def _check_agent_settings_have_effect(agent: Any, base_agent: Any) -> None:
+  """Refuses a flag that changes an agent setting from the preset's (or the default's)
+  value where the rest of the config leaves it without effect (the config's
+  `ignored_settings()`): SQL's --n-step with --lambda, ACER's --avg-decay without the
+  trust region. The library's `check_settings_used` compares with the config class's
+  defaults, which a preset's may differ from (SQL's n_step)."""
+  for field, why in getattr(agent, "ignored_settings", dict)().items():
+    value = getattr(agent, field)
+    if value != getattr(base_agent, field):
+      raise ValueError(f"{flag_name(field)} {format_value(value)} has no effect in this run: "
+                       f"{why}")  # fmt: skip
 
 
 def parse_plain(args_cls: type[ArgsT], description: str,

@@ -288,6 +288,11 @@ def test_a_trust_region_size_without_the_trust_region_is_refused(cartpole_spec):
   with pytest.raises(ValueError, match="trust_region_delta: the trust region's size: no effect"):
     base.check_settings_used(config, cartpole_spec)
   base.check_settings_used(AcerConfig(use_trust_region=False), cartpole_spec)  # the default
+  with pytest.raises(ValueError, match="avg_decay: the trust region's average network"):
+    base.check_settings_used(AcerConfig(use_trust_region=False, avg_decay=0.5), cartpole_spec)
+  with pytest.raises(ValueError, match="--sweep avg_decay: the trust region's average"):
+    base.check_swept_settings_used(AcerConfig(use_trust_region=False), cartpole_spec,
+                                   ["avg_decay"])  # fmt: skip
   make_acer(cartpole_spec, config)  # a run rebuilt from its config.json
 
 

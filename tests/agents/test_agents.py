@@ -328,6 +328,18 @@ def test_sql_config_validation(cartpole_spec):
                                        "continuous agent's sampler"):  # fmt: skip
     base.check_settings_used(unused, cartpole_spec)
   make_sql(cartpole_spec, unused)
+  assert SqlConfig(lambda_=0.5).ignored_settings().keys() == {"n_step"}
+  assert SqlConfig().ignored_settings() == {}
+
+
+def test_impala_refuses_a_policy_gradient_rho_clip_under_the_clipped_surrogate(cartpole_spec):
+  """The clipped surrogate clips the ratio itself: clip_pg_rho_threshold has no effect."""
+  config = ImpalaConfig(surrogate_clip=0.2, clip_pg_rho_threshold=0.5)
+  with pytest.raises(ValueError, match="clip_pg_rho_threshold: the policy gradient's rho clip"):
+    base.check_settings_used(config, cartpole_spec)
+  base.check_settings_used(ImpalaConfig(surrogate_clip=0.2), cartpole_spec)
+  base.check_settings_used(ImpalaConfig(clip_pg_rho_threshold=0.5), cartpole_spec)
+  make_impala(cartpole_spec, config)  # a run rebuilt from its config.json
 
 
 @pytest.mark.parametrize(

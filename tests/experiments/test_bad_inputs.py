@@ -192,7 +192,7 @@ CASES = [
         ["--num-particles", "64"],
         "--num-particles: settings of the continuous agent's sampler",
     ),
-    ("sql", ["--lambda", "0.9", "--n-step", "7"], "--n-step=7 with --lambda=0.9: --lambda > 0"),
+    ("sql", ["--lambda", "0.9", "--n-step", "7"], "--n-step 7 has no effect in this run: --lambda"),
     ("sql", ["--n-step", "50"], "--n-step (50) exceeds --mini-batch-length (4)"),
     ("sqil", ["--demos", "{demos}/good.npz", "--n-step", "50"], "--n-step (50) exceeds"),
     # The flag's own message, not the demonstrations' cut of a window of 1 step.
@@ -201,7 +201,29 @@ CASES = [
         ["--demos", "{demos}/good.npz", "--mini-batch-length", "0"],
         "--mini-batch-length must be a positive int, got 0",
     ),
-    ("sql", ["--preset", "pendulum", "--lambda", "0.5", "--n-step", "2"], "--n-step=2 with"),
+    ("sql", ["--preset", "pendulum", "--lambda", "0.5", "--n-step", "2"], "--n-step 2 has no"),
+    # Off the preset's value (pendulum's n_step is 1, sqil.py's 3), though the config class's
+    # default (3 with --lambda is allowed there), and then without effect.
+    (
+        "sql",
+        ["--preset", "pendulum", "--lambda", "0.5", "--n-step", "3"],
+        "--n-step 3 has no effect in this run: --lambda > 0 selects the soft lambda-returns",
+    ),
+    (
+        "sqil",
+        ["--demos", "{demos}/good.npz", "--lambda", "0.5", "--n-step", "1"],
+        "--n-step 1 has no effect in this run: --lambda > 0 selects the soft lambda-returns",
+    ),
+    (
+        "acer",
+        ["--no-use-trust-region", "--avg-decay", "0.9"],
+        "--avg-decay 0.9 has no effect in this run: the trust region's average network",
+    ),
+    (
+        "impala",
+        ["--surrogate-clip", "0.2", "--clip-pg-rho-threshold", "2"],
+        "--clip-pg-rho-threshold 2.0 has no effect in this run: the policy gradient's rho clip",
+    ),
     # Settings of continuous actions on a discrete task: given, and then without effect.
     ("impala", ["--init-log-std", "-1"], "--init-log-std: settings of continuous actions"),
     ("acer", ["--sdn-samples", "3"], "--sdn-samples: settings of continuous actions, which ACER"),

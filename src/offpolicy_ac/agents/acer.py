@@ -140,13 +140,22 @@ class AcerConfig:
     """The settings that have no effect on the task of `spec` (or without the trust
     region), each with why (`base.check_settings_used` refuses them set off their
     defaults)."""
-    unused = base.unused_mlp_sizes(self, spec)
+    unused = {**base.unused_mlp_sizes(self, spec), **self.ignored_settings()}
     if spec.is_discrete:
       why = "settings of continuous actions, which ACER on a discrete task does not use"
       unused.update(dict.fromkeys(("init_log_std", "sdn_samples", "sdn_hidden_size"), why))
-    if not self.use_trust_region:
-      unused["trust_region_delta"] = "the trust region's size: no effect without use_trust_region"
     return unused
+
+  def ignored_settings(self) -> dict[str, str]:
+    """The settings the rest of this config leaves without effect, on any task, each with
+    why: the trust region's size and its average network's decay without the trust
+    region (the average network is read by the trust region alone)."""
+    if self.use_trust_region:
+      return {}
+    return {
+        "trust_region_delta": "the trust region's size: no effect without use_trust_region",
+        "avg_decay": "the trust region's average network: no effect without use_trust_region",
+    }
 
 
 def make_acer(spec, config: AcerConfig = AcerConfig()) -> base.Agent:

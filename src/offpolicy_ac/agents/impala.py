@@ -121,12 +121,21 @@ class ImpalaConfig:
   def unused_on(self, spec) -> dict[str, str]:
     """The settings that have no effect on the task of `spec`, each with why
     (`base.check_settings_used` refuses them set off their defaults)."""
-    unused = base.unused_mlp_sizes(self, spec)
+    unused = {**base.unused_mlp_sizes(self, spec), **self.ignored_settings()}
     if spec.is_discrete:
       unused["init_log_std"] = (
           "settings of continuous actions, which IMPALA on a discrete task does not use"
       )
     return unused
+
+  def ignored_settings(self) -> dict[str, str]:
+    """The settings the rest of this config leaves without effect, on any task, each with
+    why: the policy gradient's rho clip under the clipped surrogate, which clips the
+    ratio itself."""
+    if self.surrogate_clip is None:
+      return {}
+    return {"clip_pg_rho_threshold": "the policy gradient's rho clip: no effect with "
+                                     "surrogate_clip, which clips the ratio itself"}  # fmt: skip
 
 
 def make_impala(spec, config: ImpalaConfig = ImpalaConfig()) -> base.Agent:

@@ -138,6 +138,16 @@ class SqlConfig:
     """Continuous: the particles SVGD moves, int(num_particles * svgd_update_ratio)."""
     return int(self.num_particles * self.svgd_update_ratio)
 
+  def ignored_settings(self) -> dict[str, str]:
+    """The settings the rest of this config leaves without effect, on any task, each with
+    why: n_step with lambda_ > 0. Not in `unused_on`: the presets' n_step (1) differs from
+    the default's (3) and meets lambda_ without a conflict; the command line refuses an
+    --n-step off the preset's with --lambda (`cli.parse_args`)."""
+    if not self.lambda_ > 0:
+      return {}
+    return {"n_step": "lambda_ > 0 selects the soft lambda-returns, and n_step sets the "
+                      "n-step targets (lambda_ 0): give one of the two"}  # fmt: skip
+
   def unused_on(self, spec) -> dict[str, str]:
     """The settings that have no effect on the task of `spec`, each with why
     (`base.check_settings_used` refuses them set off their defaults). Continuous: the MLP
