@@ -265,6 +265,7 @@ def test_tight_trust_region_changes_the_step(cartpole_spec, loose_agents):
         ("trust_region_delta", -0.1, "trust_region_delta"),
         ("avg_decay", 1.0, "avg_decay"),
         ("avg_decay", -0.1, "avg_decay"),
+        ("avg_decay", "0.9", "avg_decay must be a number, got '0.9'"),
         ("value_weight", -1.0, "value_weight"),
         ("entropy_weight", -1.0, "entropy_weight"),
         ("replay_ratio", 0, "replay_ratio must be an int >= 1"),

@@ -170,6 +170,9 @@ def test_impala_rejects_rho_bar_below_c_bar(cartpole_spec):
   for epsilon in (0.0, 1.0, 1.5):
     with pytest.raises(ValueError, match="surrogate_clip"):
       make_impala(cartpole_spec, ImpalaConfig(surrogate_clip=epsilon))
+  for epsilon in ("0.2", True):  # not a TypeError at the first update
+    with pytest.raises(ValueError, match="`surrogate_clip` must be None or a number, got"):
+      make_impala(cartpole_spec, ImpalaConfig(surrogate_clip=epsilon))
   for decay in (-1, 0.5):
     with pytest.raises(ValueError, match="learning_rate_decay_updates"):
       make_impala(cartpole_spec, ImpalaConfig(learning_rate_decay_updates=decay))

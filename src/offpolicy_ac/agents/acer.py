@@ -121,7 +121,8 @@ class AcerConfig:
     if self.optimizer not in ("adam", "rmsprop"):
       raise ValueError(f"optimizer must be 'adam' or 'rmsprop', got {self.optimizer!r}")
     base.check_non_negative("trust_region_delta", self.trust_region_delta)
-    if not base.is_traced(self.avg_decay) and not 0.0 <= base.host_value(self.avg_decay) < 1.0:
+    base.check_in("avg_decay", self.avg_decay, 0.0, 1.0)  # a number first
+    if not base.is_traced(self.avg_decay) and not base.host_value(self.avg_decay) < 1.0:
       raise ValueError(
           f"avg_decay must lie in [0, 1) (0: the average network is the current one; "
           f"1 would freeze it), got {self.avg_decay}"

@@ -97,6 +97,8 @@ def check_surrogate_clip(surrogate_clip: float | None) -> None:
   is not checked)."""
   if surrogate_clip is None or isinstance(surrogate_clip, jax.core.Tracer):
     return
+  if isinstance(surrogate_clip, (str, bytes, bool)):  # float("0.2") would pass
+    raise ValueError(f"`surrogate_clip` must be None or a number, got {surrogate_clip!r}")
   if not 0.0 < float(surrogate_clip) < 1.0:
     raise ValueError(
         f"`surrogate_clip` must be None (the V-trace policy gradient) or an epsilon in "
