@@ -391,6 +391,7 @@ def test_agents_refuse_the_other_action_space(pendulum_spec, cartpole_spec):
         (dict(num_value_samples=0), "num_value_samples"),
         (dict(num_value_samples=4.0), "num_value_samples"),
         (dict(value_proposal_std=-0.1), "value_proposal_std must be >= 0"),
+        (dict(value_proposal_std=float("inf")), "value_proposal_std must be finite"),
         (dict(value_proposal_std=0.1, num_value_samples=1), "num_value_samples >= 2"),
         (dict(num_q_networks=0), "num_q_networks must be an int >= 1"),
         (dict(num_q_networks=2.0), "num_q_networks must be an int >= 1"),

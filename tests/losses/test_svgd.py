@@ -112,7 +112,9 @@ def test_importance_sampled_soft_value_matches_numpy_reference(lead, m, alpha, s
 # -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("center, std", [(0.0, 0.3), (0.95, 0.1), (-0.7, 2.0), (1.0, 0.2)])
+@pytest.mark.parametrize(
+    "center, std", [(0.0, 0.3), (0.95, 0.1), (-0.7, 2.0), (1.0, 0.2), (0.4, 1e4), (-1.0, 1e-3)]
+)
 def test_box_mixture_density_integrates_to_one_over_the_box(center, std):
   grid = np.linspace(-1.0, 1.0, 200_001)
   log_q = L.box_mixture_log_density(
@@ -139,6 +141,25 @@ def test_box_mixture_log_density_matches_numpy_reference_random(lead, m, d, std,
   got = jax.jit(L.box_mixture_log_density, static_argnums=(2, 3))(a, c, std, f)
   want = ref.box_mixture_log_density(a, c, std, f)
   np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("std", [1e8, 1e30])
+def test_a_proposal_far_wider_than_the_box_is_the_uniform_one(std):
+  """Its truncated normal is flat on the box: log q' = -d log 2 (the normal's mass in the
+  box, a difference of CDFs, rounded to 0 at std 1e8: log q' was +inf)."""
+  rng = np.random.default_rng(0)
+  a = jnp.asarray(rng.uniform(-1.0, 1.0, (4, 6, 3)), jnp.float32)
+  c = jnp.asarray(rng.uniform(-1.0, 1.0, (4, 3)), jnp.float32).at[0].set(1.0)
+  for f in (0.0, 0.5):
+    log_q = L.box_mixture_log_density(a, c, std, f)
+    np.testing.assert_allclose(log_q, -3 * np.log(2.0), rtol=1e-5)
+  samples = L.sample_box_mixture(jax.random.PRNGKey(0), c, std, 2, 2)
+  assert bool(jnp.all(jnp.isfinite(samples)) & jnp.all(jnp.abs(samples) <= 1.0))
+  for bad in (float("inf"), float("nan")):
+    with pytest.raises(ValueError, match="`std` must be > 0 and finite, got"):
+      L.box_mixture_log_density(a, c, bad, 0.5)
+    with pytest.raises(ValueError, match="`std` must be > 0 and finite, got"):
+      L.sample_box_mixture(jax.random.PRNGKey(0), c, bad, 2, 2)
 
 
 def test_sample_box_mixture_draws_uniform_then_truncated_normal_samples():

@@ -110,6 +110,7 @@ class SqlConfig:
     for name, low in (("num_value_samples", 1), ("num_particles", 2)):
       base.check_int(name, getattr(self, name), low)
     base.check_non_negative("value_proposal_std", self.value_proposal_std)
+    base.check_finite("value_proposal_std", self.value_proposal_std)
     if self.value_proposal_std > 0.0 and self.num_value_samples < 2:
       raise ValueError(
           "value_proposal_std > 0 draws half of the num_value_samples uniformly and half "

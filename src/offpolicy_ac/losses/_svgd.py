@@ -14,9 +14,12 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from offpolicy_ac.losses import _checks
 from offpolicy_ac.losses._soft_q import soft_value
+
+_FINITE_MAX = float(np.finfo(np.float64).max)  # the proposal's std: inf is refused
 
 MIN_BANDWIDTH = 1e-3
 """Floor of the adaptive RBF bandwidth (the authors' h_min), so that coinciding particles
@@ -83,7 +86,7 @@ def box_mixture_log_density(
   Args:
     actions: [..., M, d] in [-1, 1]^d (ValueError otherwise, for concrete values).
     center: [..., d] in [-1, 1]^d, the truncated normal's centre (the same leading axes).
-    std: > 0, a scalar.
+    std: > 0 and finite, a scalar.
     uniform_fraction: f in [0, 1], a Python float (static).
 
   Returns:
@@ -96,6 +99,7 @@ def box_mixture_log_density(
   _checks.check_shape("center", center, shape[:-2] + shape[-1:], "`actions` less its M axis")
   _checks.check_entries("actions", actions, -1.0, 1.0, " (the box)")
   _checks.check_entries("center", center, -1.0, 1.0, " (the box)")
+  _checks.check_entries("std", std, 0.0, _FINITE_MAX, bounds="> 0 and finite")
   _checks.check_positive("std", std)
   _checks.check_in_unit_interval("uniform_fraction", uniform_fraction)
   d = shape[-1]
@@ -103,11 +107,16 @@ def box_mixture_log_density(
   # Half precision is evaluated in float32 (jax.scipy's normal CDF refuses bfloat16).
   acc = jnp.promote_types(dtype, jnp.float32)
   actions, mu = jnp.asarray(actions, acc), jnp.asarray(center, acc)[..., None, :]
-  upper = jax.scipy.stats.norm.cdf((1.0 - mu) / std)
-  lower = jax.scipy.stats.norm.cdf((-1.0 - mu) / std)
-  # mu in [-1, 1]: the normal has mass in the box (upper - lower > 0).
+  # The normal's mass in the box, Phi((1 - mu) / std) - Phi((-1 - mu) / std), as a sum of
+  # two erfs of non-negative arguments (mu in [-1, 1]): no cancellation, so a std far wider
+  # than the box keeps its mass (about 2 / (std sqrt(2 pi))), where the CDFs' difference
+  # rounds to 0 (std 1e8: log q' was +inf and the soft values NaN).
+  scale = std * math.sqrt(2.0)
+  mass = 0.5 * (
+      jax.scipy.special.erf((1.0 - mu) / scale) + jax.scipy.special.erf((1.0 + mu) / scale)
+  )
   per_dim = jax.scipy.stats.norm.logpdf((actions - mu) / std) - math.log(std)
-  log_normal = jnp.sum(per_dim - jnp.log(upper - lower), axis=-1)
+  log_normal = jnp.sum(per_dim - jnp.log(mass), axis=-1)
   log_uniform = -d * math.log(2.0)
   if uniform_fraction == 0.0:
     return log_normal.astype(dtype)
@@ -128,6 +137,7 @@ def sample_box_mixture(
   _checks.check_floating("center", center)
   _checks.check_min_rank("center", center, 1, "action dimensions [..., d]")
   _checks.check_entries("center", center, -1.0, 1.0, " (the box)")
+  _checks.check_entries("std", std, 0.0, _FINITE_MAX, bounds="> 0 and finite")
   _checks.check_positive("std", std)
   num_uniform = _checks.static_int("num_uniform", num_uniform, 0)
   num_normal = _checks.static_int("num_normal", num_normal, 0)
