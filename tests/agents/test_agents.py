@@ -18,6 +18,7 @@ from offpolicy_ac.agents import make_impala
 from offpolicy_ac.agents import make_sql
 from offpolicy_ac.agents import make_sql_discrete
 from offpolicy_ac.envs import FIRST
+from offpolicy_ac.envs import LAST
 from offpolicy_ac.envs import MID
 from offpolicy_ac.envs import Trajectory
 
@@ -291,6 +292,15 @@ def test_updates_check_a_numpy_trajectory_on_the_host(name, cartpole_spec):
     message = rf"traj.action in \[0, 2\) \(CartPole-v1's actions\), got {value} at index "
     with pytest.raises(ValueError, match=message + re.escape(str(bad))):
       agent.update(state, traj._replace(action=action))
+  # A LAST step's action is never read (Contract 1): -1 there is accepted, and the update
+  # is the one device arrays get.
+  step_type, action = traj.step_type.copy(), traj.action.copy()
+  step_type[3, 0], step_type[4, 0], action[3, 0] = LAST, FIRST, -1
+  padded = traj._replace(step_type=step_type, action=action)
+  on_host, _ = agent.update(state, padded)
+  on_device, _ = agent.update(state, jax.tree.map(jnp.asarray, padded))
+  for a, b in zip(jax.tree.leaves(on_host.params), jax.tree.leaves(on_device.params)):
+    np.testing.assert_array_equal(a, b)
   swapped = jax.tree.map(lambda x: np.swapaxes(x, 0, 1), traj)
   with pytest.raises(ValueError, match=r"traj.env_id\[1, 0\] = 1 differs .* is it batch-major"):
     agent.update(state, swapped)

@@ -153,8 +153,9 @@ def jit_update(spec: Any, agent: str) -> Callable[[Callable], Callable]:
 
 def check_host_trajectory(traj: Any, spec: Any, agent: str) -> None:
   """What the jitted update cannot check, checked on a trajectory's NumPy arrays (arrays
-  on a device are not read: that would wait for them): discrete actions in [0, A), which
-  the update would otherwise turn into NaN parameters; and `env_id` constant along time,
+  on a device are not read: that would wait for them): discrete actions in [0, A) (but at
+  LAST steps, whose actions are never read), which the update would otherwise turn into
+  NaN parameters; and `env_id` constant along time,
   which a batch-major [B, T+1] trajectory breaks (its update is otherwise silently wrong)."""
   env_id = getattr(traj, "env_id", None)
   if isinstance(env_id, np.ndarray) and env_id.ndim == 2 and np.any(env_id != env_id[:1]):
@@ -167,6 +168,13 @@ def check_host_trajectory(traj: Any, spec: Any, agent: str) -> None:
   action = getattr(traj, "action", None)
   if spec.is_discrete and isinstance(action, np.ndarray) and action.dtype.kind in "iu":
     bad = (action < 0) | (action >= spec.num_actions)
+    # A LAST step's action starts no transition and is never learned from (Contract 1: a
+    # masked step's action may hold anything), as the update on device arrays treats it.
+    step_type = getattr(traj, "step_type", None)
+    if isinstance(step_type, np.ndarray) and step_type.shape == action.shape[: step_type.ndim]:
+      bad &= (step_type != envs.LAST).reshape(
+          step_type.shape + (1,) * (action.ndim - step_type.ndim)
+      )
     if np.any(bad):
       where = tuple(int(i) for i in np.argwhere(bad)[0])
       raise ValueError(
