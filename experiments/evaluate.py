@@ -10,7 +10,8 @@ mean), each on its own freshly reset environment, as the in-training evaluation 
 (`training/evaluation.py`); prints each episode's return and their mean, std (of the
 episodes played: NumPy's, ddof 0), min and max, and writes them to
 <run-dir>/evaluation.json (`evaluation_best.json` with `--best`,
-`evaluation_checkpoint<N>.json` with `--checkpoint N`; or `--out`, which, like `--video`,
+`evaluation_checkpoint<N>.json` for checkpoint N's, with `--checkpoint N` or where the final
+parameters are missing or older; or `--out`, which, like `--video`,
 may not name a file of the run or a path in one of its folders: `check_outputs`). The
 episodes are played in pools of at most 256 environments seeded from
 `training.pool_seed(seed, "evaluate")` (`training.evaluation.episode_pools`): on envpool
@@ -69,7 +70,8 @@ class Args:
   ones."""
   out: Optional[str] = None
   """Where to write the results as JSON (default: <run-dir>/evaluation.json, or
-  evaluation_best.json with --best, evaluation_checkpoint<N>.json with --checkpoint N)."""
+  evaluation_best.json with --best, evaluation_checkpoint<N>.json for checkpoint N's
+  parameters)."""
   video: Optional[str] = None
   """Also write an MP4 of episode 0 here."""
   fps: Optional[float] = None
@@ -109,7 +111,7 @@ def main(args: Args) -> dict:
   import_modules("--import-modules", args.import_modules)
   run = load_run(args.run_dir, checkpoint=args.checkpoint, best=args.best)
   if not args.out:  # before the episodes are played
-    check_output_file("--out", _default_out(args, run.run_dir))
+    check_output_file("--out", _default_out(run))
   with contextlib.ExitStack() as stack:
     # The video's pool first: a task that cannot render (a JAX environment) fails now.
     video_env = None
@@ -166,14 +168,15 @@ def video_fps(config: TrainConfig) -> float:
   return 30.0
 
 
-def _default_out(args: Args, run_dir: pathlib.Path) -> pathlib.Path:
-  """The results file in the run directory, one per choice of parameters (an evaluation of
-  the best ones does not overwrite the final ones')."""
-  if args.best:
-    return run_dir / "evaluation_best.json"
-  if args.checkpoint is not None:
-    return run_dir / f"evaluation_checkpoint{args.checkpoint}.json"
-  return run_dir / "evaluation.json"
+def _default_out(run: Any) -> pathlib.Path:
+  """The results file in the run directory, one per set of parameters the run loaded
+  (`run.source`): an evaluation of the best ones, or of a checkpoint's (asked for, or the
+  newest where the final ones are missing or older), does not overwrite the final ones'."""
+  if run.source == "best":
+    return run.run_dir / "evaluation_best.json"
+  if run.source == "checkpoint":
+    return run.run_dir / f"evaluation_checkpoint{run.env_steps}.json"
+  return run.run_dir / "evaluation.json"
 
 
 def _evaluate(args: Args, run: Any, pools: list[tuple[int, int]], video_env: Any) -> dict:
@@ -210,7 +213,7 @@ def _evaluate(args: Args, run: Any, pools: list[tuple[int, int]], video_env: Any
       f"min {result['min']:.2f} max {result['max']:.2f}"
   )
   print(f"protocol: {protocol}")
-  out = pathlib.Path(args.out).expanduser() if args.out else _default_out(args, run.run_dir)
+  out = pathlib.Path(args.out).expanduser() if args.out else _default_out(run)
   out.parent.mkdir(parents=True, exist_ok=True)
   out.write_text(json.dumps(result, indent=2))  # before rendering, which may fail
   print(f"wrote {out}")

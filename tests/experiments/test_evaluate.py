@@ -121,6 +121,15 @@ def test_evaluations_of_other_parameters_go_to_their_own_files(tmp_path):
     assert json.loads((run_dir / f"{name}.json").read_text()) == result
   assert (final["parameters"], best["parameters"], kept["parameters"]) == (
       "final", "best", "checkpoint")  # fmt: skip
+  # Without final parameters (a run killed), the newest checkpoint's are evaluated: into
+  # its own file, not evaluation.json (a later evaluation of the final ones replaced it).
+  (run_dir / "evaluation.json").unlink()
+  (run_dir / f"evaluation_checkpoint{checkpoint}.json").unlink()
+  (run_dir / "final_params.msgpack").unlink()
+  newest = module.main(module.Args(run_dir=str(run_dir), episodes=2))
+  assert newest["parameters"] == "checkpoint" and newest["env_steps"] == checkpoint
+  assert json.loads((run_dir / f"evaluation_checkpoint{checkpoint}.json").read_text()) == newest
+  assert not (run_dir / "evaluation.json").exists()
 
 
 def test_evaluate_refuses_bad_arguments(tmp_path):
