@@ -528,6 +528,9 @@ def test_metrics_lines_that_are_not_metrics_are_refused(tmp_path, line, fragment
     S.group_curve(_groups([tmp_path])[0], reps=50)
   (run / "metrics.jsonl").write_text(good + '{"env_st')
   assert len(S.read_metrics(run)) == 3  # a last line cut by a kill is skipped
+  (tmp_path / "good.jsonl").write_text(good)
+  (run / "metrics.jsonl").write_text("\n" + good.replace("\n", "\n \n", 1) + "\n\n")
+  assert S.read_metrics(run) == S.read_metrics(tmp_path / "good.jsonl")  # blank lines: nothing
 
 
 def test_read_metrics_takes_the_run_directory_or_its_metrics_file(tmp_path):

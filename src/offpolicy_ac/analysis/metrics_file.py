@@ -89,7 +89,7 @@ def read_metrics(run_dir: str | os.PathLike) -> list[dict]:
   """The records of `run_dir`/metrics.jsonl in order ([] if the run has logged none yet);
   `run_dir` may also be the metrics.jsonl file itself.
 
-  A last line cut short by a killed process is skipped.
+  A last line cut short by a killed process is skipped, and so are blank lines.
 
   Raises:
     FileNotFoundError: `run_dir` does not exist.
@@ -121,6 +121,8 @@ def read_metrics(run_dir: str | os.PathLike) -> list[dict]:
   text = path.read_bytes().decode("utf-8", "replace").splitlines()  # junk: a damaged line
   lines = []
   for number, line in enumerate(text, 1):
+    if not line.strip():  # a blank line (an editor's, a `cat` of two files) holds nothing
+      continue
     try:
       lines.append(decode_line(line))
     except json.JSONDecodeError:
