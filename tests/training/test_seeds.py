@@ -114,6 +114,25 @@ def test_vmapped_seeds_resume_from_an_older_checkpoint(tmp_path):
     assert _lines(tmp_path / "run" / f"seed{seed}") == _lines(tmp_path / "straight" / f"seed{seed}")
 
 
+def test_a_resume_missing_a_learners_directory_is_refused_and_changes_nothing(tmp_path):
+  """seed1/ deleted: --resume names it before anything is written (it made seed1/ again,
+  with a config.json and an empty metrics.jsonl, and only then refused the resume)."""
+  flags = dict(num_seeds=2, log_every=512, checkpoint_every=512, eval_every=0)
+  _main("impala", tmp_path, total_env_steps=1024, **flags)
+  shutil.rmtree(tmp_path / "seed1")
+  files = lambda: {
+      p: p.read_bytes()
+      for p in tmp_path.rglob("*")  # noqa: E731
+      if p.is_file() and p.name != ".lock"
+  }  # a lock records its holder
+  before = files()
+  with pytest.raises(FileNotFoundError, match=re.escape(
+      f"--resume: {tmp_path / 'seed1'}, a learner of the run in {tmp_path}, is gone")):  # fmt: skip
+    _main("impala", tmp_path, resume=True, total_env_steps=2048, **flags)
+  assert not (tmp_path / "seed1").exists()
+  assert files() == before
+
+
 def test_vmapped_seeds_refuse_to_overwrite_and_a_changed_config(tmp_path):
   _main(
       "impala",

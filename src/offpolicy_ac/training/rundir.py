@@ -574,6 +574,7 @@ def check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: b
           f"--coordinator-address may change{_last_command(name, old)}"
       )
     checkpoints = run_dir / "checkpoints" if checkpoints is None else checkpoints
+    _check_learners_kept(run_dir, others)
     _check_writable(run_dir, others or (run_dir,), checkpoints if writes_checkpoints else None)
     _check_checkpoints_kept(checkpoints, others or (run_dir,))
     _refuse_earlier_format(checkpoints, None, checkpoint_steps(checkpoints))
@@ -608,6 +609,19 @@ def _check_writable(root: pathlib.Path, dirs: Sequence[pathlib.Path],
   for path in (root, *([checkpoints] if checkpoints else []), *dirs):
     if path.exists() and not os.access(path, os.W_OK):
       raise PermissionError(f"--resume: {path} is not writable: the run goes on writing in it")
+
+
+def _check_learners_kept(root: pathlib.Path, learners: Sequence[pathlib.Path]) -> None:
+  """Refuses to resume a run of several learners one of whose directories is gone: every
+  learner's was written when the run started, and its checkpoints hold each learner, so
+  the run would go on with that learner's logs begun anew, or be refused only after its
+  directory was made again."""
+  for d in learners:
+    if d != root and not (d / "config.json").exists():
+      raise FileNotFoundError(
+          f"--resume: {d}, a learner of the run in {root}, is gone (no config.json): put it "
+          "back, or start the run over in another --run-dir"
+      )
 
 
 def _check_checkpoints_kept(checkpoints: pathlib.Path, dirs: Sequence[pathlib.Path]) -> None:
