@@ -149,7 +149,9 @@ def _flipped_params(rng, work, straight) -> bool:
                          str(work)], capture_output=True, text=True, timeout=300)  # fmt: skip
   if proc.returncode != 0 or "does not match its checksum" not in proc.stderr:
     return False
-  return json.loads((work / "evaluation.json").read_text())["parameters"] == "checkpoint"
+  # The newest intact parameters, the checkpoint's at 1,280, in that checkpoint's file.
+  result = json.loads((work / "evaluation_checkpoint1280.json").read_text())
+  return (result["parameters"], result["env_steps"]) == ("checkpoint", 1280)
 
 
 def _flip(path: pathlib.Path, rng: random.Random) -> None:
