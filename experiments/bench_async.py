@@ -34,8 +34,10 @@ metrics line with its wall-clock and process CPU time (a line per iteration). En
 second are measured between the first line past `warmup_fraction` of the budget and the
 second-to-last line, which leaves out environment creation, compilation, the actors' start
 and the run's one-off end work; env
-steps count every step the actors took, dropped trajectories included (the report also
-gives the async rate of the trajectories the learner used). Medians of the
+steps count every step the actors took, dropped trajectories included ('env steps/s', which
+/raw divides: the acting), and 'learned/s' those of the trajectories the learner trained on
+(which /sync divides: an async run that drops a sixth of its trajectories learns from five
+sixths of its steps). Medians of the
 repeats are printed with the ratios, learner updates per second, steps per CPU-second of
 the whole process (on a shared machine wall-clock ratios swing with the scheduler, CPU
 cost does not), the fraction of dropped trajectories and the mean policy lag of those
@@ -436,8 +438,11 @@ def _report(task: Task, runs: dict, probes: list, args: Args) -> tuple[str, dict
       for name, rs in runs.items()
   }
   sps = {name: m["env_steps_per_s"] for name, m in med.items()}
+  # The env steps the learner trained on (an async run drops trajectories more than
+  # max_policy_lag updates old): what /sync and its goal compare; /raw compares acting.
+  learned = {name: m.get("used_env_steps_per_s", m["env_steps_per_s"]) for name, m in med.items()}
   base_raw = sps["raw_KxN"]
-  sync = sps.get("sync")
+  sync = learned.get("sync")
   labels = {
       "raw_1xN": f"raw 1 pool x {n}",
       "raw_1xKN": f"raw 1 pool x {k * n}",
@@ -458,7 +463,7 @@ def _report(task: Task, runs: dict, probes: list, args: Args) -> tuple[str, dict
       f"{task.task}: N={n} envs per pool, K={k}, T={task.unroll_length}, network {net}, "
       f"{task.total_env_steps:,} env steps per run (first {args.warmup_fraction:.0%} left "
       f"out), max_policy_lag={args.max_policy_lag}, medians of {args.repeats}",
-      f"{'mode':<36}{'envs':>5}{'env steps/s':>13}{'/sync':>7}{'/raw*':>7}"
+      f"{'mode':<36}{'envs':>5}{'env steps/s':>13}{'learned/s':>11}{'/sync':>7}{'/raw*':>7}"
       f"{'updates/s':>11}{'steps/CPU-s':>13}{'cores':>7}{'dropped':>9}{'lag':>6}",
   ]
   ratios: dict = {}
@@ -476,7 +481,8 @@ def _report(task: Task, runs: dict, probes: list, args: Args) -> tuple[str, dict
       continue
     m = med[name]
     envs_ = m.get("num_envs") or (n if name in ("sync", "sync_xla") else k * n)
-    r_sync = sps[name] / sync if sync else None
+    raw = name in RAW_NAMES
+    r_sync = learned[name] / sync if sync and not raw else None
     r_raw = sps[name] / base_raw
     ratios[name] = {
         "vs_sync": r_sync,
@@ -484,7 +490,8 @@ def _report(task: Task, runs: dict, probes: list, args: Args) -> tuple[str, dict
         "vs_raw_1xKN": sps[name] / sps["raw_1xKN"],
     }
     lines.append(
-        f"{labels[name]:<36}{int(envs_):>5}{sps[name]:>13,.0f}{_fmt(r_sync, '.2f', 7)}"
+        f"{labels[name]:<36}{int(envs_):>5}{sps[name]:>13,.0f}"
+        f"{_fmt(None if raw else learned[name], ',.0f', 11)}{_fmt(r_sync, '.2f', 7)}"
         f"{r_raw:>7.2f}{_fmt(m.get('updates_per_s'), ',.1f', 11)}"
         f"{m['steps_per_cpu_s']:>13,.0f}{sps[name] / m['steps_per_cpu_s']:>7.2f}"
         f"{_fmt(m.get('dropped_fraction'), '.1%', 9)}"
@@ -518,10 +525,15 @@ def _report(task: Task, runs: dict, probes: list, args: Args) -> tuple[str, dict
         f"{med['async']['used_env_steps_per_s']:,.0f}"
     )
   lines.append("'cores': CPU-seconds per second of the whole process (all threads)")
+  lines.append(
+      "'learned/s': env steps/s of the trajectories the learner trained on (not "
+      "dropped); /sync divides it, /raw the env steps/s the actors took"
+  )
   for name in ("async", "async_xla"):
     if name in med and "sync" in med:
-      r = sps[name] / sps["sync"]
-      lines.append(f"goal {name} >= 1.5 x sync: {r:.2f} -> {'met' if r >= 1.5 else 'NOT met'}")
+      r = learned[name] / learned["sync"]
+      lines.append(f"goal {name} >= 1.5 x sync (learned env steps/s): {r:.2f} -> "
+                   f"{'met' if r >= 1.5 else 'NOT met'}")  # fmt: skip
   if task.atari:
     for name in ("async", "async_nolearn", "async_xla", "async_xla_nolearn"):
       if name in sps:

@@ -9,6 +9,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 SCRIPT = pathlib.Path(__file__).parents[2] / "experiments" / "bench_async.py"
 
 
@@ -64,5 +66,14 @@ def test_bench_async_runs_with_tiny_budgets(tmp_path):
   for name in ("async", "async_xla"):
     assert 0 <= medians[name]["dropped_fraction"] <= 1
     assert 0 <= medians[name]["policy_lag"] <= 4  # max_policy_lag
-  assert result["ratios"]["async"]["vs_sync"] > 0
+  # /sync compares the env steps learned from (an async run's dropped trajectories left
+  # out), /raw the env steps taken.
+  async_, sync = medians["async"], medians["sync"]
+  assert result["ratios"]["async"]["vs_sync"] == pytest.approx(
+      async_["used_env_steps_per_s"] / sync["env_steps_per_s"]
+  )
+  assert result["ratios"]["async"]["vs_raw_KxN"] == pytest.approx(
+      async_["env_steps_per_s"] / medians["raw_KxN"]["env_steps_per_s"]
+  )
+  assert "learned/s" in text
   assert result["probe"]["unroll_s"] > 0 and result["probe"]["update_s"] > 0
