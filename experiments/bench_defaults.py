@@ -16,7 +16,8 @@ Bars (a seed passes when its mean greedy return is at or above the bar):
   * SpaceInvaders-MinAtar 131: PPO at 10M env steps (gymnax-blines).
 
 SQIL imitates 10 greedy episodes of seed 0 of the SQL case on the same task, recorded
-with `record_demos.py --best`.
+with `record_demos.py --best`. Cases run into an `--out-dir` that holds others' results
+are added to its results.json and results.md table (scored on the same `--episodes`).
 
     python experiments/bench_defaults.py --out-dir bench/defaults
     python experiments/bench_defaults.py --cases impala acer --num-seeds 2   # a subset
@@ -35,6 +36,7 @@ from typing import Optional
 import numpy as np
 
 from offpolicy_ac import presets
+from offpolicy_ac.analysis.metrics_file import read_json
 from offpolicy_ac.cli import check_output_file
 from offpolicy_ac.cli import parse_plain
 from offpolicy_ac.cli import script_main
@@ -149,6 +151,7 @@ def run_case(name: str, args: Args, out: pathlib.Path) -> dict:
   bests = [s["best"]["mean"] for s in seeds]
   result = {
       "case": name,
+      "episodes": args.episodes,
       "command": " ".join([f"{case.script}.py", *case.flags, *_budget_flags(args)]),
       "bar": case.bar,
       "wall_s": wall,
@@ -215,14 +218,34 @@ def check(args: Args) -> pathlib.Path:
         f"--out-dir {out} already holds {', '.join(taken)}: choose another --out-dir or "
         "remove them"
     )
+  other = {r.get("episodes", args.episodes) for r in earlier_results(out)} - {args.episodes}
+  if other:
+    raise ValueError(
+        f"--out-dir {out} holds results scored on --episodes {sorted(other)[0]}; its table "
+        f"takes one: give that --episodes, or another --out-dir"
+    )
   return out
+
+
+def earlier_results(out: pathlib.Path) -> list[dict]:
+  """The results an earlier invocation wrote into `out` (results.json; [] if none), which
+  this one adds its cases to."""
+  path = out / "results.json"
+  if not path.exists():
+    return []
+  results = read_json(path)
+  if not isinstance(results, list) or not all(isinstance(r, dict) and "case" in r
+                                              for r in results):  # fmt: skip
+    raise ValueError(f"{path} is not a list of bench_defaults results")
+  return results
 
 
 def main(args: Args) -> list[dict]:
   with refusals():  # bad arguments: one line and exit code 2 (script_main), before any run
     out = check(args)
+    earlier = [r for r in earlier_results(out) if r["case"] not in args.cases]
   out.mkdir(parents=True, exist_ok=True)
-  results = []
+  results = list(earlier)  # an earlier invocation's cases (sql, before its sqil) are kept
   for name in args.cases:
     results.append(run_case(name, args, out))
     (out / "results.json").write_text(json.dumps(results, indent=1))

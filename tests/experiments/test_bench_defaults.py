@@ -12,9 +12,11 @@ from offpolicy_ac.training import load_run
 
 def test_bench_scores_final_and_best_parameters_of_every_seed(tmp_path):
   bench = load_script("bench_defaults")
-  args = bench.Args(cases=("impala", "sql", "sqil"), num_seeds=2, episodes=3,
-                    out_dir=str(tmp_path), total_env_steps=1024)  # fmt: skip
-  results = bench.main(args)
+  args = lambda *cases: bench.Args(cases=cases, num_seeds=2, episodes=3, out_dir=str(tmp_path),
+                                   total_env_steps=1024)  # fmt: skip  # noqa: E731
+  bench.main(args("impala", "sql"))
+  # SQIL after SQL, into the same folder: the table keeps the cases run before.
+  results = bench.main(args("sqil"))
   assert [r["case"] for r in results] == ["impala", "sql", "sqil"]
   assert (tmp_path / "demos-sql.npz").exists()  # SQIL imitated SQL's seed 0
   for r in results:
@@ -37,6 +39,8 @@ def test_bench_scores_final_and_best_parameters_of_every_seed(tmp_path):
   # Run again into the same folder, the bench refuses before training anything.
   with pytest.raises(ValueError, match=r"already holds impala, sql: choose another --out-dir"):
     bench.main(bench.Args(cases=("impala", "sql"), out_dir=str(tmp_path)))
+  with pytest.raises(ValueError, match=r"holds results scored on --episodes 3; its table"):
+    bench.main(bench.Args(cases=("acer",), episodes=5, out_dir=str(tmp_path)))
 
 
 @pytest.mark.parametrize(
