@@ -275,6 +275,9 @@ def test_check_command_reads_a_scripts_flags_quietly_and_names_them_when_refused
       ("sqil", [], "Missing from"),  # and which flag:
       ("sqil", [], "--demos STR"),
       ("sql", ["--preset"], "argument --preset: expected one argument"),
+      ("impala", ["--env-id", "CartPol-v1"], "unknown task id 'CartPol-v1'; did you mean"),
+      # A JAX environment's id, as the scripts refuse it (benchmarks launched the run first).
+      ("impala", ["--env-id", "gymnax:Foo"], "--env-id gymnax:Foo: unknown task 'Foo' in"),
   ]
   for algo, argv, message in refused:
     with pytest.raises(ValueError) as info:

@@ -29,6 +29,7 @@ from offpolicy_ac.presets import common
 from offpolicy_ac.presets import impala
 from offpolicy_ac.presets import sqil
 from offpolicy_ac.presets import sql
+from offpolicy_ac.training.sources import task_spec
 
 __all__ = ["acer", "check_command", "common", "impala", "sql", "sqil"]
 
@@ -38,8 +39,9 @@ _ALGORITHMS = {"impala": impala, "acer": acer, "sql": sql, "sqil": sqil}
 def check_command(algo: str, argv: Sequence[str]) -> Any:
   """Reads `argv` as `experiments/<algo>.py` reads its command line (`cli.parse_args` with
   the algorithm's `Args`, `PRESETS` and `ENV_PRESETS`, printing nothing) and checks the
-  training config it would run (`TrainConfig.validate`) and its agent config (the
-  factory's `agents.base.check_config`), without training; returns its
+  training config it would run (`TrainConfig.validate`; a JAX environment's task id by
+  building its spec) and its agent config (the factory's `agents.base.check_config`),
+  without training; returns its
   `Args`. A benchmark that launches runs checks them all with it before the first.
 
   Raises:
@@ -60,7 +62,10 @@ def check_command(algo: str, argv: Sequence[str]) -> Any:
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(errors):
       args = parse_args(module.Args, module.PRESETS, argv=argv,
                         env_presets=module.ENV_PRESETS, prog=algo)  # fmt: skip
-    getattr(args, "resolved_train", args.train).validate()  # ACER: its replay ratio's updates
+    train = getattr(args, "resolved_train", args.train)  # ACER: its replay ratio's updates
+    train.validate()  # (an envpool task id too)
+    if train.compiled:  # a JAX environment's id, which only building its spec resolves
+      task_spec(train)
     check_config(args.agent, type(args.agent), f"{algo}.py")  # what its factory refuses
   except ValueError as e:
     raise ValueError(f"{command}: {e}") from None
