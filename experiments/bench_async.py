@@ -74,10 +74,12 @@ from typing import Optional
 import jax
 import numpy as np
 
+from offpolicy_ac.agents import make_impala
 from offpolicy_ac.cli import check_output_file
 from offpolicy_ac.cli import parse_plain
 from offpolicy_ac.cli import script_main
 from offpolicy_ac.training import refusals
+from offpolicy_ac.training.sources import task_spec
 
 Mode = Literal[
     "sync", "sync_pools", "async", "async_nolearn", "sync_xla", "async_xla", "async_xla_nolearn"
@@ -206,8 +208,6 @@ class _Agents:
     self._cache: dict = {}
 
   def get(self, task: Task, spec: Any, nolearn: bool = False):
-    from offpolicy_ac.agents import make_impala
-
     key = (task.task, task.agent, nolearn)
     if key not in self._cache:
       agent = make_impala(spec, task.agent)
@@ -582,6 +582,11 @@ def check(args: Args, presets: dict) -> Optional[pathlib.Path]:
     task = _task(name, args, presets)
     for mode in args.modes:
       config = _loop_for(task, mode, args)
+      if mode == args.modes[0]:
+        try:  # the agent, built for the task (--pong-torso, --pong-hidden-sizes)
+          make_impala(task_spec(config), task.agent)
+        except ValueError as e:
+          raise ValueError(f"{name}: {e}") from None
       try:
         config.validate()
       except ValueError as e:

@@ -136,10 +136,17 @@ def check(args: Args) -> None:
     for name in args.agents:
       steps = args.sql_env_steps if name == "sql" else args.env_steps
       _, run_args = preset_args(getattr(presets, name), task, steps, args.seed, "")
+      train = getattr(run_args, "resolved_train", run_args.train)
       try:
-        run_args.train.validate()
+        train.validate()
       except ValueError as e:
         raise ValueError(f"{name} on {task}, {steps} env steps: {e}") from None
+      if train.planned_iterations < 3:  # a metrics line per iteration at most
+        raise ValueError(
+            f"{name} on {task}: {steps:,} env steps are {train.planned_iterations} "
+            f"iteration(s) of its preset ({train.steps_per_iteration:,} env steps each), "
+            "short of the 3 metrics lines a rate needs: raise the budget"
+        )
 
 
 def main(args: Args) -> list[dict]:

@@ -10,6 +10,7 @@ flows back.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import jax
 import jax.numpy as jnp
@@ -17,6 +18,8 @@ import numpy as np
 
 from offpolicy_ac import losses
 from offpolicy_ac.cli import parse_plain
+from offpolicy_ac.cli import script_main
+from offpolicy_ac.training import refusals
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,7 +30,18 @@ class Args:
   """Soft-Q temperature."""
 
 
+def check(args: Args) -> None:
+  """Refuses (ValueError) a discount outside [0, 1] and a temperature that is not a finite
+  number > 0, before any target is computed."""
+  if not 0.0 <= args.gamma <= 1.0:
+    raise ValueError(f"--gamma must lie in [0, 1], got {args.gamma}")
+  if not (math.isfinite(args.alpha) and args.alpha > 0):
+    raise ValueError(f"--alpha must be a finite number > 0, got {args.alpha}")
+
+
 def main(args: Args) -> None:
+  with refusals():  # one line and exit code 2 (script_main)
+    check(args)
   g = args.gamma
   r_t = jnp.array([[1.0, 1.0], [1.0, 1.0], [9.0, 9.0], [0.0, 0.0], [1.0, 1.0]])
   discount_t = jnp.array([[g, g], [0.0, g], [g, g], [g, g], [g, g]])
@@ -60,4 +74,4 @@ def main(args: Args) -> None:
 
 
 if __name__ == "__main__":
-  main(parse_plain(Args, __doc__))
+  script_main(lambda: parse_plain(Args, __doc__), main)
