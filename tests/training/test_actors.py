@@ -603,6 +603,10 @@ def test_sigterm_stops_async_actors_saves_a_checkpoint_and_resumes(tmp_path):
             ["--min-pools", "3", "--actors", "pools", "--num-actors", "2"],
             r"min_pools \(3\) exceeds num_actors \(2\)",
         ),
+        (  # every pool, as min_pools 0: then no grace period either
+            ["--min-pools", "2", "--actors", "pools", "--num-actors", "2"],
+            "min_pools 2 waits for every one of the num_actors 2 pools, as min_pools 0 does",
+        ),
         (["--actors", "async", "--num-actors", "-1"], "num_actors must be a positive int"),
         (["--num-actors", "2"], "num_actors=2 needs actor threads"),
         (

@@ -559,10 +559,14 @@ def _check_actors(actors: ActorsConfig) -> None:
     raise ValueError("actor_queue_size applies to actor threads (--actors pools or async)")
   if actors.min_pools > actors.num_actors:
     raise ValueError(f"min_pools ({actors.min_pools}) exceeds num_actors ({actors.num_actors})")
+  if actors.min_pools and actors.min_pools == actors.num_actors:
+    raise ValueError(f"min_pools {actors.min_pools} waits for every one of the num_actors "
+                     f"{actors.num_actors} pools, as min_pools 0 does: it has no effect")  # fmt: skip
   if not actors.grace_period_s >= 0:
     raise ValueError(f"grace_period_s must be >= 0, got {actors.grace_period_s}")
   if actors.grace_period_s != ActorsConfig.grace_period_s and not actors.min_pools:
-    raise ValueError("grace_period_s applies to --actors pools with --min-pools")
+    raise ValueError("grace_period_s applies to --actors pools with --min-pools (below "
+                     "--num-actors)")  # fmt: skip
   if actors.max_policy_lag is not None:
     if actors.actors != "async":
       raise ValueError("max_policy_lag applies to --actors async")
