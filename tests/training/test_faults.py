@@ -350,14 +350,17 @@ def test_damaged_final_parameters_are_never_loaded_silently(tmp_path):
               str(run_dir), "--episodes", "2"]  # fmt: skip
   proc = subprocess.run(evaluate, capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0 and "does not match its checksum" in proc.stderr
-  assert json.loads((run_dir / "evaluation.json").read_text())["parameters"] == "checkpoint"
-  (run_dir / "evaluation.json").unlink()
+  # Written as the checkpoint's evaluation, not as the final parameters'.
+  result = json.loads((run_dir / "evaluation_checkpoint1280.json").read_text())
+  assert (result["parameters"], result["env_steps"]) == ("checkpoint", 1280)
+  (run_dir / "evaluation_checkpoint1280.json").unlink()
+  assert not (run_dir / "evaluation.json").exists()
   shutil.rmtree(run_dir / "checkpoints")
   with pytest.raises(ValueError, match="does not match its checksum"):
     load_run(run_dir)
   proc = subprocess.run(evaluate, capture_output=True, text=True, timeout=300)
   assert proc.returncode != 0 and "does not match its checksum" in proc.stderr
-  assert not (run_dir / "evaluation.json").exists()
+  assert not list(run_dir.glob("evaluation*.json"))
 
 
 class _NaNRewardAt:
