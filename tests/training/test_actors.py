@@ -271,6 +271,38 @@ def test_async_source_drops_trajectories_older_than_max_policy_lag(max_policy_la
     source.close()
 
 
+def test_async_source_stops_dropping_at_its_budget():
+  """Every trajectory stale: once the dropped ones' steps reach the budget (the steps left
+  to the next log point), collect hands over none, not a stop (it went on dropping, and
+  the iteration ran past the point)."""
+  source = _source(_async_config(max_policy_lag=0), [FakeRollout(0), FakeRollout(1)])
+  try:
+    source.collect({"v": 0}, 0, _never)
+    _wait_for(lambda: sum(source.actors.unrolls) >= 5)
+    got = source.collect({"v": 5}, 5, _never, budget=2 * T * NUM_ENVS)
+    assert got.short and got.traj is None and got.policy_lag is None
+    assert got.discarded == 2 and got.env_steps == 2 * T * NUM_ENVS
+  finally:
+    source.close()
+
+
+def test_async_runs_that_drop_trajectories_keep_their_budget_and_log_points(tmp_path):
+  """Lag 0 with 4 actors drops most trajectories: each line still lands at its point and
+  the run ends at its budget (it trained 4,864 steps of 4,096, logging at 2,560 and
+  4,864), an iteration whose trajectories were all dropped logging them with no update."""
+  module = _script("impala")
+  args = module.Args()
+  train = args.train.replace(actors="async", num_actors=4, max_policy_lag=0,
+                             total_env_steps=4096, log_every=1024, eval_every=0)  # fmt: skip
+  result = module.run(dataclasses.replace(args, run_dir=str(tmp_path), train=train))
+  assert result.env_steps == 4096
+  lines = read_metrics(tmp_path)
+  assert [l["env_steps"] for l in lines] == [1024, 2048, 3072, 4096]
+  assert sum(l["dropped_trajectories"] for l in lines) > 0
+  for line in lines:
+    assert (line.get("loss") is None) == (line["policy_lag"] is None)
+
+
 def test_async_source_returns_none_when_asked_to_stop():
   gate = threading.Event()  # actors never finish an unroll
   source = _source(_async_config(), [FakeRollout(0, gate=gate), FakeRollout(1, gate=gate)])
@@ -469,7 +501,9 @@ def test_async_actors_run_every_agent(tmp_path, heuristic_demos, script, budget,
   assert summary["env_steps"] == result.env_steps
   if overrides.get("max_policy_lag") == 0:
     assert sum(l["dropped_trajectories"] for l in lines) > 0
-    assert all(l["policy_lag"] == 0 for l in lines)
+    # Lag 0 of the trajectories used; None in a line whose trajectories were all dropped.
+    assert all(l["policy_lag"] in (0, None) for l in lines)
+    assert any(l["policy_lag"] == 0 for l in lines)
   assert not _actor_threads()
 
 

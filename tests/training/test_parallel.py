@@ -467,8 +467,9 @@ def test_data_parallel_methods_across_two_processes(tmp_path):
     assert report["gathered"] == [[0, 10], [1, 11]]
 
 
-def _start_two_processes(run_dir, flags, procs, logs, own_flags=((), ()), own_env=({}, {})):
-  """Starts experiments/impala.py as processes 0 and 1 of one job (appending to
+def _start_two_processes(run_dir, flags, procs, logs, own_flags=((), ()), own_env=({}, {}),
+                         script="impala"):  # fmt: skip
+  """Starts experiments/<script>.py as processes 0 and 1 of one job (appending to
   `procs` and to `logs`, their output files, so the caller can always clean up);
   `own_flags[i]` go to process i only, and so do the variables `own_env[i]` adds to its
   environment."""
@@ -477,7 +478,7 @@ def _start_two_processes(run_dir, flags, procs, logs, own_flags=((), ()), own_en
     logs.append(open(run_dir.parent / f"{run_dir.name}-process{pid}-{time.time_ns()}.log", "w+"))
     cmd = [
         sys.executable,
-        str(EXPERIMENTS / "impala.py"),
+        str(EXPERIMENTS / f"{script}.py"),
         "--run-dir",
         str(run_dir),
         "--num-processes",
@@ -514,12 +515,12 @@ def _stop_and_read(procs, logs):
   return outputs
 
 
-def _job(run_dir, flags, own_flags=((), ()), timeout=300, own_env=({}, {})):
-  """Runs experiments/impala.py as processes 0 and 1 of one job to their end:
+def _job(run_dir, flags, own_flags=((), ()), timeout=300, own_env=({}, {}), script="impala"):
+  """Runs experiments/<script>.py as processes 0 and 1 of one job to their end:
   [(return code, output)] of each."""
   procs, logs = [], []
   try:
-    _start_two_processes(run_dir, flags, procs, logs, own_flags, own_env)
+    _start_two_processes(run_dir, flags, procs, logs, own_flags, own_env, script)
     deadline = time.monotonic() + timeout
     for proc in procs:
       proc.wait(timeout=max(deadline - time.monotonic(), 1))
@@ -528,9 +529,10 @@ def _job(run_dir, flags, own_flags=((), ()), timeout=300, own_env=({}, {})):
   return [(proc.returncode, out) for proc, out in zip(procs, outputs)]
 
 
-def _two_processes(run_dir, *flags, own_flags=((), ()), timeout=300, own_env=({}, {})):
-  """Runs experiments/impala.py as processes 0 and 1 of one job; both must exit 0."""
-  results = _job(run_dir, flags, own_flags, timeout, own_env)
+def _two_processes(run_dir, *flags, own_flags=((), ()), timeout=300, own_env=({}, {}),
+                   script="impala"):  # fmt: skip
+  """Runs experiments/<script>.py as processes 0 and 1 of one job; both must exit 0."""
+  results = _job(run_dir, flags, own_flags, timeout, own_env, script)
   for pid, (code, out) in enumerate(results):
     assert code == 0, f"process {pid} failed:\n{out[-4000:]}"
   return [out for _, out in results]
@@ -786,6 +788,22 @@ def test_two_processes_with_two_learner_devices_each(tmp_path):
   assert "mean return of 10 episodes" in summary["evaluation_protocol"]
   for value in [l["eval_return"] for l in a] + [summary["last_eval_return"]]:
     assert value * 10 == pytest.approx(round(value * 10), abs=1e-9), value
+
+
+def test_acer_in_two_processes_with_two_learner_devices_each(tmp_path):
+  """ACER mixes its fresh update's metrics with the replayed ones': on the host (done on
+  arrays spanning both processes' devices, eagerly, the two processes deadlocked before
+  their first line)."""
+  run = tmp_path / "run"
+  _two_processes(run, "--learner-devices", "2", "--total-env-steps", "8192", "--log-every",
+                 "2048", "--checkpoint-every", "0", timeout=180, script="acer")  # fmt: skip
+  a, b = _lines(run), _lines(run / "process1")
+  assert [l["env_steps"] for l in a] == [l["env_steps"] for l in b] == [2048, 4096, 6144, 8192]
+  for la, lb in zip(a, b):
+    assert la["loss"] == pytest.approx(lb["loss"], rel=1e-6, abs=1e-7)
+  assert (run / "final_params.msgpack").read_bytes() == (
+      run / "process1" / "final_params.msgpack"
+  ).read_bytes()
 
 
 @pytest.mark.slow

@@ -291,10 +291,14 @@ class EnvpoolProgram:
     updates, taken, stopped = [], 0, False
     while True:
       stop = should_stop()
-      got = [] if stop else [s.collect(a, int(self._versions[0]), should_stop)
+      # This process's share of the steps left to `until`: async actors that drop every
+      # trajectory stop collecting there (`Collected.short`) rather than run past it.
+      budget = max(1, -(-(until - env_steps - taken) // self.dp.num_processes))
+      got = [] if stop else [s.collect(a, int(self._versions[0]), should_stop, budget)
                              for s, a in zip(self.sources, self._acting)]  # fmt: skip
-      stop = stop or any(g.traj is None for g in got)
-      new_steps, stop = self._agree(got[0].env_steps if got else 0, stop)
+      stop = stop or any(g.traj is None and not g.short for g in got)
+      short = any(g.short for g in got)
+      new_steps, stop, short = self._agree(got[0].env_steps if got else 0, stop, short)
       # Steps taken are counted even when a stop request leaves them unlearned.
       taken += new_steps
       now = env_steps + taken
@@ -307,6 +311,12 @@ class EnvpoolProgram:
       if stop:
         stopped = True
         break
+      if short:  # no update: a process's trajectories were all dropped up to the point
+        for k, g in enumerate(got):
+          discarded[k] += g.traj is not None  # got while another process's were dropped
+        if now >= until:
+          break
+        continue
       cut = self.exact and now >= cut_at
       trajs = [mark_cut(g.traj) if cut else g.traj for g in got]
       for k, traj in enumerate(trajs):
@@ -316,16 +326,21 @@ class EnvpoolProgram:
           lags[k].append(g.policy_lag)
       batch = learner.batch(trajs)
       self._warm.join()
-      state, metrics, key = learner.ingest(state, batch)
+      state, fresh, key = learner.ingest(state, batch)
+      replayed = None
       if state.replay is not None:
         self._replay_fill = min(self._replay_fill + Learner.columns(batch, self.num_lanes),
                                 config.replay.replay_capacity)  # fmt: skip
         if self._replay_fill >= config.replay.min_replay_size:
           state, replayed = learner.sample_and_update(state, key)
-          metrics = learner.mix(metrics, replayed)
       self._acting, self._versions = learner.acting(state), learner.num_updates(state)
-      if metrics is not None:
-        host = jax.device_get(self.dp.local(metrics))
+      if fresh is not None or replayed is not None:
+        # Read back, then mixed on the host: eager arithmetic on arrays that span a
+        # multi-process job's devices is a computation every process must run in step
+        # (ACER's fresh and replayed metrics deadlocked a job of two processes).
+        fresh, replayed = (None if m is None else jax.device_get(self.dp.local(m))
+                           for m in (fresh, replayed))  # fmt: skip
+        host = fresh if replayed is None else learner.mix(fresh, replayed)
         per_lane = [{name: np.asarray(v)[k] for name, v in host.items()}
                     for k in range(self.num_lanes)]  # fmt: skip
         updates.append(Update(now, self._versions.tolist(), per_lane))
@@ -333,12 +348,13 @@ class EnvpoolProgram:
         break
     return state, Progress(taken, stopped, [tuple(e) for e in episodes], updates, discarded, lags)
 
-  def _agree(self, local_steps: int, stop: bool) -> tuple[int, bool]:
-    """Env steps of every process together, and whether any process must stop."""
+  def _agree(self, local_steps: int, stop: bool, short: bool) -> tuple[int, bool, bool]:
+    """Env steps of every process together, whether any process must stop, and whether
+    any has no trajectory to learn from (`Collected.short`)."""
     if self.dp.num_processes == 1:
-      return local_steps, stop
-    both = self._gather(np.array([local_steps, int(stop)], np.int64))
-    return int(both[:, 0].sum()), bool(both[:, 1].any())
+      return local_steps, stop, short
+    every = self._gather(np.array([local_steps, int(stop), int(short)], np.int64))
+    return int(every[:, 0].sum()), bool(every[:, 1].any()), bool(every[:, 2].any())
 
   def _gather(self, values: np.ndarray) -> np.ndarray:
     """`gather_processes` once the warm-up has run: its update's collectives over the

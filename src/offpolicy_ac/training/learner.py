@@ -494,6 +494,8 @@ class Learner:
     return self._sample(state, key, self.hyperparams, self._batch_fn)
 
   def mix(self, fresh: Any, replayed: Any) -> Any:
+    """The iteration's metrics: the fresh update's (None: not updated on) averaged in with
+    the replayed ones (`mix_metrics`); for values read back to the host."""
     if fresh is None:
       return replayed
     return mix_metrics(fresh, replayed, self.config.replay.num_updates_per_train_iter)

@@ -2,7 +2,7 @@
 
     source = make_source(act, config, segment=0, process=0, acting=..., version=0,
                          rollout_factory=make_training_rollout, to_device=True, seed=0)
-    got = source.collect(acting, version, should_stop)   # Collected(traj, stats, ...)
+    got = source.collect(acting, version, should_stop, budget)  # Collected(traj, stats, ...)
     source.close()
 
 * `InlineSource` (`--actors inline`): unroll, then update, in the learner's thread.
@@ -12,7 +12,10 @@
   axis; trajectories of earlier iterations that arrive late are dropped.
 * `AsyncSource` (`--actors async`): K actor threads unroll with the newest parameters
   they have; the learner takes each trajectory as it arrives, dropping those more than
-  `max_policy_lag` updates old.
+  `max_policy_lag` updates old; once the dropped ones' steps reach `budget` (the steps
+  left to the run's next log, evaluation or checkpoint point, or its end), it hands over
+  none (`Collected.short`), so that an iteration never runs past that point by more than
+  one unroll.
 
 Pools come from a `RolloutFactory`: `factory(act, config, seed, to_device) -> rollout`
 whose `.env` is the pool it steps. Tests pass their own factory (fakes, counters).
@@ -116,14 +119,16 @@ def pool_seed(seed: int, pool: str, *, segment: int = 0, process: int = 0, actor
 
 class Collected(NamedTuple):
   """What a source hands the learner: one trajectory [T+1, B_local] (None when asked to
-  stop), the episodes finished, and the env steps it took, including those of dropped
-  trajectories."""
+  stop, or when `short`), the episodes finished, and the env steps it took, including
+  those of dropped trajectories. `short`: every trajectory was dropped until the steps
+  reached the budget (an iteration without an update, not a stop)."""
 
   traj: Any
   stats: list
   env_steps: int
   discarded: int = 0
   policy_lag: float | None = None
+  short: bool = False
 
 
 class InlineSource:
@@ -133,8 +138,9 @@ class InlineSource:
     self.rollout, self.env, self._steps = rollout, rollout.env, steps
     self.state = rollout.init(acting, key)
 
-  def collect(self, acting: Any, version: int, should_stop: Callable) -> Collected:
-    del version, should_stop
+  def collect(self, acting: Any, version: int, should_stop: Callable,
+              budget: int | None = None) -> Collected:  # fmt: skip
+    del version, should_stop, budget
     self.state, traj, stats = self.rollout.unroll(acting, self.state)
     return Collected(traj, [stats], self._steps)
 
@@ -171,7 +177,8 @@ class AsyncSource(_ThreadSource):
     super().__init__(rollouts, keys, acting, version, config, gated=False)
     self._published = version
 
-  def collect(self, acting: Any, version: int, should_stop: Callable) -> Collected:
+  def collect(self, acting: Any, version: int, should_stop: Callable,
+              budget: int | None = None) -> Collected:  # fmt: skip
     if version != self._published:
       self.actors.publish(acting, version)
       self._published = version
@@ -187,6 +194,8 @@ class AsyncSource(_ThreadSource):
       lag = version - item.version
       if lag_limit is not None and lag > lag_limit:
         dropped += 1
+        if budget is not None and steps >= budget:  # at the point, nothing to learn from
+          return Collected(None, stats, steps, dropped, short=True)
         continue
       return Collected(item.traj, stats, steps, dropped, float(lag))
 
@@ -205,8 +214,9 @@ class PoolsSource(_ThreadSource):
     self.min_pools = config.acting.min_pools or self.num_actors
     self._round = None
 
-  def collect(self, acting: Any, version: int, should_stop: Callable) -> Collected:
-    del version
+  def collect(self, acting: Any, version: int, should_stop: Callable,
+              budget: int | None = None) -> Collected:  # fmt: skip
+    del version, budget
     if self._round is None:  # the actors already unroll the initial parameters
       self._round = 0
     else:
