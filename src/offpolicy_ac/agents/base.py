@@ -155,8 +155,8 @@ def check_host_trajectory(traj: Any, spec: Any, agent: str) -> None:
   """What the jitted update cannot check, checked on a trajectory's NumPy arrays (arrays
   on a device are not read: that would wait for them): discrete actions in [0, A) (but at
   LAST steps, whose actions are never read), which the update would otherwise turn into
-  NaN parameters; and `env_id` constant along time,
-  which a batch-major [B, T+1] trajectory breaks (its update is otherwise silently wrong)."""
+  NaN parameters; and `env_id` constant along time, which a batch-major [B, T+1]
+  trajectory breaks (its update is otherwise silently wrong)."""
   env_id = getattr(traj, "env_id", None)
   if isinstance(env_id, np.ndarray) and env_id.ndim == 2 and np.any(env_id != env_id[:1]):
     t, b = np.argwhere(env_id != env_id[:1])[0]

@@ -566,7 +566,7 @@ def _check_actors(actors: ActorsConfig) -> None:
     raise ValueError(f"grace_period_s must be >= 0, got {actors.grace_period_s}")
   if actors.grace_period_s != ActorsConfig.grace_period_s and not actors.min_pools:
     raise ValueError("grace_period_s applies to --actors pools with --min-pools (below "
-                     "--num-actors)")  # fmt: skip
+                     "num_actors)")  # fmt: skip
   if actors.max_policy_lag is not None:
     if actors.actors != "async":
       raise ValueError("max_policy_lag applies to --actors async")
