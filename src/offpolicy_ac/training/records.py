@@ -139,9 +139,10 @@ class Accumulators:
     }
     if self.metric_count:
       record.update({k: v / self.metric_count for k, v in self.metric_sums.items()})
-    if self.lag_count or self.discarded:  # actor threads: trajectories dropped, lag of
-      record["dropped_trajectories"] = self.discarded  # those used (None: every one dropped)
-      record["policy_lag"] = self.lag_sum / self.lag_count if self.lag_count else None
+    if self.lag_count or self.discarded:  # actor threads: trajectories dropped, and the
+      record["dropped_trajectories"] = self.discarded  # lag of those used, if any were
+    if self.lag_count:
+      record["policy_lag"] = self.lag_sum / self.lag_count
     self.episodes, self.return_sum, self.length_sum = 0, 0.0, 0.0
     self.metric_sums, self.metric_count = {}, 0
     self.discarded, self.lag_sum, self.lag_count = 0, 0.0, 0
