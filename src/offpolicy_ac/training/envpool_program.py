@@ -338,9 +338,8 @@ class EnvpoolProgram:
         # Read back, then mixed on the host: eager arithmetic on arrays that span a
         # multi-process job's devices is a computation every process must run in step
         # (ACER's fresh and replayed metrics deadlocked a job of two processes).
-        fresh, replayed = (None if m is None else jax.device_get(self.dp.local(m))
-                           for m in (fresh, replayed))  # fmt: skip
-        host = fresh if replayed is None else learner.mix(fresh, replayed)
+        fresh, replayed = jax.device_get(self.dp.local((fresh, replayed)))  # one read-back
+        host = learner.mix(fresh, replayed)
         per_lane = [{name: np.asarray(v)[k] for name, v in host.items()}
                     for k in range(self.num_lanes)]  # fmt: skip
         updates.append(Update(now, self._versions.tolist(), per_lane))

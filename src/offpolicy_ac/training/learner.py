@@ -495,9 +495,10 @@ class Learner:
 
   def mix(self, fresh: Any, replayed: Any) -> Any:
     """The iteration's metrics: the fresh update's (None: not updated on) averaged in with
-    the replayed ones (`mix_metrics`); for values read back to the host."""
-    if fresh is None:
-      return replayed
+    the replayed ones (None: no replayed updates) (`mix_metrics`); for values read back
+    to the host."""
+    if fresh is None or replayed is None:
+      return replayed if fresh is None else fresh
     return mix_metrics(fresh, replayed, self.config.replay.num_updates_per_train_iter)
 
   def warm_up(self, state: LearnerState, batch: Any) -> threading.Thread:
