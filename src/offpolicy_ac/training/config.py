@@ -150,7 +150,9 @@ class ActorsConfig:
   """Actor threads (pools or async); 1 with 'inline'."""
   max_policy_lag: Optional[int] = None
   """Async: drop trajectories from parameters more than L updates old (counted as
-  dropped_trajectories). None: use every trajectory."""
+  dropped_trajectories). Every update counts, replayed ones too, so with replayed updates
+  (ACER, SQL, SQIL) one iteration ages the parameters by several updates. None: use every
+  trajectory."""
   actor_queue_size: int = 0
   """Trajectories waiting for the learner before actors block (back-pressure).
   0: one per actor."""
