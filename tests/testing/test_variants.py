@@ -130,6 +130,20 @@ def test_masked_steps_check_catches_multiplying_by_the_mask():
     testing.assert_masked_steps_ignored(lambda_return_times_mask, EXAMPLES)
 
 
+def test_docs_testing_shows_the_message_multiplying_by_the_mask_gets():
+  import pathlib
+  import re
+
+  page = (pathlib.Path(__file__).parents[2] / "docs" / "testing.md").read_text()
+  example = page[page.index("## Example: a bug only one variant shows") :]
+  shown = re.search(r"\n# (AssertionError: .*?)\n\n", example, re.S).group(1)
+  shown = " ".join(line.removeprefix("# ") for line in shown.splitlines())
+  with pytest.raises(AssertionError) as raised:
+    testing.assert_masked_steps_ignored(lambda_return_times_mask)  # the page's call
+  pattern = ".*?".join(re.escape(part) for part in shown.split("..."))
+  assert re.match(pattern, f"AssertionError: {raised.value}", re.S), (shown, raised.value)
+
+
 def test_multiplying_by_the_mask_hides_under_jit_alone():
   # Why the eager variant is in the defaults: jitted alone, the leak is invisible.
   testing.assert_masked_steps_ignored(lambda_return_times_mask, EXAMPLES, variants=("with_jit",))
