@@ -51,6 +51,7 @@ from offpolicy_ac.training.evaluation import EpisodeLimitError
 from offpolicy_ac.training.evaluation import episode_pools
 from offpolicy_ac.training.sources import task_kwargs
 from offpolicy_ac.training.video import check_video_path
+from offpolicy_ac.training.video import video_writer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,6 +108,10 @@ def main(args: Args) -> dict:
   if args.video:
     check_output_file("--video", args.video)
     check_video_path(args.video)
+    try:
+      video_writer()  # before the episodes are played
+    except ImportError as e:
+      raise ValueError(f"--video: {e}") from e
   check_outputs(args)
   import_modules("--import-modules", args.import_modules)
   run = load_run(args.run_dir, checkpoint=args.checkpoint, best=args.best)

@@ -1,6 +1,7 @@
 """experiments/evaluate.py: greedy returns, their JSON file and an MP4 of episode 0."""
 
 import dataclasses
+import gc
 import json
 import re
 import subprocess
@@ -251,6 +252,39 @@ def test_write_video_leaves_no_file_when_its_frames_fail(tmp_path):
   with pytest.raises(ValueError, match="got no frame"):
     write_video(tmp_path / "v.mp4", iter([]))
   assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("fail_at", ["frame", "iterable"])
+def test_write_video_leaves_no_file_once_its_failure_is_handled(tmp_path, fail_at):
+  # The writer still open when the failure's traceback goes would write the file again.
+  def frames():
+    yield np.zeros((4, 4, 3), np.uint8)
+    if fail_at == "iterable":
+      raise RuntimeError("the episode did not finish")
+    yield np.zeros((6, 4, 3), np.uint8)
+
+  try:
+    write_video(tmp_path / "v.mp4", frames())
+  except (RuntimeError, ValueError):
+    pass
+  else:
+    pytest.fail("write_video took a failing episode")
+  gc.collect()
+  assert not list(tmp_path.iterdir())
+
+
+def test_evaluate_refuses_a_video_it_cannot_write_before_playing_episodes(tmp_path, monkeypatch):
+  monkeypatch.setitem(sys.modules, "imageio_ffmpeg", None)  # an install broken since
+  module = load_script("evaluate")
+  with pytest.raises(ValueError, match=r"--video: writing a video needs imageio and "
+                     r"imageio-ffmpeg .*: pip install 'imageio>=2.34,<3'"):  # fmt: skip
+    module.main(module.Args(run_dir=str(tmp_path / "no-run"), video=str(tmp_path / "v.mp4")))
+  assert not list(tmp_path.iterdir())
+
+
+def test_write_video_refuses_an_infinite_frame_rate(tmp_path):
+  with pytest.raises(ValueError, match="fps must be finite and > 0, got inf"):
+    write_video(tmp_path / "v.mp4", np.zeros((2, 8, 8, 3), np.uint8), fps=float("inf"))
 
 
 def test_write_video_expands_the_home_directory(tmp_path, monkeypatch):

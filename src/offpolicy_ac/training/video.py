@@ -6,8 +6,10 @@ write_video("greedy.mp4", episode, fps=30)      # frames encoded as they are ren
 
 from __future__ import annotations
 
+import math
 import os
 import pathlib
+import types
 from typing import Iterable
 import warnings
 
@@ -20,6 +22,22 @@ def check_video_path(path: str | os.PathLike) -> None:
     raise ValueError(f"videos are written as H.264 MP4: give a path ending in .mp4, got {path}")
 
 
+def video_writer() -> types.ModuleType:
+  """imageio.v2, once imageio-ffmpeg's ffmpeg binary is found (both are dependencies of the
+  package); an ImportError that names what is missing otherwise (an install broken since).
+  Slow to import: `write_video` calls it, and a script checks with it before long work."""
+  fix = "pip install 'imageio>=2.34,<3' 'imageio-ffmpeg>=0.5,<1'"
+  try:
+    import imageio.v2 as imageio
+    import imageio_ffmpeg
+
+    imageio_ffmpeg.get_ffmpeg_exe()  # IMAGEIO_FFMPEG_EXE, its own binary, or the system's
+  except (ImportError, RuntimeError) as e:
+    raise ImportError(f"writing a video needs imageio and imageio-ffmpeg with its ffmpeg "
+                      f"binary ({type(e).__name__}: {e}): {fix}") from e  # fmt: skip
+  return imageio
+
+
 def write_video(path: str | os.PathLike, frames: Iterable[np.ndarray],
                 fps: float = 30.0) -> pathlib.Path:  # fmt: skip
   """Writes frames as an H.264 MP4, one video frame per frame: an array [N, H, W, 3] uint8,
@@ -30,34 +48,41 @@ def write_video(path: str | os.PathLike, frames: Iterable[np.ndarray],
   format needs even sizes). The file is written next to `path`, then renamed onto it; a
   failure (a bad frame, or one the iterable raises) leaves no file.
   """
-  if not fps > 0:
-    raise ValueError(f"fps must be > 0, got {fps}")
+  if not (math.isfinite(fps) and fps > 0):
+    raise ValueError(f"fps must be finite and > 0, got {fps}")
   check_video_path(path)
-  import imageio.v2 as imageio  # slow to import: only when writing a video
+  imageio = video_writer()
 
   path = pathlib.Path(path).expanduser()
   path.parent.mkdir(parents=True, exist_ok=True)
   tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
-  shape = None
+  shape = writer = None
   try:
     with warnings.catch_warnings():
       # ffmpeg runs in a subprocess, which it execs at once: JAX's warning about
       # os.fork() in a multithreaded process does not apply.
       warnings.filterwarnings("ignore", message="os.fork", category=RuntimeWarning)
-      with imageio.get_writer(tmp, fps=fps, codec="libx264", macro_block_size=2,
-                              ffmpeg_log_level="error") as writer:  # fmt: skip
-        for k, frame in enumerate(frames):
-          frame = np.asarray(frame)
-          shape = frame.shape if shape is None else shape
-          if frame.shape != shape or len(shape) != 3 or shape[-1] != 3 or frame.dtype != np.uint8:
-            first = f", frame 0 {shape}" if k else ""
-            raise ValueError(f"frames must be [H, W, 3] uint8, all of one size: frame {k} is "
-                             f"{frame.shape} {frame.dtype}{first}")  # fmt: skip
-          height, width, _ = shape
-          writer.append_data(np.pad(frame, ((0, height % 2), (0, width % 2), (0, 0))))
-        if shape is None:
-          raise ValueError("frames must be [N >= 1, H, W, 3] uint8, got no frame")
+      writer = imageio.get_writer(tmp, fps=fps, codec="libx264", macro_block_size=2,
+                                  ffmpeg_log_level="error")  # fmt: skip
+      for k, frame in enumerate(frames):
+        frame = np.asarray(frame)
+        shape = frame.shape if shape is None else shape
+        if frame.shape != shape or len(shape) != 3 or shape[-1] != 3 or frame.dtype != np.uint8:
+          first = f", frame 0 {shape}" if k else ""
+          raise ValueError(f"frames must be [H, W, 3] uint8, all of one size: frame {k} is "
+                           f"{frame.shape} {frame.dtype}{first}")  # fmt: skip
+        height, width, _ = shape
+        writer.append_data(np.pad(frame, ((0, height % 2), (0, width % 2), (0, 0))))
+      if shape is None:
+        raise ValueError("frames must be [N >= 1, H, W, 3] uint8, got no frame")
+      writer.close()
   except BaseException:
+    # Closed first: ffmpeg still running would write the file again once it is removed.
+    if writer is not None:
+      try:
+        writer.close()
+      except Exception:  # pylint: disable=broad-except  (the first error is the one to raise)
+        pass
     tmp.unlink(missing_ok=True)
     raise
   os.replace(tmp, path)
