@@ -172,6 +172,78 @@ def test_removing_a_held_lock_file_does_not_let_a_second_holder_in(tmp_path):
     pass
 
 
+def test_a_refused_run_removes_the_directories_it_made_and_no_other(tmp_path):
+  made, found = tmp_path / "made", tmp_path / "found"
+  found.mkdir()
+  for path in (made, found):
+    with pytest.raises(ValueError, match="refused"):
+      with rundir.locked(path):
+        raise ValueError("refused")
+  assert not made.exists() and sorted(p.name for p in found.iterdir()) == [rundir.LOCK]
+  with pytest.raises(ValueError, match="refused"):
+    with rundir.locked(made):
+      (made / "config.json").write_text("{}")
+      raise ValueError("refused")
+  assert sorted(p.name for p in made.iterdir()) == [rundir.LOCK, "config.json"]
+
+
+def _short_impala(run_dir):
+  args = impala.Args()
+  train = args.train.replace(total_env_steps=512, checkpoint_every=512, log_every=512,
+                             eval_every=0)  # fmt: skip
+  return dataclasses.replace(args, train=train, run_dir=str(run_dir))
+
+
+def test_a_run_refused_after_its_lock_leaves_none_of_the_folders_it_made(tmp_path, monkeypatch):
+  def refuse(*args, **kwargs):
+    raise ValueError("refused")
+
+  monkeypatch.setattr(rundir, "check_or_write_config", refuse)
+  for run_dir in (tmp_path / "a" / "b" / "run", tmp_path / "sweep" / "c"):
+    args = _short_impala(run_dir)
+    if run_dir.name == "c":  # learners in seed<k>/ below the root
+      args = dataclasses.replace(args, train=args.train.replace(num_seeds=2))
+    with pytest.raises(ValueError, match="refused"):
+      impala.run(args)
+  assert list(tmp_path.iterdir()) == []
+
+
+def test_a_refused_run_leaves_the_directory_another_made_and_locked_meanwhile(tmp_path,
+                                                                             monkeypatch):  # fmt: skip
+  """Made and locked by another process after this one saw it missing: the refused run
+  must not remove it, the holder's lock file with it (the holder would go on unlocked)."""
+  run_dir, real_locked, holder = tmp_path / "new" / "run", rundir.locked, []
+
+  def another_process_first(path):
+    if path == run_dir and not holder:
+      holder.append(real_locked(path))
+      holder[0].__enter__()
+    return real_locked(path)
+
+  monkeypatch.setattr(rundir, "locked", another_process_first)
+  with pytest.raises(rundir.RunDirectoryInUse, match=f'"pid": {os.getpid()}'):
+    impala.run(_short_impala(run_dir))
+  try:
+    assert sorted(p.name for p in run_dir.iterdir()) == [rundir.LOCK]
+  finally:
+    holder[0].__exit__(None, None, None)
+
+
+def test_a_lock_taken_on_a_directory_removed_meanwhile_is_refused(tmp_path, monkeypatch):
+  run_dir, real_flock = tmp_path / "run", rundir.fcntl.flock
+
+  def removed_before_locking(fd, operation):
+    if run_dir.exists() and not (run_dir / rundir.LOCK).exists():  # the directory's lock
+      run_dir.rmdir()  # a refused run removing the directory it made
+      run_dir.mkdir()  # and another making it again
+    return real_flock(fd, operation)
+
+  monkeypatch.setattr(rundir.fcntl, "flock", removed_before_locking)
+  with pytest.raises(rundir.RunDirectoryInUse, match="was removed by another process"):
+    with rundir.locked(run_dir):
+      pass
+
+
 def test_a_new_run_is_refused_a_directory_of_other_files_or_inside_a_run(tmp_path):
   """A run's files must not mix with others: a folder of documents, another run's
   checkpoints/. An empty folder, and one a refused start left (lock files only), are

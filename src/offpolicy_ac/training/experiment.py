@@ -33,7 +33,6 @@ import contextlib
 import dataclasses
 import os
 import pathlib
-import shutil
 import signal
 import sys
 import threading
@@ -159,24 +158,29 @@ def _stop_on_signals(flag: _StopFlag, *, building: bool = False):
 
 
 @contextlib.contextmanager
-def _removed_if_unused(made: Sequence[pathlib.Path]):
-  """Directories made for this run (a default run directory; a new learner's, and the
-  folders above it) are removed again, deepest first, when the run ends with an error
-  before anything but a lock is written there (a refusal)."""
+def _removed_on_error(made: Sequence[pathlib.Path], remove: Callable[[pathlib.Path], None]):
+  """Directories made for this run are removed again by `remove`, deepest first, when the
+  run ends with an error (a refusal): the default run directory if it holds nothing but a
+  lock (`rundir.remove_if_unused`), the folders made above a new learner's directory if
+  they are empty (`_rmdir_if_empty`: another process may have locked a run in one)."""
   try:
     yield
   except BaseException:
     for path in sorted(made, key=lambda p: len(p.parts), reverse=True):
-      with contextlib.suppress(OSError):  # gone, or another process's meanwhile
-        if set(os.listdir(path)) <= {rundir.LOCK}:
-          shutil.rmtree(path)
+      remove(path)
     raise
 
 
-def _not_yet_made(paths: Sequence[pathlib.Path]) -> list[pathlib.Path]:
-  """The paths, and the folders above them, that do not exist yet."""
-  return list(dict.fromkeys(p for path in paths for p in (path, *path.parents)
-                            if not p.exists()))  # fmt: skip
+def _rmdir_if_empty(path: pathlib.Path) -> None:
+  with contextlib.suppress(OSError):  # gone, or not empty
+    os.rmdir(path)
+
+
+def _folders_not_yet_made_above(paths: Sequence[pathlib.Path]) -> list[pathlib.Path]:
+  """The folders above the paths that do not exist yet (not the paths: another process may
+  make and lock one of them before this one does)."""
+  return list(dict.fromkeys(p for path in paths for p in path.parents
+                            if not p.exists() and p not in paths))  # fmt: skip
 
 
 def prepare_process(config: TrainConfig) -> None:
@@ -308,7 +312,7 @@ def _experiment(name: str, args: Any, agent_factory: Callable,
   with refusals():
     made = None if args.run_dir else default_run_dir(name, config)
   root = pathlib.Path(args.run_dir or made)
-  with _removed_if_unused([pathlib.Path(made)] if made else []):
+  with _removed_on_error([pathlib.Path(made)] if made else [], rundir.remove_if_unused):
     seeds = config.seeds
     shared = (
         config.budget.sweep
@@ -477,9 +481,9 @@ def _run(name: str, args: Any, root: pathlib.Path, agent_factory: Callable,
   if alone and process > 0:  # a multi-host job's other processes: their own logs
     dirs = [root / f"process{process}"]
   locked_dirs = [dirs[0]] if alone else [root, *dirs]
-  made = _not_yet_made(locked_dirs)
+  made = _folders_not_yet_made_above(locked_dirs)
   with contextlib.ExitStack() as held:
-    held.enter_context(_removed_if_unused(made))
+    held.enter_context(_removed_on_error(made, _rmdir_if_empty))
     with refusals():  # several learners: the root and each learner's directory
       for locked in locked_dirs:
         held.enter_context(rundir.locked(locked))

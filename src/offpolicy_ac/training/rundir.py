@@ -124,13 +124,19 @@ def locked(run_dir: pathlib.Path):
   (NFS), which may not lock directories, the lock file's lock is the server's, released
   when the holder's host stops renewing it.
 
+  A directory this call made is removed again, before its lock is released, when the
+  context ends with an error and nothing but the lock file was written there (a refused
+  run); one that another process made is never removed.
+
   Raises:
-    RunDirectoryInUse: another process holds it; the message names the holder.
+    RunDirectoryInUse: another process holds it (the message names the holder), or
+      removed it while this one locked it.
     ValueError: `run_dir` cannot be made.
   """
   try:
-    run_dir.mkdir(parents=True, exist_ok=True)
-  except OSError as e:  # no permission, a read-only or missing filesystem
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    made = _made_here(run_dir)
+  except OSError as e:  # no permission, a read-only or missing filesystem, a file
     raise ValueError(f"the run directory {run_dir} cannot be made ({e.strerror}): choose "
                      "another --run-dir") from e  # fmt: skip
   dir_fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY)
@@ -139,15 +145,53 @@ def locked(run_dir: pathlib.Path):
     fd = os.open(run_dir / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     try:
       _lock_or_refuse(fd, run_dir, directory=False)
+      _check_still_there(run_dir, dir_fd)
       me = {"host": socket.gethostname(), "pid": os.getpid(),
             "since": time.strftime("%Y-%m-%d %H:%M:%S"), "command": " ".join(sys.argv)}  # fmt: skip
       os.ftruncate(fd, 0)
       os.pwrite(fd, json.dumps(me).encode(), 0)
-      yield
+      try:
+        yield
+      except BaseException:
+        if made:
+          remove_if_unused(run_dir)  # still locked: no other process is in it
+        raise
     finally:
       os.close(fd)  # releases the file's lock
   finally:
     os.close(dir_fd)  # and the directory's
+
+
+def _made_here(path: pathlib.Path) -> bool:
+  """Makes the directory `path` (whose parent exists); whether this call made it (False:
+  it was there already)."""
+  try:
+    path.mkdir()
+    return True
+  except FileExistsError:
+    if not path.is_dir():
+      raise
+    return False
+
+
+def _check_still_there(run_dir: pathlib.Path, dir_fd: int) -> None:
+  """Refuses a lock taken on a directory that another process removed (a refused run
+  removing the directory it made) between its opening and its locking here."""
+  held, there = os.fstat(dir_fd), None
+  with contextlib.suppress(OSError):
+    there = os.stat(run_dir)
+  if there is None or (there.st_dev, there.st_ino) != (held.st_dev, held.st_ino):
+    raise RunDirectoryInUse(f"{run_dir} was removed by another process as this one locked it "
+                            "(a run refused there): start again")  # fmt: skip
+
+
+def remove_if_unused(path: pathlib.Path) -> None:
+  """Removes the directory `path` if it holds nothing but a lock file (a refused run's); a
+  directory that holds anything else, or is gone, is left as it is."""
+  with contextlib.suppress(OSError):  # gone, or written meanwhile (the rmdir fails)
+    if set(os.listdir(path)) <= {LOCK}:
+      (path / LOCK).unlink(missing_ok=True)
+      os.rmdir(path)
 
 
 def _lock_or_refuse(fd: int, run_dir: pathlib.Path, directory: bool) -> None:
