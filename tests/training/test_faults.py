@@ -33,6 +33,7 @@ from offpolicy_ac.training import load_run
 from offpolicy_ac.training import make_training_rollout
 from offpolicy_ac.training import rundir
 from offpolicy_ac.training.driver import NonFiniteError
+from offpolicy_ac.training.driver import ResumeError
 
 ROOT = pathlib.Path(__file__).parents[2]
 WALL_CLOCK = ("wall_time_s", "env_steps_per_s")
@@ -355,6 +356,7 @@ def test_a_flipped_byte_in_the_newest_checkpoint_is_found_and_skipped(tmp_path, 
     _flip_byte(largest, offset=largest.stat().st_size * k // 17)
   proc = _run(run_dir, "--resume")
   assert "checkpoint 3840" in proc.stderr and "falling back" in proc.stderr
+  assert "Event loop is closed" not in proc.stderr  # the reads pending as it failed
   _same_run(run_dir, straight)  # from the checkpoint before: the same run
 
 
@@ -386,6 +388,81 @@ def test_no_intact_checkpoint_is_an_error_not_a_fresh_start(tmp_path):
   # Nothing ran: config.json keeps the run's budget (a larger one would refuse a resume
   # with the run's own as "smaller") and lists no resume.
   assert (run_dir / "config.json").read_bytes() == config
+
+
+def test_a_checkpoint_the_machine_cannot_read_is_left_as_it_is_not_set_aside(tmp_path,
+                                                                            monkeypatch):  # fmt: skip
+  """No permission (or memory, or open files) to read the checkpoints is not damage: set
+  aside as damaged, every intact one was renamed and the run could not be resumed."""
+  args = _short_impala(tmp_path / "run")
+  args = dataclasses.replace(args, train=args.train.replace(total_env_steps=1024))
+  impala.run(args)
+  read_json = checkpoint.read_json
+
+  def denied(path):
+    if pathlib.Path(path).name == checkpoint.CHECKSUMS:
+      raise PermissionError(errno.EACCES, "Permission denied", str(path))
+    return read_json(path)
+
+  monkeypatch.setattr(checkpoint, "read_json", denied)
+  more = dataclasses.replace(args, resume=True, train=args.train.replace(total_env_steps=1536))
+  access = r"checkpoint 1024 in .* could not be read \(PermissionError: .*\): not damage"
+  with pytest.raises(ResumeError, match=access):
+    impala.run(more)
+  with pytest.raises(checkpoint.CheckpointAccessError, match=access):
+    load_run(tmp_path / "run", checkpoint=1024)
+  monkeypatch.undo()
+  assert _checkpoints(tmp_path / "run") == [512, 1024]
+  assert not list((tmp_path / "run" / "checkpoints").glob("*.unreadable-*"))
+  impala.run(more)
+  assert load_run(tmp_path / "run").env_steps == 1536
+
+
+_READ_THEN_UNRAISABLE = """
+import sys
+from offpolicy_ac.training import checkpoint, load_run
+
+class Callback:  # a tensorstore read completing into orbax's closed event loop
+  def __init__(self, error):
+    self.error = error
+  def __del__(self):
+    raise self.error
+
+try:
+  load_run(sys.argv[1], checkpoint=512)
+except checkpoint.DamagedCheckpointError as e:
+  print("damaged:", str(e)[:40], file=sys.stderr)
+Callback(RuntimeError("Event loop is closed"))
+Callback(RuntimeError("another error"))
+"""
+
+
+def test_reads_pending_as_a_checkpoint_fails_leave_no_tracebacks(tmp_path):
+  """A failed read's pending tensorstore reads complete into orbax's closed event loop:
+  each printed a traceback ("Event loop is closed"), a dozen before the one-line warning."""
+  impala.run(_short_impala(tmp_path / "run"))
+  for data in (tmp_path / "run" / "checkpoints" / "512" / "arrays").rglob("d/*"):
+    data.write_bytes(data.read_bytes()[:16])  # cut short
+  proc = subprocess.run([sys.executable, "-c", _READ_THEN_UNRAISABLE, str(tmp_path / "run")],
+                        capture_output=True, text=True, timeout=300)  # fmt: skip
+  assert proc.returncode == 0 and "damaged: checkpoint 512" in proc.stderr, proc.stderr[-3000:]
+  assert "another error" in proc.stderr and "Event loop is closed" not in proc.stderr
+
+
+def test_errors_of_the_machine_are_told_from_damage():
+  assert checkpoint._access_error(ValueError('PERMISSION_DENIED: Error opening "zarr" driver'))
+  assert checkpoint._access_error(OSError(errno.EIO, "Input/output error"))
+  assert checkpoint._access_error(MemoryError())
+  try:
+    try:
+      raise ValueError("RESOURCE_EXHAUSTED: out of memory")
+    except ValueError as e:
+      raise RuntimeError("orbax failed") from e
+  except RuntimeError as e:
+    assert checkpoint._access_error(e)
+  assert not checkpoint._access_error(ValueError("DATA_LOSS: Error reading the chunk"))
+  assert not checkpoint._access_error(FileNotFoundError(errno.ENOENT, "No such file"))
+  assert not checkpoint._access_error(checkpoint.DamagedCheckpointError("checksum mismatch"))
 
 
 def test_checkpoints_of_other_shapes_are_refused_and_left_as_they_are(tmp_path):

@@ -68,6 +68,44 @@ class DamagedCheckpointError(ValueError):
   """A checkpoint's arrays do not match the checksums written with them."""
 
 
+class CheckpointAccessError(OSError):
+  """A checkpoint that could not be read for a reason of the machine's, not of its bytes
+  (no permission, no memory, too many open files, an I/O error): it is left as it is."""
+
+
+_ACCESS_ERRNOS = {errno.EACCES, errno.EPERM, errno.ENOMEM, errno.EMFILE, errno.ENFILE,
+                  errno.EIO, errno.ESTALE, errno.ETIMEDOUT}  # fmt: skip
+_ACCESS_STATUSES = ("PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "UNAVAILABLE")  # tensorstore's
+
+
+def _access_error(error: BaseException) -> bool:
+  """Whether `error` (or one it was raised from) is the machine's: an OSError of
+  `_ACCESS_ERRNOS`, a MemoryError, or a tensorstore error of `_ACCESS_STATUSES` (raised as
+  a ValueError whose message starts with the status)."""
+  seen = set()
+  while error is not None and id(error) not in seen:
+    seen.add(id(error))
+    if isinstance(error, MemoryError) or (
+        isinstance(error, OSError) and error.errno in _ACCESS_ERRNOS
+    ):
+      return True
+    if str(error).startswith(_ACCESS_STATUSES):
+      return True
+    error = error.__cause__ or error.__context__
+  return False
+
+
+def _raise_if_access_error(error: BaseException, where: str) -> None:
+  """Raises `CheckpointAccessError` for an `_access_error` reading the checkpoint `where`
+  (which damage must not be taken for: it would be set aside, or passed over, intact)."""
+  if _access_error(error):
+    raise CheckpointAccessError(
+        f"{where} could not be read ({_brief(error)}): not damage of the checkpoint but of "
+        "access to it (permissions, memory, open files, the filesystem). It is left as it "
+        "is: mend that, then try again"
+    ) from error
+
+
 def path_name(path: tuple) -> str:
   """A pytree path as "learner/agent/params/..." (dict keys and NamedTuple fields alike)."""
   return jax.tree_util.keystr(path, simple=True, separator="/")
@@ -251,6 +289,8 @@ class Checkpointer:
     other arrays than `template`'s are left as they are too: with no other one readable,
     that is a ValueError naming the first difference. Newer than an intact one of
     `template`'s arrays, they are damaged (their checksums): set aside, with a warning.
+    One that cannot be read for a reason of the machine's raises `CheckpointAccessError`
+    and is left as it is.
     """
     ocp = _ocp()
     template = _to_savable(template)
@@ -286,6 +326,8 @@ class Checkpointer:
         if checksums.get(RECORD) != record_checksum(dict(restored["record"])):
           raise DamagedCheckpointError(f"{where}: its record does not match its checksum")
       except Exception as e:  # pylint: disable=broad-except
+        _drop_closed_loop_callbacks()
+        _raise_if_access_error(e, where)
         self._set_aside(step, f"could not be read ({_brief(e)})")
         continue
       # A run writes one layout: a newer checkpoint of another one than this intact one's
@@ -343,7 +385,17 @@ def _closed_loop_callbacks_dropped(previous: Callable) -> Callable:
     if not (isinstance(error, RuntimeError) and str(error) == "Event loop is closed"):
       previous(unraisable)
 
+  hook.drops_closed_loop_callbacks = True
   return hook
+
+
+def _drop_closed_loop_callbacks() -> None:
+  """From now on, drops the "Event loop is closed" of callbacks into orbax's closed event
+  loop (`_closed_loop_callbacks_dropped`): after a failed read, the tensorstore reads
+  still pending complete into it, later too (about a dozen tracebacks before the one-line
+  warning that the checkpoint is passed over)."""
+  if not getattr(sys.unraisablehook, "drops_closed_loop_callbacks", False):
+    sys.unraisablehook = _closed_loop_callbacks_dropped(sys.unraisablehook)
 
 
 @contextlib.contextmanager
@@ -388,16 +440,23 @@ def read_checkpoint(directory: str | pathlib.Path, step: int, item: Any) -> tupl
       not match their checksums.
     ValueError: the checkpoint holds arrays of other shapes than `item`'s (another
       configuration: not damage).
+    CheckpointAccessError: it could not be read for a reason of the machine's.
   """
   directory = pathlib.Path(directory).absolute()
   where = f"checkpoint {step} in {directory}"
-  checksums = _read_checksums(directory / str(step))
+  try:
+    checksums = _read_checksums(directory / str(step))
+  except OSError as e:
+    _raise_if_access_error(e, where)
+    raise
   mismatch = layout_mismatch(item, checksums, partial=True)
   if mismatch is not None:
     raise ValueError(f"{where} holds arrays of other shapes than asked for ({mismatch})")
   try:
     restored = _restore_read_only(directory, step, item)
   except Exception as e:  # pylint: disable=broad-except
+    _drop_closed_loop_callbacks()
+    _raise_if_access_error(e, where)
     raise DamagedCheckpointError(f"{where} could not be read: {_brief(e)}") from e
   verify_checksums(restored["arrays"], checksums, where)
   return restored["arrays"], dict(restored["record"])

@@ -50,6 +50,7 @@ import jax
 import numpy as np
 
 from offpolicy_ac.training import records
+from offpolicy_ac.training.checkpoint import CheckpointAccessError
 from offpolicy_ac.training.checkpoint import restore_newest
 from offpolicy_ac.training.clock import seconds_since_launch
 from offpolicy_ac.training.config import TrainConfig
@@ -287,7 +288,7 @@ class _Driver:
     check = lambda record: records.from_record(record, program.kind, program.num_lanes, where)
     try:
       restored = restore_newest(self.checkpointer, program.checkpoint_arrays(state), check)
-    except ValueError as e:
+    except (ValueError, CheckpointAccessError) as e:
       raise ResumeError(str(e)) from e
     program.agree_on_restore(-1 if restored is None else restored[1]["schedule"]["env_steps"])
     if restored is not None:
