@@ -3,6 +3,7 @@
 from offpolicy_ac.analysis.metrics_file import read_metrics
 from offpolicy_ac.analysis.plotting import plot_runs
 from offpolicy_ac.training.checkpoint import Checkpointer
+from offpolicy_ac.training.checkpoint import CheckpointAccessError
 from offpolicy_ac.training.checkpoint import DamagedCheckpointError
 from offpolicy_ac.training.clock import seconds_since_launch
 from offpolicy_ac.training.compiled_train import AnakinState
@@ -56,6 +57,7 @@ __all__ = [
     "BestFiles",
     "BestKeeper",
     "BudgetConfig",
+    "CheckpointAccessError",
     "CheckpointConfig",
     "Checkpointer",
     "CompiledTrain",

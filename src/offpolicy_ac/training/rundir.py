@@ -1037,6 +1037,8 @@ def load_run(run_dir: str | os.PathLike, *, checkpoint: Optional[int] = None,
       checkpoint, no checkpoint at `checkpoint`, no best parameters), or parameters that
       do not match their checksum (damaged: `DamagedCheckpointError`, a ValueError; with
       `checkpoint` None, only when no checkpoint is intact).
+    CheckpointAccessError: an OSError: a checkpoint could not be read for a reason of
+      the machine's (no permission, no memory, too many open files, an I/O error).
     TypeError: `checkpoint` is not an int.
   """
   if best and checkpoint is not None:
