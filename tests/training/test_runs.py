@@ -216,14 +216,18 @@ def test_a_run_whose_summary_names_a_lost_checkpoint_is_not_started_over(tmp_pat
   shutil.rmtree(run_dir / "checkpoints")
   names = ("metrics.jsonl", "final_params.msgpack", "config.json", "summary.json")
   kept = {name: (run_dir / name).read_bytes() for name in names}
-  proc = _run("impala", run_dir, 10240, "--resume", check=False)
-  assert proc.returncode == 2, proc.stderr
-  assert proc.stderr.strip().splitlines()[-1] == (
-      f"[impala] error: --resume: {run_dir / 'summary.json'} names a checkpoint at env step "
-      f"7,680, and {run_dir / 'checkpoints'} holds none: put the run's checkpoints back, or "
-      "start it over in another --run-dir"
-  )
-  assert {name: (run_dir / name).read_bytes() for name in kept} == kept
+  # With nothing left, and with the folders a save killed as it began leaves.
+  for left in ([], ["7680.orbax-checkpoint-tmp", "8960"]):
+    for name in left:
+      (run_dir / "checkpoints" / name).mkdir(parents=True)
+    proc = _run("impala", run_dir, 10240, "--resume", check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"[impala] error: --resume: {run_dir / 'summary.json'} names a checkpoint at env step "
+        f"7,680, and {run_dir / 'checkpoints'} holds no complete one: put the run's "
+        "checkpoints back, or start it over in another --run-dir"
+    )
+    assert {name: (run_dir / name).read_bytes() for name in kept} == kept
 
 
 def test_a_resume_that_cannot_write_its_files_is_refused_before_training(tmp_path, straight_run):

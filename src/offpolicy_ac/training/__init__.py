@@ -2,8 +2,8 @@
 
 from offpolicy_ac.analysis.metrics_file import read_metrics
 from offpolicy_ac.analysis.plotting import plot_runs
-from offpolicy_ac.training.checkpoint import Checkpointer
 from offpolicy_ac.training.checkpoint import CheckpointAccessError
+from offpolicy_ac.training.checkpoint import Checkpointer
 from offpolicy_ac.training.checkpoint import DamagedCheckpointError
 from offpolicy_ac.training.clock import seconds_since_launch
 from offpolicy_ac.training.compiled_train import AnakinState

@@ -516,6 +516,12 @@ def incomplete_steps(directory: str | pathlib.Path) -> list[int]:
   return [step for step, complete in _step_folders(directory) if not complete]
 
 
+def set_aside_checkpoints(directory: str | pathlib.Path) -> list[str]:
+  """The names of the checkpoints in `directory` set aside as damaged
+  (`<step>.unreadable-<time>`), sorted."""
+  return sorted(p.name for p in pathlib.Path(directory).glob(f"*{_SET_ASIDE}*"))
+
+
 def _step_folders(directory: str | pathlib.Path) -> list[tuple[int, bool]]:
   """(step, complete) of each checkpoint folder in `directory`, by step."""
   directory = pathlib.Path(directory)
@@ -543,7 +549,7 @@ def restore_newest(checkpointer: Optional[Checkpointer], template: Any,
     raise ValueError("resume needs checkpoints (checkpoint_every > 0)")
   restored = checkpointer.restore_latest(template, check_record=check_record)
   if restored is None:
-    damaged = sorted(p.name for p in checkpointer.directory.glob(f"*{_SET_ASIDE}*"))
+    damaged = set_aside_checkpoints(checkpointer.directory)
     if damaged:
       raise DamagedCheckpointError(
           f"no intact checkpoint in {checkpointer.directory}: {', '.join(damaged)} could not "

@@ -66,6 +66,7 @@ from offpolicy_ac.training.checkpoint import checkpoint_steps
 from offpolicy_ac.training.checkpoint import incomplete_steps
 from offpolicy_ac.training.checkpoint import read_checkpoint
 from offpolicy_ac.training.checkpoint import read_record
+from offpolicy_ac.training.checkpoint import set_aside_checkpoints
 from offpolicy_ac.training.config import TrainConfig
 from offpolicy_ac.training.config import without_removed_fields
 from offpolicy_ac.training.driver import RunResult
@@ -670,9 +671,10 @@ def _check_learners_kept(root: pathlib.Path, learners: Sequence[pathlib.Path]) -
 
 def _check_checkpoints_kept(checkpoints: pathlib.Path, dirs: Sequence[pathlib.Path]) -> None:
   """Refuses to resume a run whose summary names a checkpoint when its checkpoints folder
-  holds none (deleted, or not copied with the run): it would start over and overwrite
+  holds no complete one, nor one set aside as damaged (deleted, or not copied with the
+  run; a folder a killed save left does not count): it would start over and overwrite
   what the run trained."""
-  if checkpoints.is_dir() and any(checkpoints.iterdir()):
+  if checkpoint_steps(checkpoints) or set_aside_checkpoints(checkpoints):
     return  # the restore reads them, or sets damaged ones aside
   for d in dirs:
     try:
@@ -682,8 +684,8 @@ def _check_checkpoints_kept(checkpoints: pathlib.Path, dirs: Sequence[pathlib.Pa
     if isinstance(step, int):
       raise FileNotFoundError(
           f"--resume: {d / 'summary.json'} names a checkpoint at env step {step:,}, and "
-          f"{checkpoints} holds none: put the run's checkpoints back, or start it over in "
-          "another --run-dir"
+          f"{checkpoints} holds no complete one: put the run's checkpoints back, or start "
+          "it over in another --run-dir"
       )
 
 
