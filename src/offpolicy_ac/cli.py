@@ -777,7 +777,7 @@ def script_main(parse: Callable[[], Any], run: Callable[[Any], Any], *,
   type in `refuse`, for scripts that only read: evaluate.py, record_demos.py, plot.py)
   prints one line, "[<script>] error: <why>" (naming settings by their flags:
   `in_flag_terms`), and exits with code 2; a full disk prints one line and exits with code
-  1 (the last checkpoint is intact); a warning prints one line (`one_line_warnings`). A
+  1 (the checkpoints written are intact); a warning prints one line (`one_line_warnings`). A
   closed stdout (`| head`) silences the output and nothing else.
   Anything else (a bug, a non-finite loss) keeps its traceback. A Ctrl-C, or a second stop
   signal during a training run, prints one line and exits with 128 + the signal's number
@@ -808,8 +808,9 @@ def script_main(parse: Callable[[], Any], run: Callable[[Any], Any], *,
   except Exception as e:  # pylint: disable=broad-except
     if isinstance(e, OSError) and e.errno in STORAGE_FULL:
       where = f" ({e.filename})" if e.filename else ""
-      exit_process(1, last_words=f"[{prog}] error: {STORAGE_FULL[e.errno]}{where}; the last "
-                   "checkpoint is intact: make room, then --resume")  # fmt: skip
+      exit_process(1, last_words=f"[{prog}] error: {STORAGE_FULL[e.errno]}{where}; the "
+                   "checkpoints written are intact: make room, then --resume (it starts over "
+                   "if there is none)")  # fmt: skip
     if not is_refusal(e):
       raise
     exit_process(2, last_words=f"[{prog}] error: {in_flag_terms(str(e), type(args))}")
