@@ -28,6 +28,7 @@ from offpolicy_ac.training import load_params
 from offpolicy_ac.training import load_run
 from offpolicy_ac.training import pool_seed
 from offpolicy_ac.training import read_metrics
+from offpolicy_ac.training import rundir
 from offpolicy_ac.training import save_params
 from offpolicy_ac.training.driver import WALL_CLOCK_FIELDS
 
@@ -329,6 +330,44 @@ def test_a_resumed_run_killed_before_its_end_loads_its_newest_checkpoint(runs, t
   assert load_run(run_dir, best=True).env_steps is None  # best.json is of other parameters
 
 
+def test_parameters_a_kill_left_unpaired_are_not_given_anothers_steps(runs, tmp_path):
+  """Killed between the final parameters and summary.json (a resumed segment stopped by a
+  signal), or between best_params.msgpack and best.json: the parameters written are not
+  reported with the steps of those before them."""
+  run_dir = tmp_path / "run"
+  shutil.copytree(runs["impala"], run_dir)
+  final, best = load_run(run_dir), load_run(run_dir, best=True)
+  assert (final.source, final.env_steps) == ("final", final.checkpoints[-1])
+  assert best.env_steps is not None
+  files = {name: (run_dir / name).read_bytes() for name in ("final_params.msgpack",
+           "final_params.msgpack.crc32", "best_params.msgpack", "best_params.msgpack.crc32")}  # fmt: skip
+  newer = jax.tree.map(lambda x: x + 1, final.params)
+  save_params(run_dir / "final_params.msgpack", newer)  # and killed before the summary
+  with pytest.warns(RuntimeWarning, match="final_params.msgpack is not of the run summary.json "
+                                          r"describes .*; loading the newest checkpoint"):  # fmt: skip
+    loaded = load_run(run_dir)
+  assert (loaded.source, loaded.env_steps) == ("checkpoint", final.checkpoints[-1])
+  assert _equal_trees(loaded.params, final.params)
+  save_params(run_dir / "best_params.msgpack", newer)  # and killed before best.json
+  assert load_run(run_dir, best=True).env_steps is None
+  for name, data in files.items():
+    (run_dir / name).write_bytes(data)
+  assert load_run(run_dir).source == "final"
+  # A resumed segment killed before its results: its summary is the one before.
+  before = rundir.mark_summary_resumed(run_dir)
+  assert load_run(run_dir).source == "checkpoint"
+  rundir.unmark_summary_resumed(run_dir, before)
+  (run_dir / "best_params.msgpack").unlink()
+  with pytest.raises(ValueError, match=rf"evaluated a best at {best.env_steps} env steps, and "
+                                       r"the file is gone\): no best_params.msgpack"):  # fmt: skip
+    load_run(run_dir, best=True)
+  step = final.checkpoints[-2]
+  (run_dir / "checkpoints" / str(step) / "checksums.json").unlink()
+  with pytest.raises(DamagedCheckpointError, match=rf"checkpoint at env step {step} is "
+                                                   r"incomplete"):  # fmt: skip
+    load_run(run_dir, checkpoint=step)
+
+
 def test_bad_run_directories_are_refused_clearly(runs, tmp_path):
   with pytest.raises(FileNotFoundError, match="not a directory"):
     load_run(tmp_path / "nowhere")
@@ -370,6 +409,12 @@ def test_bad_run_directories_are_refused_clearly(runs, tmp_path):
     load_run(edited, checkpoint=load_run(runs["sql"]).checkpoints[-1])
   (edited / "final_params.msgpack").write_bytes(b"\x85")  # cut short, its checksum gone
   (edited / "final_params.msgpack.crc32").unlink()
+  with pytest.warns(RuntimeWarning, match=r"final_params.msgpack is not of the run summary"):
+    with pytest.raises(ValueError, match=r"checkpoint \d+ in .* holds arrays of other shapes"):
+      load_run(edited)  # summary.json's CRC-32 catches it
+  summary = json.loads((edited / "summary.json").read_text())
+  del summary["final_params_crc32"]  # as earlier versions wrote it
+  (edited / "summary.json").write_text(json.dumps(summary))
   with pytest.warns(RuntimeWarning, match=r"final_params.msgpack has no checksum beside it"):
     with pytest.raises(ValueError, match="final_params.msgpack could not be read as the run's"):
       load_run(edited)

@@ -259,8 +259,8 @@ def load_params(path: str | os.PathLike, template: Any) -> Any:
   checksum = _checksum_path(path)
   if not checksum.exists():
     warnings.warn(
-        f"{path} has no checksum beside it ({checksum.name}; offpolicy_ac 0.2 and earlier "
-        "wrote none): it is read unchecked",
+        f"{path} has no checksum beside it ({checksum.name}: removed, or offpolicy_ac 0.2 or "
+        "earlier wrote the file): it is read unchecked",
         RuntimeWarning,
         stacklevel=2,
     )
@@ -837,16 +837,18 @@ def unmark_summary_resumed(run_dir: pathlib.Path, before: Optional[bytes]) -> No
 def write_results(name: str, run_dir: pathlib.Path, result: RunResult, protocol: str,
                   stopped_by: Optional[str] = None) -> dict:  # fmt: skip
   """Writes a finished (or stopped) run's final parameters, its data transformer's state
-  (when it has one: observation statistics the policy acts with) and summary.json;
-  returns the summary."""
-  save_params(run_dir / FINAL_PARAMS, result.agent_state.params)
+  (when it has one: observation statistics the policy acts with) and summary.json, which
+  records their CRC-32s (a kill between the writes leaves a summary of other files, which
+  `load_run` does not pair with them); returns the summary."""
+  crcs = {"final_params_crc32": save_params(run_dir / FINAL_PARAMS, result.agent_state.params)}
   if jax.tree.leaves(result.transform_state):
-    save_params(run_dir / FINAL_TRANSFORM, result.transform_state)
+    crcs["final_transform_crc32"] = save_params(run_dir / FINAL_TRANSFORM, result.transform_state)
   summary = {
       k: v
       for k, v in dataclasses.asdict(result).items()
       if k not in ("agent_state", "transform_state")
   }
+  summary.update(crcs)
   summary["run_dir"] = str(run_dir)
   summary["evaluation_protocol"] = protocol
   if stopped_by:
@@ -1062,13 +1064,24 @@ def load_run(run_dir: str | os.PathLike, *, checkpoint: Optional[int] = None,
   steps = tuple(checkpoint_steps(ckpt_dir))
   final = run_dir / FINAL_PARAMS
   summary = _read_summary(run_dir / "summary.json")
+  paired = _summary_of_final(run_dir, summary)
   # A run resumed after its summary went on (it is running, or was killed): the final
-  # parameters and the summary's steps are older than its newest checkpoint.
-  stale = bool(steps) and summary.get("env_steps", -1) < steps[-1]
+  # parameters and the summary's steps are older than its newest checkpoint, or (killed
+  # as it wrote its results) the final parameters are newer than the summary.
+  stale = bool(steps) and (
+      summary.get("env_steps", -1) < steps[-1] or "resumed_since" in summary or not paired
+  )
+  if not paired and not best and checkpoint is None:
+    also = "; loading the newest checkpoint" if steps else ", whose env steps are not known"
+    warnings.warn(f"{run_dir}: {FINAL_PARAMS} is not of the run summary.json describes (it "
+                  f"was stopped as it wrote them){also}", RuntimeWarning, stacklevel=2)  # fmt: skip
   if best:
     if not (run_dir / BEST_PARAMS).exists():
       earlier = summary and "best_eval_return" not in summary  # a summary of 0.2 or earlier
       why = "offpolicy_ac 0.2 and earlier kept none" if earlier else "no evaluation yet"
+      if summary.get("best_eval_return") is not None:
+        why = f"the run evaluated a best at {summary.get('best_env_steps')} env steps, and "
+        why += "the file is gone"
       if config.eval_interval == 0:
         why = "it trained with --eval-every 0: no greedy evaluation, so no best"
       raise ValueError(f"{run_dir} holds no best parameters ({why}): no {BEST_PARAMS}")
@@ -1082,18 +1095,24 @@ def load_run(run_dir: str | os.PathLike, *, checkpoint: Optional[int] = None,
           "final parameters or a checkpoint's"
       )
     env_steps, source = _recorded_steps(record), "best"
-    if env_steps is None and not stale:  # a run from before best.json
-      env_steps = summary.get("best_env_steps")
+    if env_steps is None and not stale and not (run_dir / BEST_RECORD).exists():
+      env_steps = summary.get("best_env_steps")  # a run from before best.json
   elif checkpoint is None and final.exists() and not stale and (
       loaded := _final_unless_damaged(run_dir, params_template, transform, steps)
   ):  # fmt: skip
-    (params, transform), env_steps, source = loaded, summary.get("env_steps"), "final"
+    (params, transform), source = loaded, "final"
+    env_steps = summary.get("env_steps") if paired else None
   else:
     also = f" (this version loads its final parameters, {FINAL_PARAMS})" if final.exists() else ""
     _refuse_earlier_format(ckpt_dir, checkpoint, steps,
                            f": load its checkpoints with that version{also}")  # fmt: skip
     if checkpoint is None and not steps:
       raise ValueError(f"{run_dir} holds no parameters: no {FINAL_PARAMS} and no checkpoint")
+    if checkpoint is not None and checkpoint in incomplete_steps(ckpt_dir):
+      raise DamagedCheckpointError(
+          f"{run_dir}: the checkpoint at env step {checkpoint} is incomplete (being written, "
+          f"or damaged: its save did not finish); the complete ones are at {list(steps)}"
+      )
     if checkpoint is not None and checkpoint not in steps:
       raise ValueError(f"{run_dir} has no checkpoint at env step {checkpoint}; it has "
                        f"{list(steps)}")  # fmt: skip
@@ -1103,7 +1122,8 @@ def load_run(run_dir: str | os.PathLike, *, checkpoint: Optional[int] = None,
       _warn_of_newer_incomplete(ckpt_dir, steps[-1])
       # The checkpoints newer than the final parameters (a run resumed since), all
       # damaged: the final parameters are the newest intact ones.
-      since = [s for s in steps if s > summary.get("env_steps", -1)] if final.exists() else []
+      since = [s for s in steps if s > summary.get("env_steps", -1)]
+      since = since if final.exists() and paired else []
       older = f"the final parameters ({FINAL_PARAMS})" if since else ""
       found = _newest_readable(since or steps, read, older)
     else:
@@ -1121,6 +1141,22 @@ def load_run(run_dir: str | os.PathLike, *, checkpoint: Optional[int] = None,
       env_steps=env_steps, source=source, checkpoints=steps, greedy=jax.jit(greedy),
       act=jax.jit(act),
   )  # fmt: skip
+
+
+def _summary_of_final(run_dir: pathlib.Path, summary: dict) -> bool:
+  """Whether summary.json is the one of the final parameters (and data transformer's
+  state) beside it: the CRC-32s it records match theirs. A summary of a version that
+  recorded none is taken as theirs; a missing file, or one that does not match its own
+  checksum file (damaged), is left to its loading, which refuses or passes over it."""
+  for field, name in (("final_params_crc32", FINAL_PARAMS),
+                      ("final_transform_crc32", FINAL_TRANSFORM)):  # fmt: skip
+    path = run_dir / name
+    if field in summary and path.exists():
+      crc, checksum = f"{zlib.crc32(path.read_bytes()):08x}", _checksum_path(path)
+      intact = not checksum.exists() or crc in _checksums_in(checksum)
+      if intact and crc != summary[field]:
+        return False
+  return True
 
 
 def _final_unless_damaged(run_dir: pathlib.Path, params_template: Any, transform: Any,
