@@ -679,6 +679,31 @@ def test_a_kill_as_a_checkpoint_completes_keeps_the_one_before(tmp_path):
   np.testing.assert_array_equal(arrays["x"], np.ones(3))
 
 
+def test_files_are_on_the_disk_before_they_are_relied_on(tmp_path, monkeypatch):
+  """A power loss must leave the old file or the new one (the data synced before the
+  rename, the rename synced after), and a checkpoint's checksums, written last to say it
+  is complete, only once its arrays are on the disk (the older ones are deleted then)."""
+  from offpolicy_ac.training import logger  # pylint: disable=import-outside-toplevel
+
+  synced, fsync = [], os.fsync
+
+  def recording(fd):
+    synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+    fsync(fd)
+
+  monkeypatch.setattr(os, "fsync", recording)
+  logger.write_atomic(tmp_path / "summary.json", "{}")
+  assert synced == [str(tmp_path / "summary.json.tmp"), str(tmp_path)]
+  synced.clear()
+  ckpt = checkpoint.Checkpointer(tmp_path / "checkpoints", max_to_keep=1)
+  ckpt.save(1, {"x": np.zeros(3)}, {"step": 1})
+  ckpt.close()
+  step = tmp_path / "checkpoints" / "1"
+  written = {str(p) for p in step.rglob("*")} | {str(step)}
+  before_checksums = synced[: synced.index(str(step / "checksums.json.tmp"))]
+  assert written - {str(step / "checksums.json")} <= set(before_checksums)
+
+
 def test_a_checkpoint_of_scalars_keys_and_bfloat16_fits_its_own_template(tmp_path):
   """The layout check compares what the checksums recorded (a scalar as [1]) with the
   template, for every kind of leaf; another shape is named."""

@@ -38,6 +38,7 @@ import jax
 import numpy as np
 
 from offpolicy_ac.analysis.metrics_file import read_json
+from offpolicy_ac.training.logger import sync_directory
 from offpolicy_ac.training.logger import write_atomic
 
 
@@ -261,7 +262,9 @@ class Checkpointer:
       if full is not None and not isinstance(e, OSError):
         raise OSError(full, os.strerror(full), str(self.directory)) from e
       raise
-    # Written last: a checkpoint without them is one whose save did not finish.
+    # Written last, once the checkpoint's files are on the disk: a checkpoint without them
+    # is one whose save did not finish (a power loss included).
+    _sync_tree(self.directory / str(step))
     checksums = {**array_checksums(savable), RECORD: record_checksum(record)}
     write_atomic(self.directory / str(step) / CHECKSUMS, json.dumps(checksums))
     steps = self.steps()
@@ -360,6 +363,15 @@ class Checkpointer:
   def close(self) -> None:
     if self._manager_or_none is not None:
       self._manager_or_none.close()
+
+
+def _sync_tree(path: pathlib.Path) -> None:
+  """Syncs every file and directory below `path` (and `path`) to the disk."""
+  for folder, _, files in os.walk(path):
+    for name in files:
+      with open(os.path.join(folder, name), "rb") as f:
+        os.fsync(f.fileno())
+    sync_directory(pathlib.Path(folder))
 
 
 def _brief(error: BaseException, limit: int = 240) -> str:

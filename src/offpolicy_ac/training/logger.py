@@ -77,15 +77,35 @@ def git_revision() -> str:
 
 
 def write_atomic(path: pathlib.Path, data: str | bytes) -> None:
-  """Writes `path` whole or not at all: into `<path>.tmp`, then renamed onto `path` (a
-  failed write, a full disk, leaves no .tmp behind)."""
+  """Writes `path` whole or not at all: into `<path>.tmp`, synced to the disk, then renamed
+  onto `path`, and the rename synced (a failed write, a full disk, leaves no .tmp behind;
+  a power loss, the old file or the new one)."""
   tmp = path.with_name(path.name + ".tmp")
   try:
-    tmp.write_bytes(data.encode() if isinstance(data, str) else data)
+    with open(tmp, "wb") as f:
+      f.write(data.encode() if isinstance(data, str) else data)
+      f.flush()
+      os.fsync(f.fileno())
   except BaseException:
     tmp.unlink(missing_ok=True)
     raise
   os.replace(tmp, path)
+  sync_directory(path.parent)
+
+
+def sync_directory(path: pathlib.Path) -> None:
+  """Syncs the directory `path`'s entries (a file renamed or made there) to the disk, where
+  the filesystem can (not all can sync a directory)."""
+  try:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+  except OSError:
+    return
+  try:
+    os.fsync(fd)
+  except OSError:
+    pass
+  finally:
+    os.close(fd)
 
 
 PROVENANCE = ("git_revision", "versions", "command", "created")
