@@ -69,6 +69,19 @@ def test_train_is_one_program_and_its_metrics_are_arrays():
   assert any(jax.tree.leaves(different))  # the learning rate is data, not a constant
 
 
+@pytest.mark.parametrize("fields, per_chunk", [
+    (dict(log_every=10**9, eval_every=0, checkpoint_every=0), 20),  # the budget
+    (dict(log_every=10**9, eval_every=320, checkpoint_every=0), 10),  # the evaluations'
+    (dict(log_every=10**9, eval_every=0, checkpoint_every=96), 3),  # the checkpoints'
+    (dict(log_every=100), 4),  # a log line's, rounded up
+])  # fmt: skip
+def test_a_chunk_is_no_longer_than_the_budget_or_the_points_the_host_stops_at(fields, per_chunk):
+  """Every call scans all of a chunk's iterations (those past the active ones idle): a
+  chunk as long as a huge --log-every made a short run slow and large."""
+  compiled = make_train(make_impala, ImpalaConfig(), _config(**fields))
+  assert (compiled.iterations, compiled.iterations_per_chunk) == (20, per_chunk)
+
+
 def test_chunks_repeat_the_whole_run():
   """Running the budget chunk by chunk (as the scripts do) gives `train`'s metrics."""
   compiled = make_train(make_sql, SqlConfig(), _config(min_replay_size=8, mini_batch_size=8,

@@ -102,7 +102,8 @@ class CompiledTrain(NamedTuple):
     env: the functional environment.
     config: the TrainConfig.
     iterations: iterations of the whole budget.
-    iterations_per_chunk: iterations of one `run` call (about one log line's worth).
+    iterations_per_chunk: iterations of one `run` call (one log line's worth, or less: at
+      most the budget, and the spacing of evaluations and checkpoints).
     steps_per_iteration: env steps of one iteration (unroll_length x num_envs).
   """
 
@@ -220,8 +221,12 @@ def make_train(
   replay = make_replay(config) if agent.off_policy else None
   unroll_length, num_envs = config.env.unroll_length, config.env.num_envs
   steps_per_iteration, iterations = config.steps_per_iteration, config.planned_iterations
-  per_chunk = max(1, round(config.budget.log_every / steps_per_iteration))
   eval_interval = config.eval_interval
+  # About one log line's worth, but no longer than the budget or the spacing of the
+  # evaluations and checkpoints the host stops at: every call scans all of its slots.
+  spacings = [config.budget.log_every, eval_interval, config.checkpoint.checkpoint_every]
+  chunk_steps = min(s for s in spacings if s > 0)
+  per_chunk = max(1, min(-(-chunk_steps // steps_per_iteration), iterations))
   eval_episodes = config.eval.eval_episodes
   num_updates = config.replay.num_updates_per_train_iter
   min_replay = max(config.replay.min_replay_size, 1)
