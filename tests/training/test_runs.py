@@ -224,7 +224,7 @@ def test_a_run_whose_summary_names_a_lost_checkpoint_is_not_started_over(tmp_pat
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == (
         f"[impala] error: --resume: {run_dir / 'summary.json'} names a checkpoint at env step "
-        f"7,680, and {run_dir / 'checkpoints'} holds no complete one: put the run's "
+        f"7,680, and {run_dir / 'checkpoints'} holds none written whole: put the run's "
         "checkpoints back, or start it over in another --run-dir"
     )
     assert {name: (run_dir / name).read_bytes() for name in kept} == kept

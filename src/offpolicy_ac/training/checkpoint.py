@@ -528,6 +528,13 @@ def incomplete_steps(directory: str | pathlib.Path) -> list[int]:
   return [step for step, complete in _step_folders(directory) if not complete]
 
 
+def written_steps(directory: str | pathlib.Path) -> list[int]:
+  """The steps of the checkpoints in `directory` that orbax finished writing, with their
+  checksums or not (a kill before them, or damage: the restore sets those aside)."""
+  return [step for step, _ in _step_folders(directory)
+          if (pathlib.Path(directory) / str(step) / "_CHECKPOINT_METADATA").exists()]  # fmt: skip
+
+
 def set_aside_checkpoints(directory: str | pathlib.Path) -> list[str]:
   """The names of the checkpoints in `directory` set aside as damaged
   (`<step>.unreadable-<time>`), sorted."""

@@ -67,6 +67,7 @@ from offpolicy_ac.training.checkpoint import incomplete_steps
 from offpolicy_ac.training.checkpoint import read_checkpoint
 from offpolicy_ac.training.checkpoint import read_record
 from offpolicy_ac.training.checkpoint import set_aside_checkpoints
+from offpolicy_ac.training.checkpoint import written_steps
 from offpolicy_ac.training.config import TrainConfig
 from offpolicy_ac.training.config import without_removed_fields
 from offpolicy_ac.training.driver import RunResult
@@ -135,7 +136,6 @@ def locked(run_dir: pathlib.Path):
     ValueError: `run_dir` cannot be made.
   """
   try:
-    run_dir.parent.mkdir(parents=True, exist_ok=True)
     made = _made_here(run_dir)
   except OSError as e:  # no permission, a read-only or missing filesystem, a file
     raise ValueError(f"the run directory {run_dir} cannot be made ({e.strerror}): choose "
@@ -164,10 +164,10 @@ def locked(run_dir: pathlib.Path):
 
 
 def _made_here(path: pathlib.Path) -> bool:
-  """Makes the directory `path` (whose parent exists); whether this call made it (False:
-  it was there already)."""
+  """Makes the directory `path` (and the folders above it); whether this call made it
+  (False: it was there already)."""
   try:
-    path.mkdir()
+    path.mkdir(parents=True)
     return True
   except FileExistsError:
     if not path.is_dir():
@@ -671,10 +671,10 @@ def _check_learners_kept(root: pathlib.Path, learners: Sequence[pathlib.Path]) -
 
 def _check_checkpoints_kept(checkpoints: pathlib.Path, dirs: Sequence[pathlib.Path]) -> None:
   """Refuses to resume a run whose summary names a checkpoint when its checkpoints folder
-  holds no complete one, nor one set aside as damaged (deleted, or not copied with the
-  run; a folder a killed save left does not count): it would start over and overwrite
-  what the run trained."""
-  if checkpoint_steps(checkpoints) or set_aside_checkpoints(checkpoints):
+  holds none that was written whole, nor one set aside as damaged (deleted, or not copied
+  with the run; the folders a save killed early leaves do not count): it would start over
+  and overwrite what the run trained."""
+  if written_steps(checkpoints) or set_aside_checkpoints(checkpoints):
     return  # the restore reads them, or sets damaged ones aside
   for d in dirs:
     try:
@@ -684,8 +684,8 @@ def _check_checkpoints_kept(checkpoints: pathlib.Path, dirs: Sequence[pathlib.Pa
     if isinstance(step, int):
       raise FileNotFoundError(
           f"--resume: {d / 'summary.json'} names a checkpoint at env step {step:,}, and "
-          f"{checkpoints} holds no complete one: put the run's checkpoints back, or start "
-          "it over in another --run-dir"
+          f"{checkpoints} holds none written whole: put the run's checkpoints back, or "
+          "start it over in another --run-dir"
       )
 
 
@@ -854,7 +854,8 @@ def write_results(name: str, run_dir: pathlib.Path, result: RunResult, protocol:
   if stopped_by:
     summary["stopped_by"] = stopped_by
   write_atomic(run_dir / "summary.json", json.dumps(summary, indent=2))
-  print(f"[{name}] done: {summary}", flush=True)
+  shown = {k: v for k, v in summary.items() if k not in crcs}
+  print(f"[{name}] done: {shown}", flush=True)
   return summary
 
 
