@@ -82,6 +82,17 @@ def test_a_chunk_is_no_longer_than_the_budget_or_the_points_the_host_stops_at(fi
   assert (compiled.iterations, compiled.iterations_per_chunk) == (20, per_chunk)
 
 
+def test_a_run_without_evaluations_compiles_no_evaluation_program():
+  from offpolicy_ac.training.compiled_program import CompiledProgram  # pylint: disable=import-outside-toplevel
+
+  program = CompiledProgram(make_train(make_impala, ImpalaConfig(), _config(eval_every=0)),
+                            [0], [{}])  # fmt: skip
+  state = program.init()
+  state, _ = program.advance(state, 0, 64, 64, lambda: False)
+  with pytest.raises(ValueError, match="evaluates nothing"):
+    program.evaluate(state)
+
+
 def test_chunks_repeat_the_whole_run():
   """Running the budget chunk by chunk (as the scripts do) gives `train`'s metrics."""
   compiled = make_train(make_sql, SqlConfig(), _config(min_replay_size=8, mini_batch_size=8,

@@ -74,8 +74,9 @@ class CompiledProgram:
       evaluate = jax.jit(jax.vmap(compiled.evaluate))
     states = self._init.out_info
     active = jax.ShapeDtypeStruct((), jnp.int32)
-    lowered = [run.trace(states, self._hps, active).lower(),
-               evaluate.trace(states, self._hps).lower()]  # fmt: skip
+    lowered = [run.trace(states, self._hps, active).lower()]
+    if compiled.config.eval_interval:  # (--eval-every 0: no evaluation to compile)
+      lowered.append(evaluate.trace(states, self._hps).lower())
     self._programs, self._error = None, None
     # Not a daemon: a run that fails before it waits for the programs (a refused run
     # directory) leaves the compilation running, and a daemon thread still in XLA when the
@@ -91,7 +92,8 @@ class CompiledProgram:
       self._error = e
 
   def _compiled(self) -> list:
-    """[run, evaluate], once compiled (an error compiling them is raised here)."""
+    """[run, evaluate] ([run] without evaluations), once compiled (an error compiling them
+    is raised here)."""
     self._thread.join()
     if self._error is not None:
       raise self._error
@@ -176,7 +178,10 @@ class CompiledProgram:
   def evaluate(self, state: Any) -> list[tuple[float, float]]:
     """Each lane's (mean, min) greedy return, computed in float32 in the program, as the
     decimals float32 held (`_float32_mean`)."""
-    means, lows = jax.device_get(self._compiled()[1](state, self._hps))
+    programs = self._compiled()
+    if len(programs) < 2:
+      raise ValueError("this run evaluates nothing (eval_every 0): no evaluation program")
+    means, lows = jax.device_get(programs[1](state, self._hps))
     n = self.compiled.config.eval.eval_episodes
     return [(_float32_mean(a, n), float(str(np.float32(b))))
             for a, b in zip(np.ravel(means), np.ravel(lows))]  # fmt: skip
