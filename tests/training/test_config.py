@@ -16,6 +16,10 @@ from offpolicy_ac.training import TrainConfig
         (dict(env_id=3), "env_id must be a task id (a non-empty str), got 3"),
         (dict(sweep="learning_rate=1e-3,3e-3"), "sweep must be a list of strs"),
         (dict(sweep=(1,)), "sweep must be a list of strs, got (1,)"),
+        (dict(eval_every=512, target_return="100"), "target_return must be a number, got '100'"),
+        (dict(reward_clip=(-1.0, 0.0, 1.0)), "reward_clip must be a pair of numbers"),
+        (dict(reward_clip="-1,1"), "reward_clip must be a pair of numbers (low, high), got"),
+        (dict(reward_clip=("-1", "1")), "reward_clip must be a pair of numbers"),
     ],
 )
 def test_a_field_of_another_type_is_refused_by_name(fields, message):
@@ -27,3 +31,12 @@ def test_a_field_of_another_type_is_refused_by_name(fields, message):
 def test_ints_for_numbers_and_lists_for_the_sweep_are_accepted():
   TrainConfig.of(normalize_observations=True, obs_clip=10, reward_scale=1).validate()
   TrainConfig.of(env_id="gymnax:CartPole-v1", sweep=["learning_rate=1e-3,3e-3"]).validate()
+
+
+def test_a_group_of_another_kind_and_an_unknown_group_are_refused():
+  with pytest.raises(
+      ValueError, match="TrainConfig's env must be an EnvConfig, got {'num_envs': 8}"
+  ):
+    TrainConfig.of(env={"num_envs": 8})
+  with pytest.raises(ValueError, match=r"unknown TrainConfig groups: \['envs'\]"):
+    TrainConfig.from_dict({"envs": {"num_envs": 3}})

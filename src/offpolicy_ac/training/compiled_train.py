@@ -208,6 +208,8 @@ def make_train(
       (`training.config.MODES`), or an agent that does not fit the environment; all before
       anything compiles.
   """
+  if not isinstance(config, TrainConfig):
+    raise ValueError(f"config must be a TrainConfig, got {config!r}")
   config.validate()  # with what a compiled run cannot use (`config.MODES`)
   if not dataclasses.is_dataclass(agent_config) or isinstance(agent_config, type):
     raise ValueError(f"agent_config must be the agent's config dataclass, got {agent_config!r}")

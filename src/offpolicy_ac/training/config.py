@@ -282,11 +282,21 @@ class TrainConfig:
   checkpoint: CheckpointConfig = CheckpointConfig()
   tracking: TrackingConfig = TrackingConfig()
 
+  def __post_init__(self):
+    for f in dataclasses.fields(self):
+      group, kind = getattr(self, f.name), type(getattr(TrainConfig, f.name))
+      if type(group) is not kind:  # a dict, or another group: AttributeErrors later
+        article = "an" if kind.__name__[0] in "AEIOU" else "a"
+        raise ValueError(f"TrainConfig's {f.name} must be {article} {kind.__name__}, got {group!r}")
+
   @classmethod
   def from_dict(cls, values: dict) -> "TrainConfig":
     """Rebuilds the config from its JSON form (config.json's `train`; an earlier version's
     removed fields are dropped or refused, `without_removed_fields`)."""
     values = without_removed_fields(values)
+    unknown = set(values) - {f.name for f in dataclasses.fields(cls)}
+    if unknown:
+      raise ValueError(f"unknown TrainConfig groups: {sorted(unknown)}")
     groups = {}
     for f in dataclasses.fields(cls):
       group_cls = type(getattr(cls(), f.name))
@@ -456,6 +466,9 @@ class TrainConfig:
       _check_choice("wandb_mode", self.tracking.wandb_mode, get_args(WandbMode))
     if not self.tracking.track and self.tracking != TrackingConfig():
       raise ValueError("wandb_project, wandb_entity and wandb_mode apply to --track")
+    target = evaluation.target_return
+    if target is not None and (not isinstance(target, numbers.Real) or isinstance(target, bool)):
+      raise ValueError(f"target_return must be a number, got {target!r}")
     if evaluation.target_return is not None and evaluation.eval_every == 0:
       raise ValueError("target_return needs evaluations: set eval_every > 0")
     if replay.min_replay_size > replay.replay_capacity:
@@ -544,7 +557,11 @@ def _check_transform(transform: TransformConfig) -> None:
   if not transform.reward_scale > 0:
     raise ValueError(f"reward_scale must be > 0, got {transform.reward_scale}")
   if transform.reward_clip is not None:
-    low, high = transform.reward_clip
+    clip = transform.reward_clip
+    if not (isinstance(clip, (tuple, list)) and len(clip) == 2
+            and all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in clip)):  # fmt: skip
+      raise ValueError(f"reward_clip must be a pair of numbers (low, high), got {clip!r}")
+    low, high = clip
     if not (low <= 0.0 <= high and low < high):
       raise ValueError(
           f"reward_clip must be (low, high) with low <= 0 <= high, got {transform.reward_clip}"

@@ -286,6 +286,8 @@ def _experiment(name: str, args: Any, agent_factory: Callable,
   with refusals():  # before anything is created on disk
     if args.run_dir is not None and not isinstance(args.run_dir, str):
       raise TypeError(f"run_dir must be a path (a str or pathlib.Path), got {args.run_dir!r}")
+    if not isinstance(config, TrainConfig):
+      raise TypeError(f"train must be a TrainConfig, got {config!r}")
     config.validate()
     if config.tracking.track:
       require_wandb()
