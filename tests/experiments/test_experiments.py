@@ -506,7 +506,7 @@ def test_sqil_refuses_demos_of_another_task(tmp_path, heuristic_demos):
 def test_sqil_refuses_an_empty_demonstration_batch(tmp_path, heuristic_demos):
   module = _script("sqil")
   args = _args(module, tmp_path, demos=str(heuristic_demos))
-  with pytest.raises(ValueError, match="--demo-batch-size must be >= 1, got 0"):
+  with pytest.raises(ValueError, match="--demo-batch-size must be an int >= 1, got 0"):
     module.run(dataclasses.replace(args, demo_batch_size=0))
   assert not tmp_path.exists() or not any(tmp_path.iterdir())  # refused before the run starts
 

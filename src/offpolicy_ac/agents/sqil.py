@@ -58,6 +58,9 @@ def make_sqil_batch_fn(demo_sequences: Trajectory, *, batch_size: int, length: i
     A `BatchFn` whose data is the demonstrations (on the default device): the training
     drivers pass it to their compiled updates as an argument.
   """
+  for name, value in (("batch_size", batch_size), ("length", length)):
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+      raise ValueError(f"make_sqil_batch_fn: {name} must be a positive int, got {value!r}")
   seq_len = demo_sequences.step_type.shape[0]
   if seq_len < length:
     raise ValueError(

@@ -56,6 +56,8 @@ class Args:
   """Flags the command line refuses (`cli.parse_args`): the script sets these fields."""
 
   def __post_init__(self):
+    if not isinstance(self.agent, AcerConfig):
+      raise ValueError(f"agent must be an AcerConfig, got {self.agent!r}")
     # Raised while the command line is parsed, before the script can translate field names
     # into flags (`cli.in_flag_terms`): the message names only the flags users type.
     if self.agent.replay_ratio < 1:

@@ -3,6 +3,7 @@ settings), and what every script's `run` does first (`import_registrations`)."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from offpolicy_ac.cli import import_modules
@@ -45,8 +46,41 @@ def on_brax_halfcheetah(train: TrainConfig, **fields) -> TrainConfig:
 
 
 def import_registrations(args: Any) -> None:
-  """Imports `args.import_modules` (`cli.import_modules`: the modules that register a
-  custom torso the run names), before the agent is built; a module that cannot be found is
-  refused in one line."""
+  """Checks a script's `args` (`check_args`) and imports `args.import_modules`
+  (`cli.import_modules`: the modules that register a custom torso the run names), before
+  the agent is built; a module that cannot be found is refused in one line."""
   with refusals():
+    check_args(args)
     import_modules("--import-modules", args.import_modules)
+
+
+def check_args(args: Any) -> None:
+  """Refuses (ValueError naming the field) a script's `Args` built from Python with a field
+  of another type than its default's: an agent config of another algorithm, a bool given
+  "no" (which would act as True), a number given as a str, a str of module names (which
+  would be read letter by letter). The command line gives each its type."""
+  for f in dataclasses.fields(args):
+    value = getattr(args, f.name)
+    default = f.default if f.default is not dataclasses.MISSING else None
+    if f.default_factory is not dataclasses.MISSING:
+      default = f.default_factory()
+    if default is None or isinstance(default, TrainConfig):
+      continue  # Optional fields: their own checks; the TrainConfig: `validate`
+    if dataclasses.is_dataclass(default):
+      ok = type(value) is type(default)
+      name = type(default).__name__
+      said = f"{'an' if name[0] in 'AEIOU' else 'a'} {name}"
+    elif isinstance(default, bool):
+      ok, said = isinstance(value, bool), "True or False"
+    elif isinstance(default, (int, float)):
+      ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+      if isinstance(default, int):
+        ok = isinstance(value, int) and not isinstance(value, bool)
+      said = "an int" if isinstance(default, int) else "a number"
+    elif isinstance(default, tuple):
+      ok = isinstance(value, (tuple, list)) and all(isinstance(v, str) for v in value)
+      said = "a tuple of strs"
+    else:
+      continue
+    if not ok:
+      raise ValueError(f"{f.name} must be {said}, got {value!r}")

@@ -132,8 +132,9 @@ def run(args: Args, **run_kwargs):
   with refusals():  # bad demonstrations: one line from the script, before anything runs
     if not args.demos:
       raise ValueError("--demos FILE is required (record one with experiments/record_demos.py)")
-    if args.demo_batch_size is not None and args.demo_batch_size < 1:
-      raise ValueError(f"--demo-batch-size must be >= 1, got {args.demo_batch_size}")
+    size = args.demo_batch_size
+    if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 1):
+      raise ValueError(f"--demo-batch-size must be an int >= 1, got {size!r}")
     args.train.validate()  # a bad flag named as such, before the file is loaded and cut
     demos = demos_lib.load_demos(args.demos)
     if demos["env_id"] != args.train.env.env_id:

@@ -130,8 +130,8 @@ def make_replay(config: TrainConfig) -> replay_lib.SequenceReplay:
 
 def check_learns(agent: Agent, config: TrainConfig, batch_fn: Optional[Callable] = None) -> None:
   """Refuses SQIL without the demonstrations its `batch_fn` mixes into each batch (plain
-  SQL under SQIL's name, otherwise), replay settings given to an agent that learns
-  on-policy (it has no replay: they would be ignored), n-step targets longer than the
+  SQL under SQIL's name, otherwise), replay settings or a `batch_fn` given to an agent
+  that learns on-policy (it has no replay: they would be ignored), n-step targets longer than the
   sampled windows (each window's targets stop at its end: an n_step above
   `mini_batch_length` acts as a shorter one), a replay ratio (ACER's) other than the loop's
   `num_updates_per_train_iter`, and a run that would make no update: an off-policy agent
@@ -143,6 +143,9 @@ def check_learns(agent: Agent, config: TrainConfig, batch_fn: Optional[Callable]
         "batch_fn=agents.make_sqil_batch_fn(demos.cut_episodes(...), ...) (experiments/sqil.py "
         "--demos FILE does)"
     )
+  if not agent.off_policy and batch_fn is not None:
+    raise ValueError(f"batch_fn changes replayed batches, and {agent.name} learns on-policy, "
+                     "with no replay: it would be ignored")  # fmt: skip
   if not agent.off_policy:
     given = [
         f.name

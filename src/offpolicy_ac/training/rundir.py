@@ -1046,6 +1046,8 @@ def load_run(run_dir: str | os.PathLike, *, checkpoint: Optional[int] = None,
       the machine's (no permission, no memory, too many open files, an I/O error).
     TypeError: `checkpoint` is not an int.
   """
+  if not isinstance(best, bool):
+    raise TypeError(f"load_run: best must be True or False, got {best!r}")
   if best and checkpoint is not None:
     raise ValueError("load_run: choose the best parameters or a checkpoint, not both")
   if checkpoint is not None:

@@ -1,0 +1,80 @@
+"""Mistaken input from Python (a notebook's `dataclasses.replace`, a call with the wrong
+kind of value) is refused before any work, naming what is wrong, as the command line's is."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from offpolicy_ac import agents
+from offpolicy_ac import demos as demos_lib
+from offpolicy_ac import presets
+from offpolicy_ac.agents import ImpalaConfig
+from offpolicy_ac.agents import make_impala
+from offpolicy_ac.training import TrainConfig
+from offpolicy_ac.training import load_run
+from offpolicy_ac.training import make_train
+
+
+@pytest.mark.parametrize(
+    "script, field, value, message",
+    [
+        ("impala", "anneal_learning_rate", "False", "anneal_learning_rate must be True or False"),
+        ("impala", "resume", "no", "resume must be True or False, got 'no'"),
+        ("impala", "import_modules", "json", "import_modules must be a tuple of strs, got 'json'"),
+        ("sql", "learning_rate_cooldown", "0.2", "learning_rate_cooldown must be a number"),
+        ("sql", "agent", ImpalaConfig(), "agent must be a SqlConfig, got ImpalaConfig("),
+        ("sqil", "demo_batch_size", "4", "--demo-batch-size must be an int >= 1, got '4'"),
+        ("acer", "agent", ImpalaConfig(), "agent must be an AcerConfig, got ImpalaConfig("),
+    ],
+)
+def test_script_args_of_another_type_are_refused_by_name(tmp_path, script, field, value,
+                                                         message):  # fmt: skip
+  module = getattr(presets, script)
+  extra = {"demos": str(tmp_path / "demos.npz")} if script == "sqil" else {}
+  with pytest.raises(ValueError) as e:
+    args = dataclasses.replace(module.Args(**extra), run_dir=str(tmp_path / "run"),
+                               **{field: value})  # fmt: skip
+    module.run(args)
+  assert message in str(e.value)
+  assert not (tmp_path / "run").exists()
+
+
+def test_a_train_config_that_is_not_one_is_refused(tmp_path):
+  args = dataclasses.replace(presets.impala.Args(), run_dir=str(tmp_path / "run"))
+  with pytest.raises(TypeError, match="train must be a TrainConfig, got {'num_envs': 4}"):
+    presets.impala.run(dataclasses.replace(args, train={"num_envs": 4}))
+  with pytest.raises(ValueError, match="config must be a TrainConfig, got {}"):
+    make_train(make_impala, ImpalaConfig(), {})
+
+
+def test_load_run_refuses_a_best_that_is_not_a_bool(tmp_path):
+  with pytest.raises(TypeError, match="best must be True or False, got 'no'"):
+    load_run(tmp_path, best="no")
+
+
+def test_a_sqil_batch_fn_of_no_windows_is_refused_as_it_is_built():
+  demos = demos_lib.cut_episodes(_demos(), 5)
+  for name, sizes in (("batch_size", dict(batch_size=0, length=4)),
+                      ("length", dict(batch_size=4, length=2.5))):  # fmt: skip
+    with pytest.raises(ValueError, match=f"make_sqil_batch_fn: {name} must be a positive int"):
+      agents.make_sqil_batch_fn(demos, **sizes)
+
+
+def test_a_batch_fn_for_an_agent_without_replay_is_refused():
+  demos = demos_lib.cut_episodes(_demos(), 5)
+  batch_fn = agents.make_sqil_batch_fn(demos, batch_size=4, length=4)
+  config = TrainConfig.of(env_id="gymnax:CartPole-v1", total_env_steps=4096)
+  with pytest.raises(ValueError, match="batch_fn changes replayed batches, and impala learns "
+                                       "on-policy"):  # fmt: skip
+    make_train(make_impala, ImpalaConfig(), config, batch_fn=batch_fn)
+
+
+def _demos():
+  lengths = [6, 7]
+  step_type = np.concatenate([[0] + [1] * (n - 2) + [2] for n in lengths]).astype(np.int32)
+  n = int(sum(lengths))
+  discount = np.where(step_type == 2, 0.0, 1.0).astype(np.float32)
+  return {"observation": np.zeros((n, 4), np.float32), "action": np.zeros(n, np.int32),
+          "reward": np.ones(n, np.float32), "discount": discount, "step_type": step_type,
+          "episode_lengths": np.array(lengths, np.int64)}  # fmt: skip
