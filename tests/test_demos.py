@@ -181,11 +181,26 @@ def test_clip_to_box_clips_an_unbounded_dimension_at_its_finite_bound_only():
     ],
     ids=lambda c: str(c)[:30],
 )
-def test_load_demos_refuses_fields_that_are_not_whole_episodes(tmp_path, change, fragment):
+def test_demos_that_are_not_whole_episodes_are_neither_saved_nor_loaded(tmp_path, change,
+                                                                        fragment):  # fmt: skip
   path = tmp_path / "demos.npz"
-  demos_lib.save_demos(path, {**_episodes([5, 4]), **change}, env_id="CartPole-v1")
+  bad = {**_episodes([5, 4]), **change}
+  with pytest.raises(ValueError, match=re.escape(fragment)):
+    demos_lib.save_demos(path, bad, env_id="CartPole-v1")
+  assert not list(tmp_path.iterdir())
+  np.savez_compressed(path, env_id=np.array("CartPole-v1"), **bad)  # written by other means
   with pytest.raises(ValueError, match=re.escape(fragment)):
     demos_lib.load_demos(path)
+
+
+def test_save_demos_refuses_a_missing_field_and_a_directory(tmp_path):
+  demos = _episodes([5, 4])
+  with pytest.raises(ValueError, match=r"the demonstrations lack \['reward'\]: nothing written"):
+    demos_lib.save_demos(tmp_path / "d.npz", {k: v for k, v in demos.items() if k != "reward"},
+                         env_id="CartPole-v1")  # fmt: skip
+  with pytest.raises(IsADirectoryError, match="is a directory"):
+    demos_lib.save_demos(tmp_path, demos, env_id="CartPole-v1")
+  assert not list(tmp_path.iterdir()) and not list(tmp_path.parent.glob("*.tmp.npz"))
 
 
 def test_check_demos_refuses_observations_of_another_kind():
@@ -267,7 +282,9 @@ def test_a_file_whose_env_id_is_not_a_task_id_is_refused(tmp_path, env_id, fragm
 
 def test_a_file_of_no_episode_is_refused_naming_it(tmp_path):
   empty = {k: v[:0] for k, v in _episodes([5, 4]).items()}
-  demos_lib.save_demos(tmp_path / "e.npz", empty, env_id="CartPole-v1")
+  with pytest.raises(ValueError, match="the demonstrations to write: .* hold no episode"):
+    demos_lib.save_demos(tmp_path / "e.npz", empty, env_id="CartPole-v1")
+  np.savez_compressed(tmp_path / "e.npz", env_id=np.array("CartPole-v1"), **empty)
   with pytest.raises(ValueError, match="e.npz: the demonstrations hold no episode"):
     demos_lib.load_demos(tmp_path / "e.npz")
 

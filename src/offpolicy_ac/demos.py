@@ -23,6 +23,7 @@ like `null_padding`, `drop` drops them.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any
 from typing import Callable
@@ -137,7 +138,10 @@ def save_demos(path: str | os.PathLike, demos: dict[str, np.ndarray], *, env_id:
   into place, so a reader never sees a partial file.
 
   Raises:
-    ValueError: `env_id` is not a task id (a non-empty str), or `demos` holds another's.
+    ValueError: `env_id` is not a task id (a non-empty str), `demos` holds another's, or
+      `demos` is not whole episodes as `load_demos` reads them (a field missing, step
+      counts that disagree, ...): nothing is written.
+    IsADirectoryError: `path` is a directory.
   """
   if not isinstance(env_id, str) or not env_id:
     raise ValueError(f"env_id must be a task id (a non-empty str), got {env_id!r}")
@@ -145,10 +149,22 @@ def save_demos(path: str | os.PathLike, demos: dict[str, np.ndarray], *, env_id:
   held = demos.pop("env_id", env_id)  # load_demos's dict holds it
   if str(held) != env_id:
     raise ValueError(f"the demonstrations are of {held}, and env_id is {env_id}")
+  missing = [k for k in (*_FIELDS, "episode_lengths") if k not in demos]
+  if missing:
+    raise ValueError(f"the demonstrations lack {missing}: nothing written to {path}")
+  demos = {k: np.asarray(v) for k, v in demos.items()}
+  _check_episodes(demos, "the demonstrations to write")
   path = os.path.expanduser(path)
+  if os.path.isdir(path):
+    raise IsADirectoryError(f"{path} is a directory: give the demonstration file's path")
   tmp = str(path) + ".tmp.npz"
-  np.savez_compressed(tmp, env_id=np.array(env_id), **demos)
-  os.replace(tmp, path)
+  try:
+    np.savez_compressed(tmp, env_id=np.array(env_id), **demos)
+    os.replace(tmp, path)
+  except BaseException:
+    with contextlib.suppress(OSError):
+      os.remove(tmp)
+    raise
 
 
 def load_demos(path: str | os.PathLike) -> dict[str, Any]:
