@@ -337,6 +337,20 @@ def test_static_arguments_traced_by_jit_are_refused_with_how_to_pass_them():
     fn(True)  # as a Python bool
     with pytest.raises(TypeError, match="`stop_target_gradients` is static"):
       jax.jit(fn)(True)
+    with pytest.raises(ValueError, match="`stop_target_gradients` must be True or False, got "
+                                         "'False'"):  # fmt: skip
+      fn("False")  # would act as True
+
+
+def test_hyper_parameters_given_as_strs_are_refused_by_name():
+  """NumPy parses "2" as 2.0: a str would pass the range checks, and act as a number where
+  the loss reads it and fail (or not) later."""
+  ones = jnp.ones((4, 3))
+  with pytest.raises(ValueError, match="`clip_rho_threshold` must be a number or an array of "
+                                       "numbers, got '2'"):  # fmt: skip
+    L.vtrace(ones, ones, ones, 0.9 * ones, ones, clip_rho_threshold="2")
+  with pytest.raises(ValueError, match="`lambda_` must be a number"):
+    L.vtrace(ones, ones, ones, 0.9 * ones, ones, lambda_="0.9")
 
 
 def test_soft_q_targets_gradient_matches_finite_differences():

@@ -127,10 +127,13 @@ def check_mask(mask: Any, shape: tuple[int, ...], ref: str = "`r_t`") -> jax.Arr
   return jnp.asarray(mask)
 
 
-def _concrete_values(x: Any) -> np.ndarray | None:
-  """Returns the value of `x` as NumPy if it is known at trace time."""
+def _concrete_values(x: Any, name: str = "") -> np.ndarray | None:
+  """Returns the value of `x` as NumPy if it is known at trace time. Refuses (ValueError
+  naming `name`) a str, which NumPy would parse as a number ("False" would not be False)."""
   if isinstance(x, jax.core.Tracer):
     return None
+  if isinstance(x, (str, bytes)) or (isinstance(x, np.ndarray) and x.dtype.kind in "US"):
+    raise ValueError(f"`{name}` must be a number or an array of numbers, got {x!r}.")
   try:
     return np.asarray(x, dtype=np.float64)
   except (TypeError, jax.errors.ConcretizationTypeError):
@@ -232,7 +235,7 @@ def check_in_unit_interval(name: str, x: Any, shape: tuple[int, ...] | None = No
   """
   if shape is not None:
     check_broadcasts(name, x, shape)
-  v = _concrete_values(x)
+  v = _concrete_values(x, name)
   if v is not None and (np.any(np.isnan(v)) or np.any(v < 0) or np.any(v > 1)):
     raise ValueError(f"`{name}` must lie in [0, 1], got {_shown(x, v)}.")
 
@@ -242,7 +245,7 @@ def check_positive(name: str, x: Any, shape: tuple[int, ...] | None = None) -> N
   `x` broadcasts to it (`check_broadcasts`)."""
   if shape is not None:
     check_broadcasts(name, x, shape)
-  v = _concrete_values(x)
+  v = _concrete_values(x, name)
   if v is not None and (np.any(np.isnan(v)) or np.any(v <= 0)):
     raise ValueError(f"`{name}` must be > 0, got {_shown(x, v)}.")
 
@@ -260,7 +263,7 @@ def check_non_negative(name: str, x: Any, shape: tuple[int, ...] | None = None) 
   `x` broadcasts to it (`check_broadcasts`)."""
   if shape is not None:
     check_broadcasts(name, x, shape)
-  v = _concrete_values(x)
+  v = _concrete_values(x, name)
   if v is not None and (np.any(np.isnan(v)) or np.any(v < 0)):
     raise ValueError(f"`{name}` must be >= 0, got {_shown(x, v)}.")
 
@@ -272,7 +275,7 @@ def check_entries(name: str, x: Any, low: float, high: float = np.inf, what: str
   naming the first bad entry, its index and how many there are (the range as `bounds`
   says, when given). Traced values (under `jit`, `vmap`, ...) cannot be inspected at trace
   time and are accepted."""
-  v, used = _concrete_values(x), _concrete_values(where)
+  v, used = _concrete_values(x, name), _concrete_values(where, "where")
   if v is None or used is None:
     return
   bad = ~((v >= low) & (v <= high)) & (used > 0)
@@ -325,6 +328,8 @@ def static_flag(name: str, value: Any) -> bool:
   """`value` as a Python bool (a switch read while tracing), refusing traced values with a
   TypeError that says how to pass it to `jax.jit`."""
   _refuse_traced(name, value, "bool")
+  if not isinstance(value, (bool, np.bool_)):  # "False" would act as True
+    raise ValueError(f"`{name}` must be True or False, got {value!r}.")
   return bool(value)
 
 
