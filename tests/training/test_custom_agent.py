@@ -543,6 +543,8 @@ def test_register_torso_refuses_what_would_not_make_a_torso():
       ("mlp", lambda shape, sizes: _Tiny(), "other than 'auto'"),
       ("", lambda shape, sizes: _Tiny(), "non-empty str"),
       ("x", None, "make must be callable"),
+      ("x", _Tiny, "got the Module '_Tiny' itself"),  # the class, not a function making one
+      ("x", _Tiny(), "got the Module"),
   ]:
     with pytest.raises(ValueError, match=message):
       networks.register_torso(name, make)
@@ -550,9 +552,14 @@ def test_register_torso_refuses_what_would_not_make_a_torso():
     networks.register_torso("not-a-module", lambda shape, sizes: nn.relu)
     with pytest.raises(ValueError, match="must return a flax.linen Module"):
       networks.make_torso("not-a-module", (4,))
+    networks.register_torso("two-args", lambda shape: _Tiny())
+    with pytest.raises(ValueError, match="torso 'two-args': make\\(observation_shape, "
+                                         "hidden_sizes\\) raised TypeError"):  # fmt: skip
+      networks.make_torso("two-args", (4,))
     networks.register_torso("unflattened", lambda shape, sizes: nn.Dense(8))
     with pytest.raises(ValueError, match=r"to features \[B, F\]; for B = 2 it gave \(2, 3, 8\)"):
       networks.make_torso("unflattened", (3, 4))
   finally:
     torsos._REGISTERED.pop("not-a-module", None)  # pylint: disable=protected-access
     torsos._REGISTERED.pop("unflattened", None)  # pylint: disable=protected-access
+    torsos._REGISTERED.pop("two-args", None)  # pylint: disable=protected-access

@@ -241,13 +241,18 @@ def register_torso(
 
   Raises:
     ValueError: a name that is empty, "auto", a built-in torso's or taken by another
-      `make`, or a `make` that is not callable.
+      `make`, or a `make` that is not callable or is a flax Module (class or instance)
+      rather than a function that makes one.
   """
   if not isinstance(name, str) or not name or name == "auto" or name in TORSOS:
     raise ValueError(f"a torso's name must be a non-empty str other than 'auto' and {TORSOS}, "
                      f"got {name!r}")  # fmt: skip
   if not callable(make):
     raise ValueError(f"make must be callable (observation_shape, hidden_sizes), got {make!r}")
+  if isinstance(make, nn.Module) or (isinstance(make, type) and issubclass(make, nn.Module)):
+    raise ValueError(f"make must be a function (observation_shape, hidden_sizes) -> Module, "
+                     f"got the Module {getattr(make, '__name__', make)!r} itself: register "
+                     "`lambda observation_shape, hidden_sizes: Module(...)`")  # fmt: skip
   old = _REGISTERED.get(name, make)
   if not redefines(make, old):
     raise ValueError(f"torso {name!r} is registered with another make "
@@ -314,7 +319,11 @@ def _registered_torso(name: str, observation_shape: tuple[int, ...],
                       hidden_sizes: tuple[int, ...]) -> nn.Module:  # fmt: skip
   """Registered torso `name` for these observations, checked on shapes: [B, *shape] to
   [B, F]."""
-  module = _REGISTERED[name](observation_shape, hidden_sizes)
+  try:
+    module = _REGISTERED[name](observation_shape, hidden_sizes)
+  except Exception as e:  # pylint: disable=broad-except
+    raise ValueError(f"torso {name!r}: make(observation_shape, hidden_sizes) raised "
+                     f"{type(e).__name__}: {e}") from e  # fmt: skip
   if not isinstance(module, nn.Module):
     raise ValueError(f"torso {name!r}: make(observation_shape, hidden_sizes) must return a "
                      f"flax.linen Module, got {module!r}")  # fmt: skip
