@@ -436,6 +436,7 @@ def test_acer_continuous_policy_objective_extreme_log_rho():
 _F = np.zeros((8, 3), np.float32)
 _FA = np.zeros((8, 3, 4), np.float32)
 _I = np.zeros((8, 3), np.int32)
+_PER_STEP_OBJECTIVE = dict(objective_fn=lambda s: s.sum(-1), stats=_FA, delta=1.0)
 
 
 def _q_ret_call(**over):
@@ -501,6 +502,18 @@ _BAD = [
         lambda: L.trust_region_surrogate(lambda s: s, lambda s: s, _I, delta=1.0),
         TypeError,
         "stats",
+    ),
+    (
+        "surrogate-objective-summed",  # one total for every step: the outputs were wrong
+        lambda: L.trust_region_surrogate(jnp.sum, lambda s: s.sum(-1), _FA, delta=1.0),
+        ValueError,
+        r"objective_fn\(stats\)",
+    ),
+    (
+        "surrogate-kl-per-time",
+        lambda: L.trust_region_surrogate(kl_fn=lambda s: s.sum((1, 2)), **_PER_STEP_OBJECTIVE),
+        ValueError,
+        r"kl_fn\(stats\)",
     ),
     ("tr-avg-shape", _tr_call(avg_logits_tm1=_FA[:, :2]), ValueError, "avg_logits_tm1"),
     ("tr-delta", _tr_call(delta=-1.0), ValueError, "delta"),

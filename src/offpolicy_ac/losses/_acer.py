@@ -206,6 +206,13 @@ def trust_region_surrogate(
   _checks.check_min_rank("stats", stats, 1, "a trailing statistics axis [..., K]")
   used = _checks.check_mask(mask, jnp.shape(stats)[:-1], "`stats` without its last axis")
   stats = where_used(used, stats)
+  per_step = jnp.shape(stats)[:-1]
+  for name, fn in (("objective_fn", objective_fn), ("kl_fn", kl_fn)):
+    out = jax.eval_shape(fn, stats)
+    if getattr(out, "shape", None) != per_step:  # a sum would spread one total over steps
+      got = getattr(out, "shape", type(out).__name__)
+      raise ValueError(f"`{name}(stats)` must give one value per step, of shape {per_step} "
+                       f"(`stats`' without its last axis), got {got}.")  # fmt: skip
   sg = jax.lax.stop_gradient
   g = sg(jax.grad(lambda s: jnp.sum(objective_fn(s)))(stats))
   k = sg(jax.grad(lambda s: jnp.sum(kl_fn(s)))(stats))
