@@ -8,6 +8,7 @@ import pytest
 
 from offpolicy_ac import agents
 from offpolicy_ac import demos as demos_lib
+from offpolicy_ac import envs
 from offpolicy_ac import presets
 from offpolicy_ac.agents import ImpalaConfig
 from offpolicy_ac.agents import make_impala
@@ -78,3 +79,9 @@ def _demos():
   return {"observation": np.zeros((n, 4), np.float32), "action": np.zeros(n, np.int32),
           "reward": np.ones(n, np.float32), "discount": discount, "step_type": step_type,
           "episode_lengths": np.array(lengths, np.int64)}  # fmt: skip
+
+
+def test_an_agent_count_beyond_32_bits_is_refused_by_name():
+  config = ImpalaConfig(learning_rate_decay_updates=2**31)
+  with pytest.raises(ValueError, match=r"learning_rate_decay_updates must be below 2\*\*31"):
+    make_impala(envs.spec("CartPole-v1"), config)

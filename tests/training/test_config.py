@@ -20,6 +20,10 @@ from offpolicy_ac.training import TrainConfig
         (dict(reward_clip=(-1.0, 0.0, 1.0)), "reward_clip must be a pair of numbers"),
         (dict(reward_clip="-1,1"), "reward_clip must be a pair of numbers (low, high), got"),
         (dict(reward_clip=("-1", "1")), "reward_clip must be a pair of numbers"),
+        (dict(replay_capacity=2**31), "replay_capacity must be below 2**31"),
+        (dict(num_envs=10**12), "num_envs must be below 2**31 (a 32-bit count"),
+        (dict(eval_episodes=2**20 + 1), "eval_episodes must be at most 1,048,576"),
+        (dict(num_seeds=10**12), "num_seeds must be at most 65,536"),  # (not a list of 1e12)
     ],
 )
 def test_a_field_of_another_type_is_refused_by_name(fields, message):

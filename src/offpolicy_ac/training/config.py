@@ -247,10 +247,29 @@ def _check_types(config: "TrainConfig") -> None:
             raise ValueError(f"{name} must be {said}, got {value!r}")
 
 
+MAX_EPISODES = 2**20
+"""The most episodes one evaluation plays: envpool seeds environment i of a pool seed + i,
+below 2**31, and `sources.pool_seed` leaves room for 2**20."""
+
+MAX_SEEDS = 65_536
+"""The most seeds one run trains (each a learner)."""
+
+_SIZES = ("num_envs", "unroll_length", "replay_capacity", "num_updates_per_train_iter",
+          "mini_batch_size", "mini_batch_length", "eval_episodes", "keep_checkpoints",
+          "num_actors", "learner_devices", "env_batch_size", "min_replay_size",
+          "actor_queue_size", "min_pools", "max_episode_steps")  # fmt: skip
+"""Fields that size arrays, buffers and loops, which the program counts in 32-bit ints."""
+
+
 def _check_ints(values: dict, low: int, *names: str) -> None:
-  """Refuses a field of `names` that is not an int (a bool is not) >= `low` (0 or 1)."""
+  """Refuses a field of `names` that is not an int (a bool is not) >= `low` (0 or 1), or,
+  of `_SIZES`, above 2**31 - 1."""
   for name in names:
     value = values[name]
+    if (name in _SIZES and isinstance(value, int) and not isinstance(value, bool)
+        and value > 2**31 - 1):  # fmt: skip
+      raise ValueError(f"{name} must be below 2**31 (a 32-bit count in the program), got "
+                       f"{value:,}")  # fmt: skip
     if not isinstance(value, int) or isinstance(value, bool) or value < low:
       kind = f"{type(value).__module__}.{type(value).__name__}"
       # An integer of another type (NumPy's, JAX's) is refused too, with the fix.
@@ -429,8 +448,15 @@ class TrainConfig:
     eval_every = () if evaluation.eval_every is None else ("eval_every",)
     _check_ints(flat, 0, "env_batch_size", "seed", *eval_every, "checkpoint_every",
                 "min_replay_size", "actor_queue_size", "min_pools")  # fmt: skip
-    if self.seeds[-1] >= MAX_SEED:
-      last = f" (the last seed, seed + num_seeds - 1: {self.seeds[-1]})" * (budget.num_seeds > 1)
+    if evaluation.eval_episodes > MAX_EPISODES:
+      raise ValueError(f"eval_episodes must be at most {MAX_EPISODES:,}, got "
+                       f"{evaluation.eval_episodes:,}")  # fmt: skip
+    if budget.num_seeds > MAX_SEEDS:
+      raise ValueError(f"num_seeds must be at most {MAX_SEEDS:,} (one learner each), got "
+                       f"{budget.num_seeds:,}")  # fmt: skip
+    last_seed = budget.seed + budget.num_seeds - 1
+    if last_seed >= MAX_SEED:
+      last = f" (the last seed, seed + num_seeds - 1: {last_seed})" * (budget.num_seeds > 1)
       raise ValueError(f"seed must be below 2**32, got {budget.seed}{last}: JAX's PRNG keys "
                        "take 32 bits (seed 2**32 would repeat seed 0)")  # fmt: skip
     _check_choice("compile_for", budget.compile_for, get_args(CompileFor))

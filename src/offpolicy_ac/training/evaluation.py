@@ -19,14 +19,12 @@ import numpy as np
 
 from offpolicy_ac import envs
 from offpolicy_ac.envs import LAST
+from offpolicy_ac.training.config import MAX_EPISODES
 from offpolicy_ac.training.config import TrainConfig
 from offpolicy_ac.training.sources import task_kwargs
 
 POOL_SIZE = 256
 """The most environments `episode_pools` plays at once (an Atari emulator holds megabytes)."""
-MAX_EPISODES = 2**20
-"""The most episodes `episode_pools` plays: envpool seeds environment i of a pool seed + i,
-below 2**31, and `sources.pool_seed` leaves room for 2**20."""
 
 
 class EpisodeLimitError(RuntimeError):
