@@ -43,9 +43,10 @@ class Args:
 
 
 def main(args: Args) -> list[statistics.GroupCurve]:
-  if args.reps < 40 or args.max_points < 2 or not 0 <= args.seed < 2**32:
-    raise ValueError(f"need --reps >= 40 (95% intervals), --max-points >= 2 and --seed in "
-                     f"[0, 2**32), got {args.reps}, {args.max_points} and {args.seed}")  # fmt: skip
+  if not 40 <= args.reps <= 100_000 or args.max_points < 2 or not 0 <= args.seed < 2**32:
+    raise ValueError(f"need --reps in [40, 100,000] (95% intervals), --max-points >= 2 and "
+                     f"--seed in [0, 2**32), got {args.reps}, {args.max_points} and "
+                     f"{args.seed}")  # fmt: skip
   if not args.paths:
     raise ValueError("give the run directories, or directories to search for them (runs/)")
   check_output_file("--out-dir", pathlib.Path(args.out_dir) / "<env_id>.png")

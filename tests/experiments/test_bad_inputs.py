@@ -47,6 +47,7 @@ CASES = [
         "--resume needs checkpoints",
     ),
     ("acer", ["--value-weight", "inf"], "--value-weight must be finite"),
+    ("acer", ["--replay-ratio", "2147483648"], "--replay-ratio must be below 2**31"),
     ("sql", ["--alpha", "inf"], "alpha must be finite"),
     ("sql", ["--learning-rate-cooldown", "2"], "--learning-rate-cooldown must lie in [0, 1]"),
     ("sqil", ["--demos", "{demos}/good.npz", "--learning-rate-cooldown", "nan"], "must lie in"),
@@ -118,6 +119,7 @@ CASES = [
     ("plot", ["{demos}/no-run"], "no-run"),
     ("plot", ["{demos}", "--seed", "-1"], "--seed in [0, 2**32)"),
     ("plot", ["{demos}", "--max-points", "1"], "--max-points >= 2"),
+    ("plot", ["{demos}", "--reps", "1000000000000"], "--reps in [40, 100,000]"),  # (7 TiB)
     ("plot", ["{demos}", "--out-dir", "{demos}/good.npz/p"], "good.npz is a file, not a direc"),
     ("plot", ["{demos}/damaged"], "config.json is damaged (not valid JSON"),
     ("evaluate", ["--run-dir", "{demos}/damaged"], "config.json is damaged (not valid JSON"),

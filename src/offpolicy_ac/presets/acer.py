@@ -66,6 +66,9 @@ class Args:
           "update, of which the training loop runs at least one), got "
           f"{self.agent.replay_ratio}"
       )
+    if self.agent.replay_ratio > 2**31 - 1:  # (copied into the loop's updates per iteration)
+      raise ValueError(f"--replay-ratio must be below 2**31 (a 32-bit count in the program), "
+                       f"got {self.agent.replay_ratio:,}")  # fmt: skip
     n = self.train.replay.num_updates_per_train_iter
     if n not in (_DEFAULT_UPDATES, self.agent.replay_ratio):
       raise ValueError(

@@ -178,6 +178,15 @@ def learn(agent: Agent, transformer: envs.DataTransformer, replay: Any,
   return learner, jax.tree.map(lambda m, f: jnp.where(can_learn, m, f), mixed, fresh), True
 
 
+def _iterations_per_chunk(config: TrainConfig) -> int:
+  """About one log line's worth of iterations, but no more than the budget's or than the
+  spacing of the evaluations and checkpoints the host stops at: every call scans all of
+  its iterations."""
+  spacings = [config.budget.log_every, config.eval_interval, config.checkpoint.checkpoint_every]
+  steps = min(s for s in spacings if s > 0)
+  return max(1, min(-(-steps // config.steps_per_iteration), config.planned_iterations))
+
+
 def make_train(
     make_agent: Callable[[Any, Any], Agent],
     agent_config: Any,
@@ -224,11 +233,7 @@ def make_train(
   unroll_length, num_envs = config.env.unroll_length, config.env.num_envs
   steps_per_iteration, iterations = config.steps_per_iteration, config.planned_iterations
   eval_interval = config.eval_interval
-  # About one log line's worth, but no longer than the budget or the spacing of the
-  # evaluations and checkpoints the host stops at: every call scans all of its slots.
-  spacings = [config.budget.log_every, eval_interval, config.checkpoint.checkpoint_every]
-  chunk_steps = min(s for s in spacings if s > 0)
-  per_chunk = max(1, min(-(-chunk_steps // steps_per_iteration), iterations))
+  per_chunk = _iterations_per_chunk(config)
   eval_episodes = config.eval.eval_episodes
   num_updates = config.replay.num_updates_per_train_iter
   min_replay = max(config.replay.min_replay_size, 1)
