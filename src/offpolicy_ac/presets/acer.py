@@ -17,6 +17,7 @@ from typing import Optional
 
 from offpolicy_ac.agents import AcerConfig
 from offpolicy_ac.agents import make_acer
+from offpolicy_ac.agents.base import INT32_MAX
 from offpolicy_ac.cli import EnvPresets
 from offpolicy_ac.presets import common
 from offpolicy_ac.training import TrainConfig
@@ -66,7 +67,7 @@ class Args:
           "update, of which the training loop runs at least one), got "
           f"{self.agent.replay_ratio}"
       )
-    if self.agent.replay_ratio > 2**31 - 1:  # (copied into the loop's updates per iteration)
+    if self.agent.replay_ratio > INT32_MAX:  # (copied into the loop's updates per iteration)
       raise ValueError(f"--replay-ratio must be below 2**31 (a 32-bit count in the program), "
                        f"got {self.agent.replay_ratio:,}")  # fmt: skip
     n = self.train.replay.num_updates_per_train_iter

@@ -22,6 +22,7 @@ from typing import Optional
 from typing import get_args
 
 from offpolicy_ac import envs
+from offpolicy_ac.agents.base import INT32_MAX
 from offpolicy_ac.agents.base import check_bool_fields
 from offpolicy_ac.training.parallel import check_distributed_args
 
@@ -263,11 +264,11 @@ _SIZES = ("num_envs", "unroll_length", "replay_capacity", "num_updates_per_train
 
 def _check_ints(values: dict, low: int, *names: str) -> None:
   """Refuses a field of `names` that is not an int (a bool is not) >= `low` (0 or 1), or,
-  of `_SIZES`, above 2**31 - 1."""
+  of `_SIZES`, above `INT32_MAX`."""
   for name in names:
     value = values[name]
     if (name in _SIZES and isinstance(value, int) and not isinstance(value, bool)
-        and value > 2**31 - 1):  # fmt: skip
+        and value > INT32_MAX):  # fmt: skip
       raise ValueError(f"{name} must be below 2**31 (a 32-bit count in the program), got "
                        f"{value:,}")  # fmt: skip
     if not isinstance(value, int) or isinstance(value, bool) or value < low:

@@ -214,6 +214,11 @@ def _lock_or_refuse(fd: int, run_dir: pathlib.Path, directory: bool) -> None:
       raise
 
 
+def _crc32(data: bytes) -> str:
+  """The CRC-32 of `data` as the checksum files and records write it (8 hex digits)."""
+  return f"{zlib.crc32(data):08x}"
+
+
 def _checksum_path(path: pathlib.Path) -> pathlib.Path:
   return path.with_name(path.name + ".crc32")
 
@@ -234,10 +239,10 @@ def save_params(path: pathlib.Path, params: Any) -> str:
   path = pathlib.Path(path).expanduser()
   checksum = _checksum_path(path)
   data = flax.serialization.to_bytes(jax.device_get(params))
-  new = f"{zlib.crc32(data):08x}"
+  new = _crc32(data)
   old = []  # the file being replaced, when it is intact
   if path.exists() and checksum.exists():
-    current = f"{zlib.crc32(path.read_bytes()):08x}"
+    current = _crc32(path.read_bytes())
     old = [current] if current in _checksums_in(checksum) else []
   write_atomic(checksum, " ".join([new, *old]) + "\n")
   write_atomic(path, data)
@@ -264,7 +269,7 @@ def load_params(path: str | os.PathLike, template: Any) -> Any:
         RuntimeWarning,
         stacklevel=2,
     )
-  elif f"{zlib.crc32(data):08x}" not in _checksums_in(checksum):
+  elif _crc32(data) not in _checksums_in(checksum):
     raise DamagedCheckpointError(
         f"{path} does not match its checksum ({checksum.name}): the file is damaged or "
         "incomplete"
@@ -797,7 +802,7 @@ def _best_record(run_dir: pathlib.Path) -> Optional[dict]:
   the writes leaves them unpaired). None otherwise."""
   try:
     record = read_json(run_dir / BEST_RECORD)
-    crc = lambda name: f"{zlib.crc32((run_dir / name).read_bytes()):08x}"  # noqa: E731
+    crc = lambda name: _crc32((run_dir / name).read_bytes())  # noqa: E731
     paired = (
         isinstance(record, dict)
         and record.get("params_crc32") == crc(BEST_PARAMS)
@@ -1155,7 +1160,7 @@ def _summary_of_final(run_dir: pathlib.Path, summary: dict) -> bool:
                       ("final_transform_crc32", FINAL_TRANSFORM)):  # fmt: skip
     path = run_dir / name
     if field in summary and path.exists():
-      crc, checksum = f"{zlib.crc32(path.read_bytes()):08x}", _checksum_path(path)
+      crc, checksum = _crc32(path.read_bytes()), _checksum_path(path)
       intact = not checksum.exists() or crc in _checksums_in(checksum)
       if intact and crc != summary[field]:
         return False
