@@ -142,18 +142,22 @@ def _run_script(out: pathlib.Path, work: pathlib.Path, ckpt: pathlib.Path, **env
 @pytest.mark.slow
 def test_atari_script_on_the_cpu_then_resumed_from_its_packed_run(tmp_path):
   out1, out2, work, ckpt = (tmp_path / n for n in ("out1", "out2", "work", "ckpt"))
-  log = _run_script(out1, work, ckpt, PHASES="raw,noop,learner,train", TRAIN_MAX_S="30")
+  log = _run_script(out1, work, ckpt, TRAIN_MAX_S="30")  # every phase
   assert summarize.check_out(out1) == []
   files = {p.name for p in out1.iterdir()}
   assert {"log.txt", "summary.txt", "results.json", "metrics.jsonl", "config.json",
           "plot.png", "run.tgz.0", "run.tgz.1"} == files, log[-4000:]  # fmt: skip
   summary = (out1 / "summary.txt").read_text()
   for part in ("raw envpool stepping, best of 2 configs", "no-op learner", "real learner",
-               "table run", "protocol: Pong-v5: raw game score"):  # fmt: skip
+               "real learner, compiled rollout", "table run",
+               "protocol: Pong-v5: raw game score"):  # fmt: skip
     assert part in summary, summary
   results = json.loads((out1 / "results.json").read_text())
   assert results["raw"]["best"]["env_steps_per_s"] > 0
-  assert {"async", "async_nolearn"} <= set(results["bench"]["medians"])
+  medians = results["bench"]["medians"]
+  assert {"async", "async_nolearn", "async_xla", "async_xla_nolearn"} <= set(medians)
+  rollout = summarize.choose_rollout(work)[0]  # the faster learner's, as the run was given
+  assert f"--rollout {rollout}, for at most" in log, log[-4000:]
   first = results["train"]
   assert first["interrupted"] and first["resumed_from_env_steps"] is None
   steps = first["checkpoint_env_steps"]
@@ -169,6 +173,7 @@ def test_atari_script_on_the_cpu_then_resumed_from_its_packed_run(tmp_path):
     (ckpt / part.name).write_bytes(part.read_bytes())
   log = _run_script(out2, work, ckpt, PHASES="train", TRAIN_MAX_S="60")
   assert f"resuming from the checkpoint at {steps} env steps" in log, log[-4000:]
+  assert f"--rollout {rollout}: the resumed run's own" in log, log[-4000:]
   assert summarize.check_out(out2) == []
   second = json.loads((out2 / "results.json").read_text())["train"]
   assert second["resumed_from_env_steps"] == steps
@@ -180,3 +185,20 @@ def test_atari_script_on_the_cpu_then_resumed_from_its_packed_run(tmp_path):
   # line is the last --log-every (160) point the run reached.
   assert env_steps[-1] == second["env_steps"] // 160 * 160
   assert any(s <= steps for s in env_steps) and any(s > steps for s in env_steps)
+
+
+def test_rollout_is_the_resumed_runs_else_the_faster_learner(tmp_path):
+  assert summarize.choose_rollout(tmp_path)[0] == "host"  # nothing measured
+  medians = {"async": {"env_steps_per_s": 9000.0, "used_env_steps_per_s": 8000.0},
+             "async_xla": {"env_steps_per_s": 8500.0}}  # fmt: skip
+  bench = {"tasks": {"Pong-v5": {"medians": medians}}}
+  (tmp_path / "bench.json").write_text(json.dumps(bench))
+  rollout, why = summarize.choose_rollout(tmp_path)
+  assert rollout == "compiled" and "host 8,000" in why  # dropped trajectories left out
+  medians["async"]["used_env_steps_per_s"] = 8600.0
+  (tmp_path / "bench.json").write_text(json.dumps(bench))
+  assert summarize.choose_rollout(tmp_path)[0] == "host"
+  (tmp_path / "run").mkdir()
+  config = {"config": {"train": {"env": {"rollout": "compiled"}}}}
+  (tmp_path / "run" / "config.json").write_text(json.dumps(config))
+  assert summarize.choose_rollout(tmp_path) == ("compiled", "the resumed run's own")

@@ -5,12 +5,15 @@
 #   OUT=/tmp/out bash benchmarks/gpu/atari.sh                      # every phase, Pong, IMPALA
 #   PHASES=train GAME=Qbert-v5 OUT=/tmp/out bash benchmarks/gpu/atari.sh
 #
-# Phases (PHASES, comma-separated, default raw,noop,learner,train):
-#   raw      raw envpool stepping over RAW_CONFIGS (raw_sweep.py; K x N[:threads[:batch]])
-#   noop     the training loop with a no-op learner (experiments/bench_async.py async_nolearn)
-#   learner  the same with the real learner (bench_async.py async), NUM_ACTORS x NUM_ENVS
-#   train    experiments/$AGENT.py --preset atari --env-id $GAME for the time left, stopped
-#            by SIGTERM before BUDGET_S; resumed from $CKPT/run.tgz* when that is there
+# Phases (PHASES, comma-separated, default raw,noop,learner,xla_noop,xla,train):
+#   raw       raw envpool stepping over RAW_CONFIGS (raw_sweep.py; K x N[:threads[:batch]])
+#   noop      the training loop with a no-op learner (experiments/bench_async.py async_nolearn)
+#   learner   the same with the real learner (bench_async.py async), NUM_ACTORS x NUM_ENVS
+#   xla_noop  noop with the compiled rollout (async_xla_nolearn: acting on the CPU)
+#   xla       learner with the compiled rollout (async_xla)
+#   train     experiments/$AGENT.py --preset atari --env-id $GAME for the time left, stopped
+#             by SIGTERM before BUDGET_S, with the rollout TRAIN_ROLLOUT names (auto: the
+#             faster of learner and xla); resumed from $CKPT/run.tgz* when that is there
 # $OUT gets at most 8 files: log.txt, summary.txt, results.json, metrics.jsonl, config.json,
 # plot.png, and the run (its newest checkpoint, for --resume) as run.tgz or run.tgz.0, .1.
 set -uo pipefail
@@ -19,7 +22,7 @@ cd "$ROOT"
 START=$(date +%s)
 : "${OUT:?set OUT (the folder whose files come back)}"
 BUDGET_S=${BUDGET_S:-570}          # the whole command, install to packing (timeout_s 600)
-PHASES=${PHASES:-raw,noop,learner,train}
+PHASES=${PHASES:-raw,noop,learner,xla_noop,xla,train}
 GAME=${GAME:-Pong-v5}
 AGENT=${AGENT:-impala}             # impala, acer, sql or sqil (each has an atari preset)
 SEED=${SEED:-0}
@@ -28,6 +31,8 @@ NUM_ENVS=${NUM_ENVS:-32}
 NUM_ACTORS=${NUM_ACTORS:-4}
 LAG=${LAG:-8}
 TRAIN_ARGS=${TRAIN_ARGS:---num-envs $NUM_ENVS --actors async --num-actors $NUM_ACTORS --max-policy-lag $LAG --log-every 50000}
+TRAIN_ROLLOUT=${TRAIN_ROLLOUT:-auto} # host, compiled, or auto: a resumed run's own, else the
+                                     # faster of the bench's learner and xla phases, else host
 RAW_CONFIGS=${RAW_CONFIGS:-1x32:16:32 1x64:16:64 1x64:16:32 1x128:16:128 1x128:16:64 1x96:16:48 1x64:8:32 4x32 8x16}
 RAW_SECONDS=${RAW_SECONDS:-2}
 BENCH_STEPS=${BENCH_STEPS:-300000}
@@ -80,6 +85,8 @@ fi
 modes=()
 has noop && modes+=(async_nolearn)
 has learner && modes+=(async)
+has xla_noop && modes+=(async_xla_nolearn)
+has xla && modes+=(async_xla)
 if ((${#modes[@]})); then
   say "training loop, ${modes[*]}, $NUM_ACTORS actors x $NUM_ENVS envs (at most $PHASE_MAX_S s)"
   # shellcheck disable=SC2086
@@ -106,17 +113,21 @@ if has train; then
     say "resuming from the checkpoint at ${start_steps:-?} env steps ($(echo $parts))"
     start_steps=${start_steps:-0}
   fi
+  rollout=$TRAIN_ROLLOUT
+  if [[ "$rollout" == auto ]]; then
+    rollout=$("$PY" benchmarks/gpu/summarize.py rollout --work "$WORK") || rollout=host
+  fi
   limit=$(($(left) - RESERVE_S))
   if [[ -n "$TRAIN_MAX_S" ]] && ((TRAIN_MAX_S < limit)); then limit=$TRAIN_MAX_S; fi
   if ((limit < MIN_TRAIN_S)); then
     say "train: only $limit s left (MIN_TRAIN_S=$MIN_TRAIN_S): skipped"
   else
-    say "train: $AGENT on $GAME for at most $limit s, then SIGTERM"
+    say "train: $AGENT on $GAME, --rollout $rollout, for at most $limit s, then SIGTERM"
     t0=$(date +%s)
     # shellcheck disable=SC2086
     timeout --signal=TERM --kill-after="$KILL_AFTER_S" "$limit" "$PY" "experiments/$AGENT.py" \
       --preset atari --env-id "$GAME" --seed "$SEED" --total-env-steps "$TOTAL_STEPS" \
-      --run-dir "$RUN" $TRAIN_ARGS "${resume[@]}"
+      --run-dir "$RUN" --rollout "$rollout" $TRAIN_ARGS "${resume[@]}"
     train_rc=$?
     train_s=$(($(date +%s) - t0))
     say "train: exit code $train_rc after $train_s s (124: stopped by SIGTERM at the limit)"

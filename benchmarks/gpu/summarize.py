@@ -2,6 +2,7 @@
 
     python benchmarks/gpu/summarize.py summary --work W --out OUT --game Pong-v5 --agent impala ...
     python benchmarks/gpu/summarize.py check OUT     # exit 1 if OUT breaks the device's limits
+    python benchmarks/gpu/summarize.py rollout --work W  # prints host or compiled
 
 `summary` reads what the phases left in the work folder (raw.json from raw_sweep.py,
 bench.json from experiments/bench_async.py, the run directory) and writes OUT/summary.txt
@@ -10,6 +11,10 @@ loop's throughput with a no-op and with the real learner against raw stepping of
 layout, and the table run's env steps, env steps/s (this command's logged intervals, the
 first left out), their ratio to raw stepping, the last and best evaluation and the Atari
 protocol (`envs.atari_protocol`).
+
+`rollout` prints the `--rollout` of the table run: a resumed run's own (its config.json),
+else the faster (in env steps the learner trained on) of the bench's real-learner runs on the host loop (`async`) and on the
+compiled rollout (`async_xla`), else `host`.
 
 `check` lists what breaks the limits on files coming back from the device machine: at most
 8 files of at most 16 MiB, no more than 2 folders down, names of letters, digits, '.', '_'
@@ -136,7 +141,9 @@ def summarize(work: pathlib.Path, game: str, agent: str, start_env_steps: int,
         f"{cfg['total_env_steps']:,} env steps per run): raw {k} pools x {n} "
         f"{raw_kxn:,.0f} env steps/s"
     )
-    for mode, label in (("async_nolearn", "no-op learner"), ("async", "real learner")):
+    for mode, label in (("async_nolearn", "no-op learner"), ("async", "real learner"),
+                        ("async_xla_nolearn", "no-op learner, compiled rollout"),
+                        ("async_xla", "real learner, compiled rollout")):  # fmt: skip
       if mode in med:
         sps = med[mode]["env_steps_per_s"]
         lines.append(
@@ -190,6 +197,28 @@ def summarize(work: pathlib.Path, game: str, agent: str, start_env_steps: int,
   return "\n".join(lines), results
 
 
+def choose_rollout(work: pathlib.Path) -> tuple[str, str]:
+  """(the table run's --rollout, why)."""
+  config = _load(work / "run" / "config.json")
+  if config:
+    try:
+      return config["config"]["train"]["env"]["rollout"], "the resumed run's own"
+    except (KeyError, TypeError):
+      pass
+  bench = _load(work / "bench.json")
+  rates = {}
+  for task in (bench or {}).get("tasks", {}).values():
+    for mode, rollout in (("async", "host"), ("async_xla", "compiled")):
+      m = task["medians"].get(mode) or {}
+      sps = m.get("used_env_steps_per_s", m.get("env_steps_per_s"))  # what the learner used
+      if sps:
+        rates[rollout] = sps
+  if not rates:
+    return "host", "no bench of the real learner"
+  best = max(rates, key=rates.get)
+  return best, ", ".join(f"{r} {sps:,.0f} env steps/s" for r, sps in rates.items())
+
+
 def main(argv: Optional[list[str]] = None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   sub = parser.add_subparsers(dest="command", required=True)
@@ -203,7 +232,14 @@ def main(argv: Optional[list[str]] = None) -> int:
   s.add_argument("--train-rc", type=int, default=None)
   c = sub.add_parser("check")
   c.add_argument("out", type=pathlib.Path)
+  r = sub.add_parser("rollout")
+  r.add_argument("--work", type=pathlib.Path, required=True)
   args = parser.parse_args(argv)
+  if args.command == "rollout":
+    rollout, why = choose_rollout(args.work)
+    print(f"--rollout {rollout}: {why}", file=sys.stderr)
+    print(rollout)
+    return 0
   if args.command == "check":
     problems = check_out(args.out)
     for p in problems:
