@@ -551,6 +551,7 @@ def _report(task: Task, runs: dict, probes: list, args: Args) -> tuple[str, dict
       "config": {
           "num_envs": n,
           "actors": k,
+          "env_batch_size": args.env_batch_size,
           "unroll_length": task.unroll_length,
           "total_env_steps": task.total_env_steps,
           "network": net,

@@ -142,7 +142,14 @@ def _run_script(out: pathlib.Path, work: pathlib.Path, ckpt: pathlib.Path, **env
 @pytest.mark.slow
 def test_atari_script_on_the_cpu_then_resumed_from_its_packed_run(tmp_path):
   out1, out2, work, ckpt = (tmp_path / n for n in ("out1", "out2", "work", "ckpt"))
-  log = _run_script(out1, work, ckpt, TRAIN_MAX_S="30")  # every phase
+  log = _run_script(
+      out1,
+      work,
+      ckpt,
+      TRAIN_MAX_S="30",
+      BENCH_LAYOUTS="1x4:2",
+      PHASES="raw,noop,learner,xla_noop,xla,layouts,train",
+  )  # every phase
   assert summarize.check_out(out1) == []
   files = {p.name for p in out1.iterdir()}
   assert {"log.txt", "summary.txt", "results.json", "metrics.jsonl", "config.json",
@@ -150,6 +157,7 @@ def test_atari_script_on_the_cpu_then_resumed_from_its_packed_run(tmp_path):
   summary = (out1 / "summary.txt").read_text()
   for part in ("raw envpool stepping, best of 2 configs", "no-op learner", "real learner",
                "real learner, compiled rollout", "table run",
+               "1 actors x 4 envs, batched by 2, async_xla",
                "protocol: Pong-v5: raw game score"):  # fmt: skip
     assert part in summary, summary
   results = json.loads((out1 / "results.json").read_text())
@@ -202,3 +210,29 @@ def test_rollout_is_the_resumed_runs_else_the_faster_learner(tmp_path):
   config = {"config": {"train": {"env": {"rollout": "compiled"}}}}
   (tmp_path / "run" / "config.json").write_text(json.dumps(config))
   assert summarize.choose_rollout(tmp_path) == ("compiled", "the resumed run's own")
+
+
+def _bench(actors, num_envs, batch, rates, raw):
+  medians = {"raw_KxN": {"env_steps_per_s": raw}}
+  medians.update({m: {"env_steps_per_s": v} for m, v in rates.items()})
+  config = {"actors": actors, "num_envs": num_envs, "env_batch_size": batch}
+  return {"tasks": {"Pong-v5": {"medians": medians, "config": config}}}
+
+
+def test_summary_lists_each_layout_against_its_raw_and_the_best_raw(tmp_path):
+  (tmp_path / "raw.json").write_text(json.dumps(
+      {"best": {"config": "1x64:16:32", "env_steps_per_s": 20000.0}, "results": [{}],
+       "cpu_count": 16}))  # fmt: skip
+  (tmp_path / "layout_4x16_8.json").write_text(
+      json.dumps(_bench(4, 16, 8, {"async_xla": 15000.0}, 18000.0))
+  )
+  (tmp_path / "layout_2x32_0.json").write_text(
+      json.dumps(_bench(2, 32, 0, {"async_xla": 9000.0}, 18000.0))
+  )
+  text, results = summarize.summarize(tmp_path, "Pong-v5", "impala", 0, None, None)
+  assert (
+      "4 actors x 16 envs, batched by 8, async_xla: 15,000 env steps/s, 0.83 of raw 4 x 16, 0.75 of the best raw"
+      in text
+  )
+  assert "2 actors x 32 envs, async_xla: 9,000 env steps/s, 0.50 of raw 2 x 32" in text
+  assert [lay["env_batch_size"] for lay in results["layouts"]] == [0, 8]

@@ -11,6 +11,8 @@
 #   learner   the same with the real learner (bench_async.py async), NUM_ACTORS x NUM_ENVS
 #   xla_noop  noop with the compiled rollout (async_xla_nolearn: acting on the CPU)
 #   xla       learner with the compiled rollout (async_xla)
+#   layouts   LAYOUT_MODES (async_xla) at each of BENCH_LAYOUTS, K actors x N envs[:BATCH]
+#             (BATCH: batched stepping, --env-batch-size); not in the default PHASES
 #   train     experiments/$AGENT.py --preset atari --env-id $GAME for the time left, stopped
 #             by SIGTERM before BUDGET_S, with the rollout TRAIN_ROLLOUT names (auto: the
 #             faster of learner and xla); resumed from $CKPT/run.tgz* when that is there
@@ -40,7 +42,9 @@ RAW_SECONDS=${RAW_SECONDS:-2}
 BENCH_STEPS=${BENCH_STEPS:-150000}
 BENCH_TORSO=${BENCH_TORSO:-$TORSO}
 BENCH_ARGS=${BENCH_ARGS:---pong-unroll $UNROLL}
-PHASE_MAX_S=${PHASE_MAX_S:-200}    # a cap on each of raw and the bench (its four modes)
+BENCH_LAYOUTS=${BENCH_LAYOUTS:-4x16:8 2x32:16 4x32:16 8x8}  # K x N[:BATCH], the layouts phase
+LAYOUT_MODES=${LAYOUT_MODES:-async_xla}
+PHASE_MAX_S=${PHASE_MAX_S:-200}    # a cap on each of raw, the bench (its four modes), layouts
 RESERVE_S=${RESERVE_S:-60}         # kept after training: its stop, the plot, packing
 MIN_TRAIN_S=${MIN_TRAIN_S:-60}     # train only with at least this much time left
 TRAIN_MAX_S=${TRAIN_MAX_S:-}       # a cap on the training time (default: all that is left)
@@ -97,6 +101,26 @@ if ((${#modes[@]})); then
     --pong-torso "$BENCH_TORSO" --pong-steps "$BENCH_STEPS" --max-policy-lag "$LAG" \
     --repeats 1 --raw-seconds "$RAW_SECONDS" --probe-seconds 1 --out "$WORK/bench" $BENCH_ARGS ||
     say "bench: exit code $?"
+fi
+
+if has layouts; then
+  say "training loop layouts, $LAYOUT_MODES: $BENCH_LAYOUTS (at most $PHASE_MAX_S s in all)"
+  phase_end=$(($(date +%s) + PHASE_MAX_S))
+  for layout in $BENCH_LAYOUTS; do
+    if [[ ! "$layout" =~ ^([0-9]+)x([0-9]+)(:([0-9]+))?$ ]]; then
+      say "layout $layout: not K x N[:BATCH], skipped"
+      continue
+    fi
+    k=${BASH_REMATCH[1]} n=${BASH_REMATCH[2]} b=${BASH_REMATCH[4]:-0}
+    rest=$((phase_end - $(date +%s)))
+    ((rest > 10)) || { say "layouts: no time left for $layout"; break; }
+    # shellcheck disable=SC2086
+    timeout --signal=TERM --kill-after=10 "$rest" "$PY" experiments/bench_async.py \
+      --tasks "$GAME" --modes $LAYOUT_MODES --actors "$k" --pong-envs "$n" \
+      --env-batch-size "$b" --pong-torso "$BENCH_TORSO" --pong-steps "$BENCH_STEPS" \
+      --max-policy-lag "$LAG" --repeats 1 --raw-seconds "$RAW_SECONDS" --probe-seconds 1 \
+      --out "$WORK/layout_${k}x${n}_$b" $BENCH_ARGS || say "layout $layout: exit code $?"
+  done
 fi
 
 RUN=$WORK/run

@@ -108,6 +108,28 @@ def _fmt(x: Optional[float], spec: str = ",.0f") -> str:
   return "-" if x is None else format(x, spec)
 
 
+def _layouts(work: pathlib.Path, game: str, best_raw: Optional[float]) -> list[dict]:
+  """The layouts phase's runs (layout_KxN_B.json), in the order of their names."""
+  found = []
+  for path in sorted(work.glob("layout_*.json")):
+    bench = _load(path)
+    tasks = (bench or {}).get("tasks") or {}
+    task = tasks.get(game) or next(iter(tasks.values()), None)
+    if not task:
+      continue
+    med, cfg = task["medians"], task["config"]
+    raw_kxn = med.get("raw_KxN", {}).get("env_steps_per_s")
+    rates = {m: v["env_steps_per_s"] for m, v in med.items() if not m.startswith("raw")}
+    found.append({
+        "actors": cfg["actors"], "num_envs": cfg["num_envs"],
+        "env_batch_size": cfg.get("env_batch_size", 0), "raw_KxN": raw_kxn,
+        "env_steps_per_s": rates,
+        "vs_raw_KxN": {m: _ratio(v, raw_kxn) for m, v in rates.items()},
+        "vs_best_raw": {m: _ratio(v, best_raw) for m, v in rates.items()},
+    })  # fmt: skip
+  return found
+
+
 def summarize(work: pathlib.Path, game: str, agent: str, start_env_steps: int,
               train_seconds: Optional[float], train_rc: Optional[int]) -> tuple[str, dict]:  # fmt: skip
   """The summary text and the results' JSON of one command."""
@@ -150,6 +172,19 @@ def summarize(work: pathlib.Path, game: str, agent: str, start_env_steps: int,
             f"  {label}: {sps:,.0f} env steps/s, {ratios[mode]['vs_raw_KxN']:.2f} of raw "
             f"{k} x {n}, {_fmt(_ratio(sps, best_raw), '.2f')} of the best raw; "
             f"{_fmt(med[mode].get('updates_per_s'), '.1f')} updates/s"
+        )
+  layouts = _layouts(work, game, best_raw)
+  if layouts:
+    results["layouts"] = layouts
+    lines.append("training loop layouts (bench_async, the layouts phase):")
+    for lay in layouts:
+      batch = f", batched by {lay['env_batch_size']}" if lay["env_batch_size"] else ""
+      for mode, sps in lay["env_steps_per_s"].items():
+        lines.append(
+            f"  {lay['actors']} actors x {lay['num_envs']} envs{batch}, {mode}: {sps:,.0f} env "
+            f"steps/s, {_fmt(_ratio(sps, lay['raw_KxN']), '.2f')} of raw "
+            f"{lay['actors']} x {lay['num_envs']}, {_fmt(_ratio(sps, best_raw), '.2f')} of the "
+            "best raw"
         )
   metrics = _metrics(run)
   if run_summary or metrics:
