@@ -34,7 +34,10 @@ NUM_ACTORS=${NUM_ACTORS:-4}
 LAG=${LAG:-8}
 TORSO=${TORSO:-small_cnn}            # the table run's and the bench's network
 UNROLL=${UNROLL:-10}                 # and unroll length
-TRAIN_ARGS=${TRAIN_ARGS:---torso $TORSO --unroll-length $UNROLL --num-envs $NUM_ENVS --actors async --num-actors $NUM_ACTORS --max-policy-lag $LAG --log-every 100000 --eval-every 1000000 --checkpoint-every 1000000}
+default_train_args="--torso $TORSO --unroll-length $UNROLL --num-envs $NUM_ENVS --actors async"
+default_train_args+=" --num-actors $NUM_ACTORS --max-policy-lag $LAG --log-every 100000"
+default_train_args+=" --eval-every 1000000 --checkpoint-every 1000000"
+TRAIN_ARGS=${TRAIN_ARGS:-$default_train_args}
 TRAIN_ROLLOUT=${TRAIN_ROLLOUT:-auto} # host, compiled, or auto: a resumed run's own, else the
                                      # faster of the bench's learner and xla phases, else host
 RAW_CONFIGS=${RAW_CONFIGS:-1x64:16:64 1x64:16:32 1x128:16:64 4x16 4x32 8x16}

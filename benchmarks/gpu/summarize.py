@@ -13,8 +13,8 @@ first left out), their ratio to raw stepping, the last and best evaluation and t
 protocol (`envs.atari_protocol`).
 
 `rollout` prints the `--rollout` of the table run: a resumed run's own (its config.json),
-else the faster (in env steps the learner trained on) of the bench's real-learner runs on the host loop (`async`) and on the
-compiled rollout (`async_xla`), else `host`.
+else the faster (in env steps the learner trained on) of the bench's real-learner runs on
+the host loop (`async`) and on the compiled rollout (`async_xla`), else `host`.
 
 `check` lists what breaks the limits on files coming back from the device machine: at most
 8 files of at most 16 MiB, no more than 2 folders down, names of letters, digits, '.', '_'
