@@ -232,8 +232,7 @@ def test_summary_lists_each_layout_against_its_raw_and_the_best_raw(tmp_path):
   text, results = summarize.summarize(tmp_path, "Pong-v5", "impala", 0, None, None)
   assert (
       "4 actors x 16 envs, batched by 8, async_xla: 15,000 env steps/s, 0.83 of raw 4 x 16, "
-      "0.75 of the best raw"
-      in text
+      "0.75 of the best raw" in text
   )
   assert "2 actors x 32 envs, async_xla: 9,000 env steps/s, 0.50 of raw 2 x 32" in text
   assert [lay["env_batch_size"] for lay in results["layouts"]] == [0, 8]

@@ -29,6 +29,7 @@ from offpolicy_ac.training.driver import NonFiniteError
 from offpolicy_ac.training.driver import Progress
 from offpolicy_ac.training.driver import Update
 from offpolicy_ac.training.learner import add_lane_axis
+from offpolicy_ac.training.learner import check_replay_fits
 from offpolicy_ac.training.learner import run_once
 from offpolicy_ac.training.learner import startup_compile_options
 from offpolicy_ac.training.learner import take_lane
@@ -73,6 +74,11 @@ class CompiledProgram:
       run = jax.jit(jax.vmap(compiled.run, in_axes=(0, 0, None)))
       evaluate = jax.jit(jax.vmap(compiled.evaluate))
     states = self._init.out_info
+    if states.learner.replay is not None:  # each lane's buffer, then the lanes'
+      one = jax.tree.map(
+          lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), states.learner.replay
+      )
+      check_replay_fits(one, self.num_lanes, compiled.config.replay.replay_capacity)
     active = jax.ShapeDtypeStruct((), jnp.int32)
     lowered = [run.trace(states, self._hps, active).lower()]
     if compiled.config.eval_interval:  # (--eval-every 0: no evaluation to compile)

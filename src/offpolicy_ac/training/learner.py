@@ -128,6 +128,56 @@ def make_replay(config: TrainConfig) -> replay_lib.SequenceReplay:
   )
 
 
+def free_memory_bytes(device: jax.Device) -> Optional[int]:
+  """Bytes free for new arrays on `device`: its allocator's limit less what is in use where
+  JAX reports them (GPUs, TPUs), else, for a CPU, the host's available memory
+  (`MemAvailable` in /proc/meminfo); None where neither is known."""
+  try:
+    stats = device.memory_stats()
+  except Exception:  # pylint: disable=broad-except  (backends without allocator statistics)
+    stats = None
+  if stats and "bytes_limit" in stats:
+    return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
+  if device.platform != "cpu":
+    return None
+  try:
+    with open("/proc/meminfo", encoding="ascii") as f:
+      for line in f:
+        if line.startswith("MemAvailable:"):
+          return int(line.split()[1]) * 1024
+  except (OSError, ValueError, IndexError):
+    pass
+  return None
+
+
+def check_replay_fits(replay_shapes: Any, copies: int, capacity: int) -> None:
+  """Refuses a replay buffer larger than the default device has free, before it is
+  allocated (a buffer of too many sequences ended the process, or its run, in an
+  allocation error at start-up).
+
+  Args:
+    replay_shapes: the `ReplayState` of one learner, as arrays or `jax.ShapeDtypeStruct`s.
+    copies: learners holding such a buffer (seeds or a sweep's lanes).
+    capacity: sequences the buffer holds (its rows).
+
+  Raises:
+    ValueError: the buffers need more bytes than the device has free.
+  """
+  need = copies * sum(int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize
+                      for x in jax.tree.leaves(replay_shapes))  # fmt: skip
+  device = jax.local_devices()[0]
+  free = free_memory_bytes(device)
+  if free is None or need <= free:
+    return
+  gib = lambda n: f"{n / 2**30:,.1f} GiB"  # noqa: E731
+  lanes = f" x {copies} learners (seeds or sweep settings)" if copies > 1 else ""
+  raise ValueError(
+      f"the replay buffer needs {gib(need)} ({capacity:,} sequences of "
+      f"{need // (copies * capacity):,} bytes{lanes}), more than the {gib(free)} free on "
+      f"{device.platform}: lower replay_capacity"
+  )
+
+
 def check_learns(agent: Agent, config: TrainConfig, batch_fn: Optional[Callable] = None) -> None:
   """Refuses SQIL without the demonstrations its `batch_fn` mixes into each batch (plain
   SQL under SQIL's name, otherwise), replay settings or a `batch_fn` given to an agent
@@ -393,6 +443,9 @@ class Learner:
     self.replay = make_replay(config) if agent.off_policy else None
     self.act, greedy = make_policies(agent, self.transformer, agent_at)
     self.greedy = jax.jit(greedy)
+    if self.replay is not None:  # refused here, before the run writes anything
+      check_replay_fits(jax.eval_shape(self._replay_init, jax.random.PRNGKey(0)), num_seeds,
+                        config.replay.replay_capacity)  # fmt: skip
     # An argument of the compiled functions, not a constant in them (`agents.BatchFn`).
     self._batch_fn = None if batch_fn is None else dp.replicate(as_batch_fn(batch_fn))
     constrain = dp.constrain if num_seeds == 1 else (lambda batch: batch)
@@ -459,6 +512,11 @@ class Learner:
         agent_state, broadcast(transform), broadcast(replay_state), jnp.stack([k[1] for k in keys])
     )
     return self.dp.replicate(state)
+
+  def _replay_init(self, key: jax.Array) -> replay_lib.ReplayState:
+    """One learner's empty replay buffer (as `init` makes it)."""
+    acting = Acting(self.agent.init(key).params, self.transformer.init())
+    return self.replay.init(self.example(acting, self.config.env.num_envs))
 
   def example(self, acting: Acting, num_columns: int) -> envs.Trajectory:
     """Zeros shaped like this learner's trajectories [T+1, num_columns, ...]."""
