@@ -32,6 +32,7 @@ import zlib
 
 import numpy as np
 
+from offpolicy_ac import _memory
 from offpolicy_ac.envs import FIRST
 from offpolicy_ac.envs import LAST
 from offpolicy_ac.envs import MID
@@ -302,6 +303,24 @@ def _pieces(n: int, length: int, mode: str) -> list[tuple[int, int]]:
   return pieces
 
 
+def _check_cut_fits(demos: dict[str, Any], length: int, mode: str) -> None:
+  """Refuses a cut whose sequences need more memory than the host has available (each is
+  `length` steps, padded where the episode is shorter: a huge length was a kill)."""
+  pieces = sum(len(_pieces(int(n), length, mode)) for n in demos["episode_lengths"])
+  step = 4 + sum(  # env_id (int32) and the fields
+      np.dtype(demos[name].dtype).itemsize * int(np.prod(np.shape(demos[name])[1:]))
+      for name in _FIELDS
+  )
+  need = pieces * length * step
+  free = _memory.host_available_bytes()
+  if free is not None and need > free:
+    raise ValueError(
+        f"cutting the demonstrations into sequences of {length:,} steps needs "
+        f"{_memory.gib(need)} ({pieces:,} sequences of {length * step:,} bytes), more than "
+        f"the {_memory.gib(free)} of memory available (sqil.py: a smaller --mini-batch-length)"
+    )
+
+
 def cut_episodes(demos: dict[str, Any], length: int, mode: str = "last") -> Trajectory:
   """Cuts episodes into sequences of `length` steps: a Trajectory [length, S, ...].
 
@@ -315,6 +334,7 @@ def cut_episodes(demos: dict[str, Any], length: int, mode: str = "last") -> Traj
   if not isinstance(length, (int, np.integer)) or isinstance(length, bool) or length < 2:
     raise ValueError(f"length must be an int >= 2, got {length!r}")
   length = int(length)
+  _check_cut_fits(demos, length, mode)
   offsets = np.concatenate([[0], np.cumsum(demos["episode_lengths"])])
   sequences = {name: [] for name in _FIELDS}
   for e, n in enumerate(demos["episode_lengths"]):

@@ -1,5 +1,6 @@
-"""A replay buffer larger than the device's free memory is refused by name before the run
-writes anything (it ended the process in an allocation error, or an out-of-memory kill)."""
+"""Sizes that cannot fit in memory are refused by name before the run writes anything (they
+ended the process in an allocation error, or an out-of-memory kill): a replay buffer and
+its batches, SQIL's demonstrations cut into sequences, and their batches."""
 
 import dataclasses
 
@@ -7,29 +8,39 @@ import jax
 import jax.numpy as jnp
 import pytest
 
+from offpolicy_ac import _memory
+from offpolicy_ac import demos as demos_lib
 from offpolicy_ac import presets
+from offpolicy_ac.training import ReplayConfig
 from offpolicy_ac.training import learner as learner_lib
 
 
 def test_free_memory_of_the_cpu_is_the_hosts_available_memory():
-  free = learner_lib.free_memory_bytes(jax.local_devices(backend="cpu")[0])
+  free = _memory.free_memory_bytes(jax.local_devices(backend="cpu")[0])
+  assert free == _memory.host_available_bytes()
   assert free is None or 0 < free  # None only where /proc/meminfo is missing
 
 
-def test_check_replay_fits_names_the_bytes_and_the_flag(monkeypatch):
-  rows = {"obs": jax.ShapeDtypeStruct((1000, 9, 4), jnp.float32),
+def test_check_replay_fits_names_the_bytes_and_the_flags(monkeypatch):
+  data = {"obs": jax.ShapeDtypeStruct((1000, 9, 4), jnp.float32),
           "action": jax.ShapeDtypeStruct((1000, 9), jnp.int32)}  # fmt: skip
-  need = 1000 * 9 * (16 + 4)
-  monkeypatch.setattr(learner_lib, "free_memory_bytes", lambda device: 2 * need)
-  learner_lib.check_replay_fits(rows, 2, 1000)  # exactly fits
+  replay = ReplayConfig(replay_capacity=1000, mini_batch_size=10, mini_batch_length=2)
+  need = 1000 * 9 * 20 + 10 * 3 * 20  # the buffer, then a batch of windows of 3 steps
+  monkeypatch.setattr(_memory, "free_memory_bytes", lambda device=None: 2 * need)
+  learner_lib.check_replay_fits(data, 2, replay)  # exactly fits
   with pytest.raises(ValueError) as e:
-    learner_lib.check_replay_fits(rows, 3, 1000)
+    learner_lib.check_replay_fits(data, 3, replay)
   assert str(e.value) == (
-      "the replay buffer needs 0.0 GiB (1,000 sequences of 180 bytes x 3 learners (seeds or "
-      "sweep settings)), more than the 0.0 GiB free on cpu: lower replay_capacity"
+      "the replay buffer and a sampled batch need 0.0 GiB (replay_capacity 1,000 sequences "
+      "of 180 bytes, mini_batch_size 10 windows of 60 bytes, x 3 learners (seeds or sweep "
+      "settings)), more than the 0.0 GiB free on cpu: lower replay_capacity or mini_batch_size"
   )
-  monkeypatch.setattr(learner_lib, "free_memory_bytes", lambda device: None)
-  learner_lib.check_replay_fits(rows, 3, 1000)  # unknown: not refused
+  big_batch = dataclasses.replace(replay, mini_batch_size=10**9)  # the batch alone
+  monkeypatch.setattr(_memory, "free_memory_bytes", lambda device=None: 10**9)
+  with pytest.raises(ValueError, match="mini_batch_size 1,000,000,000 windows of 60 bytes"):
+    learner_lib.check_replay_fits(data, 1, big_batch)
+  monkeypatch.setattr(_memory, "free_memory_bytes", lambda device=None: None)
+  learner_lib.check_replay_fits(data, 3, replay)  # unknown: not refused
 
 
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "gymnax:CartPole-v1"])
@@ -37,13 +48,42 @@ def test_a_run_whose_replay_does_not_fit_is_refused_before_it_writes(tmp_path, m
                                                                      env_id):  # fmt: skip
   """The envpool driver and a compiled run, 4 seeds: 4 buffers of 64 sequences."""
   per_seed = 64 * 17 * (4 * 4 + 3 * 4 + 4 + 4 + 4 * 2)  # obs, type/reward/discount, ids, ...
-  monkeypatch.setattr(learner_lib, "free_memory_bytes", lambda device: 3 * per_seed)
+  monkeypatch.setattr(_memory, "free_memory_bytes", lambda device=None: 3 * per_seed)
   args = presets.acer.Args()
   train = args.train.replace(env_id=env_id, replay_capacity=64, min_replay_size=64,
                              total_env_steps=4096, num_seeds=4)  # fmt: skip
   args = dataclasses.replace(args, train=train, run_dir=str(tmp_path / "run"))
-  with pytest.raises(
-      ValueError, match=r"the replay buffer needs .* \(64 sequences of \d+ bytes x 4"
-  ):
+  refusal = r"the replay buffer and a sampled batch need .* \(replay_capacity 64 sequences "
+  refusal += r"of \d+ bytes, .*, x 4 learners"
+  with pytest.raises(ValueError, match=refusal):
     presets.acer.run(args)
+  assert not (tmp_path / "run").exists()
+
+
+DEMOS = "results/defaults/demos-sql.npz"  # 10 CartPole-v1 episodes of SQL's
+
+
+def test_a_cut_that_does_not_fit_is_refused_before_it_is_made(monkeypatch):
+  demos = demos_lib.load_demos(DEMOS)
+  cut = demos_lib.cut_episodes(demos, 1001, "null_padding")  # each episode padded to 1,001
+  need = sum(x.nbytes for x in jax.tree.leaves(cut))  # what the refusal estimates
+  assert cut.reward.shape == (1001, 10)
+  monkeypatch.setattr(_memory, "host_available_bytes", lambda: need - 1)
+  with pytest.raises(ValueError) as e:
+    demos_lib.cut_episodes(demos, 1001, "null_padding")
+  assert str(e.value) == (
+      f"cutting the demonstrations into sequences of 1,001 steps needs 0.0 GiB (10 sequences "
+      f"of {need // 10:,} bytes), more than the 0.0 GiB of memory available (sqil.py: a "
+      "smaller --mini-batch-length)"
+  )
+  monkeypatch.setattr(_memory, "host_available_bytes", lambda: need)
+  demos_lib.cut_episodes(demos, 1001, "null_padding")
+
+
+def test_sqil_refuses_a_demonstration_batch_that_does_not_fit(tmp_path, monkeypatch):
+  args = dataclasses.replace(presets.sqil.Args(demos=DEMOS), run_dir=str(tmp_path / "run"),
+                             demo_batch_size=10**6)  # fmt: skip
+  monkeypatch.setattr(_memory, "free_memory_bytes", lambda device=None: 10**8)
+  with pytest.raises(ValueError, match=r"--demo-batch-size 1,000,000 of them a batch\), more "):
+    presets.sqil.run(args)
   assert not (tmp_path / "run").exists()

@@ -18,6 +18,9 @@ import os
 from typing import Literal
 from typing import Optional
 
+import jax
+
+from offpolicy_ac import _memory
 from offpolicy_ac import demos as demos_lib
 from offpolicy_ac.agents import SqlConfig
 from offpolicy_ac.agents import make_sqil
@@ -120,6 +123,21 @@ ENV_PRESETS = EnvPresets(
 """The preset an --env-id selects when no --preset is given (--preset none: defaults)."""
 
 
+def _check_demos_fit(sequences, demo_batch_size: int) -> None:
+  """Refuses demonstrations and a batch of them larger than the default device has free
+  (both go to it; --demo-batch-size 2**31 - 1 asked for terabytes at the first update)."""
+  total = sum(x.nbytes for x in jax.tree.leaves(sequences))
+  count = sequences.step_type.shape[1]
+  need = total + demo_batch_size * (total // count)
+  free = _memory.free_memory_bytes()
+  if free is not None and need > free:
+    raise ValueError(
+        f"the demonstrations and a batch of them need {_memory.gib(need)} ({count:,} "
+        f"sequences of {total // count:,} bytes, --demo-batch-size {demo_batch_size:,} of "
+        f"them a batch), more than the {_memory.gib(free)} free: a smaller --demo-batch-size"
+    )
+
+
 def run(args: Args, **run_kwargs):
   """Trains SQIL from `args.demos` as experiments/sqil.py does; `run_kwargs` go to
   `training.run_experiment` (e.g. a `rollout_factory`).
@@ -147,6 +165,7 @@ def run(args: Args, **run_kwargs):
     length = args.train.replay.mini_batch_length + 1
     sequences = demos_lib.cut_episodes(demos, length, args.cut_mode)
     prepare_process(args.train)  # before the demonstrations go to the device
+    _check_demos_fit(sequences, demo_batch_size)
     batch_fn = make_sqil_batch_fn(sequences, batch_size=demo_batch_size, length=length)
     with open(os.path.expanduser(args.demos), "rb") as f:  # compared on --resume
       digest = hashlib.file_digest(f, "sha256").hexdigest()

@@ -75,10 +75,9 @@ class CompiledProgram:
       evaluate = jax.jit(jax.vmap(compiled.evaluate))
     states = self._init.out_info
     if states.learner.replay is not None:  # each lane's buffer, then the lanes'
-      one = jax.tree.map(
-          lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), states.learner.replay
-      )
-      check_replay_fits(one, self.num_lanes, compiled.config.replay.replay_capacity)
+      data = states.learner.replay.data
+      one = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), data)
+      check_replay_fits(one, self.num_lanes, compiled.config.replay)
     active = jax.ShapeDtypeStruct((), jnp.int32)
     lowered = [run.trace(states, self._hps, active).lower()]
     if compiled.config.eval_interval:  # (--eval-every 0: no evaluation to compile)

@@ -39,6 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from offpolicy_ac import _memory
 from offpolicy_ac import envs
 from offpolicy_ac import replay as replay_lib
 from offpolicy_ac.agents.base import Agent
@@ -128,53 +129,35 @@ def make_replay(config: TrainConfig) -> replay_lib.SequenceReplay:
   )
 
 
-def free_memory_bytes(device: jax.Device) -> Optional[int]:
-  """Bytes free for new arrays on `device`: its allocator's limit less what is in use where
-  JAX reports them (GPUs, TPUs), else, for a CPU, the host's available memory
-  (`MemAvailable` in /proc/meminfo); None where neither is known."""
-  try:
-    stats = device.memory_stats()
-  except Exception:  # pylint: disable=broad-except  (backends without allocator statistics)
-    stats = None
-  if stats and "bytes_limit" in stats:
-    return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
-  if device.platform != "cpu":
-    return None
-  try:
-    with open("/proc/meminfo", encoding="ascii") as f:
-      for line in f:
-        if line.startswith("MemAvailable:"):
-          return int(line.split()[1]) * 1024
-  except (OSError, ValueError, IndexError):
-    pass
-  return None
-
-
-def check_replay_fits(replay_shapes: Any, copies: int, capacity: int) -> None:
-  """Refuses a replay buffer larger than the default device has free, before it is
-  allocated (a buffer of too many sequences ended the process, or its run, in an
-  allocation error at start-up).
+def check_replay_fits(data_shapes: Any, copies: int, replay: ReplayConfig) -> None:
+  """Refuses a replay buffer and sampled batch larger than the default device has free,
+  before they are allocated (too many sequences, or too many windows a batch, ended the
+  process, or its run, in an allocation error).
 
   Args:
-    replay_shapes: the `ReplayState` of one learner, as arrays or `jax.ShapeDtypeStruct`s.
+    data_shapes: one learner's `ReplayState.data` ([capacity, L, ...] leaves), as arrays
+      or `jax.ShapeDtypeStruct`s.
     copies: learners holding such a buffer (seeds or a sweep's lanes).
-    capacity: sequences the buffer holds (its rows).
+    replay: the buffer's and the batches' sizes.
 
   Raises:
-    ValueError: the buffers need more bytes than the device has free.
+    ValueError: they need more bytes than the device has free.
   """
-  need = copies * sum(int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize
-                      for x in jax.tree.leaves(replay_shapes))  # fmt: skip
+  leaves = jax.tree.leaves(data_shapes)
+  row = sum(int(np.prod(x.shape[1:])) * np.dtype(x.dtype).itemsize for x in leaves)
+  window = row * (replay.mini_batch_length + 1) // leaves[0].shape[1]
+  need = copies * (replay.replay_capacity * row + replay.mini_batch_size * window)
   device = jax.local_devices()[0]
-  free = free_memory_bytes(device)
+  free = _memory.free_memory_bytes(device)
   if free is None or need <= free:
     return
-  gib = lambda n: f"{n / 2**30:,.1f} GiB"  # noqa: E731
-  lanes = f" x {copies} learners (seeds or sweep settings)" if copies > 1 else ""
+  gib = _memory.gib
+  lanes = f", x {copies} learners (seeds or sweep settings)" if copies > 1 else ""
   raise ValueError(
-      f"the replay buffer needs {gib(need)} ({capacity:,} sequences of "
-      f"{need // (copies * capacity):,} bytes{lanes}), more than the {gib(free)} free on "
-      f"{device.platform}: lower replay_capacity"
+      f"the replay buffer and a sampled batch need {gib(need)} (replay_capacity "
+      f"{replay.replay_capacity:,} sequences of {row:,} bytes, mini_batch_size "
+      f"{replay.mini_batch_size:,} windows of {window:,} bytes{lanes}), more than the "
+      f"{gib(free)} free on {device.platform}: lower replay_capacity or mini_batch_size"
   )
 
 
@@ -444,8 +427,8 @@ class Learner:
     self.act, greedy = make_policies(agent, self.transformer, agent_at)
     self.greedy = jax.jit(greedy)
     if self.replay is not None:  # refused here, before the run writes anything
-      check_replay_fits(jax.eval_shape(self._replay_init, jax.random.PRNGKey(0)), num_seeds,
-                        config.replay.replay_capacity)  # fmt: skip
+      shapes = jax.eval_shape(self._replay_init, jax.random.PRNGKey(0))
+      check_replay_fits(shapes.data, num_seeds, config.replay)
     # An argument of the compiled functions, not a constant in them (`agents.BatchFn`).
     self._batch_fn = None if batch_fn is None else dp.replicate(as_batch_fn(batch_fn))
     constrain = dp.constrain if num_seeds == 1 else (lambda batch: batch)

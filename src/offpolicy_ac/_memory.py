@@ -1,0 +1,43 @@
+"""Memory free for new arrays, for refusing sizes that cannot fit before they are
+allocated (an allocation error, or the kernel's out-of-memory kill, ends a process with
+no word of which setting asked for too much)."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import jax
+
+
+def free_memory_bytes(device: Optional[jax.Device] = None) -> Optional[int]:
+  """Bytes free for new arrays on `device` (default: the first local device): its
+  allocator's limit less what is in use where JAX reports them (GPUs, TPUs), else, for a
+  CPU, the host's available memory (`MemAvailable` in /proc/meminfo); None where neither is
+  known."""
+  device = jax.local_devices()[0] if device is None else device
+  try:
+    stats = device.memory_stats()
+  except Exception:  # pylint: disable=broad-except  (backends without allocator statistics)
+    stats = None
+  if stats and "bytes_limit" in stats:
+    return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
+  if device.platform != "cpu":
+    return None
+  return host_available_bytes()
+
+
+def host_available_bytes() -> Optional[int]:
+  """The host's available memory (`MemAvailable` in /proc/meminfo); None where unknown."""
+  try:
+    with open("/proc/meminfo", encoding="ascii") as f:
+      for line in f:
+        if line.startswith("MemAvailable:"):
+          return int(line.split()[1]) * 1024
+  except (OSError, ValueError, IndexError):
+    pass
+  return None
+
+
+def gib(num_bytes: int) -> str:
+  """`num_bytes` in GiB, one decimal."""
+  return f"{num_bytes / 2**30:,.1f} GiB"
