@@ -85,3 +85,27 @@ def test_an_agent_count_beyond_32_bits_is_refused_by_name():
   config = ImpalaConfig(learning_rate_decay_updates=2**31)
   with pytest.raises(ValueError, match=r"learning_rate_decay_updates must be below 2\*\*31"):
     make_impala(envs.spec("CartPole-v1"), config)
+
+
+def test_more_actors_than_the_memory_maps_allow_are_refused_before_they_start(tmp_path,
+                                                                              monkeypatch):  # fmt: skip
+  """At about 1,000 actors every thread's allocations failed and the process crashed."""
+  from offpolicy_ac.training import experiment
+
+  limit = tmp_path / "max_map_count"
+  limit.write_text("65530\n")
+  monkeypatch.setattr(experiment, "MAX_MAP_COUNT", limit)
+  train = TrainConfig.of(num_envs=16, actors="async", num_actors=1000, total_env_steps=4096)
+  args = dataclasses.replace(presets.impala.Args(), train=train, run_dir=str(tmp_path / "run"))
+  with pytest.raises(ValueError) as e:
+    presets.impala.run(args)
+  assert str(e.value) == (
+      "1,000 actors (num_actors), each with a pool of 16 environments, need about 74,000 "
+      "memory maps, more than this machine allows a process (65,530, vm.max_map_count): "
+      "fewer actors, or raise the limit"
+  )
+  assert not (tmp_path / "run").exists()
+  limit.write_text("2144\n")  # exactly what 2 actors need: the run is not refused
+  train = train.replace(num_actors=2, total_env_steps=512)
+  presets.impala.run(dataclasses.replace(args, train=train))
+  assert (tmp_path / "run" / "summary.json").exists()
