@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import math
 import pathlib
 import re
 from typing import Any
@@ -50,6 +49,7 @@ from offpolicy_ac.training import write_video
 from offpolicy_ac.training.evaluation import EpisodeLimitError
 from offpolicy_ac.training.evaluation import episode_pools
 from offpolicy_ac.training.sources import task_kwargs
+from offpolicy_ac.training.video import check_fps
 from offpolicy_ac.training.video import check_video_path
 from offpolicy_ac.training.video import video_writer
 
@@ -77,7 +77,8 @@ class Args:
   """Also write an MP4 of episode 0 here."""
   fps: Optional[float] = None
   """Frames per second of the video (default: real time on Atari, one frame per env step
-  at 60 emulator frames a second over the frame skip: 15; 30 on other tasks)."""
+  at 60 emulator frames a second over the frame skip: 15; 30 on other tasks); from 0.001 to
+  1,000,000."""
   max_steps: int = 1_000_000
   """Give up (an error) if the episodes of a pool (`POOL_SIZE`) have not ended after this
   many steps."""
@@ -99,8 +100,8 @@ def main(args: Args) -> dict:
                      "those of a checkpoint)")  # fmt: skip
   if args.max_steps < 1:
     raise ValueError(f"--max-steps must be >= 1, got {args.max_steps}")
-  if args.fps is not None and not (math.isfinite(args.fps) and args.fps > 0):
-    raise ValueError(f"--fps must be > 0, got {args.fps}")
+  if args.fps is not None:
+    check_fps(args.fps, "--fps")
   if args.fps is not None and not args.video:
     raise ValueError("--fps sets the video's frame rate: it applies to --video")
   if args.out:

@@ -282,9 +282,18 @@ def test_evaluate_refuses_a_video_it_cannot_write_before_playing_episodes(tmp_pa
   assert not list(tmp_path.iterdir())
 
 
-def test_write_video_refuses_an_infinite_frame_rate(tmp_path):
-  with pytest.raises(ValueError, match="fps must be finite and > 0, got inf"):
-    write_video(tmp_path / "v.mp4", np.zeros((2, 8, 8, 3), np.uint8), fps=float("inf"))
+@pytest.mark.parametrize("fps", [float("inf"), float("nan"), 0, 1e-9, 3e9, "30", True])
+def test_write_video_refuses_a_frame_rate_ffmpeg_cannot_write(tmp_path, fps):
+  """ffmpeg wrote no file at 1e-9 or 3e9 frames/s (after the evaluation had run)."""
+  with pytest.raises(ValueError, match="fps must be a number from 0.001 to 1,000,000, got"):
+    write_video(tmp_path / "v.mp4", np.zeros((2, 8, 8, 3), np.uint8), fps=fps)
+  assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("fps", [1e-3, 1e6])
+def test_write_video_takes_the_frame_rates_at_its_bounds(tmp_path, fps):
+  path = write_video(tmp_path / "v.mp4", np.zeros((3, 8, 8, 3), np.uint8), fps=fps)
+  assert path.stat().st_size > 1000  # three frames, not the empty file of 1e-6
 
 
 def test_write_video_expands_the_home_directory(tmp_path, monkeypatch):

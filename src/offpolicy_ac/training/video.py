@@ -6,7 +6,6 @@ write_video("greedy.mp4", episode, fps=30)      # frames encoded as they are ren
 
 from __future__ import annotations
 
-import math
 import os
 import pathlib
 import types
@@ -38,6 +37,17 @@ def video_writer() -> types.ModuleType:
   return imageio
 
 
+MIN_FPS, MAX_FPS = 1e-3, 1e6
+"""The frame rates `write_video` takes: ffmpeg wrote no file at 1e-9 or 3e9 frames/s, and an
+empty video at 1e-6."""
+
+
+def check_fps(fps: float, name: str = "fps") -> None:
+  """Refuses a frame rate outside [MIN_FPS, MAX_FPS] (and NaN), naming it `name`."""
+  if isinstance(fps, bool) or not isinstance(fps, (int, float)) or not MIN_FPS <= fps <= MAX_FPS:
+    raise ValueError(f"{name} must be a number from {MIN_FPS:g} to {MAX_FPS:,.0f}, got {fps!r}")
+
+
 def write_video(path: str | os.PathLike, frames: Iterable[np.ndarray],
                 fps: float = 30.0) -> pathlib.Path:  # fmt: skip
   """Writes frames as an H.264 MP4, one video frame per frame: an array [N, H, W, 3] uint8,
@@ -48,8 +58,7 @@ def write_video(path: str | os.PathLike, frames: Iterable[np.ndarray],
   format needs even sizes). The file is written next to `path`, then renamed onto it; a
   failure (a bad frame, or one the iterable raises) leaves no file.
   """
-  if not (math.isfinite(fps) and fps > 0):
-    raise ValueError(f"fps must be finite and > 0, got {fps}")
+  check_fps(fps)
   check_video_path(path)
   imageio = video_writer()
 
