@@ -109,3 +109,22 @@ def test_more_actors_than_the_memory_maps_allow_are_refused_before_they_start(tm
   train = train.replace(num_actors=2, total_env_steps=512)
   presets.impala.run(dataclasses.replace(args, train=train))
   assert (tmp_path / "run" / "summary.json").exists()
+
+
+@pytest.mark.parametrize(
+    "factory, config",
+    [(make_impala, ImpalaConfig(learning_rate=np.array([1e-3, 3e-3]))),
+     (agents.make_acer, agents.AcerConfig(gamma=np.array([0.99]))),
+     (agents.make_sql, agents.SqlConfig(alpha=np.array([[0.1]])))],
+)  # fmt: skip
+def test_an_array_of_several_values_for_one_setting_is_refused_by_name(factory, config):
+  """It failed with NumPy's "truth value of an array ... is ambiguous"."""
+  spec = envs.spec("CartPole-v1", num_envs=2)
+  with pytest.raises(ValueError, match=r"must be one number, got an array of shape \(.*a sweep"):
+    factory(spec, config)
+  for scalar in (np.float32(0.5), np.array(0.5)):  # one number, as NumPy holds it: taken
+    factory(spec, dataclasses.replace(config, **{_field(config): scalar}))
+
+
+def _field(config):
+  return next(f.name for f in dataclasses.fields(config) if np.ndim(getattr(config, f.name)))

@@ -238,14 +238,20 @@ def check_bool_fields(config: Any) -> None:
 
 
 def _check_number(name: str, value: Any) -> None:
-  """Raises unless `value` is a real number or a NumPy/JAX array of them (a string or a
-  bool would be compared, or fail to compare, as something else)."""
+  """Raises unless `value` is a real number or a NumPy/JAX scalar of one (a string or a
+  bool would be compared, or fail to compare, as something else; an array of several
+  values is not one setting)."""
   value = host_value(value)
   kind = value.dtype.kind if isinstance(value, (np.ndarray, np.generic)) else None
   if kind not in ("i", "u", "f") and (
       isinstance(value, bool) or not isinstance(value, (int, float))
   ):
     raise ValueError(f"{name} must be a number, got {value!r}")
+  if np.ndim(value):
+    raise ValueError(
+        f"{name} must be one number, got an array of shape {np.shape(value)} (several "
+        "settings at once are a sweep: --sweep, TrainConfig.budget.sweep)"
+    )
 
 
 def check_in(name: str, value: float, low: float, high: float) -> None:
