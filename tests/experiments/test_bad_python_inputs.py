@@ -15,6 +15,7 @@ from offpolicy_ac.agents import make_impala
 from offpolicy_ac.training import TrainConfig
 from offpolicy_ac.training import load_run
 from offpolicy_ac.training import make_train
+from offpolicy_ac.training import run_experiment
 
 
 @pytest.mark.parametrize(
@@ -128,3 +129,21 @@ def test_an_array_of_several_values_for_one_setting_is_refused_by_name(factory, 
 
 def _field(config):
   return next(f.name for f in dataclasses.fields(config) if np.ndim(getattr(config, f.name)))
+
+
+@pytest.mark.parametrize(
+    "factory", [make_impala, agents.make_acer, agents.make_sql, agents.make_sqil,
+                agents.make_acer_discrete, agents.make_sql_continuous],
+)  # fmt: skip
+@pytest.mark.parametrize("spec", ["CartPole-v1", {"num_actions": 2}])
+def test_an_agent_factory_refuses_a_spec_that_is_not_one(factory, spec):
+  """A task id or a dict failed on its first missing attribute (AttributeError)."""
+  with pytest.raises(TypeError, match=r"takes an envs.EnvSpec \(envs.spec\(env_id, num_envs"):
+    factory(spec)
+
+
+def test_run_experiment_refuses_an_agent_factory_that_returns_no_agent(tmp_path):
+  args = dataclasses.replace(presets.impala.Args(), run_dir=str(tmp_path / "run"))
+  with pytest.raises(TypeError, match="agent_factory.spec. must return an Agent .*got ImpalaCon"):
+    run_experiment("impala", args, lambda spec: ImpalaConfig())
+  assert not (tmp_path / "run").exists()

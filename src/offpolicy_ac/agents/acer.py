@@ -161,6 +161,7 @@ class AcerConfig:
 
 def make_acer(spec, config: AcerConfig = AcerConfig()) -> base.Agent:
   """Builds ACER for an environment spec: discrete or continuous by `spec.is_discrete`."""
+  base.check_spec(spec, "make_acer")
   if spec.is_discrete:
     return make_acer_discrete(spec, config)
   return make_acer_continuous(spec, config)

@@ -355,7 +355,18 @@ def check_trajectory(traj: Any, spec: Any, agent: str) -> None:
   envs.check_traced_actions(spec, step, step.shape[0])
 
 
+def check_spec(spec: Any, agent: str) -> None:
+  """Raises unless `spec` is an `envs.EnvSpec` (a task id or another object failed on its
+  first missing attribute)."""
+  if not isinstance(spec, envs.EnvSpec):
+    raise TypeError(
+        f"{agent} takes an envs.EnvSpec (envs.spec(env_id, num_envs=...), or a run's "
+        f"spec), got {type(spec).__name__} {spec!r:.80}"
+    )
+
+
 def check_discrete(spec: Any, agent: str) -> None:
+  check_spec(spec, agent)
   if not spec.is_discrete:
     raise ValueError(
         f"{agent} needs a discrete action space, but {spec.task_id} has continuous "
@@ -405,6 +416,7 @@ def unused_mlp_sizes(config: Any, spec: Any) -> dict[str, str]:
 
 
 def check_continuous(spec: Any, agent: str) -> None:
+  check_spec(spec, agent)
   if spec.is_discrete:
     raise ValueError(
         f"{agent} needs a continuous action space, but {spec.task_id} has "

@@ -140,6 +140,7 @@ class ImpalaConfig:
 
 def make_impala(spec, config: ImpalaConfig = ImpalaConfig()) -> base.Agent:
   """Builds the IMPALA agent for an environment spec (discrete or continuous)."""
+  base.check_spec(spec, "make_impala")
   base.check_config(config, ImpalaConfig, "make_impala")
   discrete = spec.is_discrete
 

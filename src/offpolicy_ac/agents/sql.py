@@ -27,6 +27,7 @@ __all__ = ["SqlConfig", "make_sql", "make_sql_discrete"]
 
 def make_sql(spec, config: SqlConfig = SqlConfig(), *, name: str = "sql") -> base.Agent:
   """Builds SQL for an environment spec: discrete or continuous by `spec.is_discrete`."""
+  base.check_spec(spec, f"make_{name}")
   if spec.is_discrete:
     return make_sql_discrete(spec, config, name=name)
   return make_sql_continuous(spec, config, name=name)
@@ -34,8 +35,8 @@ def make_sql(spec, config: SqlConfig = SqlConfig(), *, name: str = "sql") -> bas
 
 def make_sql_discrete(spec, config: SqlConfig = SqlConfig(), *, name: str = "sql") -> base.Agent:
   """Builds the SQL agent for discrete actions."""
-  base.check_config(config, SqlConfig, "make_sql_discrete")
   base.check_discrete(spec, name.upper())
+  base.check_config(config, SqlConfig, "make_sql_discrete")
   if config.num_q_networks != 1:
     raise ValueError(
         f"num_q_networks={config.num_q_networks}: several Q networks (clipped double Q) are "

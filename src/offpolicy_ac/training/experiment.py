@@ -44,6 +44,7 @@ from typing import Sequence
 
 import jax
 
+from offpolicy_ac.agents.base import Agent
 from offpolicy_ac.agents.base import check_settings_used
 from offpolicy_ac.agents.base import check_swept_settings_used
 from offpolicy_ac.agents.registry import AGENTS
@@ -401,6 +402,11 @@ def _program(name: str, args: Any, lanes: list[sweeps.Lane], agent_factory: Call
   envpool program. Validates everything before anything runs."""
   config: TrainConfig = args.train
   agent = agent_factory(task_spec(config))
+  if not isinstance(agent, Agent):
+    raise TypeError(
+        f"agent_factory(spec) must return an Agent (for example "
+        f"functools.partial(make_impala, config=ImpalaConfig())), got {type(agent).__name__}"
+    )
   check_settings_used(agent.config, agent.spec)
   check_swept_settings_used(agent.config, agent.spec, lanes[0].setting)
   # The run directory rebuilds its agent from `name` and the config (load_run, --resume), as
