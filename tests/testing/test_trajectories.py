@@ -167,3 +167,13 @@ def test_strategies_without_hypothesis_name_the_extra():
       "offpolicy_ac.testing.strategies needs hypothesis, which is not installed: "
       "pip install 'offpolicy_ac[testing]'"
   ), (out.stdout + out.stderr)
+
+
+@pytest.mark.parametrize(
+    "make", [testing.random_trajectory, lambda rng: testing.random_layout(rng, 4)]
+)
+def test_a_seed_for_the_generator_is_refused_by_name(make):
+  """random_trajectory(0) failed with "'int' object has no attribute 'integers'"."""
+  with pytest.raises(TypeError, match=r"rng must be a NumPy Generator, e.g. np.random.default_rng"):
+    make(0)
+  make(np.random.default_rng(0))

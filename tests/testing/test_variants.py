@@ -287,3 +287,18 @@ def test_with_a_broken_chex_the_checks_show_its_error(tmp_path):
       "(ModuleNotFoundError: No module named 'toolz_is_not_installed'). "
       "pip install 'offpolicy_ac[testing]' installs it with what it needs"
   ), (out.stdout + out.stderr)
+
+
+@pytest.mark.parametrize("name", sorted(set(CHECKS) - {"reaches"}))  # "reaches" wraps fn
+def test_every_check_refuses_a_target_that_takes_more_than_the_trajectory(name):
+  """It failed with a bare TypeError from inside the check."""
+  with pytest.raises(TypeError, match=r"fn is called as fn\(traj\) with one Trajectory, but its "
+                     r"signature is \(traj, lam\) .*functools.partial"):  # fmt: skip
+    CHECKS[name](lambda traj, lam: lambda_return(traj))
+  CHECKS[name](lambda traj, lam=LAMBDA: lambda_return(traj))  # a default: fn(traj) works
+
+
+def test_variants_given_as_one_name_are_refused():
+  with pytest.raises(ValueError, match="variants must be a sequence of chex variant names"):
+    testing.assert_junction_split_invariant(lambda_return, EXAMPLES, variants="with_jit")
+  testing.assert_junction_split_invariant(lambda_return, EXAMPLES, variants=("with_jit",))

@@ -33,6 +33,7 @@ Needs chex: `pip install 'offpolicy_ac[testing]'`.
 
 from collections.abc import Callable
 from collections.abc import Sequence
+import inspect
 import types
 from typing import Any
 
@@ -59,14 +60,19 @@ _TRACE_ERRORS = (jax.errors.JAXTypeError, jax.errors.JAXIndexError)
 
 
 def _under_variants(
-    check: str, fn: Callable, variants: Sequence[str]
+    check: str, fn: Callable, variants: Sequence[str], *, user_fn: Callable | None = None
 ) -> list[tuple[str, Callable]]:
-  """[(variant name, fn wrapped by that chex variant)], in the order given.
+  """[(variant name, fn wrapped by that chex variant)], in the order given. `user_fn`: the
+  function the user gave, where `fn` wraps it (checked to take one trajectory).
 
   `chex.variants` turns a test method into one test per variant, each run with
   `self.variant` set to the variant's wrapper; running those tests here applies
   exactly chex's wrappers to `fn`.
   """
+  if isinstance(variants, str):  # a tuple of one name is ("with_jit",)
+    raise ValueError(f"{check}: variants must be a sequence of chex variant names from "
+                     f"{_KNOWN_VARIANTS}, got the str {variants!r}")  # fmt: skip
+  _check_takes_one_trajectory(check, fn if user_fn is None else user_fn)
   variants = tuple(variants)
   unknown = set(variants) - set(_KNOWN_VARIANTS)
   if unknown or not variants or len(set(variants)) != len(variants):
@@ -81,6 +87,24 @@ def _under_variants(
   for test in chex.variants(wrap, **dict.fromkeys(variants, True)):
     test(types.SimpleNamespace())
   return [(name, wrapped[name]) for name in variants]
+
+
+def _check_takes_one_trajectory(check: str, fn: Callable) -> None:
+  """Raises unless `fn` can be called as fn(traj) (where its signature can be read): one
+  with another signature failed with a bare TypeError from inside the check."""
+  if not callable(fn):
+    raise TypeError(f"{check}: fn must be a function fn(traj) -> outputs, got {fn!r:.60}")
+  try:
+    signature = inspect.signature(fn)
+  except (TypeError, ValueError):  # builtins and some wrappers: nothing to read
+    return
+  try:
+    signature.bind(None)
+  except TypeError as e:
+    raise TypeError(
+        f"{check}: fn is called as fn(traj) with one Trajectory, but its signature is "
+        f"{signature} ({e}); bind the other arguments first (functools.partial)"
+    ) from None
 
 
 def _call(run, traj, check, where):
@@ -516,7 +540,7 @@ def _pulled_back(check, fn, examples, wrt, variants, seed, *, real_only):
     _, vjp = jax.vjp(lambda q: fn(traj._replace(**q)), p)
     return vjp(cotangent)[0]
 
-  runs = _under_variants(check, pullback, variants)
+  runs = _under_variants(check, pullback, variants, user_fn=fn)
   for i, traj in enumerate(examples):
     _leaves(fn, traj, check, _describe(i, traj))  # validates the outputs' shapes
     primals = {f: jnp.asarray(getattr(traj, f)) for f in wrt}
@@ -723,7 +747,7 @@ def assert_masked_steps_get_no_gradient(
     _, vjp = jax.vjp(lambda p: fn(traj._replace(**p)), primals)
     return vjp(cotangent)[0]
 
-  runs = _under_variants(check, pullback, variants)
+  runs = _under_variants(check, pullback, variants, user_fn=fn)
   for i, traj in enumerate(examples):
     _leaves(fn, traj, check, _describe(i, traj))  # per step, or a ValueError
     cotangent = _random_cotangent(rng, jax.eval_shape(fn, traj), traj.mask)

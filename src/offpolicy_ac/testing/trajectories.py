@@ -96,6 +96,15 @@ def _columns(shape):
   return [(slice(None),) + idx for idx in np.ndindex(*shape[1:])]
 
 
+def _check_rng(rng, where: str) -> None:
+  """Raises unless `rng` is a NumPy Generator (a seed failed on its first draw)."""
+  if not isinstance(rng, np.random.Generator):
+    raise TypeError(
+        f"{where}: rng must be a NumPy Generator, e.g. np.random.default_rng(0), got "
+        f"{type(rng).__name__} {rng!r:.40}"
+    )
+
+
 def random_layout(
     rng: np.random.Generator,
     t: int,
@@ -131,6 +140,7 @@ def random_layout(
   Returns:
     `(discount_t, mask, kind)`, each `[T, *batch]` (float64, bool, int8).
   """
+  _check_rng(rng, "random_layout")
   if t < 1:
     raise ValueError(f"t must be >= 1, got {t}")
   if not 0.0 <= p_termination + p_truncation <= 1.0 or min(p_termination, p_truncation) < 0:
@@ -359,6 +369,7 @@ def random_trajectory(
     >>> traj.q_t.shape, traj.mask.dtype
     ((6, 2, 3), dtype('bool'))
   """
+  _check_rng(rng, "random_trajectory")
   if t is None:
     t = int(rng.integers(1, 13))
   if batch_shape is None:
