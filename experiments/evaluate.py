@@ -36,6 +36,7 @@ import numpy as np
 from offpolicy_ac import envs
 from offpolicy_ac.cli import check_output_file
 from offpolicy_ac.cli import check_outside_run
+from offpolicy_ac.cli import check_paths_given
 from offpolicy_ac.cli import import_modules
 from offpolicy_ac.cli import parse_plain
 from offpolicy_ac.cli import script_main
@@ -89,9 +90,7 @@ class Args:
 
 def main(args: Args) -> dict:
   """Evaluates; returns what it writes to the JSON file."""
-  for flag, given in (("--run-dir", args.run_dir), ("--out", args.out), ("--video", args.video)):
-    if given is not None and not str(given).strip():  # not the working directory, nor unset
-      raise ValueError(f"{flag} is empty: give a path")
+  check_paths_given({"--run-dir": args.run_dir, "--out": args.out, "--video": args.video})
   if args.seed < 0:
     raise ValueError(f"--seed must be >= 0, got {args.seed}")
   pools = episode_pools(args.episodes, pool_seed(args.seed, "evaluate"))  # checks --episodes

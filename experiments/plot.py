@@ -21,6 +21,7 @@ import tyro
 from offpolicy_ac.analysis import plotting
 from offpolicy_ac.analysis import statistics
 from offpolicy_ac.cli import check_output_file
+from offpolicy_ac.cli import check_paths_given
 from offpolicy_ac.cli import parse_plain
 from offpolicy_ac.cli import script_main
 
@@ -49,6 +50,9 @@ def main(args: Args) -> list[statistics.GroupCurve]:
                      f"{args.seed}")  # fmt: skip
   if not args.paths:
     raise ValueError("give the run directories, or directories to search for them (runs/)")
+  for path in args.paths:
+    check_paths_given({"a run directory given": path})
+  check_paths_given({"--out-dir": args.out_dir})
   check_output_file("--out-dir", pathlib.Path(args.out_dir) / "<env_id>.png")
   runs = [statistics.run_info(d) for d in statistics.find_runs(args.paths)]
   if args.metric is not None:  # a misspelt key is not "nothing logged yet"

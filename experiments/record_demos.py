@@ -19,6 +19,7 @@ import numpy as np
 from offpolicy_ac import demos as demos_lib
 from offpolicy_ac.cli import check_output_file
 from offpolicy_ac.cli import check_outside_run
+from offpolicy_ac.cli import check_paths_given
 from offpolicy_ac.cli import import_modules
 from offpolicy_ac.cli import parse_plain
 from offpolicy_ac.cli import script_main
@@ -62,6 +63,7 @@ def _is_npz(path: pathlib.Path) -> bool:
 
 
 def main(args: Args) -> dict:
+  check_paths_given({"--run-dir": args.run_dir, "--out": args.out})
   if not 0 <= args.seed < MAX_SEED:  # a PRNG key's seed (the behaviour policy's)
     raise ValueError(f"--seed must be in [0, 2**32), got {args.seed}")
   pools = episode_pools(args.episodes, pool_seed(args.seed, "evaluate"))  # checks --episodes

@@ -665,6 +665,15 @@ def check_preset_task(name: str, preset: Any, config: Any, env_presets: EnvPrese
   )
 
 
+def check_paths_given(paths: dict[str, Any]) -> None:
+  """Refuses (ValueError naming the flag) an empty or blank path: `{flag: path or None}`
+  (None: not given). An empty string is not the working directory, which pathlib would
+  make of it."""
+  for flag, given in paths.items():
+    if given is not None and not str(given).strip():
+      raise ValueError(f"{flag} is empty: give a path")
+
+
 def check_output_file(flag: str, path: str | os.PathLike) -> pathlib.Path:
   """Refuses (ValueError naming `flag`) an output file that cannot be written: a
   directory, a path under a file, or one this process may not write. For scripts to

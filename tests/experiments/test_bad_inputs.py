@@ -118,6 +118,10 @@ CASES = [
     ("evaluate", ["--run-dir", "{demos}", "--video", "{demos}"], "--video"),
     ("evaluate", ["--run-dir", "{demos}", "--video", "{demos}/v.txt"], "a path ending in .mp4"),
     ("plot", ["{demos}/no-run"], "no-run"),
+    ("plot", ["{demos}", ""], "a run directory given is empty: give a path"),
+    ("plot", ["{demos}", "--out-dir", " "], "--out-dir is empty: give a path"),
+    ("record_demos", ["--run-dir", "", "--out", "x.npz"], "--run-dir is empty: give a path"),
+    ("record_demos", ["--run-dir", "{demos}", "--out", ""], "--out is empty: give a path"),
     ("plot", ["{demos}", "--seed", "-1"], "--seed in [0, 2**32)"),
     ("plot", ["{demos}", "--max-points", "1"], "--max-points >= 2"),
     ("plot", ["{demos}", "--reps", "1000000000000"], "--reps in [40, 100,000]"),  # (7 TiB)
