@@ -23,7 +23,12 @@ from offpolicy_ac.training import run_experiment
     [
         ("impala", "anneal_learning_rate", "False", "anneal_learning_rate must be True or False"),
         ("impala", "resume", "no", "resume must be True or False, got 'no'"),
-        ("impala", "import_modules", "json", "import_modules must be a tuple of strs, got 'json'"),
+        (
+            "impala",
+            "import_modules",
+            "json",
+            "import_modules must be a tuple or list of strs, got 'json'",
+        ),
         ("sql", "learning_rate_cooldown", "0.2", "learning_rate_cooldown must be a number"),
         ("sql", "agent", ImpalaConfig(), "agent must be a SqlConfig, got ImpalaConfig("),
         ("sqil", "demo_batch_size", "4", "--demo-batch-size must be an int >= 1, got '4'"),

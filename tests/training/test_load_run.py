@@ -120,7 +120,7 @@ def test_load_run_returns_the_runs_agent_parameters_and_task(runs, script):
     [
         ("budget", None, [], "config.train.budget is [], not an object of fields"),
         ("budget", "num_seeds", "2", "num_seeds must be a positive int, got '2'"),
-        ("budget", "sweep", 5, "sweep must be a list of strs, got 5"),
+        ("budget", "sweep", 5, "sweep must be a tuple or list of strs, got 5"),
         ("budget", "seed", None, "seed must be an int >= 0, got None"),
         ("transform", "normalize_observations", "no", "normalize_observations must be True or"),
         ("transform", "reward_scale", "1", "reward_scale must be a number, got '1'"),

@@ -237,6 +237,25 @@ def check_bool_fields(config: Any) -> None:
       raise ValueError(f"{f.name} must be True or False, got {getattr(config, f.name)!r}")
 
 
+def unlike_default(value: Any, default: Any) -> str | None:
+  """What `value` must be where its type is not that of its field's `default`, else None
+  (also for defaults of other types): a dataclass of the default's class, True or False, an
+  int (not a bool), a number (an int or float, not a bool), a str, a tuple or list of strs.
+  Fields built from Python or read from JSON get no type check of their own."""
+  if dataclasses.is_dataclass(default):
+    name = type(default).__name__
+    return None if type(value) is type(default) else f"{'an' if name[0] in 'AEIOU' else 'a'} {name}"
+  number = isinstance(value, (int, float)) and not isinstance(value, bool)
+  kinds = {bool: (isinstance(value, bool), "True or False"),
+           int: (number and isinstance(value, int), "an int"),
+           float: (number, "a number"),
+           str: (isinstance(value, str), "a str"),
+           tuple: (isinstance(value, (tuple, list)) and all(isinstance(v, str) for v in value),
+                   "a tuple or list of strs")}  # fmt: skip
+  ok, said = kinds.get(type(default), (True, ""))
+  return None if ok else said
+
+
 def _check_number(name: str, value: Any) -> None:
   """Raises unless `value` is a real number or a NumPy/JAX scalar of one (a string or a
   bool would be compared, or fail to compare, as something else; an array of several

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from offpolicy_ac.agents.base import unlike_default
 from offpolicy_ac.cli import import_modules
 from offpolicy_ac.training import TrainConfig
 from offpolicy_ac.training import refusals
@@ -64,23 +65,8 @@ def check_args(args: Any) -> None:
     default = f.default if f.default is not dataclasses.MISSING else None
     if f.default_factory is not dataclasses.MISSING:
       default = f.default_factory()
-    if default is None or isinstance(default, TrainConfig):
-      continue  # Optional fields: their own checks; the TrainConfig: `validate`
-    if dataclasses.is_dataclass(default):
-      ok = type(value) is type(default)
-      name = type(default).__name__
-      said = f"{'an' if name[0] in 'AEIOU' else 'a'} {name}"
-    elif isinstance(default, bool):
-      ok, said = isinstance(value, bool), "True or False"
-    elif isinstance(default, (int, float)):
-      ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-      if isinstance(default, int):
-        ok = isinstance(value, int) and not isinstance(value, bool)
-      said = "an int" if isinstance(default, int) else "a number"
-    elif isinstance(default, tuple):
-      ok = isinstance(value, (tuple, list)) and all(isinstance(v, str) for v in value)
-      said = "a tuple of strs"
-    else:
-      continue
-    if not ok:
+    if default is None or isinstance(default, (TrainConfig, str)):
+      continue  # Optional fields: their own checks; paths may be Paths; the TrainConfig: `validate`
+    said = unlike_default(value, default)
+    if said:
       raise ValueError(f"{f.name} must be {said}, got {value!r}")

@@ -24,6 +24,7 @@ from typing import get_args
 from offpolicy_ac import envs
 from offpolicy_ac.agents.base import INT32_MAX
 from offpolicy_ac.agents.base import check_bool_fields
+from offpolicy_ac.agents.base import unlike_default
 from offpolicy_ac.training.parallel import check_distributed_args
 
 ActorMode = Literal["inline", "pools", "async"]
@@ -233,19 +234,14 @@ def _check_types(config: "TrainConfig") -> None:
   mistyped Python config), by the type of its default: "10" for a float would fail a
   comparison later with a TypeError. Bools are `check_bool_fields`', ints `_check_ints`',
   fields that default to None (Optional) their own checks'."""
-  kinds = ((float, (int, float), "a number"), (str, (str,), "a str"),
-           (tuple, (tuple, list), "a list of strs"))  # fmt: skip
   for f in dataclasses.fields(config):
     group = getattr(config, f.name)
     for name, default in dataclasses.asdict(type(group)()).items():
-      value = getattr(group, name)
-      for kind, allowed, said in kinds:
-        if type(default) is kind:  # exactly: a bool default is not an int default
-          wrong = not isinstance(value, allowed) or isinstance(value, bool)
-          if kind is tuple and not wrong:
-            wrong = not all(isinstance(v, str) for v in value)
-          if wrong:
-            raise ValueError(f"{name} must be {said}, got {value!r}")
+      if type(default) in (float, str, tuple):  # exactly: a bool default is not an int's
+        value = getattr(group, name)
+        said = unlike_default(value, default)
+        if said:
+          raise ValueError(f"{name} must be {said}, got {value!r}")
 
 
 MAX_EPISODES = 2**20
