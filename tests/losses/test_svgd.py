@@ -234,12 +234,25 @@ def test_mixture_proposal_estimates_a_peaked_soft_value_far_better_than_uniform(
         ((jnp.zeros(3), jnp.zeros(3), 0.1, 0.5), "actions"),
         ((jnp.zeros((2, 3)), jnp.zeros(2), 0.1, 0.5), "center"),
         ((jnp.zeros((2, 3)), jnp.zeros(3), 0.0, 0.5), "std"),
+        ((jnp.zeros((2, 3)), jnp.zeros(3), jnp.full(3, 0.1), 0.5), "std"),  # one per dim
         ((jnp.zeros((2, 3)), jnp.zeros(3), 0.1, 1.5), "uniform_fraction"),
     ],
 )
 def test_box_mixture_log_density_rejects_bad_input(args, name):
   with pytest.raises(ValueError, match=f"`{name}`"):
     L.box_mixture_log_density(*args)
+
+
+def test_box_mixture_log_density_takes_a_traced_std():
+  """A swept or learned width: math.log of a tracer raised ConcretizationTypeError."""
+  actions = jnp.asarray(np.random.default_rng(0).uniform(-1, 1, (5, 2)), jnp.float32)
+  center = jnp.array([0.2, -0.4])
+  traced = jax.jit(lambda std: L.box_mixture_log_density(actions, center, std, 0.5))
+  for std in (0.05, 0.3, 2.0):
+    np.testing.assert_allclose(
+        traced(jnp.float32(std)), L.box_mixture_log_density(actions, center, std, 0.5),
+        rtol=1e-6, atol=1e-6,
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize(

@@ -86,7 +86,7 @@ def box_mixture_log_density(
   Args:
     actions: [..., M, d] in [-1, 1]^d (ValueError otherwise, for concrete values).
     center: [..., d] in [-1, 1]^d, the truncated normal's centre (the same leading axes).
-    std: > 0 and finite, a scalar.
+    std: > 0 and finite, a scalar (traced too: a swept or learned width).
     uniform_fraction: f in [0, 1], a Python float (static).
 
   Returns:
@@ -99,6 +99,9 @@ def box_mixture_log_density(
   _checks.check_shape("center", center, shape[:-2] + shape[-1:], "`actions` less its M axis")
   _checks.check_entries("actions", actions, -1.0, 1.0, " (the box)")
   _checks.check_entries("center", center, -1.0, 1.0, " (the box)")
+  if jnp.ndim(std):
+    raise ValueError(f"`std` must be a scalar (one width for every action dimension), got "
+                     f"shape {tuple(jnp.shape(std))}")  # fmt: skip
   _checks.check_entries("std", std, 0.0, _FINITE_MAX, bounds="> 0 and finite")
   _checks.check_positive("std", std)
   _checks.check_in_unit_interval("uniform_fraction", uniform_fraction)
@@ -115,7 +118,7 @@ def box_mixture_log_density(
   mass = 0.5 * (
       jax.scipy.special.erf((1.0 - mu) / scale) + jax.scipy.special.erf((1.0 + mu) / scale)
   )
-  per_dim = jax.scipy.stats.norm.logpdf((actions - mu) / std) - math.log(std)
+  per_dim = jax.scipy.stats.norm.logpdf((actions - mu) / std) - jnp.log(std)
   log_normal = jnp.sum(per_dim - jnp.log(mass), axis=-1)
   log_uniform = -d * math.log(2.0)
   if uniform_fraction == 0.0:
