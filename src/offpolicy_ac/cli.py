@@ -209,13 +209,18 @@ def _read_preset_flags(argv: Sequence[str]) -> tuple[Optional[str], Optional[str
   return (named[0] if named else None), known.env_id
 
 
+def _flags_of(argv: Sequence[str]) -> Sequence[str]:
+  """`argv` up to `--` (what follows it are values)."""
+  argv = list(argv)
+  return argv[: argv.index("--")] if "--" in argv else argv
+
+
 def _refuse_derived_flags(argv: Sequence[str], args_cls: type) -> None:
   """Refuses a flag that `args_cls.DERIVED_FLAGS` names (flag -> why): the script sets that
   field itself (ACER's replayed updates per iteration follow --replay-ratio), so a value
   given, even the field's default, would be replaced. Flags after `--` are values."""
   derived = getattr(args_cls, "DERIVED_FLAGS", {})
-  flags = argv[: argv.index("--")] if "--" in argv else argv
-  for arg in flags:
+  for arg in _flags_of(argv):
     flag = arg.split("=", 1)[0].replace("_", "-")
     if flag in derived:
       raise ValueError(f"{flag}: {derived[flag]}")
@@ -304,7 +309,7 @@ def parse_args(
       _check_changes_have_effect(args.train, base_train)
     if hasattr(args, "agent") and hasattr(args, "train"):
       base_agent = base.agent if base is not None else _field_default(args_cls, "agent")
-      _check_swept_fields(args.agent, base_agent, args.train.budget.sweep)
+      _check_swept_fields(args.agent, base_agent, args.train.budget.sweep, argv)
       _check_agent_settings_have_effect(args.agent, base_agent)
   except ValueError as e:
     raise ValueError(in_flag_terms(str(e), args_cls)) from None
@@ -334,12 +339,15 @@ def _check_changes_have_effect(train: Any, base_train: Any) -> None:
       raise ValueError(f"{typed} has no effect in this run: it applies {where}")
 
 
-def _check_swept_fields(agent: Any, base_agent: Any, sweep: Sequence[str]) -> None:
-  """Refuses a flag that sets a field `--sweep` sweeps (its value differs from the
-  preset's or the default's): the sweep's values would replace it, silently."""
+def _check_swept_fields(agent: Any, base_agent: Any, sweep: Sequence[str],
+                        argv: Sequence[str] = ()) -> None:  # fmt: skip
+  """Refuses a flag that sets a field `--sweep` sweeps (given in `argv`, or its value
+  differs from the preset's or the default's): the sweep's values would replace it,
+  silently, also where it is given the default's value."""
+  given = {arg.split("=", 1)[0].replace("_", "-") for arg in _flags_of(argv)}
   for field in hyperparams.parse_sweep(agent, sweep):  # a bad --sweep is refused here too
     value = getattr(agent, field)
-    if value != getattr(base_agent, field):
+    if value != getattr(base_agent, field) or flag_name(field) in given:
       raise ValueError(f"{flag_name(field)} {format_value(value)} sets a field --sweep "
                        f"sweeps: drop {flag_name(field)}")  # fmt: skip
 

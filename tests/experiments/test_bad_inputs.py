@@ -187,6 +187,11 @@ CASES = [
         ["--learning-rate", "0.1", "--sweep", "learning-rate=1e-3,3e-3"],
         "--learning-rate 0.1 sets a field --sweep sweeps",
     ),
+    (  # the default's value, given: the sweep replaced it silently
+        "impala",
+        ["--gamma=0.99", "--sweep", "gamma=0.9,0.99"],
+        "--gamma 0.99 sets a field --sweep sweeps: drop --gamma",
+    ),
     ("impala", ["--coordinator-address", "localhost:1234"], "applies to a multi-process job"),
     (
         "impala",
