@@ -241,7 +241,7 @@ def unlike_default(value: Any, default: Any) -> str | None:
   """What `value` must be where its type is not that of its field's `default`, else None
   (also for defaults of other types): a dataclass of the default's class, True or False, an
   int (not a bool), a number (an int or float, not a bool), a str, a tuple or list of strs.
-  Fields built from Python or read from JSON get no type check of their own."""
+  For fields built from Python or read from JSON, which no parser gave their type."""
   if dataclasses.is_dataclass(default):
     name = type(default).__name__
     return None if type(value) is type(default) else f"{'an' if name[0] in 'AEIOU' else 'a'} {name}"

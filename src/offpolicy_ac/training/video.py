@@ -6,6 +6,7 @@ write_video("greedy.mp4", episode, fps=30)      # frames encoded as they are ren
 
 from __future__ import annotations
 
+import numbers
 import os
 import pathlib
 import types
@@ -44,7 +45,7 @@ empty video at 1e-6."""
 
 def check_fps(fps: float, name: str = "fps") -> None:
   """Refuses a frame rate outside [MIN_FPS, MAX_FPS] (and NaN), naming it `name`."""
-  if isinstance(fps, bool) or not isinstance(fps, (int, float)) or not MIN_FPS <= fps <= MAX_FPS:
+  if isinstance(fps, bool) or not isinstance(fps, numbers.Real) or not MIN_FPS <= fps <= MAX_FPS:
     raise ValueError(f"{name} must be a number from {MIN_FPS:g} to {MAX_FPS:,.0f}, got {fps!r}")
 
 
