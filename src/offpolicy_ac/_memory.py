@@ -41,3 +41,13 @@ def host_available_bytes() -> Optional[int]:
 def gib(num_bytes: int) -> str:
   """`num_bytes` in GiB, one decimal."""
   return f"{num_bytes / 2**30:,.1f} GiB"
+
+
+def check_fits(need: int, free: Optional[int], *, what: str, details: str, free_said: str,
+               hint: str) -> None:  # fmt: skip
+  """Raises ValueError("{what} {need} ({details}), more than the {free} {free_said}: {hint}")
+  where `need` bytes exceed `free` (None: unknown, nothing is refused)."""
+  if free is not None and need > free:
+    raise ValueError(
+        f"{what} {gib(need)} ({details}), more than the {gib(free)} {free_said}: {hint}"
+    )

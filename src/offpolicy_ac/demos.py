@@ -311,14 +311,12 @@ def _check_cut_fits(demos: dict[str, Any], length: int, mode: str) -> None:
       np.dtype(demos[name].dtype).itemsize * int(np.prod(np.shape(demos[name])[1:]))
       for name in _FIELDS
   )
-  need = pieces * length * step
-  free = _memory.host_available_bytes()
-  if free is not None and need > free:
-    raise ValueError(
-        f"cutting the demonstrations into sequences of {length:,} steps needs "
-        f"{_memory.gib(need)} ({pieces:,} sequences of {length * step:,} bytes), more than "
-        f"the {_memory.gib(free)} of memory available (sqil.py: a smaller --mini-batch-length)"
-    )
+  _memory.check_fits(
+      pieces * length * step, _memory.host_available_bytes(),
+      what=f"cutting the demonstrations into sequences of {length:,} steps needs",
+      details=f"{pieces:,} sequences of {length * step:,} bytes",
+      free_said="of memory available", hint="a smaller --mini-batch-length (sqil.py)",
+  )  # fmt: skip
 
 
 def cut_episodes(demos: dict[str, Any], length: int, mode: str = "last") -> Trajectory:

@@ -73,8 +73,8 @@ def test_a_cut_that_does_not_fit_is_refused_before_it_is_made(monkeypatch):
     demos_lib.cut_episodes(demos, 1001, "null_padding")
   assert str(e.value) == (
       f"cutting the demonstrations into sequences of 1,001 steps needs 0.0 GiB (10 sequences "
-      f"of {need // 10:,} bytes), more than the 0.0 GiB of memory available (sqil.py: a "
-      "smaller --mini-batch-length)"
+      f"of {need // 10:,} bytes), more than the 0.0 GiB of memory available: a smaller "
+      "--mini-batch-length (sqil.py)"
   )
   monkeypatch.setattr(_memory, "host_available_bytes", lambda: need)
   demos_lib.cut_episodes(demos, 1001, "null_padding")

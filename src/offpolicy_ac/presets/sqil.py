@@ -128,14 +128,13 @@ def _check_demos_fit(sequences, demo_batch_size: int) -> None:
   (both go to it; --demo-batch-size 2**31 - 1 asked for terabytes at the first update)."""
   total = sum(x.nbytes for x in jax.tree.leaves(sequences))
   count = sequences.step_type.shape[1]
-  need = total + demo_batch_size * (total // count)
-  free = _memory.free_memory_bytes()
-  if free is not None and need > free:
-    raise ValueError(
-        f"the demonstrations and a batch of them need {_memory.gib(need)} ({count:,} "
-        f"sequences of {total // count:,} bytes, --demo-batch-size {demo_batch_size:,} of "
-        f"them a batch), more than the {_memory.gib(free)} free: a smaller --demo-batch-size"
-    )
+  _memory.check_fits(
+      total + demo_batch_size * (total // count), _memory.free_memory_bytes(),
+      what="the demonstrations and a batch of them need",
+      details=f"{count:,} sequences of {total // count:,} bytes, --demo-batch-size "
+              f"{demo_batch_size:,} of them a batch",
+      free_said="free", hint="a smaller --demo-batch-size",
+  )  # fmt: skip
 
 
 def run(args: Args, **run_kwargs):

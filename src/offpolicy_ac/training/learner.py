@@ -148,17 +148,14 @@ def check_replay_fits(data_shapes: Any, copies: int, replay: ReplayConfig) -> No
   window = row * (replay.mini_batch_length + 1) // leaves[0].shape[1]
   need = copies * (replay.replay_capacity * row + replay.mini_batch_size * window)
   device = jax.local_devices()[0]
-  free = _memory.free_memory_bytes(device)
-  if free is None or need <= free:
-    return
-  gib = _memory.gib
   lanes = f", x {copies} learners (seeds or sweep settings)" if copies > 1 else ""
-  raise ValueError(
-      f"the replay buffer and a sampled batch need {gib(need)} (replay_capacity "
-      f"{replay.replay_capacity:,} sequences of {row:,} bytes, mini_batch_size "
-      f"{replay.mini_batch_size:,} windows of {window:,} bytes{lanes}), more than the "
-      f"{gib(free)} free on {device.platform}: lower replay_capacity or mini_batch_size"
-  )
+  _memory.check_fits(
+      need, _memory.free_memory_bytes(device),
+      what="the replay buffer and a sampled batch need",
+      details=f"replay_capacity {replay.replay_capacity:,} sequences of {row:,} bytes, "
+              f"mini_batch_size {replay.mini_batch_size:,} windows of {window:,} bytes{lanes}",
+      free_said=f"free on {device.platform}", hint="lower replay_capacity or mini_batch_size",
+  )  # fmt: skip
 
 
 def check_learns(agent: Agent, config: TrainConfig, batch_fn: Optional[Callable] = None) -> None:
