@@ -893,3 +893,21 @@ def test_the_gaussian_loss_names_its_own_arguments():
     L.impala_loss_gaussian(x, x.astype(jnp.int32), y, x, y, y, y, y)
   with pytest.raises(ValueError, match=r"`log_std_tm1` must have shape \(4, 2, 3\) or \(3,\)"):
     L.impala_loss_gaussian(x, x[0], y, x, y, y, y, y)
+
+
+@pytest.mark.parametrize("which", ["categorical", "gaussian"])
+def test_a_wrapper_names_itself_for_a_keyword_impala_loss_does_not_take(which):
+  """Python's own error named impala_loss, which the user never called."""
+  t, b, a = 3, 2, 2
+  zeros = lambda *shape: jnp.zeros(shape)  # noqa: E731
+  values = (zeros(t, b), zeros(t, b), zeros(t, b), zeros(t, b))
+  if which == "categorical":
+    call = functools.partial(L.impala_loss_categorical, zeros(t, b, a), zeros(t, b, a),
+                             jnp.zeros((t, b), jnp.int32), *values)  # fmt: skip
+  else:
+    call = functools.partial(L.impala_loss_gaussian, zeros(t, b, a), zeros(t, b, a),
+                             zeros(t, b), zeros(t, b, a), *values)  # fmt: skip
+  with pytest.raises(TypeError, match=rf"^impala_loss_{which}\(\) got an unexpected keyword "
+                     r"argument 'gamma'; its keywords are those of impala_loss: mask, weig"):  # fmt: skip
+    call(gamma=0.9)
+  assert np.isfinite(call(entropy_weight=0.1, lambda_=0.9).loss)

@@ -25,6 +25,7 @@ V-trace policy gradient's (with rho-bar_pg >= 1).
 
 from __future__ import annotations
 
+import inspect
 from typing import NamedTuple
 
 import jax
@@ -236,6 +237,17 @@ def impala_loss(
   )
 
 
+def _check_keywords(name: str, kwargs: dict) -> None:
+  """TypeError naming `name` (the wrapper the user called) for a keyword `impala_loss`
+  does not take: Python's own error named `impala_loss`, which the user never called."""
+  allowed = [p.name for p in inspect.signature(impala_loss).parameters.values()
+             if p.kind is inspect.Parameter.KEYWORD_ONLY]  # fmt: skip
+  for key in kwargs:
+    if key not in allowed:
+      raise TypeError(f"{name}() got an unexpected keyword argument {key!r}; its keywords "
+                      f"are those of impala_loss: {', '.join(allowed)}")  # fmt: skip
+
+
 def impala_loss_categorical(
     logits_tm1: jax.Array,
     mu_logits_tm1: jax.Array,
@@ -259,6 +271,7 @@ def impala_loss_categorical(
   The logits of a masked step may hold anything (NaN, inf): they are replaced before the
   log-probabilities and the entropy, so they get a zero gradient and change no other.
   """
+  _check_keywords("impala_loss_categorical", kwargs)
   _checks.check_shape("mu_logits_tm1", mu_logits_tm1, jnp.shape(logits_tm1), "`logits_tm1`")
   mask = _checks.check_mask(kwargs.get("mask"), jnp.shape(logits_tm1)[:-1])
   logits_tm1, mu_logits_tm1 = where_used(mask, logits_tm1), where_used(mask, mu_logits_tm1)
@@ -293,6 +306,7 @@ def impala_loss_gaussian(
   inf): they are replaced before the log-densities, so they get a zero gradient and change
   no other.
   """
+  _check_keywords("impala_loss_gaussian", kwargs)
   for name, x in [("mean_tm1", mean_tm1), ("log_std_tm1", log_std_tm1), ("a_tm1", a_tm1)]:
     _checks.check_floating(name, x)
   _checks.check_min_rank("mean_tm1", mean_tm1, 1, "a trailing action axis [..., D]")
