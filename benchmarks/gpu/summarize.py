@@ -108,6 +108,13 @@ def _fmt(x: Optional[float], spec: str = ",.0f") -> str:
   return "-" if x is None else format(x, spec)
 
 
+def _against_raw(sps: float, raw_kxn: Optional[float], k: int, n: int,
+                 best_raw: Optional[float]) -> str:  # fmt: skip
+  """ "S env steps/s, R of raw K x N, B of the best raw": a training loop's rate."""
+  return (f"{sps:,.0f} env steps/s, {_fmt(_ratio(sps, raw_kxn), '.2f')} of raw {k} x {n}, "
+          f"{_fmt(_ratio(sps, best_raw), '.2f')} of the best raw")  # fmt: skip
+
+
 def _layouts(work: pathlib.Path, game: str, best_raw: Optional[float]) -> list[dict]:
   """The layouts phase's runs (layout_KxN_B.json), in the order of their names."""
   found = []
@@ -169,8 +176,7 @@ def summarize(work: pathlib.Path, game: str, agent: str, start_env_steps: int,
       if mode in med:
         sps = med[mode]["env_steps_per_s"]
         lines.append(
-            f"  {label}: {sps:,.0f} env steps/s, {ratios[mode]['vs_raw_KxN']:.2f} of raw "
-            f"{k} x {n}, {_fmt(_ratio(sps, best_raw), '.2f')} of the best raw; "
+            f"  {label}: {_against_raw(sps, raw_kxn, k, n, best_raw)}; "
             f"{_fmt(med[mode].get('updates_per_s'), '.1f')} updates/s"
         )
   layouts = _layouts(work, game, best_raw)
@@ -180,12 +186,9 @@ def summarize(work: pathlib.Path, game: str, agent: str, start_env_steps: int,
     for lay in layouts:
       batch = f", batched by {lay['env_batch_size']}" if lay["env_batch_size"] else ""
       for mode, sps in lay["env_steps_per_s"].items():
-        lines.append(
-            f"  {lay['actors']} actors x {lay['num_envs']} envs{batch}, {mode}: {sps:,.0f} env "
-            f"steps/s, {_fmt(_ratio(sps, lay['raw_KxN']), '.2f')} of raw "
-            f"{lay['actors']} x {lay['num_envs']}, {_fmt(_ratio(sps, best_raw), '.2f')} of the "
-            "best raw"
-        )
+        k, n = lay["actors"], lay["num_envs"]
+        lines.append(f"  {k} actors x {n} envs{batch}, {mode}: "
+                     f"{_against_raw(sps, lay['raw_KxN'], k, n, best_raw)}")  # fmt: skip
   metrics = _metrics(run)
   if run_summary or metrics:
     mine = [m for m in metrics if m["env_steps"] > start_env_steps]

@@ -293,13 +293,18 @@ INT32_MAX = 2**31 - 1
 """The largest count a program holds (JAX's default integers are 32-bit)."""
 
 
+def check_int32(name: str, value: int) -> None:
+  """Raises unless the int `value` is at most `INT32_MAX` (a count the program holds)."""
+  if value > INT32_MAX:
+    raise ValueError(f"{name} must be below 2**31 (a 32-bit count in the program), got {value:,}")
+
+
 def check_int(name: str, value: int, low: int) -> None:
   """Raises unless `value` is an int (not a bool) >= `low` and <= `INT32_MAX` (static
   settings: counts, which the program holds as 32-bit ints)."""
   if isinstance(value, bool) or not isinstance(value, int) or value < low:
     raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-  if value > INT32_MAX:
-    raise ValueError(f"{name} must be below 2**31 (a 32-bit count in the program), got {value:,}")
+  check_int32(name, value)
 
 
 def check_hidden_sizes(sizes: Sequence[int]) -> None:

@@ -237,15 +237,18 @@ def impala_loss(
   )
 
 
+_KEYWORDS = tuple(p.name for p in inspect.signature(impala_loss).parameters.values()
+                  if p.kind is inspect.Parameter.KEYWORD_ONLY)  # fmt: skip
+"""The keywords `impala_loss` takes, which its wrappers pass on."""
+
+
 def _check_keywords(name: str, kwargs: dict) -> None:
   """TypeError naming `name` (the wrapper the user called) for a keyword `impala_loss`
   does not take: Python's own error named `impala_loss`, which the user never called."""
-  allowed = [p.name for p in inspect.signature(impala_loss).parameters.values()
-             if p.kind is inspect.Parameter.KEYWORD_ONLY]  # fmt: skip
   for key in kwargs:
-    if key not in allowed:
+    if key not in _KEYWORDS:
       raise TypeError(f"{name}() got an unexpected keyword argument {key!r}; its keywords "
-                      f"are those of impala_loss: {', '.join(allowed)}")  # fmt: skip
+                      f"are those of impala_loss: {', '.join(_KEYWORDS)}")  # fmt: skip
 
 
 def impala_loss_categorical(

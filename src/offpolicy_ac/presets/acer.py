@@ -17,7 +17,7 @@ from typing import Optional
 
 from offpolicy_ac.agents import AcerConfig
 from offpolicy_ac.agents import make_acer
-from offpolicy_ac.agents.base import INT32_MAX
+from offpolicy_ac.agents.base import check_int32
 from offpolicy_ac.cli import EnvPresets
 from offpolicy_ac.presets import common
 from offpolicy_ac.training import TrainConfig
@@ -67,9 +67,7 @@ class Args:
           "update, of which the training loop runs at least one), got "
           f"{self.agent.replay_ratio}"
       )
-    if self.agent.replay_ratio > INT32_MAX:  # (copied into the loop's updates per iteration)
-      raise ValueError(f"--replay-ratio must be below 2**31 (a 32-bit count in the program), "
-                       f"got {self.agent.replay_ratio:,}")  # fmt: skip
+    check_int32("--replay-ratio", self.agent.replay_ratio)  # the loop's updates per iteration
     n = self.train.replay.num_updates_per_train_iter
     if n not in (_DEFAULT_UPDATES, self.agent.replay_ratio):
       raise ValueError(

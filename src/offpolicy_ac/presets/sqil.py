@@ -25,6 +25,7 @@ from offpolicy_ac import demos as demos_lib
 from offpolicy_ac.agents import SqlConfig
 from offpolicy_ac.agents import make_sqil
 from offpolicy_ac.agents import make_sqil_batch_fn
+from offpolicy_ac.agents.base import check_int
 from offpolicy_ac.cli import EnvPresets
 from offpolicy_ac.presets import common
 from offpolicy_ac.presets import sql
@@ -149,9 +150,8 @@ def run(args: Args, **run_kwargs):
   with refusals():  # bad demonstrations: one line from the script, before anything runs
     if not args.demos:
       raise ValueError("--demos FILE is required (record one with experiments/record_demos.py)")
-    size = args.demo_batch_size
-    if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 1):
-      raise ValueError(f"--demo-batch-size must be an int >= 1, got {size!r}")
+    if args.demo_batch_size is not None:
+      check_int("--demo-batch-size", args.demo_batch_size, 1)
     args.train.validate()  # a bad flag named as such, before the file is loaded and cut
     demos = demos_lib.load_demos(args.demos)
     if demos["env_id"] != args.train.env.env_id:

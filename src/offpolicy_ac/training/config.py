@@ -22,8 +22,8 @@ from typing import Optional
 from typing import get_args
 
 from offpolicy_ac import envs
-from offpolicy_ac.agents.base import INT32_MAX
 from offpolicy_ac.agents.base import check_bool_fields
+from offpolicy_ac.agents.base import check_int32
 from offpolicy_ac.agents.base import unlike_default
 from offpolicy_ac.training.parallel import check_distributed_args
 
@@ -260,13 +260,11 @@ _SIZES = ("num_envs", "unroll_length", "replay_capacity", "num_updates_per_train
 
 def _check_ints(values: dict, low: int, *names: str) -> None:
   """Refuses a field of `names` that is not an int (a bool is not) >= `low` (0 or 1), or,
-  of `_SIZES`, above `INT32_MAX`."""
+  of `_SIZES`, above 2**31 - 1 (`check_int32`)."""
   for name in names:
     value = values[name]
-    if (name in _SIZES and isinstance(value, int) and not isinstance(value, bool)
-        and value > INT32_MAX):  # fmt: skip
-      raise ValueError(f"{name} must be below 2**31 (a 32-bit count in the program), got "
-                       f"{value:,}")  # fmt: skip
+    if name in _SIZES and isinstance(value, int) and not isinstance(value, bool):
+      check_int32(name, value)
     if not isinstance(value, int) or isinstance(value, bool) or value < low:
       kind = f"{type(value).__module__}.{type(value).__name__}"
       # An integer of another type (NumPy's, JAX's) is refused too, with the fix.
@@ -300,10 +298,10 @@ class TrainConfig:
 
   def __post_init__(self):
     for f in dataclasses.fields(self):
-      group, kind = getattr(self, f.name), type(getattr(TrainConfig, f.name))
-      if type(group) is not kind:  # a dict, or another group: AttributeErrors later
-        article = "an" if kind.__name__[0] in "AEIOU" else "a"
-        raise ValueError(f"TrainConfig's {f.name} must be {article} {kind.__name__}, got {group!r}")
+      group = getattr(self, f.name)
+      said = unlike_default(group, getattr(TrainConfig, f.name))  # a dict: AttributeErrors later
+      if said:
+        raise ValueError(f"TrainConfig's {f.name} must be {said}, got {group!r}")
 
   @classmethod
   def from_dict(cls, values: dict) -> "TrainConfig":
