@@ -43,11 +43,16 @@ def gib(num_bytes: int) -> str:
   return f"{num_bytes / 2**30:,.1f} GiB"
 
 
+class DoesNotFit(ValueError):
+  """Settings that need more memory than is free (`check_fits`): a refusal of the run, raised
+  before the memory is asked for."""
+
+
 def check_fits(need: int, free: Optional[int], *, what: str, details: str, free_said: str,
                hint: str) -> None:  # fmt: skip
-  """Raises ValueError("{what} {need} ({details}), more than the {free} {free_said}: {hint}")
+  """Raises DoesNotFit("{what} {need} ({details}), more than the {free} {free_said}: {hint}")
   where `need` bytes exceed `free` (None: unknown, nothing is refused)."""
   if free is not None and need > free:
-    raise ValueError(
+    raise DoesNotFit(
         f"{what} {gib(need)} ({details}), more than the {gib(free)} {free_said}: {hint}"
     )

@@ -3,6 +3,7 @@ ended the process in an allocation error, or an out-of-memory kill): a replay bu
 its batches, SQIL's demonstrations cut into sequences, and their batches."""
 
 import dataclasses
+import re
 
 import jax
 import jax.numpy as jnp
@@ -12,6 +13,8 @@ from offpolicy_ac import _memory
 from offpolicy_ac import demos as demos_lib
 from offpolicy_ac import presets
 from offpolicy_ac.training import ReplayConfig
+from offpolicy_ac.training import checkpoint
+from offpolicy_ac.training import is_refusal
 from offpolicy_ac.training import learner as learner_lib
 
 
@@ -87,3 +90,42 @@ def test_sqil_refuses_a_demonstration_batch_that_does_not_fit(tmp_path, monkeypa
   with pytest.raises(ValueError, match=r"--demo-batch-size 1,000,000 of them a batch\), more "):
     presets.sqil.run(args)
   assert not (tmp_path / "run").exists()
+
+
+def _gymnax_impala(run_dir, **train):
+  args = presets.impala.Args()
+  train = args.train.replace(env_id="gymnax:CartPole-v1", total_env_steps=2048, **train)
+  return dataclasses.replace(args, train=train, run_dir=str(run_dir))
+
+
+def test_a_compiled_run_whose_state_does_not_fit_is_refused(tmp_path, monkeypatch):
+  monkeypatch.setattr(_memory, "free_memory_bytes", lambda device=None: 1)
+  with pytest.raises(ValueError) as e:
+    presets.impala.run(_gymnax_impala(tmp_path / "run", num_seeds=2))
+  assert is_refusal(e.value)
+  assert str(e.value).startswith(
+      "the run's state needs 0.0 GiB (num_envs 16 environments x "
+      "unroll_length 16 steps x 2 lanes), more than the 0.0 GiB "
+  )
+  hint = ": lower num_envs or unroll_length, or train fewer seeds or sweep settings in one run"
+  assert str(e.value).endswith(hint)
+  assert not (tmp_path / "run").exists()
+
+
+def test_a_compiled_program_that_does_not_fit_is_refused(tmp_path, monkeypatch):
+  """XLA's memory analysis of the compiled chunk (its new state and temporaries): refused
+  after it compiles, before it runs; the run directory is then reused as a new run's."""
+  frees = iter([None, 1])  # the state (not known), then the chunk of training
+  monkeypatch.setattr(_memory, "free_memory_bytes", lambda device=None: next(frees, None))
+  args = _gymnax_impala(tmp_path / "run")
+  with pytest.raises(ValueError) as e:
+    presets.impala.run(args)
+  assert is_refusal(e.value)
+  assert re.fullmatch(
+      r"a chunk of training needs \d+\.\d GiB \(besides the run's state: num_envs 16 "
+      r"environments x unroll_length 16 steps\), more than the 0\.0 GiB free on cpu: lower "
+      r"num_envs or unroll_length", str(e.value))  # fmt: skip
+  assert checkpoint.checkpoint_steps(tmp_path / "run" / "checkpoints") == []
+  assert not (tmp_path / "run" / "summary.json").exists()
+  monkeypatch.setattr(_memory, "free_memory_bytes", lambda device=None: None)
+  assert presets.impala.run(args).env_steps == 2048

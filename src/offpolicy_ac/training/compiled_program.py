@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from offpolicy_ac import _memory
 from offpolicy_ac.training.compiled_train import CompiledTrain
 from offpolicy_ac.training.driver import NonFiniteError
 from offpolicy_ac.training.driver import Progress
@@ -78,11 +79,12 @@ class CompiledProgram:
       data = states.learner.replay.data
       one = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), data)
       check_replay_fits(one, self.num_lanes, compiled.config.replay)
+    self._check_fits(_nbytes(states), "the run's state needs", "")
     active = jax.ShapeDtypeStruct((), jnp.int32)
     lowered = [run.trace(states, self._hps, active).lower()]
     if compiled.config.eval_interval:  # (--eval-every 0: no evaluation to compile)
       lowered.append(evaluate.trace(states, self._hps).lower())
-    self._programs, self._error = None, None
+    self._programs, self._error, self._checked = None, None, False
     # Not a daemon: a run that fails before it waits for the programs (a refused run
     # directory) leaves the compilation running, and a daemon thread still in XLA when the
     # interpreter exits aborts the process (SIGABRT); the exit waits for it instead.
@@ -98,11 +100,32 @@ class CompiledProgram:
 
   def _compiled(self) -> list:
     """[run, evaluate] ([run] without evaluations), once compiled (an error compiling them
-    is raised here)."""
+    is raised here), each refused (`_memory.DoesNotFit`) where the memory it allocates as
+    it runs (its outputs and temporaries, by XLA's analysis) is more than is free."""
     self._thread.join()
     if self._error is not None:
       raise self._error
+    for program, what in zip(self._programs, ("a chunk of training", "an evaluation")):
+      stats = None if self._checked else _memory_analysis(program)
+      if stats is not None:  # (backends without the analysis: not checked)
+        need = stats.output_size_in_bytes + stats.temp_size_in_bytes
+        self._check_fits(need - stats.alias_size_in_bytes, f"{what} needs",
+                         "besides the run's state: ")  # fmt: skip
+    self._checked = True
     return self._programs
+
+  def _check_fits(self, need: int, what: str, besides: str) -> None:
+    """Refuses `need` bytes where the default device has less free (`_memory.check_fits`)."""
+    config, lanes = self.compiled.config, self.num_lanes
+    device = jax.local_devices()[0]
+    _memory.check_fits(
+        need, _memory.free_memory_bytes(device), what=what,
+        details=f"{besides}num_envs {config.env.num_envs:,} environments x unroll_length "
+                f"{config.env.unroll_length} steps" + f" x {lanes} lanes" * (lanes > 1),
+        free_said=f"free on {device.platform}",
+        hint="lower num_envs or unroll_length" + ", or train fewer seeds or sweep settings "
+             "in one run" * (lanes > 1),
+    )  # fmt: skip
 
   # -- state and checkpoints ---------------------------------------------------
 
@@ -190,6 +213,19 @@ class CompiledProgram:
     n = self.compiled.config.eval.eval_episodes
     return [(_float32_mean(a, n), float(str(np.float32(b))))
             for a, b in zip(np.ravel(means), np.ravel(lows))]  # fmt: skip
+
+
+def _memory_analysis(program: Any) -> Any:
+  """XLA's memory analysis of a compiled program; None where its backend has none."""
+  try:
+    return program.memory_analysis()
+  except (NotImplementedError, RuntimeError, AttributeError):
+    return None
+
+
+def _nbytes(tree: Any) -> int:
+  """Bytes of a tree of arrays or `jax.ShapeDtypeStruct`s."""
+  return sum(int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize for x in jax.tree.leaves(tree))
 
 
 def _float32_mean(mean: np.float32, n: int) -> float:

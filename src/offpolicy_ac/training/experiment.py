@@ -44,6 +44,7 @@ from typing import Sequence
 
 import jax
 
+from offpolicy_ac import _memory
 from offpolicy_ac.agents.base import Agent
 from offpolicy_ac.agents.base import check_settings_used
 from offpolicy_ac.agents.base import check_swept_settings_used
@@ -673,7 +674,9 @@ def _drive_and_finish(name: str, config: TrainConfig, root: pathlib.Path,
         if checkpointer is not None:
           checkpointer.close()  # waits for a save in flight: the checkpoint stays whole
   except Exception as error:
-    if isinstance(error, ResumeError):  # the checkpoints cannot be resumed: nothing ran
+    # The checkpoints cannot be resumed, or the compiled programs need more memory than
+    # is free: nothing ran.
+    if isinstance(error, (ResumeError, _memory.DoesNotFit)):
       setattr(error, REFUSED, True)
     if config.parallel.num_processes > 1:
       _abandon_distributed_job(name, config, root, error)
