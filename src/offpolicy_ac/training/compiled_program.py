@@ -69,10 +69,13 @@ class CompiledProgram:
     startup = compiled.config.budget.compile_for == "startup"
     self._options = startup_compile_options() if startup else {}
     self._init = trace_init_lanes(compiled.init, self._keys, self._hps)
+    # A chunk's state is donated: its buffers (a replay buffer's too) become the new
+    # state's, instead of the run holding two copies while a chunk runs.
     if self.num_lanes == 1:
-      run, evaluate = jax.jit(_one_lane(compiled.run)), jax.jit(_one_lane(compiled.evaluate))
+      run = jax.jit(_one_lane(compiled.run), donate_argnums=0)
+      evaluate = jax.jit(_one_lane(compiled.evaluate))
     else:
-      run = jax.jit(jax.vmap(compiled.run, in_axes=(0, 0, None)))
+      run = jax.jit(jax.vmap(compiled.run, in_axes=(0, 0, None)), donate_argnums=0)
       evaluate = jax.jit(jax.vmap(compiled.evaluate))
     states = self._init.out_info
     if states.learner.replay is not None:  # each lane's buffer, then the lanes'
