@@ -74,6 +74,7 @@ from tyro.constructors import StructTypeInfo
 from offpolicy_ac.agents import hyperparams
 from offpolicy_ac.training.checkpoint import STORAGE_FULL
 from offpolicy_ac.training.config import fields_without_effect
+from offpolicy_ac.training.driver import NonFiniteError
 from offpolicy_ac.training.experiment import REFUSED
 from offpolicy_ac.training.experiment import is_refusal
 
@@ -796,7 +797,9 @@ def script_main(parse: Callable[[], Any], run: Callable[[Any], Any], *,
   `in_flag_terms`), and exits with code 2; a full disk prints one line and exits with code
   1 (the checkpoints written are intact); a warning prints one line (`one_line_warnings`). A
   closed stdout (`| head`) silences the output and nothing else.
-  Anything else (a bug, a non-finite loss) keeps its traceback. A Ctrl-C, or a second stop
+  A non-finite loss, gradient or environment datum (`NonFiniteError`) prints one line and
+  exits with code 1 (the last good checkpoint is kept). Anything else (a bug) keeps its
+  traceback. A Ctrl-C, or a second stop
   signal during a training run, prints one line and exits with 128 + the signal's number
   (130, 143).
   """
@@ -828,6 +831,8 @@ def script_main(parse: Callable[[], Any], run: Callable[[Any], Any], *,
       exit_process(1, last_words=f"[{prog}] error: {STORAGE_FULL[e.errno]}{where}; the "
                    "checkpoints written are intact: make room, then --resume (it starts over "
                    "if there is none)")  # fmt: skip
+    if isinstance(e, NonFiniteError):  # found after the step: a traceback shows no cause
+      exit_process(1, last_words=f"[{prog}] error: {in_flag_terms(str(e), type(args))}")
     if not is_refusal(e):
       raise
     exit_process(2, last_words=f"[{prog}] error: {in_flag_terms(str(e), type(args))}")

@@ -331,7 +331,9 @@ class _Driver:
   def accumulate(self, progress: Progress) -> None:
     """Adds an advance's episodes and statistics to the lanes' accumulators; raises
     `NonFiniteError` on a non-finite statistic, naming the lane and the iteration."""
-    where = f" in {self.checkpointer.directory}" if self.checkpointer is not None else ""
+    kept = ("No checkpoint was written before it." if self.saved is None else
+            f"The last good checkpoint, at env step {self.saved:,}, is kept in "
+            f"{self.checkpointer.directory}.")  # fmt: skip
     names = self.program.lane_names
     for k, acc in enumerate(self.accs):
       acc.add_episodes(*progress.episodes[k])
@@ -343,8 +345,8 @@ class _Driver:
           if not np.all(np.isfinite(value)):
             raise NonFiniteError(
                 f"non-finite {metric} = {value}{names[k]} at env step {update.env_steps} "
-                f"(update {int(update.num_updates[k])}); stopping. The last good checkpoint "
-                f"is kept{where}.")  # fmt: skip
+                f"(update {int(update.num_updates[k])}); stopping. {kept} A learning_rate or reward_scale too large makes the "
+                "updates diverge (so does a loss with a bug).")  # fmt: skip
         acc.add_metrics(values)
       if progress.discarded:
         acc.discarded += progress.discarded[k]
