@@ -228,3 +228,36 @@ def test_the_utility_scripts_take_help_all_as_their_help(script):
                          timeout=120) for flag in ("--help", "--help-all")]  # fmt: skip
   assert [r.returncode for r in runs] == [0, 0], runs[1].stderr[-2000:]
   assert runs[0].stdout == runs[1].stdout and runs[0].stdout.startswith("usage:")
+
+
+def test_one_line_paragraphs_joins_a_docstrings_lines_but_not_its_lists_or_commands():
+  text = """First line
+  goes on (here).
+
+  - an item
+  - another,
+    continued
+      python run.py --flag
+  Last `word`."""
+  assert cli._one_line_paragraphs(text) == (
+      "First line goes on (here).\n\n- an item\n- another,\n  continued\n    python run.py "
+      "--flag\nLast `word`."
+  )
+
+
+def test_full_help_keeps_each_fields_sentences_whole(capsys, monkeypatch):
+  """tyro kept each line of a field's docstring (the string under it) a line of the help,
+  where the next started with its indentation: sentences were cut mid-line."""
+  module = load_script("impala")
+  monkeypatch.setenv("COLUMNS", "400")  # room for each sentence on one line
+  full = _help(module, ["--help-all"], capsys)
+  assert ("Environments stepped together. With actor threads (--actors pools or async), each "
+          "actor steps this many. (default: 16)") in full  # fmt: skip
+  evaluate = load_script("evaluate")
+  with pytest.raises(SystemExit):
+    cli.parse_plain(evaluate.Args, evaluate.__doc__, ["--help"])
+  plain = capsys.readouterr().out
+  assert ("Evaluate the best-evaluated parameters (best_params.msgpack) instead of the final "
+          "ones. (default: False)") in plain  # fmt: skip
+  assert ("as the in-training evaluation does (`training/evaluation.py`); prints each "
+          "episode's return") in plain  # the script's description too  # fmt: skip

@@ -276,10 +276,12 @@ def parse_args(
     print(short_help(args_cls, defaults, description, presets=sorted(presets),
                      preset=name or NO_PRESET, env_presets=env_presets))  # fmt: skip
     raise SystemExit(0)
-  settings = dict(description=description or None, config=(tyro.conf.OmitArgPrefixes,),
+  description = _one_line_paragraphs(description) if description else None
+  settings = dict(description=description, config=(tyro.conf.OmitArgPrefixes,),
                   registry=_REGISTRY)  # fmt: skip
   if not presets:
-    return tyro.cli(args_cls, args=argv, **settings)
+    with _field_docstrings_joined():
+      return tyro.cli(args_cls, args=argv, **settings)
   selection = env_presets.describe().replace("\n", "; ")
   preset_help = (
       "Start from this preset; the other flags override its fields. "
@@ -300,7 +302,8 @@ def parse_args(
       ],
       frozen=True,
   )
-  args = tyro.cli(command, args=argv, **settings).args
+  with _field_docstrings_joined():
+    args = tyro.cli(command, args=argv, **settings).args
   try:
     if explicit and name not in (None, NO_PRESET) and hasattr(args, "train"):
       check_preset_task(name, presets[name].train, args.train, env_presets)
@@ -374,7 +377,47 @@ def parse_plain(args_cls: type[ArgsT], description: str,
   argv = list(sys.argv[1:] if argv is None else argv)
   if _help_request(argv) == HELP_ALL:
     argv = ["--help" if arg == HELP_ALL else arg for arg in argv]
-  return tyro.cli(args_cls, description=description, args=argv)
+  with _field_docstrings_joined():
+    return tyro.cli(args_cls, description=_one_line_paragraphs(description), args=argv)
+
+
+@contextlib.contextmanager
+def _field_docstrings_joined() -> Iterator[None]:
+  """While tyro parses: a field's docstring (the string under it) as its paragraphs, each
+  on one line (a list's items on their own). tyro reads them through docstring_parser,
+  which keeps the continuation lines' indentation, and keeps a line break before every
+  line that does not start with a letter: each line of the source became a line of the
+  help, cut mid-sentence."""
+  import docstring_parser  # pylint: disable=import-outside-toplevel  (tyro's own dependency)
+
+  parse = docstring_parser.parse_from_object
+
+  def joined(obj: Any) -> Any:
+    docstring = parse(obj)
+    for param in docstring.params:
+      if param.description:
+        param.description = _one_line_paragraphs(param.description)
+    return docstring
+
+  docstring_parser.parse_from_object = joined
+  try:
+    yield
+  finally:
+    docstring_parser.parse_from_object = parse
+
+
+def _one_line_paragraphs(text: str) -> str:
+  """`text` dedented (`inspect.cleandoc`), each paragraph on one line; blank lines, indented
+  lines (a command, a list item's continuation) and list items ("- ", "* ") stay as they
+  are."""
+  lines: list[str] = []
+  for line in inspect.cleandoc(text).split("\n"):
+    previous = lines[-1] if lines else ""
+    if previous[:1].strip() and line[:1].strip() and not line.startswith(("- ", "* ")):
+      lines[-1] = f"{previous} {line}"
+    else:
+      lines.append(line)
+  return "\n".join(lines)
 
 
 def one_line_warnings() -> None:
