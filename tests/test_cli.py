@@ -6,6 +6,7 @@ import pathlib
 
 import pytest
 
+from offpolicy_ac import cli
 from offpolicy_ac import presets
 from offpolicy_ac.cli import EnvPresets
 from offpolicy_ac.cli import in_flag_terms
@@ -343,3 +344,19 @@ def test_a_bad_value_is_refused_for_itself_not_as_without_effect():
   with pytest.raises(ValueError, match="eval_every must be an int >= 0"):
     parse_args(presets.impala.Args, presets.impala.PRESETS,
                argv=["--eval-every", "-1", "--eval-episodes", "3"]).train.validate()  # fmt: skip
+
+
+def test_out_of_memory_is_one_line_with_the_gib_and_for_a_training_run_its_sizes():
+  import jax
+  import jax.numpy as jnp
+
+  from offpolicy_ac.presets import sql
+
+  with pytest.raises(jax.errors.JaxRuntimeError) as e:
+    jnp.zeros(2**50, jnp.uint8).block_until_ready()
+  assert cli.is_out_of_memory(e.value) and not cli.is_out_of_memory(RuntimeError("x"))
+  said = "RESOURCE_EXHAUSTED: Out of memory allocating 1125899906842624 bytes (1,048,576.0 GiB)"
+  assert cli.out_of_memory_message(e.value, dict) == said
+  assert cli.out_of_memory_message(e.value, sql.Args).startswith(
+      f"{said}; the checkpoints written are intact: smaller sizes (--num-envs, "
+  )

@@ -841,8 +841,8 @@ def script_main(parse: Callable[[], Any], run: Callable[[Any], Any], *,
   1 (the checkpoints written are intact); a warning prints one line (`one_line_warnings`). A
   closed stdout (`| head`) silences the output and nothing else.
   A non-finite loss, gradient or environment datum (`NonFiniteError`) prints one line and
-  exits with code 1 (the last good checkpoint is kept). Anything else (a bug) keeps its
-  traceback. A Ctrl-C, or a second stop
+  exits with code 1 (the last good checkpoint is kept); so does XLA running out of memory
+  (`out_of_memory_message`). Anything else (a bug) keeps its traceback. A Ctrl-C, or a second stop
   signal during a training run, prints one line and exits with 128 + the signal's number
   (130, 143).
   """
@@ -876,10 +876,41 @@ def script_main(parse: Callable[[], Any], run: Callable[[Any], Any], *,
                    "if there is none)")  # fmt: skip
     if isinstance(e, NonFiniteError):  # found after the step: a traceback shows no cause
       exit_process(1, last_words=f"[{prog}] error: {in_flag_terms(str(e), type(args))}")
+    if is_out_of_memory(e):
+      exit_process(1, last_words=f"[{prog}] error: {out_of_memory_message(e, type(args))}")
     if not is_refusal(e):
       raise
     exit_process(2, last_words=f"[{prog}] error: {in_flag_terms(str(e), type(args))}")
   exit_process(0)
+
+
+SIZES = ("num_envs", "unroll_length", "mini_batch_size", "replay_capacity", "num_seeds")
+"""The settings that size a run's arrays, in the order `out_of_memory_message` names them."""
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+  """Whether `error` is XLA's failure to allocate memory (on any device)."""
+  import jax  # pylint: disable=import-outside-toplevel  (loaded by then: a run's error)
+
+  return isinstance(error, jax.errors.JaxRuntimeError) and str(error).startswith(
+      "RESOURCE_EXHAUSTED: Out of memory"
+  )
+
+
+def out_of_memory_message(error: BaseException, args_cls: type) -> str:
+  """One line for XLA's out-of-memory error: its first line, and for a training run's
+  `args_cls`, that the checkpoints written are intact and the flags that size its arrays."""
+  said = str(error).strip().splitlines()[0].rstrip(".")
+  asked = re.search(r"allocat\w* (\d+) bytes", said)  # (a GPU's: "... trying to allocate")
+  if asked:
+    said += f" ({int(asked.group(1)) / 2**30:,.1f} GiB)"
+  names = {f.name for _, f, _, _ in _leaf_fields(args_cls)} if dataclasses.is_dataclass(
+      args_cls) else set()  # fmt: skip
+  sizes = [flag_name(name) for name in SIZES if name in names]
+  if not sizes:  # not a training run
+    return said
+  return (f"{said}; the checkpoints written are intact: smaller sizes ({', '.join(sizes)}) ask "
+          "for less; start again in a new --run-dir (--resume keeps the run's settings)")  # fmt: skip
 
 
 class _ConsoleThatMayClose:

@@ -1082,6 +1082,48 @@ def test_a_second_stop_signal_stops_at_once_in_one_line_and_resume_finishes_exac
   _same_run(run_dir, straight)
 
 
+_OUT_OF_MEMORY = """
+import sys
+import jax.numpy as jnp
+from offpolicy_ac import cli
+from offpolicy_ac.presets import impala
+from offpolicy_ac.training import learner
+
+run_dir, *flags = sys.argv[1:]
+sys.argv[0] = "impala.py"
+ingest = learner.Learner.ingest
+def ingest_too_much(self, state, batch):  # the eighth unroll asks XLA for 1 PiB
+  ingest_too_much.calls += 1
+  if ingest_too_much.calls == 8:
+    jnp.zeros(2**50, jnp.uint8).block_until_ready()
+  return ingest(self, state, batch)
+ingest_too_much.calls = 0
+learner.Learner.ingest = ingest_too_much
+parse = lambda: cli.parse_args(impala.Args, impala.PRESETS, ["--run-dir", run_dir, *flags])
+cli.script_main(parse, impala.run)
+"""
+
+
+def test_running_out_of_memory_stops_with_one_line(tmp_path, straight):
+  """XLA's out-of-memory error, raised in the learner: one line naming the sizes, exit code
+  1, the checkpoints written intact: --resume repeats the uninterrupted run."""
+  run_dir = tmp_path / "run"
+  flags = ["--total-env-steps", str(TOTAL), *FLAGS]
+  proc = subprocess.run([sys.executable, "-c", _OUT_OF_MEMORY, str(run_dir), *flags],
+                        capture_output=True, text=True, timeout=600)  # fmt: skip
+  assert proc.returncode == 1, proc.stderr[-3000:]
+  assert "Traceback" not in proc.stderr
+  assert proc.stderr.strip().splitlines()[-1] == (
+      "[impala] error: RESOURCE_EXHAUSTED: Out of memory allocating 1125899906842624 bytes "
+      "(1,048,576.0 GiB); the checkpoints written are intact: smaller sizes (--num-envs, "
+      "--unroll-length, --mini-batch-size, --replay-capacity, --num-seeds) ask for less; start "
+      "again in a new --run-dir (--resume keeps the run's settings)"
+  )
+  assert _checkpoints(run_dir) == [1280]
+  _run(run_dir, "--resume")
+  _same_run(run_dir, straight)
+
+
 _CTRL_C_WHILE_BUILT = """
 import functools, os, signal, sys, time
 from offpolicy_ac import cli
