@@ -4,6 +4,7 @@ no word of which setting asked for too much)."""
 
 from __future__ import annotations
 
+from typing import Any
 from typing import Optional
 
 import jax
@@ -36,6 +37,19 @@ def host_available_bytes() -> Optional[int]:
   except (OSError, ValueError, IndexError):
     pass
   return None
+
+
+def program_bytes(compiled: Any) -> Optional[int]:
+  """Bytes a compiled XLA program (`jax.stages.Compiled`) allocates as it runs, by XLA's
+  memory analysis: its outputs and temporaries, less the outputs written over donated
+  arguments; None where its backend has no analysis."""
+  try:
+    stats = compiled.memory_analysis()
+  except (NotImplementedError, RuntimeError, AttributeError):
+    return None
+  if stats is None:
+    return None
+  return stats.output_size_in_bytes + stats.temp_size_in_bytes - stats.alias_size_in_bytes
 
 
 def gib(num_bytes: int) -> str:

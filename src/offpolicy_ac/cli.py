@@ -842,9 +842,9 @@ def script_main(parse: Callable[[], Any], run: Callable[[Any], Any], *,
   closed stdout (`| head`) silences the output and nothing else.
   A non-finite loss, gradient or environment datum (`NonFiniteError`) prints one line and
   exits with code 1 (the last good checkpoint is kept); so does XLA running out of memory
-  (`out_of_memory_message`). Anything else (a bug) keeps its traceback. A Ctrl-C, or a second stop
-  signal during a training run, prints one line and exits with 128 + the signal's number
-  (130, 143).
+  (`out_of_memory_message`). Anything else (a bug) keeps its traceback. A Ctrl-C, or a
+  second stop signal during a training run, prints one line and exits with 128 + the
+  signal's number (130, 143).
   """
   one_line_warnings()
   sys.stdout = _ConsoleThatMayClose(sys.stdout)
@@ -904,13 +904,14 @@ def out_of_memory_message(error: BaseException, args_cls: type) -> str:
   asked = re.search(r"allocat\w* (\d+) bytes", said)  # (a GPU's: "... trying to allocate")
   if asked:
     said += f" ({int(asked.group(1)) / 2**30:,.1f} GiB)"
-  names = {f.name for _, f, _, _ in _leaf_fields(args_cls)} if dataclasses.is_dataclass(
-      args_cls) else set()  # fmt: skip
-  sizes = [flag_name(name) for name in SIZES if name in names]
+  names = set()
+  if dataclasses.is_dataclass(args_cls):
+    names = {f.name for _, f, _, _ in _leaf_fields(args_cls)}
+  sizes = ", ".join(flag_name(name) for name in SIZES if name in names)
   if not sizes:  # not a training run
     return said
-  return (f"{said}; the checkpoints written are intact: smaller sizes ({', '.join(sizes)}) ask "
-          "for less; start again in a new --run-dir (--resume keeps the run's settings)")  # fmt: skip
+  return (f"{said}; the checkpoints written are intact: smaller sizes ({sizes}) ask for less; "
+          "start again in a new --run-dir (--resume keeps the run's settings)")  # fmt: skip
 
 
 class _ConsoleThatMayClose:

@@ -129,3 +129,34 @@ def test_a_compiled_program_that_does_not_fit_is_refused(tmp_path, monkeypatch):
   assert not (tmp_path / "run" / "summary.json").exists()
   monkeypatch.setattr(_memory, "free_memory_bytes", lambda device=None: None)
   assert presets.impala.run(args).env_steps == 2048
+
+
+@pytest.mark.parametrize("agent, replay, frees, what", [
+    ("impala", {}, [1], r"an update on one unroll needs \d+\.\d GiB \(num_envs 16 x "
+                        r"unroll_length 16 steps\)"),
+    # the buffer, the fresh update, then the replayed updates
+    ("acer", {"min_replay_size": 16}, [None, None, 1],
+     r"the replayed updates need \d+\.\d GiB \(mini_batch_size 32 windows of "
+     r"mini_batch_length \d+ steps\)"),
+])  # fmt: skip
+def test_an_envpool_learner_that_does_not_fit_is_refused_before_it_updates(tmp_path,
+                                                                          monkeypatch, agent,
+                                                                          replay, frees,
+                                                                          what):  # fmt: skip
+  """XLA's memory analysis of the learner's programs, compiled as the first unroll runs:
+  refused before the first update (on a CPU the kernel killed the process as it ran)."""
+  left = iter(frees)
+  monkeypatch.setattr(_memory, "free_memory_bytes", lambda device=None: next(left, None))
+  module = getattr(presets, agent)
+  args = module.Args()
+  train = args.train.replace(total_env_steps=4096, **replay)
+  args = dataclasses.replace(args, train=train, run_dir=str(tmp_path / "run"))
+  with pytest.raises(ValueError) as e:
+    module.run(args)
+  assert is_refusal(e.value)
+  assert re.fullmatch(
+      rf"{what}, more than the 0\.0 GiB free on cpu: lower num_envs, unroll_length or "
+      r"mini_batch_size, or the network's size", str(e.value))  # fmt: skip
+  assert checkpoint.checkpoint_steps(tmp_path / "run" / "checkpoints") == []
+  monkeypatch.setattr(_memory, "free_memory_bytes", lambda device=None: None)
+  assert module.run(args).env_steps >= 4096

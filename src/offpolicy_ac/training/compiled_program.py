@@ -109,11 +109,9 @@ class CompiledProgram:
     if self._error is not None:
       raise self._error
     for program, what in zip(self._programs, ("a chunk of training", "an evaluation")):
-      stats = None if self._checked else _memory_analysis(program)
-      if stats is not None:  # (backends without the analysis: not checked)
-        need = stats.output_size_in_bytes + stats.temp_size_in_bytes
-        self._check_fits(need - stats.alias_size_in_bytes, f"{what} needs",
-                         "besides the run's state: ")  # fmt: skip
+      need = None if self._checked else _memory.program_bytes(program)
+      if need is not None:  # (backends without the analysis: not checked)
+        self._check_fits(need, f"{what} needs", "besides the run's state: ")
     self._checked = True
     return self._programs
 
@@ -216,14 +214,6 @@ class CompiledProgram:
     n = self.compiled.config.eval.eval_episodes
     return [(_float32_mean(a, n), float(str(np.float32(b))))
             for a, b in zip(np.ravel(means), np.ravel(lows))]  # fmt: skip
-
-
-def _memory_analysis(program: Any) -> Any:
-  """XLA's memory analysis of a compiled program; None where its backend has none."""
-  try:
-    return program.memory_analysis()
-  except (NotImplementedError, RuntimeError, AttributeError):
-    return None
 
 
 def _nbytes(tree: Any) -> int:

@@ -345,8 +345,9 @@ class _Driver:
           if not np.all(np.isfinite(value)):
             raise NonFiniteError(
                 f"non-finite {metric} = {value}{names[k]} at env step {update.env_steps} "
-                f"(update {int(update.num_updates[k])}); stopping. {kept} A learning_rate or reward_scale too large makes the "
-                "updates diverge (so does a loss with a bug).")  # fmt: skip
+                f"(update {int(update.num_updates[k])}); stopping. {kept} A learning_rate "
+                "or reward_scale too large makes the updates diverge (so does a loss with "
+                "a bug).")  # fmt: skip
         acc.add_metrics(values)
       if progress.discarded:
         acc.discarded += progress.discarded[k]

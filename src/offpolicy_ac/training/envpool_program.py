@@ -326,6 +326,7 @@ class EnvpoolProgram:
           lags[k].append(g.policy_lag)
       batch = learner.batch(trajs)
       self._warm.join()
+      learner.check_warm_up()
       state, fresh, key = learner.ingest(state, batch)
       replayed = None
       if state.replay is not None:

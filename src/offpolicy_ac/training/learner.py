@@ -444,6 +444,7 @@ class Learner:
     self._ingest = self._over_seeds(ingest, x_has_seed_axis=False)
     self._sample = self._over_seeds(sample, x_has_seed_axis=True)
     self._unstack = jax.jit(lambda tree: [take_lane(tree, k) for k in range(num_seeds)])
+    self._refused: Optional[_memory.DoesNotFit] = None  # by the warm-up (`check_warm_up`)
 
   # -- the per-seed pure functions -------------------------------------------
 
@@ -545,13 +546,27 @@ class Learner:
   def warm_up(self, state: LearnerState, batch: Any) -> threading.Thread:
     """Compiles the iteration (and the greedy policy) on dummy data in a daemon thread
     while the first unrolls run; the results are dropped, and so is an error (the same
-    call on real data raises it where it is handled). Join before the first real update."""
+    call on real data raises it where it is handled). Join before the first real update,
+    then call `check_warm_up`: a program of the iteration that needs more memory than the
+    device has free (XLA's analysis, `_memory.program_bytes`) is refused there, before it
+    runs (a CPU's process was killed by the kernel as it ran, with no word of why)."""
+    self._refused = None
 
     def run():
       with contextlib.suppress(Exception):
         # A copy: `ingest` donates its state, and the caller goes on with this one.
-        ingested, _, key = self.ingest(jax.tree.map(jnp.copy, state), batch)
+        args = (jax.tree.map(jnp.copy, state), batch, self.hyperparams, None)
+        config, lanes = self.config, f" x {self.num_seeds} learners" * (self.num_seeds > 1)
+        self._check_fits(self._ingest, args, "an update on one unroll needs",
+                         f"num_envs {config.env.num_envs:,} x unroll_length "
+                         f"{config.env.unroll_length} steps{lanes}")  # fmt: skip
+        ingested, _, key = self.ingest(*args[:2])
         if self.replay is not None:
+          args = (ingested, key, self.hyperparams, self._batch_fn)
+          size, length = config.replay.mini_batch_size, config.replay.mini_batch_length
+          self._check_fits(self._sample, args, "the replayed updates need",
+                           f"mini_batch_size {size:,} windows of mini_batch_length {length} "
+                           f"steps{lanes}")  # fmt: skip
           jax.block_until_ready(self.sample_and_update(ingested, key))
         obs = take_lane(self.dp.local(batch).observation, 0)
         if self.num_seeds > 1:
@@ -561,3 +576,24 @@ class Learner:
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     return thread
+
+  def check_warm_up(self) -> None:
+    """Raises the warm-up's refusal (`_memory.DoesNotFit`), if any; after joining it."""
+    if self._refused is not None:
+      raise self._refused
+
+  def _check_fits(self, jitted: Callable, args: tuple, what: str, details: str) -> None:
+    """Compiles `jitted` for `args` (a jitted call then reuses it) and records a refusal
+    where it needs more memory than the first local device has free; raises it, to stop
+    the warm-up."""
+    need = _memory.program_bytes(jitted.trace(*args).lower().compile())
+    device = jax.local_devices()[0]
+    try:
+      _memory.check_fits(
+          need or 0, _memory.free_memory_bytes(device), what=what, details=details,
+          free_said=f"free on {device.platform}",
+          hint="lower num_envs, unroll_length or mini_batch_size, or the network's size",
+      )  # fmt: skip
+    except _memory.DoesNotFit as e:
+      self._refused = e
+      raise
