@@ -39,6 +39,14 @@ def host_available_bytes() -> Optional[int]:
   return None
 
 
+def check_device_fits(need: int, *, what: str, details: str, hint: str) -> None:
+  """`check_fits` of `need` bytes against the free memory of the first local device (the
+  default device, where a run's arrays go)."""
+  device = jax.local_devices()[0]
+  check_fits(need, free_memory_bytes(device), what=what, details=details,
+             free_said=f"free on {device.platform}", hint=hint)  # fmt: skip
+
+
 def program_bytes(compiled: Any) -> Optional[int]:
   """Bytes a compiled XLA program (`jax.stages.Compiled`) allocates as it runs, by XLA's
   memory analysis: its outputs and temporaries, less the outputs written over donated

@@ -884,7 +884,7 @@ def script_main(parse: Callable[[], Any], run: Callable[[Any], Any], *,
   exit_process(0)
 
 
-SIZES = ("num_envs", "unroll_length", "mini_batch_size", "replay_capacity", "num_seeds")
+_ARRAY_SIZES = ("num_envs", "unroll_length", "mini_batch_size", "replay_capacity", "num_seeds")
 """The settings that size a run's arrays, in the order `out_of_memory_message` names them."""
 
 
@@ -907,7 +907,7 @@ def out_of_memory_message(error: BaseException, args_cls: type) -> str:
   names = set()
   if dataclasses.is_dataclass(args_cls):
     names = {f.name for _, f, _, _ in _leaf_fields(args_cls)}
-  sizes = ", ".join(flag_name(name) for name in SIZES if name in names)
+  sizes = ", ".join(flag_name(name) for name in _ARRAY_SIZES if name in names)
   if not sizes:  # not a training run
     return said
   return (f"{said}; the checkpoints written are intact: smaller sizes ({sizes}) ask for less; "

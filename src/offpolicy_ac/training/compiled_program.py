@@ -116,14 +116,12 @@ class CompiledProgram:
     return self._programs
 
   def _check_fits(self, need: int, what: str, besides: str) -> None:
-    """Refuses `need` bytes where the default device has less free (`_memory.check_fits`)."""
+    """Refuses `need` bytes where the default device has less free."""
     config, lanes = self.compiled.config, self.num_lanes
-    device = jax.local_devices()[0]
-    _memory.check_fits(
-        need, _memory.free_memory_bytes(device), what=what,
+    _memory.check_device_fits(
+        need, what=what,
         details=f"{besides}num_envs {config.env.num_envs:,} environments x unroll_length "
                 f"{config.env.unroll_length} steps" + f" x {lanes} lanes" * (lanes > 1),
-        free_said=f"free on {device.platform}",
         hint="lower num_envs or unroll_length" + ", or train fewer seeds or sweep settings "
              "in one run" * (lanes > 1),
     )  # fmt: skip

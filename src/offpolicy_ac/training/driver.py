@@ -331,9 +331,6 @@ class _Driver:
   def accumulate(self, progress: Progress) -> None:
     """Adds an advance's episodes and statistics to the lanes' accumulators; raises
     `NonFiniteError` on a non-finite statistic, naming the lane and the iteration."""
-    kept = ("No checkpoint was written before it." if self.saved is None else
-            f"The last good checkpoint, at env step {self.saved:,}, is kept in "
-            f"{self.checkpointer.directory}.")  # fmt: skip
     names = self.program.lane_names
     for k, acc in enumerate(self.accs):
       acc.add_episodes(*progress.episodes[k])
@@ -343,6 +340,9 @@ class _Driver:
           continue
         for metric, value in values.items():
           if not np.all(np.isfinite(value)):
+            kept = ("No checkpoint was written before it." if self.saved is None else
+                    f"The last good checkpoint, at env step {self.saved:,}, is kept in "
+                    f"{self.checkpointer.directory}.")  # fmt: skip
             raise NonFiniteError(
                 f"non-finite {metric} = {value}{names[k]} at env step {update.env_steps} "
                 f"(update {int(update.num_updates[k])}); stopping. {kept} A learning_rate "

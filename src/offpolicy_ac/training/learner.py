@@ -27,7 +27,6 @@ lane's into the vmapped functions and its `Acting`, where the agent is rebuilt w
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import threading
 from typing import Any
@@ -147,14 +146,12 @@ def check_replay_fits(data_shapes: Any, copies: int, replay: ReplayConfig) -> No
   row = sum(int(np.prod(x.shape[1:])) * np.dtype(x.dtype).itemsize for x in leaves)
   window = row * (replay.mini_batch_length + 1) // leaves[0].shape[1]
   need = copies * (replay.replay_capacity * row + replay.mini_batch_size * window)
-  device = jax.local_devices()[0]
   lanes = f", x {copies} learners (seeds or sweep settings)" if copies > 1 else ""
-  _memory.check_fits(
-      need, _memory.free_memory_bytes(device),
-      what="the replay buffer and a sampled batch need",
+  _memory.check_device_fits(
+      need, what="the replay buffer and a sampled batch need",
       details=f"replay_capacity {replay.replay_capacity:,} sequences of {row:,} bytes, "
               f"mini_batch_size {replay.mini_batch_size:,} windows of {window:,} bytes{lanes}",
-      free_said=f"free on {device.platform}", hint="lower replay_capacity or mini_batch_size",
+      hint="lower replay_capacity or mini_batch_size",
   )  # fmt: skip
 
 
@@ -553,7 +550,7 @@ class Learner:
     self._refused = None
 
     def run():
-      with contextlib.suppress(Exception):
+      try:
         # A copy: `ingest` donates its state, and the caller goes on with this one.
         args = (jax.tree.map(jnp.copy, state), batch, self.hyperparams, None)
         config, lanes = self.config, f" x {self.num_seeds} learners" * (self.num_seeds > 1)
@@ -572,6 +569,10 @@ class Learner:
         if self.num_seeds > 1:
           obs = take_lane(obs, 0)
         jax.block_until_ready(self.greedy(self.acting(state)[0], obs))
+      except _memory.DoesNotFit as e:
+        self._refused = e
+      except Exception:  # pylint: disable=broad-except  (raised again by the real call)
+        pass
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
@@ -582,18 +583,12 @@ class Learner:
     if self._refused is not None:
       raise self._refused
 
-  def _check_fits(self, jitted: Callable, args: tuple, what: str, details: str) -> None:
-    """Compiles `jitted` for `args` (a jitted call then reuses it) and records a refusal
-    where it needs more memory than the first local device has free; raises it, to stop
-    the warm-up."""
+  @staticmethod
+  def _check_fits(jitted: Callable, args: tuple, what: str, details: str) -> None:
+    """Compiles `jitted` for `args` (a jitted call then reuses it) and refuses it
+    (`_memory.DoesNotFit`) where it needs more memory than the default device has free."""
     need = _memory.program_bytes(jitted.trace(*args).lower().compile())
-    device = jax.local_devices()[0]
-    try:
-      _memory.check_fits(
-          need or 0, _memory.free_memory_bytes(device), what=what, details=details,
-          free_said=f"free on {device.platform}",
-          hint="lower num_envs, unroll_length or mini_batch_size, or the network's size",
-      )  # fmt: skip
-    except _memory.DoesNotFit as e:
-      self._refused = e
-      raise
+    _memory.check_device_fits(
+        need or 0, what=what, details=details,
+        hint="lower num_envs, unroll_length or mini_batch_size, or the network's size",
+    )  # fmt: skip
