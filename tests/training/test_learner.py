@@ -180,12 +180,12 @@ def test_training_train_refuses_a_jax_environment():
 @pytest.mark.parametrize("num_seeds", [1, 2])
 def test_ingest_and_replayed_updates_reuse_the_state_buffers_instead_of_copying(num_seeds):
   """The learner donates its state (an Atari replay buffer is gigabytes): the state passed
-  to `ingest` and `sample_and_update` is consumed, not copied, and `warm_up` compiles on
-  a copy, leaving the caller's state usable."""
+  to `ingest` and `sample_and_update` is consumed, not copied; `warm_up` only compiles,
+  leaving the caller's state usable."""
   learner = _learner(agents.make_sql(SPEC), num_seeds=num_seeds)
   state = learner.init(list(range(num_seeds)))
   batch = learner.batch([_traj(k) for k in range(num_seeds)])
-  learner.warm_up(state, batch).join()
+  learner.warm_up(state, batch, learner.acting(state)[0]).join()
   assert not state.replay.data.observation.is_deleted()
   ingested, _, key = learner.ingest(state, batch)
   assert state.replay.data.observation.is_deleted()
@@ -193,6 +193,54 @@ def test_ingest_and_replayed_updates_reuse_the_state_buffers_instead_of_copying(
   updated, _ = learner.sample_and_update(ingested, key)
   assert ingested.replay.data.observation.is_deleted()
   np.testing.assert_array_equal(learner.num_updates(updated), [1] * num_seeds)
+
+
+@pytest.mark.parametrize("make, num_seeds, batch_fn", [
+    (agents.make_sql, 1, None), (agents.make_sql, 2, None), (agents.make_impala, 1, None),
+    (agents.make_sql, 1, lambda batch, key: batch),
+])  # fmt: skip
+def test_the_first_iteration_and_evaluation_run_what_the_warm_up_compiled(make, num_seeds,
+                                                                          batch_fn):  # fmt: skip
+  """The warm-up compiles from the shapes of the state, an unroll and the acting
+  parameters, and runs nothing (it holds no copy of the state): the first update on an
+  unroll, the replayed updates and the greedy policy on an evaluation pool's observations
+  compile nothing more."""
+  updates = []
+  agent = make(SPEC)
+
+  def update(state, batch):
+    jax.debug.callback(lambda: updates.append(1))
+    return agent.update(state, batch)
+
+  config = CONFIG if agent.off_policy else dataclasses.replace(CONFIG, replay=ReplayConfig())
+  learner = Learner(agent._replace(update=update), config, DataParallel.create(1),
+                    num_seeds=num_seeds, batch_fn=batch_fn)  # fmt: skip
+  state = learner.init(list(range(num_seeds)))
+  acting = learner.acting(state)
+  batch = learner.batch([jax.device_get(learner.example(acting[0], B))] * num_seeds)
+  compiles = []
+
+  def listener(name, _, **__):
+    if name == "/jax/core/compile/backend_compile_duration":
+      compiles.append(name)
+
+  jax.monitoring.register_event_duration_secs_listener(listener)
+  try:
+    learner.warm_up(state, batch, acting[0]).join()
+    learner.check_warm_up()
+    warmed = len(compiles)
+    assert warmed >= 2 + learner.agent.off_policy  # ingest, (sample,) greedy
+    assert not updates
+    ingested, _, key = learner.ingest(state, batch)
+    if learner.agent.off_policy:
+      jax.block_until_ready(learner.sample_and_update(ingested, key))
+    jax.effects_barrier()
+    assert updates
+    obs = np.zeros((CONFIG.eval.eval_episodes, *SPEC.observation_shape), np.float32)
+    jax.block_until_ready(learner.greedy(acting[0], obs))
+    assert len(compiles) == warmed
+  finally:
+    jax.monitoring.unregister_event_duration_listener(listener)
 
 
 def test_the_replay_holds_what_an_iteration_of_every_pool_adds():

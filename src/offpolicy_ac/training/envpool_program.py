@@ -265,7 +265,7 @@ class EnvpoolProgram:
     # A round of several pools is their concatenation along the batch axis.
     pools = config.acting.num_actors if config.acting.actors == "pools" else 1
     example = jax.device_get(learner.example(self._acting[0], pools * config.env.num_envs))
-    self._warm = learner.warm_up(state, learner.batch([example] * self.num_lanes))
+    self._warm = learner.warm_up(state, learner.batch([example] * self.num_lanes), self._acting[0])
 
   def _close_environments(self) -> None:
     for source in self.sources:

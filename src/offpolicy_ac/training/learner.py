@@ -280,6 +280,33 @@ def add_lane_axis(tree: Any) -> Any:
   return jax.tree.map(lambda x: x[None], tree)
 
 
+def _abstract(tree: Any) -> Any:
+  """The arrays of `tree` as `jax.ShapeDtypeStruct`s, to compile a jitted function for
+  them without holding them: an array placed on its devices (committed, as a jitted
+  call's outputs and `device_put` to a device are) keeps its sharding, others none, as
+  the jitted call would see them, so that the call reuses what was compiled."""
+
+  def one(x):
+    if not isinstance(x, (jax.Array, jax.ShapeDtypeStruct, np.ndarray)):
+      return x
+    committed = isinstance(x, jax.ShapeDtypeStruct) or getattr(x, "committed", False)
+    sharding = x.sharding if committed else None
+    return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding)
+
+  return jax.tree.map(one, tree)
+
+
+def _outputs_of(compiled: jax.stages.Compiled, args: Any) -> Any:
+  """The outputs of a jitted call as `_abstract` gives them, from the program `compiled`
+  for its `_abstract(args)`: placed (with the program's shardings) where an argument is,
+  else not (a call on arrays none of which is placed returns none placed)."""
+  placed = any(getattr(x, "sharding", None) is not None for x in jax.tree.leaves(args))
+  return jax.tree.map(
+      lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding if placed else None),
+      compiled.out_info,
+  )
+
+
 RESERVED_METRICS = frozenset({
     "env_steps", "wall_time_s", "env_steps_per_s", "episode_return", "episode_length",
     "episodes", "num_updates", "dropped_trajectories", "policy_lag", "eval_return",
@@ -540,35 +567,39 @@ class Learner:
       return replayed if fresh is None else fresh
     return mix_metrics(fresh, replayed, self.config.replay.num_updates_per_train_iter)
 
-  def warm_up(self, state: LearnerState, batch: Any) -> threading.Thread:
-    """Compiles the iteration (and the greedy policy) on dummy data in a daemon thread
-    while the first unrolls run; the results are dropped, and so is an error (the same
-    call on real data raises it where it is handled). Join before the first real update,
-    then call `check_warm_up`: a program of the iteration that needs more memory than the
-    device has free (XLA's analysis, `_memory.program_bytes`) is refused there, before it
-    runs (a CPU's process was killed by the kernel as it ran, with no word of why)."""
+  def warm_up(self, state: LearnerState, batch: Any, acting: Acting) -> threading.Thread:
+    """Compiles the iteration's programs (the update on an unroll, the replayed updates)
+    and the greedy policy of the evaluations for the shapes of `state`, `batch` (an
+    unroll of each lane, as `batch` gives it) and `acting` (a lane's), in a daemon thread
+    while the first unrolls run; the first real calls reuse them. Only compiled, not run:
+    the warm-up holds no copy of the state (whose replay buffer can be most of the memory
+    the run may use) and its error is dropped (the real call raises it). Join before the
+    first real update, then call `check_warm_up`: a program of the iteration that needs
+    more memory than the device has free (XLA's analysis, `_memory.program_bytes`) is
+    refused there, before it runs (a CPU's process was killed by the kernel as it ran,
+    with no word of why)."""
     self._refused = None
+    spec, config = self.agent.spec, self.config
+    state, batch, hp, acting, batch_fn = _abstract((state, batch, self.hyperparams, acting,
+                                                   self._batch_fn))  # fmt: skip
+    eval_obs = jax.ShapeDtypeStruct((config.eval.eval_episodes, *spec.observation_shape),
+                                    jnp.dtype(spec.observation_dtype))  # fmt: skip
 
     def run():
       try:
-        # A copy: `ingest` donates its state, and the caller goes on with this one.
-        args = (jax.tree.map(jnp.copy, state), batch, self.hyperparams, None)
-        config, lanes = self.config, f" x {self.num_seeds} learners" * (self.num_seeds > 1)
-        self._check_fits(self._ingest, args, "an update on one unroll needs",
-                         f"num_envs {config.env.num_envs:,} x unroll_length "
-                         f"{config.env.unroll_length} steps{lanes}")  # fmt: skip
-        ingested, _, key = self.ingest(*args[:2])
+        lanes = f" x {self.num_seeds} learners" * (self.num_seeds > 1)
+        ingest = self._check_fits(self._ingest, (state, batch, hp, None),
+                                  "an update on one unroll needs",
+                                  f"num_envs {config.env.num_envs:,} x unroll_length "
+                                  f"{config.env.unroll_length} steps{lanes}")  # fmt: skip
         if self.replay is not None:
-          args = (ingested, key, self.hyperparams, self._batch_fn)
+          ingested, (_, key) = _outputs_of(ingest, (state, batch, hp))
           size, length = config.replay.mini_batch_size, config.replay.mini_batch_length
-          self._check_fits(self._sample, args, "the replayed updates need",
+          self._check_fits(self._sample, (ingested, key, hp, batch_fn),
+                           "the replayed updates need",
                            f"mini_batch_size {size:,} windows of mini_batch_length {length} "
                            f"steps{lanes}")  # fmt: skip
-          jax.block_until_ready(self.sample_and_update(ingested, key))
-        obs = take_lane(self.dp.local(batch).observation, 0)
-        if self.num_seeds > 1:
-          obs = take_lane(obs, 0)
-        jax.block_until_ready(self.greedy(self.acting(state)[0], obs))
+        self.greedy.trace(acting, eval_obs).lower().compile()
       except _memory.DoesNotFit as e:
         self._refused = e
       except Exception:  # pylint: disable=broad-except  (raised again by the real call)
@@ -584,11 +615,14 @@ class Learner:
       raise self._refused
 
   @staticmethod
-  def _check_fits(jitted: Callable, args: tuple, what: str, details: str) -> None:
-    """Compiles `jitted` for `args` (a jitted call then reuses it) and refuses it
-    (`_memory.DoesNotFit`) where it needs more memory than the default device has free."""
-    need = _memory.program_bytes(jitted.trace(*args).lower().compile())
+  def _check_fits(jitted: Callable, args: tuple, what: str,
+                  details: str) -> jax.stages.Compiled:  # fmt: skip
+    """`jitted` compiled for `args` (arrays or their `_abstract` shapes; a jitted call on
+    such arrays then reuses it), refused (`_memory.DoesNotFit`) where it needs more memory
+    than the default device has free."""
+    compiled = jitted.trace(*args).lower().compile()
     _memory.check_device_fits(
-        need or 0, what=what, details=details,
+        _memory.program_bytes(compiled) or 0, what=what, details=details,
         hint="lower num_envs, unroll_length or mini_batch_size, or the network's size",
     )  # fmt: skip
+    return compiled
