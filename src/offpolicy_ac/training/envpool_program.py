@@ -220,7 +220,7 @@ class EnvpoolProgram:
     return self.dp.replicate(LearnerState(*jax.tree.map(jnp.asarray, arrays["learner"])))
 
   def agree_on_restore(self, env_steps: int) -> None:
-    steps = self._gather(np.array(env_steps, np.int64))
+    steps = self.dp.gather_processes(np.array(env_steps, np.int64))
     if (steps != env_steps).any():
       raise RuntimeError(f"the processes restored different checkpoints (env steps "
                          f"{steps.tolist()}); resume each from the same step")  # fmt: skip
@@ -353,17 +353,8 @@ class EnvpoolProgram:
     any has no trajectory to learn from (`Collected.short`)."""
     if self.dp.num_processes == 1:
       return local_steps, stop, short
-    every = self._gather(np.array([local_steps, int(stop), int(short)], np.int64))
+    every = self.dp.gather_processes(np.array([local_steps, int(stop), int(short)], np.int64))
     return int(every[:, 0].sum()), bool(every[:, 1].any()), bool(every[:, 2].any())
-
-  def _gather(self, values: np.ndarray) -> np.ndarray:
-    """`gather_processes` once the warm-up has run: its update's collectives over the
-    learner mesh run on another thread, and a process whose first unroll is slower than
-    its warm-up would send them in the other order than a faster one (gloo aborts the
-    job: "Received data size doesn't match expected size")."""
-    if self._warm is not None:
-      self._warm.join()
-    return self.dp.gather_processes(values)
 
   def evaluate(self, state: LearnerState) -> list[tuple[float, float]]:
     """Each lane's greedy policy on its evaluation pool (over every process's pools)."""
@@ -372,7 +363,7 @@ class EnvpoolProgram:
     for env, acting in zip(self.evals, self._acting):
       returns = evaluate(env, self.learner.greedy, acting, self.config.eval.eval_episodes)
       stats = np.array([np.mean(returns), np.min(returns)], np.float64)
-      both = self._gather(stats)
+      both = self.dp.gather_processes(stats)
       out.append((float(np.mean(both[:, 0])), float(np.min(both[:, 1]))))
     return out
 
