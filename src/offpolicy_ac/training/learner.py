@@ -506,15 +506,18 @@ class Learner:
     else:
       agent_state = init_lanes(self.agent.init, agent_keys)
     transform = self.transformer.init()
-    replay_state = None
-    if self.replay is not None:
-      act0 = Acting(take_lane(agent_state.params, 0), transform)
-      replay_state = self.replay.init(self.example(act0, self.config.env.num_envs))
     broadcast = lambda tree: jax.tree.map(
         lambda x: jnp.broadcast_to(x, (self.num_seeds,) + x.shape), tree
     )
+    replay_state = None
+    if self.replay is not None:
+      act0 = Acting(take_lane(agent_state.params, 0), transform)
+      example = self.example(act0, self.config.env.num_envs)
+      # One program, so that each buffer is allocated once, with its lane axis: an eager
+      # broadcast copied every leaf (at start-up, twice the memory of the largest).
+      replay_state = jax.jit(lambda example: broadcast(self.replay.init(example)))(example)
     state = LearnerState(
-        agent_state, broadcast(transform), broadcast(replay_state), jnp.stack([k[1] for k in keys])
+        agent_state, broadcast(transform), replay_state, jnp.stack([k[1] for k in keys])
     )
     return self.dp.replicate(state)
 
