@@ -4,6 +4,8 @@ its batches, SQIL's demonstrations cut into sequences, and their batches."""
 
 import dataclasses
 import re
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -160,3 +162,41 @@ def test_an_envpool_learner_that_does_not_fit_is_refused_before_it_updates(tmp_p
   assert checkpoint.checkpoint_steps(tmp_path / "run" / "checkpoints") == []
   monkeypatch.setattr(_memory, "free_memory_bytes", lambda device=None: None)
   assert module.run(args).env_steps >= 4096
+
+
+PEAK_MEMORY = """
+import dataclasses, resource, sys
+import jax
+from offpolicy_ac import agents, envs
+from offpolicy_ac.training import ReplayConfig, TrainConfig
+from offpolicy_ac.training.learner import Learner
+from offpolicy_ac.training.parallel import DataParallel
+
+peak = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+spec = envs.spec("CartPole-v1", num_envs=8)
+config = TrainConfig.of(num_envs=8, unroll_length=4, replay_capacity=10_000_000,
+                        min_replay_size=1, mini_batch_size=4, mini_batch_length=3)
+learner = Learner(agents.make_sql(spec), config, DataParallel.create(1), num_seeds=1)
+before = peak()
+state = learner.init([0])
+jax.block_until_ready(state)
+buffer = sum(x.nbytes for x in jax.tree.leaves(state.replay))
+after_init = peak()
+acting = learner.acting(state)[0]
+batch = learner.batch([jax.device_get(learner.example(acting, 8))])
+learner.warm_up(state, batch, acting).join()
+print(buffer, after_init - before, peak() - before)
+"""
+
+
+def test_start_up_holds_the_replay_buffer_once():
+  """`Learner.init` allocates the buffer once (an eager broadcast copied its arrays: a
+  peak of twice the buffer) and the warm-up compiles without a copy of the state (it ran
+  the update on one): the peak memory of both is the buffer's, and the compiler's."""
+  out = subprocess.run([sys.executable, "-c", PEAK_MEMORY], capture_output=True, text=True,
+                       timeout=300)  # fmt: skip
+  assert out.returncode == 0, out.stderr
+  buffer, init, init_and_warm_up = map(int, out.stdout.split())  # peaks, over the imports'
+  assert buffer > 1.5 * 2**30
+  assert init < 1.25 * buffer  # the buffer, and the compiler's memory
+  assert init_and_warm_up < 1.3 * buffer
