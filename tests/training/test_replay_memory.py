@@ -165,10 +165,10 @@ def test_an_envpool_learner_that_does_not_fit_is_refused_before_it_updates(tmp_p
 
 
 PEAK_MEMORY = """
-import dataclasses, resource, sys
+import resource
 import jax
 from offpolicy_ac import agents, envs
-from offpolicy_ac.training import ReplayConfig, TrainConfig
+from offpolicy_ac.training import TrainConfig
 from offpolicy_ac.training.learner import Learner
 from offpolicy_ac.training.parallel import DataParallel
 
