@@ -287,11 +287,10 @@ def _abstract(tree: Any) -> Any:
   the jitted call would see them, so that the call reuses what was compiled."""
 
   def one(x):
-    if not isinstance(x, (jax.Array, jax.ShapeDtypeStruct, np.ndarray)):
+    if not isinstance(x, (jax.Array, np.ndarray)):
       return x
-    committed = isinstance(x, jax.ShapeDtypeStruct) or getattr(x, "committed", False)
-    sharding = x.sharding if committed else None
-    return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding)
+    committed = isinstance(x, jax.Array) and x.committed
+    return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding if committed else None)
 
   return jax.tree.map(one, tree)
 
