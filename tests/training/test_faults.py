@@ -377,13 +377,33 @@ def test_a_changed_record_in_the_newest_checkpoint_is_found_and_skipped(tmp_path
   _same_run(run_dir, straight)
 
 
-def test_no_intact_checkpoint_is_an_error_not_a_fresh_start(tmp_path):
+def test_a_kill_as_the_first_checkpoint_is_written_starts_over(tmp_path, straight):
+  """The first save cut short before its checksums (orbax had renamed it complete): the
+  run wrote no checkpoint, and `--resume` starts over rather than refusing."""
   run_dir = tmp_path / "run"
-  _run(run_dir, steps=2560)
+  first = run_dir / "checkpoints" / "1280"
+  proc = _start_and_wait(run_dir, lambda d: (first / "checksums.json").exists())
+  proc.kill()
+  proc.communicate()
+  assert _checkpoints(run_dir) == [1280]
+  (first / "checksums.json").unlink()  # as the kill would have left it a moment earlier
+  resumed = _run(run_dir, "--resume")
+  assert "the save of the first one did not finish (1280.unreadable-" in resumed.stderr
+  assert "no checkpoint to resume from: starting over" in resumed.stdout
+  _same_run(run_dir, straight)
+
+
+@pytest.mark.parametrize("keep", ["2", "1"])
+def test_no_intact_checkpoint_is_an_error_not_a_fresh_start(tmp_path, keep):
+  """Without their checksums, checkpoints but the run's first were complete once (a save
+  starts when the one before it has its checksums): damaged, never started over."""
+  run_dir = tmp_path / "run"
+  _run(run_dir, "--keep-checkpoints", keep, steps=2560)
+  assert _checkpoints(run_dir) == [1280, 2560][-int(keep) :]
   for step in _checkpoints(run_dir):
     (run_dir / "checkpoints" / str(step) / "checksums.json").unlink()  # as if cut short
   config = (run_dir / "config.json").read_bytes()
-  proc = _run(run_dir, "--resume", check=False, steps=3840)
+  proc = _run(run_dir, "--resume", "--keep-checkpoints", keep, check=False, steps=3840)
   assert proc.returncode != 0 and "no intact checkpoint" in proc.stderr
   # Nothing ran: config.json keeps the run's budget (a larger one would refuse a resume
   # with the run's own as "smaller") and lists no resume.

@@ -9,7 +9,8 @@ are the checkpoints older than the newest `max_to_keep` deleted, so a kill at an
 of a save leaves the previous checkpoints intact. On restore, `restore_latest` falls back
 to older checkpoints, with a warning that names it, when the newest cannot be read, has
 no checksums (a save that did not finish) or does not match them (the damaged one is
-renamed aside, not deleted, until the run's saves delete the checkpoints as old).
+renamed aside, not deleted, until the run's saves delete the checkpoints as old). With
+none intact, `restore_newest` refuses, unless the only one was the run's first, cut short.
 
 Multi-host jobs: the learner state is replicated, so process 0 alone writes
 (`read_only=False`); the other processes open the same directory read-only
@@ -31,6 +32,7 @@ import time
 from typing import Any
 from typing import Callable
 from typing import Optional
+from typing import Sequence
 import warnings
 import zlib
 
@@ -553,11 +555,38 @@ def _step_folders(directory: str | pathlib.Path) -> list[tuple[int, bool]]:
   )
 
 
+def _first_save_cut_short(directory: pathlib.Path, set_aside: Sequence[str],
+                          is_first: Callable[[dict], bool]) -> bool:  # fmt: skip
+  """Whether the checkpoints set aside (`set_aside`, their names) are copies of the run's
+  first one, whose save did not finish: of one step, without checksums, and with a record
+  that `is_first` says is the first checkpoint's. (A save starts once the one before has
+  its checksums: a later one cut short leaves the one before it complete.)"""
+  if len({name.split(_SET_ASIDE)[0] for name in set_aside}) != 1:
+    return False
+  ocp = _ocp()
+  for name in set_aside:
+    if (directory / name / CHECKSUMS).exists():
+      return False
+    try:
+      record = ocp.Checkpointer(ocp.JsonCheckpointHandler()).restore(directory / name / "record")
+    except Exception:  # pylint: disable=broad-except
+      return False  # unreadable: damaged
+    if not is_first(dict(record)):
+      return False
+  return True
+
+
 def restore_newest(checkpointer: Optional[Checkpointer], template: Any,
-                   check_record: Callable[[dict], Any]) -> Optional[tuple[Any, dict]]:  # fmt: skip
+                   check_record: Callable[[dict], Any],
+                   is_first: Callable[[dict], bool] = lambda record: False,
+                   ) -> Optional[tuple[Any, dict]]:  # fmt: skip
   """(arrays, record) of the newest intact checkpoint, or None, with a warning, when the
   run wrote none (it starts over). `check_record(record)` raises for a checkpoint this
   run must not read (another format, another kind of run).
+
+  A run killed as it wrote its first checkpoint (one without checksums, whose record
+  `is_first` says is the first; by default none is) wrote none either: it starts over,
+  that copy set aside.
 
   Raises:
     DamagedCheckpointError: the run wrote checkpoints but none is intact (each was moved
@@ -569,6 +598,13 @@ def restore_newest(checkpointer: Optional[Checkpointer], template: Any,
   restored = checkpointer.restore_latest(template, check_record=check_record)
   if restored is None:
     damaged = set_aside_checkpoints(checkpointer.directory)
+    if damaged and _first_save_cut_short(checkpointer.directory, damaged, is_first):
+      warnings.warn(
+          f"no complete checkpoint in {checkpointer.directory}: the save of the first one "
+          f"did not finish ({', '.join(damaged)}): the run starts again from the beginning",
+          RuntimeWarning,
+      )
+      return None
     if damaged:
       raise DamagedCheckpointError(
           f"no intact checkpoint in {checkpointer.directory}: {', '.join(damaged)} could not "

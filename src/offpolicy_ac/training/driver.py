@@ -287,7 +287,9 @@ class _Driver:
     program, where = self.program, str(getattr(self.checkpointer, "directory", ""))
     check = lambda record: records.from_record(record, program.kind, program.num_lanes, where)
     try:
-      restored = restore_newest(self.checkpointer, program.checkpoint_arrays(state), check)
+      restored = restore_newest(
+          self.checkpointer, program.checkpoint_arrays(state), check, records.is_first_checkpoint
+      )
     except (ValueError, CheckpointAccessError) as e:
       raise ResumeError(str(e)) from e
     program.agree_on_restore(-1 if restored is None else restored[1]["schedule"]["env_steps"])

@@ -189,3 +189,10 @@ def from_record(record: dict, kind: str, num_lanes: int,
         f"the checkpoint in {where} holds {len(record['lanes'])} learners, the run {num_lanes}"
     )
   return Schedule(**record["schedule"]), [Accumulators(**a) for a in record["lanes"]]
+
+
+def is_first_checkpoint(record: dict) -> bool:
+  """Whether `record` is that of a run's first checkpoint (each checkpoint starts a new
+  segment, and the run's first segment is 0)."""
+  schedule = record.get("schedule")
+  return isinstance(schedule, dict) and schedule.get("segment") == 1
