@@ -3,12 +3,15 @@ ended the process in an allocation error, or an out-of-memory kill): a replay bu
 its batches, SQIL's demonstrations cut into sequences, and their batches."""
 
 import dataclasses
+import json
+import math
 import re
 import subprocess
 import sys
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from offpolicy_ac import _memory
@@ -200,3 +203,36 @@ def test_start_up_holds_the_replay_buffer_once():
   assert buffer > 1.5 * 2**30
   assert init < 1.25 * buffer  # the buffer, and the compiler's memory
   assert init_and_warm_up < 1.3 * buffer
+
+
+RUN_PEAK_MEMORY = """
+import dataclasses, resource, sys
+from offpolicy_ac import presets
+
+run_dir, steps, resume = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "resume"
+args = presets.sql.Args()
+train = args.train.replace(replay_capacity=4_000_000, total_env_steps=steps,
+                           checkpoint_every=1024, eval_every=0)
+presets.sql.run(dataclasses.replace(args, train=train, run_dir=run_dir, resume=resume))
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+"""
+
+
+def test_a_resumed_run_holds_its_state_once(tmp_path):
+  """`--resume` reads the checkpoint against the shapes of a fresh state, let go before:
+  it held the fresh state (its replay buffer) beside the one read (a peak of the buffer
+  more than the run's start, 3.2 GB more with a 10M-sequence buffer)."""
+  run_dir = str(tmp_path / "run")
+  peak = lambda steps, how: int(subprocess.run(
+      [sys.executable, "-c", RUN_PEAK_MEMORY, run_dir, str(steps), how], capture_output=True,
+      text=True, timeout=600, check=True).stdout.split()[-1])  # fmt: skip
+  start = peak(1024, "start")
+  resumed = peak(2048, "resume")
+  layout = json.loads((tmp_path / "run" / "checkpoints" / "2048" / "checksums.json").read_text())
+  buffer = 0
+  for name, spec in layout.items():  # "<f4[1, 4000000, 9, 4]:<crc>"
+    dtype, _, shape = spec.rpartition(":")[0].partition("[")
+    if name.startswith("learner/replay/"):
+      buffer += np.dtype(dtype).itemsize * math.prod(json.loads(f"[{shape}"))
+  assert buffer > 2**30
+  assert resumed < start + 0.25 * buffer

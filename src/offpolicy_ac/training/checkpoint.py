@@ -63,6 +63,36 @@ def _to_savable(tree: Any) -> Any:
   return jax.tree.map(convert, tree)
 
 
+def abstract_arrays(tree: Any) -> Any:
+  """`tree`'s arrays as `jax.ShapeDtypeStruct`s: a restore template that holds no memory
+  (`Checkpointer.restore_latest`). jax.Arrays keep their sharding, restored as jax.Arrays
+  placed so; other arrays have none, restored as NumPy arrays."""
+
+  def abstract(x):
+    if isinstance(x, jax.ShapeDtypeStruct):
+      return x
+    if not isinstance(x, jax.Array):
+      return jax.ShapeDtypeStruct(np.shape(x), np.asarray(x).dtype)  # a scalar: as saved
+    return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding)
+
+  return jax.tree.map(abstract, tree)
+
+
+def _restore_target(template: Any) -> Any:
+  """What `_to_savable(template)` saves, as `jax.ShapeDtypeStruct`s (`template`: arrays
+  or their `abstract_arrays`): typed PRNG keys as their raw key data, and arrays other
+  than single-process jax.Arrays without a sharding (restored as NumPy arrays)."""
+
+  def target(x):
+    if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+      data = jax.eval_shape(jax.random.key_data, x)
+      return jax.ShapeDtypeStruct(data.shape, data.dtype, sharding=x.sharding)
+    sharding = x.sharding if jax.process_count() == 1 else None
+    return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding)
+
+  return jax.tree.map(target, abstract_arrays(template))
+
+
 CHECKSUMS = "checksums.json"
 _SET_ASIDE = ".unreadable-"  # a damaged checkpoint renamed `<step>.unreadable-<time>`
 
@@ -288,7 +318,8 @@ class Checkpointer:
   ) -> Optional[tuple[int, Any, dict]]:
     """(step, arrays, record) of the newest readable checkpoint, or None.
 
-    `template` gives the pytree structure, shapes and dtypes of `arrays`.
+    `template` gives the pytree structure, shapes and dtypes of `arrays`: arrays, or
+    their `abstract_arrays` (the memory of a state is then held once as it is read).
     `check_record(record)` may raise for a checkpoint this code must not read (another
     format): the error propagates and the checkpoint is left as it is. Checkpoints of
     other arrays than `template`'s are left as they are too: with no other one readable,
@@ -298,7 +329,7 @@ class Checkpointer:
     and is left as it is.
     """
     ocp = _ocp()
-    template = _to_savable(template)
+    template = _restore_target(template)
     unfit = []  # checkpoints of other arrays (another configuration), not damaged ones
     for step in reversed(self.steps()):
       if check_record is not None:

@@ -51,6 +51,7 @@ import numpy as np
 
 from offpolicy_ac.training import records
 from offpolicy_ac.training.checkpoint import CheckpointAccessError
+from offpolicy_ac.training.checkpoint import abstract_arrays
 from offpolicy_ac.training.checkpoint import restore_newest
 from offpolicy_ac.training.clock import seconds_since_launch
 from offpolicy_ac.training.config import TrainConfig
@@ -169,7 +170,8 @@ class Program(Protocol):
     """The pytree of arrays a checkpoint holds (also the restore template)."""
 
   def from_checkpoint(self, state: Any, arrays: Any) -> Any:
-    """The state from a checkpoint's arrays (`state`: a fresh state, the template)."""
+    """The state from a checkpoint's arrays (`state`: a fresh state's arrays as
+    `jax.ShapeDtypeStruct`s, the template)."""
 
   def agree_on_restore(self, env_steps: int) -> None:
     """Raises when the processes of a job restored different checkpoints."""
@@ -245,9 +247,8 @@ def drive(program: Program, config: TrainConfig, loggers: Sequence[Logger], *,
   if len(loggers) != program.num_lanes:
     raise ValueError(f"need one logger per learner ({program.num_lanes}), got {len(loggers)}")
   run = _Driver(program, config, loggers, checkpointer, keep_best)
-  state = program.init()
+  state = run.restore() if resume else program.init()
   if resume:
-    state = run.restore(state)
     where = getattr(checkpointer, "directory", "")
     announce(f"resuming from the checkpoint at env step {run.saved:,} ({where})"
              if run.saved is not None else "no checkpoint to resume from: starting over")  # fmt: skip
@@ -282,20 +283,26 @@ class _Driver:
     self.wall_offset, self.last_log = 0.0, (0.0, 0)
     self.saved: Optional[int] = None  # env steps of the newest checkpoint
 
-  def restore(self, state: Any) -> Any:
-    """The newest checkpoint's state and records, the logs cut back to it."""
+  def restore(self) -> Any:
+    """The newest checkpoint's state and records, the logs cut back to it; a fresh state
+    where there is none. The fresh state, which gives the checkpoint's shapes, is let go
+    before the checkpoint is read: a state is held once (a replay buffer included)."""
     program, where = self.program, str(getattr(self.checkpointer, "directory", ""))
     check = lambda record: records.from_record(record, program.kind, program.num_lanes, where)
+    fresh = program.init()
+    shapes = abstract_arrays(fresh)
+    template = abstract_arrays(program.checkpoint_arrays(fresh))
+    del fresh
     try:
-      restored = restore_newest(
-          self.checkpointer, program.checkpoint_arrays(state), check, records.is_first_checkpoint
-      )
+      restored = restore_newest(self.checkpointer, template, check, records.is_first_checkpoint)
     except (ValueError, CheckpointAccessError) as e:
       raise ResumeError(str(e)) from e
     program.agree_on_restore(-1 if restored is None else restored[1]["schedule"]["env_steps"])
-    if restored is not None:
+    if restored is None:
+      state = program.init()
+    else:
       arrays, record = restored
-      state = program.from_checkpoint(state, arrays)
+      state = program.from_checkpoint(shapes, arrays)
       self.schedule, self.accs = check(record)
       self.saved = self.schedule.env_steps
     for logger in self.loggers:
