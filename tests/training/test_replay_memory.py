@@ -1,6 +1,7 @@
 """Sizes that cannot fit in memory are refused by name before the run writes anything (they
 ended the process in an allocation error, or an out-of-memory kill): a replay buffer and
-its batches, SQIL's demonstrations cut into sequences, and their batches."""
+its batches, SQIL's demonstrations cut into sequences, and their batches. And a run holds
+its state once: at start-up, as it writes a checkpoint, and as it resumes."""
 
 import dataclasses
 import json
@@ -249,13 +250,15 @@ status = lambda key: [int(l.split()[1]) * 1024 for l in open("/proc/self/status"
 # Random floats, as a full replay buffer holds: they do not compress.
 x = jax.device_put(np.random.default_rng(0).random((10_000_000, 9, 4), dtype=np.float32))
 x.block_until_ready()
-saver = checkpoint.Checkpointer(tempfile.mkdtemp())
-saver.save(0, {"obs": np.ones(3)}, {})  # orbax's memory of its first save
-with open("/proc/self/clear_refs", "w") as f:
-  f.write("5")  # the peak resident memory (VmHWM) starts again from here
-before = status("VmRSS")
-saver.save(1, {"obs": x}, {})
-print(x.nbytes, status("VmHWM") - before)
+with tempfile.TemporaryDirectory() as directory:
+  saver = checkpoint.Checkpointer(directory)
+  saver.save(0, {"obs": np.ones(3)}, {})  # orbax's memory of its first save
+  with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")  # the peak resident memory (VmHWM) starts again from here
+  before = status("VmRSS")
+  saver.save(1, {"obs": x}, {})
+  print(x.nbytes, status("VmHWM") - before)
+  saver.close()
 """
 
 
