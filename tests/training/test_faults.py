@@ -1180,3 +1180,36 @@ def test_a_stopped_run_without_checkpoints_says_it_cannot_be_resumed(tmp_path):
   out, err = proc.communicate(timeout=120)
   assert proc.returncode == 0, err[-3000:]
   assert "wrote no checkpoint (--checkpoint-every 0) and cannot be resumed" in out, out
+
+
+def test_a_first_checkpoint_cut_short_twice_starts_over_and_a_later_one_is_refused(tmp_path):
+  """`restore_newest` starts over when the only checkpoints set aside are copies of the
+  run's first one without checksums (killed as it was written, each time the run started
+  over); a later checkpoint without them (its record not the first's) is damage: refused,
+  as is any where no `is_first` is given."""
+  from offpolicy_ac.training.checkpoint import Checkpointer  # pylint: disable=import-outside-toplevel
+  from offpolicy_ac.training.checkpoint import restore_newest  # pylint: disable=import-outside-toplevel
+
+  tree = {"state": np.zeros(3)}
+  is_first = lambda record: record["segment"] == 1
+  ckpt = Checkpointer(tmp_path, max_to_keep=2)
+
+  def cut_short(step, segment):  # saved, then its checksums lost as by a kill
+    ckpt.save(step, tree, {"segment": segment})
+    (tmp_path / str(step) / "checksums.json").unlink()
+
+  for _ in range(2):
+    cut_short(1, segment=1)
+    with pytest.warns(RuntimeWarning, match=r"the save of the first one did not finish"):
+      assert restore_newest(ckpt, tree, lambda record: None, is_first) is None
+    time.sleep(1.0)  # copies set aside are named by the second
+  assert len(checkpoint.set_aside_checkpoints(tmp_path)) == 2
+  with pytest.warns(RuntimeWarning, match=r"could not be read"):  # the default: never first
+    with pytest.raises(checkpoint.DamagedCheckpointError, match="no intact checkpoint"):
+      cut_short(1, segment=1)
+      restore_newest(ckpt, tree, lambda record: None)
+  cut_short(2, segment=2)  # a second checkpoint: the first was complete once
+  with pytest.warns(RuntimeWarning, match=r"could not be read"):
+    with pytest.raises(checkpoint.DamagedCheckpointError, match="no intact checkpoint"):
+      restore_newest(ckpt, tree, lambda record: None, is_first)
+  ckpt.close()

@@ -619,7 +619,8 @@ def _first_save_cut_short(directory: pathlib.Path, set_aside: Sequence[str],
     if (directory / name / CHECKSUMS).exists():
       return False
     try:
-      record = ocp.Checkpointer(ocp.JsonCheckpointHandler()).restore(directory / name / "record")
+      with ocp.Checkpointer(ocp.JsonCheckpointHandler()) as reader:
+        record = reader.restore(directory / name / "record")
     except Exception:  # pylint: disable=broad-except
       return False  # unreadable: damaged
     if not is_first(dict(record)):
