@@ -282,6 +282,40 @@ def test_evaluate_refuses_a_video_it_cannot_write_before_playing_episodes(tmp_pa
   assert not list(tmp_path.iterdir())
 
 
+_WRITE_UNDER_A_SIZE_LIMIT = """
+import resource, sys
+import numpy as np
+from offpolicy_ac.training import write_video
+path, limit = sys.argv[1], int(sys.argv[2])
+if limit:  # what ffmpeg, a child, may write: it stops at the limit, as on a full disk
+  resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+frames = np.random.default_rng(0).integers(0, 256, (20, 32, 32, 3), dtype=np.uint8)
+try:
+  print(write_video(path, frames, fps=10).stat().st_size)
+except OSError as e:
+  print(e)
+  sys.exit(3)
+"""
+
+
+def test_write_video_refuses_a_file_ffmpeg_could_not_finish(tmp_path):
+  """ffmpeg that cannot write the rest of the file (a full disk) exits quietly: the video
+  is read back, and a file that does not read back is an error that leaves no file."""
+
+  def write(name: str, limit: int) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", _WRITE_UNDER_A_SIZE_LIMIT, name, str(limit)],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)  # fmt: skip
+
+  whole = write("whole.mp4", 0)
+  assert whole.returncode == 0, whole.stderr[-2000:]
+  size = int(whole.stdout)
+  cut = write("cut.mp4", size // 2)
+  assert cut.returncode == 3, (cut.stdout, cut.stderr[-2000:])
+  assert re.fullmatch(r"writing the video cut\.mp4 failed: ffmpeg did not finish the file, "
+                      r"which does not read back \(.+\); a full disk\?\n", cut.stdout)  # fmt: skip
+  assert sorted(path.name for path in tmp_path.iterdir()) == ["whole.mp4"]
+
+
 @pytest.mark.parametrize("fps", [float("inf"), float("nan"), 0, 1e-9, 3e9, "30", True])
 def test_write_video_refuses_a_frame_rate_ffmpeg_cannot_write(tmp_path, fps):
   """ffmpeg wrote no file at 1e-9 or 3e9 frames/s (after the evaluation had run)."""

@@ -6,11 +6,13 @@ write_video("greedy.mp4", episode, fps=30)      # frames encoded as they are ren
 
 from __future__ import annotations
 
+import contextlib
 import numbers
 import os
 import pathlib
 import types
 from typing import Iterable
+from typing import Iterator
 import warnings
 
 import numpy as np
@@ -56,8 +58,10 @@ def write_video(path: str | os.PathLike, frames: Iterable[np.ndarray],
   come, so that only one frame is held at a time.
 
   Odd heights and widths are padded by one black row / column (the yuv420p pixel
-  format needs even sizes). The file is written next to `path`, then renamed onto it; a
-  failure (a bad frame, or one the iterable raises) leaves no file.
+  format needs even sizes). The file is written next to `path`, read back by ffmpeg (its
+  frames counted: ffmpeg that could not finish the file, on a full disk say, still exits
+  quietly), then renamed onto it; a failure (a bad frame, one the iterable raises, or
+  ffmpeg's: an OSError naming `path`) leaves no file.
   """
   check_fps(fps)
   check_video_path(path)
@@ -82,10 +86,13 @@ def write_video(path: str | os.PathLike, frames: Iterable[np.ndarray],
           raise ValueError(f"frames must be [H, W, 3] uint8, all of one size: frame {k} is "
                            f"{frame.shape} {frame.dtype}{first}")  # fmt: skip
         height, width, _ = shape
-        writer.append_data(np.pad(frame, ((0, height % 2), (0, width % 2), (0, 0))))
+        with _ffmpeg_errors(path):
+          writer.append_data(np.pad(frame, ((0, height % 2), (0, width % 2), (0, 0))))
       if shape is None:
         raise ValueError("frames must be [N >= 1, H, W, 3] uint8, got no frame")
-      writer.close()
+      with _ffmpeg_errors(path):
+        writer.close()
+      _check_read_back(tmp, path, num_frames=k + 1)
   except BaseException:
     # Closed first: ffmpeg still running would write the file again once it is removed.
     if writer is not None:
@@ -97,3 +104,31 @@ def write_video(path: str | os.PathLike, frames: Iterable[np.ndarray],
     raise
   os.replace(tmp, path)
   return path
+
+
+@contextlib.contextmanager
+def _ffmpeg_errors(path: pathlib.Path) -> Iterator[None]:
+  """An OSError of imageio's ffmpeg pipe (ffmpeg stopped: a path it could not open, a full
+  disk), raised again as one line naming the video; ffmpeg printed its reason above."""
+  try:
+    yield
+  except OSError as e:
+    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    raise OSError(f"writing the video {path} failed: ffmpeg stopped ({first}); its own "
+                  "message is printed above") from e  # fmt: skip
+
+
+def _check_read_back(tmp: pathlib.Path, path: pathlib.Path, num_frames: int) -> None:
+  """Refuses (OSError naming `path`) a video file ffmpeg did not finish: one it cannot read
+  back, or that holds other than the `num_frames` frames written."""
+  import imageio_ffmpeg
+
+  try:
+    frames_read, _ = imageio_ffmpeg.count_frames_and_secs(str(tmp))
+  except (RuntimeError, OSError) as e:
+    reason = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+    raise OSError(f"writing the video {path} failed: ffmpeg did not finish the file, which "
+                  f"does not read back ({reason}); a full disk?") from e  # fmt: skip
+  if frames_read != num_frames:
+    raise OSError(f"writing the video {path} failed: it holds {frames_read} frames of the "
+                  f"{num_frames} written; a full disk?")  # fmt: skip
