@@ -49,6 +49,7 @@ from offpolicy_ac.training import pool_seed
 from offpolicy_ac.training import write_video
 from offpolicy_ac.training.evaluation import EpisodeLimitError
 from offpolicy_ac.training.evaluation import episode_pools
+from offpolicy_ac.training.logger import write_atomic
 from offpolicy_ac.training.sources import task_kwargs
 from offpolicy_ac.training.video import check_fps
 from offpolicy_ac.training.video import check_video_path
@@ -220,7 +221,7 @@ def _evaluate(args: Args, run: Any, pools: list[tuple[int, int]], video_env: Any
   print(f"protocol: {protocol}")
   out = pathlib.Path(args.out).expanduser() if args.out else _default_out(run)
   out.parent.mkdir(parents=True, exist_ok=True)
-  out.write_text(json.dumps(result, indent=2))  # before rendering, which may fail
+  write_atomic(out, json.dumps(result, indent=2))  # before rendering, which may fail
   print(f"wrote {out}")
   if args.video:
     episode = RenderedEpisode(video_env, run.greedy, run.acting, max_steps=args.max_steps)
@@ -228,7 +229,7 @@ def _evaluate(args: Args, run: Any, pools: list[tuple[int, int]], video_env: Any
     path = write_video(args.video, episode, fps=fps)  # each frame as it is rendered
     frames, video_return = episode.num_frames, episode.episode_return
     result["video"] = {"path": str(path), "frames": frames, "fps": fps, "return": video_return}
-    out.write_text(json.dumps(result, indent=2))
+    write_atomic(out, json.dumps(result, indent=2))
     print(f"video of episode 0 ({frames} frames, return {video_return:.2f}): {path}")
   return result
 

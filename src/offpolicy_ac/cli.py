@@ -838,8 +838,9 @@ def script_main(parse: Callable[[], Any], run: Callable[[Any], Any], *,
   type in `refuse`, for scripts that only read: evaluate.py, record_demos.py, plot.py)
   prints one line, "[<script>] error: <why>" (naming settings by their flags:
   `in_flag_terms`), and exits with code 2; a full disk prints one line and exits with code
-  1 (the checkpoints written are intact); a warning prints one line (`one_line_warnings`). A
-  closed stdout (`| head`) silences the output and nothing else.
+  1 (for a training run: the checkpoints written are intact, for `--resume`); a warning
+  prints one line (`one_line_warnings`). A closed stdout (`| head`) silences the output
+  and nothing else.
   A non-finite loss, gradient or environment datum (`NonFiniteError`) prints one line and
   exits with code 1 (the last good checkpoint is kept); so does XLA running out of memory
   (`out_of_memory_message`). Anything else (a bug) keeps its traceback. A Ctrl-C, or a
@@ -871,9 +872,11 @@ def script_main(parse: Callable[[], Any], run: Callable[[Any], Any], *,
   except Exception as e:  # pylint: disable=broad-except
     if isinstance(e, OSError) and e.errno in STORAGE_FULL:
       where = f" ({e.filename})" if e.filename else ""
-      exit_process(1, last_words=f"[{prog}] error: {STORAGE_FULL[e.errno]}{where}; the "
-                   "checkpoints written are intact: make room, then --resume (it starts over "
-                   "if there is none)")  # fmt: skip
+      then = "make room, then run it again"
+      if _resumable(args):
+        then = ("the checkpoints written are intact: make room, then --resume (it starts "
+                "over if there is none)")  # fmt: skip
+      exit_process(1, last_words=f"[{prog}] error: {STORAGE_FULL[e.errno]}{where}; {then}")
     if isinstance(e, NonFiniteError):  # found after the step: a traceback shows no cause
       exit_process(1, last_words=f"[{prog}] error: {in_flag_terms(str(e), type(args))}")
     if is_out_of_memory(e):
@@ -882,6 +885,13 @@ def script_main(parse: Callable[[], Any], run: Callable[[Any], Any], *,
       raise
     exit_process(2, last_words=f"[{prog}] error: {in_flag_terms(str(e), type(args))}")
   exit_process(0)
+
+
+def _resumable(args: Any) -> bool:
+  """Whether a script's parsed `args` are a training run's, which `--resume` continues."""
+  return dataclasses.is_dataclass(args) and any(
+      f.name == "resume" for f in dataclasses.fields(args)
+  )
 
 
 _ARRAY_SIZES = ("num_envs", "unroll_length", "mini_batch_size", "replay_capacity", "num_seeds")

@@ -162,9 +162,11 @@ def save_demos(path: str | os.PathLike, demos: dict[str, np.ndarray], *, env_id:
   try:
     np.savez_compressed(tmp, env_id=np.array(env_id), **demos)
     os.replace(tmp, path)
-  except BaseException:
+  except BaseException as e:
     with contextlib.suppress(OSError):
       os.remove(tmp)
+    if isinstance(e, OSError) and e.filename is None:  # a write's (a full disk): name it
+      e.filename = path
     raise
 
 

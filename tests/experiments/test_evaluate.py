@@ -4,6 +4,7 @@ import dataclasses
 import gc
 import json
 import re
+import resource
 import subprocess
 import sys
 
@@ -189,6 +190,27 @@ def test_evaluate_refuses_outputs_that_would_overwrite_the_run(tmp_path):
       "overwriting it would damage the run; give another path"
   )
   assert config.read_bytes() == written[config]
+
+
+@pytest.mark.parametrize("script", ["evaluate", "record_demos"])
+def test_a_full_disk_ends_evaluate_and_record_demos_in_one_line_leaving_no_file(tmp_path, script):
+  """A write refused for full storage (a file-size limit, EFBIG, as a full disk's ENOSPC)
+  ends the script with exit code 1 and one line that says to run it again (not to
+  `--resume`, a training run's flag), and leaves no partial output file."""
+  run_dir = _train(tmp_path / "run", "cartpole", 512)
+  out = tmp_path / "out" / ("results.json" if script == "evaluate" else "demos.npz")
+  limit = lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (256, 256))  # results: ~600 bytes
+  proc = subprocess.run(
+      [sys.executable, str(EXPERIMENTS / f"{script}.py"), "--run-dir", str(run_dir),
+       "--episodes", "20", "--out", str(out)],
+      capture_output=True, text=True, timeout=300, preexec_fn=limit, env=cpu_process_env(),
+  )  # fmt: skip
+  last = [line for line in proc.stderr.splitlines() if line.strip()][-1]
+  assert proc.returncode == 1, proc.stderr[-3000:]
+  assert re.fullmatch(rf"\[{script}\] error: a file would pass the file-size limit \(ulimit -f\)"
+                      rf" \({re.escape(str(out))}\); make room, then run it again",
+                      last), last  # fmt: skip
+  assert not list(out.parent.iterdir())
 
 
 def test_record_demos_refuses_an_out_that_would_overwrite_the_run(tmp_path):

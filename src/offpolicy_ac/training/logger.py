@@ -86,8 +86,10 @@ def write_atomic(path: pathlib.Path, data: str | bytes) -> None:
       f.write(data.encode() if isinstance(data, str) else data)
       f.flush()
       os.fsync(f.fileno())
-  except BaseException:
+  except BaseException as e:
     tmp.unlink(missing_ok=True)
+    if isinstance(e, OSError) and e.filename is None:  # a write's (a full disk): name it
+      e.filename = str(path)
     raise
   os.replace(tmp, path)
   sync_directory(path.parent)
