@@ -303,6 +303,22 @@ def test_no_new_run_inside_a_run_of_seeds_nor_from_a_working_directory_inside_a_
   assert not (seeds / "seed0" / "runs").exists()
 
 
+def test_a_folder_of_runs_is_not_taken_for_a_run_when_one_of_them_holds_seeds(tmp_path):
+  """runs/<run>/seed<k>/config.json, a run of several seeds among others, looked like a
+  sweep's <setting>/seed<k>/: a new run with --run-dir runs/ was written at the top of the
+  folder of runs, and a later --resume of it rebuilt tensorboard/ there."""
+  args = impala.Args()
+  train = args.train.replace(total_env_steps=512, checkpoint_every=512, log_every=512,
+                             eval_every=0, num_seeds=2)  # fmt: skip
+  runs = tmp_path / "runs"
+  impala.run(dataclasses.replace(args, train=train, run_dir=str(runs / "seeds")))
+  assert (runs / "seeds" / "config.json").exists() and (runs / "seeds" / "seed1").is_dir()
+  written = sorted(p.relative_to(runs) for p in runs.rglob("*"))
+  with pytest.raises(ValueError, match=r"runs holds other files \(seeds\) and no run"):
+    rundir.check_new_run_dir(runs)
+  assert sorted(p.relative_to(runs) for p in runs.rglob("*")) == written
+
+
 def test_a_folder_that_cannot_be_read_is_not_taken_for_an_empty_one(tmp_path, monkeypatch):
   """os.walk and Path.rglob skip a folder they cannot read: it looked empty, and the run
   was written beside what it holds (root reads any mode: the error is made here)."""

@@ -386,9 +386,8 @@ def check_new_run_dir(run_dir: pathlib.Path) -> None:
   if parent is not None and not _one_of_its_seeds(parent, run_dir):
     raise ValueError(f"--run-dir {run_dir} is inside the directory of the run in {parent}: "
                      "choose a directory outside it")  # fmt: skip
-  runs = ("config.json", "seed*/config.json", "*/seed*/config.json")
   try:
-    if not run_dir.is_dir() or any(next(run_dir.glob(pattern), None) for pattern in runs):
+    if not run_dir.is_dir() or _holds_a_run_at_its_top(run_dir):
       return
     foreign = sorted(p.name for p in run_dir.iterdir() if not _left_by_a_start(p))
   except OSError as e:
@@ -397,6 +396,16 @@ def check_new_run_dir(run_dir: pathlib.Path) -> None:
     shown = ", ".join(foreign[:4]) + (", ..." if len(foreign) > 4 else "")
     raise ValueError(f"--run-dir {run_dir} holds other files ({shown}) and no run: choose a "
                      "new or empty directory")  # fmt: skip
+
+
+def _holds_a_run_at_its_top(run_dir: pathlib.Path) -> bool:
+  """Whether `run_dir` is a run's directory: its config.json, a run of seeds' seed<k>/, or a
+  sweep's <setting>/seed<k>/; not a folder of runs, one of which holds seeds
+  (<run>/config.json beside <run>/seed<k>/)."""
+  if (run_dir / "config.json").exists() or next(run_dir.glob("seed[0-9]*/config.json"), None):
+    return True
+  learners = run_dir.glob("*/seed[0-9]*/config.json")
+  return any(not (path.parent.parent / "config.json").exists() for path in learners)
 
 
 def _canonical_sweep(config: dict, args: Any) -> dict:
