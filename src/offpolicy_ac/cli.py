@@ -77,6 +77,7 @@ from offpolicy_ac.training.config import fields_without_effect
 from offpolicy_ac.training.driver import NonFiniteError
 from offpolicy_ac.training.experiment import REFUSED
 from offpolicy_ac.training.experiment import is_refusal
+from offpolicy_ac.training.rundir import enclosing_run
 
 __all__ = [
     "EnvPresets",
@@ -750,13 +751,15 @@ def check_outside_run(flag: str, given: str | os.PathLike, run_dir: str | os.Pat
   script's own earlier outputs) or any path in one of its folders (checkpoints/,
   best_at_checkpoint/, tensorboard/, ...); for a learner of a run of several
   (<root>/seed<k>, <root>/<setting>/seed<k>), the root's too (its config.json and
-  checkpoints/, which the learner loads). Paths are compared resolved (`..`, links); the
-  run directory itself is left to `check_output_file`."""
+  checkpoints/, which the learner loads); and another run's alike, for a path inside one
+  (`rundir.enclosing_run`). Paths are compared resolved (`..`, links); the run directory
+  itself is left to `check_output_file`."""
   run_dir = pathlib.Path(run_dir).expanduser().resolve()
   # The root of a run of several seeds or settings: where load_run finds its checkpoints.
   roots = [d for d in (run_dir.parent, run_dir.parent.parent) if (d / "config.json").is_file()]
   path = pathlib.Path(given).expanduser().resolve()
   owner = next((d for d in (run_dir, *roots[:1]) if path.is_relative_to(d)), None)
+  owner = owner or enclosing_run(path)  # another run's
   if owner is None or path == owner:
     return
   first = owner / path.relative_to(owner).parts[0]

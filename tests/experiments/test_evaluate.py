@@ -235,6 +235,26 @@ def test_record_demos_refuses_an_out_that_would_overwrite_the_run(tmp_path):
   load_run(run_dir)
 
 
+@pytest.mark.parametrize("script", ["evaluate", "record_demos"])
+def test_an_out_may_not_overwrite_another_run_either(tmp_path, script):
+  """--out into another run than the one evaluated (its config.json, final parameters,
+  checkpoints/, a seed's summary.json) left that run unloadable, with exit code 0."""
+  run_dir = _train(tmp_path / "run", "cartpole", 512)
+  other = _train(tmp_path / "other", "cartpole", 512)
+  (other / "checkpoints").mkdir(exist_ok=True)
+  written = {p: p.read_bytes() for p in other.rglob("*") if p.is_file()}
+  module = load_script(script)
+  for path, message in [
+      (other / "config.json", f"is the file config.json of the run in {other}"),
+      (other / "final_params.msgpack", f"is the file final_params.msgpack of the run in {other}"),
+      (other / "checkpoints" / "x.json", f"is in {other / 'checkpoints'}, a folder of the run"),
+  ]:
+    with pytest.raises(ValueError, match=re.escape(f"--out {path} {message}")):
+      module.main(module.Args(run_dir=str(run_dir), out=str(path), episodes=1))
+  assert {p: p.read_bytes() for p in other.rglob("*") if p.is_file()} == written
+  load_run(other)
+
+
 def test_write_video_round_trip_pads_odd_sizes(tmp_path):
   rng = np.random.default_rng(0)
   frames = np.zeros((7, 31, 45, 3), np.uint8)

@@ -298,7 +298,7 @@ def default_run_dir(name: str, config: TrainConfig) -> str:
   """runs/<name>-<task>-seed<k>-<time>, created here: a run started in the same second
   gets the next free name (-2, -3, ...). The task's ':' is a '-' (scp reads ':' as a host).
   Refused (ValueError) inside another run's directory, as `check_new_run_dir` refuses."""
-  inside = _enclosing_run(pathlib.Path("runs", "new"))
+  inside = enclosing_run(pathlib.Path("runs", "new"))
   if inside is not None:
     raise ValueError(f"the default run directory, ./runs/..., would be inside the directory "
                      f"of the run in {inside} (the working directory is): give --run-dir "
@@ -382,7 +382,7 @@ def check_new_run_dir(run_dir: pathlib.Path) -> None:
   holds files of something else (documents, another run's checkpoints/): the run's files
   would mix with them. A new or empty directory, one that a refused start left (lock files
   only) and a run's directory (`check_or_write_config` refuses or resumes it) pass."""
-  parent = _enclosing_run(run_dir)
+  parent = enclosing_run(run_dir)
   if parent is not None and not _one_of_its_seeds(parent, run_dir):
     raise ValueError(f"--run-dir {run_dir} is inside the directory of the run in {parent}: "
                      "choose a directory outside it")  # fmt: skip
@@ -463,7 +463,7 @@ def record_seeds(root: pathlib.Path, seeds: Sequence[int]) -> None:
   write_atomic(root / SEEDS_RECORD, json.dumps({"seeds": list(seeds)}))
 
 
-def _enclosing_run(path: pathlib.Path) -> Optional[pathlib.Path]:
+def enclosing_run(path: pathlib.Path) -> Optional[pathlib.Path]:
   """The run directory `path` lies inside (None: none): one with a config.json, or the root
   of seeds run one after the other (its `SEEDS_RECORD` and a seed<k>/config.json)."""
   return next((p for p in path.resolve().parents if _is_run_root(p)), None)
@@ -955,7 +955,7 @@ def _read_config(run_dir: str | os.PathLike) -> tuple[dict, TrainConfig]:
   path = run_dir / "config.json"
   if not path.exists():
     learners = sorted(str(p.parent) for p in run_dir.glob("seed*/config.json"))
-    run = _enclosing_run(run_dir)
+    run = enclosing_run(run_dir)
     raise FileNotFoundError(f"{run_dir} is not a run directory (no config.json)" + (
         f"; it holds the seeds of one: load one of them ({', '.join(learners)})"
         if learners else f"; it is inside the run in {run}" if run else ""))  # fmt: skip
