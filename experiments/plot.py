@@ -24,6 +24,7 @@ from offpolicy_ac.cli import check_output_file
 from offpolicy_ac.cli import check_paths_given
 from offpolicy_ac.cli import parse_plain
 from offpolicy_ac.cli import script_main
+from offpolicy_ac.training.rundir import enclosing_run
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +55,10 @@ def main(args: Args) -> list[statistics.GroupCurve]:
     check_paths_given({"a run directory given": path})
   check_paths_given({"--out-dir": args.out_dir})
   check_output_file("--out-dir", pathlib.Path(args.out_dir) / "<env_id>.png")
+  run = enclosing_run(pathlib.Path(args.out_dir).expanduser() / "<env_id>.png")
+  if run is not None and pathlib.Path(args.out_dir).expanduser().resolve() != run:
+    raise ValueError(f"--out-dir {args.out_dir} is in a folder of the run in {run} (a --resume "
+                     "rebuilds some of them): give a directory outside it")  # fmt: skip
   runs = [statistics.run_info(d) for d in statistics.find_runs(args.paths)]
   if args.metric is not None:  # a misspelt key is not "nothing logged yet"
     logged = {key for r in runs for line in statistics.read_metrics(r.run_dir) for key in line}

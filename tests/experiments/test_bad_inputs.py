@@ -126,6 +126,11 @@ CASES = [
     ("plot", ["{demos}", "--max-points", "1"], "--max-points >= 2"),
     ("plot", ["{demos}", "--reps", "1000000000000"], "--reps in [40, 100,000]"),  # (7 TiB)
     ("plot", ["{demos}", "--out-dir", "{demos}/good.npz/p"], "good.npz is a file, not a direc"),
+    (
+        "plot",
+        ["{demos}", "--out-dir", "{demos}/impala-run/best_at_checkpoint/p"],
+        "best_at_checkpoint/p is in a folder of the run in ",
+    ),
     ("plot", ["{demos}/damaged"], "config.json is damaged (not valid JSON"),
     ("evaluate", ["--run-dir", "{demos}/damaged"], "config.json is damaged (not valid JSON"),
     ("evaluate", ["--run-dir", "{demos}/binary"], "binary/config.json is damaged (not valid JSON"),
