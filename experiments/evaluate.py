@@ -12,7 +12,7 @@ episodes played: NumPy's, ddof 0), min and max, and writes them to
 <run-dir>/evaluation.json (`evaluation_best.json` with `--best`,
 `evaluation_checkpoint<N>.json` for checkpoint N's, with `--checkpoint N` or where the final
 parameters are missing or older; or `--out`, which, like `--video`,
-may not name a file of the run or a path in one of its folders: `check_outputs`). The
+may not name a file of this run or another, or a path in their folders: `check_outputs`). The
 episodes are played in pools of at most 256 environments seeded from
 `training.pool_seed(seed, "evaluate")` (`training.evaluation.episode_pools`): on envpool
 tasks, the same episodes as one pool of them all, in bounded memory. With `--video`, also
@@ -153,8 +153,8 @@ def _written_here(path: pathlib.Path) -> bool:
 
 def check_outputs(args: Args) -> None:
   """Refuses (ValueError naming the flag) an `--out` or `--video` that would overwrite the
-  run evaluated (`cli.check_outside_run`; evaluate.py's own results and videos there may
-  be overwritten: `_written_here`), and the two naming the same file (the results would
+  run evaluated or another (`cli.check_outside_run`; evaluate.py's own results and videos
+  there may be overwritten: `_written_here`), and the two naming the same file (the results would
   replace the video)."""
   outputs = {flag: path for flag, path in (("--out", args.out), ("--video", args.video)) if path}
   for flag, given in outputs.items():
