@@ -827,9 +827,11 @@ def _refuse_shadowed(flag: str, name: str) -> None:
   local = {pathlib.Path(f"{top}.py").resolve(), pathlib.Path(top).resolve()}
   if local & {pathlib.Path(p).resolve() for p in found_at}:
     return
+  # Imported already (json, numpy), the module cannot be loaded by its path either (it
+  # would replace the one in use): only a new name helps.
+  advice = "rename it" if top in sys.modules else "give the file's path (a .py file) or rename it"
   raise ValueError(f"{flag} {name}: {here} in the current directory is shadowed by the module "
-                   f"{top!r} ({origin}), which Python imports instead; give the file's path "
-                   "(a .py file) or rename it")  # fmt: skip
+                   f"{top!r} ({origin}), which Python imports instead; {advice}")  # fmt: skip
 
 
 def script_main(parse: Callable[[], Any], run: Callable[[Any], Any], *,

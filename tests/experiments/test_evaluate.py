@@ -492,9 +492,12 @@ def test_import_modules_refuses_a_name_that_another_module_shadows(tmp_path, mon
   (tmp_path / "json.py").write_text("ANSWER = 42\n")
   (tmp_path / "numpy").mkdir()
   for name, local in (("json", "json.py"), ("numpy.linalg", "numpy")):
+    # Both are imported already: loading the one here by its path would replace them.
     with pytest.raises(ValueError, match=rf"--import-modules {name}: {local} in the current "
-                       r"directory is shadowed by the module .* give the file's path"):  # fmt: skip
+                       r"directory is shadowed by the module .*; rename it$"):  # fmt: skip
       import_modules("--import-modules", [name])
+  with pytest.raises(ValueError, match="json.py: a module named 'json' is already imported"):
+    import_modules("--import-modules", ["json.py"])  # and the path is refused as such
   (tmp_path / "plugin_local.py").write_text("ANSWER = 42\n")
   try:
     import_modules("--import-modules", ["plugin_local"])  # nothing shadows it
@@ -520,9 +523,11 @@ def test_import_modules_tells_the_module_here_from_one_below_the_current_directo
     import_modules("--import-modules", ["plugin_ns.agent"])
     assert sys.modules["plugin_ns.agent"].ANSWER == 42
     with pytest.raises(ValueError, match=r"plugin_twin\.py in the current directory is "
-                       r"shadowed by the module 'plugin_twin' \(.*site"):  # fmt: skip
+                       r"shadowed by the module 'plugin_twin' \(.*site.*give the file's path"):  # fmt: skip
       import_modules("--import-modules", ["plugin_twin"])
     assert "plugin_twin" not in sys.modules
+    import_modules("--import-modules", ["plugin_twin.py"])  # as that advice says
+    assert sys.modules["plugin_twin"].ANSWER == 42
   finally:
     for name in ("plugin_ns.agent", "plugin_ns", "plugin_twin"):
       sys.modules.pop(name, None)
