@@ -230,14 +230,49 @@ def test_a_resumed_run_holds_its_state_once(tmp_path):
       text=True, timeout=600, check=True).stdout.split()[-1])  # fmt: skip
   start = peak(1024, "start")
   resumed = peak(2048, "resume")
-  layout = json.loads((tmp_path / "run" / "checkpoints" / "2048" / "checksums.json").read_text())
+  buffer = _replay_bytes(tmp_path / "run" / "checkpoints" / "2048")
+  assert buffer > 2**30
+  assert resumed < start + 0.75 * buffer
+
+
+def _replay_bytes(checkpoint_dir) -> int:
+  """The bytes of the replay buffer in a checkpoint, by its checksums.json."""
+  layout = json.loads((checkpoint_dir / "checksums.json").read_text())
   buffer = 0
   for name, spec in layout.items():  # "<f4[1, 4000000, 9, 4]:<crc>"
     dtype, _, shape = spec.rpartition(":")[0].partition("[")
-    if name.startswith("learner/replay/"):
+    if "replay/" in name:  # learner/replay/... (envpool), state/learner/replay/... (compiled)
       buffer += np.dtype(dtype).itemsize * math.prod(json.loads(f"[{shape}"))
+  return buffer
+
+
+COMPILED_PEAK_MEMORY = """
+import dataclasses, resource, sys
+import jax
+from offpolicy_ac import presets
+
+peak = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+args = presets.sql.Args()
+train = args.train.replace(env_id="gymnax:CartPole-v1", replay_capacity=6_000_000,
+                           total_env_steps=2048, checkpoint_every=1024, eval_every=1024)
+jax.block_until_ready(jax.numpy.zeros(8) + 1)  # the backend's own memory, before the run
+before = peak()
+presets.sql.run(dataclasses.replace(args, train=train, run_dir=sys.argv[1]))
+print(before, peak())
+"""
+
+
+def test_a_compiled_run_holds_its_state_once(tmp_path):
+  """A compiled run's final parameters (and its best ones, at each best evaluation) were
+  taken from a copy of its lane's whole learner state: a peak of twice the replay buffer
+  at the end of every run (a 15 GiB buffer on a host with 23 GiB free was killed)."""
+  out = subprocess.run([sys.executable, "-c", COMPILED_PEAK_MEMORY, str(tmp_path / "run")],
+                       capture_output=True, text=True, timeout=600)  # fmt: skip
+  assert out.returncode == 0, out.stderr
+  before, peak = map(int, out.stdout.split()[-2:])
+  buffer = _replay_bytes(tmp_path / "run" / "checkpoints" / "2048")
   assert buffer > 2**30
-  assert resumed < start + 0.75 * buffer
+  assert peak - before < 1.6 * buffer  # the buffer, the compiler's memory and a save's
 
 
 SAVE_PEAK_MEMORY = """

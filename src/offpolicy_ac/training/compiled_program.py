@@ -144,8 +144,9 @@ class CompiledProgram:
     return np.asarray(jax.device_get(state.learner.agent.num_updates))
 
   def final(self, state: Any, lane: int) -> tuple[Any, Any]:
-    learner = take_lane(state.learner, lane)
-    return learner.agent, learner.transform
+    # Only these two: taking the lane of the whole learner state copied its replay buffer
+    # (twice the run's memory at the end, and at each best evaluation).
+    return take_lane((state.learner.agent, state.learner.transform), lane)
 
   def open(self, state: Any, segment: int) -> None:
     del state, segment  # the environments are part of the state
