@@ -289,6 +289,18 @@ class WeightedMeanVariantsTest(chex.TestCase):
       self.variant(L.weighted_mean)(x, w)
 
   @chex.variants(with_jit=True, without_jit=True)
+  def test_weighted_mean_of_bool_or_integer_values_is_a_float(self):
+    """The fraction of clipped steps, `weighted_mean(rho > 1, mask)`, was cast back to the
+    inputs' bool (True), and an integer mean truncated."""
+    rho, mask = jnp.array([0.5, 2.0, 0.7, 3.0]), jnp.array([True, True, True, False])
+    fraction = self.variant(L.weighted_mean)(rho > 1.0, mask)
+    assert fraction.dtype == jnp.float32
+    np.testing.assert_allclose(fraction, 1 / 3, rtol=1e-6)
+    mean = self.variant(L.weighted_mean)(jnp.array([1, 2, 2]), jnp.array([1, 1, 1]))
+    assert mean.dtype == jnp.float32
+    np.testing.assert_allclose(mean, 5 / 3, rtol=1e-6)
+
+  @chex.variants(with_jit=True, without_jit=True)
   @parameterized.parameters(((5, 3),), ((7,),), ((2, 3, 4),))
   def test_weighted_mean_matches_numpy(self, shape):
     rng = np.random.default_rng(1)

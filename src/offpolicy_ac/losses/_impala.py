@@ -65,10 +65,16 @@ def weighted_mean(x: jax.Array, weights: jax.Array) -> jax.Array:
   applied to every row in the numerator. Broadcast it explicitly
   (`jnp.broadcast_to(w, x.shape)`) where that is what you mean. Weights are >= 0
   (ValueError otherwise, for concrete values: a negative weight makes sum(w) no total).
+
+  The mean has the dtype of `x` and `weights` together, at least float32 where both are
+  bool or integer (the fraction of steps where a condition holds, `weighted_mean(rho > 1,
+  mask)`, was cast back to bool).
   """
   _checks.check_shape("weights", weights, jnp.shape(x), "`x`")
   _checks.check_non_negative("weights", weights)
   dtype = jnp.result_type(weights, x)
+  if not jnp.issubdtype(dtype, jnp.inexact):
+    dtype = jnp.promote_types(dtype, jnp.float32)
   # Half precision is summed in float32 (its sums overflow at 65504); float32 and float64
   # as they are.
   acc = jnp.promote_types(dtype, jnp.float32)
