@@ -391,6 +391,26 @@ def test_zero_at_masked_steps_catches_an_error_left_at_a_junction(variant):
     testing.assert_zero_at_masked_steps(unmasked_td_errors, EXAMPLES, variants=(variant,))
 
 
+def td_error_times_mask(tr):
+  """Mutant: a one-step TD error zeroed at masked steps by multiplying by the mask, which
+  keeps a NaN of the masked data (`0 * nan` is `nan`)."""
+  return tr.mask * (tr.r_t + tr.discount_t * tr.v_t - tr.v_tm1)
+
+
+def test_an_error_multiplied_by_the_mask_fails_both_masked_step_checks():
+  """Both passed it: the clean example's masked outputs are 0, and a NaN at a masked step
+  of the garbled example reaches only that masked step."""
+  with pytest.raises(AssertionError, match=r"nan garbage .* at masked steps: output \(the "
+                     r"array\) is nan at index \(\d+,\), a masked step of the garbled example"):  # fmt: skip
+    testing.assert_masked_steps_ignored(td_error_times_mask, EXAMPLES, variants=("without_jit",))
+  with pytest.raises(AssertionError, match=r", NaN at its masked steps, chex variant without_jit:"
+                     r" output \(the array\) is nan at index \(\d+,\), a masked step"):  # fmt: skip
+    testing.assert_zero_at_masked_steps(td_error_times_mask, EXAMPLES, variants=("without_jit",))
+  selected = lambda tr: jnp.where(tr.mask, td_error_times_mask(tr), 0.0)  # noqa: E731
+  testing.assert_masked_steps_ignored(selected, EXAMPLES)
+  testing.assert_zero_at_masked_steps(selected, EXAMPLES)
+
+
 def test_an_error_left_at_a_junction_passes_the_other_checks():
   """Why the check exists: they compare the real steps only."""
   testing.assert_junction_split_invariant(unmasked_td_errors, EXAMPLES)

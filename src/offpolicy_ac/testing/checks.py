@@ -230,7 +230,7 @@ def _assert_close(check, where, name, actual, expected, rtol, atol, dtype, selec
     ) from None
 
 
-def _assert_finite(check, where, leaves, mask, masked_too=False):
+def _assert_finite(check, where, leaves, mask, masked_too=False, example="clean example"):
   """`chex.assert_tree_all_finite` on the outputs at the unmasked steps (a NaN there would
   compare equal to a NaN and hide a difference), and with `masked_too` at the masked ones
   (a NaN or inf there makes a loss that multiplies by the mask NaN)."""
@@ -249,7 +249,7 @@ def _assert_finite(check, where, leaves, mask, masked_too=False):
           " (0: `jnp.where(mask, x, 0)`) at masked steps")  # fmt: skip
       raise AssertionError(
           f"{check}: {where}: output {name} is {float(x[idx])} at index {idx}, {step} step of the"
-          f" clean example{hint}\nchex: {e}"
+          f" {example}{hint}\nchex: {e}"
       ) from None
 
 
@@ -404,8 +404,8 @@ def assert_masked_steps_ignored(
   another valid action) and the outputs at unmasked steps must stay the same. This
   catches a target that reads the reward, discount or ratios of the auto-reset step, or
   multiplies them by zero instead of selecting them away (`0 * nan` is `nan`). The outputs
-  of the clean example must be finite at every step, the masked ones included: a NaN or
-  inf there makes a loss that multiplies by the mask NaN.
+  must be finite at every step, the masked ones included, of the clean example and of the
+  garbled ones: a NaN or inf there makes a loss that multiplies by the mask NaN.
 
   >>> import jax.numpy as jnp
   >>> from offpolicy_ac import losses, testing
@@ -448,10 +448,14 @@ def assert_masked_steps_ignored(
       _assert_finite(check, where, clean, traj.mask, masked_too=True)
       for kind in garbage:
         what = f"{where}, {kind} garbage in {fields} at masked steps"
-        for (name, want), (_, got) in zip(clean, _leaves(run, dirty[kind], check, what)):
+        garbled = _leaves(run, dirty[kind], check, what)
+        for (name, want), (_, got) in zip(clean, garbled):
           select = _step_select(traj.mask, want.shape)
           dtype = _strictest(_float_dtype(traj), want.dtype)
           _assert_close(check, what, name, got, want, rtol, atol, dtype, select=select)
+        # The unmasked steps are as the clean example's: finite; now the masked ones.
+        _assert_finite(check, what, garbled, traj.mask, masked_too=True,
+                       example="garbled example")  # fmt: skip
 
 
 def assert_zero_at_masked_steps(
@@ -466,8 +470,11 @@ def assert_zero_at_masked_steps(
   loss may sum or average the outputs with the mask as weights, or without it. This
   catches a TD error or advantage that is computed at the junction row too (its target
   then pulls the final observation's value toward the next episode's data), which the
-  other checks pass: they compare the real steps only. Not for targets and returns, which
-  may hold anything at a masked step.
+  other checks pass: they compare the real steps only. Each example is run as given and
+  with NaN at the masked steps of its data (every field but the layout and the
+  predictions, as `assert_masked_steps_ignored` garbles them): an error multiplied by the
+  mask, `mask * (target - v)`, is NaN there. Not for targets and returns, which may hold
+  anything at a masked step.
 
   >>> import jax.numpy as jnp
   >>> from offpolicy_ac import losses, testing
@@ -484,19 +491,23 @@ def assert_zero_at_masked_steps(
   """
   check = "assert_zero_at_masked_steps"
   runs = _under_variants(check, fn, variants)
+  fields = [f for f in _tr.Trajectory._fields if f not in (*_tr.LAYOUT_FIELDS, *_PREDICTIONS)]
+  rng = np.random.default_rng(0)
   for i, traj in enumerate(_examples(examples)):
+    given = (("", traj), (", NaN at its masked steps", _garbled(traj, fields, "nan", rng)))
     for variant, run in runs:
-      where = f"{_describe(i, traj)}, chex variant {variant}"
-      for name, x in _leaves(run, traj, check, where):
-        masked = ~_step_select(traj.mask, x.shape)
-        bad = masked & (np.asarray(x) != 0)
-        if bad.any():
-          idx = tuple(int(j) for j in np.argwhere(bad)[0])
-          raise AssertionError(
-              f"{check}: {where}: output {name} is {float(x[idx])} at index {idx}, a masked step "
-              f"({int(bad.sum())} of {int(masked.sum())} masked entries are not 0): select it "
-              "away, `jnp.where(mask, error, 0)`"
-          )
+      for garbage, example in given:
+        where = f"{_describe(i, traj)}{garbage}, chex variant {variant}"
+        for name, x in _leaves(run, example, check, where):
+          masked = ~_step_select(traj.mask, x.shape)
+          bad = masked & ~(np.asarray(x) == 0)  # NaN too
+          if bad.any():
+            idx = tuple(int(j) for j in np.argwhere(bad)[0])
+            raise AssertionError(
+                f"{check}: {where}: output {name} is {float(x[idx])} at index {idx}, a masked "
+                f"step ({int(bad.sum())} of {int(masked.sum())} masked entries are not 0): "
+                "select it away, `jnp.where(mask, error, 0)`"
+            )
 
 
 def _floating_fields(traj) -> list[str]:
