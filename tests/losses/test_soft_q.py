@@ -440,6 +440,20 @@ def test_soft_nstep_identities(t, batch, seed):
     np.testing.assert_allclose(np.where(mask, long, 0.0), out["masked_lam1"], rtol=1e-5, atol=1e-4)
 
 
+def test_soft_nstep_past_the_sequence_length_compiles_as_n_equals_t():
+  """A return is cut at the sequence end, so any n >= T is n = T: each of the n - 1 passes
+  was traced (n = 400 on T = 5 had not compiled after a minute)."""
+  r, d, q, mask = _soft_q_inputs(0, 5, (2,))
+  fn = lambda r, d, q, n: L.soft_nstep_targets(r, d, q, alpha=0.5, n=n, mask=mask)  # noqa: E731
+  programs = {n: jax.make_jaxpr(functools.partial(fn, n=n))(r, d, q) for n in (5, 1000)}
+  assert len(programs[1000].eqns) == len(programs[5].eqns)
+  np.testing.assert_array_equal(jax.jit(fn, static_argnames="n")(r, d, q, n=1000),
+                                fn(r, d, q, n=5))  # fmt: skip
+  td = L.sql_nstep_td_error(q, jnp.zeros(r.shape, jnp.int32), r, d, q, alpha=0.5, n=1000, mask=mask)
+  np.testing.assert_array_equal(td, L.sql_nstep_td_error(
+      q, jnp.zeros(r.shape, jnp.int32), r, d, q, alpha=0.5, n=5, mask=mask))  # fmt: skip
+
+
 def test_soft_nstep_splitting_at_junctions_changes_nothing():
   n = 3
   rng = np.random.default_rng(3)

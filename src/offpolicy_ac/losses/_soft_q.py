@@ -170,7 +170,9 @@ def soft_nstep_targets(
   r_t, discount_t = where_used(mask, r_t), where_used(mask, discount_t)  # as in soft_q_targets
   targets = one_step
   zero = jnp.zeros((), one_step.dtype)
-  for _ in range(n - 1):
+  # A return is cut at the sequence end: past n = T, more passes change nothing (and each
+  # one is compiled: n in the thousands took minutes under jit).
+  for _ in range(min(n, shape[0]) - 1):
     longer = r_t + discount_t * shift_to_previous(targets, 0.0)
     targets = jnp.where(mask & mask_next, longer, jnp.where(mask, one_step, zero))
   if _checks.static_flag("stop_target_gradients", stop_target_gradients):
