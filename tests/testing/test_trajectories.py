@@ -177,3 +177,28 @@ def test_a_seed_for_the_generator_is_refused_by_name(make):
   with pytest.raises(TypeError, match=r"rng must be a NumPy Generator, e.g. np.random.default_rng"):
     make(0)
   make(np.random.default_rng(0))
+
+
+def test_impossible_data_is_refused_where_the_trajectory_is_built():
+  """A termination that bootstraps, a discount above 1, T = 0 or an integer dtype were
+  built silently, and a correct target then failed a check ("a termination must not
+  bootstrap"), or every discount was truncated to 0."""
+  rng = np.random.default_rng(0)
+  kind = np.array([0, 1, 3, 0, 0], np.int8)  # MID, TERMINATION, JUNCTION, MID, MID
+  good = np.where(kind == 1, 0.0, 0.9)
+  testing.trajectory_from_layout(rng, good, kind != 3, kind)
+  refused = [
+      ((np.full(5, 0.9), kind != 3, kind), {}, r"step \(1,\) is a TERMINATION with discount_t 0.9"),
+      ((np.where(kind == 1, 0.0, 1.2), kind != 3, kind), {}, r"discount_t must be in \[0, 1\] at "
+       "real .* got 1.2"),
+      ((np.zeros(0), np.zeros(0, bool), np.zeros(0, np.int8)), {}, r"T >= 1 steps, got shape \(0,\)"),
+      ((good, kind != 3, kind), {"dtype": np.int32}, "dtype must be a floating dtype, got int32"),
+  ]  # fmt: skip
+  for args, kwargs, message in refused:
+    with pytest.raises(ValueError, match=message):
+      testing.trajectory_from_layout(rng, *args, **kwargs)
+  for gamma in (1.2, -0.5, float("nan"), (0.5, 1.5)):
+    with pytest.raises(ValueError, match=r"gamma must be in \[0, 1\]"):
+      testing.random_trajectory(rng, 6, (2,), 3, gamma=gamma)
+  with pytest.raises(ValueError, match=r"T >= 1 steps"):
+    find(strategies.trajectories(t=0), lambda traj: True)

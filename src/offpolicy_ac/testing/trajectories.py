@@ -26,6 +26,7 @@ trajectories with hypothesis.
 
 from typing import NamedTuple
 
+import jax.numpy as jnp
 import numpy as np
 
 MID = 0
@@ -150,6 +151,9 @@ def random_layout(
     )
   if not 0.0 <= p_padding <= 1.0:
     raise ValueError(f"p_padding must be in [0, 1], got {p_padding}")
+  gammas = gamma if isinstance(gamma, (tuple, list)) else (gamma,)
+  if not all(0.0 <= g <= 1.0 for g in gammas):  # NaN too
+    raise ValueError(f"gamma must be in [0, 1] (a float, or a (low, high) range), got {gamma}")
   shape = (t,) + tuple(batch_shape)
   discount = np.zeros(shape)
   mask = np.ones(shape, dtype=bool)
@@ -293,16 +297,31 @@ def trajectory_from_layout(
   probabilities in `(0, 1]` and log ratios in `[-5, 5]`.
 
   Raises:
-    ValueError: `num_actions` < 1, shapes that differ, or a layout an environment cannot
-      produce (`check_layout`).
+    ValueError: `num_actions` < 1, shapes that differ, T = 0, a layout an environment
+      cannot produce (`check_layout`), a real step's discount outside [0, 1] or a
+      termination's other than 0 (the checks would blame a correct target for it), or a
+      `dtype` that is not floating.
   """
   if num_actions < 1:
     raise ValueError(f"num_actions must be >= 1, got {num_actions}")
+  if not jnp.issubdtype(dtype, jnp.floating):  # bfloat16 too
+    raise ValueError(f"dtype must be a floating dtype, got {np.dtype(dtype)}")
   discount_t, mask, kind = np.asarray(discount_t), np.asarray(mask, bool), np.asarray(kind)
   shape = discount_t.shape
   if mask.shape != shape or kind.shape != shape or not shape:
     raise ValueError(f"discount_t, mask and kind must share one [T, *batch] shape, got {shape}")
+  if shape[0] < 1:
+    raise ValueError(f"a trajectory needs T >= 1 steps, got shape {shape}")
   check_layout(mask, kind)
+  real = np.asarray(discount_t, np.float64)[mask]
+  if not np.all((real >= 0) & (real <= 1)):  # NaN too
+    bad = real[~((real >= 0) & (real <= 1))][0]
+    raise ValueError(f"discount_t must be in [0, 1] at real (unmasked) steps, got {bad}")
+  ends = mask & (kind == TERMINATION) & (discount_t != 0)
+  if ends.any():
+    where = tuple(int(i) for i in np.argwhere(ends)[0])
+    raise ValueError(f"step {where} is a TERMINATION with discount_t {discount_t[where]}: a "
+                     "termination's discount is 0")  # fmt: skip
   obs_shape = (shape[0] + 1,) + shape[1:]
   v_obs = rng.normal(size=obs_shape) * value_scale
   q_obs = rng.normal(size=obs_shape + (num_actions,)) * value_scale
