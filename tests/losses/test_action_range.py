@@ -308,3 +308,45 @@ class WeightedMeanVariantsTest(chex.TestCase):
     w = rng.uniform(size=shape).astype(np.float32)
     out = self.variant(L.weighted_mean)(x, w)
     np.testing.assert_allclose(out, np.sum(w * x) / np.sum(w), rtol=1e-5)
+
+
+def _without_action_axis_cases():
+  """(values' name, fn) for losses given values [T, B] whose action axis was left out, with
+  actions [T, B]: the values are named, not the actions as of the wrong shape."""
+  rng = np.random.default_rng(0)
+  x = jnp.asarray(rng.uniform(0.1, 0.9, size=(T, 2)), jnp.float32)  # [T, B], no axis A
+  a, r = jnp.zeros((T, 2), jnp.int32), jnp.ones((T, 2), jnp.float32)
+  return [
+      ("values", lambda: L.take_action(x, a)),
+      ("logits", lambda: L.categorical_log_prob(x, a)),
+      ("logits_tm1", lambda: L.impala_loss_categorical(x, x, a, r, r, r, r)),
+      ("q_tm1", lambda: L.acer_value_loss(x, a, r)),
+      ("pi_tm1", lambda: L.acer_policy_objective(x, x, a, x, r)),
+      ("logits_tm1", lambda: L.acer_trust_region_policy_loss(x, x, x, a, x, r)),
+  ]
+
+
+@pytest.mark.parametrize("case", range(len(_without_action_axis_cases())))
+def test_values_without_their_action_axis_are_named_as_such(case):
+  """They were reported as actions of the wrong shape: "`a_tm1` must have shape (4,)
+  (matching `logits_tm1` without its action axis)"."""
+  name, fn = _without_action_axis_cases()[case]
+  with pytest.raises(ValueError, match=rf"^`{name}` has shape \(4, 2\) and `a(ctions|_tm1)` "
+                     rf"\(4, 2\): `{name}` needs a trailing action axis \[\.\.\., A\]"):  # fmt: skip
+    fn()
+
+
+def test_nan_or_positive_infinite_logits_are_refused_by_name():
+  """A diverged network's NaN logits were refused as "`rho_tm1` must be >= 0", a ratio the
+  caller never passed; -inf (an action ruled out) and a NaN at a masked step are fine."""
+  _, logits, _, r, d, _ = _inputs(3)
+  a = jnp.zeros((T,), jnp.int32)
+  loss = lambda pi, mu, **kw: L.impala_loss_categorical(pi, mu, a, r, r, r, d, **kw)  # noqa: E731
+  with pytest.raises(ValueError, match=r"`logits_tm1` must be finite or -inf \(an action ruled "
+                     r"out\), got nan at index \(2, 1\)"):  # fmt: skip
+    loss(logits.at[2, 1].set(jnp.nan), logits)
+  with pytest.raises(ValueError, match=r"`mu_logits_tm1` must be finite or -inf .* got inf"):
+    loss(logits, logits.at[1, 0].set(jnp.inf))
+  assert np.isfinite(loss(logits.at[1, 2].set(-jnp.inf), logits).loss)
+  masked = loss(logits.at[2, 1].set(jnp.nan), logits, mask=jnp.arange(T) != 2)
+  assert np.isfinite(masked.loss)

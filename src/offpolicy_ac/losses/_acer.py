@@ -110,7 +110,7 @@ def acer_policy_objective(
   _checks.check_min_rank("pi_tm1", pi_tm1, 2, "[T, ..., A]")
   _checks.check_shape("mu_tm1", mu_tm1, jnp.shape(pi_tm1), "`pi_tm1`")
   _checks.check_shape("q_tm1", q_tm1, jnp.shape(pi_tm1), "`pi_tm1`")
-  _checks.check_shape("a_tm1", a_tm1, jnp.shape(pi_tm1)[:-1], "`pi_tm1` without its action axis")
+  _checks.check_actions_of("a_tm1", a_tm1, "pi_tm1", pi_tm1)
   _checks.check_shape("q_ret_tm1", q_ret_tm1, jnp.shape(a_tm1), "`a_tm1`")
   _checks.check_positive("clip_c", clip_c, jnp.shape(a_tm1))
   _checks.check_non_negative("eps", eps)
@@ -259,9 +259,7 @@ def acer_trust_region_policy_loss(
   """
   _checks.check_shape("avg_logits_tm1", avg_logits_tm1, jnp.shape(logits_tm1), "`logits_tm1`")
   _checks.check_integer("a_tm1", a_tm1)
-  _checks.check_shape(
-      "a_tm1", a_tm1, jnp.shape(logits_tm1)[:-1], "`logits_tm1` without its action axis"
-  )
+  _checks.check_actions_of("a_tm1", a_tm1, "logits_tm1", logits_tm1)
   used = _checks.check_mask(mask, jnp.shape(a_tm1), "`a_tm1`")
   _checks.check_action_range("a_tm1", a_tm1, jnp.shape(logits_tm1)[-1], "`logits_tm1`",
                              where=used)  # fmt: skip
@@ -300,7 +298,7 @@ def acer_value_loss(
   _checks.check_floating("q_ret_tm1", q_ret_tm1)
   _checks.check_integer("a_tm1", a_tm1)
   _checks.check_min_rank("q_tm1", q_tm1, 1, "a trailing action axis [..., A]")
-  _checks.check_shape("a_tm1", a_tm1, jnp.shape(q_tm1)[:-1], "`q_tm1` without its action axis")
+  _checks.check_actions_of("a_tm1", a_tm1, "q_tm1", q_tm1)
   _checks.check_shape("q_ret_tm1", q_ret_tm1, jnp.shape(a_tm1), "`a_tm1`")
   used = _checks.check_mask(mask, jnp.shape(a_tm1), "`a_tm1`")
   _checks.check_action_range("a_tm1", a_tm1, jnp.shape(q_tm1)[-1], "`q_tm1`", where=used)

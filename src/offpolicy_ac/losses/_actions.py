@@ -48,9 +48,7 @@ def take_action(values: jax.Array, actions: jax.Array) -> jax.Array:
   """
   _checks.check_integer("actions", actions)
   _checks.check_min_rank("values", values, 1, "a trailing action axis [..., A]")
-  _checks.check_shape(
-      "actions", actions, jnp.shape(values)[:-1], "`values` without its action axis"
-  )
+  _checks.check_actions_of("actions", actions, "values", values)
   _checks.check_action_range("actions", actions, jnp.shape(values)[-1], "`values`")
   return select_action(jnp.asarray(values), jnp.asarray(actions))
 

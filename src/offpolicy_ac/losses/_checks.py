@@ -92,6 +92,21 @@ def check_shape(name: str, x: Any, expected: tuple[int, ...], ref: str) -> None:
     )
 
 
+def check_actions_of(actions_name: str, actions: Any, values_name: str, values: Any) -> None:
+  """Raises ValueError unless `actions` has the shape of `values` ([..., A]: logits,
+  probabilities or Q-values) without its action axis. Arrays of one rank are named as
+  what they most likely are, values whose action axis was left out (not as actions of
+  the wrong shape)."""
+  if jnp.ndim(actions) == jnp.ndim(values):
+    raise ValueError(
+        f"`{values_name}` has shape {tuple(jnp.shape(values))} and `{actions_name}` "
+        f"{tuple(jnp.shape(actions))}: `{values_name}` needs a trailing action axis [..., A] "
+        f"that the actions lack (integer actions of shape `{values_name}.shape[:-1]`)."
+    )
+  check_shape(actions_name, actions, jnp.shape(values)[:-1],
+              f"`{values_name}` without its action axis")  # fmt: skip
+
+
 def check_action_values(name: str, x: Any, shape: tuple[int, ...], ref: str = "r_t") -> None:
   """Raises ValueError unless `x` is `[*shape, A]`: the shape of `ref` plus an action axis
   (a missing action axis is named as such, not as a shape whose last axis is the batch's)."""

@@ -61,11 +61,14 @@ def log_prob_of(logits, actions, logits_name: str, actions_name: str, where=None
   _checks.check_floating(logits_name, logits)
   _checks.check_integer(actions_name, actions)
   _checks.check_min_rank(logits_name, logits, 1, "a trailing action axis")
-  _checks.check_shape(
-      actions_name, actions, jnp.shape(logits)[:-1], f"`{logits_name}` without its action axis"
-  )
+  _checks.check_actions_of(actions_name, actions, logits_name, logits)
   _checks.check_action_range(actions_name, actions, jnp.shape(logits)[-1], f"`{logits_name}`",
                              where=where)  # fmt: skip
+  # NaN or +inf logits (a diverged network) make every ratio NaN; refused here by name, not
+  # later as a ratio the caller never passed.
+  used = True if where is None else jnp.expand_dims(jnp.asarray(where), -1)
+  _checks.check_entries(logits_name, logits, -np.inf, float(np.finfo(np.float64).max),
+                        bounds="finite or -inf (an action ruled out)", where=used)  # fmt: skip
   return select_action(jax.nn.log_softmax(logits, axis=-1), jnp.asarray(actions))
 
 
