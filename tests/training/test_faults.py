@@ -317,6 +317,17 @@ def test_a_folder_of_runs_is_not_taken_for_a_run_when_one_of_them_holds_seeds(tm
   with pytest.raises(ValueError, match=r"runs holds other files \(seeds\) and no run"):
     rundir.check_new_run_dir(runs)
   assert sorted(p.relative_to(runs) for p in runs.rglob("*")) == written
+  # Seeds one after the other: <run>/seeds.json and <run>/seed<k>/, no <run>/config.json
+  # (a run's files were written beside it, even in a folder named like a sweep setting).
+  others = tmp_path / "others"
+  train = train.replace(vmap_seeds=False)
+  impala.run(dataclasses.replace(args, train=train, run_dir=str(others / "one_by_one")))
+  assert not (others / "one_by_one" / "config.json").exists()
+  with pytest.raises(ValueError, match=r"others holds other files \(one_by_one\) and no run"):
+    rundir.check_new_run_dir(others)
+  (others / "one_by_one").rename(others / "lr=1")
+  with pytest.raises(ValueError, match=r"others holds other files \(lr=1\) and no run"):
+    rundir.check_new_run_dir(others)
 
 
 def test_a_folder_that_cannot_be_read_is_not_taken_for_an_empty_one(tmp_path, monkeypatch):

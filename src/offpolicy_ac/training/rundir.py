@@ -400,12 +400,14 @@ def check_new_run_dir(run_dir: pathlib.Path) -> None:
 
 def _holds_a_run_at_its_top(run_dir: pathlib.Path) -> bool:
   """Whether `run_dir` is a run's directory: its config.json, a run of seeds' seed<k>/, or a
-  sweep's <setting>/seed<k>/; not a folder of runs, one of which holds seeds
-  (<run>/config.json beside <run>/seed<k>/)."""
+  sweep's <setting>/seed<k>/ (a setting is `field=value,...`); not a folder of runs, one
+  of which holds seeds (<run>/config.json, or <run>/seeds.json of seeds trained one after
+  the other, beside <run>/seed<k>/)."""
   if (run_dir / "config.json").exists() or next(run_dir.glob("seed[0-9]*/config.json"), None):
     return True
-  learners = run_dir.glob("*/seed[0-9]*/config.json")
-  return any(not (path.parent.parent / "config.json").exists() for path in learners)
+  settings = {path.parent.parent for path in run_dir.glob("*=*/seed[0-9]*/config.json")}
+  return any(not (setting / "config.json").exists() and not (setting / SEEDS_RECORD).exists()
+             for setting in settings)  # fmt: skip
 
 
 def _canonical_sweep(config: dict, args: Any) -> dict:
