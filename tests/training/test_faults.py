@@ -1088,6 +1088,31 @@ def test_a_second_signal_while_a_checkpoint_is_written_waits_for_it():
       time.sleep(0.05)
 
 
+def test_a_second_signal_whose_interrupt_python_dropped_stops_at_the_next_poll():
+  """Python ignores an exception raised in a weakref callback or a __del__ ("Exception
+  ignored in: <function WeakKeyDictionary.__init__.<locals>.remove>"): a second Ctrl-C
+  that landed there was lost, and the run went on to its stop after the iteration, with
+  exit code 0."""
+  from offpolicy_ac.training import experiment  # pylint: disable=import-outside-toplevel
+
+  flag = experiment._StopFlag()  # pylint: disable=protected-access
+  with experiment._stop_on_signals(flag):  # pylint: disable=protected-access
+    handler = signal.getsignal(signal.SIGINT)
+    handler(signal.SIGINT, None)
+    assert flag()  # the first: stop after this iteration
+    try:
+      handler(signal.SIGTERM, None)
+    except KeyboardInterrupt:
+      pass  # dropped, as in a weakref callback
+    with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
+      flag()
+    seen = []  # other threads (actors) only read it
+    reader = threading.Thread(target=lambda: seen.append(flag()))
+    reader.start()
+    reader.join()
+    assert seen == [True]
+
+
 _SECOND_SIGNAL = """
 import os, signal, sys
 from offpolicy_ac import cli

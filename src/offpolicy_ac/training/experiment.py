@@ -109,8 +109,14 @@ class _StopFlag:
     self.signal_name: Optional[str] = None
     self.finishing = False  # the run's files are being written: a second signal waits
     self.outer: Optional[_StopFlag] = None  # the enclosing context's flag, set with this one
+    self.stop_now: Optional[str] = None  # a second signal's name
 
   def __call__(self) -> bool:
+    if self.stop_now is not None and threading.current_thread() is threading.main_thread():
+      # The second signal's KeyboardInterrupt was dropped: raised while Python ran a
+      # weakref callback or a __del__, whose exceptions it prints as "ignored". It stops
+      # now, as asked, at the first poll.
+      raise KeyboardInterrupt(self.stop_now)
     return self.signal_name is not None
 
 
@@ -145,6 +151,7 @@ def _stop_on_signals(flag: _StopFlag, *, building: bool = False):
     if flag.finishing or checkpoint.SAVING.is_set():  # the files are written first
       print(f"received {name}: writing the run's files first", flush=True)
     elif again:  # a second signal: stop now
+      flag.stop_now = name
       raise KeyboardInterrupt(name)
     else:
       print(f"received {name}: stopping after this iteration", flush=True)
