@@ -158,6 +158,13 @@ def test_a_sweep_of_one_setting_and_one_seed_is_laid_out_as_any_sweep(tmp_path):
   with pytest.raises(ValueError, match=r"root of a sweep .*learning_rate=0\.003/seed0"):
     load_run(tmp_path)
   assert (tmp_path / "sweep_summary.txt").exists()
+  # Aimed at the setting's folder, which holds no run of its own: the sweep is named.
+  setting = tmp_path / "learning_rate=0.003"
+  with pytest.raises(FileNotFoundError, match=re.escape(
+      f"{setting} holds no run (no config.json); it lies inside the run in {tmp_path}: "
+      f"resume that run (--run-dir {tmp_path} --resume)")):  # fmt: skip
+    _main("impala", setting, resume=True, **dict(steps, total_env_steps=768))
+  assert sorted(p.name for p in setting.iterdir()) == ["seed0"]
   _main("impala", tmp_path, resume=True, sweep=("learning_rate=0.003",),
         **dict(steps, total_env_steps=768))  # fmt: skip
   assert [l["env_steps"] for l in _lines(learner)] == [256, 512, 768]

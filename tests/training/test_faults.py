@@ -180,7 +180,7 @@ def test_a_refused_run_removes_the_directories_it_made_and_no_other(tmp_path):
     with pytest.raises(ValueError, match="refused"):
       with rundir.locked(path):
         raise ValueError("refused")
-  assert not made.exists() and sorted(p.name for p in found.iterdir()) == [rundir.LOCK]
+  assert not made.exists() and list(found.iterdir()) == []  # (its lock file gone too)
   with pytest.raises(ValueError, match="refused"):
     with rundir.locked(made):
       (made / "config.json").write_text("{}")
@@ -207,6 +207,21 @@ def test_a_run_refused_after_its_lock_leaves_none_of_the_folders_it_made(tmp_pat
     with pytest.raises(ValueError, match="refused"):
       impala.run(args)
   assert list(tmp_path.iterdir()) == []
+
+
+def test_a_run_refused_in_a_folder_that_was_there_leaves_it_as_it_found_it(tmp_path):
+  """The lock file a refused run made goes with it; one that was there stays."""
+  empty, notes, locked = tmp_path / "empty", tmp_path / "notes", tmp_path / "locked"
+  for folder in (empty, notes, locked):
+    folder.mkdir()
+  (notes / "notes.txt").write_text("mine")
+  (locked / rundir.LOCK).write_text("{}")
+  for folder in (empty, notes, locked):
+    held = sorted(p.name for p in folder.iterdir())
+    args = dataclasses.replace(_short_impala(folder), resume=True)
+    with pytest.raises(FileNotFoundError, match="holds no run"):
+      impala.run(args)
+    assert sorted(p.name for p in folder.iterdir()) == held, folder
 
 
 def test_a_refused_run_leaves_the_directory_another_made_and_locked_meanwhile(tmp_path,

@@ -230,6 +230,15 @@ def test_seeds_one_after_the_other_resume_only_with_their_seeds(tmp_path):
     with pytest.raises(ValueError, match=message + re.escape(seeds)):
       _main("impala", run, resume=True, **{**loop, **changed, "total_env_steps": 768})
   assert sorted(p.name for p in run.glob("seed?")) == ["seed0", "seed1"]
+  # One seed's folder: its run is the root's (its own config says --no-vmap-seeds, which
+  # the scripts refuse for one seed), so the root is named, not a differing --vmap-seeds.
+  held = sorted(p.name for p in (run / "seed1").iterdir())
+  with pytest.raises(ValueError, match=re.escape(
+      f"--resume: {run / 'seed1'} is seed1 of the run in {run}, whose seeds run one after the "
+      f"other (--no-vmap-seeds): resume that run (--run-dir {run} --resume")):  # fmt: skip
+    _main("impala", run / "seed1", resume=True, seed=1, total_env_steps=768, log_every=256,
+          checkpoint_every=256)  # fmt: skip
+  assert sorted(p.name for p in (run / "seed1").iterdir()) == held
   results = _main("impala", run, resume=True, **dict(loop, total_env_steps=768))
   assert [r.env_steps for r in results] == [768, 768]
   # A run without the record (an earlier version's): the seeds it started must be among

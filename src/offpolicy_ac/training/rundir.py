@@ -128,7 +128,8 @@ def locked(run_dir: pathlib.Path):
 
   A directory this call made is removed again, before its lock is released, when the
   context ends with an error and nothing but the lock file was written there (a refused
-  run); one that another process made is never removed.
+  run); one that another process made is never removed. In a directory that was there,
+  such a run removes the lock file it made, leaving the directory as it found it.
 
   Raises:
     RunDirectoryInUse: another process holds it (the message names the holder), or
@@ -142,7 +143,8 @@ def locked(run_dir: pathlib.Path):
                      "another --run-dir") from e  # fmt: skip
   dir_fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY)
   try:
-    _lock_or_refuse(dir_fd, run_dir, directory=True)
+    dir_locked = _lock_or_refuse(dir_fd, run_dir, directory=True)
+    held_before = None if made else _listing(run_dir)
     fd = os.open(run_dir / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     try:
       _lock_or_refuse(fd, run_dir, directory=False)
@@ -156,6 +158,10 @@ def locked(run_dir: pathlib.Path):
       except BaseException:
         if made:
           remove_if_unused(run_dir)  # still locked: no other process is in it
+        elif dir_locked and held_before is not None and LOCK not in held_before:
+          with contextlib.suppress(OSError):  # (the directory's lock keeps others out)
+            if _listing(run_dir) == held_before | {LOCK}:
+              (run_dir / LOCK).unlink()
         raise
     finally:
       os.close(fd)  # releases the file's lock
@@ -195,11 +201,21 @@ def remove_if_unused(path: pathlib.Path) -> None:
       os.rmdir(path)
 
 
-def _lock_or_refuse(fd: int, run_dir: pathlib.Path, directory: bool) -> None:
+def _listing(path: pathlib.Path) -> Optional[set[str]]:
+  """The names in the directory `path` (None: it cannot be read)."""
+  try:
+    return set(os.listdir(path))
+  except OSError:
+    return None
+
+
+def _lock_or_refuse(fd: int, run_dir: pathlib.Path, directory: bool) -> bool:
   """Locks `fd` (the run directory's, or its lock file's) or refuses, naming the holder
-  its lock file names. A directory that cannot be locked (NFS) is left to the file's."""
+  its lock file names; whether it is locked. A directory that cannot be locked (NFS) is
+  left to the file's (False)."""
   try:
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return True
   except BlockingIOError:
     try:
       holder = (run_dir / LOCK).read_text(errors="replace").strip() or "unknown"
@@ -212,6 +228,7 @@ def _lock_or_refuse(fd: int, run_dir: pathlib.Path, directory: bool) -> None:
   except OSError:
     if not directory:
       raise
+    return False
 
 
 def _crc32(data: bytes) -> str:
@@ -476,6 +493,8 @@ def _one_of_its_seeds(root: pathlib.Path, run_dir: pathlib.Path) -> bool:
   in `root` (where that run starts each of them)."""
   if (root / "config.json").exists() or run_dir.resolve().parent != root:
     return False
+  if not (root / SEEDS_RECORD).is_file():
+    return False
   seeds = read_json(root / SEEDS_RECORD)
   seeds = seeds.get("seeds") if isinstance(seeds, dict) else None
   return isinstance(seeds, list) and run_dir.name in [f"seed{k}" for k in seeds]
@@ -589,8 +608,20 @@ def check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: b
     )
   if resume:
     if old is None:
-      raise FileNotFoundError(f"--resume: {run_dir} holds no run (no config.json)")
+      inside = enclosing_run(run_dir)
+      raise FileNotFoundError(
+          f"--resume: {run_dir} holds no run (no config.json)"
+          + (f"; it lies inside the run in {inside}: resume that run (--run-dir {inside} "
+             "--resume)" if inside is not None else "")
+      )  # fmt: skip
     check_algorithm(name, run_dir, old)
+    if args.train.budget.vmap_seeds and _one_of_its_seeds(run_dir.resolve().parent, run_dir):
+      root = run_dir.resolve().parent  # (its own seeds' runs are resumed with vmap_seeds off)
+      raise ValueError(
+          f"--resume: {run_dir} is {run_dir.name} of the run in {root}, whose seeds run one "
+          f"after the other (--no-vmap-seeds): resume that run (--run-dir {root} --resume, "
+          f"with the settings it was run with){_last_command(name, old)}"
+      )
     if "loop" in old["config"]:
       raise ValueError(
           f"--resume: {run_dir} was written by offpolicy_ac 0.1 (a flat `loop` config, "
