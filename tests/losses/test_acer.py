@@ -864,3 +864,32 @@ def test_acer_value_loss_refuses_integer_targets():
   q, a = np.zeros((3, 2, 4), np.float32), np.zeros((3, 2), np.int32)
   with pytest.raises(TypeError, match="`q_ret_tm1`"):
     L.acer_value_loss(q, a, np.ones((3, 2), np.int32))
+
+
+def test_numpy_float64_hyper_parameters_keep_float32_outputs_float32_under_x64():
+  """Under `jax_enable_x64` a NumPy float64 `clip_c` or `delta` made the float32 ACER
+  objectives float64 (Retrace and V-trace already cast theirs to the inputs' dtype)."""
+  h = np.float64
+  rng = np.random.default_rng(0)
+  with jax.enable_x64(True):  # a context: x64 does not leak into the other tests
+    f32 = lambda *shape: jnp.asarray(rng.normal(size=shape), jnp.float32)
+    logits, q, v = f32(4, 2, 3), f32(4, 2, 3), f32(4, 2)
+    pi = jax.nn.softmax(logits, axis=-1)
+    a, d = jnp.zeros((4, 2), jnp.int32), jnp.full((4, 2), 0.9, jnp.float32)
+    outs = {
+        "acer_q_ret": L.acer_q_ret(q, a, v, d, pi, jnp.full((4, 2), 0.5, jnp.float32), eps=h(1e-8)),
+        "acer_policy_objective": L.acer_policy_objective(
+            pi, pi, a, q, v, clip_c=h(10.0), eps=h(1e-8)
+        ),
+        "acer_policy_loss": L.acer_policy_loss(pi, pi, a, q, v, clip_c=h(0.5)),
+        "acer_trust_region_policy_loss": L.acer_trust_region_policy_loss(
+            logits, f32(4, 2, 3), pi, a, q, v, clip_c=h(0.5), delta=h(0.1)
+        ),
+        "trust_region_projection": L.trust_region_projection(q, f32(4, 2, 3), h(0.1)),
+        "acer_continuous_policy_objective": L.acer_continuous_policy_objective(
+            v, v, v, v, v, v, v, clip_c=h(0.5)
+        ),
+    }
+    for name, out in outs.items():
+      for x in jax.tree.leaves(out):
+        assert x.dtype in (jnp.float32, jnp.bool_), (name, x.dtype)

@@ -24,20 +24,21 @@ from offpolicy_ac import losses as L
 T = 4
 
 
-def _inputs(num_actions: int):
+def _inputs(num_actions: int, shape: tuple[int, ...] = (T,)):
   rng = np.random.default_rng(0)
-  q = jnp.asarray(rng.normal(size=(T, num_actions)), jnp.float32)
-  logits = jnp.asarray(rng.normal(size=(T, num_actions)), jnp.float32)
+  q = jnp.asarray(rng.normal(size=shape + (num_actions,)), jnp.float32)
+  logits = jnp.asarray(rng.normal(size=shape + (num_actions,)), jnp.float32)
   probs = jax.nn.softmax(logits, axis=-1)
-  r = jnp.asarray(rng.normal(size=T), jnp.float32)
-  d = jnp.full((T,), 0.9, jnp.float32)
-  mu = jnp.full((T,), 0.5, jnp.float32)
+  r = jnp.asarray(rng.normal(size=shape), jnp.float32)
+  d = jnp.full(shape, 0.9, jnp.float32)
+  mu = jnp.full(shape, 0.5, jnp.float32)
   return q, logits, probs, r, d, mu
 
 
-def _cases(num_actions: int):
-  """(id, argument name, fn(actions) -> outputs) for every loss that indexes by action."""
-  q, logits, probs, r, d, mu = _inputs(num_actions)
+def _cases(num_actions: int, shape: tuple[int, ...] = (T,)):
+  """(id, argument name, fn(actions) -> outputs) for every loss that indexes by action;
+  `shape`: the actions' ([T, *batch])."""
+  q, logits, probs, r, d, mu = _inputs(num_actions, shape)
   return [
       ("take_action", "actions", lambda a: L.take_action(q, a)),
       ("categorical_log_prob", "actions", lambda a: L.categorical_log_prob(logits, a)),
@@ -75,8 +76,8 @@ _NUM_ACTIONS = [2, 40]  # the unrolled path (A <= 32) and the gather path
 _CASE_IDS = [c[0] for c in _cases(2)]
 
 
-def _case(case_id: str, num_actions: int):
-  return next(c for c in _cases(num_actions) if c[0] == case_id)
+def _case(case_id: str, num_actions: int, shape: tuple[int, ...] = (T,)):
+  return next(c for c in _cases(num_actions, shape) if c[0] == case_id)
 
 
 def _actions_with(bad: int) -> jax.Array:
@@ -221,6 +222,27 @@ def _compiled_ops(fn, *args) -> list[str]:
   """The opcodes of the compiled program."""
   text = jax.jit(fn).lower(*args).compile().as_text()
   return re.findall(r"= \S+ ([\w-]+)\(", text)
+
+
+@pytest.mark.parametrize("shape", [(T, 0), (0,)], ids=["B=0", "T=0"])
+@pytest.mark.parametrize("case_id", _CASE_IDS)
+def test_an_empty_batch_under_jit_gives_what_the_eager_call_gives(case_id, shape):
+  """An empty batch (B = 0; T = 0 for the per-step losses) works eagerly and gives empty
+  outputs; under `jit` the range check took the argmin of no actions ("attempt to get argmin
+  of an empty sequence"). Now `jit` and `checkify` give the eager outputs, or the eager
+  call's own error (an empty time axis, for the targets)."""
+  _, _, fn = _case(case_id, 2, shape)
+  actions = jnp.zeros(shape, jnp.int32)
+  try:
+    eager = fn(actions)
+  except ValueError as e:
+    with pytest.raises(ValueError, match=re.escape(str(e))):
+      jax.jit(fn)(actions)
+    return
+  chex.assert_trees_all_equal_shapes_and_dtypes(jax.jit(fn)(actions), eager)
+  err, out = checkify.checkify(jax.jit(fn))(actions)
+  err.throw()
+  chex.assert_trees_all_equal_shapes_and_dtypes(out, eager)
 
 
 @pytest.mark.parametrize("num_actions", _NUM_ACTIONS)

@@ -912,3 +912,32 @@ def test_a_wrapper_names_itself_for_a_keyword_impala_loss_does_not_take(which):
   with pytest.raises(TypeError, match=refusal):
     call(gamma=0.9)
   assert np.isfinite(call(entropy_weight=0.1, lambda_=0.9).loss)
+
+
+def test_numpy_float64_hyper_parameters_keep_float32_losses_float32_under_x64():
+  """Under `jax_enable_x64` a NumPy float64 weight, threshold or epsilon made the float32
+  losses float64 (`vtrace` already cast its hyper-parameters to the inputs' dtype)."""
+  h = np.float64
+  hyper = dict(value_weight=h(0.5), entropy_weight=h(0.01), lambda_=h(0.9))
+  hyper.update(dict.fromkeys(["clip_rho_threshold", "clip_c_threshold", "clip_pg_rho_threshold"],
+                             h(1.0)))  # fmt: skip
+  rng = np.random.default_rng(0)
+  with jax.enable_x64(True):  # a context: x64 does not leak into the other tests
+    f32 = lambda *shape: jnp.asarray(rng.uniform(-1.0, 0.0, shape), jnp.float32)
+    v, r, log_p, d = f32(4, 2), f32(4, 2), f32(4, 2), jnp.full((4, 2), 0.9, jnp.float32)
+    a = jnp.zeros((4, 2), jnp.int32)
+    for surrogate_clip in (None, h(0.2)):
+      kwargs = dict(hyper, surrogate_clip=surrogate_clip)
+      outs = {
+          "impala_loss": L.impala_loss(v, v, r, d, log_p, log_p, -log_p, **kwargs),
+          "impala_loss_categorical": L.impala_loss_categorical(
+              f32(4, 2, 3), f32(4, 2, 3), a, v, v, r, d, **kwargs
+          ),
+          "impala_loss_gaussian": L.impala_loss_gaussian(
+              f32(4, 2, 2), f32(2), log_p, f32(4, 2, 2), v, v, r, d, **kwargs
+          ),
+      }
+      for name, out in outs.items():
+        for field, x in out._asdict().items():
+          assert x.dtype == jnp.float32, (name, surrogate_clip, field, x.dtype)
+    assert L.clipped_surrogate(log_p, log_p, r, h(0.2)).dtype == jnp.float32

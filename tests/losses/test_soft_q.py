@@ -874,6 +874,27 @@ class SoftQBadInputTest(chex.TestCase):
         wrap(lambda q: L.soft_policy(q, alpha))(np.zeros((2, 3), np.float32))
 
 
+def test_an_infinite_alpha_is_refused_where_it_made_nan():
+  """alpha = inf gave 0 x inf = NaN silently (one action, or the recurrences); a concrete
+  one is refused, a traced one is not read."""
+  q, r, d = jnp.zeros((3, 1)), jnp.zeros(3), jnp.full(3, 0.9)
+  a, q2 = jnp.zeros(3, jnp.int32), jnp.zeros((3, 2))
+  calls = {
+      "soft_value": lambda alpha: L.soft_value(q, alpha),
+      "soft_policy": lambda alpha: L.soft_policy(q2, alpha),
+      "soft_q_targets": lambda alpha: L.soft_q_targets(r, d, q, alpha=alpha),
+      "soft_nstep_targets": lambda alpha: L.soft_nstep_targets(r, d, q, alpha=alpha, n=2),
+      "sql_nstep_td_error": lambda alpha: L.sql_nstep_td_error(q2, a, r, d, q2, alpha=alpha),
+      "importance_sampled_soft_value": lambda alpha: L.importance_sampled_soft_value(q, 0.0,
+                                                                                     alpha),
+  }  # fmt: skip
+  for name, fn in calls.items():
+    for alpha in (np.inf, jnp.float32(np.inf), jnp.array([1.0, np.inf, 1.0])):  # [3]: per step
+      with pytest.raises(ValueError, match=r"`alpha` must be > 0 and finite, got"):
+        fn(alpha)
+    assert np.isfinite(np.asarray(jax.jit(fn)(jnp.float32(2.0)))).all(), name  # traced
+
+
 def test_a_rank_one_alpha_or_lambda_is_refused_where_it_would_meet_the_batch_axis():
   # [T] against [T, B] with T == B would broadcast over the batch columns, silently.
   r = jnp.zeros((3, 3))

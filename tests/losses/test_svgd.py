@@ -255,6 +255,17 @@ def test_box_mixture_log_density_takes_a_traced_std():
     )  # fmt: skip
 
 
+def test_a_traced_uniform_fraction_is_refused_as_static():
+  """The fraction picks the density's form (f = 0, f = 1, a mixture) while tracing: traced
+  by `jit` or `vmap` it gave a bare TracerBoolConversionError."""
+  actions = jnp.asarray(np.random.default_rng(0).uniform(-1, 1, (5, 2)), jnp.float32)
+  density = lambda f: L.box_mixture_log_density(actions, jnp.zeros(2), 0.3, f)
+  for traced, f in ((jax.jit(density), jnp.float32(0.5)), (jax.vmap(density), jnp.full(2, 0.5))):
+    with pytest.raises(TypeError, match=r"`uniform_fraction` is static .*static argument"):
+      traced(f)
+  np.testing.assert_allclose(jax.jit(density, static_argnums=0)(0.5), density(0.5), rtol=1e-6)
+
+
 @pytest.mark.parametrize(
     "args, name",
     [

@@ -123,6 +123,8 @@ def acer_policy_objective(
     _checks.check_probabilities(name, x, where=used[..., None])
   pi_tm1, mu_tm1 = where_used(used, pi_tm1, 1.0), where_used(used, mu_tm1, 1.0)
   q_tm1, q_ret_tm1 = where_used(used, q_tm1), where_used(used, q_ret_tm1)
+  # c takes the inputs' dtype (a NumPy float64 c made float32 inputs' objective float64).
+  clip_c = jnp.asarray(clip_c, jnp.result_type(pi_tm1, mu_tm1, q_tm1, q_ret_tm1))
   clip_c_a = clip_c if not jnp.ndim(clip_c) else jnp.asarray(clip_c)[..., None]  # [T, ..., 1]
 
   sg = jax.lax.stop_gradient
@@ -167,7 +169,8 @@ def trust_region_projection(g: jax.Array, k: jax.Array, delta) -> jax.Array:
   _checks.check_non_negative("delta", delta, jnp.shape(g)[:-1])
   kg = jnp.sum(k * g, axis=-1, keepdims=True)
   kk = jnp.sum(k * k, axis=-1, keepdims=True)
-  delta_k = delta if not jnp.ndim(delta) else jnp.asarray(delta)[..., None]  # [..., 1]
+  delta = jnp.asarray(delta, jnp.result_type(g, k))  # float32 stays float32 (not float64)
+  delta_k = delta if not jnp.ndim(delta) else delta[..., None]  # [..., 1]
   scale = jax.nn.relu(kg - delta_k) / jnp.where(kk > 0, kk, 1.0)
   return g - jnp.where(kk > 0, scale, 0.0) * k
 

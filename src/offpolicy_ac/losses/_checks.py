@@ -187,6 +187,8 @@ def check_action_range(name: str, actions: Any, num_actions: int, ref: str,
   unless the function runs under `checkify.checkify`, which then reports it; none
   inside `without_range_checks`.
   """
+  if not jnp.size(actions):  # an empty batch: nothing to check (argmin of nothing fails)
+    return
   what = f"`{name}` must hold actions in [0, {num_actions}) (the action axis of {ref})"
   if isinstance(actions, jax.core.Tracer) or isinstance(where, jax.core.Tracer):
     if not _RANGE_CHECKS.get():
@@ -265,6 +267,15 @@ def check_positive(name: str, x: Any, shape: tuple[int, ...] | None = None) -> N
     raise ValueError(f"`{name}` must be > 0, got {_shown(x, v)}.")
 
 
+def check_positive_finite(name: str, x: Any, shape: tuple[int, ...] | None = None) -> None:
+  """`check_positive`, refusing +inf too (a temperature of inf makes 0 x inf = NaN)."""
+  if shape is not None:
+    check_broadcasts(name, x, shape)
+  v = _concrete_values(x, name)
+  if v is not None and not np.all(np.isfinite(v) & (v > 0)):
+    raise ValueError(f"`{name}` must be > 0 and finite, got {_shown(x, v)}.")
+
+
 def check_scalar(name: str, x: Any, what: str) -> None:
   """ValueError unless `x` is a scalar (0-d; traced too, as in a `vmap` over a sweep): a
   weight of `what`, a mean over all steps, has one value."""
@@ -327,6 +338,12 @@ def _refuse_traced(name: str, value: Any, kind: str) -> None:
     raise TypeError(f"`{name}` is static (a Python {kind} that sets the computation), got a "
                     f"traced value: pass it to jax.jit as a static argument (static_argnums or "
                     f"static_argnames), or close over it; never through vmap.")  # fmt: skip
+
+
+def check_static(name: str, value: Any, kind: str) -> None:
+  """TypeError if `value` is traced: a Python `kind` ("float", ...) that the function
+  branches on while tracing, which `jax.jit` must get as a static argument."""
+  _refuse_traced(name, value, kind)
 
 
 def static_int(name: str, value: Any, minimum: int) -> int:

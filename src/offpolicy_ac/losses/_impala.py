@@ -129,7 +129,9 @@ def clipped_surrogate(
   ratio = _distributions.importance_ratios_from_log_probs(
       log_pi, jax.lax.stop_gradient(log_mu), stop_gradient=False
   )
-  clipped = jnp.clip(ratio.rho, 1.0 - epsilon, 1.0 + epsilon)
+  # The bounds take the ratios' dtype: a NumPy float64 epsilon made float32 inputs float64.
+  low, high = (jnp.asarray(x, ratio.rho.dtype) for x in (1.0 - epsilon, 1.0 + epsilon))
+  clipped = jnp.clip(ratio.rho, low, high)
   advantage = jax.lax.stop_gradient(advantage)
   return jnp.minimum(ratio.rho * advantage, clipped * advantage)
 
@@ -210,6 +212,9 @@ def impala_loss(
       method=method,
   )
   dtype = jnp.result_type(v_tm1)
+  # The weights take the inputs' dtype, as `vtrace`'s hyper-parameters do: a NumPy float64
+  # weight made the loss of float32 inputs float64 (under `jax_enable_x64`).
+  value_weight, entropy_weight = (jnp.asarray(x, dtype) for x in (value_weight, entropy_weight))
   w = step_weights(jnp.shape(r_t), mask, weights, dtype)
   zero = jnp.zeros((), dtype)
   safe_log_pi = jnp.where(w > 0, log_pi_tm1, zero)

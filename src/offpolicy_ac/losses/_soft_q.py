@@ -34,8 +34,8 @@ def soft_value(q: jax.Array, alpha) -> jax.Array:
 
   Args:
     q: action values [..., A].
-    alpha: temperature > 0: a scalar, or an array of q.shape[:-1]'s rank that broadcasts
-      to it.
+    alpha: temperature > 0 and finite (ValueError otherwise, for concrete values): a scalar,
+      or an array of q.shape[:-1]'s rank that broadcasts to it.
 
   Returns:
     soft values of shape q.shape[:-1]. As alpha -> 0 this tends to max_a Q.
@@ -43,7 +43,7 @@ def soft_value(q: jax.Array, alpha) -> jax.Array:
   _checks.check_floating("q", q)
   _checks.check_min_rank("q", q, 1, "a trailing action axis [..., A]")
   _checks.check_nonempty("q", q, -1, "actions")
-  _checks.check_positive("alpha", alpha, jnp.shape(q)[:-1])
+  _checks.check_positive_finite("alpha", alpha, jnp.shape(q)[:-1])
   alpha = jnp.asarray(alpha, dtype=jnp.result_type(q))
   m = _finite_max(q)
   return m + alpha * logsumexp_actions((q - m[..., None]) / _per_action(alpha))
@@ -62,7 +62,7 @@ def soft_policy(q: jax.Array, alpha) -> jax.Array:
   _checks.check_floating("q", q)
   _checks.check_min_rank("q", q, 1, "a trailing action axis [..., A]")
   _checks.check_nonempty("q", q, -1, "actions")
-  _checks.check_positive("alpha", alpha, jnp.shape(q)[:-1])
+  _checks.check_positive_finite("alpha", alpha, jnp.shape(q)[:-1])
   alpha = jnp.asarray(alpha, dtype=jnp.result_type(q))
   return jax.nn.softmax((q - _finite_max(q)[..., None]) / _per_action(alpha), axis=-1)
 
@@ -90,7 +90,7 @@ def soft_q_targets(
     r_t: rewards at times [1, T], [T, ...].
     discount_t: gamma times environment discount at times [1, T], [T, ...].
     q_t: Q(x_{s+1}, .) at times [1, T] (usually a target network), [T, ..., A].
-    alpha: temperature > 0.
+    alpha: temperature > 0 and finite.
     lambda_: in [0, 1].
       `alpha` and `lambda_` are scalars, or arrays of `r_t`'s rank that broadcast to its
       shape (per step: [T, 1, ...]).
@@ -110,7 +110,7 @@ def soft_q_targets(
   _checks.check_shape("discount_t", discount_t, shape, "`r_t`")
   _checks.check_action_values("q_t", q_t, shape)
   _checks.check_in_unit_interval("lambda_", lambda_, shape)
-  _checks.check_positive("alpha", alpha, shape)
+  _checks.check_positive_finite("alpha", alpha, shape)
   mask = _checks.check_mask(mask, shape)
   _checks.check_discounts(discount_t, mask)
   mask_next = shift_to_previous(mask, False)
@@ -207,7 +207,7 @@ def sql_nstep_td_error(
     r_t: rewards at times [1, T].
     discount_t: gamma times environment discount at times [1, T].
     q_t: Q(x_{s+1}, .) at times [1, T], [T, ..., A] (target network).
-    alpha: temperature > 0.
+    alpha: temperature > 0 and finite.
     n: steps of the return (static int >= 1).
     mask: optional bool [T, ...].
     stop_target_gradients: stop gradients through the targets.

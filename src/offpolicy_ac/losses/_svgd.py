@@ -46,8 +46,8 @@ def importance_sampled_soft_value(q_samples: jax.Array, log_proposal, alpha) -> 
     q_samples: Q(s, a_j) for M actions a_j ~ q' [..., M].
     log_proposal: log q'(a_j), broadcastable to q_samples (e.g. a scalar -d log 2 for
       actions uniform in [-1, 1]^d).
-    alpha: temperature > 0, a scalar or an array of q_samples.shape[:-1]'s rank that
-      broadcasts to it.
+    alpha: temperature > 0 and finite, a scalar or an array of q_samples.shape[:-1]'s rank
+      that broadcasts to it.
 
   Returns:
     soft values [...] (q_samples.shape[:-1]).
@@ -57,7 +57,7 @@ def importance_sampled_soft_value(q_samples: jax.Array, log_proposal, alpha) -> 
   _checks.check_nonempty("q_samples", q_samples, -1, "samples")
   _checks.check_floating("log_proposal", log_proposal)
   _check_broadcasts_to("log_proposal", log_proposal, jnp.shape(q_samples), "`q_samples`")
-  _checks.check_positive("alpha", alpha, jnp.shape(q_samples)[:-1])
+  _checks.check_positive_finite("alpha", alpha, jnp.shape(q_samples)[:-1])
   # alpha log E[exp(Q / alpha) / q'] = soft_value(Q - alpha log q') - alpha log M.
   dtype, shape = jnp.result_type(q_samples), jnp.shape(q_samples)
   alpha = jnp.asarray(alpha, dtype)
@@ -87,7 +87,8 @@ def box_mixture_log_density(
     actions: [..., M, d] in [-1, 1]^d (ValueError otherwise, for concrete values).
     center: [..., d] in [-1, 1]^d, the truncated normal's centre (the same leading axes).
     std: > 0 and finite, a scalar (traced too: a swept or learned width).
-    uniform_fraction: f in [0, 1], a Python float (static).
+    uniform_fraction: f in [0, 1], a Python float (static: a traced value is refused with
+      a TypeError; pass it to `jax.jit` as a static argument, or close over it).
 
   Returns:
     log q'(a_j) [..., M].
@@ -104,6 +105,7 @@ def box_mixture_log_density(
                      f"shape {tuple(jnp.shape(std))}")  # fmt: skip
   _checks.check_entries("std", std, 0.0, _FINITE_MAX, bounds="> 0 and finite")
   _checks.check_positive("std", std)
+  _checks.check_static("uniform_fraction", uniform_fraction, "float")  # branched on below
   _checks.check_in_unit_interval("uniform_fraction", uniform_fraction)
   d = shape[-1]
   dtype = jnp.result_type(actions, center)
