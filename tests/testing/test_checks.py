@@ -730,3 +730,96 @@ def test_float64_data_without_x64_is_held_to_float32s_tolerance():
   examples = [testing.random_trajectory(rng, 8, (2,), 3, dtype=np.float64) for _ in range(2)]
   testing.assert_matches_reference(lib_vtrace, ref_vtrace, examples)
   testing.assert_junction_split_invariant(lib_soft_q, examples)
+
+
+# --- tolerances and the references' validation -------------------------------
+
+TOLERANT_CHECKS = {
+    "assert_junction_split_invariant": lambda **kw: testing.assert_junction_split_invariant(
+        lib_soft_q, EXAMPLES[0], **kw
+    ),
+    "assert_masked_steps_ignored": lambda **kw: testing.assert_masked_steps_ignored(
+        lib_soft_q, EXAMPLES[0], **kw
+    ),
+    "assert_masked_steps_get_no_gradient": lambda **kw: (
+        testing.assert_masked_steps_get_no_gradient(lambda tr: one_step_td(tr, True), EXAMPLES[0],
+                                                    **kw)  # fmt: skip
+    ),
+    "assert_matches_reference": lambda **kw: testing.assert_matches_reference(
+        lib_vtrace, ref_vtrace, EXAMPLES[0], **kw
+    ),
+    "assert_truncation_bootstraps": lambda **kw: testing.assert_truncation_bootstraps(
+        lib_soft_q, EXAMPLES[0], **kw
+    ),
+    "assert_no_gradient_through_targets": lambda **kw: (
+        testing.assert_no_gradient_through_targets(lib_soft_q, EXAMPLES[0], **kw)
+    ),
+}
+
+
+@pytest.mark.parametrize("value", [-1e-3, np.nan, np.inf, "1e-3"])
+@pytest.mark.parametrize("check", sorted(TOLERANT_CHECKS))
+def test_checks_refuse_a_negative_or_non_finite_tolerance(check, value):
+  """A negative or NaN tolerance failed a correct target (an AssertionError that blamed the
+  target), an infinite one passed any target; now each is refused by name."""
+  names = ["atol"] if check == "assert_no_gradient_through_targets" else ["rtol", "atol"]
+  for name in names:
+    with pytest.raises(ValueError, match=rf"^{check}: {name} must be a finite number >= 0"):
+      TOLERANT_CHECKS[check](**{name: value})
+  TOLERANT_CHECKS[check](**{name: 1e-3 for name in names})  # a valid one still runs the check
+
+
+T3 = np.zeros(3, np.float32)
+BAD_DISCOUNT = np.array([0.9, 1.5, 0.9], np.float32)
+Q3, PI3 = np.zeros((3, 2), np.float32), np.full((3, 2), 0.5, np.float32)
+A3 = np.zeros(3, np.int32)
+# (what is bad, the library's call, the reference's call): each must raise the same message.
+REFUSED_BY_BOTH = [
+    ("vtrace discount", lambda: losses.vtrace(T3, T3, T3, BAD_DISCOUNT, T3 + 1),
+     lambda: ref.vtrace(T3, T3, T3, BAD_DISCOUNT, T3 + 1)),
+    ("vtrace lambda_", lambda: losses.vtrace(T3, T3, T3, T3, T3, lambda_=1.5),
+     lambda: ref.vtrace(T3, T3, T3, T3, T3, lambda_=1.5)),
+    ("vtrace clip_c_threshold", lambda: losses.vtrace(T3, T3, T3, T3, T3, clip_c_threshold=0.0),
+     lambda: ref.vtrace(T3, T3, T3, T3, T3, clip_c_threshold=0.0)),
+    ("general_off_policy_returns discount",
+     lambda: losses.general_off_policy_returns(T3, T3, T3, -BAD_DISCOUNT, T3),
+     lambda: ref.general_off_policy_returns(T3, T3, T3, -BAD_DISCOUNT, T3)),
+    ("retrace lambda_",
+     lambda: losses.retrace(Q3, Q3, A3, A3, T3, T3, PI3, T3 + 0.5, lambda_=-0.1),
+     lambda: ref.retrace(Q3, Q3, A3, A3, T3, T3, PI3, T3 + 0.5, lambda_=-0.1)),
+    ("acer_q_ret discount", lambda: losses.acer_q_ret(Q3, A3, T3, BAD_DISCOUNT, PI3, T3 + 0.5),
+     lambda: ref.acer_q_ret(Q3, A3, T3, BAD_DISCOUNT, PI3, T3 + 0.5)),
+    ("acer_policy_objective clip_c",
+     lambda: losses.acer_policy_objective(PI3, PI3, A3, Q3, T3, clip_c=-1.0),
+     lambda: ref.acer_policy_objective(PI3, PI3, A3, Q3, T3, clip_c=-1.0)),
+    ("trust_region_projection delta", lambda: losses.trust_region_projection(Q3, Q3, -1.0),
+     lambda: ref.trust_region_projection(Q3, Q3, -1.0)),
+    ("soft_value alpha", lambda: losses.soft_value(Q3, np.inf), lambda: ref.soft_value(Q3, np.inf)),
+    ("soft_q_targets alpha", lambda: losses.soft_q_targets(T3, T3, Q3, alpha=0.0),
+     lambda: ref.soft_q_targets(T3, T3, Q3, 0.0)),
+    ("soft_q_targets discount", lambda: losses.soft_q_targets(T3, BAD_DISCOUNT, Q3, alpha=1.0),
+     lambda: ref.soft_q_targets(T3, BAD_DISCOUNT, Q3, 1.0)),
+    ("soft_nstep_targets alpha", lambda: losses.soft_nstep_targets(T3, T3, Q3, alpha=np.nan, n=2),
+     lambda: ref.soft_nstep_targets(T3, T3, Q3, np.nan, 2)),
+    ("importance_sampled_soft_value alpha",
+     lambda: losses.importance_sampled_soft_value(Q3, 0.0, np.inf),
+     lambda: ref.importance_sampled_soft_value(Q3, 0.0, np.inf)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("what, library, reference", REFUSED_BY_BOTH,
+                         ids=[c[0] for c in REFUSED_BY_BOTH])  # fmt: skip
+def test_references_refuse_what_the_library_refuses_with_its_message(what, library, reference):
+  """The float64 references computed what the library refuses (a discount outside [0, 1],
+  lambda outside [0, 1], a threshold or alpha <= 0 or infinite): numbers, or NaN."""
+  with pytest.raises(ValueError) as refused:
+    library()
+  with pytest.raises(ValueError, match=f"^{re.escape(str(refused.value))}$"):
+    reference()
+
+
+def test_references_read_a_masked_steps_discount_as_the_library_does():
+  mask = np.array([True, False, True])
+  ref.vtrace(T3, T3, T3, np.array([0.9, 7.0, 0.9]), T3 + 1, mask=mask)  # never used: accepted
+  with pytest.raises(ValueError, match=r"`discount_t` must be \[0, 1\].* at index \(0,\)"):
+    ref.vtrace(T3, T3, T3, np.array([7.0, 0.9, 0.9]), T3 + 1, mask=mask)

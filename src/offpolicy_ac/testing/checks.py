@@ -176,6 +176,22 @@ def _float_dtype(traj):
   return jax.dtypes.canonicalize_dtype(np.asarray(traj.r_t).dtype)
 
 
+def _check_tolerances(check: str, allow_none: bool = True, **tolerances) -> None:
+  """Raises ValueError unless each tolerance (`rtol`, `atol`) is a finite number >= 0 (or
+  None, the dtype's default, where `allow_none`): a negative or NaN one failed every
+  comparison, an infinite one passed any."""
+  for name, value in tolerances.items():
+    if value is None and allow_none:
+      continue
+    try:
+      ok = not isinstance(value, (bool, str, bytes)) and 0.0 <= float(value) < np.inf
+    except (TypeError, ValueError):
+      ok = False
+    if not ok:
+      default = " (or None: the default for the dtype)" if allow_none else ""
+      raise ValueError(f"{check}: {name} must be a finite number >= 0{default}, got {value!r}")
+
+
 def _tolerance(expected, compared, rtol, atol, dtype):
   """(rtol, atol * max(1, max|expected|)) over the `compared` entries of `expected`: the
   tolerance `_assert_close` allows an entry, `atol * scale + rtol * |expected|`; a tolerance
@@ -316,9 +332,10 @@ def assert_junction_split_invariant(
     variants: the chex variants to run `fn` under, from "without_jit",
       "with_jit", "without_device" and "with_device"; by default as is and jitted
       (one compilation per segment shape).
-    rtol, atol: the tolerance, `|a - b| <= atol * max(1, max|b|) + rtol * |b|`;
-      None uses 1e-4 for float32 (1e-10 for float64, 8 epsilons of float16 and bfloat16:
-      0.0078 and 0.0625), of the stricter of the trajectory's and the outputs' dtypes.
+    rtol, atol: the tolerance, `|a - b| <= atol * max(1, max|b|) + rtol * |b|`, finite
+      and >= 0 (ValueError otherwise); None uses 1e-4 for float32 (1e-10 for float64, 8
+      epsilons of float16 and bfloat16: 0.0078 and 0.0625), of the stricter of the
+      trajectory's and the outputs' dtypes.
 
   An example without junctions is split into its batch columns only.
 
@@ -326,6 +343,7 @@ def assert_junction_split_invariant(
     AssertionError: an output differs at an unmasked step.
   """
   check = "assert_junction_split_invariant"
+  _check_tolerances(check, rtol=rtol, atol=atol)
   examples = _examples(examples)
   for variant, run in _under_variants(check, fn, variants):
     _assert_split_invariant(check, variant, run, examples, rtol, atol)
@@ -431,6 +449,7 @@ def assert_masked_steps_ignored(
   An example without masked steps passes trivially.
   """
   check = "assert_masked_steps_ignored"
+  _check_tolerances(check, rtol=rtol, atol=atol)
   examples = _examples(examples)
   names = [f for f in _tr.Trajectory._fields if f not in _tr.LAYOUT_FIELDS]
   fields = [f for f in names if f not in _PREDICTIONS] if fields is None else list(fields)
@@ -598,10 +617,11 @@ def assert_no_gradient_through_targets(
       every floating field but the predictions `v_tm1` and `q_tm1`.
     variants: the chex variants to compute the gradient under, from "without_jit",
       "with_jit", "without_device" and "with_device"; by default as is and jitted.
-    atol: the largest absolute gradient allowed (0: exactly none).
+    atol: the largest absolute gradient allowed, finite and >= 0 (0: exactly none).
     seed: seeds the random cotangents.
   """
   check = "assert_no_gradient_through_targets"
+  _check_tolerances(check, allow_none=False, atol=atol)
   examples = _examples(examples)
   floating = _floating_fields(examples[0])
   wrt = [f for f in floating if f not in _PREDICTIONS] if wrt is None else _names(wrt)
@@ -744,6 +764,7 @@ def assert_masked_steps_get_no_gradient(
     seed: seeds the garbage and the cotangents.
   """
   check = "assert_masked_steps_get_no_gradient"
+  _check_tolerances(check, rtol=rtol, atol=atol)
   examples = _examples(examples)
   fields = [f for f in _tr.Trajectory._fields if f not in _tr.LAYOUT_FIELDS]
   floating = [f for f in _floating_fields(examples[0]) if f in fields]
@@ -828,6 +849,7 @@ def assert_matches_reference(
       the trajectory's and the outputs' dtypes).
   """
   check = "assert_matches_reference"
+  _check_tolerances(check, rtol=rtol, atol=atol)
   examples = _examples(examples)
   runs = _under_variants(check, fn, variants)
   for i, traj in enumerate(examples):
@@ -954,6 +976,7 @@ def assert_truncation_bootstraps(
     AssertionError: an output unchanged at a truncation, or changed by a termination.
   """
   check = "assert_truncation_bootstraps"
+  _check_tolerances(check, rtol=rtol, atol=atol)
   if not 0.0 < perturbation < np.inf:
     raise ValueError(f"{check}: perturbation must be finite and > 0, got {perturbation}")
   examples = _examples(examples)

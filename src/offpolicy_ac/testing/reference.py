@@ -30,6 +30,60 @@ import math
 
 import numpy as np
 
+# Validation: the references refuse what `offpolicy_ac.losses` refuses (concrete values),
+# with the same messages, so that a reference never silently computes what the library
+# would not.
+
+
+def _shown(x):
+  """A refused value as `offpolicy_ac.losses` shows it (None as None, not as NaN)."""
+  if x is None:
+    return None
+  v = np.asarray(x, np.float64)
+  return v if v.ndim == 0 else v.tolist()
+
+
+def _values(name, x):
+  """`x` as float64 (None as NaN, refused by every check), refusing a str."""
+  if isinstance(x, (str, bytes)):
+    raise ValueError(f"`{name}` must be a number or an array of numbers, got {x!r}.")
+  return np.asarray(np.nan if x is None else x, np.float64)
+
+
+def _check_unit_interval(name, x):
+  v = _values(name, x)
+  if not np.all((v >= 0) & (v <= 1)):
+    raise ValueError(f"`{name}` must lie in [0, 1], got {_shown(x)}.")
+
+
+def _check_positive(name, x, finite=False):
+  v = _values(name, x)
+  ok = (v > 0) & np.isfinite(v) if finite else v > 0
+  if not np.all(ok):
+    bound = "> 0 and finite" if finite else "> 0"
+    raise ValueError(f"`{name}` must be {bound}, got {_shown(x)}.")
+
+
+def _check_non_negative(name, x):
+  v = _values(name, x)
+  if not np.all(v >= 0):
+    raise ValueError(f"`{name}` must be >= 0, got {_shown(x)}.")
+
+
+def _check_discounts(discount_t, mask=None):
+  """`discount_t` in [0, 1] at the real steps (`mask`; a masked step's is never used)."""
+  v = np.asarray(discount_t, np.float64)
+  bad = ~((v >= 0) & (v <= 1))
+  if mask is not None:
+    bad &= np.broadcast_to(np.asarray(mask, bool), v.shape)
+  if np.any(bad):
+    where = tuple(int(i) for i in np.argwhere(bad)[0])
+    raise ValueError(
+        f"`discount_t` must be [0, 1] (gamma times the environment's discount), got "
+        f"{v[where].item()} at index {where}; {int(np.sum(bad))} of {v.size} entries are not."
+    )
+
+
 # Soft-Q / SQL / SQIL, the distribution helpers, the IMPALA loss and ACER.
 
 
@@ -76,6 +130,7 @@ def soft_value(q, alpha):
 
   q: [..., A]; alpha: a positive scalar. Returns [...], float64.
   """
+  _check_positive("alpha", alpha, finite=True)
   q = np.asarray(q, np.float64)
   flat = q.reshape(-1, q.shape[-1])
   out = np.empty(flat.shape[0])
@@ -98,6 +153,10 @@ def soft_q_targets(r_t, discount_t, q_t, alpha, lambda_=0.0, mask=None):
   Args: r_t, discount_t, mask [T, *batch]; q_t [T, *batch, A] = Q(x_{s+1}, .).
   Returns [T, *batch] float64.
   """
+  if alpha is not None:
+    _check_positive("alpha", alpha, finite=True)
+  _check_unit_interval("lambda_", lambda_)
+  _check_discounts(discount_t, mask)
   r, batch = _sq_cols(r_t)
   d, _ = _sq_cols(discount_t)
   q, _ = _sq_cols(q_t, trailing=1)
@@ -123,6 +182,8 @@ def soft_nstep_targets(r_t, discount_t, q_t, alpha, n, mask=None):
   e = min(s + n - 1, the last step of s's segment), V the soft value; 0 at masked
   steps. Shapes as in `soft_q_targets`.
   """
+  _check_positive("alpha", alpha, finite=True)
+  _check_discounts(discount_t, mask)
   r, batch = _sq_cols(r_t)
   d, _ = _sq_cols(discount_t)
   q, _ = _sq_cols(q_t, trailing=1)
@@ -151,6 +212,7 @@ def importance_sampled_soft_value(q_samples, log_proposal, alpha):
   q_samples: [..., M]; log_proposal: broadcastable to it; alpha: a positive scalar or
   broadcastable to [...]. Returns [...], float64.
   """
+  _check_positive("alpha", alpha, finite=True)
   q = np.asarray(q_samples, np.float64)
   log_p = np.broadcast_to(np.asarray(log_proposal, np.float64), q.shape)
   alphas = np.broadcast_to(np.asarray(alpha, np.float64), q.shape[:-1])
@@ -168,6 +230,7 @@ def box_mixture_log_density(actions, center, std, uniform_fraction):
   actions: [..., M, d]; center: [..., d]. Float64 loops with math.erf, summed in log space
   (a narrow normal's density far from its centre underflows); returns [..., M].
   """
+  _check_unit_interval("uniform_fraction", uniform_fraction)
   a = np.asarray(actions, np.float64)
   c = np.asarray(center, np.float64)
   lead, (m, d) = a.shape[:-2], a.shape[-2:]
@@ -196,6 +259,8 @@ def rbf_kernel(x, y, bandwidth=None, min_bandwidth=1e-3):
   bandwidth None: h = max(median of the K * M squared distances / log(K + 1),
   min_bandwidth). Float64 loops over the leading axes and the pairs.
   """
+  if bandwidth is not None:
+    _check_positive("bandwidth", bandwidth)
   x = np.asarray(x, np.float64)
   y = np.asarray(y, np.float64)
   lead, (k, d), m = x.shape[:-2], x.shape[-2:], y.shape[-2]
@@ -287,6 +352,10 @@ def _vtrace_recursion(
   next step); q_s = r + d (vs_{s+1} if the next step exists and is real else
   v_t); pg_s = min(clip_pg, rho) (q_s - v_tm1). Zero at masked steps.
   """
+  _check_discounts(discount_t, mask)
+  _check_unit_interval("lambda_", lambda_)
+  for name, x in (("clip_rho", clip_rho), ("clip_c", clip_c), ("clip_pg", clip_pg)):
+    _check_positive(name, x)
   vt1, batch = _sq_cols(v_tm1)
   vt = _sq_cols(v_t)[0]
   r = _sq_cols(r_t)[0]
@@ -348,6 +417,8 @@ def impala_loss(
   With `surrogate_clip` = epsilon the policy term is instead mean(-min(rho A, clip(rho,
   1 - epsilon, 1 + epsilon) A)) with A = q_estimate - v_tm1 (PPO's clipped surrogate).
   """
+  _check_non_negative("value_weight", value_weight)
+  _check_non_negative("entropy_weight", entropy_weight)
   log_pi = np.asarray(log_pi_tm1, np.float64)
   log_mu = np.asarray(log_mu_tm1, np.float64)
   ent = np.asarray(entropy_tm1, np.float64)
@@ -423,6 +494,7 @@ def acer_returns(q_a_t, v_t, r_t, discount_t, c_t, mask=None):
   arrays (q_a_t[s-1] = Q(x_s, a_s), v_t[s-1] = V(x_s), c_t[s-1] = c_s). A
   masked step s has target 0 and restarts the carry at V(x_s) = v_t[s-1].
   """
+  _check_discounts(discount_t, mask)
   qa, batch = _sq_cols(q_a_t)
   v = _sq_cols(v_t)[0]
   r = _sq_cols(r_t)[0]
@@ -447,6 +519,7 @@ def acer_returns(q_a_t, v_t, r_t, discount_t, c_t, mask=None):
 
 def acer_q_ret(q_t, a_t, r_t, discount_t, pi_t, mu_t, mask=None, eps=1e-8):
   """Discrete Q^ret: V = sum_a pi Q, c = min(1, pi(a)/mu(a)) (Algorithm 2)."""
+  _check_non_negative("eps", eps)
   q = np.asarray(q_t, np.float64)
   pi = np.asarray(pi_t, np.float64)
   a = np.asarray(a_t)
@@ -477,6 +550,8 @@ def acer_policy_objective(pi, mu, a, q, q_ret, clip_c=10.0, eps=1e-8):
   (the paper's g with the statistics phi = pi; the pi_b of the correction
   cancels against d log pi_b / d pi_b = 1/pi_b).
   """
+  _check_positive("clip_c", clip_c)
+  _check_non_negative("eps", eps)
   pi = np.asarray(pi, np.float64)
   shape, n_act = pi.shape[:-1], pi.shape[-1]
   pi2 = pi.reshape(-1, n_act)
@@ -503,6 +578,7 @@ def acer_policy_objective(pi, mu, a, q, q_ret, clip_c=10.0, eps=1e-8):
 
 def trust_region_projection(g, k, delta):
   """z* = g - max(0, (k.g - delta) / |k|^2) k, row by row."""
+  _check_non_negative("delta", delta)
   g = np.asarray(g, np.float64)
   k = np.asarray(k, np.float64)
   g2, k2 = g.reshape(-1, g.shape[-1]), k.reshape(-1, g.shape[-1])
@@ -519,6 +595,7 @@ def acer_continuous_policy_objective(
     log_pi_a, log_pi_sample, log_rho_a, log_rho_sample, q_opc, q_sample, v, clip_c=10.0
 ):
   """Returns (objective, d obj / d log_pi_a, d obj / d log_pi_sample)."""
+  _check_positive("clip_c", clip_c)
   lpa, lps, lra, lrs, qo, qs, vv = (
       np.asarray(x, np.float64).reshape(-1)
       for x in (log_pi_a, log_pi_sample, log_rho_a, log_rho_sample, q_opc, q_sample, v)
@@ -609,6 +686,14 @@ def vtrace(
 
   Returns (errors = v_s - V(x_s), pg_advantage, q_estimate), float64.
   """
+  _check_discounts(discount_t, mask)
+  _check_unit_interval("lambda_", lambda_)
+  for name, x in (
+      ("clip_rho_threshold", clip_rho_threshold),
+      ("clip_c_threshold", clip_c_threshold),
+      ("clip_pg_rho_threshold", clip_pg_rho_threshold),
+  ):
+    _check_positive(name, x)
   v_tm1, v_t, r_t = _ref_f64(v_tm1), _ref_f64(v_t), _ref_f64(r_t)
   discount_t, rho_tm1 = _ref_f64(discount_t), _ref_f64(rho_tm1)
   shape = r_t.shape
@@ -652,6 +737,7 @@ def nstep_bootstrapped_returns(v_t, r_t, discount_t, mask=None):
 
   (zero at masked steps).
   """
+  _check_discounts(discount_t, mask)
   v_t, r_t, discount_t = _ref_f64(v_t), _ref_f64(r_t), _ref_f64(discount_t)
   shape = r_t.shape
   mask = _ref_mask(mask, shape)
@@ -675,6 +761,7 @@ def general_off_policy_returns(q_a_t, v_t, r_t, discount_t, c_t, mask=None):
 
   c'_s = c_t[s] if s+1 < T and mask[s+1] else 0; G_s = 0 where mask[s] False.
   """
+  _check_discounts(discount_t, mask)
   q_a_t, v_t, r_t = _ref_f64(q_a_t), _ref_f64(v_t), _ref_f64(r_t)
   discount_t, c_t = _ref_f64(discount_t), _ref_f64(c_t)
   shape = r_t.shape
@@ -703,6 +790,8 @@ def retrace(q_tm1, q_t, a_tm1, a_t, r_t, discount_t, pi_t, mu_t, mask=None, lamb
   targets from `general_off_policy_returns`, errors = targets - Q(x_s, a_s)
   (zero at masked steps).
   """
+  _check_unit_interval("lambda_", lambda_)
+  _check_non_negative("eps", eps)
   q_tm1, q_t, pi_t = _ref_f64(q_tm1), _ref_f64(q_t), _ref_f64(pi_t)
   a_tm1, a_t = np.asarray(a_tm1), np.asarray(a_t)
   mu_t, r_t = _ref_f64(mu_t), _ref_f64(r_t)
@@ -738,6 +827,8 @@ def q_lambda_errors(q_tm1, a_tm1, q_t, pi_t, r_t, discount_t, mask=None, lambda_
   Equal to Retrace with c = lambda when the arrays are consistent within a
   segment (q_t[s, a_t[s]] == q_tm1[s+1, a_tm1[s+1]]).
   """
+  _check_discounts(discount_t, mask)
+  _check_unit_interval("lambda_", lambda_)
   q_tm1, q_t, pi_t = _ref_f64(q_tm1), _ref_f64(q_t), _ref_f64(pi_t)
   r_t, discount_t = _ref_f64(r_t), _ref_f64(discount_t)
   a_tm1 = np.asarray(a_tm1)
