@@ -395,6 +395,21 @@ def test_pixel_torsos_map_frames_to_features(kind, features):
 
 @pytest.mark.parametrize(
     "kind,shape",
+    [("mlp", (3,)), ("nature_cnn", (4, 84, 84)), ("impala_resnet", (4, 84, 84)),
+     ("small_cnn", (4, 84, 84)), ("minatar_cnn", (4, 10, 10))],
+)  # fmt: skip
+def test_every_torso_maps_an_empty_batch_to_no_rows(kind, shape):
+  """B = 0 (acting for no environment): [0, features], not reshape's ZeroDivisionError."""
+  from offpolicy_ac import networks
+
+  torso = networks.make_torso(kind, shape)
+  params = torso.init(jax.random.PRNGKey(1), jnp.zeros((2, *shape)))
+  features = torso.apply(params, jnp.zeros((2, *shape))).shape[-1]
+  assert torso.apply(params, jnp.zeros((0, *shape))).shape == (0, features)
+
+
+@pytest.mark.parametrize(
+    "kind,shape",
     [("nature_cnn", (4, 84, 84)), ("impala_resnet", (4, 84, 84)), ("small_cnn", (4, 84, 84)),
      ("minatar_cnn", (4, 10, 10)), ("auto", (2, 16, 16))],
 )  # fmt: skip

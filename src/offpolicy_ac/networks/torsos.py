@@ -55,10 +55,15 @@ class MLPTorso(nn.Module):
           f"{tuple(obs.shape)}{hint}"
       )
     act = getattr(nn, self.activation)
-    x = obs.reshape(obs.shape[0], -1).astype(jnp.float32)
+    x = _flat(obs).astype(jnp.float32)
     for size in self.hidden_sizes:
       x = act(nn.Dense(size, kernel_init=_ORTHOGONAL_SQRT2)(x))
     return x
+
+
+def _flat(x: jnp.ndarray) -> jnp.ndarray:
+  """[B, ...] as [B, features]; an empty batch too (reshape's -1 cannot size B = 0)."""
+  return x.reshape(x.shape[0], math.prod(x.shape[1:]))
 
 
 def _looks_channels_last(frame_shape: tuple[int, ...]) -> bool:
@@ -107,7 +112,7 @@ class NatureCNN(nn.Module):
     for features, kernel, stride in ((32, 8, 4), (64, 4, 2), (64, 3, 1)):
       x = nn.relu(_Conv(features, (kernel, kernel), (stride, stride), padding="VALID")(x))
     _check_features(x, obs, "NatureCNN")
-    x = x.reshape(x.shape[0], -1)
+    x = _flat(x)
     return nn.relu(nn.Dense(self.dense_size)(x))
 
 
@@ -139,7 +144,7 @@ class ImpalaResNet(nn.Module):
       x = nn.max_pool(x, (3, 3), strides=(2, 2), padding="SAME")
       x = _ResidualBlock(channels)(x)
       x = _ResidualBlock(channels)(x)
-    x = nn.relu(x).reshape(x.shape[0], -1)
+    x = _flat(nn.relu(x))
     return nn.relu(nn.Dense(self.dense_size)(x))
 
 
@@ -180,7 +185,7 @@ class SmallCNN(nn.Module):
       )
       x = nn.relu(conv(x))
     _check_features(x, obs, "SmallCNN")
-    x = x.reshape(x.shape[0], -1)
+    x = _flat(x)
     return nn.relu(nn.Dense(self.dense_size, kernel_init=_ORTHOGONAL_SQRT2)(x))
 
 
@@ -204,7 +209,7 @@ class MinAtarCNN(nn.Module):
       raise ValueError(f"MinAtarCNN's 3x3 convolution leaves no feature of frames {obs.shape}")
     # fan-in 9 C, as the convolution's
     x = nn.relu(nn.Dense(16, name="conv")(patch_conv.patches(x, (3, 3))))
-    x = x.reshape(x.shape[0], -1)
+    x = _flat(x)
     return nn.relu(nn.Dense(self.dense_size)(x))
 
 
