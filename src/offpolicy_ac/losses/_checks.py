@@ -257,23 +257,17 @@ def check_in_unit_interval(name: str, x: Any, shape: tuple[int, ...] | None = No
     raise ValueError(f"`{name}` must lie in [0, 1], got {_shown(x, v)}.")
 
 
-def check_positive(name: str, x: Any, shape: tuple[int, ...] | None = None) -> None:
-  """ValueError unless every (concrete) value of `x` is > 0, and, given `shape`, unless
-  `x` broadcasts to it (`check_broadcasts`)."""
+def check_positive(name: str, x: Any, shape: tuple[int, ...] | None = None, *,
+                   finite: bool = False) -> None:  # fmt: skip
+  """ValueError unless every (concrete) value of `x` is > 0 (and, with `finite`, below
+  +inf: a temperature of inf makes 0 x inf = NaN), and, given `shape`, unless `x`
+  broadcasts to it (`check_broadcasts`)."""
   if shape is not None:
     check_broadcasts(name, x, shape)
   v = _concrete_values(x, name)
-  if v is not None and (np.any(np.isnan(v)) or np.any(v <= 0)):
-    raise ValueError(f"`{name}` must be > 0, got {_shown(x, v)}.")
-
-
-def check_positive_finite(name: str, x: Any, shape: tuple[int, ...] | None = None) -> None:
-  """`check_positive`, refusing +inf too (a temperature of inf makes 0 x inf = NaN)."""
-  if shape is not None:
-    check_broadcasts(name, x, shape)
-  v = _concrete_values(x, name)
-  if v is not None and not np.all(np.isfinite(v) & (v > 0)):
-    raise ValueError(f"`{name}` must be > 0 and finite, got {_shown(x, v)}.")
+  if v is not None and not np.all((v > 0) & (np.isfinite(v) if finite else True)):
+    raise ValueError(f"`{name}` must be > 0{' and finite' if finite else ''}, got "
+                     f"{_shown(x, v)}.")  # fmt: skip
 
 
 def check_scalar(name: str, x: Any, what: str) -> None:
@@ -333,24 +327,20 @@ def check_discounts(discount_t: Any, mask: Any) -> None:
                 where=mask)  # fmt: skip
 
 
-def _refuse_traced(name: str, value: Any, kind: str) -> None:
+def check_static(name: str, value: Any, kind: str) -> None:
+  """TypeError if `value` is traced: a Python `kind` ("float", ...) that the function
+  branches on while tracing, which `jax.jit` must get as a static argument."""
   if isinstance(value, jax.core.Tracer):
     raise TypeError(f"`{name}` is static (a Python {kind} that sets the computation), got a "
                     f"traced value: pass it to jax.jit as a static argument (static_argnums or "
                     f"static_argnames), or close over it; never through vmap.")  # fmt: skip
 
 
-def check_static(name: str, value: Any, kind: str) -> None:
-  """TypeError if `value` is traced: a Python `kind` ("float", ...) that the function
-  branches on while tracing, which `jax.jit` must get as a static argument."""
-  _refuse_traced(name, value, kind)
-
-
 def static_int(name: str, value: Any, minimum: int) -> int:
   """`value` as a Python int (a NumPy integer too, as `np.prod(shape)` gives), refusing
   traced values (TypeError), bools, floats and values below `minimum` (ValueError naming
   the argument)."""
-  _refuse_traced(name, value, "int")
+  check_static(name, value, "int")
   if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
     raise ValueError(f"`{name}` must be an int >= {minimum}, got {value!r}.")
   return int(value)
@@ -359,7 +349,7 @@ def static_int(name: str, value: Any, minimum: int) -> int:
 def static_flag(name: str, value: Any) -> bool:
   """`value` as a Python bool (a switch read while tracing), refusing traced values with a
   TypeError that says how to pass it to `jax.jit`."""
-  _refuse_traced(name, value, "bool")
+  check_static(name, value, "bool")
   if not isinstance(value, (bool, np.bool_)):  # "False" would act as True
     raise ValueError(f"`{name}` must be True or False, got {value!r}.")
   return bool(value)

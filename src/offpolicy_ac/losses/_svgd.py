@@ -57,7 +57,7 @@ def importance_sampled_soft_value(q_samples: jax.Array, log_proposal, alpha) -> 
   _checks.check_nonempty("q_samples", q_samples, -1, "samples")
   _checks.check_floating("log_proposal", log_proposal)
   _check_broadcasts_to("log_proposal", log_proposal, jnp.shape(q_samples), "`q_samples`")
-  _checks.check_positive_finite("alpha", alpha, jnp.shape(q_samples)[:-1])
+  _checks.check_positive("alpha", alpha, jnp.shape(q_samples)[:-1], finite=True)
   # alpha log E[exp(Q / alpha) / q'] = soft_value(Q - alpha log q') - alpha log M.
   dtype, shape = jnp.result_type(q_samples), jnp.shape(q_samples)
   alpha = jnp.asarray(alpha, dtype)

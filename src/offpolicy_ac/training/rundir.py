@@ -493,7 +493,7 @@ def _one_of_its_seeds(root: pathlib.Path, run_dir: pathlib.Path) -> bool:
   in `root` (where that run starts each of them)."""
   if (root / "config.json").exists() or run_dir.resolve().parent != root:
     return False
-  if not (root / SEEDS_RECORD).is_file():
+  if not (root / SEEDS_RECORD).is_file():  # not a run of seeds one after the other
     return False
   seeds = read_json(root / SEEDS_RECORD)
   seeds = seeds.get("seeds") if isinstance(seeds, dict) else None
@@ -615,8 +615,8 @@ def check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: b
              "--resume)" if inside is not None else "")
       )  # fmt: skip
     check_algorithm(name, run_dir, old)
-    if args.train.budget.vmap_seeds and _one_of_its_seeds(run_dir.resolve().parent, run_dir):
-      root = run_dir.resolve().parent  # (its own seeds' runs are resumed with vmap_seeds off)
+    root = run_dir.resolve().parent  # (its own seeds' runs are resumed with vmap_seeds off)
+    if args.train.budget.vmap_seeds and _one_of_its_seeds(root, run_dir):
       raise ValueError(
           f"--resume: {run_dir} is {run_dir.name} of the run in {root}, whose seeds run one "
           f"after the other (--no-vmap-seeds): resume that run (--run-dir {root} --resume, "
