@@ -41,6 +41,7 @@ from offpolicy_ac.envs import Trajectory
 
 __all__ = [
     "CUT_MODES",
+    "check_demo_sequences",
     "check_demos",
     "clip_to_box",
     "cut_episodes",
@@ -283,6 +284,27 @@ def check_demos(demos: dict[str, Any], spec: EnvSpec, where: str = "the demonstr
     values = demos[name]
     if np.issubdtype(values.dtype, np.floating) and not np.isfinite(values).all():
       raise ValueError(f"{where}: non-finite {name}s")
+
+
+def check_demo_sequences(
+    sequences: Trajectory, spec: EnvSpec, where: str = "the demonstrations"
+) -> None:
+  """`check_demos` for demonstrations cut into sequences (`cut_episodes`), a Trajectory
+  [L, S, ...]: the checks SQIL's training runs on its `batch_fn`'s demonstrations before
+  anything compiles. The actions of LAST steps, padding's included, are not checked: no
+  transition starts there."""
+  if not isinstance(sequences, Trajectory):
+    raise TypeError(f"{where}: a Trajectory [L, S, ...] of sequences (demos.cut_episodes), "
+                    f"got {type(sequences).__name__}")  # fmt: skip
+  step_type = np.asarray(sequences.step_type)
+  fields = {name: np.asarray(getattr(sequences, name)) for name in _FIELDS}
+  if step_type.ndim != 2 or any(x.shape[:2] != step_type.shape for x in fields.values()):
+    shapes = {name: x.shape for name, x in fields.items()}
+    raise ValueError(f"{where}: sequences [L, S, ...] share their step types' two leading "
+                     f"axes, got shapes {shapes}")  # fmt: skip
+  flat = {name: x.reshape((-1,) + x.shape[2:]) for name, x in fields.items()}
+  flat["action"] = fields["action"][step_type != LAST]
+  check_demos(flat, spec, where)
 
 
 def _pieces(n: int, length: int, mode: str) -> list[tuple[int, int]]:

@@ -306,6 +306,117 @@ def test_updates_check_a_numpy_trajectory_on_the_host(name, cartpole_spec):
     agent.update(state, swapped)
 
 
+@pytest.mark.parametrize(
+    "name, spec_name",
+    [("impala", "cartpole_spec"), ("acer", "cartpole_spec"), ("sql", "cartpole_spec"),
+     ("impala", "pendulum_spec"), ("sql", "pendulum_spec")],
+)  # fmt: skip
+def test_updates_refuse_values_no_environment_gives_on_the_host(name, spec_name, request):
+  """A NumPy batch whose learned-from transitions hold a discount outside [0, 1], a
+  non-finite reward, observation or continuous action, an unknown step type or an episode
+  that starts after a MID step (a batch-major batch whose env_id is constant) trained
+  silently (NaN parameters for a NaN reward). Each is refused by name and index; the same
+  values at a transition that leaves a LAST step (masked) are accepted and change
+  nothing."""
+  from offpolicy_ac import agents
+
+  spec = request.getfixturevalue(spec_name)
+  agent = getattr(agents, f"make_{name}")(spec)
+  state = agent.init(jax.random.PRNGKey(0))
+  traj = jax.tree.map(np.asarray, _trajectory(spec, agent, state.params, jax.random.PRNGKey(2)))
+  traj = traj._replace(env_id=np.zeros((7, 3), np.int32))
+  step_type = traj.step_type.copy()
+  step_type[:, 1], step_type[3, 1], step_type[4, 1] = MID, LAST, FIRST  # leaves step 3: masked
+  traj = traj._replace(step_type=step_type)
+  reference, _ = agent.update(state, traj)
+
+  def altered(field, index, value):
+    x = getattr(traj, field).copy()
+    x[index] = value
+    return traj._replace(**{field: x})
+
+  learned = "at the transitions it learns from"
+  refused = [
+      ("discount", (2, 1), 1.5, rf"traj.discount in \[0, 1\] .* {learned} .*\[2, 1\] = 1.5"),
+      ("discount", (5, 2), -0.5, r"traj.discount\[5, 2\] = -0.5"),
+      ("discount", (1, 0), np.nan, r"traj.discount\[1, 0\] = nan"),
+      ("reward", (6, 2), np.inf, rf"finite rewards {learned} .*traj.reward\[6, 2\] = inf"),
+      ("observation", (2, 0), np.nan, r"finite observations .*traj.observation\[2, 0\]"),
+      ("observation", (6, 0), np.nan, r"finite observations .*traj.observation\[6, 0\]"),
+      ("step_type", (2, 2), 7, r"FIRST \(0\), MID \(1\) or LAST \(2\), got 7 at index \(2, 2\)"),
+      (
+          "step_type",
+          (6, 1),
+          FIRST,
+          r"traj.step_type\[6, 1\] FIRST after MID at \[5, 1\].*batch-major",
+      ),
+  ]
+  if not spec.is_discrete:
+    refused.append(("action", (0, 2), np.nan, r"finite actions .*traj.action\[0, 2\]"))
+  for field, index, value, message in refused:
+    with pytest.raises(ValueError, match=message):
+      agent.update(state, altered(field, index, value))
+  # The transition from LAST step 3 into FIRST step 4 is masked: anything there is ignored.
+  for field, value in (("discount", np.nan), ("discount", 3.0), ("reward", np.nan)):
+    masked, _ = agent.update(state, altered(field, (4, 1), value))
+    for a, b in zip(jax.tree.leaves(masked.params), jax.tree.leaves(reference.params)):
+      np.testing.assert_array_equal(a, b)
+  # A batch-major batch whose env_id tells nothing: its episode starts give it away.
+  swapped = jax.tree.map(lambda x: np.swapaxes(x, 0, 1), traj)
+  with pytest.raises(ValueError, match=r"FIRST after .*Is the trajectory batch-major"):
+    agent.update(state, swapped)
+
+
+@pytest.mark.parametrize("name", ["impala", "acer", "sql"])
+def test_swapped_arguments_get_a_type_error_that_says_which(name, cartpole_spec):
+  """act(state, ...) and update(state.params, traj) failed on a missing attribute deep in
+  Flax or the update."""
+  from offpolicy_ac import agents
+
+  agent = getattr(agents, f"make_{name}")(cartpole_spec)
+  state = agent.init(jax.random.PRNGKey(0))
+  obs, key = jnp.zeros((3, 4)), jax.random.PRNGKey(1)
+  with pytest.raises(TypeError, match=r"act takes the network parameters, state.params"):
+    agent.act(state, obs, key)
+  with pytest.raises(TypeError, match=r"greedy_act takes the network parameters"):
+    jax.jit(agent.greedy_act)(state, obs)
+  traj = _trajectory(cartpole_spec, agent, state.params, jax.random.PRNGKey(2))
+  with pytest.raises(TypeError, match=r"update takes the AgentState .*got dict"):
+    agent.update(state.params, traj)
+  with pytest.raises(TypeError, match=r"update takes a time-major envs.Trajectory .*got dict"):
+    agent.update(state, traj._asdict())
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (dict(num_actions=0), r"num_actions an int >= 1"),
+        (dict(num_actions=None), r"num_actions an int >= 1"),
+        (dict(action_shape=(2,)), r"action_shape \(\), got 2 and \(2,\)"),
+        (dict(observation_shape=(0,)), r"observation_shape is not a tuple of positive ints"),
+        (dict(observation_shape=[4]), r"observation_shape is not a tuple"),
+        (dict(batch_size=3), r"batch_size 3 exceeds num_envs 2"),
+        (dict(is_discrete=False, num_actions=None, action_shape=(0,)), r"action_shape of positive"),
+        (dict(is_discrete=False, num_actions=None, action_shape=(2,), action_low=(-1.0,),
+              action_high=(1.0, 1.0)), r"action_low must hold one number per action dimension"),
+        (dict(is_discrete=False, num_actions=None, action_shape=(1,), action_low=(2.0,),
+              action_high=(-2.0,)), r"action_low\[0\] = 2.0 exceeds action_high\[0\] = -2.0"),
+        (dict(is_discrete=False, num_actions=None, action_shape=(1,), action_low=None,
+              action_high=None), r"action_low must hold one number"),
+    ],
+)  # fmt: skip
+def test_a_hand_made_spec_that_no_task_has_is_refused_by_its_field(change, message, cartpole_spec):
+  """An empty action set, an empty or inverted action box, or bounds of another size failed
+  deep in a network (an empty argmax, a division by zero, a failed reshape), or sampled
+  from an empty box."""
+  from offpolicy_ac import agents
+
+  spec = cartpole_spec._replace(**change)
+  for factory in (agents.make_impala, agents.make_sql):
+    with pytest.raises(ValueError, match=r"got an EnvSpec for 'CartPole-v1' whose .*" + message):
+      factory(spec)
+
+
 def test_impala_continuous_actions_keep_the_action_shape(pendulum_spec):
   """Actions [B, *action_shape], as the other agents' and the Trajectory contract's."""
   spec = pendulum_spec._replace(action_shape=(2, 2), action_low=(-1.0,) * 4, action_high=(1.0,) * 4)

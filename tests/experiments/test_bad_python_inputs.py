@@ -62,10 +62,42 @@ def test_load_run_refuses_a_best_that_is_not_a_bool(tmp_path):
 
 def test_a_sqil_batch_fn_of_no_windows_is_refused_as_it_is_built():
   demos = demos_lib.cut_episodes(_demos(), 5)
-  for name, sizes in (("batch_size", dict(batch_size=0, length=4)),
-                      ("length", dict(batch_size=4, length=2.5))):  # fmt: skip
-    with pytest.raises(ValueError, match=f"make_sqil_batch_fn: {name} must be a positive int"):
+  for name, sizes, low in (("batch_size", dict(batch_size=0, length=4), 1),
+                           ("length", dict(batch_size=4, length=2.5), 2),
+                           ("length", dict(batch_size=4, length=1), 2)):  # fmt: skip
+    with pytest.raises(ValueError, match=f"make_sqil_batch_fn: {name} must be an int >= {low}"):
       agents.make_sqil_batch_fn(demos, **sizes)
+  # NumPy ints are ints (cut_episodes takes them too).
+  agents.make_sqil_batch_fn(demos, batch_size=np.int64(4), length=np.int32(4))
+  with pytest.raises(TypeError, match=r"takes demonstrations cut into sequences, a Trajectory "
+                                      r"\[L, S, ...\] \(demos.cut_episodes"):  # fmt: skip
+    agents.make_sqil_batch_fn(_demos(), batch_size=4, length=4)
+
+
+def test_demonstrations_of_another_task_are_refused_before_anything_compiles(tmp_path):
+  """make_sqil_batch_fn knows no task: demonstrations whose actions lie outside the task's
+  gave NaN parameters at the first update, and a NonFiniteError that blamed the learning
+  rate. Both drivers now check them against the agent's task first."""
+  from offpolicy_ac import training
+
+  bad = _demos()
+  bad["action"] = np.where(np.arange(len(bad["action"])) == 3, 5, 0).astype(np.int32)
+  batch_fn = agents.make_sqil_batch_fn(demos_lib.cut_episodes(bad, 5), batch_size=4, length=4)
+  message = (r"make_sqil_batch_fn's demonstrations \(for (gymnax:)?CartPole-v1\): actions must "
+             r"lie in \[0, 2\)")  # fmt: skip
+  config = TrainConfig.of(env_id="gymnax:CartPole-v1", total_env_steps=4096)
+  with pytest.raises(ValueError, match=message):
+    make_train(agents.make_sqil, agents.SqlConfig(), config, batch_fn=batch_fn)
+  config = TrainConfig.of(env_id="CartPole-v1", total_env_steps=2048, mini_batch_size=8)
+  logger = training.RunLogger(str(tmp_path / "run"), total_env_steps=2048)
+  with pytest.raises(ValueError, match=message):
+    training.train(agents.make_sqil, config, [logger], batch_fn=batch_fn)
+  # The action at a LAST step (and at padding's) starts no transition: it is not checked.
+  last = _demos()
+  last["action"] = np.where(last["step_type"] == 2, 9, 0).astype(np.int32)
+  fits = agents.make_sqil_batch_fn(demos_lib.cut_episodes(last, 5, "null_padding"),
+                                   batch_size=4, length=4)  # fmt: skip
+  fits.check(envs.spec("CartPole-v1"))
 
 
 def test_a_batch_fn_for_an_agent_without_replay_is_refused():

@@ -231,11 +231,13 @@ def make_acer_discrete(spec, config: AcerConfig = AcerConfig()) -> base.Agent:
       config.optimizer, config.learning_rate, config.max_grad_norm, eps=config.optimizer_eps
   )
 
+  @base.takes_params("discrete ACER")
   def act(params, obs, key):
     (logits,) = policy(params, obs)
     action = jax.random.categorical(key, logits).astype(jnp.int32)
     return action, {"logits": logits}
 
+  @base.takes_params("discrete ACER")
   def greedy_act(params, obs):
     (logits,) = policy(params, obs)
     return jnp.argmax(logits, axis=-1).astype(jnp.int32)
@@ -336,6 +338,7 @@ def make_acer_continuous(spec, config: AcerConfig = AcerConfig()) -> base.Agent:
   )
   n = config.sdn_samples
 
+  @base.takes_params("continuous ACER")
   def act(params, obs, key):
     mean, log_std = policy(params, obs)
     action = mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape, mean.dtype)
@@ -346,6 +349,7 @@ def make_acer_continuous(spec, config: AcerConfig = AcerConfig()) -> base.Agent:
     }
     return action.reshape(action.shape[:1] + action_shape), extras
 
+  @base.takes_params("continuous ACER")
   def greedy_act(params, obs):
     mean, _ = policy(params, obs)
     return mean.reshape(mean.shape[:1] + action_shape)

@@ -20,6 +20,7 @@ from typing import Any
 from typing import Callable
 from typing import Iterable
 from typing import NamedTuple
+from typing import Optional
 from typing import Sequence
 
 import flax.struct
@@ -74,10 +75,14 @@ class BatchFn:
   their compiled functions as an argument, so the data is an input buffer of the
   program: a function that closed over 1.5 GB of Atari demonstration frames would have
   XLA compile them into the program as a constant (minutes, and copies in memory).
+
+  `check(spec)`, if given, refuses data that do not fit the task of `spec` (an
+  `envs.EnvSpec`); the training drivers call it before anything compiles.
   """
 
   fn: Callable[[Any, Any, jax.Array], Any] = flax.struct.field(pytree_node=False)
   data: Any = None
+  check: Optional[Callable[[Any], None]] = flax.struct.field(pytree_node=False, default=None)
 
   def __call__(self, batch: Any, key: jax.Array) -> Any:
     return self.fn(self.data, batch, key)
@@ -134,8 +139,9 @@ def jit_update(spec: Any, agent: str) -> Callable[[Callable], Callable]:
   """Decorates `update(state, traj, ...)`: `jax.jit(update)`, traced without the losses'
   in-program action-range checks (`losses.without_range_checks`: their
   `checkify.debug_check` would give the update an effect, and jit dispatches a function
-  with an effect through its slow Python path on every call). A trajectory of NumPy arrays
-  (a hand-built batch, demonstrations) is first checked on the host
+  with an effect through its slow Python path on every call). Its arguments are checked
+  first: `state` an `AgentState`, `traj` a trajectory, and a trajectory of NumPy arrays
+  (a hand-built batch, demonstrations) has its values checked on the host
   (`check_host_trajectory`)."""
 
   def decorate(update: Callable) -> Callable:
@@ -143,6 +149,7 @@ def jit_update(spec: Any, agent: str) -> Callable[[Callable], Callable]:
 
     @functools.wraps(update)  # `__wrapped__`: the code it runs (`agents.check_registered`)
     def checked(state, traj, *args):
+      check_update_arguments(state, traj, agent)
       check_host_trajectory(traj, spec, agent)
       return jitted(state, traj, *args)
 
@@ -151,12 +158,57 @@ def jit_update(spec: Any, agent: str) -> Callable[[Callable], Callable]:
   return decorate
 
 
+def takes_params(agent: str) -> Callable[[Callable], Callable]:
+  """Decorates `act(params, obs, key)` and `greedy_act(params, obs)`: refuses (TypeError)
+  a whole `AgentState` given for the parameters (`act(state, ...)`), which would fail
+  deep in Flax on a missing attribute. Checked when traced, so it costs a jitted call
+  nothing."""
+
+  def decorate(fn: Callable) -> Callable:
+    @functools.wraps(fn)  # `__wrapped__`: the code it runs (`agents.check_registered`)
+    def checked(params, *args):
+      if isinstance(params, AgentState):
+        raise TypeError(
+            f"{agent}'s {fn.__name__} takes the network parameters, state.params, got the "
+            f"whole AgentState: {fn.__name__}(state.params, ...)"
+        )
+      return fn(params, *args)
+
+    return checked
+
+  return decorate
+
+
+def check_update_arguments(state: Any, traj: Any, agent: str) -> None:
+  """Refuses (TypeError) an `update` called with something else than an `AgentState` and
+  a trajectory (`update(state.params, traj)`, or a dict of arrays), which would fail on a
+  missing attribute."""
+  if not isinstance(state, AgentState):
+    raise TypeError(
+        f"{agent}'s update takes the AgentState (agent.init(key), or the state the last "
+        f"update returned), got {type(state).__name__}"
+    )
+  missing = [f for f in envs.Trajectory._fields if not hasattr(traj, f)]
+  if missing:
+    raise TypeError(
+        f"{agent}'s update takes a time-major envs.Trajectory [T+1, B, ...] (a rollout's, or "
+        f"a replayed batch), got {type(traj).__name__}, which has no {', '.join(missing)}"
+    )
+
+
 def check_host_trajectory(traj: Any, spec: Any, agent: str) -> None:
   """What the jitted update cannot check, checked on a trajectory's NumPy arrays (arrays
-  on a device are not read: that would wait for them): discrete actions in [0, A) (but at
-  LAST steps, whose actions are never read), which the update would otherwise turn into
-  NaN parameters; and `env_id` constant along time, which a batch-major [B, T+1]
-  trajectory breaks (its update is otherwise silently wrong)."""
+  on a device are not read: that would wait for them), as `envs.loss_inputs` reads them:
+
+  - `env_id` constant along time, which a batch-major [B, T+1] trajectory breaks;
+  - step types FIRST, MID or LAST, and a FIRST step only after a LAST one (otherwise the
+    transition into an episode's first step is learned from: a target across episodes);
+  - at the transitions that are learned from (those that leave a step that is not LAST;
+    Contract 1: the others may hold anything), a discount in [0, 1], a finite reward,
+    finite float observations at both ends and finite continuous actions;
+  - discrete actions in [0, A) but at LAST steps, whose actions are never read.
+
+  Each would otherwise train silently on the wrong data, or give NaN parameters."""
   env_id = getattr(traj, "env_id", None)
   if isinstance(env_id, np.ndarray) and env_id.ndim == 2 and np.any(env_id != env_id[:1]):
     t, b = np.argwhere(env_id != env_id[:1])[0]
@@ -165,22 +217,98 @@ def check_host_trajectory(traj: Any, spec: Any, agent: str) -> None:
         f"along time; traj.env_id[{t}, {b}] = {env_id[t, b]} differs from env_id[0, {b}] = "
         f"{env_id[0, b]}: is it batch-major [B, T+1]? (np.swapaxes(x, 0, 1) per field)"
     )
+  step_type = getattr(traj, "step_type", None)
+  if not isinstance(step_type, np.ndarray) or step_type.dtype.kind not in "iu":
+    step_type = None  # on a device, or refused by the update's own checks
+  if step_type is not None and step_type.ndim >= 1:
+    _check_host_step_types(step_type, agent)
+    real = step_type[:-1] != envs.LAST  # [T, B]: the transitions that are learned from
+    _check_host_transitions(traj, real, spec, agent)
   action = getattr(traj, "action", None)
   if spec.is_discrete and isinstance(action, np.ndarray) and action.dtype.kind in "iu":
     bad = (action < 0) | (action >= spec.num_actions)
     # A LAST step's action starts no transition and is never learned from (Contract 1: a
     # masked step's action may hold anything), as the update on device arrays treats it.
-    step_type = getattr(traj, "step_type", None)
-    if isinstance(step_type, np.ndarray) and step_type.shape == action.shape[: step_type.ndim]:
-      bad &= (step_type != envs.LAST).reshape(
-          step_type.shape + (1,) * (action.ndim - step_type.ndim)
-      )
+    if step_type is not None and step_type.shape == action.shape[: step_type.ndim]:
+      bad &= _trailing(step_type != envs.LAST, action.ndim)
     if np.any(bad):
       where = tuple(int(i) for i in np.argwhere(bad)[0])
       raise ValueError(
           f"{agent}'s update takes traj.action in [0, {spec.num_actions}) ({spec.task_id}'s "
           f"actions), got {action[where]} at index {where}"
       )
+
+
+def _trailing(x: np.ndarray, ndim: int) -> np.ndarray:
+  """`x` with trailing axes of size 1 up to `ndim` axes (to broadcast over a field's)."""
+  return x.reshape(x.shape + (1,) * (ndim - x.ndim))
+
+
+def _first_index(bad: np.ndarray) -> tuple[int, ...]:
+  return tuple(int(i) for i in np.argwhere(bad)[0])
+
+
+def _check_host_step_types(step_type: np.ndarray, agent: str) -> None:
+  names = {envs.FIRST: "FIRST", envs.MID: "MID", envs.LAST: "LAST"}
+  unknown = ~np.isin(step_type, list(names))
+  if np.any(unknown):
+    where = _first_index(unknown)
+    raise ValueError(
+        f"{agent}'s update takes traj.step_type FIRST (0), MID (1) or LAST (2), got "
+        f"{step_type[where]} at index {where}"
+    )
+  after_mid = (step_type[1:] == envs.FIRST) & (step_type[:-1] != envs.LAST)
+  if np.any(after_mid):
+    t, *b = _first_index(after_mid)
+    before = (t, *b)
+    raise ValueError(
+        f"{agent}'s update got traj.step_type{[t + 1, *b]} FIRST after "
+        f"{names[int(step_type[before])]} at {list(before)}: an episode starts only after a "
+        "LAST step, else the transition into its first step is learned from (a target "
+        "across episodes). Is the trajectory batch-major [B, T+1]? The update takes it "
+        "time-major, [T+1, B] (np.swapaxes(x, 0, 1) per field)"
+    )
+
+
+def _check_host_transitions(traj: Any, real: np.ndarray, spec: Any, agent: str) -> None:
+  """Refuses the values that the transitions `real` [T, B] are learned from: their
+  discounts outside [0, 1], non-finite rewards, observations or continuous actions."""
+
+  def refuse(name: str, bad: np.ndarray, offset: int, need: str) -> None:
+    bad = bad & _trailing(real, bad.ndim)
+    if np.any(bad):
+      where = _first_index(bad)
+      at = (where[0] + offset, *where[1:])
+      value = getattr(traj, name)[at]
+      shown = f" = {value}" if np.size(value) <= 8 else f" (shape {np.shape(value)})"
+      raise ValueError(
+          f"{agent}'s update takes {need} at the transitions it learns from (those that "
+          f"leave a step that is not LAST), got traj.{name}{list(at)}{shown}"
+      )
+
+  def host_field(name: str) -> np.ndarray | None:
+    x = getattr(traj, name, None)
+    ok = isinstance(x, np.ndarray) and x.shape[: real.ndim] == (real.shape[0] + 1, *real.shape[1:])
+    return x if ok and x.dtype.kind in "iuf" else None
+
+  if (discount := host_field("discount")) is not None:
+    d = discount[1:]
+    refuse(
+        "discount",
+        ~((d >= 0) & (d <= 1)),
+        1,
+        "traj.discount in [0, 1] (0 at a termination, else 1)",
+    )
+  if (reward := host_field("reward")) is not None:
+    refuse("reward", ~np.isfinite(reward[1:]), 1, "finite rewards")
+  if (obs := host_field("observation")) is not None and obs.dtype.kind == "f":
+    finite = np.isfinite(obs).reshape(obs.shape[: real.ndim] + (-1,)).all(axis=-1)
+    refuse("observation", ~finite[:-1], 0, "finite observations")
+    refuse("observation", ~finite[1:], 1, "finite observations")
+  action = host_field("action")
+  if not spec.is_discrete and action is not None and action.dtype.kind == "f":
+    finite = np.isfinite(action).reshape(action.shape[: real.ndim] + (-1,)).all(axis=-1)
+    refuse("action", ~finite[:-1], 0, "finite actions")
 
 
 def gradient_step(
@@ -387,6 +515,51 @@ def check_spec(spec: Any, agent: str) -> None:
         f"{agent} takes an envs.EnvSpec (envs.spec(env_id, num_envs=...), or a run's "
         f"spec), got {type(spec).__name__} {spec!r:.80}"
     )
+  problem = _spec_problem(spec)
+  if problem:
+    raise ValueError(f"{agent} got an EnvSpec for {spec.task_id!r} whose {problem}")
+
+
+def _spec_problem(spec: Any) -> str | None:
+  """What is wrong with a (hand-made) EnvSpec's fields, or None: each would otherwise fail
+  deep in a network or a loss (an empty argmax, a division by zero, a failed reshape), or
+  sample actions from an empty box."""
+
+  def is_count(x: Any, low: int) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, bool) and x >= low
+
+  def is_shape(x: Any) -> bool:
+    return isinstance(x, tuple) and all(is_count(n, 1) for n in x)
+
+  if not is_shape(spec.observation_shape):
+    return f"observation_shape is not a tuple of positive ints: {spec.observation_shape!r}"
+  if not is_count(spec.num_envs, 1) or not is_count(spec.batch_size, 1):
+    return f"num_envs and batch_size must be ints >= 1, got {spec.num_envs!r}, {spec.batch_size!r}"
+  if spec.batch_size > spec.num_envs:
+    return f"batch_size {spec.batch_size} exceeds num_envs {spec.num_envs}"
+  if spec.is_discrete:
+    if not is_count(spec.num_actions, 1) or spec.action_shape != ():
+      return (f"discrete actions need num_actions an int >= 1 and action_shape (), got "
+              f"{spec.num_actions!r} and {spec.action_shape!r}")  # fmt: skip
+    return None
+  if not is_shape(spec.action_shape) or not spec.action_shape:
+    return f"continuous actions need an action_shape of positive ints, got {spec.action_shape!r}"
+  size = math.prod(spec.action_shape)
+  bounds = []
+  for name in ("action_low", "action_high"):
+    try:
+      bound = np.asarray(getattr(spec, name), dtype=np.float64)
+    except (TypeError, ValueError):
+      bound = None
+    if bound is None or bound.shape != (size,) or np.isnan(bound).any():
+      return (f"{name} must hold one number per action dimension ({size} for action_shape "
+              f"{spec.action_shape}), got {getattr(spec, name)!r}")  # fmt: skip
+    bounds.append(bound)
+  low, high = bounds
+  if np.any(low > high):
+    d = int(np.argmax(low > high))
+    return f"action_low[{d}] = {low[d]} exceeds action_high[{d}] = {high[d]}"
+  return None
 
 
 def check_discrete(spec: Any, agent: str) -> None:

@@ -169,6 +169,7 @@ def make_impala(spec, config: ImpalaConfig = ImpalaConfig()) -> base.Agent:
     params = net.init(init_key, dummy)
     return base.AgentState(params, (), optimizer.init(params), key, jnp.zeros((), jnp.int32))
 
+  @base.takes_params("IMPALA")
   def act(params, obs, key):
     if discrete:
       (logits,) = policy(params, obs)
@@ -179,6 +180,7 @@ def make_impala(spec, config: ImpalaConfig = ImpalaConfig()) -> base.Agent:
     log_prob = losses.gaussian_log_prob(mean, log_std, action)
     return action.reshape(mean.shape[:-1] + action_shape), {"log_prob": log_prob}
 
+  @base.takes_params("IMPALA")
   def greedy_act(params, obs):
     if discrete:
       (logits,) = policy(params, obs)

@@ -21,12 +21,15 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from offpolicy_ac import demos as demos_lib
 from offpolicy_ac import losses
 from offpolicy_ac import replay as replay_lib
 from offpolicy_ac.agents.base import BatchFn
 from offpolicy_ac.agents.sql import SqlConfig
 from offpolicy_ac.agents.sql import make_sql
+from offpolicy_ac.envs import EnvSpec
 from offpolicy_ac.envs import Trajectory
 
 SqilConfig = SqlConfig
@@ -52,16 +55,27 @@ def make_sqil_batch_fn(demo_sequences: Trajectory, *, batch_size: int, length: i
       half: batch_size = B, the agent's windows. With batch_size > B the agent's data
       weigh less in the loss's mean, as the paper's lambda_samp < 1 does (B / batch_size
       in expectation), at the same update cost for B + batch_size fixed.
-    length: steps per window.
+    length: steps per window, >= 2 (a window of L steps holds L - 1 transitions).
 
   Returns:
     A `BatchFn` whose data is the demonstrations (on the default device): the training
-    drivers pass it to their compiled updates as an argument.
+    drivers pass it to their compiled updates as an argument, after its `check` has
+    refused demonstrations that do not fit the agent's task (`demos.check_demo_sequences`).
+
+  Raises:
+    TypeError: `demo_sequences` is not a Trajectory (uncut demonstrations, a dict).
+    ValueError: `batch_size` < 1, `length` < 2, or sequences shorter than `length`.
   """
-  for name, value in (("batch_size", batch_size), ("length", length)):
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-      raise ValueError(f"make_sqil_batch_fn: {name} must be a positive int, got {value!r}")
-  seq_len = demo_sequences.step_type.shape[0]
+  if not isinstance(demo_sequences, Trajectory):
+    raise TypeError(
+        "make_sqil_batch_fn takes demonstrations cut into sequences, a Trajectory [L, S, ...] "
+        f"(demos.cut_episodes(demos.load_demos(path), length)), got {type(demo_sequences).__name__}"
+    )
+  for name, value, low in (("batch_size", batch_size, 1), ("length", length, 2)):
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < low:
+      raise ValueError(f"make_sqil_batch_fn: {name} must be an int >= {low}, got {value!r}")
+  batch_size, length = int(batch_size), int(length)
+  seq_len = np.shape(demo_sequences.step_type)[0]
   if seq_len < length:
     raise ValueError(
         f"demonstration sequences have {seq_len} steps, fewer than the "
@@ -70,7 +84,19 @@ def make_sqil_batch_fn(demo_sequences: Trajectory, *, batch_size: int, length: i
   # Built on the host: eager replay_init + replay_add would compile each primitive
   # (~1 s of a CartPole run's start-up).
   state = replay_lib.replay_full(demo_sequences)
-  return BatchFn(fn=functools.partial(_mix_in_demonstrations, batch_size, length), data=state)
+  return BatchFn(
+      fn=functools.partial(_mix_in_demonstrations, batch_size, length),
+      data=state,
+      check=functools.partial(_check_fits, demo_sequences),
+  )
+
+
+def _check_fits(demo_sequences: Trajectory, spec: EnvSpec) -> None:
+  """Refuses demonstrations that do not fit the task SQIL trains on (actions out of its
+  range give NaN parameters at the first update, blamed on the learning rate)."""
+  demos_lib.check_demo_sequences(
+      demo_sequences, spec, where=f"make_sqil_batch_fn's demonstrations (for {spec.task_id})"
+  )
 
 
 def _mix_in_demonstrations(batch_size: int, length: int, demos: Any, agent_batch: Trajectory,

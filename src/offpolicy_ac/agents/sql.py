@@ -53,6 +53,7 @@ def make_sql_discrete(spec, config: SqlConfig = SqlConfig(), *, name: str = "sql
     params = net.init(init_key, jnp.zeros((1,) + tuple(spec.observation_shape), obs_dtype))
     return base.AgentState(params, params, optimizer.init(params), key, jnp.zeros((), jnp.int32))
 
+  @base.takes_params(f"discrete {name.upper()}")
   def act(params, obs, key):
     q = net.apply(params, obs)
     boltzmann_key, explore_key, uniform_key = jax.random.split(key, 3)
@@ -61,6 +62,7 @@ def make_sql_discrete(spec, config: SqlConfig = SqlConfig(), *, name: str = "sql
     uniform = jax.random.randint(uniform_key, action.shape, 0, num_actions)
     return jnp.where(explore, uniform, action).astype(jnp.int32), {}
 
+  @base.takes_params(f"discrete {name.upper()}")
   def greedy_act(params, obs):
     return jnp.argmax(net.apply(params, obs), axis=-1).astype(jnp.int32)
 

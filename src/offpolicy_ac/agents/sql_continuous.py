@@ -105,10 +105,8 @@ def make_sql_continuous(spec, config: SqlConfig = SqlConfig(), *, name: str = "s
   def to_unit(action, lead):
     """Actions [*lead, *action_shape] in the box -> [*lead, d] in [-1, 1]^d."""
     shaped = (1,) * len(lead) + (d,)
-    u = (action.reshape(lead + (d,)).astype(jnp.float32) - mid.reshape(shaped)) / (
-        half_range.reshape(shaped)
-    )
-    return jnp.clip(u, -1.0, 1.0)
+    u = action.reshape(lead + (d,)).astype(jnp.float32) - mid.reshape(shaped)
+    return jnp.clip(u / half_range.reshape(shaped), -1.0, 1.0)
 
   def q_init(key, obs, a):
     """Q's params; with num_q > 1, num_q of them stacked on a leading axis."""
@@ -139,6 +137,7 @@ def make_sql_continuous(spec, config: SqlConfig = SqlConfig(), *, name: str = "s
     opt_state = {part: optimizer.init(p) for part, p in params.items()}
     return base.AgentState(params, params["q"], opt_state, key, jnp.zeros((), jnp.int32))
 
+  @base.takes_params(f"continuous {name.upper()}")
   def act(params, obs, key):
     noise_key, explore_key, uniform_key = jax.random.split(key, 3)
     shape = obs.shape[:1] + (d,)
@@ -147,6 +146,7 @@ def make_sql_continuous(spec, config: SqlConfig = SqlConfig(), *, name: str = "s
     uniform = jax.random.uniform(uniform_key, shape, jnp.float32, -1.0, 1.0)
     return to_env(jnp.where(explore, uniform, u)), {}
 
+  @base.takes_params(f"continuous {name.upper()}")
   def greedy_act(params, obs):
     return to_env(sampler.apply(params["sampler"], obs, jnp.zeros(obs.shape[:1] + (d,))))
 

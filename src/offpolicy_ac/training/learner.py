@@ -163,7 +163,8 @@ def check_learns(agent: Agent, config: TrainConfig, batch_fn: Optional[Callable]
   `mini_batch_length` acts as a shorter one), a replay ratio (ACER's) other than the loop's
   `num_updates_per_train_iter`, and a run that would make no update: an off-policy agent
   that learns only from its replay, with a budget that ends before the replay holds
-  `min_replay_size` sequences."""
+  `min_replay_size` sequences. A `BatchFn` with a `check` checks its data against the
+  agent's task (SQIL's demonstrations: `demos.check_demo_sequences`)."""
   if agent.name == "sqil" and batch_fn is None:
     raise ValueError(
         "sqil learns from demonstrations mixed into its replayed batches: give "
@@ -173,6 +174,8 @@ def check_learns(agent: Agent, config: TrainConfig, batch_fn: Optional[Callable]
   if not agent.off_policy and batch_fn is not None:
     raise ValueError(f"batch_fn changes replayed batches, and {agent.name} learns on-policy, "
                      "with no replay: it would be ignored")  # fmt: skip
+  if getattr(batch_fn, "check", None) is not None:
+    batch_fn.check(agent.spec)
   if not agent.off_policy:
     given = [
         f.name
