@@ -173,3 +173,21 @@ def test_functions_refuse_counts_that_are_not_positive_ints():
     with pytest.raises(ValueError, match="replay_epoch: `batch_size` must be a positive int"):
       replay_lib.replay_epoch(state, key, batch_size=batch_size)
   assert replay_lib.replay_sample(state, key, batch_size=np.int64(3), length=1)["x"].shape == (1, 3)
+
+
+def test_sampling_an_empty_buffer_is_refused_unless_traced():
+  """Eagerly, an empty buffer gave windows of zeros: FIRST steps with discount 0, which
+  `loss_inputs` reads as real transitions into terminations."""
+  replay = replay_lib.make_sequence_replay(
+      capacity=4, sequence_length=5, sample_length=3, batch_size=2
+  )
+  empty, key = replay.init(_sequences(0, 2)), jax.random.PRNGKey(0)
+  with pytest.raises(ValueError, match=r"the buffer is empty \(state.size == 0\)"):
+    replay.sample(empty, key)
+  assert jax.jit(replay.sample)(empty, key)["x"].shape == (3, 2)  # documented: zeros
+  with pytest.raises(TypeError, match="replay_sample takes a ReplayState .*got dict"):
+    replay.sample(empty._asdict(), key)
+  for build in (lambda: replay_lib.replay_init({"x": np.zeros((0, 2))}, 4),
+                lambda: replay_lib.replay_full({"x": np.zeros((0, 2))})):  # fmt: skip
+    with pytest.raises(ValueError, match=r"sequences of no steps \(L = 0\)"):
+      build()

@@ -66,6 +66,8 @@ def _sequence_axes(sequences: Any, where: str) -> tuple[int, int]:
           f"{where}: {name(path)} has shape {list(np.shape(x))}{other}; every leaf is "
           "[L, B, ...] time-major, with the same L and B"
       )
+  if first[0] < 1:
+    raise ValueError(f"{where}: sequences of no steps (L = 0): each holds at least one step")
   return first
 
 
@@ -149,17 +151,25 @@ def replay_sample(state: ReplayState, key: jax.Array, *, batch_size: int, length
   Rows are drawn uniformly among the filled ones, each window's start uniformly
   in [0, L - length]. Windows are uniform, steps are not: a step near a row's ends lies in
   fewer windows (with L = 8 and length 4, steps 0 to 7 are drawn in proportion 1, 2, 3, 4,
-  4, 3, 2, 1). Sampling an empty buffer returns zeros (guard with size).
+  4, 3, 2, 1). Called eagerly, an empty buffer is refused; under `jit` (a traced size),
+  sampling it returns zeros, which read as real steps: guard with `state.size`.
 
   Raises:
-    ValueError: `length` exceeds the stored sequences' L, or `batch_size` or `length` is
-      not a positive int.
+    TypeError: `state` is not a `ReplayState`.
+    ValueError: the buffer is empty (a concrete `state.size` of 0), `length` exceeds the
+      stored sequences' L, or `batch_size` or `length` is not a positive int.
   """
+  if not isinstance(state, ReplayState):
+    raise TypeError(f"replay_sample takes a ReplayState (replay_init, replay_add), got "
+                    f"{type(state).__name__}")  # fmt: skip
   _check_positive("replay_sample", batch_size=batch_size, length=length)
   seq_len = jax.tree.leaves(state.data)[0].shape[1]
   if length > seq_len:
     raise ValueError(f"replay_sample: windows of {length} steps from stored sequences of "
                      f"{seq_len}")  # fmt: skip
+  if not isinstance(state.size, jax.core.Tracer) and int(state.size) == 0:
+    raise ValueError("replay_sample: the buffer is empty (state.size == 0): add sequences "
+                     "first (replay_add)")  # fmt: skip
   row_key, start_key = jax.random.split(key)
   rows = jax.random.randint(row_key, (batch_size,), 0, jnp.maximum(state.size, 1))
   starts = jax.random.randint(start_key, (batch_size,), 0, seq_len - length + 1)

@@ -254,6 +254,22 @@ def test_a_closed_pool_refuses_to_step():
       call()
 
 
+def test_a_step_that_could_never_receive_is_refused_before_it_sends():
+  """step() with actions for fewer environments than a batch sent them, then its recv
+  raised: the pool was left stepping, and reset() refused from then on."""
+  env = envs.make("CartPole-v1", 3, 0)
+  env.reset()
+  with pytest.raises(ValueError, match=r"actions for 2 environment\(s\) and 0 in flight: a batch "
+                                       r"is 3"):  # fmt: skip
+    env.step(np.zeros(2, np.int32), np.array([0, 1]))
+  assert env.num_in_flight == 0
+  assert env.step(np.zeros(3, np.int32)).step_type.shape == (3,)  # the pool still steps
+  env.reset()
+  env.close()
+  with pytest.raises(ValueError, match="atari must be True or False, got 'no'"):
+    envs.spec("CartPole-v1", atari="no")
+
+
 def test_is_functional_needs_a_prefix_and_a_name():
   assert envs.is_functional("gymnax:CartPole-v1") and envs.is_functional("brax:ant")
   assert not envs.is_functional("gymnax") and not envs.is_functional(None)

@@ -234,3 +234,29 @@ def test_bad_rollout_arguments_raise(cartpole):
     act_with(jnp.zeros((2,)), {})()
   with pytest.raises(ValueError, match=r"action shape \(2, 1\), expected \(2,\)"):
     act_with(jnp.zeros((2, 1), jnp.int32), {})()
+
+
+def test_bad_keys_env_ids_and_episode_stats_are_refused_by_name():
+  """A non-key reached JAX's "invalid PRNG key data"; env_id=1.5 became 1, -1 was taken;
+  episode stats of another shape raised an IndexError, and a float `done` counted 0.5 as
+  an episode's end."""
+  env = envs.make_functional("gymnax:CartPole-v1")
+  rollout = envs.make_functional_rollout(env, random_act, unroll_length=2, num_envs=2)
+  key_message = r"key must be a PRNG key \(jax.random.key\(seed\) or jax.random.PRNGKey\(seed\)\)"
+  with pytest.raises(ValueError, match=key_message):
+    rollout.init(jnp.float32(0), 3)
+  with pytest.raises(ValueError, match=key_message + ", got 3"):
+    env.reset(3)
+  for env_id in (1.5, -1, "a", True):
+    with pytest.raises(ValueError, match=r"env_id must be an int >= 0 \(the environment's index\)"):
+      env.reset(jax.random.PRNGKey(0), env_id)
+  assert int(env.reset(jax.random.PRNGKey(0), np.int64(3))[1].env_id) == 3
+  states = jax.vmap(env.reset)(jax.random.split(jax.random.PRNGKey(0), 2), jnp.arange(2))[1]
+  assert states.env_id.tolist() == [0, 1]  # traced env ids are not read
+  done = np.array([[False, True], [True, False], [False, False]])
+  stats = envs.FunctionalEpisodeStats(done, np.ones((3, 2)), np.full((3, 2), 4))
+  assert envs.finished_episodes(stats).env_id.tolist() == [1, 0]
+  with pytest.raises(ValueError, match=r"\[T, B\] arrays alike, got shapes \[\(3, 2\), \(3,\)"):
+    envs.finished_episodes(stats._replace(episode_return=np.ones(3)))
+  with pytest.raises(ValueError, match="done must be bool, got float64"):
+    envs.finished_episodes(stats._replace(done=done * 0.5))

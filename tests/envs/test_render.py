@@ -51,6 +51,13 @@ def test_render_needs_a_render_mode_and_valid_env_ids():
     env.reset()
     with pytest.raises(ValueError, match="env_ids"):
       env.render([2])
+    with pytest.raises(ValueError, match=r"env_ids must be ints in \[0, 2\), got \[1.5\]"):
+      env.render([1.5])  # was truncated to environment 1
+  # The default is envpool's render_env_id (it rendered environment 0 whatever was given).
+  with envs.make("CartPole-v1", 2, 0, render_mode="rgb_array", render_env_id=1) as env:
+    env.reset()
+    np.testing.assert_array_equal(env.render(), env.render([1]))
+    assert not np.array_equal(env.render([0]), env.render([1]))
 
 
 def test_render_episode_renders_every_step_until_last():

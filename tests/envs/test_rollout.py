@@ -260,6 +260,56 @@ def test_a_state_is_unrolled_once_and_extras_carry_the_batch_axis(backend):
     bare.unroll(None, bare.init(None, jax.random.PRNGKey(0)))
 
 
+@pytest.mark.parametrize("backend", ["host", "compiled"])
+def test_another_rollout_over_the_same_environments_makes_a_state_stale(backend):
+  """A second rollout's init resets the shared pool; the first rollout's state was still
+  taken, and its next unroll joined two episodes with no FIRST step between them (the
+  host backend learned from a transition into the reset, mask True). Closed environments
+  are refused by the compiled backend too (it stepped on)."""
+  env = envs.make("CartPole-v1", 2, 0)
+  first, second = (envs.make_rollout(env, random_act, 5, backend=backend) for _ in range(2))
+  state, _, _ = first.unroll(jnp.float32(0), first.init(jnp.float32(0), jax.random.PRNGKey(0)))
+  other = second.init(jnp.float32(0), jax.random.PRNGKey(1))
+  with pytest.raises(ValueError, match=r"stale .*another rollout over the same environments"):
+    first.unroll(jnp.float32(0), state)
+  other, _, _ = second.unroll(jnp.float32(0), other)  # the live state is the second rollout's
+  state = first.init(jnp.float32(0), jax.random.PRNGKey(2))  # init takes the pool back
+  with pytest.raises(ValueError, match="stale"):
+    second.unroll(jnp.float32(0), other)
+  state, traj, _ = first.unroll(jnp.float32(0), state)
+  assert traj.step_type[0].tolist() == [envs.FIRST] * 2
+  env.close()
+  with pytest.raises(RuntimeError, match="the environments were closed"):
+    first.unroll(jnp.float32(0), state)
+  with pytest.raises(ValueError, match="to_device must be True or False, got 'no'"):
+    envs.make_rollout(env, random_act, 5, backend=backend, to_device="no")
+
+
+@pytest.mark.parametrize("backend", ["host", "compiled"])
+@pytest.mark.parametrize("batch_size", [None, 2])
+def test_extras_that_change_between_unrolls_are_refused_by_what_changed(backend, batch_size):
+  """The host backend compared only the number of extras: a renamed key relabelled the
+  step carried over from the last unroll; the compiled one failed with JAX's pytree or
+  concatenation errors."""
+  kwargs = {} if batch_size is None else {"batch_size": batch_size}
+  for params, now in (({"b": jnp.ones(())}, r"\{'b': 'float32\[\]'\}"),
+                      ({"a": jnp.ones(3)}, r"\{'a': 'float32\[3\]'\}")):  # fmt: skip
+    env = envs.make("CartPole-v1", 4, 0, **kwargs)
+
+    def act(params, obs, key):
+      del key
+      extras = jax.tree.map(lambda v: jnp.broadcast_to(v, (obs.shape[0],) + v.shape), params)
+      return jnp.zeros(obs.shape[0], jnp.int32), extras
+
+    rollout = envs.make_rollout(env, act, 3, backend=backend)
+    state = rollout.init({"a": jnp.zeros(())}, jax.random.PRNGKey(0))
+    state, _, _ = rollout.unroll({"a": jnp.zeros(())}, state)
+    with pytest.raises(ValueError, match=rf"act returned extras {now} \(per step\), and those of "
+                                         r"the steps carried over .* are \{'a': 'float32\[\]'\}"):  # fmt: skip
+      rollout.unroll(params, state)
+    env.close()
+
+
 def test_loss_inputs_refuses_fields_that_disagree_and_a_bad_gamma():
   T1, B = 6, 2
   traj = envs.Trajectory(
@@ -276,7 +326,7 @@ def test_loss_inputs_refuses_fields_that_disagree_and_a_bad_gamma():
   ):
     with pytest.raises(ValueError, match=match):
       envs.loss_inputs(bad, 0.9)
-  for gamma in (np.float32(1.5), jnp.array(-1.0), True, "0.9"):
+  for gamma in (np.float32(1.5), jnp.array(-1.0), True, "0.9", None, 1j):
     with pytest.raises(ValueError, match="gamma must be"):
       envs.loss_inputs(traj, gamma)
   jax.jit(envs.loss_inputs)(traj, 0.9)  # a traced gamma is not read

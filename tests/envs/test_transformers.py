@@ -173,3 +173,22 @@ def test_make_data_transformer_validates(kwargs, match):
   args.update(kwargs)
   with pytest.raises(ValueError, match=match):
     envs.make_data_transformer(args.pop("observation_shape"), **args)
+
+
+def test_a_state_of_another_transformer_is_refused():
+  """A state without statistics skipped a normalising transformer's normalisation; None
+  raised an AttributeError. NumPy ints are sizes too."""
+  normalizing = envs.make_data_transformer((np.int64(4),), normalize_observations=True)
+  plain = envs.make_data_transformer((4,))
+  traj = envs.Trajectory(
+      np.ones((3, 2), np.int32), np.zeros((3, 2), np.float32), np.ones((3, 2), np.float32),
+      np.ones((3, 2, 4), np.float32), np.zeros((3, 2), np.int32), np.zeros((3, 2), np.int32), {},
+  )  # fmt: skip
+  with pytest.raises(ValueError, match=r"apply: the state has no observation statistics, and the "
+                                       r"transformer was made with normalize_observations=True"):  # fmt: skip
+    normalizing.apply(plain.init(), traj)
+  with pytest.raises(ValueError, match=r"observe: the state has observation statistics, and "):
+    plain.observe(normalizing.init(), traj.observation[0])
+  with pytest.raises(TypeError, match=r"DataTransformer.apply takes its TransformerState .*None"):
+    plain.apply(None, traj)
+  assert normalizing.apply(normalizing.init(), traj).observation.shape == (3, 2, 4)

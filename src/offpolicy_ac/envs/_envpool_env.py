@@ -268,7 +268,7 @@ class EnvPoolEnv:
   def async_reset(self) -> None:
     """Starts resetting every environment without waiting: their FIRST steps come out
     of the following `recv()` calls. Same preconditions as `reset()`."""
-    self._check_open()
+    self.check_open()
     if self._num_in_flight:
       raise RuntimeError(
           f"reset with {self._num_in_flight} environment(s) still stepping; call "
@@ -285,7 +285,18 @@ class EnvPoolEnv:
     self._was_reset = True
 
   def step(self, action: Any, env_id: Any = None) -> TimeStep:
-    """`send(action, env_id)` then `recv()`."""
+    """`send(action, env_id)` then `recv()`. Raises ValueError, before anything is sent,
+    when fewer than `batch_size` environments would then be in flight (the `recv` would
+    never return, and the actions sent would leave the pool stepping)."""
+    self.check_open()
+    if self._was_reset:
+      env_id = self._check_env_id(env_id)
+      if self._num_in_flight + env_id.shape[0] < self.batch_size:
+        raise ValueError(
+            f"step() with actions for {env_id.shape[0]} environment(s) and "
+            f"{self._num_in_flight} in flight: a batch is {self.batch_size}, so its recv() "
+            "would never return; send() them, and recv() once a batch is in flight"
+        )
     self.send(action, env_id)
     return self.recv()
 
@@ -297,7 +308,7 @@ class EnvPoolEnv:
     an action in flight, before anything is sent. Continuous actions are clipped to
     their bounds.
     """
-    self._check_open()
+    self.check_open()
     if not self._was_reset:
       raise RuntimeError("call reset() before the first send()/step()")
     env_id = self._check_env_id(env_id)
@@ -434,13 +445,21 @@ class EnvPoolEnv:
     preprocessed observation.
 
     Args:
-      env_ids: which environments (default: environment 0).
+      env_ids: which environments, integers (default: the `render_env_id` given to
+        `make`, else environment 0).
     """
     if getattr(self._pool, "render_mode", None) != "rgb_array":
       raise ValueError("render() needs a pool made with render_mode='rgb_array'")
-    ids = np.arange(1) if env_ids is None else np.atleast_1d(np.asarray(env_ids))
-    if ids.ndim != 1 or (ids < 0).any() or (ids >= self.num_envs).any():
-      raise ValueError(f"env_ids must lie in [0, {self.num_envs}), got {env_ids!r}")
+    if env_ids is None:  # envpool's own default: render_env_id
+      return np.array(self._pool.render(), copy=True)
+    ids = np.atleast_1d(np.asarray(env_ids))
+    if (
+        ids.ndim != 1
+        or ids.dtype.kind not in "iu"
+        or (ids < 0).any()
+        or (ids >= self.num_envs).any()
+    ):
+      raise ValueError(f"env_ids must be ints in [0, {self.num_envs}), got {env_ids!r}")
     return np.array(self._pool.render(env_ids=ids.astype(np.int32)), copy=True)
 
   def close(self) -> None:
@@ -450,7 +469,8 @@ class EnvPoolEnv:
     if close is not None:
       close()
 
-  def _check_open(self) -> None:
+  def check_open(self) -> None:
+    """Raises (RuntimeError) once `close()` has run."""
     if self._closed:
       raise RuntimeError(f"{self.spec.task_id}: the environments were closed (close())")
 
@@ -823,7 +843,7 @@ def spec(task_id: str, *, atari: bool = False, num_envs: int = 1, **envpool_kwar
   envpool = check_task_id(task_id)
   if "seed" in envpool_kwargs:
     raise ValueError("spec() takes no seed: the spec does not depend on it")
-  if atari:
+  if check_bool("atari", atari):
     envpool_kwargs = atari_kwargs(envpool, task_id, True, envpool_kwargs, "spec(atari=True)")
   pool_spec = pool_spec_of(envpool, task_id, num_envs, envpool_kwargs)
   with warnings.catch_warnings():

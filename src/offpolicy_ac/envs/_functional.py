@@ -78,6 +78,7 @@ from offpolicy_ac.envs._timestep import MID
 from offpolicy_ac.envs._timestep import EnvSpec
 from offpolicy_ac.envs._timestep import TimeStep
 from offpolicy_ac.envs._timestep import check_int
+from offpolicy_ac.envs._timestep import check_key
 
 __all__ = [
     "BRAX_BACKENDS",
@@ -256,6 +257,11 @@ def _with_timestep_semantics(
     return _strong(inner), ts
 
   def reset(key: jax.Array, env_id: Any = 0) -> tuple[FunctionalEnvState, TimeStep]:
+    check_key(key)
+    if not isinstance(env_id, jax.core.Tracer):
+      kind = np.asarray(env_id).dtype.kind
+      if isinstance(env_id, bool) or kind not in "iu" or np.any(np.asarray(env_id) < 0):
+        raise ValueError(f"env_id must be an int >= 0 (the environment's index), got {env_id!r}")
     env_id = jnp.asarray(env_id, jnp.int32)
     if env_id.ndim != 0:
       raise ValueError(f"env_id must be a scalar (vmap reset for a batch), got {env_id.shape}")

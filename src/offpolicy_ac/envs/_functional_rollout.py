@@ -46,6 +46,7 @@ from offpolicy_ac.envs._timestep import LAST
 from offpolicy_ac.envs._timestep import EpisodeStats
 from offpolicy_ac.envs._timestep import TimeStep
 from offpolicy_ac.envs._timestep import check_int
+from offpolicy_ac.envs._timestep import check_key
 from offpolicy_ac.envs._timestep import check_traced_actions
 from offpolicy_ac.envs._trajectory import Trajectory
 
@@ -157,6 +158,7 @@ def make_functional_rollout(
 
   @jax.jit
   def init(params: Any, key: jax.Array) -> FunctionalRolloutState:
+    check_key(key)
     key, env_key, act_key = jax.random.split(key, 3)
     env_ids = jnp.arange(B, dtype=ENV_ID_DTYPE)
     env_state, ts = jax.vmap(env.reset)(jax.random.split(env_key, B), env_ids)
@@ -201,12 +203,15 @@ def finished_episodes(stats: FunctionalEpisodeStats) -> EpisodeStats:
         f"finished_episodes expects FunctionalEpisodeStats, got {type(stats).__name__}"
     )
   done, ret, length = jax.device_get(tuple(stats))
-  done = np.asarray(done)
-  if done.ndim != 2:
-    raise ValueError(f"FunctionalEpisodeStats must be [T, B] arrays, got done shape {done.shape}")
+  done, ret, length = (np.asarray(x) for x in (done, ret, length))
+  shapes = [x.shape for x in (done, ret, length)]
+  if done.ndim != 2 or len(set(shapes)) != 1:
+    raise ValueError(f"FunctionalEpisodeStats must be [T, B] arrays alike, got shapes {shapes}")
+  if done.dtype != bool:
+    raise ValueError(f"FunctionalEpisodeStats.done must be bool, got {done.dtype}")
   r, c = np.nonzero(done)
   return EpisodeStats(
       c.astype(ENV_ID_DTYPE),
-      np.asarray(ret)[r, c].astype(np.float64),
-      np.asarray(length)[r, c].astype(np.int64),
+      ret[r, c].astype(np.float64),
+      length[r, c].astype(np.int64),
   )

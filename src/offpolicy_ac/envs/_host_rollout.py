@@ -172,7 +172,7 @@ def host_rollout(env: EnvPoolEnv, act_fn: ActFn, unroll_length: int) -> tuple[
   atari = env.is_atari
   all_ids = np.arange(n, dtype=ENV_ID_DTYPE)
   max_lead = int(_rollout_base.MAX_LEAD_ROWS_PER_STEP * T)
-  live = _rollout_base.LiveState()
+  live = _rollout_base.LiveState(env)
   extras_def: list[Any] = []  # the treedef of act's extras, found when tracing
 
   @jax.jit
@@ -194,8 +194,9 @@ def host_rollout(env: EnvPoolEnv, act_fn: ActFn, unroll_length: int) -> tuple[
     steps carried over (`pending`)."""
     if pending is None:
       _check_batch_leaf("action", action, b)
-    elif len(jax.tree.leaves(pending.extras)) != len(extras):
-      raise ValueError("act returned extras with a different structure than before")
+    else:
+      new = jax.tree.unflatten(extras_def[0], extras)
+      _rollout_base.check_carried_extras(pending.extras, new, carried_lead=2, new_lead=1)
 
   def park(
       env_id: np.ndarray, action: np.ndarray, count: np.ndarray, parked: ParkedActions

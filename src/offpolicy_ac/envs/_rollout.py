@@ -45,6 +45,7 @@ from offpolicy_ac.envs._rollout_base import Backend
 from offpolicy_ac.envs._rollout_base import Rollout
 from offpolicy_ac.envs._rollout_base import default_device
 from offpolicy_ac.envs._timestep import EpisodeStats
+from offpolicy_ac.envs._timestep import check_bool
 from offpolicy_ac.envs._trajectory import Trajectory
 from offpolicy_ac.envs._xla_rollout import compiled_rollout
 
@@ -81,6 +82,7 @@ def make_rollout(
     ValueError: bad arguments, or a task the compiled backend cannot step (float64
       actions).
   """
+  to_device = check_bool("to_device", to_device)
   if backend == "host":
     init, unroll = host_rollout(env, act_fn, unroll_length)
     put = jax.device_put  # NumPy to the default device

@@ -18,6 +18,7 @@ import itertools
 from typing import Any
 from typing import Literal
 from typing import NamedTuple
+import weakref
 
 import jax
 import numpy as np
@@ -25,6 +26,7 @@ import numpy as np
 from offpolicy_ac.envs._envpool_env import EnvPoolEnv
 from offpolicy_ac.envs._timestep import EpisodeStats
 from offpolicy_ac.envs._timestep import check_int
+from offpolicy_ac.envs._timestep import check_key
 from offpolicy_ac.envs._trajectory import Trajectory
 
 __all__ = ["ActFn", "Backend", "Rollout", "default_device"]
@@ -126,27 +128,34 @@ class ParkedActions:
 
 
 _GENERATIONS = itertools.count(1)  # identifies live rollout states, across rollouts
+# Each pool's live generation: the pool's, not a rollout's, so that another rollout's
+# `init` or `unroll` on the same environments (which moves them on) makes a state stale.
+_LIVE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 class LiveState:
-  """Which state of a rollout is live: each state is unrolled once (the environments move
-  on), so a stale one, already unrolled or from before `init`, is refused."""
+  """Which state of a rollout over `env` is live: each state is unrolled once (the
+  environments move on), so a stale one is refused: already unrolled, from before `init`,
+  or from before another rollout over the same environments began (`init`) or unrolled."""
 
-  def __init__(self):
-    self.generation = 0
+  def __init__(self, env: EnvPoolEnv):
+    self._env = env
 
   def renew(self) -> int:
     """A new live generation (for `init`), returned."""
-    self.generation = next(_GENERATIONS)
-    return self.generation
+    generation = _LIVE[self._env] = next(_GENERATIONS)
+    return generation
 
   def take(self, state: Any) -> int:
     """Refuses `state` (ValueError) unless it is the live one; then a new generation, for
-    the state the unroll returns."""
-    if state.generation != self.generation:
+    the state the unroll returns; raises (RuntimeError) once the environments are closed
+    (the compiled backend's steps would otherwise go on)."""
+    self._env.check_open()
+    if state.generation != _LIVE.get(self._env, 0):
       raise ValueError(
           f"stale {type(state).__name__}: each state can be unrolled once (the environments "
-          "have moved on); use the state returned by the last unroll, or init() again"
+          "have moved on, also when another rollout over the same environments has begun "
+          "or unrolled since); use the state returned by the last unroll, or init() again"
       )
     return self.renew()
 
@@ -190,15 +199,25 @@ def check_rollout_args(env: Any, act_fn: Any, unroll_length: Any) -> int:
   return check_int("unroll_length", unroll_length)
 
 
-def check_key(key: Any) -> None:
-  """Refuses (ValueError) a `key` that is not a PRNG key, when a rollout's `init` takes it
-  (JAX would refuse it at the first unroll)."""
-  try:
-    jax.eval_shape(jax.random.split, key)
-  except (TypeError, ValueError) as e:
+def check_carried_extras(carried: Any, new: Any, carried_lead: int, new_lead: int) -> None:
+  """Refuses (ValueError) act's extras `new` (leaves [*lead, ...], `new_lead` leading
+  axes) of another structure, shape or dtype per step than those carried over from the
+  last unroll (`carried`, `carried_lead` leading axes): each trajectory joins the two at
+  its first row, so a renamed key would relabel the carried step, a cast or a failed
+  concatenation follow. Checked on shapes only (where traced, it costs nothing)."""
+
+  def describe(tree: Any, lead: int) -> Any:
+    return jax.tree.map(lambda x: f"{np.dtype(x.dtype).name}{list(np.shape(x)[lead:])}", tree)
+
+  before, now = describe(carried, carried_lead), describe(new, new_lead)
+  if jax.tree.structure(before) != jax.tree.structure(now) or jax.tree.leaves(
+      before
+  ) != jax.tree.leaves(now):
     raise ValueError(
-        f"key must be a PRNG key (jax.random.key(seed) or jax.random.PRNGKey(seed)), got {key!r}"
-    ) from e
+        f"act returned extras {now} (per step), and those of the steps carried over from "
+        f"the last unroll are {before}: the extras must keep their structure, shapes and "
+        "dtypes from one unroll to the next (init() again to start over)"
+    )
 
 
 def call_policy(act_fn: Callable, params: Any, obs: Any, key: Any, batch: int) -> tuple[Any, Any]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 from typing import NamedTuple
 
+import jax
 import numpy as np
 
 FIRST: int = 0
@@ -129,6 +130,19 @@ def check_bool(name: str, value: Any) -> bool:
   if not isinstance(value, (bool, np.bool_)):
     raise ValueError(f"{name} must be True or False, got {value!r}")
   return bool(value)
+
+
+def check_key(key: Any) -> None:
+  """Refuses (ValueError) a `key` that is not a PRNG key (JAX would refuse it later, with
+  "invalid PRNG key data"). Works on traced keys (checks the abstract value)."""
+  try:
+    jax.eval_shape(jax.random.split, key)
+  except (TypeError, ValueError) as e:
+    traced = isinstance(key, jax.core.Tracer)
+    shown = f"a traced {key.dtype}{list(key.shape)}" if traced else repr(key)
+    raise ValueError(
+        f"key must be a PRNG key (jax.random.key(seed) or jax.random.PRNGKey(seed)), got {shown}"
+    ) from e
 
 
 def check_int(name: str, value: Any, low: int = 1, high: int | None = None) -> int:

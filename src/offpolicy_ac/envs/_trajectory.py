@@ -94,8 +94,13 @@ class LossInputs(NamedTuple):
 def _check_gamma(gamma: Any) -> None:
   """A scalar in [0, 1]: checked when concrete (a number or an eager array), not when traced
   (a hyper-parameter under `jit` or `vmap`)."""
-  if isinstance(gamma, (bool, np.bool_, str)) or jnp.ndim(gamma) != 0:
-    what = f"shape {jnp.shape(gamma)}" if jnp.ndim(gamma) else repr(gamma)
+  is_array = isinstance(gamma, (np.ndarray, np.generic, jax.Array))
+  kind = np.dtype(gamma.dtype).kind if is_array else None
+  number = kind in ("i", "u", "f") or (
+      not is_array and isinstance(gamma, (int, float)) and not isinstance(gamma, bool)
+  )
+  if not number or np.ndim(gamma) != 0:
+    what = f"shape {np.shape(gamma)}" if number else repr(gamma)
     raise ValueError(f"gamma must be a scalar number in [0, 1], got {what}")
   if not isinstance(gamma, jax.core.Tracer) and not 0.0 <= float(gamma) <= 1.0:
     raise ValueError(f"gamma must be in [0, 1], got {gamma!r}")

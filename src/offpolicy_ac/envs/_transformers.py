@@ -236,13 +236,14 @@ def make_data_transformer(
     ValueError: bad arguments.
   """
   if not isinstance(observation_shape, (tuple, list)) or not all(
-      isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in observation_shape
+      isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d > 0
+      for d in observation_shape
   ):
     raise ValueError(
         f"observation_shape must be a tuple of positive ints, got {observation_shape!r}"
     )
-  shape = tuple(observation_shape)
-  check_bool("normalize_observations", normalize_observations)
+  shape = tuple(int(d) for d in observation_shape)
+  normalize_observations = check_bool("normalize_observations", normalize_observations)
   if obs_clip is not None and not _number("obs_clip", obs_clip) > 0:
     raise ValueError(f"obs_clip must be > 0 or None, got {obs_clip}")
   if not 0 <= _number("obs_eps", obs_eps) < float("inf"):
@@ -262,13 +263,28 @@ def make_data_transformer(
   def init() -> TransformerState:
     return TransformerState(running_stats_init(shape) if normalize_observations else None)
 
+  def check_state(state: Any, where: str) -> None:
+    """Refuses a state of another transformer (with or without normalisation), whose
+    observations would be normalised, or not, against the transformer's settings."""
+    if not isinstance(state, TransformerState):
+      raise TypeError(f"DataTransformer.{where} takes its TransformerState (init(), update()), "
+                      f"got {type(state).__name__}")  # fmt: skip
+    if (state.obs_stats is not None) != normalize_observations:
+      has = "has no" if state.obs_stats is None else "has"
+      raise ValueError(
+          f"DataTransformer.{where}: the state {has} observation statistics, and the "
+          f"transformer was made with normalize_observations={normalize_observations}"
+      )
+
   def apply(state: TransformerState, traj: Trajectory) -> TransformedTrajectory:
+    check_state(state, "apply")
     return _apply(
             state, traj, obs_clip=obs_clip, obs_eps=obs_eps, reward_clip=reward_clip,
             reward_scale=float(reward_scale),
         )  # fmt: skip
 
   def observe(state: TransformerState, obs: Any) -> Any:
+    check_state(state, "observe")
     if state.obs_stats is None:
       return obs
     return normalize(state.obs_stats, jnp.asarray(obs), clip=obs_clip, eps=obs_eps)

@@ -364,13 +364,14 @@ def _unbatched_rollout(
     (handle, key, carry), (steps, stats, bad) = jax.lax.scan(
         body, (state.handle, state.key, state.env_carry), None, length=T
     )
+    _rollout_base.check_carried_extras(state.boundary.extras, steps.extras, 1, 2)
     traj = jax.tree.map(lambda b, s: jnp.concatenate([b[None], s]), state.boundary, steps)
     boundary = jax.tree.map(lambda s: s[-1], steps)
     return XlaRolloutState(handle, key, boundary, carry), traj, stats, jnp.any(bad)
 
   unroll_core = _Precompiled(unroll_core)
 
-  live = _rollout_base.LiveState()
+  live = _rollout_base.LiveState(env)
 
   def init(params: Any, key: jax.Array) -> XlaRolloutState:
     _rollout_base.restart(env, key)
@@ -431,6 +432,7 @@ def _batched_collect(one_step: Callable, xla_send: Callable, T: int, n: int, b: 
       handle, key, carry, traj, step_stats, bad_now, action = one_step(
           params, handle, key, carry, send=False
       )
+      _rollout_base.check_carried_extras(buf.extras, traj.extras, 2, 1)
       row, env_id = count[traj.env_id], traj.env_id
       slot = (offset + row) % rows
       buf = jax.tree.map(lambda x, v: x.at[slot, env_id].set(v), buf, traj)
@@ -515,7 +517,7 @@ def _batched_rollout(
     """Sends through envpool's Python API (the same pool the custom calls step)."""
     env.pool.send(np.array(action), np.array(env_id, np.int32))
 
-  live = _rollout_base.LiveState()
+  live = _rollout_base.LiveState(env)
 
   def init(params: Any, key: jax.Array) -> XlaBatchedRolloutState:
     _rollout_base.restart(env, key)
