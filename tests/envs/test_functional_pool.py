@@ -135,6 +135,14 @@ def test_bad_arguments_and_misuse_raise():
   ]:
     with pytest.raises(ValueError, match=message):
       pool.step(action)
+  # EnvPoolEnv's step(action, env_id) (a TypeError before): every environment, in order.
+  assert pool.step(np.zeros(2, np.int32), np.arange(2)).env_id.tolist() == [0, 1]
+  with pytest.raises(ValueError, match=r"steps its 2 environments together: env_id must be None"):
+    pool.step(np.zeros(1, np.int32), np.array([1]))
+  with pytest.raises(TypeError, match=r"NumPy Generator \(np.random.default_rng\(seed\)\), got 0"):
+    envs.random_actions(pool.spec, (2,), 0)
+  with pytest.raises(TypeError, match="random_actions takes an envs.EnvSpec, got str"):
+    envs.random_actions("CartPole-v1", (2,), np.random.default_rng(0))
   with pytest.raises(ValueError, match="no rgb_array renderer"):
     pool.render()
   pool.close()

@@ -110,10 +110,17 @@ class FunctionalPool:
     self._episode_length[:] = 0
     return jax.device_get(ts)
 
-  def step(self, action: Any) -> TimeStep:
+  def step(self, action: Any, env_id: Any = None) -> TimeStep:
     """Steps every environment with `action` [num_envs, *action_shape] (validated first;
     see the module docstring); returns the TimeSteps [num_envs]. After a LAST step an
-    environment's action is ignored and it resets (a FIRST step, reward 0)."""
+    environment's action is ignored and it resets (a FIRST step, reward 0). `env_id`, as
+    `EnvPoolEnv.step` takes it, may only name every environment in order (they step
+    together)."""
+    if env_id is not None and not np.array_equal(np.asarray(env_id), self._env_ids):
+      raise ValueError(
+          f"a FunctionalPool steps its {self.num_envs} environments together: env_id must be "
+          f"None or all of them in order (np.arange({self.num_envs})), got {env_id!r}"
+      )
     if self._state is None:
       raise RuntimeError("call reset() before the first step()")
     action = self._check_action(action, self.num_envs)

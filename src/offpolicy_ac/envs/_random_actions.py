@@ -18,6 +18,12 @@ def random_actions(spec: EnvSpec, shape: tuple[int, ...], rng: np.random.Generat
   >>> envs.random_actions(envs.spec("CartPole-v1"), (1024, 16), np.random.default_rng(0)).shape
   (1024, 16)
   """
+  if not isinstance(spec, EnvSpec):
+    raise TypeError(f"random_actions takes an envs.EnvSpec, got {type(spec).__name__}")
+  if not isinstance(rng, np.random.Generator):
+    raise TypeError(
+        f"random_actions takes a NumPy Generator (np.random.default_rng(seed)), got {rng!r}"
+    )
   if spec.is_discrete:
     return rng.integers(0, spec.num_actions, size=shape, dtype=np.int32)
   low = np.asarray(spec.action_low, np.float32).reshape(spec.action_shape)
