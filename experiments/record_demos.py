@@ -5,12 +5,18 @@ r"""Records demonstrations with a finished run's final (or `--best`) parameters 
 
 `--policy behaviour` samples actions as the run trained (for Atari players whose greedy
 policy stalls: a Breakout player that never serves plays until the time limit).
+
+Continuous actions are recorded as the environment takes them, clipped to its action box
+(a Gaussian policy's, IMPALA's or ACER's, lie outside it), so sqil.py accepts the file;
+`--action-box-fraction 0.9` keeps them off the box's faces.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import pathlib
+import sys
 from typing import Literal
 from typing import Optional
 
@@ -34,7 +40,7 @@ class Args:
   run_dir: str
   """A finished run (holds config.json and final_params.msgpack, or checkpoints)."""
   out: str
-  """Output .npz file."""
+  """Output .npz file (a file's path: a folder, or a path ending in /, is refused)."""
   episodes: int = 10
   """Episodes to record (one per environment, each from a fresh reset; in pools of at most
   256 environments, `training.evaluation.episode_pools`, as evaluate.py plays them)."""
@@ -51,8 +57,9 @@ class Args:
   around its centre (1: the box itself; 0.9: its middle 90%), so the file holds the actions
   taken (`demos.clip_to_box`).
   Below 1 keeps them off the box's faces, which SQIL's tanh sampler reaches only in the
-  limit. None (default): the actions as the policy gives them (a Gaussian's lie outside
-  the box; the environment clips them)."""
+  limit. None (default): 1 for continuous actions (the environment clips a Gaussian's to
+  the box: the file holds the actions it takes, which sqil.py accepts); discrete actions
+  are recorded as they are."""
   import_modules: tuple[str, ...] = ()
   """Modules to import first (dotted names, or .py files): those that register the run's
   custom agent or torso (agents.register_agent, networks.register_torso)."""
@@ -62,8 +69,36 @@ def _is_npz(path: pathlib.Path) -> bool:
   return path.suffix.lower() == ".npz"
 
 
+def _check_out_is_a_file(out: str) -> None:
+  """Refuses an --out that names a folder by its spelling (`demos/`, `demos/.`): the
+  file was written under the folder's name (an existing folder `check_output_file`
+  refuses)."""
+  if os.path.basename(out) in ("", ".", ".."):
+    example = os.path.join(os.path.normpath(out), "demos.npz")
+    raise ValueError(f"--out {out} names a folder: give the demonstration file's path, "
+                     f"e.g. {example}")  # fmt: skip
+
+
+def _plural(count: int, noun: str) -> str:
+  return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def _note_actions_on_the_faces(actions: np.ndarray, spec) -> None:
+  """One line on stderr when recorded continuous actions lie on the action box's faces
+  (the default clip to the box itself put a Gaussian's there): SQIL's tanh sampler
+  reaches them only in the limit."""
+  low, high = (np.asarray(b).astype(actions.dtype).reshape(spec.action_shape)
+               for b in (spec.action_low, spec.action_high))  # fmt: skip
+  on_face = ((actions <= low) | (actions >= high)).reshape(len(actions), -1).any(axis=1)
+  if on_face.any():
+    print(f"note: {on_face.mean():.0%} of the steps' actions lie on the action box's faces "
+          "(clipped to it, as the environment clips them); SQIL's tanh sampler reaches them "
+          "only in the limit: --action-box-fraction 0.9 keeps them inside", file=sys.stderr)  # fmt: skip
+
+
 def main(args: Args) -> dict:
   check_paths_given({"--run-dir": args.run_dir, "--out": args.out})
+  _check_out_is_a_file(args.out)
   if not 0 <= args.seed < MAX_SEED:  # a PRNG key's seed (the behaviour policy's)
     raise ValueError(f"--seed must be in [0, 2**32), got {args.seed}")
   pools = episode_pools(args.episodes, pool_seed(args.seed, "evaluate"))  # checks --episodes
@@ -77,13 +112,13 @@ def main(args: Args) -> dict:
   run = load_run(args.run_dir, best=args.best)
   env_id = run.config.env.env_id
   policy = run.greedy_policy() if args.policy == "greedy" else run.behaviour_policy(args.seed)
-  if args.action_box_fraction is not None:
-    spec = run.agent.spec
-    if spec.num_actions is not None:
-      raise ValueError(f"--action-box-fraction needs continuous actions; {env_id} has "
-                       f"{spec.num_actions} discrete ones")  # fmt: skip
-    policy = demos_lib.clip_to_box(policy, spec.action_low, spec.action_high,
-                                   args.action_box_fraction)  # fmt: skip
+  spec = run.agent.spec
+  if args.action_box_fraction is not None and spec.num_actions is not None:
+    raise ValueError(f"--action-box-fraction needs continuous actions; {env_id} has "
+                     f"{spec.num_actions} discrete ones")  # fmt: skip
+  if spec.num_actions is None:  # continuous: by default, clipped to the box itself
+    fraction = 1.0 if args.action_box_fraction is None else args.action_box_fraction
+    policy = demos_lib.clip_to_box(policy, spec.action_low, spec.action_high, fraction)
   parts = []
   for size, seed in pools:  # bounded memory; on envpool, the episodes of one pool
     with run.make_env(size, seed) as env:
@@ -95,10 +130,12 @@ def main(args: Args) -> dict:
   starts = np.concatenate([[0], ends[:-1]])
   returns = [float(demos["reward"][s + 1 : e].sum()) for s, e in zip(starts, ends)]
   print(
-      f"recorded {args.episodes} episodes of {env_id} ({args.policy} policy, {run.source} "
-      f"parameters) to {out}: "
-      f"returns {returns} (mean {np.mean(returns):.1f})"
+      f"recorded {_plural(args.episodes, 'episode')} of {env_id} ({args.policy} policy, "
+      f"{run.source} parameters) to {out}: returns {returns} (mean {np.mean(returns):.1f})",
+      flush=True,
   )
+  if spec.num_actions is None and args.action_box_fraction is None:
+    _note_actions_on_the_faces(demos["action"], spec)
   return demos
 
 

@@ -673,3 +673,29 @@ def test_a_config_json_of_str_scalars_before_they_were_numbers_resumes():
   changed = jsonable({"agent": {"learning_rate": jnp.float32(3e-3), "flag": np.bool_(False),
                                 "name": "1.0"}})  # fmt: skip
   assert config_differences(old, changed) == ["agent.flag", "agent.learning_rate", "agent.name"]
+
+
+def test_a_null_and_the_value_it_stands_for_are_the_same_setting_on_resume():
+  """`demo_batch_size` null is --mini-batch-size's, `eval_every` null the interval derived
+  from the budget: either given explicitly (or dropped again) is no change; another value
+  is, and so is a null that stands for another value in its own config."""
+  from offpolicy_ac.analysis.metrics_file import config_jsonable
+  from offpolicy_ac.training import TrainConfig
+  from offpolicy_ac.training.rundir import config_differences
+
+  def config(demo_batch_size, **train):
+    train = TrainConfig.of(**{"mini_batch_size": 32, "total_env_steps": 100_000,
+                              "log_every": 1_000, **train})  # fmt: skip
+    return config_jsonable({"demo_batch_size": demo_batch_size, "train": train})
+
+  run = config(None)
+  assert config_differences(run, config(32, eval_every=5_000)) == []
+  assert config_differences(config(32, eval_every=5_000), run) == []
+  assert config_differences(run, config(16, eval_every=4_000)) == [
+      "demo_batch_size", "train.eval.eval_every"
+  ]  # fmt: skip
+  assert config_differences(config(32), config(None, mini_batch_size=16)) == [
+      "demo_batch_size", "train.replay.mini_batch_size"
+  ]  # fmt: skip
+  # Both null: the same setting, though a larger budget derives another interval.
+  assert config_differences(run, config(None, total_env_steps=200_000)) == []

@@ -419,6 +419,25 @@ def test_sqil_resume_refuses_demonstrations_whose_content_changed(tmp_path, pend
   assert module.run(dataclasses.replace(resumed, demos=str(moved))).env_steps == 512
 
 
+def test_sqil_resume_accepts_flags_given_as_the_values_their_null_stood_for(tmp_path,
+                                                                          heuristic_demos):  # fmt: skip
+  """--demo-batch-size 32 (--mini-batch-size's, which the default null stands for) and
+  --eval-every at the interval the run derived resume it; another value is still refused,
+  naming what the run's null stood for."""
+  module = _script("sqil")
+  args = _args(module, tmp_path, demos=str(heuristic_demos), total_env_steps=512,
+               log_every=256, checkpoint_every=256, mini_batch_size=32)  # fmt: skip
+  assert args.demo_batch_size is None and args.train.eval.eval_every is None
+  module.run(args)
+  resumed = dataclasses.replace(args, resume=True)
+  changed = dataclasses.replace(resumed, demo_batch_size=16)
+  with pytest.raises(ValueError, match=r"demo_batch_size \(the run's null = 32, given 16\)"):
+    module.run(changed)
+  same = dataclasses.replace(resumed, demo_batch_size=32,
+                             train=args.train.replace(total_env_steps=768, eval_every=256))  # fmt: skip
+  assert module.run(same).env_steps == 768
+
+
 def test_sqil_learners_record_the_demonstrations_digest(tmp_path, pendulum_demos):
   """Each learner of a two-seed run records the --demos file's digest, as the root does:
   the statistics group runs by it (runs trained on other demonstrations at the same path
@@ -495,6 +514,25 @@ def test_record_demos_records_continuous_actions(tmp_path, monkeypatch):
                            checkpoint_every=0))  # fmt: skip
   assert result.num_updates > 0
   assert all(np.isfinite(l["loss"]) for l in read_metrics(tmp_path / "sqil") if "loss" in l)
+
+
+def test_record_demos_clips_a_gaussian_policys_actions_to_the_box_by_default(tmp_path, capsys):
+  """IMPALA's sampled Pendulum actions lie outside [-2, 2]: recorded as the policy gave
+  them, sqil.py refused the file. By default they are clipped to the box, as the
+  environment clips them, with a note on stderr about the ones on its faces."""
+  impala = _script("impala")
+  impala.run(_args(impala, tmp_path / "impala", preset="pendulum", total_env_steps=512,
+                   log_every=256, eval_every=0, checkpoint_every=0))  # fmt: skip
+  record = load_script("record_demos")
+  out = tmp_path / "demos.npz"
+  capsys.readouterr()
+  record.main(record.Args(run_dir=str(tmp_path / "impala"), out=str(out), episodes=2,
+                          policy="behaviour"))  # fmt: skip
+  demos = demos_lib.load_demos(out)
+  assert np.abs(demos["action"]).max() == 2.0  # some were outside
+  demos_lib.check_demos(demos, load_run(tmp_path / "impala").agent.spec)  # as sqil.py checks
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and "of the steps' actions lie on the action box's faces" in err[0]
 
 
 def test_sqil_refuses_demos_of_another_task(tmp_path, heuristic_demos):

@@ -450,6 +450,24 @@ def test_record_demos_records_the_runs_greedy_policy(runs, tmp_path):
   )
 
 
+def test_record_demos_refuses_an_out_folder_before_recording(runs, tmp_path, capsys):
+  """--out demos/ wrote a file named `demos`; a folder, spelt so or existing, is refused
+  before the run is loaded, and one episode is reported as one."""
+  module = load_script("record_demos")
+  run_dir = runs["sql"]
+  capsys.readouterr()  # the run's
+  record = lambda out: module.main(module.Args(run_dir=str(run_dir), out=out, episodes=1))
+  for out, message in ((f"{tmp_path}/demos/", "names a folder: give the demonstration file's "
+                        f"path, e.g. {tmp_path}/demos/demos.npz"),
+                       (f"{tmp_path}/demos/.", "names a folder"),
+                       (str(tmp_path), "is a directory: give a file path")):  # fmt: skip
+    with pytest.raises(ValueError, match=re.escape(message)):
+      record(out)
+  assert list(tmp_path.iterdir()) == [] and capsys.readouterr().out == ""
+  record(f"{tmp_path}/one.npz")
+  assert capsys.readouterr().out.startswith("recorded 1 episode of CartPole-v1 (greedy")
+
+
 def test_record_demos_behaviour_policy_samples_as_the_run_trained(runs, tmp_path):
   module = load_script("record_demos")
 

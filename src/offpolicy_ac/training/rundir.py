@@ -106,6 +106,19 @@ RESUMABLE_CHANGES = (
 """Config fields that may change when a run is resumed."""
 
 
+def _eval_interval(config: dict) -> int:
+  return TrainConfig.from_dict(config["train"]).eval_interval
+
+
+NULL_MEANS_DERIVED: dict[str, Callable[[dict], Any]] = {
+    "train.eval.eval_every": _eval_interval,
+    "demo_batch_size": lambda config: config["train"]["replay"]["mini_batch_size"],  # sqil.py's
+}
+"""Config fields (dotted) whose null stands for a value derived from the other fields (a
+script's config as config.json holds it -> that value): on resume, null and that value
+given explicitly are the same setting (`config_differences`)."""
+
+
 LOCK = ".lock"
 
 
@@ -355,14 +368,48 @@ def flat_settings(args: Any) -> dict[str, Any]:
 def config_differences(old: dict, new: dict, defaults: Optional[dict] = None) -> list[str]:
   """Fields (dotted) whose values differ, ignoring RESUMABLE_CHANGES. A field the old
   config lacks (added to the library since) counts as unchanged when the new value is
-  its default in `defaults`: a new field's default keeps the old behaviour."""
+  its default in `defaults`: a new field's default keeps the old behaviour. A field of
+  NULL_MEANS_DERIVED null in one config and set in the other is unchanged when the set
+  value is the one the null stands for (derived from that config's other fields):
+  `--demo-batch-size 32` resumes a run that took the default, --mini-batch-size's 32."""
   a, b = _flatten(old), _flatten(new)
   known = _flatten(defaults) if defaults is not None else {}
   for k in set(b) - set(a):
     if k in known:
       a[k] = known[k]
   return sorted(k for k in set(a) | set(b)
-                if k not in RESUMABLE_CHANGES and not _same_setting(a.get(k), b.get(k)))  # fmt: skip
+                if k not in RESUMABLE_CHANGES and not _same_setting(a.get(k), b.get(k))
+                and not _same_derived(k, (old, a.get(k)), (new, b.get(k))))  # fmt: skip
+
+
+def _derived_value(field: str, config: dict, value: Any) -> Any:
+  """The value a NULL_MEANS_DERIVED `field` (dotted) stands for in `config` (a script's
+  config as config.json holds it): `value` when it is set or `field` is not one of them,
+  None when the config cannot say (another layout, damaged)."""
+  if value is not None or field not in NULL_MEANS_DERIVED:
+    return value
+  try:
+    return NULL_MEANS_DERIVED[field](config)
+  except (KeyError, TypeError, ValueError):
+    return None
+
+
+def _setting(field: str, config: dict, value: Any) -> str:
+  """`value` as JSON, with the value a null of NULL_MEANS_DERIVED stands for in `config`
+  ("null = 32")."""
+  derived = _derived_value(field, config, value)
+  return json.dumps(value) + (
+      f" = {json.dumps(derived)}" if value is None and derived is not None else ""
+  )
+
+
+def _same_derived(field: str, old: tuple[dict, Any], new: tuple[dict, Any]) -> bool:
+  """Whether a NULL_MEANS_DERIVED field null in one config (each as (config, value)) and
+  set in the other is the same setting: the null's value, derived in its own config."""
+  if field not in NULL_MEANS_DERIVED or (old[1] is None) == (new[1] is None):
+    return False  # two nulls are equal, and two values compare as given
+  was, now = _derived_value(field, *old), _derived_value(field, *new)
+  return was is not None and _same_setting(was, now)
 
 
 def _same_setting(old: Any, new: Any) -> bool:
@@ -655,10 +702,11 @@ def check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: b
     if diffs:
       was, now, usual = _flatten(started), _flatten(new), _flatten(defaults or {})
       predates = "the run's config.json predates it: the default,"  # a field added since
-      held = lambda k: (f"the run's {json.dumps(was[k])}," if k in was else
+      held = lambda k: (f"the run's {_setting(k, started, was[k])}," if k in was else
                         f"{predates} {json.dumps(usual.get(k))};")  # fmt: skip
       shown = "; ".join(  # by field name (unique), which scripts show as the flag
-          f"{k.rsplit('.', 1)[-1]} ({held(k)} given {json.dumps(now.get(k))})" for k in diffs[:4]
+          f"{k.rsplit('.', 1)[-1]} ({held(k)} given {_setting(k, new, now.get(k))})"
+          for k in diffs[:4]
       ) + ("; ..." if len(diffs) > 4 else "")
       raise ValueError(
           f"--resume: the config differs from the run's in {shown}; only the step budget "
