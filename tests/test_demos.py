@@ -324,3 +324,28 @@ def test_check_demos_reads_the_action_box_in_the_shape_of_an_action(action_shape
   demos["action"][3].reshape(-1)[1:] = 0.0
   with pytest.raises(ValueError, match="actions outside the task's action box"):
     demos_lib.check_demos(demos, spec)
+
+
+def test_check_demos_leaves_the_range_of_a_last_steps_action_unchecked_but_not_a_nan():
+  """A LAST step's action is never stepped: out of range there changes no update (SQIL's
+  parameters after 64 updates were the same with 7 or 0 there), and is accepted (it was
+  refused). A NaN there is refused, in sequences too: the file is damaged."""
+  discrete = envs.EnvSpec("Custom-v0", (2,), "float32", True, 2, (), "int32", None, None, 1, 1)
+  demos = _episodes([5, 4])
+  demos["action"] = demos["action"].astype(np.int32)
+  demos["action"][demos["step_type"] == LAST] = 7
+  demos_lib.check_demos(demos, discrete)
+  demos["action"][2] = 7  # a MID step's
+  with pytest.raises(ValueError, match=r"actions must lie in \[0, 2\).*got \[7\] \(1 of 9"):
+    demos_lib.check_demos(demos, discrete)
+  spec = envs.EnvSpec("Custom-v0", (2,), "float32", False, None, (1,), "float32", (-1.0,),
+                      (1.0,), 1, 1)  # fmt: skip
+  box = _episodes([5, 4])
+  box["action"] = np.zeros((9, 1), np.float32)
+  box["action"][box["step_type"] == LAST] = 3.0
+  demos_lib.check_demos(box, spec)
+  box["action"][box["step_type"] == LAST] = np.nan
+  with pytest.raises(ValueError, match="or not finite"):
+    demos_lib.check_demos(box, spec)
+  with pytest.raises(ValueError, match="or not finite"):
+    demos_lib.check_demo_sequences(demos_lib.cut_episodes(box, 3, "null_padding"), spec)

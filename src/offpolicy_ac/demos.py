@@ -249,8 +249,11 @@ def check_demos(demos: dict[str, Any], spec: EnvSpec, where: str = "the demonstr
   """Refuses demonstrations that do not fit a task (`envs.EnvSpec`): observations of
   another shape or kind (integers for a float task), actions of another shape, kind or
   range (a discrete action outside [0, num_actions), a continuous one outside the action
-  box or not finite), non-finite rewards, discounts or observations."""
+  box or not finite), non-finite rewards, discounts or observations. The range of a LAST
+  step's action is not checked (never stepped: no transition starts there); a non-finite
+  action is refused there too (the file is damaged)."""
   obs, action = demos["observation"], demos["action"]
+  stepped = (np.asarray(demos["step_type"]) != LAST).reshape((-1,) + (1,) * (action.ndim - 1))
   if tuple(obs.shape[1:]) != tuple(spec.observation_shape):
     raise ValueError(f"{where}: observations of shape {tuple(obs.shape[1:])}, the task's are "
                      f"{tuple(spec.observation_shape)} ({spec.task_id})")  # fmt: skip
@@ -263,7 +266,7 @@ def check_demos(demos: dict[str, Any], spec: EnvSpec, where: str = "the demonstr
   if spec.is_discrete:
     if not np.issubdtype(action.dtype, np.integer):
       raise ValueError(f"{where}: {action.dtype} actions, the task's are discrete (integers)")
-    bad = (action < 0) | (action >= spec.num_actions)
+    bad = ((action < 0) | (action >= spec.num_actions)) & stepped
     if bad.any():
       raise ValueError(
           f"{where}: actions must lie in [0, {spec.num_actions}) for {spec.task_id}, got "
@@ -276,7 +279,7 @@ def check_demos(demos: dict[str, Any], spec: EnvSpec, where: str = "the demonstr
     # hold exactly (Humanoid's 0.4) round to the float32 bound, just outside the float64 one.
     low, high = (np.asarray(b).astype(action.dtype).reshape(spec.action_shape)
                  for b in (spec.action_low, spec.action_high))  # fmt: skip
-    if not np.isfinite(action).all() or (action < low).any() or (action > high).any():
+    if not np.isfinite(action).all() or (((action < low) | (action > high)) & stepped).any():
       raise ValueError(f"{where}: actions outside the task's action box [{spec.action_low}, "
                        f"{spec.action_high}] or not finite (record_demos.py "
                        "--action-box-fraction 1 records the actions the task clips them to)")  # fmt: skip
@@ -291,8 +294,8 @@ def check_demo_sequences(
 ) -> None:
   """`check_demos` for demonstrations cut into sequences (`cut_episodes`), a Trajectory
   [L, S, ...]: the checks SQIL's training runs on its `batch_fn`'s demonstrations before
-  anything compiles. The actions of LAST steps, padding's included, are not checked: no
-  transition starts there."""
+  anything compiles. The range of LAST steps' actions, padding's included, is not
+  checked: no transition starts there."""
   if not isinstance(sequences, Trajectory):
     raise TypeError(f"{where}: a Trajectory [L, S, ...] of sequences (demos.cut_episodes), "
                     f"got {type(sequences).__name__}")  # fmt: skip
@@ -303,8 +306,7 @@ def check_demo_sequences(
     raise ValueError(f"{where}: sequences [L, S, ...] share their step types' two leading "
                      f"axes, got shapes {shapes}")  # fmt: skip
   flat = {name: x.reshape((-1,) + x.shape[2:]) for name, x in fields.items()}
-  flat["action"] = fields["action"][step_type != LAST]
-  check_demos(flat, spec, where)
+  check_demos(flat, spec, where)  # LAST steps' actions: their range unchecked
 
 
 def _pieces(n: int, length: int, mode: str) -> list[tuple[int, int]]:

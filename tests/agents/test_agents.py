@@ -309,7 +309,7 @@ def test_updates_check_a_numpy_trajectory_on_the_host(name, cartpole_spec):
 @pytest.mark.parametrize(
     "name, spec_name",
     [("impala", "cartpole_spec"), ("acer", "cartpole_spec"), ("sql", "cartpole_spec"),
-     ("impala", "pendulum_spec"), ("sql", "pendulum_spec")],
+     ("impala", "pendulum_spec"), ("acer", "pendulum_spec"), ("sql", "pendulum_spec")],
 )  # fmt: skip
 def test_updates_refuse_values_no_environment_gives_on_the_host(name, spec_name, request):
   """A NumPy batch whose learned-from transitions hold a discount outside [0, 1], a
@@ -356,11 +356,17 @@ def test_updates_refuse_values_no_environment_gives_on_the_host(name, spec_name,
   for field, index, value, message in refused:
     with pytest.raises(ValueError, match=message):
       agent.update(state, altered(field, index, value))
-  # The transition from LAST step 3 into FIRST step 4 is masked: anything there is ignored.
-  for field, value in (("discount", np.nan), ("discount", 3.0), ("reward", np.nan)):
-    masked, _ = agent.update(state, altered(field, (4, 1), value))
-    for a, b in zip(jax.tree.leaves(masked.params), jax.tree.leaves(reference.params)):
-      np.testing.assert_array_equal(a, b)
+  # The transition from LAST step 3 into FIRST step 4 is masked: anything there is ignored,
+  # on the host and on a device. A NaN continuous action at LAST step 3 made continuous
+  # ACER's and SQL's parameters NaN (their Q(s, a) is evaluated at every step's action).
+  unread = [("discount", (4, 1), np.nan), ("discount", (4, 1), 3.0), ("reward", (4, 1), np.nan)]
+  if not spec.is_discrete:
+    unread += [("action", (3, 1), np.nan), ("action", (3, 1), np.inf)]
+  for field, index, value in unread:
+    for place in (np.asarray, jnp.asarray):
+      masked, _ = agent.update(state, jax.tree.map(place, altered(field, index, value)))
+      for a, b in zip(jax.tree.leaves(masked.params), jax.tree.leaves(reference.params)):
+        np.testing.assert_array_equal(a, b)
   # A batch-major batch whose env_id tells nothing: its episode starts give it away.
   swapped = jax.tree.map(lambda x: np.swapaxes(x, 0, 1), traj)
   with pytest.raises(ValueError, match=r"FIRST after .*Is the trajectory batch-major"):

@@ -145,7 +145,7 @@ def jit_update(spec: Any, agent: str) -> Callable[[Callable], Callable]:
   (`check_host_trajectory`)."""
 
   def decorate(update: Callable) -> Callable:
-    jitted = jax.jit(losses.without_range_checks(update))
+    jitted = jax.jit(losses.without_range_checks(_unread_actions_zeroed(update)))
 
     @functools.wraps(update)  # `__wrapped__`: the code it runs (`agents.check_registered`)
     def checked(state, traj, *args):
@@ -156,6 +156,28 @@ def jit_update(spec: Any, agent: str) -> Callable[[Callable], Callable]:
     return checked
 
   return decorate
+
+
+def _unread_actions_zeroed(update: Callable) -> Callable:
+  """`update(state, traj, ...)` on `traj` with float actions of 0 at its LAST steps. No
+  transition starts there (Contract 1: a masked step may hold anything, and a finite
+  action there changes nothing), but a network evaluated at every step's action
+  (continuous ACER's and SQL's Q(s, a)) carried a NaN there into the gradients (as
+  0 * NaN): NaN parameters."""
+
+  @functools.wraps(update)
+  def zeroed(state, traj, *args):
+    action, step_type = traj.action, traj.step_type
+    lead = np.shape(step_type)
+    if (
+        jnp.issubdtype(jnp.result_type(action), jnp.floating)
+        and np.shape(action)[: len(lead)] == lead
+    ):
+      last = _trailing(step_type == envs.LAST, np.ndim(action))
+      traj = traj._replace(action=jnp.where(last, jnp.zeros((), action.dtype), action))
+    return update(state, traj, *args)
+
+  return zeroed
 
 
 def takes_params(agent: str) -> Callable[[Callable], Callable]:
