@@ -105,9 +105,9 @@ def main(args: Args) -> dict:
   if args.fps is not None and not args.video:
     raise ValueError("--fps sets the video's frame rate: it applies to --video")
   if args.out:
-    check_output_file("--out", args.out)
+    check_output_file("--out", args.out, example="evaluation.json")
   if args.video:
-    check_output_file("--video", args.video)
+    check_output_file("--video", args.video, example="episode.mp4")
     check_video_path(args.video)
     try:
       video_writer()  # before the episodes are played

@@ -14,7 +14,6 @@ Continuous actions are recorded as the environment takes them, clipped to its ac
 from __future__ import annotations
 
 import dataclasses
-import os
 import pathlib
 import sys
 from typing import Literal
@@ -69,16 +68,6 @@ def _is_npz(path: pathlib.Path) -> bool:
   return path.suffix.lower() == ".npz"
 
 
-def _check_out_is_a_file(out: str) -> None:
-  """Refuses an --out that names a folder by its spelling (`demos/`, `demos/.`): the
-  file was written under the folder's name (an existing folder `check_output_file`
-  refuses)."""
-  if os.path.basename(out) in ("", ".", ".."):
-    example = os.path.join(os.path.normpath(out), "demos.npz")
-    raise ValueError(f"--out {out} names a folder: give the demonstration file's path, "
-                     f"e.g. {example}")  # fmt: skip
-
-
 def _plural(count: int, noun: str) -> str:
   return f"{count} {noun}{'' if count == 1 else 's'}"
 
@@ -98,14 +87,13 @@ def _note_actions_on_the_faces(actions: np.ndarray, spec) -> None:
 
 def main(args: Args) -> dict:
   check_paths_given({"--run-dir": args.run_dir, "--out": args.out})
-  _check_out_is_a_file(args.out)
   if not 0 <= args.seed < MAX_SEED:  # a PRNG key's seed (the behaviour policy's)
     raise ValueError(f"--seed must be in [0, 2**32), got {args.seed}")
   pools = episode_pools(args.episodes, pool_seed(args.seed, "evaluate"))  # checks --episodes
   fraction = args.action_box_fraction
   if fraction is not None and not 0.0 < fraction <= 1.0:
     raise ValueError(f"--action-box-fraction must lie in (0, 1], got {fraction}")
-  out = check_output_file("--out", args.out)  # with ~ expanded
+  out = check_output_file("--out", args.out, example="demos.npz")  # with ~ expanded
   # Demonstrations recorded into the run before may be replaced: a run writes no .npz.
   check_outside_run("--out", args.out, args.run_dir, may_overwrite=_is_npz)
   import_modules("--import-modules", args.import_modules)

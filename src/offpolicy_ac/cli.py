@@ -727,10 +727,15 @@ def check_paths_given(paths: dict[str, Any]) -> None:
       raise ValueError(f"{flag} is empty: give a path")
 
 
-def check_output_file(flag: str, path: str | os.PathLike) -> pathlib.Path:
+def check_output_file(flag: str, path: str | os.PathLike, example: str = "out") -> pathlib.Path:
   """Refuses (ValueError naming `flag`) an output file that cannot be written: a
-  directory, a path under a file, or one this process may not write. For scripts to
-  call before their long work."""
+  directory, a path spelt as one (`out/`, `out/.`: the file would take the folder's name),
+  a path under a file, or one this process may not write. For scripts to call before
+  their long work; `example` is the file name the message suggests."""
+  if os.path.basename(os.fspath(path)) in ("", ".", ".."):
+    suggested = os.path.join(os.path.normpath(os.fspath(path)), example)
+    raise ValueError(f"{flag} {os.fspath(path)} names a folder: give a file's path, e.g. "
+                     f"{suggested}")  # fmt: skip
   path = pathlib.Path(path).expanduser()
   if path.is_dir():
     raise ValueError(f"{flag} {path} is a directory: give a file path")

@@ -110,6 +110,8 @@ CASES = [
     ("record_demos", ["--run-dir", "{demos}", "--out", "{demos}/good.npz/x.npz"], "is a file"),
     # A folder's path, not yet made: a file of the folder's name was written.
     ("record_demos", ["--run-dir", "{demos}", "--out", "{demos}/new/"], "/new/ names a folder"),
+    ("evaluate", ["--run-dir", "{demos}", "--out", "{demos}/new/"], "/new/ names a folder"),
+    ("evaluate", ["--run-dir", "{demos}", "--video", "{demos}/new/."], "/new/. names a folder"),
     ("record_demos", ["--run-dir", "{demos}", "--out", "x.npz", "--episodes", "0"], "--episodes"),
     (
         "record_demos",

@@ -457,8 +457,8 @@ def test_record_demos_refuses_an_out_folder_before_recording(runs, tmp_path, cap
   run_dir = runs["sql"]
   capsys.readouterr()  # the run's
   record = lambda out: module.main(module.Args(run_dir=str(run_dir), out=out, episodes=1))
-  for out, message in ((f"{tmp_path}/demos/", "names a folder: give the demonstration file's "
-                        f"path, e.g. {tmp_path}/demos/demos.npz"),
+  for out, message in ((f"{tmp_path}/demos/", "names a folder: give a file's path, e.g. "
+                        f"{tmp_path}/demos/demos.npz"),
                        (f"{tmp_path}/demos/.", "names a folder"),
                        (str(tmp_path), "is a directory: give a file path")):  # fmt: skip
     with pytest.raises(ValueError, match=re.escape(message)):
