@@ -187,6 +187,8 @@ def test_sampling_an_empty_buffer_is_refused_unless_traced():
   assert jax.jit(replay.sample)(empty, key)["x"].shape == (3, 2)  # documented: zeros
   with pytest.raises(TypeError, match="replay_sample takes a ReplayState .*got dict"):
     replay.sample(empty._asdict(), key)
+  with pytest.raises(ValueError, match=r"replay_sample: key must be a PRNG key .*got 3"):
+    replay.sample(replay.add(empty, _sequences(0, 2)), 3)  # JAX's "invalid PRNG key data"
   for build in (lambda: replay_lib.replay_init({"x": np.zeros((0, 2))}, 4),
                 lambda: replay_lib.replay_full({"x": np.zeros((0, 2))})):  # fmt: skip
     with pytest.raises(ValueError, match=r"sequences of no steps \(L = 0\)"):

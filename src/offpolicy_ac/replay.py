@@ -157,12 +157,18 @@ def replay_sample(state: ReplayState, key: jax.Array, *, batch_size: int, length
   Raises:
     TypeError: `state` is not a `ReplayState`.
     ValueError: the buffer is empty (a concrete `state.size` of 0), `length` exceeds the
-      stored sequences' L, or `batch_size` or `length` is not a positive int.
+      stored sequences' L, `batch_size` or `length` is not a positive int, or `key` is
+      not a PRNG key.
   """
   if not isinstance(state, ReplayState):
     raise TypeError(f"replay_sample takes a ReplayState (replay_init, replay_add), got "
                     f"{type(state).__name__}")  # fmt: skip
   _check_positive("replay_sample", batch_size=batch_size, length=length)
+  try:
+    jax.eval_shape(jax.random.split, key)
+  except (TypeError, ValueError) as e:
+    raise ValueError(f"replay_sample: key must be a PRNG key (jax.random.key(seed) or "
+                     f"jax.random.PRNGKey(seed)), got {key!r}") from e  # fmt: skip
   seq_len = jax.tree.leaves(state.data)[0].shape[1]
   if length > seq_len:
     raise ValueError(f"replay_sample: windows of {length} steps from stored sequences of "

@@ -247,6 +247,11 @@ def test_bad_keys_env_ids_and_episode_stats_are_refused_by_name():
     rollout.init(jnp.float32(0), 3)
   with pytest.raises(ValueError, match=key_message + ", got 3"):
     env.reset(3)
+  other = envs.make_functional_rollout(env, random_act, unroll_length=2, num_envs=3)
+  with pytest.raises(
+      ValueError, match=r"the state of a rollout over 3 environments; this one " r"steps 2"
+  ):  # fmt: skip (it blamed act's extras)
+    rollout.unroll(jnp.float32(0), other.init(jnp.float32(0), jax.random.PRNGKey(0)))
   for env_id in (1.5, -1, "a", True):
     with pytest.raises(ValueError, match=r"env_id must be an int >= 0 \(the environment's index\)"):
       env.reset(jax.random.PRNGKey(0), env_id)

@@ -183,6 +183,12 @@ def make_functional_rollout(
   ) -> tuple[FunctionalRolloutState, Trajectory, FunctionalEpisodeStats]:
     if not isinstance(state, FunctionalRolloutState):
       raise ValueError(f"unroll expects a FunctionalRolloutState, got {type(state).__name__}")
+    if np.shape(state.action)[:1] != (B,):
+      given = np.shape(state.action)[0] if np.ndim(state.action) else "no batch of"
+      raise ValueError(
+          f"unroll got the state of a rollout over {given} environments; this one steps {B} "
+          "(num_envs): use the state its own init() returned"
+      )
     boundary = Trajectory(*state.timestep, action=state.action, extras=state.extras)
     state, (steps, stats) = jax.lax.scan(lambda s, x: one_step(params, s, x), state, None, length=T)
     traj = jax.tree.map(lambda b, s: jnp.concatenate([b[None], s]), boundary, steps)
