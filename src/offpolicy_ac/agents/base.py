@@ -267,10 +267,13 @@ def _trailing(x: np.ndarray, ndim: int) -> np.ndarray:
 
 
 def _first_index(bad: np.ndarray) -> tuple[int, ...]:
+  """The index of `bad`'s first True entry (row-major order)."""
   return tuple(int(i) for i in np.argwhere(bad)[0])
 
 
 def _check_host_step_types(step_type: np.ndarray, agent: str) -> None:
+  """Refuses step types other than FIRST, MID and LAST, and a FIRST step after one that
+  is not LAST (step_type [T+1, B])."""
   names = {envs.FIRST: "FIRST", envs.MID: "MID", envs.LAST: "LAST"}
   unknown = ~np.isin(step_type, list(names))
   if np.any(unknown):
@@ -279,10 +282,10 @@ def _check_host_step_types(step_type: np.ndarray, agent: str) -> None:
         f"{agent}'s update takes traj.step_type FIRST (0), MID (1) or LAST (2), got "
         f"{step_type[where]} at index {where}"
     )
-  after_mid = (step_type[1:] == envs.FIRST) & (step_type[:-1] != envs.LAST)
-  if np.any(after_mid):
-    t, *b = _first_index(after_mid)
-    before = (t, *b)
+  joined = (step_type[1:] == envs.FIRST) & (step_type[:-1] != envs.LAST)
+  if np.any(joined):
+    before = _first_index(joined)
+    t, *b = before
     raise ValueError(
         f"{agent}'s update got traj.step_type{[t + 1, *b]} FIRST after "
         f"{names[int(step_type[before])]} at {list(before)}: an episode starts only after a "
