@@ -210,9 +210,8 @@ def check_carried_extras(carried: Any, new: Any, carried_lead: int, new_lead: in
     return jax.tree.map(lambda x: f"{np.dtype(x.dtype).name}{list(np.shape(x)[lead:])}", tree)
 
   before, now = describe(carried, carried_lead), describe(new, new_lead)
-  if jax.tree.structure(before) != jax.tree.structure(now) or jax.tree.leaves(
-      before
-  ) != jax.tree.leaves(now):
+  same = jax.tree.structure(before) == jax.tree.structure(now)
+  if not same or jax.tree.leaves(before) != jax.tree.leaves(now):
     raise ValueError(
         f"act returned extras {now} (per step), and those of the steps carried over from "
         f"the last unroll are {before}: the extras must keep their structure, shapes and "
