@@ -184,3 +184,54 @@ def test_run_experiment_refuses_an_agent_factory_that_returns_no_agent(tmp_path)
   with pytest.raises(TypeError, match="agent_factory.spec. must return an Agent .*got ImpalaCon"):
     run_experiment("impala", args, lambda spec: ImpalaConfig())
   assert not (tmp_path / "run").exists()
+
+
+def test_loggers_that_would_lose_or_mix_lines_are_refused_before_the_run(tmp_path):
+  """One logger for two seeds interleaved their lines in one metrics.jsonl; a second
+  RunLogger on the run's own folder (add_logger) wrote every line twice; a logger without
+  log() failed at the first metrics line, after an interval of training."""
+  from offpolicy_ac import training
+
+  config = TrainConfig.of(env_id="CartPole-v1", total_env_steps=1024, num_seeds=2)
+  logger = training.RunLogger(str(tmp_path / "a"), total_env_steps=1024)
+  other = training.RunLogger(str(tmp_path / "a"), total_env_steps=1024)
+  for loggers, message in (
+      ([logger, logger], "logger 1 is the same logger object as logger 0: their lines"),
+      ([logger, training.MultiLogger(other)], r"logger 1's logger 0 and logger 0 both write "),
+      ([logger, None], r"logger 1 is None, which has no log, truncate, close"),
+  ):
+    with pytest.raises(ValueError, match=message):
+      training.train(make_impala, config, loggers)
+  args = dataclasses.replace(presets.impala.Args(), run_dir=str(tmp_path / "run"))
+  args = dataclasses.replace(args, train=args.train.replace(total_env_steps=512))
+  twice = lambda run_dir, seed: training.RunLogger(run_dir, total_env_steps=512)  # noqa: E731
+  with pytest.raises(ValueError, match=r"add_logger returned a RunLogger of .*run, which the run "
+                                       r"logs to already: every line would be written twice"):  # fmt: skip
+    presets.impala.run(args, add_logger=twice)
+  assert not (tmp_path / "run" / "metrics.jsonl").exists()
+  assert not (tmp_path / "run" / "config.json").exists()
+
+
+def test_python_calls_with_the_wrong_kind_of_value_are_refused_by_name(tmp_path):
+  """Each failed with an AttributeError or a TypeError from inside JAX, pathlib or
+  dataclasses."""
+  from offpolicy_ac import training
+
+  config = TrainConfig.of(env_id="CartPole-v1", total_env_steps=1024)
+  logger = training.RunLogger(str(tmp_path / "a"), total_env_steps=1024)
+  with pytest.raises(ValueError, match=r"config must be a TrainConfig, got \{'total_env_steps'"):
+    training.train(make_impala, {"total_env_steps": 1024}, [logger])
+  with pytest.raises(TypeError, match=r"agent_factory\(spec\) must return an Agent .*NoneType"):
+    training.train(lambda spec: None, config, [logger])
+  compiled = TrainConfig.of(env_id="gymnax:CartPole-v1", total_env_steps=4096)
+  with pytest.raises(
+      TypeError, match=r"make_agent must return an Agent \(for example agents.make_impala\)"
+  ):
+    make_train(lambda spec, config: None, ImpalaConfig(), compiled)
+  with pytest.raises(ValueError, match=r"obs_clip must be a number, got np.float32\(5.0\) "
+                                       r"\(numpy.float32, not float: pass float\(...\)\)"):  # fmt: skip
+    TrainConfig.of(env_id="CartPole-v1", obs_clip=np.float32(5)).validate()
+  with pytest.raises(TypeError, match=r"load_run: run_dir must be a path .*got 5"):
+    load_run(5)
+  with pytest.raises(TypeError, match=r"a preset's run takes its Args .*got dict"):
+    presets.impala.run({"run_dir": str(tmp_path / "run")})

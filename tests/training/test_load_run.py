@@ -113,6 +113,14 @@ def test_load_run_returns_the_runs_agent_parameters_and_task(runs, script):
   action = run.greedy_policy()(obs)
   assert action.shape == (3,) and action.dtype == np.int32
   assert ((action >= 0) & (action < 2)).all()
+  # Observations as lists, and a bad seed named (errors from inside JAX and Flax before).
+  np.testing.assert_array_equal(run.greedy_policy()(obs.tolist()), action)
+  assert run.behaviour_policy(np.int64(3))(obs.tolist()).shape == (3,)
+  for seed in ("x", -1, 2**32, True):
+    with pytest.raises(
+        ValueError, match=r"behaviour_policy: seed must be an int in \[0, 2\*\*32\)"
+    ):
+      run.behaviour_policy(seed)
 
 
 @pytest.mark.parametrize(

@@ -95,6 +95,19 @@ def as_batch_fn(batch_fn: Callable[[Any, jax.Array], Any]) -> BatchFn:
   return BatchFn(fn=lambda data, batch, key: batch_fn(batch, key))
 
 
+def check_is_agent(
+    agent: Any, made_by: str, example: str = "functools.partial(make_impala, config=ImpalaConfig())"
+) -> Agent:
+  """`agent`, unless it is not an `Agent` (TypeError naming `made_by`, the factory that
+  returned it, and an `example` of one: its first missing attribute failed deep in the
+  training loop)."""
+  if not isinstance(agent, Agent):
+    raise TypeError(
+        f"{made_by} must return an Agent (for example {example}), got {type(agent).__name__}"
+    )
+  return agent
+
+
 def make_optimizer(
     name: str,
     learning_rate: float,

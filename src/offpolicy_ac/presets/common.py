@@ -59,7 +59,11 @@ def check_args(args: Any) -> None:
   """Refuses (ValueError naming the field) a script's `Args` built from Python with a field
   of another type than its default's: an agent config of another algorithm, a bool given
   "no" (which would act as True), a number given as a str, a str of module names (which
-  would be read letter by letter). The command line gives each its type."""
+  would be read letter by letter). The command line gives each its type. Something else
+  than a script's `Args` (a dict) is a TypeError."""
+  if not dataclasses.is_dataclass(args) or isinstance(args, type) or not hasattr(args, "train"):
+    raise TypeError(f"a preset's run takes its Args (for example presets.impala.Args("
+                    f"run_dir=...)), got {type(args).__name__}")  # fmt: skip
   for f in dataclasses.fields(args):
     value = getattr(args, f.name)
     default = f.default if f.default is not dataclasses.MISSING else None

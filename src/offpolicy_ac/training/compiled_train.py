@@ -49,6 +49,7 @@ import jax.numpy as jnp
 from offpolicy_ac import envs
 from offpolicy_ac.agents import hyperparams as hyperparams_lib
 from offpolicy_ac.agents.base import Agent
+from offpolicy_ac.agents.base import check_is_agent
 from offpolicy_ac.training.config import TrainConfig
 from offpolicy_ac.training.learner import Acting
 from offpolicy_ac.training.learner import LearnerState
@@ -216,6 +217,7 @@ def make_train(
     ValueError: a bad config, a config the compiled loop cannot run
       (`training.config.MODES`), or an agent that does not fit the environment; all before
       anything compiles.
+    TypeError: `make_agent` returned something else than an Agent.
   """
   if not isinstance(config, TrainConfig):
     raise ValueError(f"config must be a TrainConfig, got {config!r}")
@@ -225,15 +227,14 @@ def make_train(
   if env is None:
     env = envs.make_functional(config.env.env_id, max_episode_steps=config.env.max_episode_steps)
   spec = env.batch_spec(config.env.num_envs)
-  agent = make_agent(spec, agent_config)  # validates the config against the task
+  agent = check_is_agent(make_agent(spec, agent_config), "make_agent", "agents.make_impala")
   check_learns(agent, config, batch_fn)
   defaults = hyperparams_lib.hyperparams_of(agent_config)
   transformer = make_transformer(spec, config)
   replay = make_replay(config) if agent.off_policy else None
   unroll_length, num_envs = config.env.unroll_length, config.env.num_envs
   steps_per_iteration, iterations = config.steps_per_iteration, config.planned_iterations
-  eval_interval = config.eval_interval
-  per_chunk = _iterations_per_chunk(config)
+  eval_interval, per_chunk = config.eval_interval, _iterations_per_chunk(config)
   eval_episodes = config.eval.eval_episodes
   num_updates = config.replay.num_updates_per_train_iter
   min_replay = max(config.replay.min_replay_size, 1)

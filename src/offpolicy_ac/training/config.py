@@ -241,7 +241,12 @@ def _check_types(config: "TrainConfig") -> None:
         value = getattr(group, name)
         said = unlike_default(value, default)
         if said:
-          raise ValueError(f"{name} must be {said}, got {value!r}")
+          # A number of another type (NumPy's, JAX's) is refused too, with the fix:
+          # config.json holds Python numbers.
+          other = isinstance(value, numbers.Real) and not isinstance(value, (int, float, bool))
+          kind = f"{type(value).__module__}.{type(value).__name__}"
+          hint = f" ({kind}, not float: pass float(...))" if other and said == "a number" else ""
+          raise ValueError(f"{name} must be {said}, got {value!r}{hint}")
 
 
 MAX_EPISODES = 2**20

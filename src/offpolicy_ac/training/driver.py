@@ -56,6 +56,7 @@ from offpolicy_ac.training.checkpoint import restore_newest
 from offpolicy_ac.training.clock import seconds_since_launch
 from offpolicy_ac.training.config import TrainConfig
 from offpolicy_ac.training.logger import Logger
+from offpolicy_ac.training.logger import check_loggers
 
 WALL_CLOCK_FIELDS = ("wall_time_s", "env_steps_per_s")
 """Fields of a metrics line that depend on the wall clock (excluded from exact resume)."""
@@ -246,6 +247,7 @@ def drive(program: Program, config: TrainConfig, loggers: Sequence[Logger], *,
   """
   if len(loggers) != program.num_lanes:
     raise ValueError(f"need one logger per learner ({program.num_lanes}), got {len(loggers)}")
+  check_loggers(loggers)
   run = _Driver(program, config, loggers, checkpointer, keep_best)
   state = run.restore() if resume else program.init()
   if resume:

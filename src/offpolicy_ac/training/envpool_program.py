@@ -33,6 +33,7 @@ import numpy as np
 
 from offpolicy_ac import envs
 from offpolicy_ac.agents.base import Agent
+from offpolicy_ac.agents.base import check_is_agent
 from offpolicy_ac.agents.hyperparams import hyperparams_of
 from offpolicy_ac.agents.hyperparams import with_hyperparams
 from offpolicy_ac.training.config import TrainConfig
@@ -46,6 +47,7 @@ from offpolicy_ac.training.learner import Learner
 from offpolicy_ac.training.learner import LearnerState
 from offpolicy_ac.training.learner import take_lane
 from offpolicy_ac.training.logger import Logger
+from offpolicy_ac.training.logger import check_loggers
 from offpolicy_ac.training.parallel import DataParallel
 from offpolicy_ac.training.sources import RolloutFactory
 from offpolicy_ac.training.sources import make_env
@@ -162,6 +164,8 @@ class EnvpoolProgram:
       make_agent: `make_agent(spec, agent_config) -> Agent`, needed with a sweep: each
         lane's agent is rebuilt with its hyper-parameters inside the vmapped learner.
     """
+    if not isinstance(config, TrainConfig):
+      raise ValueError(f"config must be a TrainConfig, got {config!r}")
     config.validate()
     if config.compiled:
       raise ValueError(f"{config.env.env_id} is a JAX environment, whose run is one compiled "
@@ -181,7 +185,7 @@ class EnvpoolProgram:
     if config.env.rollout == "compiled":  # refused here, before anything is built
       env_id = config.env.env_id
       envs.check_action_dtype(env_id, envs.pool_action_dtype(env_id, **task_kwargs(config)))
-    agent = agent_factory(task_spec(config))
+    agent = check_is_agent(agent_factory(task_spec(config)), "agent_factory(spec)")
     if agent.off_policy and config.replay.mini_batch_size % dp.num_devices:
       raise ValueError(
           f"mini_batch_size ({config.replay.mini_batch_size}) must divide evenly over the "
@@ -377,6 +381,7 @@ def train(agent_factory: Callable[[Any], Agent], config: TrainConfig,
   """Trains an envpool run's lanes (`EnvpoolProgram`, whose arguments these are) with the
   driver (`training.driver.drive`: one logger per lane, `checkpointer`, `resume`,
   `should_stop`); returns one RunResult per lane."""
+  check_loggers(loggers)  # before anything is built (the first line would have failed)
   program = EnvpoolProgram(agent_factory, config, batch_fn=batch_fn,
                            rollout_factory=rollout_factory, make_agent=make_agent)  # fmt: skip
   outcome = drive(program, config, loggers, checkpointer=checkpointer, resume=resume,

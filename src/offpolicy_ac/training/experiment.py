@@ -45,11 +45,12 @@ from typing import Sequence
 import jax
 
 from offpolicy_ac import _memory
-from offpolicy_ac.agents.base import Agent
+from offpolicy_ac.agents.base import check_is_agent
 from offpolicy_ac.agents.base import check_settings_used
 from offpolicy_ac.agents.base import check_swept_settings_used
 from offpolicy_ac.agents.registry import AGENTS
 from offpolicy_ac.agents.registry import check_registered
+from offpolicy_ac.analysis.metrics_file import METRICS_FILE
 from offpolicy_ac.analysis.metrics_file import read_json
 from offpolicy_ac.analysis.plotting import plot_runs
 from offpolicy_ac.training import checkpoint
@@ -67,6 +68,7 @@ from offpolicy_ac.training.logger import Logger
 from offpolicy_ac.training.logger import MultiLogger
 from offpolicy_ac.training.logger import RunLogger
 from offpolicy_ac.training.logger import WandbLogger
+from offpolicy_ac.training.logger import check_logger
 from offpolicy_ac.training.logger import require_wandb
 from offpolicy_ac.training.logger import write_atomic
 from offpolicy_ac.training.parallel import JOIN_TIMEOUT_S
@@ -409,12 +411,7 @@ def _program(name: str, args: Any, lanes: list[sweeps.Lane], agent_factory: Call
   """The run's `driver.Program`: the compiled program of a JAX environment, else the
   envpool program. Validates everything before anything runs."""
   config: TrainConfig = args.train
-  agent = agent_factory(task_spec(config))
-  if not isinstance(agent, Agent):
-    raise TypeError(
-        f"agent_factory(spec) must return an Agent (for example "
-        f"functools.partial(make_impala, config=ImpalaConfig())), got {type(agent).__name__}"
-    )
+  agent = check_is_agent(agent_factory(task_spec(config)), "agent_factory(spec)")
   check_settings_used(agent.config, agent.spec)
   check_swept_settings_used(agent.config, agent.spec, lanes[0].setting)
   # The run directory rebuilds its agent from `name` and the config (load_run, --resume), as
@@ -735,12 +732,19 @@ def _close_quietly(logger: Logger) -> None:
 
 
 def _added(add_logger: Callable, run_dir: pathlib.Path, seed: int) -> Logger:
-  """`add_logger(run_dir, seed)`, checked to be a Logger."""
+  """`add_logger(run_dir, seed)`, checked to be a Logger that does not write the learner's
+  own metrics.jsonl (the script's RunLogger does: every line would be written twice)."""
+  own = run_dir / METRICS_FILE
+  existed = own.exists()
   logger = add_logger(run_dir, seed)
-  missing = [m for m in ("log", "truncate", "close") if not callable(getattr(logger, m, None))]
-  if missing:
-    raise ValueError(f"add_logger returned {logger!r}, which has no {', '.join(missing)}: "
-                     "a Logger has log(record), truncate(num_lines) and close()")  # fmt: skip
+  check_logger(logger, "add_logger's logger")
+  if isinstance(logger, RunLogger) and logger.metrics_path.resolve() == own.resolve():
+    logger.close()
+    if not existed:  # the refused logger's empty file: the folder is left as it was found
+      own.unlink(missing_ok=True)
+    raise ValueError(f"add_logger returned a RunLogger of {run_dir}, which the run logs to "
+                     "already: every line would be written twice; add another kind of "
+                     "logger, or one for another folder")  # fmt: skip
   return logger
 
 

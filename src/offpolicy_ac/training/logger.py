@@ -24,6 +24,7 @@ import time
 from typing import Any
 from typing import Optional
 from typing import Protocol
+from typing import Sequence
 from typing import get_args
 
 from offpolicy_ac._extras import require
@@ -292,6 +293,44 @@ class MultiLogger:
         errors.append(e)
     if errors:
       raise errors[0]
+
+
+def check_logger(logger: Any, where: str) -> None:
+  """Refuses (ValueError) `logger` unless it has a Logger's methods (`where` names it)."""
+  missing = [m for m in ("log", "truncate", "close") if not callable(getattr(logger, m, None))]
+  if missing:
+    raise ValueError(f"{where} is {logger!r}, which has no {', '.join(missing)}: a Logger "
+                     "has log(record), truncate(num_lines) and close()")  # fmt: skip
+
+
+def check_loggers(loggers: Sequence[Any]) -> None:
+  """Refuses (ValueError), before a run starts, loggers that would lose or mix its lines:
+  one that is not a Logger (it failed at the first metrics line, after an interval of
+  training), the same logger object twice (two learners' lines interleaved in one file),
+  or two `RunLogger`s on one metrics.jsonl (every line written twice). Looks inside
+  `MultiLogger`s."""
+  seen: dict[int, str] = {}
+  files: dict[pathlib.Path, str] = {}
+
+  def walk(logger: Any, where: str) -> None:
+    check_logger(logger, where)
+    if id(logger) in seen:
+      raise ValueError(f"{where} is the same logger object as {seen[id(logger)]}: their lines "
+                       "would go to it mixed; give each learner a logger of its own")  # fmt: skip
+    seen[id(logger)] = where
+    if isinstance(logger, RunLogger):
+      path = logger.metrics_path.resolve()
+      if path in files:
+        raise ValueError(f"{where} and {files[path]} both write {logger.metrics_path}: its "
+                         "lines would be written twice, or two learners' mixed")  # fmt: skip
+      files[path] = where
+    for k, inner in enumerate(
+        getattr(logger, "loggers", ()) if isinstance(logger, MultiLogger) else ()
+    ):
+      walk(inner, f"{where}'s logger {k}")
+
+  for k, logger in enumerate(loggers):
+    walk(logger, f"logger {k}")
 
 
 WANDB_MODES = get_args(WandbMode)

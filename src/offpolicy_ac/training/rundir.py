@@ -1002,7 +1002,7 @@ class LoadedRun(NamedTuple):
   def greedy_policy(self) -> Callable[[Any], np.ndarray]:
     """`policy(obs [B, ...]) -> action [B, ...]` with this run's parameters (NumPy out)."""
     greedy, acting = self.greedy, self.acting
-    return lambda obs: np.asarray(greedy(acting, obs))
+    return lambda obs: np.asarray(greedy(acting, np.asarray(obs)))
 
   def behaviour_policy(self, seed: int) -> Callable[[Any], np.ndarray]:
     """`policy(obs [B, ...]) -> action [B, ...]`: actions sampled from the policy the run
@@ -1011,13 +1011,15 @@ class LoadedRun(NamedTuple):
     Use it where the greedy policy gets stuck: a greedy Breakout player that never serves
     plays until the time limit.
     """
+    if not isinstance(seed, numbers.Integral) or isinstance(seed, bool) or not 0 <= seed < 2**32:
+      raise ValueError(f"behaviour_policy: seed must be an int in [0, 2**32), got {seed!r}")
     act, acting = self.act, self.acting
-    key = jax.random.PRNGKey(seed)
+    key = jax.random.PRNGKey(int(seed))
 
     def policy(obs):
       nonlocal key
       key, step_key = jax.random.split(key)
-      return np.asarray(act(acting, obs, step_key)[0])
+      return np.asarray(act(acting, np.asarray(obs), step_key)[0])
 
     return policy
 
@@ -1139,7 +1141,7 @@ def load_run(run_dir: str | os.PathLike, *, checkpoint: Optional[int] = None,
       `checkpoint` None, only when no checkpoint is intact).
     CheckpointAccessError: an OSError: a checkpoint could not be read for a reason of
       the machine's (no permission, no memory, too many open files, an I/O error).
-    TypeError: `checkpoint` is not an int.
+    TypeError: `run_dir` is not a path, or `checkpoint` not an int.
   """
   if not isinstance(best, bool):
     raise TypeError(f"load_run: best must be True or False, got {best!r}")
@@ -1150,6 +1152,8 @@ def load_run(run_dir: str | os.PathLike, *, checkpoint: Optional[int] = None,
       raise TypeError("load_run: checkpoint must be an int (the env steps of one of "
                       f"LoadedRun.checkpoints), got {checkpoint!r}")  # fmt: skip
     checkpoint = int(checkpoint)
+  if not isinstance(run_dir, (str, os.PathLike)):
+    raise TypeError(f"load_run: run_dir must be a path (a str or a pathlib.Path), got {run_dir!r}")
   run_dir = pathlib.Path(run_dir).expanduser()
   record, config = _read_config(run_dir)
   algorithm = record["algorithm"]
