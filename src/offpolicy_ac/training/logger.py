@@ -324,10 +324,9 @@ def check_loggers(loggers: Sequence[Any]) -> None:
         raise ValueError(f"{where} and {files[path]} both write {logger.metrics_path}: its "
                          "lines would be written twice, or two learners' mixed")  # fmt: skip
       files[path] = where
-    for k, inner in enumerate(
-        getattr(logger, "loggers", ()) if isinstance(logger, MultiLogger) else ()
-    ):
-      walk(inner, f"{where}'s logger {k}")
+    inner = logger.loggers if isinstance(logger, MultiLogger) else ()
+    for k, part in enumerate(inner):
+      walk(part, f"{where}'s logger {k}")
 
   for k, logger in enumerate(loggers):
     walk(logger, f"logger {k}")
