@@ -198,7 +198,7 @@ def test_loggers_that_would_lose_or_mix_lines_are_refused_before_the_run(tmp_pat
   for loggers, message in (
       ([logger, logger], "logger 1 is the same logger object as logger 0: their lines"),
       ([logger, training.MultiLogger(other)], r"logger 1's logger 0 and logger 0 both write "),
-      ([logger, None], r"logger 1 is None, which has no log, truncate, close"),
+      ([logger, None], r"logger 1 is None, which has no log: a Logger has log"),
   ):
     with pytest.raises(ValueError, match=message):
       training.train(make_impala, config, loggers)

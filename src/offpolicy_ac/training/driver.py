@@ -247,7 +247,7 @@ def drive(program: Program, config: TrainConfig, loggers: Sequence[Logger], *,
   """
   if len(loggers) != program.num_lanes:
     raise ValueError(f"need one logger per learner ({program.num_lanes}), got {len(loggers)}")
-  check_loggers(loggers)
+  check_loggers(loggers, resume)
   run = _Driver(program, config, loggers, checkpointer, keep_best)
   state = run.restore() if resume else program.init()
   if resume:

@@ -47,7 +47,6 @@ from offpolicy_ac.training.learner import Learner
 from offpolicy_ac.training.learner import LearnerState
 from offpolicy_ac.training.learner import take_lane
 from offpolicy_ac.training.logger import Logger
-from offpolicy_ac.training.logger import check_loggers
 from offpolicy_ac.training.parallel import DataParallel
 from offpolicy_ac.training.sources import RolloutFactory
 from offpolicy_ac.training.sources import make_env
@@ -381,7 +380,6 @@ def train(agent_factory: Callable[[Any], Agent], config: TrainConfig,
   """Trains an envpool run's lanes (`EnvpoolProgram`, whose arguments these are) with the
   driver (`training.driver.drive`: one logger per lane, `checkpointer`, `resume`,
   `should_stop`); returns one RunResult per lane."""
-  check_loggers(loggers)  # before anything is built (the first line would have failed)
   program = EnvpoolProgram(agent_factory, config, batch_fn=batch_fn,
                            rollout_factory=rollout_factory, make_agent=make_agent)  # fmt: skip
   outcome = drive(program, config, loggers, checkpointer=checkpointer, resume=resume,

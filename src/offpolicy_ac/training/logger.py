@@ -295,25 +295,29 @@ class MultiLogger:
       raise errors[0]
 
 
-def check_logger(logger: Any, where: str) -> None:
-  """Refuses (ValueError) `logger` unless it has a Logger's methods (`where` names it)."""
-  missing = [m for m in ("log", "truncate", "close") if not callable(getattr(logger, m, None))]
+def check_logger(
+    logger: Any, where: str, methods: Sequence[str] = ("log", "truncate", "close")
+) -> None:
+  """Refuses (ValueError) `logger` unless it has the Logger `methods` it will be called
+  with (`where` names it)."""
+  missing = [m for m in methods if not callable(getattr(logger, m, None))]
   if missing:
     raise ValueError(f"{where} is {logger!r}, which has no {', '.join(missing)}: a Logger "
                      "has log(record), truncate(num_lines) and close()")  # fmt: skip
 
 
-def check_loggers(loggers: Sequence[Any]) -> None:
+def check_loggers(loggers: Sequence[Any], resume: bool = False) -> None:
   """Refuses (ValueError), before a run starts, loggers that would lose or mix its lines:
-  one that is not a Logger (it failed at the first metrics line, after an interval of
-  training), the same logger object twice (two learners' lines interleaved in one file),
-  or two `RunLogger`s on one metrics.jsonl (every line written twice). Looks inside
-  `MultiLogger`s."""
+  one without `log` (or `truncate`, to `resume`: what the driver calls; it failed at the
+  first metrics line, after an interval of training), the same logger object twice (two
+  learners' lines interleaved in one file), or two `RunLogger`s on one metrics.jsonl
+  (every line written twice). Looks inside `MultiLogger`s."""
   seen: dict[int, str] = {}
   files: dict[pathlib.Path, str] = {}
+  methods = ("log", "truncate") if resume else ("log",)
 
   def walk(logger: Any, where: str) -> None:
-    check_logger(logger, where)
+    check_logger(logger, where, methods)
     if id(logger) in seen:
       raise ValueError(f"{where} is the same logger object as {seen[id(logger)]}: their lines "
                        "would go to it mixed; give each learner a logger of its own")  # fmt: skip
