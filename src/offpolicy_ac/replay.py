@@ -29,6 +29,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from offpolicy_ac.envs import check_key
+
 __all__ = [
     "ReplayState",
     "SequenceReplay",
@@ -164,11 +166,7 @@ def replay_sample(state: ReplayState, key: jax.Array, *, batch_size: int, length
     raise TypeError(f"replay_sample takes a ReplayState (replay_init, replay_add), got "
                     f"{type(state).__name__}")  # fmt: skip
   _check_positive("replay_sample", batch_size=batch_size, length=length)
-  try:
-    jax.eval_shape(jax.random.split, key)
-  except (TypeError, ValueError) as e:
-    raise ValueError(f"replay_sample: key must be a PRNG key (jax.random.key(seed) or "
-                     f"jax.random.PRNGKey(seed)), got {key!r}") from e  # fmt: skip
+  check_key(key, "replay_sample: ")
   seq_len = jax.tree.leaves(state.data)[0].shape[1]
   if length > seq_len:
     raise ValueError(f"replay_sample: windows of {length} steps from stored sequences of "

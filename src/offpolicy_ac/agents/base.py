@@ -267,7 +267,7 @@ def check_host_trajectory(traj: Any, spec: Any, agent: str) -> None:
     if step_type is not None and step_type.shape == action.shape[: step_type.ndim]:
       bad &= _trailing(step_type != envs.LAST, action.ndim)
     if np.any(bad):
-      where = tuple(int(i) for i in np.argwhere(bad)[0])
+      where = _first_index(bad)
       raise ValueError(
           f"{agent}'s update takes traj.action in [0, {spec.num_actions}) ({spec.task_id}'s "
           f"actions), got {action[where]} at index {where}"

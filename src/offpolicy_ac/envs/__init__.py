@@ -63,6 +63,7 @@ from offpolicy_ac.envs._timestep import MID
 from offpolicy_ac.envs._timestep import EnvSpec
 from offpolicy_ac.envs._timestep import EpisodeStats
 from offpolicy_ac.envs._timestep import TimeStep
+from offpolicy_ac.envs._timestep import check_key
 from offpolicy_ac.envs._timestep import check_traced_actions
 from offpolicy_ac.envs._trajectory import LossInputs
 from offpolicy_ac.envs._trajectory import Trajectory
@@ -116,6 +117,7 @@ __all__ = [
     "XlaRolloutState",
     "atari_protocol",
     "check_action_dtype",
+    "check_key",
     "check_traced_actions",
     "clip_reward",
     "default_device",

@@ -288,15 +288,15 @@ class EnvPoolEnv:
     """`send(action, env_id)` then `recv()`. Raises ValueError, before anything is sent,
     when fewer than `batch_size` environments would then be in flight (the `recv` would
     never return, and the actions sent would leave the pool stepping)."""
-    self.check_open()
-    if self._was_reset:
-      env_id = self._check_env_id(env_id)
-      if self._num_in_flight + env_id.shape[0] < self.batch_size:
-        raise ValueError(
-            f"step() with actions for {env_id.shape[0]} environment(s) and "
-            f"{self._num_in_flight} in flight: a batch is {self.batch_size}, so its recv() "
-            "would never return; send() them, and recv() once a batch is in flight"
-        )
+    # Counted only: `send` validates env_id (and action) before anything is sent.
+    given = self._last_env_id if env_id is None else np.atleast_1d(np.asarray(env_id))
+    k = 0 if given is None else given.shape[0]
+    if self._was_reset and k and self._num_in_flight + k < self.batch_size:
+      raise ValueError(
+          f"step() with actions for {k} environment(s) and "
+          f"{self._num_in_flight} in flight: a batch is {self.batch_size}, so its recv() "
+          "would never return; send() them, and recv() once a batch is in flight"
+      )
     self.send(action, env_id)
     return self.recv()
 

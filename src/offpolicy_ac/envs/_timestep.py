@@ -132,16 +132,18 @@ def check_bool(name: str, value: Any) -> bool:
   return bool(value)
 
 
-def check_key(key: Any) -> None:
-  """Refuses (ValueError) a `key` that is not a PRNG key (JAX would refuse it later, with
-  "invalid PRNG key data"). Works on traced keys (checks the abstract value)."""
+def check_key(key: Any, where: str = "") -> None:
+  """Refuses (ValueError, its message after `where`) a `key` that is not a PRNG key (JAX
+  would refuse it later, with "invalid PRNG key data"). Works on traced keys (checks the
+  abstract value)."""
   try:
     jax.eval_shape(jax.random.split, key)
   except (TypeError, ValueError) as e:
     traced = isinstance(key, jax.core.Tracer)
     shown = f"a traced {key.dtype}{list(key.shape)}" if traced else repr(key)
     raise ValueError(
-        f"key must be a PRNG key (jax.random.key(seed) or jax.random.PRNGKey(seed)), got {shown}"
+        f"{where}key must be a PRNG key (jax.random.key(seed) or jax.random.PRNGKey(seed)), "
+        f"got {shown}"
     ) from e
 
 
