@@ -194,6 +194,37 @@ def test_atari_script_on_the_cpu_then_resumed_from_its_packed_run(tmp_path):
   assert env_steps[-1] == second["env_steps"] // 160 * 160
   assert any(s <= steps for s in env_steps) and any(s > steps for s in env_steps)
 
+  # SQIL, then the layouts in the time left after training: the demonstrations are games
+  # of the run packed above (DEMO_RUN, the returned folder), recorded before training
+  out3, work3 = tmp_path / "out3", tmp_path / "work3"
+  log = _run_script(
+      out3, work3, tmp_path / "none", AGENT="sqil", DEMO_RUN=str(out1), DEMO_EPISODES="1",
+      PHASES="layouts,train", TRAIN_MAX_S="30", TRAIN_ROLLOUT="compiled",
+      BENCH_LAYOUTS="1x4:2",
+  )  # fmt: skip
+  assert log.index("recorded 1 episode of Pong-v5") < log.index("train: sqil on Pong-v5")
+  assert log.index("train: sqil on Pong-v5") < log.index("training loop layouts")
+  assert summarize.check_out(out3) == []
+  summary = (out3 / "summary.txt").read_text()
+  assert "demonstrations: recorded 1 episode of Pong-v5" in summary, summary
+  assert "1 actors x 4 envs, batched by 2, async_xla" in summary, summary
+  config = json.loads((out3 / "config.json").read_text())
+  assert "--demos" in config["command"], config["command"]
+
+
+def test_sqil_without_demonstrations_is_refused_before_any_work(tmp_path):
+  env = {**os.environ, "OUT": str(tmp_path / "out"), "WORK": str(tmp_path / "work"),
+         "AGENT": "sqil", "PHASES": "raw,train", "SKIP_INSTALL": "1", "PYTHON": sys.executable,
+         "DEMO_RUN": str(tmp_path / "missing")}  # fmt: skip
+  proc = subprocess.run(
+      ["bash", str(GPU / "atari.sh")], env=env, cwd=ROOT, capture_output=True, text=True,
+      timeout=60,
+  )  # fmt: skip
+  assert proc.returncode == 2, proc.stdout + proc.stderr
+  assert "AGENT=sqil trains from demonstrations: set DEMO_RUN" in proc.stdout
+  assert "raw envpool stepping" not in proc.stdout
+  assert not (tmp_path / "work").exists()
+
 
 def test_rollout_is_the_resumed_runs_else_the_faster_learner(tmp_path):
   assert summarize.choose_rollout(tmp_path)[0] == "host"  # nothing measured

@@ -11,11 +11,13 @@
 #   learner   the same with the real learner (bench_async.py async), NUM_ACTORS x NUM_ENVS
 #   xla_noop  noop with the compiled rollout (async_xla_nolearn: acting on the CPU)
 #   xla       learner with the compiled rollout (async_xla)
-#   layouts   LAYOUT_MODES (async_xla) at each of BENCH_LAYOUTS, K actors x N envs[:BATCH]
-#             (BATCH: batched stepping, --env-batch-size); not in the default PHASES
 #   train     experiments/$AGENT.py --preset atari --env-id $GAME for the time left, stopped
 #             by SIGTERM before BUDGET_S, with the rollout TRAIN_ROLLOUT names (auto: the
-#             faster of learner and xla); resumed from $CKPT/run.tgz* when that is there
+#             faster of learner and xla); resumed from $CKPT/run.tgz* when that is there;
+#             AGENT=sqil first records DEMO_EPISODES games of the run packed in DEMO_RUN
+#   layouts   after training, in the time left: LAYOUT_MODES (async_xla) at each of
+#             BENCH_LAYOUTS, K actors x N envs[:BATCH] (BATCH: batched stepping,
+#             --env-batch-size); not in the default PHASES
 # $OUT gets at most 8 files: log.txt, summary.txt, results.json, metrics.jsonl, config.json,
 # plot.png, and the run (its newest checkpoint, for --resume) as run.tgz or run.tgz.0, .1.
 set -uo pipefail
@@ -53,6 +55,9 @@ MIN_TRAIN_S=${MIN_TRAIN_S:-60}     # train only with at least this much time lef
 TRAIN_MAX_S=${TRAIN_MAX_S:-}       # a cap on the training time (default: all that is left)
 KILL_AFTER_S=${KILL_AFTER_S:-60}   # SIGKILL this long after the SIGTERM (a stop waits for an
                                    # evaluation under way: 5 games to the 27,000-step limit)
+DEMO_RUN=${DEMO_RUN:-}             # sqil: a packed run (run.tgz, its parts, or their folder)
+DEMO_EPISODES=${DEMO_EPISODES:-30} # whose player records this many games (record_demos.py)
+DEMO_POLICY=${DEMO_POLICY:-greedy} # with its greedy or its behaviour policy
 CKPT_MAX_PARTS=${CKPT_MAX_PARTS:-2}
 PART_BYTES=${PART_BYTES:-15728640} # the packed run is split into files of at most this (15 MiB)
 WHEELS=${WHEELS:-.whl}
@@ -68,8 +73,19 @@ elapsed() { echo $(($(date +%s) - START)); }
 left() { echo $((START + BUDGET_S - $(date +%s))); }
 has() { [[ ",$PHASES," == *",$1,"* ]]; }
 say() { echo "=== [$(elapsed) s] $*"; }
+# The parts of a packed run: SRC is run.tgz, its first part, or a folder holding them.
+run_parts() {
+  if [[ -d "$1" ]]; then ls "$1"/run.tgz "$1"/run.tgz.* 2>/dev/null | sort -V
+  elif [[ -f "$1" && "$1" == *.tgz.* ]]; then ls "${1%.*}".* | sort -V
+  elif [[ -f "$1" ]]; then echo "$1"
+  fi
+}
 
 say "atari.sh: PHASES=$PHASES GAME=$GAME AGENT=$AGENT SEED=$SEED BUDGET_S=$BUDGET_S"
+if [[ "$AGENT" == sqil ]] && has train && [[ -z "$(run_parts "$DEMO_RUN")" ]]; then
+  say "AGENT=sqil trains from demonstrations: set DEMO_RUN to a packed run whose player records them (run.tgz, its parts, or their folder; now '${DEMO_RUN}')"
+  exit 2
+fi
 rm -rf "$WORK" && mkdir -p "$WORK"
 if [[ "$SKIP_INSTALL" != 1 ]]; then
   say "installing $(ls "$WHEELS"/*.whl 2>/dev/null | wc -l) wheels from $WHEELS into /tmp/site"
@@ -106,25 +122,6 @@ if ((${#modes[@]})); then
     say "bench: exit code $?"
 fi
 
-if has layouts; then
-  say "training loop layouts, $LAYOUT_MODES: $BENCH_LAYOUTS (at most $PHASE_MAX_S s in all)"
-  phase_end=$(($(date +%s) + PHASE_MAX_S))
-  for layout in $BENCH_LAYOUTS; do
-    if [[ ! "$layout" =~ ^([0-9]+)x([0-9]+)(:([0-9]+))?$ ]]; then
-      say "layout $layout: not K x N[:BATCH], skipped"
-      continue
-    fi
-    k=${BASH_REMATCH[1]} n=${BASH_REMATCH[2]} b=${BASH_REMATCH[4]:-0}
-    rest=$((phase_end - $(date +%s)))
-    ((rest > 10)) || { say "layouts: no time left for $layout"; break; }
-    # shellcheck disable=SC2086
-    timeout --signal=TERM --kill-after=10 "$rest" "$PY" experiments/bench_async.py \
-      --tasks "$GAME" --modes $LAYOUT_MODES --actors "$k" --pong-envs "$n" \
-      --env-batch-size "$b" --pong-torso "$BENCH_TORSO" --pong-steps "$BENCH_STEPS" \
-      --max-policy-lag "$LAG" --repeats 1 --raw-seconds "$RAW_SECONDS" --probe-seconds 1 \
-      --out "$WORK/layout_${k}x${n}_$b" $BENCH_ARGS || say "layout $layout: exit code $?"
-  done
-fi
 
 RUN=$WORK/run
 start_steps=0
@@ -132,7 +129,7 @@ train_s=
 train_rc=
 if has train; then
   resume=()
-  parts=$(ls "$CKPT"/run.tgz "$CKPT"/run.tgz.* 2>/dev/null | sort -V)
+  parts=$(run_parts "$CKPT")
   if [[ -n "$parts" ]]; then
     mkdir -p "$RUN"
     # shellcheck disable=SC2086
@@ -146,9 +143,25 @@ if has train; then
   if [[ "$rollout" == auto ]]; then
     rollout=$("$PY" benchmarks/gpu/summarize.py rollout --work "$WORK") || rollout=host
   fi
+  demos=()
+  if [[ "$AGENT" == sqil ]]; then
+    mkdir -p "$WORK/demo_run"
+    say "sqil: recording $DEMO_EPISODES games of $DEMO_RUN's player ($DEMO_POLICY policy)"
+    # shellcheck disable=SC2046
+    if cat $(run_parts "$DEMO_RUN") | tar -xzf - -C "$WORK/demo_run" &&
+      timeout --signal=TERM --kill-after=10 "$PHASE_MAX_S" "$PY" experiments/record_demos.py \
+        --run-dir "$WORK/demo_run" --episodes "$DEMO_EPISODES" --policy "$DEMO_POLICY" \
+        --out "$WORK/demos.npz" | tee "$WORK/demos.txt"; then
+      demos=(--demos "$WORK/demos.npz")
+    else
+      say "sqil: no demonstrations recorded from $DEMO_RUN: no training"
+    fi
+  fi
   limit=$(($(left) - RESERVE_S))
   if [[ -n "$TRAIN_MAX_S" ]] && ((TRAIN_MAX_S < limit)); then limit=$TRAIN_MAX_S; fi
-  if ((limit < MIN_TRAIN_S)); then
+  if [[ "$AGENT" == sqil && ${#demos[@]} == 0 ]]; then
+    :
+  elif ((limit < MIN_TRAIN_S)); then
     say "train: only $limit s left (MIN_TRAIN_S=$MIN_TRAIN_S): skipped"
   else
     say "train: $AGENT on $GAME, --rollout $rollout, for at most $limit s, then SIGTERM"
@@ -156,7 +169,7 @@ if has train; then
     # shellcheck disable=SC2086
     timeout --signal=TERM --kill-after="$KILL_AFTER_S" "$limit" "$PY" "experiments/$AGENT.py" \
       --preset atari --env-id "$GAME" --seed "$SEED" --total-env-steps "$TOTAL_STEPS" \
-      --run-dir "$RUN" --rollout "$rollout" $TRAIN_ARGS "${resume[@]}"
+      --run-dir "$RUN" --rollout "$rollout" $TRAIN_ARGS "${demos[@]}" "${resume[@]}"
     train_rc=$?
     train_s=$(($(date +%s) - t0))
     say "train: exit code $train_rc after $train_s s (124: stopped by SIGTERM at the limit)"
@@ -207,6 +220,28 @@ if [[ -f "$RUN/metrics.jsonl" ]]; then
   else
     say "the run wrote no checkpoint: nothing to resume from"
   fi
+fi
+
+if has layouts; then
+  # after training, in the time left (the summary takes a few seconds)
+  phase_end=$(($(date +%s) + PHASE_MAX_S))
+  ((phase_end <= START + BUDGET_S - 10)) || phase_end=$((START + BUDGET_S - 10))
+  say "training loop layouts, $LAYOUT_MODES: $BENCH_LAYOUTS (at most $((phase_end - $(date +%s))) s in all)"
+  for layout in $BENCH_LAYOUTS; do
+    if [[ ! "$layout" =~ ^([0-9]+)x([0-9]+)(:([0-9]+))?$ ]]; then
+      say "layout $layout: not K x N[:BATCH], skipped"
+      continue
+    fi
+    k=${BASH_REMATCH[1]} n=${BASH_REMATCH[2]} b=${BASH_REMATCH[4]:-0}
+    rest=$((phase_end - $(date +%s)))
+    ((rest > 10)) || { say "layouts: no time left for $layout"; break; }
+    # shellcheck disable=SC2086
+    timeout --signal=TERM --kill-after=10 "$rest" "$PY" experiments/bench_async.py \
+      --tasks "$GAME" --modes $LAYOUT_MODES --actors "$k" --pong-envs "$n" \
+      --env-batch-size "$b" --pong-torso "$BENCH_TORSO" --pong-steps "$BENCH_STEPS" \
+      --max-policy-lag "$LAG" --repeats 1 --raw-seconds "$RAW_SECONDS" --probe-seconds 1 \
+      --out "$WORK/layout_${k}x${n}_$b" $BENCH_ARGS || say "layout $layout: exit code $?"
+  done
 fi
 
 [[ -f "$WORK/bench.txt" ]] && cat "$WORK/bench.txt"

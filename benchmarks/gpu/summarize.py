@@ -9,8 +9,8 @@ bench.json from experiments/bench_async.py, the run directory) and writes OUT/su
 (also printed) and OUT/results.json: raw stepping at its best configuration, the training
 loop's throughput with a no-op and with the real learner against raw stepping of the same
 layout, and the table run's env steps, env steps/s (this command's logged intervals, the
-first left out), their ratio to raw stepping, the last and best evaluation and the Atari
-protocol (`envs.atari_protocol`).
+first left out), their ratio to raw stepping, the last and best evaluation, the Atari
+protocol (`envs.atari_protocol`) and, for SQIL, record_demos.py's line on its demonstrations.
 
 `rollout` prints the `--rollout` of the table run: a resumed run's own (its config.json),
 else the faster (in env steps the learner trained on) of the bench's real-learner runs on
@@ -232,7 +232,20 @@ def summarize(work: pathlib.Path, game: str, agent: str, start_env_steps: int,
         "there)",
         f"  protocol: {train['protocol']}",
     ]
+    demos = _demos_line(work)
+    if demos:
+      train["demonstrations"] = demos
+      lines.append(f"  demonstrations: {demos}")
   return "\n".join(lines), results
+
+
+def _demos_line(work: pathlib.Path) -> Optional[str]:
+  """record_demos.py's line for SQIL's demonstrations (demos.txt), if it recorded them."""
+  path = work / "demos.txt"
+  if not path.is_file():
+    return None
+  lines = [line for line in path.read_text().splitlines() if line.startswith("recorded ")]
+  return lines[-1] if lines else None
 
 
 def choose_rollout(work: pathlib.Path) -> tuple[str, str]:
