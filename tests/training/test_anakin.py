@@ -374,3 +374,15 @@ except FileExistsError as e:
                         timeout=300, env=cpu_process_env())  # fmt: skip
   assert proc.returncode == 0, proc.stderr[-2000:]
   assert "already holds a run" in proc.stdout and "terminate called" not in proc.stderr
+
+
+def test_train_and_init_refuse_a_key_that_is_not_one_and_take_traced_keys():
+  compiled = make_train(make_impala, ImpalaConfig(), _config())
+  for call in (compiled.train, compiled.init):
+    with pytest.raises(ValueError, match=r"train/init: key must be a PRNG key .* got 0"):
+      call(0, compiled.hyperparams)
+  keys = jax.random.split(jax.random.PRNGKey(0), 2)
+  states = jax.vmap(compiled.init, in_axes=(0, None))(keys, compiled.hyperparams)
+  assert states.iteration.shape == (2,)
+  state = jax.jit(compiled.init)(jax.random.key(1), compiled.hyperparams)
+  assert int(state.iteration) == 0

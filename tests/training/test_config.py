@@ -1,5 +1,8 @@
 """TrainConfig.validate refuses a field of the wrong type, from Python or a config.json."""
 
+import dataclasses
+import json
+
 import pytest
 
 from offpolicy_ac.training import TrainConfig
@@ -35,6 +38,16 @@ def test_a_field_of_another_type_is_refused_by_name(fields, message):
 def test_ints_for_numbers_and_lists_for_the_sweep_are_accepted():
   TrainConfig.of(normalize_observations=True, obs_clip=10, reward_scale=1).validate()
   TrainConfig.of(env_id="gymnax:CartPole-v1", sweep=["learning_rate=1e-3,3e-3"]).validate()
+
+
+def test_lists_given_from_python_become_tuples_so_the_config_stays_hashable():
+  config = TrainConfig.of(env_id="gymnax:CartPole-v1", reward_clip=[-1, 1],
+                          sweep=["learning_rate=1e-3,3e-3"])  # fmt: skip
+  config.validate()
+  assert config.transform.reward_clip == (-1, 1)
+  assert config.budget.sweep == ("learning_rate=1e-3,3e-3",)
+  assert hash(config) == hash(config.replace(reward_clip=(-1, 1)))
+  assert config == TrainConfig.from_dict(json.loads(json.dumps(dataclasses.asdict(config))))
 
 
 def test_a_group_of_another_kind_and_an_unknown_group_are_refused():

@@ -59,7 +59,8 @@ class Args:
   """Lower the learning rate to 0 over this last fraction of the run, as in sql.py. 0
   keeps it constant unless --learning-rate-decay-* are set."""
   resume: bool = False
-  """Continue the run in --run-dir from its last checkpoint."""
+  """Continue the run in --run-dir from its last checkpoint. --demos may name another path:
+  the file's content must be the one the run started with."""
   import_modules: tuple[str, ...] = ()
   """Modules to import first (dotted names, or .py files): those that register a custom
   torso the agent names (`networks.register_torso`; --torso NAME)."""

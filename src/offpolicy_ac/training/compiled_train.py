@@ -188,6 +188,15 @@ def _iterations_per_chunk(config: TrainConfig) -> int:
   return max(1, min(-(-steps // config.steps_per_iteration), config.planned_iterations))
 
 
+def _run_keys(key: jax.Array) -> tuple[jax.Array, ...]:
+  """The (agent, replay, rollout, evaluation) keys of a run's `key`, split as the envpool
+  driver splits its seeds; refuses (ValueError) a `key` that is not a PRNG key."""
+  envs.check_key(key, "train/init: ")
+  agent_key, replay_key = jax.random.split(key)
+  rollout_key, eval_key = jax.random.split(jax.random.fold_in(key, 1))
+  return agent_key, replay_key, rollout_key, eval_key
+
+
 def make_train(
     make_agent: Callable[[Any, Any], Agent],
     agent_config: Any,
@@ -252,8 +261,7 @@ def make_train(
 
   def init(key: jax.Array, hp: dict) -> AnakinState:
     agent, act, _, rollout = parts(hp)
-    agent_key, replay_key = jax.random.split(key)  # as the envpool driver's seeds
-    rollout_key, eval_key = jax.random.split(jax.random.fold_in(key, 1))
+    agent_key, replay_key, rollout_key, eval_key = _run_keys(key)
     agent_state = agent.init(agent_key)
     transform = transformer.init()
     acting = Acting(agent_state.params, transform)

@@ -307,6 +307,9 @@ class TrainConfig:
       said = unlike_default(group, getattr(TrainConfig, f.name))  # a dict: AttributeErrors later
       if said:
         raise ValueError(f"TrainConfig's {f.name} must be {said}, got {group!r}")
+      lists = {k: tuple(v) for k, v in vars(group).items() if isinstance(v, list)}
+      if lists:  # lists given from Python (reward_clip, sweep) become tuples: hashable
+        object.__setattr__(self, f.name, dataclasses.replace(group, **lists))
 
   @classmethod
   def from_dict(cls, values: dict) -> "TrainConfig":

@@ -697,8 +697,8 @@ def check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: b
         diffs = [d for d in diffs if d != field]
         if old["inputs"][field] != digest:
           raise ValueError(f"--resume: the --{field.replace('_', '-')} file's content differs "
-                           "from the one the run started with; resume with that file, or "
-                           "start a new run")  # fmt: skip
+                           "from the one the run started with; resume with that file (at this "
+                           "or any other path), or start a new run")  # fmt: skip
     if diffs:
       was, now, usual = _flatten(started), _flatten(new), _flatten(defaults or {})
       predates = "the run's config.json predates it: the default,"  # a field added since
