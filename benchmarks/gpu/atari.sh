@@ -122,7 +122,6 @@ if ((${#modes[@]})); then
     say "bench: exit code $?"
 fi
 
-
 RUN=$WORK/run
 start_steps=0
 train_s=
