@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import enum
 import functools
 import inspect
+import json
+import numbers
 import typing
 from typing import Any
 from typing import Callable
@@ -47,11 +50,18 @@ def register_agent(name: str, make_agent: Callable[[Any, Any], Any], config_cls:
   it registers the new ones.
 
   Raises:
-    ValueError: a name that is empty, built in, or taken by another factory, a `make_agent`
-      that is not callable, or a `config_cls` that is not a dataclass.
+    ValueError: a name that is empty, built in, taken by another factory, or not a file
+      name of its own (a '/' or '\\', control characters, leading or trailing whitespace),
+      a `make_agent` that is not callable, or a `config_cls` that is not a dataclass.
   """
   if not isinstance(name, str) or not name:
     raise ValueError(f"an algorithm's name must be a non-empty str, got {name!r}")
+  if name != name.strip() or not name.isprintable() or any(c in name for c in "/\\"):
+    raise ValueError(
+        f"an algorithm's name must not hold a path separator ('/', '\\') or control "
+        f"characters, nor start or end with whitespace: it begins its default run directory's "
+        f"name (runs/<name>-<task>-seed<k>-<time>), got {name!r}"
+    )
   if not callable(make_agent):
     raise ValueError(f"make_agent must be callable (spec, config) -> Agent, got {make_agent!r}")
   if not (isinstance(config_cls, type) and dataclasses.is_dataclass(config_cls)):
@@ -126,7 +136,7 @@ def check_registered(algorithm: str, agent: Any) -> None:
         f"{config_cls.__name__}"
     )
   try:
-    restored = config_from_dict(config_cls, config_jsonable(agent.config))
+    restored = config_from_dict(config_cls, json.loads(json.dumps(config_jsonable(agent.config))))
   except (TypeError, ValueError) as e:
     raise ValueError(
         f"the agent's config ({type(agent.config).__name__}) cannot be rebuilt as "
@@ -143,6 +153,7 @@ def check_registered(algorithm: str, agent: Any) -> None:
           "load or resume it; make the config's fields JSON values (numbers, strings, bools, "
           "None, tuples of them)"
       ) from None
+  _check_config_survives(agent.config, restored)
   rebuilt = make_agent(agent.spec, agent.config)
   fields = ("init", "act", "greedy_act", "update")
   differ = [f for f in fields if _code(getattr(agent, f)) is not _code(getattr(rebuilt, f))]
@@ -178,6 +189,44 @@ def check_registered(algorithm: str, agent: Any) -> None:
           f"the agent's state{jax.tree_util.keystr(path)} is {x.dtype}{list(x.shape)}, and "
           f"{y.dtype}{list(y.shape)} in the one {rebuilt_from} (a network's sizes?): {lost}"
       )
+
+
+def _check_config_survives(config: Any, restored: Any) -> None:
+  """Refuses (ValueError) a config whose fields do not all come back from config.json
+  (`restored`) as they are: an Enum or a function comes back as its str, so a run directory
+  would silently rebuild another agent (`load_run`) and `--resume` would refuse it. Lists
+  and tuples are alike (the loader gives tuples), as are NumPy and JAX scalars and the
+  numbers they come back as."""
+  lost = [
+      f"{f.name} = {getattr(config, f.name)!r} (back: {getattr(restored, f.name)!r})"
+      for f in dataclasses.fields(config)
+      if not _survives(getattr(config, f.name), getattr(restored, f.name))
+  ]
+  if lost:
+    raise ValueError(
+        f"the agent's config ({type(config).__name__}) does not come back from config.json "
+        f"as it is, in {'; '.join(lost)}: a run directory would rebuild another agent from it "
+        "(load_run, --resume, a compiled run, --sweep); make each field a JSON value (a "
+        f"number, string, bool, None, or a list or tuple of them) that {type(config).__name__}"
+        " is rebuilt from, e.g. an Enum's value or a function's name"
+    )
+
+
+def _survives(value: Any, back: Any) -> bool:
+  """Whether config value `value` came back from config.json as `back`, the same value."""
+  if isinstance(value, enum.Enum):  # even a str or int Enum: another type comes back
+    return False
+  if isinstance(value, (list, tuple)):
+    return (isinstance(back, (list, tuple)) and len(back) == len(value)
+            and all(_survives(v, w) for v, w in zip(value, back)))  # fmt: skip
+  if isinstance(value, dict):
+    return (isinstance(back, dict) and list(back) == list(value)
+            and all(_survives(v, back[k]) for k, v in value.items()))  # fmt: skip
+  if isinstance(value, (numbers.Number, np.generic)) or (
+      hasattr(value, "__array__") and hasattr(value, "dtype") and np.shape(value) == ()
+  ):  # NumPy and JAX scalars come back as the Python numbers they hold
+    return isinstance(back, (bool, int, float)) and _equal(np.asarray(value).item(), back)
+  return type(back) is type(value) and _equal(value, back)
 
 
 def _equal(a: Any, b: Any) -> bool:

@@ -238,19 +238,24 @@ def register_torso(
   run's config.json holds only the name, so every process that trains or loads such a
   run registers the torso first (as `agents.register_agent`): `load_run`, `--resume`, a
   compiled run and `--sweep` rebuild the network from it. The module maps observations
-  [B, *observation_shape] to features [B, F] (uint8 frames arrive unscaled); `make_torso`
-  checks that on shapes. Registering a name again with the same `make` does nothing; with
-  a `make` of the same module and qualified name (redefined: a notebook cell run again;
-  not lambdas or functions defined in functions, which share their names), it registers
-  the new one.
+  [B, *observation_shape] to floating features [B, F] (uint8 frames arrive unscaled), for
+  B = 1 too (one observation: evaluate.py, `greedy_policy`); `make_torso` checks that on
+  shapes. Registering a name again with the same `make` does nothing; with a `make` of the
+  same module and qualified name (redefined: a notebook cell run again; not lambdas or
+  functions defined in functions, which share their names), it registers the new one.
 
   Raises:
-    ValueError: a name that is empty, "auto", a built-in torso's or taken by another
-      `make`, or a `make` that is not callable or is a flax Module (class or instance)
-      rather than a function that makes one.
+    ValueError: a name that is empty, "auto", a built-in torso's, taken by another `make`,
+      or with leading or trailing whitespace or control characters, or a `make` that is
+      not callable or is a flax Module (class or instance) rather than a function that
+      makes one.
   """
   if not isinstance(name, str) or not name or name == "auto" or name in TORSOS:
     raise ValueError(f"a torso's name must be a non-empty str other than 'auto' and {TORSOS}, "
+                     f"got {name!r}")  # fmt: skip
+  if name != name.strip() or not name.isprintable():
+    raise ValueError(f"a torso's name must not start or end with whitespace or hold "
+                     "control characters (configs and --agent.torso give it as it is), "
                      f"got {name!r}")  # fmt: skip
   if not callable(make):
     raise ValueError(f"make must be callable (observation_shape, hidden_sizes), got {make!r}")
@@ -332,18 +337,40 @@ def _registered_torso(name: str, observation_shape: tuple[int, ...],
   if not isinstance(module, nn.Module):
     raise ValueError(f"torso {name!r}: make(observation_shape, hidden_sizes) must return a "
                      f"flax.linen Module, got {module!r}")  # fmt: skip
-  obs = jax.ShapeDtypeStruct((2, *observation_shape), jnp.float32)
-  key = jax.eval_shape(jax.random.key, 0)  # a typed key: any PRNG implementation
-  try:
-    out = jax.eval_shape(lambda k, x: module.apply(module.init(k, x), x), key, obs)
-  except Exception as e:  # pylint: disable=broad-except
-    raise ValueError(f"torso {name!r} cannot take observations [B, *{observation_shape}]: "
-                     f"{type(e).__name__}: {e}") from None  # fmt: skip
-  if not isinstance(out, jax.ShapeDtypeStruct) or len(out.shape) != 2 or out.shape[0] != 2:
-    got = getattr(out, "shape", type(out).__name__)
-    raise ValueError(f"torso {name!r} must map observations [B, *{observation_shape}] to "
-                     f"features [B, F]; for B = 2 it gave {got}")  # fmt: skip
+  _check_torso_output(name, module, observation_shape)
   return module
+
+
+def _check_torso_output(name: str, module: nn.Module, observation_shape: tuple[int, ...]) -> None:
+  """Refuses (ValueError) a registered torso that does not map observations [B, *shape] to
+  floating features [B, F], with parameters initialised on a batch of 2: for B = 2, and for
+  B = 1 (one observation: evaluate.py, record_demos.py, `greedy_policy`), with the same F.
+  Traced on shapes only, as `_check_frames_fit`."""
+  key = jax.eval_shape(jax.random.key, 0)  # a typed key: any PRNG implementation
+  two, one = (jax.ShapeDtypeStruct((b, *observation_shape), jnp.float32) for b in (2, 1))
+  outs = {}
+  for b, obs in ((2, two), (1, one)):
+    try:
+      outs[b] = jax.eval_shape(lambda k, x, y: module.apply(module.init(k, x), y), key, two, obs)
+    except Exception as e:  # pylint: disable=broad-except
+      raise ValueError(f"torso {name!r} cannot take observations [B, *{observation_shape}] "
+                       f"(B = {b}): {type(e).__name__}: {e}") from None  # fmt: skip
+    out = outs[b]
+    shape = getattr(out, "shape", None)
+    if (
+        not isinstance(out, jax.ShapeDtypeStruct)
+        or len(shape) != 2
+        or shape[0] != b
+        or (b == 1 and shape[1] != outs[2].shape[1])
+    ):
+      got = type(out).__name__ if shape is None else shape
+      hint = " (a .squeeze() drops the batch axis of one observation?)" * (b == 1)
+      raise ValueError(f"torso {name!r} must map observations [B, *{observation_shape}] to "
+                       f"features [B, F]; for B = {b} it gave {got}{hint}")  # fmt: skip
+    if not jnp.issubdtype(out.dtype, jnp.floating):
+      raise ValueError(f"torso {name!r} must return floating features [B, F], got {out.dtype}: "
+                       "the layers before an int or bool output get no gradient and never "
+                       "learn (return the floating values, e.g. before the cast)")  # fmt: skip
 
 
 @functools.lru_cache(maxsize=None)
