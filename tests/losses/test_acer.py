@@ -893,3 +893,22 @@ def test_numpy_float64_hyper_parameters_keep_float32_outputs_float32_under_x64()
     for name, out in outs.items():
       for x in jax.tree.leaves(out):
         assert x.dtype in (jnp.float32, jnp.bool_), (name, x.dtype)
+
+
+def test_a_clip_c_that_is_zero_in_the_inputs_dtype_is_refused():
+  """clip_c is cast to the inputs' dtype: 1e-8 is 0 in float16 (a truncation at 0, which
+  the contract refuses: log c = -inf in the continuous objective). A concrete one is
+  refused, naming it, its value and the dtype."""
+  pi = jnp.full((1, 1, 3), 1 / 3, jnp.float16)
+  q = jnp.array([[[1.0, 2.0, 3.0]]], jnp.float16)
+  a, q_ret = jnp.zeros((1, 1), jnp.int32), jnp.ones((1, 1), jnp.float16)
+  x = jnp.zeros((2, 3), jnp.float16)
+  calls = [
+      lambda c: L.acer_policy_objective(pi, pi, a, q, q_ret, clip_c=c),
+      lambda c: L.acer_continuous_policy_objective(x, x, x, x, x, x, x, clip_c=c),
+  ]
+  for fn in calls:
+    with pytest.raises(ValueError, match=r"^clip_c=1e-08 is 0 in float16"):
+      fn(1e-8)
+    assert np.isfinite(np.asarray(fn(1e-4), np.float32)).all()
+    assert np.isfinite(np.asarray(fn(1e5), np.float32)).all()  # inf: truncates nothing

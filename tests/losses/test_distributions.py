@@ -439,3 +439,11 @@ def test_ratio_helpers_refuse_mixed_dtypes_and_thresholds_of_another_rank():
   with pytest.raises(ValueError, match=r"`threshold` must be > 0"):
     L.exceeds_threshold(jnp.ones((3, 3)), -1.0)
   assert L.exceeds_threshold(jnp.ones((3, 3)), jnp.full((3, 1), 0.5)).all()
+
+
+def test_exceeds_threshold_refuses_a_threshold_that_is_zero_in_the_ratios_dtype():
+  # 1e-8 is 0 in float16: every positive ratio would count as clipped.
+  rho = jnp.ones(3, jnp.float16)
+  with pytest.raises(ValueError, match=r"^threshold=1e-08 is 0 in float16"):
+    L.exceeds_threshold(rho, 1e-8)
+  assert not bool(jnp.any(L.exceeds_threshold(rho, 1e5)))  # inf: nothing exceeds it

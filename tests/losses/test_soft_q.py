@@ -959,3 +959,39 @@ def test_static_counts_take_numpy_ints_and_sqil_rewards_a_float_dtype():
     L.soft_nstep_targets(r, d, q, alpha=1.0, n=True)
   with pytest.raises(TypeError, match="`dtype` must be a floating-point dtype, got int32"):
     L.sqil_rewards(jnp.ones(3, bool), jnp.int32)
+
+
+def test_an_alpha_that_is_zero_or_inf_in_the_inputs_dtype_is_refused():
+  """alpha is cast to the inputs' dtype: 1e-8 rounds to 0 in float16 and 1e5 overflows to
+  inf, which made NaN soft values, policies and targets ([nan inf] for the targets, where
+  float32 gives [1.99 1.99]). A concrete one is refused, naming it, its value and the
+  dtype; a traced one is not read; values float16 holds, and bfloat16, still work."""
+  f16 = functools.partial(jnp.asarray, dtype=jnp.float16)
+  q, r, d = f16(jnp.zeros((2, 3))), f16(jnp.ones(2)), f16(jnp.full(2, 0.99))
+  a, q2 = jnp.zeros(2, jnp.int32), f16(jnp.ones((2, 3)))
+  calls = {
+      "soft_value": lambda alpha: L.soft_value(q, alpha),
+      "soft_policy": lambda alpha: L.soft_policy(q, alpha),
+      "soft_q_targets": lambda alpha: L.soft_q_targets(r, d, q2, alpha=alpha),
+      "soft_nstep_targets": lambda alpha: L.soft_nstep_targets(r, d, q2, alpha=alpha, n=2),
+      "sql_nstep_td_error": lambda alpha: L.sql_nstep_td_error(q2, a, r, d, q2, alpha=alpha),
+      "importance_sampled_soft_value": lambda alpha: L.importance_sampled_soft_value(q, f16(0.0),
+                                                                                     alpha),
+  }  # fmt: skip
+  for name, fn in calls.items():
+    with pytest.raises(ValueError, match=r"^alpha=1e-08 is 0 in float16"):
+      fn(1e-8)
+    with pytest.raises(ValueError, match=r"^alpha=100000.0 is inf in float16"):
+      fn(np.float32(1e5))
+    with pytest.raises(ValueError, match=r"^alpha=1e-08 at index \(1,\) is 0 in float16"):
+      fn(np.array([1.0, 1e-8]))
+    with pytest.raises(ValueError, match=r"^alpha=1e-08 is 0 in float16"):
+      jax.jit(lambda: fn(1e-8))()  # closed over: concrete while tracing
+    for alpha in (1e-4, 1e4):  # held by float16 (alpha log 3 too)
+      assert np.isfinite(np.asarray(fn(alpha), np.float32)).all(), (name, alpha)
+    assert np.isfinite(np.asarray(jax.jit(fn)(f16(1.0)), np.float32)).all(), name  # traced
+  targets = L.soft_q_targets(*(x.astype(jnp.bfloat16) for x in (r, d, q2)), alpha=1e-8)
+  np.testing.assert_allclose(np.asarray(targets, np.float32), 1.99, rtol=1e-2)
+  with pytest.raises(ValueError, match=r"^alpha=1e-50 is 0 in float32.*\(pass a value in its "
+                                       r"range, so that"):  # fmt: skip
+    L.soft_value(jnp.zeros(3), 1e-50)

@@ -544,3 +544,20 @@ def test_box_mixture_density_in_bfloat16_and_empty_particle_axes_are_refused():
     L.soft_value(jnp.zeros((2, 0)), 1.0)
   with pytest.raises(ValueError, match="`adv_samples` has no samples"):
     L.sdn_q_value(jnp.zeros(2), jnp.zeros(2), jnp.zeros((2, 0)))
+
+
+def test_a_bandwidth_or_std_that_is_zero_or_inf_in_the_inputs_dtype_is_refused():
+  """They are cast to the inputs' dtype (the density to at least float32): a bandwidth of
+  1e-8 is 0 in float16 (kappa = exp(-0 / 0) = NaN), a std of 1e-8 makes the sampler's
+  bounds (-1 - mu) / 0 NaN at mu = -1, and one of 1e5 is inf (mu + inf x 0 = NaN)."""
+  x = jnp.asarray(np.random.default_rng(0).uniform(-1, 1, (4, 2)), jnp.float16)
+  with pytest.raises(ValueError, match=r"^bandwidth=1e-08 is 0 in float16"):
+    L.rbf_kernel(x, x, bandwidth=1e-8)
+  assert np.isfinite(np.asarray(L.rbf_kernel(x, x, bandwidth=1e-4).kappa, np.float32)).all()
+  c = jnp.full((1, 2), -1.0, jnp.float16)
+  for std, becomes in ((1e-8, "0"), (1e5, "inf")):
+    with pytest.raises(ValueError, match=rf"^std={std!r} is {becomes} in float16"):
+      L.sample_box_mixture(jax.random.PRNGKey(0), c, std, 2, 2)
+  with pytest.raises(ValueError, match=r"^std=1e-50 is 0 in float32"):
+    L.box_mixture_log_density(x[None], c, 1e-50, 0.5)  # evaluated in float32
+  assert np.isfinite(np.asarray(L.box_mixture_log_density(x[None], c, 1e-8, 0.5))).all()

@@ -913,3 +913,24 @@ class VTraceBadInputTest(chex.TestCase):
     assert float(unclipped.pg_advantage[0, 0]) != float(
         _run(self.variant, *args).pg_advantage[0, 0]
     )
+
+
+def test_a_threshold_that_is_zero_in_the_inputs_dtype_is_refused():
+  """The thresholds are cast to the inputs' dtype: 1e-8 is 0 in float16 (a truncation at
+  0, which the contract refuses, zeroed every weight). A concrete one is refused, naming
+  it, its value and the dtype; one that overflows (inf: no truncation) is allowed, as is a
+  traced one."""
+  args = [x.astype(jnp.float16) for x in _good_args()]
+  for name in ("clip_rho_threshold", "clip_c_threshold", "clip_pg_rho_threshold"):
+    with pytest.raises(ValueError, match=rf"^{name}=1e-08 is 0 in float16"):
+      vtrace(*args, **{name: 1e-8})
+    with pytest.raises(ValueError, match=rf"^{name}=1e-08 at index \(0, 1\) is 0 in float16"):
+      vtrace(*args, **{name: np.array([[1.0, 1e-8]])})
+    big = vtrace(*args, **{name: 1e5})  # inf in float16: truncates nothing, as 1e5 would
+    same = vtrace(*args, **{name: float("inf")})
+    for x, y in zip(big, same):
+      np.testing.assert_array_equal(np.asarray(x, np.float32), np.asarray(y, np.float32))
+    traced = jax.jit(lambda c, name=name: vtrace(*args, **{name: c}))(jnp.float16(0.5))
+    assert np.isfinite(np.asarray(traced.errors, np.float32)).all()
+  # float32 holds 1e-8: unchanged.
+  assert np.isfinite(np.asarray(vtrace(*_good_args(), clip_rho_threshold=1e-8).errors)).all()

@@ -21,6 +21,10 @@ var_a) and a batch (n_b, mean_b, var_b), with delta = mean_b - mean_a and n = n_
     mean = mean_a + delta * n_b / n
     var  = (n_a * var_a + n_b * var_b + delta^2 * n_a * n_b / n) / n.
 
+A batch's own moments are those of its samples less its first one (shifted data), so a
+constant dimension gets exactly its value as mean and a variance of 0, and normalises to 0
+at any magnitude (not to about +-1, as a mean a few float32 ulps off a large constant did).
+
 `update` uses observations [0, T) of a `[T+1, ...]` unroll: index T is index 0 of the next
 unroll, so each observation of the stream is counted exactly once.
 """
@@ -98,11 +102,21 @@ def running_stats_update(
     if tuple(mask.shape) != tuple(batch_shape):
       raise ValueError(f"mask has shape {mask.shape}; expected the batch shape {batch_shape}")
     w = jnp.reshape(mask, (-1,)).astype(jnp.float32)
+  if not x.shape[0]:  # no sample: nothing to merge (and no first sample to shift by)
+    return stats
+  # The batch's moments of x - shift (shift: its first unmasked sample): a constant
+  # dimension then has exactly its value as mean and 0 as variance. Summing x itself left
+  # the mean a few float32 ulps off a large constant, so that normalising mapped the
+  # constant to about +-1 (1000.1 to 0.88), not 0. Masked samples are read as the shift.
+  first = jnp.argmax(w)  # 0 with every sample masked: then no shift (x[0] may be inf)
+  shift = jnp.where(w[first] > 0, x[first], jnp.zeros_like(x[first]))
   w = jnp.reshape(w, (-1,) + (1,) * len(shape))
   n_b = jnp.sum(w)
   safe_n_b = jnp.maximum(n_b, 1.0)
-  mean_b = jnp.sum(w * x, axis=0) / safe_n_b
-  var_b = jnp.sum(w * jnp.square(x - mean_b[None]), axis=0) / safe_n_b
+  d = jnp.where(w > 0, x - shift[None], 0.0)
+  mean_d = jnp.sum(d, axis=0) / safe_n_b
+  mean_b = shift + mean_d
+  var_b = jnp.sum(w * jnp.square(d - mean_d[None]), axis=0) / safe_n_b
   n = stats.count + n_b
   safe_n = jnp.maximum(n, 1.0)
   delta = mean_b - stats.mean
@@ -126,7 +140,9 @@ def normalize(
     raise ValueError(f"x has shape {x.shape}; expected [*batch, {', '.join(map(str, shape))}]")
   expand = (1,) * (x.ndim - len(shape)) + tuple(shape)  # explicit: rank promotion may be 'raise'
   mean, var = jnp.reshape(stats.mean, expand), jnp.reshape(stats.var, expand)
-  y = (x.astype(jnp.float32) - mean) / jnp.sqrt(var + eps)
+  diff = x.astype(jnp.float32) - mean
+  # 0 where x is the mean: a constant dimension (variance 0) with eps = 0 gave 0 / 0 = NaN.
+  y = jnp.where(diff == 0, 0.0, diff / jnp.sqrt(var + eps))
   return y if clip is None else jnp.clip(y, -clip, clip)
 
 

@@ -112,7 +112,8 @@ def acer_policy_objective(
   _checks.check_shape("q_tm1", q_tm1, jnp.shape(pi_tm1), "`pi_tm1`")
   _checks.check_actions_of("a_tm1", a_tm1, "pi_tm1", pi_tm1)
   _checks.check_shape("q_ret_tm1", q_ret_tm1, jnp.shape(a_tm1), "`a_tm1`")
-  _checks.check_positive("clip_c", clip_c, jnp.shape(a_tm1))
+  dtype = jnp.result_type(pi_tm1, mu_tm1, q_tm1, q_ret_tm1)
+  _checks.check_positive("clip_c", clip_c, jnp.shape(a_tm1), dtype=dtype)
   _checks.check_non_negative("eps", eps)
   used = _checks.check_mask(mask, jnp.shape(a_tm1), "`a_tm1`")
   _checks.check_action_range("a_tm1", a_tm1, jnp.shape(pi_tm1)[-1], "`pi_tm1`", where=used)
@@ -124,7 +125,7 @@ def acer_policy_objective(
   pi_tm1, mu_tm1 = where_used(used, pi_tm1, 1.0), where_used(used, mu_tm1, 1.0)
   q_tm1, q_ret_tm1 = where_used(used, q_tm1), where_used(used, q_ret_tm1)
   # c takes the inputs' dtype (a NumPy float64 c made float32 inputs' objective float64).
-  clip_c = jnp.asarray(clip_c, jnp.result_type(pi_tm1, mu_tm1, q_tm1, q_ret_tm1))
+  clip_c = jnp.asarray(clip_c, dtype)
   clip_c_a = clip_c if not jnp.ndim(clip_c) else jnp.asarray(clip_c)[..., None]  # [T, ..., 1]
 
   sg = jax.lax.stop_gradient
@@ -405,7 +406,7 @@ def acer_continuous_policy_objective(
   for name, x in names:
     _checks.check_floating(name, x)
   shape = _checks.check_same_shape(names)
-  _checks.check_positive("clip_c", clip_c, shape)
+  _checks.check_positive("clip_c", clip_c, shape, dtype=jnp.result_type(log_rho_a))
   used = _checks.check_mask(mask, shape, "`log_pi_a`")
   log_pi_a, log_pi_sample, log_rho_a, log_rho_sample, q_opc, q_sample, v = (
       where_used(used, x) for _, x in names

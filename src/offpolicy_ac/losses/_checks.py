@@ -258,16 +258,43 @@ def check_in_unit_interval(name: str, x: Any, shape: tuple[int, ...] | None = No
 
 
 def check_positive(name: str, x: Any, shape: tuple[int, ...] | None = None, *,
-                   finite: bool = False) -> None:  # fmt: skip
+                   finite: bool = False, dtype: Any = None) -> None:  # fmt: skip
   """ValueError unless every (concrete) value of `x` is > 0 (and, with `finite`, below
   +inf: a temperature of inf makes 0 x inf = NaN), and, given `shape`, unless `x`
-  broadcasts to it (`check_broadcasts`)."""
+  broadcasts to it (`check_broadcasts`). Given `dtype` (the inputs' dtype, which `x` is
+  cast to), the values must stay so once cast: a value that rounds to 0 in it (alpha =
+  1e-8 in float16) is refused, and, with `finite`, one that overflows to inf."""
   if shape is not None:
     check_broadcasts(name, x, shape)
   v = _concrete_values(x, name)
-  if v is not None and not np.all((v > 0) & (np.isfinite(v) if finite else True)):
+  if v is None:
+    return
+  if not np.all((v > 0) & (np.isfinite(v) if finite else True)):
     raise ValueError(f"`{name}` must be > 0{' and finite' if finite else ''}, got "
                      f"{_shown(x, v)}.")  # fmt: skip
+  if dtype is not None:
+    _check_representable(name, v, jnp.dtype(dtype), finite)
+
+
+def _check_representable(name: str, v: np.ndarray, dtype: np.dtype, finite: bool) -> None:
+  """ValueError if a positive value of `v` becomes 0 (or, with `finite`, inf) in `dtype`."""
+  with np.errstate(over="ignore", under="ignore"):
+    cast = v.astype(dtype)
+  info = jnp.finfo(dtype)  # jnp's finfo knows bfloat16
+  for bad, becomes, bound in [
+      (cast == 0, "0", f"its smallest positive value is {float(info.smallest_subnormal):g}"),
+      (np.isinf(cast) & finite, "inf", f"its largest value is {float(info.max):g}"),
+  ]:
+    if not np.any(bad):
+      continue
+    index = tuple(int(i) for i in np.argwhere(bad)[0])
+    at = f" at index {index}" if index else ""
+    wider = " or cast the inputs to float32," if info.bits < 32 else ""
+    raise ValueError(
+        f"{name}={float(v[index])!r}{at} is {becomes} in {dtype}, the inputs' dtype that "
+        f"`{name}` is cast to: {bound} (pass a value in its range,{wider} so that `{name}` "
+        f"keeps its meaning)."
+    )
 
 
 def check_scalar(name: str, x: Any, what: str) -> None:

@@ -128,7 +128,7 @@ def exceeds_threshold(rho: jax.Array, threshold, *, rtol: float = CLIP_RTOL) -> 
     bool [T, ...]: rho > threshold * (1 + rtol).
   """
   _checks.check_floating("rho", rho)
-  _checks.check_positive("threshold", threshold, jnp.shape(rho))
+  _checks.check_positive("threshold", threshold, jnp.shape(rho), dtype=jnp.result_type(rho))
   _checks.check_non_negative("rtol", rtol)
   return rho > threshold * (1.0 + rtol)
 

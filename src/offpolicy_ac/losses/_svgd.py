@@ -57,9 +57,9 @@ def importance_sampled_soft_value(q_samples: jax.Array, log_proposal, alpha) -> 
   _checks.check_nonempty("q_samples", q_samples, -1, "samples")
   _checks.check_floating("log_proposal", log_proposal)
   _check_broadcasts_to("log_proposal", log_proposal, jnp.shape(q_samples), "`q_samples`")
-  _checks.check_positive("alpha", alpha, jnp.shape(q_samples)[:-1], finite=True)
-  # alpha log E[exp(Q / alpha) / q'] = soft_value(Q - alpha log q') - alpha log M.
   dtype, shape = jnp.result_type(q_samples), jnp.shape(q_samples)
+  _checks.check_positive("alpha", alpha, shape[:-1], finite=True, dtype=dtype)
+  # alpha log E[exp(Q / alpha) / q'] = soft_value(Q - alpha log q') - alpha log M.
   alpha = jnp.asarray(alpha, dtype)
   if alpha.ndim:  # explicit broadcasts: the library runs under rank-promotion "raise"
     alpha = jnp.broadcast_to(alpha, shape[:-1])
@@ -104,13 +104,13 @@ def box_mixture_log_density(
     raise ValueError(f"`std` must be a scalar (one width for every action dimension), got "
                      f"shape {tuple(jnp.shape(std))}")  # fmt: skip
   _checks.check_entries("std", std, 0.0, _FINITE_MAX, bounds="> 0 and finite")
-  _checks.check_positive("std", std)
   _checks.check_static("uniform_fraction", uniform_fraction, "float")  # branched on below
   _checks.check_in_unit_interval("uniform_fraction", uniform_fraction)
   d = shape[-1]
   dtype = jnp.result_type(actions, center)
   # Half precision is evaluated in float32 (jax.scipy's normal CDF refuses bfloat16).
   acc = jnp.promote_types(dtype, jnp.float32)
+  _checks.check_positive("std", std, finite=True, dtype=acc)
   actions, mu = jnp.asarray(actions, acc), jnp.asarray(center, acc)[..., None, :]
   # The normal's mass in the box, Phi((1 - mu) / std) - Phi((-1 - mu) / std), as a sum of
   # two erfs of non-negative arguments (mu in [-1, 1]): no cancellation, so a std far wider
@@ -143,7 +143,7 @@ def sample_box_mixture(
   _checks.check_min_rank("center", center, 1, "action dimensions [..., d]")
   _checks.check_entries("center", center, -1.0, 1.0, " (the box)")
   _checks.check_entries("std", std, 0.0, _FINITE_MAX, bounds="> 0 and finite")
-  _checks.check_positive("std", std)
+  _checks.check_positive("std", std, finite=True, dtype=jnp.result_type(center))
   num_uniform = _checks.static_int("num_uniform", num_uniform, 0)
   num_normal = _checks.static_int("num_normal", num_normal, 0)
   uniform_key, normal_key = jax.random.split(key)
@@ -183,7 +183,7 @@ def rbf_kernel(x: jax.Array, y: jax.Array, bandwidth=None) -> RbfKernelOutput:
     h = jnp.median(pairs, axis=-1) / math.log(jnp.shape(x)[-2] + 1)
     h = jax.lax.stop_gradient(jnp.maximum(h, MIN_BANDWIDTH))
   else:
-    _checks.check_positive("bandwidth", bandwidth, jnp.shape(x)[:-2])
+    _checks.check_positive("bandwidth", bandwidth, jnp.shape(x)[:-2], dtype=sq_dist.dtype)
     h = jnp.broadcast_to(jnp.asarray(bandwidth, sq_dist.dtype), jnp.shape(x)[:-2])
   h = h[..., None, None]
   kappa = jnp.exp(-sq_dist / h)

@@ -102,12 +102,14 @@ def vtrace(
   _checks.check_discounts(discount_t, mask)
   _checks.check_entries("rho_tm1", rho_tm1, 0.0, what=" (importance ratios)", where=mask)
   _checks.check_in_unit_interval("lambda_", lambda_, shape)
-  _checks.check_positive("clip_rho_threshold", clip_rho_threshold, shape)
-  _checks.check_positive("clip_c_threshold", clip_c_threshold, shape)
-  _checks.check_positive("clip_pg_rho_threshold", clip_pg_rho_threshold, shape)
+  dtype = jnp.result_type(v_tm1)
+  # Cast to the inputs' dtype below: a threshold that rounds to 0 there is refused (inf,
+  # which truncates nothing, is allowed).
+  _checks.check_positive("clip_rho_threshold", clip_rho_threshold, shape, dtype=dtype)
+  _checks.check_positive("clip_c_threshold", clip_c_threshold, shape, dtype=dtype)
+  _checks.check_positive("clip_pg_rho_threshold", clip_pg_rho_threshold, shape, dtype=dtype)
 
   mask_next = shift_to_previous(mask, False)
-  dtype = jnp.result_type(v_tm1)
   # Array thresholds (a sweep's) take the inputs' dtype, as `lambda_` does below.
   clip_rho_threshold, clip_c_threshold, clip_pg_rho_threshold = (
       jnp.asarray(x, dtype) for x in (clip_rho_threshold, clip_c_threshold, clip_pg_rho_threshold)
