@@ -783,7 +783,8 @@ def import_modules(flag: str, modules: Sequence[str]) -> None:
   scripts that load runs. One that cannot be found, or a file named as a module already
   imported (`string.py` would replace the standard library's `string` for every later
   import), or a dotted name whose module in the current directory another one shadows, is
-  refused (ValueError naming `flag`); an error inside a module keeps its traceback."""
+  refused (ValueError naming `flag`), as is a module whose own import of another is not
+  found (naming both); another error inside a module keeps its traceback."""
   if os.getcwd() not in sys.path:
     sys.path.append(os.getcwd())
   for name in modules:
@@ -800,17 +801,30 @@ def import_modules(flag: str, modules: Sequence[str]) -> None:
         sys.path.append(str(path.resolve().parent))
       module = importlib.util.module_from_spec(spec)
       sys.modules[path.stem] = module
-      spec.loader.exec_module(module)
+      try:
+        spec.loader.exec_module(module)
+      except Exception as e:  # as a failed import does, leaves no half-made module
+        sys.modules.pop(path.stem, None)
+        if isinstance(e, ModuleNotFoundError):
+          _refuse_missing_import(flag, name, e)
+        raise
       continue
     _refuse_shadowed(flag, name)
     try:
       importlib.import_module(name)
     except ModuleNotFoundError as e:
       if e.name != name and not name.startswith(f"{e.name}."):
-        raise  # the module itself imports something missing
+        _refuse_missing_import(flag, name, e)
       where = f"on the path or in {os.getcwd()}"
       raise ValueError(f"{flag} {name}: no module named {e.name!r} ({where}); give a "
                        "module's dotted name or a .py file's path") from e  # fmt: skip
+
+
+def _refuse_missing_import(flag: str, name: str, error: ModuleNotFoundError) -> None:
+  """Names the module of `flag` whose own import of another failed (the message alone read
+  as if the flag's module were missing)."""
+  raise ValueError(f"{flag} {name}: it imports {error.name!r}, which is not installed or "
+                   f"not on the path ({error})") from error  # fmt: skip
 
 
 def _refuse_shadowed(flag: str, name: str) -> None:

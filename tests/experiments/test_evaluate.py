@@ -479,8 +479,13 @@ def test_import_modules_refuses_a_module_it_cannot_find(tmp_path, monkeypatch):
     sys.modules.pop("plugin_main", None)
     sys.modules.pop("plugin_helper", None)
   (tmp_path / "needs_missing.py").write_text("import nope_dependency\n")
-  with pytest.raises(ModuleNotFoundError, match="nope_dependency"):  # the module's own error
-    import_modules("--import-modules", ["needs_missing"])
+  for given in ("needs_missing", str(tmp_path / "needs_missing.py")):  # named, with its error
+    with pytest.raises(ValueError, match=rf"--import-modules {given}: it imports "
+                       r"'nope_dependency', which is not installed or not on the path \(No "
+                       r"module named 'nope_dependency'\)") as e:  # fmt: skip
+      import_modules("--import-modules", [given])
+    assert isinstance(e.value.__cause__, ModuleNotFoundError)
+    assert "needs_missing" not in sys.modules
 
 
 def test_import_modules_refuses_a_name_that_another_module_shadows(tmp_path, monkeypatch):

@@ -386,3 +386,19 @@ def test_train_and_init_refuse_a_key_that_is_not_one_and_take_traced_keys():
   assert states.iteration.shape == (2,)
   state = jax.jit(compiled.init)(jax.random.key(1), compiled.hyperparams)
   assert int(state.iteration) == 0
+
+
+def test_concrete_hyperparams_the_config_refuses_are_refused_by_name():
+  compiled = make_train(make_sql, SqlConfig(), _config(min_replay_size=8, mini_batch_size=8,
+                                                       mini_batch_length=4))  # fmt: skip
+  key = jax.random.PRNGKey(0)
+  for field, value, message in (("alpha", 0.0, "alpha"), ("gamma", 1.5, "gamma"),
+                                ("learning_rate", -1.0, "learning_rate")):  # fmt: skip
+    bad = {**compiled.hyperparams, field: jnp.float32(value)}
+    with pytest.raises(ValueError, match=rf"the setting .*'{field}': {value}.* is invalid: .*"
+                                         rf"{message}"):  # fmt: skip
+      compiled.init(key, bad)
+    with pytest.raises(ValueError, match="is invalid"):
+      compiled.train(key, bad)
+  state = compiled.init(key, {**compiled.hyperparams, "gamma": jnp.float32(0.9)})
+  assert int(state.iteration) == 0

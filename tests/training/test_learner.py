@@ -11,10 +11,12 @@ import pytest
 
 from offpolicy_ac import agents
 from offpolicy_ac import envs
+from offpolicy_ac import training
 from offpolicy_ac.training import ReplayConfig
 from offpolicy_ac.training import TrainConfig
 from offpolicy_ac.training import records
 from offpolicy_ac.training.learner import Learner
+from offpolicy_ac.training.learner import check_learns
 from offpolicy_ac.training.parallel import DataParallel
 
 T, B, SCALE = 4, 6, 2.0
@@ -77,11 +79,19 @@ def test_replay_stores_raw_data_and_replayed_batches_are_transformed_once():
   assert float(metrics["obs_abs_sum"][0]) < 0.1  # raw: about 1 per entry
 
 
-def test_fresh_unrolls_are_transformed_once():
+def test_fresh_unrolls_are_transformed_once_with_the_statistics_updated_from_them():
   learner = _learner(agents.make_impala(SPEC))
-  _, metrics, _ = learner.ingest(learner.init([0]), learner.batch([_traj(1)]))
+  state = learner.init([0])
+  traj = _traj(1)
+  acted_with = learner.acting(state)[0].transform  # no statistics yet
+  state, metrics, _ = learner.ingest(state, learner.batch([traj]))
   assert float(metrics["reward_sum"][0]) == SCALE * (T + 1) * B
-  assert float(metrics["obs_abs_sum"][0]) < 0.1  # raw: about 1 per entry
+  # Normalised with the statistics that include this unroll: its constant observations
+  # become 0, where the actors (raw: about 1 per entry) saw them unnormalised.
+  assert float(metrics["obs_abs_sum"][0]) < 0.1
+  as_acted = learner.transformer.apply(acted_with, jax.tree.map(jnp.asarray, traj))
+  assert float(jnp.abs(as_acted.observation).sum()) >= (T + 1) * B
+  np.testing.assert_array_equal(state.transform.obs_stats.count, [T * B])
 
 
 def test_sqil_demonstrations_pass_the_transformer_with_the_agent_data():
@@ -250,3 +260,34 @@ def test_the_replay_holds_what_an_iteration_of_every_pool_adds():
   make_replay(config)
   with pytest.raises(ValueError, match=r"holds fewer sequences than one iteration adds \(64"):
     make_replay(config.replace(actors="pools", num_actors=4))
+
+
+@pytest.mark.parametrize(
+    "fault, message",
+    [
+        ("greedy_column", r"impala's greedy_act on observations \[3, 4\]: CartPole-v1: action "
+                          r"shape \(3, 1\), expected \(3,\)"),
+        ("greedy_float", "impala's greedy_act .* discrete actions must have an integer dtype"),
+        ("act_alone", r"impala's act must return a pair \(action \[B, \.\.\.\], extras"),
+    ],
+)  # fmt: skip
+def test_policies_that_do_not_fit_the_task_are_refused_before_anything_runs(fault, message):
+  agent = agents.make_impala(envs.spec("CartPole-v1", num_envs=3))
+  act, greedy_act = agent.act, agent.greedy_act
+  if fault == "act_alone":
+    agent = agent._replace(act=lambda params, obs, key: act(params, obs, key)[0])
+  else:
+    cast = (lambda a: a[:, None]) if fault == "greedy_column" else (lambda a: a.astype(float))
+    agent = agent._replace(greedy_act=lambda params, obs: cast(greedy_act(params, obs)))
+  config = TrainConfig.of(num_envs=3, unroll_length=4, total_env_steps=120, eval_every=0)
+  with pytest.raises(ValueError, match=message):
+    check_learns(agent, config)
+  with pytest.raises(ValueError, match=message):  # before its first evaluation, long after
+    training.train(lambda spec: agent, config, [_Lines()])
+  check_learns(agents.make_impala(envs.spec("CartPole-v1", num_envs=3)), config)
+
+
+class _Lines:
+
+  def log(self, record):
+    raise AssertionError(f"trained: {record}")

@@ -41,7 +41,9 @@ class ImpalaLossOutput(NamedTuple):
   """Scalar loss terms (weighted means over real steps) and diagnostics.
 
   `clipped_rho_fraction` is the weighted fraction of steps whose rho exceeds
-  rho-bar by more than float noise (`exceeds_threshold`): 0 on on-policy data.
+  rho-bar by more than float noise (`exceeds_threshold`): 0 on on-policy data (a
+  training run with observation normalisation is not quite: the learner normalises a
+  fresh unroll with statistics updated from it, `training.learner`, step 3).
   """
 
   loss: jax.Array

@@ -91,7 +91,10 @@ class CompiledTrain(NamedTuple):
   Attributes:
     train: `train(key, hyperparams) -> (AnakinState, metrics [iterations])`, the whole
       budget.
-    init: `init(key, hyperparams) -> AnakinState`.
+    init: `init(key, hyperparams) -> AnakinState`. Both refuse a key that is not a PRNG
+      key, and hyper-parameters given as concrete values that the agent's config refuses;
+      traced ones (under `jax.jit` or `jax.vmap`) cannot be read: check a sweep's values
+      with `agents.hyperparams.check_setting` first.
     run: `run(state, hyperparams, num_active) -> (state, metrics [iterations_per_chunk])`:
       the next `num_active` (<= iterations_per_chunk) iterations; the iterations past
       `num_active` change nothing (their metrics say `active` False).
@@ -197,6 +200,17 @@ def _run_keys(key: jax.Array) -> tuple[jax.Array, ...]:
   return agent_key, replay_key, rollout_key, eval_key
 
 
+def _check_concrete_hyperparams(agent_config: Any, hp: dict) -> None:
+  """Refuses (ValueError naming the field) hyper-parameters given as concrete values that
+  the agent's config refuses (`agents.hyperparams.check_setting`: a negative step size, a
+  discount above 1, a temperature of 0). Traced values (under `jit` or `vmap`) cannot be
+  read: check those with `check_setting` before tracing."""
+  values = hp.items() if isinstance(hp, dict) else ()
+  concrete = {k: v for k, v in values if not isinstance(v, jax.core.Tracer) and jnp.shape(v) == ()}
+  if concrete:
+    hyperparams_lib.check_setting(agent_config, {k: float(v) for k, v in concrete.items()})
+
+
 def make_train(
     make_agent: Callable[[Any, Any], Agent],
     agent_config: Any,
@@ -260,6 +274,7 @@ def make_train(
     return agent, act, greedy, rollout
 
   def init(key: jax.Array, hp: dict) -> AnakinState:
+    _check_concrete_hyperparams(agent_config, hp)
     agent, act, _, rollout = parts(hp)
     agent_key, replay_key, rollout_key, eval_key = _run_keys(key)
     agent_state = agent.init(agent_key)

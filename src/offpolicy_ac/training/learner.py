@@ -11,7 +11,14 @@ One training iteration, per seed (docs/design.md, "The data path"):
 
 1. the transformer's statistics are updated from the fresh raw unroll;
 2. off-policy agents add the raw unroll to their sequence replay;
-3. on-policy agents (and ACER's `fresh_update_first`) update on the fresh unroll;
+3. on-policy agents (and ACER's `fresh_update_first`) update on the fresh unroll. Like
+   every batch, it is transformed with the statistics of step 1, which include it; its
+   actors acted with the statistics before. With observation normalisation the learner's
+   policy therefore sees other observations than the behaviour policy did, and V-trace's
+   importance weights on fresh data are not all 1 (`clipped_rho_fraction` about 0.5 on
+   MuJoCo, mean weight 1.0000). Transforming the fresh unroll with the actors' statistics
+   instead (every weight 1) learned slower with the MuJoCo presets' settings
+   (results/notes/mujoco.md);
 4. off-policy agents then make `num_updates_per_train_iter` updates, each on a replay
    sample (passed through `batch_fn`, e.g. SQIL's demonstrations).
 
@@ -164,7 +171,9 @@ def check_learns(agent: Agent, config: TrainConfig, batch_fn: Optional[Callable]
   `num_updates_per_train_iter`, and a run that would make no update: an off-policy agent
   that learns only from its replay, with a budget that ends before the replay holds
   `min_replay_size` sequences. A `BatchFn` with a `check` checks its data against the
-  agent's task (SQIL's demonstrations: `demos.check_demo_sequences`)."""
+  agent's task (SQIL's demonstrations: `demos.check_demo_sequences`), and the agent's
+  policies are traced once against its task (`check_policies`)."""
+  check_policies(agent, config)
   if agent.name == "sqil" and batch_fn is None:
     raise ValueError(
         "sqil learns from demonstrations mixed into its replayed batches: give "
@@ -215,6 +224,31 @@ def check_learns(agent: Agent, config: TrainConfig, batch_fn: Optional[Callable]
       f"ends before the replay holds min_replay_size ({config.replay.min_replay_size}) "
       f"sequences; give at least {needed:,} env steps, or a smaller --min-replay-size"
   )
+
+
+def check_policies(agent: Agent, config: TrainConfig) -> None:
+  """Refuses (ValueError naming the function) an agent whose `act` does not return an
+  `(action, extras)` pair, or whose `act` or `greedy_act` actions on a batch of
+  observations [spec.batch_size, ...] do not fit its task (`envs.check_traced_actions`):
+  before anything compiles, where `greedy_act` would fail at the first evaluation."""
+  spec, key = agent.spec, jax.random.PRNGKey(0)
+  transformer = make_transformer(spec, config)
+  act, greedy = make_policies(agent, transformer)
+  acting = Acting(jax.eval_shape(agent.init, key).params, jax.eval_shape(transformer.init))
+  shape = (spec.batch_size, *spec.observation_shape)
+  obs = jax.ShapeDtypeStruct(shape, jnp.dtype(spec.observation_dtype))
+  out = jax.eval_shape(act, acting, obs, key)
+  if not isinstance(out, (tuple, list)) or len(out) != 2:
+    raise ValueError(
+        f"{agent.name}'s act must return a pair (action [B, ...], extras: a pytree of [B, ...] "
+        f"arrays, {{}} for none), got {type(out).__name__}"
+        + (f" of length {len(out)}" if isinstance(out, (tuple, list)) else "")
+    )
+  for name, action in (("act", out[0]), ("greedy_act", jax.eval_shape(greedy, acting, obs))):
+    try:
+      envs.check_traced_actions(spec, action, spec.batch_size)
+    except ValueError as e:
+      raise ValueError(f"{agent.name}'s {name} on observations {list(shape)}: {e}") from None
 
 
 def example_trajectory(act: Callable, acting: Acting, spec: Any, config: TrainConfig,
