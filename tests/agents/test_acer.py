@@ -16,7 +16,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from offpolicy_ac import envs
 from offpolicy_ac import losses
 from offpolicy_ac import presets
 from offpolicy_ac.agents import AcerConfig
@@ -28,20 +27,6 @@ from offpolicy_ac.envs import MID
 from offpolicy_ac.envs import Trajectory
 from offpolicy_ac.training import read_metrics
 from offpolicy_ac.training import run_experiment
-
-
-@pytest.fixture(scope="module")
-def cartpole_spec():
-  env = envs.make("CartPole-v1", 2, 0)
-  yield env.spec
-  env.close()
-
-
-@pytest.fixture(scope="module")
-def pendulum_spec():
-  env = envs.make("Pendulum-v1", 2, 0)
-  yield env.spec
-  env.close()
 
 
 @pytest.fixture(params=["discrete", "continuous"])

@@ -23,20 +23,6 @@ from offpolicy_ac.envs import MID
 from offpolicy_ac.envs import Trajectory
 
 
-@pytest.fixture(scope="module")
-def cartpole_spec():
-  env = envs.make("CartPole-v1", 2, 0)
-  yield env.spec
-  env.close()
-
-
-@pytest.fixture(scope="module")
-def pendulum_spec():
-  env = envs.make("Pendulum-v1", 2, 0)
-  yield env.spec
-  env.close()
-
-
 def test_impala_discrete_act_and_update(cartpole_spec):
   agent = make_impala(cartpole_spec)
   state = agent.init(jax.random.PRNGKey(0))

@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 from offpolicy_ac import agents
-from offpolicy_ac import envs
 from offpolicy_ac import presets
 from offpolicy_ac.agents import registry
 from offpolicy_ac.analysis.metrics_file import config_jsonable
@@ -55,20 +54,6 @@ def _make(spec, config):
   return agents.make_impala(spec, agents.ImpalaConfig(learning_rate=config.learning_rate))._replace(
       config=config
   )
-
-
-@pytest.fixture(scope="module")
-def cartpole_spec():
-  env = envs.make("CartPole-v1", 2, 0)
-  yield env.spec
-  env.close()
-
-
-@pytest.fixture(scope="module")
-def pendulum_spec():
-  env = envs.make("Pendulum-v1", 2, 0)
-  yield env.spec
-  env.close()
 
 
 @pytest.mark.parametrize(

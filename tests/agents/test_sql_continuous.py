@@ -29,18 +29,8 @@ BOX = dict(action_shape=(2,), action_low=(-2.0, 0.0), action_high=(2.0, 1.0))
 
 
 @pytest.fixture(scope="module")
-def pendulum_spec():
-  return envs.spec("Pendulum-v1", num_envs=2)
-
-
-@pytest.fixture(scope="module")
 def box_spec(pendulum_spec):
   return pendulum_spec._replace(task_id="Box-v0", **BOX)
-
-
-@pytest.fixture(scope="module")
-def cartpole_spec():
-  return envs.spec("CartPole-v1", num_envs=2)
 
 
 def test_make_sql_picks_the_agent_by_action_space(pendulum_spec, cartpole_spec):

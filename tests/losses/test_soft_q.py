@@ -874,20 +874,26 @@ class SoftQBadInputTest(chex.TestCase):
         wrap(lambda q: L.soft_policy(q, alpha))(np.zeros((2, 3), np.float32))
 
 
+def _alpha_calls(value_q, policy_q, next_q, td_q, r, d, a, log_density):
+  """Each soft-Q function that takes a temperature, as a function of it alone."""
+  return {
+      "soft_value": lambda alpha: L.soft_value(value_q, alpha),
+      "soft_policy": lambda alpha: L.soft_policy(policy_q, alpha),
+      "soft_q_targets": lambda alpha: L.soft_q_targets(r, d, next_q, alpha=alpha),
+      "soft_nstep_targets": lambda alpha: L.soft_nstep_targets(r, d, next_q, alpha=alpha, n=2),
+      "sql_nstep_td_error": lambda alpha: L.sql_nstep_td_error(td_q, a, r, d, td_q, alpha=alpha),
+      "importance_sampled_soft_value": lambda alpha: L.importance_sampled_soft_value(
+          value_q, log_density, alpha
+      ),
+  }
+
+
 def test_an_infinite_alpha_is_refused_where_it_made_nan():
   """alpha = inf gave 0 x inf = NaN silently (one action, or the recurrences); a concrete
   one is refused, a traced one is not read."""
   q, r, d = jnp.zeros((3, 1)), jnp.zeros(3), jnp.full(3, 0.9)
   a, q2 = jnp.zeros(3, jnp.int32), jnp.zeros((3, 2))
-  calls = {
-      "soft_value": lambda alpha: L.soft_value(q, alpha),
-      "soft_policy": lambda alpha: L.soft_policy(q2, alpha),
-      "soft_q_targets": lambda alpha: L.soft_q_targets(r, d, q, alpha=alpha),
-      "soft_nstep_targets": lambda alpha: L.soft_nstep_targets(r, d, q, alpha=alpha, n=2),
-      "sql_nstep_td_error": lambda alpha: L.sql_nstep_td_error(q2, a, r, d, q2, alpha=alpha),
-      "importance_sampled_soft_value": lambda alpha: L.importance_sampled_soft_value(q, 0.0,
-                                                                                     alpha),
-  }  # fmt: skip
+  calls = _alpha_calls(q, q2, q, q2, r, d, a, 0.0)
   for name, fn in calls.items():
     for alpha in (np.inf, jnp.float32(np.inf), jnp.array([1.0, np.inf, 1.0])):  # [3]: per step
       with pytest.raises(ValueError, match=r"`alpha` must be > 0 and finite, got"):
@@ -969,15 +975,7 @@ def test_an_alpha_that_is_zero_or_inf_in_the_inputs_dtype_is_refused():
   f16 = functools.partial(jnp.asarray, dtype=jnp.float16)
   q, r, d = f16(jnp.zeros((2, 3))), f16(jnp.ones(2)), f16(jnp.full(2, 0.99))
   a, q2 = jnp.zeros(2, jnp.int32), f16(jnp.ones((2, 3)))
-  calls = {
-      "soft_value": lambda alpha: L.soft_value(q, alpha),
-      "soft_policy": lambda alpha: L.soft_policy(q, alpha),
-      "soft_q_targets": lambda alpha: L.soft_q_targets(r, d, q2, alpha=alpha),
-      "soft_nstep_targets": lambda alpha: L.soft_nstep_targets(r, d, q2, alpha=alpha, n=2),
-      "sql_nstep_td_error": lambda alpha: L.sql_nstep_td_error(q2, a, r, d, q2, alpha=alpha),
-      "importance_sampled_soft_value": lambda alpha: L.importance_sampled_soft_value(q, f16(0.0),
-                                                                                     alpha),
-  }  # fmt: skip
+  calls = _alpha_calls(q, q, q2, q2, r, d, a, f16(0.0))
   for name, fn in calls.items():
     with pytest.raises(ValueError, match=r"^alpha=1e-08 is 0 in float16"):
       fn(1e-8)
