@@ -269,13 +269,24 @@ def test_the_replay_holds_what_an_iteration_of_every_pool_adds():
                           r"shape \(3, 1\), expected \(3,\)"),
         ("greedy_float", "impala's greedy_act .* discrete actions must have an integer dtype"),
         ("act_alone", r"impala's act must return a pair \(action \[B, \.\.\.\], extras"),
+        ("init_dict", r"impala's init must return a state with attributes params and "
+                      r"num_updates \(an int32 scalar\), as agents.AgentState has; got dict"),
+        ("init_counter", r"impala's init .* got AgentState whose num_updates is int32\[1\]"),
+        ("init_params", r"impala's init must return a state with attributes .* got tuple$"),
     ],
 )  # fmt: skip
 def test_policies_that_do_not_fit_the_task_are_refused_before_anything_runs(fault, message):
   agent = agents.make_impala(envs.spec("CartPole-v1", num_envs=3))
   act, greedy_act = agent.act, agent.greedy_act
+  init = agent.init
   if fault == "act_alone":
     agent = agent._replace(act=lambda params, obs, key: act(params, obs, key)[0])
+  elif fault == "init_dict":
+    agent = agent._replace(init=lambda key: init(key)._asdict())
+  elif fault == "init_params":
+    agent = agent._replace(init=lambda key: (init(key).params,))
+  elif fault == "init_counter":
+    agent = agent._replace(init=lambda key: init(key)._replace(num_updates=jnp.zeros(1, int)))
   else:
     cast = (lambda a: a[:, None]) if fault == "greedy_column" else (lambda a: a.astype(float))
     agent = agent._replace(greedy_act=lambda params, obs: cast(greedy_act(params, obs)))

@@ -227,14 +227,25 @@ def check_learns(agent: Agent, config: TrainConfig, batch_fn: Optional[Callable]
 
 
 def check_policies(agent: Agent, config: TrainConfig) -> None:
-  """Refuses (ValueError naming the function) an agent whose `act` does not return an
+  """Refuses (ValueError naming the function) an agent whose `init` state has no `params`
+  and integer scalar `num_updates` attributes, whose `act` does not return an
   `(action, extras)` pair, or whose `act` or `greedy_act` actions on a batch of
   observations [spec.batch_size, ...] do not fit its task (`envs.check_traced_actions`):
   before anything compiles, where `greedy_act` would fail at the first evaluation."""
   spec, key = agent.spec, jax.random.PRNGKey(0)
+  state = jax.eval_shape(agent.init, key)
+  counter = getattr(state, "num_updates", None)
+  is_count = hasattr(counter, "dtype") and np.shape(counter) == () and counter.dtype.kind in "iu"
+  if not (hasattr(state, "params") and is_count):
+    raise ValueError(
+        f"{agent.name}'s init must return a state with attributes params and num_updates (an "
+        f"int32 scalar), as agents.AgentState has; got {type(state).__name__}"
+        + (f" whose num_updates is {counter.dtype}{list(counter.shape)}"
+           if hasattr(counter, "dtype") else "")
+    )  # fmt: skip
   transformer = make_transformer(spec, config)
   act, greedy = make_policies(agent, transformer)
-  acting = Acting(jax.eval_shape(agent.init, key).params, jax.eval_shape(transformer.init))
+  acting = Acting(state.params, jax.eval_shape(transformer.init))
   shape = (spec.batch_size, *spec.observation_shape)
   obs = jax.ShapeDtypeStruct(shape, jnp.dtype(spec.observation_dtype))
   out = jax.eval_shape(act, acting, obs, key)
