@@ -200,7 +200,7 @@ def test_atari_script_on_the_cpu_then_resumed_from_its_packed_run(tmp_path):
   log = _run_script(
       out3, work3, tmp_path / "none", AGENT="sqil", DEMO_RUN=str(out1), DEMO_EPISODES="1",
       PHASES="layouts,train", TRAIN_MAX_S="30", TRAIN_ROLLOUT="compiled",
-      BENCH_LAYOUTS="1x4:2",
+      BENCH_LAYOUTS="1x4:2", TRAIN_EXTRA_ARGS="--gamma 0.97",
   )  # fmt: skip
   assert log.index("recorded 1 episode of Pong-v5") < log.index("train: sqil on Pong-v5")
   assert log.index("train: sqil on Pong-v5") < log.index("training loop layouts")
@@ -210,6 +210,7 @@ def test_atari_script_on_the_cpu_then_resumed_from_its_packed_run(tmp_path):
   assert "1 actors x 4 envs, batched by 2, async_xla" in summary, summary
   config = json.loads((out3 / "config.json").read_text())
   assert "--demos" in config["command"], config["command"]
+  assert config["config"]["agent"]["gamma"] == 0.97
 
 
 def test_sqil_without_demonstrations_is_refused_before_any_work(tmp_path):

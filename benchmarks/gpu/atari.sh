@@ -40,6 +40,7 @@ default_train_args="--torso $TORSO --unroll-length $UNROLL --num-envs $NUM_ENVS 
 default_train_args+=" --num-actors $NUM_ACTORS --max-policy-lag $LAG --log-every 100000"
 default_train_args+=" --eval-every 1000000 --checkpoint-every 1000000"
 TRAIN_ARGS=${TRAIN_ARGS:-$default_train_args}
+TRAIN_EXTRA_ARGS=${TRAIN_EXTRA_ARGS:-} # more flags after TRAIN_ARGS (an agent's own settings)
 TRAIN_ROLLOUT=${TRAIN_ROLLOUT:-auto} # host, compiled, or auto: a resumed run's own, else the
                                      # faster of the bench's learner and xla phases, else host
 RAW_CONFIGS=${RAW_CONFIGS:-1x64:16:64 1x64:16:32 1x128:16:64 4x16 4x32 8x16}
@@ -168,7 +169,8 @@ if has train; then
     # shellcheck disable=SC2086
     timeout --signal=TERM --kill-after="$KILL_AFTER_S" "$limit" "$PY" "experiments/$AGENT.py" \
       --preset atari --env-id "$GAME" --seed "$SEED" --total-env-steps "$TOTAL_STEPS" \
-      --run-dir "$RUN" --rollout "$rollout" $TRAIN_ARGS "${demos[@]}" "${resume[@]}"
+      --run-dir "$RUN" --rollout "$rollout" $TRAIN_ARGS $TRAIN_EXTRA_ARGS "${demos[@]}" \
+      "${resume[@]}"
     train_rc=$?
     train_s=$(($(date +%s) - t0))
     say "train: exit code $train_rc after $train_s s (124: stopped by SIGTERM at the limit)"
