@@ -56,6 +56,7 @@ from offpolicy_ac.envs._rollout import make_rollout
 from offpolicy_ac.envs._rollout_base import ActFn
 from offpolicy_ac.envs._rollout_base import Backend
 from offpolicy_ac.envs._rollout_base import Rollout
+from offpolicy_ac.envs._rollout_base import call_policy
 from offpolicy_ac.envs._rollout_base import default_device
 from offpolicy_ac.envs._timestep import FIRST
 from offpolicy_ac.envs._timestep import LAST
@@ -116,6 +117,7 @@ __all__ = [
     "XlaBatchedRolloutState",
     "XlaRolloutState",
     "atari_protocol",
+    "call_policy",
     "check_action_dtype",
     "check_key",
     "check_traced_actions",

@@ -209,7 +209,7 @@ def check_action_range(name: str, actions: Any, num_actions: int, ref: str,
   if where is not None:
     bad &= np.broadcast_to(np.asarray(where, bool), v.shape)
   if np.any(bad):
-    where = tuple(int(i) for i in np.argwhere(bad)[0])
+    where = _first_index(bad)
     values = np.unique(v[bad])
     others = "" if values.size == 1 else f" (all out-of-range values: {values[:8].tolist()}"
     others += ", ...)" if values.size > 8 else (")" if values.size > 1 else "")
@@ -233,6 +233,11 @@ def check_broadcasts(name: str, x: Any, shape: tuple[int, ...]) -> None:
     raise ValueError(f"`{name}` of shape {tuple(jnp.shape(x))} must be a scalar or have the "
                      f"inputs' rank and broadcast to their shape {tuple(shape)} (a per-step "
                      f"[T] value: `{name}[:, None]`).")  # fmt: skip
+
+
+def _first_index(bad: np.ndarray) -> tuple[int, ...]:
+  """The index of `bad`'s first True entry (() for a scalar)."""
+  return tuple(int(i) for i in np.argwhere(bad)[0])
 
 
 def _shown(x: Any, v: np.ndarray) -> Any:
@@ -287,7 +292,7 @@ def _check_representable(name: str, v: np.ndarray, dtype: np.dtype, finite: bool
   ]:
     if not np.any(bad):
       continue
-    index = tuple(int(i) for i in np.argwhere(bad)[0])
+    index = _first_index(bad)
     at = f" at index {index}" if index else ""
     wider = " or cast the inputs to float32," if info.bits < 32 else ""
     raise ValueError(
@@ -327,7 +332,7 @@ def check_entries(name: str, x: Any, low: float, high: float = np.inf, what: str
     return
   bad = ~((v >= low) & (v <= high)) & (used > 0)
   if np.any(bad):
-    where = tuple(int(i) for i in np.argwhere(bad)[0])
+    where = _first_index(bad)
     bounds = bounds or (f"[{low:g}, {high:g}]" if np.isfinite(high) else f">= {low:g}")
     raise ValueError(
         f"`{name}` must be {bounds}{what}, got {v[where].item()} at index {where}; "

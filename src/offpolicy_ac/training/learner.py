@@ -229,7 +229,7 @@ def check_learns(agent: Agent, config: TrainConfig, batch_fn: Optional[Callable]
 def check_policies(agent: Agent, config: TrainConfig) -> None:
   """Refuses (ValueError naming the function) an agent whose `init` state has no `params`
   and integer scalar `num_updates` attributes, whose `act` does not return an
-  `(action, extras)` pair, or whose `act` or `greedy_act` actions on a batch of
+  `(action, extras)` pair of [B, ...] arrays (`envs.call_policy`), or whose `act` or `greedy_act` actions on a batch of
   observations [spec.batch_size, ...] do not fit its task (`envs.check_traced_actions`):
   before anything compiles, where `greedy_act` would fail at the first evaluation."""
   spec, key = agent.spec, jax.random.PRNGKey(0)
@@ -248,14 +248,13 @@ def check_policies(agent: Agent, config: TrainConfig) -> None:
   acting = Acting(state.params, jax.eval_shape(transformer.init))
   shape = (spec.batch_size, *spec.observation_shape)
   obs = jax.ShapeDtypeStruct(shape, jnp.dtype(spec.observation_dtype))
-  out = jax.eval_shape(act, acting, obs, key)
-  if not isinstance(out, (tuple, list)) or len(out) != 2:
-    raise ValueError(
-        f"{agent.name}'s act must return a pair (action [B, ...], extras: a pytree of [B, ...] "
-        f"arrays, {{}} for none), got {type(out).__name__}"
-        + (f" of length {len(out)}" if isinstance(out, (tuple, list)) else "")
+  try:  # the rollouts' own check of act's output: an (action, extras) pair of [B, ...]
+    action = jax.eval_shape(
+        lambda a, o, k: envs.call_policy(act, a, o, k, spec.batch_size)[0], acting, obs, key
     )
-  for name, action in (("act", out[0]), ("greedy_act", jax.eval_shape(greedy, acting, obs))):
+  except ValueError as e:
+    raise ValueError(f"{agent.name}'s {e}") from None
+  for name, action in (("act", action), ("greedy_act", jax.eval_shape(greedy, acting, obs))):
     try:
       envs.check_traced_actions(spec, action, spec.batch_size)
     except ValueError as e:
