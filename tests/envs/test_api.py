@@ -194,11 +194,43 @@ def test_a_time_limit_is_refused_where_envpool_does_not_apply_it():
   assert step.step_type[0] == envs.LAST and step.discount[0] == 0.0
   env.close()
   envs.make("CartPole-v1", 1, 0, max_episode_steps=5).close()  # applied by envpool
-  for task_id in ("CliffWalking-v0", "Highway-v0"):
+  # Blackjack's hands play on to their natural end past a limit of 1 or 2, each flagged a
+  # truncation: busts (reward -1) were learned with discount 1.
+  for task_id in ("CliffWalking-v0", "Highway-v0", "Blackjack-v1"):
     with pytest.raises(ValueError, match=f"max_episode_steps: {task_id} "):
       envs.make(task_id, 1, 0, max_episode_steps=5)
   with pytest.raises(ValueError, match="only Box observation spaces"):  # Taxi applies it
     envs.make("Taxi-v3", 1, 0, max_episode_steps=5)
+
+
+@pytest.mark.parametrize("make", [envs.make, lambda task_id, *_: envs.spec(task_id)],
+                         ids=["make", "spec"])  # fmt: skip
+@pytest.mark.parametrize(
+    "task_id, match",
+    [
+        # Each player acts: an action per player, which one policy's [B] batch is not (the
+        # run failed after its directory was written; make's reset failed to broadcast).
+        ("IntersectionMultiAgent-v0", "tasks of several players are not supported"),
+        # ViZDoom's action box is [2.2e-308, 1.8e308], float64 limits: in float32 the bounds
+        # were [0, inf], negative actions clipped to 0 (and the run hung in envpool).
+        ("Basic-v1", r"action bounds must be finite in float32.*2\.22"),
+    ],
+)
+def test_tasks_the_agents_cannot_drive_are_refused(make, task_id, match):
+  with pytest.raises(ValueError, match=match):
+    make(task_id, 2, 0)
+
+
+def test_a_task_module_that_cannot_load_is_named(monkeypatch):
+  import envpool
+
+  def no_module(task_id, **kwargs):  # as envpool's Procgen without the system's Qt 5
+    raise ImportError("EnvPool Procgen requires the system Qt 5 runtime on Linux.")
+
+  monkeypatch.setattr(envpool, "make_spec", no_module)
+  with pytest.raises(ValueError, match="CartPole-v1: envpool cannot load this task's module: "
+                                       "EnvPool Procgen requires"):  # fmt: skip
+    envs.spec("CartPole-v1")
 
 
 def test_atari_options_are_checked_before_envpool():

@@ -252,6 +252,25 @@ def test_float64_action_tasks_are_refused_by_the_compiled_backend_only():
   env.close()
 
 
+def test_tasks_returning_64_bit_arrays_are_refused_by_the_compiled_backend_only():
+  # MetaWorld takes float32 actions but returns float64 observations and infos: envpool
+  # wrote them into JAX's 32-bit buffers, and the process aborted with corrupted memory.
+  def act(params, obs, key):
+    return jnp.zeros((obs.shape[0], 4)), {}
+
+  match = r"Reach-v3 returns 64-bit arrays \(obs \(float64\), .* and \d+ more\).*x64"
+  with pytest.raises(ValueError, match=match):
+    envs.check_compiled_task("MetaWorld/Reach-v3")  # before a run is built, no pool
+  env = envs.make("MetaWorld/Reach-v3", 2, 0)
+  with pytest.raises(ValueError, match=match):
+    envs.make_rollout(env, act, 3, backend="compiled")
+  envs.make_rollout(env, act, 3, backend="host")  # the host loop converts them
+  env.close()
+  assert envs.check_compiled_task("CartPole-v1") == np.int32
+  with pytest.raises(ValueError, match="float64 actions"):  # the actions are named first
+    envs.check_compiled_task("Hopper-v4")
+
+
 @pytest.mark.parametrize("batch_size", [4, 2], ids=["whole", "batched"])
 @pytest.mark.parametrize("to_device", [False, True])
 def test_both_backends_share_one_interface(batch_size, to_device):

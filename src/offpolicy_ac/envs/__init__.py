@@ -82,6 +82,7 @@ from offpolicy_ac.envs._transformers import scale_reward
 from offpolicy_ac.envs._xla_rollout import XlaBatchedRolloutState
 from offpolicy_ac.envs._xla_rollout import XlaRolloutState
 from offpolicy_ac.envs._xla_rollout import check_action_dtype
+from offpolicy_ac.envs._xla_rollout import check_compiled_task
 
 __all__ = [
     "ATARI_EVAL_KWARGS",
@@ -119,6 +120,7 @@ __all__ = [
     "atari_protocol",
     "call_policy",
     "check_action_dtype",
+    "check_compiled_task",
     "check_key",
     "check_traced_actions",
     "clip_reward",

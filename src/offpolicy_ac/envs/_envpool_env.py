@@ -590,10 +590,12 @@ class ActionChecker:
 
 def _pool_action_dtype(pool: Any) -> np.dtype | None:
   """The dtype envpool takes actions in (its action spec's last entry), or None."""
-  return _action_dtype_of(pool.spec)
+  return action_dtype_of(pool.spec)
 
 
-def _action_dtype_of(pool_spec: Any) -> np.dtype | None:
+def action_dtype_of(pool_spec: Any) -> np.dtype | None:
+  """The dtype envpool takes actions in (its action spec's last entry) in envpool's pool
+  spec `pool_spec`, or None."""
   try:
     return np.dtype(pool_spec.action_array_spec["action"].dtype)
   except (AttributeError, KeyError, TypeError):
@@ -604,7 +606,7 @@ def pool_action_dtype(task_id: str, **envpool_kwargs: Any) -> np.dtype | None:
   """The dtype envpool takes the task's actions in (float64 for MuJoCo, where `spec` says
   float32), without making a pool; None where envpool does not report it."""
   envpool = check_task_id(task_id)
-  return _action_dtype_of(pool_spec_of(envpool, task_id, 1, dict(envpool_kwargs)))
+  return action_dtype_of(pool_spec_of(envpool, task_id, 1, dict(envpool_kwargs)))
 
 
 def _spec_from_spaces(
@@ -630,6 +632,11 @@ def _spec_from_spaces(
     high = np.broadcast_to(act_space.high, act_space.shape).astype(np.float64).ravel()
     if not (np.isfinite(low).all() and np.isfinite(high).all()):
       raise ValueError(f"{task_id}: continuous action bounds must be finite, got {act_space}")
+    if max(np.abs(low).max(), np.abs(high).max()) > np.finfo(np.float32).max:
+      raise ValueError(  # ViZDoom's [2.2e-308, 1.8e308]: float64 limits standing for none
+          f"{task_id}: continuous action bounds must be finite in float32, the agents' "
+          f"actions, got {act_space}"
+      )
     return EnvSpec(
             task_id, tuple(obs_space.shape), obs_dtype.name, False, None,
             tuple(act_space.shape), "float32", tuple(low.tolist()), tuple(high.tolist()),
@@ -661,7 +668,7 @@ def check_task_id(task_id: Any) -> Any:
 
 
 def _is_atari(envpool: Any, task_id: str) -> bool:
-  spec = envpool.make_spec(task_id)
+  spec = _make_spec(envpool, task_id)
   keys = set(spec.state_array_spec)
   return "episodic_life" in spec.config._fields and {"info:reward", "info:terminated"} <= keys
 
@@ -680,14 +687,15 @@ def is_atari(task_id: str) -> bool:
 
 LIMIT_NOT_APPLIED = (
     "envpool.highway *", "envpool.gfootball *", "envpool.pgx *", "envpool.toy_text Catch-*",
-    "envpool.toy_text *CliffWalking*",
+    "envpool.toy_text *CliffWalking*", "envpool.toy_text Blackjack-*",
 )  # fmt: skip
 """envpool tasks whose episodes do not end at a `max_episode_steps` given to them, as
-"<envpool module> <task id>" patterns (measured with envpool 1.2.5 at a limit of 3:
+"<envpool module> <task id>" patterns (measured with envpool 1.2.5 at limits of 1 to 3:
 highway-env, Google Research Football and pgx episodes ran past it, bsuite's Catch to 9
-steps, CliffWalking on; FrozenLake, Taxi, NChain and Blackjack end at it). envpool still
-flags every episode end past the limit as a truncation, so their terminations would be
-learned as time limits (discount 1): the option is refused for them."""
+steps, CliffWalking on, Blackjack's hands to their natural end; FrozenLake, Taxi and NChain
+end at it). envpool still flags every episode end past the limit as a truncation, so their
+terminations would be learned as time limits (discount 1): the option is refused for
+them."""
 
 
 def _task_family(envpool: Any, task_id: str) -> str:
@@ -721,7 +729,7 @@ def _pool_kwargs(
   envpool_kwargs = dict(envpool_kwargs)
   if envpool_kwargs.pop("gym_reset_return_info", True) is not True:
     raise ValueError("gym_reset_return_info=False is not supported (env_id comes from info)")
-  defaults = envpool.make_spec(task_id).config._asdict()
+  defaults = _make_spec(envpool, task_id).config._asdict()
   valid = (set(defaults) - set(_RESERVED_KWARGS)) | set(_RENDER_KWARGS)
   unknown = sorted(set(envpool_kwargs) - valid)
   if unknown:
@@ -766,7 +774,8 @@ def make(task_id: str, num_envs: int, seed: int, **envpool_kwargs: Any) -> EnvPo
 
   Raises:
     ValueError: unknown task id, bad num_envs / seed / batch_size, unknown envpool option,
-      or an unsupported observation or action space.
+      an unsupported observation or action space, a task of several players, or one
+      whose envpool module cannot load.
   """
   envpool = check_task_id(task_id)
   check_int("seed", seed, 0, 2**31)  # envpool's seeds are int32
@@ -775,6 +784,7 @@ def make(task_id: str, num_envs: int, seed: int, **envpool_kwargs: Any) -> EnvPo
       arg = "seed" if key == "env_seed" else key  # env_seed would override seed, silently
       raise ValueError(f"pass {arg} as an argument of make(), not {key} in envpool_kwargs")
   num_envs, batch_size, envpool_kwargs = _pool_kwargs(envpool, task_id, num_envs, envpool_kwargs)
+  _checked_pool_spec(envpool, task_id, num_envs, batch_size, envpool_kwargs)
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", UserWarning)  # gymnasium's float64 Box casting notes
     pool = envpool.make_gymnasium(
@@ -858,8 +868,32 @@ def spec(task_id: str, *, atari: bool = False, num_envs: int = 1, **envpool_kwar
 
 
 def pool_spec_of(envpool: Any, task_id: str, num_envs: int, envpool_kwargs: dict[str, Any]) -> Any:
-  """envpool's spec of a pool (`envpool.make_spec`): its config and spaces, no pool made."""
+  """envpool's spec of a pool (`envpool.make_spec`): its config and spaces, no pool made.
+  Refuses (ValueError) a task of several players or one whose module cannot load."""
   num_envs, batch_size, envpool_kwargs = _pool_kwargs(envpool, task_id, num_envs, envpool_kwargs)
+  return _checked_pool_spec(envpool, task_id, num_envs, batch_size, envpool_kwargs)
+
+
+def _make_spec(envpool: Any, task_id: str, **envpool_kwargs: Any) -> Any:
+  """`envpool.make_spec`, its module's ImportError (Procgen without the system's Qt 5, say)
+  as a ValueError naming the task."""
+  try:
+    return envpool.make_spec(task_id, **envpool_kwargs)
+  except ImportError as e:
+    raise ValueError(f"{task_id}: envpool cannot load this task's module: {e}") from e
+
+
+def _checked_pool_spec(envpool: Any, task_id: str, num_envs: int, batch_size: int,
+                       envpool_kwargs: dict[str, Any]) -> Any:  # fmt: skip
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", UserWarning)  # gymnasium's float64 Box casting notes
-    return envpool.make_spec(task_id, num_envs=num_envs, batch_size=batch_size, **envpool_kwargs)
+    pool_spec = _make_spec(
+        envpool, task_id, num_envs=num_envs, batch_size=batch_size, **envpool_kwargs
+    )
+  players = pool_spec.config.max_num_players
+  if players != 1 or "players.action" in pool_spec.action_array_spec:
+    raise ValueError(
+        f"{task_id}: tasks of several players are not supported (envpool's max_num_players "
+        f"is {players}, and each player takes its own action)"
+    )
+  return pool_spec

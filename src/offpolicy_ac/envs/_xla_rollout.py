@@ -23,7 +23,9 @@ only shapes the column buffers.
 
 Limits: actions must have the dtype envpool takes, int32 (discrete) or float32 (Pendulum,
 ...); MuJoCo tasks take float64 actions, which JAX only has with `jax_enable_x64`, and are
-refused with a ValueError when the rollout is made.
+refused with a ValueError when the rollout is made, as are tasks that return 64-bit arrays
+(MetaWorld, MyoSuite and Adroit observations) without it: envpool writes them at their own
+width into the buffers JAX gives it.
 Placement: envpool's custom calls are CPU code, so the whole loop, policy included, runs on
 this process's first CPU device whatever the default device is: `params` and `key` are
 copied there (a no-op when they are there already) and the trajectory is returned there.
@@ -48,6 +50,9 @@ import numpy as np
 
 from offpolicy_ac.envs import _rollout_base
 from offpolicy_ac.envs._envpool_env import EnvPoolEnv
+from offpolicy_ac.envs._envpool_env import action_dtype_of
+from offpolicy_ac.envs._envpool_env import check_task_id
+from offpolicy_ac.envs._envpool_env import pool_spec_of
 from offpolicy_ac.envs._rollout_base import ActFn
 from offpolicy_ac.envs._rollout_base import ParkedActions
 from offpolicy_ac.envs._rollout_base import check_rollout_args
@@ -225,10 +230,47 @@ def check_action_dtype(task_id: str, dtype: np.dtype | None) -> np.dtype:
   return dtype
 
 
+_WIDE_DTYPES = (np.dtype(np.float64), np.dtype(np.int64), np.dtype(np.uint64))
+
+
+def _check_output_widths(task_id: str, pool_spec: Any) -> None:
+  """Refuses a pool that returns 64-bit arrays (MetaWorld's float64 observations and
+  infos) while JAX runs without `jax_enable_x64`: JAX gives envpool's XLA interface 32-bit
+  buffers for them, and envpool writes past their ends (the process aborted with
+  corrupted memory)."""
+  if jax.config.jax_enable_x64:
+    return
+  wide = [
+      f"{name.removeprefix('info:')} ({np.dtype(array.dtype).name})"
+      for name, array in pool_spec.state_array_spec.items()
+      if np.dtype(array.dtype) in _WIDE_DTYPES
+  ]
+  if wide:
+    more = f" and {len(wide) - 3} more" if len(wide) > 3 else ""
+    raise ValueError(
+        f"{task_id} returns 64-bit arrays ({', '.join(wide[:3])}{more}), which envpool's XLA "
+        "interface can only hand to JAX with jax_enable_x64; use the host backend "
+        "(backend='host', --rollout host)"
+    )
+
+
+def check_compiled_task(task_id: str, **envpool_kwargs: Any) -> np.dtype:
+  """The dtype envpool takes the task's actions in, refused (ValueError) where the compiled
+  backend cannot step the task with these envpool options: as `check_action_dtype`, or
+  64-bit observations or infos without `jax_enable_x64`. Makes no pool: call it before a
+  run is built."""
+  pool_spec = pool_spec_of(check_task_id(task_id), task_id, 1, dict(envpool_kwargs))
+  dtype = check_action_dtype(task_id, action_dtype_of(pool_spec))
+  _check_output_widths(task_id, pool_spec)
+  return dtype
+
+
 def _pool_action_dtype(env: EnvPoolEnv) -> np.dtype:
   """The dtype of the pool's actions, refused where envpool's XLA interface cannot
-  receive them."""
-  return check_action_dtype(env.spec.task_id, env.pool_action_dtype)
+  receive them or its outputs."""
+  dtype = check_action_dtype(env.spec.task_id, env.pool_action_dtype)
+  _check_output_widths(env.spec.task_id, env.pool.spec)
+  return dtype
 
 
 def compiled_rollout(env: EnvPoolEnv, act_fn: ActFn, unroll_length: int) -> tuple[_Init, _Unroll]:

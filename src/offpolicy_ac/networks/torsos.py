@@ -284,7 +284,10 @@ def torso_kind(kind: str, observation_shape: tuple[int, ...]) -> str:
   small = rank == 3 and max(observation_shape[1:]) <= SMALL_FRAME
   kind = "mlp" if rank == 1 else "minatar_cnn" if small else "nature_cnn" if rank == 3 else ""
   if not kind:
-    raise ValueError(f"no torso fits observations of shape {observation_shape}")
+    raise ValueError(
+        f"no torso fits observations of shape {observation_shape}: torso 'mlp' (--torso "
+        "mlp) flattens them, or register a torso of your own (networks.register_torso)"
+    )
   return kind
 
 
@@ -319,7 +322,8 @@ def make_torso(
   if _looks_channels_last(observation_shape):
     raise ValueError(
         f"torso {kind!r} takes [C, H, W] frames; observations of shape {observation_shape} "
-        "look like [H, W, C]: move their channels first"
+        "look like [H, W, C]: move their channels first, or flatten them with torso 'mlp' "
+        "(--torso mlp)"
     )
   _check_frames_fit(kind, tuple(observation_shape))
   return _PIXEL_TORSOS[kind]()

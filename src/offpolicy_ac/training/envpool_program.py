@@ -183,7 +183,7 @@ class EnvpoolProgram:
       )
     if config.env.rollout == "compiled":  # refused here, before anything is built
       env_id = config.env.env_id
-      envs.check_action_dtype(env_id, envs.pool_action_dtype(env_id, **task_kwargs(config)))
+      envs.check_compiled_task(env_id, **task_kwargs(config))
     agent = check_is_agent(agent_factory(task_spec(config)), "agent_factory(spec)")
     if agent.off_policy and config.replay.mini_batch_size % dp.num_devices:
       raise ValueError(
