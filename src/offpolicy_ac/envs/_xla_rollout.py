@@ -254,23 +254,21 @@ def _check_output_widths(task_id: str, pool_spec: Any) -> None:
     )
 
 
+def _xla_action_dtype(task_id: str, pool_spec: Any) -> np.dtype:
+  """The dtype of the actions of the pool envpool's spec `pool_spec` describes, refused
+  where envpool's XLA interface cannot receive them or hand over its outputs."""
+  dtype = check_action_dtype(task_id, action_dtype_of(pool_spec))
+  _check_output_widths(task_id, pool_spec)
+  return dtype
+
+
 def check_compiled_task(task_id: str, **envpool_kwargs: Any) -> np.dtype:
   """The dtype envpool takes the task's actions in, refused (ValueError) where the compiled
   backend cannot step the task with these envpool options: as `check_action_dtype`, or
   64-bit observations or infos without `jax_enable_x64`. Makes no pool: call it before a
   run is built."""
   pool_spec = pool_spec_of(check_task_id(task_id), task_id, 1, dict(envpool_kwargs))
-  dtype = check_action_dtype(task_id, action_dtype_of(pool_spec))
-  _check_output_widths(task_id, pool_spec)
-  return dtype
-
-
-def _pool_action_dtype(env: EnvPoolEnv) -> np.dtype:
-  """The dtype of the pool's actions, refused where envpool's XLA interface cannot
-  receive them or its outputs."""
-  dtype = check_action_dtype(env.spec.task_id, env.pool_action_dtype)
-  _check_output_widths(env.spec.task_id, env.pool.spec)
-  return dtype
+  return _xla_action_dtype(task_id, pool_spec)
 
 
 def compiled_rollout(env: EnvPoolEnv, act_fn: ActFn, unroll_length: int) -> tuple[_Init, _Unroll]:
@@ -284,7 +282,7 @@ def compiled_rollout(env: EnvPoolEnv, act_fn: ActFn, unroll_length: int) -> tupl
   T = check_rollout_args(env, act_fn, unroll_length)
   spec = env.spec
   pool = env.pool
-  pool_action_dtype = _pool_action_dtype(env)
+  pool_action_dtype = _xla_action_dtype(env.spec.task_id, env.pool.spec)
   n, b = spec.num_envs, spec.batch_size
   cpu = jax.local_devices(backend="cpu")[0]
   place = _PlacedParams(cpu)
