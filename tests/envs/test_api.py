@@ -216,7 +216,13 @@ def test_a_time_limit_is_refused_where_envpool_does_not_apply_it():
         ("Basic-v1", r"action bounds must be finite in float32.*2\.22"),
     ],
 )
-def test_tasks_the_agents_cannot_drive_are_refused(make, task_id, match):
+def test_tasks_the_agents_cannot_drive_are_refused(monkeypatch, make, task_id, match):
+  import envpool
+
+  def no_pool(*args, **kwargs):  # refused from envpool's spec: no simulator is started
+    raise AssertionError("a pool was made for a refused task")
+
+  monkeypatch.setattr(envpool, "make_gymnasium", no_pool)
   with pytest.raises(ValueError, match=match):
     make(task_id, 2, 0)
 

@@ -784,9 +784,18 @@ def make(task_id: str, num_envs: int, seed: int, **envpool_kwargs: Any) -> EnvPo
       arg = "seed" if key == "env_seed" else key  # env_seed would override seed, silently
       raise ValueError(f"pass {arg} as an argument of make(), not {key} in envpool_kwargs")
   num_envs, batch_size, envpool_kwargs = _pool_kwargs(envpool, task_id, num_envs, envpool_kwargs)
-  _checked_pool_spec(envpool, task_id, num_envs, batch_size, envpool_kwargs)
+  pool_spec = _checked_pool_spec(envpool, task_id, num_envs, batch_size, envpool_kwargs)
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", UserWarning)  # gymnasium's float64 Box casting notes
+    # The spaces are checked before a pool exists: a refused task starts no simulator (a
+    # ViZDoom pool's games outlived the refusal).
+    spec_ = _spec_from_spaces(
+        task_id,
+        pool_spec.gymnasium_observation_space,
+        pool_spec.gymnasium_action_space,
+        num_envs,
+        batch_size,
+    )
     pool = envpool.make_gymnasium(
         task_id,
         num_envs=num_envs,
@@ -794,9 +803,6 @@ def make(task_id: str, num_envs: int, seed: int, **envpool_kwargs: Any) -> EnvPo
         seed=int(seed),
         gym_reset_return_info=True,
         **envpool_kwargs,
-    )
-    spec_ = _spec_from_spaces(
-        task_id, pool.observation_space, pool.action_space, num_envs, batch_size
     )
   return EnvPoolEnv(pool, spec_, atari=_is_atari(envpool, task_id))
 
