@@ -5,6 +5,7 @@ of different ranks an error, so a shape mistake cannot hide behind
 broadcasting.
 """
 
+import faulthandler
 import os
 import shutil
 import tempfile
@@ -65,6 +66,14 @@ except ImportError:  # pragma: no cover
 def _strict_rank_promotion():
   with jax.numpy_rank_promotion("raise"):
     yield
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+  """The long learning runs (marked slow) and the fresh installs (each pip command has its
+  own limit: tests/test_install.py) run without pyproject.toml's faulthandler_timeout."""
+  if item.get_closest_marker("slow") or item.get_closest_marker("install"):
+    faulthandler.cancel_dump_traceback_later()
 
 
 def pytest_unconfigure():
