@@ -123,7 +123,9 @@ def test_learning_rate_decays_linearly_to_zero():
   # The moves fall linearly, 1e-2 (1 - k / 4) at update k, and stop after 4 updates.
   optimizer = base.make_optimizer("adam", 1e-2, 1e3, eps=1e-12, decay_updates=4)
   moves = _moves(optimizer, 6)
-  np.testing.assert_allclose(moves, [1e-2, 7.5e-3, 5e-3, 2.5e-3, 0.0, 0.0], rtol=1e-5, atol=1e-9)
+  # rtol 1e-4: Adam's bias correction in float32, 1 - 0.999^k for small k, is exact to a few
+  # 1e-5 only (the second move was off by 1.01e-5 with jax 0.9.1).
+  np.testing.assert_allclose(moves, [1e-2, 7.5e-3, 5e-3, 2.5e-3, 0.0, 0.0], rtol=1e-4, atol=1e-9)
   constant = base.make_optimizer("adam", 1e-2, 1e3, eps=1e-12)
   state = constant.init(jnp.zeros(3))
   for _ in range(5):
@@ -139,7 +141,7 @@ def test_learning_rate_cools_down_after_decay_begin():
   # the rate reaches 0 decay_updates = 2 updates after it began to fall.
   optimizer = base.make_optimizer("adam", 1e-2, 1e3, eps=1e-12, decay_updates=2, decay_begin=3)
   moves = _moves(optimizer, 7)
-  np.testing.assert_allclose(moves, [1e-2, 1e-2, 1e-2, 1e-2, 5e-3, 0.0, 0.0], rtol=1e-5, atol=1e-9)
+  np.testing.assert_allclose(moves, [1e-2, 1e-2, 1e-2, 1e-2, 5e-3, 0.0, 0.0], rtol=1e-4, atol=1e-9)
   for bad in (-1, 2.5, True):
     with pytest.raises(ValueError, match="decay_begin"):
       base.make_optimizer("adam", 1e-2, 1.0, decay_updates=2, decay_begin=bad)

@@ -46,7 +46,10 @@ def _records(path, timeout_s=30.0):
 
 
 def _read_records(path):
+  """The whole records written so far (none while the file's header is not yet written)."""
   data = pathlib.Path(path).read_bytes()
+  if len(data) < 7:  # the service under load: the file exists, its header comes later
+    return []
   assert data[:4] == b":W&B"
   records, pos, pending = [], 7, b""
   while pos + 7 <= len(data):
@@ -54,7 +57,7 @@ def _read_records(path):
       pos += BLOCK - pos % BLOCK
       continue
     _, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
-    if kind == 0:
+    if kind == 0 or pos + 7 + length > len(data):  # the end, or a chunk still being written
       break
     chunk, pos = data[pos + 7 : pos + 7 + length], pos + 7 + length
     pending += chunk
