@@ -787,8 +787,8 @@ def make(task_id: str, num_envs: int, seed: int, **envpool_kwargs: Any) -> EnvPo
   pool_spec = _checked_pool_spec(envpool, task_id, num_envs, batch_size, envpool_kwargs)
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", UserWarning)  # gymnasium's float64 Box casting notes
-    # The spaces are checked before a pool exists: a refused task starts no simulator (a
-    # ViZDoom pool's games outlived the refusal).
+    # The spaces are checked on envpool's spec, before a pool exists: a refused task starts
+    # no simulator.
     spec_ = _spec_from_spaces(
         task_id,
         pool_spec.gymnasium_observation_space,
