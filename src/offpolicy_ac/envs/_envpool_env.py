@@ -804,7 +804,7 @@ def make(task_id: str, num_envs: int, seed: int, **envpool_kwargs: Any) -> EnvPo
         gym_reset_return_info=True,
         **envpool_kwargs,
     )
-  return EnvPoolEnv(pool, spec_, atari=_is_atari(envpool, task_id))
+    return EnvPoolEnv(pool, spec_, atari=_is_atari(envpool, task_id))  # reads pool's spaces
 
 
 def atari_kwargs(envpool: Any, task_id: str, train: bool, envpool_kwargs: dict[str, Any],
