@@ -784,18 +784,12 @@ def make(task_id: str, num_envs: int, seed: int, **envpool_kwargs: Any) -> EnvPo
       arg = "seed" if key == "env_seed" else key  # env_seed would override seed, silently
       raise ValueError(f"pass {arg} as an argument of make(), not {key} in envpool_kwargs")
   num_envs, batch_size, envpool_kwargs = _pool_kwargs(envpool, task_id, num_envs, envpool_kwargs)
+  # The spaces are checked on envpool's spec, before a pool exists: a refused task starts
+  # no simulator.
   pool_spec = _checked_pool_spec(envpool, task_id, num_envs, batch_size, envpool_kwargs)
+  spec_ = _spec_of_pool(task_id, pool_spec)
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", UserWarning)  # gymnasium's float64 Box casting notes
-    # The spaces are checked on envpool's spec, before a pool exists: a refused task starts
-    # no simulator.
-    spec_ = _spec_from_spaces(
-        task_id,
-        pool_spec.gymnasium_observation_space,
-        pool_spec.gymnasium_action_space,
-        num_envs,
-        batch_size,
-    )
     pool = envpool.make_gymnasium(
         task_id,
         num_envs=num_envs,
@@ -861,7 +855,12 @@ def spec(task_id: str, *, atari: bool = False, num_envs: int = 1, **envpool_kwar
     raise ValueError("spec() takes no seed: the spec does not depend on it")
   if check_bool("atari", atari):
     envpool_kwargs = atari_kwargs(envpool, task_id, True, envpool_kwargs, "spec(atari=True)")
-  pool_spec = pool_spec_of(envpool, task_id, num_envs, envpool_kwargs)
+  return _spec_of_pool(task_id, pool_spec_of(envpool, task_id, num_envs, envpool_kwargs))
+
+
+def _spec_of_pool(task_id: str, pool_spec: Any) -> EnvSpec:
+  """The `EnvSpec` of the pool envpool's spec `pool_spec` describes (no pool made), refused
+  (ValueError) for spaces the agents cannot use."""
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", UserWarning)  # gymnasium's float64 Box casting notes
     return _spec_from_spaces(
