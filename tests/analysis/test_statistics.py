@@ -6,6 +6,7 @@ Synthetic run directories (config.json and metrics.jsonl written here, in the fo
 
 import json
 import pathlib
+import warnings
 
 import numpy as np
 import pytest
@@ -442,6 +443,27 @@ def test_group_curve_prefers_evaluation_returns(tmp_path):
   # At the last step the runs read 20 + s: IQM of 4 = mean of the middle 2.
   assert curve.iqm[-1] == pytest.approx(np.mean([21.0, 22.0]))
   assert S.group_curve(group, metric="episode_return", reps=50).iqm[-1] == 0.0
+
+
+@pytest.mark.parametrize("gap", [1, 2, 3])
+def test_an_interval_without_episodes_leaves_its_step_out_not_the_ones_after(tmp_path, gap):
+  """A null episode_return (no episode ended in the interval) is a step without a value:
+  the runs stay aligned line by line (a gap before the last line had cut the curve short
+  by two steps, without a word)."""
+  steps = (5000, 10000, 15000, 20000, 25000)
+  returns = [10.0, 20.0, 30.0, 40.0, 50.0]
+  run = write_run(tmp_path / "r0", seed=0, steps=steps, returns=returns)
+  metrics = run / "metrics.jsonl"  # as the logger writes a return of no episode: null
+  missing = f'"episode_return": {returns[gap]}'
+  metrics.write_text(metrics.read_text().replace(missing, '"episode_return": null'))
+  write_run(tmp_path / "r1", seed=1, steps=steps, returns=returns)
+  (group,) = _groups([tmp_path])
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")  # no episode ended: nothing to warn of
+    curve = S.group_curve(group, reps=50)
+  assert curve.metric == "episode_return"
+  np.testing.assert_array_equal(curve.env_steps, [s for k, s in enumerate(steps) if k != gap])
+  np.testing.assert_array_equal(curve.iqm, [r for k, r in enumerate(returns) if k != gap])
 
 
 def test_a_short_run_or_a_repeated_seed_in_a_group_is_named(tmp_path):

@@ -455,27 +455,33 @@ def iqm_with_intervals(
   return CurveEstimate(point, np.minimum(lower, point), np.maximum(upper, point))
 
 
-def _series(records: list[dict], key: str, run_dir: Any = "a run") -> tuple[np.ndarray, np.ndarray]:
-  """A run's (env steps, values) of `key` from its metrics lines. A null (NaN is written as
-  null) is NaN, except in `episode_return`, where it means that no episode ended in the
-  interval (no point). Refuses a value that is not a number and steps that do not increase,
+def _series(records: list[dict], key: str,
+            run_dir: Any = "a run") -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+  """A run's (env steps, values, bad) of `key` from its metrics lines. A null is NaN: NaN is
+  written as null, and in `episode_return` a null means that no episode ended in the
+  interval (kept as NaN, so that runs logged at the same steps stay aligned line by line:
+  `align_runs` leaves the step out). `bad`: the steps of NaN or infinite values other than
+  those intervals. Refuses a value that is not a number and steps that do not increase,
   naming `run_dir`."""
-  pts = []
+  pts, bad = [], []
   for record in records:
     value = record.get(key, _ABSENT)
-    if value is _ABSENT or (value is None and key == "episode_return"):
+    if value is _ABSENT:
       continue
-    value = math.nan if value is None else value
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
       raise ValueError(f"{run_dir}: {key} at env step {record['env_steps']:,} is {value!r}, "
                        "not a number")  # fmt: skip
-    pts.append((record["env_steps"], value))
+    if (value is None and key != "episode_return") or (
+        value is not None and not math.isfinite(value)
+    ):  # fmt: skip
+      bad.append(record["env_steps"])
+    pts.append((record["env_steps"], math.nan if value is None else value))
   x, y = (np.asarray(v, np.float64) for v in zip(*pts)) if pts else (np.zeros(0), np.zeros(0))
   if np.any(np.diff(x) <= 0):
     i = int(np.argmax(np.diff(x) <= 0))
     raise ValueError(f"{run_dir}: its {METRICS_FILE} logs env step {x[i]:,.0f}, then "
                      f"{x[i + 1]:,.0f}: the steps must increase (two files joined?)")  # fmt: skip
-  return x, y
+  return x, y, np.asarray(bad, np.float64)
 
 
 _ABSENT = object()
@@ -510,7 +516,7 @@ def group_curve(
   if metric is None:
     evaluated = [np.isfinite(_series(rs, "eval_return", r.run_dir)[1]).any()
                  for r, rs in zip(group.runs, records)]  # fmt: skip
-    started = [e or _series(rs, "episode_return", r.run_dir)[0].size > 0
+    started = [e or np.isfinite(_series(rs, "episode_return", r.run_dir)[1]).any()
                for r, e, rs in zip(group.runs, evaluated, records)]  # fmt: skip
     without = [str(r.run_dir) for r, e, s in zip(group.runs, evaluated, started) if s and not e]
     metric = "episode_return" if without or not any(evaluated) else "eval_return"
@@ -518,6 +524,8 @@ def group_curve(
       warnings.warn(f"{name}: compared on episode_return, since {', '.join(without)} logged "
                     "no eval_return (or only NaN)", RuntimeWarning, stacklevel=2)  # fmt: skip
   series = [_series(rs, metric, r.run_dir) for r, rs in zip(group.runs, records)]
+  bad = [b for _, _, b in series]
+  series = [(x, y) for x, y, _ in series]
   empty = [str(r.run_dir) for r, (_, y) in zip(group.runs, series) if not np.isfinite(y).any()]
   if len(empty) == len(series):
     raise NothingLogged(f"{name}: no run logged {metric} ({', '.join(empty)})")
@@ -526,9 +534,8 @@ def group_curve(
                   RuntimeWarning, stacklevel=2)  # fmt: skip
     kept = [k for k, (_, y) in enumerate(series) if np.isfinite(y).any()]
     group = group._replace(runs=tuple(group.runs[k] for k in kept))
-    records, series = [records[k] for k in kept], [series[k] for k in kept]
-  for run, (x, y) in zip(group.runs, series):
-    nan = x[~np.isfinite(y)]
+    records, series, bad = ([items[k] for k in kept] for items in (records, series, bad))
+  for run, nan in zip(group.runs, bad):
     if nan.size:  # the logger writes NaN as null; another writer may write Infinity
       warnings.warn(f"{name}: {run.run_dir} logged {metric} NaN or infinite at env steps "
                     f"{', '.join(f'{s:,.0f}' for s in nan[:5])}: the curve leaves those steps "
