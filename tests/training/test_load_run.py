@@ -678,3 +678,119 @@ def test_a_run_with_infinite_settings_loads_and_resumes(tmp_path):
   assert load_run(tmp_path / "run").agent.config == agent
   longer = dataclasses.replace(args, resume=True, train=train.replace(total_env_steps=768))
   assert presets.impala.run(longer, progress=False).env_steps == 768
+
+
+def _edit_checksums(path):
+  """A param array's shape changed in checksums.json: the file is damaged."""
+  checksums = json.loads(path.read_text())
+  name = next(k for k in sorted(checksums) if "agent/params" in k)
+  checksums[name] = "<f4[1, 3]:" + checksums[name].rpartition(":")[2]
+  path.write_text(json.dumps(checksums))
+
+
+DAMAGES = {
+    "a shape in checksums.json": lambda step: _edit_checksums(step / "checksums.json"),
+    "checksums.json not an object": lambda step: (step / "checksums.json").write_text("[]"),
+    "the record's format": lambda step: (step / "record" / "metadata").write_text(
+        (step / "record" / "metadata").read_text().replace('"format": 3', '"format": 2')),
+    "the record's program": lambda step: (step / "record" / "metadata").write_text(
+        (step / "record" / "metadata").read_text().replace('"envpool"', '"envpoom"')),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGES))
+def test_a_newest_checkpoint_damaged_in_its_checksums_or_record_is_passed_over(
+    runs, tmp_path, damage
+):
+  """Damage that reads as another configuration or format (a shape in checksums.json, the
+  record's fields) is damage where the run's other checkpoints read: passed over with a
+  warning, as --resume passes it over; asked for by its step, refused as damaged (it was
+  refused as a checkpoint of another configuration or version, and nothing was loaded)."""
+  run_dir = tmp_path / "run"
+  shutil.copytree(runs["impala"], run_dir)
+  final = load_run(run_dir)
+  last, before = final.checkpoints[-1], final.checkpoints[-2]
+  DAMAGES[damage](run_dir / "checkpoints" / str(last))
+  (run_dir / "final_params.msgpack").unlink()
+  named = rf"checkpoints?[ /]{last}\b"
+  with pytest.warns(RuntimeWarning, match=rf"{named}.*: loaded the newest intact checkpoint, "
+                                          rf"at env step {before:,}"):  # fmt: skip
+    loaded = load_run(run_dir)
+  assert loaded.source == "checkpoint" and loaded.env_steps == before
+  assert _equal_trees(loaded.params, load_run(run_dir, checkpoint=before).params)
+  with pytest.raises(DamagedCheckpointError, match=named):
+    load_run(run_dir, checkpoint=last)
+
+
+def test_checkpoints_of_other_shapes_than_config_json_says_are_refused_as_such(runs, tmp_path):
+  """Every checkpoint of other shapes (config.json edited): another configuration, not
+  damage."""
+  run_dir = tmp_path / "run"
+  shutil.copytree(runs["impala"], run_dir)
+  (run_dir / "final_params.msgpack").unlink()
+  config = json.loads((run_dir / "config.json").read_text())
+  config["config"]["agent"]["hidden_sizes"] = [32]
+  (run_dir / "config.json").write_text(json.dumps(config))
+  with pytest.raises(ValueError, match="config.json no longer describes the agent") as error:
+    load_run(run_dir)
+  assert not isinstance(error.value, DamagedCheckpointError)
+
+
+@pytest.mark.parametrize("record", [[1, 2], {"algorithm": ["impala"], "config": {}}, "impala"])
+def test_a_config_json_of_another_shape_is_refused_in_one_line(tmp_path, record):
+  (tmp_path / "config.json").write_text(json.dumps(record))
+  with pytest.raises(ValueError, match="was not written by an experiment script"):
+    load_run(tmp_path)
+
+
+def test_a_learner_copied_away_loads_its_own_parameters_not_a_new_runs_in_its_place(tmp_path):
+  """A seed directory copied on its own records its run's root; a new run made there since
+  is another run (its run_id; before run ids, started after the learner): the copy loads
+  its own final parameters, not the new run's checkpoints."""
+  root = _run("sql", tmp_path / "run", total_env_steps=128, log_every=64,
+              checkpoint_every=64, num_seeds=2, seed=3, min_replay_size=16)  # fmt: skip
+  own = load_run(root / "seed4")
+  lone = tmp_path / "lone" / "seed4"
+  shutil.copytree(root / "seed4", lone)
+  config_path = root / "config.json"
+  root_config = json.loads(config_path.read_text())
+  learner = json.loads((lone / "config.json").read_text())
+  assert root_config["run_id"] == learner["run_id"]
+  learner_run_id = learner["run_id"]
+  assert load_run(lone).checkpoints == own.checkpoints  # its run's, while it is there
+  root_config["run_id"] = "0" * 32  # another run made in its place
+  config_path.write_text(json.dumps(root_config))
+  copy = load_run(lone)
+  assert copy.source == "final" and copy.checkpoints == () and copy.env_steps == 128
+  assert _equal_trees(copy.params, own.params)
+  # A learner written before run ids: the run in its place started after it.
+  del learner["run_id"], root_config["run_id"]
+  (lone / "config.json").write_text(json.dumps(learner))
+  config_path.write_text(json.dumps(root_config))
+  assert load_run(lone).checkpoints == own.checkpoints
+  root_config["created"] = "2100-01-01T00:00:00+0000"
+  config_path.write_text(json.dumps(root_config))
+  assert load_run(lone).checkpoints == ()
+  # An edited lane: refused by name, not another lane's parameters or an IndexError.
+  config_path.write_text(json.dumps(dict(root_config, run_id=learner_run_id)))
+  seed_config = root / "seed4" / "config.json"
+  written = json.loads(seed_config.read_text())
+  for lane in (7, "x", 0, True, -1):
+    seed_config.write_text(json.dumps(dict(written, learner=lane)))
+    with pytest.raises(ValueError, match=rf"learner {re.escape(repr(lane))} of 2 is not the "
+                                         r"lane of its seed, 4"):  # fmt: skip
+      load_run(root / "seed4", checkpoint=128)
+
+
+def test_a_run_that_saved_observation_statistics_is_refused_without_them(runs, tmp_path):
+  """config.json edited to train without normalised observations: the parameters would act
+  on raw observations, which they were never trained on."""
+  run_dir = tmp_path / "run"
+  shutil.copytree(runs["sql"], run_dir)
+  config = json.loads((run_dir / "config.json").read_text())
+  config["config"]["train"]["transform"]["normalize_observations"] = False
+  (run_dir / "config.json").write_text(json.dumps(config))
+  for best in (False, True):
+    with pytest.raises(ValueError, match=r"normalize_observations false.*saved them "
+                                         r"\(final_transform.msgpack, best_transform.msgpack\)"):  # fmt: skip
+      load_run(run_dir, best=best)

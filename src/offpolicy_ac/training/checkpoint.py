@@ -116,6 +116,12 @@ class DamagedCheckpointError(ValueError):
   """A checkpoint's arrays do not match the checksums written with them."""
 
 
+class CheckpointLayoutError(ValueError):
+  """A checkpoint holds arrays of other shapes or dtypes than asked for: one of another
+  configuration (config.json edited, the networks changed), or, where the run's other
+  checkpoints fit, one whose checksums.json is damaged."""
+
+
 class CheckpointAccessError(OSError):
   """A checkpoint that could not be read for a reason of the machine's, not of its bytes
   (no permission, no memory, too many open files, an I/O error): it is left as it is."""
@@ -209,9 +215,13 @@ def _read_checksums(step_dir: pathlib.Path) -> dict[str, str]:
   if not path.exists():
     raise DamagedCheckpointError(f"{step_dir} has no {CHECKSUMS} (its save did not finish)")
   try:
-    return read_json(path)
+    checksums = read_json(path)
   except ValueError as e:  # not JSON, or not text
     raise DamagedCheckpointError(str(e)) from None
+  if not isinstance(checksums, dict) or not all(isinstance(v, str) for v in checksums.values()):
+    raise DamagedCheckpointError(f"{path} is not a checkpoint's checksums (an object of "
+                                 "strings): damaged")  # fmt: skip
+  return checksums
 
 
 SAVING = threading.Event()
@@ -501,10 +511,10 @@ def read_checkpoint(directory: str | pathlib.Path, step: int, item: Any) -> tupl
   structure.
 
   Raises:
-    DamagedCheckpointError: no checksums, files missing or cut short, or arrays that do
-      not match their checksums.
-    ValueError: the checkpoint holds arrays of other shapes than `item`'s (another
-      configuration: not damage).
+    DamagedCheckpointError: no checksums, files missing or cut short, or arrays or a
+      record that do not match their checksums.
+    CheckpointLayoutError: the checkpoint holds arrays of other shapes than `item`'s
+      (another configuration, or damaged checksums: see the class).
     CheckpointAccessError: it could not be read for a reason of the machine's.
   """
   directory = pathlib.Path(directory).absolute()
@@ -516,7 +526,8 @@ def read_checkpoint(directory: str | pathlib.Path, step: int, item: Any) -> tupl
     raise
   mismatch = layout_mismatch(item, checksums, partial=True)
   if mismatch is not None:
-    raise ValueError(f"{where} holds arrays of other shapes than asked for ({mismatch})")
+    raise CheckpointLayoutError(f"{where} holds arrays of other shapes than asked for "
+                                f"({mismatch})")  # fmt: skip
   try:
     restored = _restore_read_only(directory, step, item)
   except Exception as e:  # pylint: disable=broad-except
@@ -524,7 +535,10 @@ def read_checkpoint(directory: str | pathlib.Path, step: int, item: Any) -> tupl
     _raise_if_access_error(e, where)
     raise DamagedCheckpointError(f"{where} could not be read: {_brief(e)}") from e
   verify_checksums(restored["arrays"], checksums, where)
-  return restored["arrays"], dict(restored["record"])
+  record = dict(restored["record"])
+  if checksums.get(RECORD) != record_checksum(record):
+    raise DamagedCheckpointError(f"{where}: its record does not match its checksum")
+  return restored["arrays"], record
 
 
 @contextlib.contextmanager

@@ -603,8 +603,9 @@ def _configure_and_drive(name: str, args: Any, root: pathlib.Path, lanes: list[s
       if _alone(root, lanes):
         rundir.check_or_write_config(name, args, dirs[0], resume, **common)
       else:
-        rundir.check_or_write_config(name, args, root, resume, others=dirs, **common)
-        sweeps.write_lane_configs(name, args, root, lanes, resume, options.inputs)
+        written = rundir.check_or_write_config(name, args, root, resume, others=dirs, **common)
+        sweeps.write_lane_configs(name, args, root, lanes, resume, options.inputs,
+                                  written["run_id"])  # fmt: skip
   except BaseException:
     with contextlib.suppress(Exception):  # the refusal is the error to show
       MultiLogger(*added).close()

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime
 import fcntl
 import json
 import numbers
@@ -46,6 +47,7 @@ from typing import Callable
 from typing import NamedTuple
 from typing import Optional
 from typing import Sequence
+import uuid
 import warnings
 import zlib
 
@@ -61,6 +63,8 @@ from offpolicy_ac.agents.registry import make_agent
 from offpolicy_ac.analysis.metrics_file import config_jsonable
 from offpolicy_ac.analysis.metrics_file import read_json
 from offpolicy_ac.training import records
+from offpolicy_ac.training.checkpoint import CHECKSUMS
+from offpolicy_ac.training.checkpoint import CheckpointLayoutError
 from offpolicy_ac.training.checkpoint import DamagedCheckpointError
 from offpolicy_ac.training.checkpoint import checkpoint_steps
 from offpolicy_ac.training.checkpoint import incomplete_steps
@@ -637,13 +641,15 @@ def check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: b
                           others: Sequence[pathlib.Path] = (),
                           inputs: Optional[dict] = None,
                           checkpoints: Optional[pathlib.Path] = None,
-                          writes_checkpoints: bool = True) -> None:  # fmt: skip
+                          writes_checkpoints: bool = True) -> dict:  # fmt: skip
   """On resume, refuses a changed config or input file (`inputs`: the digests of the
   files that args fields name, kept in config.json, compared instead of the paths), and
   a run that cannot go on: `checkpoints` (default `run_dir`/checkpoints; a multi-process
   job's other processes read process 0's) gone while its summary names one, or folders it
   writes in (with `writes_checkpoints`, the checkpoints too) not writable. Otherwise
-  refuses to overwrite a run (in `run_dir` or any of `others`). Then writes config.json."""
+  refuses to overwrite a run (in `run_dir` or any of `others`). Then writes config.json,
+  with the run's `run_id` (a new one for a new run, or a resumed one that has none), and
+  returns what it wrote."""
   config_path = run_dir / "config.json"
   old = _run_config(config_path) if config_path.exists() else None
   lane_of = old is not None and _learner_of(old)
@@ -734,8 +740,10 @@ def check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: b
             "resume=True in the args), or choose another --run-dir"
         )
   run_dir.mkdir(parents=True, exist_ok=True)
-  extra = {"algorithm": name, **({"inputs": inputs} if inputs else {})}
-  write_config(run_dir, args, extra=extra, started=old if resume else None)
+  run_id = (old or {}).get("run_id") if resume else None
+  extra = {"algorithm": name, "run_id": run_id or uuid.uuid4().hex,
+           **({"inputs": inputs} if inputs else {})}  # fmt: skip
+  return write_config(run_dir, args, extra=extra, started=old if resume else None)
 
 
 def _check_writable(root: pathlib.Path, dirs: Sequence[pathlib.Path],
@@ -1043,8 +1051,8 @@ def _read_config(run_dir: str | os.PathLike) -> tuple[dict, TrainConfig]:
         f"; it holds the seeds of one: load one of them ({', '.join(learners)})"
         if learners else f"; it is inside the run in {run}" if run else ""))  # fmt: skip
   record = read_json(path)
-  config = record.get("config")
-  if not isinstance(config, dict) or "algorithm" not in record:
+  config = record.get("config") if isinstance(record, dict) else None
+  if not isinstance(config, dict) or not isinstance(record.get("algorithm"), str):
     raise ValueError(f"{path} was not written by an experiment script (no algorithm/config)")
   if "loop" in config:
     raise ValueError(
@@ -1089,12 +1097,39 @@ def _learner_root(run_dir: pathlib.Path, record: dict) -> Optional[pathlib.Path]
   """The root of the run of several whose learner `run_dir` (its config.json `record`) is:
   where the learner lies first (root/seed<k>, root/<setting>/seed<k>), so that a copied or
   moved run is its own, else the root recorded when it was written; None for a run that is
-  no learner, or whose root is gone."""
+  no learner, or whose root is gone (another run in its place included: `_is_root_of`)."""
   lanes_of = _learner_of(record)
   if lanes_of is None:
     return None
   candidates = [run_dir.parent, run_dir.parent.parent, pathlib.Path(lanes_of)]
-  return next((c for c in candidates if (c / "config.json").exists()), None)
+  return next((c for c in candidates if _is_root_of(c, record)), None)
+
+
+def _is_root_of(root: pathlib.Path, record: dict) -> bool:
+  """Whether `root` holds the run whose learner's config.json is `record`: the same
+  `run_id`; for a learner written before run ids, a run of the same algorithm started no
+  later than the learner (a run started since in its place is another)."""
+  try:
+    held = read_json(root / "config.json")
+  except (OSError, ValueError):
+    return False
+  if not isinstance(held, dict):
+    return False
+  if "run_id" in record:
+    return held.get("run_id") == record["run_id"]
+  started = [_started(r) for r in (held, record)]
+  return held.get("algorithm") == record.get("algorithm") and (
+      None in started or started[0] <= started[1]
+  )
+
+
+def _started(record: dict) -> Optional[float]:
+  """When the run of a config.json `record` started (its `created`, as a POSIX time), or
+  None when it does not say."""
+  try:
+    return datetime.datetime.strptime(record["created"], "%Y-%m-%dT%H:%M:%S%z").timestamp()
+  except (KeyError, TypeError, ValueError):
+    return None
 
 
 def _checkpoint_source(run_dir: pathlib.Path, record: dict) -> tuple[pathlib.Path, int, int]:
@@ -1102,15 +1137,30 @@ def _checkpoint_source(run_dir: pathlib.Path, record: dict) -> tuple[pathlib.Pat
   learner of a run of several (seeds, a sweep's settings), written in `<root>/seed<k>` or
   `<root>/<setting>/seed<k>`, finds its checkpoints in the root, stacked with the other
   learners' (its config.json records its lane: `learners_of`, `learner`, `learners`; a
-  vmapped seed of offpolicy_ac 0.2, `vmapped_seeds_of`: its seed's place in the root's)."""
+  vmapped seed of offpolicy_ac 0.2, `vmapped_seeds_of`: its seed's place in the root's).
+  A lane that is not its seed's (an edited file) is refused (ValueError)."""
   root = _learner_root(run_dir, record)
   if root is None:  # not a learner, or its root is gone: no checkpoints to read
     return run_dir / "checkpoints", 1, 0
+  try:
+    first, count = (read_json(root / "config.json")["config"]["train"]["budget"][k]
+                    for k in ("seed", "num_seeds"))  # fmt: skip
+    seed = record["config"]["train"]["budget"]["seed"]
+  except (KeyError, TypeError) as e:
+    raise ValueError(f"{root / 'config.json'} or {run_dir / 'config.json'} holds no seed "
+                     f"(edited or damaged: {e!r})") from None  # fmt: skip
   if record.get("learners_of") is None:
-    budget = lambda r: r["config"]["train"]["budget"]  # noqa: E731
-    seeds = budget(read_json(root / "config.json"))
-    return root / "checkpoints", seeds["num_seeds"], budget(record)["seed"] - seeds["seed"]
-  return root / "checkpoints", record["learners"], record["learner"]
+    return root / "checkpoints", count, seed - first
+  learner, learners = record.get("learner"), record.get("learners")
+  # Lanes are the settings, then the seeds (`sweeps.lanes_of`): lane k trains seed
+  # first + k % count.
+  if not all(isinstance(n, int) and not isinstance(n, bool) for n in (learner, learners)) or (
+      not 0 <= learner < learners or seed != first + learner % count
+  ):  # fmt: skip
+    raise ValueError(f"{run_dir / 'config.json'}: learner {learner!r} of {learners!r} is not "
+                     f"the lane of its seed, {seed}, in the run in {root} (the file was "
+                     "edited)")  # fmt: skip
+  return root / "checkpoints", learners, learner
 
 
 def load_run(run_dir: str | os.PathLike, *, checkpoint: Optional[int] = None,
@@ -1166,6 +1216,8 @@ def load_run(run_dir: str | os.PathLike, *, checkpoint: Optional[int] = None,
   steps = tuple(checkpoint_steps(ckpt_dir))
   final = run_dir / FINAL_PARAMS
   summary = _read_summary(run_dir / "summary.json")
+  if not jax.tree.leaves(transform):
+    _refuse_statistics_unused(run_dir, summary)
   paired = _summary_of_final(run_dir, summary)
   # A run resumed after its summary went on (it is running, or was killed): the final
   # parameters and the summary's steps are older than its newest checkpoint, or (killed
@@ -1229,7 +1281,7 @@ def load_run(run_dir: str | os.PathLike, *, checkpoint: Optional[int] = None,
       older = f"the final parameters ({FINAL_PARAMS})" if since else ""
       found = _newest_readable(since or steps, read, older)
     else:
-      found = checkpoint, read(checkpoint)
+      found = checkpoint, _read_one(checkpoint, steps, read)
     if found is None:
       params = load_params(final, params_template)
       transform = _load_transform(run_dir / FINAL_TRANSFORM, transform)
@@ -1243,6 +1295,27 @@ def load_run(run_dir: str | os.PathLike, *, checkpoint: Optional[int] = None,
       env_steps=env_steps, source=source, checkpoints=steps, greedy=jax.jit(greedy),
       act=jax.jit(act),
   )  # fmt: skip
+
+
+def _refuse_statistics_unused(run_dir: pathlib.Path, summary: dict) -> None:
+  """Refuses a run whose config.json describes a data transformer without a state when
+  the run saved one (observation statistics: final_transform.msgpack, best_transform.msgpack,
+  or their CRC-32s in summary.json and best.json): config.json was edited, and the
+  parameters would act on observations not normalised as in training."""
+  saved = [name for name in (FINAL_TRANSFORM, BEST_TRANSFORM) if (run_dir / name).exists()]
+  try:
+    best = read_json(run_dir / BEST_RECORD)
+  except (OSError, ValueError):  # none, or damaged: its files say
+    best = {}
+  best = best if isinstance(best, dict) else {}
+  if not saved and ("final_transform_crc32" in summary or "transform_crc32" in best):
+    saved = ["summary.json" if "final_transform_crc32" in summary else BEST_RECORD]
+  if saved:
+    raise ValueError(
+        f"{run_dir}: config.json trains without observation statistics "
+        "(normalize_observations false), but the run saved them (" + ", ".join(saved) + "): "
+        "config.json was edited; set normalize_observations back to true"
+    )
 
 
 def _summary_of_final(run_dir: pathlib.Path, summary: dict) -> bool:
@@ -1301,23 +1374,47 @@ def _newest_readable(steps: Sequence[int], read: Callable[[int], Any],
                      older: str = "") -> Optional[tuple[int, Any]]:  # fmt: skip
   """(step, read(step)) of the newest of `steps` whose checkpoint reads and matches its
   checksums, with a warning naming the damaged ones passed over (as `--resume` falls
-  back). With none readable: None where `older` names what is loaded instead, else the
-  newest one's error."""
-  errors = []
+  back). A run writes one layout, so one of other shapes than an older intact one's is
+  damaged (its checksums.json) and passed over too. With none readable: None where
+  `older` names what is loaded instead, else the newest one's error (of other shapes
+  first: another configuration)."""
+  errors, unfit = [], []
   for step in reversed(steps):
     try:
       found = step, read(step)
+    except CheckpointLayoutError as e:
+      unfit.append(e)
+      continue
     except DamagedCheckpointError as e:
       errors.append(e)
       continue
-    if errors:
-      warnings.warn(f"{'; '.join(map(str, errors))}: loaded the newest intact checkpoint, "
-                    f"at env step {step:,}", RuntimeWarning, stacklevel=3)  # fmt: skip
+    if errors or unfit:
+      warnings.warn(f"{'; '.join(map(str, errors + unfit))}: loaded the newest intact "
+                    f"checkpoint, at env step {step:,}", RuntimeWarning, stacklevel=3)  # fmt: skip
     return found
-  if errors and older:
-    warnings.warn(f"{'; '.join(map(str, errors))}: loaded {older}", RuntimeWarning, stacklevel=3)
+  if (errors or unfit) and older:
+    warnings.warn(f"{'; '.join(map(str, errors + unfit))}: loaded {older}", RuntimeWarning,
+                  stacklevel=3)  # fmt: skip
     return None
-  raise errors[0]
+  raise (unfit or errors)[0]
+
+
+def _read_one(step: int, steps: Sequence[int], read: Callable[[int], Any]) -> Any:
+  """read(step), where the checkpoint at `step` holding arrays of other shapes is damaged
+  (DamagedCheckpointError: its checksums.json) when another of the run's `steps` reads: a
+  run writes one layout."""
+  try:
+    return read(step)
+  except CheckpointLayoutError as e:
+    for other in reversed([s for s in steps if s != step]):
+      try:
+        read(other)
+      except (ValueError, OSError):
+        continue
+      raise DamagedCheckpointError(f"checkpoint {step}: its {CHECKSUMS} is damaged (it "
+                                   f"lists arrays of other shapes than the run's checkpoint "
+                                   f"at env step {other:,} holds: {e})") from None  # fmt: skip
+    raise
 
 
 def _warn_of_newer_incomplete(ckpt_dir: pathlib.Path, step: int) -> None:
@@ -1359,10 +1456,9 @@ def _read_acting(ckpt_dir: pathlib.Path, step: int, num_seeds: int, index: int,
   where = f"checkpoint {step} in {ckpt_dir}"
   try:
     arrays, record = read_checkpoint(ckpt_dir, step, item)
-  except DamagedCheckpointError:
-    raise
-  except ValueError as e:  # arrays of other shapes: another configuration, not damage
-    raise ValueError(f"{e}: config.json no longer describes the agent that wrote it") from None
+  except CheckpointLayoutError as e:  # another configuration, unless the others fit
+    raise CheckpointLayoutError(f"{e}: config.json no longer describes the agent that wrote "
+                                "it") from None  # fmt: skip
   records.check_format(record, f"{ckpt_dir} at step {step}", "compiled" if compiled else "envpool")
   learner = take_lane((arrays["state"] if compiled else arrays)["learner"], index)
   return (
