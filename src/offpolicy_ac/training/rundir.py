@@ -1389,14 +1389,26 @@ def _newest_readable(steps: Sequence[int], read: Callable[[int], Any],
       errors.append(e)
       continue
     if errors or unfit:
-      warnings.warn(f"{'; '.join(map(str, errors + unfit))}: loaded the newest intact "
-                    f"checkpoint, at env step {step:,}", RuntimeWarning, stacklevel=3)  # fmt: skip
+      warnings.warn(f"{_passed_over(errors, unfit)}: loaded the newest intact checkpoint, at "
+                    f"env step {step:,}", RuntimeWarning, stacklevel=3)  # fmt: skip
     return found
   if (errors or unfit) and older:
-    warnings.warn(f"{'; '.join(map(str, errors + unfit))}: loaded {older}", RuntimeWarning,
-                  stacklevel=3)  # fmt: skip
+    warnings.warn(f"{_passed_over(errors, unfit)}: loaded {older}", RuntimeWarning, stacklevel=3)
     return None
-  raise (unfit or errors)[0]
+  if unfit:
+    raise _another_configuration(unfit[0])
+  raise errors[0]
+
+
+def _passed_over(errors: list[Exception], unfit: list[Exception]) -> str:
+  """The damaged checkpoints passed over, in one line: those that could not be read, and
+  those whose checksums.json lists arrays of other shapes than an intact one holds."""
+  return "; ".join([*map(str, errors), *(f"{e}: its {CHECKSUMS} is damaged" for e in unfit)])
+
+
+def _another_configuration(error: CheckpointLayoutError) -> CheckpointLayoutError:
+  return CheckpointLayoutError(f"{error}: config.json no longer describes the agent that "
+                               "wrote it")  # fmt: skip
 
 
 def _read_one(step: int, steps: Sequence[int], read: Callable[[int], Any]) -> Any:
@@ -1411,10 +1423,9 @@ def _read_one(step: int, steps: Sequence[int], read: Callable[[int], Any]) -> An
         read(other)
       except (ValueError, OSError):
         continue
-      raise DamagedCheckpointError(f"checkpoint {step}: its {CHECKSUMS} is damaged (it "
-                                   f"lists arrays of other shapes than the run's checkpoint "
-                                   f"at env step {other:,} holds: {e})") from None  # fmt: skip
-    raise
+      raise DamagedCheckpointError(f"{e}: its {CHECKSUMS} is damaged (the run's checkpoint "
+                                   f"at env step {other:,} holds this run's)") from None  # fmt: skip
+    raise _another_configuration(e) from None
 
 
 def _warn_of_newer_incomplete(ckpt_dir: pathlib.Path, step: int) -> None:
@@ -1454,11 +1465,7 @@ def _read_acting(ckpt_dir: pathlib.Path, step: int, num_seeds: int, index: int,
   if compiled:
     item = {"state": item}
   where = f"checkpoint {step} in {ckpt_dir}"
-  try:
-    arrays, record = read_checkpoint(ckpt_dir, step, item)
-  except CheckpointLayoutError as e:  # another configuration, unless the others fit
-    raise CheckpointLayoutError(f"{e}: config.json no longer describes the agent that wrote "
-                                "it") from None  # fmt: skip
+  arrays, record = read_checkpoint(ckpt_dir, step, item)
   records.check_format(record, f"{ckpt_dir} at step {step}", "compiled" if compiled else "envpool")
   learner = take_lane((arrays["state"] if compiled else arrays)["learner"], index)
   return (
