@@ -125,17 +125,26 @@ def test_final_scores_table_gives_the_iqm_of_the_runs_final_greedy_returns(tmp_p
   # Curves of greedy returns, or of any other metric, need no second table.
   for metric in ("eval_return", "loss"):
     assert S.final_scores_table([c._replace(metric=metric) for c in curves], labels) is None
-  # A run stopped before its end, or one being resumed, has no final score yet.
+  # A run stopped before its end, or one being resumed, has no final score yet: its group's
+  # row says so, the other groups' keep theirs; with no group scored, there is no table.
+  unscored = "- (a run not finished, or without a final evaluation)"
   for unfinished in ({"interrupted": True}, {"resumed_since": "2026-01-01T00:00:00+0000"}):
     (tmp_path / "b1" / "summary.json").write_text(
         json.dumps({"last_eval_return": 7.0, **unfinished})
     )
-    assert S.final_scores_table(curves, labels) is None
+    _, _, _, row_a, row_b = S.final_scores_table(curves, labels).splitlines()
+    assert row_a.split()[-3:] == ["20.00", "[10.00,", "30.00]"] and row_b.endswith(unscored)
   (tmp_path / "b1" / "summary.json").write_text(
       json.dumps({"last_eval_return": 7.0, "interrupted": False})
   )
-  assert S.final_scores_table(curves, labels) is not None
+  assert S.final_scores_table(curves, labels).splitlines()[4].split()[-3:] == [
+      "6.0000",
+      "[5.0000,",
+      "7.0000]",
+  ]
   (tmp_path / "b1" / "summary.json").unlink()  # a run still training: no score to give
+  assert S.final_scores_table(curves, labels).splitlines()[4].endswith(unscored)
+  (tmp_path / "a1" / "summary.json").unlink()
   assert S.final_scores_table(curves, labels) is None
   with pytest.raises(ValueError, match="one label per curve"):
     S.final_scores_table(curves, ["one"])

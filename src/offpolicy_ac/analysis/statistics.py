@@ -607,30 +607,39 @@ def final_scores_table(
   """For groups compared on training returns (their runs too short for a greedy evaluation
   in metrics.jsonl): a titled text table of their final greedy returns (each run's
   summary.json `last_eval_return`, the score of its final parameters), one row per group,
-  the IQM over its runs with a 95% bootstrap interval. None when no curve is of training
-  returns (`episode_return`), or a run has no such score: one still training, one that
-  evaluated nothing, one stopped before its end (`interrupted` in its summary) or being
-  resumed (`resumed_since`: the summary is of a segment before)."""
+  the IQM over its runs with a 95% bootstrap interval. A group one of whose runs has no
+  such score (one still training, one that evaluated nothing, one stopped before its end,
+  `interrupted` in its summary, or being resumed, `resumed_since`: the summary is of a
+  segment before) has a row that says so. None when no curve is of training returns
+  (`episode_return`), or no group has a score."""
   if len(labels) != len(curves):
     raise ValueError(f"need one label per curve ({len(curves)}), got {len(labels)}")
   if not any(c.metric == "episode_return" for c in curves):
     return None
   rows = [("group", "env", "runs", "final greedy return IQM [95% CI]")]
+  scored = False
   for curve, label in zip(curves, labels):
-    scores = []
-    for run in curve.group.runs:
-      try:
-        summary = read_json(run.run_dir / "summary.json")
-        score = summary.get("last_eval_return")
-        unfinished = summary.get("interrupted") or "resumed_since" in summary
-      except (OSError, ValueError, AttributeError):
-        return None
-      if unfinished:
-        return None
-      if not isinstance(score, (int, float)) or not math.isfinite(score):
-        return None
-      scores.append(float(score))
-    est = iqm_with_intervals(np.asarray(scores)[:, None], reps=reps, seed=seed)
-    interval = f"{_number(est.point[0])} [{_number(est.lower[0])}, {_number(est.upper[0])}]"
+    scores = [_final_score(run.run_dir) for run in curve.group.runs]
+    if None in scores:
+      interval = "- (a run not finished, or without a final evaluation)"
+    else:
+      est = iqm_with_intervals(np.asarray(scores)[:, None], reps=reps, seed=seed)
+      interval = f"{_number(est.point[0])} [{_number(est.lower[0])}, {_number(est.upper[0])}]"
+      scored = True
     rows.append((label, curve.group.env_id, str(len(scores)), interval))
+  if not scored:
+    return None
   return f"The final parameters' greedy returns (summary.json):\n{_text_table(rows)}"
+
+
+def _final_score(run_dir: pathlib.Path) -> Optional[float]:
+  """A finished run's final greedy return (summary.json's `last_eval_return`), or None."""
+  try:
+    summary = read_json(run_dir / "summary.json")
+    score = summary.get("last_eval_return")
+    unfinished = summary.get("interrupted") or "resumed_since" in summary
+  except (OSError, ValueError, AttributeError):
+    return None
+  if unfinished or not isinstance(score, (int, float)) or not math.isfinite(score):
+    return None
+  return float(score)
