@@ -914,6 +914,17 @@ def test_a_wrapper_names_itself_for_a_keyword_impala_loss_does_not_take(which):
   assert np.isfinite(call(entropy_weight=0.1, lambda_=0.9).loss)
 
 
+@pytest.mark.parametrize("odd", ["r_t", "log_pi_tm1", "entropy_tm1"])
+def test_a_mis_shaped_per_step_input_is_the_one_named(odd):
+  """The per-step inputs were checked against `r_t`'s shape: a mis-shaped `r_t` was
+  reported as `log_pi_tm1` of the wrong shape."""
+  args = dict.fromkeys(["v_tm1", "v_t", "r_t", "log_pi_tm1", "log_mu_tm1", "entropy_tm1"],
+                       jnp.zeros((5, 3)))  # fmt: skip
+  args[odd] = jnp.zeros((4, 3))
+  with pytest.raises(ValueError, match=rf"^`{odd}` must have shape \(5, 3\)"):
+    L.impala_loss(discount_t=jnp.ones((5, 3)), **args)
+
+
 def test_numpy_float64_hyper_parameters_keep_float32_losses_float32_under_x64():
   """Under `jax_enable_x64` a NumPy float64 weight, threshold or epsilon made the float32
   losses float64 (`vtrace` already cast its hyper-parameters to the inputs' dtype)."""

@@ -528,6 +528,26 @@ def test_box_mixture_samples_take_the_centre_dtype_and_numpy_counts(dtype):
   assert samples.shape == (2, 5, 3) and samples.dtype == dtype
 
 
+def test_box_mixture_samples_stay_float32_with_a_numpy_float64_std_under_x64():
+  """Contract 1: a NumPy float64 hyper-parameter leaves float32 outputs float32 (the std
+  was used as given, and the samples came out float64)."""
+  with jax.enable_x64(True):  # a context: x64 does not leak into the other tests
+    center = jnp.zeros((4, 2), jnp.float32)
+    samples = L.sample_box_mixture(jax.random.PRNGKey(0), center, np.float64(0.3), 2, 2)
+  assert samples.dtype == jnp.float32
+
+
+@pytest.mark.parametrize("bandwidth", [None, 1.0])
+def test_an_empty_batch_of_particle_sets_gives_empty_kernels_and_directions(bandwidth):
+  """Contract 1: B = 0 gives empty outputs, eagerly and under jit (the adaptive bandwidth
+  reshaped the [0, K, M] distances with -1: ZeroDivisionError)."""
+  x = jnp.zeros((0, 4, 2))
+  for call in (lambda f, *a: f(*a), lambda f, *a: jax.jit(f)(*a)):
+    kernel = call(lambda x: L.rbf_kernel(x, x, bandwidth), x)
+    assert kernel.kappa.shape == (0, 4, 4) and kernel.grad_x.shape == (0, 4, 4, 2)
+    assert call(lambda x: L.svgd_direction(x, x, x, bandwidth), x).shape == (0, 4, 2)
+
+
 def test_box_mixture_density_in_bfloat16_and_empty_particle_axes_are_refused():
   actions = jax.random.uniform(jax.random.PRNGKey(0), (2, 5, 3), minval=-1.0, maxval=1.0)
   center = jnp.zeros((2, 3))

@@ -118,10 +118,13 @@ def check_action_values(name: str, x: Any, shape: tuple[int, ...], ref: str = "r
 
 
 def check_same_shape(names_and_arrays: list[tuple[str, Any]]) -> tuple[int, ...]:
-  """Checks that all arrays have the shape of the first; returns that shape."""
-  ref_name, ref = names_and_arrays[0]
-  shape = tuple(jnp.shape(ref))
-  for name, x in names_and_arrays[1:]:
+  """Checks that all arrays have one shape; returns it. Where they differ, the error names
+  an array whose shape fewer of them have (the odd one out), against the first array of
+  the most common shape (of shapes as common, the earliest listed)."""
+  shapes = [tuple(jnp.shape(x)) for _, x in names_and_arrays]
+  shape = max(shapes, key=shapes.count)  # the first of the most common
+  ref_name = names_and_arrays[shapes.index(shape)][0]
+  for name, x in names_and_arrays:
     check_shape(name, x, shape, f"`{ref_name}`")
   return shape
 

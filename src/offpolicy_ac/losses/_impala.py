@@ -185,12 +185,10 @@ def impala_loss(
       ("v_tm1", v_tm1), ("log_pi_tm1", log_pi_tm1), ("log_mu_tm1", log_mu_tm1),
       ("entropy_tm1", entropy_tm1),
   ])  # fmt: skip
-  for name, x in [
-      ("log_pi_tm1", log_pi_tm1),
-      ("log_mu_tm1", log_mu_tm1),
+  _checks.check_same_shape([
+      ("r_t", r_t), ("log_pi_tm1", log_pi_tm1), ("log_mu_tm1", log_mu_tm1),
       ("entropy_tm1", entropy_tm1),
-  ]:
-    _checks.check_shape(name, x, jnp.shape(r_t), "`r_t`")
+  ])  # fmt: skip
   _checks.check_scalar("value_weight", value_weight, "the mean value loss")
   _checks.check_scalar("entropy_weight", entropy_weight, "the mean entropy")
   _checks.check_non_negative("value_weight", value_weight)

@@ -146,6 +146,7 @@ def sample_box_mixture(
   _checks.check_positive("std", std, finite=True, dtype=jnp.result_type(center))
   num_uniform = _checks.static_int("num_uniform", num_uniform, 0)
   num_normal = _checks.static_int("num_normal", num_normal, 0)
+  std = jnp.asarray(std, center.dtype)  # a NumPy float64 leaves float32 actions float32
   uniform_key, normal_key = jax.random.split(key)
   lead, d = jnp.shape(center)[:-1], jnp.shape(center)[-1]
   uniform = jax.random.uniform(uniform_key, lead + (num_uniform, d), center.dtype, -1.0, 1.0)
@@ -179,7 +180,7 @@ def rbf_kernel(x: jax.Array, y: jax.Array, bandwidth=None) -> RbfKernelOutput:
   diff = x[..., :, None, :] - y[..., None, :, :]
   sq_dist = jnp.sum(jnp.square(diff), axis=-1)
   if bandwidth is None:
-    pairs = sq_dist.reshape(sq_dist.shape[:-2] + (-1,))
+    pairs = sq_dist.reshape(sq_dist.shape[:-2] + (math.prod(sq_dist.shape[-2:]),))
     h = jnp.median(pairs, axis=-1) / math.log(jnp.shape(x)[-2] + 1)
     h = jax.lax.stop_gradient(jnp.maximum(h, MIN_BANDWIDTH))
   else:

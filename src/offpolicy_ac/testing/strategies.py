@@ -6,9 +6,11 @@ termination, truncation; a junction follows every LAST step, or masked padding
 runs from it to the window's end), so a failing example shrinks to a short
 sequence with few boundaries; the values come from a drawn seed.
 
-    from hypothesis import given
+    from hypothesis import given, settings
+    from offpolicy_ac import testing
     from offpolicy_ac.testing import strategies
 
+    @settings(deadline=None)  # each new shape compiles `my_fn` once
     @given(strategies.trajectories())
     def test_my_target(traj):
       testing.assert_junction_split_invariant(my_fn, traj)
