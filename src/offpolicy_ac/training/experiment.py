@@ -604,8 +604,8 @@ def _configure_and_drive(name: str, args: Any, root: pathlib.Path, lanes: list[s
         rundir.check_or_write_config(name, args, dirs[0], resume, **common)
       else:
         written = rundir.check_or_write_config(name, args, root, resume, others=dirs, **common)
-        sweeps.write_lane_configs(name, args, root, lanes, resume, options.inputs,
-                                  written["run_id"])  # fmt: skip
+        sweeps.write_lane_configs(name, args, root, lanes, written["run_id"], resume,
+                                  options.inputs)  # fmt: skip
   except BaseException:
     with contextlib.suppress(Exception):  # the refusal is the error to show
       MultiLogger(*added).close()

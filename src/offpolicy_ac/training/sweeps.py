@@ -110,8 +110,8 @@ def lane_args(args: Any, lane: Lane) -> Any:
 
 
 def write_lane_configs(name: str, args: Any, root: pathlib.Path, lanes: list[Lane],
-                       resume: bool = False, inputs: Optional[dict] = None,
-                       run_id: Optional[str] = None) -> None:  # fmt: skip
+                       run_id: str, resume: bool = False,
+                       inputs: Optional[dict] = None) -> None:  # fmt: skip
   """Each lane's directory and config.json (the root's is written by the caller); a lane
   logging in the root itself (a single learner) gets none. Resuming, each keeps what
   started the run (`write_config`'s `started`). `inputs`: the digests of the files args
@@ -126,7 +126,7 @@ def write_lane_configs(name: str, args: Any, root: pathlib.Path, lanes: list[Lan
           "learners_of": str(root.absolute()),
           "learner": k,
           "learners": len(lanes),
-          **({"run_id": run_id} if run_id else {}),
+          "run_id": run_id,
           **({"inputs": inputs} if inputs else {}),
       }
       path = lane.run_dir / "config.json"
