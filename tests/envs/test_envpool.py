@@ -63,11 +63,12 @@ def test_cartpole_termination_truncation_and_first_steps():
     last = ts.step_type == LAST
     terminated = last & (ts.discount == 0.0)
     truncated = last & (ts.discount == 1.0)
-    # Termination: the true final observation is out of bounds. Truncation: at the time
-    # limit (envpool reports a termination on the limit step as a truncation too).
+    # Termination: the true final observation is out of bounds, on the limit's step too.
+    # Truncation: at the time limit, upright.
     assert cartpole_out_of_bounds(ts.observation[terminated]).all()
     assert (elapsed[terminated] <= limit).all()
     np.testing.assert_array_equal(elapsed[truncated], limit)
+    assert not cartpole_out_of_bounds(ts.observation[truncated]).any()
     assert not cartpole_out_of_bounds(ts.observation[(ts.step_type == MID)]).any()
     np.testing.assert_array_equal(ts.discount[ts.step_type != LAST], 1.0)
     seen["term"] += int(terminated.sum())

@@ -9,8 +9,11 @@ docs/envs_notes.md), and what this module turns it into:
 
 * `reset()` returns the reset observations with `info["elapsed_step"] == 0`: FIRST.
 * A step that ends an episode returns the true final observation with `terminated` or
-  `truncated` set: LAST, discount 0 if terminated, 1 if truncated (only `truncated` is set
-  when an episode both hits a terminal state and the time limit on the same step).
+  `truncated` set: LAST, discount 0 if terminated, 1 if truncated. envpool sets only
+  `truncated` when an episode reaches a terminal state on the time limit's step; for the
+  tasks whose terminal test is known (`_terminal_states`: classic control, MuJoCo's
+  Hopper/Walker2d/Ant/Humanoid/InvertedPendulum, Atari's game over) that step is a
+  termination again.
 * The *next* step of that environment ignores its action and returns the reset observation
   with reward 0 (`elapsed_step` 0, or unchanged after an Atari life loss): FIRST, reward 0,
   discount 1. FIRST is detected from the previous step of the same `env_id`, not from
@@ -40,6 +43,9 @@ import numpy as np
 
 from offpolicy_ac.envs._functional import GYMNAX_TASKS
 from offpolicy_ac.envs._functional import is_functional
+from offpolicy_ac.envs._terminal_states import TerminalTest
+from offpolicy_ac.envs._terminal_states import split_limit_step
+from offpolicy_ac.envs._terminal_states import terminal_test
 from offpolicy_ac.envs._timestep import ENV_ID_DTYPE
 from offpolicy_ac.envs._timestep import FIRST
 from offpolicy_ac.envs._timestep import MID
@@ -118,25 +124,20 @@ class _RawStep(NamedTuple):
 class _PublicPoolIO:
   """send/recv through envpool's public gymnasium API."""
 
-  def __init__(self, pool: Any, atari: bool):
-    self._pool, self._atari = pool, atari
+  def __init__(self, pool: Any, atari: bool, terminal: TerminalTest | None):
+    self._pool, self._atari, self._terminal = pool, atari, terminal
 
   def send(self, action: np.ndarray, env_id: np.ndarray) -> None:
     self._pool.send(action, env_id)
 
   def recv(self) -> _RawStep:
     obs, reward, terminated, truncated, info = self._pool.recv()
-    if self._atari:
-      return _RawStep(
-          obs,
-          reward,
-          terminated,
-          truncated,
-          info["env_id"],
-          info["reward"],
-          info["terminated"],
-      )
-    return _RawStep(obs, reward, terminated, truncated, info["env_id"], None, None)
+    game_over = info["terminated"] if self._atari else None
+    terminated, truncated = split_limit_step(
+        obs, terminated, truncated, game_over, self._terminal, np
+    )
+    game_reward = info["reward"] if self._atari else None
+    return _RawStep(obs, reward, terminated, truncated, info["env_id"], game_reward, game_over)
 
 
 class _FastPoolIO:
@@ -149,14 +150,17 @@ class _FastPoolIO:
   tests/envs/test_envpool.py checks it returns exactly what the public API does.
   """
 
-  def __init__(self, pool: Any, atari: bool, index: dict[str, int], action_dtype: np.dtype):
+  def __init__(self, pool: Any, atari: bool, terminal: TerminalTest | None,
+               index: dict[str, int], action_dtype: np.dtype):  # fmt: skip
     self._send_fn, self._recv_fn = pool._send, pool._recv
-    self._atari = atari
+    self._atari, self._terminal = atari, terminal
     self._i = index
     self._action_dtype = action_dtype
 
   @staticmethod
-  def try_make(pool: Any, atari: bool, action_dtype: np.dtype | None) -> _FastPoolIO | None:
+  def try_make(
+      pool: Any, atari: bool, terminal: TerminalTest | None, action_dtype: np.dtype | None
+  ) -> _FastPoolIO | None:
     if action_dtype is None:
       return None
     try:
@@ -177,7 +181,7 @@ class _FastPoolIO:
     ):
       return None
     index = {k: state_keys.index(k) for k in needed}
-    return _FastPoolIO(pool, atari, index, action_dtype)
+    return _FastPoolIO(pool, atari, terminal, index, action_dtype)
 
   def send(self, action: np.ndarray, env_id: np.ndarray) -> None:
     if action.dtype != self._action_dtype or not (
@@ -189,22 +193,14 @@ class _FastPoolIO:
   def recv(self) -> _RawStep:
     state = self._recv_fn()
     i = self._i
-    truncated = state[i["trunc"]]
-    terminated = state[i["done"]] & ~truncated
-    if self._atari:
-      return _RawStep(
-                state[i["obs"]], state[i["reward"]], terminated, truncated, state[i["info:env_id"]],
-                state[i["info:reward"]], state[i["info:terminated"]],
-            )  # fmt: skip
-    return _RawStep(
-        state[i["obs"]],
-        state[i["reward"]],
-        terminated,
-        truncated,
-        state[i["info:env_id"]],
-        None,
-        None,
+    obs, truncated = state[i["obs"]], state[i["trunc"]]
+    game_over = state[i["info:terminated"]] if self._atari else None
+    terminated, truncated = split_limit_step(
+        obs, state[i["done"]] & ~truncated, truncated, game_over, self._terminal, np
     )
+    game_reward = state[i["info:reward"]] if self._atari else None
+    env_id = state[i["info:env_id"]]
+    return _RawStep(obs, state[i["reward"]], terminated, truncated, env_id, game_reward, game_over)
 
 
 class EnvPoolEnv:
@@ -223,6 +219,8 @@ class EnvPoolEnv:
       unclipped game reward.
     pool_action_dtype: the dtype envpool itself takes actions in (float64 for MuJoCo,
       whatever `spec.action_dtype` says); None if envpool does not report it.
+    terminal_test: (obs, xp) -> bool, the task's terminal test, used to tell a termination
+      on the time limit's step from a truncation (module docstring); None where unknown.
   """
 
   def __init__(self, pool: Any, spec: EnvSpec, *, atari: bool, fast_io: bool = True):
@@ -233,8 +231,12 @@ class EnvPoolEnv:
     self.is_batched = spec.is_batched
     self.is_atari = atari
     self.pool_action_dtype = _pool_action_dtype(pool)
-    fast = _FastPoolIO.try_make(pool, atari, self.pool_action_dtype) if fast_io else None
-    self._io = fast or _PublicPoolIO(pool, atari)
+    self.terminal_test = terminal_test(
+        spec.task_id, _task_family(_envpool(), spec.task_id), pool.config
+    )
+    terminal = self.terminal_test
+    fast = _FastPoolIO.try_make(pool, atari, terminal, self.pool_action_dtype) if fast_io else None
+    self._io = fast or _PublicPoolIO(pool, atari, terminal)
     n = self.num_envs
     self._all_env_ids = np.arange(n, dtype=ENV_ID_DTYPE)
     self._last_env_id: np.ndarray | None = None

@@ -57,6 +57,7 @@ from offpolicy_ac.envs._rollout_base import ActFn
 from offpolicy_ac.envs._rollout_base import ParkedActions
 from offpolicy_ac.envs._rollout_base import check_rollout_args
 from offpolicy_ac.envs._rollout_base import furthest_ahead
+from offpolicy_ac.envs._terminal_states import split_limit_step
 from offpolicy_ac.envs._timestep import FIRST
 from offpolicy_ac.envs._timestep import LAST
 from offpolicy_ac.envs._timestep import MID
@@ -287,6 +288,7 @@ def compiled_rollout(env: EnvPoolEnv, act_fn: ActFn, unroll_length: int) -> tupl
   cpu = jax.local_devices(backend="cpu")[0]
   place = _PlacedParams(cpu)
   atari = env.is_atari
+  terminal = env.terminal_test
   obs_dtype = jnp.dtype(spec.observation_dtype)
   handle0, xla_recv, xla_send, _ = pool.xla()
   if spec.is_discrete:
@@ -310,6 +312,8 @@ def compiled_rollout(env: EnvPoolEnv, act_fn: ActFn, unroll_length: int) -> tupl
   def env_step(handle, carry: _EnvCarry):
     """recv one batch and convert it (ALF semantics, per-env state indexed by env_id)."""
     handle, (obs, reward, terminated, truncated, info) = xla_recv(handle)
+    game_over = info["terminated"] if atari else None
+    terminated, truncated = split_limit_step(obs, terminated, truncated, game_over, terminal, jnp)
     env_id = info["env_id"].astype(jnp.int32)
     first = carry.next_is_first[env_id]
     done = terminated | truncated
@@ -318,7 +322,7 @@ def compiled_rollout(env: EnvPoolEnv, act_fn: ActFn, unroll_length: int) -> tupl
     discount = (~terminated).astype(jnp.float32)
     if atari:
       score = jnp.where(first, 0.0, info["reward"]).astype(jnp.float32)
-      over = done & (truncated | info["terminated"].astype(bool))
+      over = done & (truncated | game_over.astype(bool))
     else:
       score, over = reward, done
     starts = carry.next_starts_episode[env_id]
