@@ -82,6 +82,7 @@ def _random_or(policy, task, spec, obs, rng):
         ("MountainCarContinuous-v0", {}, lambda obs: np.sign(obs[:, 1:2]) + (obs[:, 1:2] == 0)),
         ("Hopper-v4", {}, None),
         ("Hopper-v5", {"exclude_current_positions_from_observation": False}, None),
+        ("Hopper-v4", {"healthy_state_min": -2.0, "healthy_state_max": 2.0}, None),
         ("Walker2d-v4", {"healthy_z_min": 1.0}, None),
         ("Walker2d-v5", {"exclude_current_positions_from_observation": False}, None),
         ("Ant-v5", {"healthy_z_max": 0.8}, None),
