@@ -178,6 +178,15 @@ def test_fields_that_change_learning_are_kept(tmp_path):
   assert "train.env.num_envs" not in S.IGNORED_FIELDS
 
 
+def test_one_module_imported_by_name_or_by_path_is_one_configuration(tmp_path):
+  for seed, spelling in enumerate(["my_torsos", "src/my_torsos.py"]):
+    path = write_run(tmp_path / f"s{seed}", seed=seed) / "config.json"
+    config = json.loads(path.read_text())
+    config["config"]["import_modules"] = [spelling]  # a --resume may change it too
+    path.write_text(json.dumps(config))
+  assert [len(g.runs) for g in _groups([tmp_path])] == [2]
+
+
 def test_find_runs_searches_below_and_skips_dirs_without_metrics(tmp_path):
   a = write_run(tmp_path / "x" / "seed0", seed=0)
   b = write_run(tmp_path / "x" / "seed1", seed=1)

@@ -256,8 +256,8 @@ def drive(program: Program, config: TrainConfig, loggers: Sequence[Logger], *,
              if run.saved is not None else "no checkpoint to resume from: starting over")  # fmt: skip
     for lane in run.rewind_best():
       announce(f"the best parameters of the checkpoint{program.lane_names[lane]} were not kept "
-               "(a damaged checkpoint passed over, or a kill as they were written): the best "
-               "is counted again from here")  # fmt: skip
+               "(a damaged checkpoint passed over, a kill as they were written, or the run "
+               "copied without its best* files): the best is counted again from here")  # fmt: skip
     total = config.budget.total_env_steps
     if run.saved is not None and all(a.reached for a in run.accs):
       announce(f"the run reached its target return ({config.eval.target_return:g}) at "
