@@ -911,6 +911,12 @@ def script_main(parse: Callable[[], Any], run: Callable[[Any], Any], *,
   exit_process(0)
 
 
+def _in_distributed_job() -> bool:
+  """Whether this process has joined a multi-process JAX job (without importing JAX)."""
+  jax = sys.modules.get("jax")
+  return jax is not None and jax.distributed.is_initialized()
+
+
 def _resumable(args: Any) -> bool:
   """Whether a script's parsed `args` are a training run's, which `--resume` continues."""
   return dataclasses.is_dataclass(args) and any(
@@ -993,13 +999,23 @@ def exit_process(code: int = 0, last_words: Optional[str] = None) -> None:
   `last_words` (an error) is printed to stderr last, after the handlers, whose own errors
   and those of dying threads are then silenced (a full disk fails every writer's cleanup
   too), so that it is the last line a user reads.
+
+  A process of a multi-process job that ends with an error skips the handlers: JAX's
+  would enter the distributed runtime's shutdown barrier and wait for the other
+  processes, which may be waiting for this one in a collective (a refusal on one process
+  only, such as its own directory missing on `--resume`): both would hang for minutes,
+  then abort, the error unprinted. Leaving at once ends their collective with an error,
+  and they stop too (`training.experiment`).
   """
   import atexit
 
   try:
     sys.stdout.flush()
     sys.stderr.flush()
-    if last_words is not None:
+    if code != 0 and _in_distributed_job():
+      if last_words is not None:
+        print(last_words, file=sys.stderr, flush=True)
+    elif last_words is not None:
       threading.excepthook = lambda args: None
       with open(os.devnull, "w") as quiet, contextlib.redirect_stderr(quiet):
         atexit._run_exitfuncs()  # pylint: disable=protected-access

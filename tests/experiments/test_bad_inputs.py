@@ -59,7 +59,7 @@ CASES = [
     ("impala", ["--preset", "nope"], "--preset nope: choose one of"),
     ("impala", ["--sweep", "no_such_field=1,2"], "no_such_field"),
     ("impala", ["--sweep", "gamma=0.99,0.9999999,1.0"], "would share the directory 'gamma=1'"),
-    ("impala", ["--actor-queue-size", "3"], "--actor-queue-size applies to actor threads"),
+    ("impala", ["--actor-queue-size", "3"], "--actor-queue-size applies to --actors async"),
     (
         "impala",
         ["--actors", "async", "--num-actors", "2", "--grace-period-s", "3"],

@@ -649,6 +649,10 @@ def test_sigterm_stops_async_actors_saves_a_checkpoint_and_resumes(tmp_path):
             "max_policy_lag must be an int >= 0",
         ),
         (["--actor-queue-size", "-1"], "actor_queue_size must be an int >= 0"),
+        (  # pools unroll once per round: a queue of any size holds at most one per pool
+            ["--actors", "pools", "--num-actors", "2", "--actor-queue-size", "8"],
+            "actor_queue_size applies to --actors async",
+        ),
         (["--min-pools", "-1"], "min_pools must be an int >= 0"),
         (["--actors", "pools", "--num-actors", "0"], "num_actors must be a positive int"),
         (

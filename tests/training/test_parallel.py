@@ -646,6 +646,27 @@ def test_two_processes_learn_with_identical_parameters_then_resume(tmp_path):
   _two_processes(straight, "--total-env-steps", "40960", *MULTI_HOST_FLAGS)
   _check_two_process_run(straight)
   _check_two_process_resume(straight, tmp_path / "resumed")
+  _check_a_refusal_on_one_process_ends_the_job(straight, tmp_path / "lost")
+
+
+def _check_a_refusal_on_one_process_ends_the_job(straight_run, run):
+  """Process 1 refuses alone after the processes joined (its directory is gone), while
+  process 0 waits for it in a collective: each stops within seconds saying why, not
+  both in the distributed runtime's shutdown barrier for minutes."""
+  shutil.copytree(straight_run, run)
+  shutil.rmtree(run / "process1")
+  start = time.monotonic()
+  results = _job(run, ["--total-env-steps", "61440", "--resume", *MULTI_HOST_FLAGS], timeout=120)
+  took = time.monotonic() - start
+  (code0, out0), (code1, out1) = results
+  assert code1 == 2, out1[-3000:]
+  assert (
+      out1.strip()
+      .splitlines()[-1]
+      .startswith(f"[impala] error: --resume: {run / 'process1'} holds no run")
+  ), out1[-3000:]
+  assert code0 == 1 and "process 0 of 2 stopped" in out0, out0[-3000:]
+  assert took < 90, took
 
 
 def _check_two_process_run(run):

@@ -156,7 +156,7 @@ class ActorsConfig:
   (ACER, SQL, SQIL) one iteration ages the parameters by several updates. None: use every
   trajectory."""
   actor_queue_size: int = 0
-  """Trajectories waiting for the learner before actors block (back-pressure).
+  """Async: trajectories waiting for the learner before actors block (back-pressure).
   0: one per actor."""
   min_pools: int = 0
   """Pools: go on once this many pools reported, waiting at most --grace-period-s for the
@@ -603,8 +603,9 @@ def _check_actors(actors: ActorsConfig) -> None:
     raise ValueError(f"num_actors={actors.num_actors} needs actor threads: --actors pools or async")
   if actors.min_pools and actors.actors != "pools":
     raise ValueError("min_pools applies to --actors pools")
-  if actors.actor_queue_size and actors.actors == "inline":
-    raise ValueError("actor_queue_size applies to actor threads (--actors pools or async)")
+  if actors.actor_queue_size and actors.actors != "async":
+    raise ValueError("actor_queue_size applies to --actors async (pools unroll once per "
+                     "round, so at most num_actors trajectories ever wait)")  # fmt: skip
   if actors.min_pools > actors.num_actors:
     raise ValueError(f"min_pools ({actors.min_pools}) exceeds num_actors ({actors.num_actors})")
   if actors.min_pools and actors.min_pools == actors.num_actors:
