@@ -665,6 +665,7 @@ def _check_a_refusal_on_one_process_ends_the_job(straight_run, run):
       .splitlines()[-1]
       .startswith(f"[impala] error: --resume: {run / 'process1'} holds no run")
   ), out1[-3000:]
+  assert "this process's files of the job" in out1 and "resume that run" not in out1
   assert code0 == 1 and "process 0 of 2 stopped" in out0, out0[-3000:]
   assert took < 90, took
 

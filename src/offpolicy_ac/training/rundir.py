@@ -662,6 +662,17 @@ def check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: b
   if resume:
     if old is None:
       inside = enclosing_run(run_dir)
+      if (
+          inside is not None
+          and not writes_checkpoints
+          and checkpoints is not None
+          and checkpoints.parent.resolve() == inside.resolve()
+      ):  # process k's own directory of the job in `inside`
+        raise FileNotFoundError(
+            f"--resume: {run_dir} holds no run (no config.json): this process's files of "
+            f"the job in {inside} are gone, so the job cannot go on from its checkpoint; "
+            "start it again in another --run-dir"
+        )
       raise FileNotFoundError(
           f"--resume: {run_dir} holds no run (no config.json)"
           + (f"; it lies inside the run in {inside}: resume that run (--run-dir {inside} "
