@@ -360,3 +360,15 @@ def test_out_of_memory_is_one_line_with_the_gib_and_for_a_training_run_its_sizes
   assert cli.out_of_memory_message(e.value, sql.Args).startswith(
       f"{said}; the checkpoints written are intact: smaller sizes (--num-envs, "
   )
+
+
+@pytest.mark.parametrize("script", ["evaluate", "plot", "record_demos"])
+def test_scripts_without_presets_parse_under_python_OO(script):
+  """`python -OO` strips docstrings: a script's description is then None."""
+  import subprocess
+  import sys
+
+  root = pathlib.Path(__file__).parents[1]
+  proc = subprocess.run([sys.executable, "-OO", str(root / "experiments" / f"{script}.py"),
+                         "--help"], capture_output=True, text=True, timeout=300)  # fmt: skip
+  assert proc.returncode == 0 and proc.stdout.startswith("usage:"), proc.stderr[-3000:]

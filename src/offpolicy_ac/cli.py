@@ -379,7 +379,8 @@ def parse_plain(args_cls: type[ArgsT], description: str,
   if _help_request(argv) == HELP_ALL:
     argv = ["--help" if arg == HELP_ALL else arg for arg in argv]
   with _field_docstrings_joined():
-    return tyro.cli(args_cls, description=_one_line_paragraphs(description), args=argv)
+    description = _one_line_paragraphs(description) if description else None  # None: -OO
+    return tyro.cli(args_cls, description=description, args=argv)
 
 
 @contextlib.contextmanager
@@ -955,31 +956,41 @@ def out_of_memory_message(error: BaseException, args_cls: type) -> str:
 
 
 class _ConsoleThatMayClose:
-  """A script's stdout that goes quiet when its reader goes away (`| head`, a closed
-  terminal's pipe) instead of raising BrokenPipeError into the training loop: a run's
-  record is its run directory, not its console. The closed descriptor then writes to
-  os.devnull."""
+  """A script's stdout that goes quiet when it cannot be written (`| head` or a closed
+  terminal's pipe gone, a full or failing disk under a redirection, stdout closed at
+  start: `>&-`) instead of raising into the training loop: a run's record is its run
+  directory, not its console. The descriptor then writes to os.devnull. Characters the
+  console's encoding lacks (a run directory's name on an ASCII console) are escaped."""
 
   def __init__(self, stream: Any):
+    if stream is None:  # started with stdout closed
+      stream = open(os.devnull, "w")  # pylint: disable=consider-using-with
     self._stream = stream
 
   def write(self, text: str) -> int:
     try:
       return self._stream.write(text)
-    except BrokenPipeError:
+    except UnicodeEncodeError:
+      encoding = getattr(self._stream, "encoding", None) or "ascii"
+      return self.write(text.encode(encoding, "backslashreplace").decode(encoding))
+    except OSError:
       self._to_devnull()
       return len(text)
 
   def flush(self) -> None:
     try:
       self._stream.flush()
-    except BrokenPipeError:
+    except OSError:
       self._to_devnull()
 
   def _to_devnull(self) -> None:
     devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, self._stream.fileno())
-    os.close(devnull)
+    try:
+      os.dup2(devnull, self._stream.fileno())
+    except (OSError, ValueError):  # no descriptor of its own: write to os.devnull instead
+      self._stream = open(os.devnull, "w")  # pylint: disable=consider-using-with
+    finally:
+      os.close(devnull)
 
   def __getattr__(self, name: str) -> Any:
     return getattr(self._stream, name)

@@ -5,6 +5,7 @@ Each case runs the script in a process of its own, as a user would (forked from 
 that has imported the library: `tests/script_server.py`), and checks the exact outcome.
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -349,3 +350,56 @@ def test_track_without_wandb_installed_is_one_line(tmp_path):
       .splitlines()[-1]
       .startswith("[impala] error: --track (Weights & Biases logging) needs wandb")
   )
+
+
+def test_a_run_directory_checkpoints_cannot_be_written_in_is_refused_at_once(tmp_path):
+  """A name that is not UTF-8 (a Latin-1 folder) or a path too long for the run's files:
+  orbax would fail only at the first checkpoint, after training."""
+  from script_server import run_fresh
+
+  latin1 = os.fsdecode(b"caf\xe9")
+  proc = run_fresh(IMPALA, ["--run-dir", latin1], cwd=tmp_path)
+  assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+  assert "is not valid UTF-8 text in this locale" in proc.stderr.splitlines()[-1]
+  deep = "/".join(["d" * 200] * 20)  # 4,019 bytes, under PATH_MAX itself
+  proc = run_fresh(IMPALA, ["--run-dir", deep], cwd=tmp_path)
+  assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+  assert "choose a shorter path" in proc.stderr.splitlines()[-1]
+  assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("platforms", ["cuda", "nope"])
+def test_a_backend_jax_cannot_start_is_one_line(tmp_path, platforms):
+  proc = subprocess.run([sys.executable, str(IMPALA), "--run-dir", str(tmp_path / "run")],
+                        capture_output=True, text=True, timeout=300,
+                        env={**os.environ, "JAX_PLATFORMS": platforms})  # fmt: skip
+  assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+  assert (
+      proc.stderr.strip()
+      .splitlines()[-1]
+      .startswith(f"[impala] error: JAX cannot start the backend '{platforms}' (JAX_PLATFORMS)")
+  )
+  assert not (tmp_path / "run").exists()
+
+
+def test_resume_under_another_jax_enable_x64_is_refused(tmp_path):
+  """float64 intermediates give other numbers: the resumed run would not be the run."""
+  run_dir = tmp_path / "run"
+  flags = [str(IMPALA), "--run-dir", str(run_dir), "--checkpoint-every", "512",
+           "--log-every", "512"]  # fmt: skip
+
+  def run(steps, x64, *extra):
+    env = {**os.environ, "JAX_ENABLE_X64": x64}
+    return subprocess.run([sys.executable, *flags, "--total-env-steps", steps, *extra],
+                          capture_output=True, text=True, timeout=300, env=env)  # fmt: skip
+
+  assert run("1024", "1").returncode == 0
+  assert json.loads((run_dir / "config.json").read_text())["jax_enable_x64"] is True
+  proc = run("2048", "0", "--resume")
+  assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+  assert proc.stderr.strip().splitlines()[-1] == (
+      "[impala] error: --resume: the run was made with jax_enable_x64 True (JAX_ENABLE_X64), "
+      "and this process has it False: the resumed run would not continue as the run would "
+      "have; resume with the run's setting"
+  )
+  assert run("2048", "1", "--resume").returncode == 0

@@ -102,6 +102,21 @@ def test_a_console_closed_while_the_run_trains_stops_nothing(tmp_path, straight_
   assert json.loads((tmp_path / "run" / "summary.json").read_text())["env_steps"] == 7680
 
 
+@pytest.mark.parametrize("console", ["closed", "full", "ascii"])
+def test_a_console_that_cannot_be_written_stops_nothing(tmp_path, straight_run, console):
+  """stdout closed at start (`>&-`), on a full disk (`>/dev/full`), or an ASCII console
+  given a run directory's non-ASCII name: the run trains to its end all the same."""
+  run = tmp_path / ("run \u00fc" if console == "ascii" else "run")
+  command = shlex.join(_command("impala", run, 7680))
+  redirect = {"closed": ">&-", "full": ">/dev/full", "ascii": ">/dev/null"}[console]
+  env = {**os.environ, "PYTHONIOENCODING": "ascii"} if console == "ascii" else None
+  proc = subprocess.run(["bash", "-c", f"{command} {redirect}"], capture_output=True,
+                        text=True, timeout=600, env=env)  # fmt: skip
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert _metrics(run) == _metrics(straight_run)
+  assert json.loads((run / "summary.json").read_text())["env_steps"] == 7680
+
+
 def test_a_refused_resume_does_not_announce_a_new_budget(tmp_path, straight_run):
   shutil.copytree(straight_run, tmp_path / "run")
   proc = _run("impala", tmp_path / "run", 10240, "--resume", "--num-envs", "8", check=False)

@@ -307,6 +307,7 @@ def _experiment(name: str, args: Any, agent_factory: Callable,
                        "default one under runs/")  # fmt: skip
     if args.run_dir and pathlib.Path(args.run_dir).exists() and not os.path.isdir(args.run_dir):
       raise ValueError(f"--run-dir {args.run_dir} is a file, not a directory")
+    rundir.check_path_usable(pathlib.Path(args.run_dir or "runs"))
     if args.run_dir and not resume and config.parallel.process_id == 0:
       rundir.check_new_run_dir(pathlib.Path(args.run_dir))
     if resume and not args.run_dir:
@@ -436,6 +437,20 @@ BUDGET_DERIVED_FIELDS = ("learning_rate_decay_begin", "learning_rate_decay_updat
 derives them anew, so config.json keeps them as `args.agent` has them."""
 
 
+def _check_backend_starts() -> None:
+  """Starts JAX's backend: one that cannot start (JAX_PLATFORMS=tpu on a machine without
+  libtpu, cuda without its plugin) is a refusal, not JAX's traceback."""
+  try:
+    jax.devices()
+  except (RuntimeError, AssertionError) as e:
+    platforms = os.environ.get("JAX_PLATFORMS") or jax.config.jax_platforms
+    why = str(e) or "its plugin is not installed"
+    raise ValueError(
+        f"JAX cannot start the backend {platforms!r} (JAX_PLATFORMS): {why}; name one this "
+        "machine has, or leave JAX_PLATFORMS unset"
+    ) from None
+
+
 def _check_agent_is_args(args: Any, built: Any) -> None:
   """Refuses an `agent_factory` that builds an agent of another config than `args.agent`
   (but for `BUDGET_DERIVED_FIELDS`): config.json records `args.agent`, and `load_run` and
@@ -482,6 +497,7 @@ def _run(name: str, args: Any, root: pathlib.Path, agent_factory: Callable,
     )
     _check_memory_maps(config)
     prepare_process(config)
+    _check_backend_starts()
     # Paths may differ between hosts (a shared filesystem mounted elsewhere, `~`): input
     # files are compared by their contents, the run directory not at all.
     own = {"run_dir", "train.parallel.process_id", "train.parallel.coordinator_address"}

@@ -445,6 +445,40 @@ def holds_run(run_dir: pathlib.Path) -> bool:
   )
 
 
+ROOM_FOR_RUN_FILES = 256
+"""Bytes a run's own paths add below its directory, at most (a seed's and a process's
+folders, orbax's `checkpoints/<step>.orbax-checkpoint-tmp/arrays/ocdbt.process_0/d/<hash>`)."""
+
+
+def check_path_usable(run_dir: pathlib.Path) -> None:
+  """Refuses (ValueError) a run directory that training would fail in only at its first
+  checkpoint: a name that is not valid UTF-8 (bytes the locale could not decode, which
+  orbax cannot pass on), or an absolute path too long for the run's files under it."""
+  absolute = os.path.abspath(run_dir)
+  try:
+    absolute.encode("utf-8")
+  except UnicodeEncodeError:
+    raise ValueError(
+        f"--run-dir {os.fsencode(absolute)!r}: the path is not valid UTF-8 text in this "
+        "locale, and checkpoints cannot be written under it: choose another name (or run "
+        "in a UTF-8 locale)"
+    ) from None
+  existing = pathlib.Path(absolute)
+  while not existing.exists() and existing != existing.parent:
+    existing = existing.parent
+  try:
+    path_max = os.pathconf(existing, "PC_PATH_MAX")
+  except (OSError, ValueError):
+    path_max = 4096
+  length = len(os.fsencode(absolute))
+  if length + ROOM_FOR_RUN_FILES > path_max:
+    raise ValueError(
+        f"--run-dir: its absolute path is {length:,} bytes long, and the run's files need "
+        f"up to {ROOM_FOR_RUN_FILES} more within this filesystem's limit of {path_max:,}: "
+        "choose a shorter path"
+    )
+
+
 def check_new_run_dir(run_dir: pathlib.Path) -> None:
   """Refuses a directory for a new run that lies inside another run's directory, or that
   holds files of something else (documents, another run's checkpoints/): the run's files
@@ -647,9 +681,13 @@ def check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: b
   a run that cannot go on: `checkpoints` (default `run_dir`/checkpoints; a multi-process
   job's other processes read process 0's) gone while its summary names one, or folders it
   writes in (with `writes_checkpoints`, the checkpoints too) not writable. Otherwise
-  refuses to overwrite a run (in `run_dir` or any of `others`). Then writes config.json,
-  with the run's `run_id` (a new one for a new run, or a resumed one that has none), and
-  returns what it wrote."""
+  refuses to overwrite a run (in `run_dir` or any of `others`), and a resume under another
+  `jax_enable_x64`. Then writes config.json, with the run's `run_id` (a new one for a new
+  run, or a resumed one that has none) and its `jax_enable_x64`, and returns what it
+  wrote."""
+  import jax  # pylint: disable=import-outside-toplevel  (started by then: a run's)
+
+  x64 = bool(jax.config.jax_enable_x64)  # float64 intermediates: other numbers
   config_path = run_dir / "config.json"
   old = _run_config(config_path) if config_path.exists() else None
   lane_of = old is not None and _learner_of(old)
@@ -679,6 +717,12 @@ def check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: b
              "--resume)" if inside is not None else "")
       )  # fmt: skip
     check_algorithm(name, run_dir, old)
+    if old.get("jax_enable_x64", x64) != x64:
+      raise ValueError(
+          f"--resume: the run was made with jax_enable_x64 {old['jax_enable_x64']} "
+          f"(JAX_ENABLE_X64), and this process has it {x64}: the resumed run would not "
+          "continue as the run would have; resume with the run's setting"
+      )
     root = run_dir.resolve().parent  # (its own seeds' runs are resumed with vmap_seeds off)
     if args.train.budget.vmap_seeds and _one_of_its_seeds(root, run_dir):
       raise ValueError(
@@ -752,7 +796,7 @@ def check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: b
         )
   run_dir.mkdir(parents=True, exist_ok=True)
   run_id = (old or {}).get("run_id") if resume else None
-  extra = {"algorithm": name, "run_id": run_id or uuid.uuid4().hex,
+  extra = {"algorithm": name, "run_id": run_id or uuid.uuid4().hex, "jax_enable_x64": x64,
            **({"inputs": inputs} if inputs else {})}  # fmt: skip
   return write_config(run_dir, args, extra=extra, started=old if resume else None)
 
