@@ -12,9 +12,9 @@ import jax
 import jax.numpy as jnp
 
 from offpolicy_ac.losses import _checks
-from offpolicy_ac.losses._actions import logsumexp_actions
 from offpolicy_ac.losses._actions import max_actions
 from offpolicy_ac.losses._actions import select_action
+from offpolicy_ac.losses._actions import sum_actions
 from offpolicy_ac.losses._masking import where_used
 from offpolicy_ac.losses._recurrence import reverse_linear_recurrence
 from offpolicy_ac.losses._recurrence import shift_to_previous
@@ -46,7 +46,9 @@ def soft_value(q: jax.Array, alpha) -> jax.Array:
   _checks.check_positive("alpha", alpha, jnp.shape(q)[:-1], finite=True, dtype=jnp.result_type(q))
   alpha = jnp.asarray(alpha, dtype=jnp.result_type(q))
   m = _finite_max(q)
-  return m + alpha * logsumexp_actions((q - m[..., None]) / _per_action(alpha))
+  # (q - m) / alpha <= 0 with its maximum 0 where m is finite: the log of the sum of
+  # exponentials needs no second maximum (logsumexp_actions's would subtract 0).
+  return m + alpha * jnp.log(sum_actions(jnp.exp((q - m[..., None]) / _per_action(alpha))))
 
 
 def _finite_max(q: jax.Array) -> jax.Array:
