@@ -227,6 +227,25 @@ def test_sqil_without_demonstrations_is_refused_before_any_work(tmp_path):
   assert not (tmp_path / "work").exists()
 
 
+def test_a_refused_table_run_fails_the_command_and_says_so(tmp_path):
+  """ACER's preset refuses unrolls shorter than its mini-batch length: the command ends
+  with the run's exit code, its summary naming it, not 0 with an empty summary."""
+  env = {**os.environ, "OUT": str(tmp_path / "out"), "WORK": str(tmp_path / "work"),
+         "CKPT": str(tmp_path / "none"), "AGENT": "acer", "PHASES": "train",
+         "SKIP_INSTALL": "1", "PYTHON": sys.executable, "NUM_ENVS": "4", "NUM_ACTORS": "1",
+         "TRAIN_MAX_S": "60", "MIN_TRAIN_S": "5"}  # fmt: skip
+  proc = subprocess.run(
+      ["bash", str(GPU / "atari.sh")], env=env, cwd=ROOT, capture_output=True, text=True,
+      timeout=300,
+  )  # fmt: skip
+  assert proc.returncode == 2, proc.stdout + proc.stderr
+  assert "(the run was refused: its error is above)" in proc.stdout
+  summary = (tmp_path / "out" / "summary.txt").read_text()
+  assert "the training command ended with exit code 2" in summary, summary
+  results = json.loads((tmp_path / "out" / "results.json").read_text())
+  assert results["train"]["train_exit_code"] == 2
+
+
 def test_rollout_is_the_resumed_runs_else_the_faster_learner(tmp_path):
   assert summarize.choose_rollout(tmp_path)[0] == "host"  # nothing measured
   medians = {"async": {"env_steps_per_s": 9000.0, "used_env_steps_per_s": 8000.0},

@@ -173,7 +173,13 @@ if has train; then
       "${resume[@]}"
     train_rc=$?
     train_s=$(($(date +%s) - t0))
-    say "train: exit code $train_rc after $train_s s (124: stopped by SIGTERM at the limit)"
+    case $train_rc in
+      0) why="the run ended" ;;
+      124) why="stopped by SIGTERM at the limit" ;;
+      2) why="the run was refused: its error is above" ;;
+      *) why="the run failed: its error is above" ;;
+    esac
+    say "train: exit code $train_rc after $train_s s ($why)"
   fi
 fi
 
@@ -252,4 +258,7 @@ fi
 "$PY" benchmarks/gpu/summarize.py check "$OUT"
 check_rc=$?
 say "done: $(ls "$OUT" | tr '\n' ' ')"
+if [[ -n "${train_rc:-}" && "$train_rc" != 0 && "$train_rc" != 124 ]]; then
+  exit "$train_rc" # a refused or failed table run fails the command, its files written
+fi
 exit "$check_rc"

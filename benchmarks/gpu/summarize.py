@@ -236,6 +236,11 @@ def summarize(work: pathlib.Path, game: str, agent: str, start_env_steps: int,
     if demos:
       train["demonstrations"] = demos
       lines.append(f"  demonstrations: {demos}")
+  elif train_rc is not None:  # refused or failed before its first metrics line
+    results["train"] = {"train_exit_code": train_rc, "train_seconds": train_seconds}
+    lines.append(f"table run: none: the training command ended with exit code {train_rc} "
+                 f"after {_fmt(train_seconds, '.0f')} s, before its first metrics line "
+                 "(its error is in log.txt)")  # fmt: skip
   return "\n".join(lines), results
 
 
