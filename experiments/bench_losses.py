@@ -6,7 +6,11 @@ time-major float32 shape [T, B], times in one process:
 * ours      -- `offpolicy_ac.losses.<estimator>` on [T, B] (method per flag),
 * rlax      -- `jax.jit(jax.vmap(rlax.<same estimator>, in_axes=1, out_axes=1))`,
 * bound     -- one jitted elementwise pass reading the same inputs and writing
-               the same outputs, with no recurrence (a floor no target beats).
+               the same outputs, with no recurrence (a floor no target beats);
+* unchecked -- for Retrace, which indexes by action: ours traced with
+               `losses.without_range_checks`, as the agents' updates are. Its
+               in-program range check gives `jax.jit(losses.retrace)` an effect,
+               which JAX dispatches through its slower Python path (docs/api/losses.md);
 
 and prints medians and the ratios rlax/ours (speed-up) and bound/ours
 (fraction of the elementwise bound). Timings are medians over `--repeats`
@@ -134,12 +138,18 @@ def _cases(x: dict[str, jax.Array], method: str):
           jax.jit(vm(rlax.vtrace_td_error_and_advantage)),
           jax.jit(vtrace_bound),
           vtrace_args,
+          None,  # no action index: nothing to check
       ),
       "retrace": (
           jax.jit(functools.partial(losses.retrace, lambda_=0.9, method=method)),
           jax.jit(vm(functools.partial(rlax.retrace, lambda_=0.9))),
           jax.jit(retrace_bound),
           retrace_args,
+          jax.jit(
+              losses.without_range_checks(
+                  functools.partial(losses.retrace, lambda_=0.9, method=method)
+              )
+          ),
       ),
       "soft_q": (
           jax.jit(
@@ -150,6 +160,7 @@ def _cases(x: dict[str, jax.Array], method: str):
           jax.jit(vm(rlax_soft)),
           jax.jit(soft_bound),
           soft_args,
+          None,
       ),
   }
 
@@ -171,7 +182,7 @@ def main(args: Args) -> list[dict]:
   header = (
       f"{'estimator':9s} {'shape':>9s} {'method':>11s} {'ours ms':>8s} "
       f"{'rlax ms':>8s} {'bound ms':>8s} {'rlax/ours':>9s} "
-      f"{'bound/ours':>10s}"
+      f"{'bound/ours':>10s} {'unchecked ms':>12s} {'rlax/unchecked':>14s}"
   )
   print(header)
   results = []
@@ -181,12 +192,14 @@ def main(args: Args) -> list[dict]:
     for method in args.methods:
       cases = _cases(x, method)
       for name in args.estimators:
-        ours, ref, bound, fn_args = cases[name]
-        for fn in (ours, ref, bound):  # compile (tests/losses check that they agree)
+        ours, ref, bound, fn_args, unchecked = cases[name]
+        timed = [("ours", ours), ("rlax", ref), ("bound", bound)]
+        timed += [("unchecked", unchecked)] if unchecked is not None else []
+        for _, fn in timed:  # compile (tests/losses check that they agree)
           jax.block_until_ready(fn(*fn_args))
-        samples = {"ours": [], "rlax": [], "bound": []}
+        samples = {key: [] for key, _ in timed}
         for _ in range(args.rounds):  # interleave to share the noise
-          for key, fn in (("ours", ours), ("rlax", ref), ("bound", bound)):
+          for key, fn in timed:
             samples[key] += _median_ms(fn, fn_args, args.repeats)
         med = {k: float(np.median(v)) for k, v in samples.items()}
         row = dict(
@@ -199,13 +212,22 @@ def main(args: Args) -> list[dict]:
             bound_ms=med["bound"],
             speedup_vs_rlax=med["rlax"] / med["ours"],
             fraction_of_bound=med["bound"] / med["ours"],
+            unchecked_ms=med.get("unchecked"),
+            speedup_unchecked_vs_rlax=(
+                med["rlax"] / med["unchecked"] if "unchecked" in med else None
+            ),
             device=jax.devices()[0].device_kind,
         )
         results.append(row)
         print(
             f"{name:9s} {shape:>9s} {method:>11s} {med['ours']:8.3f} "
             f"{med['rlax']:8.3f} {med['bound']:8.3f} "
-            f"{row['speedup_vs_rlax']:9.2f} {row['fraction_of_bound']:10.2f}",
+            f"{row['speedup_vs_rlax']:9.2f} {row['fraction_of_bound']:10.2f}"
+            + (
+                f" {med['unchecked']:12.3f} {row['speedup_unchecked_vs_rlax']:14.2f}"
+                if "unchecked" in med
+                else f" {'-':>12s} {'-':>14s}"
+            ),
             flush=True,
         )
   if out is not None:
