@@ -10,9 +10,10 @@ Statistical Precipice" (NeurIPS; arXiv:2108.13264), with their library `rliable`
 * **Grouping.** Runs are pooled when their configurations (config.json's `config` and
   `algorithm`) are equal except for the fields in `IGNORED_FIELDS`: the seed, where the
   run is written, how often it logs and checkpoints, how its program is compiled, how its
-  `--import-modules` were spelled, and whether it resumed. None of them changes the algorithm (the checkpoint cadence cuts the
-  run into segments that re-seed the environments, which changes the random streams as
-  the seed does, not what is learned; the compilation changes float rounding). The
+  `--import-modules` were spelled, and whether it resumed. None of them changes the
+  algorithm (the checkpoint cadence cuts the run into segments that re-seed the
+  environments, which changes the random streams as the seed does, not what is learned;
+  the compilation changes float rounding). The
   algorithm and the environment are part of every group's key, so runs of two algorithms
   or two environments are never pooled. The git revision and package versions are not
   part of the key. An input file (SQIL's demonstrations) is compared by its contents'
