@@ -213,14 +213,19 @@ def test_atari_script_on_the_cpu_then_resumed_from_its_packed_run(tmp_path):
   assert config["config"]["agent"]["gamma"] == 0.97
 
 
-def test_sqil_without_demonstrations_is_refused_before_any_work(tmp_path):
+def _refused_run(tmp_path, timeout, **env) -> subprocess.CompletedProcess:
+  """atari.sh with `env` on top of a bare setting (no install), out and work in tmp_path."""
   env = {**os.environ, "OUT": str(tmp_path / "out"), "WORK": str(tmp_path / "work"),
-         "AGENT": "sqil", "PHASES": "raw,train", "SKIP_INSTALL": "1", "PYTHON": sys.executable,
-         "DEMO_RUN": str(tmp_path / "missing")}  # fmt: skip
-  proc = subprocess.run(
+         "SKIP_INSTALL": "1", "PYTHON": sys.executable, **env}  # fmt: skip
+  return subprocess.run(
       ["bash", str(GPU / "atari.sh")], env=env, cwd=ROOT, capture_output=True, text=True,
-      timeout=60,
+      timeout=timeout,
   )  # fmt: skip
+
+
+def test_sqil_without_demonstrations_is_refused_before_any_work(tmp_path):
+  proc = _refused_run(tmp_path, 60, AGENT="sqil", PHASES="raw,train",
+                      DEMO_RUN=str(tmp_path / "missing"))  # fmt: skip
   assert proc.returncode == 2, proc.stdout + proc.stderr
   assert "AGENT=sqil trains from demonstrations: set DEMO_RUN" in proc.stdout
   assert "raw envpool stepping" not in proc.stdout
@@ -230,14 +235,8 @@ def test_sqil_without_demonstrations_is_refused_before_any_work(tmp_path):
 def test_a_refused_table_run_fails_the_command_and_says_so(tmp_path):
   """ACER's preset refuses unrolls shorter than its mini-batch length: the command ends
   with the run's exit code, its summary naming it, not 0 with an empty summary."""
-  env = {**os.environ, "OUT": str(tmp_path / "out"), "WORK": str(tmp_path / "work"),
-         "CKPT": str(tmp_path / "none"), "AGENT": "acer", "PHASES": "train",
-         "SKIP_INSTALL": "1", "PYTHON": sys.executable, "NUM_ENVS": "4", "NUM_ACTORS": "1",
-         "TRAIN_MAX_S": "60", "MIN_TRAIN_S": "5"}  # fmt: skip
-  proc = subprocess.run(
-      ["bash", str(GPU / "atari.sh")], env=env, cwd=ROOT, capture_output=True, text=True,
-      timeout=300,
-  )  # fmt: skip
+  proc = _refused_run(tmp_path, 300, CKPT=str(tmp_path / "none"), AGENT="acer", PHASES="train",
+                      NUM_ENVS="4", NUM_ACTORS="1", TRAIN_MAX_S="60", MIN_TRAIN_S="5")  # fmt: skip
   assert proc.returncode == 2, proc.stdout + proc.stderr
   assert "(the run was refused: its error is above)" in proc.stdout
   summary = (tmp_path / "out" / "summary.txt").read_text()
