@@ -1,7 +1,7 @@
 """Compiled training against the environment's own bound, for 1 to 64 vmapped seeds.
 
     python experiments/bench_anakin.py --env-id gymnax:CartPole-v1 --agent impala
-    python experiments/bench_anakin.py --env-id gymnax:Breakout-MinAtar --num-envs 64 --seeds 1 4 16
+    python experiments/bench_anakin.py --preset minatar --env-id gymnax:Breakout-MinAtar --seeds 1 4 16
 
 For each number of seeds S, side by side in one process (interleaved, medians of
 `--repeats`):
