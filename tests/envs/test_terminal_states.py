@@ -64,7 +64,7 @@ def test_a_fall_on_the_limit_step_is_a_termination(backend, batch_size):
     env.close()
 
 
-def _random_or(policy, task, spec, obs, rng):
+def _random_or(policy, spec, obs, rng):
   if policy is not None:
     return policy(obs)
   if spec.is_discrete:
@@ -101,7 +101,7 @@ def test_terminal_tests_agree_with_envpool(task, options, policy):
   ts = env.reset()
   terminations = 0
   for _ in range(400):
-    action = _random_or(policy, task, env.spec, ts.observation, rng)
+    action = _random_or(policy, env.spec, ts.observation, rng)
     ts = env.step(np.asarray(action, env.spec.action_dtype))
     terminated = (ts.step_type == envs.LAST) & (ts.discount == 0.0)
     np.testing.assert_array_equal(test(ts.observation, np)[ts.step_type != envs.FIRST],
