@@ -120,12 +120,13 @@ def _inverted_pendulum(config: Mapping[str, Any]) -> TerminalTest:
 
 
 _CLASSIC = {
-    "CartPole": lambda config: _cartpole,
-    "Acrobot": lambda config: _acrobot,
-    "MountainCar": lambda config: _mountain_car(0.5),
-    "MountainCarContinuous": lambda config: _mountain_car(0.45),
+    "CartPole": _cartpole,
+    "Acrobot": _acrobot,
+    "MountainCar": _mountain_car(0.5),
+    "MountainCarContinuous": _mountain_car(0.45),
 }
-_MUJOCO = {
+"""Terminal tests of classic-control tasks (they have no options)."""
+_MUJOCO = {  # the task's options -> its terminal test
     "Hopper": _hopper,
     "Walker2d": _walker2d,
     "Ant": _ant,
@@ -144,7 +145,7 @@ def terminal_test(task_id: str, family: str, config: Mapping[str, Any]) -> Termi
   """
   name = task_id.rsplit("-v", 1)[0]
   if family == "envpool.classic_control" and name in _CLASSIC:
-    return _CLASSIC[name](config)
+    return _CLASSIC[name]
   if family == "envpool.mujoco.gym" and name in _MUJOCO:
     if not config.get("terminate_when_unhealthy", True) or config.get("frame_stack", 1) != 1:
       return None  # never terminates / a stacked observation

@@ -98,19 +98,3 @@ def max_actions(x: jax.Array) -> jax.Array:
   return functools.reduce(
       lambda acc, k: jnp.maximum(acc, x[..., k]), range(1, x.shape[-1]), x[..., 0]
   )
-
-
-def logsumexp_actions(x: jax.Array) -> jax.Array:
-  """Stable log(sum(exp(x))) over the last axis; all -inf gives -inf.
-
-  The maximum is subtracted (with its gradient stopped, as in
-  `jax.nn.logsumexp`), so finite inputs never overflow.
-  """
-  if not _unrolled(x):
-    return jax.nn.logsumexp(x, axis=-1)
-  m = jax.lax.stop_gradient(max_actions(x))
-  m = jnp.where(jnp.isfinite(m), m, jnp.zeros((), x.dtype))
-  s = functools.reduce(
-      lambda acc, k: acc + jnp.exp(x[..., k] - m), range(1, x.shape[-1]), jnp.exp(x[..., 0] - m)
-  )
-  return jnp.log(s) + m

@@ -46,8 +46,8 @@ def soft_value(q: jax.Array, alpha) -> jax.Array:
   _checks.check_positive("alpha", alpha, jnp.shape(q)[:-1], finite=True, dtype=jnp.result_type(q))
   alpha = jnp.asarray(alpha, dtype=jnp.result_type(q))
   m = _finite_max(q)
-  # (q - m) / alpha <= 0 with its maximum 0 where m is finite: the log of the sum of
-  # exponentials needs no second maximum (logsumexp_actions's would subtract 0).
+  # (q - m) / alpha <= 0, with its maximum 0 where m is finite: the sum of exponentials
+  # cannot overflow, so no second maximum is subtracted.
   return m + alpha * jnp.log(sum_actions(jnp.exp((q - m[..., None]) / _per_action(alpha))))
 
 
