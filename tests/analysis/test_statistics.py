@@ -739,3 +739,23 @@ def test_a_null_and_the_value_it_stands_for_are_the_same_setting_on_resume():
   ]  # fmt: skip
   # Both null: the same setting, though a larger budget derives another interval.
   assert config_differences(run, config(None, total_env_steps=200_000)) == []
+
+
+def test_a_groups_interval_does_not_depend_on_its_directories_names(tmp_path):
+  """The bootstrap resamples runs by position: runs are ordered by seed, so the same runs
+  named otherwise (seed 10 listed before seed 2, or the names shuffled) give the same
+  interval, and a group made by hand in another order gives it too."""
+  seeds = [0, 1, 2, 3, 5, 8, 10, 11]
+  values = np.random.default_rng(0).normal(size=(len(seeds), 3))
+  names = [[f"seed{s}" for s in seeds], ["h", "b", "f", "a", "g", "c", "e", "d"]]
+  intervals = []
+  for layout, layout_names in enumerate(names):
+    for seed, name, returns in zip(seeds, layout_names, values):
+      write_run(tmp_path / str(layout) / name, seed=seed, returns=returns)
+    (group,) = _groups([tmp_path / str(layout)])
+    assert [r.seed for r in group.runs] == seeds
+    for runs in (group.runs, group.runs[::-1]):
+      curve = S.group_curve(group._replace(runs=runs), reps=200)
+      intervals.append(np.stack([curve.iqm, curve.lower, curve.upper]))
+  for other in intervals[1:]:
+    np.testing.assert_array_equal(other, intervals[0])

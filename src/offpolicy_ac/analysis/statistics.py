@@ -263,12 +263,24 @@ def _is_directory(path: pathlib.Path) -> bool:
 
 
 def group_runs(runs: Sequence[RunInfo]) -> list[RunGroup]:
-  """Pools runs whose (algorithm, environment, settings) are equal, in first-seen order
-  (see the module docstring for what is ignored)."""
+  """Pools runs whose (algorithm, environment, settings) are equal, the groups in
+  first-seen order, each group's runs by seed (see the module docstring for what is
+  ignored)."""
   groups: dict[tuple, list[RunInfo]] = {}
   for run in runs:
     groups.setdefault((run.algorithm, run.env_id, run.settings), []).append(run)
-  return [RunGroup(a, e, s, tuple(rs)) for (a, e, s), rs in groups.items()]
+  return [RunGroup(a, e, s, _by_seed(rs)) for (a, e, s), rs in groups.items()]
+
+
+def _by_seed(runs: Sequence[RunInfo]) -> tuple[RunInfo, ...]:
+  """`runs` by seed, then run directory: the bootstrap resamples runs by their position, so
+  a group's intervals do not depend on how its directories are named or listed."""
+
+  def key(run):
+    number = isinstance(run.seed, int) and not isinstance(run.seed, bool)
+    return (not number, run.seed if number else 0, str(run.seed), str(run.run_dir))
+
+  return tuple(sorted(runs, key=key))
 
 
 def group_labels(groups: Sequence[RunGroup]) -> list[str]:
@@ -513,6 +525,7 @@ def group_curve(
     NothingLogged: no run of the group logged a value of the metric (a ValueError).
     ValueError: a run's metrics that cannot be read, or runs that share no steps.
   """
+  group = group._replace(runs=_by_seed(group.runs))
   records = [read_metrics(r.run_dir) for r in group.runs]
   name = f"{group.algorithm} {group.env_id}"
   if metric is None:
