@@ -366,6 +366,17 @@ def test_a_run_directory_checkpoints_cannot_be_written_in_is_refused_at_once(tmp
   assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
   assert "choose a shorter path" in proc.stderr.splitlines()[-1]
   assert list(tmp_path.iterdir()) == []
+  # A link to a folder not made yet (storage not mounted), given or above the run directory.
+  (tmp_path / "link").symlink_to(tmp_path / "storage" / "runs")
+  for run_dir in ("link", "link/run"):
+    proc = run_fresh(IMPALA, ["--run-dir", run_dir], cwd=tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.stderr.splitlines()[-1] == (
+        f"[impala] error: --run-dir {run_dir}: {tmp_path / 'link'} is a link to "
+        f"{tmp_path / 'storage' / 'runs'}, which does not exist: make that directory, or "
+        "choose another --run-dir"
+    )
+  assert [p.name for p in tmp_path.iterdir()] == ["link"]
 
 
 @pytest.mark.parametrize("platforms", ["cuda", "nope"])

@@ -453,8 +453,18 @@ folders, orbax's `checkpoints/<step>.orbax-checkpoint-tmp/arrays/ocdbt.process_0
 def check_path_usable(run_dir: pathlib.Path) -> None:
   """Refuses (ValueError) a run directory that training would fail in only at its first
   checkpoint: a name that is not valid UTF-8 (bytes the locale could not decode, which
-  orbax cannot pass on), or an absolute path too long for the run's files under it."""
+  orbax cannot pass on), or an absolute path too long for the run's files under it; and one
+  that cannot be made: a link (it, or a folder above it) to a folder that does not exist."""
   absolute = os.path.abspath(run_dir)
+  for path in (pathlib.Path(absolute), *pathlib.Path(absolute).parents):
+    try:
+      dangling = path.is_symlink() and not path.exists()
+      target = os.readlink(path) if dangling else None
+    except OSError:  # cannot be read: the lock's own message says why
+      continue
+    if dangling:
+      raise ValueError(f"--run-dir {run_dir}: {path} is a link to {target}, which does not "
+                       "exist: make that directory, or choose another --run-dir")  # fmt: skip
   try:
     absolute.encode("utf-8")
   except UnicodeEncodeError:
