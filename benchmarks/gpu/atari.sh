@@ -191,6 +191,8 @@ if [[ -f "$RUN/metrics.jsonl" ]]; then
   elif [[ -f "$RUN/learning_curve.png" ]]; then
     say "experiments/plot.py failed: plot.png is the run's learning_curve.png"
     cp "$RUN/learning_curve.png" "$OUT/plot.png"
+  else
+    say "no plot.png: the run logged no return to plot ($(wc -l <"$RUN/metrics.jsonl") metrics lines; see --log-every in TRAIN_ARGS)"
   fi
   newest=$(ls "$RUN/checkpoints" 2>/dev/null | grep -E '^[0-9]+$' | sort -n | tail -1)
   if [[ -n "$newest" ]]; then
