@@ -107,8 +107,6 @@ IGNORED_FIELDS = (
 differ only in these are seeds of one configuration (`loop.*`: the flat config of run
 directories written by offpolicy_ac 0.1)."""
 
-METRICS = ("eval_return", "episode_return")
-
 
 class NothingLogged(ValueError):
   """No run of a group logged a value of the metric yet (`group_curve`)."""

@@ -238,7 +238,6 @@ class EnvPoolEnv:
     fast = _FastPoolIO.try_make(pool, atari, terminal, self.pool_action_dtype) if fast_io else None
     self._io = fast or _PublicPoolIO(pool, atari, terminal)
     n = self.num_envs
-    self._all_env_ids = np.arange(n, dtype=ENV_ID_DTYPE)
     self._last_env_id: np.ndarray | None = None
     self._in_flight = np.zeros((n,), bool)
     self._num_in_flight = 0
