@@ -231,13 +231,15 @@ def test_seeds_one_after_the_other_resume_only_with_their_seeds(tmp_path):
       _main("impala", run, resume=True, **{**loop, **changed, "total_env_steps": 768})
   assert sorted(p.name for p in run.glob("seed?")) == ["seed0", "seed1"]
   # One seed's folder: its run is the root's (its own config says --no-vmap-seeds, which
-  # the scripts refuse for one seed), so the root is named, not a differing --vmap-seeds.
+  # the scripts refuse for one seed), so the root is named, not a differing --vmap-seeds;
+  # and so it is when the settings are the seed's own.
   held = sorted(p.name for p in (run / "seed1").iterdir())
-  with pytest.raises(ValueError, match=re.escape(
-      f"--resume: {run / 'seed1'} is seed1 of the run in {run}, whose seeds run one after the "
-      f"other (--no-vmap-seeds): resume that run (--run-dir {run} --resume")):  # fmt: skip
-    _main("impala", run / "seed1", resume=True, seed=1, total_env_steps=768, log_every=256,
-          checkpoint_every=256)  # fmt: skip
+  for vmap_seeds in (True, False):
+    with pytest.raises(ValueError, match=re.escape(
+        f"--resume: {run / 'seed1'} is seed1 of the run in {run}, whose seeds run one after "
+        f"the other: resume that run (--run-dir {run} --resume")):  # fmt: skip
+      _main("impala", run / "seed1", resume=True, seed=1, total_env_steps=768, log_every=256,
+            checkpoint_every=256, vmap_seeds=vmap_seeds)  # fmt: skip
   assert sorted(p.name for p in (run / "seed1").iterdir()) == held
   results = _main("impala", run, resume=True, **dict(loop, total_env_steps=768))
   assert [r.env_steps for r in results] == [768, 768]
@@ -248,6 +250,27 @@ def test_seeds_one_after_the_other_resume_only_with_their_seeds(tmp_path):
     _main("impala", run, resume=True, **dict(loop, seed=1, total_env_steps=1024))
   _main("impala", run, resume=True, **dict(loop, total_env_steps=1024))
   assert json.loads((run / "seeds.json").read_text()) == {"seeds": [0, 1]}
+
+
+@pytest.mark.parametrize("shape", [dict(actors="async", num_actors=1), dict(actors="pools")])
+def test_seeds_one_after_the_other_for_want_of_a_vmapped_learner_resume(tmp_path, shape):
+  """Seeds that run one after the other because one vmapped learner cannot take them
+  (actor threads, actor pools) while --vmap-seeds stays on: each seed's folder is
+  resumed by the root's run, as with --no-vmap-seeds (it was refused as a seed's folder
+  resumed on its own)."""
+  loop = dict(num_seeds=2, total_env_steps=512, log_every=256, checkpoint_every=256, **shape)
+  run = tmp_path / "run"
+  _main("impala", run, **loop)
+  assert json.loads((run / "seeds.json").read_text()) == {"seeds": [0, 1]}
+  results = _main("impala", run, resume=True, **dict(loop, total_env_steps=768))
+  assert [r.env_steps for r in results] == [768, 768]
+  for seed in ("seed0", "seed1"):
+    assert [l["env_steps"] for l in read_metrics(run / seed)] == [256, 512, 768]
+  with pytest.raises(ValueError, match=re.escape(
+      f"--resume: {run / 'seed1'} is seed1 of the run in {run}, whose seeds run one after "
+      f"the other: resume that run (--run-dir {run} --resume")):  # fmt: skip
+    _main("impala", run / "seed1", resume=True, **dict(loop, seed=1, num_seeds=1,
+                                                       total_env_steps=1024))  # fmt: skip
 
 
 def test_a_seeds_record_never_stands_for_a_run_it_does_not_hold(tmp_path):

@@ -348,6 +348,7 @@ def _experiment(name: str, args: Any, agent_factory: Callable,
           if resume and not any((d / "config.json").exists() for d in dirs):
             raise FileNotFoundError(f"--resume: {root} holds no run (no seed<k>/config.json)")
         held.enter_context(_stop_on_signals(between))  # a signal between two seeds
+        held.enter_context(rundir.starting_seeds_of(root))
         results = []
         for seed, seed_dir in zip(seeds, dirs):
           results.append(run_experiment(name, _seed_args(args, seed, seed_dir), agent_factory,

@@ -29,6 +29,7 @@ sweep on an envpool task (the vmapped learner's lanes, `training/sweeps.py`).
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import datetime
 import fcntl
@@ -583,6 +584,23 @@ def enclosing_run(path: pathlib.Path) -> Optional[pathlib.Path]:
   return next((p for p in path.resolve().parents if _is_run_root(p)), None)
 
 
+_STARTING_SEEDS_OF: contextvars.ContextVar[Optional[pathlib.Path]] = contextvars.ContextVar(
+    "starting_seeds_of", default=None
+)
+
+
+@contextlib.contextmanager
+def starting_seeds_of(root: pathlib.Path):
+  """While it runs, this process starts (or resumes) the seeds of the run in `root` one
+  after the other, each as a run of its own in root/seed<k>: what `check_or_write_config`
+  refuses to a --resume given one seed's folder."""
+  token = _STARTING_SEEDS_OF.set(root.resolve())
+  try:
+    yield
+  finally:
+    _STARTING_SEEDS_OF.reset(token)
+
+
 def _one_of_its_seeds(root: pathlib.Path, run_dir: pathlib.Path) -> bool:
   """Whether `run_dir` is root/seed<k> of a seed k of the run of seeds one after the other
   in `root` (where that run starts each of them)."""
@@ -733,12 +751,12 @@ def check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: b
           f"(JAX_ENABLE_X64), and this process has it {x64}: the resumed run would not "
           "continue as the run would have; resume with the run's setting"
       )
-    root = run_dir.resolve().parent  # (its own seeds' runs are resumed with vmap_seeds off)
-    if args.train.budget.vmap_seeds and _one_of_its_seeds(root, run_dir):
+    root = run_dir.resolve().parent
+    if _one_of_its_seeds(root, run_dir) and _STARTING_SEEDS_OF.get() != root:
       raise ValueError(
           f"--resume: {run_dir} is {run_dir.name} of the run in {root}, whose seeds run one "
-          f"after the other (--no-vmap-seeds): resume that run (--run-dir {root} --resume, "
-          f"with the settings it was run with){_last_command(name, old)}"
+          f"after the other: resume that run (--run-dir {root} --resume, with the settings "
+          f"it was run with){_last_command(name, old)}"
       )
     if "loop" in old["config"]:
       raise ValueError(
