@@ -1,4 +1,4 @@
-"""Benchmark: a replay step (add one unroll, sample a mini-batch) jitted with the buffer
+"""Benchmark: a replay step (add one unroll, sample the preset's mini-batch) jitted with the buffer
 donated against copied, side by side in one process, on Atari- and MinAtar-sized
 buffers. Prints the median milliseconds per step and the ratio.
 
@@ -20,10 +20,11 @@ from offpolicy_ac.cli import parse_plain
 from offpolicy_ac.cli import script_main
 from offpolicy_ac.training import refusals
 
-# (name, capacity, unroll T, columns B, observation shape, dtype): the scripts' presets.
+# (name, capacity, unroll T, columns B, windows sampled, observation shape and dtype as the
+# environment gives them and the buffer stores them): the scripts' presets.
 CASES = (
-    ("atari (acer preset)", 2_500, 20, 16, (4, 84, 84), jnp.uint8),
-    ("minatar (sql preset)", 12_500, 8, 64, (4, 10, 10), jnp.bool_),
+    ("atari (acer preset)", 2_500, 20, 16, 16, (4, 84, 84), jnp.uint8),
+    ("minatar (sql preset)", 12_500, 8, 64, 32, (4, 10, 10), jnp.float32),
 )
 
 
@@ -50,9 +51,12 @@ def main(args: Args) -> list[dict]:
     if args.repeats < 1:
       raise ValueError(f"--repeats must be >= 1, got {args.repeats}")
   rows = []
-  for name, capacity, unroll, columns, shape, dtype in CASES:
+  for name, capacity, unroll, columns, windows, shape, dtype in CASES:
     replay = replay_lib.make_sequence_replay(
-        capacity=capacity, sequence_length=unroll + 1, sample_length=unroll + 1, batch_size=16
+        capacity=capacity,
+        sequence_length=unroll + 1,
+        sample_length=unroll + 1,
+        batch_size=windows,
     )
     traj = {"observation": jnp.ones((unroll + 1, columns) + shape, dtype)}
 
