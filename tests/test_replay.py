@@ -104,6 +104,11 @@ def test_add_refuses_sequences_that_are_not_rows_of_the_buffer(jit):
     with pytest.raises(ValueError, match=message):
       add(state, sequences)
   assert int(add(state, good).size) == 2
+  # float64 is stored as float32 (x64 off): a wrong shape in float64 is named as the buffer
+  # would store it, so that only the shape reads as wrong.
+  wide = {**good, "x": np.asarray(good["x"], np.float64)[..., None].repeat(2, -1)}
+  with pytest.raises(ValueError, match=r"\['x'\] is float32\[5, 2, 2\], the buffer takes float32"):
+    add(state, wide)
   # A capacity that is not the buffer's would write rows past its end (dropped).
   with pytest.raises(ValueError, match="capacity=5, and the buffer holds 3 rows"):
     replay_lib.replay_add(state, good, capacity=5)

@@ -121,7 +121,7 @@ def replay_add(state: ReplayState, sequences: Any, *, capacity: int) -> ReplaySt
                             jax.tree.leaves(sequences)):  # fmt: skip
     dtype = jax.dtypes.canonicalize_dtype(x.dtype)  # as `replay_init` stored it (x64 off)
     if tuple(x.shape) != (buf.shape[1], batch, *buf.shape[2:]) or dtype != buf.dtype:
-      raise ValueError(f"replay_add: {jax.tree_util.keystr(path)} is {x.dtype}{list(x.shape)},"
+      raise ValueError(f"replay_add: {jax.tree_util.keystr(path)} is {dtype}{list(x.shape)},"
                        f" the buffer takes {buf.dtype} [L, B, ...] with [L, ...] = "
                        f"{[buf.shape[1], *buf.shape[2:]]}")  # fmt: skip
   rows = (state.insert_index + jnp.arange(batch)) % capacity
