@@ -144,6 +144,11 @@ def test_a_compiled_program_that_does_not_fit_is_refused(tmp_path, monkeypatch):
     ("acer", {"min_replay_size": 16}, [None, None, 1],
      r"the replayed updates need \d+\.\d GiB \(mini_batch_size 32 windows of "
      r"mini_batch_length \d+ steps\)"),
+    # SQIL's demonstrations are half of each batch: what it adds is named (the refusal
+    # named only the replay's flags, with a --demo-batch-size of 100,000 at fault).
+    ("sqil", {"min_replay_size": 16}, [None, None, None, 1],  # and the demonstrations
+     r"the replayed updates need \d+\.\d GiB \(mini_batch_size 32 windows of "
+     r"mini_batch_length \d+ steps and the batch_fn's \(SQIL's demo_batch_size\)\)"),
 ])  # fmt: skip
 def test_an_envpool_learner_that_does_not_fit_is_refused_before_it_updates(tmp_path,
                                                                           monkeypatch, agent,
@@ -154,15 +159,18 @@ def test_an_envpool_learner_that_does_not_fit_is_refused_before_it_updates(tmp_p
   left = iter(frees)
   monkeypatch.setattr(_memory, "free_memory_bytes", lambda device=None: next(left, None))
   module = getattr(presets, agent)
-  args = module.Args()
+  args = module.Args(demos=DEMOS) if agent == "sqil" else module.Args()
   train = args.train.replace(total_env_steps=4096, **replay)
   args = dataclasses.replace(args, train=train, run_dir=str(tmp_path / "run"))
   with pytest.raises(ValueError) as e:
     module.run(args)
   assert is_refusal(e.value)
+  hint = (r"lower num_envs, unroll_length, mini_batch_size or the batch_fn's windows "
+          r"\(SQIL's demo_batch_size\)" if agent == "sqil"
+          else r"lower num_envs, unroll_length or mini_batch_size")  # fmt: skip
   assert re.fullmatch(
-      rf"{what}, more than the 0\.0 GiB free on cpu: lower num_envs, unroll_length or "
-      r"mini_batch_size, or the network's size", str(e.value))  # fmt: skip
+      rf"{what}, more than the 0\.0 GiB free on cpu: {hint}, or the network's size",
+      str(e.value))  # fmt: skip
   assert checkpoint.checkpoint_steps(tmp_path / "run" / "checkpoints") == []
   monkeypatch.setattr(_memory, "free_memory_bytes", lambda device=None: None)
   assert module.run(args).env_steps >= 4096

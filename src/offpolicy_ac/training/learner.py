@@ -471,6 +471,11 @@ def mix_metrics(fresh: Any, replayed: Any, num_updates: int) -> Any:
   return jax.tree.map(lambda f, m: (f + num_updates * m) / (num_updates + 1), fresh, replayed)
 
 
+_FITS_HINT = "lower num_envs, unroll_length or mini_batch_size, or the network's size"
+_BATCH_FN_FITS_HINT = ("lower num_envs, unroll_length, mini_batch_size or the batch_fn's "
+                       "windows (SQIL's demo_batch_size), or the network's size")  # fmt: skip
+
+
 class Learner:
   """The jitted learner functions for S seeds (see the module docstring)."""
 
@@ -644,10 +649,13 @@ class Learner:
         if self.replay is not None:
           ingested, (_, key) = _outputs_of(ingest, (state, batch, hp))
           size, length = config.replay.mini_batch_size, config.replay.mini_batch_length
+          # A batch_fn adds to the windows (SQIL: its demonstrations' half of each batch).
+          added = " and the batch_fn's (SQIL's demo_batch_size)" * bool(batch_fn)
           self._check_fits(self._sample, (ingested, key, hp, batch_fn),
                            "the replayed updates need",
                            f"mini_batch_size {size:,} windows of mini_batch_length {length} "
-                           f"steps{lanes}")  # fmt: skip
+                           f"steps{lanes}{added}",
+                           hint=_BATCH_FN_FITS_HINT if batch_fn else _FITS_HINT)  # fmt: skip
         self.greedy.trace(acting, eval_obs).lower().compile()
       except _memory.DoesNotFit as e:
         self._refused = e
@@ -664,14 +672,14 @@ class Learner:
       raise self._refused
 
   @staticmethod
-  def _check_fits(jitted: Callable, args: tuple, what: str,
-                  details: str) -> jax.stages.Compiled:  # fmt: skip
+  def _check_fits(jitted: Callable, args: tuple, what: str, details: str,
+                  hint: str = _FITS_HINT) -> jax.stages.Compiled:  # fmt: skip
     """`jitted` compiled for `args` (arrays or their `_abstract` shapes; a jitted call on
     such arrays then reuses it), refused (`_memory.DoesNotFit`) where it needs more memory
     than the default device has free."""
     compiled = jitted.trace(*args).lower().compile()
     _memory.check_device_fits(
         _memory.program_bytes(compiled) or 0, what=what, details=details,
-        hint="lower num_envs, unroll_length or mini_batch_size, or the network's size",
+        hint=hint,
     )  # fmt: skip
     return compiled
