@@ -3,8 +3,9 @@ r"""Records demonstrations with a finished run's final (or `--best`) parameters 
     python experiments/record_demos.py --run-dir runs/sql-cartpole --episodes 10 \
         --out demos/cartpole.npz
 
-`--policy behaviour` samples actions as the run trained (for Atari players whose greedy
-policy stalls: a Breakout player that never serves plays until the time limit).
+`--policy behaviour` samples actions as the run trained (for players whose greedy policy
+gets stuck, playing until the time limit). On Atari each of `--episodes` is a whole game,
+recorded as the episodes its life losses end (as in training).
 
 Continuous actions are recorded as the environment takes them, clipped to its action box
 (a Gaussian policy's, IMPALA's or ACER's, lie outside it), so sqil.py accepts the file;
@@ -42,7 +43,8 @@ class Args:
   """Output .npz file (a file's path: a folder, or a path ending in /, is refused)."""
   episodes: int = 10
   """Episodes to record (one per environment, each from a fresh reset; in pools of at most
-  256 environments, `training.evaluation.episode_pools`, as evaluate.py plays them)."""
+  256 environments, `training.evaluation.episode_pools`, as evaluate.py plays them). On
+  Atari, whole games, each recorded as the episodes its life losses end (as in training)."""
   seed: int = 12345
   """Seed of the recording environments (`training.pool_seed(seed, "evaluate")`, as
   evaluate.py's) and of the behaviour policy's actions."""
@@ -117,9 +119,14 @@ def main(args: Args) -> dict:
   ends = np.cumsum(demos["episode_lengths"])
   starts = np.concatenate([[0], ends[:-1]])
   returns = [float(demos["reward"][s + 1 : e].sum()) for s, e in zip(starts, ends)]
+  what = f"{_plural(args.episodes, 'episode')} of {env_id}"
+  if len(returns) > args.episodes:  # Atari: the games' lives, each an episode as in training
+    what = (f"{_plural(args.episodes, 'game')} of {env_id} (mean score "
+            f"{sum(returns) / args.episodes:.1f}) as {len(returns)} episodes, a life loss "
+            "ending one as in training")  # fmt: skip
   print(
-      f"recorded {_plural(args.episodes, 'episode')} of {env_id} ({args.policy} policy, "
-      f"{run.source} parameters) to {out}: returns {returns} (mean {np.mean(returns):.1f})",
+      f"recorded {what} ({args.policy} policy, {run.source} parameters) to {out}: returns "
+      f"{returns} (mean {np.mean(returns):.1f})",
       flush=True,
   )
   if spec.num_actions is None and args.action_box_fraction is None:

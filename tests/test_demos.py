@@ -11,6 +11,7 @@ from offpolicy_ac import envs
 from offpolicy_ac.envs import FIRST
 from offpolicy_ac.envs import LAST
 from offpolicy_ac.envs import MID
+from offpolicy_ac.training import evaluate
 
 
 def _episodes(lengths):
@@ -121,6 +122,28 @@ def test_record_save_load_roundtrip(tmp_path):
   loaded = demos_lib.load_demos(path)
   assert loaded["env_id"] == "CartPole-v1"
   np.testing.assert_array_equal(loaded["observation"], demos["observation"])
+
+
+def test_an_atari_recording_holds_whole_games_as_the_episodes_their_lives_end(tmp_path):
+  """Each environment's first game (what its episode statistics count), recorded as the
+  episodes its life losses end, as training sees them: a game is not cut at its first
+  lost life, and its raw rewards add up to the game's score."""
+  rng = np.random.default_rng(0)
+  policy = lambda obs: rng.integers(0, 4, len(obs)).astype(np.int32)
+  with envs.make_atari("Breakout-v5", 2, 6, train=False) as env:
+    demos = demos_lib.record_episodes(env, policy, 2)
+  with envs.make_atari("Breakout-v5", 2, 6, train=False) as env:
+    rng = np.random.default_rng(0)
+    scores = evaluate(env, lambda params, obs: policy(obs), None, 2)
+  lengths = demos["episode_lengths"]
+  assert len(lengths) == 10  # 2 games of 5 lives
+  ends = np.cumsum(lengths)
+  np.testing.assert_array_equal(demos["step_type"][ends - 1], LAST)
+  np.testing.assert_array_equal(demos["discount"][ends - 1], 0.0)  # every life ends in 0
+  halves = np.split(demos["reward"], [ends[4]])
+  np.testing.assert_array_equal([h.sum() for h in halves], scores)
+  demos_lib.save_demos(tmp_path / "demos.npz", demos, env_id="Breakout-v5")
+  assert demos_lib.load_demos(tmp_path / "demos.npz")["episode_lengths"].tolist() == list(lengths)
 
 
 def test_clip_to_box_clips_to_the_box_shrunk_around_its_centre():

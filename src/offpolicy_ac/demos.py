@@ -106,29 +106,38 @@ def record_episodes(
 ) -> dict[str, np.ndarray]:
   """Runs `policy(obs [B, ...]) -> action [B, ...]` and returns the first episode
   of each of `env.num_envs == num_episodes` environments (so no episode is
-  chosen for being short), in the file layout above."""
+  chosen for being short), in the file layout above. An episode is what the
+  environment's episode statistics count (`pop_episode_stats`): on Atari a whole game,
+  recorded as the episodes its life losses end (as training sees them)."""
   if env.num_envs != num_episodes:
     raise ValueError(f"use a pool of num_episodes={num_episodes} envs, got {env.num_envs}")
+  env.pop_episode_stats()
   ts = env.reset()
   current: list[list[tuple]] = [[] for _ in range(num_episodes)]
-  done: list[list[tuple] | None] = [None] * num_episodes
+  pieces: list[list[list[tuple]]] = [[] for _ in range(num_episodes)]
+  counted = np.zeros(num_episodes, bool)  # its episode statistics came: the next LAST ends it
+  done = np.zeros(num_episodes, bool)
   for _ in range(max_steps):
     action = np.asarray(policy(ts.observation))
     for i, env_id in enumerate(ts.env_id):
-      if done[env_id] is not None:
+      if done[env_id]:
         continue
       step = (ts.step_type[i], ts.reward[i], ts.discount[i], ts.observation[i], action[i])
       current[env_id].append(step)
       if ts.step_type[i] == LAST:
-        done[env_id] = current[env_id]
-    if all(d is not None for d in done):
+        pieces[env_id].append(current[env_id])
+        current[env_id] = []
+        done[env_id] = counted[env_id]
+    if done.all():
       break
     ts = env.step(action)
+    counted[env.pop_episode_stats().env_id] = True
   else:
     raise RuntimeError(f"{num_episodes} episodes did not finish in {max_steps} steps")
-  steps = [s for episode in done for s in episode]
+  episodes = [piece for env_pieces in pieces for piece in env_pieces]
+  steps = [s for episode in episodes for s in episode]
   out = {name: np.stack([s[k] for s in steps]) for k, name in enumerate(_FIELDS)}
-  out["episode_lengths"] = np.array([len(e) for e in done], np.int64)
+  out["episode_lengths"] = np.array([len(e) for e in episodes], np.int64)
   return out
 
 

@@ -229,7 +229,34 @@ def test_atari_preset_life_loss_and_raw_game_score():
     np.testing.assert_allclose(stats.episode_return[stats.env_id == e], scores)
     assert all(g[1] == 4 for g in games[e])  # 5 lives: 4 life losses, then game over
   eval_env = envs.make_atari("Breakout-v5", 1, seed, train=False)
-  assert not eval_env.pool.config["episodic_life"] and not eval_env.pool.config["reward_clip"]
+  assert eval_env.pool.config["episodic_life"] and not eval_env.pool.config["reward_clip"]
+
+
+def test_evaluation_serves_after_a_lost_life_as_training_does():
+  """envpool presses FIRE at every reset, and with episodic life a lost life is one: in
+  training Breakout's ball is served for the agent after each lost life. Evaluation plays
+  under the same rule (a policy that never presses FIRE finishes its games), and its scores
+  are the raw scores of whole games; the time limit still counts a whole game."""
+  noop = np.zeros(2, np.int32)  # never FIRE
+  lengths = {}
+  for train in (True, False):
+    with envs.make_atari("Breakout-v5", 2, 3, train=train, max_episode_steps=2_000) as env:
+      env.reset()
+      for step in range(2_000):
+        env.step(noop)
+        stats = env.pop_episode_stats()
+        if len(stats.env_id):
+          break
+      assert step < 500, train  # game over within 5 lives, not the 2,000-step limit
+      lengths[train] = stats.episode_length.tolist()
+  assert lengths[True] == lengths[False]  # the same games, but for reward clipping
+  # Without episodic life (the evaluation pools before), the ball is never served again.
+  with envs.make_atari("Breakout-v5", 1, 3, train=False, episodic_life=False,
+                       max_episode_steps=600) as env:  # fmt: skip
+    env.reset()
+    for _ in range(600):
+      env.step(noop[:1])
+    assert env.pop_episode_stats().episode_length.tolist() == [600]  # truncated
 
 
 def test_received_arrays_are_never_written_again():

@@ -90,3 +90,28 @@ def test_a_rendered_episode_yields_render_episodes_frames_one_at_a_time():
   with envs.make("CartPole-v1", 1, 5, render_mode="rgb_array") as env:
     with pytest.raises(EpisodeLimitError, match="did not finish in 3 steps"):
       list(RenderedEpisode(env, push_right, None, max_steps=3))
+
+
+def test_an_atari_rendered_episode_is_the_whole_game_evaluate_scores():
+  """A life loss ends an episode for the agent, also in evaluation: the rendered episode
+  goes on to the game's end, as `evaluate` scores it (it stopped at the first lost life)."""
+  from offpolicy_ac.training import evaluate
+
+  noop = lambda params, obs: np.zeros((obs.shape[0],), np.int32)  # the ball is served for it
+  with envs.make_atari("Breakout-v5", 1, 4, train=False, render_mode="rgb_array") as env:
+    episode = RenderedEpisode(env, noop, None)
+    num_frames = sum(1 for _ in episode)
+  with envs.make_atari("Breakout-v5", 1, 4, train=False) as env:
+    (score,) = evaluate(env, noop, None, 1)
+    env.pop_episode_stats()
+    env.reset()
+    lives_lost, steps = 0, 0
+    while True:
+      ts = env.step(np.zeros(1, np.int32))
+      steps += 1
+      stats = env.pop_episode_stats()
+      if len(stats.env_id):
+        break
+      lives_lost += int(ts.step_type[0] == envs.LAST)
+  assert lives_lost == 4  # five lives: four episodes end before the game's
+  assert episode.episode_return == score and num_frames == steps + 1

@@ -26,12 +26,15 @@ class AtariProtocol(NamedTuple):
     full_action_space: all 18 actions (True) or the game's minimal set (False).
     num_actions: the size of the action set the agent chooses from.
     noop_max: episodes start with up to this many no-op actions (a random number).
-    episodic_life: whether a life loss ends a training episode (LAST, discount 0);
-      evaluation episodes never end at a life loss.
+    episodic_life: whether a life loss ends an episode (LAST, discount 0; the game goes
+      on), in training and evaluation alike; scores are of whole games either way.
     reward_clip: whether training rewards are clipped to {-1, 0, 1}; scores are always
       raw game scores of whole games.
     frame_skip: emulator frames per env step (the action is repeated, max-pooled frames).
     max_episode_steps: the time limit of an episode, in env steps (a truncation).
+    fire_reset: whether envpool presses FIRE at each reset of a game whose actions
+      include it: a game's start and, with `episodic_life`, after each lost life (so the
+      agent never has to serve Breakout's ball).
   """
 
   task_id: str
@@ -43,6 +46,7 @@ class AtariProtocol(NamedTuple):
   reward_clip: bool
   frame_skip: int
   max_episode_steps: int
+  fire_reset: bool = True
 
   @property
   def max_episode_frames(self) -> int:
@@ -61,19 +65,21 @@ class AtariProtocol(NamedTuple):
         else "no sticky actions"
     )
     actions = "full" if self.full_action_space else "minimal"
-    life = "a life loss ends a training episode" if self.episodic_life else "whole games"
+    life = "a life loss ends an episode (the game goes on)" if self.episodic_life else "whole games"
+    fire = (f"FIRE pressed at a game's start{' and after a lost life' * self.episodic_life}; "
+            if self.fire_reset else "")  # fmt: skip
     clip = "training rewards clipped" if self.reward_clip else "raw training rewards"
     return (
         f"{self.task_id}: raw game score of whole games; {sticky}; up to {self.noop_max} "
         f"no-op starts; {actions} action set ({self.num_actions} actions); {life}, "
-        f"{clip}; frame skip {self.frame_skip} (frames = {self.frame_skip} x env steps); "
+        f"{clip}; {fire}frame skip {self.frame_skip} (frames = {self.frame_skip} x env steps); "
         f"time limit {self.max_episode_steps:,} env steps ({self.max_episode_frames:,} frames)"
     )
 
 
 def atari_protocol(task_id: str, **envpool_kwargs: Any) -> AtariProtocol:
   """The protocol of `make_atari(task_id, ..., train=True, **envpool_kwargs)` (training
-  episodes; its `train=False` twin only differs in playing whole games, raw rewards).
+  episodes; its `train=False` twin, the evaluation's, only differs in raw rewards).
 
   Args:
     task_id: an envpool Atari id, e.g. "Pong-v5".
@@ -97,6 +103,7 @@ def atari_protocol(task_id: str, **envpool_kwargs: Any) -> AtariProtocol:
       reward_clip=bool(config.reward_clip),
       frame_skip=int(config.frame_skip),
       max_episode_steps=int(config.max_episode_steps),
+      fire_reset=bool(config.use_fire_reset),
   )
 
 

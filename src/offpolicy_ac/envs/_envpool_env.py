@@ -67,27 +67,27 @@ __all__ = [
 ]
 
 # envpool's standard Atari preprocessing: 84x84 grey, frame stack 4, frame skip 4, up to 30
-# no-op starts, fire on reset, no sticky actions; plus, for training, episodic life and
-# reward clipping.
-ATARI_EVAL_KWARGS: dict[str, Any] = dict(
+# no-op starts, fire on reset, no sticky actions, a life loss ends an episode; plus, for
+# training, reward clipping.
+ATARI_TRAIN_KWARGS: dict[str, Any] = dict(
     img_height=84,
     img_width=84,
     gray_scale=True,
     stack_num=4,
     frame_skip=4,
     noop_max=30,
-    episodic_life=False,
-    reward_clip=False,
+    episodic_life=True,
+    reward_clip=True,
 )
-"""envpool options for Atari evaluation: 84x84 grey, frame stack 4, frame skip 4, up to 30
-no-op starts; no episodic life, no reward clipping (raw game scores)."""
-ATARI_TRAIN_KWARGS: dict[str, Any] = {
-    **ATARI_EVAL_KWARGS,
-    "episodic_life": True,
-    "reward_clip": True,
-}
-"""envpool options for Atari training: `ATARI_EVAL_KWARGS` plus episodic life and reward
-clipping."""
+"""envpool options for Atari training: 84x84 grey, frame stack 4, frame skip 4, up to 30
+no-op starts; a life loss ends an episode (LAST, discount 0; the game goes on, and envpool
+presses FIRE as at the game's start); rewards clipped to {-1, 0, 1}."""
+ATARI_EVAL_KWARGS: dict[str, Any] = {**ATARI_TRAIN_KWARGS, "reward_clip": False}
+"""envpool options for Atari evaluation: `ATARI_TRAIN_KWARGS` with raw rewards. A life loss
+ends an episode as in training, so that the environment serves after it as it does in
+training (Breakout's ball is launched by FIRE: a policy trained with the environment
+pressing it never learns to, and without episodic life its game would stall after the
+first lost life); scores (`pop_episode_stats`) are of whole games either way."""
 
 _RESERVED_KWARGS = ("num_envs", "seed", "env_seed", "gym_reset_return_info")
 
@@ -818,15 +818,16 @@ def make_atari(
   """Makes Atari environments with envpool's standard preprocessing.
 
   Observations are [4, 84, 84] uint8 (grey, frame stack 4, frame skip 4), with up to 30
-  no-op starts. With `train=True` a life loss ends an episode (LAST, discount 0; the game
-  goes on after the FIRST step that follows) and rewards are clipped to {-1, 0, 1}; with
-  `train=False` neither. Either way `pop_episode_stats()` reports the raw game score and
-  length of whole games.
+  no-op starts. A life loss ends an episode (LAST, discount 0; the game goes on after the
+  FIRST step that follows, in which envpool presses FIRE, as at the game's start). With
+  `train=True` rewards are clipped to {-1, 0, 1}; with `train=False` they are the raw game
+  rewards. Either way `pop_episode_stats()` reports the raw game score and length of whole
+  games.
 
   Args:
     task_id: an envpool Atari id, e.g. "Pong-v5", "Breakout-v5".
     num_envs, seed: as in `make`.
-    train: episodic life and reward clipping on (training) or off (evaluation).
+    train: reward clipping on (training) or off (evaluation).
     **envpool_kwargs: override any preset option, or add others (batch_size, ...).
   """
   envpool = check_task_id(task_id)

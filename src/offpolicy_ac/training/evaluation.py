@@ -3,8 +3,9 @@
 The protocol of the in-training evaluation and of `experiments/evaluate.py`: N episodes,
 each on its own freshly reset environment of an N-environment pool (so no episode is
 picked for being short), with the policy's deterministic action; an episode ends at its
-LAST step, time-limit truncations included; Atari pools use evaluation settings (whole
-games, raw scores). `render_episode` (in memory) and `RenderedEpisode` (streamed) play
+LAST step, time-limit truncations included; Atari pools use evaluation settings (raw
+scores of whole games; a life loss ends an episode to the agent as in training, so the
+environment serves after it as it does in training). `render_episode` (in memory) and `RenderedEpisode` (streamed) play
 and render episode 0 of the same protocol.
 `describe_protocol` says all of it in one line, to print beside a score.
 """
@@ -111,8 +112,10 @@ class RenderedEpisode:
   `env` is a pool of one environment made with `render_mode="rgb_array"`; envpool seeds
   environment i of a pool with `seed + i`, so with the same seed this is the episode
   `evaluate` plays on its environment 0 (evaluate.py passes both `pool_seed(seed,
-  "evaluate")`). The episode runs from the reset (FIRST) to its LAST step, a time-limit
-  truncation included; `EpisodeLimitError` after `max_steps` steps.
+  "evaluate")`). The episode runs from the reset (FIRST) to the LAST step that ends it as
+  `evaluate` scores it (the environment's episode statistics: on Atari, the LAST step of
+  the game, not of a life), a time-limit truncation included; `EpisodeLimitError` after
+  `max_steps` steps.
   """
 
   def __init__(self, env: Any, greedy_act: Callable, params: Any, max_steps: int = 1_000_000):
@@ -132,8 +135,9 @@ class RenderedEpisode:
       ts = env.step(np.asarray(self.greedy_act(self.params, ts.observation)))
       self.num_frames += 1
       yield env.render()[0]
-      if ts.step_type[0] == LAST:
-        self.episode_return = float(env.pop_episode_stats().episode_return[0])
+      stats = env.pop_episode_stats() if ts.step_type[0] == LAST else None
+      if stats is not None and len(stats.episode_return):
+        self.episode_return = float(stats.episode_return[0])
         return
     raise EpisodeLimitError(f"the episode did not finish in {self.max_steps} steps")
 

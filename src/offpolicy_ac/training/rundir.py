@@ -1082,8 +1082,8 @@ class LoadedRun(NamedTuple):
                **envpool_kwargs) -> envs.EnvPoolEnv | envs.FunctionalPool:  # fmt: skip
     """A pool of the run's task (env id, Atari options, max_episode_steps).
 
-    `train=False` (default): evaluation settings (Atari: no episodic life, no reward
-    clipping), as the in-training evaluation uses; `train=True`: the training pools'.
+    `train=False` (default): evaluation settings (Atari: no reward clipping), as the
+    in-training evaluation uses; `train=True`: the training pools'.
     `envpool_kwargs` are further envpool options, e.g. `render_mode="rgb_array"`.
     A run on a JAX environment (gymnax, brax: a compiled run) gets an
     `envs.FunctionalPool` of it, which cannot render.
@@ -1099,8 +1099,7 @@ class LoadedRun(NamedTuple):
     """`policy(obs [B, ...]) -> action [B, ...]`: actions sampled from the policy the run
     trained with (`act`), each call with a fresh key split from `PRNGKey(seed)`.
 
-    Use it where the greedy policy gets stuck: a greedy Breakout player that never serves
-    plays until the time limit.
+    Use it where the greedy policy gets stuck, playing until the time limit.
     """
     if not isinstance(seed, numbers.Integral) or isinstance(seed, bool) or not 0 <= seed < 2**32:
       raise ValueError(f"behaviour_policy: seed must be an int in [0, 2**32), got {seed!r}")

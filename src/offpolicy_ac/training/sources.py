@@ -59,7 +59,7 @@ def task_spec(config: TrainConfig) -> envs.EnvSpec:
 def make_env(config: TrainConfig, num_envs: int, seed: int, *, train: bool = True,
              batch_size: int = 0, **envpool_kwargs) -> Any:  # fmt: skip
   """A pool of the config's task: training (batched stepping when `batch_size` is set)
-  or evaluation (`train=False`: Atari without episodic life). `envpool_kwargs` are
+  or evaluation (`train=False`: Atari with raw rewards). `envpool_kwargs` are
   further envpool options (e.g. `render_mode="rgb_array"`). For a JAX environment
   (`config.compiled`): a host pool over it, an `envs.FunctionalPool` (`train` makes no
   difference; batched stepping and rendering are refused)."""
