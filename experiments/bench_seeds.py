@@ -4,7 +4,9 @@ Each variant is one process of an experiment script (`--num-seeds N --vmap-seeds
 `--no-vmap-seeds`), timed from launch to exit (imports, compilation and environment
 creation included), interleaved over `repeats` rounds; prints medians and the ratio.
 Both variants train the same seeds on the same data (tests/training/test_seeds.py checks
-that each vmapped seed is its single run), so only the time differs.
+that each vmapped seed is its single run), so only the time differs, up to float rounding:
+a vmapped update may round differently, and over a long run that can change which episodes
+happen (the final returns printed can differ in a seed).
 
     python experiments/bench_seeds.py --script impala --num-seeds 4 --total-env-steps 50000
 """
