@@ -54,8 +54,8 @@ PHASE_MAX_S=${PHASE_MAX_S:-200}    # a cap on each of raw, the bench (its four m
 RESERVE_S=${RESERVE_S:-60}         # kept after training: its stop, the plot, packing
 MIN_TRAIN_S=${MIN_TRAIN_S:-60}     # train only with at least this much time left
 TRAIN_MAX_S=${TRAIN_MAX_S:-}       # a cap on the training time (default: all that is left)
-KILL_AFTER_S=${KILL_AFTER_S:-60}   # SIGKILL this long after the SIGTERM (a stop waits for an
-                                   # evaluation under way: 5 games to the 27,000-step limit)
+KILL_AFTER_S=${KILL_AFTER_S:-60}   # SIGKILL this long after the SIGTERM (a stop waits for the
+                                   # iteration or checkpoint under way)
 DEMO_RUN=${DEMO_RUN:-}             # sqil: a packed run (run.tgz, its parts, or their folder)
 DEMO_EPISODES=${DEMO_EPISODES:-30} # whose player records this many games (record_demos.py)
 DEMO_POLICY=${DEMO_POLICY:-greedy} # with its greedy or its behaviour policy

@@ -20,6 +20,7 @@ from offpolicy_ac.training import Update
 from offpolicy_ac.training import drive
 from offpolicy_ac.training import load_params
 from offpolicy_ac.training import train
+from offpolicy_ac.training.evaluation import EvaluationStopped
 
 STEPS = 10  # per iteration
 
@@ -320,3 +321,74 @@ def test_best_files_linked_back_and_forth_leave_no_stray_files(tmp_path):
   assert sorted(p.name for p in aside.iterdir()) == [
       "best.json", "best_params.msgpack", "best_params.msgpack.crc32"]  # fmt: skip
   assert not keeper.rewind(0, 20) and _best(tmp_path) is None  # the checkpoint's are gone
+
+
+@dataclasses.dataclass
+class StoppedInEvaluation(CountingProgram):
+  """Its evaluation at `evaluation_stop_at` env steps ends on a stop request
+  (`EvaluationStopped`, as an envpool program's evaluation of one process does)."""
+
+  evaluation_stop_at: int = -1
+  at: int = 0
+
+  def advance(self, state, env_steps, until, cut_at, should_stop):
+    state, progress = super().advance(state, env_steps, until, cut_at, should_stop)
+    self.at = int(state)
+    return state, progress
+
+  def evaluate(self, state):
+    if self.at == self.evaluation_stop_at:
+      raise EvaluationStopped("stopped")
+    return [(0.0, 0.0)]
+
+
+@pytest.mark.parametrize("exact, stop_at, eval_every, writes", [
+    (False, 30, 30, [30]),  # a stop writes a checkpoint where the program can
+    (True, 30, 30, []),  # an exact program's run goes back to its last checkpoint (none yet)
+    (True, 40, 20, [40]),  # ... or, at a checkpoint due there, writes it
+    (False, 100, 1000, [40, 80, 100]),  # the final policy's evaluation: the last checkpoint
+])  # fmt: skip
+def test_a_stop_during_an_evaluation_writes_the_line_without_it_and_stops(exact, stop_at,
+                                                                          eval_every, writes):  # fmt: skip
+  """An Atari evaluation can outlast a scheduler's grace period: a stop request during it
+  ends it, and the run stops there (it played the evaluation to its end)."""
+  config = CONFIG.replace(eval_every=eval_every, log_every=10 if stop_at == 40 else 30)
+  checkpointer, logger = MemoryCheckpointer(), ListLogger()
+  program = StoppedInEvaluation(checkpoint_at_stop=not exact, evaluation_stop_at=stop_at)
+  (result,) = drive(program, config, [logger], checkpointer=checkpointer).results
+  assert result.interrupted and result.env_steps == stop_at
+  assert checkpointer.writes == writes
+  last = logger.lines[-1]  # (the final partial line, from 90, comes with the resume)
+  assert "eval_return" not in last and "final" not in last
+  assert last["env_steps"] == (90 if stop_at == 100 else stop_at)
+  evaluated = [line["env_steps"] for line in logger.lines if "eval_return" in line]
+  assert evaluated == [s for s in range(eval_every, stop_at, eval_every)]
+
+
+def test_an_envpool_runs_evaluation_stops_on_a_stop_request_and_the_run_resumes(tmp_path):
+  """The request is polled within the evaluation's steps, not only between iterations: the
+  run stops at once, with the checkpoint due there written; resumed, it logs what the
+  straight run logs, but for the evaluation the stop skipped."""
+  import sys
+
+  config = TrainConfig.of(env_id="CartPole-v1", num_envs=4, unroll_length=8, seed=3,
+                          total_env_steps=640, log_every=128, checkpoint_every=256,
+                          eval_every=256, eval_episodes=2)  # fmt: skip
+  factory = lambda spec: agents.make_impala(spec, agents.ImpalaConfig())  # noqa: E731
+  straight = ListLogger()
+  (expected,) = train(factory, config, [straight])
+  in_evaluation = lambda: sys._getframe(1).f_code.co_name == "evaluate"  # noqa: E731
+  stopped = ListLogger()
+  (first,) = train(factory, config, [stopped], checkpointer=Checkpointer(tmp_path),
+                   should_stop=in_evaluation)  # fmt: skip
+  assert first.interrupted and first.env_steps == first.checkpoint_env_steps == 256
+  assert [line["env_steps"] for line in stopped.lines] == [128, 256]
+  assert "eval_return" not in stopped.lines[1]
+  (resumed,) = train(factory, config, [stopped], checkpointer=Checkpointer(tmp_path), resume=True)
+  assert not resumed.interrupted and resumed.env_steps == 640
+  skipped = {"eval_return", "eval_return_min"}
+  want = _lines(straight)
+  want[1] = {k: v for k, v in want[1].items() if k not in skipped}
+  assert _lines(stopped) == want and "eval_return" in stopped.lines[3]
+  jax.tree.map(np.testing.assert_array_equal, resumed.agent_state.params,
+               expected.agent_state.params)  # fmt: skip

@@ -31,6 +31,9 @@ an evaluation, a checkpoint or the end of the budget, in env steps), then acts o
   exact anyway) the run is checkpointed there; an inline envpool program's environments
   can only be re-created at a segment's start, so its run resumes from the last
   checkpoint (the work since is done again, exactly as the uninterrupted run did it).
+  A program's evaluation may stop on the request too (`EvaluationStopped`: an envpool
+  program of one process): the line is written without it, a checkpoint due there (or at
+  the stop) is written, and the run returns, interrupted, that evaluation skipped.
 
 An advance stops at the first iteration that reaches a point, so a line falls on the first
 iteration boundary at or after its point, whatever the program.
@@ -55,6 +58,7 @@ from offpolicy_ac.training.checkpoint import abstract_arrays
 from offpolicy_ac.training.checkpoint import restore_newest
 from offpolicy_ac.training.clock import seconds_since_launch
 from offpolicy_ac.training.config import TrainConfig
+from offpolicy_ac.training.evaluation import EvaluationStopped
 from offpolicy_ac.training.logger import Logger
 from offpolicy_ac.training.logger import check_loggers
 
@@ -189,7 +193,8 @@ class Program(Protocol):
     request); the iteration that reaches `cut_at` ends a segment."""
 
   def evaluate(self, state: Any) -> list[tuple[float, float]]:
-    """Each lane's greedy evaluation: (mean return, min return)."""
+    """Each lane's greedy evaluation: (mean return, min return). It may raise
+    `EvaluationStopped` where the stop request of the last `advance` comes during it."""
 
   def num_updates(self, state: Any) -> np.ndarray:
     """[N] updates made by each lane."""
@@ -365,13 +370,17 @@ class _Driver:
       for lag in progress.lags[k] if progress.lags else ():
         acc.add_lag(lag)
 
-  def log(self, state: Any, evaluate: bool, final: bool = False) -> None:
+  def log(self, state: Any, evaluate: bool, final: bool = False) -> bool:
     """One metrics line per lane; with `evaluate`, the greedy policies' returns (which
-    decide whether a lane reached the target return)."""
+    decide whether a lane reached the target return). False, with nothing logged, where a
+    stop request ended the evaluation."""
     schedule, now = self.schedule, seconds_since_launch()
     rate = (schedule.env_steps - self.last_log[1]) / max(now - self.last_log[0], 1e-9)
     versions = self.program.num_updates(state)
-    evaluations = self.program.evaluate(state) if evaluate else None
+    try:
+      evaluations = self.program.evaluate(state) if evaluate else None
+    except EvaluationStopped:
+      return False
     for k, (acc, logger) in enumerate(zip(self.accs, self.loggers)):
       line = acc.flush(schedule.env_steps, self.wall_offset + now, rate, int(versions[k]))
       if evaluations is not None:
@@ -380,6 +389,7 @@ class _Driver:
         self.scored(state, k, float(mean))
       logger.log({**line, "final": True} if final else line)
     self.last_log = (seconds_since_launch(), schedule.env_steps)
+    return True
 
   def scored(self, state: Any, lane: int, mean: float) -> None:
     """Records lane `lane`'s evaluation; keeps its parameters when they scored best."""
@@ -415,14 +425,29 @@ class _Driver:
         evaluate_end = end and bool(config.eval_interval)  # the final policy is scored
         due = schedule.checkpoint_due()
         logged, evaluated = schedule.log_due(), schedule.eval_due()
+        stopped = False
         if logged:
-          self.log(state, evaluate=evaluated)
+          stopped = not self.log(state, evaluate=evaluated)
+          if stopped:  # the line without the evaluation the stop request ended
+            self.log(state, evaluate=False)
           schedule.logged(config.budget.log_every, config.eval_interval)
-        if evaluate_end and not evaluated:
+        if evaluate_end and not evaluated and not stopped:
           # The final policy is scored (no metrics line): its score counts as an
           # evaluation (best parameters, target), and the last checkpoint records it.
-          for k, (mean, _) in enumerate(program.evaluate(state)):
-            self.scored(state, k, float(mean))
+          try:
+            for k, (mean, _) in enumerate(program.evaluate(state)):
+              self.scored(state, k, float(mean))
+          except EvaluationStopped:
+            stopped = True
+        if stopped:
+          interrupted = True
+          if due or end:
+            schedule.cut(config.checkpoint.checkpoint_every)
+            self.save(state)
+          elif program.checkpoint_at_stop and self.saved != schedule.env_steps:
+            schedule.segment += 1
+            self.save(state)
+          break
         end = end or all(a.reached for a in self.accs)
         if due or end:
           schedule.cut(config.checkpoint.checkpoint_every)

@@ -32,6 +32,11 @@ class EpisodeLimitError(RuntimeError):
   """The episodes did not end within the steps allowed (`max_steps`)."""
 
 
+class EvaluationStopped(Exception):
+  """A stop request came while `evaluate` played its episodes: they are left unfinished
+  (an Atari evaluation can take longer than a scheduler's grace period)."""
+
+
 def describe_protocol(config: TrainConfig, num_episodes: int | None = None) -> str:
   """The evaluation protocol of a run's scores in one line: the policy, the episodes, the
   schedule (in-training evaluation; pass `num_episodes` for a one-off evaluation) and, on
@@ -75,13 +80,19 @@ def episode_pools(num_episodes: int, seed: int) -> list[tuple[int, int]]:
 
 
 def evaluate(
-    env: Any, greedy_act: Callable, params: Any, num_episodes: int, max_steps: int = 1_000_000
+    env: Any,
+    greedy_act: Callable,
+    params: Any,
+    num_episodes: int,
+    max_steps: int = 1_000_000,
+    should_stop: Callable[[], bool] | None = None,
 ) -> np.ndarray:
   """Runs the deterministic policy until each of `num_episodes` envs finished one
   episode; returns their returns [num_episodes] (raw game scores on Atari).
 
   `env` must have `num_envs == num_episodes`, so every episode starts from a
-  fresh reset of its own environment and none is chosen by its length.
+  fresh reset of its own environment and none is chosen by its length. `should_stop`,
+  polled before each step, ends the evaluation with `EvaluationStopped` when True.
   """
   if not isinstance(num_episodes, int) or isinstance(num_episodes, bool) or num_episodes < 1:
     raise ValueError(f"num_episodes must be a positive int, got {num_episodes!r}")
@@ -91,6 +102,9 @@ def evaluate(
   ts = env.reset()
   returns = np.full((num_episodes,), np.nan)
   for _ in range(max_steps):
+    if should_stop is not None and should_stop():
+      raise EvaluationStopped(f"stopped with {int(np.isnan(returns).sum())} of {num_episodes} "
+                              "evaluation episodes unfinished")  # fmt: skip
     action = np.asarray(greedy_act(params, ts.observation))
     ts = env.step(action)
     stats = env.pop_episode_stats()
