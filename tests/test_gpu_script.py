@@ -200,7 +200,7 @@ def test_atari_script_on_the_cpu_then_resumed_from_its_packed_run(tmp_path):
   log = _run_script(
       out3, work3, tmp_path / "none", AGENT="sqil", DEMO_RUN=str(out1), DEMO_EPISODES="1",
       PHASES="layouts,train", TRAIN_MAX_S="30", TRAIN_ROLLOUT="compiled",
-      BENCH_LAYOUTS="1x4:2", TRAIN_EXTRA_ARGS="--gamma 0.97",
+      BENCH_LAYOUTS="1x4:2", TRAIN_EXTRA_ARGS="--gamma 0.97", PART_BYTES="15728640",
   )  # fmt: skip
   assert log.index("recorded 1 episode of Pong-v5") < log.index("train: sqil on Pong-v5")
   assert log.index("train: sqil on Pong-v5") < log.index("training loop layouts")
@@ -211,6 +211,23 @@ def test_atari_script_on_the_cpu_then_resumed_from_its_packed_run(tmp_path):
   config = json.loads((out3 / "config.json").read_text())
   assert "--demos" in config["command"], config["command"]
   assert config["config"]["agent"]["gamma"] == 0.97
+
+  # SQIL's run carried back: its replay buffer is in its checkpoint (orbax compresses the
+  # frames), its demonstrations beside it (recorded again, the file would differ)
+  ckpt4, out4 = tmp_path / "ckpt4", tmp_path / "out4"
+  ckpt4.mkdir()
+  for part in out3.glob("run.tgz*"):
+    (ckpt4 / part.name).write_bytes(part.read_bytes())
+  assert list(ckpt4.iterdir()), log[-3000:]
+  steps = json.loads((out3 / "results.json").read_text())["train"]["checkpoint_env_steps"]
+  log = _run_script(
+      out4, work3, ckpt4, AGENT="sqil", DEMO_RUN=str(out1), DEMO_EPISODES="1", PHASES="train",
+      TRAIN_MAX_S="30", TRAIN_ROLLOUT="compiled", TRAIN_EXTRA_ARGS="--gamma 0.97",
+  )  # fmt: skip
+  assert "sqil: the demonstrations packed with the run" in log, log[-4000:]
+  assert f"resuming from the checkpoint at {steps} env steps" in log, log[-4000:]
+  fourth = json.loads((out4 / "results.json").read_text())["train"]
+  assert fourth["resumed_from_env_steps"] == steps and fourth["env_steps"] > steps, log[-4000:]
 
 
 def _refused_run(tmp_path, timeout, **env) -> subprocess.CompletedProcess:

@@ -15,6 +15,8 @@
 #             by SIGTERM before BUDGET_S, with the rollout TRAIN_ROLLOUT names (auto: the
 #             faster of learner and xla); resumed from $CKPT/run.tgz* when that is there;
 #             AGENT=sqil first records DEMO_EPISODES games of the run packed in DEMO_RUN
+#             (resumed, it takes the demonstrations packed with the run: --resume compares
+#             their file's contents)
 #   layouts   after training, in the time left: LAYOUT_MODES (async_xla) at each of
 #             BENCH_LAYOUTS, K actors x N envs[:BATCH] (BATCH: batched stepping,
 #             --env-batch-size); not in the default PHASES
@@ -144,7 +146,13 @@ if has train; then
     rollout=$("$PY" benchmarks/gpu/summarize.py rollout --work "$WORK") || rollout=host
   fi
   demos=()
-  if [[ "$AGENT" == sqil ]]; then
+  if [[ "$AGENT" == sqil && -f "$RUN/demos.npz" ]]; then
+    # the run's own demonstrations, packed with it: recorded again, the file would differ
+    mv "$RUN/demos.npz" "$WORK/demos.npz"
+    [[ -f "$RUN/demos.txt" ]] && mv "$RUN/demos.txt" "$WORK/demos.txt"
+    say "sqil: the demonstrations packed with the run"
+    demos=(--demos "$WORK/demos.npz")
+  elif [[ "$AGENT" == sqil ]]; then
     mkdir -p "$WORK/demo_run"
     say "sqil: recording $DEMO_EPISODES games of $DEMO_RUN's player ($DEMO_POLICY policy)"
     # shellcheck disable=SC2046
@@ -206,6 +214,10 @@ if [[ -f "$RUN/metrics.jsonl" ]]; then
       for f in config.json metrics.jsonl summary.json learning_curve.png; do
         [[ -e "$RUN/$f" ]] && cp "$RUN/$f" "$pack/"
       done
+      if [[ "$AGENT" == sqil && ${#demos[@]} != 0 ]]; then  # --resume needs the same file
+        cp "$WORK/demos.npz" "$pack/"
+        [[ -f "$WORK/demos.txt" ]] && cp "$WORK/demos.txt" "$pack/"
+      fi
       if ((with_best)); then  # with the steps they were trained for (best.json)
         cp "$RUN"/best_params.msgpack* "$RUN"/best.json "$pack/" 2>/dev/null
         # and the checkpoint's, once a later evaluation replaced them (--resume needs them)
