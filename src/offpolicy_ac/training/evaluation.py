@@ -2,11 +2,12 @@
 
 The protocol of the in-training evaluation and of `experiments/evaluate.py`: N episodes,
 each on its own freshly reset environment of an N-environment pool (so no episode is
-picked for being short), with the policy's deterministic action; an episode ends at its
-LAST step, time-limit truncations included; Atari pools use evaluation settings (raw
-scores of whole games; a life loss ends an episode to the agent as in training, so the
-environment serves after it as it does in training). `render_episode` (in memory) and `RenderedEpisode` (streamed) play
-and render episode 0 of the same protocol.
+picked for being short), with the policy's deterministic action; an episode ends at the
+LAST step its episode statistics count, time-limit truncations included. Atari pools use
+evaluation settings: raw scores of whole games; a life loss ends an episode to the agent
+as in training, so that the environment serves after it as it does in training, and an
+evaluation episode is the whole game. `render_episode` (in memory) and `RenderedEpisode`
+(streamed) play and render episode 0 of the same protocol.
 `describe_protocol` says all of it in one line, to print beside a score.
 """
 
