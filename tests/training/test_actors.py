@@ -672,3 +672,25 @@ def test_bad_actor_configuration_fails_fast(tmp_path, flags, message):
     module.run(parse_args(module.Args, argv=["--run-dir", str(tmp_path / "run"), *flags]))
   assert time.monotonic() - start < 30.0
   assert not (tmp_path / "run").exists()
+
+
+def test_a_resume_refused_for_its_actors_warns_nothing_of_the_refused_settings(tmp_path):
+  """The warning about checkpoints that cut episodes is of the inline loop's settings: a
+  resume of an async run given --actors inline is refused (the run's actors may not change)
+  before it, so the refusal is all it prints."""
+  import warnings
+
+  args = presets.impala.Args()
+  train = args.train.replace(actors="async", num_actors=1, total_env_steps=1024,
+                             log_every=256, checkpoint_every=256)  # fmt: skip
+  args = dataclasses.replace(args, train=train, run_dir=str(tmp_path / "run"))
+  presets.impala.run(args)
+  inline = dataclasses.replace(args, train=train.replace(actors="inline", total_env_steps=2048),
+                               resume=True)  # fmt: skip
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    with pytest.raises(ValueError, match="the config differs from the run.s in actors"):
+      presets.impala.run(inline)
+  assert not [w for w in caught if "cuts every training episode" in str(w.message)]
+  with pytest.warns(RuntimeWarning, match="cuts every training episode"):  # a new run warns
+    presets.impala.run(dataclasses.replace(inline, resume=False, run_dir=str(tmp_path / "new")))

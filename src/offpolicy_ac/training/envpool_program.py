@@ -203,8 +203,6 @@ class EnvpoolProgram:
     self.learner = Learner(agent, config, dp, num_seeds=self.num_lanes, batch_fn=batch_fn,
                            hyperparams=hyperparams, agent_at=agent_at)  # fmt: skip
     self.exact = not config.uses_actor_threads
-    if self.exact:
-      warn_if_checkpoints_cut_episodes(config)
     # Actor threads promise no exact resume: their stop saves what they learned.
     self.checkpoint_at_stop = not self.exact
     self.sources, self.evals = [], []
@@ -240,6 +238,8 @@ class EnvpoolProgram:
 
   def open(self, state: LearnerState, segment: int) -> None:
     if self._warm is None:  # the run's first segment (fresh or resumed)
+      if self.exact:  # once the run's settings are checked: a refused resume warns nothing
+        warn_if_checkpoints_cut_episodes(self.config)
       self._start(state)
     elif not self.exact:
       return  # actor threads go on across checkpoints
