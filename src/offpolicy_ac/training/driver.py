@@ -32,8 +32,10 @@ an evaluation, a checkpoint or the end of the budget, in env steps), then acts o
   can only be re-created at a segment's start, so its run resumes from the last
   checkpoint (the work since is done again, exactly as the uninterrupted run did it).
   A program's evaluation may stop on the request too (`EvaluationStopped`: an envpool
-  program of one process): the line is written without it, a checkpoint due there (or at
-  the stop) is written, and the run returns, interrupted, that evaluation skipped.
+  program of one process), and the run returns at once, interrupted: an exact program's
+  run goes back to its last checkpoint (the evaluation is redone on resume); one that is
+  checkpointed at a stop writes the line without the evaluation and a checkpoint there,
+  that evaluation skipped.
 
 An advance stops at the first iteration that reaches a point, so a line falls on the first
 iteration boundary at or after its point, whatever the program.
@@ -428,9 +430,8 @@ class _Driver:
         stopped = False
         if logged:
           stopped = not self.log(state, evaluate=evaluated)
-          if stopped:  # the line without the evaluation the stop request ended
-            self.log(state, evaluate=False)
-          schedule.logged(config.budget.log_every, config.eval_interval)
+          if not stopped:
+            schedule.logged(config.budget.log_every, config.eval_interval)
         if evaluate_end and not evaluated and not stopped:
           # The final policy is scored (no metrics line): its score counts as an
           # evaluation (best parameters, target), and the last checkpoint records it.
@@ -439,13 +440,19 @@ class _Driver:
               self.scored(state, k, float(mean))
           except EvaluationStopped:
             stopped = True
-        if stopped:
+        if stopped:  # a stop request ended an evaluation
           interrupted = True
-          if due or end:
-            schedule.cut(config.checkpoint.checkpoint_every)
-            self.save(state)
-          elif program.checkpoint_at_stop and self.saved != schedule.env_steps:
-            schedule.segment += 1
+          # An exact program goes back to its last checkpoint, and the resumed run redoes
+          # the evaluation as the uninterrupted run does it. One that checkpoints at a stop
+          # keeps what it did: the line without the evaluation, and a checkpoint here.
+          if program.checkpoint_at_stop and self.saved != schedule.env_steps:
+            if logged:
+              self.log(state, evaluate=False)
+              schedule.logged(config.budget.log_every, config.eval_interval)
+            if due or end:
+              schedule.cut(config.checkpoint.checkpoint_every)
+            else:
+              schedule.segment += 1
             self.save(state)
           break
         end = end or all(a.reached for a in self.accs)
