@@ -374,15 +374,19 @@ class _Driver:
 
   def log(self, state: Any, evaluate: bool, final: bool = False) -> bool:
     """One metrics line per lane; with `evaluate`, the greedy policies' returns (which
-    decide whether a lane reached the target return). False, with nothing logged, where a
-    stop request ended the evaluation."""
+    decide whether a lane reached the target return). False where a stop request ended the
+    evaluation: an exact program logs nothing (its run goes back to the last checkpoint),
+    one checkpointed at a stop logs the line without the evaluation."""
     schedule, now = self.schedule, seconds_since_launch()
     rate = (schedule.env_steps - self.last_log[1]) / max(now - self.last_log[0], 1e-9)
     versions = self.program.num_updates(state)
+    completed = True
     try:
       evaluations = self.program.evaluate(state) if evaluate else None
     except EvaluationStopped:
-      return False
+      if not self.program.checkpoint_at_stop:
+        return False
+      evaluations, completed = None, False
     for k, (acc, logger) in enumerate(zip(self.accs, self.loggers)):
       line = acc.flush(schedule.env_steps, self.wall_offset + now, rate, int(versions[k]))
       if evaluations is not None:
@@ -391,7 +395,16 @@ class _Driver:
         self.scored(state, k, float(mean))
       logger.log({**line, "final": True} if final else line)
     self.last_log = (seconds_since_launch(), schedule.env_steps)
-    return True
+    return completed
+
+  def save_at_stop(self, state: Any, at_checkpoint_point: bool) -> None:
+    """The checkpoint of a program checkpointed at a stop, where a stop request ended the
+    run: at a checkpoint point (or the end) as there, elsewhere a segment of its own."""
+    if at_checkpoint_point:
+      self.schedule.cut(self.config.checkpoint.checkpoint_every)
+    else:
+      self.schedule.segment += 1
+    self.save(state)
 
   def scored(self, state: Any, lane: int, mean: float) -> None:
     """Records lane `lane`'s evaluation; keeps its parameters when they scored best."""
@@ -420,8 +433,7 @@ class _Driver:
           interrupted = True
           # Nothing new since the newest checkpoint: it stays as it is (not written again).
           if program.checkpoint_at_stop and self.saved != schedule.env_steps:
-            schedule.segment += 1
-            self.save(state)
+            self.save_at_stop(state, at_checkpoint_point=False)
           break
         end = schedule.env_steps >= total
         evaluate_end = end and bool(config.eval_interval)  # the final policy is scored
@@ -430,7 +442,7 @@ class _Driver:
         stopped = False
         if logged:
           stopped = not self.log(state, evaluate=evaluated)
-          if not stopped:
+          if not stopped or program.checkpoint_at_stop:  # a line was written
             schedule.logged(config.budget.log_every, config.eval_interval)
         if evaluate_end and not evaluated and not stopped:
           # The final policy is scored (no metrics line): its score counts as an
@@ -444,16 +456,9 @@ class _Driver:
           interrupted = True
           # An exact program goes back to its last checkpoint, and the resumed run redoes
           # the evaluation as the uninterrupted run does it. One that checkpoints at a stop
-          # keeps what it did: the line without the evaluation, and a checkpoint here.
+          # keeps what it did (the line without the evaluation) and a checkpoint here.
           if program.checkpoint_at_stop and self.saved != schedule.env_steps:
-            if logged:
-              self.log(state, evaluate=False)
-              schedule.logged(config.budget.log_every, config.eval_interval)
-            if due or end:
-              schedule.cut(config.checkpoint.checkpoint_every)
-            else:
-              schedule.segment += 1
-            self.save(state)
+            self.save_at_stop(state, at_checkpoint_point=due or end)
           break
         end = end or all(a.reached for a in self.accs)
         if due or end:
