@@ -147,6 +147,70 @@ def test_resuming_a_finished_run_logs_its_final_partial_line_again():
                       "to train (a larger --total-env-steps goes on from here)")  # fmt: skip
 
 
+class Clock:
+  """A wall clock that runs only when a `TimedProgram` or a `TimedCheckpointer` works."""
+
+  now = 0.0
+
+  def __call__(self):
+    return self.now
+
+
+@dataclasses.dataclass
+class TimedProgram(CountingProgram):
+  """Trains at 10 env steps a second; an evaluation takes 100 s."""
+
+  clock: Clock = None
+
+  def advance(self, state, env_steps, until, cut_at, should_stop):
+    state, progress = super().advance(state, env_steps, until, cut_at, should_stop)
+    self.clock.now += progress.env_steps / 10
+    return state, progress
+
+  def evaluate(self, state):
+    self.clock.now += 100.0
+    return super().evaluate(state)
+
+
+class TimedCheckpointer(MemoryCheckpointer):
+  """A checkpoint takes 50 s to write."""
+
+  def __init__(self, clock):
+    super().__init__()
+    self.clock = clock
+
+  def save(self, step, arrays, record):
+    self.clock.now += 50.0
+    super().save(step, arrays, record)
+
+
+def test_a_lines_wall_clock_fields_time_its_training_and_a_resume_keeps_the_final_ones(
+    monkeypatch,
+):
+  """The final partial line follows the final policy's evaluation and the last checkpoint,
+  which its rate and wall time do not count; a resume with nothing left to train writes it
+  again as it was (not at 0 env steps a second)."""
+  from offpolicy_ac.training import driver
+
+  clock = Clock()
+  monkeypatch.setattr(driver, "seconds_since_launch", clock)
+  config = CONFIG.replace(eval_every=30)
+  checkpointer, straight = TimedCheckpointer(clock), ListLogger()
+  (result,) = drive(TimedProgram(clock=clock), config, [straight],
+                    checkpointer=checkpointer).results  # fmt: skip
+  assert [line["env_steps"] for line in straight.lines] == [30, 60, 90, 100]
+  # a checkpoint within an interval (at 40 and 80) counts in its rate, an evaluation in none
+  assert [line["env_steps_per_s"] for line in straight.lines] == [10.0, 30 / 53, 30 / 53, 10.0]
+  # 10 s of training, 4 evaluations and 3 checkpoints, the last of each after the final line
+  assert straight.lines[-1]["wall_time_s"] == 10 + 3 * 100 + 2 * 50
+  assert result.wall_time_s == 10 + 4 * 100 + 3 * 50
+  resumed = ListLogger()
+  resumed.lines = list(straight.lines)
+  clock.now += 1000.0  # the run resumed later
+  drive(TimedProgram(clock=clock), config, [resumed], checkpointer=checkpointer, resume=True)
+  assert resumed.lines == straight.lines
+
+
 def test_resuming_a_run_that_reached_its_target_says_nothing_is_left_to_train():
   """With a larger budget it announced nothing: the budget grew, and the run ended where
   it was (a reached target ends it, and --target-return may not change on resume)."""

@@ -289,7 +289,7 @@ class _Driver:
         config.budget.log_every, config.eval_interval, config.checkpoint.checkpoint_every
     )
     self.accs = [records.Accumulators() for _ in loggers]
-    self.wall_offset, self.last_log = 0.0, (0.0, 0)
+    self.wall_offset, self.last_log, self.advanced_at = 0.0, (0.0, 0), 0.0
     self.saved: Optional[int] = None  # env steps of the newest checkpoint
 
   def restore(self) -> Any:
@@ -377,8 +377,8 @@ class _Driver:
     decide whether a lane reached the target return). False where a stop request ended the
     evaluation: an exact program logs nothing (its run goes back to the last checkpoint),
     one checkpointed at a stop logs the line without the evaluation."""
-    schedule, now = self.schedule, seconds_since_launch()
-    rate = (schedule.env_steps - self.last_log[1]) / max(now - self.last_log[0], 1e-9)
+    schedule = self.schedule
+    wall, rate = schedule.final_clock if final and schedule.final_clock else self.line_clock()
     versions = self.program.num_updates(state)
     completed = True
     try:
@@ -388,7 +388,7 @@ class _Driver:
         return False
       evaluations, completed = None, False
     for k, (acc, logger) in enumerate(zip(self.accs, self.loggers)):
-      line = acc.flush(schedule.env_steps, self.wall_offset + now, rate, int(versions[k]))
+      line = acc.flush(schedule.env_steps, wall, rate, int(versions[k]))
       if evaluations is not None:
         mean, low = evaluations[k]
         line.update(eval_return=float(mean), eval_return_min=float(low))
@@ -396,6 +396,14 @@ class _Driver:
       logger.log({**line, "final": True} if final else line)
     self.last_log = (seconds_since_launch(), schedule.env_steps)
     return completed
+
+  def line_clock(self) -> list[float]:
+    """A metrics line's wall-clock fields: the run's wall time when the last advance ended,
+    and the env steps per second trained since the last line (an evaluation or checkpoint
+    after the advance counts in neither)."""
+    since, steps = self.last_log
+    rate = (self.schedule.env_steps - steps) / max(self.advanced_at - since, 1e-9)
+    return [self.wall_offset + self.advanced_at, rate]
 
   def save_at_stop(self, state: Any, at_checkpoint_point: bool) -> None:
     """The checkpoint of a program checkpointed at a stop, where a stop request ended the
@@ -419,6 +427,7 @@ class _Driver:
     total = config.budget.total_env_steps
     self.wall_offset = schedule.wall_time_s - seconds_since_launch()
     self.last_log = (seconds_since_launch(), schedule.env_steps)
+    self.advanced_at = self.last_log[0]
     interrupted, advanced = False, False
     program.open(state, schedule.segment)
     try:
@@ -427,7 +436,9 @@ class _Driver:
         until = min(p for p in points if p is not None)
         cut_at = min(schedule.next_checkpoint or total, total)
         state, progress = program.advance(state, schedule.env_steps, until, cut_at, should_stop)
+        self.advanced_at = seconds_since_launch()
         schedule.env_steps, advanced = schedule.env_steps + progress.env_steps, True
+        schedule.final_clock = None
         self.accumulate(progress)
         if progress.stopped:
           interrupted = True
@@ -462,6 +473,10 @@ class _Driver:
           break
         end = end or all(a.reached for a in self.accs)
         if due or end:
+          if end and any(a.pending for a in self.accs):
+            # The final line, logged after this checkpoint, times the training alone; a
+            # resume with nothing left to train writes it again as it was.
+            schedule.final_clock = self.line_clock()
           schedule.cut(config.checkpoint.checkpoint_every)
           self.save(state)
           if not end:

@@ -42,6 +42,8 @@ class Schedule:
   segment: int = 0
   log_lines: int = 0
   wall_time_s: float = 0.0
+  # The wall-clock fields of the run's final partial line, logged after its last checkpoint.
+  final_clock: Optional[list] = None
 
   @classmethod
   def start(cls, log_every: int, eval_every: int, checkpoint_every: int) -> "Schedule":
