@@ -115,3 +115,5 @@ def test_an_atari_rendered_episode_is_the_whole_game_evaluate_scores():
       lives_lost += int(ts.step_type[0] == envs.LAST)
   assert lives_lost == 4  # five lives: four episodes end before the game's
   assert episode.episode_return == score and num_frames == steps + 1
+  # a reset step after each lost life: a frame more than the game's length (docs/evaluation.md)
+  assert num_frames == stats.episode_length[0] + 1 + lives_lost

@@ -130,7 +130,8 @@ class RenderedEpisode:
   "evaluate")`). The episode runs from the reset (FIRST) to the LAST step that ends it as
   `evaluate` scores it (the environment's episode statistics: on Atari, the LAST step of
   the game, not of a life), a time-limit truncation included; `EpisodeLimitError` after
-  `max_steps` steps.
+  `max_steps` steps. On Atari, where a lost life ends an episode as in training, the step
+  after it is that life's reset (FIRE pressed), one frame more for each lost life.
   """
 
   def __init__(self, env: Any, greedy_act: Callable, params: Any, max_steps: int = 1_000_000):
@@ -164,8 +165,9 @@ def render_episode(
   memory (`RenderedEpisode` streams them instead; see there for `env` and the episode).
 
   Returns:
-    (frames [L + 1, H, W, 3] uint8: the reset and the state after each of the episode's
-    L steps; the episode's return, the raw game score on Atari).
+    (frames [L + 1, H, W, 3] uint8: the reset and the state after each of the L steps
+    played, on Atari a reset step after each lost life included; the episode's return, the
+    raw game score on Atari).
   """
   episode = RenderedEpisode(env, greedy_act, params, max_steps)
   frames = np.stack(list(episode))
