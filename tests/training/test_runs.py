@@ -297,6 +297,24 @@ def test_corrupt_latest_checkpoint_falls_back_with_a_warning(tmp_path, straight_
   assert summary["env_steps"] == 7680
 
 
+def test_a_run_whose_checkpoints_are_all_damaged_is_refused_in_a_line_each(tmp_path,
+                                                                           straight_run):  # fmt: skip
+  """A damaged data file fails several of a checkpoint's array reads: orbax's coroutines
+  left pending printed theirs as unraisable exceptions, some 260 lines of tracebacks and
+  tensorstore specs around the warnings and the refusal."""
+  run_dir = tmp_path / "run"
+  shutil.copytree(straight_run, run_dir)
+  checkpoints = sorted((run_dir / "checkpoints").iterdir())
+  for data in run_dir.glob("checkpoints/*/arrays/ocdbt.process_0/d/*"):
+    size = data.stat().st_size
+    if size > 1000:
+      data.write_bytes(data.read_bytes()[: size // 2])  # cut short, as by a crash mid-write
+  proc = _run("impala", run_dir, 7680, "--resume", check=False)
+  assert proc.returncode == 2 and "no intact checkpoint" in proc.stderr
+  assert "Exception ignored" not in proc.stderr
+  assert len(proc.stderr.splitlines()) == len(checkpoints) + 1, proc.stderr[:3000]
+
+
 def test_resume_refuses_a_different_config(tmp_path):
   run_dir = tmp_path / "run"
   _run("impala", run_dir, 2560)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import inspect
 import json
 import logging
 import os
@@ -453,21 +454,31 @@ class _FullDiskLines(logging.Filter):
 
 def _closed_loop_callbacks_dropped(previous: Callable) -> Callable:
   """`sys.unraisablehook` but for the "Event loop is closed" of a callback into orbax's
-  closed event loop, which it drops."""
+  closed event loop and the errors of orbax's own coroutines left pending (a damaged
+  checkpoint's other array reads, each with its tensorstore spec: some 60 lines), which it
+  drops: the failure they belong to is reported once, where it was raised."""
 
   def hook(unraisable):
-    error = unraisable.exc_value
-    if not (isinstance(error, RuntimeError) and str(error) == "Event loop is closed"):
+    error, source = unraisable.exc_value, unraisable.object
+    closed_loop = isinstance(error, RuntimeError) and str(error) == "Event loop is closed"
+    if not (closed_loop or _of_orbax(source)):
       previous(unraisable)
 
   hook.drops_closed_loop_callbacks = True
   return hook
 
 
+def _of_orbax(source: Any) -> bool:
+  """Whether `source` (an unraisable exception's object) is a coroutine of orbax's."""
+  code = getattr(source, "cr_code", None) if inspect.iscoroutine(source) else None
+  return code is not None and f"{os.sep}orbax{os.sep}" in code.co_filename
+
+
 def _drop_closed_loop_callbacks() -> None:
   """From now on, drops the "Event loop is closed" of callbacks into orbax's closed event
-  loop (`_closed_loop_callbacks_dropped`): after a failed read, the tensorstore reads
-  still pending complete into it, later too (about a dozen tracebacks before the one-line
+  loop, and the errors of orbax's coroutines left pending (`_closed_loop_callbacks_dropped`):
+  after a failed read, the tensorstore reads still pending complete into it, later too,
+  and those of a damaged file fail too (tracebacks of some 260 lines around the one-line
   warning that the checkpoint is passed over)."""
   if not getattr(sys.unraisablehook, "drops_closed_loop_callbacks", False):
     sys.unraisablehook = _closed_loop_callbacks_dropped(sys.unraisablehook)
