@@ -294,6 +294,29 @@ def test_run_experiment_gives_an_added_logger_every_metrics_line(tmp_path):
   assert "resumed_since" not in json.loads((tmp_path / "run" / "summary.json").read_text())
 
 
+def test_a_ctrl_c_as_a_resume_is_built_leaves_the_run_as_it_was(tmp_path, monkeypatch):
+  """A SIGINT before the driver's own handler is in place interrupts at once (the building
+  handler's KeyboardInterrupt): config.json kept the resume's budget and `resumed` entry,
+  and summary.json its `resumed_since`, so load_run took the finished run for a stopped
+  one (evaluate.py scored its checkpoint)."""
+  from offpolicy_ac.training import experiment
+
+  args = _args(tmp_path / "run", "CartPole-v1")
+  factory = functools.partial(agents.make_impala, config=args.agent)
+  run_experiment("impala", args, factory, progress=False)
+  files = {name: (tmp_path / "run" / name).read_bytes() for name in ("config.json", "summary.json")}
+
+  def ctrl_c(config):
+    raise KeyboardInterrupt
+
+  monkeypatch.setattr(experiment, "describe_protocol", ctrl_c)  # just after the config's write
+  resumed = dataclasses.replace(args, train=args.train.replace(total_env_steps=768), resume=True)
+  with pytest.raises(KeyboardInterrupt):
+    run_experiment("impala", resumed, factory, progress=False)
+  assert {name: (tmp_path / "run" / name).read_bytes() for name in files} == files
+  assert load_run(tmp_path / "run").source == "final"
+
+
 def test_a_redefined_factory_registers_again_under_its_name():
   """A notebook cell that defines and registers the agent, run again, defines other objects
   of the same names: they replace the registered ones; a built-in name stays refused."""

@@ -485,8 +485,9 @@ def _run(name: str, args: Any, root: pathlib.Path, agent_factory: Callable,
   log their own actors' episodes and restore from process 0's checkpoints). Several
   (`sweeps.lanes_of`: seeds, a sweep's settings x seeds) log in root/seed<k> or
   root/<setting>/seed<k>; root holds the whole config and every learner's checkpoints.
-  A resume (of one process) that ends in an error before its first checkpoint leaves the
-  run as it found it: config.json too (its budget, its `resumed` list).
+  A resume (of one process) that ends in an error (or a Ctrl-C as it is built) before its
+  first checkpoint leaves the run as it found it: config.json too (its budget, its
+  `resumed` list), and summary.json (unmarked).
   """
   inputs = options.inputs or {}
   with refusals():
@@ -519,8 +520,8 @@ def _run(name: str, args: Any, root: pathlib.Path, agent_factory: Callable,
       for locked in locked_dirs:
         held.enter_context(rundir.locked(locked))
     keep = bool(getattr(args, "resume", False)) and config.parallel.num_processes == 1
-    with _configs_kept_on_failure(root, dirs, keep):
-      return _configure_and_drive(name, args, root, lanes, dirs, program, options)
+    with _files_kept_on_failure(root, dirs, keep) as marked:
+      return _configure_and_drive(name, args, root, lanes, dirs, program, options, marked)
 
 
 def _alone(root: pathlib.Path, lanes: list[sweeps.Lane]) -> bool:
@@ -578,20 +579,25 @@ def _check_memory_maps(config: TrainConfig) -> None:
 
 
 @contextlib.contextmanager
-def _configs_kept_on_failure(root: pathlib.Path, dirs: list[pathlib.Path], keep: bool):
+def _files_kept_on_failure(root: pathlib.Path, dirs: list[pathlib.Path], keep: bool):
   """With `keep`, puts the config.json files (the root's, each learner's) back as they were
-  when the body fails with no checkpoint saved since it began."""
+  when the body fails (an error, or a Ctrl-C as the run is built) with no checkpoint saved
+  since it began; and the summaries the body marked resumed (it adds `{run_dir: what
+  mark_summary_resumed returned}` to the dict this yields)."""
   paths = [d / "config.json" for d in dict.fromkeys([root, *dirs])] if keep else []
   before = {path: path.read_bytes() for path in paths if path.exists()}
   saved = _checkpoint_saves(root / "checkpoints") if before else {}
+  marked: dict[pathlib.Path, Optional[bytes]] = {}
   try:
-    yield
-  except Exception:
+    yield marked
+  except BaseException:
     if before and _checkpoint_saves(root / "checkpoints").items() <= saved.items():
-      for path, data in before.items():
-        with contextlib.suppress(OSError):  # the failure is the error to show
+      with contextlib.suppress(OSError):  # the failure is the error to show
+        for path, data in before.items():
           if path.read_bytes() != data:
             write_atomic(path, data)
+        for d, summary in marked.items():
+          rundir.unmark_summary_resumed(d, summary)
     raise
 
 
@@ -606,8 +612,10 @@ def _checkpoint_saves(directory: pathlib.Path) -> dict[int, int]:
 
 def _configure_and_drive(name: str, args: Any, root: pathlib.Path, lanes: list[sweeps.Lane],
                          dirs: list[pathlib.Path], program: Any,
-                         options: _Options) -> list[RunResult]:  # fmt: skip
-  """config.json, signals, the driver, results."""
+                         options: _Options,
+                         marked: dict[pathlib.Path, Optional[bytes]]) -> list[RunResult]:  # fmt: skip
+  """config.json, signals, the driver, results. A resume's marked summaries go to
+  `marked`, as they were."""
   config: TrainConfig = args.train
   resume, add_logger = bool(getattr(args, "resume", False)), options.add_logger
   with refusals():  # before config.json is written
@@ -627,7 +635,8 @@ def _configure_and_drive(name: str, args: Any, root: pathlib.Path, lanes: list[s
     with contextlib.suppress(Exception):  # the refusal is the error to show
       MultiLogger(*added).close()
     raise
-  marked = {d: rundir.mark_summary_resumed(d) for d in dirs} if resume else {}
+  for d in dirs if resume else ():
+    marked[d] = rundir.mark_summary_resumed(d)
   protocol = describe_protocol(config)
   if config.parallel.process_id == 0:
     print(f"[{name}] evaluation protocol: {protocol}", flush=True)
