@@ -432,6 +432,30 @@ def test_a_stop_during_an_evaluation_stops_the_run_there(exact, stop_at, eval_ev
   assert evaluated == [s for s in lines if s % eval_every == 0 and s != stop_at]
 
 
+@pytest.mark.parametrize("eval_every", [50, 1000])  # the end's line scores it, or no line
+def test_a_run_stopped_as_it_scored_its_final_policy_scores_it_on_resume(eval_every):
+  """Its checkpoint is at the end, so the resume has nothing left to train: it scores the
+  final policy, as the uninterrupted run did (it ended with the score of 18,432 env steps
+  when 20,480 were trained)."""
+  config = CONFIG.replace(eval_every=eval_every)
+  checkpointer, straight, stopped = MemoryCheckpointer(), ListLogger(), ListLogger()
+  (expected,) = drive(StoppedInEvaluation(), config, [straight]).results
+  program = StoppedInEvaluation(evaluation_stop_at=100)
+  (first,) = drive(program, config, [stopped], checkpointer=checkpointer).results
+  assert first.interrupted and checkpointer.writes == [40, 80, 100]
+  assert first.best_env_steps == (50 if eval_every == 50 else None)
+  (resumed,) = drive(StoppedInEvaluation(), config, [stopped], checkpointer=checkpointer,
+                     resume=True).results  # fmt: skip
+  assert not resumed.interrupted and resumed.last_eval_return == expected.last_eval_return == 0.0
+  assert resumed.best_env_steps == expected.best_env_steps == 100
+  # The end's line was written without its evaluation (checkpointed at the stop).
+  lines = [30, 50, 60, 90, 100] if eval_every == 50 else [30, 60, 90, 100]
+  assert [line["env_steps"] for line in stopped.lines] == lines
+  evaluated = lambda logger: [l["env_steps"] for l in logger.lines if "eval_return" in l]  # noqa: E731
+  assert evaluated(straight) == ([50, 100] if eval_every == 50 else [])
+  assert evaluated(stopped) == ([50] if eval_every == 50 else [])
+
+
 def test_an_envpool_runs_evaluation_stops_on_a_stop_request_and_the_run_resumes(tmp_path):
   """The request is polled within the evaluation's steps, not only between iterations: the
   run stops at once, without the line or the checkpoint due there (an inline run goes back

@@ -35,7 +35,7 @@ an evaluation, a checkpoint or the end of the budget, in env steps), then acts o
   program of one process), and the run returns at once, interrupted: an exact program's
   run goes back to its last checkpoint (the evaluation is redone on resume); one that is
   checkpointed at a stop writes the line without the evaluation and a checkpoint there,
-  that evaluation skipped.
+  that evaluation skipped (but for the final policy's: a resume from the end scores it).
 
 An advance stops at the first iteration that reaches a point, so a line falls on the first
 iteration boundary at or after its point, whatever the program.
@@ -438,7 +438,7 @@ class _Driver:
         state, progress = program.advance(state, schedule.env_steps, until, cut_at, should_stop)
         self.advanced_at = seconds_since_launch()
         schedule.env_steps, advanced = schedule.env_steps + progress.env_steps, True
-        schedule.final_clock = None
+        schedule.final_clock, schedule.unscored_end = None, False
         self.accumulate(progress)
         if progress.stopped:
           interrupted = True
@@ -469,6 +469,10 @@ class _Driver:
           # the evaluation as the uninterrupted run does it. One that checkpoints at a stop
           # keeps what it did (the line without the evaluation) and a checkpoint here.
           if program.checkpoint_at_stop and self.saved != schedule.env_steps:
+            if end:  # the checkpoint at the end: a resume scores the final policy
+              schedule.unscored_end = True
+              if any(a.pending for a in self.accs):
+                schedule.final_clock = self.line_clock()
             self.save_at_stop(state, at_checkpoint_point=due or end)
           break
         end = end or all(a.reached for a in self.accs)
@@ -481,6 +485,14 @@ class _Driver:
           self.save(state)
           if not end:
             program.open(state, schedule.segment)
+      if not interrupted and schedule.unscored_end:
+        # Resumed at the end of a run stopped as it scored the final policy: scored here.
+        try:
+          for k, (mean, _) in enumerate(program.evaluate(state)):
+            self.scored(state, k, float(mean))
+          schedule.unscored_end = False
+        except EvaluationStopped:
+          interrupted = True
       if not interrupted and any(a.pending for a in self.accs):
         # A final line for the partial interval at the end, after the last checkpoint:
         # resuming that checkpoint writes it again, or, with a larger budget, drops it (it

@@ -44,6 +44,8 @@ class Schedule:
   wall_time_s: float = 0.0
   # The wall-clock fields of the run's final partial line, logged after its last checkpoint.
   final_clock: Optional[list] = None
+  # A stop request ended the final policy's evaluation (a program checkpointed at a stop).
+  unscored_end: bool = False
 
   @classmethod
   def start(cls, log_every: int, eval_every: int, checkpoint_every: int) -> "Schedule":
