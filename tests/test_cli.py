@@ -299,6 +299,13 @@ def test_check_command_reads_a_scripts_flags_quietly_and_names_them_when_refused
         (["--checkpoint-every", "0", "--keep-checkpoints", "9"],
          "--keep-checkpoints 9 has no effect in this run: it applies to checkpoints"),
         (["--no-vmap-seeds"], "--no-vmap-seeds has no effect in this run: it applies to several"),
+        # Typed, though at the default's value: the user believes it applies.
+        (["--eval-every", "0", "--eval-episodes", "5"],
+         "--eval-episodes 5 has no effect in this run: it applies to evaluations"),
+        (["--grace-period-s", "0.5"],
+         "--grace-period-s 0.5 has no effect in this run: it applies to --actors pools with "
+         "--min-pools"),
+        (["--obs_clip=5"], "--obs-clip 5.0 has no effect in this run"),
     ],
 )  # fmt: skip
 def test_a_flag_without_effect_in_its_run_is_refused(argv, refused):
@@ -311,7 +318,6 @@ def test_a_flag_without_effect_in_its_run_is_refused(argv, refused):
     "script, argv",
     [
         ("impala", ["--normalize-observations", "--obs-clip", "10"]),
-        ("impala", ["--eval-every", "0", "--eval-episodes", "5"]),  # the default: not a change
         ("impala", ["--num-seeds", "2", "--no-vmap-seeds"]),
         ("impala", ["--checkpoint-every", "0"]),
         # A preset's own settings are not the user's: its eval_episodes 4, unused here.

@@ -78,6 +78,7 @@ from offpolicy_ac.training.driver import NonFiniteError
 from offpolicy_ac.training.experiment import REFUSED
 from offpolicy_ac.training.experiment import is_refusal
 from offpolicy_ac.training.rundir import enclosing_run
+from offpolicy_ac.training.rundir import recorded_budget
 
 __all__ = [
     "EnvPresets",
@@ -311,14 +312,32 @@ def parse_args(
     base = presets[name] if name not in (None, NO_PRESET) else None
     if hasattr(args, "train"):
       base_train = base.train if base is not None else _field_default(args_cls, "train")
-      _check_changes_have_effect(args.train, base_train)
+      _check_changes_have_effect(args.train, base_train, argv)
     if hasattr(args, "agent") and hasattr(args, "train"):
       base_agent = base.agent if base is not None else _field_default(args_cls, "agent")
       _check_swept_fields(args.agent, base_agent, args.train.budget.sweep, argv)
-      _check_agent_settings_have_effect(args.agent, base_agent)
+      _check_agent_settings_have_effect(args.agent, base_agent, argv)
   except ValueError as e:
     raise ValueError(in_flag_terms(str(e), args_cls)) from None
-  return args
+  return _budget_kept_on_resume(args, argv)
+
+
+def _given_flags(argv: Sequence[str]) -> set[str]:
+  """The flags given in `argv` (before `--`), as `--name` with dashes."""
+  return {arg.split("=", 1)[0].replace("_", "-") for arg in _flags_of(argv) if arg[:2] == "--"}
+
+
+def _budget_kept_on_resume(args: Any, argv: Sequence[str]) -> Any:
+  """A `--resume` without `--total-env-steps` continues to the run's own budget (it took
+  the script's default: a 2,000-step run resumed so trained on to 500,000)."""
+  if not (getattr(args, "resume", False) and hasattr(args, "train")):
+    return args
+  if "--total-env-steps" in _given_flags(argv):
+    return args
+  budget = recorded_budget(args.run_dir) if args.run_dir else None
+  if budget is None or budget == args.train.budget.total_env_steps:
+    return args
+  return dataclasses.replace(args, train=args.train.replace(total_env_steps=budget))
 
 
 def _field_default(cls: type, name: str) -> Any:
@@ -326,10 +345,17 @@ def _field_default(cls: type, name: str) -> Any:
   return field.default_factory() if field.default is dataclasses.MISSING else field.default
 
 
-def _check_changes_have_effect(train: Any, base_train: Any) -> None:
-  """Refuses a flag that changes a setting of the run from the preset's (or the default's)
-  value where the setting has no effect (`training.config.CONDITIONAL_FIELDS`): the user
-  would believe it applied. A config that `validate` refuses is left to its message."""
+def _typed(field: str, argv: Sequence[str]) -> bool:
+  """Whether `argv` gives the flag of `field` (`--no-` for a bool's False too)."""
+  flag, given = flag_name(field), _given_flags(argv)
+  return flag in given or f"--no-{flag[2:]}" in given
+
+
+def _check_changes_have_effect(train: Any, base_train: Any, argv: Sequence[str] = ()) -> None:
+  """Refuses a flag that sets a setting of the run where the setting has no effect
+  (`training.config.CONDITIONAL_FIELDS`), given in `argv` (also with the preset's or the
+  default's value) or changed from the preset's (or the default's) value: the user would
+  believe it applied. A config that `validate` refuses is left to its message."""
   try:
     train.validate()
   except ValueError:
@@ -337,7 +363,7 @@ def _check_changes_have_effect(train: Any, base_train: Any) -> None:
   given_fields, base_fields = train.fields_by_name(), base_train.fields_by_name()
   for field, where in fields_without_effect(train).items():
     given = given_fields[field]
-    if given != base_fields[field]:
+    if given != base_fields[field] or _typed(field, argv):
       flag = flag_name(field)
       typed = (f"--no-{flag[2:]}" if not given else flag) if isinstance(given, bool) else (
           f"{flag} {format_value(given)}")  # fmt: skip
@@ -349,7 +375,7 @@ def _check_swept_fields(agent: Any, base_agent: Any, sweep: Sequence[str],
   """Refuses a flag that sets a field `--sweep` sweeps (given in `argv`, or its value
   differs from the preset's or the default's): the sweep's values would replace it,
   silently, also where it is given the default's value."""
-  given = {arg.split("=", 1)[0].replace("_", "-") for arg in _flags_of(argv)}
+  given = _given_flags(argv)
   for field in hyperparams.parse_sweep(agent, sweep):  # a bad --sweep is refused here too
     value = getattr(agent, field)
     if value != getattr(base_agent, field) or flag_name(field) in given:
@@ -357,15 +383,16 @@ def _check_swept_fields(agent: Any, base_agent: Any, sweep: Sequence[str],
                        f"sweeps: drop {flag_name(field)}")  # fmt: skip
 
 
-def _check_agent_settings_have_effect(agent: Any, base_agent: Any) -> None:
-  """Refuses a flag that changes an agent setting from the preset's (or the default's)
-  value where the rest of the config leaves it without effect (the config's
-  `ignored_settings()`): SQL's --n-step with --lambda, ACER's --avg-decay without the
-  trust region. The library's `check_settings_used` compares with the config class's
+def _check_agent_settings_have_effect(agent: Any, base_agent: Any,
+                                      argv: Sequence[str] = ()) -> None:  # fmt: skip
+  """Refuses a flag, given in `argv` or changing an agent setting from the preset's (or the
+  default's) value, where the rest of the config leaves the setting without effect (the
+  config's `ignored_settings()`): SQL's --n-step with --lambda, ACER's --avg-decay without
+  the trust region. The library's `check_settings_used` compares with the config class's
   defaults, which a preset's may differ from (SQL's n_step)."""
   for field, why in getattr(agent, "ignored_settings", dict)().items():
     value = getattr(agent, field)
-    if value != getattr(base_agent, field):
+    if value != getattr(base_agent, field) or _typed(field, argv):
       raise ValueError(f"{flag_name(field)} {format_value(value)} has no effect in this run: "
                        f"{why}")  # fmt: skip
 

@@ -215,6 +215,20 @@ CASES = [
         "--num-particles: settings of the continuous agent's sampler",
     ),
     ("sql", ["--lambda", "0.9", "--n-step", "7"], "--n-step 7 has no effect in this run: --lambda"),
+    # Typed at the preset's value: refused too (the user believes it applies).
+    ("sql", ["--lambda", "0.9", "--n-step", "3"], "--n-step 3 has no effect in this run: --lambda"),
+    ("acer", ["--no-use-trust-region", "--avg-decay", "0.99"], "--avg-decay 0.99 has no effect"),
+    # A schedule derived from the budget is refused by the flags the user gave.
+    (
+        "sql",
+        ["--total-env-steps", "100000000000000"],
+        "100,000,000,000,000: --learning-rate-cooldown",
+    ),
+    (
+        "impala",
+        ["--preset", "gymnax-cartpole", "--total-env-steps", "600000000000"],
+        "--total-env-steps 600,000,000,000: --anneal-learning-rate anneals the step size over",
+    ),
     ("sql", ["--n-step", "50"], "--n-step (50) exceeds --mini-batch-length (4)"),
     ("sqil", ["--demos", "{demos}/good.npz", "--n-step", "50"], "--n-step (50) exceeds"),
     # The flag's own message, not the demonstrations' cut of a window of 1 step.
@@ -311,6 +325,11 @@ def test_resume_with_a_smaller_budget_is_refused_and_leaves_the_config(tmp_path)
   assert (run_dir / "config.json").read_text() == config
   proc = run_script(IMPALA, [*flags, "--total-env-steps", "1024"])
   assert proc.returncode == 2 and "already holds a run: pass --resume" in proc.stderr
+  # Without --total-env-steps, the run's budget (it took the default's, 500,000, and trained).
+  proc = run_script(IMPALA, [*flags, "--resume"])
+  assert proc.returncode == 0 and "budget grows" not in proc.stdout, proc.stdout
+  assert "already used its budget of 1,024 env steps" in proc.stdout
+  assert json.loads((run_dir / "summary.json").read_text())["env_steps"] == 1024
 
 
 def test_resume_without_a_run_directory_is_refused_and_creates_nothing(tmp_path):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from offpolicy_ac.agents.base import INT32_MAX
 from offpolicy_ac.agents.base import unlike_default
 from offpolicy_ac.cli import import_modules
 from offpolicy_ac.training import TrainConfig
@@ -44,6 +45,18 @@ def on_brax_halfcheetah(train: TrainConfig, **fields) -> TrainConfig:
   return train.replace(
       env_id="brax:halfcheetah", log_every=1_000_000, checkpoint_every=5_000_000, **fields
   )
+
+
+def check_derived_updates(flag: str, off: str, train: TrainConfig, updates: int) -> None:
+  """Refuses a step-size schedule that `flag` derives from the budget over `updates`
+  learner updates that a 32-bit count cannot hold, naming the budget and `flag` (`off`
+  turns it off), not the derived field the user never gave."""
+  if updates > INT32_MAX:
+    raise ValueError(
+        f"--total-env-steps {train.budget.total_env_steps:,}: {flag} anneals the step size "
+        f"over the run's {updates:,} updates, more than the program's 32-bit count holds "
+        f"(2**31): a smaller budget, or {off}"
+    )
 
 
 def import_registrations(args: Any) -> None:

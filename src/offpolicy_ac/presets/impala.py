@@ -182,5 +182,7 @@ def run(args: Args, **run_kwargs):
             "one of the two (a preset that anneals: --no-anneal-learning-rate)"
         )
       updates = args.train.planned_updates(off_policy=agent.use_replay)
+      common.check_derived_updates("--anneal-learning-rate", "--no-anneal-learning-rate",
+                                   args.train, updates)  # fmt: skip
     agent = dataclasses.replace(agent, learning_rate_decay_updates=updates)
   return run_experiment("impala", args, functools.partial(make_impala, config=agent), **run_kwargs)

@@ -239,6 +239,8 @@ def cooled_agent(agent: SqlConfig, train: TrainConfig, cooldown: float) -> SqlCo
       )
   with refusals():  # a bad config is one line
     begin, updates = train.cooldown_updates(cooldown, off_policy=True)
+    common.check_derived_updates("--learning-rate-cooldown", "--learning-rate-cooldown 0",
+                                 train, begin + updates)  # fmt: skip
   return dataclasses.replace(
       agent, learning_rate_decay_begin=begin, learning_rate_decay_updates=updates
   )

@@ -557,6 +557,7 @@ CONDITIONAL_FIELDS = (
     ("keep_checkpoints", lambda c: c.checkpoint.checkpoint_every > 0,
      "to checkpoints (checkpoint_every > 0)"),
     ("vmap_seeds", lambda c: c.budget.num_seeds > 1, "to several seeds (num_seeds > 1)"),
+    ("grace_period_s", lambda c: c.acting.min_pools > 0, "to --actors pools with --min-pools"),
 )  # fmt: skip
 
 

@@ -621,6 +621,22 @@ def _is_run_root(path: pathlib.Path) -> bool:
   )
 
 
+def recorded_budget(run_dir: str | os.PathLike) -> Optional[int]:
+  """The step budget (`--total-env-steps`) of the run in `run_dir` as its config.json
+  records it (a root of seeds run one after the other: its first seed's); None where there
+  is no readable run (a resume says why)."""
+  run_dir = pathlib.Path(run_dir).expanduser()
+  paths = [run_dir / "config.json", *sorted(run_dir.glob("seed*/config.json"))]
+  for path in paths if _is_run_root(run_dir) else ():
+    try:
+      budget = _run_config(path)["config"]["train"]["budget"]["total_env_steps"]
+    except (OSError, ValueError, KeyError, TypeError):
+      continue
+    if isinstance(budget, int) and not isinstance(budget, bool):
+      return budget
+  return None
+
+
 def _is_run_config(path: pathlib.Path) -> bool:
   try:
     return path.is_file() and bool(_run_config(path))
