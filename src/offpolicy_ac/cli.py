@@ -36,6 +36,7 @@ import argparse
 import ast
 import collections.abc
 import contextlib
+import contextvars
 import dataclasses
 import fnmatch
 import functools
@@ -166,15 +167,22 @@ class EnvPresets:
 
 _REGISTRY = ConstructorRegistry()
 _EXPANDING: set[type] = set()
+_DERIVED: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar(
+    "derived_fields", default=frozenset()
+)
+"""The fields whose flags the script being parsed refuses (`DERIVED_FLAGS`): not listed."""
 
 
 @_REGISTRY.struct_rule
 def _with_field_flags(info: StructTypeInfo) -> Optional[StructConstructorSpec]:
-  """A dataclass's flags as tyro makes them, with `FIELD_FLAGS` on the fields it names."""
+  """A dataclass's flags as tyro makes them, with `FIELD_FLAGS` on the fields it names;
+  the script's derived fields (`_DERIVED`) have none (its `--help-all` listed a flag it
+  then refused)."""
   kind = info.type
   if not dataclasses.is_dataclass(kind) or kind in _EXPANDING:
     return None
-  if not any(f.name in FIELD_FLAGS for f in dataclasses.fields(kind)):
+  marked = {**FIELD_FLAGS, **{name: tyro.conf.Suppress for name in _DERIVED.get()}}
+  if not any(f.name in marked for f in dataclasses.fields(kind)):
     return None
   _EXPANDING.add(kind)  # this rule defers to tyro's own for the fields themselves
   try:
@@ -184,9 +192,7 @@ def _with_field_flags(info: StructTypeInfo) -> Optional[StructConstructorSpec]:
   if not isinstance(spec, StructConstructorSpec):
     return None
   fields = tuple(
-      dataclasses.replace(f, type=Annotated[f.type, FIELD_FLAGS[f.name]])
-      if f.name in FIELD_FLAGS
-      else f
+      dataclasses.replace(f, type=Annotated[f.type, marked[f.name]]) if f.name in marked else f
       for f in spec.fields
   )
   return dataclasses.replace(spec, fields=fields)
@@ -282,7 +288,7 @@ def parse_args(
   settings = dict(description=description, config=(tyro.conf.OmitArgPrefixes,),
                   registry=_REGISTRY)  # fmt: skip
   if not presets:
-    with _field_docstrings_joined():
+    with _field_docstrings_joined(), _derived_unlisted(args_cls):
       return tyro.cli(args_cls, args=argv, **settings)
   selection = env_presets.describe().replace("\n", "; ")
   preset_help = (
@@ -304,7 +310,7 @@ def parse_args(
       ],
       frozen=True,
   )
-  with _field_docstrings_joined():
+  with _field_docstrings_joined(), _derived_unlisted(args_cls):
     args = tyro.cli(command, args=argv, **settings).args
   try:
     if explicit and name not in (None, NO_PRESET) and hasattr(args, "train"):
@@ -408,6 +414,17 @@ def parse_plain(args_cls: type[ArgsT], description: str,
   with _field_docstrings_joined():
     description = _one_line_paragraphs(description) if description else None  # None: -OO
     return tyro.cli(args_cls, description=description, args=argv)
+
+
+@contextlib.contextmanager
+def _derived_unlisted(args_cls: type) -> Iterator[None]:
+  """While tyro parses `args_cls`: its `DERIVED_FLAGS` fields get no flag (`_DERIVED`)."""
+  flags = getattr(args_cls, "DERIVED_FLAGS", {})
+  token = _DERIVED.set(frozenset(flag[2:].replace("-", "_") for flag in flags))
+  try:
+    yield
+  finally:
+    _DERIVED.reset(token)
 
 
 @contextlib.contextmanager
