@@ -294,6 +294,23 @@ def test_a_new_run_is_refused_a_directory_of_other_files_or_inside_a_run(tmp_pat
     run(tmp_path / "file" / "run")
 
 
+def test_a_run_directory_there_but_not_writable_is_refused_by_name(tmp_path, monkeypatch):
+  """A read-only mount (or a folder without write permission): the lock file's errno came
+  as the error, "[Errno 30] Read-only file system: '.../.lock'"."""
+  real_open = os.open
+
+  def read_only(path, flags, *args, **kwargs):
+    if str(path).endswith(rundir.LOCK):
+      raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+    return real_open(path, flags, *args, **kwargs)
+
+  monkeypatch.setattr(os, "open", read_only)
+  with pytest.raises(ValueError, match=r"the run directory .* cannot be written \(Read-only "
+                     r"file system\): choose another --run-dir"):  # fmt: skip
+    with rundir.locked(tmp_path):
+      pass
+
+
 def test_no_new_run_inside_a_run_of_seeds_nor_from_a_working_directory_inside_a_run(
     tmp_path, monkeypatch
 ):

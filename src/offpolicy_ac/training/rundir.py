@@ -152,7 +152,7 @@ def locked(run_dir: pathlib.Path):
   Raises:
     RunDirectoryInUse: another process holds it (the message names the holder), or
       removed it while this one locked it.
-    ValueError: `run_dir` cannot be made.
+    ValueError: `run_dir` cannot be made, or written.
   """
   try:
     made = _made_here(run_dir)
@@ -163,7 +163,11 @@ def locked(run_dir: pathlib.Path):
   try:
     dir_locked = _lock_or_refuse(dir_fd, run_dir, directory=True)
     held_before = None if made else _listing(run_dir)
-    fd = os.open(run_dir / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+      fd = os.open(run_dir / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:  # a read-only filesystem, no permission to write in it
+      raise ValueError(f"the run directory {run_dir} cannot be written ({e.strerror}): "
+                       "choose another --run-dir") from e  # fmt: skip
     try:
       _lock_or_refuse(fd, run_dir, directory=False)
       _check_still_there(run_dir, dir_fd)
