@@ -146,6 +146,14 @@ def test_short_help_shows_the_selected_presets_defaults(name, preset, capsys):
   assert _normal(module.parse(argv)) == _normal(expected), f"{shlex.join(argv)} changed them"
 
 
+@pytest.mark.parametrize("preset", [None, *presets.sqil.PRESETS])
+def test_sqils_demos_are_required_under_every_preset(preset, capsys):
+  """A preset leaves --demos empty for the command line to fill: the help said nothing."""
+  chosen = ["--preset", preset] if preset else []
+  entries = _entries(_help(load_script("sqil"), [*chosen, "--help"], capsys))
+  assert entries["--demos"].endswith("(required)"), entries["--demos"]
+
+
 def test_short_help_of_a_preset_an_env_id_selects_shows_that_env_id(capsys):
   entries = _entries(_help(load_script("impala"), ["--env-id", "gymnax:Asterix-MinAtar", "--help"],
                            capsys))  # fmt: skip

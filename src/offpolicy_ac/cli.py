@@ -591,11 +591,15 @@ def _leaf_fields(
     cls: type, value: Any = None
 ) -> Iterator[tuple[type, dataclasses.Field, Any, Any]]:
   """(owner class, field, type, value) of every field that is a flag, depth first; values
-  from `value`, else the class's defaults (MISSING where a field has none)."""
+  from `value`, else the class's defaults (MISSING where a field has none, and where
+  `value` leaves such a field empty: a preset's placeholder for SQIL's --demos)."""
   hints = get_type_hints(cls, include_extras=True)
   for f in dataclasses.fields(cls):
+    required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
     if value is not None:
       current = getattr(value, f.name)
+      if required and current == "":
+        current = dataclasses.MISSING
     elif f.default is not dataclasses.MISSING:
       current = f.default
     elif f.default_factory is not dataclasses.MISSING:
