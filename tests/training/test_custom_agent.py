@@ -294,6 +294,25 @@ def test_run_experiment_gives_an_added_logger_every_metrics_line(tmp_path):
   assert "resumed_since" not in json.loads((tmp_path / "run" / "summary.json").read_text())
 
 
+def test_a_resume_refused_for_another_task_names_the_task_first(tmp_path):
+  """The differences were shown in field order, the agent's first: four of them, and "..."
+  where the task was (its change is the cause of the others, and the one to fix)."""
+  args = _args(tmp_path / "run", "CartPole-v1")
+  run_experiment("impala", args, functools.partial(agents.make_impala, config=args.agent),
+                 progress=False)  # fmt: skip
+  agent = dataclasses.replace(args.agent, gamma=0.9, lambda_=0.5, learning_rate=0.1,
+                              entropy_weight=0.5)  # fmt: skip
+  changed = dataclasses.replace(args, agent=agent, train=args.train.replace(env_id="Acrobot-v1"),
+                                resume=True)  # fmt: skip
+  with pytest.raises(ValueError) as refusal:
+    run_experiment("impala", changed, functools.partial(agents.make_impala, config=agent),
+                   progress=False)  # fmt: skip
+  message = str(refusal.value)
+  assert message.startswith('--resume: the config differs from the run\'s in env_id (the run\'s '
+                            '"CartPole-v1", given "Acrobot-v1"); '), message  # fmt: skip
+  assert "; and 1 more; only the step budget" in message, message
+
+
 def test_a_ctrl_c_as_a_resume_is_built_leaves_the_run_as_it_was(tmp_path, monkeypatch):
   """A SIGINT before the driver's own handler is in place interrupts at once (the building
   handler's KeyboardInterrupt): config.json kept the resume's budget and `resumed` entry,

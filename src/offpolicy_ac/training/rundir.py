@@ -813,10 +813,12 @@ def check_or_write_config(name: str, args: Any, run_dir: pathlib.Path, resume: b
       predates = "the run's config.json predates it: the default,"  # a field added since
       held = lambda k: (f"the run's {_setting(k, started, was[k])}," if k in was else
                         f"{predates} {json.dumps(usual.get(k))};")  # fmt: skip
+      # The task's settings first (another --env-id makes the rest differ too).
+      diffs = sorted(diffs, key=lambda k: not k.startswith("train.env."))
       shown = "; ".join(  # by field name (unique), which scripts show as the flag
           f"{k.rsplit('.', 1)[-1]} ({held(k)} given {_setting(k, new, now.get(k))})"
           for k in diffs[:4]
-      ) + ("; ..." if len(diffs) > 4 else "")
+      ) + (f"; and {len(diffs) - 4} more" if len(diffs) > 4 else "")
       raise ValueError(
           f"--resume: the config differs from the run's in {shown}; only the step budget "
           "(--total-env-steps), the tracking flags, --import-modules and a job's "
