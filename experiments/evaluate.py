@@ -122,9 +122,12 @@ def main(args: Args) -> dict:
     # The video's pool first: a task that cannot render (a JAX environment) fails now.
     video_env = None
     if args.video:
-      video_env = stack.enter_context(
-          run.make_env(1, pool_seed(args.seed, "evaluate"), render_mode="rgb_array")
-      )
+      try:
+        video_env = stack.enter_context(
+            run.make_env(1, pool_seed(args.seed, "evaluate"), render_mode="rgb_array")
+        )
+      except ValueError as e:  # a task that cannot be rendered
+        raise ValueError(f"--video: {e}") from e
     try:
       return _evaluate(args, run, pools, video_env)
     except EpisodeLimitError as e:

@@ -184,6 +184,9 @@ def test_lambda_is_accepted_with_and_without_the_underscore(script, flag):
         ("seed must be an int >= 0, got -1", "--seed must be an int >= 0, got -1"),
         ("gamma must lie in [0.0, 1.0], got 1.5", "--gamma must lie in [0.0, 1.0], got 1.5"),
         ("values must be finite", "values must be finite"),
+        # A loss's check names its argument in backticks; starting the message, a setting.
+        ("`n_step` must be an int >= 1, got 0", "--n-step must be an int >= 1, got 0"),
+        ("`values` must be finite", "`values` must be finite"),
         # So is one a resume's refusal lists with its values; other words stay.
         ("differs from the run's in gamma (the run's 0.9, given 0.99); lambda_ (the run's 0.95, "
          "given 1.0); tau (the run's 1, given 2)",

@@ -181,13 +181,17 @@ def test_help_all_lists_every_flag_and_the_short_help_lists_only_real_ones(scrip
 
 
 def test_help_speaks_in_users_words(script, capsys):
-  _, module = script
+  name, module = script
   for argv in (["--help"], ["--help-all"], ["--preset", "atari", "--help"]):
     text = _plain(_help(module, argv, capsys))
     used = [word for word in JARGON if word in text]
     assert not used, f"{shlex.join(argv)} speaks of {used}"
   full = _plain(_help(module, ["--help-all"], capsys))
   assert f"about {AUTO_EVALUATIONS} over the run" in full  # the docstring's number is the code's
+  # The short help names settings by their flags, not as Python spells them (lambda_).
+  short = _plain(_help(module, ["--help"], capsys))
+  fields = {field for field, _ in _leaves(module.parse(BASE.get(name, [])))}
+  assert not [w for w in re.findall(r"[\w-]+", short) if w in fields and "_" in w], short
 
 
 def test_help_without_presets_and_after_a_double_dash(capsys):

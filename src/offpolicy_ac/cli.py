@@ -627,15 +627,18 @@ def in_flag_terms(message: str, args_cls: type) -> str:
   script's user typed `--num-envs`, `--lambda`. Only names with an underscore are
   replaced (they cannot be read as a word of the sentence), any name that starts the
   message ("seed must be ...") and any that a resume's refusal lists with its values
-  ("gamma (the run's 0.9, given 0.99)"); not where they are not a setting: inside quotes
+  ("gamma (the run's 0.9, given 0.99)"), in backticks too; elsewhere not where they are not
+  a setting: inside quotes
   or backticks, paths, file names and flags, or after `--sweep ` (which takes field names).
   """
   if not dataclasses.is_dataclass(args_cls):
     return message
   every = {f.name for _, f, _, _ in _leaf_fields(args_cls)}
-  first = re.match(r"(\w+) must ", message)  # "seed must be ...": a setting, whatever its name
-  if first and first.group(1) in every:
-    message = flag_name(first.group(1)) + message[first.end(1) :]
+  # "seed must be ...", "`surrogate_clip` must be ..." (a loss's check): a setting, whatever
+  # its name
+  first = re.match(r"(`?)(\w+)\1 must ", message)
+  if first and first.group(2) in every:
+    message = flag_name(first.group(2)) + message[first.end() - len(" must ") :]
   listed = re.compile(r"(?<![\w./\\'\"`-])(\w+)(?= \(the run's )")  # rundir's differences
   message = listed.sub(lambda m: flag_name(m.group(1)) if m.group(1) in every else m.group(1),
                        message)  # fmt: skip
@@ -656,7 +659,7 @@ def help_entries(args_cls: type, defaults: Any = None) -> dict[str, HelpEntry]:
     metavar = _metavar(get_args(_unwrap(kind))[0] if repeated else kind)
     name = flag_name(f.name)
     flag = f"--[no-]{name[2:]}" if _unwrap(kind) is bool else name
-    doc = summary(field_docstrings(owner).get(f.name, ""))
+    doc = in_flag_terms(summary(field_docstrings(owner).get(f.name, "")), args_cls)
     entries[f.name] = HelpEntry(f.name, flag, metavar, value, doc)
   return entries
 

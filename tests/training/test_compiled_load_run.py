@@ -97,7 +97,9 @@ def test_evaluate_script_on_a_compiled_run(sql_run, capsys, monkeypatch):
   assert ckpt["parameters"] == "checkpoint" and ckpt["env_steps"] == 512
   # No video of a JAX environment: refused before anything is evaluated or written.
   (sql_run / "evaluation.json").unlink()
-  with pytest.raises(ValueError, match="gymnax environments have no rgb_array renderer"):
+  with pytest.raises(
+      ValueError, match="^--video: .*gymnax environments have no rgb_array renderer"
+  ):
     module.main(module.Args(run_dir=str(sql_run), episodes=2, video=str(sql_run / "v.mp4")))
   assert not (sql_run / "evaluation.json").exists()
 
