@@ -37,6 +37,7 @@ from offpolicy_ac import envs
 from offpolicy_ac.cli import check_output_file
 from offpolicy_ac.cli import check_outside_run
 from offpolicy_ac.cli import check_paths_given
+from offpolicy_ac.cli import check_suffix
 from offpolicy_ac.cli import import_modules
 from offpolicy_ac.cli import parse_plain
 from offpolicy_ac.cli import script_main
@@ -114,6 +115,8 @@ def main(args: Args) -> dict:
     except ImportError as e:
       raise ValueError(f"--video: {e}") from e
   check_outputs(args)
+  if args.out:
+    check_suffix("--out", args.out, ".json", "JSON")
   import_modules("--import-modules", args.import_modules)
   run = load_run(args.run_dir, checkpoint=args.checkpoint, best=args.best)
   if not args.out:  # before the episodes are played

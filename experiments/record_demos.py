@@ -26,6 +26,7 @@ from offpolicy_ac import demos as demos_lib
 from offpolicy_ac.cli import check_output_file
 from offpolicy_ac.cli import check_outside_run
 from offpolicy_ac.cli import check_paths_given
+from offpolicy_ac.cli import check_suffix
 from offpolicy_ac.cli import import_modules
 from offpolicy_ac.cli import parse_plain
 from offpolicy_ac.cli import script_main
@@ -98,6 +99,7 @@ def main(args: Args) -> dict:
   out = check_output_file("--out", args.out, example="demos.npz")  # with ~ expanded
   # Demonstrations recorded into the run before may be replaced: a run writes no .npz.
   check_outside_run("--out", args.out, args.run_dir, may_overwrite=_is_npz)
+  check_suffix("--out", args.out, ".npz", "a NumPy .npz archive")
   import_modules("--import-modules", args.import_modules)
   run = load_run(args.run_dir, best=args.best)
   env_id = run.config.env.env_id

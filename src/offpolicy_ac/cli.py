@@ -800,6 +800,14 @@ def check_output_file(flag: str, path: str | os.PathLike, example: str = "out") 
   return path
 
 
+def check_suffix(flag: str, path: str | os.PathLike, suffix: str, written: str) -> None:
+  """Refuses (ValueError naming `flag`) an output path that does not end in `suffix` (any
+  case): the file is written as `written` (a .txt given by mistake was replaced by it)."""
+  if pathlib.Path(path).suffix.lower() != suffix:
+    raise ValueError(f"{flag} {os.fspath(path)}: the file is written as {written}: give a path "
+                     f"ending in {suffix}")  # fmt: skip
+
+
 def check_outside_run(flag: str, given: str | os.PathLike, run_dir: str | os.PathLike, *,
                       may_overwrite: Callable[[pathlib.Path], bool] = lambda path: False
                       ) -> None:  # fmt: skip

@@ -111,6 +111,17 @@ CASES = [
     ("record_demos", ["--run-dir", "{demos}", "--out", "{demos}/good.npz/x.npz"], "is a file"),
     # A folder's path, not yet made: a file of the folder's name was written.
     ("record_demos", ["--run-dir", "{demos}", "--out", "{demos}/new/"], "/new/ names a folder"),
+    # A file of another kind given by mistake (it was replaced by the archive, the JSON).
+    (
+        "record_demos",
+        ["--run-dir", "{demos}", "--out", "{demos}/notes.txt"],
+        "notes.txt: the file is written as a NumPy .npz archive: give a path ending in .npz",
+    ),
+    (
+        "evaluate",
+        ["--run-dir", "{demos}", "--out", "{demos}/notes.txt"],
+        "notes.txt: the file is written as JSON: give a path ending in .json",
+    ),
     ("evaluate", ["--run-dir", "{demos}", "--out", "{demos}/new/"], "/new/ names a folder"),
     ("evaluate", ["--run-dir", "{demos}", "--video", "{demos}/new/."], "/new/. names a folder"),
     ("record_demos", ["--run-dir", "{demos}", "--out", "x.npz", "--episodes", "0"], "--episodes"),
