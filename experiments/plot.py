@@ -59,7 +59,16 @@ def main(args: Args) -> list[statistics.GroupCurve]:
   if run is not None and pathlib.Path(args.out_dir).expanduser().resolve() != run:
     raise ValueError(f"--out-dir {args.out_dir} is in a folder of the run in {run} (a --resume "
                      "rebuilds some of them): give a directory outside it")  # fmt: skip
-  runs = [statistics.run_info(d) for d in statistics.find_runs(args.paths)]
+  found, runs = statistics.find_runs(args.paths), []
+  for run_dir in found:
+    try:
+      runs.append(statistics.run_info(run_dir))
+    except ValueError as e:  # a damaged config.json: the other runs are drawn
+      if len(found) == 1:
+        raise
+      warnings.warn(f"{e}: left out of the figures", RuntimeWarning, stacklevel=2)
+  if not runs:
+    raise ValueError(f"no run in {list(args.paths)} could be read (see the warnings)")
   if args.metric is not None:  # a misspelt key is not "nothing logged yet"
     logged = {key for r in runs for line in statistics.read_metrics(r.run_dir) for key in line}
     if logged and args.metric not in logged:

@@ -660,6 +660,21 @@ def test_plot_script_leaves_out_a_group_that_logged_nothing_yet(tmp_path, capsys
     plot.main(plot.Args(paths=(str(started),), out_dir=str(tmp_path / "p"), reps=50))
 
 
+def test_plot_script_leaves_out_a_run_whose_config_is_damaged(tmp_path, capsys):
+  """One run's truncated config.json stopped the whole figure."""
+  runs = tmp_path / "runs"
+  for seed in (0, 1):
+    write_run(runs / f"impala{seed}", seed=seed)
+  damaged = write_run(runs / "damaged", seed=2)
+  (damaged / "config.json").write_text('{"config": {\n')
+  plot = load_script("plot")
+  with pytest.warns(RuntimeWarning, match=r"damaged/config.json is damaged .*: left out"):
+    curves = plot.main(plot.Args(paths=(str(runs),), out_dir=str(tmp_path / "p"), reps=50))
+  assert [len(c.group.runs) for c in curves] == [2]
+  with pytest.raises(ValueError, match="config.json is damaged"):  # the one run given
+    plot.main(plot.Args(paths=(str(damaged),), out_dir=str(tmp_path / "p"), reps=50))
+
+
 def test_plot_script_names_a_metric_no_run_logs_and_needs_a_path(tmp_path):
   runs = tmp_path / "runs"
   write_run(runs / "impala", seed=0)
