@@ -194,6 +194,15 @@ def test_sampling_an_empty_buffer_is_refused_unless_traced():
     replay.sample(empty._asdict(), key)
   with pytest.raises(ValueError, match=r"replay_sample: key must be a PRNG key .*got 3"):
     replay.sample(replay.add(empty, _sequences(0, 2)), 3)  # JAX's "invalid PRNG key data"
+  # replay_add and replay_epoch too (an AttributeError on `size`, JAX's key message).
+  with pytest.raises(TypeError, match="replay_add takes a ReplayState .*got dict"):
+    replay.add(empty._asdict(), _sequences(0, 2))
+  with pytest.raises(TypeError, match="replay_epoch takes a ReplayState .*got dict"):
+    replay.epoch(empty._asdict(), key)
+  with pytest.raises(ValueError, match=r"replay_epoch: key must be a PRNG key .*got 3"):
+    replay.epoch(replay.add(empty, _sequences(0, 2)), 3)
+  with pytest.raises(ValueError, match=r"^replay_epoch: the buffer holds 0 sequences, fewer"):
+    replay.epoch(empty, key)
   for build in (lambda: replay_lib.replay_init({"x": np.zeros((0, 2))}, 4),
                 lambda: replay_lib.replay_full({"x": np.zeros((0, 2))})):  # fmt: skip
     with pytest.raises(ValueError, match=r"sequences of no steps \(L = 0\)"):

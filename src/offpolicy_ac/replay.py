@@ -100,14 +100,22 @@ def replay_init(example: Any, capacity: int) -> ReplayState:
   return ReplayState(data, jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32))
 
 
+def _check_state(state: Any, where: str) -> None:
+  if not isinstance(state, ReplayState):
+    raise TypeError(f"{where} takes a ReplayState (replay_init, replay_add), got "
+                    f"{type(state).__name__}")  # fmt: skip
+
+
 def replay_add(state: ReplayState, sequences: Any, *, capacity: int) -> ReplayState:
   """Writes the B sequences of `sequences` ([L, B, ...]) as rows, oldest overwritten.
 
   Raises:
+    TypeError: `state` is not a `ReplayState`.
     ValueError: sequences of another structure, shape or dtype than the buffer's rows
       (a broadcast or a cast would write something else), B > capacity, or a capacity
       that is not the buffer's.
   """
+  _check_state(state, "replay_add")
   if jax.tree.structure(sequences) != jax.tree.structure(state.data):
     raise ValueError(f"replay_add: sequences of structure {jax.tree.structure(sequences)}, "
                      f"the buffer's {jax.tree.structure(state.data)}")  # fmt: skip
@@ -162,9 +170,7 @@ def replay_sample(state: ReplayState, key: jax.Array, *, batch_size: int, length
       stored sequences' L, `batch_size` or `length` is not a positive int, or `key` is
       not a PRNG key.
   """
-  if not isinstance(state, ReplayState):
-    raise TypeError(f"replay_sample takes a ReplayState (replay_init, replay_add), got "
-                    f"{type(state).__name__}")  # fmt: skip
+  _check_state(state, "replay_sample")
   _check_positive("replay_sample", batch_size=batch_size, length=length)
   check_key(key, "replay_sample: ")
   seq_len = jax.tree.leaves(state.data)[0].shape[1]
@@ -198,13 +204,18 @@ def replay_epoch(state: ReplayState, key: jax.Array, *, batch_size: int) -> Any:
   state.
 
   Raises:
-    ValueError: `batch_size` is not a positive int, or exceeds the filled rows.
+    TypeError: `state` is not a `ReplayState`.
+    ValueError: `batch_size` is not a positive int, or exceeds the filled rows, or `key`
+      is not a PRNG key.
   """
+  _check_state(state, "replay_epoch")
   _check_positive("replay_epoch", batch_size=batch_size)
+  check_key(key, "replay_epoch: ")
   size = int(state.size)
   num_batches = size // batch_size
   if num_batches == 0:
-    raise ValueError(f"the buffer holds {size} sequences, fewer than one batch of " f"{batch_size}")
+    raise ValueError(f"replay_epoch: the buffer holds {size} sequences, fewer than one batch "
+                     f"of {batch_size}")  # fmt: skip
   perm = jax.random.permutation(key, size)[: num_batches * batch_size]
   perm = perm.reshape(num_batches, batch_size)
   return jax.tree.map(lambda buf: jnp.moveaxis(buf[perm], 2, 1), state.data)

@@ -197,6 +197,19 @@ def test_update_accepts_a_single_transition(spec, agents):
   assert np.isfinite(float(metrics["loss"]))
 
 
+def test_an_update_on_no_sequence_reports_zero_metrics(spec, agents):
+  """B = 0: every metric is the masked mean's 0 (continuous ACER's log_std was a plain mean
+  over nothing: NaN); with sequences, log_std is the learned steps' mean."""
+  agent = agents[spec.is_discrete]
+  state = agent.init(jax.random.PRNGKey(0))
+  traj = _trajectory(spec, agent, state.params, jax.random.PRNGKey(2))
+  _, metrics = agent.update(state, jax.tree.map(lambda x: x[:, :0], traj))
+  assert {k: float(v) for k, v in metrics.items()} == dict.fromkeys(metrics, 0.0)
+  if not spec.is_discrete:
+    _, metrics = agent.update(state, traj)
+    np.testing.assert_allclose(float(metrics["log_std"]), AcerConfig().init_log_std, atol=1e-6)
+
+
 def test_masked_junction_transition_is_ignored(spec, agents):
   """The transition leaving a LAST step (into the next episode's FIRST step) must
   not matter: change its reward and the update is the same."""
@@ -256,6 +269,7 @@ def test_tight_trust_region_changes_the_step(cartpole_spec, loose_agents):
         ("replay_ratio", 0, "replay_ratio must be an int >= 1"),
         ("replay_ratio", -1, "replay_ratio"),
         ("replay_ratio", 1.5, "replay_ratio"),
+        ("replay_ratio", np.int64(4), r"got np.int64\(4\) \(a NumPy integer: give int\(value\)\)"),
         ("sdn_samples", 0, "sdn_samples"),
         ("optimizer", "sgd", "optimizer"),
         ("hidden_sizes", (), "hidden_sizes"),

@@ -458,7 +458,7 @@ def make_acer_continuous(spec, config: AcerConfig = AcerConfig()) -> base.Agent:
         q_ret=wmean(targets.q_ret),
         q_opc=wmean(targets.q_opc),
         v=wmean(sg(v[:-1])),
-        log_std=jnp.mean(sg(log_std)),
+        log_std=wmean(jnp.mean(sg(log_std[:-1]), axis=-1)),  # the learned steps' (0 on none)
     )
     return loss, metrics
 

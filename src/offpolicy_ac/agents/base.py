@@ -469,7 +469,8 @@ def check_int(name: str, value: int, low: int) -> None:
   """Raises unless `value` is an int (not a bool) >= `low` and <= `INT32_MAX` (static
   settings: counts, which the program holds as 32-bit ints)."""
   if isinstance(value, bool) or not isinstance(value, int) or value < low:
-    raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+    numpy_int = " (a NumPy integer: give int(value))" if isinstance(value, np.integer) else ""
+    raise ValueError(f"{name} must be an int >= {low}, got {value!r}{numpy_int}")
   check_int32(name, value)
 
 

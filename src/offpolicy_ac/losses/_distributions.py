@@ -85,7 +85,10 @@ def importance_ratios_from_log_probs(
 
   Returns:
     `ImportanceRatios`; both -inf gives log_rho = 0 (the action is impossible
-    under both policies), log_pi = -inf alone gives rho = 0.
+    under both policies), log_pi = -inf alone gives rho = 0. log_rho is clamped
+    to +-log of the dtype's largest value (+-88.72 in float32), so that rho stays
+    finite: a larger log-ratio, or log_mu = -inf alone, gives the bound (and,
+    unstopped, no gradient there).
   """
   _checks.check_floating_alike([("log_pi", log_pi), ("log_mu", log_mu)])
   _checks.check_shape("log_mu", log_mu, jnp.shape(log_pi), "`log_pi`")
@@ -148,6 +151,10 @@ def categorical_importance_ratios(
     actions: taken actions, int [T, ...] in [0, A) (checked as in
       `categorical_log_prob`).
     stop_gradient: stop gradients through the ratios.
+
+  Returns:
+    `ImportanceRatios`, as `importance_ratios_from_log_probs` gives them (log_rho
+    clamped to keep rho finite).
   """
   _checks.check_shape("mu_logits", mu_logits, jnp.shape(pi_logits), "`pi_logits`")
   return importance_ratios_from_log_probs(
