@@ -860,8 +860,17 @@ def test_clipped_surrogate_checks_its_shapes_and_epsilon():
   z = jnp.zeros((3, 3))
   with pytest.raises(ValueError, match=r"`advantage` must have shape \(3, 3\)"):
     L.clipped_surrogate(z, z, jnp.arange(3.0), 0.2)  # [T] would meet the batch axis
-  with pytest.raises(ValueError, match=r"`epsilon` must be in \(0, 1\), got 1.5"):
+  with pytest.raises(ValueError, match=r"`epsilon` must be a number in \(0, 1\), got 1.5"):
     L.clipped_surrogate(z, z + 1, jnp.ones_like(z), 1.5)
+  # Not a number: a str (a TypeError comparing it), an array (float() of it), a bool.
+  for bad in ("0.2", np.array([0.2]), True, None):
+    with pytest.raises(ValueError, match=r"`epsilon` must be a number in \(0, 1\), got"):
+      L.clipped_surrogate(z, z + 1, jnp.ones_like(z), bad)
+    if bad is not None:
+      with pytest.raises(ValueError, match=r"`surrogate_clip` must be None or a number, got"):
+        L.check_surrogate_clip(bad)
+  L.clipped_surrogate(z, z + 1, jnp.ones_like(z), np.float32(0.2))  # a 0-d number is one
+  L.check_surrogate_clip(np.asarray(0.2))
 
 
 def test_eager_estimators_refuse_bad_values_at_real_steps_only():

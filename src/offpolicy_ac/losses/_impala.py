@@ -26,10 +26,12 @@ V-trace policy gradient's (with rho-bar_pg >= 1).
 from __future__ import annotations
 
 import inspect
+from typing import Any
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from offpolicy_ac.losses import _checks
 from offpolicy_ac.losses import _distributions
@@ -101,12 +103,19 @@ def step_weights(shape, mask, weights, dtype) -> jax.Array:
   return jnp.where(mask, weights, jnp.zeros((), dtype)).astype(dtype)
 
 
+def _is_number(value: Any) -> bool:
+  """A real number, or a 0-d array of one (not a str, whose float() would pass, nor a bool)."""
+  if isinstance(value, (str, bytes, bool, np.bool_)) or np.ndim(value) != 0:
+    return False
+  return np.issubdtype(np.asarray(value).dtype, np.number)
+
+
 def check_surrogate_clip(surrogate_clip: float | None) -> None:
   """Raises unless `surrogate_clip` is None or an epsilon in (0, 1) (a traced epsilon
   is not checked)."""
   if surrogate_clip is None or isinstance(surrogate_clip, jax.core.Tracer):
     return
-  if isinstance(surrogate_clip, (str, bytes, bool)):  # float("0.2") would pass
+  if not _is_number(surrogate_clip):
     raise ValueError(f"`surrogate_clip` must be None or a number, got {surrogate_clip!r}")
   if not 0.0 < float(surrogate_clip) < 1.0:
     raise ValueError(
@@ -126,8 +135,10 @@ def clipped_surrogate(
   for name, x in names:
     _checks.check_floating(name, x)
   _checks.check_same_shape(names)
-  if epsilon is None or not isinstance(epsilon, jax.core.Tracer) and not 0 < epsilon < 1:
-    raise ValueError(f"`epsilon` must be in (0, 1), got {epsilon!r}")
+  if not isinstance(epsilon, jax.core.Tracer) and not (
+      _is_number(epsilon) and 0 < float(epsilon) < 1
+  ):
+    raise ValueError(f"`epsilon` must be a number in (0, 1), got {epsilon!r}")
   ratio = _distributions.importance_ratios_from_log_probs(
       log_pi, jax.lax.stop_gradient(log_mu), stop_gradient=False
   )
