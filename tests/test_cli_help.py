@@ -146,6 +146,16 @@ def test_short_help_shows_the_selected_presets_defaults(name, preset, capsys):
   assert _normal(module.parse(argv)) == _normal(expected), f"{shlex.join(argv)} changed them"
 
 
+@pytest.mark.parametrize("name", ["impala", "acer", "sql", "sqil"])
+def test_the_short_help_of_a_pixel_preset_leaves_out_the_mlp_sizes(name, capsys):
+  """The atari preset's CNN torso has no layers --hidden-sizes sizes (the flag is refused
+  with it): its help listed the flag with the mlp's default."""
+  base = BASE.get(name, [])
+  assert "--hidden-sizes" in _entries(_help(load_script(name), [*base, "--help"], capsys))
+  atari = _entries(_help(load_script(name), [*base, "--preset", "atari", "--help"], capsys))
+  assert "--hidden-sizes" not in atari and "--env-id" in atari
+
+
 @pytest.mark.parametrize("preset", [None, *presets.sqil.PRESETS])
 def test_sqils_demos_are_required_under_every_preset(preset, capsys):
   """A preset leaves --demos empty for the command line to fill: the help said nothing."""

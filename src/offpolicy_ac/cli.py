@@ -73,6 +73,7 @@ from tyro.constructors import StructConstructorSpec
 from tyro.constructors import StructTypeInfo
 
 from offpolicy_ac.agents import hyperparams
+from offpolicy_ac.networks import TORSOS
 from offpolicy_ac.training.checkpoint import STORAGE_FULL
 from offpolicy_ac.training.config import fields_without_effect
 from offpolicy_ac.training.driver import NonFiniteError
@@ -690,6 +691,9 @@ def short_help(
     if len(paragraphs) > 1 and paragraphs[1].startswith(" "):
       lines += [*paragraphs[1].splitlines(), ""]
   entries = help_entries(args_cls, defaults)
+  torso = getattr(getattr(defaults, "agent", None), "torso", None)
+  if torso in TORSOS and torso != "mlp":  # a pixel torso (Atari's): no layers they size
+    entries.pop("hidden_sizes", None)
   if presets:
     entries[PRESET] = HelpEntry(
         PRESET, "--preset", "NAME", preset, "Start from a preset; other flags change its settings"
