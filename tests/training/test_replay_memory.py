@@ -111,11 +111,32 @@ def test_a_compiled_run_whose_state_does_not_fit_is_refused(tmp_path, monkeypatc
   assert is_refusal(e.value)
   assert str(e.value).startswith(
       "the run's state needs 0.0 GiB (num_envs 16 environments x "
-      "unroll_length 16 steps x 2 lanes), more than the 0.0 GiB "
+      "unroll_length 16 steps; the networks; x 2 lanes), more than the 0.0 GiB "
   )
-  hint = ": lower num_envs or unroll_length, or train fewer seeds or sweep settings in one run"
+  hint = (": lower num_envs or unroll_length, or the networks' hidden_sizes; or train fewer "
+          "seeds or sweep settings in one run")  # fmt: skip
   assert str(e.value).endswith(hint)
   assert not (tmp_path / "run").exists()
+
+
+def test_a_compiled_replaying_run_that_does_not_fit_names_its_mini_batches(tmp_path,
+                                                                           monkeypatch):  # fmt: skip
+  """A huge --mini-batch-size was blamed on --num-envs and --unroll-length, which lowering
+  did not help."""
+  frees = iter([None, None, 1])  # the buffer and the state (not known), then the chunk
+  monkeypatch.setattr(_memory, "free_memory_bytes", lambda device=None: next(frees, None))
+  args = presets.sql.Args()
+  args = dataclasses.replace(args, run_dir=str(tmp_path / "run"), train=args.train.replace(
+      env_id="gymnax:CartPole-v1", total_env_steps=2048))  # fmt: skip
+  with pytest.raises(ValueError) as e:
+    presets.sql.run(args)
+  replay = args.train.replay
+  assert (
+      f"; mini-batches of mini_batch_size {replay.mini_batch_size} x mini_batch_length "
+      f"{replay.mini_batch_length} steps; the networks)"
+  ) in str(e.value), str(e.value)
+  assert str(e.value).endswith(": lower num_envs or unroll_length, mini_batch_size, or the "
+                               "networks' hidden_sizes")  # fmt: skip
 
 
 def test_a_compiled_program_that_does_not_fit_is_refused(tmp_path, monkeypatch):
@@ -129,8 +150,8 @@ def test_a_compiled_program_that_does_not_fit_is_refused(tmp_path, monkeypatch):
   assert is_refusal(e.value)
   assert re.fullmatch(
       r"a chunk of training needs \d+\.\d GiB \(besides the run's state: num_envs 16 "
-      r"environments x unroll_length 16 steps\), more than the 0\.0 GiB free on cpu: lower "
-      r"num_envs or unroll_length", str(e.value))  # fmt: skip
+      r"environments x unroll_length 16 steps; the networks\), more than the 0\.0 GiB free on "
+      r"cpu: lower num_envs or unroll_length, or the networks' hidden_sizes", str(e.value))  # fmt: skip
   assert checkpoint.checkpoint_steps(tmp_path / "run" / "checkpoints") == []
   assert not (tmp_path / "run" / "summary.json").exists()
   monkeypatch.setattr(_memory, "free_memory_bytes", lambda device=None: None)

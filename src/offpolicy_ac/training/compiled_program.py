@@ -78,7 +78,8 @@ class CompiledProgram:
       run = jax.jit(jax.vmap(compiled.run, in_axes=(0, 0, None)), donate_argnums=0)
       evaluate = jax.jit(jax.vmap(compiled.evaluate))
     states = self._init.out_info
-    if states.learner.replay is not None:  # each lane's buffer, then the lanes'
+    self._replays = states.learner.replay is not None
+    if self._replays:  # each lane's buffer, then the lanes'
       data = states.learner.replay.data
       one = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), data)
       check_replay_fits(one, self.num_lanes, compiled.config.replay)
@@ -116,13 +117,19 @@ class CompiledProgram:
     return self._programs
 
   def _check_fits(self, need: int, what: str, besides: str) -> None:
-    """Refuses `need` bytes where the default device has less free."""
+    """Refuses `need` bytes where the default device has less free, naming the settings
+    that size it: the environments' steps, replayed mini-batches and the networks."""
     config, lanes = self.compiled.config, self.num_lanes
+    replay = config.replay
+    batches = (f"; mini-batches of mini_batch_size {replay.mini_batch_size:,} x "
+               f"mini_batch_length {replay.mini_batch_length} steps") * self._replays  # fmt: skip
     _memory.check_device_fits(
         need, what=what,
         details=f"{besides}num_envs {config.env.num_envs:,} environments x unroll_length "
-                f"{config.env.unroll_length} steps" + f" x {lanes} lanes" * (lanes > 1),
-        hint="lower num_envs or unroll_length" + ", or train fewer seeds or sweep settings "
+                f"{config.env.unroll_length} steps{batches}; the networks"
+                + f"; x {lanes} lanes" * (lanes > 1),
+        hint="lower num_envs or unroll_length" + ", mini_batch_size" * self._replays
+             + ", or the networks' hidden_sizes" + "; or train fewer seeds or sweep settings "
              "in one run" * (lanes > 1),
     )  # fmt: skip
 
