@@ -75,6 +75,11 @@ def test_describe_protocol_of_a_run():
       "mean return of 5 episodes, each on its own freshly reset environment every 5,000 "
       "env steps"
   )
+  # An interval shorter than an iteration evaluates at each iteration's end (it said 50).
+  assert describe_protocol(config.replace(eval_every=50, num_envs=4, unroll_length=16)).endswith(
+      "freshly reset environment every iteration of 64 env steps (the interval set, 50 env "
+      "steps, is shorter)"
+  )  # fmt: skip
   short = config.replace(total_env_steps=2_048, log_every=5_000)  # no point before the end
   assert describe_protocol(short).endswith("freshly reset environment at the end of the run")
   off = config.replace(eval_every=0, max_episode_steps=200)
