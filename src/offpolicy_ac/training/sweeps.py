@@ -160,8 +160,12 @@ def plot_lanes(name: str, config: TrainConfig, root: pathlib.Path, lanes: list[L
     return
   runs = [statistics.run_info(lane.run_dir) for lane in lanes]
   groups = statistics.group_runs(runs)
+  labels_of_groups = statistics.group_labels(groups)
+  settings = {setting_label(lane.setting) for lane in lanes}
+  if len(groups) == 1 and len(settings) == 1:  # a sweep of one value: nothing differs
+    labels_of_groups = [f"{labels_of_groups[0]} {settings.pop()}"]
   curves, labels = [], []
-  for group, label in zip(groups, statistics.group_labels(groups)):
+  for group, label in zip(groups, labels_of_groups):
     try:
       curves.append(statistics.group_curve(group))
       labels.append(label)
