@@ -90,7 +90,7 @@ def test_a_run_without_evaluations_compiles_no_evaluation_program():
   state = program.init()
   state, _ = program.advance(state, 0, 64, 64, lambda: False)
   with pytest.raises(ValueError, match="evaluates nothing"):
-    program.evaluate(state)
+    program.evaluate(state, lambda: False)
 
 
 def test_chunks_repeat_the_whole_run():

@@ -60,7 +60,7 @@ class CountingProgram:
       updates.append(Update(env_steps + taken, [int(state) + taken], [{"loss": 1.0}]))
     return state + taken, Progress(taken, False, [(1, 5.0, float(taken))], updates)
 
-  def evaluate(self, state):
+  def evaluate(self, state, should_stop):
     return [(0.0, 0.0)]
 
   def num_updates(self, state):
@@ -167,9 +167,9 @@ class TimedProgram(CountingProgram):
     self.clock.now += progress.env_steps / 10
     return state, progress
 
-  def evaluate(self, state):
+  def evaluate(self, state, should_stop):
     self.clock.now += 100.0
-    return super().evaluate(state)
+    return super().evaluate(state, should_stop)
 
 
 class TimedCheckpointer(MemoryCheckpointer):
@@ -297,7 +297,7 @@ class ScoredProgram(CountingProgram):
       raise KeyboardInterrupt("killed")
     return super().advance(state, env_steps, until, cut_at, should_stop)
 
-  def evaluate(self, state):
+  def evaluate(self, state, should_stop):
     return [(self.score(int(state)), 0.0)]
 
   def final(self, state, lane):
@@ -400,7 +400,7 @@ class StoppedInEvaluation(CountingProgram):
     self.at = int(state)
     return state, progress
 
-  def evaluate(self, state):
+  def evaluate(self, state, should_stop):
     if self.at == self.evaluation_stop_at:
       raise EvaluationStopped("stopped")
     return [(0.0, 0.0)]
@@ -454,6 +454,53 @@ def test_a_run_stopped_as_it_scored_its_final_policy_scores_it_on_resume(eval_ev
   evaluated = lambda logger: [l["env_steps"] for l in logger.lines if "eval_return" in l]  # noqa: E731
   assert evaluated(straight) == ([50, 100] if eval_every == 50 else [])
   assert evaluated(stopped) == ([50] if eval_every == 50 else [])
+
+
+@dataclasses.dataclass
+class StoppedAtTheEnd(CountingProgram):
+  """Asked to stop in its last advance, which still reaches the end of the budget (actor
+  pools count the late trajectories of a stopped round)."""
+
+  def advance(self, state, env_steps, until, cut_at, should_stop):
+    state, progress = super().advance(state, env_steps, until, cut_at, should_stop)
+    if env_steps + progress.env_steps >= 95:
+      progress = progress._replace(stopped=True)
+    return state, progress
+
+
+def test_a_run_stopped_in_the_advance_that_ends_its_budget_scores_its_policy_on_resume():
+  config = CONFIG.replace(eval_every=1000)  # the final policy's evaluation alone
+  checkpointer, logger = MemoryCheckpointer(), ListLogger()
+  (first,) = drive(StoppedAtTheEnd(), config, [logger], checkpointer=checkpointer).results
+  assert first.interrupted and first.env_steps == 100 and checkpointer.writes == [40, 80, 100]
+  assert first.last_eval_return is None
+  (resumed,) = drive(CountingProgram(), config, [logger], checkpointer=checkpointer,
+                     resume=True).results  # fmt: skip
+  assert not resumed.interrupted and resumed.last_eval_return == 0.0
+  assert [line["env_steps"] for line in logger.lines] == [30, 60, 90, 100]
+  assert logger.lines[-1]["final"] and logger.lines[-1]["env_steps_per_s"] > 0
+
+
+class PollingEvaluation(CountingProgram):
+  """Its evaluation polls the stop request, as an envpool program's of one process does."""
+
+  def evaluate(self, state, should_stop):
+    if should_stop():
+      raise EvaluationStopped("stopped")
+    return super().evaluate(state, should_stop)
+
+
+def test_a_resume_that_scores_the_final_policy_stops_on_a_stop_request():
+  """That evaluation was given no stop request (an Atari one ran minutes past a SIGTERM)."""
+  config = CONFIG.replace(eval_every=1000)
+  checkpointer = MemoryCheckpointer()
+  drive(StoppedAtTheEnd(), config, [ListLogger()], checkpointer=checkpointer)
+  (stopped,) = drive(PollingEvaluation(), config, [ListLogger()], checkpointer=checkpointer,
+                     resume=True, should_stop=lambda: True).results  # fmt: skip
+  assert stopped.interrupted and stopped.last_eval_return is None
+  (scored,) = drive(PollingEvaluation(), config, [ListLogger()], checkpointer=checkpointer,
+                    resume=True).results  # fmt: skip
+  assert not scored.interrupted and scored.last_eval_return == 0.0
 
 
 def test_an_envpool_runs_evaluation_stops_on_a_stop_request_and_the_run_resumes(tmp_path):

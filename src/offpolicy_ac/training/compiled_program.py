@@ -210,9 +210,10 @@ class CompiledProgram:
     lanes = [(int(e[0]), float(e[1]), float(e[2])) for e in episodes]
     return state, Progress(taken, stopped, lanes, updates)
 
-  def evaluate(self, state: Any) -> list[tuple[float, float]]:
+  def evaluate(self, state: Any, should_stop: Callable[[], bool]) -> list[tuple[float, float]]:
     """Each lane's (mean, min) greedy return, computed in float32 in the program, as the
-    decimals float32 held (`_float32_mean`)."""
+    decimals float32 held (`_float32_mean`); one call, which `should_stop` does not cut."""
+    del should_stop
     programs = self._compiled()
     if len(programs) < 2:
       raise ValueError("this run evaluates nothing (eval_every 0): no evaluation program")

@@ -194,9 +194,9 @@ class Program(Protocol):
     """Iterates from `env_steps` until the run's env steps reach `until` (or a stop
     request); the iteration that reaches `cut_at` ends a segment."""
 
-  def evaluate(self, state: Any) -> list[tuple[float, float]]:
+  def evaluate(self, state: Any, should_stop: Callable[[], bool]) -> list[tuple[float, float]]:
     """Each lane's greedy evaluation: (mean return, min return). It may raise
-    `EvaluationStopped` where the stop request of the last `advance` comes during it."""
+    `EvaluationStopped` where `should_stop()` turns True during it."""
 
   def num_updates(self, state: Any) -> np.ndarray:
     """[N] updates made by each lane."""
@@ -290,6 +290,7 @@ class _Driver:
     )
     self.accs = [records.Accumulators() for _ in loggers]
     self.wall_offset, self.last_log, self.advanced_at = 0.0, (0.0, 0), 0.0
+    self.should_stop: Callable[[], bool] = lambda: False  # the loop's
     self.saved: Optional[int] = None  # env steps of the newest checkpoint
 
   def restore(self) -> Any:
@@ -382,7 +383,7 @@ class _Driver:
     versions = self.program.num_updates(state)
     completed = True
     try:
-      evaluations = self.program.evaluate(state) if evaluate else None
+      evaluations = self.program.evaluate(state, self.should_stop) if evaluate else None
     except EvaluationStopped:
       if not self.program.checkpoint_at_stop:
         return False
@@ -405,9 +406,15 @@ class _Driver:
     rate = (self.schedule.env_steps - steps) / max(self.advanced_at - since, 1e-9)
     return [self.wall_offset + self.advanced_at, rate]
 
-  def save_at_stop(self, state: Any, at_checkpoint_point: bool) -> None:
+  def save_at_stop(self, state: Any, at_checkpoint_point: bool, end: bool) -> None:
     """The checkpoint of a program checkpointed at a stop, where a stop request ended the
-    run: at a checkpoint point (or the end) as there, elsewhere a segment of its own."""
+    run: at a checkpoint point (or the end) as there, elsewhere a segment of its own. At
+    the `end` of the budget, the final policy is left to score (`unscored_end`: a resume
+    has nothing to train, and scores it) and the final line's clock is kept."""
+    if end:
+      self.schedule.unscored_end = bool(self.config.eval_interval)
+      if any(a.pending for a in self.accs):
+        self.schedule.final_clock = self.line_clock()
     if at_checkpoint_point:
       self.schedule.cut(self.config.checkpoint.checkpoint_every)
     else:
@@ -425,6 +432,7 @@ class _Driver:
   def loop(self, state: Any, should_stop: Callable[[], bool]) -> Outcome:
     program, config, schedule = self.program, self.config, self.schedule
     total = config.budget.total_env_steps
+    self.should_stop = should_stop
     self.wall_offset = schedule.wall_time_s - seconds_since_launch()
     self.last_log = (seconds_since_launch(), schedule.env_steps)
     self.advanced_at = self.last_log[0]
@@ -440,13 +448,13 @@ class _Driver:
         schedule.env_steps, advanced = schedule.env_steps + progress.env_steps, True
         schedule.final_clock, schedule.unscored_end = None, False
         self.accumulate(progress)
+        end = schedule.env_steps >= total
         if progress.stopped:
           interrupted = True
           # Nothing new since the newest checkpoint: it stays as it is (not written again).
           if program.checkpoint_at_stop and self.saved != schedule.env_steps:
-            self.save_at_stop(state, at_checkpoint_point=False)
+            self.save_at_stop(state, at_checkpoint_point=end, end=end)
           break
-        end = schedule.env_steps >= total
         evaluate_end = end and bool(config.eval_interval)  # the final policy is scored
         due = schedule.checkpoint_due()
         logged, evaluated = schedule.log_due(), schedule.eval_due()
@@ -459,7 +467,7 @@ class _Driver:
           # The final policy is scored (no metrics line): its score counts as an
           # evaluation (best parameters, target), and the last checkpoint records it.
           try:
-            for k, (mean, _) in enumerate(program.evaluate(state)):
+            for k, (mean, _) in enumerate(program.evaluate(state, should_stop)):
               self.scored(state, k, float(mean))
           except EvaluationStopped:
             stopped = True
@@ -469,11 +477,7 @@ class _Driver:
           # the evaluation as the uninterrupted run does it. One that checkpoints at a stop
           # keeps what it did (the line without the evaluation) and a checkpoint here.
           if program.checkpoint_at_stop and self.saved != schedule.env_steps:
-            if end:  # the checkpoint at the end: a resume scores the final policy
-              schedule.unscored_end = True
-              if any(a.pending for a in self.accs):
-                schedule.final_clock = self.line_clock()
-            self.save_at_stop(state, at_checkpoint_point=due or end)
+            self.save_at_stop(state, at_checkpoint_point=due or end, end=end)
           break
         end = end or all(a.reached for a in self.accs)
         if due or end:
@@ -486,9 +490,11 @@ class _Driver:
           if not end:
             program.open(state, schedule.segment)
       if not interrupted and schedule.unscored_end:
-        # Resumed at the end of a run stopped as it scored the final policy: scored here.
+        # Resumed at the end of a run stopped before it scored the final policy: scored
+        # here (the checkpoint keeps the mark, not written again: a later resume scores it
+        # again).
         try:
-          for k, (mean, _) in enumerate(program.evaluate(state)):
+          for k, (mean, _) in enumerate(program.evaluate(state, should_stop)):
             self.scored(state, k, float(mean))
           schedule.unscored_end = False
         except EvaluationStopped:

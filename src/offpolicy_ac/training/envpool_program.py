@@ -207,7 +207,6 @@ class EnvpoolProgram:
     self.checkpoint_at_stop = not self.exact
     self.sources, self.evals = [], []
     self._warm, self._acting, self._versions, self._replay_fill = None, None, None, 0
-    self._stop_evaluation: Optional[Callable[[], bool]] = None
 
   # -- state and checkpoints ---------------------------------------------------
 
@@ -290,9 +289,6 @@ class EnvpoolProgram:
   def advance(self, state: LearnerState, env_steps: int, until: int, cut_at: int,
               should_stop: Callable[[], bool]) -> tuple[LearnerState, Progress]:  # fmt: skip
     learner, config = self.learner, self.config
-    # An evaluation after this advance stops on the same request; several processes
-    # evaluate together (their returns are gathered), so they do not stop alone.
-    self._stop_evaluation = should_stop if self.dp.num_processes == 1 else None
     episodes = [[0, 0.0, 0.0] for _ in self.seeds]
     discarded, lags = [0] * self.num_lanes, [[] for _ in self.seeds]
     updates, taken, stopped = [], 0, False
@@ -363,14 +359,17 @@ class EnvpoolProgram:
     every = self.dp.gather_processes(np.array([local_steps, int(stop), int(short)], np.int64))
     return int(every[:, 0].sum()), bool(every[:, 1].any()), bool(every[:, 2].any())
 
-  def evaluate(self, state: LearnerState) -> list[tuple[float, float]]:
+  def evaluate(self, state: LearnerState,
+               should_stop: Callable[[], bool]) -> list[tuple[float, float]]:  # fmt: skip
     """Each lane's greedy policy on its evaluation pool (over every process's pools);
-    `EvaluationStopped` on a stop request during it (one process)."""
+    `EvaluationStopped` on a stop request during it (one process: several evaluate
+    together, their returns gathered, so they do not stop alone)."""
     del state  # the acting parameters are the state's, split off after its last update
+    stop = should_stop if self.dp.num_processes == 1 else None
     out = []
     for env, acting in zip(self.evals, self._acting):
       returns = evaluate(env, self.learner.greedy, acting, self.config.eval.eval_episodes,
-                         should_stop=self._stop_evaluation)  # fmt: skip
+                         should_stop=stop)  # fmt: skip
       stats = np.array([np.mean(returns), np.min(returns)], np.float64)
       both = self.dp.gather_processes(stats)
       out.append((float(np.mean(both[:, 0])), float(np.min(both[:, 1]))))
