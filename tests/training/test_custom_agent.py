@@ -334,6 +334,18 @@ def test_a_ctrl_c_as_a_resume_is_built_leaves_the_run_as_it_was(tmp_path, monkey
     run_experiment("impala", resumed, factory, progress=False)
   assert {name: (tmp_path / "run" / name).read_bytes() for name in files} == files
   assert load_run(tmp_path / "run").source == "final"
+  # Once it trains, a stop at once (a second signal) keeps the resume's budget and marks.
+  monkeypatch.undo()
+
+  def second_signal(*args, **kwargs):
+    raise KeyboardInterrupt("SIGINT")
+
+  monkeypatch.setattr(experiment, "drive", second_signal)
+  with pytest.raises(KeyboardInterrupt):
+    run_experiment("impala", resumed, factory, progress=False)
+  config = json.loads((tmp_path / "run" / "config.json").read_text())
+  assert config["config"]["train"]["budget"]["total_env_steps"] == 768
+  assert "resumed_since" in json.loads((tmp_path / "run" / "summary.json").read_text())
 
 
 def test_a_redefined_factory_registers_again_under_its_name():

@@ -520,8 +520,8 @@ def _run(name: str, args: Any, root: pathlib.Path, agent_factory: Callable,
       for locked in locked_dirs:
         held.enter_context(rundir.locked(locked))
     keep = bool(getattr(args, "resume", False)) and config.parallel.num_processes == 1
-    with _files_kept_on_failure(root, dirs, keep) as marked:
-      return _configure_and_drive(name, args, root, lanes, dirs, program, options, marked)
+    with _files_kept_on_failure(root, dirs, keep) as kept:
+      return _configure_and_drive(name, args, root, lanes, dirs, program, options, kept)
 
 
 def _alone(root: pathlib.Path, lanes: list[sweeps.Lane]) -> bool:
@@ -578,25 +578,38 @@ def _check_memory_maps(config: TrainConfig) -> None:
     )
 
 
+@dataclasses.dataclass
+class _Kept:
+  """What `_files_kept_on_failure` puts back: the summaries the body marked resumed
+  (`{run_dir: what mark_summary_resumed returned}`), while `building` (until the driver's
+  own signal handler is in place)."""
+
+  marked: dict = dataclasses.field(default_factory=dict)
+  building: bool = True
+
+
 @contextlib.contextmanager
 def _files_kept_on_failure(root: pathlib.Path, dirs: list[pathlib.Path], keep: bool):
   """With `keep`, puts the config.json files (the root's, each learner's) back as they were
-  when the body fails (an error, or a Ctrl-C as the run is built) with no checkpoint saved
-  since it began; and the summaries the body marked resumed (it adds `{run_dir: what
-  mark_summary_resumed returned}` to the dict this yields)."""
+  when the body fails with an error, or a Ctrl-C while the run is built (then the marked
+  summaries too: nothing ran), with no checkpoint saved since it began. A stop once the
+  run trains (a second signal: at once) keeps them: the run was resumed."""
   paths = [d / "config.json" for d in dict.fromkeys([root, *dirs])] if keep else []
   before = {path: path.read_bytes() for path in paths if path.exists()}
   saved = _checkpoint_saves(root / "checkpoints") if before else {}
-  marked: dict[pathlib.Path, Optional[bytes]] = {}
+  kept = _Kept()
   try:
-    yield marked
-  except BaseException:
-    if before and _checkpoint_saves(root / "checkpoints").items() <= saved.items():
-      with contextlib.suppress(OSError):  # the failure is the error to show
-        for path, data in before.items():
+    yield kept
+  except BaseException as e:
+    building = isinstance(e, KeyboardInterrupt) and kept.building
+    if (before and (isinstance(e, Exception) or building)
+        and _checkpoint_saves(root / "checkpoints").items() <= saved.items()):  # fmt: skip
+      for path, data in before.items():
+        with contextlib.suppress(OSError):  # the failure is the error to show
           if path.read_bytes() != data:
             write_atomic(path, data)
-        for d, summary in marked.items():
+      for d, summary in kept.marked.items() if building else ():
+        with contextlib.suppress(OSError):
           rundir.unmark_summary_resumed(d, summary)
     raise
 
@@ -612,10 +625,10 @@ def _checkpoint_saves(directory: pathlib.Path) -> dict[int, int]:
 
 def _configure_and_drive(name: str, args: Any, root: pathlib.Path, lanes: list[sweeps.Lane],
                          dirs: list[pathlib.Path], program: Any,
-                         options: _Options,
-                         marked: dict[pathlib.Path, Optional[bytes]]) -> list[RunResult]:  # fmt: skip
+                         options: _Options, kept: _Kept) -> list[RunResult]:  # fmt: skip
   """config.json, signals, the driver, results. A resume's marked summaries go to
-  `marked`, as they were."""
+  `kept.marked`, as they were; `kept.building` ends where the driver's signal handler
+  takes over."""
   config: TrainConfig = args.train
   resume, add_logger = bool(getattr(args, "resume", False)), options.add_logger
   with refusals():  # before config.json is written
@@ -635,6 +648,7 @@ def _configure_and_drive(name: str, args: Any, root: pathlib.Path, lanes: list[s
     with contextlib.suppress(Exception):  # the refusal is the error to show
       MultiLogger(*added).close()
     raise
+  marked = kept.marked
   for d in dirs if resume else ():
     marked[d] = rundir.mark_summary_resumed(d)
   protocol = describe_protocol(config)
@@ -675,6 +689,7 @@ def _configure_and_drive(name: str, args: Any, root: pathlib.Path, lanes: list[s
       loggers[k] = MultiLogger(logger, *others)
   flag = _StopFlag()
   with _stop_on_signals(flag):  # to the end: a second signal never cuts the files short
+    kept.building = False
     try:
       return _drive_and_finish(name, config, root, lanes, dirs, program, protocol, loggers,
                                checkpointer, resume, flag)  # fmt: skip
