@@ -454,8 +454,8 @@ class _FullDiskLines(logging.Filter):
 
 def _closed_loop_callbacks_dropped(previous: Callable) -> Callable:
   """`sys.unraisablehook` but for the "Event loop is closed" of a callback into orbax's
-  closed event loop and the errors of orbax's own coroutines left pending (a damaged
-  checkpoint's other array reads, each with its tensorstore spec: some 60 lines), which it
+  closed event loop and the errors of orbax's array reads left pending (a damaged
+  checkpoint's other arrays, each with its tensorstore spec: some 60 lines), which it
   drops: the failure they belong to is reported once, where it was raised."""
 
   def hook(unraisable):
@@ -469,9 +469,11 @@ def _closed_loop_callbacks_dropped(previous: Callable) -> Callable:
 
 
 def _of_orbax(source: Any) -> bool:
-  """Whether `source` (an unraisable exception's object) is a coroutine of orbax's."""
+  """Whether `source` (an unraisable exception's object) is one of orbax's coroutines that
+  read an array (`_read_array_index_and_device_put`): a save's errors are not dropped."""
   code = getattr(source, "cr_code", None) if inspect.iscoroutine(source) else None
-  return code is not None and f"{os.sep}orbax{os.sep}" in code.co_filename
+  return (code is not None and f"{os.sep}orbax{os.sep}" in code.co_filename
+          and "read" in code.co_name)  # fmt: skip
 
 
 def _drop_closed_loop_callbacks() -> None:
