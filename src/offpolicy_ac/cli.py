@@ -290,7 +290,7 @@ def parse_args(
                   registry=_REGISTRY)  # fmt: skip
   if not presets:
     with _field_docstrings_joined(), _derived_unlisted(args_cls):
-      return tyro.cli(args_cls, args=argv, **settings)
+      return _budget_kept_on_resume(tyro.cli(args_cls, args=argv, **settings), argv)
   selection = env_presets.describe().replace("\n", "; ")
   preset_help = (
       "Start from this preset; the other flags override its fields. "
