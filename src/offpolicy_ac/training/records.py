@@ -44,7 +44,8 @@ class Schedule:
   wall_time_s: float = 0.0
   # The wall-clock fields of the run's final partial line, logged after its last checkpoint.
   final_clock: Optional[list] = None
-  # A stop request ended the final policy's evaluation (a program checkpointed at a stop).
+  # A stop request came at the end of the budget before the final policy was scored (a
+  # program checkpointed at a stop): a resume scores it.
   unscored_end: bool = False
 
   @classmethod
