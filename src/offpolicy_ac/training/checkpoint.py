@@ -478,7 +478,7 @@ def _of_orbax(source: Any) -> bool:
 
 def _drop_closed_loop_callbacks() -> None:
   """From now on, drops the "Event loop is closed" of callbacks into orbax's closed event
-  loop, and the errors of orbax's coroutines left pending (`_closed_loop_callbacks_dropped`):
+  loop, and the errors of orbax's array reads left pending (`_closed_loop_callbacks_dropped`):
   after a failed read, the tensorstore reads still pending complete into it, later too,
   and those of a damaged file fail too (tracebacks of some 260 lines around the one-line
   warning that the checkpoint is passed over)."""

@@ -487,7 +487,8 @@ def _run(name: str, args: Any, root: pathlib.Path, agent_factory: Callable,
   root/<setting>/seed<k>; root holds the whole config and every learner's checkpoints.
   A resume (of one process) that ends in an error (or a Ctrl-C as it is built) before its
   first checkpoint leaves the run as it found it: config.json too (its budget, its
-  `resumed` list), and summary.json (unmarked).
+  `resumed` list); a refused resume, or a Ctrl-C as it is built, leaves summary.json
+  unmarked too.
   """
   inputs = options.inputs or {}
   with refusals():
