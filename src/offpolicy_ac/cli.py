@@ -627,10 +627,10 @@ def in_flag_terms(message: str, args_cls: type) -> str:
   The library's checks name a setting as Python spells it (`num_envs`, `lambda_`); a
   script's user typed `--num-envs`, `--lambda`. Only names with an underscore are
   replaced (they cannot be read as a word of the sentence), any name that starts the
-  message ("seed must be ...") and any that a resume's refusal lists with its values
-  ("gamma (the run's 0.9, given 0.99)"), in backticks too; elsewhere not where they are not
-  a setting: inside quotes
-  or backticks, paths, file names and flags, or after `--sweep ` (which takes field names).
+  message ("seed must be ...", in backticks too: a loss's check) and any that a resume's
+  refusal lists with its values ("gamma (the run's 0.9, given 0.99)"); elsewhere not where
+  they are not a setting: inside quotes or backticks, paths, file names and flags, or after
+  `--sweep ` (which takes field names).
   """
   if not dataclasses.is_dataclass(args_cls):
     return message
