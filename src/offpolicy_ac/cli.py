@@ -382,10 +382,9 @@ def _check_swept_fields(agent: Any, base_agent: Any, sweep: Sequence[str],
   """Refuses a flag that sets a field `--sweep` sweeps (given in `argv`, or its value
   differs from the preset's or the default's): the sweep's values would replace it,
   silently, also where it is given the default's value."""
-  given = _given_flags(argv)
   for field in hyperparams.parse_sweep(agent, sweep):  # a bad --sweep is refused here too
     value = getattr(agent, field)
-    if value != getattr(base_agent, field) or flag_name(field) in given:
+    if value != getattr(base_agent, field) or _typed(field, argv):
       raise ValueError(f"{flag_name(field)} {format_value(value)} sets a field --sweep "
                        f"sweeps: drop {flag_name(field)}")  # fmt: skip
 

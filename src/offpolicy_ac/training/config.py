@@ -386,6 +386,12 @@ class TrainConfig:
     return -(-self.budget.total_env_steps // self.steps_per_iteration)
 
   @property
+  def fixed_iterations(self) -> bool:
+    """Whether every iteration takes `steps_per_iteration` env steps (asynchronous actors
+    and --min-pools make iterations of varying size)."""
+    return self.acting.actors != "async" and not self.acting.min_pools
+
+  @property
   def steps_per_iteration(self) -> int:
     """Env steps of one learner iteration: `steps_per_unroll` x `unrolls_per_iteration`."""
     return self.steps_per_unroll * self.unrolls_per_iteration

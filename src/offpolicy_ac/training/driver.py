@@ -406,6 +406,23 @@ class _Driver:
     rate = (self.schedule.env_steps - steps) / max(self.advanced_at - since, 1e-9)
     return [self.wall_offset + self.advanced_at, rate]
 
+  def keep_final_clock(self) -> None:
+    """Before the checkpoint at the end: the final partial line, logged after it, times the
+    training alone, and a resume with nothing left to train writes it again as it was."""
+    if any(a.pending for a in self.accs):
+      self.schedule.final_clock = self.line_clock()
+
+  def score_final(self, state: Any) -> bool:
+    """Scores the final policy (no metrics line; it counts as an evaluation: the best
+    parameters, the target); False where a stop request ended the evaluation."""
+    try:
+      evaluations = self.program.evaluate(state, self.should_stop)
+    except EvaluationStopped:
+      return False
+    for k, (mean, _) in enumerate(evaluations):
+      self.scored(state, k, float(mean))
+    return True
+
   def save_at_stop(self, state: Any, at_checkpoint_point: bool, end: bool) -> None:
     """The checkpoint of a program checkpointed at a stop, where a stop request ended the
     run: at a checkpoint point (or the end) as there, elsewhere a segment of its own. At
@@ -413,8 +430,7 @@ class _Driver:
     has nothing to train, and scores it) and the final line's clock is kept."""
     if end:
       self.schedule.unscored_end = bool(self.config.eval_interval)
-      if any(a.pending for a in self.accs):
-        self.schedule.final_clock = self.line_clock()
+      self.keep_final_clock()
     if at_checkpoint_point:
       self.schedule.cut(self.config.checkpoint.checkpoint_every)
     else:
@@ -466,11 +482,7 @@ class _Driver:
         if evaluate_end and not evaluated and not stopped:
           # The final policy is scored (no metrics line): its score counts as an
           # evaluation (best parameters, target), and the last checkpoint records it.
-          try:
-            for k, (mean, _) in enumerate(program.evaluate(state, should_stop)):
-              self.scored(state, k, float(mean))
-          except EvaluationStopped:
-            stopped = True
+          stopped = not self.score_final(state)
         if stopped:  # a stop request ended an evaluation
           interrupted = True
           # An exact program goes back to its last checkpoint, and the resumed run redoes
@@ -481,10 +493,8 @@ class _Driver:
           break
         end = end or all(a.reached for a in self.accs)
         if due or end:
-          if end and any(a.pending for a in self.accs):
-            # The final line, logged after this checkpoint, times the training alone; a
-            # resume with nothing left to train writes it again as it was.
-            schedule.final_clock = self.line_clock()
+          if end:
+            self.keep_final_clock()
           schedule.cut(config.checkpoint.checkpoint_every)
           self.save(state)
           if not end:
@@ -493,12 +503,8 @@ class _Driver:
         # Resumed at the end of a run stopped before it scored the final policy: scored
         # here (the checkpoint keeps the mark, not written again: a later resume scores it
         # again).
-        try:
-          for k, (mean, _) in enumerate(program.evaluate(state, should_stop)):
-            self.scored(state, k, float(mean))
-          schedule.unscored_end = False
-        except EvaluationStopped:
-          interrupted = True
+        interrupted = not self.score_final(state)
+        schedule.unscored_end = interrupted
       if not interrupted and any(a.pending for a in self.accs):
         # A final line for the partial interval at the end, after the last checkpoint:
         # resuming that checkpoint writes it again, or, with a larger budget, drops it (it

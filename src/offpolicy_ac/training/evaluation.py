@@ -48,9 +48,7 @@ def describe_protocol(config: TrainConfig, num_episodes: int | None = None) -> s
     interval = config.eval_interval
     when = f" every {interval:,} env steps" if interval else " (evaluation off)"
     step = config.steps_per_iteration
-    # Asynchronous actors and --min-pools make iterations of varying size.
-    whole = config.acting.actors != "async" and not config.acting.min_pools
-    if interval and interval < step and whole:  # an evaluation falls on an iteration's end
+    if interval and interval < step and config.fixed_iterations:  # one at each iteration
       when = (f" every iteration of {step:,} env steps (the interval set, {interval:,} env "
               "steps, is shorter)")  # fmt: skip
     if interval > config.budget.total_env_steps:  # only the one at the end of the budget

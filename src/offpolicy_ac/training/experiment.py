@@ -656,8 +656,7 @@ def _configure_and_drive(name: str, args: Any, root: pathlib.Path, lanes: list[s
   if config.parallel.process_id == 0:
     print(f"[{name}] evaluation protocol: {protocol}", flush=True)
     step, total = config.steps_per_iteration, config.budget.total_env_steps
-    # Asynchronous actors and --min-pools make iterations of varying size.
-    if total % step and config.acting.actors != "async" and not config.acting.min_pools:
+    if total % step and config.fixed_iterations:
       print(f"[{name}] the budget, {total:,} env steps, is not a whole number of iterations "
             f"({step:,} env steps each): the run trains {config.planned_iterations * step:,}",
             flush=True)  # fmt: skip
