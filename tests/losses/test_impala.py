@@ -448,6 +448,9 @@ _BAD = [
     ({}, dict(weights=_INT), TypeError, "weights"),
     ({}, dict(value_weight=-0.1), ValueError, "value_weight"),
     ({}, dict(entropy_weight=-1.0), ValueError, "entropy_weight"),
+    # A weight of inf made the loss inf or NaN.
+    ({}, dict(value_weight=np.inf), ValueError, "value_weight"),
+    ({}, dict(entropy_weight=np.inf), ValueError, "entropy_weight"),
     # A per-step weight made the "scalar" loss a [T, B] array.
     ({}, dict(value_weight=np.ones((8, 3), np.float32)), ValueError, "value_weight"),
     ({}, dict(entropy_weight=np.full((1, 3), 0.01, np.float32)), ValueError, "entropy_weight"),

@@ -313,14 +313,17 @@ def check_scalar(name: str, x: Any, what: str) -> None:
                      f"{tuple(jnp.shape(x))}")  # fmt: skip
 
 
-def check_non_negative(name: str, x: Any, shape: tuple[int, ...] | None = None) -> None:
-  """ValueError unless every (concrete) value of `x` is >= 0, and, given `shape`, unless
-  `x` broadcasts to it (`check_broadcasts`)."""
+def check_non_negative(name: str, x: Any, shape: tuple[int, ...] | None = None, *,
+                       finite: bool = False) -> None:  # fmt: skip
+  """ValueError unless every (concrete) value of `x` is >= 0 (and, with `finite`, below
+  +inf: a loss weight of inf makes the loss inf or NaN), and, given `shape`, unless `x`
+  broadcasts to it (`check_broadcasts`)."""
   if shape is not None:
     check_broadcasts(name, x, shape)
   v = _concrete_values(x, name)
-  if v is not None and (np.any(np.isnan(v)) or np.any(v < 0)):
-    raise ValueError(f"`{name}` must be >= 0, got {_shown(x, v)}.")
+  if v is not None and not np.all((v >= 0) & (np.isfinite(v) if finite else True)):
+    raise ValueError(f"`{name}` must be >= 0{' and finite' if finite else ''}, got "
+                     f"{_shown(x, v)}.")  # fmt: skip
 
 
 def check_entries(name: str, x: Any, low: float, high: float = np.inf, what: str = "", *,

@@ -202,8 +202,8 @@ def impala_loss(
   ])  # fmt: skip
   _checks.check_scalar("value_weight", value_weight, "the mean value loss")
   _checks.check_scalar("entropy_weight", entropy_weight, "the mean entropy")
-  _checks.check_non_negative("value_weight", value_weight)
-  _checks.check_non_negative("entropy_weight", entropy_weight)
+  _checks.check_non_negative("value_weight", value_weight, finite=True)
+  _checks.check_non_negative("entropy_weight", entropy_weight, finite=True)
   check_surrogate_clip(surrogate_clip)
   ratios = _distributions.importance_ratios_from_log_probs(
       log_pi_tm1, log_mu_tm1, stop_gradient=True
