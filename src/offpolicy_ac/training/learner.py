@@ -229,11 +229,13 @@ def check_learns(agent: Agent, config: TrainConfig, batch_fn: Optional[Callable]
 def check_policies(agent: Agent, config: TrainConfig) -> None:
   """Refuses (ValueError naming the function) an agent whose `init` state has no `params`
   and integer scalar `num_updates` attributes, whose `act` does not return an
-  `(action, extras)` pair of [B, ...] arrays (`envs.call_policy`), or whose `act` or `greedy_act` actions on a batch of
-  observations [spec.batch_size, ...] do not fit its task (`envs.check_traced_actions`):
-  before anything compiles, where `greedy_act` would fail at the first evaluation."""
+  `(action, extras)` pair of [B, ...] arrays (`envs.call_policy`), or whose `act` or
+  `greedy_act` actions on a batch of observations [spec.batch_size, ...] do not fit its
+  task (`envs.check_traced_actions`); (TypeError) one whose `init`, `act` or `greedy_act`
+  cannot be traced (NumPy on, or Python control flow over, traced values): before
+  anything compiles, where `greedy_act` would fail at the first evaluation."""
   spec, key = agent.spec, jax.random.PRNGKey(0)
-  state = jax.eval_shape(agent.init, key)
+  state = _traced(agent, "init(key)", jax.eval_shape, agent.init, key)
   counter = getattr(state, "num_updates", None)
   is_count = hasattr(counter, "dtype") and np.shape(counter) == () and counter.dtype.kind in "iu"
   if not (hasattr(state, "params") and is_count):
@@ -249,16 +251,31 @@ def check_policies(agent: Agent, config: TrainConfig) -> None:
   shape = (spec.batch_size, *spec.observation_shape)
   obs = jax.ShapeDtypeStruct(shape, jnp.dtype(spec.observation_dtype))
   try:  # the rollouts' own check of act's output: an (action, extras) pair of [B, ...]
-    action = jax.eval_shape(
-        lambda a, o, k: envs.call_policy(act, a, o, k, spec.batch_size)[0], acting, obs, key
-    )
+    action = _traced(agent, "act(params, obs, key)", jax.eval_shape,
+                     lambda a, o, k: envs.call_policy(act, a, o, k, spec.batch_size)[0],
+                     acting, obs, key)  # fmt: skip
   except ValueError as e:
     raise ValueError(f"{agent.name}'s {e}") from None
-  for name, action in (("act", action), ("greedy_act", jax.eval_shape(greedy, acting, obs))):
+  greedy_action = _traced(agent, "greedy_act(params, obs)", jax.eval_shape, greedy, acting, obs)
+  for name, action in (("act", action), ("greedy_act", greedy_action)):
     try:
       envs.check_traced_actions(spec, action, spec.batch_size)
     except ValueError as e:
       raise ValueError(f"{agent.name}'s {name} on observations {list(shape)}: {e}") from None
+
+
+def _traced(agent: Agent, signature: str, fn: Callable, *args: Any) -> Any:
+  """`fn(*args)`, where `fn` traces the agent's `signature`: a function JAX cannot trace
+  is refused naming the agent and the function (a bare TracerArrayConversionError from
+  inside the learner otherwise)."""
+  try:
+    return fn(*args)
+  except jax.errors.JAXTypeError as e:
+    raise TypeError(
+        f"{agent.name}'s {signature} must be traceable by jax.jit: pure JAX on its array "
+        f"arguments (no NumPy on them, no Python `if` or `int()` on their values); "
+        f"{type(e).__name__}: {str(e).splitlines()[0]}"
+    ) from e
 
 
 def example_trajectory(act: Callable, acting: Acting, spec: Any, config: TrainConfig,
