@@ -309,6 +309,11 @@ def test_check_command_reads_a_scripts_flags_quietly_and_names_them_when_refused
          "--grace-period-s 0.5 has no effect in this run: it applies to --actors pools with "
          "--min-pools"),
         (["--obs_clip=5"], "--obs-clip 5.0 has no effect in this run"),
+        # Seeds that cannot be vmapped run one after the other, whatever --vmap-seeds says.
+        (["--num-seeds", "2", "--vmap-seeds", "--actors", "async", "--num-actors", "2"],
+         "--vmap-seeds has no effect in this run: it applies to several seeds"),
+        (["--num-seeds", "2", "--vmap-seeds", "--learner-devices", "2"],
+         "--vmap-seeds has no effect in this run: it applies to several seeds"),
     ],
 )  # fmt: skip
 def test_a_flag_without_effect_in_its_run_is_refused(argv, refused):

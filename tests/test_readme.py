@@ -2,7 +2,9 @@
 
 The walkthrough block (between the `<!-- walkthrough -->` markers) runs line by line in a
 fresh directory, each command in its own process, with the training budgets divided by
-`SHRINK` (or a small budget added where a command sets none); the Python example runs with
+`SHRINK` (or a small budget added where a command sets none); its install lines (an extra
+on top of the main command's install) are checked, not run: the test environment has every
+extra, and tests/test_install.py installs them from scratch. The Python example runs with
 its budgets shortened the same way. The install commands are what `.ci/run` executes.
 """
 
@@ -75,10 +77,22 @@ def test_install_commands_are_what_ci_runs():
   assert "test-command" in (ROOT / ".ci" / "run").read_text()
 
 
+EXTRA_INSTALL = re.compile(r'\.venv/bin/pip install -e "\.\[([a-z0-9-]+)\]"')
+"""A walkthrough line that installs an extra on top of the main command's install."""
+
+
 def test_walkthrough_runs_in_order(tmp_path):
   lines = [line for line in block("walkthrough", "bash").splitlines() if line.strip()]
   assert len(lines) >= 8
+  installed = set()
   for line in lines:
+    if extra := EXTRA_INSTALL.fullmatch(line):
+      installed.add(extra.group(1))
+      continue
+    # A line with a JAX environment comes after the line that installs them (a fresh
+    # install has only the main command's packages).
+    if "gymnax" in line or "brax" in line:
+      assert "jax-envs" in installed, f"{line!r} runs before the jax-envs extra is installed"
     run(shortened(shlex.split(line)), tmp_path)
   runs = tmp_path / "runs"
   for name in ("sql-cartpole", "sqil-cartpole", "acer-pendulum"):

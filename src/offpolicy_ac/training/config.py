@@ -562,7 +562,9 @@ CONDITIONAL_FIELDS = (
     ("eval_episodes", lambda c: c.eval_interval > 0, "to evaluations (eval_every > 0)"),
     ("keep_checkpoints", lambda c: c.checkpoint.checkpoint_every > 0,
      "to checkpoints (checkpoint_every > 0)"),
-    ("vmap_seeds", lambda c: c.budget.num_seeds > 1, "to several seeds (num_seeds > 1)"),
+    ("vmap_seeds", lambda c: c.budget.num_seeds > 1 and c.vmap_unsupported_reason() is None,
+     "to several seeds (num_seeds > 1) that can share one vmapped learner: with actor "
+     "threads or a learner over several devices or processes, seeds run one after the other"),
     ("grace_period_s", lambda c: c.acting.min_pools > 0, "to --actors pools with --min-pools"),
 )  # fmt: skip
 
