@@ -131,7 +131,8 @@ class RenderedEpisode:
   `env` is a pool of one environment made with `render_mode="rgb_array"`; envpool seeds
   environment i of a pool with `seed + i`, so with the same seed this is the episode
   `evaluate` plays on its environment 0 (evaluate.py passes both `pool_seed(seed,
-  "evaluate")`). The episode runs from the reset (FIRST) to the LAST step that ends it as
+  "evaluate")`); continuous actions up to float rounding, the policy acting on a batch of
+  one observation. The episode runs from the reset (FIRST) to the LAST step that ends it as
   `evaluate` scores it (the environment's episode statistics: on Atari, the LAST step of
   the game, not of a life), a time-limit truncation included; `EpisodeLimitError` after
   `max_steps` steps. On Atari, where a lost life ends an episode as in training, the step
