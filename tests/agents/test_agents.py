@@ -383,6 +383,28 @@ def test_swapped_arguments_get_a_type_error_that_says_which(name, cartpole_spec)
     agent.update(state, traj._asdict())
 
 
+@pytest.mark.parametrize("name", ["impala", "acer", "sql"])
+def test_parameters_of_other_networks_are_refused_naming_the_agent(name, cartpole_spec):
+  """Parameters of another structure or another task's shapes: Flax's own error named a
+  module path ("/torso/Dense_0") and neither the agent nor the argument."""
+  from offpolicy_ac import agents
+
+  make = getattr(agents, f"make_{name}")
+  agent = make(cartpole_spec)
+  state = agent.init(jax.random.PRNGKey(0))
+  other_task = make(envs.spec("Acrobot-v1", num_envs=3)).init(jax.random.PRNGKey(0)).params
+  obs, key = jnp.zeros((3, 4)), jax.random.PRNGKey(1)
+  misfit = r"'s {} got parameters that are not its networks' .*: pass the params of this"
+  for params in (state.params["params"], other_task):
+    with pytest.raises(ValueError, match=misfit.format("act")):
+      agent.act(params, obs, key)
+    with pytest.raises(ValueError, match=misfit.format("greedy_act")):
+      jax.jit(agent.greedy_act)(params, obs)
+  traj = _trajectory(cartpole_spec, agent, state.params, jax.random.PRNGKey(2))
+  with pytest.raises(ValueError, match=misfit.format("update")):
+    agent.update(state._replace(params=other_task), traj)
+
+
 @pytest.mark.parametrize(
     "change, message",
     [

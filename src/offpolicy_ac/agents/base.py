@@ -13,6 +13,7 @@ split, never reused: an `update` that samples (ACER's, continuous SQL's) splits
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import math
@@ -23,6 +24,7 @@ from typing import NamedTuple
 from typing import Optional
 from typing import Sequence
 
+import flax.errors
 import flax.struct
 import jax
 import jax.numpy as jnp
@@ -164,7 +166,8 @@ def jit_update(spec: Any, agent: str) -> Callable[[Callable], Callable]:
     def checked(state, traj, *args):
       check_update_arguments(state, traj, agent)
       check_host_trajectory(traj, spec, agent)
-      return jitted(state, traj, *args)
+      with params_that_fit(agent, "update"):
+        return jitted(state, traj, *args)
 
     return checked
 
@@ -196,8 +199,8 @@ def _unread_actions_zeroed(update: Callable) -> Callable:
 def takes_params(agent: str) -> Callable[[Callable], Callable]:
   """Decorates `act(params, obs, key)` and `greedy_act(params, obs)`: refuses (TypeError)
   a whole `AgentState` given for the parameters (`act(state, ...)`), which would fail
-  deep in Flax on a missing attribute. Checked when traced, so it costs a jitted call
-  nothing."""
+  deep in Flax on a missing attribute, and names parameters that do not fit the agent's
+  networks (`params_that_fit`). Checked when traced, so it costs a jitted call nothing."""
 
   def decorate(fn: Callable) -> Callable:
     @functools.wraps(fn)  # `__wrapped__`: the code it runs (`agents.check_registered`)
@@ -207,11 +210,38 @@ def takes_params(agent: str) -> Callable[[Callable], Callable]:
             f"{agent}'s {fn.__name__} takes the network parameters, state.params, got the "
             f"whole AgentState: {fn.__name__}(state.params, ...)"
         )
-      return fn(params, *args)
+      with params_that_fit(agent, fn.__name__):
+        return fn(params, *args)
 
     return checked
 
   return decorate
+
+
+_MISFIT_PARAMS = (
+    flax.errors.ScopeCollectionNotFound,
+    flax.errors.ScopeParamNotFoundError,
+    flax.errors.ScopeParamShapeError,
+    flax.errors.ApplyScopeInvalidVariablesStructureError,
+    flax.errors.ApplyScopeInvalidVariablesTypeError,
+)
+"""Flax's errors for variables that are not the network's: another structure (a missing
+collection or parameter, `params["params"]`), or another shape (another task's)."""
+
+
+@contextlib.contextmanager
+def params_that_fit(agent: str, function: str):
+  """Names the agent and its `function` where Flax refuses the parameters it was given as
+  not its networks' (ValueError; Flax's own names a module path and no argument)."""
+  try:
+    yield
+  except _MISFIT_PARAMS as e:
+    raise ValueError(
+        f"{agent}'s {function} got parameters that are not its networks' (another "
+        f"structure, or another task's or settings' shapes): pass the params of this "
+        f"agent's init (state.params) or of a run of its task and settings; "
+        f"{type(e).__name__}: {str(e).splitlines()[0]}"
+    ) from e
 
 
 def check_update_arguments(state: Any, traj: Any, agent: str) -> None:
