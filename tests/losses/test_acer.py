@@ -853,10 +853,10 @@ def test_acer_policy_objective_refuses_what_is_not_a_probability(name):
   a = rng.integers(0, A, (T, B)).astype(np.int32)
   q = rng.normal(size=(T, B, A)).astype(np.float32)
   q_ret = rng.normal(size=(T, B)).astype(np.float32)
-  with pytest.raises(ValueError, match=f"`{name}` must be \\[0, 1\\] \\(probabilities\\)"):
+  with pytest.raises(ValueError, match=f"`{name}` must be in \\[0, 1\\] \\(probabilities\\)"):
     L.acer_policy_objective(probs["pi_tm1"], probs["mu_tm1"], a, q, q_ret)
   probs[name] = np.exp(probs[name]) * 4  # unnormalised: an entry above 1
-  with pytest.raises(ValueError, match=f"`{name}` must be \\[0, 1\\] \\(probabilities\\)"):
+  with pytest.raises(ValueError, match=f"`{name}` must be in \\[0, 1\\] \\(probabilities\\)"):
     L.acer_policy_objective(probs["pi_tm1"], probs["mu_tm1"], a, q, q_ret)
 
 

@@ -1033,18 +1033,18 @@ def test_probabilities_outside_0_1_are_named_at_real_steps_only(fn):
   bad_pi = dict(kwargs, pi_t=kwargs["pi_t"].at[1, 0, 2].set(-0.25))
   with pytest.raises(
       ValueError,
-      match=r"`pi_t` must be \[0, 1\] \(probabilities\), got -0.25 at index \(1, 0, 2\)",
+      match=r"`pi_t` must be in \[0, 1\] \(probabilities\), got -0.25 at index \(1, 0, 2\)",
   ):
     fn(*(bad_pi[k] for k in names))
   bad_mu = dict(kwargs, mu_t=kwargs["mu_t"].at[0, 1].set(-0.5))
   with pytest.raises(
       ValueError,
-      match=r"`mu_t` must be \[0, 1\] \(probabilities\), got -0.5 at index \(0, 1\)",
+      match=r"`mu_t` must be in \[0, 1\] \(probabilities\), got -0.5 at index \(0, 1\)",
   ):
     fn(*(bad_mu[k] for k in names))
   # Q-values or logits passed as probabilities: a ratio above 1 is clipped, silently.
   logits = dict(kwargs, pi_t=kwargs["pi_t"].at[2, 1, 0].set(3.5))
-  with pytest.raises(ValueError, match=r"`pi_t` must be \[0, 1\] .*got 3.5 at index \(2, 1, 0\)"):
+  with pytest.raises(ValueError, match=r"`pi_t` must be in \[0, 1\] .*got 3.5 at index \(2, 1, 0\)"):
     fn(*(logits[k] for k in names))
   fn(*(dict(kwargs, pi_t=kwargs["pi_t"] * (1 + 1e-6))[k] for k in names))  # softmax rounding
   # Masked steps may hold anything, and so may mu_t where no trace continues (the step

@@ -182,11 +182,11 @@ def test_box_mixture_refuses_actions_and_centres_outside_the_box():
   """Outside [-1, 1]^d the sampler would draw from the opposite face and the density
   would be the uniform one's: both are refused, for concrete values."""
   key, inside = jax.random.PRNGKey(0), jnp.zeros((2, 2))
-  with pytest.raises(ValueError, match=r"`center` must be \[-1, 1\] \(the box\), got 5.0"):
+  with pytest.raises(ValueError, match=r"`center` must be in \[-1, 1\] \(the box\), got 5.0"):
     L.sample_box_mixture(key, inside.at[1, 0].set(5.0), 0.3, 0, 3)
-  with pytest.raises(ValueError, match=r"`actions` must be \[-1, 1\] \(the box\), got -1.5"):
+  with pytest.raises(ValueError, match=r"`actions` must be in \[-1, 1\] \(the box\), got -1.5"):
     L.box_mixture_log_density(jnp.full((2, 3, 2), -1.5), inside, 0.3, 0.5)
-  with pytest.raises(ValueError, match=r"`center` must be \[-1, 1\] \(the box\), got 1.0099"):
+  with pytest.raises(ValueError, match=r"`center` must be in \[-1, 1\] \(the box\), got 1.0099"):
     L.box_mixture_log_density(jnp.zeros((2, 3, 2)), inside.at[0, 1].set(1.01), 0.3, 0.5)
 
 

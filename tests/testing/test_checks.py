@@ -821,5 +821,5 @@ def test_references_refuse_what_the_library_refuses_with_its_message(what, libra
 def test_references_read_a_masked_steps_discount_as_the_library_does():
   mask = np.array([True, False, True])
   ref.vtrace(T3, T3, T3, np.array([0.9, 7.0, 0.9]), T3 + 1, mask=mask)  # never used: accepted
-  with pytest.raises(ValueError, match=r"`discount_t` must be \[0, 1\].* at index \(0,\)"):
+  with pytest.raises(ValueError, match=r"`discount_t` must be in \[0, 1\].* at index \(0,\)"):
     ref.vtrace(T3, T3, T3, np.array([7.0, 0.9, 0.9]), T3 + 1, mask=mask)

@@ -341,9 +341,14 @@ def check_entries(name: str, x: Any, low: float, high: float = np.inf, what: str
     where = _first_index(bad)
     bounds = bounds or (f"[{low:g}, {high:g}]" if np.isfinite(high) else f">= {low:g}")
     raise ValueError(
-        f"`{name}` must be {bounds}{what}, got {v[where].item()} at index {where}; "
+        f"`{name}` must be {_in(bounds)}{what}, got {v[where].item()} at index {where}; "
         f"{int(np.sum(bad))} of {v.size} entries are not."
     )
+
+
+def _in(bounds: str) -> str:
+  """"in [low, high]" for an interval, the bound itself otherwise (">= 0")."""
+  return f"in {bounds}" if bounds.startswith("[") else bounds
 
 
 PROBABILITY_SLACK = 1e-4

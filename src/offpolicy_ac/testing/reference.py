@@ -79,7 +79,7 @@ def _check_discounts(discount_t, mask=None):
   if np.any(bad):
     where = tuple(int(i) for i in np.argwhere(bad)[0])
     raise ValueError(
-        f"`discount_t` must be [0, 1] (gamma times the environment's discount), got "
+        f"`discount_t` must be in [0, 1] (gamma times the environment's discount), got "
         f"{v[where].item()} at index {where}; {int(np.sum(bad))} of {v.size} entries are not."
     )
 
