@@ -879,7 +879,9 @@ def test_clipped_surrogate_checks_its_shapes_and_epsilon():
 def test_eager_estimators_refuse_bad_values_at_real_steps_only():
   v = jnp.zeros((3, 2))
   d = jnp.full((3, 2), 0.9)
-  with pytest.raises(ValueError, match=r"`discount_t` must be in \[0, 1\].*got 1.5 at index \(1, 0\)"):
+  with pytest.raises(
+      ValueError, match=r"`discount_t` must be in \[0, 1\].*got 1.5 at index \(1, 0\)"
+  ):
     L.vtrace(v, v, v, d.at[1, 0].set(1.5), jnp.ones((3, 2)))
   with pytest.raises(ValueError, match=r"`discount_t` must be in \[0, 1\].*got nan"):
     L.retrace_targets(jnp.zeros((3, 2, 2)), jnp.zeros((3, 2), jnp.int32), v,

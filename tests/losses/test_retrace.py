@@ -1044,7 +1044,9 @@ def test_probabilities_outside_0_1_are_named_at_real_steps_only(fn):
     fn(*(bad_mu[k] for k in names))
   # Q-values or logits passed as probabilities: a ratio above 1 is clipped, silently.
   logits = dict(kwargs, pi_t=kwargs["pi_t"].at[2, 1, 0].set(3.5))
-  with pytest.raises(ValueError, match=r"`pi_t` must be in \[0, 1\] .*got 3.5 at index \(2, 1, 0\)"):
+  with pytest.raises(
+      ValueError, match=r"`pi_t` must be in \[0, 1\] .*got 3.5 at index \(2, 1, 0\)"
+  ):
     fn(*(logits[k] for k in names))
   fn(*(dict(kwargs, pi_t=kwargs["pi_t"] * (1 + 1e-6))[k] for k in names))  # softmax rounding
   # Masked steps may hold anything, and so may mu_t where no trace continues (the step

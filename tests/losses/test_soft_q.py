@@ -948,7 +948,9 @@ def test_a_terminal_state_of_only_illegal_actions_has_zero_gradient_not_nan():
 
 def test_soft_targets_refuse_a_discount_outside_the_unit_interval_at_real_steps():
   q_t, r = jnp.zeros((3, 2)), jnp.zeros(3)
-  with pytest.raises(ValueError, match=r"`discount_t` must be in \[0, 1\].*got 1.5 at index \(1,\)"):
+  with pytest.raises(
+      ValueError, match=r"`discount_t` must be in \[0, 1\].*got 1.5 at index \(1,\)"
+  ):
     L.soft_q_targets(r, jnp.array([0.9, 1.5, 0.9]), q_t, alpha=1.0)
   # A masked step's discount is never used: anything goes there.
   mask = jnp.array([True, False, True])

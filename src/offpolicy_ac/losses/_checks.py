@@ -347,7 +347,7 @@ def check_entries(name: str, x: Any, low: float, high: float = np.inf, what: str
 
 
 def _in(bounds: str) -> str:
-  """"in [low, high]" for an interval, the bound itself otherwise (">= 0")."""
+  """The range in a message: "in [low, high]" for an interval, else the bound (">= 0")."""
   return f"in {bounds}" if bounds.startswith("[") else bounds
 
 
