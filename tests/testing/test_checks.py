@@ -391,6 +391,19 @@ def test_zero_at_masked_steps_catches_an_error_left_at_a_junction(variant):
     testing.assert_zero_at_masked_steps(unmasked_td_errors, EXAMPLES, variants=(variant,))
 
 
+def test_an_output_not_per_step_is_named_with_what_to_return():
+  """A reduced loss is told to return targets; a batch-major output (told the same before)
+  to return it time-major."""
+  traj = testing.random_trajectory(np.random.default_rng(0), t=10, batch_shape=(3,))
+  errors = lambda tr: tr.r_t + tr.discount_t * tr.v_t - tr.v_tm1  # noqa: E731
+  with pytest.raises(ValueError, match=r"output \(the array\) has shape \(\); .* = \(10, 3\) \+ "
+                     r"\(\.\.\.\)\. Return targets, not reduced losses\."):  # fmt: skip
+    testing.assert_zero_at_masked_steps(lambda tr: jnp.mean(errors(tr)), [traj])
+  with pytest.raises(ValueError, match=r"output \(the array\) has shape \(3, 10\); .* Its leading "
+                     r"axes are those of \[T, \*batch\] in another order: return it time-major"):  # fmt: skip
+    testing.assert_zero_at_masked_steps(lambda tr: errors(tr).T, [traj])
+
+
 def td_error_times_mask(tr):
   """Mutant: a one-step TD error zeroed at masked steps by multiplying by the mask, which
   keeps a NaN of the masked data (`0 * nan` is `nan`)."""

@@ -145,9 +145,12 @@ def _leaves(fn, traj, check, where):
     name = jax.tree_util.keystr(path) or "(the array)"
     arr = np.asarray(leaf)
     if arr.shape[: len(lead)] != lead:
+      swapped = len(lead) > 1 and sorted(arr.shape[: len(lead)]) == sorted(lead)
+      hint = ("Its leading axes are those of [T, *batch] in another order: return it "
+              "time-major." if swapped else "Return targets, not reduced losses.")  # fmt: skip
       raise ValueError(
           f"{check}: output {name} has shape {arr.shape}; every output must be per step,"
-          f" shaped [T, *batch, ...] = {lead} + (...). Return targets, not reduced losses."
+          f" shaped [T, *batch, ...] = {lead} + (...). {hint}"
       )
     leaves.append((name, arr))
   return leaves
