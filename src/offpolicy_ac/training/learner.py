@@ -235,7 +235,7 @@ def check_policies(agent: Agent, config: TrainConfig) -> None:
   cannot be traced (NumPy on, or Python control flow over, traced values): before
   anything compiles, where `greedy_act` would fail at the first evaluation."""
   spec, key = agent.spec, jax.random.PRNGKey(0)
-  state = _traced(agent, "init(key)", jax.eval_shape, agent.init, key)
+  state = _traced(agent, "init(key)", agent.init, key)
   counter = getattr(state, "num_updates", None)
   is_count = hasattr(counter, "dtype") and np.shape(counter) == () and counter.dtype.kind in "iu"
   if not (hasattr(state, "params") and is_count):
@@ -251,12 +251,12 @@ def check_policies(agent: Agent, config: TrainConfig) -> None:
   shape = (spec.batch_size, *spec.observation_shape)
   obs = jax.ShapeDtypeStruct(shape, jnp.dtype(spec.observation_dtype))
   try:  # the rollouts' own check of act's output: an (action, extras) pair of [B, ...]
-    action = _traced(agent, "act(params, obs, key)", jax.eval_shape,
+    action = _traced(agent, "act(params, obs, key)",
                      lambda a, o, k: envs.call_policy(act, a, o, k, spec.batch_size)[0],
                      acting, obs, key)  # fmt: skip
   except ValueError as e:
     raise ValueError(f"{agent.name}'s {e}") from None
-  greedy_action = _traced(agent, "greedy_act(params, obs)", jax.eval_shape, greedy, acting, obs)
+  greedy_action = _traced(agent, "greedy_act(params, obs)", greedy, acting, obs)
   for name, action in (("act", action), ("greedy_act", greedy_action)):
     try:
       envs.check_traced_actions(spec, action, spec.batch_size)
@@ -265,11 +265,11 @@ def check_policies(agent: Agent, config: TrainConfig) -> None:
 
 
 def _traced(agent: Agent, signature: str, fn: Callable, *args: Any) -> Any:
-  """`fn(*args)`, where `fn` traces the agent's `signature`: a function JAX cannot trace
-  is refused naming the agent and the function (a bare TracerArrayConversionError from
-  inside the learner otherwise)."""
+  """`jax.eval_shape(fn, *args)`, where `fn` calls the agent's `signature`: a function JAX
+  cannot trace is refused naming the agent and the function (a bare
+  TracerArrayConversionError from inside the learner otherwise)."""
   try:
-    return fn(*args)
+    return jax.eval_shape(fn, *args)
   except jax.errors.JAXTypeError as e:
     raise TypeError(
         f"{agent.name}'s {signature} must be traceable by jax.jit: pure JAX on its array "
