@@ -38,6 +38,7 @@ import collections.abc
 import contextlib
 import contextvars
 import dataclasses
+import errno
 import fnmatch
 import functools
 import importlib
@@ -925,7 +926,8 @@ def script_main(parse: Callable[[], Any], run: Callable[[Any], Any], *,
   type in `refuse`, for scripts that only read: evaluate.py, record_demos.py, plot.py)
   prints one line, "[<script>] error: <why>" (naming settings by their flags:
   `in_flag_terms`), and exits with code 2; a full disk prints one line and exits with code
-  1 (for a training run: the checkpoints written are intact, for `--resume`); a warning
+  1 (for a training run: the checkpoints written are intact, for `--resume`), and so does
+  a training run that storage refuses as it runs (`WRITE_REFUSED`); a warning
   prints one line (`one_line_warnings`). A closed stdout (`| head`) silences the output
   and nothing else.
   A non-finite loss, gradient or environment datum (`NonFiniteError`) prints one line and
@@ -957,13 +959,9 @@ def script_main(parse: Callable[[], Any], run: Callable[[Any], Any], *,
     exit_process(128 + signal.Signals[name].value,
                  last_words=f"[{prog}] stopped at once by {name}{kept}")  # fmt: skip
   except Exception as e:  # pylint: disable=broad-except
-    if isinstance(e, OSError) and e.errno in STORAGE_FULL:
-      where = f" ({e.filename})" if e.filename else ""
-      then = "make room, then run it again"
-      if _resumable(args):
-        then = ("the checkpoints written are intact: make room, then --resume (it starts "
-                "over if there is none)")  # fmt: skip
-      exit_process(1, last_words=f"[{prog}] error: {STORAGE_FULL[e.errno]}{where}; {then}")
+    storage = _storage_error(e, args)
+    if storage is not None:
+      exit_process(1, last_words=f"[{prog}] error: {storage}")
     if isinstance(e, NonFiniteError):  # found after the step: a traceback shows no cause
       exit_process(1, last_words=f"[{prog}] error: {in_flag_terms(str(e), type(args))}")
     if is_out_of_memory(e):
@@ -978,6 +976,35 @@ def _in_distributed_job() -> bool:
   """Whether this process has joined a multi-process JAX job (without importing JAX)."""
   jax = sys.modules.get("jax")
   return jax is not None and jax.distributed.is_initialized()
+
+
+WRITE_REFUSED = {
+    errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted",
+    errno.EROFS: "read-only file system",
+}
+"""Write errors of storage that refuses this process (permissions, a read-only mount), with
+what the scripts call them when a training run meets one as it runs."""
+
+
+def _storage_error(e: BaseException, args: Any) -> Optional[str]:
+  """The line of a write error of storage (and what to do): storage that is full
+  (`STORAGE_FULL`), or, for a training run as it runs, storage that refuses it
+  (`WRITE_REFUSED`: its directory's permissions changed; a refusal before it starts names
+  the directory itself); None for other errors."""
+  if not isinstance(e, OSError):
+    return None
+  resumable = _resumable(args)
+  if e.errno in STORAGE_FULL:
+    what, fix = STORAGE_FULL[e.errno], "make room"
+  elif e.errno in WRITE_REFUSED and resumable and not is_refusal(e):
+    what, fix = WRITE_REFUSED[e.errno], "allow writing there"
+  else:
+    return None
+  where = f" ({e.filename})" if e.filename else ""
+  then = (f"the checkpoints written are intact: {fix}, then --resume (it starts over if there "
+          "is none)" if resumable else f"{fix}, then run it again")  # fmt: skip
+  return f"{what}{where}; {then}"
 
 
 def _resumable(args: Any) -> bool:

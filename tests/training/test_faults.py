@@ -660,6 +660,61 @@ def test_a_full_disk_stops_with_one_line_and_resumes_exactly(tmp_path, straight,
     subprocess.run(["umount", str(disk)], check=False)
 
 
+def test_a_full_disk_under_tensorboard_stops_with_one_line_and_resumes_exactly(tmp_path,
+                                                                               straight):  # fmt: skip
+  """TensorBoard's events on a full disk: the run stops with one line naming tensorboard/
+  (tensorboardX's writing thread died there, and the run waited on its queue for good);
+  with the room back, --resume repeats the uninterrupted run."""
+  if os.geteuid() != 0:
+    pytest.skip("mounting a small tmpfs needs root")
+  events = tmp_path / "run" / "tensorboard"
+  events.mkdir(parents=True)
+  mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4k", "tmpfs", str(events)],
+                           capture_output=True, text=True)  # fmt: skip
+  if mounted.returncode != 0:
+    pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+  try:
+    proc = _run(tmp_path / "run", check=False)
+  finally:
+    subprocess.run(["umount", str(events)], check=False)
+  last = [l for l in proc.stderr.splitlines() if l.strip()][-1]
+  assert proc.returncode == 1, proc.stderr[-3000:]
+  assert last.startswith(f"[impala] error: no space left on device ({events}); the "
+                         "checkpoints written are intact"), last  # fmt: skip
+  _run(tmp_path / "run", "--resume")
+  _same_run(tmp_path / "run", straight)
+
+
+def test_checkpoints_made_read_only_as_the_run_goes_stop_it_with_one_line(tmp_path, straight):
+  """The checkpoints' folder remounted read-only after the first checkpoint: the run stops
+  with one line naming it (orbax's PermissionError came with a 75-line traceback), and,
+  writable again, --resume repeats the uninterrupted run."""
+  if os.geteuid() != 0:
+    pytest.skip("mounting a tmpfs needs root")
+  folder = tmp_path / "run" / "checkpoints"
+  folder.mkdir(parents=True)
+  mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(folder)],
+                           capture_output=True, text=True)  # fmt: skip
+  if mounted.returncode != 0:
+    pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+  try:
+    proc = _start_and_wait(tmp_path / "run", lambda d: _checkpoints(d) == [1280])
+    while subprocess.run(["mount", "-o", "remount,ro", str(folder)]).returncode != 0:
+      time.sleep(0.01)  # busy while a checkpoint is written
+    _, err = proc.communicate(timeout=300)
+    last = [l for l in err.splitlines() if l.strip()][-1]
+    assert proc.returncode == 1, err[-3000:]
+    assert last.startswith(f"[impala] error: read-only file system ({folder}"), last
+    assert last.endswith("the checkpoints written are intact: allow writing there, then "
+                         "--resume (it starts over if there is none)"), last  # fmt: skip
+    assert "Traceback" not in err
+    subprocess.run(["mount", "-o", "remount,rw", str(folder)], check=True)
+    _run(tmp_path / "run", "--resume")
+    _same_run(tmp_path / "run", straight)
+  finally:
+    subprocess.run(["umount", str(folder)], check=False)
+
+
 def test_full_storage_lines_logged_after_a_failed_save_are_dropped(caplog, monkeypatch):
   """orbax writes a checkpoint's arrays on several threads: one's full-disk error reaches
   `save` while another may still be writing, and logs its own (with a traceback) later.

@@ -12,6 +12,7 @@ the driver gives each seed's lines to one. `WandbLogger` sends them to Weights &
 
 from __future__ import annotations
 
+import contextlib
 from importlib import metadata
 import json
 import os
@@ -144,6 +145,47 @@ def _scalars(record: dict) -> dict:
   }
 
 
+@contextlib.contextmanager
+def _naming(path: pathlib.Path):
+  """An OSError that names no file (a write to an open file) names `path`."""
+  try:
+    yield
+  except OSError as e:
+    if e.filename is None:
+      e.filename = str(path)
+    raise
+
+
+class EventFile:
+  """A TensorBoard event file in `directory`, written line by line in the caller's thread:
+  each `add_scalars` is on the disk (flushed) when it returns, and a write error (a full
+  disk) is raised there. (tensorboardX's SummaryWriter writes from a thread of its own:
+  when that thread died on a full disk, the next line waited forever on its queue.)"""
+
+  def __init__(self, directory: pathlib.Path):
+    from tensorboardX.event_file_writer import EventsWriter  # pylint: disable=import-outside-toplevel
+
+    self.directory = directory
+    with _naming(directory):
+      directory.mkdir(parents=True, exist_ok=True)
+      self._events = EventsWriter(str(directory / "events"))
+
+  def add_scalars(self, scalars: dict[str, float], step: int) -> None:
+    """One event per scalar, at `step` (env steps), then a flush."""
+    from tensorboardX.proto.event_pb2 import Event  # pylint: disable=import-outside-toplevel
+    from tensorboardX.summary import scalar  # pylint: disable=import-outside-toplevel
+
+    with _naming(self.directory):
+      for name, value in scalars.items():
+        self._events.write_event(Event(wall_time=time.time(), step=step,
+                                       summary=scalar(name, value)))  # fmt: skip
+      self._events.flush()
+
+  def close(self) -> None:
+    with _naming(self.directory):
+      self._events.close()
+
+
 class RunLogger:
   """Writes metrics.jsonl, TensorBoard scalars, a PNG, and shows progress."""
 
@@ -176,7 +218,8 @@ class RunLogger:
 
   def log(self, record: dict) -> None:
     record = jsonable(record)
-    self._file.write(metrics_file.encode_line(record))
+    with _naming(self.metrics_path):  # a full disk: the run stops naming the file
+      self._file.write(metrics_file.encode_line(record))
     self._written = True
     step = int(record["env_steps"])
     self._add_scalars(record)
@@ -200,18 +243,17 @@ class RunLogger:
 
   def _add_scalars(self, record: dict) -> None:
     if self._tensorboard and self._writer is None:
-      self._writer = self._open_writer()
+      self._writer = EventFile(self.run_dir / "tensorboard")
     if self._writer is not None:
-      for key, value in _scalars(record).items():
-        if key != "env_steps":
-          self._writer.add_scalar(key, value, int(record["env_steps"]))
+      scalars = {k: v for k, v in _scalars(record).items() if k != "env_steps"}
+      self._writer.add_scalars(scalars, int(record["env_steps"]))
 
   def truncate(self, num_lines: int) -> None:
     """Keeps the first `num_lines` lines of metrics.jsonl (resuming drops what was
     logged after the checkpoint, including a cut-off last line), and writes TensorBoard's
-    events anew from them: tensorboardX writes from a thread and flushes every two
-    minutes, so a killed run's event files lack points that its metrics.jsonl (written
-    line by line) holds, and a resume logs only the points after its checkpoint."""
+    events anew from them: the event files of a run stopped after its checkpoint hold
+    points past it (or, written by an older version from a thread that flushed every two
+    minutes, lack some before it), and a resume logs only the points after its checkpoint."""
     self._file.close()
     data = self.metrics_path.read_bytes() if self.metrics_path.exists() else b""
     # Bytes: what follows the kept lines (a line cut by a kill, junk) is dropped unread.
@@ -241,14 +283,6 @@ class RunLogger:
       shutil.rmtree(self.run_dir / "tensorboard", ignore_errors=True)
       for record in records:
         self._add_scalars(record)
-
-  def _open_writer(self) -> Any:
-    """A TensorBoard writer of the run's `tensorboard/` (None without tensorboardX)."""
-    try:
-      from tensorboardX import SummaryWriter
-    except ImportError:  # pragma: no cover
-      return None
-    return SummaryWriter(str(self.run_dir / "tensorboard"))
 
   def plot(self) -> pathlib.Path | None:
     """Writes learning_curve.png from metrics.jsonl (episode and eval returns)."""
