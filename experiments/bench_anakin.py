@@ -32,6 +32,7 @@ from offpolicy_ac import envs
 from offpolicy_ac import presets
 from offpolicy_ac.agents.registry import AGENTS
 from offpolicy_ac.cli import check_output_file
+from offpolicy_ac.cli import check_suffix
 from offpolicy_ac.cli import parse_plain
 from offpolicy_ac.cli import script_main
 from offpolicy_ac.training import make_train
@@ -162,6 +163,7 @@ def check(args: Args) -> None:
     raise ValueError(f"--preset {args.preset}: {args.agent}'s presets are {known}")
   if args.out:
     check_output_file("--out", args.out)
+    check_suffix("--out", args.out, ".json", "JSON")
   config = load_script_args(args).train
   config.validate()
   task_spec(config)  # an unknown task id, naming the closest ones

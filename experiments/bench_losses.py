@@ -41,6 +41,7 @@ except ModuleNotFoundError:  # a development dependency
 
 from offpolicy_ac import losses
 from offpolicy_ac.cli import check_output_file
+from offpolicy_ac.cli import check_suffix
 from offpolicy_ac.cli import parse_plain
 from offpolicy_ac.cli import script_main
 from offpolicy_ac.training import refusals
@@ -174,7 +175,10 @@ def main(args: Args) -> list[dict]:
         raise ValueError(f"--shapes takes TxB sizes such as 128x1024, got {shape!r}")
     if args.repeats < 1 or args.rounds < 1 or args.num_actions < 1:
       raise ValueError("--repeats, --rounds and --num-actions must be >= 1")
-    out = check_output_file("--json-out", args.json_out) if args.json_out else None
+    out = None
+    if args.json_out:
+      out = check_output_file("--json-out", args.json_out)
+      check_suffix("--json-out", out, ".json", "JSON")
   print(
       f"jax {jax.__version__} on {jax.devices()[0].device_kind} "
       f"({jax.default_backend()}), rlax {rlax.__version__}"

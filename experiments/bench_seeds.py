@@ -25,6 +25,7 @@ from typing import Literal
 
 from offpolicy_ac import presets
 from offpolicy_ac.cli import check_output_file
+from offpolicy_ac.cli import check_suffix
 from offpolicy_ac.cli import parse_plain
 from offpolicy_ac.cli import script_main
 from offpolicy_ac.training import refusals
@@ -83,7 +84,10 @@ def main(args: Args) -> dict:
       raise ValueError("--num-seeds must be >= 2, --repeats >= 1, --total-env-steps >= 4")
     for vmap in (True, False):  # e.g. a budget below one iteration
       presets.check_command(args.script, _flags(args, vmap))
-    out = check_output_file("--out", args.out) if args.out else None
+    out = None
+    if args.out:
+      out = check_output_file("--out", args.out)
+      check_suffix("--out", out, ".txt", "text")
   times = {"vmapped": [], "sequential": []}
   returns = {}
   with tempfile.TemporaryDirectory() as tmp:

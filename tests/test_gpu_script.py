@@ -249,6 +249,36 @@ def test_sqil_without_demonstrations_is_refused_before_any_work(tmp_path):
   assert not (tmp_path / "work").exists()
 
 
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        ({"PHASES": "rwa"}, "PHASES: 'rwa' is not a phase; the phases are raw,noop,learner,"),
+        ({"AGENT": "impal"}, "AGENT=impal: the agents with an atari preset are impala, acer,"),
+        ({"TRAIN_ROLLOUT": "xla"}, "TRAIN_ROLLOUT=xla: give auto, host or compiled"),
+        ({"PHASES": "layouts", "BENCH_LAYOUTS": "4x16 4by8"},
+         "BENCH_LAYOUTS: '4by8' is not K x N[:BATCH]"),
+        ({"GAME": "Pongg-v5"}, "GAME=Pongg-v5: not an envpool task"),
+    ],
+)  # fmt: skip
+def test_settings_with_a_typo_are_refused_before_any_work(tmp_path, env, message):
+  """Each ran nothing (or nothing useful) and ended with exit code 0: a start of the
+  machine spent on nothing."""
+  proc = _refused_run(tmp_path, 120, **env)
+  assert proc.returncode == 2, proc.stdout + proc.stderr
+  assert message in proc.stdout, proc.stdout
+  assert "raw envpool stepping" not in proc.stdout and "training loop" not in proc.stdout
+
+
+def test_a_failed_phase_fails_the_command_and_says_so(tmp_path):
+  """A bench phase that fails (here refused: no environments) was logged, and the
+  command ended with exit code 0."""
+  proc = _refused_run(tmp_path, 300, PHASES="noop", NUM_ENVS="0")
+  assert proc.returncode == 1, proc.stdout + proc.stderr
+  assert "async_nolearn: exit code 2" in proc.stdout, proc.stdout
+  assert "failed: async_nolearn (their errors are above)" in proc.stdout, proc.stdout
+  assert (tmp_path / "out" / "summary.txt").exists()
+
+
 def test_a_refused_table_run_fails_the_command_and_says_so(tmp_path):
   """ACER's preset refuses unrolls shorter than its mini-batch length: the command ends
   with the run's exit code, its summary naming it, not 0 with an empty summary."""

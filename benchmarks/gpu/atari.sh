@@ -85,6 +85,26 @@ run_parts() {
 }
 
 say "atari.sh: PHASES=$PHASES GAME=$GAME AGENT=$AGENT SEED=$SEED BUDGET_S=$BUDGET_S"
+# Settings checked before any work: a typo would spend a start of the machine on nothing.
+refuse() { say "$*"; exit 2; }
+known_phases=",raw,noop,learner,xla_noop,xla,train,layouts,"
+IFS=, read -ra asked <<<"$PHASES"
+for phase in "${asked[@]}"; do
+  [[ "$known_phases" == *",$phase,"* ]] ||
+    refuse "PHASES: '$phase' is not a phase; the phases are ${known_phases:1:-1}"
+done
+[[ "$AGENT" =~ ^(impala|acer|sql|sqil)$ ]] ||
+  refuse "AGENT=$AGENT: the agents with an atari preset are impala, acer, sql and sqil"
+[[ "$TRAIN_ROLLOUT" =~ ^(auto|host|compiled)$ ]] ||
+  refuse "TRAIN_ROLLOUT=$TRAIN_ROLLOUT: give auto, host or compiled"
+if has layouts; then
+  for layout in $BENCH_LAYOUTS; do
+    [[ "$layout" =~ ^[0-9]+x[0-9]+(:[0-9]+)?$ ]] ||
+      refuse "BENCH_LAYOUTS: '$layout' is not K x N[:BATCH] (such as 4x16:8)"
+  done
+fi
+failed=()  # the phases that failed or ran past PHASE_MAX_S: the command fails with them
+phase_failed() { say "$1: exit code $2$( (($2 == 124)) && echo ", stopped at PHASE_MAX_S=$PHASE_MAX_S s")"; failed+=("$1"); }
 if [[ "$AGENT" == sqil ]] && has train && [[ -z "$(run_parts "$DEMO_RUN")" ]]; then
   say "AGENT=sqil trains from demonstrations: set DEMO_RUN to a packed run whose player records them (run.tgz, its parts, or their folder; now '${DEMO_RUN}')"
   exit 2
@@ -101,13 +121,15 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null
 echo "$(nproc) CPU cores; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 "$PY" -c "import jax, envpool, offpolicy_ac; print('python', __import__('sys').version.split()[0], '| jax', jax.__version__, jax.devices(), '| envpool', envpool.__version__)" ||
   { say "the Python environment is not complete"; exit 1; }
+"$PY" -c "import sys, envpool; sys.exit(sys.argv[1] not in envpool.list_all_envs())" "$GAME" ||
+  refuse "GAME=$GAME: not an envpool task (Atari games are named like Pong-v5, Qbert-v5)"
 
 if has raw; then
   say "raw envpool stepping (at most $PHASE_MAX_S s)"
   # shellcheck disable=SC2086
   timeout --signal=TERM --kill-after=10 "$PHASE_MAX_S" "$PY" benchmarks/gpu/raw_sweep.py \
     --task "$GAME" --configs $RAW_CONFIGS --seconds "$RAW_SECONDS" --out "$WORK/raw.json" ||
-    say "raw: exit code $?"
+    phase_failed raw $?
 fi
 
 modes=()
@@ -122,7 +144,7 @@ if ((${#modes[@]})); then
     --tasks "$GAME" --modes "${modes[@]}" --actors "$NUM_ACTORS" --pong-envs "$NUM_ENVS" \
     --pong-torso "$BENCH_TORSO" --pong-steps "$BENCH_STEPS" --max-policy-lag "$LAG" \
     --repeats 1 --raw-seconds "$RAW_SECONDS" --probe-seconds 1 --out "$WORK/bench" $BENCH_ARGS ||
-    say "bench: exit code $?"
+    phase_failed "${modes[*]}" $?
 fi
 
 RUN=$WORK/run
@@ -249,10 +271,7 @@ if has layouts; then
   ((phase_end <= START + BUDGET_S - 10)) || phase_end=$((START + BUDGET_S - 10))
   say "training loop layouts, $LAYOUT_MODES: $BENCH_LAYOUTS (at most $((phase_end - $(date +%s))) s in all)"
   for layout in $BENCH_LAYOUTS; do
-    if [[ ! "$layout" =~ ^([0-9]+)x([0-9]+)(:([0-9]+))?$ ]]; then
-      say "layout $layout: not K x N[:BATCH], skipped"
-      continue
-    fi
+    [[ "$layout" =~ ^([0-9]+)x([0-9]+)(:([0-9]+))?$ ]]  # (checked at the start)
     k=${BASH_REMATCH[1]} n=${BASH_REMATCH[2]} b=${BASH_REMATCH[4]:-0}
     rest=$((phase_end - $(date +%s)))
     ((rest > 10)) || { say "layouts: no time left for $layout"; break; }
@@ -261,7 +280,7 @@ if has layouts; then
       --tasks "$GAME" --modes $LAYOUT_MODES --actors "$k" --pong-envs "$n" \
       --env-batch-size "$b" --pong-torso "$BENCH_TORSO" --pong-steps "$BENCH_STEPS" \
       --max-policy-lag "$LAG" --repeats 1 --raw-seconds "$RAW_SECONDS" --probe-seconds 1 \
-      --out "$WORK/layout_${k}x${n}_$b" $BENCH_ARGS || say "layout $layout: exit code $?"
+      --out "$WORK/layout_${k}x${n}_$b" $BENCH_ARGS || phase_failed "layout $layout" $?
   done
 fi
 
@@ -274,5 +293,9 @@ check_rc=$?
 say "done: $(ls "$OUT" | tr '\n' ' ')"
 if [[ -n "${train_rc:-}" && "$train_rc" != 0 && "$train_rc" != 124 ]]; then
   exit "$train_rc" # a refused or failed table run fails the command, its files written
+fi
+if ((${#failed[@]})); then
+  say "failed: ${failed[*]} (their errors are above); the other results are written"
+  exit 1
 fi
 exit "$check_rc"

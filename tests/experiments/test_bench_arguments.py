@@ -46,6 +46,9 @@ _NOT_AS_ROOT = pytest.mark.skipif(os.geteuid() == 0, reason="as root the full di
 COMMAND_LINES = [
     ("bench_seeds", ["--num-seeds", "1"], "--num-seeds must be >= 2"),
     ("bench_seeds", ["--out", "{file}/seeds.txt"], "is a file, not a directory"),
+    # A file of another kind given by mistake was replaced by the report.
+    ("bench_seeds", ["--out", "README.md"], "--out README.md: the file is written as text: "
+                                            "give a path ending in .txt"),
     ("bench_replay", ["--repeats", "0"], "--repeats must be >= 1"),
     ("bench_sql_update", ["--num-q-networks"], "--num-q-networks needs at least one"),
     ("bench_sql_update", ["--num-q-networks", "0"], "--num-q-networks must be an int >= 1"),
@@ -82,11 +85,15 @@ COMMAND_LINES = [
     ("bench_anakin", ["--seeds"], "--seeds must be positive counts"),
     ("bench_anakin", ["--env-id", "CartPole-v1"], "--env-id must name a JAX environment"),
     ("bench_anakin", ["--out", "{file}/anakin.json"], "is a file, not a directory"),
+    ("bench_anakin", ["--out", "pyproject.toml"], "--out pyproject.toml: the file is written as "
+                                                  "JSON: give a path ending in .json"),
     ("bench_envs", ["--repeats", "0"], "--repeats must be >= 1"),
     ("bench_envs", ["--cartpole-seconds", "-1"], "--cartpole-seconds must be > 0"),
     ("bench_envs", ["--unroll-length", "0"], "--unroll-length must be >= 1"),
     ("bench_losses", ["--num-actions", "0"], "--num-actions must be >= 1"),
     ("bench_losses", ["--json-out", "{file}/losses.json"], "is a file, not a directory"),
+    ("bench_losses", ["--json-out", "README.md"], "--json-out README.md: the file is written as "
+                                                  "JSON: give a path ending in .json"),
     ("bench_async", ["--raw-seconds", "-1"], "--raw-seconds must be > 0"),
     ("bench_async", ["--probe-seconds", "-1"], "--probe-seconds must be > 0"),
     ("bench_async", ["--cartpole-steps", "100"], "CartPole-v1, sync: one iteration takes 256"),
