@@ -59,7 +59,7 @@ class Args:
   """Tries of each fault (kill -9 at a random moment: twice as many)."""
   seed: int = 0
   """Seeds the random moments and bytes."""
-  faults: tuple[str, ...] = ()
+  faults: Optional[tuple[str, ...]] = None
   """Only these faults (names as printed); default: all."""
   out: Optional[str] = None
   """Also write the table to OUT.txt and every try to OUT.json."""
@@ -259,12 +259,15 @@ def main(args: Args) -> dict:
     faults[f"bad input: {script} {' '.join(flags)}"] = (_bad_input((script, flags)), 0)
   root = os.geteuid() == 0
   with refusals():  # bad arguments: one line and exit code 2 (script_main), before any run
-    unknown = [name for name in args.faults if name not in faults]
+    if args.faults is not None and not args.faults:
+      raise ValueError(f"--faults needs at least one name (none: all); the faults: "
+                       f"{list(faults)}")  # fmt: skip
+    unknown = [name for name in args.faults or () if name not in faults]
     if unknown:
       raise ValueError(f"unknown --faults {unknown}; the faults: {list(faults)}")
     if args.tries < 1:
       raise ValueError(f"--tries must be >= 1, got {args.tries}")
-    if FULL_DISK in args.faults and not root:
+    if FULL_DISK in (args.faults or ()) and not root:
       raise ValueError(f"--faults {FULL_DISK!r} needs root: it mounts a tmpfs")
     out = pathlib.Path(args.out).expanduser() if args.out else None
     for suffix in (".txt", ".json") if out else ():
