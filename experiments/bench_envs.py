@@ -174,6 +174,12 @@ def check(args: Args) -> None:
   for name in ("cartpole_seconds", "atari_seconds"):
     if not (math.isfinite(getattr(args, name)) and getattr(args, name) > 0):
       raise ValueError(f"--{name.replace('_', '-')} must be > 0, got {getattr(args, name)}")
+  if "batched" in args.modes:
+    for name in ("cartpole_envs", "atari_envs"):
+      if getattr(args, name) < 2:
+        raise ValueError(f"--{name.replace('_', '-')} {getattr(args, name)}: batched stepping "
+                         "steps half of the environments at a time, so it needs 2 or more "
+                         "(with 1 it is the sync mode); or --modes sync")  # fmt: skip
   for task in args.tasks:
     envs.spec(task)  # an unknown task id, naming the closest ones
 
@@ -196,7 +202,7 @@ def main(args: Args) -> None:
     num_envs = args.atari_envs if atari else args.cartpole_envs
     seconds = args.atari_seconds if atari else args.cartpole_seconds
     for mode in args.modes:
-      batch = num_envs if mode == "sync" else max(1, num_envs // 2)
+      batch = num_envs if mode == "sync" else num_envs // 2
       timers = {
           "raw": raw_timer(task, num_envs, batch, args),
           "rollout": rollout_timer(task, num_envs, batch, args),

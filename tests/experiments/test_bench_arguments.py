@@ -90,6 +90,8 @@ COMMAND_LINES = [
     ("bench_envs", ["--repeats", "0"], "--repeats must be >= 1"),
     ("bench_envs", ["--cartpole-seconds", "-1"], "--cartpole-seconds must be > 0"),
     ("bench_envs", ["--unroll-length", "0"], "--unroll-length must be >= 1"),
+    # Its "batched" row stepped a batch of 1 of 1 environment: the sync mode, mislabelled.
+    ("bench_envs", ["--cartpole-envs", "1"], "--cartpole-envs 1: batched stepping steps half"),
     ("bench_losses", ["--num-actions", "0"], "--num-actions must be >= 1"),
     ("bench_losses", ["--json-out", "{file}/losses.json"], "is a file, not a directory"),
     ("bench_losses", ["--json-out", "README.md"], "--json-out README.md: the file is written as "
