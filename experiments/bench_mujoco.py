@@ -61,7 +61,8 @@ def preset_args(module, task: str, env_steps: int, seed: int, run_dir: str):
   """The preset `--env-id task` selects, for `env_steps` steps of one seed, timed only."""
   name = module.ENV_PRESETS.select(task)
   if name is None:
-    raise ValueError(f"{module.__name__} has no preset for {task}")
+    raise ValueError(f"{module.__name__} has no preset for {task} (this benchmark times the "
+                     "presets of MuJoCo tasks, such as HalfCheetah-v4's)")  # fmt: skip
   args = module.PRESETS[name]
   train = args.train.replace(
       env_id=task,
