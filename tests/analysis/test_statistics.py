@@ -756,6 +756,29 @@ def test_a_null_and_the_value_it_stands_for_are_the_same_setting_on_resume():
   assert config_differences(run, config(None, total_env_steps=200_000)) == []
 
 
+def test_a_setting_without_effect_in_either_run_is_no_difference_on_resume():
+  """Seeds with actor threads run one after the other whatever vmap_seeds says, and the
+  scripts refuse the flag there: a run recorded with vmap_seeds false (before that, or
+  from Python) resumes with the default. Where the seeds can share a vmapped learner, it
+  is a difference."""
+  from offpolicy_ac.analysis.metrics_file import config_jsonable
+  from offpolicy_ac.training import TrainConfig
+  from offpolicy_ac.training.rundir import config_differences
+
+  def config(**train):
+    return config_jsonable({"train": TrainConfig.of(num_seeds=2, **train)})
+
+  threads = dict(actors="async", num_actors=2)
+  assert config_differences(config(vmap_seeds=False, **threads), config(**threads)) == []
+  assert config_differences(config(vmap_seeds=False, learner_devices=2),
+                            config(learner_devices=2)) == []  # fmt: skip
+  assert config_differences(config(vmap_seeds=False), config()) == ["train.budget.vmap_seeds"]
+  # Without effect in one run only: still a difference (the other field says so too).
+  assert config_differences(config(vmap_seeds=False, **threads), config()) == [
+      "train.acting.actors", "train.acting.num_actors", "train.budget.vmap_seeds"
+  ]  # fmt: skip
+
+
 def test_a_groups_interval_does_not_depend_on_its_directories_names(tmp_path):
   """The bootstrap resamples runs by position: runs are ordered by seed, so the same runs
   named otherwise (seed 10 listed before seed 2, or the names shuffled) give the same

@@ -74,6 +74,7 @@ from offpolicy_ac.training.checkpoint import read_record
 from offpolicy_ac.training.checkpoint import set_aside_checkpoints
 from offpolicy_ac.training.checkpoint import written_steps
 from offpolicy_ac.training.config import TrainConfig
+from offpolicy_ac.training.config import fields_without_effect
 from offpolicy_ac.training.config import without_removed_fields
 from offpolicy_ac.training.driver import RunResult
 from offpolicy_ac.training.learner import Acting
@@ -380,15 +381,30 @@ def config_differences(old: dict, new: dict, defaults: Optional[dict] = None) ->
   its default in `defaults`: a new field's default keeps the old behaviour. A field of
   NULL_MEANS_DERIVED null in one config and set in the other is unchanged when the set
   value is the one the null stands for (derived from that config's other fields):
-  `--demo-batch-size 32` resumes a run that took the default, --mini-batch-size's 32."""
+  `--demo-batch-size 32` resumes a run that took the default, --mini-batch-size's 32. A
+  field that has no effect in either run (`fields_without_effect`: `vmap_seeds` where the
+  seeds cannot share a vmapped learner) is not a difference."""
   a, b = _flatten(old), _flatten(new)
   known = _flatten(defaults) if defaults is not None else {}
   for k in set(b) - set(a):
     if k in known:
       a[k] = known[k]
+  inert = _without_effect(old) & _without_effect(new)
   return sorted(k for k in set(a) | set(b)
-                if k not in RESUMABLE_CHANGES and not _same_setting(a.get(k), b.get(k))
+                if k not in RESUMABLE_CHANGES and k not in inert
+                and not _same_setting(a.get(k), b.get(k))
                 and not _same_derived(k, (old, a.get(k)), (new, b.get(k))))  # fmt: skip
+
+
+def _without_effect(config: dict) -> set[str]:
+  """The dotted fields of a script's config (as config.json holds it) that have no effect
+  in its run (`fields_without_effect`); none where the config cannot say."""
+  try:
+    train = TrainConfig.from_dict(config["train"])
+  except (KeyError, TypeError, ValueError):
+    return set()
+  names = fields_without_effect(train)
+  return {k for k in _flatten({"train": config["train"]}) if k.rsplit(".", 1)[-1] in names}
 
 
 def _derived_value(field: str, config: dict, value: Any) -> Any:
