@@ -279,6 +279,17 @@ def test_a_failed_phase_fails_the_command_and_says_so(tmp_path):
   assert (tmp_path / "out" / "summary.txt").exists()
 
 
+def test_a_layout_cut_by_the_time_left_ends_the_phase_without_failing(tmp_path):
+  """The layouts take the time left: the one it cuts (124) ends the phase; the command
+  does not fail for it (it ended with exit code 1, "stopped at PHASE_MAX_S")."""
+  proc = _refused_run(tmp_path, 300, PHASES="layouts", BENCH_LAYOUTS="1x4 1x4",
+                      PHASE_MAX_S="20", BENCH_STEPS="10000000")  # fmt: skip
+  assert "layout 1x4: cut by the time left" in proc.stdout, proc.stdout + proc.stderr
+  assert proc.stdout.count("cut by the time left") == 1  # the second one never started
+  assert "failed:" not in proc.stdout
+  assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
 def test_a_refused_table_run_fails_the_command_and_says_so(tmp_path):
   """ACER's preset refuses unrolls shorter than its mini-batch length: the command ends
   with the run's exit code, its summary naming it, not 0 with an empty summary."""
