@@ -175,7 +175,8 @@ def check(args: Args) -> None:
     if not (math.isfinite(getattr(args, name)) and getattr(args, name) > 0):
       raise ValueError(f"--{name.replace('_', '-')} must be > 0, got {getattr(args, name)}")
   if "batched" in args.modes:
-    for name in ("cartpole_envs", "atari_envs"):
+    used = {"atari_envs" if envs.is_atari(task) else "cartpole_envs" for task in args.tasks}
+    for name in sorted(used):
       if getattr(args, name) < 2:
         raise ValueError(f"--{name.replace('_', '-')} {getattr(args, name)}: batched stepping "
                          "steps half of the environments at a time, so it needs 2 or more "

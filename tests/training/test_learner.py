@@ -298,7 +298,7 @@ def test_policies_that_do_not_fit_the_task_are_refused_before_anything_runs(faul
   check_learns(agents.make_impala(envs.spec("CartPole-v1", num_envs=3)), config)
 
 
-@pytest.mark.parametrize("function", ["init", "act", "greedy_act"])
+@pytest.mark.parametrize("function", ["init", "act", "greedy_act", "greedy_act_mask"])
 def test_functions_jax_cannot_trace_are_refused_naming_them(function):
   # NumPy on a traced array: a bare TracerArrayConversionError from inside the learner
   # before, naming neither the agent nor its function.
@@ -308,13 +308,18 @@ def test_functions_jax_cannot_trace_are_refused_naming_them(function):
       "init": lambda key: init(jnp.asarray(np.asarray(key))),
       "act": lambda params, obs, key: act(params, jnp.asarray(np.asarray(obs)), key),
       "greedy_act": lambda params, obs: greedy_act(params, jnp.asarray(np.asarray(obs))),
+      # A boolean mask's shape depends on the values (a JAXIndexError, not a JAXTypeError).
+      "greedy_act_mask": lambda params, obs: greedy_act(params, obs)[obs[:, 0] > 0],
   }
-  agent = agent._replace(**{function: untraceable[function]})
+  agent = agent._replace(**{function.removesuffix("_mask"): untraceable[function]})
   signature = {"init": r"init\(key\)", "act": r"act\(params, obs, key\)",
-               "greedy_act": r"greedy_act\(params, obs\)"}[function]  # fmt: skip
+               "greedy_act": r"greedy_act\(params, obs\)",
+               "greedy_act_mask": r"greedy_act\(params, obs\)"}[function]  # fmt: skip
+  error = "NonConcreteBooleanIndexError" if function.endswith("_mask") else (
+      "TracerArrayConversionError")  # fmt: skip
   config = TrainConfig.of(num_envs=3, unroll_length=4, total_env_steps=120, eval_every=0)
   with pytest.raises(TypeError, match=rf"^impala's {signature} must be traceable by jax.jit: "
-                                      r".*TracerArrayConversionError"):  # fmt: skip
+                                      rf".*{error}"):  # fmt: skip
     training.train(lambda spec: agent, config, [_Lines()])
 
 

@@ -151,9 +151,10 @@ def _tensorboard_steps(run_dir):
 
 
 def test_a_resume_writes_tensorboard_anew_from_metrics_jsonl(tmp_path):
-  """A killed run's event files lack the points tensorboardX had not flushed (every two
-  minutes), which metrics.jsonl (line by line) holds; a resume logs only the points after
-  its checkpoint, so it writes the kept lines' points anew."""
+  """A killed run's event files may hold points past its checkpoint, or (written by an
+  older version, whose tensorboardX thread flushed every two minutes) lack some before it;
+  a resume logs only the points after its checkpoint, so it writes the kept lines' points
+  anew. Closed twice, a logger closes once."""
   logger = RunLogger(tmp_path, total_env_steps=100, tensorboard=True, progress=False)
   for step in (10, 20, 30):
     logger.log({"env_steps": step, "wall_time_s": 0.1, "episode_return": 1.0})
@@ -163,6 +164,8 @@ def test_a_resume_writes_tensorboard_anew_from_metrics_jsonl(tmp_path):
   resumed = RunLogger(tmp_path, total_env_steps=100, tensorboard=True, progress=False)
   resumed.truncate(2)  # the checkpoint's lines
   resumed.log({"env_steps": 30, "wall_time_s": 0.2, "episode_return": 2.0})
+  assert _tensorboard_steps(tmp_path) == [10, 20, 30]  # on the disk line by line
+  resumed.close()
   resumed.close()
   assert _tensorboard_steps(tmp_path) == [10, 20, 30]
 

@@ -270,11 +270,11 @@ def _traced(agent: Agent, signature: str, fn: Callable, *args: Any) -> Any:
   TracerArrayConversionError from inside the learner otherwise)."""
   try:
     return jax.eval_shape(fn, *args)
-  except jax.errors.JAXTypeError as e:
+  except (jax.errors.JAXTypeError, jax.errors.JAXIndexError) as e:
     raise TypeError(
         f"{agent.name}'s {signature} must be traceable by jax.jit: pure JAX on its array "
-        f"arguments (no NumPy on them, no Python `if` or `int()` on their values); "
-        f"{type(e).__name__}: {str(e).splitlines()[0]}"
+        f"arguments (no NumPy on them, no Python `if` or `int()` on their values, no "
+        f"boolean-mask indexing); {type(e).__name__}: {str(e).splitlines()[0]}"
     ) from e
 
 

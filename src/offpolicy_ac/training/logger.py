@@ -151,7 +151,7 @@ def _naming(path: pathlib.Path):
   try:
     yield
   except OSError as e:
-    if e.filename is None:
+    if e.filename is None and e.errno is not None:  # (without an errno: str(e) is its text)
       e.filename = str(path)
     raise
 
@@ -170,8 +170,8 @@ class EventFile:
       directory.mkdir(parents=True, exist_ok=True)
       self._events = EventsWriter(str(directory / "events"))
 
-  def add_scalars(self, scalars: dict[str, float], step: int) -> None:
-    """One event per scalar, at `step` (env steps), then a flush."""
+  def add_scalars(self, scalars: dict[str, float], step: int, flush: bool = True) -> None:
+    """One event per scalar, at `step` (env steps), then (with `flush`) a flush."""
     from tensorboardX.proto.event_pb2 import Event  # pylint: disable=import-outside-toplevel
     from tensorboardX.summary import scalar  # pylint: disable=import-outside-toplevel
 
@@ -179,11 +179,20 @@ class EventFile:
       for name, value in scalars.items():
         self._events.write_event(Event(wall_time=time.time(), step=step,
                                        summary=scalar(name, value)))  # fmt: skip
+    if flush:
+      self.flush()
+
+  def flush(self) -> None:
+    """Writes the events to the disk (tensorboardX syncs the file: once per line)."""
+    with _naming(self.directory):
       self._events.flush()
 
   def close(self) -> None:
-    with _naming(self.directory):
-      self._events.close()
+    """Flushes and closes the file; once (a second call does nothing)."""
+    events, self._events = self._events, None
+    if events is not None:
+      with _naming(self.directory):
+        events.close()
 
 
 class RunLogger:
@@ -241,12 +250,12 @@ class RunLogger:
     if time.monotonic() - self._last_plot > self._plot_every_s:
       self.plot()
 
-  def _add_scalars(self, record: dict) -> None:
+  def _add_scalars(self, record: dict, flush: bool = True) -> None:
     if self._tensorboard and self._writer is None:
       self._writer = EventFile(self.run_dir / "tensorboard")
     if self._writer is not None:
       scalars = {k: v for k, v in _scalars(record).items() if k != "env_steps"}
-      self._writer.add_scalars(scalars, int(record["env_steps"]))
+      self._writer.add_scalars(scalars, int(record["env_steps"]), flush=flush)
 
   def truncate(self, num_lines: int) -> None:
     """Keeps the first `num_lines` lines of metrics.jsonl (resuming drops what was
@@ -282,7 +291,9 @@ class RunLogger:
         self._writer = None
       shutil.rmtree(self.run_dir / "tensorboard", ignore_errors=True)
       for record in records:
-        self._add_scalars(record)
+        self._add_scalars(record, flush=False)
+      if self._writer is not None:
+        self._writer.flush()  # once, not once per line
 
   def plot(self) -> pathlib.Path | None:
     """Writes learning_curve.png from metrics.jsonl (episode and eval returns)."""
@@ -294,13 +305,18 @@ class RunLogger:
       return None
 
   def close(self) -> None:
-    if self._written:  # not after a refused resume, which must leave the run as it was
-      self.plot()
-    if self._bar is not None:
-      self._bar.close()
-    if self._writer is not None:
-      self._writer.close()
-    self._file.close()
+    """Plots, and closes the files (metrics.jsonl too where TensorBoard's close fails: a
+    full disk); once (a second call plots again, nothing more)."""
+    try:
+      if self._written:  # not after a refused resume, which must leave the run as it was
+        self.plot()
+      if self._bar is not None:
+        self._bar.close()
+      writer, self._writer = self._writer, None
+      if writer is not None:
+        writer.close()
+    finally:
+      self._file.close()
 
 
 class MultiLogger:
