@@ -260,8 +260,8 @@ def main(args: Args) -> dict:
   root = os.geteuid() == 0
   with refusals():  # bad arguments: one line and exit code 2 (script_main), before any run
     if args.faults is not None and not args.faults:
-      raise ValueError(f"--faults needs at least one name (none: all); the faults: "
-                       f"{list(faults)}")  # fmt: skip
+      raise ValueError(f"--faults needs at least one name (leave the flag out for all); the "
+                       f"faults: {list(faults)}")  # fmt: skip
     unknown = [name for name in args.faults or () if name not in faults]
     if unknown:
       raise ValueError(f"unknown --faults {unknown}; the faults: {list(faults)}")

@@ -97,7 +97,7 @@ COMMAND_LINES = [
     ("bench_losses", ["--json-out", "README.md"], "--json-out README.md: the file is written as "
                                                   "JSON: give a path ending in .json"),
     # No names typed ran the whole campaign, all its faults (about half an hour).
-    ("bench_faults", ["--faults"], "--faults needs at least one name (none: all)"),
+    ("bench_faults", ["--faults"], "--faults needs at least one name (leave the flag out for all)"),
     ("bench_async", ["--raw-seconds", "-1"], "--raw-seconds must be > 0"),
     ("bench_async", ["--probe-seconds", "-1"], "--probe-seconds must be > 0"),
     ("bench_async", ["--cartpole-steps", "100"], "CartPole-v1, sync: one iteration takes 256"),
