@@ -8,6 +8,7 @@ the reference is the uninterrupted run with the same flags (metrics.jsonl but th
 wall-clock fields, and the final parameters byte for byte).
 """
 
+import contextlib
 import dataclasses
 import errno
 import json
@@ -634,20 +635,29 @@ def test_non_finite_data_from_the_environment_is_stopped_before_it_is_stored(tmp
   assert _metrics(tmp_path / "run") == _metrics(tmp_path / "straight")
 
 
+@contextlib.contextmanager
+def _tmpfs(folder: pathlib.Path, size: str):
+  """A tmpfs of `size` mounted on `folder` (made) for the context, unmounted after it; the
+  test is skipped where it cannot be mounted (not root, a container that forbids it)."""
+  if os.geteuid() != 0:
+    pytest.skip("mounting a tmpfs needs root")
+  folder.mkdir(parents=True, exist_ok=True)
+  mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
+                           capture_output=True, text=True)  # fmt: skip
+  if mounted.returncode != 0:
+    pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+  try:
+    yield folder
+  finally:
+    subprocess.run(["umount", str(folder)], check=False)
+
+
 @pytest.mark.parametrize("size", ["250k", "300k"])  # full as checkpoint 2560 or the end is written
 def test_a_full_disk_stops_with_one_line_and_resumes_exactly(tmp_path, straight, size):
   """The run directory on a small tmpfs fills before the run ends: the script ends with
   exit code 1 and one line (orbax's threads' tracebacks not shown), the last checkpoint
   intact; with the space freed (the tmpfs grown), --resume repeats the uninterrupted run."""
-  if os.geteuid() != 0:
-    pytest.skip("mounting a small tmpfs needs root")
-  disk = tmp_path / "disk"
-  disk.mkdir()
-  mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(disk)],
-                           capture_output=True, text=True)  # fmt: skip
-  if mounted.returncode != 0:
-    pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-  try:
+  with _tmpfs(tmp_path / "disk", size) as disk:
     proc = _run(disk / "run", check=False)
     last = [l for l in proc.stderr.splitlines() if l.strip()][-1]
     assert proc.returncode == 1, proc.stderr[-3000:]
@@ -656,8 +666,6 @@ def test_a_full_disk_stops_with_one_line_and_resumes_exactly(tmp_path, straight,
     subprocess.run(["mount", "-o", "remount,size=64m", str(disk)], check=True)
     _run(disk / "run", "--resume")
     _same_run(disk / "run", straight)
-  finally:
-    subprocess.run(["umount", str(disk)], check=False)
 
 
 def test_a_full_disk_under_tensorboard_stops_with_one_line_and_resumes_exactly(tmp_path,
@@ -665,18 +673,8 @@ def test_a_full_disk_under_tensorboard_stops_with_one_line_and_resumes_exactly(t
   """TensorBoard's events on a full disk: the run stops with one line naming tensorboard/
   (tensorboardX's writing thread died there, and the run waited on its queue for good);
   with the room back, --resume repeats the uninterrupted run."""
-  if os.geteuid() != 0:
-    pytest.skip("mounting a small tmpfs needs root")
-  events = tmp_path / "run" / "tensorboard"
-  events.mkdir(parents=True)
-  mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4k", "tmpfs", str(events)],
-                           capture_output=True, text=True)  # fmt: skip
-  if mounted.returncode != 0:
-    pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-  try:
+  with _tmpfs(tmp_path / "run" / "tensorboard", "4k") as events:
     proc = _run(tmp_path / "run", check=False)
-  finally:
-    subprocess.run(["umount", str(events)], check=False)
   last = [l for l in proc.stderr.splitlines() if l.strip()][-1]
   assert proc.returncode == 1, proc.stderr[-3000:]
   assert last.startswith(f"[impala] error: no space left on device ({events}); the "
@@ -689,15 +687,7 @@ def test_checkpoints_made_read_only_as_the_run_goes_stop_it_with_one_line(tmp_pa
   """The checkpoints' folder remounted read-only after the first checkpoint: the run stops
   with one line naming it (orbax's PermissionError came with a 75-line traceback), and,
   writable again, --resume repeats the uninterrupted run."""
-  if os.geteuid() != 0:
-    pytest.skip("mounting a tmpfs needs root")
-  folder = tmp_path / "run" / "checkpoints"
-  folder.mkdir(parents=True)
-  mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(folder)],
-                           capture_output=True, text=True)  # fmt: skip
-  if mounted.returncode != 0:
-    pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-  try:
+  with _tmpfs(tmp_path / "run" / "checkpoints", "64m") as folder:
     proc = _start_and_wait(tmp_path / "run", lambda d: _checkpoints(d) == [1280])
     while subprocess.run(["mount", "-o", "remount,ro", str(folder)]).returncode != 0:
       time.sleep(0.01)  # busy while a checkpoint is written
@@ -711,8 +701,6 @@ def test_checkpoints_made_read_only_as_the_run_goes_stop_it_with_one_line(tmp_pa
     subprocess.run(["mount", "-o", "remount,rw", str(folder)], check=True)
     _run(tmp_path / "run", "--resume")
     _same_run(tmp_path / "run", straight)
-  finally:
-    subprocess.run(["umount", str(folder)], check=False)
 
 
 def test_full_storage_lines_logged_after_a_failed_save_are_dropped(caplog, monkeypatch):
