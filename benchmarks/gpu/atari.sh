@@ -106,8 +106,7 @@ fi
 failed=()  # the phases that failed or ran past PHASE_MAX_S: the command fails with them
 phase_failed() { say "$1: exit code $2$( (($2 == 124)) && echo ", stopped at PHASE_MAX_S=$PHASE_MAX_S s")"; failed+=("$1"); }
 if [[ "$AGENT" == sqil ]] && has train && [[ -z "$(run_parts "$DEMO_RUN")" ]]; then
-  say "AGENT=sqil trains from demonstrations: set DEMO_RUN to a packed run whose player records them (run.tgz, its parts, or their folder; now '${DEMO_RUN}')"
-  exit 2
+  refuse "AGENT=sqil trains from demonstrations: set DEMO_RUN to a packed run whose player records them (run.tgz, its parts, or their folder; now '${DEMO_RUN}')"
 fi
 rm -rf "$WORK" && mkdir -p "$WORK"
 if [[ "$SKIP_INSTALL" != 1 ]]; then

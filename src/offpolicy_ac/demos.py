@@ -33,6 +33,7 @@ import zlib
 import numpy as np
 
 from offpolicy_ac import _memory
+from offpolicy_ac._oserrors import naming
 from offpolicy_ac.envs import FIRST
 from offpolicy_ac.envs import LAST
 from offpolicy_ac.envs import MID
@@ -170,13 +171,12 @@ def save_demos(path: str | os.PathLike, demos: dict[str, np.ndarray], *, env_id:
     raise IsADirectoryError(f"{path} is a directory: give the demonstration file's path")
   tmp = str(path) + ".tmp.npz"
   try:
-    np.savez_compressed(tmp, env_id=np.array(env_id), **demos)
-    os.replace(tmp, path)
-  except BaseException as e:
+    with naming(path):  # a write's error (a full disk) names the file
+      np.savez_compressed(tmp, env_id=np.array(env_id), **demos)
+      os.replace(tmp, path)
+  except BaseException:
     with contextlib.suppress(OSError):
       os.remove(tmp)
-    if isinstance(e, OSError) and e.filename is None:  # a write's (a full disk): name it
-      e.filename = path
     raise
 
 

@@ -12,7 +12,6 @@ the driver gives each seed's lines to one. `WandbLogger` sends them to Weights &
 
 from __future__ import annotations
 
-import contextlib
 from importlib import metadata
 import json
 import os
@@ -29,6 +28,7 @@ from typing import Sequence
 from typing import get_args
 
 from offpolicy_ac._extras import require
+from offpolicy_ac._oserrors import naming
 from offpolicy_ac.analysis import metrics_file
 from offpolicy_ac.analysis.metrics_file import METRICS_FILE
 from offpolicy_ac.analysis.metrics_file import config_jsonable
@@ -145,17 +145,6 @@ def _scalars(record: dict) -> dict:
   }
 
 
-@contextlib.contextmanager
-def _naming(path: pathlib.Path):
-  """An OSError that names no file (a write to an open file) names `path`."""
-  try:
-    yield
-  except OSError as e:
-    if e.filename is None and e.errno is not None:  # (without an errno: str(e) is its text)
-      e.filename = str(path)
-    raise
-
-
 class EventFile:
   """A TensorBoard event file in `directory`, written line by line in the caller's thread:
   each `add_scalars` is on the disk (flushed) when it returns, and a write error (a full
@@ -164,34 +153,33 @@ class EventFile:
 
   def __init__(self, directory: pathlib.Path):
     from tensorboardX.event_file_writer import EventsWriter  # pylint: disable=import-outside-toplevel
+    from tensorboardX.proto.event_pb2 import Event  # pylint: disable=import-outside-toplevel
+    from tensorboardX.summary import scalar  # pylint: disable=import-outside-toplevel
 
-    self.directory = directory
-    with _naming(directory):
+    self.directory, self._event, self._scalar = directory, Event, scalar
+    with naming(directory):
       directory.mkdir(parents=True, exist_ok=True)
       self._events = EventsWriter(str(directory / "events"))
 
   def add_scalars(self, scalars: dict[str, float], step: int, flush: bool = True) -> None:
     """One event per scalar, at `step` (env steps), then (with `flush`) a flush."""
-    from tensorboardX.proto.event_pb2 import Event  # pylint: disable=import-outside-toplevel
-    from tensorboardX.summary import scalar  # pylint: disable=import-outside-toplevel
-
-    with _naming(self.directory):
+    with naming(self.directory):
       for name, value in scalars.items():
-        self._events.write_event(Event(wall_time=time.time(), step=step,
-                                       summary=scalar(name, value)))  # fmt: skip
+        self._events.write_event(self._event(wall_time=time.time(), step=step,
+                                             summary=self._scalar(name, value)))  # fmt: skip
     if flush:
       self.flush()
 
   def flush(self) -> None:
     """Writes the events to the disk (tensorboardX syncs the file: once per line)."""
-    with _naming(self.directory):
+    with naming(self.directory):
       self._events.flush()
 
   def close(self) -> None:
     """Flushes and closes the file; once (a second call does nothing)."""
     events, self._events = self._events, None
     if events is not None:
-      with _naming(self.directory):
+      with naming(self.directory):
         events.close()
 
 
@@ -227,7 +215,7 @@ class RunLogger:
 
   def log(self, record: dict) -> None:
     record = jsonable(record)
-    with _naming(self.metrics_path):  # a full disk: the run stops naming the file
+    with naming(self.metrics_path):  # a full disk: the run stops naming the file
       self._file.write(metrics_file.encode_line(record))
     self._written = True
     step = int(record["env_steps"])
