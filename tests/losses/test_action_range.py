@@ -372,3 +372,19 @@ def test_nan_or_positive_infinite_logits_are_refused_by_name():
   assert np.isfinite(loss(logits.at[1, 2].set(-jnp.inf), logits).loss)
   masked = loss(logits.at[2, 1].set(jnp.nan), logits, mask=jnp.arange(T) != 2)
   assert np.isfinite(masked.loss)
+
+
+@pytest.mark.parametrize(
+    "dtype, num_actions", [(np.uint8, 256), (np.uint8, 300), (np.int8, 128), (np.uint16, 65536)]
+)
+def test_actions_of_a_dtype_that_cannot_hold_the_action_count_are_read(dtype, num_actions):
+  """A was cast to the actions' dtype for the range check, where 256 wraps to 0 in uint8:
+  every uint8 action of 256 read as NaN (and the checkify check reported a valid one)."""
+  values = jnp.arange(num_actions, dtype=jnp.float32)
+  actions = np.array([0, 5, np.iinfo(dtype).max], dtype)
+  expected = actions.astype(np.float32)
+  np.testing.assert_array_equal(L.take_action(values[None].repeat(3, 0), actions), expected)
+  logits = jnp.zeros((3, num_actions))
+  err, out = checkify.checkify(jax.jit(L.categorical_log_prob))(logits, jnp.asarray(actions))
+  assert err.get() is None
+  np.testing.assert_allclose(out, np.full(3, -np.log(num_actions)), rtol=1e-6)

@@ -835,6 +835,46 @@ def test_an_action_the_learner_gives_probability_zero_leaves_the_loss_finite():
   assert np.isfinite(np.asarray(grad(logits))).all()
 
 
+@pytest.mark.parametrize("surrogate_clip", [None, 0.2])
+def test_an_action_both_policies_give_probability_zero_adds_nothing(surrogate_clip):
+  """rho = 1 there (both log-probabilities -inf), so the V-trace policy term was
+  -A x log pi = inf; the surrogate's was finite."""
+  v, log_mu = jnp.ones((4, 2)), jnp.full((4, 2), -0.7)
+  log_pi = jnp.full((4, 2), -0.5)
+  impossible = dict(
+      log_pi_tm1=log_pi.at[1, 0].set(-jnp.inf), log_mu_tm1=log_mu.at[1, 0].set(-jnp.inf)
+  )
+  kwargs = dict(
+      v_tm1=v, v_t=v, r_t=v, discount_t=0.9 * v, entropy_tm1=v, surrogate_clip=surrogate_clip
+  )
+  out = L.impala_loss(**impossible, **kwargs)
+  weights = jnp.ones((4, 2)).at[1, 0].set(0.0)
+  without = L.impala_loss(log_pi_tm1=log_pi, log_mu_tm1=log_mu, weights=weights, **kwargs)
+  assert np.isfinite(float(out.loss))
+  if surrogate_clip is None:  # (the surrogate's term there is -A, with no gradient)
+    # The policy loss sums over the other steps (its mean is over all 8: 8/7 of theirs).
+    np.testing.assert_allclose(out.policy_loss * 8, without.policy_loss * 7, rtol=1e-5)
+  grad = jax.grad(
+      lambda lp: L.impala_loss(log_pi_tm1=lp, log_mu_tm1=impossible["log_mu_tm1"], **kwargs).loss
+  )(impossible["log_pi_tm1"])
+  assert np.isfinite(grad).all() and grad[1, 0] == 0
+
+
+@pytest.mark.parametrize("name", ["log_pi_tm1", "log_mu_tm1"])
+def test_a_nan_log_probability_is_named(name):
+  """Refused as "`rho_tm1` must be >= 0 ... got nan", a ratio the caller never passed."""
+  x = jnp.ones((3, 2))
+  args = dict(
+      v_tm1=x, v_t=x, r_t=x, discount_t=0.9 * x, log_pi_tm1=-x, log_mu_tm1=-x, entropy_tm1=x
+  )
+  with pytest.raises(
+      ValueError, match=rf"`{name}` must be a number, not NaN, got nan at index \(2, 1\)"
+  ):
+    L.impala_loss(**dict(args, **{name: (-x).at[2, 1].set(jnp.nan)}))
+  # A masked step's log-probabilities may hold anything.
+  L.impala_loss(**dict(args, **{name: (-x).at[2, 1].set(jnp.nan)}), mask=x.at[2, 1].set(0) > 0)
+
+
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
 def test_the_gaussian_loss_runs_in_half_precision(dtype):
   x, y = jnp.zeros((4, 2, 3), dtype), jnp.zeros((4, 2), dtype)

@@ -269,6 +269,19 @@ class RecurrenceVariantsTest(chex.TestCase):
     out = np.asarray(_run(self.variant, a, b, jnp.float32(1e30), method=method))
     np.testing.assert_allclose(out, [2.0, 1.5e30, 5e29], rtol=1e-6)
 
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.product(method=METHODS)
+  def test_coefficients_above_one_whose_products_overflow(self, method):
+    # a = 9.9 for 256 steps: the associative scan's products of a over long ranges
+    # overflow float32, but each meets a zero (the termination's a at 127, b's zeros): the
+    # exact result there is 0, as the scan computes it, not 0 * inf = NaN.
+    a = jnp.full((256, 2), 9.9).at[127].set(0.0)
+    b = jnp.zeros((256, 2)).at[150, 1].set(1e-3)
+    out = np.asarray(_run(self.variant, a, b, method=method))
+    expected = np.zeros((256, 2))
+    expected[128:151, 1] = 1e-3 * 9.9 ** (150 - np.arange(128, 151.0))
+    np.testing.assert_allclose(out, expected, rtol=1e-4)
+
   # -------------------------------------------------------------------------
   # Layer 2: the float64 loop reference on fixed examples.
   # -------------------------------------------------------------------------

@@ -1080,6 +1080,18 @@ def test_an_illegal_action_s_minus_inf_q_leaves_v_out_as_in_soft_q(jit):
   assert np.isfinite(q_ret).all()
 
 
+@pytest.mark.parametrize("jit", [False, True])
+def test_a_cut_trace_reads_no_q_so_the_next_action_s_q_may_be_minus_inf(jit):
+  """c_1 = min(1, pi/mu) = 0 where the next action is one pi never takes: its Q of -inf
+  (which `q_t`'s docstring allows there) made c x Q = 0 x -inf = NaN."""
+  q_t = jnp.array([[1.0, 2.0, -jnp.inf], [1.0, 2.0, 3.0]])
+  pi_t, mu_t = jnp.array([[0.5, 0.5, 0.0]] * 2), jnp.full(2, 0.5)
+  a_t, r_t, discount_t = jnp.array([2, 0]), jnp.ones(2), jnp.full(2, 0.9)
+  fns = (retrace_targets, acer_q_ret)
+  for fn in map(jax.jit, fns) if jit else fns:
+    np.testing.assert_allclose(fn(q_t, a_t, r_t, discount_t, pi_t, mu_t), [2.35, 2.35], rtol=1e-6)
+
+
 def test_a_missing_action_axis_is_named_as_such():
   """The expected shape was built from the bad array's last axis, the batch's: `q_tm1` [4, 2]
   was told to be (4, 2, 2)."""

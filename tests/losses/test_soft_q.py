@@ -99,6 +99,18 @@ def test_soft_value_gradient_is_the_boltzmann_policy():
     np.testing.assert_allclose(np.sum(L.soft_policy(q, alpha), -1), 1.0, rtol=1e-6)
 
 
+@pytest.mark.parametrize("dtype", [jnp.float16, jnp.bfloat16])
+def test_soft_value_gradient_in_half_precision_at_a_large_alpha(dtype):
+  """The backward pass multiplied the incoming gradient by alpha before dividing by it:
+  100 x 1000 overflowed float16, and the gradient was inf."""
+  q = jnp.array([1.0, 2.0, 3.0, 4.0], dtype)
+  for alpha in [1.0, 1000.0]:
+    grad = jax.grad(lambda q: 100.0 * L.soft_value(q, alpha).astype(jnp.float32))(q)
+    assert grad.dtype == dtype and L.soft_value(q, alpha).dtype == dtype
+    expected = 100.0 * ref.softmax(np.asarray(q, np.float64) / alpha)
+    np.testing.assert_allclose(np.asarray(grad, np.float64), expected, rtol=1e-2)
+
+
 def test_soft_value_alpha_derivative_is_the_policy_entropy():
   # d/d alpha [alpha lse(q/alpha)] = H(softmax(q/alpha)) >= 0: V grows with alpha.
   q = jnp.array([0.3, -1.2, 2.0, 0.5])

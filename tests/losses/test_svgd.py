@@ -162,6 +162,17 @@ def test_a_proposal_far_wider_than_the_box_is_the_uniform_one(std):
       L.sample_box_mixture(jax.random.PRNGKey(0), c, bad, 2, 2)
 
 
+def test_sample_box_mixture_refuses_an_array_std_as_its_density_does():
+  """std [3, 1] was spread over the samples instead of the batch: row 0 (std 1e-4) drew a
+  sample 0.098 from its center 0 (and other shapes failed deep in JAX)."""
+  center = jnp.zeros((3, 1))
+  for std in (jnp.array([[1e-4], [1e-4], [0.5]]), jnp.full((1,), 0.3)):
+    for call in (lambda: L.sample_box_mixture(jax.random.PRNGKey(0), center, std, 0, 3),
+                 lambda: L.box_mixture_log_density(jnp.zeros((3, 2, 1)), center, std, 0.5)):  # fmt: skip
+      with pytest.raises(ValueError, match=r"`std` must be a scalar \(one width for every"):
+        call()
+
+
 def test_sample_box_mixture_draws_uniform_then_truncated_normal_samples():
   center = jnp.array([[0.9, -0.3], [0.0, 0.5]])
   a = jax.jit(L.sample_box_mixture, static_argnums=(3, 4))(

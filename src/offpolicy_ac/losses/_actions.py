@@ -72,7 +72,7 @@ def select_action(values: jax.Array, actions: jax.Array) -> jax.Array:
   NaN instead of silently wrong.
   """
   num_actions = values.shape[-1]
-  in_range = (actions >= 0) & (actions < num_actions)
+  in_range = (actions >= 0) & _checks.below(actions, num_actions)
   if not _unrolled(values):
     safe = jnp.where(in_range, actions, 0)
     out = jnp.take_along_axis(values, safe[..., None], axis=-1, mode="promise_in_bounds")

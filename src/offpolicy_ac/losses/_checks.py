@@ -178,6 +178,15 @@ def without_range_checks(fn: Callable) -> Callable:
   return traced_without_checks
 
 
+def below(actions: Any, num_actions: int) -> Any:
+  """`actions < num_actions` for integer `actions` of any dtype: True where `num_actions`
+  is past the dtype's largest value (JAX would cast it to the dtype, where 256 wraps to
+  0 in uint8, and judge every action out of range)."""
+  if num_actions > jnp.iinfo(jnp.result_type(actions)).max:
+    return jnp.ones(jnp.shape(actions), bool)
+  return actions < num_actions
+
+
 def check_action_range(name: str, actions: Any, num_actions: int, ref: str,
                        where: Any = None) -> None:  # fmt: skip
   """Action indices must lie in [0, num_actions), the size of `ref`'s action axis, where
@@ -197,7 +206,7 @@ def check_action_range(name: str, actions: Any, num_actions: int, ref: str,
     if not _RANGE_CHECKS.get():
       return
     flat = jnp.ravel(actions)
-    ok = (flat >= 0) & (flat < num_actions)
+    ok = (flat >= 0) & below(flat, num_actions)
     if where is not None:
       ok = ok | ~jnp.ravel(jnp.broadcast_to(where, jnp.shape(actions)))
     checkify.debug_check(

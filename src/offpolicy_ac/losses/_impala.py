@@ -205,6 +205,10 @@ def impala_loss(
   _checks.check_non_negative("value_weight", value_weight, finite=True)
   _checks.check_non_negative("entropy_weight", entropy_weight, finite=True)
   check_surrogate_clip(surrogate_clip)
+  # NaN log-probabilities are named here: `vtrace` would name the ratios they make.
+  used = _checks.check_mask(mask, jnp.shape(r_t))
+  for name, x in (("log_pi_tm1", log_pi_tm1), ("log_mu_tm1", log_mu_tm1)):
+    _checks.check_entries(name, x, -np.inf, np.inf, where=used, bounds="a number, not NaN")
   ratios = _distributions.importance_ratios_from_log_probs(
       log_pi_tm1, log_mu_tm1, stop_gradient=True
   )
@@ -233,7 +237,10 @@ def impala_loss(
     pg_adv = jax.lax.stop_gradient(out.pg_advantage)
     # A step whose advantage is 0 adds nothing, not 0 x log pi: an action the learner
     # gives probability 0 (log pi = -inf, so rho = 0 and pg_adv = 0) would make it NaN.
-    policy_loss = weighted_mean(-pg_adv * jnp.where(pg_adv != 0, safe_log_pi, zero), w)
+    # Nor does an action both policies give probability 0 (rho = 1): its log pi = -inf
+    # would make the loss inf (its gradient is 0).
+    counted = (pg_adv != 0) & ~jnp.isneginf(safe_log_pi)
+    policy_loss = weighted_mean(-pg_adv * jnp.where(counted, safe_log_pi, zero), w)
   else:
     advantage = jax.lax.stop_gradient(out.q_estimate - v_tm1)
     safe_log_mu = jnp.where(w > 0, log_mu_tm1, jnp.zeros((), log_mu_tm1.dtype))

@@ -18,7 +18,9 @@ default everywhere, lowers to "scan" on CPU and "associative" on GPU/TPU via
   maps x -> b + a*x. Work O(T*B) (about twice the scan's) but depth O(log T):
   the fast path on accelerators for long T and small B.
 
-Both agree to floating-point rounding (tests check it).
+Both agree to floating-point rounding (tests check it), trace coefficients above 1
+included: the associative products of coefficients that overflow are never multiplied
+into a zero (`_times`).
 """
 
 from __future__ import annotations
@@ -32,17 +34,31 @@ import jax.numpy as jnp
 from offpolicy_ac.losses import _checks
 
 
+def _times(x, y):
+  """x * y, and 0 where either is 0 even if the other overflowed to inf.
+
+  A product of coefficients a over a long range can overflow where a > 1 (trace
+  coefficients above 1), though it is multiplied by 0 (a termination's a, a zero b): the
+  scan never forms it, and 0 * inf would be NaN. Only such an infinite factor is
+  replaced (before the product, so that the gradients are not NaN either).
+  """
+  zero = jnp.zeros((), x.dtype)
+  x_safe = jnp.where((y == 0) & jnp.isinf(x), zero, x)
+  y_safe = jnp.where((x == 0) & jnp.isinf(y), zero, y)
+  return x_safe * y_safe
+
+
 def _compose(later, earlier):
   """Composes affine maps for a *reverse* scan.
 
   With `reverse=True`, `associative_scan` calls `fn(a, b)` where `a` holds
   elements at later times than `b`. Each element (a_t, b_t) is the map
   f_t(x) = b_t + a_t * x. The suffix f_t o f_{t+1} o ... is accumulated as
-  f_earlier o f_later: (a_e * a_l, b_e + a_e * b_l).
+  f_earlier o f_later: (a_e * a_l, b_e + a_e * b_l), with `_times`' products.
   """
   a_l, b_l = later
   a_e, b_e = earlier
-  return a_e * a_l, b_e + a_e * b_l
+  return _times(a_e, a_l), b_e + _times(a_e, b_l)
 
 
 def reverse_linear_recurrence(
@@ -109,7 +125,7 @@ def _scan(a, b, init, unroll=1):
 
 def _associative(a, b, init):
   # Fold `init` into the last step: b_{T-1} + a_{T-1} * init.
-  b = b.at[-1].add(a[-1] * init)
+  b = b.at[-1].add(_times(a[-1], init))
   _, acc = jax.lax.associative_scan(_compose, (a, b), reverse=True, axis=0)
   return acc
 

@@ -42,7 +42,8 @@ def general_off_policy_returns(
   All arrays [T, ...] (time-major, any trailing batch axes).
 
   Args:
-    q_a_t: Q(x_{s+1}, a_{s+1}) at times [1, T] (only used where a trace continues).
+    q_a_t: Q(x_{s+1}, a_{s+1}) at times [1, T] (only used where a trace continues, with
+      c_t > 0: it may be -inf or NaN where c_t is 0).
     v_t: V(x_{s+1}) at times [1, T] (e.g. sum_a pi(a|x_{s+1}) Q(x_{s+1}, a)).
     r_t: rewards at times [1, T].
     discount_t: gamma times environment discount at times [1, T].
@@ -70,7 +71,9 @@ def general_off_policy_returns(
   # Inputs are replaced where they are not read, before any arithmetic, so that garbage
   # there (NaN, inf) reaches neither the targets nor the gradients.
   continues = mask & mask_next  # the trace continues: only there are q_a_t and c_t read
-  q_a_t, c_t = where_used(continues, q_a_t), where_used(continues, c_t)
+  c_t = where_used(continues, c_t)
+  # A trace cut (c = 0) reads no Q: it may be -inf there (an action pi never takes).
+  q_a_t = where_used(continues & (c_t != 0), q_a_t)
   v_t, r_t, discount_t = (where_used(mask, x) for x in (v_t, r_t, discount_t))
   b = jnp.where(mask, r_t + discount_t * (v_t - c_t * q_a_t), zero)
   a = jnp.where(mask, discount_t * c_t, zero)

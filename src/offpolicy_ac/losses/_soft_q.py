@@ -31,6 +31,8 @@ def soft_value(q: jax.Array, alpha) -> jax.Array:
   Stable for any finite `q` and alpha > 0 (tested down to alpha = 1e-4 with
   |q| up to 1e4): the maximum is subtracted inside `logsumexp`, so nothing is
   clamped. Entries of -inf (illegal actions) are ignored; all -inf gives -inf.
+  float16 and bfloat16 `q` are computed in float32 (value and gradient), returned in
+  their own dtype.
 
   Args:
     q: action values [..., A].
@@ -44,11 +46,16 @@ def soft_value(q: jax.Array, alpha) -> jax.Array:
   _checks.check_min_rank("q", q, 1, "a trailing action axis [..., A]")
   _checks.check_nonempty("q", q, -1, "actions")
   _checks.check_positive("alpha", alpha, jnp.shape(q)[:-1], finite=True, dtype=jnp.result_type(q))
-  alpha = jnp.asarray(alpha, dtype=jnp.result_type(q))
+  dtype = jnp.result_type(q)
+  # Half precision is computed in float32: the backward pass multiplies the incoming
+  # gradient by alpha before dividing by it, which overflows float16 from alpha ~ 1e3.
+  wide = jnp.promote_types(dtype, jnp.float32)
+  q, alpha = jnp.asarray(q, wide), jnp.asarray(alpha, dtype).astype(wide)
   m = _finite_max(q)
   # (q - m) / alpha <= 0, with its maximum 0 where m is finite: the sum of exponentials
   # cannot overflow, so no second maximum is subtracted.
-  return m + alpha * jnp.log(sum_actions(jnp.exp((q - m[..., None]) / _per_action(alpha))))
+  v = m + alpha * jnp.log(sum_actions(jnp.exp((q - m[..., None]) / _per_action(alpha))))
+  return v.astype(dtype)
 
 
 def _finite_max(q: jax.Array) -> jax.Array:

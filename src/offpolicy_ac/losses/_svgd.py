@@ -100,9 +100,7 @@ def box_mixture_log_density(
   _checks.check_shape("center", center, shape[:-2] + shape[-1:], "`actions` less its M axis")
   _checks.check_entries("actions", actions, -1.0, 1.0, " (the box)")
   _checks.check_entries("center", center, -1.0, 1.0, " (the box)")
-  if jnp.ndim(std):
-    raise ValueError(f"`std` must be a scalar (one width for every action dimension), got "
-                     f"shape {tuple(jnp.shape(std))}")  # fmt: skip
+  _check_scalar_std(std)
   _checks.check_entries("std", std, 0.0, _FINITE_MAX, bounds="> 0 and finite")
   _checks.check_static("uniform_fraction", uniform_fraction, "float")  # branched on below
   _checks.check_in_unit_interval("uniform_fraction", uniform_fraction)
@@ -132,16 +130,23 @@ def box_mixture_log_density(
   ).astype(dtype)
 
 
+def _check_scalar_std(std) -> None:
+  if jnp.ndim(std):
+    raise ValueError(f"`std` must be a scalar (one width for every action dimension), got "
+                     f"shape {tuple(jnp.shape(std))}")  # fmt: skip
+
+
 def sample_box_mixture(
     key: jax.Array, center: jax.Array, std, num_uniform: int, num_normal: int
 ) -> jax.Array:
   """[..., num_uniform + num_normal, d] actions: the first uniform in [-1, 1]^d, the
-  others from the normal of `std` around `center` [..., d] (in the box: ValueError
+  others from the normal of `std` (a scalar) around `center` [..., d] (in the box: ValueError
   otherwise, for concrete values) truncated to the box (see `box_mixture_log_density`,
   with f = num_uniform / (num_uniform + num_normal))."""
   _checks.check_floating("center", center)
   _checks.check_min_rank("center", center, 1, "action dimensions [..., d]")
   _checks.check_entries("center", center, -1.0, 1.0, " (the box)")
+  _check_scalar_std(std)  # (an array spread over the samples, not the batch)
   _checks.check_entries("std", std, 0.0, _FINITE_MAX, bounds="> 0 and finite")
   _checks.check_positive("std", std, finite=True, dtype=jnp.result_type(center))
   num_uniform = _checks.static_int("num_uniform", num_uniform, 0)
