@@ -93,6 +93,26 @@ def test_a_run_without_evaluations_compiles_no_evaluation_program():
     program.evaluate(state, lambda: False)
 
 
+def test_a_stop_while_the_programs_compile_does_not_wait_for_them(monkeypatch):
+  """XLA's compilation cannot be interrupted: the advance waited for it (minutes for a
+  large network) before it saw the stop request, and a Ctrl-C then took that long."""
+  import threading  # pylint: disable=import-outside-toplevel
+
+  from offpolicy_ac.training.compiled_program import CompiledProgram  # pylint: disable=import-outside-toplevel
+
+  release = threading.Event()
+  monkeypatch.setattr(CompiledProgram, "_compile", lambda self, lowered: release.wait(60))
+  program = CompiledProgram(make_train(make_impala, ImpalaConfig(), _config(eval_every=0)),
+                            [0], [{}])  # fmt: skip
+  try:
+    state = program.init()
+    _, progress = program.advance(state, 0, 64, 64, lambda: True)
+    assert progress.stopped and progress.env_steps == 0 and not progress.updates
+    assert program._thread.is_alive()  # pylint: disable=protected-access
+  finally:
+    release.set()
+
+
 def test_chunks_repeat_the_whole_run():
   """Running the budget chunk by chunk (as the scripts do) gives `train`'s metrics."""
   compiled = make_train(make_sql, SqlConfig(), _config(min_replay_size=8, mini_batch_size=8,

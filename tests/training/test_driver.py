@@ -526,3 +526,36 @@ def test_an_envpool_runs_evaluation_stops_on_a_stop_request_and_the_run_resumes(
   assert _lines(stopped) == _lines(straight) and "eval_return" in stopped.lines[1]
   jax.tree.map(np.testing.assert_array_equal, resumed.agent_state.params,
                expected.agent_state.params)  # fmt: skip
+
+
+@pytest.mark.parametrize("stop_in", ["advance", "finished"])
+def test_a_stop_while_the_first_update_compiles_does_not_wait_for_the_compilation(
+    monkeypatch, stop_in
+):
+  """XLA's compilation cannot be interrupted: a stop request before the first update (at
+  the first poll, or while the first unroll waited for the warm-up) waited for it (minutes
+  for a large network) as the run closed, and a Ctrl-C then took that long."""
+  import sys
+  import threading
+
+  from offpolicy_ac.training.learner import Learner
+
+  release, warm_ups = threading.Event(), []
+
+  def slow_warm_up(self, state, batch, acting):  # a compilation of 60 s
+    warm_ups.append(threading.Thread(target=release.wait, args=(60,), daemon=True))
+    warm_ups[-1].start()
+    return warm_ups[-1]
+
+  monkeypatch.setattr(Learner, "warm_up", slow_warm_up)
+  config = TrainConfig.of(env_id="CartPole-v1", num_envs=4, unroll_length=8,
+                          total_env_steps=640, eval_every=0)  # fmt: skip
+  factory = lambda spec: agents.make_impala(spec, agents.ImpalaConfig())  # noqa: E731
+  polled_in = lambda: sys._getframe(1).f_code.co_name == stop_in  # noqa: E731
+  try:
+    (result,) = train(factory, config, [ListLogger()], should_stop=polled_in)
+    assert result.interrupted and result.num_updates == 0
+    assert result.env_steps == (32 if stop_in == "finished" else 0)
+    assert warm_ups[0].is_alive()
+  finally:
+    release.set()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 from typing import Callable
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
@@ -29,6 +30,7 @@ from offpolicy_ac.training.compiled_train import CompiledTrain
 from offpolicy_ac.training.driver import NonFiniteError
 from offpolicy_ac.training.driver import Progress
 from offpolicy_ac.training.driver import Update
+from offpolicy_ac.training.learner import Learner
 from offpolicy_ac.training.learner import add_lane_axis
 from offpolicy_ac.training.learner import check_replay_fits
 from offpolicy_ac.training.learner import run_once
@@ -102,11 +104,13 @@ class CompiledProgram:
     except BaseException as e:  # raised on the main thread by `_compiled`
       self._error = e
 
-  def _compiled(self) -> list:
+  def _compiled(self, should_stop: Callable[[], bool] = lambda: False) -> Optional[list]:
     """[run, evaluate] ([run] without evaluations), once compiled (an error compiling them
     is raised here), each refused (`_memory.DoesNotFit`) where the memory it allocates as
-    it runs (its outputs and temporaries, by XLA's analysis) is more than is free."""
-    self._thread.join()
+    it runs (its outputs and temporaries, by XLA's analysis) is more than is free; None
+    where `should_stop` said so before they were compiled."""
+    if not Learner.finished(self._thread, should_stop):
+      return None
     if self._error is not None:
       raise self._error
     for program, what in zip(self._programs, ("a chunk of training", "an evaluation")):
@@ -166,17 +170,17 @@ class CompiledProgram:
   def advance(self, state: Any, env_steps: int, until: int, cut_at: int,
               should_stop: Callable[[], bool]) -> tuple[Any, Progress]:  # fmt: skip
     del cut_at  # no segments
-    run = self._compiled()[0]
+    programs = self._compiled(should_stop)  # None: stopped while compiling
     per_chunk, spi = self.compiled.iterations_per_chunk, self.compiled.steps_per_iteration
-    needed = -(-(until - env_steps) // spi)
+    needed = -(-(until - env_steps) // spi) if programs else 0
     episodes = np.zeros((self.num_lanes, 3), np.float64)
-    updates, taken, stopped = [], 0, False
+    updates, taken, stopped = [], 0, programs is None
     while needed > 0:
       if should_stop():
         stopped = True
         break
       active = min(per_chunk, needed)
-      state, metrics = run(state, self._hps, jnp.asarray(active, jnp.int32))
+      state, metrics = programs[0](state, self._hps, jnp.asarray(active, jnp.int32))
       m = {name: np.asarray(v)[:, :active] for name, v in jax.device_get(metrics).items()}
       if not m["data_finite"].all():
         k, i = np.argwhere(~m["data_finite"])[0]

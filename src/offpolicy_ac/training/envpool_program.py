@@ -278,11 +278,9 @@ class EnvpoolProgram:
     self.sources, self.evals = [], []
 
   def close(self) -> None:
-    """The environments, and the warm-up compilation still running (a run stopped before
-    its first update): a thread left compiling aborts the interpreter at exit."""
+    """The environments. A warm-up compilation still running (a run stopped before its
+    first update) is left to finish: the interpreter's exit waits for it."""
     self._close_environments()
-    if self._warm is not None:
-      self._warm.join()
 
   # -- training ----------------------------------------------------------------
 
@@ -328,7 +326,9 @@ class EnvpoolProgram:
         if g.policy_lag is not None:
           lags[k].append(g.policy_lag)
       batch = learner.batch(trajs)
-      self._warm.join()
+      if not learner.finished(self._warm, should_stop):
+        stopped = True
+        break
       learner.check_warm_up()
       state, fresh, key = learner.ingest(state, batch)
       replayed = None

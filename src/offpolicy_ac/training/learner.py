@@ -644,8 +644,8 @@ class Learner:
     unroll of each lane, as `batch` gives it) and `acting` (a lane's), in a daemon thread
     while the first unrolls run; the first real calls reuse them. Only compiled, not run:
     the warm-up holds no copy of the state (whose replay buffer can be most of the memory
-    the run may use) and its error is dropped (the real call raises it). Join before the
-    first real update, then call `check_warm_up`: a program of the iteration that needs
+    the run may use) and its error is dropped (the real call raises it). Wait for it
+    (`finished`) before the first real update, then call `check_warm_up`: a program of the iteration that needs
     more memory than the device has free (XLA's analysis, `_memory.program_bytes`) is
     refused there, before it runs (a CPU's process was killed by the kernel as it ran,
     with no word of why)."""
@@ -679,9 +679,23 @@ class Learner:
       except Exception:  # pylint: disable=broad-except  (raised again by the real call)
         pass
 
-    thread = threading.Thread(target=run, daemon=True)
+    # Not a daemon: a run stopped before its first update does not wait for it (`finished`),
+    # and a daemon thread still in XLA when the interpreter exits aborts the process; the
+    # exit waits for it instead (a script's `os._exit` does not).
+    thread = threading.Thread(target=run, daemon=False, name="warm-up")
     thread.start()
     return thread
+
+  @staticmethod
+  def finished(thread: threading.Thread, should_stop: Callable[[], bool]) -> bool:
+    """Waits for a compilation `thread` (the warm-up, a compiled run's programs); False
+    as soon as `should_stop` says so (a stop signal does not wait for the compilation,
+    which XLA cannot interrupt: minutes for a large network)."""
+    while thread.is_alive():
+      if should_stop():
+        return False
+      thread.join(0.05)
+    return True
 
   def check_warm_up(self) -> None:
     """Raises the warm-up's refusal (`_memory.DoesNotFit`), if any; after joining it."""
