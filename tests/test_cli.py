@@ -2,6 +2,7 @@
 aliases and repeated flags."""
 
 import dataclasses
+import os
 import pathlib
 
 import pytest
@@ -251,9 +252,18 @@ def test_an_output_file_is_checked_before_the_work(tmp_path, monkeypatch):
   with pytest.raises(ValueError, match="is a file, not a directory"):
     check_output_file("--out", tmp_path / "file" / "x.json")
   # Not writable (root may write anywhere, so the permission is what the OS answers).
-  monkeypatch.setattr("os.access", lambda path, mode: pathlib.Path(path) != tmp_path)
-  with pytest.raises(ValueError, match=f"{tmp_path} is not writable"):
+  (tmp_path / "x.json").write_text("")
+  monkeypatch.setattr("os.access", lambda path, mode: pathlib.Path(path) != tmp_path / "x.json")
+  with pytest.raises(ValueError, match=f"{tmp_path / 'x.json'} is not writable"):
     check_output_file("--out", tmp_path / "x.json")
+  monkeypatch.undo()
+  # A folder that takes no file though the permissions say it does (root, who may write
+  # anywhere: a read-only mount, /proc) is tried, not asked: the error came after the work.
+  if pathlib.Path("/proc").is_dir() and os.access("/proc", os.W_OK):
+    with pytest.raises(ValueError, match=r"--out /proc/x.json: /proc takes no new file \("):
+      check_output_file("--out", "/proc/x.json")
+    with pytest.raises(ValueError, match=r"/proc takes no new file .*: choose another --out-dir"):
+      check_output_file("--out-dir", "/proc/plots/<env_id>.png")
   monkeypatch.setenv("HOME", str(tmp_path / "home"))
   (tmp_path / "home").mkdir()
   assert check_output_file("--out", "~/x.json") == tmp_path / "home" / "x.json"

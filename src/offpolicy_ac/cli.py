@@ -50,6 +50,7 @@ import re
 import shutil
 import signal
 import sys
+import tempfile
 import textwrap
 import threading
 import types
@@ -798,10 +799,23 @@ def check_output_file(flag: str, path: str | os.PathLike, example: str = "out") 
   parent = next((d for d in path.parents if d.exists()), None)
   if parent is not None and not parent.is_dir():
     raise ValueError(f"{flag} {path}: {parent} is a file, not a directory")
-  blocking = path if path.exists() else parent
-  if blocking is not None and not os.access(blocking, os.W_OK):
-    raise ValueError(f"{flag} {path}: {blocking} is not writable")
+  if path.exists() and not os.access(path, os.W_OK):
+    raise ValueError(f"{flag} {path}: {path} is not writable")
+  if parent is not None:
+    check_writable_folder(flag, path, parent)
   return path
+
+
+def check_writable_folder(flag: str, path: pathlib.Path, folder: pathlib.Path) -> None:
+  """Refuses (ValueError naming `flag`) `path` where its nearest existing `folder` takes no
+  new file: tried, not asked of the permissions, which say yes to root everywhere (a
+  read-only mount, /proc)."""
+  try:
+    with tempfile.TemporaryFile(dir=folder):
+      pass
+  except OSError as e:
+    raise ValueError(f"{flag} {path}: {folder} takes no new file ({e.strerror or e}): "
+                     f"choose another {flag}") from None  # fmt: skip
 
 
 def check_suffix(flag: str, path: str | os.PathLike, suffix: str, written: str) -> None:
