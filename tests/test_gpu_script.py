@@ -45,6 +45,28 @@ def test_check_out_accepts_the_layout_and_names_each_breach(tmp_path):
   assert "11 files, over 8" in problems
 
 
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--configs", "0x0"], "'0x0': need K >= 1"),
+        (["--configs", "4x16", "--repeats", "0"], "argument --repeats: must be > 0, got 0"),
+        (["--configs", "4x16", "--seconds", "-1"], "argument --seconds: must be > 0, got -1"),
+        (["--configs", "4x16", "--out", "/proc/x.json"], "/proc takes no new file"),
+        (["--configs", "1x4:0:0", "--task", "CartPole-v2", "--seconds", "0.1"],
+         "no config could be measured"),
+    ],
+)  # fmt: skip
+def test_raw_sweep_refuses_bad_settings_with_one_line(argv, message):
+  """Each was a traceback (a config, --repeats 0: no median of nothing, --out after the
+  sweep), accepted (--seconds -1), or a failed row and exit code 0 (an unknown task)."""
+  if "/proc/x.json" in argv and not os.access("/proc", os.W_OK):
+    pytest.skip("a user who may not write /proc is refused by its permissions")
+  proc = subprocess.run([sys.executable, str(GPU / "raw_sweep.py"), *argv], cwd=ROOT,
+                        capture_output=True, text=True, timeout=300)  # fmt: skip
+  assert proc.returncode in (1, 2) and message in proc.stderr, proc.stdout + proc.stderr
+  assert "Traceback" not in proc.stderr
+
+
 def test_raw_configs():
   assert raw_sweep.parse_config("1x64:16:32") == {
       "config": "1x64:16:32", "pools": 1, "envs_per_pool": 64, "num_threads": 16,
@@ -258,6 +280,12 @@ def test_sqil_without_demonstrations_is_refused_before_any_work(tmp_path):
         ({"PHASES": "layouts", "BENCH_LAYOUTS": "4x16 4by8"},
          "BENCH_LAYOUTS: '4by8' is not K x N[:BATCH]"),
         ({"GAME": "Pongg-v5"}, "GAME=Pongg-v5: not an envpool task"),
+        ({"PHASES": "train", "BUDGET_S": "10m"}, "BUDGET_S=10m: give a whole number > 0"),
+        ({"NUM_ENVS": "0"}, "NUM_ENVS=0: give a whole number > 0"),
+        ({"TRAIN_MAX_S": "1h"}, "TRAIN_MAX_S=1h: give a whole number > 0"),
+        ({"RESERVE_S": "-5"}, "RESERVE_S=-5: give a whole number >= 0"),
+        ({"RAW_SECONDS": "2s"}, "RAW_SECONDS=2s: give a number of seconds > 0"),
+        ({"RAW_CONFIGS": "1x4 2y8"}, "RAW_CONFIGS: '2y8' is not KxN[:THREADS[:BATCH]]"),
     ],
 )  # fmt: skip
 def test_settings_with_a_typo_are_refused_before_any_work(tmp_path, env, message):

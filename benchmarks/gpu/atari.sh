@@ -97,6 +97,20 @@ done
   refuse "AGENT=$AGENT: the agents with an atari preset are impala, acer, sql and sqil"
 [[ "$TRAIN_ROLLOUT" =~ ^(auto|host|compiled)$ ]] ||
   refuse "TRAIN_ROLLOUT=$TRAIN_ROLLOUT: give auto, host or compiled"
+for var in BUDGET_S TOTAL_STEPS NUM_ENVS NUM_ACTORS UNROLL BENCH_STEPS PHASE_MAX_S DEMO_EPISODES \
+           CKPT_MAX_PARTS PART_BYTES ${TRAIN_MAX_S:+TRAIN_MAX_S}; do
+  [[ "${!var}" =~ ^[0-9]+$ && "${!var}" -gt 0 ]] || refuse "$var=${!var}: give a whole number > 0"
+done
+for var in SEED LAG RESERVE_S MIN_TRAIN_S KILL_AFTER_S; do
+  [[ "${!var}" =~ ^[0-9]+$ ]] || refuse "$var=${!var}: give a whole number >= 0"
+done
+[[ "$RAW_SECONDS" =~ ^[0-9]*\.?[0-9]+$ ]] || refuse "RAW_SECONDS=$RAW_SECONDS: give a number of seconds > 0"
+if has raw; then
+  for config in $RAW_CONFIGS; do
+    [[ "$config" =~ ^[0-9]+x[0-9]+(:[0-9]+)?(:[0-9]+)?$ ]] ||
+      refuse "RAW_CONFIGS: '$config' is not KxN[:THREADS[:BATCH]] (such as 1x64:16:32)"
+  done
+fi
 if has layouts; then
   for layout in $BENCH_LAYOUTS; do
     [[ "$layout" =~ ^[0-9]+x[0-9]+(:[0-9]+)?$ ]] ||

@@ -22,6 +22,10 @@ import re
 import statistics
 import sys
 import time
+from typing import Any
+from typing import Callable
+
+from offpolicy_ac.cli import check_output_file
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "experiments"))
@@ -61,16 +65,32 @@ def measure(task: str, config: dict, seconds: float, seed: int) -> tuple[float, 
   return out["env_steps_per_s"], out["steps_per_cpu_s"]
 
 
+def _positive(kind: type) -> Callable[[str], Any]:
+  def parse(text: str) -> Any:
+    value = kind(text)
+    if not value > 0:  # (NaN too)
+      raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+  parse.__name__ = kind.__name__  # argparse's "invalid float value"
+  return parse
+
+
 def main() -> dict:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--task", default="Pong-v5")
   parser.add_argument("--configs", nargs="+", required=True, help="KxN[:THREADS[:BATCH]] ...")
-  parser.add_argument("--seconds", type=float, default=2.0)
-  parser.add_argument("--repeats", type=int, default=1)
+  parser.add_argument("--seconds", type=_positive(float), default=2.0)
+  parser.add_argument("--repeats", type=_positive(int), default=1)
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--out", type=pathlib.Path, default=None)
   args = parser.parse_args()
-  configs = [parse_config(c) for text in args.configs for c in text.split()]
+  try:  # refused before any stepping, as argparse refuses a flag
+    configs = [parse_config(c) for text in args.configs for c in text.split()]
+    if args.out:
+      check_output_file("--out", args.out)
+  except ValueError as e:
+    parser.error(str(e))
   print(f"raw envpool stepping of {args.task}, {os.cpu_count()} CPU cores, "
         f"{args.seconds:g} s x {args.repeats} per config", flush=True)  # fmt: skip
   print(f"{'config':<16}{'pools':>6}{'envs':>6}{'threads':>8}{'batch':>7}{'env steps/s':>13}"
@@ -103,6 +123,8 @@ def main() -> dict:
   if args.out:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=1))
+  if not measured:
+    parser.exit(1, "raw_sweep.py: no config could be measured (the errors are above)\n")
   return out
 
 
