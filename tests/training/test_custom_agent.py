@@ -617,3 +617,14 @@ def test_register_torso_refuses_what_would_not_make_a_torso():
     torsos._REGISTERED.pop("not-a-module", None)  # pylint: disable=protected-access
     torsos._REGISTERED.pop("unflattened", None)  # pylint: disable=protected-access
     torsos._REGISTERED.pop("two-args", None)  # pylint: disable=protected-access
+
+
+def test_run_experiment_refuses_what_is_not_a_scripts_args(tmp_path):
+  """A dict of the fields was an AttributeError from inside the run ('dict' object has no
+  attribute 'run_dir')."""
+  factory = functools.partial(agents.make_impala, config=agents.ImpalaConfig())
+  for args in ({"run_dir": str(tmp_path / "run")}, presets.impala.Args):
+    with pytest.raises(TypeError, match=r"run_experiment takes a script's Args \(for example "
+                                        r"presets.impala.Args\(run_dir=...\)\), got"):  # fmt: skip
+      run_experiment("impala", args, factory, progress=False)
+  assert not (tmp_path / "run").exists()

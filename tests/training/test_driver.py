@@ -19,6 +19,7 @@ from offpolicy_ac.training import TrainConfig
 from offpolicy_ac.training import Update
 from offpolicy_ac.training import drive
 from offpolicy_ac.training import load_params
+from offpolicy_ac.training import save_params
 from offpolicy_ac.training import train
 from offpolicy_ac.training.evaluation import EvaluationStopped
 
@@ -559,3 +560,13 @@ def test_a_stop_while_the_first_update_compiles_does_not_wait_for_the_compilatio
     assert warm_ups[0].is_alive()
   finally:
     release.set()
+
+
+def test_parameters_of_another_template_are_named_against_the_template(tmp_path):
+  """A direct `load_params` call blamed config.json, which it never read."""
+  save_params(tmp_path / "p.msgpack", {"w": np.zeros((64, 2), np.float32)})
+  with pytest.raises(ValueError, match=r"p.msgpack holds parameters of other shapes than the "
+                                       r"template's \(\['w'\]: \(64, 2\), the template's "
+                                       r"\(128, 2\); a run's template is the agent its "
+                                       r"config.json describes\)"):  # fmt: skip
+    load_params(tmp_path / "p.msgpack", {"w": np.zeros((128, 2), np.float32)})

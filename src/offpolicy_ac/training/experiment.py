@@ -269,6 +269,9 @@ def run_experiment(name: str, args: Any, agent_factory: Callable, *,
   its directory, returns a `Logger` that gets the learner's metrics lines beside the run
   directory's (for example an MLflow run; on `--resume` its `truncate(num_lines)` is told
   where the run goes on)."""
+  if not dataclasses.is_dataclass(args) or isinstance(args, type) or not hasattr(args, "train"):
+    raise TypeError(f"run_experiment takes a script's Args (for example presets.impala.Args("
+                    f"run_dir=...)), got {type(args).__name__}")  # fmt: skip
   options = _Options(batch_fn, progress, rollout_factory, inputs, add_logger)
   with _stop_on_signals(_StopFlag(), building=True):  # a Ctrl-C is never lost
     return _experiment(name, args, agent_factory, options)

@@ -323,14 +323,16 @@ def load_params(path: str | os.PathLike, template: Any) -> Any:
 
 def _check_shapes(template: Any, loaded: Any, where: str) -> Any:
   """`loaded`, refused (ValueError) where its shapes are not `template`'s: parameters of
-  another agent than config.json describes (an edited config, changed networks)."""
+  another agent (a run's: another than its config.json describes, an edited config, changed
+  networks)."""
   shape = lambda x: tuple(getattr(x, "shape", np.shape(x)))  # noqa: E731
   for (path, want), got in zip(jax.tree_util.tree_flatten_with_path(template)[0],
                                jax.tree.leaves(loaded)):  # fmt: skip
     if shape(want) != shape(got):
-      raise ValueError(f"{where} holds parameters of other shapes than config.json describes "
-                       f"({jax.tree_util.keystr(path)}: {shape(got)}, the agent's "
-                       f"{shape(want)})")  # fmt: skip
+      raise ValueError(f"{where} holds parameters of other shapes than the template's "
+                       f"({jax.tree_util.keystr(path)}: {shape(got)}, the template's "
+                       f"{shape(want)}; a run's template is the agent its config.json "
+                       "describes)")  # fmt: skip
   return loaded
 
 
