@@ -216,6 +216,19 @@ def test_greedy_evaluation_repeats_the_runs_own_evaluations(runs):
     assert np.min(returns) == line["eval_return_min"]
 
 
+def test_the_runs_policies_refuse_its_parameters_alone(runs):
+  """`run.greedy(run.params, obs)` (the notebook's `agent.greedy_act` takes the parameters)
+  was an AttributeError: 'dict' object has no attribute 'hyperparams'."""
+  run = load_run(runs["impala"])
+  obs = np.zeros((1, 4), np.float32)
+  message = r"the run's act and greedy take an Acting \(a LoadedRun's `acting`.*got dict"
+  with pytest.raises(TypeError, match=message):
+    run.greedy(run.params, obs)
+  with pytest.raises(TypeError, match=message):
+    run.act(run.params, obs, jax.random.key(0))
+  assert run.greedy(run.acting, obs).shape == (1,)
+
+
 def test_the_transformer_statistics_are_loaded(runs):
   run_dir = runs["sql"]
   run = load_run(run_dir)

@@ -102,6 +102,11 @@ def make_policies(agent: Agent, transformer: envs.DataTransformer,
   SQL's temperature and epsilon, for example, change how it acts)."""
 
   def policy(acting: Acting) -> Agent:
+    if not isinstance(acting, Acting):  # the parameters alone, say (`LoadedRun.params`)
+      raise TypeError(f"the run's act and greedy take an Acting (a LoadedRun's `acting`: its "
+                      f"parameters with their observation transform), got "
+                      f"{type(acting).__name__}; agent.act and agent.greedy_act take "
+                      "the parameters")  # fmt: skip
     if acting.hyperparams is None:
       return agent
     if agent_at is None:
