@@ -25,7 +25,8 @@ an evaluation, a checkpoint or the end of the budget, in env steps), then acts o
   uninterrupted run as in a resumed one, so that a run resumed from a checkpoint logs
   exactly what the uninterrupted run logs (every number of metrics.jsonl but the
   wall-clock fields, `WALL_CLOCK_FIELDS`);
-* `should_stop()` (SIGTERM, SIGINT in the scripts) is polled between iterations and the
+* `should_stop()` (SIGTERM, SIGINT in the scripts) is polled between iterations (and
+  within an evaluation, and while the first update waits for its compilation) and the
   run returns, interrupted. Where `Program.checkpoint_at_stop` (a compiled program, whose
   state is the whole run; an envpool program with actor threads, whose resume is not
   exact anyway) the run is checkpointed there; an inline envpool program's environments
@@ -246,7 +247,8 @@ def drive(program: Program, config: TrainConfig, loggers: Sequence[Logger], *,
     checkpointer: a `checkpoint.Checkpointer` (None: no checkpoints).
     resume: continue from the newest readable checkpoint (none: start over, with a
       warning).
-    should_stop: polled between iterations; True returns with `interrupted=True` (and a
+    should_stop: polled between iterations (and within an evaluation, and while the first
+      update waits for its compilation); True returns with `interrupted=True` (and a
       checkpoint where `program.checkpoint_at_stop`).
     keep_best: a `BestKeeper`, given a lane's parameters whenever an evaluation scores
       higher than any before, and rewound on resume to the checkpoint's best.
