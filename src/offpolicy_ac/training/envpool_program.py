@@ -326,7 +326,9 @@ class EnvpoolProgram:
         if g.policy_lag is not None:
           lags[k].append(g.policy_lag)
       batch = learner.batch(trajs)
-      if not learner.finished(self._warm, should_stop):
+      # (The processes of a job stop together, where they agree: each waits for its own.)
+      alone = self.dp.num_processes == 1
+      if not learner.finished(self._warm, should_stop if alone else lambda: False):
         stopped = True
         break
       learner.check_warm_up()
