@@ -540,7 +540,6 @@ def test_a_stop_while_the_first_update_compiles_does_not_wait_for_the_compilatio
   """XLA's compilation cannot be interrupted: a stop request before the first update (at
   the first poll, or while the first unroll waited for the warm-up) waited for it (minutes
   for a large network) as the run closed, and a Ctrl-C then took that long."""
-  import sys
   import threading
 
   from offpolicy_ac.training.learner import Learner
