@@ -235,7 +235,8 @@ def test_atari_script_on_the_cpu_then_resumed_from_its_packed_run(tmp_path):
   assert config["config"]["agent"]["gamma"] == 0.97
 
   # SQIL's run carried back: its replay buffer is in its checkpoint (orbax compresses the
-  # frames), its demonstrations beside it (recorded again, the file would differ)
+  # frames), its demonstrations beside it (recorded again, the file would differ). A stop
+  # while the first chunk compiles returns at once, so the budget leaves room to compile.
   ckpt4, out4 = tmp_path / "ckpt4", tmp_path / "out4"
   ckpt4.mkdir()
   for part in out3.glob("run.tgz*"):
@@ -244,7 +245,7 @@ def test_atari_script_on_the_cpu_then_resumed_from_its_packed_run(tmp_path):
   steps = json.loads((out3 / "results.json").read_text())["train"]["checkpoint_env_steps"]
   log = _run_script(
       out4, work3, ckpt4, AGENT="sqil", DEMO_RUN=str(out1), DEMO_EPISODES="1", PHASES="train",
-      TRAIN_MAX_S="30", TRAIN_ROLLOUT="compiled", TRAIN_EXTRA_ARGS="--gamma 0.97",
+      TRAIN_MAX_S="60", TRAIN_ROLLOUT="compiled", TRAIN_EXTRA_ARGS="--gamma 0.97",
   )  # fmt: skip
   assert "sqil: the demonstrations packed with the run" in log, log[-4000:]
   assert f"resuming from the checkpoint at {steps} env steps" in log, log[-4000:]
@@ -298,9 +299,9 @@ def test_settings_with_a_typo_are_refused_before_any_work(tmp_path, env, message
 
 
 def test_a_failed_phase_fails_the_command_and_says_so(tmp_path):
-  """A bench phase that fails (here refused: no environments) was logged, and the
-  command ended with exit code 0."""
-  proc = _refused_run(tmp_path, 300, PHASES="noop", NUM_ENVS="0")
+  """A bench phase that fails (here refused: unrolls of no steps, in BENCH_ARGS, which
+  the script passes on unread) was logged, and the command ended with exit code 0."""
+  proc = _refused_run(tmp_path, 300, PHASES="noop", BENCH_ARGS="--pong-unroll 0")
   assert proc.returncode == 1, proc.stdout + proc.stderr
   assert "async_nolearn: exit code 2" in proc.stdout, proc.stdout
   assert "failed: async_nolearn (their errors are above)" in proc.stdout, proc.stdout
