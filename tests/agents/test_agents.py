@@ -384,6 +384,34 @@ def test_swapped_arguments_get_a_type_error_that_says_which(name, cartpole_spec)
 
 
 @pytest.mark.parametrize("name", ["impala", "acer", "sql"])
+@pytest.mark.parametrize("spec_name", ["cartpole_spec", "pendulum_spec"])
+def test_a_seed_or_a_batch_of_keys_for_a_key_is_refused_naming_the_agent(name, spec_name, request):
+  """init(0) and act(params, obs, 0) got JAX's "invalid PRNG key data", which names no
+  argument; a batch of keys is named as one, jitted or not."""
+  from offpolicy_ac import agents
+
+  spec = request.getfixturevalue(spec_name)
+  agent = getattr(agents, f"make_{name}")(spec)
+  seed = r"'s init: key must be a PRNG key \(jax.random.key\(seed\) .*got 0"
+  with pytest.raises(ValueError, match=seed):
+    agent.init(0)
+  keys = jax.random.split(jax.random.key(0), 3)
+  with pytest.raises(ValueError, match=r"'s init: key must be one PRNG key, got a batch of 3"):
+    jax.jit(agent.init)(keys)
+  state = agent.init(jax.random.key(0))  # typed and raw keys are both keys
+  params = agent.init(jax.random.PRNGKey(0)).params
+  obs = jnp.zeros((3, *spec.observation_shape))
+  for act in (agent.act, jax.jit(agent.act)):
+    with pytest.raises(
+        ValueError, match=r"'s act: key must be a PRNG key .*got (0|a traced int32\[\])"
+    ):
+      act(state.params, obs, 0)
+    with pytest.raises(ValueError, match=r"'s act: key must be one PRNG key, got a batch of 3"):
+      act(params, obs, jax.random.split(jax.random.PRNGKey(1), 3))
+    act(params, obs, jax.random.key(1))
+
+
+@pytest.mark.parametrize("name", ["impala", "acer", "sql"])
 def test_parameters_of_other_networks_are_refused_naming_the_agent(name, cartpole_spec):
   """Parameters of another structure or another task's shapes: Flax's own error named a
   module path ("/torso/Dense_0") and neither the agent nor the argument."""

@@ -202,6 +202,7 @@ def _make_update(loss_fn, optimizer, config: AcerConfig, spec, agent: str):
 def _make_init(net, optimizer, spec, method=None):
   obs_dtype = jnp.dtype(spec.observation_dtype)
 
+  @base.takes_key("ACER")
   def init(key):
     init_key, key = jax.random.split(key)
     dummy = jnp.zeros((1,) + tuple(spec.observation_shape), obs_dtype)

@@ -199,8 +199,10 @@ def _unread_actions_zeroed(update: Callable) -> Callable:
 def takes_params(agent: str) -> Callable[[Callable], Callable]:
   """Decorates `act(params, obs, key)` and `greedy_act(params, obs)`: refuses (TypeError)
   a whole `AgentState` given for the parameters (`act(state, ...)`), which would fail
-  deep in Flax on a missing attribute, and names parameters that do not fit the agent's
-  networks (`params_that_fit`). Checked when traced, so it costs a jitted call nothing."""
+  deep in Flax on a missing attribute, names parameters that do not fit the agent's
+  networks (`params_that_fit`) and refuses (ValueError) a `key` that is not one PRNG key
+  (`envs.check_key`; JAX's own "invalid PRNG key data" names no argument). Checked when
+  traced, so it costs a jitted call nothing."""
 
   def decorate(fn: Callable) -> Callable:
     @functools.wraps(fn)  # `__wrapped__`: the code it runs (`agents.check_registered`)
@@ -210,8 +212,25 @@ def takes_params(agent: str) -> Callable[[Callable], Callable]:
             f"{agent}'s {fn.__name__} takes the network parameters, state.params, got the "
             f"whole AgentState: {fn.__name__}(state.params, ...)"
         )
+      if len(args) == 2:  # act(params, obs, key)
+        envs.check_key(args[1], f"{agent}'s {fn.__name__}: ")
       with params_that_fit(agent, fn.__name__):
         return fn(params, *args)
+
+    return checked
+
+  return decorate
+
+
+def takes_key(agent: str) -> Callable[[Callable], Callable]:
+  """Decorates `init(key)`: refuses (ValueError) a `key` that is not one PRNG key, such as
+  a seed (`init(0)`), naming the agent (`envs.check_key`)."""
+
+  def decorate(fn: Callable) -> Callable:
+    @functools.wraps(fn)
+    def checked(key):
+      envs.check_key(key, f"{agent}'s {fn.__name__}: ")
+      return fn(key)
 
     return checked
 

@@ -163,6 +163,7 @@ def make_impala(spec, config: ImpalaConfig = ImpalaConfig()) -> base.Agent:
   obs_dtype = jnp.dtype(spec.observation_dtype)
   action_shape = tuple(spec.action_shape)  # continuous: [B, d] -> [B, *action_shape]
 
+  @base.takes_key("IMPALA")
   def init(key):
     init_key, key = jax.random.split(key)
     dummy = jnp.zeros((1,) + tuple(spec.observation_shape), obs_dtype)

@@ -48,6 +48,7 @@ def make_sql_discrete(spec, config: SqlConfig = SqlConfig(), *, name: str = "sql
   obs_dtype = jnp.dtype(spec.observation_dtype)
   num_actions = spec.num_actions
 
+  @base.takes_key(f"discrete {name.upper()}")
   def init(key):
     init_key, key = jax.random.split(key)
     params = net.init(init_key, jnp.zeros((1,) + tuple(spec.observation_shape), obs_dtype))

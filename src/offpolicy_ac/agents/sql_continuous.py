@@ -129,6 +129,7 @@ def make_sql_continuous(spec, config: SqlConfig = SqlConfig(), *, name: str = "s
     """Q [T, B, ...]: the minimum over the Q networks (the only one when num_q = 1)."""
     return jnp.min(q_each(params, obs, actions), axis=0)
 
+  @base.takes_key(f"continuous {name.upper()}")
   def init(key):
     q_key, sampler_key, key = jax.random.split(key, 3)
     obs = jnp.zeros((1,) + obs_shape, obs_dtype)

@@ -135,16 +135,32 @@ def check_bool(name: str, value: Any) -> bool:
 def check_key(key: Any, where: str = "") -> None:
   """Refuses (ValueError, its message after `where`) a `key` that is not a PRNG key (JAX
   would refuse it later, with "invalid PRNG key data"). Works on traced keys (checks the
-  abstract value)."""
+  abstract value). A batch of keys is named as one, with its shape."""
   try:
     jax.eval_shape(jax.random.split, key)
   except (TypeError, ValueError) as e:
+    if _is_key_batch(key):
+      raise ValueError(
+          f"{where}key must be one PRNG key, got a batch of {key.shape[0]} keys ({key.dtype}"
+          f"{list(key.shape)}): give one, or jax.vmap the function over the batch"
+      ) from e
     traced = isinstance(key, jax.core.Tracer)
     shown = f"a traced {key.dtype}{list(key.shape)}" if traced else repr(key)
     raise ValueError(
         f"{where}key must be a PRNG key (jax.random.key(seed) or jax.random.PRNGKey(seed)), "
         f"got {shown}"
     ) from e
+
+
+def _is_key_batch(key: Any) -> bool:
+  """Whether `key` is keys stacked along a leading axis (typed or raw)."""
+  if not hasattr(key, "shape") or not hasattr(key, "dtype") or not key.shape:
+    return False
+  try:
+    jax.eval_shape(jax.vmap(jax.random.split), key)
+  except (TypeError, ValueError):
+    return False
+  return True
 
 
 def check_int(name: str, value: Any, low: int = 1, high: int | None = None) -> int:
