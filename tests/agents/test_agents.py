@@ -520,11 +520,13 @@ def test_pixel_torsos_map_frames_to_features(kind, features):
 
   torso = networks.make_torso(kind, (4, 84, 84))
   frames = jax.random.randint(jax.random.PRNGKey(0), (3, 4, 84, 84), 0, 256).astype(jnp.uint8)
-  params = torso.init(jax.random.PRNGKey(1), frames)
+  # Jitted: op by op, XLA:CPU compiles each of the convolutions' primitives on its own
+  # (about a minute on a loaded 2-core machine).
+  params = jax.jit(torso.init)(jax.random.PRNGKey(1), frames)
   # Full float32 products: on a GPU the default (TF32) rounds differently per batch size.
   with jax.default_matmul_precision("highest"):
-    out = torso.apply(params, frames)
-    one = torso.apply(params, frames[1:2])[0]
+    out = jax.jit(torso.apply)(params, frames)
+    one = jax.jit(torso.apply)(params, frames[1:2])[0]
   assert out.shape == (3, features) and bool(jnp.all(jnp.isfinite(out)))
   # Each frame is processed on its own: a batch of one gives the same features.
   np.testing.assert_allclose(one, out[1], rtol=1e-5, atol=1e-6)
