@@ -44,7 +44,8 @@ def parse_config(text: str) -> dict:
     raise ValueError(f"{text!r}: need K >= 1, N >= 1 and 1 <= BATCH <= N")
   if pools > 1 and (threads or batch != n):
     raise ValueError(f"{text!r}: K > 1 pools take envpool's default threads and batch")
-  return {"config": text, "pools": pools, "envs_per_pool": n, "num_threads": threads, "batch_size": batch}  # fmt: skip
+  return {"config": text, "pools": pools, "envs_per_pool": n, "num_threads": threads,
+          "batch_size": batch}  # fmt: skip
 
 
 def measure(task: str, config: dict, seconds: float, seed: int) -> tuple[float, float]:

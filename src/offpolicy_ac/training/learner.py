@@ -646,14 +646,14 @@ class Learner:
   def warm_up(self, state: LearnerState, batch: Any, acting: Acting) -> threading.Thread:
     """Compiles the iteration's programs (the update on an unroll, the replayed updates)
     and the greedy policy of the evaluations for the shapes of `state`, `batch` (an
-    unroll of each lane, as `batch` gives it) and `acting` (a lane's), in a daemon thread
-    while the first unrolls run; the first real calls reuse them. Only compiled, not run:
-    the warm-up holds no copy of the state (whose replay buffer can be most of the memory
-    the run may use) and its error is dropped (the real call raises it). Wait for it
+    unroll of each lane, as `batch` gives it) and `acting` (a lane's), in a thread while
+    the first unrolls run; the first real calls reuse them. Only compiled, not run: the
+    warm-up holds no copy of the state (whose replay buffer can be most of the memory the
+    run may use) and its error is dropped (the real call raises it). Wait for it
     (`finished`) before the first real update, then call `check_warm_up`: a program of the
     iteration that needs more memory than the device has free (XLA's analysis,
-    `_memory.program_bytes`) is refused there, before it runs (a CPU's process was killed by the kernel as it ran,
-    with no word of why)."""
+    `_memory.program_bytes`) is refused there, before it runs (a CPU's process was killed
+    by the kernel as it ran, with no word of why)."""
     self._refused = None
     spec, config = self.agent.spec, self.config
     state, batch, hp, acting, batch_fn = _abstract((state, batch, self.hyperparams, acting,
