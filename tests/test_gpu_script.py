@@ -221,7 +221,7 @@ def test_atari_script_on_the_cpu_then_resumed_from_its_packed_run(tmp_path):
   out3, work3 = tmp_path / "out3", tmp_path / "work3"
   log = _run_script(
       out3, work3, tmp_path / "none", AGENT="sqil", DEMO_RUN=str(out1), DEMO_EPISODES="1",
-      PHASES="layouts,train", TRAIN_MAX_S="30", TRAIN_ROLLOUT="compiled",
+      PHASES="layouts,train", TRAIN_MAX_S="75", TRAIN_ROLLOUT="compiled",
       BENCH_LAYOUTS="1x4:2", TRAIN_EXTRA_ARGS="--gamma 0.97", PART_BYTES="15728640",
   )  # fmt: skip
   assert log.index("recorded 1 episode of Pong-v5") < log.index("train: sqil on Pong-v5")
@@ -236,16 +236,17 @@ def test_atari_script_on_the_cpu_then_resumed_from_its_packed_run(tmp_path):
 
   # SQIL's run carried back: its replay buffer is in its checkpoint (orbax compresses the
   # frames), its demonstrations beside it (recorded again, the file would differ). A stop
-  # while the first chunk compiles returns at once, so the budget leaves room to compile.
+  # while the first chunk compiles returns at once, so both SQIL runs have time to compile.
   ckpt4, out4 = tmp_path / "ckpt4", tmp_path / "out4"
   ckpt4.mkdir()
   for part in out3.glob("run.tgz*"):
     (ckpt4 / part.name).write_bytes(part.read_bytes())
   assert list(ckpt4.iterdir()), log[-3000:]
   steps = json.loads((out3 / "results.json").read_text())["train"]["checkpoint_env_steps"]
+  assert steps > 0, log[-3000:]  # a checkpoint after training, not the initial one
   log = _run_script(
       out4, work3, ckpt4, AGENT="sqil", DEMO_RUN=str(out1), DEMO_EPISODES="1", PHASES="train",
-      TRAIN_MAX_S="60", TRAIN_ROLLOUT="compiled", TRAIN_EXTRA_ARGS="--gamma 0.97",
+      TRAIN_MAX_S="75", TRAIN_ROLLOUT="compiled", TRAIN_EXTRA_ARGS="--gamma 0.97",
   )  # fmt: skip
   assert "sqil: the demonstrations packed with the run" in log, log[-4000:]
   assert f"resuming from the checkpoint at {steps} env steps" in log, log[-4000:]
