@@ -90,8 +90,7 @@ def make_sql_continuous(spec, config: SqlConfig = SqlConfig(), *, name: str = "s
       networks.make_torso(config.torso, obs_shape, ()), d, tuple(config.hidden_sizes)
   )
   optimizer = make_sql_optimizer(config)
-  obs_dtype = jnp.dtype(spec.observation_dtype)
-  num_q = config.num_q_networks
+  obs_dtype, num_q = jnp.dtype(spec.observation_dtype), config.num_q_networks
   num_fixed = config.num_particles - config.num_updated_particles
   log_proposal = -d * math.log(2.0)  # uniform on [-1, 1]^d
   num_normal = config.num_value_samples // 2  # with value_proposal_std > 0
