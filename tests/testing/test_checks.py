@@ -600,6 +600,45 @@ def test_matches_reference_fails_where_both_sides_are_nan():
     testing.assert_matches_reference(nan_target, nan_reference, EXAMPLES[0])
 
 
+def test_matches_reference_refuses_complex_outputs_on_either_side():
+  """A complex array cast to float64 lost its imaginary part: `r + 5j` passed against `r`."""
+  real = lambda tr: tr.r_t  # noqa: E731
+  with pytest.raises(
+      ValueError, match=r"output \(the array\) is complex \(complex64\).*two outputs"
+  ):
+    testing.assert_matches_reference(lambda tr: tr.r_t + 5j, real, EXAMPLES[0])
+  with pytest.raises(ValueError, match=r"the reference's output 0 is complex \(complex64\)"):
+    testing.assert_matches_reference(real, lambda tr: np.asarray(tr.r_t) + 5j, EXAMPLES[0])
+  zeroed = lambda tr: jnp.where(tr.mask, tr.r_t, 0.0) + 7j  # noqa: E731
+  with pytest.raises(ValueError, match=r"assert_zero_at_masked_steps: output .* is complex"):
+    testing.assert_zero_at_masked_steps(zeroed, EXAMPLES[0])
+
+
+def test_matches_reference_counts_and_shows_compared_entries_only():
+  """An infinite reference: the masked entries (not compared) were counted as differing,
+  and the worst one shown was a masked step's; equal infinities are close."""
+  tr = EXAMPLES[0]
+  real = np.asarray(tr.mask, bool)
+  inf = lambda x: np.full(np.shape(x.r_t), np.inf)  # noqa: E731
+  with pytest.raises(AssertionError) as failed:
+    testing.assert_matches_reference(lambda x: x.r_t, inf, tr)
+  first = int(np.argmax(real))
+  assert (
+      f"differs at {int(real.sum())} of {int(real.sum())} compared entries; worst at "
+      f"index ({first},)" in str(failed.value)
+      and "(not finite)" in str(failed.value)
+  )
+  testing.assert_matches_reference(lambda x: jnp.full_like(x.r_t, jnp.inf), inf, tr)
+
+
+def test_matches_reference_checks_the_reference_is_a_function_of_one_trajectory():
+  fn = lambda tr: tr.r_t  # noqa: E731
+  with pytest.raises(TypeError, match=r"reference must be a function reference\(traj\)"):
+    testing.assert_matches_reference(fn, None, EXAMPLES[0])
+  with pytest.raises(TypeError, match=r"reference is called as reference\(traj\) with one"):
+    testing.assert_matches_reference(fn, lambda tr, g: tr.r_t, EXAMPLES[0])
+
+
 def test_matches_reference_runs_the_jitted_function():
   calls = []
 

@@ -89,11 +89,12 @@ def _under_variants(
   return [(name, wrapped[name]) for name in variants]
 
 
-def _check_takes_one_trajectory(check: str, fn: Callable) -> None:
-  """Raises unless `fn` can be called as fn(traj) (where its signature can be read): one
-  with another signature failed with a bare TypeError from inside the check."""
+def _check_takes_one_trajectory(check: str, fn: Callable, what: str = "fn") -> None:
+  """Raises unless `fn` (the argument `what`) can be called as fn(traj) (where its
+  signature can be read): one with another signature failed with a bare TypeError from
+  inside the check."""
   if not callable(fn):
-    raise TypeError(f"{check}: fn must be a function fn(traj) -> outputs, got {fn!r:.60}")
+    raise TypeError(f"{check}: {what} must be a function {what}(traj) -> outputs, got {fn!r:.60}")
   try:
     signature = inspect.signature(fn)
   except (TypeError, ValueError):  # builtins and some wrappers: nothing to read
@@ -102,7 +103,7 @@ def _check_takes_one_trajectory(check: str, fn: Callable) -> None:
     signature.bind(None)
   except TypeError as e:
     raise TypeError(
-        f"{check}: fn is called as fn(traj) with one Trajectory, but its signature is "
+        f"{check}: {what} is called as {what}(traj) with one Trajectory, but its signature is "
         f"{signature} ({e}); bind the other arguments first (functools.partial)"
     ) from None
 
@@ -144,6 +145,7 @@ def _leaves(fn, traj, check, where):
   for path, leaf in flat:
     name = jax.tree_util.keystr(path) or "(the array)"
     arr = np.asarray(leaf)
+    _check_real(check, f"output {name}", arr)
     if arr.shape[: len(lead)] != lead:
       swapped = len(lead) > 1 and sorted(arr.shape[: len(lead)]) == sorted(lead)
       hint = ("Its leading axes are those of [T, *batch] in another order: return it "
@@ -154,6 +156,14 @@ def _leaves(fn, traj, check, where):
       )
     leaves.append((name, arr))
   return leaves
+
+
+def _check_real(check: str, what: str, arr: np.ndarray) -> None:
+  """Raises ValueError for a complex array: the checks compare real values (a complex one,
+  cast to float64, lost its imaginary part)."""
+  if np.iscomplexobj(arr):
+    raise ValueError(f"{check}: {what} is complex ({arr.dtype}); the checks compare real "
+                     "values: return its real and imaginary parts as two outputs")  # fmt: skip
 
 
 def _default_tolerance(dtype):
@@ -237,15 +247,20 @@ def _assert_close(check, where, name, actual, expected, rtol, atol, dtype, selec
   except AssertionError as e:
     tol = atol + rtol * np.abs(expected)
     with np.errstate(invalid="ignore"):
-      err = np.where(np.isnan(actual) & np.isnan(expected), 0.0, np.abs(actual - expected))
-      bad = ~(err <= tol)  # NaN counts as bad.
-    excess = np.where(bad, np.nan_to_num(err - tol, nan=np.inf), -np.inf)
+      err = np.abs(actual - expected)
+      finite = np.isfinite(actual) & np.isfinite(expected)
+      # Equal infinities are close; an infinity or a NaN against anything else is not.
+      bad = (actual != expected) & ~(finite & (err <= tol))
+      counted = np.ones(bad.shape, bool) if select is None else np.broadcast_to(select, bad.shape)
+      bad &= counted  # the entries left out were set equal: none is a difference
+      excess = np.where(bad, np.where(finite, err - tol, np.inf), -np.inf)
     idx = np.unravel_index(int(np.argmax(excess)), excess.shape)
     shown = tuple(int(i) for i in (locate(idx) if locate is not None else idx))
+    why = f"|diff| {err[idx]:.3g} > tolerance {tol[idx]:.3g}" if finite[idx] else "not finite"
     raise AssertionError(
-        f"{check}: {where}: output {name} differs at {int(bad.sum())} of {bad.size} entries;"
-        f" worst at index {shown}: got {actual[idx]!r}, expected"
-        f" {expected[idx]!r} (|diff| {err[idx]:.3g} > tolerance {tol[idx]:.3g})\nchex: {e}"
+        f"{check}: {where}: output {name} differs at {int(bad.sum())} of {int(counted.sum())}"
+        f" compared entries; worst at index {shown}: got {actual[idx]!r}, expected"
+        f" {expected[idx]!r} ({why})\nchex: {e}"
     ) from None
 
 
@@ -855,8 +870,12 @@ def assert_matches_reference(
   _check_tolerances(check, rtol=rtol, atol=atol)
   examples = _examples(examples)
   runs = _under_variants(check, fn, variants)
+  _check_takes_one_trajectory(check, reference, "reference")
   for i, traj in enumerate(examples):
-    expected = [np.asarray(x, np.float64) for x in jax.tree_util.tree_leaves(reference(traj))]
+    expected = [np.asarray(x) for x in jax.tree_util.tree_leaves(reference(traj))]
+    for k, x in enumerate(expected):
+      _check_real(check, f"the reference's output {k}", x)
+    expected = [x.astype(np.float64) for x in expected]
     for variant, run in runs:
       where = f"{_describe(i, traj)}, chex variant {variant}"
       flat = _leaves(run, traj, check, where)  # per step, or a ValueError
