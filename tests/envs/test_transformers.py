@@ -74,6 +74,37 @@ def test_normalize_and_reward_transforms():
   np.testing.assert_allclose(envs.scale_reward(r, 0.1), [-0.3, 0.0, 0.05, 0.7], rtol=1e-6)
 
 
+@pytest.mark.parametrize(
+    "call, error, message",
+    [
+        (lambda s, x: envs.normalize(s, x, clip=-1.0), ValueError, "clip must be > 0 or None"),
+        (lambda s, x: envs.normalize(s, x, eps=-1.0), ValueError, "eps must be >= 0 and finite"),
+        (lambda s, x: envs.normalize(s, x, eps=np.nan), ValueError, "eps must be >= 0 and"),
+        (lambda s, x: envs.normalize(s, x, clip="5"), ValueError, "clip must be a number"),
+        (lambda s, x: envs.normalize(x, s), TypeError, "stats must be RunningStats"),
+        (lambda s, x: envs.clip_reward(x, 1.0, -1.0), ValueError, "low must be <= high"),
+        (lambda s, x: envs.clip_reward(x, np.nan, 1.0), ValueError, "low must be <= high"),
+        (lambda s, x: envs.scale_reward(x, np.inf), ValueError, "scale must be finite"),
+        (lambda s, x: envs.running_stats_init((-1,)), ValueError, r"shape must be a tuple of"),
+    ],
+)
+def test_the_transforms_refuse_what_make_data_transformer_refuses(call, error, message):
+  """Called alone, the public transforms gave [-1, -1] for clip -1 and a reversed reward
+  clip, inf for eps -1 and NaN for eps NaN; the swapped arguments named no argument."""
+  with pytest.raises(error, match=message):
+    call(envs.running_stats_init((2,)), jnp.array([[2.0, -3.0]]))
+
+
+def test_the_transforms_take_traced_and_array_settings():
+  """Under jit, and for per-entry bounds, the settings are jnp's (nothing to check here)."""
+  stats, x = envs.running_stats_init((2,)), jnp.array([[2.0, -3.0]])
+  y = jax.jit(lambda c: envs.normalize(stats, x, clip=c))(1.0)
+  np.testing.assert_allclose(y, [[1.0, -1.0]])
+  lows = np.array([-1.0, -2.0])
+  np.testing.assert_allclose(envs.clip_reward(x[0], lows, 1.0), [1.0, -2.0])
+  np.testing.assert_allclose(jax.jit(envs.scale_reward)(x[0], 2.0), [4.0, -6.0])
+
+
 @pytest.mark.parametrize("const", [0.0, 0.1, 1000.1, 123456.7, 1e7 + 0.3, -3.3e9])
 def test_a_constant_dimension_normalises_to_zero_at_any_magnitude(const):
   """Float32 rounding left the running mean of a constant a few ulps off it, which its

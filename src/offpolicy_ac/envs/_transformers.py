@@ -72,6 +72,7 @@ class RunningStats(NamedTuple):
 
 def running_stats_init(shape: tuple[int, ...]) -> RunningStats:
   """Statistics with no sample: count 0, mean 0, var 1."""
+  shape = _observation_shape("running_stats_init: shape", shape)
   return RunningStats(
       jnp.zeros((), jnp.float32), jnp.zeros(shape, jnp.float32), jnp.ones(shape, jnp.float32)
   )
@@ -134,7 +135,18 @@ def running_stats_update(
 def normalize(
     stats: RunningStats, x: jax.Array, *, clip: float | None = 5.0, eps: float = 1e-8
 ) -> jax.Array:
-  """(x - mean) / sqrt(var + eps), clipped to [-clip, clip]; x [*batch, *shape], float32."""
+  """(x - mean) / sqrt(var + eps), clipped to [-clip, clip]; x [*batch, *shape], float32.
+
+  Raises:
+    TypeError: `stats` is not a `RunningStats`.
+    ValueError: x of another trailing shape, `clip` not > 0, or `eps` not finite and >= 0
+      (checked where they are concrete).
+  """
+  if not isinstance(stats, RunningStats):
+    raise TypeError(f"normalize(stats, x): stats must be RunningStats (running_stats_init), "
+                    f"got {type(stats).__name__}")  # fmt: skip
+  _check_obs_clip("clip", clip)
+  _check_obs_eps("eps", eps)
   shape = stats.mean.shape
   if x.ndim < len(shape) or tuple(x.shape[x.ndim - len(shape) :]) != tuple(shape):
     raise ValueError(f"x has shape {x.shape}; expected [*batch, {', '.join(map(str, shape))}]")
@@ -147,12 +159,18 @@ def normalize(
 
 
 def clip_reward(reward: jax.Array, low: float, high: float) -> jax.Array:
-  """Rewards clipped to [low, high]."""
+  """Rewards clipped to [low, high]; ValueError for low > high or NaN (where concrete)."""
+  lo, hi = _concrete_number("clip_reward: low", low), _concrete_number("clip_reward: high", high)
+  if lo is not None and hi is not None and not lo <= hi:
+    raise ValueError(f"clip_reward: low must be <= high, got low {low}, high {high}")
   return jnp.clip(reward, low, high)
 
 
 def scale_reward(reward: jax.Array, scale: float) -> jax.Array:
-  """Rewards times `scale`."""
+  """Rewards times `scale`; ValueError for a scale that is not finite (where concrete)."""
+  value = _concrete_number("scale_reward: scale", scale)
+  if value is not None and not np.isfinite(value):
+    raise ValueError(f"scale_reward: scale must be finite, got {scale}")
   return reward * scale
 
 
@@ -223,10 +241,37 @@ def _apply(
 def _number(name: str, x: Any) -> float:
   """`x` as a float; ValueError naming `name` unless it is a real number (a Python, NumPy
   or JAX scalar; not a bool)."""
-  value = np.asarray(x) if isinstance(x, (int, float, np.generic, jax.Array)) else None
+  scalar = (int, float, np.generic, np.ndarray, jax.Array)
+  value = np.asarray(x) if isinstance(x, scalar) and not isinstance(x, bool) else None
   if value is None or value.ndim or value.dtype.kind not in "iuf":
     raise ValueError(f"{name} must be a number, got {x!r}")
   return float(value)
+
+
+def _concrete_number(name: str, x: Any) -> float | None:
+  """`_number(name, x)`, or None for what jnp takes but cannot be checked here: a traced
+  value, or an array of several values."""
+  if isinstance(x, jax.core.Tracer) or (isinstance(x, (np.ndarray, jax.Array)) and np.ndim(x)):
+    return None
+  return _number(name, x)
+
+
+def _check_obs_clip(name: str, clip: Any) -> None:
+  if clip is not None and (value := _concrete_number(name, clip)) is not None and not value > 0:
+    raise ValueError(f"{name} must be > 0 or None, got {clip}")
+
+
+def _check_obs_eps(name: str, eps: Any) -> None:
+  if (value := _concrete_number(name, eps)) is not None and not 0 <= value < float("inf"):
+    raise ValueError(f"{name} must be >= 0 and finite, got {eps}")
+
+
+def _observation_shape(name: str, shape: Any) -> tuple[int, ...]:
+  if not isinstance(shape, (tuple, list)) or not all(
+      isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d > 0 for d in shape
+  ):
+    raise ValueError(f"{name} must be a tuple of positive ints, got {shape!r}")
+  return tuple(int(d) for d in shape)
 
 
 def make_data_transformer(
@@ -251,19 +296,13 @@ def make_data_transformer(
   Raises:
     ValueError: bad arguments.
   """
-  if not isinstance(observation_shape, (tuple, list)) or not all(
-      isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d > 0
-      for d in observation_shape
-  ):
-    raise ValueError(
-        f"observation_shape must be a tuple of positive ints, got {observation_shape!r}"
-    )
-  shape = tuple(int(d) for d in observation_shape)
+  shape = _observation_shape("observation_shape", observation_shape)
   normalize_observations = check_bool("normalize_observations", normalize_observations)
-  if obs_clip is not None and not _number("obs_clip", obs_clip) > 0:
-    raise ValueError(f"obs_clip must be > 0 or None, got {obs_clip}")
-  if not 0 <= _number("obs_eps", obs_eps) < float("inf"):
-    raise ValueError(f"obs_eps must be >= 0 and finite, got {obs_eps}")
+  if obs_clip is not None:
+    _number("obs_clip", obs_clip)  # a number (not an array, not traced)
+    _check_obs_clip("obs_clip", obs_clip)
+  _number("obs_eps", obs_eps)
+  _check_obs_eps("obs_eps", obs_eps)
   if reward_clip is not None:
     if not isinstance(reward_clip, (tuple, list)) or len(reward_clip) != 2:
       raise ValueError(f"reward_clip must be a pair (low, high), got {reward_clip!r}")
