@@ -112,6 +112,15 @@ def test_add_refuses_sequences_that_are_not_rows_of_the_buffer(jit):
   # A capacity that is not the buffer's would write rows past its end (dropped).
   with pytest.raises(ValueError, match="capacity=5, and the buffer holds 3 rows"):
     replay_lib.replay_add(state, good, capacity=5)
+  if not jit:  # int64 values beyond int32 were stored wrapped (2**40 as 0)
+    huge = {**good, "obs": np.full((5, 2, 2), 2**40, np.int64)}
+    message = r"\['obs'\] holds int64 values outside int32's range .* from 1099511627776 to"
+    with pytest.raises(ValueError, match="replay_add: " + message):
+      add(state, huge)
+    with pytest.raises(ValueError, match="replay_full: " + message):
+      replay_lib.replay_full(huge)
+    fits = {**good, "obs": np.asarray(good["obs"], np.int64)}
+    assert int(add(state, fits).size) == 2 and int(replay_lib.replay_full(fits).size) == 2
 
 
 def test_sequences_must_be_time_major_alike_in_every_leaf():

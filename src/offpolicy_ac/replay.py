@@ -132,11 +132,22 @@ def replay_add(state: ReplayState, sequences: Any, *, capacity: int) -> ReplaySt
       raise ValueError(f"replay_add: {jax.tree_util.keystr(path)} is {dtype}{list(x.shape)},"
                        f" the buffer takes {buf.dtype} [L, B, ...] with [L, ...] = "
                        f"{[buf.shape[1], *buf.shape[2:]]}")  # fmt: skip
+    _check_ints_fit("replay_add", x, dtype, jax.tree_util.keystr(path))
   rows = (state.insert_index + jnp.arange(batch)) % capacity
   data = jax.tree.map(lambda buf, x: buf.at[rows].set(jnp.swapaxes(x, 0, 1)), state.data, sequences)
   return ReplayState(
       data, (state.insert_index + batch) % capacity, jnp.minimum(state.size + batch, capacity)
   )
+
+
+def _check_ints_fit(where: str, x: Any, dtype: np.dtype, name: str) -> None:
+  """Refuses NumPy integers that JAX's narrower dtype (int64 -> int32 with x64 off) would
+  store wrapped: 2**40 was written as 0."""
+  if isinstance(x, (np.ndarray, np.generic)) and x.dtype.kind in "iu" and x.dtype != dtype:
+    info = np.iinfo(dtype)
+    if x.size and (x.min() < info.min or x.max() > info.max):
+      raise ValueError(f"{where}: {name} holds {x.dtype} values outside {dtype}'s range "
+                       f"[{info.min}, {info.max}] (the buffer's), from {x.min()} to {x.max()}")  # fmt: skip
 
 
 def replay_full(sequences: Any) -> ReplayState:
@@ -151,6 +162,10 @@ def replay_full(sequences: Any) -> ReplayState:
   _, batch = _sequence_axes(sequences, "replay_full")
   if batch < 1:
     raise ValueError("replay_full: the sequences hold no sequence (B = 0)")
+  for path, x in jax.tree_util.tree_flatten_with_path(sequences)[0]:
+    if isinstance(x, np.ndarray):  # JAX arrays hold JAX's dtypes already
+      _check_ints_fit("replay_full", x, jax.dtypes.canonicalize_dtype(x.dtype),
+                      jax.tree_util.keystr(path))  # fmt: skip
   data = jax.tree.map(lambda x: jnp.asarray(np.swapaxes(np.asarray(x), 0, 1)), sequences)
   return ReplayState(data, jnp.zeros((), jnp.int32), jnp.asarray(batch, jnp.int32))
 

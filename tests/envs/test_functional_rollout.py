@@ -252,8 +252,9 @@ def test_bad_keys_env_ids_and_episode_stats_are_refused_by_name():
       ValueError, match=r"the state of a rollout over 3 environments; this one " r"steps 2"
   ):  # fmt: skip (it blamed act's extras)
     rollout.unroll(jnp.float32(0), other.init(jnp.float32(0), jax.random.PRNGKey(0)))
-  for env_id in (1.5, -1, "a", True):
-    with pytest.raises(ValueError, match=r"env_id must be an int >= 0 \(the environment's index\)"):
+  # uint32 2**32 - 1 was stored as -1, and 2**40 overflowed in JAX's int32 cast.
+  for env_id in (1.5, -1, "a", True, np.uint32(2**32 - 1), 2**40, 2**70):
+    with pytest.raises(ValueError, match=r"env_id must be an int in \[0, 2\*\*31\) \(the env"):
       env.reset(jax.random.PRNGKey(0), env_id)
   assert int(env.reset(jax.random.PRNGKey(0), np.int64(3))[1].env_id) == 3
   states = jax.vmap(env.reset)(jax.random.split(jax.random.PRNGKey(0), 2), jnp.arange(2))[1]

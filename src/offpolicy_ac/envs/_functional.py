@@ -260,8 +260,15 @@ def _with_timestep_semantics(
     check_key(key)
     if not isinstance(env_id, jax.core.Tracer):
       kind = np.asarray(env_id).dtype.kind
-      if isinstance(env_id, bool) or kind not in "iu" or np.any(np.asarray(env_id) < 0):
-        raise ValueError(f"env_id must be an int >= 0 (the environment's index), got {env_id!r}")
+      value = np.asarray(env_id)
+      if (
+          isinstance(env_id, bool)
+          or kind not in "iu"
+          or np.any(value < 0)
+          or np.any(value > np.iinfo(np.int32).max)
+      ):
+        raise ValueError(f"env_id must be an int in [0, 2**31) (the environment's index, "
+                         f"int32), got {env_id!r}")  # fmt: skip
     env_id = jnp.asarray(env_id, jnp.int32)
     if env_id.ndim != 0:
       raise ValueError(f"env_id must be a scalar (vmap reset for a batch), got {env_id.shape}")
