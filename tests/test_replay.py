@@ -56,6 +56,9 @@ def test_epoch_visits_every_row_once_in_time_order():
   assert x.shape == (3, 5, 4)
   assert sorted((x[:, 0, :] // 100).ravel().tolist()) == list(range(12))
   np.testing.assert_array_equal(np.diff(x % 100, axis=1), 1)
+  # Jitted, the batch count cannot be read: jax's ConcretizationTypeError named no argument.
+  with pytest.raises(ValueError, match=r"replay_epoch: state.size is traced.*outside jit"):
+    jax.jit(replay.epoch)(state, jax.random.PRNGKey(3))
 
 
 @pytest.mark.parametrize(

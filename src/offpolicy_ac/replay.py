@@ -220,12 +220,15 @@ def replay_epoch(state: ReplayState, key: jax.Array, *, batch_size: int) -> Any:
 
   Raises:
     TypeError: `state` is not a `ReplayState`.
-    ValueError: `batch_size` is not a positive int, or exceeds the filled rows, or `key`
-      is not a PRNG key.
+    ValueError: `batch_size` is not a positive int, or exceeds the filled rows, `key`
+      is not a PRNG key, or `state` is traced (under `jit`).
   """
   _check_state(state, "replay_epoch")
   _check_positive("replay_epoch", batch_size=batch_size)
   check_key(key, "replay_epoch: ")
+  if isinstance(state.size, jax.core.Tracer):
+    raise ValueError("replay_epoch: state.size is traced, and the number of batches depends "
+                     "on it: call replay_epoch outside jit (jit what consumes its batches)")  # fmt: skip
   size = int(state.size)
   num_batches = size // batch_size
   if num_batches == 0:
