@@ -143,6 +143,9 @@ def test_bad_arguments_and_misuse_raise():
     envs.random_actions(pool.spec, (2,), 0)
   with pytest.raises(TypeError, match="random_actions takes an envs.EnvSpec, got str"):
     envs.random_actions("CartPole-v1", (2,), np.random.default_rng(0))
+  for shape in ((-1,), 2, (2.0,)):  # numpy's "negative dimensions", or a TypeError
+    with pytest.raises(ValueError, match=r"random_actions: shape must be a tuple of ints >= 0"):
+      envs.random_actions(pool.spec, shape, np.random.default_rng(0))
   with pytest.raises(ValueError, match="no rgb_array renderer"):
     pool.render()
   pool.close()

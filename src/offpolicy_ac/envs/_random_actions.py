@@ -24,6 +24,10 @@ def random_actions(spec: EnvSpec, shape: tuple[int, ...], rng: np.random.Generat
     raise TypeError(
         f"random_actions takes a NumPy Generator (np.random.default_rng(seed)), got {rng!r}"
     )
+  if not isinstance(shape, tuple) or not all(
+      isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 0 for d in shape
+  ):
+    raise ValueError(f"random_actions: shape must be a tuple of ints >= 0, got {shape!r}")
   if spec.is_discrete:
     return rng.integers(0, spec.num_actions, size=shape, dtype=np.int32)
   low = np.asarray(spec.action_low, np.float32).reshape(spec.action_shape)
