@@ -19,6 +19,8 @@ from typing import Sequence
 import flax.linen as nn
 import jax.numpy as jnp
 
+from offpolicy_ac.networks import _checks
+
 
 def _dense(features: int, scale: float) -> nn.Dense:
   return nn.Dense(features, kernel_init=nn.initializers.orthogonal(scale))
@@ -29,6 +31,12 @@ class CategoricalActorCritic(nn.Module):
 
   torso: nn.Module
   num_actions: int
+  NUM_OUTPUTS = 2
+  """How many outputs `__call__` returns (`actor_critic` bounds `num_policy` by it)."""
+
+  def __post_init__(self):
+    super().__post_init__()
+    _checks.check_positive_int("CategoricalActorCritic", "num_actions", self.num_actions)
 
   @nn.compact
   def __call__(self, obs):
@@ -48,6 +56,13 @@ class GaussianActorCritic(nn.Module):
   torso: nn.Module
   action_dim: int
   init_log_std: float = 0.0
+  NUM_OUTPUTS = 3
+  """How many outputs `__call__` returns (`actor_critic` bounds `num_policy` by it)."""
+
+  def __post_init__(self):
+    super().__post_init__()
+    _checks.check_positive_int("GaussianActorCritic", "action_dim", self.action_dim)
+    _checks.check_finite("GaussianActorCritic", "init_log_std", self.init_log_std)
 
   @nn.compact
   def __call__(self, obs):
@@ -65,6 +80,10 @@ class QNetwork(nn.Module):
   torso: nn.Module
   num_actions: int
 
+  def __post_init__(self):
+    super().__post_init__()
+    _checks.check_positive_int("QNetwork", "num_actions", self.num_actions)
+
   @nn.compact
   def __call__(self, obs):
     return _dense(self.num_actions, 1.0)(self.torso(obs))
@@ -75,6 +94,12 @@ class ActorQCritic(nn.Module):
 
   torso: nn.Module
   num_actions: int
+  NUM_OUTPUTS = 2
+  """How many outputs `__call__` returns (`actor_critic` bounds `num_policy` by it)."""
+
+  def __post_init__(self):
+    super().__post_init__()
+    _checks.check_positive_int("ActorQCritic", "num_actions", self.num_actions)
 
   @nn.compact
   def __call__(self, obs):
@@ -99,6 +124,14 @@ class StochasticDuelingNetwork(nn.Module):
   action_dim: int
   hidden_size: int = 64
   init_log_std: float = 0.0
+  NUM_OUTPUTS = 4
+  """How many outputs `__call__` returns (`actor_critic` bounds `num_policy` by it)."""
+
+  def __post_init__(self):
+    super().__post_init__()
+    _checks.check_positive_int("StochasticDuelingNetwork", "action_dim", self.action_dim)
+    _checks.check_positive_int("StochasticDuelingNetwork", "hidden_size", self.hidden_size)
+    _checks.check_finite("StochasticDuelingNetwork", "init_log_std", self.init_log_std)
 
   def setup(self):
     self.mean_head = _dense(self.action_dim, 0.01)
@@ -137,6 +170,10 @@ class StateActionQNetwork(nn.Module):
   torso: nn.Module
   hidden_sizes: Sequence[int] = (128, 128)
 
+  def __post_init__(self):
+    super().__post_init__()
+    _checks.check_sizes("StateActionQNetwork", "hidden_sizes", self.hidden_sizes)
+
   @nn.compact
   def __call__(self, obs, actions):
     x = _concat_features(self.torso(obs), actions)
@@ -153,6 +190,11 @@ class AmortizedSampler(nn.Module):
   torso: nn.Module
   action_dim: int
   hidden_sizes: Sequence[int] = (128, 128)
+
+  def __post_init__(self):
+    super().__post_init__()
+    _checks.check_positive_int("AmortizedSampler", "action_dim", self.action_dim)
+    _checks.check_sizes("AmortizedSampler", "hidden_sizes", self.hidden_sizes)
 
   @nn.compact
   def __call__(self, obs, noise):

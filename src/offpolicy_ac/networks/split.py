@@ -17,6 +17,8 @@ from typing import Callable
 
 import flax.linen as nn
 
+from offpolicy_ac.networks import _checks
+
 
 class SplitTorsos(nn.Module):
   """Two copies of one network (each with its own torso): the first `num_policy`
@@ -27,8 +29,14 @@ class SplitTorsos(nn.Module):
   critic: nn.Module
   num_policy: int
 
+  def __post_init__(self):
+    super().__post_init__()
+    _check_num_policy("SplitTorsos", self.num_policy, _num_outputs(self.actor))
+
   def __call__(self, obs):
-    return tuple(self.actor(obs)[: self.num_policy]) + tuple(self.critic(obs)[self.num_policy :])
+    actor, critic = tuple(self.actor(obs)), tuple(self.critic(obs))
+    _check_num_policy("SplitTorsos", self.num_policy, len(critic))
+    return actor[: self.num_policy] + critic[self.num_policy :]
 
   def policy(self, obs):
     return tuple(self.actor(obs)[: self.num_policy])
@@ -40,9 +48,41 @@ class SplitTorsos(nn.Module):
 def actor_critic(
     make_net: Callable[[], nn.Module], *, shared_torso: bool, num_policy: int
 ) -> tuple[nn.Module, Callable[[Any, Any], tuple]]:
-  """(net, policy_fn): `policy_fn(params, obs)` -> the policy outputs only (a tuple)."""
+  """(net, policy_fn): `policy_fn(params, obs)` -> the policy outputs only (a tuple).
+
+  Raises:
+    ValueError: a `make_net` that is not callable (or is a Module itself), a
+      `shared_torso` that is not a bool, or a `num_policy` that is not an int in
+      [1, number of the network's outputs) (the critic needs one output at least; the
+      heads' `NUM_OUTPUTS`, else checked when called).
+  """
+  if isinstance(make_net, nn.Module) or not callable(make_net):
+    raise ValueError(
+        f"actor_critic: make_net must be a function () -> Module (it is called once per "
+        f"torso), got {make_net!r}"
+    )
+  shared_torso = _checks.check_bool("actor_critic: shared_torso", shared_torso)
+  num_policy = _checks.check_positive_int("actor_critic", "num_policy", num_policy)
+  net = make_net()
+  _check_num_policy("actor_critic", num_policy, _num_outputs(net))
   if shared_torso:
-    net = make_net()
     return net, lambda params, obs: tuple(net.apply(params, obs)[:num_policy])
-  net = SplitTorsos(make_net(), make_net(), num_policy)
+  net = SplitTorsos(net, make_net(), num_policy)
   return net, lambda params, obs: net.apply(params, obs, method=net.policy)
+
+
+def _num_outputs(net: Any) -> int | None:
+  """How many outputs `net` returns where its class says (`NUM_OUTPUTS`), else None."""
+  n = getattr(type(net), "NUM_OUTPUTS", None)
+  return n if isinstance(n, int) else None
+
+
+def _check_num_policy(owner: str, num_policy: Any, num_outputs: int | None) -> None:
+  """Raises ValueError unless `num_policy` is an int >= 1 and below `num_outputs` (when
+  known): the rest of the outputs, one at least, are the critic's."""
+  _checks.check_positive_int(owner, "num_policy", num_policy)
+  if num_outputs is not None and num_policy >= num_outputs:
+    raise ValueError(
+        f"{owner}: num_policy must be in [1, {num_outputs}) (the network returns "
+        f"{num_outputs} outputs, the critic's after the policy's), got {num_policy}"
+    )

@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from offpolicy_ac._definitions import redefines
+from offpolicy_ac.networks import _checks
 from offpolicy_ac.networks import patch_conv
 
 _ORTHOGONAL_SQRT2 = nn.initializers.orthogonal(math.sqrt(2.0))
@@ -43,6 +44,13 @@ class MLPTorso(nn.Module):
   hidden_sizes: Sequence[int] = (64, 64)
   activation: str = "tanh"
   observation_shape: tuple[int, ...] | None = None
+
+  def __post_init__(self):
+    super().__post_init__()
+    _checks.check_sizes("MLPTorso", "hidden_sizes", self.hidden_sizes)
+    _checks.check_activation("MLPTorso", self.activation)
+    if self.observation_shape is not None:
+      _checks.check_shape("MLPTorso", "observation_shape", self.observation_shape)
 
   @nn.compact
   def __call__(self, obs: jnp.ndarray) -> jnp.ndarray:
@@ -105,6 +113,10 @@ class NatureCNN(nn.Module):
 
   dense_size: int = 512
 
+  def __post_init__(self):
+    super().__post_init__()
+    _checks.check_positive_int("NatureCNN", "dense_size", self.dense_size)
+
   @nn.compact
   def __call__(self, obs: jnp.ndarray) -> jnp.ndarray:
     _check_frames(obs, "NatureCNN")
@@ -134,6 +146,11 @@ class ImpalaResNet(nn.Module):
 
   channels: Sequence[int] = (16, 32, 32)
   dense_size: int = 256
+
+  def __post_init__(self):
+    super().__post_init__()
+    _checks.check_sizes("ImpalaResNet", "channels", self.channels)
+    _checks.check_positive_int("ImpalaResNet", "dense_size", self.dense_size)
 
   @nn.compact
   def __call__(self, obs: jnp.ndarray) -> jnp.ndarray:
@@ -175,6 +192,10 @@ class SmallCNN(nn.Module):
 
   dense_size: int = 128
 
+  def __post_init__(self):
+    super().__post_init__()
+    _checks.check_positive_int("SmallCNN", "dense_size", self.dense_size)
+
   @nn.compact
   def __call__(self, obs: jnp.ndarray) -> jnp.ndarray:
     _check_frames(obs, "SmallCNN")
@@ -199,6 +220,10 @@ class MinAtarCNN(nn.Module):
   training loop than on their own, the matrix product runs at full speed in both."""
 
   dense_size: int = 128
+
+  def __post_init__(self):
+    super().__post_init__()
+    _checks.check_positive_int("MinAtarCNN", "dense_size", self.dense_size)
 
   @nn.compact
   def __call__(self, obs: jnp.ndarray) -> jnp.ndarray:
@@ -280,6 +305,7 @@ def torso_kind(kind: str, observation_shape: tuple[int, ...]) -> str:
   """
   if kind != "auto":
     return kind
+  observation_shape = _checks.check_shape("torso_kind", "observation_shape", observation_shape)
   rank = len(observation_shape)
   small = rank == 3 and max(observation_shape[1:]) <= SMALL_FRAME
   kind = "mlp" if rank == 1 else "minatar_cnn" if small else "nature_cnn" if rank == 3 else ""
@@ -302,7 +328,13 @@ def make_torso(
       3, minatar_cnn up to SMALL_FRAME x SMALL_FRAME, else nature_cnn).
     observation_shape: one observation's shape.
     hidden_sizes: MLP layer sizes.
+
+  Raises:
+    ValueError: an observation shape or hidden sizes that are not tuples (or lists) of
+      positive ints; an unknown torso, or one that does not fit the observations.
   """
+  observation_shape = _checks.check_shape("make_torso", "observation_shape", observation_shape)
+  hidden_sizes = _checks.check_sizes("make_torso", "hidden_sizes", hidden_sizes)
   rank = len(observation_shape)
   kind = torso_kind(kind, observation_shape)
   if kind in _REGISTERED:
