@@ -259,8 +259,8 @@ def _with_timestep_semantics(
   def reset(key: jax.Array, env_id: Any = 0) -> tuple[FunctionalEnvState, TimeStep]:
     check_key(key)
     if not isinstance(env_id, jax.core.Tracer):
-      kind = np.asarray(env_id).dtype.kind
       value = np.asarray(env_id)
+      kind = value.dtype.kind
       if (
           isinstance(env_id, bool)
           or kind not in "iu"

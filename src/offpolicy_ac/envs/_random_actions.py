@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from offpolicy_ac.envs._timestep import EnvSpec
+from offpolicy_ac.envs._timestep import check_ints
 
 
 def random_actions(spec: EnvSpec, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
@@ -24,10 +25,7 @@ def random_actions(spec: EnvSpec, shape: tuple[int, ...], rng: np.random.Generat
     raise TypeError(
         f"random_actions takes a NumPy Generator (np.random.default_rng(seed)), got {rng!r}"
     )
-  if not isinstance(shape, tuple) or not all(
-      isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 0 for d in shape
-  ):
-    raise ValueError(f"random_actions: shape must be a tuple of ints >= 0, got {shape!r}")
+  shape = check_ints("random_actions: shape", shape, low=0)
   if spec.is_discrete:
     return rng.integers(0, spec.num_actions, size=shape, dtype=np.int32)
   low = np.asarray(spec.action_low, np.float32).reshape(spec.action_shape)

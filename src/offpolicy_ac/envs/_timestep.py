@@ -174,6 +174,27 @@ def check_int(name: str, value: Any, low: int = 1, high: int | None = None) -> i
   return int(value)
 
 
+def check_ints(name: str, value: Any, low: int = 1) -> tuple[int, ...]:
+  """`value` (a shape, or layer sizes) as a tuple of ints; raises ValueError naming `name`
+  unless it is a tuple or list of ints (not bools) >= `low`. Empty is allowed."""
+  if not isinstance(value, (tuple, list)) or not all(
+      isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= low for d in value
+  ):
+    ints = "positive ints" if low == 1 else f"ints >= {low}"
+    raise ValueError(f"{name} must be a tuple of {ints}, got {value!r}")
+  return tuple(int(d) for d in value)
+
+
+def check_number(name: str, x: Any) -> float:
+  """`x` as a float; raises ValueError naming `name` unless it is one real number (a
+  Python, NumPy or concrete JAX scalar; not a bool)."""
+  scalar = (int, float, np.generic, np.ndarray, jax.Array)
+  value = np.asarray(x) if isinstance(x, scalar) and not isinstance(x, bool) else None
+  if value is None or value.ndim or value.dtype.kind not in "iuf":
+    raise ValueError(f"{name} must be a number, got {x!r}")
+  return float(value)
+
+
 def check_traced_actions(spec: EnvSpec, action: Any, batch: int) -> None:
   """Raises ValueError if a batch of actions computed by a policy (a JAX array, checked
   at trace time) does not fit the spec: shape [batch, *action_shape], an integer dtype

@@ -40,6 +40,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from offpolicy_ac.envs._timestep import check_bool
+from offpolicy_ac.envs._timestep import check_ints
+from offpolicy_ac.envs._timestep import check_number
 from offpolicy_ac.envs._trajectory import Trajectory
 from offpolicy_ac.envs._trajectory import TransformedTrajectory
 
@@ -72,7 +74,7 @@ class RunningStats(NamedTuple):
 
 def running_stats_init(shape: tuple[int, ...]) -> RunningStats:
   """Statistics with no sample: count 0, mean 0, var 1."""
-  shape = _observation_shape("running_stats_init: shape", shape)
+  shape = check_ints("running_stats_init: shape", shape)
   return RunningStats(
       jnp.zeros((), jnp.float32), jnp.zeros(shape, jnp.float32), jnp.ones(shape, jnp.float32)
   )
@@ -238,22 +240,12 @@ def _apply(
   return TransformedTrajectory(*traj._replace(observation=observation, reward=reward))
 
 
-def _number(name: str, x: Any) -> float:
-  """`x` as a float; ValueError naming `name` unless it is a real number (a Python, NumPy
-  or JAX scalar; not a bool)."""
-  scalar = (int, float, np.generic, np.ndarray, jax.Array)
-  value = np.asarray(x) if isinstance(x, scalar) and not isinstance(x, bool) else None
-  if value is None or value.ndim or value.dtype.kind not in "iuf":
-    raise ValueError(f"{name} must be a number, got {x!r}")
-  return float(value)
-
-
 def _concrete_number(name: str, x: Any) -> float | None:
-  """`_number(name, x)`, or None for what jnp takes but cannot be checked here: a traced
+  """`check_number(name, x)`, or None for what jnp takes but cannot be checked here: a traced
   value, or an array of several values."""
   if isinstance(x, jax.core.Tracer) or (isinstance(x, (np.ndarray, jax.Array)) and np.ndim(x)):
     return None
-  return _number(name, x)
+  return check_number(name, x)
 
 
 def _check_obs_clip(name: str, clip: Any) -> None:
@@ -264,14 +256,6 @@ def _check_obs_clip(name: str, clip: Any) -> None:
 def _check_obs_eps(name: str, eps: Any) -> None:
   if (value := _concrete_number(name, eps)) is not None and not 0 <= value < float("inf"):
     raise ValueError(f"{name} must be >= 0 and finite, got {eps}")
-
-
-def _observation_shape(name: str, shape: Any) -> tuple[int, ...]:
-  if not isinstance(shape, (tuple, list)) or not all(
-      isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d > 0 for d in shape
-  ):
-    raise ValueError(f"{name} must be a tuple of positive ints, got {shape!r}")
-  return tuple(int(d) for d in shape)
 
 
 def make_data_transformer(
@@ -296,23 +280,23 @@ def make_data_transformer(
   Raises:
     ValueError: bad arguments.
   """
-  shape = _observation_shape("observation_shape", observation_shape)
+  shape = check_ints("observation_shape", observation_shape)
   normalize_observations = check_bool("normalize_observations", normalize_observations)
   if obs_clip is not None:
-    _number("obs_clip", obs_clip)  # a number (not an array, not traced)
+    check_number("obs_clip", obs_clip)  # a number (not an array, not traced)
     _check_obs_clip("obs_clip", obs_clip)
-  _number("obs_eps", obs_eps)
+  check_number("obs_eps", obs_eps)
   _check_obs_eps("obs_eps", obs_eps)
   if reward_clip is not None:
     if not isinstance(reward_clip, (tuple, list)) or len(reward_clip) != 2:
       raise ValueError(f"reward_clip must be a pair (low, high), got {reward_clip!r}")
-    low, high = (_number("reward_clip", x) for x in reward_clip)
+    low, high = (check_number("reward_clip", x) for x in reward_clip)
     if not low <= 0.0 <= high or not low < high:
       raise ValueError(
           "reward_clip must be (low, high) with low <= 0 <= high, low < high; " f"got {reward_clip}"
       )
     reward_clip = (low, high)
-  if not 0 < _number("reward_scale", reward_scale) < float("inf"):
+  if not 0 < check_number("reward_scale", reward_scale) < float("inf"):
     raise ValueError(f"reward_scale must be > 0 and finite, got {reward_scale}")
 
   def init() -> TransformerState:

@@ -2,7 +2,8 @@
 the network is built, with a message naming the class (or function), the argument and the
 value, rather than at `init` with a flax/JAX error that names none of them.
 
-Integers follow `envs._timestep.check_int`'s convention: ints and NumPy integers, not bools.
+Integers, shapes and numbers are checked by `envs._timestep`'s `check_int`, `check_ints` and
+`check_number`: ints and NumPy integers, not bools.
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ from typing import Any
 import flax.linen as nn
 import flax.linen.activation
 import jax
-import numpy as np
 
 from offpolicy_ac.envs._timestep import check_bool
 from offpolicy_ac.envs._timestep import check_int
+from offpolicy_ac.envs._timestep import check_ints
+from offpolicy_ac.envs._timestep import check_number
 
 __all__ = [
     "ACTIVATIONS",
@@ -25,7 +27,6 @@ __all__ = [
     "check_bool",
     "check_finite",
     "check_positive_int",
-    "check_shape",
     "check_sizes",
 ]
 
@@ -44,10 +45,6 @@ ACTIVATIONS = tuple(
 classes, such as `nn.PReLU`, or other attributes of `nn`, such as `nn.Dense`)."""
 
 
-def _is_int(value: Any) -> bool:
-  return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
-
-
 def check_positive_int(owner: str, name: str, value: Any) -> int:
   """`value` as an int; raises ValueError ("{owner}: {name} must be ...") unless it is an
   int or NumPy integer (not a bool) >= 1."""
@@ -55,19 +52,9 @@ def check_positive_int(owner: str, name: str, value: Any) -> int:
 
 
 def check_sizes(owner: str, name: str, value: Any) -> tuple[int, ...]:
-  """`value` (layer widths) as a tuple; raises ValueError unless it is a tuple or list of
-  positive ints (NumPy integers too, not bools). Empty is allowed (no layer)."""
-  if not isinstance(value, (tuple, list)) or not all(_is_int(v) and v >= 1 for v in value):
-    raise ValueError(f"{owner}: {name} must be a sequence of positive ints, got {value!r}")
-  return tuple(int(v) for v in value)
-
-
-def check_shape(owner: str, name: str, value: Any) -> tuple[int, ...]:
-  """`value` (one observation's shape) as a tuple; raises ValueError unless it is a tuple
-  or list of positive ints (NumPy integers too, not bools)."""
-  if not isinstance(value, (tuple, list)) or not all(_is_int(v) and v >= 1 for v in value):
-    raise ValueError(f"{owner}: {name} must be a tuple of positive ints, got {value!r}")
-  return tuple(int(v) for v in value)
+  """`value` (layer widths, or one observation's shape) as a tuple; raises ValueError
+  unless it is a tuple or list of positive ints (NumPy integers too, not bools)."""
+  return check_ints(f"{owner}: {name}", value)
 
 
 def check_finite(owner: str, name: str, value: Any) -> None:
@@ -75,11 +62,7 @@ def check_finite(owner: str, name: str, value: Any) -> None:
   or JAX scalar of one; not a bool). Traced values pass."""
   if isinstance(value, jax.core.Tracer):
     return
-  if isinstance(value, (jax.Array, np.ndarray, np.generic)):
-    ok = np.ndim(value) == 0 and np.asarray(value).dtype.kind in "iuf"
-  else:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-  if not ok or not math.isfinite(float(value)):
+  if not math.isfinite(check_number(f"{owner}: {name}", value)):
     raise ValueError(f"{owner}: {name} must be a finite number, got {value!r}")
 
 

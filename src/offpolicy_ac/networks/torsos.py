@@ -50,7 +50,7 @@ class MLPTorso(nn.Module):
     _checks.check_sizes("MLPTorso", "hidden_sizes", self.hidden_sizes)
     _checks.check_activation("MLPTorso", self.activation)
     if self.observation_shape is not None:
-      _checks.check_shape("MLPTorso", "observation_shape", self.observation_shape)
+      _checks.check_sizes("MLPTorso", "observation_shape", self.observation_shape)
 
   @nn.compact
   def __call__(self, obs: jnp.ndarray) -> jnp.ndarray:
@@ -305,7 +305,7 @@ def torso_kind(kind: str, observation_shape: tuple[int, ...]) -> str:
   """
   if kind != "auto":
     return kind
-  observation_shape = _checks.check_shape("torso_kind", "observation_shape", observation_shape)
+  observation_shape = _checks.check_sizes("torso_kind", "observation_shape", observation_shape)
   rank = len(observation_shape)
   small = rank == 3 and max(observation_shape[1:]) <= SMALL_FRAME
   kind = "mlp" if rank == 1 else "minatar_cnn" if small else "nature_cnn" if rank == 3 else ""
@@ -333,7 +333,7 @@ def make_torso(
     ValueError: an observation shape or hidden sizes that are not tuples (or lists) of
       positive ints; an unknown torso, or one that does not fit the observations.
   """
-  observation_shape = _checks.check_shape("make_torso", "observation_shape", observation_shape)
+  observation_shape = _checks.check_sizes("make_torso", "observation_shape", observation_shape)
   hidden_sizes = _checks.check_sizes("make_torso", "hidden_sizes", hidden_sizes)
   rank = len(observation_shape)
   kind = torso_kind(kind, observation_shape)
