@@ -149,6 +149,26 @@ def test_sequences_must_be_time_major_alike_in_every_leaf():
   state = replay.init(good)
   with pytest.raises(ValueError, match="replay_add: capacity='4', and the buffer holds 4 rows"):
     replay_lib.replay_add(state, good, capacity="4")
+  # Adding none (B = 0) was a silent no-op, jitted or not.
+  for add in (replay.add, jax.jit(replay.add)):
+    with pytest.raises(ValueError, match=r"replay_add: the sequences hold no sequence \(B = 0\)"):
+      add(state, {k: v[:, :0] for k, v in good.items()})
+
+
+@pytest.mark.parametrize("leaf", [np.array([["a", "b"]] * 5), np.zeros((5, 2), object),
+                                  np.zeros((5, 2), np.complex64)])  # fmt: skip
+def test_leaves_that_are_not_numbers_or_booleans_are_refused_by_name(leaf):
+  """Strings and objects got JAX's "only supports number, bool, and string dtypes ... in
+  zeros", naming neither the leaf nor the call; complex was stored, which nothing reads."""
+  sequences = {**_sequences(0, 2), "extra": leaf}
+  message = rf"\['extra'\] is of dtype {leaf.dtype}; the buffer stores numbers and booleans"
+  with pytest.raises(ValueError, match="replay_init: " + message):
+    replay_lib.replay_init(sequences, 4)
+  with pytest.raises(ValueError, match="replay_full: " + message):
+    replay_lib.replay_full(sequences)
+  kept = {**_sequences(0, 2), "low": np.zeros((5, 2), jnp.bfloat16), "flag": np.ones((5, 2), bool)}
+  state = replay_lib.replay_add(replay_lib.replay_init(kept, 4), kept, capacity=4)
+  assert state.data["low"].dtype == jnp.bfloat16 and int(state.size) == 2
 
 
 def test_init_and_sample_refuse_sequences_of_another_length():

@@ -70,6 +70,12 @@ def _sequence_axes(sequences: Any, where: str) -> tuple[int, int]:
       )
   if first[0] < 1:
     raise ValueError(f"{where}: sequences of no steps (L = 0): each holds at least one step")
+  for path, x in leaves:  # strings and objects: JAX's own error named neither leaf nor call
+    dtype = x.dtype if hasattr(x, "dtype") else np.result_type(x)
+    if not any(jnp.issubdtype(dtype, kind) for kind in (jnp.floating, jnp.integer, jnp.bool_)):
+      raise ValueError(f"{where}: {name(path)} is of dtype {dtype}; the buffer "
+                       "stores numbers and booleans (complex: store the real and imaginary "
+                       "parts as two leaves)")  # fmt: skip
   return first
 
 
@@ -86,8 +92,8 @@ def replay_init(example: Any, capacity: int) -> ReplayState:
   dtypes as JAX stores them (float64 as float32 unless x64 is enabled).
 
   Raises:
-    ValueError: leaves that are not all [L, B, ...] with the same L and B, or a
-      `capacity` that is not a positive int.
+    ValueError: leaves that are not all [L, B, ...] with the same L and B or not of a
+      numeric or boolean dtype, or a `capacity` that is not a positive int.
   """
   _check_positive("replay_init", capacity=capacity)
   _sequence_axes(example, "replay_init")
@@ -112,8 +118,8 @@ def replay_add(state: ReplayState, sequences: Any, *, capacity: int) -> ReplaySt
   Raises:
     TypeError: `state` is not a `ReplayState`.
     ValueError: sequences of another structure, shape or dtype than the buffer's rows
-      (a broadcast or a cast would write something else), B > capacity, or a capacity
-      that is not the buffer's.
+      (a broadcast or a cast would write something else), B = 0, B > capacity, or a
+      capacity that is not the buffer's.
   """
   _check_state(state, "replay_add")
   if jax.tree.structure(sequences) != jax.tree.structure(state.data):
@@ -123,6 +129,8 @@ def replay_add(state: ReplayState, sequences: Any, *, capacity: int) -> ReplaySt
   if capacity != rows_held:
     raise ValueError(f"replay_add: capacity={capacity!r}, and the buffer holds {rows_held} rows")
   _, batch = _sequence_axes(sequences, "replay_add")
+  if batch < 1:  # adding nothing is a caller's slip, not a step of training
+    raise ValueError("replay_add: the sequences hold no sequence (B = 0)")
   if batch > capacity:
     raise ValueError(f"replay_add: {batch} sequences, more than the capacity {capacity}")
   for (path, buf), x in zip(jax.tree_util.tree_flatten_with_path(state.data)[0],
@@ -157,7 +165,8 @@ def replay_full(sequences: Any) -> ReplayState:
   such as demonstrations.
 
   Raises:
-    ValueError: leaves that are not all [L, B, ...] with the same L and B, or B = 0.
+    ValueError: leaves that are not all [L, B, ...] with the same L and B or not of a
+      numeric or boolean dtype, or B = 0.
   """
   _, batch = _sequence_axes(sequences, "replay_full")
   if batch < 1:
