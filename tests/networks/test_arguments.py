@@ -112,6 +112,23 @@ def test_actor_critic_refuses_a_make_net_that_is_not_callable():
     networks.actor_critic(_gaussian(), shared_torso=True, num_policy=2)
 
 
+def test_separate_torsos_refuse_a_module_instance_both_networks_hold():
+  """A torso built outside make_net is one instance in both copies: flax bound it once, so
+  the critic used the actor's torso parameters, silently (a shared torso after all)."""
+  torso = _mlp()
+  shared_torso = lambda: networks.CategoricalActorCritic(torso=torso, num_actions=2)
+  with pytest.raises(ValueError, match=r"share one module instance \(net\.torso\), so the cr"):
+    networks.actor_critic(shared_torso, shared_torso=False, num_policy=1)
+  net = shared_torso()
+  with pytest.raises(ValueError, match=r"share one module instance \(net\)"):
+    networks.actor_critic(lambda: net, shared_torso=False, num_policy=1)
+  assert networks.actor_critic(shared_torso, shared_torso=True, num_policy=1)[0] is not None
+  own = lambda: networks.CategoricalActorCritic(torso=_mlp(), num_actions=2)
+  split, _ = networks.actor_critic(own, shared_torso=False, num_policy=1)
+  params = split.init(_KEY, jnp.ones((1, 4)))["params"]
+  assert set(params["actor"]) >= {"torso"} and set(params["critic"]) >= {"torso"}
+
+
 def test_split_torsos_refuses_num_policy_without_a_critic_output():
   with pytest.raises(ValueError, match=r"SplitTorsos: num_policy .*\[1, 2\).*2"):
     networks.SplitTorsos(

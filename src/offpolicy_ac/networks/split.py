@@ -67,8 +67,40 @@ def actor_critic(
   _check_num_policy("actor_critic", num_policy, _num_outputs(net))
   if shared_torso:
     return net, lambda params, obs: tuple(net.apply(params, obs)[:num_policy])
-  net = SplitTorsos(net, make_net(), num_policy)
+  critic = make_net()
+  shared = _shared_module(net, critic)
+  if shared is not None:  # flax binds it once: the critic would use the actor's parameters
+    raise ValueError(
+        f"actor_critic: the two networks make_net built share one module instance "
+        f"({shared}), so the critic would have no torso of its own; build every module "
+        "inside make_net (e.g. lambda: CategoricalActorCritic(torso=MLPTorso((64,)), ...))"
+    )
+  net = SplitTorsos(net, critic, num_policy)
   return net, lambda params, obs: net.apply(params, obs, method=net.policy)
+
+
+def _modules_of(module: nn.Module, path: str) -> dict[int, tuple[nn.Module, str]]:
+  """Every module reachable through `module`'s fields (itself included), by id: (the
+  module, its path from the top)."""
+  found = {id(module): (module, path)}
+  for field in getattr(module, "__dataclass_fields__", {}):
+    if field in ("parent", "name"):
+      continue
+    values = getattr(module, field, None)
+    items = values.items() if isinstance(values, dict) else (
+        enumerate(values) if isinstance(values, (list, tuple)) else [(None, values)])  # fmt: skip
+    for key, value in items:
+      if isinstance(value, nn.Module):
+        where = f"{path}.{field}" + ("" if key is None else f"[{key!r}]")
+        found = {**_modules_of(value, where), **found}
+  return found
+
+
+def _shared_module(actor: nn.Module, critic: nn.Module) -> str | None:
+  """The path (in `actor`) of a module instance that `critic` holds too, else None."""
+  actor_modules, critic_modules = _modules_of(actor, "net"), _modules_of(critic, "net")
+  shared = [actor_modules[i] for i in actor_modules if i in critic_modules]
+  return min((path for _, path in shared), key=len) if shared else None
 
 
 def _num_outputs(net: Any) -> int | None:
