@@ -418,3 +418,26 @@ class RecurrenceBadInputTest(chex.TestCase):
     with jax.enable_x64(True):
       with pytest.raises(TypeError, match="`a`"):
         _run(self.variant, jnp.ones(3, jnp.float64), b, method=method)
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+def test_half_precision_is_summed_in_float32_and_rounded_once(method, dtype):
+  """A long discounted sum rounded to half precision at every step drifts: 256 steps of
+  b = 0.05, a = 0.999 gave 14.75 in bfloat16 where the sum of the rounded inputs is 12.81.
+  Summed in float32 and rounded once, each entry is within 2 of the dtype's eps; the
+  result keeps the inputs' dtype, and gradients flow back in it."""
+  t_len = 256
+  a, b = jnp.full((t_len, 2), 0.999, dtype), jnp.full((t_len, 2), 0.05, dtype)
+  f = jax.jit(functools.partial(reverse_linear_recurrence, method=method))
+  got = f(a, b)
+  assert got.dtype == dtype
+  a64, b64 = np.asarray(a, np.float64), np.asarray(b, np.float64)
+  exact, acc = np.zeros((t_len, 2)), np.zeros(2)
+  for t in reversed(range(t_len)):
+    acc = b64[t] + a64[t] * acc
+    exact[t] = acc
+  error = np.abs(np.asarray(got, np.float64) - exact) / exact
+  assert error.max() <= 2 * float(jnp.finfo(dtype).eps), error.max()
+  grad_b = jax.grad(lambda bb: f(a, bb)[0].sum().astype(jnp.float32))(b)
+  assert grad_b.dtype == dtype and np.isfinite(np.asarray(grad_b, np.float32)).all()
