@@ -271,6 +271,23 @@ def test_a_bad_sweep_fails_before_compiling(tmp_path, sweep, message):
   assert not (tmp_path / "bad").exists()
 
 
+def test_a_sweep_whose_values_combine_into_an_invalid_setting_fails_before_compiling(tmp_path):
+  """Each field's values pass against the base config (rho-bar 2, c-bar 0.5), but the lane
+  (0.6, 1.5) has rho-bar below c-bar: refused with the lanes, before anything is built
+  (it was refused only once the program had been built)."""
+  from offpolicy_ac.training import sweeps
+
+  agent = ImpalaConfig(clip_rho_threshold=2.0, clip_c_threshold=0.5)
+  sweep = ("clip_rho_threshold=0.6,2", "clip_c_threshold=0.5,1.5")
+  message = (r"the setting \{'clip_rho_threshold': 0.6, 'clip_c_threshold': 1.5\} is invalid: "
+             r"rho-bar \(0.6\) < c-bar \(1.5\)")  # fmt: skip
+  with pytest.raises(ValueError, match=message):
+    sweeps.sweep_lanes(agent, _config(sweep=sweep))
+  with pytest.raises(ValueError, match=message):
+    _impala_main(tmp_path / "bad", sweep=sweep, agent=agent)
+  assert not (tmp_path / "bad").exists()
+
+
 def test_unsupported_settings_are_refused_before_compiling():
   with pytest.raises(ValueError, match="actor threads"):
     make_train(make_impala, ImpalaConfig(), _config(actors="async", num_actors=2))

@@ -68,6 +68,8 @@ def sweep_lanes(agent_config: Any, config: TrainConfig) -> list[tuple[dict, int]
   sweep is validated here (`agents.hyperparams.parse_sweep`), before anything compiles."""
   values = hyperparams_lib.parse_sweep(agent_config, config.budget.sweep)
   settings = hyperparams_lib.sweep_settings(values)
+  for setting in settings:  # each field's values pass alone; a combination may not
+    hyperparams_lib.check_setting(agent_config, setting)
   labels = [setting_label(setting) for setting in settings]
   for label in labels:
     if labels.count(label) > 1:
