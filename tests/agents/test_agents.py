@@ -151,6 +151,21 @@ def test_learning_rate_cools_down_after_decay_begin():
     base.make_optimizer("adam", 1e-2, 1.0, decay_begin=3)
 
 
+def test_rmsprop_is_tf1s_which_impala_used():
+  """TF1's RMSPropOptimizer (Espeholt et al.'s): ms_k = decay ms_{k-1} + (1 - decay) g^2 from
+  ms_0 = 1, a step of -lr g / sqrt(ms_k + eps). optax's default starts ms at 0: with decay
+  0.99 its first step was -lr g / sqrt(0.01 g^2 + eps), up to 10 times the step size."""
+  lr, decay, eps = 1e-3, 0.99, 1e-5
+  optimizer = base.make_optimizer("rmsprop", lr, 1e9, eps=eps, decay=decay)
+  params, g = jnp.zeros(3), jnp.array([1e-3, 0.1, 1.0])
+  state, ms = optimizer.init(params), 1.0
+  for _ in range(3):
+    new, state, _ = base.gradient_step(optimizer, params, state, g)
+    ms = decay * ms + (1 - decay) * np.asarray(g, np.float64) ** 2
+    np.testing.assert_allclose(new - params, -lr * np.asarray(g) / np.sqrt(ms + eps), rtol=1e-5)
+    params = new
+
+
 def test_impala_rejects_rho_bar_below_c_bar(cartpole_spec):
   with pytest.raises(ValueError, match="rho-bar"):
     make_impala(cartpole_spec, ImpalaConfig(clip_rho_threshold=0.5, clip_c_threshold=1.0))
@@ -652,7 +667,9 @@ def test_mlp_sizes_on_a_pixel_torso_are_refused(algo):
 def test_agents_keep_float32_and_update_on_their_own_actions_with_jax_x64(algo, discrete):
   """With `jax_enable_x64` every parameter stays float32, `act` returns the spec's dtypes,
   and an update on the agent's own actions and extras (a continuous agent's Gaussian
-  log-probabilities) is finite."""
+  log-probabilities) is finite and computes what it computes without x64: the same actions
+  and metrics (continuous SQL drew its noise in float64, another random stream), float64
+  rewards and discounts included."""
   from offpolicy_ac import agents
 
   if discrete:
@@ -677,6 +694,17 @@ def test_agents_keep_float32_and_update_on_their_own_actions_with_jax_x64(algo, 
     new_state, metrics = agent.update(state, traj)
     assert float32(new_state.params)
     assert all(np.isfinite(float(v)) for v in metrics.values())
+    traj = jax.tree.map(np.asarray, traj)
+    # NumPy's float64 rewards and discounts stay float64 here (a TypeError in the losses).
+    wide = traj._replace(reward=traj.reward.astype(np.float64),
+                         discount=traj.discount.astype(np.float64))  # fmt: skip
+    assert agent.update(state, wide)[1] == metrics
+  agent = make(spec, config(hidden_sizes=(8,)))  # x64 off
+  state = agent.init(jax.random.PRNGKey(0))
+  np.testing.assert_array_equal(agent.act(state.params, obs, jax.random.PRNGKey(1))[0], action)
+  _, metrics32 = agent.update(state, traj)
+  for name, value in metrics.items():
+    np.testing.assert_allclose(float(value), float(metrics32[name]), rtol=1e-5, err_msg=name)
 
 
 @pytest.mark.parametrize(

@@ -48,7 +48,6 @@ import jax.numpy as jnp
 from offpolicy_ac import losses
 from offpolicy_ac import networks
 from offpolicy_ac.agents import base
-from offpolicy_ac.envs import loss_inputs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -248,7 +247,7 @@ def make_acer_discrete(spec, config: AcerConfig = AcerConfig()) -> base.Agent:
     base.check_extras(traj, ("logits",), "discrete ACER")
     base.check_trajectory(traj, spec, "discrete ACER")
     sg = jax.lax.stop_gradient
-    li = loss_inputs(traj, config.gamma)
+    li = base.float32_loss_inputs(traj, config.gamma)
     r_t = li.r_t
     logits, q = base.apply_batched(net.apply, params, traj.observation)  # [T+1, B, A]
     (avg_logits,) = base.apply_batched(policy, avg_params, traj.observation[:-1])
@@ -367,7 +366,7 @@ def make_acer_continuous(spec, config: AcerConfig = AcerConfig()) -> base.Agent:
     base.check_extras(traj, ("log_prob", "mean", "log_std"), "continuous ACER")
     base.check_trajectory(traj, spec, "continuous ACER")
     sg = jax.lax.stop_gradient
-    li = loss_inputs(traj, config.gamma)
+    li = base.float32_loss_inputs(traj, config.gamma)
     r_t = li.r_t
     mean, log_std, v, h = base.apply_batched(net.apply, params, traj.observation)
     avg_mean, avg_log_std = base.apply_batched(policy, avg_params, traj.observation[:-1])

@@ -120,7 +120,9 @@ def make_optimizer(
     decay_updates: int = 0,
     decay_begin: int = 0,
 ) -> optax.GradientTransformation:
-  """Global-norm clipping followed by Adam or RMSProp (IMPALA's).
+  """Global-norm clipping followed by Adam or RMSProp (IMPALA's: TF1's RMSPropOptimizer,
+  whose mean square starts at 1 and takes `eps` inside the square root; starting at 0, as
+  optax's default does, the first steps are up to 1 / sqrt(1 - decay) times the step size).
 
   `decay_updates` > 0: the step size stays at `learning_rate` for the first `decay_begin`
   updates, then falls linearly to 0 over `decay_updates` updates and stays at 0
@@ -144,7 +146,7 @@ def make_optimizer(
   if name == "adam":
     opt = optax.adam(learning_rate, eps=eps)
   elif name == "rmsprop":
-    opt = optax.rmsprop(learning_rate, decay=decay, eps=eps)
+    opt = optax.rmsprop(learning_rate, decay=decay, eps=eps, initial_scale=1.0)
   else:
     raise ValueError(f"optimizer must be 'adam' or 'rmsprop', got {name!r}")
   return optax.chain(optax.clip_by_global_norm(max_grad_norm), opt)
@@ -561,6 +563,15 @@ def check_extras(traj: Any, keys: Sequence[str], agent: str) -> None:
         f"{agent}'s update needs the behaviour policy in traj.extras {list(keys)} "
         f"(as written by its act); missing {missing}, got keys {sorted(extras)}"
     )
+
+
+def float32_loss_inputs(traj: Any, gamma: Any) -> envs.LossInputs:
+  """`envs.loss_inputs` with the rewards and discounts in float32, the agents' dtype: with
+  `jax_enable_x64` a NumPy trajectory's float64 rewards stay float64 (without it they turn
+  float32 on entering JAX), and the losses refused them beside float32 values."""
+  li = envs.loss_inputs(traj, gamma)
+  return li._replace(r_t=jnp.asarray(li.r_t, jnp.float32),
+                     discount_t=jnp.asarray(li.discount_t, jnp.float32))  # fmt: skip
 
 
 def check_trajectory(traj: Any, spec: Any, agent: str) -> None:

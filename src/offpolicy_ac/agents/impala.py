@@ -20,7 +20,6 @@ import jax.numpy as jnp
 from offpolicy_ac import losses
 from offpolicy_ac import networks
 from offpolicy_ac.agents import base
-from offpolicy_ac.envs import loss_inputs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,7 +191,7 @@ def make_impala(spec, config: ImpalaConfig = ImpalaConfig()) -> base.Agent:
   def loss_fn(params, traj):
     base.check_extras(traj, ("logits",) if discrete else ("log_prob",), "IMPALA")
     base.check_trajectory(traj, spec, "IMPALA")
-    li = loss_inputs(traj, config.gamma)
+    li = base.float32_loss_inputs(traj, config.gamma)
     out = base.apply_batched(net.apply, params, traj.observation)
     kwargs = dict(
         mask=li.mask,

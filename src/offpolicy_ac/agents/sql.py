@@ -20,7 +20,6 @@ from offpolicy_ac.agents import base
 from offpolicy_ac.agents.sql_config import SqlConfig
 from offpolicy_ac.agents.sql_config import make_sql_optimizer
 from offpolicy_ac.agents.sql_continuous import make_sql_continuous
-from offpolicy_ac.envs import loss_inputs
 
 __all__ = ["SqlConfig", "make_sql", "make_sql_discrete"]
 
@@ -59,7 +58,7 @@ def make_sql_discrete(spec, config: SqlConfig = SqlConfig(), *, name: str = "sql
     q = net.apply(params, obs)
     boltzmann_key, explore_key, uniform_key = jax.random.split(key, 3)
     action = jax.random.categorical(boltzmann_key, q / config.alpha)
-    explore = jax.random.uniform(explore_key, action.shape) < config.epsilon
+    explore = jax.random.uniform(explore_key, action.shape, jnp.float32) < config.epsilon
     uniform = jax.random.randint(uniform_key, action.shape, 0, num_actions)
     return jnp.where(explore, uniform, action).astype(jnp.int32), {}
 
@@ -69,7 +68,7 @@ def make_sql_discrete(spec, config: SqlConfig = SqlConfig(), *, name: str = "sql
 
   def loss_fn(params, target_params, batch):
     base.check_trajectory(batch, spec, f"discrete {name.upper()}")
-    li = loss_inputs(batch, config.gamma)
+    li = base.float32_loss_inputs(batch, config.gamma)
     r_t = li.r_t
     q = base.apply_batched(net.apply, params, batch.observation)
     q_target = base.apply_batched(net.apply, target_params, batch.observation[1:])

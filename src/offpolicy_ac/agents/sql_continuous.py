@@ -49,7 +49,6 @@ from offpolicy_ac import networks
 from offpolicy_ac.agents import base
 from offpolicy_ac.agents.sql_config import SqlConfig
 from offpolicy_ac.agents.sql_config import make_sql_optimizer
-from offpolicy_ac.envs import loss_inputs
 
 SQUASH_EPS = 1e-6
 """eps of the tanh correction sum_i log(1 - a_i^2 + eps) (the authors' EPS)."""
@@ -142,25 +141,29 @@ def make_sql_continuous(spec, config: SqlConfig = SqlConfig(), *, name: str = "s
     noise_key, explore_key, uniform_key = jax.random.split(key, 3)
     shape = obs.shape[:1] + (d,)
     u = sampler.apply(params["sampler"], obs, jax.random.normal(noise_key, shape, jnp.float32))
-    explore = jax.random.uniform(explore_key, shape[:1] + (1,)) < config.epsilon
+    explore = jax.random.uniform(explore_key, shape[:1] + (1,), jnp.float32) < config.epsilon
     uniform = jax.random.uniform(uniform_key, shape, jnp.float32, -1.0, 1.0)
     return to_env(jnp.where(explore, uniform, u)), {}
 
   @base.takes_params(f"continuous {name.upper()}")
   def greedy_act(params, obs):
-    return to_env(sampler.apply(params["sampler"], obs, jnp.zeros(obs.shape[:1] + (d,))))
+    return to_env(
+        sampler.apply(params["sampler"], obs, jnp.zeros(obs.shape[:1] + (d,), jnp.float32))
+    )
 
   def loss_fn(params, target_params, batch, key):
     value_key, particle_key = jax.random.split(key)
     sg = jax.lax.stop_gradient
-    li = loss_inputs(batch, config.gamma)
+    li = base.float32_loss_inputs(batch, config.gamma)
     steps = li.r_t.shape  # (T, B)
     w = li.mask.astype(jnp.float32)
     obs_tm1, obs_t = batch.observation[:-1], batch.observation[1:]
 
     # Soft Bellman targets from the importance-sampled soft value of Q_target (eq. 10).
     if config.value_proposal_std > 0:
-      center = _apply(sampler, sg(params["sampler"]), obs_t, jnp.zeros(steps + (1, d)))[..., 0, :]
+      center = _apply(
+          sampler, sg(params["sampler"]), obs_t, jnp.zeros(steps + (1, d), jnp.float32)
+      )[..., 0, :]
       u_t = losses.sample_box_mixture(
           value_key, center, config.value_proposal_std, num_uniform, num_normal
       )
@@ -169,7 +172,7 @@ def make_sql_continuous(spec, config: SqlConfig = SqlConfig(), *, name: str = "s
       )
     else:
       value_shape = steps + (config.num_value_samples, d)
-      u_t = jax.random.uniform(value_key, value_shape, minval=-1.0, maxval=1.0)
+      u_t = jax.random.uniform(value_key, value_shape, jnp.float32, -1.0, 1.0)
       log_q = log_proposal
     q_t = q_min(target_params, obs_t, u_t)  # [T, B, M]
     v_t = losses.importance_sampled_soft_value(q_t, log_q, config.alpha)
@@ -187,7 +190,7 @@ def make_sql_continuous(spec, config: SqlConfig = SqlConfig(), *, name: str = "s
     q_loss = jnp.sum(jax.vmap(lambda e: losses.weighted_mean(jnp.square(e), w))(errors))
 
     # The sampler: SVGD towards exp(Q / alpha) (eq. 13), Q held constant.
-    noise = jax.random.normal(particle_key, steps + (config.num_particles, d))
+    noise = jax.random.normal(particle_key, steps + (config.num_particles, d), jnp.float32)
     particles = _apply(sampler, params["sampler"], obs_tm1, noise)  # [T, B, K, d]
     fixed, updated = sg(particles[..., :num_fixed, :]), particles[..., num_fixed:, :]
 
