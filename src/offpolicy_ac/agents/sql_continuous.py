@@ -73,6 +73,11 @@ def _apply(module, params, obs, actions):
   return out.reshape(lead + out.shape[1:])
 
 
+def _no_noise(shape: tuple) -> jax.Array:
+  """The sampler's noise-free input [..., d]: float32 zeros (under `jax_enable_x64` too)."""
+  return jnp.zeros(shape, jnp.float32)
+
+
 def make_sql_continuous(spec, config: SqlConfig = SqlConfig(), *, name: str = "sql") -> base.Agent:
   """Builds SQL for continuous actions (Q(s, a), importance-sampled targets, SVGD sampler)."""
   base.check_continuous(spec, f"continuous {name.upper()} (make_sql_continuous)")
@@ -147,9 +152,7 @@ def make_sql_continuous(spec, config: SqlConfig = SqlConfig(), *, name: str = "s
 
   @base.takes_params(f"continuous {name.upper()}")
   def greedy_act(params, obs):
-    return to_env(
-        sampler.apply(params["sampler"], obs, jnp.zeros(obs.shape[:1] + (d,), jnp.float32))
-    )
+    return to_env(sampler.apply(params["sampler"], obs, _no_noise(obs.shape[:1] + (d,))))
 
   def loss_fn(params, target_params, batch, key):
     value_key, particle_key = jax.random.split(key)
@@ -161,9 +164,7 @@ def make_sql_continuous(spec, config: SqlConfig = SqlConfig(), *, name: str = "s
 
     # Soft Bellman targets from the importance-sampled soft value of Q_target (eq. 10).
     if config.value_proposal_std > 0:
-      center = _apply(
-          sampler, sg(params["sampler"]), obs_t, jnp.zeros(steps + (1, d), jnp.float32)
-      )[..., 0, :]
+      center = _apply(sampler, sg(params["sampler"]), obs_t, _no_noise(steps + (1, d)))[..., 0, :]
       u_t = losses.sample_box_mixture(
           value_key, center, config.value_proposal_std, num_uniform, num_normal
       )
