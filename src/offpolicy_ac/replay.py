@@ -52,7 +52,8 @@ class ReplayState(NamedTuple):
 
 
 def _sequence_axes(sequences: Any, where: str) -> tuple[int, int]:
-  """(L, B) of `sequences`, refusing leaves that are not all [L, B, ...] alike."""
+  """(L, B) of `sequences`, refusing leaves that are not all [L, B, ...] alike or not of a
+  numeric or boolean dtype."""
   leaves = jax.tree_util.tree_flatten_with_path(sequences)[0]
   if not leaves:
     raise ValueError(f"{where}: sequences with no arrays")

@@ -568,7 +568,7 @@ def check_extras(traj: Any, keys: Sequence[str], agent: str) -> None:
 def float32_loss_inputs(traj: Any, gamma: Any) -> envs.LossInputs:
   """`envs.loss_inputs` with the rewards and discounts in float32, the agents' dtype: with
   `jax_enable_x64` a NumPy trajectory's float64 rewards stay float64 (without it they turn
-  float32 on entering JAX), and the losses refused them beside float32 values."""
+  float32 on entering JAX), and the losses refuse them beside float32 values."""
   li = envs.loss_inputs(traj, gamma)
   return li._replace(r_t=jnp.asarray(li.r_t, jnp.float32),
                      discount_t=jnp.asarray(li.discount_t, jnp.float32))  # fmt: skip
