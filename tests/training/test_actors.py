@@ -79,6 +79,7 @@ class FakeRollout:
     traj = {
         "actor": np.full((T + 1, NUM_ENVS), self.actor_id),
         "version": np.full((T + 1, NUM_ENVS), params["v"]),
+        "statistics": np.full((T + 1, NUM_ENVS), params.get("statistics", 0)),
     }
     stats = types.SimpleNamespace(episode_return=np.zeros(0), episode_length=np.zeros(0))
     return n, traj, stats
@@ -302,6 +303,22 @@ def test_async_runs_that_drop_trajectories_keep_their_budget_and_log_points(tmp_
   assert sum(l["dropped_trajectories"] for l in lines) > 0
   for line in lines:
     assert (line.get("loss") is None) == ("policy_lag" not in line)
+
+
+def test_async_source_sends_new_observation_statistics_without_an_update():
+  """An off-policy agent makes no update while its replay fills, but its observation
+  statistics grow with every unroll: the actors act on the learner's newest (as the
+  inline and pools sources do), not on the initial ones until the first update."""
+  source = _source(_async_config(), [FakeRollout(0), FakeRollout(1)])
+  try:
+    got = source.collect({"v": 0}, 0, _never)
+    for _ in range(20):  # the queued and held trajectories of the initial statistics first
+      got = source.collect({"v": 0, "statistics": 1}, 0, _never)
+      if (got.traj["statistics"] == 1).all():
+        break
+    assert (got.traj["statistics"] == 1).all() and got.policy_lag == 0.0
+  finally:
+    source.close()
 
 
 def test_async_source_returns_none_when_asked_to_stop():

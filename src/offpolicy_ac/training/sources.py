@@ -11,8 +11,9 @@
   `grace_period_s` for the rest, and learns from their concatenation along the batch
   axis; trajectories of earlier iterations that arrive late are dropped.
 * `AsyncSource` (`--actors async`): K actor threads unroll with the newest parameters
-  they have; the learner takes each trajectory as it arrives, dropping those more than
-  `max_policy_lag` updates old; once the dropped ones' steps reach `budget` (the steps
+  and observation statistics they have (sent after every iteration that changes them,
+  with or without an update); the learner takes each trajectory as it arrives, dropping
+  those more than `max_policy_lag` updates old; once the dropped ones' steps reach `budget` (the steps
   left to the run's next log, evaluation or checkpoint point, or its end), it hands over
   none (`Collected.short`), so that an iteration never runs past that point by more than
   one unroll.
@@ -175,13 +176,15 @@ class AsyncSource(_ThreadSource):
 
   def __init__(self, rollouts, keys, acting, version, config):
     super().__init__(rollouts, keys, acting, version, config, gated=False)
-    self._published = version
+    self._published = acting
 
   def collect(self, acting: Any, version: int, should_stop: Callable,
               budget: int | None = None) -> Collected:  # fmt: skip
-    if version != self._published:
+    # New parameters or new transformer statistics: an off-policy agent makes no update
+    # while its replay fills, but its observation statistics grow with every unroll.
+    if acting is not self._published:
       self.actors.publish(acting, version)
-      self._published = version
+      self._published = acting
     stats, steps, dropped = [], 0, 0
     lag_limit = self.config.acting.max_policy_lag
     while True:
