@@ -272,7 +272,10 @@ def test_check_distributed_args():
   check_distributed_args(1, 0, None)
   check_distributed_args(2, 1, "localhost:1234")
   check_distributed_args(4, 3, "10.0.0.1:8476")
+  check_distributed_args(2, 1, "[::1]:1234")  # IPv6
   for args in [
+      (2, 0, "::1:1234"),
+      (2, 0, "[::1]"),
       (2, 0, None),
       (2, 0, ""),
       (2, 0, "localhost"),
@@ -538,16 +541,40 @@ def _two_processes(run_dir, *flags, own_flags=((), ()), timeout=300, own_env=({}
   return [out for _, out in results]
 
 
-def test_processes_given_different_settings_are_refused_before_anything_is_written(tmp_path):
+@pytest.mark.parametrize(
+    "own_flags, field",
+    [
+        (((), ("--learning-rate", "0.001")), "agent.learning_rate"),
+        # Settings are compared over one device per process: the processes' device counts
+        # differ here (JAX's process_allgather failed with "cannot reshape array of size 3").
+        ((("--learner-devices", "2"), ()), "train.parallel.learner_devices"),
+    ],
+)
+def test_processes_given_different_settings_are_refused_before_anything_is_written(
+    tmp_path, own_flags, field
+):
   run = tmp_path / "run"
-  results = _job(run, ["--total-env-steps", "40960"], own_flags=((), ("--learning-rate", "0.001")))
+  results = _job(run, ["--total-env-steps", "40960"], own_flags=own_flags)
   for pid, (code, out) in enumerate(results):
     assert code == 2, f"process {pid}:\n{out[-3000:]}"
     assert out.strip().splitlines()[-1] == (
-        "[impala] error: the processes of this job were given different settings "
-        "(agent.learning_rate): start every process with the same flags but --process-id"
+        f"[impala] error: the processes of this job were given different settings "
+        f"({field}): start every process with the same flags but --process-id"
     )
   assert not (run / "config.json").exists() and not (run / "checkpoints").exists()
+
+
+def test_hosts_with_more_devices_than_the_learner_uses_train_together(tmp_path):
+  # Process 0's host holds 4 devices, process 1's 2 (as GPU hosts of 8 and 4 GPUs would);
+  # each learns on 2. The processes' agreements gathered over every device of each and
+  # failed ("cannot reshape array of size 6 into shape (2,4)").
+  run = tmp_path / "run"
+  four = {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+  _two_processes(run, "--total-env-steps", "1024", "--log-every", "512", "--eval-every", "0",
+                 "--learner-devices", "2", own_env=(four, {}))  # fmt: skip
+  assert (run / "final_params.msgpack").read_bytes() == (
+      run / "process1" / "final_params.msgpack"
+  ).read_bytes()
 
 
 def test_processes_may_name_their_shared_run_directory_differently(tmp_path):

@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from scripts import cpu_process_env
 
 from offpolicy_ac import _memory
 from offpolicy_ac import demos as demos_lib
@@ -50,6 +51,38 @@ def test_check_replay_fits_names_the_bytes_and_the_flags(monkeypatch):
     learner_lib.check_replay_fits(data, 1, big_batch)
   monkeypatch.setattr(_memory, "free_memory_bytes", lambda device=None: None)
   learner_lib.check_replay_fits(data, 3, replay)  # unknown: not refused
+
+
+# A learner on 2 CPU devices whose replay (one copy) fits in 1.5 copies of free memory. The
+# buffer is replicated, so each device holds a copy in the host's memory: 2 copies.
+TWO_CPU_DEVICES = """
+import jax
+from offpolicy_ac import _memory, agents, envs
+from offpolicy_ac.training import TrainConfig
+from offpolicy_ac.training.learner import Learner
+from offpolicy_ac.training.parallel import DataParallel
+
+config = TrainConfig.of(num_envs=8, unroll_length=8, replay_capacity=1000, min_replay_size=8,
+                        mini_batch_size=16, mini_batch_length=4, learner_devices=2)
+agent = agents.make_sql(envs.spec("CartPole-v1", num_envs=8))
+one = Learner(agent, config.replace(learner_devices=1), DataParallel.create(1), num_seeds=1)
+shapes = jax.eval_shape(one._replay_init, jax.random.PRNGKey(0))
+copy = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(shapes.data))
+_memory.host_available_bytes = lambda: int(1.5 * copy)
+try:
+  Learner(agent, config, DataParallel.create(2), num_seeds=1)
+except _memory.DoesNotFit as e:
+  print(e)
+"""
+
+
+def test_a_replay_on_several_cpu_devices_counts_a_copy_on_each():
+  env = {**cpu_process_env(), "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+  out = subprocess.run([sys.executable, "-c", TWO_CPU_DEVICES], capture_output=True, text=True,
+                       env=env, timeout=300)  # fmt: skip
+  assert out.returncode == 0, out.stderr[-3000:]
+  assert out.stdout.startswith("the replay buffer and a sampled batch need"), out.stdout
+  assert "x 2 CPU devices (a copy each, in the host's memory)), more than" in out.stdout
 
 
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "gymnax:CartPole-v1"])

@@ -180,7 +180,7 @@ class ParallelConfig:
   process_id: int = 0
   """This process's index in [0, --num-processes)."""
   coordinator_address: Optional[str] = None
-  """HOST:PORT of process 0 (multi-host only)."""
+  """HOST:PORT (or [IPV6]:PORT) of process 0 (multi-host only)."""
 
 
 @dataclasses.dataclass(frozen=True)

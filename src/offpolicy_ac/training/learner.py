@@ -140,7 +140,8 @@ def make_replay(config: TrainConfig) -> replay_lib.SequenceReplay:
   )
 
 
-def check_replay_fits(data_shapes: Any, copies: int, replay: ReplayConfig) -> None:
+def check_replay_fits(data_shapes: Any, copies: int, replay: ReplayConfig,
+                      devices: int = 1) -> None:  # fmt: skip
   """Refuses a replay buffer and sampled batch larger than the default device has free,
   before they are allocated (too many sequences, or too many windows a batch, ended the
   process, or its run, in an allocation error).
@@ -150,6 +151,8 @@ def check_replay_fits(data_shapes: Any, copies: int, replay: ReplayConfig) -> No
       or `jax.ShapeDtypeStruct`s.
     copies: learners holding such a buffer (seeds or a sweep's lanes).
     replay: the buffer's and the batches' sizes.
+    devices: devices that share the default device's memory and each hold the copies
+      (a learner's CPU devices, all in the host's memory; on a GPU each has its own).
 
   Raises:
     ValueError: they need more bytes than the device has free.
@@ -157,8 +160,9 @@ def check_replay_fits(data_shapes: Any, copies: int, replay: ReplayConfig) -> No
   leaves = jax.tree.leaves(data_shapes)
   row = sum(int(np.prod(x.shape[1:])) * np.dtype(x.dtype).itemsize for x in leaves)
   window = row * (replay.mini_batch_length + 1) // leaves[0].shape[1]
-  need = copies * (replay.replay_capacity * row + replay.mini_batch_size * window)
+  need = devices * copies * (replay.replay_capacity * row + replay.mini_batch_size * window)
   lanes = f", x {copies} learners (seeds or sweep settings)" if copies > 1 else ""
+  lanes += f", x {devices} CPU devices (a copy each, in the host's memory)" * (devices > 1)
   _memory.check_device_fits(
       need, what="the replay buffer and a sampled batch need",
       details=f"replay_capacity {replay.replay_capacity:,} sequences of {row:,} bytes, "
@@ -522,7 +526,10 @@ class Learner:
     self.greedy = jax.jit(greedy)
     if self.replay is not None:  # refused here, before the run writes anything
       shapes = jax.eval_shape(self._replay_init, jax.random.PRNGKey(0))
-      check_replay_fits(shapes.data, num_seeds, config.replay)
+      # The buffer is replicated: a learner's CPU devices hold a copy each in one memory.
+      on_cpu = dp.mesh.devices.flat[0].platform == "cpu"
+      check_replay_fits(shapes.data, num_seeds, config.replay,
+                        devices=dp.devices_per_process if on_cpu else 1)  # fmt: skip
     # An argument of the compiled functions, not a constant in them (`agents.BatchFn`).
     self._batch_fn = None if batch_fn is None else dp.replicate(as_batch_fn(batch_fn))
     constrain = dp.constrain if num_seeds == 1 else (lambda batch: batch)

@@ -47,7 +47,7 @@ import numpy as np
 
 AXIS = "data"
 JOIN_TIMEOUT_S = 120  # how long the processes of a job wait for each other to join
-_ADDRESS = re.compile(r"^[^:\s]+:\d{1,5}$")
+_ADDRESS = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[^:\s\[\]]+):\d{1,5}$")  # host:port or [IPv6]:port
 
 
 def _backend_started() -> bool:
@@ -74,7 +74,7 @@ def check_distributed_args(
   if num_processes > 1:
     if not coordinator_address or not _ADDRESS.match(coordinator_address):
       raise ValueError(
-          "num_processes > 1 needs coordinator_address HOST:PORT (process "
+          "num_processes > 1 needs coordinator_address HOST:PORT or [IPV6]:PORT (process "
           f"0's address), got {coordinator_address!r}"
       )
     if not 1 <= int(coordinator_address.rsplit(":", 1)[1]) <= 65535:
@@ -149,6 +149,30 @@ def _wait_for_coordinator(address: str, process_id: int, num_processes: int, dea
       time.sleep(0.5)
 
 
+def _identity(x):
+  return x
+
+
+def gather_from_processes(values: np.ndarray) -> np.ndarray:
+  """[num_processes, ...]: every process's `values` (the same shape and dtype on each),
+  on every process, gathered over one device per process (each process's first), so that
+  hosts may hold different numbers of devices (JAX's `process_allgather` spans every
+  device and assumes each process has as many). Every process must call it."""
+  values = np.asarray(values)
+  if jax.process_count() == 1:
+    return values[None]
+  first = {}
+  for d in jax.devices():
+    first.setdefault(d.process_index, d)
+  mesh = Mesh(np.array([first[p] for p in sorted(first)]), ("processes",))
+  mine = jax.device_put(values[None], first[jax.process_index()])
+  spread = jax.make_array_from_single_device_arrays(
+      (len(first), *values.shape), NamedSharding(mesh, P("processes")), [mine]
+  )
+  gathered = jax.jit(_identity, out_shardings=NamedSharding(mesh, P()))(spread)
+  return np.asarray(gathered.addressable_data(0))
+
+
 def check_same_settings(settings: Mapping[str, Any]) -> None:
   """Refuses a multi-process job whose processes were given different settings: every
   process calls it with its own (dotted field -> JSON value; leave out the ones that may
@@ -162,13 +186,9 @@ def check_same_settings(settings: Mapping[str, Any]) -> None:
   """
   if jax.process_count() == 1:
     return
-  from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
-
   names = sorted(settings)
   digest = lambda value: zlib.crc32(json.dumps(value, sort_keys=True, default=str).encode())
-  gather = lambda values: np.asarray(
-      multihost_utils.process_allgather(np.array(values, np.uint32).view(np.int32), tiled=False)
-  )
+  gather = lambda values: gather_from_processes(np.array(values, np.uint32).view(np.int32))
   # The fields themselves first: the next gather needs as many values from every process.
   fields = gather([len(names), digest(names)])
   if (fields != fields[0]).any():
@@ -332,11 +352,9 @@ class DataParallel:
     values = np.asarray(values)
     if self.num_processes == 1:
       return values[None]
-    from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
-
     wide = values.dtype.itemsize == 8
     sent = np.ascontiguousarray(values).reshape(-1).view(np.int32) if wide else values
-    got = np.asarray(multihost_utils.process_allgather(sent, tiled=False))
+    got = gather_from_processes(sent)
     if wide:
       got = np.ascontiguousarray(got).view(values.dtype).reshape((-1, *values.shape))
     return got
