@@ -11,9 +11,9 @@
   `grace_period_s` for the rest, and learns from their concatenation along the batch
   axis; trajectories of earlier iterations that arrive late are dropped.
 * `AsyncSource` (`--actors async`): K actor threads unroll with the newest parameters
-  and observation statistics they have (sent after every iteration that changes them,
-  with or without an update); the learner takes each trajectory as it arrives, dropping
-  those more than `max_policy_lag` updates old; once the dropped ones' steps reach `budget` (the steps
+  and observation statistics they have (sent after every iteration, with or without an
+  update); the learner takes each trajectory as it arrives, dropping those more than
+  `max_policy_lag` updates old; once the dropped ones' steps reach `budget` (the steps
   left to the run's next log, evaluation or checkpoint point, or its end), it hands over
   none (`Collected.short`), so that an iteration never runs past that point by more than
   one unroll.
