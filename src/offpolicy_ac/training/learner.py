@@ -526,10 +526,7 @@ class Learner:
     self.greedy = jax.jit(greedy)
     if self.replay is not None:  # refused here, before the run writes anything
       shapes = jax.eval_shape(self._replay_init, jax.random.PRNGKey(0))
-      # The buffer is replicated: a learner's CPU devices hold a copy each in one memory.
-      on_cpu = dp.mesh.devices.flat[0].platform == "cpu"
-      check_replay_fits(shapes.data, num_seeds, config.replay,
-                        devices=dp.devices_per_process if on_cpu else 1)  # fmt: skip
+      check_replay_fits(shapes.data, num_seeds, config.replay, devices=dp.copies_per_memory)
     # An argument of the compiled functions, not a constant in them (`agents.BatchFn`).
     self._batch_fn = None if batch_fn is None else dp.replicate(as_batch_fn(batch_fn))
     constrain = dp.constrain if num_seeds == 1 else (lambda batch: batch)

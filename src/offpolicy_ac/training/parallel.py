@@ -27,6 +27,7 @@ processes exchange collectives with gloo.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -149,28 +150,39 @@ def _wait_for_coordinator(address: str, process_id: int, num_processes: int, dea
       time.sleep(0.5)
 
 
-def _identity(x):
-  return x
+def _devices_by_process() -> dict[int, list]:
+  """{process index: its devices}, in process order, each process's in `jax.devices()`'s
+  order (the same on every process)."""
+  by_process = {}
+  for d in jax.devices():
+    by_process.setdefault(d.process_index, []).append(d)
+  return dict(sorted(by_process.items()))
+
+
+@functools.lru_cache(maxsize=None)
+def _process_gather() -> tuple[NamedSharding, jax.Device, Callable]:
+  """The sharding that lays [num_processes, ...] out over one device per process (each
+  process's first), this process's device in it, and the jitted gather (the identity,
+  replicated): built once per process, as the devices never change."""
+  firsts = [devices[0] for devices in _devices_by_process().values()]
+  mesh = Mesh(np.array(firsts), ("processes",))
+  gather = jax.jit(lambda x: x, out_shardings=NamedSharding(mesh, P()))
+  return NamedSharding(mesh, P("processes")), firsts[jax.process_index()], gather
 
 
 def gather_from_processes(values: np.ndarray) -> np.ndarray:
   """[num_processes, ...]: every process's `values` (the same shape and dtype on each),
-  on every process, gathered over one device per process (each process's first), so that
-  hosts may hold different numbers of devices (JAX's `process_allgather` spans every
-  device and assumes each process has as many). Every process must call it."""
+  on every process, gathered over one device per process, so that hosts may hold
+  different numbers of devices (JAX's `process_allgather` spans every device and assumes
+  each process has as many). Every process must call it."""
   values = np.asarray(values)
   if jax.process_count() == 1:
     return values[None]
-  first = {}
-  for d in jax.devices():
-    first.setdefault(d.process_index, d)
-  mesh = Mesh(np.array([first[p] for p in sorted(first)]), ("processes",))
-  mine = jax.device_put(values[None], first[jax.process_index()])
-  spread = jax.make_array_from_single_device_arrays(
-      (len(first), *values.shape), NamedSharding(mesh, P("processes")), [mine]
+  spread, mine, gather = _process_gather()
+  rows = jax.make_array_from_single_device_arrays(
+      (jax.process_count(), *values.shape), spread, [jax.device_put(values[None], mine)]
   )
-  gathered = jax.jit(_identity, out_shardings=NamedSharding(mesh, P()))(spread)
-  return np.asarray(gathered.addressable_data(0))
+  return np.asarray(gather(rows).addressable_data(0))
 
 
 def check_same_settings(settings: Mapping[str, Any]) -> None:
@@ -232,6 +244,9 @@ class DataParallel:
     self.process_index = jax.process_index()
     self.trivial = self.num_devices == 1
     self.replicated = NamedSharding(mesh, P())
+    # A replicated value's copies in one memory: CPU devices all live in the host's.
+    on_cpu = mesh.devices.flat[0].platform == "cpu"
+    self.copies_per_memory = devices_per_process if on_cpu else 1
 
   @classmethod
   def create(cls, learner_devices: int = 1) -> "DataParallel":
@@ -249,10 +264,8 @@ class DataParallel:
           f"learner_devices={learner_devices} but this process has "
           f"{len(local)} {local[0].platform} device(s){hint}"
       )
-    by_process = {}
-    for d in jax.devices():
-      by_process.setdefault(d.process_index, []).append(d)
-    devices = [d for p in sorted(by_process) for d in by_process[p][:learner_devices]]
+    by_process = _devices_by_process()
+    devices = [d for p in by_process for d in by_process[p][:learner_devices]]
     dp = cls(Mesh(np.array(devices), (AXIS,)), learner_devices)
     if dp.num_processes > 1:
       dp.connect_collectives()
