@@ -85,6 +85,41 @@ def test_a_replay_on_several_cpu_devices_counts_a_copy_on_each():
   assert "x 2 CPU devices (a copy each, in the host's memory)), more than" in out.stdout
 
 
+# A learner on 2 CPU devices whose update program (one device's share, by XLA's analysis)
+# fits in 1.5 shares of free memory: each device runs its share in the host's memory.
+TWO_CPU_DEVICES_UPDATE = """
+import jax
+from offpolicy_ac import _memory, agents, envs
+from offpolicy_ac.training import TrainConfig
+from offpolicy_ac.training.learner import Learner
+from offpolicy_ac.training.parallel import DataParallel
+
+config = TrainConfig.of(num_envs=8, unroll_length=8, learner_devices=2)
+learner = Learner(agents.make_impala(envs.spec("CartPole-v1", num_envs=8)), config,
+                  DataParallel.create(2), num_seeds=1)
+state = learner.init([0])
+acting = learner.acting(state)
+batch = learner.batch([jax.device_get(learner.example(acting[0], 8))])
+share = _memory.program_bytes(
+    learner._ingest.trace(state, batch, learner.hyperparams, None).lower().compile())
+_memory.host_available_bytes = lambda: int(1.5 * share)
+learner.warm_up(state, batch, acting[0]).join()
+try:
+  learner.check_warm_up()
+except _memory.DoesNotFit as e:
+  print(e)
+"""
+
+
+def test_an_update_on_several_cpu_devices_counts_each_devices_share():
+  env = {**cpu_process_env(), "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+  out = subprocess.run([sys.executable, "-c", TWO_CPU_DEVICES_UPDATE], capture_output=True,
+                       text=True, env=env, timeout=300)  # fmt: skip
+  assert out.returncode == 0, out.stderr[-3000:]
+  assert out.stdout.startswith("an update on one unroll needs"), out.stdout
+  assert "x 2 CPU devices (each its share, in the host's memory)), more than" in out.stdout
+
+
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "gymnax:CartPole-v1"])
 def test_a_run_whose_replay_does_not_fit_is_refused_before_it_writes(tmp_path, monkeypatch,
                                                                      env_id):  # fmt: skip

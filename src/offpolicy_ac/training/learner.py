@@ -711,15 +711,17 @@ class Learner:
     if self._refused is not None:
       raise self._refused
 
-  @staticmethod
-  def _check_fits(jitted: Callable, args: tuple, what: str, details: str,
+  def _check_fits(self, jitted: Callable, args: tuple, what: str, details: str,
                   hint: str = _FITS_HINT) -> jax.stages.Compiled:  # fmt: skip
     """`jitted` compiled for `args` (arrays or their `_abstract` shapes; a jitted call on
     such arrays then reuses it), refused (`_memory.DoesNotFit`) where it needs more memory
-    than the default device has free."""
+    than the default device has free. XLA's analysis is of one device's share; the
+    learner's CPU devices each run theirs in the host's memory."""
     compiled = jitted.trace(*args).lower().compile()
+    devices = self.dp.copies_per_memory
+    details += f", x {devices} CPU devices (each its share, in the host's memory)" * (devices > 1)
     _memory.check_device_fits(
-        _memory.program_bytes(compiled) or 0, what=what, details=details,
+        devices * (_memory.program_bytes(compiled) or 0), what=what, details=details,
         hint=hint,
     )  # fmt: skip
     return compiled
