@@ -338,10 +338,10 @@ def _pieces(n: int, length: int, mode: str) -> list[tuple[int, int]]:
   return pieces
 
 
-def _check_cut_fits(demos: dict[str, Any], length: int, mode: str) -> None:
-  """Refuses a cut whose sequences need more memory than the host has available (each is
-  `length` steps, padded where the episode is shorter: a huge length was a kill)."""
-  pieces = sum(len(_pieces(int(n), length, mode)) for n in demos["episode_lengths"])
+def _check_cut_fits(demos: dict[str, Any], length: int, pieces: int) -> None:
+  """Refuses a cut whose `pieces` sequences need more memory than the host has available
+  (each is `length` steps, padded where the episode is shorter: a huge length was a kill).
+  The cut fills its arrays in place: they are all it allocates."""
   step = 4 + sum(  # env_id (int32) and the fields
       np.dtype(demos[name].dtype).itemsize * int(np.prod(np.shape(demos[name])[1:]))
       for name in _FIELDS
@@ -367,40 +367,34 @@ def cut_episodes(demos: dict[str, Any], length: int, mode: str = "last") -> Traj
   if not isinstance(length, (int, np.integer)) or isinstance(length, bool) or length < 2:
     raise ValueError(f"length must be an int >= 2, got {length!r}")
   length = int(length)
-  _check_cut_fits(demos, length, mode)
-  offsets = np.concatenate([[0], np.cumsum(demos["episode_lengths"])])
-  sequences = {name: [] for name in _FIELDS}
-  for e, n in enumerate(demos["episode_lengths"]):
-    n = int(n)
-    for start, stop in _pieces(n, length, mode):
-      lo, hi = offsets[e] + start, offsets[e] + stop
-      pad = length - (stop - start)
-      for name in _FIELDS:
-        x = demos[name][lo:hi]
-        if pad:
-          if name == "step_type":
-            filler = np.full((pad,), LAST, x.dtype)
-          elif name == "observation":
-            filler = np.repeat(x[-1:], pad, axis=0)
-          else:
-            filler = np.zeros((pad,) + x.shape[1:], x.dtype)
-          x = np.concatenate([x, filler])
-        sequences[name].append(x)
-  if not len(demos["episode_lengths"]):
+  lengths = demos["episode_lengths"]
+  if not len(lengths):
     raise ValueError("the demonstrations hold no episode")
-  if not sequences["step_type"]:
-    longest = int(np.max(demos["episode_lengths"]))
+  offsets = np.concatenate([[0], np.cumsum(lengths)])
+  pieces = [(int(offsets[e]) + start, int(offsets[e]) + stop)
+            for e, n in enumerate(lengths) for start, stop in _pieces(int(n), length, mode)]  # fmt: skip
+  if not pieces:
+    longest = int(np.max(lengths))
     raise ValueError(f"no sequence of {length} steps could be cut with mode {mode!r}: the "
                      f"longest episode has {longest} steps (sqil.py: a --mini-batch-length "
                      f"below {longest}, or --cut-mode last)")  # fmt: skip
-  stacked = {name: np.stack(v, axis=1) for name, v in sequences.items()}
-  s = stacked["step_type"].shape[1]
+  _check_cut_fits(demos, length, len(pieces))
+  # Filled in place: these arrays are all the cut allocates (what `_check_cut_fits` counts).
+  # A piece shorter than `length` is padded with LAST steps that repeat its last
+  # observation, with zero rewards, discounts and actions.
+  cut = {name: np.zeros((length, len(pieces)) + demos[name].shape[1:], demos[name].dtype)
+         for name in _FIELDS}  # fmt: skip
+  for s, (lo, hi) in enumerate(pieces):
+    for name in _FIELDS:
+      cut[name][: hi - lo, s] = demos[name][lo:hi]
+    cut["step_type"][hi - lo :, s] = LAST
+    cut["observation"][hi - lo :, s] = demos["observation"][hi - 1]
   return Trajectory(
-      step_type=stacked["step_type"],
-      reward=stacked["reward"],
-      discount=stacked["discount"],
-      observation=stacked["observation"],
-      env_id=np.zeros((length, s), np.int32),
-      action=stacked["action"],
+      step_type=cut["step_type"],
+      reward=cut["reward"],
+      discount=cut["discount"],
+      observation=cut["observation"],
+      env_id=np.zeros((length, len(pieces)), np.int32),
+      action=cut["action"],
       extras={},
   )

@@ -235,3 +235,17 @@ def test_python_calls_with_the_wrong_kind_of_value_are_refused_by_name(tmp_path)
     load_run(5)
   with pytest.raises(TypeError, match=r"a preset's run takes its Args .*got dict"):
     presets.impala.run({"run_dir": str(tmp_path / "run")})
+
+
+def test_sqil_refuses_windows_longer_than_its_unrolls_before_it_reads_the_demonstrations(
+    tmp_path,
+):
+  """The replay's windows (mini_batch_length + 1 steps) are the length the demonstrations
+  are cut to: a length the replay refuses is refused before the file is read (a huge one
+  was cut first, and the cut alone could exhaust the memory)."""
+  args = presets.sqil.Args(demos=str(tmp_path / "missing.npz"))
+  train = args.train.replace(mini_batch_length=args.train.env.unroll_length + 1)
+  args = dataclasses.replace(args, train=train, run_dir=str(tmp_path / "run"))
+  with pytest.raises(ValueError, match=r"\(mini_batch_length \+ 1\) is longer than the stored"):
+    presets.sqil.run(args)
+  assert not (tmp_path / "run").exists()

@@ -9,6 +9,7 @@ import math
 import re
 import subprocess
 import sys
+import tracemalloc
 
 import jax
 import jax.numpy as jnp
@@ -155,6 +156,20 @@ def test_a_cut_that_does_not_fit_is_refused_before_it_is_made(monkeypatch):
   )
   monkeypatch.setattr(_memory, "host_available_bytes", lambda: need)
   demos_lib.cut_episodes(demos, 1001, "null_padding")
+
+
+def test_a_cut_allocates_what_its_check_counts():
+  """The cut fills its arrays in place: its peak allocation is the result's size (stacking
+  copies of the pieces took twice that, past the check: a kill)."""
+  demos = demos_lib.load_demos(DEMOS)
+  tracemalloc.start()
+  try:
+    cut = demos_lib.cut_episodes(demos, 1001, "null_padding")
+    _, peak = tracemalloc.get_traced_memory()
+  finally:
+    tracemalloc.stop()
+  need = sum(x.nbytes for x in jax.tree.leaves(cut))
+  assert need <= peak < 1.05 * need
 
 
 def test_sqil_refuses_a_demonstration_batch_that_does_not_fit(tmp_path, monkeypatch):

@@ -33,6 +33,7 @@ from offpolicy_ac.training import TrainConfig
 from offpolicy_ac.training import prepare_process
 from offpolicy_ac.training import refusals
 from offpolicy_ac.training import run_experiment
+from offpolicy_ac.training.learner import make_replay
 from offpolicy_ac.training.sources import task_spec
 
 
@@ -159,7 +160,10 @@ def run(args: Args, **run_kwargs):
       raise ValueError("--demos FILE is required (record one with experiments/record_demos.py)")
     if args.demo_batch_size is not None:
       check_int("--demo-batch-size", args.demo_batch_size, 1)
-    args.train.validate()  # a bad flag named as such, before the file is loaded and cut
+    # A bad flag named as such before the file is loaded and cut into the replay's windows
+    # (their length, --mini-batch-length + 1, at most the unrolls').
+    args.train.validate()
+    make_replay(args.train)
     demos = demos_lib.load_demos(args.demos)
     if demos["env_id"] != args.train.env.env_id:
       raise ValueError(
