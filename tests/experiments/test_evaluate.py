@@ -8,6 +8,7 @@ import resource
 import subprocess
 import sys
 
+import imageio.v2 as imageio
 import imageio.v3 as iio
 import numpy as np
 import pytest
@@ -26,6 +27,7 @@ from offpolicy_ac.training import evaluate
 from offpolicy_ac.training import evaluation
 from offpolicy_ac.training import load_run
 from offpolicy_ac.training import pool_seed
+from offpolicy_ac.training import video as video_lib
 from offpolicy_ac.training import write_video
 
 
@@ -323,6 +325,28 @@ def test_evaluate_refuses_a_video_it_cannot_write_before_playing_episodes(tmp_pa
     module.main(module.Args(run_dir=str(tmp_path / "no-run"), video=str(tmp_path / "v.mp4")))
   assert not list(tmp_path.iterdir())
 
+
+def test_an_ffmpeg_named_by_imageio_ffmpeg_exe_that_does_not_exist_is_refused_first(tmp_path,
+                                                                                   monkeypatch):  # fmt: skip
+  """imageio-ffmpeg takes IMAGEIO_FFMPEG_EXE untested: the episodes were played, then the
+  video failed, pointing to an ffmpeg message never printed (ffmpeg never started)."""
+  missing = str(tmp_path / "bin" / "ffmpeg")
+  monkeypatch.setenv("IMAGEIO_FFMPEG_EXE", missing)
+  module = load_script("evaluate")
+  with pytest.raises(ValueError) as e:
+    module.main(module.Args(run_dir=str(tmp_path / "no-run"), video=str(tmp_path / "v.mp4")))
+  assert str(e.value) == (
+      f"--video: writing a video needs ffmpeg, and IMAGEIO_FFMPEG_EXE is {missing}, which is "
+      "not an executable file: point it at ffmpeg, or unset it (imageio-ffmpeg then uses its "
+      "own)"
+  )
+  # Past the check (write_video's own is the same): ffmpeg that cannot start printed nothing.
+  monkeypatch.setattr(video_lib, "video_writer", lambda: imageio)
+  with pytest.raises(OSError) as e:
+    write_video(tmp_path / "v.mp4", np.zeros((2, 4, 4, 3), np.uint8))
+  assert str(e.value) == (f"writing the video {tmp_path / 'v.mp4'} failed: ffmpeg stopped "
+                          f"([Errno 2] No such file or directory: '{missing}')")  # fmt: skip
+  assert not list(tmp_path.iterdir())
 
 _WRITE_UNDER_A_SIZE_LIMIT = """
 import resource, sys

@@ -10,6 +10,7 @@ import contextlib
 import numbers
 import os
 import pathlib
+import shutil
 import types
 from typing import Iterable
 from typing import Iterator
@@ -33,10 +34,14 @@ def video_writer() -> types.ModuleType:
     import imageio.v2 as imageio
     import imageio_ffmpeg
 
-    imageio_ffmpeg.get_ffmpeg_exe()  # IMAGEIO_FFMPEG_EXE, its own binary, or the system's
+    exe = imageio_ffmpeg.get_ffmpeg_exe()  # IMAGEIO_FFMPEG_EXE, its own binary, the system's
   except (ImportError, RuntimeError) as e:
     raise ImportError(f"writing a video needs imageio and imageio-ffmpeg with its ffmpeg "
                       f"binary ({type(e).__name__}: {e}): {fix}") from e  # fmt: skip
+  if os.environ.get("IMAGEIO_FFMPEG_EXE") and shutil.which(exe) is None:  # taken untested
+    raise ImportError(f"writing a video needs ffmpeg, and IMAGEIO_FFMPEG_EXE is {exe}, which is "
+                      "not an executable file: point it at ffmpeg, or unset it (imageio-ffmpeg "
+                      "then uses its own)")  # fmt: skip
   return imageio
 
 
@@ -109,13 +114,14 @@ def write_video(path: str | os.PathLike, frames: Iterable[np.ndarray],
 @contextlib.contextmanager
 def _ffmpeg_errors(path: pathlib.Path) -> Iterator[None]:
   """An OSError of imageio's ffmpeg pipe (ffmpeg stopped: a path it could not open, a full
-  disk), raised again as one line naming the video; ffmpeg printed its reason above."""
+  disk), raised again as one line naming the video; ffmpeg printed its reason above (unless
+  it could not start: FileNotFoundError)."""
   try:
     yield
   except OSError as e:
     first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    raise OSError(f"writing the video {path} failed: ffmpeg stopped ({first}); its own "
-                  "message is printed above") from e  # fmt: skip
+    said = "" if isinstance(e, FileNotFoundError) else "; its own message is printed above"
+    raise OSError(f"writing the video {path} failed: ffmpeg stopped ({first}){said}") from e
 
 
 def _check_read_back(tmp: pathlib.Path, path: pathlib.Path, num_frames: int) -> None:
