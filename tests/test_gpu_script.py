@@ -333,6 +333,21 @@ def test_a_refused_table_run_fails_the_command_and_says_so(tmp_path):
   assert results["train"]["train_exit_code"] == 2
 
 
+@pytest.mark.parametrize("rc, why", [
+    (124, "stopped at its time limit (TRAIN_MAX_S, or the time left): more time, or a shorter "
+          "start"),
+    (2, "refused: its error is in log.txt"),
+    (1, "failed: its error is in log.txt"),
+])  # fmt: skip
+def test_a_table_run_without_metrics_is_summarized_by_its_exit_code(tmp_path, rc, why):
+  """A run stopped at the limit before its first metrics line (a slow start) has no error
+  in log.txt: the summary says it was stopped."""
+  text, results = summarize.summarize(tmp_path, "Pong-v5", "impala", 0, 40.0, rc)
+  assert text.splitlines()[-1] == (f"table run: none: the training command ended with exit "
+                                   f"code {rc} after 40 s, before its first metrics line ({why})")  # fmt: skip
+  assert results["train"] == {"train_exit_code": rc, "train_seconds": 40.0}
+
+
 def test_rollout_is_the_resumed_runs_else_the_faster_learner(tmp_path):
   assert summarize.choose_rollout(tmp_path)[0] == "host"  # nothing measured
   medians = {"async": {"env_steps_per_s": 9000.0, "used_env_steps_per_s": 8000.0},

@@ -238,9 +238,13 @@ def summarize(work: pathlib.Path, game: str, agent: str, start_env_steps: int,
       lines.append(f"  demonstrations: {demos}")
   elif train_rc is not None:  # refused or failed before its first metrics line
     results["train"] = {"train_exit_code": train_rc, "train_seconds": train_seconds}
-    lines.append(f"table run: none: the training command ended with exit code {train_rc} "
-                 f"after {_fmt(train_seconds, '.0f')} s, before its first metrics line "
-                 "(its error is in log.txt)")  # fmt: skip
+    why = {124: "stopped at its time limit (TRAIN_MAX_S, or the time left): more time, or "
+                "a shorter start", 2: "refused: its error is in log.txt"}.get(
+                    train_rc, "failed: its error is in log.txt")  # fmt: skip
+    lines.append(
+        f"table run: none: the training command ended with exit code {train_rc} "
+        f"after {_fmt(train_seconds, '.0f')} s, before its first metrics line ({why})"
+    )
   return "\n".join(lines), results
 
 
