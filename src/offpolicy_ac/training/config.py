@@ -59,8 +59,8 @@ class EnvConfig:
   max_episode_steps: Optional[int] = None
   """The task's time limit in steps (default: the task's own)."""
   atari: bool = False
-  """Atari preprocessing (84x84 grey, frame stack 4, no-op starts; episodic life and
-  rewards clipped to {-1, 0, 1} for training only); returns are raw game scores."""
+  """Atari preprocessing (84x84 grey, frame stack 4, no-op starts, episodic life; rewards
+  clipped to {-1, 0, 1} for training only); returns are raw game scores."""
   rollout: envs.Backend = "host"
   """How envpool environments are stepped. 'host': one step at a time from Python (any
   task). 'compiled': each unroll is one compiled loop, with no Python per step, so actor
