@@ -50,6 +50,16 @@ CASES = [
     ("acer", ["--value-weight", "inf"], "--value-weight must be finite"),
     ("acer", ["--replay-ratio", "2147483648"], "--replay-ratio must be below 2**31"),
     ("sql", ["--alpha", "inf"], "alpha must be finite"),
+    # An agent's flag is named as such, not as a sweep's setting ("the setting {} is invalid"),
+    # even beside a sweep of another field; a swept value at fault is named with its setting.
+    ("impala", ["--gamma", "1.5"], "error: --gamma must lie in [0.0, 1.0], got 1.5"),
+    ("sql", ["--alpha", "0"], "error: --alpha must be > 0, got 0.0"),
+    (
+        "impala",
+        ["--sweep", "learning_rate=1e-3,3e-3", "--gamma", "1.5"],
+        "error: --gamma must lie in [0.0, 1.0], got 1.5",
+    ),
+    ("impala", ["--sweep", "gamma=0.9,1.5"], "error: the setting {'gamma': 1.5} is invalid: gamma"),
     ("sql", ["--learning-rate-cooldown", "2"], "--learning-rate-cooldown must lie in [0, 1]"),
     ("sqil", ["--demos", "{demos}/good.npz", "--learning-rate-cooldown", "nan"], "must lie in"),
     ("impala", ["--reward-scale", "inf"], "--reward-scale must be finite"),

@@ -23,6 +23,7 @@ import dataclasses
 import itertools
 from typing import Any
 from typing import Mapping
+from typing import Optional
 from typing import Sequence
 
 import jax.numpy as jnp
@@ -68,7 +69,9 @@ def with_hyperparams(config: Any, hyperparams: Mapping[str, Any]) -> Any:
 def check_setting(config: Any, setting: Mapping[str, float]) -> Any:
   """The config with one concrete setting applied, validated (by its `validate()`, where
   its class has one); raises ValueError naming the field (unknown, static, or out of
-  range) before anything compiles."""
+  range) before anything compiles: "the setting {...} is invalid: ..." where the setting
+  is at fault, the config's own error where it is not (an empty setting, or a field the
+  setting leaves alone)."""
   _check_names(config, setting)
   for name, value in setting.items():
     try:
@@ -76,13 +79,24 @@ def check_setting(config: Any, setting: Mapping[str, float]) -> Any:
     except (TypeError, ValueError):
       raise ValueError(f"the setting of {name} must be a number, got {value!r}") from None
   changed = dataclasses.replace(config, **{k: float(v) for k, v in setting.items()})
-  validate = getattr(changed, "validate", None)  # a custom agent's config may have none
+  if not callable(getattr(changed, "validate", None)):  # a custom agent's config may have none
+    return changed
   try:
-    if callable(validate):
-      validate()
+    changed.validate()
   except ValueError as error:
-    raise ValueError(f"the setting {dict(setting)} is invalid: {error}") from None
+    if setting and _error_of(config) != str(error):
+      raise ValueError(f"the setting {dict(setting)} is invalid: {error}") from None
+    raise
   return changed
+
+
+def _error_of(config: Any) -> Optional[str]:
+  """The message of the ValueError `config.validate()` raises, if any."""
+  try:
+    config.validate()
+  except ValueError as error:
+    return str(error)
+  return None
 
 
 def parse_sweep(config: Any, specs: Sequence[str]) -> dict[str, list[float]]:
