@@ -348,6 +348,7 @@ def test_an_ffmpeg_named_by_imageio_ffmpeg_exe_that_does_not_exist_is_refused_fi
                           f"([Errno 2] No such file or directory: '{missing}')")  # fmt: skip
   assert not list(tmp_path.iterdir())
 
+
 _WRITE_UNDER_A_SIZE_LIMIT = """
 import resource, sys
 import numpy as np
