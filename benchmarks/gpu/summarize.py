@@ -137,6 +137,14 @@ def _layouts(work: pathlib.Path, game: str, best_raw: Optional[float]) -> list[d
   return found
 
 
+# Why a table run ended before its first metrics line, by its exit code (as atari.sh says).
+_ENDED_WITHOUT_METRICS = {
+    124: "stopped at its time limit (TRAIN_MAX_S, or the time left): more time, or a shorter "
+    "start",
+    2: "refused: its error is in log.txt",
+}
+
+
 def summarize(work: pathlib.Path, game: str, agent: str, start_env_steps: int,
               train_seconds: Optional[float], train_rc: Optional[int]) -> tuple[str, dict]:  # fmt: skip
   """The summary text and the results' JSON of one command."""
@@ -238,9 +246,7 @@ def summarize(work: pathlib.Path, game: str, agent: str, start_env_steps: int,
       lines.append(f"  demonstrations: {demos}")
   elif train_rc is not None:  # refused or failed before its first metrics line
     results["train"] = {"train_exit_code": train_rc, "train_seconds": train_seconds}
-    why = {124: "stopped at its time limit (TRAIN_MAX_S, or the time left): more time, or "
-                "a shorter start", 2: "refused: its error is in log.txt"}.get(
-                    train_rc, "failed: its error is in log.txt")  # fmt: skip
+    why = _ENDED_WITHOUT_METRICS.get(train_rc, "failed: its error is in log.txt")
     lines.append(
         f"table run: none: the training command ended with exit code {train_rc} "
         f"after {_fmt(train_seconds, '.0f')} s, before its first metrics line ({why})"
