@@ -17,6 +17,7 @@ from scripts import EXPERIMENTS
 from scripts import cpu_process_env
 from scripts import load_script
 
+from offpolicy_ac import cli
 from offpolicy_ac import demos as demos_lib
 from offpolicy_ac import envs
 from offpolicy_ac import presets
@@ -539,6 +540,39 @@ def test_sqil_refuses_demos_of_another_task(tmp_path, heuristic_demos):
   module = _script("sqil")
   with pytest.raises(ValueError, match="demonstrations are of CartPole-v1"):
     module.run(_args(module, tmp_path, demos=str(heuristic_demos), env_id="CartPole-v0"))
+
+
+def _short_demos(env_id):
+  """One episode of `env_id` of at most 4 steps (action 0, or the action box's lower corner)."""
+  env = envs.make(env_id, 1, 0, max_episode_steps=4)
+  spec = env.spec
+  low = (
+      np.zeros((), spec.action_dtype)
+      if spec.is_discrete
+      else np.asarray(spec.action_low, spec.action_dtype)
+  )
+  demos = demos_lib.record_episodes(env, lambda obs: np.stack([low] * len(obs)), 1)
+  env.close()
+  return demos
+
+
+@pytest.mark.parametrize(
+    "preset, held, advised",
+    [("pendulum", "CartPole-v1", "cartpole"), (None, "Pendulum-v1", "pendulum"),
+     (None, "CartPole-v0", "cartpole-v0"), (None, "Acrobot-v1", "none")],
+)  # fmt: skip
+def test_sqil_advises_a_preset_that_fits_the_demonstrations_task(tmp_path, preset, held, advised):
+  """Demonstrations of another task: the advice names the task and a preset for it, which
+  the command line then accepts (the run's own preset, made for another kind of task, would
+  be refused: --preset pendulum --env-id CartPole-v1)."""
+  module = _script("sqil")
+  path = tmp_path / "demos.npz"
+  demos_lib.save_demos(path, _short_demos(held), env_id=held)
+  with pytest.raises(ValueError, match=rf"pass --env-id {held} --preset {advised}, or record"):
+    module.run(_args(module, tmp_path / "run", preset, demos=str(path)))
+  argv = ["--env-id", held, "--preset", advised, "--demos", str(path)]
+  args = cli.parse_args(module.Args, module.PRESETS, argv, env_presets=module.ENV_PRESETS)
+  assert args.train.env.env_id == held
 
 
 def test_sqil_refuses_an_empty_demonstration_batch(tmp_path, heuristic_demos):

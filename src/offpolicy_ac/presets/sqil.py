@@ -26,6 +26,7 @@ from offpolicy_ac.agents import SqlConfig
 from offpolicy_ac.agents import make_sqil
 from offpolicy_ac.agents import make_sqil_batch_fn
 from offpolicy_ac.agents.base import check_int
+from offpolicy_ac.cli import NO_PRESET
 from offpolicy_ac.cli import EnvPresets
 from offpolicy_ac.presets import common
 from offpolicy_ac.presets import sql
@@ -132,6 +133,18 @@ ENV_PRESETS = EnvPresets(
 """The preset an --env-id selects when no --preset is given (--preset none: defaults)."""
 
 
+def _preset_for(env_id: str) -> str:
+  """The preset for a run on `env_id`: the one its --env-id selects, else one made for it,
+  else the defaults (`NO_PRESET`). The advice for demonstrations of another task names it,
+  since the run's own preset may not fit that task."""
+  try:
+    selected = ENV_PRESETS.select(env_id)
+  except ValueError:  # a task envpool does not know: its own refusal comes later
+    selected = None
+  made_for = [name for name, args in PRESETS.items() if args.train.env.env_id == env_id]
+  return selected or next(iter(made_for), NO_PRESET)
+
+
 def _check_demos_fit(sequences, demo_batch_size: int) -> None:
   """Refuses demonstrations and a batch of them larger than the default device has free
   (both go to it; --demo-batch-size 2**31 - 1 asked for terabytes at the first update)."""
@@ -166,9 +179,11 @@ def run(args: Args, **run_kwargs):
     make_replay(args.train)
     demos = demos_lib.load_demos(args.demos)
     if demos["env_id"] != args.train.env.env_id:
+      held = demos["env_id"]
       raise ValueError(
-          f"the demonstrations are of {demos['env_id']}, --env-id is {args.train.env.env_id}: "
-          f"pass --env-id {demos['env_id']}, or record demonstrations of {args.train.env.env_id}"
+          f"the demonstrations are of {held}, --env-id is {args.train.env.env_id}: pass "
+          f"--env-id {held} --preset {_preset_for(held)}, or record demonstrations of "
+          f"{args.train.env.env_id}"
       )
     demos_lib.check_demos(demos, task_spec(args.train), where=args.demos)
     demo_batch_size = args.demo_batch_size or args.train.replay.mini_batch_size
