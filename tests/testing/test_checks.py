@@ -853,6 +853,14 @@ REFUSED_BY_BOTH = [
      lambda: ref.soft_q_targets(T3, BAD_DISCOUNT, Q3, 1.0)),
     ("soft_nstep_targets alpha", lambda: losses.soft_nstep_targets(T3, T3, Q3, alpha=np.nan, n=2),
      lambda: ref.soft_nstep_targets(T3, T3, Q3, np.nan, 2)),
+    ("soft_nstep_targets n 0", lambda: losses.soft_nstep_targets(T3, T3, Q3, alpha=1.0, n=0),
+     lambda: ref.soft_nstep_targets(T3, T3, Q3, 1.0, 0)),
+    ("soft_nstep_targets n 2.5",
+     lambda: losses.soft_nstep_targets(T3, T3, Q3, alpha=1.0, n=2.5),
+     lambda: ref.soft_nstep_targets(T3, T3, Q3, 1.0, 2.5)),
+    ("acer_continuous_targets action_dim",
+     lambda: losses.acer_continuous_targets(T3, T3, T3, T3, T3, action_dim=0),
+     lambda: ref.acer_continuous_targets(T3, T3, T3, T3, T3, 0)),
     ("importance_sampled_soft_value alpha",
      lambda: losses.importance_sampled_soft_value(Q3, 0.0, np.inf),
      lambda: ref.importance_sampled_soft_value(Q3, 0.0, np.inf)),
@@ -863,7 +871,8 @@ REFUSED_BY_BOTH = [
                          ids=[c[0] for c in REFUSED_BY_BOTH])  # fmt: skip
 def test_references_refuse_what_the_library_refuses_with_its_message(what, library, reference):
   """The float64 references computed what the library refuses (a discount outside [0, 1],
-  lambda outside [0, 1], a threshold or alpha <= 0 or infinite): numbers, or NaN."""
+  lambda outside [0, 1], a threshold or alpha <= 0 or infinite, a count n or action_dim
+  below 1): numbers, NaN, or zeros."""
   with pytest.raises(ValueError) as refused:
     library()
   with pytest.raises(ValueError, match=f"^{re.escape(str(refused.value))}$"):

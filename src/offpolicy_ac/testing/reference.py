@@ -70,6 +70,13 @@ def _check_non_negative(name, x):
     raise ValueError(f"`{name}` must be >= 0, got {_shown(x)}.")
 
 
+def _check_count(name, value, minimum=1):
+  """`value` as an int >= `minimum` (a NumPy integer too; not a bool or a float)."""
+  if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+    raise ValueError(f"`{name}` must be an int >= {minimum}, got {value!r}.")
+  return int(value)
+
+
 def _check_discounts(discount_t, mask=None):
   """`discount_t` in [0, 1] at the real steps (`mask`; a masked step's is never used)."""
   v = np.asarray(discount_t, np.float64)
@@ -182,6 +189,7 @@ def soft_nstep_targets(r_t, discount_t, q_t, alpha, n, mask=None):
   e = min(s + n - 1, the last step of s's segment), V the soft value; 0 at masked
   steps. Shapes as in `soft_q_targets`.
   """
+  n = _check_count("n", n)
   _check_positive("alpha", alpha, finite=True)
   _check_discounts(discount_t, mask)
   r, batch = _sq_cols(r_t)
@@ -533,6 +541,7 @@ def acer_q_ret(q_t, a_t, r_t, discount_t, pi_t, mu_t, mask=None, eps=1e-8):
 
 def acer_continuous_targets(q_a_t, v_t, r_t, discount_t, log_rho_t, action_dim, mask=None):
   """(Q^ret with c = min(1, rho^(1/d)), Q^opc with c = 1) (Algorithm 3)."""
+  action_dim = _check_count("action_dim", action_dim)
   rho = np.exp(np.asarray(log_rho_t, np.float64))
   c_ret = np.minimum(1.0, rho ** (1.0 / action_dim))
   return (
