@@ -425,6 +425,22 @@ def test_train_and_init_refuse_a_key_that_is_not_one_and_take_traced_keys():
   assert int(state.iteration) == 0
 
 
+def test_train_refuses_a_budget_its_32_bit_count_cannot_hold():
+  """`train` counts env steps in int32: a longer budget is refused before anything traces
+  (the scripts run such a budget in chunks of `run`); an evaluation interval past the
+  budget, which no 32-bit count reaches, means no evaluation rather than an overflow."""
+  key = jax.random.PRNGKey(0)
+  long = make_train(make_impala, ImpalaConfig(), _config(total_env_steps=2**31))
+  with pytest.raises(ValueError, match=r"train runs at most 2\*\*31 - 1 env steps .* chunks of "
+                                       r"`run`"):  # fmt: skip
+    jax.jit(long.train).lower(key, long.hyperparams)
+  state, metrics = long.run(long.init(key, long.hyperparams), long.hyperparams, 1)
+  assert int(state.env_steps) == long.steps_per_iteration == metrics["env_steps"][0]
+  rare = make_train(make_impala, ImpalaConfig(), _config(eval_every=3_000_000_000))
+  _, metrics = jax.jit(rare.train)(key, rare.hyperparams)
+  assert np.isnan(metrics["eval_return"]).all() and metrics["env_steps"][-1] == 640
+
+
 def test_concrete_hyperparams_the_config_refuses_are_refused_by_name():
   compiled = make_train(make_sql, SqlConfig(), _config(min_replay_size=8, mini_batch_size=8,
                                                        mini_batch_length=4))  # fmt: skip

@@ -48,6 +48,7 @@ import jax.numpy as jnp
 
 from offpolicy_ac import envs
 from offpolicy_ac.agents import hyperparams as hyperparams_lib
+from offpolicy_ac.agents.base import INT32_MAX
 from offpolicy_ac.agents.base import Agent
 from offpolicy_ac.agents.base import check_is_agent
 from offpolicy_ac.training.config import TrainConfig
@@ -75,7 +76,8 @@ class AnakinState(NamedTuple):
       the running episode returns and the rollout's key.
     eval_key: PRNG key of the evaluations (folded with the iteration).
     iteration: int32, iterations done.
-    env_steps: int32, environment steps taken.
+    env_steps: int32, environment steps taken (`train` refuses a budget past 2**31 - 1;
+      the scripts, which step `run`, count a run's env steps on the host).
   """
 
   learner: LearnerState
@@ -321,13 +323,20 @@ def make_train(
   iteration = jax.jit(iteration)
 
   def train(key: jax.Array, hp: dict):
+    if iterations * steps_per_iteration > INT32_MAX:
+      raise ValueError(
+          f"train runs at most 2**31 - 1 env steps (it counts them in 32-bit ints), got "
+          f"{iterations:,} iterations of {steps_per_iteration:,}: a longer budget runs in "
+          "chunks of `run`, as the scripts run it, counting env steps on the host"
+      )
     state = init(key, hp)
     nan = jnp.full((), jnp.nan, jnp.float32)
 
     def body(state, _):
       before = state.env_steps
       state, out = iteration(state, hp)
-      if eval_interval:  # the first iteration at or after each multiple of the interval
+      # The first iteration at or after each multiple of the interval; none past the budget.
+      if 0 < eval_interval <= iterations * steps_per_iteration:
         due = state.env_steps // eval_interval > before // eval_interval
         low_mean = jax.lax.cond(due, lambda: evaluate(state, hp), lambda: (nan, nan))
       else:
