@@ -193,6 +193,24 @@ def _iterations_per_chunk(config: TrainConfig) -> int:
   return max(1, min(-(-steps // config.steps_per_iteration), config.planned_iterations))
 
 
+def _check_int32_budget(config: TrainConfig) -> None:
+  """Refuses (ValueError) a budget past what `train`'s int32 count of env steps holds."""
+  iterations, steps_per_iteration = config.planned_iterations, config.steps_per_iteration
+  if iterations * steps_per_iteration > INT32_MAX:
+    raise ValueError(
+        f"train runs at most 2**31 - 1 env steps (it counts them in 32-bit ints), got "
+        f"{iterations:,} iterations of {steps_per_iteration:,}: a longer budget runs in "
+        "chunks of `run`, as the scripts run it, counting env steps on the host"
+    )
+
+
+def _eval_interval_in_train(config: TrainConfig) -> int:
+  """`config.eval_interval`, or 0 (no evaluation) where it is past the whole budget, which
+  `train`'s int32 count of env steps never reaches."""
+  planned = config.planned_iterations * config.steps_per_iteration
+  return config.eval_interval if config.eval_interval <= planned else 0
+
+
 def _run_keys(key: jax.Array) -> tuple[jax.Array, ...]:
   """The (agent, replay, rollout, evaluation) keys of a run's `key`, split as the envpool
   driver splits its seeds; refuses (ValueError) a `key` that is not a PRNG key."""
@@ -259,9 +277,8 @@ def make_train(
   replay = make_replay(config) if agent.off_policy else None
   unroll_length, num_envs = config.env.unroll_length, config.env.num_envs
   steps_per_iteration, iterations = config.steps_per_iteration, config.planned_iterations
-  eval_interval, per_chunk = config.eval_interval, _iterations_per_chunk(config)
-  eval_episodes = config.eval.eval_episodes
-  num_updates = config.replay.num_updates_per_train_iter
+  eval_interval, per_chunk = _eval_interval_in_train(config), _iterations_per_chunk(config)
+  num_updates, eval_episodes = config.replay.num_updates_per_train_iter, config.eval.eval_episodes
   min_replay = max(config.replay.min_replay_size, 1)
 
   def agent_at(hp: dict) -> Agent:
@@ -323,20 +340,14 @@ def make_train(
   iteration = jax.jit(iteration)
 
   def train(key: jax.Array, hp: dict):
-    if iterations * steps_per_iteration > INT32_MAX:
-      raise ValueError(
-          f"train runs at most 2**31 - 1 env steps (it counts them in 32-bit ints), got "
-          f"{iterations:,} iterations of {steps_per_iteration:,}: a longer budget runs in "
-          "chunks of `run`, as the scripts run it, counting env steps on the host"
-      )
+    _check_int32_budget(config)
     state = init(key, hp)
     nan = jnp.full((), jnp.nan, jnp.float32)
 
     def body(state, _):
       before = state.env_steps
       state, out = iteration(state, hp)
-      # The first iteration at or after each multiple of the interval; none past the budget.
-      if 0 < eval_interval <= iterations * steps_per_iteration:
+      if eval_interval:  # the first iteration at or after each multiple of the interval
         due = state.env_steps // eval_interval > before // eval_interval
         low_mean = jax.lax.cond(due, lambda: evaluate(state, hp), lambda: (nan, nan))
       else:
