@@ -568,25 +568,21 @@ def test_a_torso_name_is_refused_to_another_make_and_taken_by_a_redefined_one():
   finally:
     torsos._REGISTERED.pop("cell-torso", None)  # pylint: disable=protected-access
   # A lambda, as docs/getting_started.md registers: the cell run again has the same code.
-  cell = "networks.register_torso('cell-lambda', lambda shape, sizes: nn.Dense(4))\n"
-  try:
-    exec(cell, scope)  # pylint: disable=exec-used
-    exec(cell, scope)  # pylint: disable=exec-used
-    with pytest.raises(ValueError, match="'cell-lambda' is registered with another make"):
-      exec(cell.replace("4", "5"), scope)  # pylint: disable=exec-used
-  finally:
-    torsos._REGISTERED.pop("cell-lambda", None)  # pylint: disable=protected-access
-  # Lambdas of one factory share their code; a default argument (a loop variable's value)
-  # makes them other makes.
-  cell = "networks.register_torso('cell-default', lambda shape, sizes, width=4: nn.Dense(width))\n"
-  try:
-    exec(cell, scope)  # pylint: disable=exec-used
-    exec(cell, scope)  # pylint: disable=exec-used
-    with pytest.raises(ValueError, match="'cell-default' is registered with another make"):
-      exec(cell.replace("width=4", "width=5"), scope)  # pylint: disable=exec-used
-    assert networks.make_torso("cell-default", (3,)).features == 4
-  finally:
-    torsos._REGISTERED.pop("cell-default", None)  # pylint: disable=protected-access
+  # Lambdas of one factory share their code too; a default argument (a loop variable's
+  # value) makes them other makes.
+  for name, make, other in [
+      ("cell-lambda", "lambda shape, sizes: nn.Dense(4)", "nn.Dense(5)"),
+      ("cell-default", "lambda shape, sizes, width=4: nn.Dense(width)", "width=5"),
+  ]:  # fmt: skip
+    cell = f"networks.register_torso({name!r}, {make})\n"
+    try:
+      exec(cell, scope)  # pylint: disable=exec-used
+      exec(cell, scope)  # pylint: disable=exec-used
+      with pytest.raises(ValueError, match=f"'{name}' is registered with another make"):
+        exec(cell.replace(other.replace("5", "4"), other), scope)  # pylint: disable=exec-used
+      assert networks.make_torso(name, (3,)).features == 4
+    finally:
+      torsos._REGISTERED.pop(name, None)  # pylint: disable=protected-access
   # A partial, the cell run again: the same function and arguments; other arguments are
   # another make.
   cell = ("def make_wide(observation_shape, hidden_sizes, width):\n"
