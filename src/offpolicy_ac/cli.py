@@ -205,15 +205,16 @@ def _read_preset_flags(argv: Sequence[str]) -> tuple[Optional[str], Optional[str
   """(--preset, --env-id) as given in argv (the last --env-id), None where absent.
 
   Raises:
-    ValueError: two different presets (one would silently replace the other).
+    ValueError: two different presets (one would silently replace the other), or
+      --preset or --env-id without a value.
   """
   parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
   parser.add_argument("--preset", action="append")
   parser.add_argument("--env-id", "--env_id", dest="env_id")
   try:
     known, _ = parser.parse_known_args(argv)
-  except argparse.ArgumentError as e:
-    raise SystemExit(str(e)) from None
+  except argparse.ArgumentError as e:  # a flag without its value
+    raise ValueError(str(e)) from None
   named = list(dict.fromkeys(known.preset or []))
   if len(named) > 1:
     raise ValueError(f"--preset is given {len(known.preset)} times ({', '.join(named)}): a "

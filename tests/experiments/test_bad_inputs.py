@@ -25,6 +25,8 @@ IMPALA = EXPERIMENTS / "impala.py"
 CASES = [
     ("impala", ["--num-envs", "100000", "--total-env-steps", "2048"], "more than the whole budget"),
     ("impala", ["--num-envs", "0"], "--num-envs must be a positive int"),
+    ("impala", ["--preset"], "error: argument --preset: expected one argument"),
+    ("sql", ["--env-id"], "error: argument --env-id/--env_id: expected one argument"),
     # A learning-rate schedule counts the run's updates: the config is checked first.
     ("impala", ["--anneal-learning-rate", "--unroll-length", "0"], "--unroll-length must be a"),
     ("impala", ["--env-id", "gymnax:CartPole-v1", "--num-envs", "0"], "--num-envs must be a"),
@@ -88,6 +90,8 @@ CASES = [
     ("sqil", ["--demos", "{demos}/action7.npz"], "actions must lie in [0, 2) for CartPole-v1"),
     ("sqil", ["--demos", "{demos}/obs3.npz"], "observations of shape (3,)"),
     ("sqil", ["--demos", "{demos}/good.npz", "--env-id", "Acrobot-v1"], "--env-id is Acrobot"),
+    # An unknown task is refused as such, not as the demonstrations' other task.
+    ("sqil", ["--demos", "{demos}/good.npz", "--env-id", "gymnax:Nope-v1"], "unknown task 'Nope"),
     (
         "sqil",
         ["--demos", "{demos}/good.npz", "--unroll-length", "64", "--mini-batch-length", "40",

@@ -178,6 +178,7 @@ def run(args: Args, **run_kwargs):
     args.train.validate()
     make_replay(args.train)
     demos = demos_lib.load_demos(args.demos)
+    spec = task_spec(args.train)  # an unknown task is refused as such, not as another task
     if demos["env_id"] != args.train.env.env_id:
       held = demos["env_id"]
       raise ValueError(
@@ -185,7 +186,7 @@ def run(args: Args, **run_kwargs):
           f"--env-id {held} --preset {_preset_for(held)}, or record demonstrations of "
           f"{args.train.env.env_id}"
       )
-    demos_lib.check_demos(demos, task_spec(args.train), where=args.demos)
+    demos_lib.check_demos(demos, spec, where=args.demos)
     demo_batch_size = args.demo_batch_size or args.train.replay.mini_batch_size
     length = args.train.replay.mini_batch_length + 1
     sequences = demos_lib.cut_episodes(demos, length, args.cut_mode)
