@@ -92,7 +92,7 @@ class CompiledTrain(NamedTuple):
 
   Attributes:
     train: `train(key, hyperparams) -> (AnakinState, metrics [iterations])`, the whole
-      budget.
+      budget (a ValueError past 2**31 - 1 env steps, which its int32 count cannot hold).
     init: `init(key, hyperparams) -> AnakinState`. Both refuse a key that is not a PRNG
       key, and hyper-parameters given as concrete values that the agent's config refuses;
       traced ones (under `jax.jit` or `jax.vmap`) cannot be read: check a sweep's values
