@@ -52,6 +52,10 @@ CASES = [
     ("acer", ["--value-weight", "inf"], "--value-weight must be finite"),
     ("acer", ["--replay-ratio", "2147483648"], "--replay-ratio must be below 2**31"),
     ("sql", ["--alpha", "inf"], "alpha must be finite"),
+    # Values float32, which the program computes in, would hold as 0 or inf.
+    ("sql", ["--alpha", "1e-50"], "--alpha must be at least 1.4013e-45, float32's smallest"),
+    ("sql", ["--alpha", "1e39"], "--alpha must be at most 3.40282e+38 in size, float32's"),
+    ("acer", ["--preset", "pendulum", "--init-log-std", "50"], "must lie in [-20.0, 20.0]"),
     # An agent's flag is named as such, not as a sweep's setting ("the setting {} is invalid"),
     # even beside a sweep of another field; a swept value at fault is named with its setting.
     ("impala", ["--gamma", "1.5"], "error: --gamma must lie in [0.0, 1.0], got 1.5"),

@@ -111,7 +111,7 @@ class AcerConfig:
   """MLP torso layer sizes; a built-in pixel torso has no layers they size (registered
   torsos are given them)."""
   init_log_std: float = 0.0
-  """Continuous: initial log standard deviation of the Gaussian policy."""
+  """Continuous: initial log standard deviation of the Gaussian policy, in [-20, 20]."""
 
   def validate(self) -> None:
     base.check_in("gamma", self.gamma, 0.0, 1.0)
@@ -132,6 +132,8 @@ class AcerConfig:
     finite = ("learning_rate", "optimizer_eps", "value_weight", "entropy_weight", "init_log_std")
     for name in finite:
       base.check_finite(name, getattr(self, name))
+    # (a - mean) / e^init_log_std, squared in the log-probabilities, leaves float32 past ~44.
+    base.check_in("init_log_std", self.init_log_std, -20.0, 20.0)
     for name, low in (("replay_ratio", 1), ("sdn_samples", 1), ("sdn_hidden_size", 1)):
       base.check_int(name, getattr(self, name), low)
     base.check_hidden_sizes(self.hidden_sizes)

@@ -504,7 +504,11 @@ def check_positive(name: str, value: float) -> None:
   _check_number(name, value)
   if not host_value(value) > 0:
     raise ValueError(f"{name} must be > 0, got {value}")
+  _check_not_float32_zero(name, value, "at least")
 
+
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+FLOAT32_TINY = float(np.finfo(np.float32).smallest_subnormal)
 
 INT32_MAX = 2**31 - 1
 """The largest count a program holds (JAX's default integers are 32-bit)."""
@@ -543,6 +547,9 @@ def check_finite(name: str, value: float) -> None:
   _check_number(name, value)
   if not math.isfinite(host_value(value)):
     raise ValueError(f"{name} must be finite, got {value}")
+  if abs(host_value(value)) > FLOAT32_MAX:
+    raise ValueError(f"{name} must be at most {FLOAT32_MAX:g} in size, float32's largest "
+                     f"value (the program computes in float32; it would be inf), got {value}")  # fmt: skip
 
 
 def check_non_negative(name: str, value: float) -> None:
@@ -551,6 +558,15 @@ def check_non_negative(name: str, value: float) -> None:
   _check_number(name, value)
   if not host_value(value) >= 0:
     raise ValueError(f"{name} must be >= 0, got {value}")
+  _check_not_float32_zero(name, value, "0 or at least")
+
+
+def _check_not_float32_zero(name: str, value: float, must_be: str) -> None:
+  """Raises for a value other than 0 that float32, which the program computes in, holds
+  as 0."""
+  if host_value(value) != 0 and np.float32(host_value(value)) == 0:
+    raise ValueError(f"{name} must be {must_be} {FLOAT32_TINY:g}, float32's smallest "
+                     f"positive value (the program computes in float32), got {value}")  # fmt: skip
 
 
 def check_extras(traj: Any, keys: Sequence[str], agent: str) -> None:

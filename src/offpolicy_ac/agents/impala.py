@@ -81,7 +81,7 @@ class ImpalaConfig:
   own (as PPO's continuous-control networks), so the value loss cannot move the policy's
   features."""
   init_log_std: float = 0.0
-  """Initial log standard deviation of a Gaussian policy."""
+  """Initial log standard deviation of a Gaussian policy, in [-20, 20]."""
   use_replay: bool = False
   """Learn from replayed sequences (V-trace corrects the policy lag) instead of
   only from each fresh unroll; see the loop's replay settings."""
@@ -114,6 +114,8 @@ class ImpalaConfig:
     finite = ("learning_rate", "optimizer_eps", "value_weight", "entropy_weight", "init_log_std")
     for name in finite:
       base.check_finite(name, getattr(self, name))
+    # (a - mean) / e^init_log_std, squared in the log-probabilities, leaves float32 past ~44.
+    base.check_in("init_log_std", self.init_log_std, -20.0, 20.0)
     losses.check_surrogate_clip(self.surrogate_clip)
     base.check_int("learning_rate_decay_updates", self.learning_rate_decay_updates, 0)
 
