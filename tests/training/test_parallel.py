@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 
+from flax import serialization
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -572,9 +573,12 @@ def test_hosts_with_more_devices_than_the_learner_uses_train_together(tmp_path):
   four = {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
   _two_processes(run, "--total-env-steps", "1024", "--log-every", "512", "--eval-every", "0",
                  "--learner-devices", "2", own_env=(four, {}))  # fmt: skip
-  assert (run / "final_params.msgpack").read_bytes() == (
-      run / "process1" / "final_params.msgpack"
-  ).read_bytes()
+  # The two hosts' CPU backends compile the learner for other device counts (other thread
+  # layouts of its reductions), so the copies agree to float32 rounding, not bit for bit
+  # as on hosts alike (jax 0.10.2: 393 of 4,675 parameters, at most 3.7e-8 apart).
+  ours, theirs = (serialization.msgpack_restore(path.read_bytes()) for path in
+                  (run / "final_params.msgpack", run / "process1" / "final_params.msgpack"))  # fmt: skip
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), ours, theirs)
 
 
 def test_processes_may_name_their_shared_run_directory_differently(tmp_path):
